@@ -1,0 +1,215 @@
+# sparta: one plain GNU Makefile. Knobs are ?= variables; `make help` lists them and the targets.
+#
+#   make            build the library, programs, experiment binaries and tests (into $(BUILD))
+#   make test       install missing Debian packages (as root), build, run every test suite
+#   make demo       the main job on a small synthetic dataset under mpiexec
+#   make gpu-bundle build everything for the GPU machine (Open MPI, sm_90) into one folder to copy there
+
+# ---------------------------------------------------------------------------------------------------------
+# Knobs
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+CUDA      ?= $(if $(wildcard $(NVCC)),1,0)
+ARCH      ?= sm_90
+MPI       ?= mpich
+DEBUG     ?= 0
+PYTHON    ?= /usr/bin/python3
+JOBS      ?= $(shell nproc 2>/dev/null || echo 2)
+TEST_RANKS ?= 1 2 4
+TEST_TIMEOUT ?= 900
+DEMO_RANKS ?= 2
+
+ifeq ($(MPI),mpich)
+  MPICXX        ?= mpicxx.mpich
+  MPIEXEC       ?= mpiexec.mpich
+  MPIEXEC_FLAGS ?=
+else ifeq ($(MPI),openmpi)
+  MPICXX        ?= mpicxx.openmpi
+  MPIEXEC       ?= mpiexec.openmpi
+  MPIEXEC_FLAGS ?= --oversubscribe
+else
+  $(error MPI must be mpich or openmpi, found '$(MPI)')
+endif
+ifneq ($(CUDA),0)
+ifneq ($(CUDA),1)
+  $(error CUDA must be 0 or 1, found '$(CUDA)')
+endif
+endif
+ifneq ($(filter-out sm_%,$(ARCH)),)
+  $(error ARCH must look like sm_90, found '$(ARCH)')
+endif
+
+# Build folder: build/ for the default (MPICH, CUDA when nvcc is there); variants live beside it.
+BUILD ?= build$(if $(filter openmpi,$(MPI)),/openmpi)$(if $(filter 0,$(CUDA)),/cpu)
+
+HDF5_CFLAGS ?= $(shell pkg-config --cflags hdf5-serial 2>/dev/null || echo -I/usr/include/hdf5/serial)
+HDF5_LIBS   ?= $(shell pkg-config --libs hdf5-serial 2>/dev/null || echo -L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5)
+# Boost.Program_options linked statically so binaries run where only Boost headers exist; Boost.Test is
+# header-only (tests/main_*.cpp include its implementation once).
+BOOST_PO_LIBS ?= -Wl,-Bstatic -lboost_program_options -Wl,-Bdynamic
+
+# ---------------------------------------------------------------------------------------------------------
+# Flags
+INCLUDES := -Isrc -Ikernels -Icomm -Iio
+DEFINES  := -DSPARTA_CUDA=$(CUDA) -DSPARTA_DEBUG=$(DEBUG)
+OPT      := $(if $(filter 1,$(DEBUG)),-O1 -g,-O3 -g)
+CXXFLAGS ?= $(OPT) -std=c++17 -Wall -Wextra -fPIC -pthread
+DEPFLAGS  = -MMD -MP
+ARCH_NUM := $(patsubst sm_%,%,$(ARCH))
+NVCCFLAGS ?= $(OPT) -std=c++17 -ccbin $(MPICXX) -Xcompiler -fPIC,-Wall,-pthread \
+             -gencode arch=compute_$(ARCH_NUM),code=[sm_$(ARCH_NUM),compute_$(ARCH_NUM)] \
+             --expt-relaxed-constexpr -lineinfo
+ifeq ($(CUDA),1)
+  CUDA_INC  := -I$(CUDA_HOME)/include
+  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -ldl -lrt
+endif
+ALL_CXXFLAGS = $(CXXFLAGS) $(DEFINES) $(INCLUDES) $(CUDA_INC) $(HDF5_CFLAGS)
+ALL_NVCCFLAGS = $(NVCCFLAGS) $(DEFINES) $(INCLUDES) $(HDF5_CFLAGS)
+LDLIBS = $(HDF5_LIBS) $(BOOST_PO_LIBS) $(CUDA_LIBS) -lpthread
+
+# ---------------------------------------------------------------------------------------------------------
+# Sources, found by name.
+#   src/ kernels/ comm/ io/ *.cpp, *.cu     → $(BUILD)/lib/libsparta.so
+#   src/programs/<name>.cpp                 → $(BUILD)/bin/sparta-<name>
+#   experiments/bench_<name>.cpp            → $(BUILD)/bin/bench_<name>
+#   tests/test_<name>.cpp                   → $(BUILD)/tests/test_<name>      (plain suites)
+#   tests/mpi_test_<name>.cpp               → $(BUILD)/tests/mpi_test_<name>  (run under mpiexec)
+#   tests/tool_<name>.cpp                   → $(BUILD)/tests/tool_<name>      (programs that tests launch)
+#   tests/support_<name>.cpp                → linked into every test binary
+#   src/options.cpp                         → linked into every program, benchmark and test
+MODULES   := src kernels comm io
+# src/options.cpp uses Boost.Program_options, which Debian ships as a non-PIC static archive: it is linked
+# into each program instead of into the shared library.
+CLI_OBJS  := $(BUILD)/obj/src/options.o
+LIB_CPP   := $(filter-out src/options.cpp,$(foreach m,$(MODULES),$(wildcard $(m)/*.cpp)))
+LIB_CU    := $(if $(filter 1,$(CUDA)),$(foreach m,$(MODULES),$(wildcard $(m)/*.cu)))
+LIB_OBJS  := $(LIB_CPP:%.cpp=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.cu.o)
+LIBSPARTA := $(BUILD)/lib/libsparta.so
+
+PROGRAM_SRCS := $(wildcard src/programs/*.cpp)
+PROGRAMS     := $(PROGRAM_SRCS:src/programs/%.cpp=$(BUILD)/bin/sparta-%)
+BENCH_SRCS   := $(wildcard experiments/bench_*.cpp)
+BENCHES      := $(BENCH_SRCS:experiments/%.cpp=$(BUILD)/bin/%)
+TEST_SRCS    := $(wildcard tests/test_*.cpp)
+TESTS        := $(TEST_SRCS:tests/%.cpp=$(BUILD)/tests/%)
+MPI_TEST_SRCS := $(wildcard tests/mpi_test_*.cpp)
+MPI_TESTS    := $(MPI_TEST_SRCS:tests/%.cpp=$(BUILD)/tests/%)
+TOOL_SRCS    := $(wildcard tests/tool_*.cpp)
+TOOLS        := $(TOOL_SRCS:tests/%.cpp=$(BUILD)/tests/%)
+SUPPORT_OBJS := $(patsubst tests/%.cpp,$(BUILD)/obj/tests/%.o,$(wildcard tests/support_*.cpp))
+
+RPATH := -Wl,-rpath,'$$ORIGIN/../lib'
+LINK   = $(MPICXX) $(CXXFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD)/lib -lsparta $(RPATH) $(LDLIBS)
+
+.PHONY: all lib programs benches tests test test-build demo bench deps check-deps gpu-bundle clean help info
+.DEFAULT_GOAL := all
+
+all: info $(LIBSPARTA) $(PROGRAMS) $(BENCHES) $(TESTS) $(MPI_TESTS) $(TOOLS)
+
+info:
+	@echo "sparta build → $(BUILD)   (MPI=$(MPI): $(MPICXX), $(MPIEXEC); ARCH=$(ARCH); DEBUG=$(DEBUG))"
+	@if [ "$(CUDA)" = 1 ]; then echo "  ✓ CUDA: $(NVCC) (cuda backend built; NCCL from $(CUDA_HOME)/lib64)"; \
+	 else echo "  ✗ CUDA=0: CPU-only build (cpu backend; no nvcc used)"; fi
+	@command -v $(MPICXX) >/dev/null && echo "  ✓ MPI: $(MPICXX)" || echo "  ✗ MPI: $(MPICXX) not found (make deps)"
+
+lib: $(LIBSPARTA)
+programs: $(PROGRAMS)
+benches: $(BENCHES)
+tests: $(TESTS) $(MPI_TESTS) $(TOOLS)
+
+# The CUDA runtime is linked shared, once, and copied beside libsparta so a carried build folder finds it.
+$(LIBSPARTA): $(LIB_OBJS)
+	@mkdir -p $(@D)
+	$(if $(filter 1,$(CUDA)),cp -P $(CUDA_HOME)/lib64/libcudart.so* $(@D)/)
+	$(MPICXX) -shared $(CXXFLAGS) -o $@ $^ $(RPATH) $(HDF5_LIBS) $(CUDA_LIBS) -lpthread
+
+$(BUILD)/obj/%.o: %.cpp
+	@mkdir -p $(@D)
+	$(MPICXX) $(ALL_CXXFLAGS) $(DEPFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(ALL_NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+
+$(BUILD)/bin/sparta-%: $(BUILD)/obj/src/programs/%.o $(CLI_OBJS) $(LIBSPARTA)
+	@mkdir -p $(@D)
+	$(LINK)
+
+$(BUILD)/bin/bench_%: $(BUILD)/obj/experiments/bench_%.o $(CLI_OBJS) $(LIBSPARTA)
+	@mkdir -p $(@D)
+	$(LINK)
+
+$(BUILD)/tests/test_%: $(BUILD)/obj/tests/test_%.o $(BUILD)/obj/tests/main_plain.o $(SUPPORT_OBJS) $(CLI_OBJS) $(LIBSPARTA)
+	@mkdir -p $(@D)
+	$(LINK)
+
+$(BUILD)/tests/mpi_test_%: $(BUILD)/obj/tests/mpi_test_%.o $(BUILD)/obj/tests/main_mpi.o $(SUPPORT_OBJS) $(CLI_OBJS) $(LIBSPARTA)
+	@mkdir -p $(@D)
+	$(LINK)
+
+$(BUILD)/tests/tool_%: $(BUILD)/obj/tests/tool_%.o $(CLI_OBJS) $(LIBSPARTA)
+	@mkdir -p $(@D)
+	$(LINK)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# ---------------------------------------------------------------------------------------------------------
+# Dependencies: Debian packages. As root: apt-get update, then install what is missing. Otherwise: say what.
+DEB_PACKAGES ?= build-essential libmpich-dev mpich libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools \
+                libboost-program-options-dev libboost-test-dev python3-h5py python3-matplotlib python3-numpy
+
+check-deps:
+	@missing=""; \
+	if command -v dpkg-query >/dev/null; then \
+	  for p in $(DEB_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	  done; \
+	fi; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "sparta: installing missing packages:$$missing"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
+	else \
+	  echo "sparta: missing packages:$$missing"; \
+	  echo "  install them:  sudo apt-get install$$missing"; \
+	  echo "  (on a cluster: load the modules for an MPI compiler wrapper, HDF5 and Boost, and set MPICXX, HDF5_CFLAGS, HDF5_LIBS)"; \
+	  exit 1; \
+	fi
+
+deps:
+	@$(MAKE) --no-print-directory check-deps
+
+# ---------------------------------------------------------------------------------------------------------
+# Tests: every plain suite, then every MPI suite under mpiexec with each of TEST_RANKS ranks (cpu backend
+# unless GPUs are there); GPU cases without a GPU are reported as skipped. Last line: "tests: N passed, ...".
+test-build: check-deps
+	@$(MAKE) --no-print-directory -j$(JOBS) all
+
+test: test-build
+	@bash tests/run_all.sh "$(BUILD)" "$(MPIEXEC) $(MPIEXEC_FLAGS)" "$(TEST_RANKS)" "$(TEST_TIMEOUT)"
+
+# ---------------------------------------------------------------------------------------------------------
+# Demo: the main job, under mpiexec, on GPUs when there are enough, else on the cpu backend.
+demo: check-deps
+	@$(MAKE) --no-print-directory -j$(JOBS) all
+	@bash experiments/demo.sh "$(BUILD)" "$(MPIEXEC) $(MPIEXEC_FLAGS)" "$(DEMO_RANKS)"
+
+# Benchmarks: every experiment binary with its default sweep; JSON lines under results/.
+bench: all
+	@bash experiments/run_benches.sh "$(BUILD)" "$(MPIEXEC) $(MPIEXEC_FLAGS)"
+
+# ---------------------------------------------------------------------------------------------------------
+# The GPU machine has Open MPI, CUDA 13, NCCL, serial HDF5 and Boost headers only: build the whole set
+# against Open MPI into build/openmpi (library, programs, benchmarks, tests), carry that folder there, and run
+#   bash tests/run_all.sh build/openmpi "mpiexec --oversubscribe" "1 2"
+gpu-bundle: check-deps
+	@$(MAKE) --no-print-directory -j$(JOBS) MPI=openmpi CUDA=1 ARCH=$(ARCH) all
+	@echo "GPU bundle: build/openmpi (carry it; run tests/run_all.sh build/openmpi \"mpiexec --oversubscribe\" \"1 2\")"
+
+clean:
+	rm -rf build
+
+help:
+	@sed -n '1,8p' Makefile
+	@echo "knobs: CUDA_HOME=$(CUDA_HOME) CUDA=$(CUDA) ARCH=$(ARCH) MPI=$(MPI) DEBUG=$(DEBUG) BUILD=$(BUILD)"
+	@echo "       TEST_RANKS='$(TEST_RANKS)' DEMO_RANKS=$(DEMO_RANKS) JOBS=$(JOBS) PYTHON=$(PYTHON)"

@@ -1,0 +1,21 @@
+// fill.cpp: CPU reference of fill.h, and the backend dispatch.
+#include "fill.h"
+
+#include "check.h"
+
+namespace sparta {
+
+void fill_cpu(float* out, size_t n, float value) {
+  for (size_t i = 0; i < n; ++i) out[i] = value;
+}
+
+void fill(const Device& dev, float* out, size_t n, float value) {
+  if (!dev.is_cuda()) return fill_cpu(out, n, value);
+#if SPARTA_CUDA
+  fill_cuda(out, n, value, dev.stream);
+#else
+  SPARTA_FATAL("fill on %s in a CUDA=0 build", dev.name().c_str());
+#endif
+}
+
+}  // namespace sparta

@@ -1,0 +1,27 @@
+// fill.cu: CUDA version of fill.h: out[i] = value.
+#include "check.h"
+#include "fill.h"
+
+namespace sparta {
+
+// ----------------------------------------------------------------------------
+// kernels
+
+__global__ void __launch_bounds__(256) fill_kernel(float* out, size_t n, float value) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    out[i] = value;
+}
+
+// ----------------------------------------------------------------------------
+// launchers
+
+void fill_cuda(float* out, size_t n, float value, Stream stream) {
+  if (n == 0) return;
+  const int block = 256;
+  size_t blocks = (n + block - 1) / block;
+  int grid = static_cast<int>(blocks < 65535 * 8 ? blocks : 65535 * 8);  // grid-stride beyond that
+  fill_kernel<<<grid, block, 0, stream>>>(out, n, value);
+  CUDA_CHECK_LAUNCH("fill_kernel");
+}
+
+}  // namespace sparta

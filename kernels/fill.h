@@ -1,0 +1,18 @@
+// fill.h: sets every element of a float array to one value. The smallest kernel, and the pattern every
+// kernel follows: this header declares the launcher callers use (it picks the backend), the CUDA version
+// (fill.cu) and the CPU reference (fill.cpp).
+#pragma once
+
+#include <cstddef>
+
+#include "device.h"
+
+namespace sparta {
+
+// out[i] = value for i in [0, n). Asynchronous on dev.stream for cuda.
+void fill(const Device& dev, float* out, size_t n, float value);
+
+void fill_cpu(float* out, size_t n, float value);
+void fill_cuda(float* out, size_t n, float value, Stream stream);
+
+}  // namespace sparta

@@ -1,0 +1,80 @@
+// context.cpp: see context.h.
+#include "context.h"
+
+#include <mpi.h>
+
+#include <vector>
+
+#include "check.h"
+#include "log.h"
+
+namespace sparta {
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided_));
+  // Errors come back as codes and are checked (MPI_CHECK), so every failure names its call.
+  MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  char host[MPI_MAX_PROCESSOR_NAME] = {0};
+  int len = 0;
+  MPI_Get_processor_name(host, &len);
+  set_identity(rank, std::string(host, len));
+}
+
+MpiSession::~MpiSession() {
+  int down = 0;
+  MPI_Finalized(&down);
+  if (!down) MPI_Finalize();
+}
+
+DeviceChoice choose_device(const std::string& device, int host_rank, int host_size, int gpus) {
+  if (device == "cpu") return {Backend::cpu, -1};
+  if (device == "cuda") {
+    SPARTA_REQUIRE(gpus > host_rank,
+                   "--device cuda: host-local rank %d needs GPU %d, but this process sees %d GPU(s)", host_rank,
+                   host_rank, gpus);
+    return {Backend::cuda, host_rank};
+  }
+  if (device == "auto") {
+    if (gpus >= host_size && gpus > 0) return {Backend::cuda, host_rank};
+    return {Backend::cpu, -1};
+  }
+  throw Error("--device: expected cpu, cuda or auto, found '" + device + "'");
+}
+
+Context::Context(const ContextOptions& opt) : opt_(opt) {
+  try {
+    topo_ = make_topology(MPI_COMM_WORLD, opt.ranks_per_node);
+    DeviceChoice c = choose_device(opt.device, topo_.host_rank, topo_.host_size, visible_gpu_count());
+    device_ = open_device(c.backend, c.gpu);
+  } catch (const Error& e) {
+    SPARTA_FATAL("%s", e.what());
+  }
+}
+
+Context::~Context() {
+  close_device(device_);
+  free_topology(topo_);
+}
+
+std::string Context::describe() const {
+  std::string mine = strprintf("rank %d/%d host %s node %d/%d local %d/%d device %s%s%s", topo_.rank, topo_.size,
+                               topo_.hostname.c_str(), topo_.node, topo_.num_nodes, topo_.local_rank,
+                               topo_.local_size, device_.name().c_str(), device_.is_cuda() ? " " : "",
+                               device_.is_cuda() ? gpu_name(device_.gpu).c_str() : "");
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(topo_.size);
+  MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, topo_.world));
+  std::vector<int> displs(topo_.size, 0);
+  int total = 0;
+  for (int r = 0; r < topo_.size; ++r) displs[r] = total, total += lens[r];
+  std::vector<char> all(total > 0 ? total : 1);
+  MPI_CHECK(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, topo_.world));
+  if (topo_.rank != 0) return "";
+  std::string out;
+  for (int r = 0; r < topo_.size; ++r) out += std::string(all.data() + displs[r], lens[r]) + "\n";
+  return out;
+}
+
+}  // namespace sparta

@@ -1,0 +1,67 @@
+// context.h: the per-rank context: MPI start-up, this rank's place in the job, and the device it drives.
+//
+// Start-up order (the same in every program and MPI test): MPI_Init_thread → topology (host, node) →
+// device choice from the host-local rank → cudaSetDevice and a stream. The communicator (comm/) is built on
+// top of this by those who need it.
+#pragma once
+
+#include <string>
+
+#include "buffer.h"
+#include "device.h"
+#include "topology.h"
+
+namespace sparta {
+
+// Owns MPI's lifetime: MPI_Init_thread in the constructor (asking for MPI_THREAD_MULTIPLE), MPI_Finalize in
+// the destructor. One per process, first thing in main.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  int thread_level() const { return provided_; }
+
+ private:
+  int provided_ = 0;
+};
+
+struct ContextOptions {
+  std::string device = "auto";  // cpu | cuda | auto (a GPU per host-local rank when there are enough, else cpu)
+  int ranks_per_node = 0;       // 0: one node per host; k: emulate nodes of k ranks (see topology.h)
+};
+
+// Which backend and GPU a rank gets. Pure, so the mapping is testable without GPUs:
+// cpu → cpu; cuda → GPU host_rank (error if gpus <= host_rank); auto → cuda when gpus >= host_size, else cpu.
+// Throws sparta::Error for an unknown device name or too few GPUs for cuda.
+struct DeviceChoice {
+  Backend backend;
+  int gpu;
+};
+DeviceChoice choose_device(const std::string& device, int host_rank, int host_size, int gpus);
+
+class Context {
+ public:
+  // Collective over MPI_COMM_WORLD. Bad options are reported by every rank (they all see them) and end the job.
+  explicit Context(const ContextOptions& opt = ContextOptions());
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const Topology& topo() const { return topo_; }
+  const Device& device() const { return device_; }
+  int rank() const { return topo_.rank; }
+  int world() const { return topo_.size; }
+  bool is_root() const { return topo_.rank == 0; }
+  const ContextOptions& options() const { return opt_; }
+  // One line per rank, gathered to rank 0: host, node, local rank, device.
+  std::string describe() const;
+
+ private:
+  ContextOptions opt_;
+  Topology topo_;
+  Device device_;
+};
+
+}  // namespace sparta

@@ -1,0 +1,191 @@
+// device.cpp: see device.h. The cuda paths compile only in CUDA builds; a CPU-only build reports no GPUs.
+#include "device.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "check.h"
+
+#if SPARTA_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace sparta {
+
+std::string Device::name() const {
+  return backend == Backend::cuda ? "cuda:" + std::to_string(gpu) : std::string("cpu");
+}
+
+bool built_with_cuda() { return SPARTA_CUDA != 0; }
+
+int visible_gpu_count() {
+#if SPARTA_CUDA
+  int n = 0;
+  // No driver or no device is an answer (zero GPUs), not an error.
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+#else
+  return 0;
+#endif
+}
+
+std::string gpu_name(int gpu) {
+#if SPARTA_CUDA
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, gpu) == cudaSuccess) return prop.name;
+  cudaGetLastError();
+#else
+  (void)gpu;
+#endif
+  return "";
+}
+
+Device open_device(Backend backend, int gpu) {
+  Device dev;
+  dev.backend = backend;
+  if (backend == Backend::cpu) return dev;
+#if SPARTA_CUDA
+  int n = visible_gpu_count();
+  if (gpu < 0 || gpu >= n) SPARTA_FATAL("GPU %d asked for, but this process sees %d GPU(s)", gpu, n);
+  dev.gpu = gpu;
+  CUDA_CHECK(cudaSetDevice(gpu));
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  dev.stream = s;
+#else
+  SPARTA_FATAL("the cuda backend was asked for (GPU %d), but this binary was built with CUDA=0", gpu);
+#endif
+  return dev;
+}
+
+void close_device(Device& dev) {
+#if SPARTA_CUDA
+  if (dev.is_cuda() && dev.stream) {
+    CUDA_CHECK(cudaStreamSynchronize(dev.stream));
+    CUDA_CHECK(cudaStreamDestroy(dev.stream));
+  }
+#endif
+  dev.stream = nullptr;
+}
+
+namespace {
+void* host_alloc(size_t bytes) {
+  size_t rounded = (bytes + 255) / 256 * 256;
+  void* p = std::aligned_alloc(256, rounded);
+  if (!p) SPARTA_FATAL("host allocation of %zu bytes failed", bytes);
+  return p;
+}
+}  // namespace
+
+void* device_alloc(const Device& dev, size_t bytes) {
+  if (bytes == 0) return nullptr;
+  if (!dev.is_cuda()) return host_alloc(bytes);
+#if SPARTA_CUDA
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    SPARTA_FATAL("cudaMalloc of %zu bytes on GPU %d failed (%s); %zu of %zu bytes free", bytes, dev.gpu,
+                 cudaGetErrorString(err), free_b, total_b);
+  }
+  return p;
+#else
+  SPARTA_FATAL("cuda allocation in a CUDA=0 build");
+#endif
+}
+
+void device_free(const Device& dev, void* p) {
+  if (!p) return;
+  if (!dev.is_cuda()) {
+    std::free(p);
+    return;
+  }
+#if SPARTA_CUDA
+  CUDA_CHECK(cudaFree(p));
+#endif
+}
+
+void* pinned_alloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+#if SPARTA_CUDA
+  if (visible_gpu_count() > 0) {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMallocHost(&p, bytes));
+    return p;
+  }
+#endif
+  return host_alloc(bytes);
+}
+
+void pinned_free(void* p) {
+  if (!p) return;
+#if SPARTA_CUDA
+  cudaPointerAttributes attr;
+  if (cudaPointerGetAttributes(&attr, p) == cudaSuccess && attr.type == cudaMemoryTypeHost) {
+    CUDA_CHECK(cudaFreeHost(p));
+    return;
+  }
+  cudaGetLastError();
+#endif
+  std::free(p);
+}
+
+void copy_to_device(const Device& dev, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  if (!dev.is_cuda()) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+#if SPARTA_CUDA
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, dev.stream));
+#endif
+}
+
+void copy_to_host(const Device& dev, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  if (!dev.is_cuda()) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+#if SPARTA_CUDA
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, dev.stream));
+  CUDA_CHECK(cudaStreamSynchronize(dev.stream));
+#endif
+}
+
+void copy_on_device(const Device& dev, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  if (!dev.is_cuda()) {
+    std::memmove(dst, src, bytes);
+    return;
+  }
+#if SPARTA_CUDA
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, dev.stream));
+#endif
+}
+
+void memset_device(const Device& dev, void* dst, int byte, size_t bytes) {
+  if (bytes == 0) return;
+  if (!dev.is_cuda()) {
+    std::memset(dst, byte, bytes);
+    return;
+  }
+#if SPARTA_CUDA
+  CUDA_CHECK(cudaMemsetAsync(dst, byte, bytes, dev.stream));
+#endif
+}
+
+void synchronize(const Device& dev) {
+#if SPARTA_CUDA
+  if (dev.is_cuda()) CUDA_CHECK(cudaStreamSynchronize(dev.stream));
+#else
+  (void)dev;
+#endif
+}
+
+}  // namespace sparta

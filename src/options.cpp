@@ -1,0 +1,37 @@
+// options.cpp: see options.h.
+#include "options.h"
+
+#include <iostream>
+#include <sstream>
+
+#include "check.h"
+#include "log.h"
+
+namespace sparta {
+
+void add_common_options(po::options_description& desc, ContextOptions& ctx, std::string& log_level) {
+  desc.add_options()("help,h", "print this help")(
+      "device", po::value<std::string>(&ctx.device)->default_value("auto"),
+      "cpu | cuda | auto (a GPU per host-local rank when there are enough, else cpu)")(
+      "ranks-per-node", po::value<int>(&ctx.ranks_per_node)->default_value(0),
+      "0: one node per host; k: cut each host into emulated nodes of k ranks")(
+      "log-level", po::value<std::string>(&log_level)->default_value("info"), "debug | info | warn | error");
+}
+
+bool parse_options(int argc, char** argv, const po::options_description& desc, po::variables_map& vm,
+                   const std::string& usage) {
+  try {
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    if (vm.count("help")) {
+      if (identity_rank() <= 0) std::cout << usage << "\n\n" << desc << std::endl;
+      return false;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw Error(std::string("options: ") + e.what());
+  }
+  if (vm.count("log-level")) set_log_level(parse_log_level(vm["log-level"].as<std::string>()));
+  return true;
+}
+
+}  // namespace sparta

@@ -1,0 +1,28 @@
+// sparta-info: prints the build and, for every rank, its host, node, local rank and device.
+//   mpiexec -n 2 sparta-info [--device auto] [--ranks-per-node 1]
+#include <cstdio>
+
+#include "check.h"
+#include "context.h"
+#include "log.h"
+#include "options.h"
+
+int main(int argc, char** argv) {
+  sparta::MpiSession mpi(&argc, &argv);
+  sparta::ContextOptions copt;
+  std::string level;
+  sparta::po::options_description desc("sparta-info options");
+  sparta::add_common_options(desc, copt, level);
+  sparta::po::variables_map vm;
+  try {
+    if (!sparta::parse_options(argc, argv, desc, vm, "usage: mpiexec -n N sparta-info [options]")) return 0;
+  } catch (const sparta::Error& e) {
+    SPARTA_FATAL("%s", e.what());
+  }
+  sparta::Context ctx(copt);
+  std::string lines = ctx.describe();
+  LOG_INFO("sparta: built %s CUDA; %d GPU(s) visible to rank 0; MPI thread level %d", sparta::built_with_cuda() ? "with" : "without",
+           sparta::visible_gpu_count(), mpi.thread_level());
+  if (ctx.is_root()) std::fputs(lines.c_str(), stdout);
+  return 0;
+}

@@ -1,0 +1,91 @@
+// support_testing.cpp: see testing.h. Linked into every test binary.
+#include "testing.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace testing {
+
+boost::test_tools::assertion_result HasGpu::operator()(boost::unit_test::test_unit_id) const {
+  if (sparta::visible_gpu_count() > 0) return true;
+  boost::test_tools::assertion_result r(false);
+  r.message() << (sparta::built_with_cuda() ? "no GPU visible" : "built with CUDA=0");
+  return r;
+}
+
+std::vector<sparta::Backend> available_backends() {
+  std::vector<sparta::Backend> b{sparta::Backend::cpu};
+  if (sparta::visible_gpu_count() > 0) b.push_back(sparta::Backend::cuda);
+  return b;
+}
+
+uint64_t seed() {
+  static const uint64_t s = [] {
+    const char* env = std::getenv("SPARTA_TEST_SEED");
+    uint64_t v = env ? std::strtoull(env, nullptr, 10)
+                     : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    int up = 0;
+    MPI_Initialized(&up);
+    if (up) MPI_Bcast(&v, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);  // the same inputs on every rank
+    std::printf("test seed %llu (replay with SPARTA_TEST_SEED=%llu)\n", (unsigned long long)v, (unsigned long long)v);
+    return v;
+  }();
+  return s;
+}
+
+std::mt19937_64& rng() {
+  static std::mt19937_64 g(seed());
+  return g;
+}
+
+std::vector<float> random_floats(size_t n, float lo, float hi) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng());
+  return v;
+}
+
+std::vector<int64_t> random_ints(size_t n, int64_t lo, int64_t hi) {
+  std::uniform_int_distribution<int64_t> d(lo, hi);
+  std::vector<int64_t> v(n);
+  for (auto& x : v) x = d(rng());
+  return v;
+}
+
+size_t count_mismatches(const std::vector<float>& got, const std::vector<float>& want, double atol, double rtol,
+                        const std::string& what) {
+  if (got.size() != want.size()) {
+    BOOST_ERROR(what << ": size " << got.size() << ", expected " << want.size());
+    return std::max(got.size(), want.size());
+  }
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double g = got[i], w = want[i];
+    if (!(std::fabs(g - w) <= atol + rtol * std::fabs(w))) {
+      if (bad < 5) BOOST_TEST_MESSAGE(what << "[" << i << "] = " << g << ", expected " << w);
+      ++bad;
+    }
+  }
+  return bad;
+}
+
+bool all_ranks(bool ok) {
+  int mine = ok ? 1 : 0, all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all == 1;
+}
+
+}  // namespace testing
+
+namespace testing {
+// GCC 12 warns inside boost::function's copy (a known false positive); the copy is Boost's own.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+boost::unit_test::precondition needs_gpu() { return boost::unit_test::precondition(HasGpu()); }
+#pragma GCC diagnostic pop
+}  // namespace testing

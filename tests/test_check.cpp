@@ -1,0 +1,76 @@
+// The error path: a failing check prints "[host:rank] file:line what" and ends the whole job, even while
+// the other ranks wait in a collective. Runs tests/tool_fail_check under mpiexec (SPARTA_MPIEXEC, set by
+// tests/run_all.sh) with a time limit, so a hang fails the test instead of the suite.
+#include <sys/wait.h>
+
+#include <array>
+#include <boost/test/unit_test.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "check.h"
+#include "log.h"
+#include "testing.h"
+
+namespace {
+
+struct Outcome {
+  int status;
+  std::string output;
+};
+
+Outcome run(const std::string& command) {
+  Outcome o{-1, ""};
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  BOOST_REQUIRE(p);
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.output.append(buf.data(), n);
+  int st = pclose(p);
+  o.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return o;
+}
+
+std::string tool_command(const std::string& args) {
+  const char* tools = std::getenv("SPARTA_TOOLS");
+  const char* mpiexec = std::getenv("SPARTA_MPIEXEC");
+  std::string dir = tools ? tools : "build/tests";
+  std::string launcher = mpiexec ? mpiexec : "mpiexec";
+  return "timeout -k 5 60 " + launcher + " -n 2 " + dir + "/tool_fail_check " + args;
+}
+
+void expect_job_ends(const std::string& args, const std::string& needle) {
+  Outcome o = run(tool_command(args));
+  BOOST_TEST_MESSAGE(o.output);
+  BOOST_CHECK_NE(o.status, 0);
+  BOOST_CHECK_MESSAGE(o.status != 124 && o.status != 137, "the job hung and was killed by the time limit");
+  BOOST_CHECK_MESSAGE(o.output.find(":1] ") != std::string::npos, "no [host:1] prefix in:\n" << o.output);
+  BOOST_CHECK_MESSAGE(o.output.find("tool_fail_check.cpp:") != std::string::npos, "no file:line in:\n" << o.output);
+  BOOST_CHECK_MESSAGE(o.output.find(needle) != std::string::npos, "'" << needle << "' missing in:\n" << o.output);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(fatal_ends_the_job_with_its_message) { expect_job_ends("fatal 1", "planted failure on rank 1"); }
+
+BOOST_AUTO_TEST_CASE(failed_mpi_call_ends_the_job) { expect_job_ends("mpi 1", "MPI error"); }
+
+BOOST_AUTO_TEST_CASE(failed_cuda_call_ends_the_job, *testing::needs_gpu()) {
+  expect_job_ends("cuda 1", "CUDA error cudaErrorInvalidDevice");
+}
+
+BOOST_AUTO_TEST_CASE(require_throws_error_naming_the_input) {
+  try {
+    SPARTA_REQUIRE(1 + 1 == 3, "field '%s': expected %d, found %d", "num_slots", 26, 3);
+    BOOST_ERROR("SPARTA_REQUIRE did not throw");
+  } catch (const sparta::Error& e) {
+    BOOST_CHECK_EQUAL(std::string(e.what()), "field 'num_slots': expected 26, found 3");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(log_levels_parse) {
+  BOOST_CHECK(sparta::parse_log_level("warn") == sparta::LogLevel::warn);
+  BOOST_CHECK_THROW(sparta::parse_log_level("loud"), sparta::Error);
+  BOOST_CHECK_EQUAL(sparta::strprintf("%d-%s", 7, "x"), "7-x");
+}
