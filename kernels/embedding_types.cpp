@@ -1,0 +1,35 @@
+// embedding_types.cpp: names of combiners and optimizers (see embedding_types.h).
+#include "embedding_types.h"
+
+#include "check.h"
+
+namespace sparta {
+
+const char* combiner_name(Combiner c) { return c == Combiner::sum ? "sum" : "mean"; }
+
+Combiner parse_combiner(const std::string& name) {
+  if (name == "sum") return Combiner::sum;
+  if (name == "mean") return Combiner::mean;
+  throw Error("combiner: expected sum or mean, found '" + name + "'");
+}
+
+const char* optimizer_name(OptimizerKind k) {
+  switch (k) {
+    case OptimizerKind::sgd: return "sgd";
+    case OptimizerKind::momentum: return "momentum";
+    case OptimizerKind::nesterov: return "nesterov";
+    case OptimizerKind::adagrad: return "adagrad";
+    case OptimizerKind::adam: return "adam";
+    case OptimizerKind::lazy_adam: return "lazy_adam";
+  }
+  return "?";
+}
+
+OptimizerKind parse_optimizer(const std::string& name) {
+  for (OptimizerKind k : {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::nesterov, OptimizerKind::adagrad,
+                          OptimizerKind::adam, OptimizerKind::lazy_adam})
+    if (name == optimizer_name(k)) return k;
+  throw Error("optimizer: expected sgd, momentum, nesterov, adagrad, adam or lazy_adam, found '" + name + "'");
+}
+
+}  // namespace sparta
