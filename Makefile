@@ -51,8 +51,8 @@ BOOST_PO_LIBS ?= -Wl,-Bstatic -lboost_program_options -Wl,-Bdynamic
 # ---------------------------------------------------------------------------------------------------------
 # Flags
 INCLUDES := -Isrc -Ikernels -Icomm -Iio
-DEFINES  := -DSPARTA_CUDA=$(CUDA) -DSPARTA_DEBUG=$(DEBUG)
-OPT      := $(if $(filter 1,$(DEBUG)),-O1 -g,-O3 -g)
+DEFINES  := -DSPARTA_CUDA=$(CUDA) -DSPARTA_DEBUG=$(DEBUG) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX
+OPT      := $(if $(filter 1,$(DEBUG)),-O1 -g,-O3)
 CXXFLAGS ?= $(OPT) -std=c++17 -Wall -Wextra -fPIC -pthread
 DEPFLAGS  = -MMD -MP
 ARCH_NUM := $(patsubst sm_%,%,$(ARCH))
@@ -65,7 +65,7 @@ ifeq ($(CUDA),1)
 endif
 ALL_CXXFLAGS = $(CXXFLAGS) $(DEFINES) $(INCLUDES) $(CUDA_INC) $(HDF5_CFLAGS)
 ALL_NVCCFLAGS = $(NVCCFLAGS) $(DEFINES) $(INCLUDES) $(HDF5_CFLAGS)
-LDLIBS = $(HDF5_LIBS) $(BOOST_PO_LIBS) $(CUDA_LIBS) -lpthread
+LDLIBS = -Wl,--as-needed $(HDF5_LIBS) $(BOOST_PO_LIBS) $(CUDA_LIBS) -lpthread
 
 # ---------------------------------------------------------------------------------------------------------
 # Sources, found by name.
@@ -101,6 +101,7 @@ SUPPORT_OBJS := $(patsubst tests/%.cpp,$(BUILD)/obj/tests/%.o,$(wildcard tests/s
 RPATH := -Wl,-rpath,'$$ORIGIN/../lib'
 LINK   = $(MPICXX) $(CXXFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD)/lib -lsparta $(RPATH) $(LDLIBS)
 
+.SECONDARY:   # keep objects: they are intermediate files of the pattern rules
 .PHONY: all lib programs benches tests test test-build demo bench deps check-deps gpu-bundle clean help info
 .DEFAULT_GOAL := all
 
