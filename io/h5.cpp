@@ -33,7 +33,9 @@ void put_attr(const File& f, const std::string& obj, const std::string& name, hi
   Handle o = open_object(f, obj);
   if (H5Aexists(o.id(), name.c_str()) > 0) H5Adelete(o.id(), name.c_str());
   Handle a(H5Acreate2(o.id(), name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT));
-  if (!a.valid() || H5Awrite(a.id(), type, data) < 0) fail(f, "cannot write attribute '" + name + "' on '" + obj + "'");
+  bool empty = H5Sget_simple_extent_type(space) == H5S_NULL;  // an empty vector: nothing to write
+  if (!a.valid() || (!empty && H5Awrite(a.id(), type, data) < 0))
+    fail(f, "cannot write attribute '" + name + "' on '" + obj + "'");
 }
 
 Handle open_dataset(const File& f, const std::string& path) {

@@ -26,6 +26,7 @@ BOOST_AUTO_TEST_CASE(attributes_and_datasets_round_trip) {
     h5::write_attr(f, "/", "version", int64_t(3));
     h5::write_attr(f, "/", "auc", 0.75);
     h5::write_attr(f, "/", "card", std::vector<int64_t>{1, 2, 3});
+    h5::write_attr(f, "/", "none", std::vector<int64_t>{});
     h5::create_group(f, "/sparse");
     h5::DatasetOptions o;
     o.chunk_rows = 128;
@@ -41,6 +42,7 @@ BOOST_AUTO_TEST_CASE(attributes_and_datasets_round_trip) {
   BOOST_CHECK_EQUAL(h5::read_attr_int(f, "/", "version"), 3);
   BOOST_CHECK_EQUAL(h5::read_attr_double(f, "/", "auc"), 0.75);
   BOOST_CHECK(h5::read_attr_ints(f, "/", "card") == (std::vector<int64_t>{1, 2, 3}));
+  BOOST_CHECK(h5::read_attr_ints(f, "/", "none").empty());
   BOOST_CHECK(h5::read_all<float>(f, "/dense") == x);
   BOOST_CHECK(h5::read_all<int64_t>(f, "/sparse/keys") == k);
   std::vector<float> rows;
