@@ -640,6 +640,7 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
   };
   const std::string name = step_name(meta.step);
   const std::string tmp = join(root_dir, name + ".tmp"), final_dir = join(root_dir, name);
+  const std::string replaced = final_dir + ".replaced";
 
   // Inputs: checked on every rank, and the table list must be the same everywhere.
   agree(comm, guarded([&] {
@@ -662,8 +663,14 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
           fs::create_directories(root_dir, ec);
           SPARTA_REQUIRE(fs::is_directory(root_dir), "%s: cannot create the checkpoint root: %s", root_dir.c_str(),
                          ec.message().c_str());
-          SPARTA_REQUIRE(!fs::exists(final_dir, ec), "%s: already exists (checkpoints are never overwritten)",
-                         final_dir.c_str());
+          if (fs::exists(final_dir, ec)) {
+            // A complete step-<n> that `latest` does not name: a run resumed from an earlier step, or a save that
+            // crashed between its rename and `latest`. It is set aside and removed once the new one is published.
+            SPARTA_REQUIRE(read_latest(root_dir) != name, "%s: is the latest checkpoint; it is never overwritten",
+                           final_dir.c_str());
+            fs::remove_all(replaced, ec);
+            rename_path(final_dir, replaced);
+          }
           fs::remove_all(tmp, ec);  // a save of this step that crashed
           SPARTA_REQUIRE(!ec, "%s: cannot remove the stale directory: %s", tmp.c_str(), ec.message().c_str());
           SPARTA_REQUIRE(fs::create_directory(tmp, ec), "%s: cannot create: %s", tmp.c_str(), ec.message().c_str());
@@ -728,6 +735,10 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
             if (rank == 0) write_file_atomic(root_dir, "latest", name + "\n");
           }));
     stage("latest_written");
+    if (rank == 0) {
+      std::error_code ec;
+      fs::remove_all(replaced, ec);
+    }
   } catch (const Error&) {
     if (rank == 0 && !renamed) {
       std::error_code ec;

@@ -117,9 +117,10 @@ struct SaveOptions {
 // Collective over comm. Writes checkpoint meta.step under root_dir (created if missing) and makes it `latest`.
 // dense is used on rank 0 only (others pass {}); tables are this rank's rows, the same list of tables (names,
 // dims, optimizers, state widths, in the same order) on every rank, each row written by exactly one rank (a
-// replicated table: rank 0 passes its rows, the others pass the table with no rows). An existing complete
-// step-<n> is an error (checkpoints are never overwritten); a stale step-<n>.tmp is replaced. On any error on
-// any rank, every rank throws and `latest` and the earlier checkpoints are untouched. Returns the step directory.
+// replicated table: rank 0 passes its rows, the others pass the table with no rows). Saving the step `latest`
+// names is an error (it is never overwritten); another existing step-<n> (a run resumed from an earlier step) is
+// replaced once the new one is complete; a stale step-<n>.tmp is removed. On any error on any rank, every rank
+// throws and `latest` and the checkpoint it names are untouched. Returns the step directory.
 std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const CheckpointMeta& meta,
                             const std::vector<DenseTensor>& dense, const std::vector<TableRows>& tables,
                             const SaveOptions& options = SaveOptions());
