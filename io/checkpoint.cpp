@@ -2,8 +2,9 @@
 //
 // manifest.h5
 //   / attributes   format="sparta-checkpoint", version=1, step, world_size (ranks that wrote it), plan (text),
-//                  config (text), rng_state int64[], reader_position int64[], checksum="xxh64",
+//                  config (text), rng_state int64[], reader_position int64[], checksum="xxh64", created_unix,
 //                  num_tables, num_dense, num_files
+//                  (every possibly empty int64[] attribute X comes with X_size; X itself only when X_size > 0)
 //   /tables/<i>    group per table i in the writers' order: name, dim, optimizer, state_width, rows (total),
 //                  shard_rows int64[world_size]
 //   /dense/<i>     group per dense tensor: name, shape int64[]
@@ -136,6 +137,22 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// int64 vectors that may be empty (a scalar's shape, no RNG state): h5::write_attr cannot write an empty one, so
+// "<name>_size" is always written and "<name>" only when it has values.
+void write_ints(const h5::File& f, const std::string& obj, const std::string& name, const std::vector<int64_t>& v) {
+  h5::write_attr(f, obj, name + "_size", int64_t(v.size()));
+  if (!v.empty()) h5::write_attr(f, obj, name, v);
+}
+
+std::vector<int64_t> read_ints(const h5::File& f, const std::string& obj, const std::string& name) {
+  int64_t n = h5::read_attr_int(f, obj, name + "_size");
+  std::vector<int64_t> v;
+  if (n > 0) v = h5::read_attr_ints(f, obj, name);
+  SPARTA_REQUIRE(static_cast<int64_t>(v.size()) == n, "%s: '%s' attribute '%s': expected %lld values (%s_size), found %zu",
+                 f.path.c_str(), obj.c_str(), name.c_str(), static_cast<long long>(n), name.c_str(), v.size());
+  return v;
+}
+
 // ---- Agreement on errors: every collective step runs guarded, then all ranks agree.
 
 template <class F>
@@ -191,15 +208,16 @@ void bcast_vector(MPI_Comm comm, int root, std::vector<T>& v) {
 std::string table_signature(const std::vector<TableRows>& tables) {
   std::string s;
   for (const TableRows& t : tables)
-    s += strprintf("%s(dim %d, %s, state %d) ", t.name.c_str(), t.dim, t.optimizer.c_str(), t.state_width);
-  return s.empty() ? "(none)" : s;
+    s += strprintf("%s%s(dim %d, %s, state %d)", s.empty() ? "" : " ", t.name.c_str(), t.dim, t.optimizer.c_str(),
+                   t.state_width);
+  return s.empty() ? "(no tables)" : s;
 }
 
-void validate_tables(const std::vector<TableRows>& tables, int rank) {
+void validate_tables(const std::vector<TableRows>& tables) {
   std::set<std::string> seen;
   for (const TableRows& t : tables) {
-    SPARTA_REQUIRE(valid_name(t.name), "save_checkpoint: rank %d: table name '%s' is not usable as a file name",
-                   rank, t.name.c_str());
+    SPARTA_REQUIRE(valid_name(t.name), "save_checkpoint: table name '%s' is not usable as a file name",
+                   t.name.c_str());
     SPARTA_REQUIRE(seen.insert(t.name).second, "save_checkpoint: table '%s' appears twice", t.name.c_str());
     SPARTA_REQUIRE(t.dim >= 1, "save_checkpoint: table '%s' field 'dim': expected >= 1, found %d", t.name.c_str(),
                    t.dim);
@@ -207,11 +225,11 @@ void validate_tables(const std::vector<TableRows>& tables, int rank) {
                    t.name.c_str(), t.state_width);
     SPARTA_REQUIRE(!t.optimizer.empty(), "save_checkpoint: table '%s' field 'optimizer': empty", t.name.c_str());
     SPARTA_REQUIRE(t.values.size() == t.rows() * t.dim,
-                   "save_checkpoint: rank %d: table '%s' field 'values': expected %zu floats (%zu rows x dim %d), "
-                   "found %zu", rank, t.name.c_str(), t.rows() * t.dim, t.rows(), t.dim, t.values.size());
+                   "save_checkpoint: table '%s' field 'values': expected %zu floats (%zu rows x dim %d), "
+                   "found %zu", t.name.c_str(), t.rows() * t.dim, t.rows(), t.dim, t.values.size());
     SPARTA_REQUIRE(t.state.size() == t.rows() * t.state_width,
-                   "save_checkpoint: rank %d: table '%s' field 'state': expected %zu floats (%zu rows x state_width "
-                   "%d), found %zu", rank, t.name.c_str(), t.rows() * t.state_width, t.rows(), t.state_width,
+                   "save_checkpoint: table '%s' field 'state': expected %zu floats (%zu rows x state_width "
+                   "%d), found %zu", t.name.c_str(), t.rows() * t.state_width, t.rows(), t.state_width,
                    t.state.size());
   }
 }
@@ -275,7 +293,7 @@ void write_dense(const std::string& path, const CheckpointMeta& meta, const std:
     for (int64_t x : d.shape) dims.push_back(hsize_t(x));
     if (dims.empty()) dims.push_back(1);
     h5::write_dataset<float>(f, p, d.data.data(), dims);
-    h5::write_attr(f, p, "shape", d.shape);
+    write_ints(f, p, "shape", d.shape);
   }
 }
 
@@ -289,8 +307,8 @@ void write_manifest(const std::string& path, const CheckpointMeta& meta, int wor
   h5::write_attr(f, "/", "world_size", int64_t(world));
   h5::write_attr(f, "/", "plan", meta.plan);
   h5::write_attr(f, "/", "config", meta.config);
-  h5::write_attr(f, "/", "rng_state", meta.rng_state);
-  h5::write_attr(f, "/", "reader_position", meta.reader_position);
+  write_ints(f, "/", "rng_state", meta.rng_state);
+  write_ints(f, "/", "reader_position", meta.reader_position);
   h5::write_attr(f, "/", "checksum", std::string("xxh64"));
   h5::write_attr(f, "/", "created_unix", int64_t(std::time(nullptr)));
   h5::write_attr(f, "/", "num_tables", int64_t(tables.size()));
@@ -315,7 +333,7 @@ void write_manifest(const std::string& path, const CheckpointMeta& meta, int wor
     std::string g = "/dense/" + std::to_string(i);
     h5::create_group(f, g);
     h5::write_attr(f, g, "name", dense[i].name);
-    h5::write_attr(f, g, "shape", dense[i].shape);
+    write_ints(f, g, "shape", dense[i].shape);
   }
   h5::create_group(f, "/files");
   for (size_t i = 0; i < files.size(); ++i) {
@@ -434,7 +452,7 @@ std::vector<DenseTensor> read_dense_file(const Manifest& m) {
     SPARTA_REQUIRE(h5::exists(f, p), "%s: dense tensor '%s': expected dataset '%s', not found", f.path.c_str(),
                    s.name.c_str(), p.c_str());
     h5::expect_type<float>(f, p);
-    std::vector<int64_t> shape = h5::read_attr_ints(f, p, "shape");
+    std::vector<int64_t> shape = read_ints(f, p, "shape");
     SPARTA_REQUIRE(shape == s.shape, "%s: dense tensor '%s' field 'shape': expected %s (manifest.h5), found %s",
                    f.path.c_str(), s.name.c_str(), shape_text(s.shape).c_str(), shape_text(shape).c_str());
     DenseTensor d;
@@ -494,8 +512,8 @@ Manifest read_manifest(const std::string& step_dir) {
   m.meta.world_size = static_cast<int>(world);
   m.meta.plan = h5::read_attr_string(f, "/", "plan");
   m.meta.config = h5::read_attr_string(f, "/", "config");
-  m.meta.rng_state = h5::read_attr_ints(f, "/", "rng_state");
-  m.meta.reader_position = h5::read_attr_ints(f, "/", "reader_position");
+  m.meta.rng_state = read_ints(f, "/", "rng_state");
+  m.meta.reader_position = read_ints(f, "/", "reader_position");
   std::string algo = h5::read_attr_string(f, "/", "checksum");
   SPARTA_REQUIRE(algo == "xxh64", "%s: attribute 'checksum': expected 'xxh64', found '%s'", p, algo.c_str());
   int64_t num_tables = h5::read_attr_int(f, "/", "num_tables");
@@ -531,7 +549,7 @@ Manifest read_manifest(const std::string& step_dir) {
     std::string g = "/dense/" + std::to_string(i);
     DenseSpec d;
     d.name = h5::read_attr_string(f, g, "name");
-    d.shape = h5::read_attr_ints(f, g, "shape");
+    d.shape = read_ints(f, g, "shape");
     SPARTA_REQUIRE(valid_name(d.name), "%s: dense tensor %lld: bad name '%s'", p, static_cast<long long>(i),
                    d.name.c_str());
     m.dense.push_back(std::move(d));
@@ -635,8 +653,9 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
   int rank = 0, world = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Comm_size(comm, &world));
+  // The hook runs like every other step: a failure in it on one rank is an error on every rank.
   auto stage = [&](const char* name) {
-    if (options.on_stage) options.on_stage(name);
+    if (options.on_stage) agree(comm, guarded([&] { options.on_stage(name); }));
   };
   const std::string name = step_name(meta.step);
   const std::string tmp = join(root_dir, name + ".tmp"), final_dir = join(root_dir, name);
@@ -646,7 +665,7 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
   agree(comm, guarded([&] {
           SPARTA_REQUIRE(meta.step >= 0, "save_checkpoint: field 'step': expected >= 0, found %lld",
                          static_cast<long long>(meta.step));
-          validate_tables(tables, rank);
+          validate_tables(tables);
           if (rank == 0) validate_dense(dense);
         }));
   std::string mine = table_signature(tables);

@@ -109,7 +109,8 @@ struct Manifest {
 };
 
 // Test hook: called on every rank at each stage of a save ("tmp_created", "files_written", "manifest_written",
-// "renamed", "latest_written"), so a crash test can stop a writer at a chosen point.
+// "renamed", "latest_written"), so a crash test can stop a writer at a chosen point. An exception it throws on
+// any rank fails the save on every rank.
 struct SaveOptions {
   std::function<void(const std::string& stage)> on_stage;
 };
