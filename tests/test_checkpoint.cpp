@@ -1,0 +1,179 @@
+// io/checksum (XXH64 against published values, streaming, files) and the checkpoint tools as a user runs them:
+// tool_ckpt_writer writes checkpoints under mpiexec, sparta-ckpt lists, verifies and exports them, and a flipped
+// byte makes verify fail naming the file. Needs SPARTA_TOOLS and SPARTA_MPIEXEC (tests/run_all.sh sets them).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <boost/test/unit_test.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "check.h"
+#include "checkpoint.h"
+#include "checksum.h"
+#include "h5.h"
+#include "testing.h"
+
+using namespace sparta;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Outcome {
+  int status;
+  std::string output;
+};
+
+Outcome run(const std::string& command) {
+  Outcome o{-1, ""};
+  FILE* p = popen(("timeout -k 5 120 " + command + " 2>&1").c_str(), "r");
+  BOOST_REQUIRE(p);
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.output.append(buf.data(), n);
+  int st = pclose(p);
+  o.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return o;
+}
+
+std::string tools_dir() {
+  const char* t = std::getenv("SPARTA_TOOLS");
+  return t ? t : "build/tests";
+}
+std::string mpiexec() {
+  const char* m = std::getenv("SPARTA_MPIEXEC");
+  return m ? m : "mpiexec";
+}
+std::string writer(int ranks) {
+  return mpiexec() + " -n " + std::to_string(ranks) + " " + tools_dir() + "/tool_ckpt_writer ";
+}
+std::string ckpt_program() { return tools_dir() + "/../bin/sparta-ckpt "; }
+
+std::string temp_dir(const std::string& name) {
+  std::string d = "/tmp/sparta_test_ckpt_" + std::to_string(getpid()) + "_" + name;
+  fs::remove_all(d);
+  return d;
+}
+
+std::vector<unsigned char> random_bytes(size_t n) {
+  std::vector<unsigned char> b(n);
+  for (auto& x : b) x = static_cast<unsigned char>(testing::rng()());
+  return b;
+}
+
+bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(xxh64_matches_published_values) {
+  // Published XXH64 digests (seed 0): the reference implementation's test values.
+  BOOST_CHECK_EQUAL(checksum_hex(checksum64("", 0)), "ef46db3751d8e999");
+  BOOST_CHECK_EQUAL(checksum_hex(checksum64("a", 1)), "d24ec4f1a98c6e5b");
+  BOOST_CHECK_EQUAL(checksum_hex(checksum64("abc", 3)), "44bc2cf5ad770999");
+  const std::string s = "Nobody inspects the spammish repetition";  // 39 bytes: stripes, 8-, 4- and 1-byte tails
+  BOOST_CHECK_EQUAL(checksum_hex(checksum64(s.data(), s.size())), "fbcea83c8a378bf1");
+}
+
+BOOST_AUTO_TEST_CASE(streaming_equals_one_shot_and_catches_changes) {
+  for (size_t n : {size_t(0), size_t(1), size_t(31), size_t(32), size_t(33), size_t(257), size_t(1 << 20) + 17}) {
+    std::vector<unsigned char> b = random_bytes(n);
+    uint64_t whole = checksum64(b.data(), b.size());
+    Checksum64 c;
+    size_t at = 0;
+    while (at < n) {
+      size_t piece = std::min<size_t>(n - at, testing::rng()() % 70);
+      c.update(b.data() + at, piece);
+      at += piece;
+    }
+    BOOST_CHECK_EQUAL(c.digest(), whole);
+    BOOST_CHECK_EQUAL(c.bytes(), n);
+    if (n > 0) {
+      size_t i = testing::rng()() % n;
+      b[i] ^= static_cast<unsigned char>(1u << (testing::rng()() % 8));
+      BOOST_CHECK_NE(checksum64(b.data(), b.size()), whole);
+      BOOST_CHECK_NE(checksum64(b.data(), b.size() - 1), checksum64(b.data(), b.size()));
+    }
+  }
+  BOOST_CHECK_EQUAL(parse_checksum_hex(checksum_hex(0x0123456789abcdefULL)), 0x0123456789abcdefULL);
+  BOOST_CHECK_THROW(parse_checksum_hex("0123"), Error);
+  BOOST_CHECK_THROW(parse_checksum_hex("0123456789abcdeZ"), Error);
+}
+
+BOOST_AUTO_TEST_CASE(file_checksum_reads_in_blocks) {
+  std::string path = temp_dir("file") + ".bin";
+  std::vector<unsigned char> b = random_bytes((3 << 20) + 5);  // several 1 MiB blocks and a tail
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), b.size());
+  uint64_t bytes = 0;
+  BOOST_CHECK_EQUAL(checksum_file(path, &bytes), checksum64(b.data(), b.size()));
+  BOOST_CHECK_EQUAL(bytes, b.size());
+  fs::remove(path);
+  try {
+    checksum_file(path);
+    BOOST_ERROR("no error for a missing file");
+  } catch (const Error& e) {
+    BOOST_CHECK(contains(e.what(), path));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(sparta_ckpt_lists_verifies_and_exports) {
+  std::string root = temp_dir("program");
+  Outcome w = run(writer(2) + "write " + root + " --steps 2 --rows 500");
+  BOOST_REQUIRE_MESSAGE(w.status == 0, w.output);
+
+  Outcome l = run(ckpt_program() + "list " + root);
+  BOOST_CHECK_MESSAGE(l.status == 0, l.output);
+  BOOST_CHECK_MESSAGE(contains(l.output, "step-1\n") && contains(l.output, "step-2   (latest)") &&
+                          contains(l.output, "latest: step-2"), l.output);
+
+  Outcome v = run(ckpt_program() + "verify " + root);
+  BOOST_CHECK_MESSAGE(v.status == 0, v.output);
+  for (const char* needle : {"step 2, written by 2 rank(s)", "table user", "rows         1000", "ok   shard-1-of-2.h5",
+                             "ok   dense.h5", "verify: ok"})
+    BOOST_CHECK_MESSAGE(contains(v.output, needle), "'" << needle << "' missing in:\n" << v.output);
+
+  std::string out = root + "/user.h5";
+  Outcome e = run(ckpt_program() + "export " + root + "/step-1 --table user --out " + out);
+  BOOST_CHECK_MESSAGE(e.status == 0, e.output);
+  {
+    Manifest m = read_manifest(root + "/step-1");
+    TableRows want = read_table(m, "user");
+    h5::File f = h5::open_file(out);
+    BOOST_CHECK_EQUAL(h5::read_attr_int(f, "/", "step"), 1);
+    BOOST_CHECK(h5::read_all<int64_t>(f, "/keys") == want.keys);
+    BOOST_CHECK(h5::read_all<float>(f, "/values") == want.values);
+    BOOST_CHECK(h5::read_all<float>(f, "/state") == want.state);
+    BOOST_CHECK(h5::shape(f, "/state") == (std::vector<hsize_t>{1000, 64}));
+  }
+  Outcome bad_table = run(ckpt_program() + "export " + root + " --table nope --out " + root + "/nope.h5");
+  BOOST_CHECK_EQUAL(bad_table.status, 1);
+  BOOST_CHECK_MESSAGE(contains(bad_table.output, "table 'nope'") && contains(bad_table.output, "user, item"),
+                      bad_table.output);
+  BOOST_CHECK(!fs::exists(root + "/nope.h5"));
+  BOOST_CHECK_EQUAL(run(ckpt_program() + "frobnicate " + root).status, 2);
+
+  // One flipped byte in a shard: verify and export fail, naming the file.
+  {
+    std::fstream f(root + "/step-2/shard-1-of-2.h5", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(100000);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x10);
+    f.seekp(100000);
+    f.write(&c, 1);
+  }
+  Outcome bad = run(ckpt_program() + "verify " + root);
+  BOOST_CHECK_EQUAL(bad.status, 1);
+  BOOST_CHECK_MESSAGE(contains(bad.output, "BAD  shard-1-of-2.h5") && contains(bad.output, "checksum mismatch") &&
+                          contains(bad.output, "verify: 1 problem(s)"), bad.output);
+  Outcome bad_export = run(ckpt_program() + "export " + root + " --table item --out " + root + "/item.h5");
+  BOOST_CHECK_EQUAL(bad_export.status, 1);
+  BOOST_CHECK_MESSAGE(contains(bad_export.output, "shard-1-of-2.h5: checksum mismatch"), bad_export.output);
+  // The intact step still loads with its exact content, onto one rank.
+  Outcome c = run(writer(1) + "check " + root + "/step-1 --rows 500");
+  BOOST_CHECK_MESSAGE(c.status == 0 && contains(c.output, "check: ok"), c.output);
+  fs::remove_all(root);
+}
