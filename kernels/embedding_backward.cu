@@ -58,7 +58,7 @@ using FlagIterator = thrust::transform_iterator<HeadFlags, thrust::counting_iter
 // Contributions handled per batch of loads: loads of the batch are issued together, then added in order.
 template <int V, int P>
 constexpr int batch_of() {
-  return P * V >= 8 ? 2 : 4;
+  return P * V >= 4 ? 2 : 4;
 }
 
 }  // namespace
