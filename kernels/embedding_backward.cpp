@@ -1,0 +1,252 @@
+// embedding_backward.cpp: the workspace, the CPU reference of embedding_backward.h (the same fixed order as
+// the CUDA version, so the same bits), and the backend dispatch.
+#include "embedding_backward.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "check.h"
+
+namespace sparta {
+
+// ----------------------------------------------------------------------------
+// workspace
+
+namespace {
+
+int bits_for(int64_t value) {  // bits to write value in binary
+  int b = 0;
+  while (b < 63 && (int64_t(1) << b) <= value) ++b;
+  return b;
+}
+
+void check_sizes(int64_t max_nnz, int64_t capacity_rows, int dim) {
+  SPARTA_REQUIRE(max_nnz >= 0 && max_nnz < INT32_MAX, "embedding backward: max_nnz must be in [0, %d), found %lld",
+                 INT32_MAX, static_cast<long long>(max_nnz));
+  // row ids are sorted as uint32 and capacity_rows itself marks dropped keys
+  SPARTA_REQUIRE(capacity_rows >= 1 && capacity_rows < int64_t(UINT32_MAX),
+                 "embedding backward: capacity_rows must be in [1, %u), found %lld", UINT32_MAX,
+                 static_cast<long long>(capacity_rows));
+  SPARTA_REQUIRE(dim >= 1 && dim <= 256, "embedding backward: dim must be in [1, 256], found %d", dim);
+}
+
+size_t place(size_t& cursor, size_t bytes) {
+  size_t at = cursor;
+  cursor += (bytes + 255) / 256 * 256;
+  return at;
+}
+
+}  // namespace
+
+BackwardWorkspace::Layout BackwardWorkspace::layout(Backend backend, int64_t max_nnz, int64_t capacity_rows,
+                                                    int dim) {
+  check_sizes(max_nnz, capacity_rows, dim);
+  const size_t n = static_cast<size_t>(max_nnz);
+  const size_t nb = (n + kBackwardChunk - 1) / kBackwardChunk;
+  const bool cuda = backend == Backend::cuda;
+  Layout l{};
+  size_t c = 0;
+  // The cpu reference sorts packed (row << 32 | bag) in `scan` and needs no item arrays.
+  const size_t n_gpu = cuda ? n : 0;
+  l.keys_a = place(c, n_gpu * sizeof(uint32_t));
+  l.keys_b = place(c, n_gpu * sizeof(uint32_t));
+  l.bags_a = place(c, n_gpu * sizeof(uint32_t));
+  l.bags_b = place(c, n_gpu * sizeof(uint32_t));
+  l.scan = place(c, n * sizeof(int64_t));
+  l.item_start = place(c, cuda ? (n + 1) * sizeof(int32_t) : 0);
+  l.item_u = place(c, n_gpu * sizeof(int32_t));
+  l.row_item_start = place(c, cuda ? (n + 1) * sizeof(int32_t) : 0);
+  l.block_first_item = place(c, cuda ? nb * sizeof(int32_t) : 0);
+  l.partials = place(c, 2 * nb * size_t(dim) * sizeof(float));
+  l.counts = place(c, kCounts * sizeof(int32_t));
+  if (cuda) {
+#if SPARTA_CUDA
+    l.temp_bytes = backward_cub_temp_bytes(max_nnz, bits_for(capacity_rows));
+#else
+    SPARTA_REQUIRE(false, "embedding backward: a cuda workspace in a CUDA=0 build");
+#endif
+  } else {
+    l.temp_bytes = size_t(kCombineGroups + 1) * dim * sizeof(float);  // range sums and the row's sum
+  }
+  l.temp = place(c, l.temp_bytes);
+  l.total = c;
+  return l;
+}
+
+size_t BackwardWorkspace::bytes(Backend backend, int64_t max_nnz, int64_t capacity_rows, int dim) {
+  return layout(backend, max_nnz, capacity_rows, dim).total;
+}
+
+BackwardWorkspace::BackwardWorkspace(const Device& dev, int64_t max_nnz, int64_t capacity_rows, int dim)
+    : dev_(dev),
+      max_nnz_(max_nnz),
+      capacity_rows_(capacity_rows),
+      dim_(dim),
+      end_bit_(bits_for(capacity_rows)),
+      layout_(layout(dev.backend, max_nnz, capacity_rows, dim)),
+      mem_(dev, layout_.total),
+      base_(mem_.data()) {
+  memset_device(dev_, counts(), 0, kCounts * sizeof(int32_t));
+}
+
+int64_t BackwardWorkspace::read_dropped_keys() const { return read_count(dev_, counts() + kCountDropped); }
+
+int64_t read_count(const Device& dev, const int32_t* count) {
+  int32_t host = 0;
+  copy_to_host(dev, &host, count, sizeof(host));
+  return host;
+}
+
+// ----------------------------------------------------------------------------
+// cpu reference
+
+namespace {
+
+void check_batch(const Device& dev, const BackwardBatch& b, const BackwardWorkspace& ws) {
+  SPARTA_REQUIRE(dev.backend == ws.device().backend, "embedding backward on %s with a workspace made for %s",
+                 dev.name().c_str(), ws.device().name().c_str());
+  SPARTA_REQUIRE(b.nnz >= 0 && b.nnz <= ws.max_nnz(), "embedding backward: %lld keys, the workspace holds at most %lld",
+                 static_cast<long long>(b.nnz), static_cast<long long>(ws.max_nnz()));
+  SPARTA_REQUIRE(b.bags >= 0 && b.bags < INT32_MAX, "embedding backward: bags must be in [0, %d), found %lld",
+                 INT32_MAX, static_cast<long long>(b.bags));
+  SPARTA_REQUIRE(b.offsets != nullptr, "embedding backward: no offsets given");
+  SPARTA_REQUIRE(b.nnz == 0 || b.rows != nullptr, "embedding backward: %lld keys but no rows given",
+                 static_cast<long long>(b.nnz));
+  SPARTA_REQUIRE(b.bags == 0 || b.grad != nullptr, "embedding backward: %lld bags but no gradient given",
+                 static_cast<long long>(b.bags));
+}
+
+// Sums the contributions of every unique row in the fixed order of embedding_backward.h and hands each sum to
+// sink(u, row, sum[dim]) in ascending row order. Returns the number of unique rows.
+template <class Sink>
+int32_t reduce_rows_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, Sink&& sink) {
+  const int dim = ws.dim();
+  const int64_t* offsets = batch.offsets;
+  SPARTA_REQUIRE(offsets[0] == 0 && offsets[batch.bags] == batch.nnz,
+                 "embedding backward: offsets must run from 0 to nnz = %lld, found %lld to %lld",
+                 static_cast<long long>(batch.nnz), static_cast<long long>(offsets[0]),
+                 static_cast<long long>(offsets[batch.bags]));
+  const BackwardWorkspace::Layout& l = ws.arrays();
+  uint64_t* pairs = ws.at<uint64_t>(l.scan);  // [nnz] row << 32 | bag
+  int64_t n = 0, dropped = 0;
+  for (int64_t b = 0; b < batch.bags; ++b) {
+    SPARTA_REQUIRE(offsets[b] <= offsets[b + 1], "embedding backward: offsets decrease at bag %lld: %lld then %lld",
+                   static_cast<long long>(b), static_cast<long long>(offsets[b]),
+                   static_cast<long long>(offsets[b + 1]));
+    for (int64_t k = offsets[b]; k < offsets[b + 1]; ++k) {
+      int64_t row = batch.rows[k];
+      if (row < 0 || row >= ws.capacity_rows()) {
+        ++dropped;
+        continue;
+      }
+      pairs[n++] = (uint64_t(row) << 32) | uint64_t(b);
+    }
+  }
+  // (row, bag) order is (row, key position) order: bags ascend with the key position, and equal pairs (one
+  // row twice in a bag) contribute equal values
+  std::sort(pairs, pairs + n);
+
+  const bool mean = batch.combiner == Combiner::mean;
+  float* partials = ws.at<float>(l.partials);  // [items of one row, dim]
+  float* range_sum = ws.at<float>(l.temp);      // [dim]
+  float* sum = range_sum + size_t(kCombineGroups) * dim;  // [dim]
+  auto sum_positions = [&](int64_t from, int64_t to, float* out) {
+    std::fill(out, out + dim, 0.0f);
+    for (int64_t j = from; j < to; ++j) {
+      const int64_t b = int64_t(pairs[j] & 0xffffffffu);
+      const float* g = batch.grad + b * dim;
+      if (mean) {
+        const float scale = 1.0f / float(offsets[b + 1] - offsets[b]);
+        for (int e = 0; e < dim; ++e) out[e] = rn::add(out[e], rn::mul(g[e], scale));
+      } else {
+        for (int e = 0; e < dim; ++e) out[e] = rn::add(out[e], g[e]);
+      }
+    }
+  };
+  auto add_row = [&](float* acc, const float* x) {
+    for (int e = 0; e < dim; ++e) acc[e] = rn::add(acc[e], x[e]);
+  };
+
+  constexpr int64_t C = kBackwardChunk;
+  int32_t u = 0;
+  for (int64_t a = 0; a < n;) {
+    const uint32_t row = uint32_t(pairs[a] >> 32);
+    int64_t e = a + 1;
+    while (e < n && uint32_t(pairs[e] >> 32) == row) ++e;
+    if (a / C == (e - 1) / C) {
+      sum_positions(a, e, sum);  // one item
+    } else {
+      int64_t m = 0;
+      for (int64_t s = a; s < e; ++m) {
+        const int64_t t = std::min(e, (s / C + 1) * C);
+        sum_positions(s, t, partials + m * dim);
+        s = t;
+      }
+      const int64_t per_range = (m + kCombineGroups - 1) / kCombineGroups;
+      std::fill(sum, sum + dim, 0.0f);
+      for (int64_t lo = 0; lo < m; lo += per_range) {
+        std::fill(range_sum, range_sum + dim, 0.0f);
+        for (int64_t k = lo; k < std::min(m, lo + per_range); ++k) add_row(range_sum, partials + k * dim);
+        add_row(sum, range_sum);
+      }
+    }
+    sink(u, row, static_cast<const float*>(sum));
+    ++u;
+    a = e;
+  }
+  ws.counts()[BackwardWorkspace::kCountDropped] = static_cast<int32_t>(dropped);
+  return u;
+}
+
+}  // namespace
+
+void embedding_backward_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
+                            float* row_grads, int32_t* num_unique) {
+  const int dim = ws.dim();
+  *num_unique = reduce_rows_cpu(batch, ws, [&](int32_t u, uint32_t row, const float* sum) {
+    unique_rows[u] = row;
+    std::memcpy(row_grads + int64_t(u) * dim, sum, dim * sizeof(float));
+  });
+}
+
+void backward_and_update_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, const OptimizerStep& c,
+                             float* values, float* state) {
+  const int dim = ws.dim();
+  const int width = optimizer_state_width(c.kind, dim);
+  dispatch_optimizer(c.kind, [&](auto kind) {
+    constexpr OptimizerKind K = decltype(kind)::value;
+    ws.counts()[BackwardWorkspace::kCountUnique] =
+        reduce_rows_cpu(batch, ws, [&](int32_t, uint32_t row, const float* sum) {
+          update_row_cpu<K>(c, sum, values + int64_t(row) * dim, state + int64_t(row) * width, dim);
+        });
+  });
+}
+
+// ----------------------------------------------------------------------------
+// dispatch
+
+void embedding_backward(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
+                        float* row_grads, int32_t* num_unique) {
+  check_batch(dev, batch, ws);
+  if (!dev.is_cuda()) return embedding_backward_cpu(batch, ws, unique_rows, row_grads, num_unique);
+#if SPARTA_CUDA
+  embedding_backward_cuda(batch, ws, unique_rows, row_grads, num_unique, dev.stream);
+#else
+  SPARTA_FATAL("embedding_backward on %s in a CUDA=0 build", dev.name().c_str());
+#endif
+}
+
+void backward_and_update(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws,
+                         const OptimizerConfig& cfg, int64_t step, float* values, float* state) {
+  check_batch(dev, batch, ws);
+  OptimizerStep c = optimizer_step(cfg, step);
+  if (!dev.is_cuda()) return backward_and_update_cpu(batch, ws, c, values, state);
+#if SPARTA_CUDA
+  backward_and_update_cuda(batch, ws, c, values, state, dev.stream);
+#else
+  SPARTA_FATAL("backward_and_update on %s in a CUDA=0 build", dev.name().c_str());
+#endif
+}
+
+}  // namespace sparta

@@ -1,0 +1,425 @@
+// embedding_backward.cu: CUDA version of embedding_backward.h. Sort-based and deterministic:
+//   1. bag_pairs_kernel      (row, bag) of every key; rows outside the table become `capacity_rows` (dropped)
+//   2. CUB radix sort        by row on end_bit bits only (26 for 40M rows); stable, so key order within a row
+//   3. CUB exclusive scan    of (row head, item head) flags, packed in one int64
+//   4. segments_kernel       item and unique-row tables from the scan; the counts, in device memory
+//   5. reduce_items_kernel   one group of lanes per item sums its contributions (float4 loads, fixed order);
+//                            a row within one item is finished here: its gradient written, or the optimizer
+//                            applied to it at once (fused), else the item's partial sum is kept
+//   6. combine_rows_kernel   one block per row over several items sums their partials in kCombineGroups ranges
+//                            and finishes the row
+// Kernels 5 and 6 read the item count from device memory and grid-stride over an upper bound: no host sync.
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
+
+#include "check.h"
+#include "embedding_backward.h"
+
+namespace sparta {
+
+namespace {
+
+constexpr int C = kBackwardChunk;
+using WS = BackwardWorkspace;
+
+// Everything kernels 5 and 6 read.
+struct ReduceView {
+  const uint32_t* keys;              // [nnz] sorted rows (capacity_rows for dropped keys)
+  const uint32_t* bags;              // [nnz] bag of each sorted key
+  const int32_t* item_start;         // [items + 1]
+  const int32_t* item_u;             // [items]
+  const int32_t* row_item_start;     // [rows + 1]
+  const int32_t* block_first_item;   // [blocks]
+  const int32_t* counts;             // [WS::kCounts]
+  const int64_t* offsets;            // [bags + 1] (mean)
+  const float* grad;                 // [bags, dim]
+  float* partials;                   // [2 * blocks, dim]
+  int32_t nnz;
+  int32_t bag_count;
+  int dim;
+  uint32_t sentinel;                 // capacity_rows
+  bool mean;
+  int G, log2_G;                     // lanes per row
+};
+
+// Packs the head flags of sorted position j: (row head) << 32 | (item head).
+struct HeadFlags {
+  const uint32_t* keys;
+  __host__ __device__ int64_t operator()(int32_t j) const {
+    const bool row_head = j == 0 || keys[j] != keys[j - 1];
+    const bool item_head = row_head || j % C == 0;
+    return (int64_t(row_head) << 32) | int64_t(item_head);
+  }
+};
+using FlagIterator = thrust::transform_iterator<HeadFlags, thrust::counting_iterator<int32_t>, int64_t>;
+
+// Contributions handled per batch of loads: loads of the batch are issued together, then added in order.
+template <int V, int P>
+constexpr int batch_of() {
+  return P * V >= 4 ? 2 : 4;
+}
+
+}  // namespace
+
+// ----------------------------------------------------------------------------
+// kernels
+
+// Every position k gets its key (so the sort never sees a stale key); bag b writes its bag id over its keys.
+__global__ void __launch_bounds__(256)
+    bag_pairs_kernel(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, int64_t capacity_rows,
+                     uint32_t* keys, uint32_t* bag_of) {
+  const int64_t n = nnz > bags ? nnz : bags;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    if (i < nnz) {
+      const int64_t r = rows[i];
+      keys[i] = (r >= 0 && r < capacity_rows) ? uint32_t(r) : uint32_t(capacity_rows);
+    }
+    if (i < bags) {
+      const int64_t k0 = max(offsets[i], int64_t(0)), k1 = min(offsets[i + 1], nnz);  // clamped: never outside
+      for (int64_t k = k0; k < k1; ++k) bag_of[k] = uint32_t(i);
+    }
+  }
+}
+
+// One thread per sorted position: item and row tables. The scan gives the row and item heads before j.
+__global__ void __launch_bounds__(256)
+    segments_kernel(const uint32_t* keys, const int64_t* scan, int32_t nnz, uint32_t sentinel, int32_t* item_start,
+                    int32_t* item_u, int32_t* row_item_start, int32_t* block_first_item, int64_t* unique_rows,
+                    int32_t* num_unique, int32_t* counts) {
+  for (int32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < nnz; j += gridDim.x * blockDim.x) {
+    const uint32_t r = keys[j];
+    const bool row_head = j == 0 || keys[j - 1] != r;
+    const bool item_head = row_head || j % C == 0;
+    const int64_t s = scan[j];
+    const int32_t rows_before = int32_t(s >> 32), items_before = int32_t(s & 0xffffffff);
+    const int32_t u = rows_before + int32_t(row_head) - 1;  // the unique row of position j
+    if (item_head) {
+      item_start[items_before] = j;
+      item_u[items_before] = u;
+      if (j % C == 0) block_first_item[j / C] = items_before;
+    }
+    if (row_head) {
+      row_item_start[u] = items_before;
+      if (r < sentinel) {
+        if (unique_rows) unique_rows[u] = r;
+      } else {  // dropped keys sort last: their run holds nnz - j keys, and u rows come before it
+        counts[WS::kCountDropped] = nnz - j;
+        num_unique[0] = u;
+      }
+    }
+    if (j == nnz - 1) {
+      const int32_t items = items_before + int32_t(item_head);
+      item_start[items] = nnz;
+      row_item_start[u + 1] = items;
+      counts[WS::kCountItems] = items;
+      if (r < sentinel) {
+        counts[WS::kCountDropped] = 0;
+        num_unique[0] = u + 1;
+      }
+    }
+  }
+}
+
+// acc[P*V] += this lane's share of the contributions at sorted positions [a, e), in order.
+template <int V, int P>
+__device__ __forceinline__ void sum_contributions(const ReduceView& s, int32_t a, int32_t e, int lane, float* acc) {
+  constexpr int U = batch_of<V, P>();
+  const int nv = s.dim / V;
+  for (int32_t j = a; j < e; j += U) {
+    uint32_t b[U];
+    float scale[U];
+#pragma unroll
+    for (int q = 0; q < U; ++q) {
+      // a bag id outside [0, bags) is only possible with offsets that are not a CSR: skipped, never read
+      b[q] = j + q < e ? s.bags[j + q] : uint32_t(s.bag_count);
+      scale[q] = 1.0f;
+      if (s.mean && b[q] < uint32_t(s.bag_count))
+        scale[q] = rn::div(1.0f, float(s.offsets[b[q] + 1] - s.offsets[b[q]]));
+    }
+    float x[U][P * V];
+#pragma unroll
+    for (int q = 0; q < U; ++q) {
+      const float* g = s.grad + size_t(b[q]) * s.dim;
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        const int col = lane + p * s.G;
+        if (b[q] < uint32_t(s.bag_count) && col < nv) {
+          rowvec::load_ro<V>(g + col * V, x[q] + p * V);
+        } else {
+#pragma unroll
+          for (int v = 0; v < V; ++v) x[q][p * V + v] = 0.f;
+        }
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < U; ++q) {
+      if (b[q] >= uint32_t(s.bag_count)) continue;
+#pragma unroll
+      for (int i = 0; i < P * V; ++i)
+        acc[i] = rn::add(acc[i], s.mean ? rn::mul(x[q][i], scale[q]) : x[q][i]);
+    }
+  }
+}
+
+// Finishing a row: write its gradient ...
+template <int V, int P>
+struct GradOut {
+  float* row_grads;  // [max_nnz, dim]
+  int dim;
+  __device__ __forceinline__ void prefetch(uint32_t, int, int) const {}
+  __device__ __forceinline__ void finish(int32_t u, uint32_t, int lane, int G, const float* acc) const {
+    float* out = row_grads + size_t(u) * dim;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int col = lane + p * G;
+      if (col < dim / V) rowvec::store<V>(out + col * V, acc + p * V);
+    }
+  }
+};
+
+// ... or apply the optimizer to it (fused).
+template <OptimizerKind K, int V, int P>
+struct FusedUpdate {
+  rowvec::RowUpdate<K, V, P> update;
+  __device__ __forceinline__ void prefetch(uint32_t row, int lane, int G) const { update.prefetch(row, lane, G); }
+  __device__ __forceinline__ void finish(int32_t, uint32_t row, int lane, int G, const float* acc) const {
+    update.apply(row, lane, G, acc);
+  }
+};
+
+// One group of G lanes per item (grid-stride over the item count in device memory).
+template <int V, int P, class Op>
+__global__ void __launch_bounds__(256) reduce_items_kernel(ReduceView s, Op op) {
+  const int32_t items = min(s.counts[WS::kCountItems], s.nnz);
+  const int lane = threadIdx.x & (s.G - 1);
+  const int nv = s.dim / V;
+  const int64_t groups = (int64_t(gridDim.x) * blockDim.x) >> s.log2_G;
+  for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> s.log2_G; i < items; i += groups) {
+    const int32_t a = s.item_start[i], e = s.item_start[i + 1];
+    const uint32_t row = s.keys[a];
+    if (row >= s.sentinel) continue;  // dropped keys (uniform in the group)
+    op.prefetch(row, lane, s.G);
+    float acc[P * V];
+#pragma unroll
+    for (int k = 0; k < P * V; ++k) acc[k] = 0.f;
+    sum_contributions<V, P>(s, a, e, lane, acc);
+    const bool whole = (a == 0 || s.keys[a - 1] != row) && (e == s.nnz || s.keys[e] != row);
+    if (whole) {
+      op.finish(s.item_u[i], row, lane, s.G, acc);
+    } else {
+      // a row over several blocks touches block edges: its item at the start of block q is slot 2q, the one
+      // ending block q (not starting it) is slot 2q + 1
+      const int32_t slot = a % C == 0 ? 2 * (a / C) : 2 * (a / C) + 1;
+      float* out = s.partials + size_t(slot) * s.dim;
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        const int col = lane + p * s.G;
+        if (col < nv) rowvec::store<V>(out + col * V, acc + p * V);
+      }
+    }
+  }
+}
+
+// One block of kCombineGroups groups per row over several items; the row is found at the first block edge it
+// crosses (edge b lies between positions (b+1)*C - 1 and (b+1)*C). Group g sums the g-th range of the row's
+// partials; group 0 adds the range sums in order and finishes the row.
+template <int V, int P, class Op>
+__global__ void __launch_bounds__(kCombineGroups * 32) combine_rows_kernel(ReduceView s, Op op, int32_t edges) {
+  extern __shared__ float range_sums[];  // [kCombineGroups, dim]
+  constexpr int U = batch_of<V, P>();
+  const int g = threadIdx.x >> s.log2_G, lane = threadIdx.x & (s.G - 1);
+  const int nv = s.dim / V;
+  for (int32_t b = blockIdx.x; b < edges; b += gridDim.x) {
+    // the same values in every thread of the block: the branches below are uniform, so __syncthreads is safe
+    const int32_t p0 = (b + 1) * C;
+    const uint32_t row = s.keys[p0];
+    if (row >= s.sentinel || s.keys[p0 - 1] != row) continue;  // no valid row crosses edge b
+    if (b > 0 && s.keys[b * C - 1] == row) continue;           // it crossed an earlier edge
+    const int32_t i0 = s.block_first_item[b + 1] - 1;           // the row's first item ends block b
+    const int32_t u = s.item_u[i0];
+    const int32_t m = s.row_item_start[u + 1] - s.row_item_start[u];
+    const int32_t slot0 = s.item_start[i0] % C == 0 ? 2 * b : 2 * b + 1;
+    const int32_t per_range = (m + kCombineGroups - 1) / kCombineGroups;
+    const int32_t lo = g * per_range, hi = min(m, lo + per_range);
+    float acc[P * V];
+#pragma unroll
+    for (int k = 0; k < P * V; ++k) acc[k] = 0.f;
+    for (int32_t k = lo; k < hi; k += U) {
+      float x[U][P * V];
+#pragma unroll
+      for (int q = 0; q < U; ++q) {
+        const int32_t kk = k + q;
+        const int32_t slot = kk == 0 ? slot0 : 2 * (b + kk);  // item kk >= 1 starts block b + kk
+        const float* src = s.partials + size_t(slot) * s.dim;
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          const int col = lane + p * s.G;
+          if (kk < hi && col < nv) {
+            rowvec::load<V>(src + col * V, x[q] + p * V);
+          } else {
+#pragma unroll
+            for (int v = 0; v < V; ++v) x[q][p * V + v] = 0.f;
+          }
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < U; ++q) {
+        if (k + q >= hi) break;
+#pragma unroll
+        for (int i = 0; i < P * V; ++i) acc[i] = rn::add(acc[i], x[q][i]);
+      }
+    }
+    if (lo < hi) {
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        const int col = lane + p * s.G;
+        if (col < nv) rowvec::store<V>(range_sums + g * s.dim + col * V, acc + p * V);
+      }
+    }
+    __syncthreads();
+    if (g == 0) {
+      float total[P * V];
+#pragma unroll
+      for (int k = 0; k < P * V; ++k) total[k] = 0.f;
+      for (int r = 0; r < kCombineGroups && r * per_range < m; ++r) {
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          const int col = lane + p * s.G;
+          if (col >= nv) continue;
+          float y[V];
+          rowvec::load<V>(range_sums + r * s.dim + col * V, y);
+#pragma unroll
+          for (int v = 0; v < V; ++v) total[p * V + v] = rn::add(total[p * V + v], y[v]);
+        }
+      }
+      op.finish(u, row, lane, s.G, total);
+    }
+    __syncthreads();  // range_sums is reused by the next row
+  }
+}
+
+// ----------------------------------------------------------------------------
+// launchers
+
+size_t backward_cub_temp_bytes(int64_t max_nnz, int end_bit) {
+  const int n = static_cast<int>(max_nnz > 0 ? max_nnz : 1);
+  size_t sort_bytes = 0, scan_bytes = 0;
+  cub::DoubleBuffer<uint32_t> keys(nullptr, nullptr), bags(nullptr, nullptr);
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, bags, n, 0, end_bit));
+  FlagIterator flags(thrust::counting_iterator<int32_t>(0), HeadFlags{nullptr});
+  CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, flags, static_cast<int64_t*>(nullptr), n));
+  return sort_bytes > scan_bytes ? sort_bytes : scan_bytes;
+}
+
+namespace {
+
+// Steps 1-4: sort, scan and the item tables. Returns the view kernels 5 and 6 read. unique_rows may be null;
+// num_unique receives the count (device memory).
+ReduceView prepare(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows, int32_t* num_unique,
+                   Stream stream) {
+  const WS::Layout& l = ws.arrays();
+  const int32_t nnz = static_cast<int32_t>(batch.nnz);
+  const int block = 256;
+  const int64_t pair_threads = batch.nnz > batch.bags ? batch.nnz : batch.bags;
+  if (pair_threads > 0) {
+    bag_pairs_kernel<<<rowvec::grid_for(pair_threads, 1, block), block, 0, stream>>>(
+        batch.offsets, batch.rows, batch.bags, batch.nnz, ws.capacity_rows(), ws.at<uint32_t>(l.keys_a),
+        ws.at<uint32_t>(l.bags_a));
+    CUDA_CHECK_LAUNCH("bag_pairs_kernel");
+  }
+
+  cub::DoubleBuffer<uint32_t> keys(ws.at<uint32_t>(l.keys_a), ws.at<uint32_t>(l.keys_b));
+  cub::DoubleBuffer<uint32_t> bags(ws.at<uint32_t>(l.bags_a), ws.at<uint32_t>(l.bags_b));
+  size_t temp_bytes = l.temp_bytes;
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws.at<void>(l.temp), temp_bytes, keys, bags, nnz, 0, ws.end_bit(),
+                                             stream));
+  const uint32_t* sorted_keys = keys.Current();
+  FlagIterator flags(thrust::counting_iterator<int32_t>(0), HeadFlags{sorted_keys});
+  temp_bytes = l.temp_bytes;
+  CUDA_CHECK(cub::DeviceScan::ExclusiveSum(ws.at<void>(l.temp), temp_bytes, flags, ws.at<int64_t>(l.scan), nnz,
+                                           stream));
+  segments_kernel<<<rowvec::grid_for(nnz, 1, block), block, 0, stream>>>(
+      sorted_keys, ws.at<int64_t>(l.scan), nnz, uint32_t(ws.capacity_rows()), ws.at<int32_t>(l.item_start),
+      ws.at<int32_t>(l.item_u), ws.at<int32_t>(l.row_item_start), ws.at<int32_t>(l.block_first_item), unique_rows,
+      num_unique, ws.counts());
+  CUDA_CHECK_LAUNCH("segments_kernel");
+
+  ReduceView v;
+  v.keys = sorted_keys;
+  v.bags = bags.Current();
+  v.item_start = ws.at<int32_t>(l.item_start);
+  v.item_u = ws.at<int32_t>(l.item_u);
+  v.row_item_start = ws.at<int32_t>(l.row_item_start);
+  v.block_first_item = ws.at<int32_t>(l.block_first_item);
+  v.counts = ws.counts();
+  v.offsets = batch.offsets;
+  v.grad = batch.grad;
+  v.partials = ws.at<float>(l.partials);
+  v.nnz = nnz;
+  v.bag_count = static_cast<int32_t>(batch.bags);
+  v.dim = ws.dim();
+  v.sentinel = uint32_t(ws.capacity_rows());
+  v.mean = batch.combiner == Combiner::mean;
+  return v;
+}
+
+// Steps 5 and 6 with the finishing op for the row shape.
+template <int V, int P, class Op>
+void reduce(ReduceView v, const rowvec::RowShape& shape, const Op& op, Stream stream) {
+  v.G = shape.G;
+  v.log2_G = shape.log2_G;
+  const int block = 256;
+  reduce_items_kernel<V, P, Op><<<rowvec::grid_for(v.nnz, shape.G, block), block, 0, stream>>>(v, op);
+  CUDA_CHECK_LAUNCH("reduce_items_kernel");
+  const int32_t edges = (v.nnz + C - 1) / C - 1;
+  if (edges > 0) {
+    const int combine_block = kCombineGroups * shape.G;
+    const size_t shared = size_t(kCombineGroups) * v.dim * sizeof(float);
+    combine_rows_kernel<V, P, Op><<<rowvec::grid_for(edges, combine_block, combine_block), combine_block, shared,
+                                    stream>>>(v, op, edges);
+    CUDA_CHECK_LAUNCH("combine_rows_kernel");
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// An empty batch: no rows, nothing dropped.
+void zero_counts(BackwardWorkspace& ws, int32_t* num_unique, Stream stream) {
+  CUDA_CHECK(cudaMemsetAsync(ws.counts(), 0, WS::kCounts * sizeof(int32_t), stream));
+  CUDA_CHECK(cudaMemsetAsync(num_unique, 0, sizeof(int32_t), stream));
+}
+
+}  // namespace
+
+void embedding_backward_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
+                             float* row_grads, int32_t* num_unique, Stream stream) {
+  if (batch.nnz == 0) return zero_counts(ws, num_unique, stream);
+  ReduceView v = prepare(batch, ws, unique_rows, num_unique, stream);
+  const rowvec::RowShape shape = rowvec::row_shape(ws.dim(), aligned16(batch.grad) && aligned16(row_grads));
+  rowvec::dispatch_shape(shape, [&](auto vv, auto pp) {
+    constexpr int V = decltype(vv)::value, P = decltype(pp)::value;
+    reduce<V, P>(v, shape, GradOut<V, P>{row_grads, ws.dim()}, stream);
+  });
+}
+
+void backward_and_update_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, const OptimizerStep& c,
+                              float* values, float* state, Stream stream) {
+  int32_t* num_unique = ws.counts() + WS::kCountUnique;
+  if (batch.nnz == 0) return zero_counts(ws, num_unique, stream);
+  ReduceView v = prepare(batch, ws, nullptr, num_unique, stream);
+  const int dim = ws.dim();
+  const int width = optimizer_state_width(c.kind, dim);
+  const bool state_vec = width == 0 || c.kind == OptimizerKind::lazy_adam || aligned16(state);
+  const rowvec::RowShape shape = rowvec::row_shape(dim, aligned16(batch.grad) && aligned16(values) && state_vec);
+  dispatch_optimizer(c.kind, [&](auto kind) {
+    constexpr OptimizerKind K = decltype(kind)::value;
+    rowvec::dispatch_shape(shape, [&](auto vv, auto pp) {
+      constexpr int V = decltype(vv)::value, P = decltype(pp)::value;
+      reduce<V, P>(v, shape, FusedUpdate<K, V, P>{{c, values, state, dim, width}}, stream);
+    });
+  });
+}
+
+}  // namespace sparta

@@ -1,0 +1,133 @@
+// embedding_backward.h: the backward of a pooled embedding lookup: the gradient of each table row the batch
+// touched, summed over every key that maps to it in a fixed order (no floating-point atomics: two runs give
+// the same bits, and the cpu and cuda backends give the same bits too); and backward_and_update, which
+// applies a sparse optimizer (sparse_optimizer.h) to those rows without writing the gradients out.
+//
+// Input: CSR over bags b = sample * slots + slot: offsets [bags + 1] int64, rows [nnz] int64 (the table row of
+// each key, from the forward), grad [bags, dim] float32 (the gradient of the pooled output, i.e. [batch, slots,
+// dim]), and the combiner: key k of bag b contributes grad[b] (sum) or grad[b] / (offsets[b+1] - offsets[b])
+// (mean, the scale computed as 1.0f / n and then multiplied in).
+//
+// The fixed order. The (row, key position) pairs are sorted by row, stably, so that position j of the sorted
+// sequence holds a row's contributions in key order. The sequence is cut into blocks of kBackwardChunk
+// positions; an item is a row's run within one block. A row whose run lies in one block (one item) sums its
+// contributions one after the other from 0.0f. A row over m >= 2 items sums each item so (its partial), then
+// splits its m partials into kCombineGroups ranges of ceil(m / kCombineGroups) consecutive partials, sums each
+// nonempty range from 0.0f, and adds the range sums from 0.0f in order. Hot rows (a power-law key seen 100K
+// times in a batch) are thus spread over many warps instead of one.
+//
+// Keys whose row is outside [0, capacity_rows) are dropped (they contribute nothing) and counted:
+// BackwardWorkspace::read_dropped_keys. The offsets must be a CSR of the nnz keys (the reader checks them; the
+// cpu backend also checks and throws sparta::Error); with bad offsets the cuda kernels still never read or
+// write outside their arrays.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "buffer.h"
+#include "device.h"
+#include "embedding_types.h"
+#include "sparse_optimizer.h"
+
+namespace sparta {
+
+constexpr int kBackwardChunk = 128;  // positions of the sorted sequence per block (the unit of one item)
+constexpr int kCombineGroups = 16;   // ranges the partials of a row over several items are summed in
+
+// One batch of the backward. Pointers are device memory of the workspace's device.
+struct BackwardBatch {
+  const int64_t* offsets = nullptr;  // [bags + 1] CSR offsets over bags b = sample * slots + slot
+  const int64_t* rows = nullptr;     // [nnz] table row of each key
+  const float* grad = nullptr;       // [bags, dim] gradient of the pooled output
+  int64_t bags = 0;
+  int64_t nnz = 0;
+  Combiner combiner = Combiner::sum;
+};
+
+// Scratch of the backward for batches of up to max_nnz keys into a table of capacity_rows rows of dim floats:
+// created once, reused every step (no allocation on the hot path). The cuda backend's holds the sort buffers
+// and CUB's temporary storage.
+class BackwardWorkspace {
+ public:
+  BackwardWorkspace(const Device& dev, int64_t max_nnz, int64_t capacity_rows, int dim);
+  BackwardWorkspace(const BackwardWorkspace&) = delete;
+  BackwardWorkspace& operator=(const BackwardWorkspace&) = delete;
+
+  // Bytes such a workspace allocates on a device of that backend (throws sparta::Error on bad sizes).
+  static size_t bytes(Backend backend, int64_t max_nnz, int64_t capacity_rows, int dim);
+
+  const Device& device() const { return dev_; }
+  int64_t max_nnz() const { return max_nnz_; }
+  int64_t capacity_rows() const { return capacity_rows_; }
+  int dim() const { return dim_; }
+  // Bits of a row id the sort looks at: enough for capacity_rows (the row given to dropped keys).
+  int end_bit() const { return end_bit_; }
+
+  // [1] device memory: rows updated by the last backward_and_update.
+  const int32_t* num_unique() const { return counts() + kCountUnique; }
+  // Keys of the last call whose row was outside [0, capacity_rows). Synchronizes the stream.
+  int64_t read_dropped_keys() const;
+
+  // The arrays inside (for embedding_backward.cu/.cpp). n = max_nnz, nb = blocks of kBackwardChunk in n.
+  enum Count { kCountItems = 0, kCountDropped = 1, kCountUnique = 2, kCounts = 4 };
+  struct Layout {
+    size_t keys_a, keys_b, bags_a, bags_b;  // uint32 [n] each: sort keys (rows) and values (bags), double-buffered
+    size_t scan;                            // int64 [n]: (row heads << 32 | item heads) before each position
+    size_t item_start;                      // int32 [n + 1]: first position of each item, then nnz
+    size_t item_u;                          // int32 [n]: unique row of each item
+    size_t row_item_start;                  // int32 [n + 1]: first item of each unique row, then the item count
+    size_t block_first_item;                // int32 [nb]: item at the start of each block
+    size_t partials;                        // float [2 * nb, dim]: partial sums of items of rows over blocks
+    size_t counts;                          // int32 [kCounts]
+    size_t temp;                            // CUB temporary storage (cuda) or a row's scratch (cpu)
+    size_t temp_bytes;
+    size_t total;
+  };
+  static Layout layout(Backend backend, int64_t max_nnz, int64_t capacity_rows, int dim);
+  template <class T>
+  T* at(size_t offset) const {
+    return reinterpret_cast<T*>(base_ + offset);
+  }
+  const Layout& arrays() const { return layout_; }
+  int32_t* counts() const { return at<int32_t>(layout_.counts); }
+
+ private:
+  Device dev_;
+  int64_t max_nnz_ = 0, capacity_rows_ = 0;
+  int dim_ = 0, end_bit_ = 0;
+  Layout layout_{};
+  Buffer<unsigned char> mem_;
+  unsigned char* base_ = nullptr;  // mem_.data()
+};
+
+// The summed gradient of every row the batch touched:
+//   unique_rows [ws.max_nnz()]        int64, ascending; the first *num_unique are written
+//   row_grads   [ws.max_nnz(), dim]   row_grads[u] = sum over the keys of row unique_rows[u] (fixed order above)
+//   num_unique  [1] int32, device memory (read it with read_count when the host needs it)
+// Asynchronous on dev.stream for cuda: no host synchronization.
+void embedding_backward(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
+                        float* row_grads, int32_t* num_unique);
+
+// The backward, then the optimizer step `step` on the touched rows of values [capacity_rows, dim] and state
+// [capacity_rows, optimizer_state_width(cfg.kind, dim)]: the same result as embedding_backward followed by
+// sparse_optimizer_update, but the cuda version applies the optimizer in the reduction, so the row gradients
+// never go through memory. ws.num_unique() holds the number of rows updated. Asynchronous on dev.stream.
+void backward_and_update(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws,
+                         const OptimizerConfig& cfg, int64_t step, float* values, float* state);
+
+// Copies a count from device memory to the host (synchronizes the stream on cuda).
+int64_t read_count(const Device& dev, const int32_t* count);
+
+void embedding_backward_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
+                            float* row_grads, int32_t* num_unique);
+void backward_and_update_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, const OptimizerStep& c,
+                             float* values, float* state);
+void embedding_backward_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
+                             float* row_grads, int32_t* num_unique, Stream stream);
+void backward_and_update_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, const OptimizerStep& c,
+                              float* values, float* state, Stream stream);
+// CUB temporary storage for the sort and the scan of up to max_nnz pairs (cuda builds only).
+size_t backward_cub_temp_bytes(int64_t max_nnz, int end_bit);
+
+}  // namespace sparta

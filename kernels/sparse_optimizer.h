@@ -1,0 +1,334 @@
+// sparse_optimizer.h: the sparse optimizers that update only the rows of a table a batch touched, given one
+// summed gradient per unique row (embedding_backward.h makes them; backward_and_update fuses both).
+//
+// Store layout (embedding_types.h): values [capacity_rows, dim], state [capacity_rows, state_width].
+// With g the row's gradient, w its values, t = step (the global step, counted from 1), every element:
+//   sgd        w -= lr * g
+//   momentum   v = momentum * v + g;                      w -= lr * v                        (PyTorch form)
+//   nesterov   v = momentum * v + g;                      w -= lr * (g + momentum * v)       (PyTorch form)
+//   adagrad    a += g * g;                                w -= lr * g / (sqrt(a) + epsilon)
+//   adam       m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g * g;
+//              w -= lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + epsilon)
+//              Only the batch's rows change; the bias correction uses the global step t.
+//   lazy_adam  (HugeCTR's LazyGlobal) the row's last update step s is kept in the state's last float (int32
+//              bits; 0 for a new row). A row untouched for k = max(0, t - 1 - s) steps first applies the decay
+//              it missed, m *= beta1^k, v *= beta2^k, then takes the adam step above, and s = t. Its m and v
+//              are then what dense Adam would hold had the missed steps had zero gradient; only w differs
+//              (it did not move while the row was absent).
+// adagrad's accumulator starts at OptimizerConfig::initial_accumulator (the table sets it when it creates a
+// row); every other state starts at zero.
+//
+// Every multiply, add, divide and square root is an IEEE round-to-nearest operation on both backends (no
+// fused multiply-add, beta^k by repeated squaring, the bias corrections computed once on the host), so the
+// cpu and cuda backends give the same bits.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "check.h"
+#include "device.h"
+#include "embedding_types.h"
+
+#if defined(__CUDACC__)
+#define SPARTA_HD __host__ __device__
+#else
+#define SPARTA_HD
+#endif
+
+namespace sparta {
+
+// The constants of one optimizer step, computed on the host from the configuration and the step.
+struct OptimizerStep {
+  OptimizerKind kind = OptimizerKind::sgd;
+  float lr = 0, momentum = 0, beta1 = 0, beta2 = 0, one_minus_beta1 = 0, one_minus_beta2 = 0, epsilon = 0;
+  float inv_bias1 = 1, inv_bias2 = 1;  // 1 / (1 - beta1^t), 1 / (1 - beta2^t)
+  int32_t step = 1;
+};
+
+// Throws sparta::Error when step is not in [1, INT32_MAX] (the lazy_adam state stores it as int32).
+OptimizerStep optimizer_step(const OptimizerConfig& cfg, int64_t step);
+
+// Applies the optimizer to rows unique_rows[u] for u < *num_unique with gradients row_grads[u].
+//   unique_rows [max_unique]        int64, each in [0, capacity_rows); rows outside are skipped
+//   row_grads   [max_unique, dim]
+//   num_unique  [1] int32 in device memory: read on the device, so no host synchronization (cuda); the
+//               launch covers max_unique rows, the host's upper bound on *num_unique.
+//   values      [capacity_rows, dim], state [capacity_rows, optimizer_state_width(kind, dim)]
+// The rows must be distinct (embedding_backward makes them so). Asynchronous on dev.stream for cuda.
+void sparse_optimizer_update(const Device& dev, const OptimizerConfig& cfg, int64_t step,
+                             const int64_t* unique_rows, const float* row_grads, const int32_t* num_unique,
+                             int64_t max_unique, float* values, float* state, int64_t capacity_rows, int dim);
+
+void sparse_optimizer_update_cpu(const OptimizerStep& c, const int64_t* unique_rows, const float* row_grads,
+                                 int64_t num_unique, float* values, float* state, int64_t capacity_rows, int dim);
+void sparse_optimizer_update_cuda(const OptimizerStep& c, const int64_t* unique_rows, const float* row_grads,
+                                  const int32_t* num_unique, int64_t max_unique, float* values, float* state,
+                                  int64_t capacity_rows, int dim, Stream stream);
+
+// ---------------------------------------------------------------------------------------------------------
+// The element formulas, shared by the cpu reference and the CUDA kernels (here and in embedding_backward.cu).
+
+namespace rn {  // IEEE round-to-nearest arithmetic that the compiler may not contract into fused multiply-adds
+#if defined(__CUDA_ARCH__)
+SPARTA_HD inline float mul(float a, float b) { return __fmul_rn(a, b); }
+SPARTA_HD inline float add(float a, float b) { return __fadd_rn(a, b); }
+SPARTA_HD inline float sub(float a, float b) { return __fsub_rn(a, b); }
+SPARTA_HD inline float div(float a, float b) { return __fdiv_rn(a, b); }
+SPARTA_HD inline float sqrt(float a) { return __fsqrt_rn(a); }
+#else
+// Host: C++17 without -ffp-contract=fast contracts nothing; these are plain IEEE float operations.
+inline float mul(float a, float b) { return a * b; }
+inline float add(float a, float b) { return a + b; }
+inline float sub(float a, float b) { return a - b; }
+inline float div(float a, float b) { return a / b; }
+inline float sqrt(float a) { return std::sqrt(a); }
+#endif
+}  // namespace rn
+
+// base^k for k >= 0 by repeated squaring: the same bits on both backends (powf is not correctly rounded).
+SPARTA_HD inline float pow_steps(float base, int32_t k) {
+  float r = 1.0f;
+  while (k > 0) {
+    if (k & 1) r = rn::mul(r, base);
+    base = rn::mul(base, base);
+    k >>= 1;
+  }
+  return r;
+}
+
+// The decay a lazy_adam row missed, from the step of its last update.
+struct RowDecay {
+  float beta1_k = 1, beta2_k = 1;
+};
+SPARTA_HD inline RowDecay lazy_decay(const OptimizerStep& c, int32_t last_step) {
+  int32_t k = c.step - 1 - last_step;
+  if (k < 0) k = 0;  // a replayed or out-of-order step misses nothing
+  return {pow_steps(c.beta1, k), pow_steps(c.beta2, k)};
+}
+
+// One element: g its gradient, w its value, s0 and s1 its state (unused ones are ignored).
+template <OptimizerKind K>
+SPARTA_HD inline void update_element(const OptimizerStep& c, const RowDecay& d, float g, float& w, float& s0,
+                                     float& s1) {
+  if (K == OptimizerKind::sgd) {
+    w = rn::sub(w, rn::mul(c.lr, g));
+  } else if (K == OptimizerKind::momentum) {
+    s0 = rn::add(rn::mul(c.momentum, s0), g);
+    w = rn::sub(w, rn::mul(c.lr, s0));
+  } else if (K == OptimizerKind::nesterov) {
+    s0 = rn::add(rn::mul(c.momentum, s0), g);
+    w = rn::sub(w, rn::mul(c.lr, rn::add(g, rn::mul(c.momentum, s0))));
+  } else if (K == OptimizerKind::adagrad) {
+    s0 = rn::add(s0, rn::mul(g, g));
+    w = rn::sub(w, rn::div(rn::mul(c.lr, g), rn::add(rn::sqrt(s0), c.epsilon)));
+  } else {  // adam, lazy_adam
+    if (K == OptimizerKind::lazy_adam) {
+      s0 = rn::mul(s0, d.beta1_k);
+      s1 = rn::mul(s1, d.beta2_k);
+    }
+    s0 = rn::add(rn::mul(c.beta1, s0), rn::mul(c.one_minus_beta1, g));
+    s1 = rn::add(rn::mul(c.beta2, s1), rn::mul(rn::mul(c.one_minus_beta2, g), g));
+    float m_hat = rn::mul(s0, c.inv_bias1), v_hat = rn::mul(s1, c.inv_bias2);
+    w = rn::sub(w, rn::div(rn::mul(c.lr, m_hat), rn::add(rn::sqrt(v_hat), c.epsilon)));
+  }
+}
+
+// Where the state of element e of a row lives: s0 at state[e], s1 at state[dim + e] (adam, lazy_adam), and
+// lazy_adam's last step at state[2 * dim].
+SPARTA_HD constexpr bool optimizer_has_s0(OptimizerKind k) { return k != OptimizerKind::sgd; }
+SPARTA_HD constexpr bool optimizer_has_s1(OptimizerKind k) {
+  return k == OptimizerKind::adam || k == OptimizerKind::lazy_adam;
+}
+
+// The last-step slot of a lazy_adam row: int32 bits in a float.
+inline int32_t load_last_step(const float* slot) {
+  int32_t s;
+  std::memcpy(&s, slot, sizeof(s));
+  return s;
+}
+inline void store_last_step(float* slot, int32_t s) { std::memcpy(slot, &s, sizeof(s)); }
+
+// Updates one whole row on the host (the cpu reference).
+template <OptimizerKind K>
+inline void update_row_cpu(const OptimizerStep& c, const float* g, float* w, float* st, int dim) {
+  RowDecay d;
+  if (K == OptimizerKind::lazy_adam) {
+    d = lazy_decay(c, load_last_step(st + 2 * dim));
+    store_last_step(st + 2 * dim, c.step);
+  }
+  float unused0 = 0, unused1 = 0;
+  for (int e = 0; e < dim; ++e) {
+    float& s0 = optimizer_has_s0(K) ? st[e] : unused0;
+    float& s1 = optimizer_has_s1(K) ? st[dim + e] : unused1;
+    update_element<K>(c, d, g[e], w[e], s0, s1);
+  }
+}
+
+// Calls f(std::integral_constant<OptimizerKind, K>{}) with the optimizer kind as a compile-time constant.
+template <class F>
+inline void dispatch_optimizer(OptimizerKind kind, F&& f) {
+  using K = OptimizerKind;
+  switch (kind) {
+    case K::sgd: return f(std::integral_constant<K, K::sgd>{});
+    case K::momentum: return f(std::integral_constant<K, K::momentum>{});
+    case K::nesterov: return f(std::integral_constant<K, K::nesterov>{});
+    case K::adagrad: return f(std::integral_constant<K, K::adagrad>{});
+    case K::adam: return f(std::integral_constant<K, K::adam>{});
+    case K::lazy_adam: return f(std::integral_constant<K, K::lazy_adam>{});
+  }
+}
+
+}  // namespace sparta
+
+#if defined(__CUDACC__)
+// ---------------------------------------------------------------------------------------------------------
+// Device side of a row update, shared by the update kernel (sparse_optimizer.cu) and the fused backward
+// (embedding_backward.cu). A row is handled by a group of G lanes (G a power of two <= 32, all in one warp);
+// lane l owns the vectors c = l + p*G (p < P) of V floats (V = 4: float4 loads) for c < dim / V.
+namespace sparta {
+namespace rowvec {
+
+template <int V>
+__device__ __forceinline__ void load(const float* p, float* out) {
+  if (V == 4) {
+    float4 x = *reinterpret_cast<const float4*>(p);
+    out[0] = x.x, out[1] = x.y, out[2] = x.z, out[3] = x.w;
+  } else {
+#pragma unroll
+    for (int v = 0; v < V; ++v) out[v] = p[v];
+  }
+}
+template <int V>
+__device__ __forceinline__ void store(float* p, const float* in) {
+  if (V == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(in[0], in[1], in[2], in[3]);
+  } else {
+#pragma unroll
+    for (int v = 0; v < V; ++v) p[v] = in[v];
+  }
+}
+// Gradients are read once: read-only path.
+template <int V>
+__device__ __forceinline__ void load_ro(const float* p, float* out) {
+  if (V == 4) {
+    float4 x = __ldg(reinterpret_cast<const float4*>(p));
+    out[0] = x.x, out[1] = x.y, out[2] = x.z, out[3] = x.w;
+  } else {
+#pragma unroll
+    for (int v = 0; v < V; ++v) out[v] = __ldg(p + v);
+  }
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// The lanes of this thread's group, for __syncwarp.
+__device__ __forceinline__ unsigned group_mask(int G) {
+  if (G == 32) return 0xffffffffu;
+  unsigned lane = threadIdx.x & 31u;
+  return ((1u << G) - 1u) << (lane & ~unsigned(G - 1));
+}
+
+// Applies optimizer K to row `row` of the store with this lane's part of the gradient, acc[P*V] (vector p of
+// the lane at acc + p*V). Every lane of the group must call it (lazy_adam synchronizes the group).
+template <OptimizerKind K, int V, int P>
+struct RowUpdate {
+  OptimizerStep c;
+  float* values;  // [capacity_rows, dim]
+  float* state;   // [capacity_rows, state_width]
+  int dim;
+  int state_width;
+
+  // Asks L2 for the row's values and state while its gradient is still being summed.
+  __device__ __forceinline__ void prefetch(uint32_t row, int lane, int G) const {
+    const float* w_row = values + size_t(row) * dim;
+    const float* s_row = state + size_t(row) * state_width;
+    const int nv = dim / V;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      int col = lane + p * G;
+      if (col >= nv) break;
+      prefetch_l2(w_row + col * V);
+      if (optimizer_has_s0(K)) prefetch_l2(s_row + col * V);
+      if (optimizer_has_s1(K)) prefetch_l2(s_row + dim + col * V);
+    }
+  }
+
+  __device__ __forceinline__ void apply(uint32_t row, int lane, int G, const float* acc) const {
+    // state rows of lazy_adam (2*dim+1 floats) are not 16-byte aligned: scalar loads there
+    constexpr int SV = (K == OptimizerKind::lazy_adam) ? 1 : V;
+    float* w_row = values + size_t(row) * dim;
+    float* s_row = state + size_t(row) * state_width;
+    RowDecay d;
+    if (K == OptimizerKind::lazy_adam) {
+      int32_t last = __float_as_int(s_row[2 * dim]);
+      d = lazy_decay(c, last);
+      __syncwarp(group_mask(G));  // every lane has read the last step before lane 0 overwrites it
+      if (lane == 0) s_row[2 * dim] = __int_as_float(c.step);
+    }
+    const int nv = dim / V;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      int col = lane + p * G;
+      if (col >= nv) break;
+      int e = col * V;
+      float w[V], s0[V], s1[V];
+      load<V>(w_row + e, w);
+      if (optimizer_has_s0(K)) {
+#pragma unroll
+        for (int v = 0; v < V; v += SV) load<SV>(s_row + e + v, s0 + v);
+      }
+      if (optimizer_has_s1(K)) {
+#pragma unroll
+        for (int v = 0; v < V; v += SV) load<SV>(s_row + dim + e + v, s1 + v);
+      }
+#pragma unroll
+      for (int v = 0; v < V; ++v) update_element<K>(c, d, acc[p * V + v], w[v], s0[v], s1[v]);
+      store<V>(w_row + e, w);
+      if (optimizer_has_s0(K)) {
+#pragma unroll
+        for (int v = 0; v < V; v += SV) store<SV>(s_row + e + v, s0 + v);
+      }
+      if (optimizer_has_s1(K)) {
+#pragma unroll
+        for (int v = 0; v < V; v += SV) store<SV>(s_row + dim + e + v, s1 + v);
+      }
+    }
+  }
+};
+
+// Lanes per row and vectors per lane for a row of dim floats read V at a time.
+struct RowShape {
+  int V = 1, G = 1, log2_G = 0, P = 1;
+};
+// V = 4 when dim % 4 == 0 and every pointer given is 16-byte aligned; P rounded up to a power of two.
+RowShape row_shape(int dim, bool aligned16);
+
+// Blocks for `units` groups of G lanes in blocks of `block` threads: grid-stride beyond a few waves.
+int grid_for(int64_t units, int G, int block);
+
+// Calls f(std::integral_constant<int, V>{}, std::integral_constant<int, P>{}) for the row shape
+// (V in {1, 4}, P in {1, 2, 4, 8}).
+template <class F>
+inline void dispatch_shape(const RowShape& s, F&& f) {
+  using one = std::integral_constant<int, 1>;
+  using two = std::integral_constant<int, 2>;
+  using four = std::integral_constant<int, 4>;
+  using eight = std::integral_constant<int, 8>;
+  if (s.V == 4) {
+    if (s.P == 1) return f(four{}, one{});
+    if (s.P == 2) return f(four{}, two{});
+  } else {
+    if (s.P == 1) return f(one{}, one{});
+    if (s.P == 2) return f(one{}, two{});
+    if (s.P == 4) return f(one{}, four{});
+    if (s.P == 8) return f(one{}, eight{});
+  }
+  SPARTA_FATAL("no kernel for row shape V=%d P=%d", s.V, s.P);
+}
+
+}  // namespace rowvec
+}  // namespace sparta
+#endif

@@ -1,0 +1,464 @@
+// kernels/embedding_backward: the cpu reference against a naive double-precision sum, bad input, and the
+// cuda version against the cpu reference (same bits: the same fixed order), its determinism and the fused
+// optimizer path, on fresh random batches: empty bags, duplicates in a bag and across the batch, power-law rows
+// with hot rows spread over many blocks, rows outside the table.
+#include <boost/test/unit_test.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "buffer.h"
+#include "check.h"
+#include "embedding_backward.h"
+#include "sparse_optimizer.h"
+#include "testing.h"
+
+using namespace sparta;
+
+namespace {
+
+struct HostBatch {
+  int64_t bags = 0;
+  std::vector<int64_t> offsets;  // [bags + 1]
+  std::vector<int64_t> rows;     // [nnz]
+  std::vector<float> grad;       // [bags, dim]
+  int64_t nnz() const { return int64_t(rows.size()); }
+};
+
+struct Shape {
+  int64_t batch = 1;
+  int slots = 1;
+  int min_hot = 1, max_hot = 1;  // keys per bag, uniform in [min_hot, max_hot]
+  int dim = 16;
+  int64_t capacity = 1000;
+  bool power_law = false;  // log-uniform ranks: row 0 takes ~1/ln(capacity) of the keys
+  double dup = 0.0;        // chance that a key repeats the previous row of its bag
+  double bad = 0.0;        // chance that a key's row is outside [0, capacity)
+};
+
+HostBatch make_batch(const Shape& s) {
+  auto& g = testing::rng();
+  std::uniform_int_distribution<int> hot(s.min_hot, s.max_hot);
+  std::uniform_int_distribution<int64_t> uniform_row(0, s.capacity - 1);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  HostBatch b;
+  b.bags = s.batch * s.slots;
+  b.offsets.push_back(0);
+  for (int64_t bag = 0; bag < b.bags; ++bag) {
+    const int n = hot(g);
+    for (int k = 0; k < n; ++k) {
+      int64_t row;
+      if (k > 0 && unit(g) < s.dup) {
+        row = b.rows.back();
+      } else if (unit(g) < s.bad) {
+        row = unit(g) < 0.5 ? -1 - int64_t(unit(g) * 10) : s.capacity + int64_t(unit(g) * 10);
+      } else if (s.power_law) {
+        const int64_t rank = std::min<int64_t>(s.capacity - 1, int64_t(std::exp(unit(g) * std::log(double(s.capacity) + 1))) - 1);
+        row = (rank * 2654435761LL) % s.capacity;  // hot rows spread over the table
+      } else {
+        row = uniform_row(g);
+      }
+      b.rows.push_back(row);
+    }
+    b.offsets.push_back(int64_t(b.rows.size()));
+  }
+  b.grad = testing::random_floats(size_t(b.bags) * s.dim);
+  return b;
+}
+
+struct Result {
+  int64_t num_unique = 0, dropped = 0;
+  std::vector<int64_t> unique_rows;  // [num_unique]
+  std::vector<float> row_grads;      // [num_unique, dim]
+};
+
+// The device copies of a batch.
+struct DeviceBatch {
+  Buffer<int64_t> offsets, rows;
+  Buffer<float> grad;
+  BackwardBatch view;
+  DeviceBatch(const Device& dev, const HostBatch& b, Combiner combiner)
+      : offsets(dev, b.offsets), rows(dev, b.rows.size()), grad(dev, b.grad) {
+    if (!b.rows.empty()) rows.upload(b.rows);
+    view.offsets = offsets.data();
+    view.rows = rows.data();
+    view.grad = grad.data();
+    view.bags = b.bags;
+    view.nnz = b.nnz();
+    view.combiner = combiner;
+  }
+};
+
+Result run_backward(const Device& dev, const HostBatch& b, const Shape& s, Combiner combiner,
+                    int64_t max_nnz = -1) {
+  if (max_nnz < 0) max_nnz = std::max<int64_t>(b.nnz(), 1);
+  BackwardWorkspace ws(dev, max_nnz, s.capacity, s.dim);
+  DeviceBatch d(dev, b, combiner);
+  Buffer<int64_t> unique_rows(dev, size_t(max_nnz));
+  Buffer<float> row_grads(dev, size_t(max_nnz) * s.dim);
+  Buffer<int32_t> num_unique(dev, 1);
+  unique_rows.fill_bytes(0xFF);  // poison: -1 and NaN where nothing is written
+  row_grads.fill_bytes(0xFF);
+  num_unique.fill_bytes(0xFF);
+  embedding_backward(dev, d.view, ws, unique_rows.data(), row_grads.data(), num_unique.data());
+  Result r;
+  r.num_unique = read_count(dev, num_unique.data());
+  r.dropped = ws.read_dropped_keys();
+  BOOST_REQUIRE(r.num_unique >= 0 && r.num_unique <= max_nnz);
+  r.unique_rows = unique_rows.download();
+  r.unique_rows.resize(size_t(r.num_unique));
+  r.row_grads = row_grads.download();
+  r.row_grads.resize(size_t(r.num_unique) * s.dim);
+  return r;
+}
+
+// Naive double-precision sums per row, with the bound on a float sum's rounding error: n * eps * sum |terms|.
+struct NaiveRow {
+  std::vector<double> sum, abs_sum;
+  int64_t terms = 0;
+};
+std::map<int64_t, NaiveRow> naive_backward(const HostBatch& b, const Shape& s, Combiner combiner,
+                                           int64_t* dropped) {
+  std::map<int64_t, NaiveRow> rows;
+  *dropped = 0;
+  for (int64_t bag = 0; bag < b.bags; ++bag) {
+    const int64_t n = b.offsets[bag + 1] - b.offsets[bag];
+    for (int64_t k = b.offsets[bag]; k < b.offsets[bag + 1]; ++k) {
+      const int64_t row = b.rows[k];
+      if (row < 0 || row >= s.capacity) {
+        ++*dropped;
+        continue;
+      }
+      NaiveRow& r = rows[row];
+      if (r.sum.empty()) r.sum.assign(s.dim, 0.0), r.abs_sum.assign(s.dim, 0.0);
+      for (int e = 0; e < s.dim; ++e) {
+        double x = double(b.grad[bag * s.dim + e]) / (combiner == Combiner::mean ? double(n) : 1.0);
+        r.sum[e] += x;
+        r.abs_sum[e] += std::fabs(x);
+      }
+      ++r.terms;
+    }
+  }
+  return rows;
+}
+
+void check_against_naive(const HostBatch& b, const Shape& s, Combiner combiner, const Result& got) {
+  int64_t dropped = 0;
+  std::map<int64_t, NaiveRow> want = naive_backward(b, s, combiner, &dropped);
+  BOOST_CHECK_EQUAL(got.dropped, dropped);
+  BOOST_REQUIRE_EQUAL(got.num_unique, int64_t(want.size()));
+  size_t u = 0, bad = 0;
+  for (const auto& [row, r] : want) {
+    BOOST_CHECK_EQUAL(got.unique_rows[u], row);
+    for (int e = 0; e < s.dim; ++e) {
+      const double g = got.row_grads[u * s.dim + e];
+      const double bound = 1e-6 + double(r.terms + 2) * 1.2e-7 * r.abs_sum[e];
+      if (!(std::fabs(g - r.sum[e]) <= bound)) {
+        if (bad < 5)
+          BOOST_TEST_MESSAGE("row " << row << " [" << e << "] = " << g << ", expected " << r.sum[e] << " +- " << bound);
+        ++bad;
+      }
+    }
+    ++u;
+  }
+  BOOST_CHECK_EQUAL(bad, 0u);
+}
+
+size_t bitwise_differences(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::max(a.size(), b.size());
+  size_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
+}
+
+const char* name(Combiner c) { return combiner_name(c); }
+
+Device cpu() { return open_device(Backend::cpu, -1); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------
+// cpu reference
+
+BOOST_AUTO_TEST_CASE(cpu_backward_matches_naive_double_sum) {
+  Device dev = cpu();
+  for (Combiner combiner : {Combiner::sum, Combiner::mean}) {
+    for (int dim : {1, 3, 16}) {
+      for (const Shape& base : {Shape{1, 1, 1, 1}, Shape{1, 26, 0, 4}, Shape{64, 26, 0, 3}, Shape{200, 1, 1, 1}}) {
+        Shape s = base;
+        s.dim = dim;
+        s.capacity = 300;  // duplicates across the batch
+        s.dup = 0.2;
+        BOOST_TEST_CONTEXT(name(combiner) << " dim " << dim << " batch " << s.batch << " slots " << s.slots
+                                          << " hotness " << s.min_hot << ".." << s.max_hot) {
+          HostBatch b = make_batch(s);
+          check_against_naive(b, s, combiner, run_backward(dev, b, s, combiner));
+        }
+      }
+    }
+  }
+}
+
+// Rows over many blocks: the hottest row covers more than kCombineGroups blocks, so its partials are summed
+// in ranges of several.
+BOOST_AUTO_TEST_CASE(cpu_backward_hot_rows_match_naive_double_sum) {
+  Device dev = cpu();
+  Shape s{5000, 26, 1, 1};
+  s.dim = 3;
+  s.capacity = 1000000;
+  s.power_law = true;
+  HostBatch b = make_batch(s);
+  for (Combiner combiner : {Combiner::sum, Combiner::mean}) {
+    BOOST_TEST_CONTEXT(name(combiner)) {
+      Result r = run_backward(dev, b, s, combiner);
+      check_against_naive(b, s, combiner, r);
+    }
+  }
+  std::map<int64_t, int64_t> count;
+  for (int64_t row : b.rows) ++count[row];
+  int64_t hottest = 0;
+  for (const auto& kv : count) hottest = std::max(hottest, kv.second);
+  BOOST_TEST_MESSAGE("hottest row: " << hottest << " of " << b.nnz() << " keys");
+  BOOST_CHECK_GT(hottest, int64_t(kCombineGroups) * kBackwardChunk);
+}
+
+BOOST_AUTO_TEST_CASE(cpu_backward_drops_rows_outside_the_table) {
+  Device dev = cpu();
+  Shape s{100, 26, 0, 3};
+  s.dim = 4;
+  s.capacity = 500;
+  s.bad = 0.1;
+  HostBatch b = make_batch(s);
+  Result r = run_backward(dev, b, s, Combiner::sum);
+  BOOST_CHECK_GT(r.dropped, 0);
+  check_against_naive(b, s, Combiner::sum, r);
+}
+
+BOOST_AUTO_TEST_CASE(cpu_backward_rejects_bad_input) {
+  Device dev = cpu();
+  Shape s{4, 2, 1, 2};
+  s.dim = 2;
+  HostBatch b = make_batch(s);
+  auto run = [&](const HostBatch& x, int64_t max_nnz) { run_backward(dev, x, s, Combiner::sum, max_nnz); };
+  BOOST_CHECK_THROW(run(b, b.nnz() - 1), Error);  // more keys than the workspace holds
+  HostBatch decreasing = b;
+  std::swap(decreasing.offsets[2], decreasing.offsets[5]);
+  if (decreasing.offsets[2] != decreasing.offsets[5]) BOOST_CHECK_THROW(run(decreasing, -1), Error);
+  HostBatch short_offsets = b;
+  short_offsets.offsets.back() -= 1;
+  BOOST_CHECK_THROW(run(short_offsets, -1), Error);
+  BOOST_CHECK_THROW(BackwardWorkspace(dev, 10, 0, 4), Error);
+  BOOST_CHECK_THROW(BackwardWorkspace(dev, 10, 100, 0), Error);
+  BOOST_CHECK_THROW(BackwardWorkspace(dev, 10, 100, 257), Error);
+  BOOST_CHECK_THROW(BackwardWorkspace(dev, 10, int64_t(1) << 33, 4), Error);
+  BOOST_CHECK_THROW(BackwardWorkspace(dev, -1, 100, 4), Error);
+}
+
+BOOST_AUTO_TEST_CASE(cpu_backward_of_an_empty_batch_has_no_rows) {
+  Device dev = cpu();
+  Shape s{8, 3, 0, 0};
+  HostBatch b = make_batch(s);
+  BOOST_REQUIRE_EQUAL(b.nnz(), 0);
+  Result r = run_backward(dev, b, s, Combiner::mean);
+  BOOST_CHECK_EQUAL(r.num_unique, 0);
+  BOOST_CHECK_EQUAL(r.dropped, 0);
+}
+
+BOOST_AUTO_TEST_CASE(workspace_bytes_cover_the_arrays) {
+  for (Backend backend : {Backend::cpu, Backend::cuda}) {
+    if (backend == Backend::cuda && visible_gpu_count() == 0) continue;  // CUB sizes need the CUDA runtime
+    size_t small = BackwardWorkspace::bytes(backend, 1000, 100, 16);
+    size_t large = BackwardWorkspace::bytes(backend, 100000, 100, 16);
+    BOOST_CHECK_GT(small, 0u);
+    BOOST_CHECK_GT(large, small);
+    BOOST_CHECK_GE(BackwardWorkspace::bytes(backend, 1000, 100, 128), small);
+  }
+}
+
+// The fused cpu path gives the same bits as the backward followed by the optimizer.
+BOOST_AUTO_TEST_CASE(cpu_backward_and_update_equals_the_two_steps) {
+  Device dev = cpu();
+  Shape s{50, 26, 0, 3};
+  s.dim = 5;
+  s.capacity = 400;
+  s.dup = 0.1;
+  for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::nesterov,
+                             OptimizerKind::adagrad, OptimizerKind::adam, OptimizerKind::lazy_adam}) {
+    BOOST_TEST_CONTEXT(optimizer_name(kind)) {
+      OptimizerConfig cfg;
+      cfg.kind = kind;
+      const int width = optimizer_state_width(kind, s.dim);
+      std::vector<float> values0 = testing::random_floats(s.capacity * s.dim);
+      std::vector<float> state0(size_t(s.capacity) * width, kind == OptimizerKind::adagrad ? 0.1f : 0.0f);
+      Buffer<float> v_fused(dev, values0), s_fused(dev, state0), v_two(dev, values0), s_two(dev, state0);
+      HostBatch b = make_batch(s);
+      DeviceBatch d(dev, b, Combiner::mean);
+      BackwardWorkspace ws(dev, b.nnz(), s.capacity, s.dim);
+      Buffer<int64_t> unique_rows(dev, b.nnz());
+      Buffer<float> row_grads(dev, b.nnz() * s.dim);
+      Buffer<int32_t> num_unique(dev, 1);
+      for (int64_t step = 1; step <= 3; ++step) {
+        backward_and_update(dev, d.view, ws, cfg, step, v_fused.data(), s_fused.data());
+        embedding_backward(dev, d.view, ws, unique_rows.data(), row_grads.data(), num_unique.data());
+        sparse_optimizer_update(dev, cfg, step, unique_rows.data(), row_grads.data(), num_unique.data(), b.nnz(),
+                                v_two.data(), s_two.data(), s.capacity, s.dim);
+        BOOST_CHECK_EQUAL(read_count(dev, ws.num_unique()), read_count(dev, num_unique.data()));
+      }
+      BOOST_CHECK_EQUAL(bitwise_differences(v_fused.download(), v_two.download()), 0u);
+      BOOST_CHECK_EQUAL(bitwise_differences(s_fused.download(), s_two.download()), 0u);
+      BOOST_CHECK_GT(bitwise_differences(v_fused.download(), values0), 0u);  // it did update
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// cuda against the cpu reference
+
+namespace {
+
+// Runs both backends on one batch; the cuda result must have the cpu's bits.
+void compare_backends(const Shape& s, Combiner combiner) {
+  Device gpu = open_device(Backend::cuda, 0);
+  Device host = cpu();
+  HostBatch b = make_batch(s);
+  BOOST_TEST_CONTEXT(name(combiner) << " batch " << s.batch << " slots " << s.slots << " hotness " << s.min_hot
+                                    << ".." << s.max_hot << " dim " << s.dim << " rows " << s.capacity
+                                    << (s.power_law ? " power-law" : " uniform") << " nnz " << b.nnz()) {
+    Result want = run_backward(host, b, s, combiner);
+    Result got = run_backward(gpu, b, s, combiner);
+    BOOST_CHECK_EQUAL(got.num_unique, want.num_unique);
+    BOOST_CHECK_EQUAL(got.dropped, want.dropped);
+    BOOST_CHECK(got.unique_rows == want.unique_rows);
+    // the same fixed order and IEEE operations: the same bits
+    BOOST_CHECK_EQUAL(testing::count_mismatches(got.row_grads, want.row_grads, 0, 0, "row_grads"), 0u);
+    BOOST_CHECK_EQUAL(bitwise_differences(got.row_grads, want.row_grads), 0u);
+  }
+  close_device(gpu);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(cuda_backward_matches_cpu_small_shapes, *testing::needs_gpu()) {
+  for (Combiner combiner : {Combiner::sum, Combiner::mean}) {
+    for (int dim : {1, 3, 16, 128, 256}) {
+      for (const Shape& base : {Shape{1, 1, 1, 1}, Shape{1, 26, 0, 5}, Shape{512, 26, 0, 4}, Shape{3000, 1, 1, 1}}) {
+        Shape s = base;
+        s.dim = dim;
+        s.capacity = 5000;
+        s.dup = 0.2;
+        compare_backends(s, combiner);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(cuda_backward_matches_cpu_large_and_power_law, *testing::needs_gpu()) {
+  for (Combiner combiner : {Combiner::sum, Combiner::mean}) {
+    Shape one_hot{65536, 26, 1, 1};  // the benchmark's shape, narrow rows
+    one_hot.dim = 16;
+    one_hot.capacity = 40000000;
+    compare_backends(one_hot, combiner);
+    for (int dim : {3, 128}) {
+      Shape hot{8192, 26, 0, 3};  // hot rows over many blocks
+      hot.dim = dim;
+      hot.capacity = 4000000;
+      hot.power_law = true;
+      hot.dup = 0.05;
+      compare_backends(hot, combiner);
+    }
+    Shape wide{4096, 26, 1, 2};
+    wide.dim = 256;
+    wide.capacity = 1000000;
+    wide.power_law = true;
+    wide.bad = 0.01;  // dropped keys
+    compare_backends(wide, combiner);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(cuda_backward_is_deterministic, *testing::needs_gpu()) {
+  Device gpu = open_device(Backend::cuda, 0);
+  for (int dim : {3, 128}) {
+    Shape s{8192, 26, 0, 4};
+    s.dim = dim;
+    s.capacity = 2000000;
+    s.power_law = true;
+    s.dup = 0.1;
+    HostBatch b = make_batch(s);
+    Result first = run_backward(gpu, b, s, Combiner::mean);
+    Result second = run_backward(gpu, b, s, Combiner::mean);
+    BOOST_CHECK_EQUAL(first.num_unique, second.num_unique);
+    BOOST_CHECK(first.unique_rows == second.unique_rows);
+    BOOST_CHECK_EQUAL(bitwise_differences(first.row_grads, second.row_grads), 0u);
+  }
+  close_device(gpu);
+}
+
+BOOST_AUTO_TEST_CASE(cuda_backward_of_an_empty_batch_has_no_rows, *testing::needs_gpu()) {
+  Device gpu = open_device(Backend::cuda, 0);
+  Shape s{8, 3, 0, 0};
+  HostBatch b = make_batch(s);
+  Result r = run_backward(gpu, b, s, Combiner::sum, 16);
+  BOOST_CHECK_EQUAL(r.num_unique, 0);
+  BOOST_CHECK_EQUAL(r.dropped, 0);
+  close_device(gpu);
+}
+
+// The fused update on the GPU against the cpu reference, every optimizer over several steps (values and state
+// compared after each), and against the GPU's own two-step path.
+BOOST_AUTO_TEST_CASE(cuda_backward_and_update_matches_cpu, *testing::needs_gpu()) {
+  Device gpu = open_device(Backend::cuda, 0);
+  Device host = cpu();
+  for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::nesterov,
+                             OptimizerKind::adagrad, OptimizerKind::adam, OptimizerKind::lazy_adam}) {
+    for (int dim : {3, 16, 128}) {
+      for (bool power_law : {false, true}) {
+        BOOST_TEST_CONTEXT(optimizer_name(kind) << " dim " << dim << (power_law ? " power-law" : " uniform")) {
+          Shape s{2048, 26, 0, 2};
+          s.dim = dim;
+          s.capacity = power_law ? 100000 : 20000;  // uniform: many rows skip steps and come back
+          s.power_law = power_law;
+          s.dup = 0.1;
+          OptimizerConfig cfg;
+          cfg.kind = kind;
+          cfg.lr = 0.05f;
+          cfg.initial_accumulator = 0.1f;
+          const int width = optimizer_state_width(kind, dim);
+          std::vector<float> values0 = testing::random_floats(size_t(s.capacity) * dim);
+          std::vector<float> state0(size_t(s.capacity) * width, kind == OptimizerKind::adagrad ? 0.1f : 0.0f);
+          Buffer<float> v_cpu(host, values0), s_cpu(host, state0);
+          Buffer<float> v_gpu(gpu, values0), s_gpu(gpu, state0), v_two(gpu, values0), s_two(gpu, state0);
+          const int64_t max_nnz = s.batch * s.slots * s.max_hot;
+          BackwardWorkspace ws_cpu(host, max_nnz, s.capacity, dim), ws_gpu(gpu, max_nnz, s.capacity, dim);
+          Buffer<int64_t> unique_rows(gpu, max_nnz);
+          Buffer<float> row_grads(gpu, max_nnz * dim);
+          Buffer<int32_t> num_unique(gpu, 1);
+          for (int64_t step = 1; step <= 4; ++step) {
+            HostBatch b = make_batch(s);  // a fresh batch each step: rows come and go
+            Combiner combiner = step % 2 ? Combiner::sum : Combiner::mean;
+            DeviceBatch d_cpu(host, b, combiner), d_gpu(gpu, b, combiner);
+            backward_and_update(host, d_cpu.view, ws_cpu, cfg, step, v_cpu.data(), s_cpu.data());
+            backward_and_update(gpu, d_gpu.view, ws_gpu, cfg, step, v_gpu.data(), s_gpu.data());
+            row_grads.fill_bytes(0xFF);
+            embedding_backward(gpu, d_gpu.view, ws_gpu, unique_rows.data(), row_grads.data(), num_unique.data());
+            sparse_optimizer_update(gpu, cfg, step, unique_rows.data(), row_grads.data(), num_unique.data(), max_nnz,
+                                    v_two.data(), s_two.data(), s.capacity, dim);
+            BOOST_TEST_CONTEXT("step " << step) {
+              BOOST_CHECK_EQUAL(read_count(gpu, ws_gpu.num_unique()), read_count(host, ws_cpu.num_unique()));
+              std::vector<float> vc = v_cpu.download(), sc = s_cpu.download();
+              std::vector<float> vg = v_gpu.download(), sg = s_gpu.download();
+              BOOST_CHECK_EQUAL(testing::count_mismatches(vg, vc, 1e-6, 1e-5, "values"), 0u);
+              BOOST_CHECK_EQUAL(testing::count_mismatches(sg, sc, 1e-6, 1e-5, "state"), 0u);
+              BOOST_CHECK_EQUAL(bitwise_differences(vg, vc), 0u);  // IEEE operations only: the same bits
+              BOOST_CHECK_EQUAL(bitwise_differences(sg, sc), 0u);
+              BOOST_CHECK_EQUAL(bitwise_differences(v_two.download(), vg), 0u);
+              BOOST_CHECK_EQUAL(bitwise_differences(s_two.download(), sg), 0u);
+            }
+          }
+        }
+      }
+    }
+  }
+  close_device(gpu);
+}
