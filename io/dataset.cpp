@@ -3,7 +3,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstring>
 
@@ -29,6 +31,11 @@ bool finite_bits(float x) {
   std::memcpy(&b, &x, 4);
   return (b & 0x7f800000u) != 0x7f800000u;
 }
+
+// The scans below accumulate with OR into an integer whose sign bit flags a problem: plain integer adds, ands
+// and ors the compiler vectorizes (a bool per element would not be, nor 64-bit compares on SSE2). A flag
+// only starts the exact (slow) search that names the culprit.
+inline int64_t out_of_range(int64_t x, int64_t hi) { return x | (hi - x); }  // < 0 iff x < 0 or x > hi
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -86,13 +93,18 @@ void check_offsets(const DatasetSchema& s, const std::string& path, int64_t firs
                  "%s: /sparse/offsets: sample %lld starts at key %lld, expected 0 <= offset <= nnz %lld",
                  path.c_str(), (long long)first_sample, (long long)offsets[0], (long long)total_keys);
   // One branch-free pass; the slow search for the culprit only runs when something is wrong.
-  bool bad = false;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t* o = offsets + i * S;
-    for (int64_t t = 0; t < S; ++t)
-      bad |= static_cast<uint64_t>(o[t + 1] - o[t]) > static_cast<uint64_t>(s.hotness[t]);
+  // Unsigned comparison: a negative count (offsets going back) fails it too.
+  int64_t acc = 0;
+  const int64_t h0 = s.hotness[0];
+  if (std::all_of(s.hotness.begin(), s.hotness.end(), [&](int64_t h) { return h == h0; })) {
+    for (int64_t r = 0; r < rows; ++r) acc |= out_of_range(offsets[r + 1] - offsets[r], h0);
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t* o = offsets + i * S;
+      for (int64_t t = 0; t < S; ++t) acc |= out_of_range(o[t + 1] - o[t], s.hotness[t]);
+    }
   }
-  if (bad) {
+  if (acc < 0) {
     for (int64_t r = 0; r < rows; ++r) {
       int64_t count = offsets[r + 1] - offsets[r];
       long long sample = first_sample + r / S, slot = r % S;
@@ -119,27 +131,39 @@ void check_values(const DatasetSchema& s, const std::string& path, int64_t first
       SPARTA_REQUIRE(b.labels[i] >= 0.f && b.labels[i] <= 1.f,
                      "%s: /label: sample %lld is %g, expected a value in [0, 1]", path.c_str(),
                      (long long)(first_sample + i), b.labels[i]);
-  bad = false;
   const int64_t nd = n * D;
-  for (int64_t i = 0; i < nd; ++i) bad |= !finite_bits(b.dense[i]);
-  if (bad)
+  uint32_t exp_acc = 0;  // bit 31 set iff some exponent is all ones (NaN or Inf)
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(b.dense);
+  for (int64_t i = 0; i < nd; ++i) exp_acc |= (bits[i] & 0x7f800000u) + 0x00800000u;
+  if (exp_acc & 0x80000000u)
     for (int64_t i = 0; i < nd; ++i)
       SPARTA_REQUIRE(finite_bits(b.dense[i]), "%s: /dense: sample %lld feature %lld is %g, expected a finite value",
                      path.c_str(), (long long)(first_sample + i / D), (long long)(i % D), b.dense[i]);
-  // Unsigned comparison against the bound catches negative keys too; 0 (unbounded) allows any key >= 0.
-  std::vector<uint64_t> bound(S);
-  for (int64_t t = 0; t < S; ++t)
-    bound[t] = s.cardinality[t] > 0 ? static_cast<uint64_t>(s.cardinality[t]) : (uint64_t(1) << 63);
-  const int64_t base = b.offsets[0];
-  bad = false;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t* o = b.offsets + i * S;
-    for (int64_t t = 0; t < S; ++t) {
-      const uint64_t lim = bound[t];
-      for (int64_t k = o[t] - base; k < o[t + 1] - base; ++k) bad |= static_cast<uint64_t>(b.keys[k]) >= lim;
+  // Largest key allowed per slot; 0 (unbounded) allows any key >= 0.
+  std::vector<int64_t> top(S);
+  for (int64_t t = 0; t < S; ++t) top[t] = s.cardinality[t] > 0 ? s.cardinality[t] - 1 : INT64_MAX;
+  const int64_t base = b.offsets[0], nnz = b.offsets[n * S] - base;
+  const bool unbounded = std::all_of(s.cardinality.begin(), s.cardinality.end(), [](int64_t c) { return c == 0; });
+  const bool one_hot = nnz == n * S && *std::max_element(s.hotness.begin(), s.hotness.end()) == 1;
+  int64_t acc = 0;
+  if (unbounded) {  // only the sign to check: one flat loop
+    for (int64_t k = 0; k < nnz; ++k) acc |= b.keys[k];
+  } else if (one_hot) {  // every (sample, slot) has exactly one key: key i*S+t belongs to slot t
+    const int64_t* tp = top.data();
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t* k = b.keys + i * S;
+      for (int64_t t = 0; t < S; ++t) acc |= out_of_range(k[t], tp[t]);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t* o = b.offsets + i * S;
+      for (int64_t t = 0; t < S; ++t) {
+        const int64_t hi = top[t];
+        for (int64_t k = o[t] - base; k < o[t + 1] - base; ++k) acc |= out_of_range(b.keys[k], hi);
+      }
     }
   }
-  if (bad) {
+  if (acc < 0) {
     for (int64_t r = 0; r < n * S; ++r) {
       int64_t slot = r % S;
       for (int64_t k = b.offsets[r] - base; k < b.offsets[r + 1] - base; ++k) {
