@@ -1,0 +1,193 @@
+// bench_reader: samples/s one process reads through DatasetReader (prefetch thread, checks of every batch)
+// from a file in the page cache, in the MLPerf DLRM shape (13 dense, 26 one-hot slots). Generates the file
+// first (sparta-datagen's generator, preset mlperf) unless --file names an existing one; one untimed direct
+// pass warms the page cache and computes the reference checksum every timed pass must reproduce.
+//   bench_reader [--samples 2000000] [--batch 65536] [--world 1] [--prefetch 2] [--shuffle] [--repeats 5] [--out results.jsonl]
+#include <mpi.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "check.h"
+#include "context.h"
+#include "dataset.h"
+#include "log.h"
+#include "options.h"
+#include "reader.h"
+#include "synthetic.h"
+
+namespace {
+
+std::string shell(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[256];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  pclose(p);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+// CPU seconds this process used (all threads): on a shared machine the wall clock also counts waiting for a core.
+double cpu_seconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// What a pass saw: enough to catch a lost, repeated or altered batch.
+struct Checksum {
+  int64_t samples = 0, keys = 0, key_sum = 0;
+  double label_sum = 0;
+  bool operator==(const Checksum& o) const {
+    return samples == o.samples && keys == o.keys && key_sum == o.key_sum && label_sum == o.label_sum;
+  }
+  void add(const sparta::Batch& b) {
+    samples += b.size;
+    keys += b.num_keys;
+    int64_t s = 0;
+    for (int64_t i = 0; i < b.num_keys; ++i) s += b.keys[i];
+    key_sum += s;
+    double l = 0;
+    for (int64_t i = 0; i < b.size; ++i) l += b.labels[i];
+    label_sum += l;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  sparta::MpiSession mpi(&argc, &argv);
+  sparta::ContextOptions copt;
+  copt.device = "cpu";
+  sparta::Context ctx(copt);
+  int64_t samples = 2000000, batch = 65536, max_rows = 1000000;
+  int world = 1, prefetch = 2, repeats = 5;
+  bool shuffle = false, keep = false;
+  std::string file, out, level;
+  sparta::po::options_description desc("bench_reader options");
+  desc.add_options()("help,h", "print this help")(
+      "samples", sparta::po::value<int64_t>(&samples)->default_value(samples), "samples in the generated file")(
+      "batch", sparta::po::value<int64_t>(&batch)->default_value(batch), "global batch")(
+      "world", sparta::po::value<int>(&world)->default_value(world),
+      "ranks the global batch is split over (this process reads rank 0's slice)")(
+      "prefetch", sparta::po::value<int>(&prefetch)->default_value(prefetch), "batches read ahead (0: synchronous)")(
+      "shuffle", sparta::po::bool_switch(&shuffle), "shuffle by chunk")(
+      "repeats", sparta::po::value<int>(&repeats)->default_value(repeats), "timed epochs (the median is reported)")(
+      "max-rows", sparta::po::value<int64_t>(&max_rows)->default_value(max_rows), "cap on table sizes of the generated file")(
+      "file", sparta::po::value<std::string>(&file), "read this dataset instead of generating one")(
+      "keep", sparta::po::bool_switch(&keep), "keep the generated file")(
+      "out", sparta::po::value<std::string>(&out), "append JSON lines here")(
+      "log-level", sparta::po::value<std::string>(&level)->default_value("info"), "debug | info | warn | error");
+  int failed = 0;
+  try {
+    sparta::po::variables_map vm;
+    if (!sparta::parse_options(argc, argv, desc, vm, "usage: bench_reader [options]")) return 0;
+    SPARTA_REQUIRE(repeats >= 1, "--repeats: expected >= 1, found %d", repeats);
+    bool generated = file.empty();
+    if (generated) {
+      file = "/tmp/sparta_bench_reader_" + std::to_string(getpid()) + ".h5";
+      sparta::SyntheticOptions so;
+      so.preset = "mlperf";
+      so.samples = samples;
+      so.max_rows = max_rows;
+      sparta::SyntheticConfig c = sparta::make_synthetic_config(so);
+      sparta::WriteOptions w;
+      sparta::GenerateResult g = sparta::generate_dataset(file, c, w, MPI_COMM_WORLD, sparta::ProgressBar::stderr_is_tty());
+      LOG_INFO("# generated %s: %lld samples in %.1f s (teacher AUC %.3f)", file.c_str(), (long long)samples, g.seconds,
+               g.teacher_auc);
+    }
+    if (ctx.is_root()) {
+      sparta::ReaderOptions ro;
+      ro.global_batch = batch;
+      ro.world = world;
+      ro.rank = 0;
+      ro.shuffle = shuffle;
+      ro.prefetch = 0;
+      // Untimed direct pass: warms the page cache, gives the reference checksum of each epoch's rank-0 slices.
+      sparta::DatasetReader direct(file, ro);
+      const sparta::DatasetSchema& s = direct.schema();
+      sparta::Batch b = direct.make_batch();
+      std::vector<Checksum> want(repeats);
+      for (int r = 0; r < repeats; ++r) {
+        if (r > 0 && !shuffle) {
+          want[r] = want[0];
+          continue;
+        }
+        for (int64_t i = 0; i < direct.batches_per_epoch(); ++i) {
+          direct.read_batch(r, i, b);
+          want[r].add(b);
+        }
+      }
+      ro.prefetch = prefetch;
+      sparta::DatasetReader reader(file, ro);
+      std::vector<double> secs, cpus;
+      int wrong = 0;
+      for (int r = 0; r < repeats; ++r) {
+        Checksum got;
+        auto t0 = std::chrono::steady_clock::now();
+        double c0 = cpu_seconds();
+        reader.start_epoch(r);
+        while (const sparta::Batch* x = reader.next()) got.add(*x);
+        secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        cpus.push_back(cpu_seconds() - c0);
+        wrong += !(got == want[r]);
+      }
+      std::vector<double> sorted = secs;
+      std::sort(sorted.begin(), sorted.end());
+      const double med = sorted[sorted.size() / 2];
+      std::sort(cpus.begin(), cpus.end());
+      const double cpu_med = cpus[cpus.size() / 2];
+      double load[1] = {0};
+      getloadavg(load, 1);
+      const int64_t per_epoch = want[0].samples;
+      const double bytes_per_sample =
+          4.0 + 4.0 * s.num_dense + 8.0 * s.num_slots + 8.0 * double(want[0].keys) / std::max<int64_t>(per_epoch, 1);
+      const double rate = per_epoch / med;
+      std::printf("# bench_reader: %s, %lld samples, %lld dense, %lld slots, file %.0f MB\n", file.c_str(),
+                  (long long)s.num_samples, (long long)s.num_dense, (long long)s.num_slots,
+                  s.num_samples * bytes_per_sample / 1e6);
+      std::printf("# load average %.2f on %ld cores: Msamples/s is wall clock; Msamples/cpu-s divides by the CPU time used\n",
+                  load[0], sysconf(_SC_NPROCESSORS_ONLN));
+      std::printf("# %10s %8s %5s %8s %7s | %9s %12s %8s %8s %14s %6s\n", "samples", "batch", "world", "prefetch", "shuffle",
+                  "median_s", "Msamples/s", "GB/s", "cpu_s", "Msamples/cpu-s", "#wrong");
+      std::printf("  %10lld %8lld %5d %8d %7d | %9.4f %12.2f %8.2f %8.4f %14.2f %6d\n", (long long)per_epoch, (long long)batch,
+                  world, prefetch, shuffle ? 1 : 0, med, rate / 1e6, rate * bytes_per_sample / 1e9, cpu_med,
+                  per_epoch / cpu_med / 1e6, wrong);
+      if (!out.empty()) {
+        std::string host = shell("hostname");
+        std::string rev = shell("git rev-parse --short HEAD 2>/dev/null");
+        std::string cmd;
+        for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
+        std::string times;
+        for (size_t i = 0; i < secs.size(); ++i) times += (i ? "," : "") + sparta::strprintf("%.6f", secs[i]);
+        std::ofstream o(out, std::ios::app);
+        o << sparta::strprintf(
+                 "{\"bench\":\"reader\",\"samples_per_epoch\":%lld,\"file_samples\":%lld,\"num_dense\":%lld,"
+                 "\"num_slots\":%lld,\"batch\":%lld,\"world\":%d,\"prefetch\":%d,\"shuffle\":%s,\"repeats\":%d,"
+                 "\"median_s\":%.6f,\"times_s\":[%s],\"samples_per_s\":%.1f,\"cpu_s\":%.6f,\"samples_per_cpu_s\":%.1f,\"load_average\":%.2f,\"bytes_per_sample\":%.1f,\"wrong\":%d,"
+                 "\"git\":\"%s\",\"command\":\"%s\",\"host\":\"%s\",\"devices\":\"cpu\",\"ranks\":%d,\"file\":\"%s\"}\n",
+                 (long long)per_epoch, (long long)s.num_samples, (long long)s.num_dense, (long long)s.num_slots,
+                 (long long)batch, world, prefetch, shuffle ? "true" : "false", repeats, med, times.c_str(), rate, cpu_med, per_epoch / cpu_med, load[0],
+                 bytes_per_sample, wrong, rev.c_str(), cmd.c_str(), host.c_str(), ctx.world(), file.c_str());
+      }
+      if (wrong) {
+        std::fprintf(stderr, "bench_reader: %d epoch(s) delivered other data than the direct reads\n", wrong);
+        failed = 1;
+      }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (generated && !keep && ctx.is_root()) std::remove(file.c_str());
+  } catch (const sparta::Error& e) {
+    SPARTA_FATAL("bench_reader: %s", e.what());
+  }
+  return failed;
+}

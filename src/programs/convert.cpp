@@ -1,0 +1,66 @@
+// sparta-convert: Criteo click logs (TSV) into the sparta dataset format with the MLPerf preprocessing
+// (io/criteo.h), streaming in constant memory. Runs on one process (under mpiexec, rank 0 converts).
+//   sparta-convert --out day_0.h5 --max-index 40000000 day_0.tsv
+//   zcat day_1.gz | sparta-convert --out day_1.h5 -
+#include <mpi.h>
+
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "check.h"
+#include "context.h"
+#include "criteo.h"
+#include "log.h"
+#include "options.h"
+
+int main(int argc, char** argv) {
+  sparta::MpiSession mpi(&argc, &argv);
+  sparta::ContextOptions copt;
+  copt.device = "cpu";
+  sparta::Context ctx(copt);
+  sparta::CriteoOptions co;
+  std::vector<std::string> inputs;
+  std::string out, level;
+  sparta::po::options_description desc("sparta-convert options");
+  desc.add_options()("help,h", "print this help")(
+      "input", sparta::po::value<std::vector<std::string>>(&inputs), "input TSV files, in order ('-': stdin); also positional")(
+      "out", sparta::po::value<std::string>(&out)->required(), "output HDF5 file")(
+      "max-index", sparta::po::value<int64_t>(&co.max_index)->default_value(0),
+      "keys modulo this (MLPerf: 40000000); 0: no modulo, unbounded cardinality")(
+      "skip-bad", sparta::po::bool_switch(&co.skip_bad), "skip and count malformed lines instead of stopping")(
+      "progress", sparta::po::bool_switch(&co.progress), "progress bar on stderr (default: when stderr is a TTY)")(
+      "chunk", sparta::po::value<int64_t>(&co.write.chunk_rows)->default_value(65536), "samples per HDF5 chunk")(
+      "gzip", sparta::po::value<int>(&co.write.gzip)->default_value(0), "gzip level 1..9 (0: none)")(
+      "fletcher32", sparta::po::bool_switch(&co.write.fletcher32), "a Fletcher32 checksum per chunk")(
+      "log-level", sparta::po::value<std::string>(&level)->default_value("info"), "debug | info | warn | error");
+  sparta::po::positional_options_description pos;
+  pos.add("input", -1);
+  try {
+    sparta::po::variables_map vm;
+    try {
+      sparta::po::store(sparta::po::command_line_parser(argc, argv).options(desc).positional(pos).run(), vm);
+      if (vm.count("help")) {
+        if (ctx.is_root()) std::printf("usage: sparta-convert --out FILE [options] INPUT.tsv...\n\n%s\n",
+                                       [&] { std::ostringstream s; s << desc; return s.str(); }().c_str());
+        return 0;
+      }
+      sparta::po::notify(vm);
+    } catch (const sparta::po::error& e) {
+      throw sparta::Error(std::string("options: ") + e.what());
+    }
+    sparta::set_log_level(sparta::parse_log_level(level));
+    co.progress = co.progress || sparta::ProgressBar::stderr_is_tty();
+    if (ctx.is_root()) {
+      sparta::ConvertStats s = sparta::convert_criteo(inputs, out, co);
+      LOG_INFO("sparta-convert: wrote %s: %lld samples from %lld lines (%lld malformed skipped), %.1f MB in %.1f s (%.2f M lines/s)",
+               out.c_str(), (long long)s.samples, (long long)s.lines, (long long)s.skipped, s.bytes / 1e6, s.seconds,
+               s.lines / std::max(s.seconds, 1e-9) / 1e6);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  } catch (const sparta::Error& e) {
+    SPARTA_FATAL("sparta-convert: %s", e.what());
+  }
+  return 0;
+}

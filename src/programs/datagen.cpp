@@ -1,0 +1,62 @@
+// sparta-datagen: writes a synthetic dataset (io/synthetic.h) of any size, deterministic by seed; under
+// mpiexec the ranks generate their sample ranges in parallel and rank 0 writes (the file is the same for
+// any rank count).
+//   mpiexec -n 4 sparta-datagen --out train.h5 --samples 10000000 --preset mlperf --max-rows 1000000
+#include <cstdio>
+#include <string>
+
+#include "check.h"
+#include "context.h"
+#include "dataset.h"
+#include "log.h"
+#include "options.h"
+#include "synthetic.h"
+
+int main(int argc, char** argv) {
+  sparta::MpiSession mpi(&argc, &argv);
+  sparta::ContextOptions copt;
+  copt.device = "cpu";  // generation needs no GPU
+  sparta::Context ctx(copt);
+  sparta::SyntheticOptions so;
+  sparta::WriteOptions wo;
+  std::string out, level;
+  bool progress = false;
+  unsigned long long seed = 1;
+  sparta::po::options_description desc("sparta-datagen options");
+  desc.add_options()("help,h", "print this help")(
+      "out", sparta::po::value<std::string>(&out)->required(), "output HDF5 file")(
+      "samples", sparta::po::value<int64_t>(&so.samples)->required(), "number of samples")(
+      "preset", sparta::po::value<std::string>(&so.preset)->default_value("small"),
+      "small (8 tables, demos and tests) | mlperf (MLPerf DLRM v1 Criteo 1TB: 13 dense, 26 tables)")(
+      "num-dense", sparta::po::value<int64_t>(&so.num_dense)->default_value(-1), "dense features (-1: the preset's, 13)")(
+      "slots", sparta::po::value<int64_t>(&so.slots)->default_value(-1),
+      "sparse slots (-1: the preset's; fewer takes the first tables, more repeats them)")(
+      "hotness", sparta::po::value<std::string>(&so.hotness)->default_value("1"),
+      "keys per slot: k (fixed), a-b (uniform per sample), or a comma list with one per slot")(
+      "alpha", sparta::po::value<std::string>(&so.alpha)->default_value("1.1"),
+      "power-law exponent of key frequencies (0: uniform; HugeCTR presets 0.9 1.1 1.3), or one per slot")(
+      "max-rows", sparta::po::value<int64_t>(&so.max_rows)->default_value(0), "cap on every table's cardinality (0: none)")(
+      "seed", sparta::po::value<unsigned long long>(&seed)->default_value(1), "random seed (the file is a function of it)")(
+      "chunk", sparta::po::value<int64_t>(&wo.chunk_rows)->default_value(65536), "samples per HDF5 chunk (and per rank per round)")(
+      "gzip", sparta::po::value<int>(&wo.gzip)->default_value(0), "gzip level 1..9 (0: none)")(
+      "fletcher32", sparta::po::bool_switch(&wo.fletcher32), "a Fletcher32 checksum per chunk")(
+      "progress", sparta::po::bool_switch(&progress), "progress bar on stderr (default: when stderr is a TTY)")(
+      "log-level", sparta::po::value<std::string>(&level)->default_value("info"), "debug | info | warn | error");
+  try {
+    sparta::po::variables_map vm;
+    if (!sparta::parse_options(argc, argv, desc, vm, "usage: mpiexec -n N sparta-datagen --out FILE --samples N [options]"))
+      return 0;
+    so.seed = seed;
+    sparta::SyntheticConfig cfg = sparta::make_synthetic_config(so);
+    LOG_INFO("sparta-datagen: %lld samples, %lld dense, %lld slots, seed %llu, %d rank(s) -> %s", (long long)cfg.num_samples,
+             (long long)cfg.num_dense, (long long)cfg.num_slots(), seed, ctx.world(), out.c_str());
+    sparta::GenerateResult r = sparta::generate_dataset(out, cfg, wo, MPI_COMM_WORLD,
+                                                        progress || sparta::ProgressBar::stderr_is_tty());
+    LOG_INFO("sparta-datagen: wrote %s: %lld samples, %lld keys, click rate %.4f, teacher AUC %.4f, %.1f s (%.2f M samples/s)",
+             out.c_str(), (long long)cfg.num_samples, (long long)r.num_keys, r.positive_rate, r.teacher_auc, r.seconds,
+             cfg.num_samples / std::max(r.seconds, 1e-9) / 1e6);
+  } catch (const sparta::Error& e) {
+    SPARTA_FATAL("sparta-datagen: %s", e.what());
+  }
+  return 0;
+}

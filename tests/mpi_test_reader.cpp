@@ -1,0 +1,213 @@
+// io/reader under MPI: every rank reads its slice of each global batch of a shared file; the slices of all
+// ranks, gathered, are the global batch exactly once (shuffled or not, with or without drop_last), hold the
+// file's samples, and the prefetching reader delivers what direct reads give. A bad sample is reported by
+// the rank whose slice holds it, naming file, field and sample, and the ranks still agree on a verdict.
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "check.h"
+#include "dataset.h"
+#include "h5.h"
+#include "reader.h"
+#include "synthetic.h"
+#include "testing.h"
+
+using namespace sparta;
+
+namespace {
+
+int rank_of() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_of() {
+  int w = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &w);
+  return w;
+}
+
+// Rank 0 writes a synthetic file with fresh random settings; every rank returns its path and contents.
+struct SharedFile {
+  std::string path;
+  SampleBlock all;
+  SyntheticConfig c;
+  explicit SharedFile(const std::string& name) {
+    int pid = static_cast<int>(getpid());
+    MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    path = "/tmp/sparta_mpi_test_reader_" + std::to_string(pid) + "_" + name + ".h5";
+    SyntheticOptions o;
+    o.samples = 1500 + static_cast<int64_t>(testing::seed() % 500);
+    o.slots = 4;
+    o.hotness = "1,0-3,2,1-2";
+    o.max_rows = 2000;
+    o.seed = testing::seed();
+    c = make_synthetic_config(o);
+    Teacher t(c);
+    generate_samples(c, t, 0, c.num_samples, all);
+    if (rank_of() == 0) {
+      DatasetSchema s = synthetic_schema(c);
+      WriteOptions w;
+      w.chunk_rows = 128;
+      DatasetWriter writer(path, s, w);
+      writer.append(all);
+      writer.finish();
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  ~SharedFile() {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank_of() == 0) std::remove(path.c_str());
+  }
+};
+
+bool sample_matches(const Batch& b, int64_t i, const SampleBlock& all, int64_t s) {
+  const int64_t D = all.num_dense, S = all.num_slots;
+  if (b.labels[i] != all.labels[s]) return false;
+  if (!std::equal(b.dense.data() + i * D, b.dense.data() + (i + 1) * D, all.dense.data() + s * D)) return false;
+  for (int64_t t = 0; t < S; ++t) {
+    int64_t n = b.offsets[i * S + t + 1] - b.offsets[i * S + t];
+    if (n != all.offsets[s * S + t + 1] - all.offsets[s * S + t]) return false;
+    if (!std::equal(b.keys.data() + b.offsets[i * S + t], b.keys.data() + b.offsets[i * S + t] + n,
+                    all.keys.data() + all.offsets[s * S + t]))
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(slices_cover_each_global_batch_exactly_once) {
+  SharedFile f("cover");
+  const int world = world_of(), rank = rank_of();
+  const int64_t N = f.c.num_samples;
+  for (bool shuffle : {false, true})
+    for (bool drop_last : {true, false})
+      for (int64_t G : {int64_t(4 * 64), int64_t(333)}) {
+        ReaderOptions ro;
+        ro.global_batch = G;
+        ro.rank = rank;
+        ro.world = world;
+        ro.shuffle = shuffle;
+        ro.seed = testing::seed();
+        ro.drop_last = drop_last;
+        ro.prefetch = 2;
+        DatasetReader reader(f.path, ro);
+        std::vector<int64_t> seen;  // rank 0: every sample id of the epoch, in order
+        int64_t mismatched = 0, batches = 0;
+        reader.start_epoch(1);
+        while (const Batch* b = reader.next()) {
+          std::vector<int64_t> ids;
+          int64_t i = 0;
+          for (auto seg : b->segments)
+            for (int64_t k = 0; k < seg.second; ++k, ++i) {
+              ids.push_back(seg.first + k);
+              mismatched += !sample_matches(*b, i, f.all, seg.first + k);
+            }
+          BOOST_CHECK_EQUAL(i, b->size);
+          // Gather the slices in rank order on rank 0.
+          int n = static_cast<int>(ids.size());
+          std::vector<int> counts(world), displs(world);
+          MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+          int total = 0;
+          for (int r = 0; r < world; ++r) displs[r] = total, total += counts[r];
+          std::vector<int64_t> global(rank == 0 ? total : 0);
+          MPI_Gatherv(ids.data(), n, MPI_INT64_T, global.data(), counts.data(), displs.data(), MPI_INT64_T, 0,
+                      MPI_COMM_WORLD);
+          if (rank == 0) {
+            BOOST_CHECK_EQUAL(total, reader.global_batch_size(b->index));
+            auto want = reader.epoch_segments(1, b->index * G, reader.global_batch_size(b->index));
+            std::vector<int64_t> want_ids;
+            for (auto seg : want)
+              for (int64_t k = 0; k < seg.second; ++k) want_ids.push_back(seg.first + k);
+            BOOST_CHECK(global == want_ids);
+            if (!shuffle)
+              for (int k = 0; k < total; ++k) BOOST_CHECK_EQUAL(global[k], b->index * G + k);
+            seen.insert(seen.end(), global.begin(), global.end());
+          }
+          ++batches;
+        }
+        BOOST_CHECK_EQUAL(batches, reader.batches_per_epoch());
+        BOOST_CHECK_EQUAL(mismatched, 0);
+        if (rank == 0) {
+          std::sort(seen.begin(), seen.end());
+          BOOST_CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end());
+          BOOST_CHECK_EQUAL(static_cast<int64_t>(seen.size()), drop_last ? (N / G) * G : N);
+        }
+      }
+}
+
+BOOST_AUTO_TEST_CASE(prefetch_matches_direct_reads) {
+  SharedFile f("prefetch");
+  ReaderOptions ro;
+  ro.global_batch = 200;
+  ro.rank = rank_of();
+  ro.world = world_of();
+  ro.shuffle = true;
+  ro.shuffle_block = 50;
+  ro.seed = testing::seed();
+  ro.prefetch = 3;
+  DatasetReader reader(f.path, ro);
+  ro.prefetch = 0;
+  DatasetReader direct(f.path, ro);
+  Batch want = direct.make_batch();
+  int64_t bad = 0, count = 0;
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    reader.start_epoch(epoch);
+    while (const Batch* b = reader.next()) {
+      direct.read_batch(epoch, b->index, want);
+      bad += b->size != want.size || b->num_keys != want.num_keys || b->segments != want.segments ||
+             !std::equal(b->keys.data(), b->keys.data() + b->num_keys, want.keys.data()) ||
+             !std::equal(b->dense.data(), b->dense.data() + b->size * b->num_dense, want.dense.data());
+      ++count;
+    }
+  }
+  BOOST_CHECK_EQUAL(count, 2 * reader.batches_per_epoch());
+  BOOST_CHECK_EQUAL(bad, 0);
+}
+
+BOOST_AUTO_TEST_CASE(bad_sample_is_reported_by_its_rank_and_all_agree) {
+  SharedFile f("bad");
+  const int64_t G = 100, bad_sample = 3 * G + 57;  // batch 3
+  if (rank_of() == 0) {
+    h5::File h = h5::open_file(f.path, true);
+    std::vector<float> row(f.c.num_dense, 1.f);
+    row[2] = std::nanf("");
+    h5::write_rows(h, "/dense", row.data(), bad_sample, 1);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  ReaderOptions ro;
+  ro.global_batch = G;
+  ro.rank = rank_of();
+  ro.world = world_of();
+  ro.prefetch = 2;
+  DatasetReader reader(f.path, ro);
+  const int owner = static_cast<int>(57 * world_of() / G);  // rank r holds [r*G/w, (r+1)*G/w)
+  std::string m;
+  int64_t delivered = 0;
+  reader.start_epoch(0);
+  try {
+    while (reader.next()) ++delivered;
+  } catch (const Error& e) {
+    m = e.what();
+  }
+  const bool saw = !m.empty();
+  BOOST_CHECK_EQUAL(saw, rank_of() == owner);
+  if (saw) {
+    BOOST_CHECK_MESSAGE(m.find(f.path) != std::string::npos && m.find("/dense") != std::string::npos &&
+                            m.find("sample " + std::to_string(bad_sample) + " feature 2") != std::string::npos,
+                        m);
+    BOOST_CHECK_EQUAL(delivered, 3);  // the batches before the bad one were delivered
+  }
+  // The verdict every rank agrees on: one rank saw the error.
+  int mine = saw ? 1 : 0, total = 0;
+  MPI_Allreduce(&mine, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  BOOST_CHECK_EQUAL(total, 1);
+  BOOST_CHECK(!testing::all_ranks(!saw));  // "not every rank was fine", on every rank
+}

@@ -1,0 +1,551 @@
+// io/dataset + io/reader: write/read round trips (plain, chunked, gzip, Fletcher32), reader slices and
+// shuffling, prefetch against direct reads, every kind of bad file (each crafted here), and that h5py and
+// h5dump read the files.
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+
+#include "check.h"
+#include "dataset.h"
+#include "h5.h"
+#include "reader.h"
+#include "testing.h"
+
+using namespace sparta;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return "/tmp/sparta_test_dataset_" + std::to_string(getpid()) + "_" + name + ".h5";
+}
+
+struct Removed {
+  std::string path;
+  ~Removed() { std::remove(path.c_str()); }
+};
+
+// A random schema and block of n samples obeying it.
+DatasetSchema random_schema(int64_t slots, int64_t dense) {
+  DatasetSchema s;
+  s.num_dense = dense;
+  s.num_slots = slots;
+  for (int64_t t = 0; t < slots; ++t) {
+    s.cardinality.push_back(testing::random_ints(1, 0, 3)[0] == 0 ? 0 : testing::random_ints(1, 1, 5000)[0]);
+    s.hotness.push_back(testing::random_ints(1, 1, 4)[0]);
+  }
+  s.preprocessing = "test: random values";
+  return s;
+}
+
+SampleBlock random_block(const DatasetSchema& s, int64_t n) {
+  SampleBlock b;
+  b.reset(s.num_dense, s.num_slots);
+  for (float l : testing::random_floats(n, 0, 1)) b.labels.push_back(l < 0.3f ? 1.f : 0.f);
+  b.dense = testing::random_floats(n * s.num_dense, -3, 3);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t t = 0; t < s.num_slots; ++t) {
+      int64_t count = testing::random_ints(1, 0, s.hotness[t])[0];
+      int64_t hi = s.cardinality[t] > 0 ? s.cardinality[t] - 1 : (int64_t(1) << 62);
+      for (int64_t k : testing::random_ints(count, 0, hi)) b.keys.push_back(k);
+      b.offsets.push_back(static_cast<int64_t>(b.keys.size()));
+    }
+  return b;
+}
+
+// Writes block in appends of random sizes.
+void write_file(const std::string& path, DatasetSchema s, const SampleBlock& all, const WriteOptions& w) {
+  DatasetWriter writer(path, s, w);
+  const int64_t n = all.size(), S = s.num_slots, D = s.num_dense;
+  int64_t at = 0;
+  while (at < n) {
+    int64_t m = std::min<int64_t>(n - at, testing::random_ints(1, 1, 300)[0]);
+    BlockView v;
+    v.num_samples = m;
+    v.labels = all.labels.data() + at;
+    v.dense = all.dense.data() + at * D;
+    v.offsets = all.offsets.data() + at * S;
+    v.keys = all.keys.data() + all.offsets[at * S];
+    writer.append(v);
+    at += m;
+  }
+  writer.finish();
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+void expect_error(const std::function<void()>& fn, const std::vector<std::string>& needles) {
+  std::string m = error_of(fn);
+  for (const std::string& n : needles)
+    BOOST_CHECK_MESSAGE(m.find(n) != std::string::npos, "'" << n << "' missing in: " << m);
+}
+
+// Reads every batch of an epoch of a reader and returns the concatenation, one sample at a time.
+struct Sample {
+  float label;
+  std::vector<float> dense;
+  std::vector<std::vector<int64_t>> keys;
+  bool operator==(const Sample& o) const { return label == o.label && dense == o.dense && keys == o.keys; }
+};
+
+Sample sample_of(const BlockView& v, int64_t i, int64_t D, int64_t S) {
+  Sample s;
+  s.label = v.labels[i];
+  s.dense.assign(v.dense + i * D, v.dense + (i + 1) * D);
+  for (int64_t t = 0; t < S; ++t)
+    s.keys.emplace_back(v.keys + v.offsets[i * S + t] - v.offsets[0], v.keys + v.offsets[i * S + t + 1] - v.offsets[0]);
+  return s;
+}
+
+bool same_batch(const Batch& a, const Batch& b) {
+  return a.size == b.size && a.num_keys == b.num_keys && a.segments == b.segments &&
+         std::equal(a.labels.data(), a.labels.data() + a.size, b.labels.data()) &&
+         std::equal(a.dense.data(), a.dense.data() + a.size * a.num_dense, b.dense.data()) &&
+         std::equal(a.offsets.data(), a.offsets.data() + a.size * a.num_slots + 1, b.offsets.data()) &&
+         std::equal(a.keys.data(), a.keys.data() + a.num_keys, b.keys.data());
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(round_trip_plain_chunked_gzip_fletcher32) {
+  for (int variant = 0; variant < 3; ++variant) {
+    Removed f{temp_path("rt" + std::to_string(variant))};
+    DatasetSchema s = random_schema(testing::random_ints(1, 1, 6)[0], testing::random_ints(1, 1, 5)[0]);
+    const int64_t n = testing::random_ints(1, 500, 2500)[0];
+    SampleBlock all = random_block(s, n);
+    WriteOptions w;
+    w.chunk_rows = variant == 0 ? 65536 : testing::random_ints(1, 16, 400)[0];
+    w.gzip = variant == 2 ? 4 : 0;
+    w.fletcher32 = variant >= 1;
+    write_file(f.path, s, all, w);
+
+    DatasetSchema r = read_schema(f.path);
+    BOOST_CHECK_EQUAL(r.num_samples, n);
+    BOOST_CHECK_EQUAL(r.num_dense, s.num_dense);
+    BOOST_CHECK_EQUAL(r.num_slots, s.num_slots);
+    BOOST_CHECK(r.cardinality == s.cardinality);
+    BOOST_CHECK(r.hotness == s.hotness);
+    BOOST_CHECK_EQUAL(r.preprocessing, s.preprocessing);
+    BOOST_CHECK_EQUAL(r.num_keys, static_cast<int64_t>(all.keys.size()));
+    BOOST_CHECK_LT(r.teacher_auc, 0);
+
+    h5::File h = h5::open_file(f.path);
+    BOOST_CHECK(h5::read_all<float>(h, "/label") == all.labels);
+    BOOST_CHECK(h5::read_all<float>(h, "/dense") == all.dense);
+    BOOST_CHECK(h5::read_all<int64_t>(h, "/sparse/offsets") == all.offsets);
+    BOOST_CHECK(h5::read_all<int64_t>(h, "/sparse/keys") == all.keys);
+
+    // The reader, one batch over the whole file, gives the same samples with offsets rebased to 0.
+    ReaderOptions ro;
+    ro.global_batch = n;
+    ro.drop_last = false;
+    ro.prefetch = 0;
+    DatasetReader reader(f.path, ro);
+    Batch b = reader.make_batch();
+    reader.read_batch(0, 0, b);
+    BOOST_CHECK_EQUAL(b.size, n);
+    BOOST_CHECK(std::equal(all.labels.begin(), all.labels.end(), b.labels.data()));
+    BOOST_CHECK(std::equal(all.dense.begin(), all.dense.end(), b.dense.data()));
+    BOOST_CHECK(std::equal(all.offsets.begin(), all.offsets.end(), b.offsets.data()));
+    BOOST_CHECK(std::equal(all.keys.begin(), all.keys.end(), b.keys.data()));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(reader_slices_cover_every_global_batch_once) {
+  Removed f{temp_path("slices")};
+  DatasetSchema s = random_schema(3, 2);
+  const int64_t n = testing::random_ints(1, 700, 1300)[0];
+  SampleBlock all = random_block(s, n);
+  WriteOptions w;
+  w.chunk_rows = 50;
+  write_file(f.path, s, all, w);
+  BlockView whole = view_of(all);
+  for (bool shuffle : {false, true})
+    for (int world : {1, 2, 3, 4})
+      for (int64_t G : {int64_t(7), int64_t(64), int64_t(301)})
+        for (bool drop_last : {true, false}) {
+          std::vector<std::unique_ptr<DatasetReader>> readers;
+          for (int r = 0; r < world; ++r) {
+            ReaderOptions ro;
+            ro.global_batch = G;
+            ro.rank = r;
+            ro.world = world;
+            ro.shuffle = shuffle;
+            ro.shuffle_block = shuffle ? 37 : 0;
+            ro.seed = 99;
+            ro.drop_last = drop_last;
+            ro.prefetch = 0;
+            readers.push_back(std::make_unique<DatasetReader>(f.path, ro));
+          }
+          const int64_t nb = readers[0]->batches_per_epoch();
+          BOOST_CHECK_EQUAL(nb, drop_last ? n / G : (n + G - 1) / G);
+          std::vector<std::vector<int64_t>> orders;
+          for (int64_t epoch : {0, 1}) {
+            std::vector<int64_t> seen;
+            for (int64_t b = 0; b < nb; ++b) {
+              std::vector<int64_t> ids;
+              for (int r = 0; r < world; ++r) {
+                Batch batch = readers[r]->make_batch();
+                readers[r]->read_batch(epoch, b, batch);
+                BOOST_CHECK_EQUAL(batch.size, readers[r]->local_batch_size(b));
+                BOOST_CHECK_EQUAL(batch.offsets[0], 0);
+                int64_t i = 0;
+                for (auto seg : batch.segments)
+                  for (int64_t k = 0; k < seg.second; ++k, ++i) {
+                    ids.push_back(seg.first + k);
+                    if (!(sample_of(batch.view(), i, s.num_dense, s.num_slots) ==
+                          sample_of(whole, seg.first + k, s.num_dense, s.num_slots)))
+                      BOOST_ERROR("batch " << b << " rank " << r << " sample " << i << " differs from file sample "
+                                           << seg.first + k);
+                }
+                BOOST_CHECK_EQUAL(i, batch.size);
+              }
+              BOOST_CHECK_EQUAL(static_cast<int64_t>(ids.size()), readers[0]->global_batch_size(b));
+              // The ranks' slices in rank order are the global batch: the epoch's order at [b*G, b*G+g).
+              auto want = readers[0]->epoch_segments(epoch, b * G, readers[0]->global_batch_size(b));
+              std::vector<int64_t> want_ids;
+              for (auto seg : want)
+                for (int64_t k = 0; k < seg.second; ++k) want_ids.push_back(seg.first + k);
+              BOOST_CHECK(ids == want_ids);
+              if (!shuffle)
+                for (size_t k = 0; k < ids.size(); ++k) BOOST_CHECK_EQUAL(ids[k], b * G + int64_t(k));
+              seen.insert(seen.end(), ids.begin(), ids.end());
+            }
+            std::vector<int64_t> sorted = seen;
+            std::sort(sorted.begin(), sorted.end());
+            BOOST_CHECK_MESSAGE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
+                                "a sample was delivered twice in an epoch");
+            BOOST_CHECK_EQUAL(static_cast<int64_t>(seen.size()), drop_last ? nb * G : n);
+            orders.push_back(seen);
+          }
+          if (shuffle && n / G > 3) BOOST_CHECK_MESSAGE(orders[0] != orders[1], "epochs 0 and 1 in the same order");
+          if (!shuffle) BOOST_CHECK(orders[0] == orders[1]);
+        }
+}
+
+BOOST_AUTO_TEST_CASE(prefetch_gives_the_batches_of_direct_reads) {
+  Removed f{temp_path("prefetch")};
+  DatasetSchema s = random_schema(4, 3);
+  const int64_t n = testing::random_ints(1, 900, 1500)[0];
+  SampleBlock all = random_block(s, n);
+  WriteOptions w;
+  w.chunk_rows = 64;
+  w.fletcher32 = true;
+  write_file(f.path, s, all, w);
+  for (int prefetch : {0, 1, 3}) {
+    ReaderOptions ro;
+    ro.global_batch = 90;
+    ro.rank = 1;
+    ro.world = 3;
+    ro.shuffle = true;
+    ro.seed = testing::seed();
+    ro.drop_last = false;
+    ro.prefetch = prefetch;
+    DatasetReader reader(f.path, ro);
+    DatasetReader direct(f.path, ro);
+    Batch want = direct.make_batch();
+    for (int64_t epoch : {3, 4}) {
+      int64_t first = epoch == 4 ? 2 : 0;  // a resumed epoch starts mid-way
+      reader.start_epoch(epoch, first);
+      int64_t b = first;
+      while (const Batch* got = reader.next()) {
+        direct.read_batch(epoch, b, want);
+        BOOST_CHECK_MESSAGE(got->epoch == epoch && got->index == b && same_batch(*got, want),
+                            "prefetch " << prefetch << " epoch " << epoch << " batch " << b << " differs");
+        ++b;
+      }
+      BOOST_CHECK_EQUAL(b, reader.batches_per_epoch());
+      BOOST_CHECK(reader.next() == nullptr);
+    }
+    // Restarting mid-epoch while batches are queued is fine.
+    reader.start_epoch(7);
+    BOOST_CHECK(reader.next() != nullptr);
+    reader.start_epoch(8);
+    const Batch* b0 = reader.next();
+    direct.read_batch(8, 0, want);
+    BOOST_CHECK(b0 && same_batch(*b0, want));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(eval_file_must_match_the_training_file) {
+  DatasetSchema a = random_schema(3, 2), b = a;
+  check_compatible(a, "train.h5", b, "eval.h5");
+  b.cardinality[1] += 1;
+  expect_error([&] { check_compatible(a, "train.h5", b, "eval.h5"); }, {"eval.h5", "train.h5", "cardinality"});
+  b = a;
+  b.num_dense += 1;
+  expect_error([&] { check_compatible(a, "train.h5", b, "eval.h5"); }, {"num_dense"});
+}
+
+// ---- bad input: each file is crafted from a good one
+
+namespace {
+
+struct BadFile {
+  Removed f;
+  DatasetSchema s;
+  SampleBlock all;
+  explicit BadFile(const std::string& name) : f{temp_path(name)} {
+    s.num_dense = 3;
+    s.num_slots = 2;
+    s.cardinality = {100, 0};
+    s.hotness = {1, 3};
+    s.preprocessing = "crafted";
+    all.reset(3, 2);
+    for (int64_t i = 0; i < 40; ++i) {
+      all.labels.push_back(i % 3 == 0 ? 1.f : 0.f);
+      for (int j = 0; j < 3; ++j) all.dense.push_back(0.5f * j + i);
+      all.keys.push_back(i * 2);
+      all.offsets.push_back(all.keys.size());
+      for (int k = 0; k < i % 4; ++k) all.keys.push_back(1000 + i * 10 + k);
+      all.offsets.push_back(all.keys.size());
+    }
+    WriteOptions w;
+    w.chunk_rows = 16;
+    write_file(f.path, s, all, w);
+  }
+  h5::File open() { return h5::open_file(f.path, true); }
+  // Reads every batch of every rank of 2 (the checks run per batch).
+  void read_all_batches() {
+    for (int r = 0; r < 2; ++r) {
+      ReaderOptions ro;
+      ro.global_batch = 10;
+      ro.rank = r;
+      ro.world = 2;
+      ro.prefetch = 1;
+      DatasetReader reader(f.path, ro);
+      reader.start_epoch(0);
+      while (reader.next()) {
+      }
+    }
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(good_crafted_file_reads) {
+  BadFile b("good");
+  b.read_all_batches();
+  BOOST_CHECK_EQUAL(read_schema(b.f.path).num_samples, 40);
+}
+
+BOOST_AUTO_TEST_CASE(truncated_file_is_rejected) {
+  BadFile b("trunc");
+  std::ifstream in(b.f.path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (size_t keep : {bytes.size() / 2, bytes.size() - 100, size_t(300)}) {
+    std::ofstream(b.f.path, std::ios::binary | std::ios::trunc).write(bytes.data(), keep);
+    expect_error([&] { b.read_all_batches(); }, {b.f.path});
+    expect_error([&] { read_schema(b.f.path); }, {b.f.path, "truncated"});
+  }
+  std::ofstream(b.f.path, std::ios::binary | std::ios::trunc).write(bytes.data(), 0);
+  expect_error([&] { read_schema(b.f.path); }, {b.f.path, "not an HDF5 file"});
+}
+
+BOOST_AUTO_TEST_CASE(missing_dataset_or_attribute_is_rejected) {
+  {
+    BadFile b("nodense");
+    H5Ldelete(b.open().id(), "/dense", H5P_DEFAULT);
+    expect_error([&] { b.read_all_batches(); }, {b.f.path, "missing dataset '/dense'"});
+  }
+  {
+    BadFile b("nokeys");
+    H5Ldelete(b.open().id(), "/sparse/keys", H5P_DEFAULT);
+    expect_error([&] { read_schema(b.f.path); }, {b.f.path, "missing dataset '/sparse/keys'"});
+  }
+  for (const char* attr : {"hotness", "cardinality", "num_samples", "format", "version"}) {
+    BadFile b(std::string("noattr_") + attr);
+    H5Adelete(b.open().id(), attr);
+    expect_error([&] { read_schema(b.f.path); }, {b.f.path, std::string("missing attribute '") + attr + "'"});
+  }
+}
+
+BOOST_AUTO_TEST_CASE(wrong_shapes_or_types_are_rejected) {
+  {
+    BadFile b("shape_dense");
+    h5::write_attr(b.open(), "/", "num_dense", int64_t(4));
+    expect_error([&] { read_schema(b.f.path); }, {b.f.path, "'/dense'", "expected shape [40, 4], found [40, 3]"});
+  }
+  {
+    BadFile b("shape_samples");
+    h5::write_attr(b.open(), "/", "num_samples", int64_t(41));
+    expect_error([&] { read_schema(b.f.path); }, {b.f.path, "'/label'", "expected shape [41], found [40]"});
+  }
+  {
+    BadFile b("card_len");
+    h5::write_attr(b.open(), "/", "cardinality", std::vector<int64_t>{100, 0, 5});
+    expect_error([&] { read_schema(b.f.path); }, {b.f.path, "cardinality", "expected 2 values", "found 3"});
+  }
+  {
+    BadFile b("type_label");
+    {
+      h5::File h = b.open();
+      H5Ldelete(h.id(), "/label", H5P_DEFAULT);
+      std::vector<int64_t> l(40, 1);
+      h5::write_dataset(h, "/label", l.data(), {40});
+    }
+    expect_error([&] { read_schema(b.f.path); }, {b.f.path, "'/label'", "expected float32, found int64"});
+  }
+  {
+    BadFile b("type_keys");
+    {
+      h5::File h = b.open();
+      H5Ldelete(h.id(), "/sparse/keys", H5P_DEFAULT);
+      std::vector<float> k(b.all.keys.size(), 1.f);
+      h5::write_dataset(h, "/sparse/keys", k.data(), {k.size()});
+    }
+    expect_error([&] { read_schema(b.f.path); }, {b.f.path, "'/sparse/keys'", "expected int64, found float32"});
+  }
+  {
+    BadFile b("last_offset");
+    int64_t wrong = static_cast<int64_t>(b.all.keys.size()) - 1;
+    h5::write_rows(b.open(), "/sparse/offsets", &wrong, 80, 1);
+    expect_error([&] { read_schema(b.f.path); }, {b.f.path, "/sparse/offsets", "expected nnz"});
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_offsets_are_rejected) {
+  {
+    BadFile b("monotone");
+    int64_t v = 1;  // sample 12, slot 1 ends before it starts
+    h5::write_rows(b.open(), "/sparse/offsets", &v, 12 * 2 + 2, 1);
+    expect_error([&] { b.read_all_batches(); }, {b.f.path, "/sparse/offsets", "not monotone", "sample 12 slot 1"});
+  }
+  {
+    BadFile b("hotness");
+    h5::write_attr(b.open(), "/", "hotness", std::vector<int64_t>{1, 2});
+    expect_error([&] { b.read_all_batches(); },
+                 {b.f.path, "/sparse/offsets", "sample 3 slot 1 has 3 keys", "expected at most hotness[1] = 2"});
+  }
+  {
+    // Large hotness, then offsets of samples 15..19 pointing past nnz while staying monotone.
+    BadFile b("beyond");
+    const int64_t nnz = static_cast<int64_t>(b.all.keys.size());
+    {
+      h5::File h = b.open();
+      h5::write_attr(h, "/", "hotness", std::vector<int64_t>{1000, 1000});
+      std::vector<int64_t> far(10, nnz + 5);
+      h5::write_rows(h, "/sparse/offsets", far.data(), 30, 10);
+    }
+    expect_error([&] { b.read_all_batches(); }, {b.f.path, "/sparse/offsets", "beyond the nnz"});
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_values_are_rejected) {
+  {
+    BadFile b("card");
+    int64_t key = 100;  // slot 0 has cardinality 100
+    h5::write_rows(b.open(), "/sparse/keys", &key, b.all.offsets[7 * 2], 1);
+    expect_error([&] { b.read_all_batches(); },
+                 {b.f.path, "/sparse/keys", "sample 7 slot 0 has key 100", "expected key < cardinality[0] = 100"});
+  }
+  {
+    BadFile b("negkey");
+    int64_t key = -3;
+    h5::write_rows(b.open(), "/sparse/keys", &key, b.all.offsets[9 * 2 + 1], 1);
+    expect_error([&] { b.read_all_batches(); }, {b.f.path, "sample 9 slot 1 has key -3", "expected keys >= 0"});
+  }
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    BadFile b("nan");
+    float row[3] = {1.f, bad, 2.f};
+    h5::write_rows(b.open(), "/dense", row, 33, 1);
+    expect_error([&] { b.read_all_batches(); }, {b.f.path, "/dense", "sample 33 feature 1", "expected a finite value"});
+  }
+  {
+    BadFile b("label");
+    float l = 2.f;
+    h5::write_rows(b.open(), "/label", &l, 5, 1);
+    expect_error([&] { b.read_all_batches(); }, {b.f.path, "/label", "sample 5 is 2", "expected a value in [0, 1]"});
+  }
+}
+
+BOOST_AUTO_TEST_CASE(unknown_format_version_or_incomplete_file_is_rejected) {
+  {
+    BadFile b("version");
+    h5::write_attr(b.open(), "/", "version", int64_t(2));
+    expect_error([&] { read_schema(b.f.path); }, {b.f.path, "'version'", "unknown format version 2, expected 1"});
+  }
+  {
+    BadFile b("format");
+    h5::write_attr(b.open(), "/", "format", std::string("hugectr-raw"));
+    expect_error([&] { read_schema(b.f.path); }, {b.f.path, "'format'", "expected \"sparta-dataset\"", "\"hugectr-raw\""});
+  }
+  {
+    BadFile b("vtype");
+    h5::write_attr(b.open(), "/", "version", std::string("1"));
+    expect_error([&] { read_schema(b.f.path); }, {b.f.path, "'version'", "expected an integer"});
+  }
+  {
+    // A writer that never finished leaves num_samples = -1.
+    Removed f{temp_path("incomplete")};
+    {
+      BadFile b("incomplete_src");
+      DatasetWriter w(f.path, b.s);
+      w.append(b.all);
+    }
+    expect_error([&] { read_schema(f.path); }, {f.path, "num_samples", "incomplete"});
+  }
+}
+
+BOOST_AUTO_TEST_CASE(writer_rejects_bad_samples) {
+  BadFile b("writer_src");
+  Removed f{temp_path("writer")};
+  DatasetWriter w(f.path, b.s);
+  SampleBlock bad = b.all;
+  bad.keys[bad.offsets[11 * 2]] = 500;
+  expect_error([&] { w.append(bad); }, {f.path, "sample 11 slot 0 has key 500"});
+  bad = b.all;
+  bad.dense[4] = std::nanf("");
+  expect_error([&] { w.append(bad); }, {f.path, "/dense", "sample 1 feature 1"});
+  DatasetSchema s = b.s;
+  s.hotness[0] = 0;
+  expect_error([&] { DatasetWriter(f.path, s); }, {f.path, "hotness[0]", "expected >= 1"});
+  w.append(b.all);
+  w.finish();
+  BOOST_CHECK_EQUAL(read_schema(f.path).num_samples, 40);
+}
+
+BOOST_AUTO_TEST_CASE(h5py_and_h5dump_read_the_files) {
+  BadFile b("h5py");
+  double label_sum = 0, dense_sum = 0;
+  long long key_sum = 0;
+  for (float x : b.all.labels) label_sum += x;
+  for (float x : b.all.dense) dense_sum += x;
+  for (int64_t k : b.all.keys) key_sum += k;
+  if (std::system("/usr/bin/python3 -c 'import h5py' >/dev/null 2>&1") != 0) {
+    BOOST_TEST_MESSAGE("h5py not installed: the h5py check did not run");
+  } else {
+    std::string cmd = "/usr/bin/python3 -c \"import h5py; f = h5py.File('" + b.f.path +
+                      "', 'r'); a = f.attrs; print(a['format'].decode() if isinstance(a['format'], bytes) else "
+                      "a['format'], int(a['num_samples']), float(f['label'][:].sum()), float(f['dense'][:].sum()), "
+                      "int(f['sparse/keys'][:].sum()), int(f['sparse/offsets'][-1]), [int(x) for x in a['hotness']])\"";
+    FILE* p = popen(cmd.c_str(), "r");
+    BOOST_REQUIRE(p);
+    std::array<char, 512> buf{};
+    std::string out;
+    while (fgets(buf.data(), buf.size(), p)) out += buf.data();
+    BOOST_CHECK_EQUAL(pclose(p), 0);
+    std::string want = strprintf("sparta-dataset 40 %.1f %.1f %lld %zu [1, 3]\n", label_sum, dense_sum, key_sum,
+                                 b.all.keys.size());
+    BOOST_CHECK_EQUAL(out, want);
+  }
+  if (std::system("command -v h5dump >/dev/null 2>&1") == 0)
+    BOOST_CHECK_EQUAL(std::system(("h5dump -H " + b.f.path + " >/dev/null").c_str()), 0);
+}
