@@ -68,6 +68,14 @@ bool query_cuda_aware() {
 
 std::string mib(size_t bytes) { return strprintf("%.3g MiB", bytes / 1048576.0); }
 
+// "the cross group (world ranks 1,3)": names the ranks a collective waits for.
+std::string members(const Group& g) {
+  std::string list;
+  for (size_t i = 0; i < g.world_of.size() && i < 16; ++i) list += (i ? "," : "") + std::to_string(g.world_of[i]);
+  if (g.world_of.size() > 16) list += ",...";
+  return strprintf("the %s group (world ranks %s)", g.name, list.c_str());
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------------
@@ -256,7 +264,7 @@ void Communicator::Impl::begin_op(const char* name, size_t send_bytes, size_t re
 void Communicator::Impl::end_op() {
   // cpu: the node group's MPI requests; cuda: pending work is on the communication stream, covered by done_ev.
   if (!cuda)
-    for (Ready& r : pending) wait_ready(r, "the node group's part of " + op_name);
+    for (Ready& r : pending) wait_ready(r, "the MPI calls of " + op_name + " in " + members(node_group));
   pending.clear();
 #if SPARTA_CUDA
   if (cuda) CUDA_CHECK(cudaEventRecord(done_ev, comm_stream));
@@ -311,7 +319,7 @@ bool Communicator::Impl::ready_done(Ready& r) {
     if (reqs->empty()) continue;
     int flag = 0;
     check_mpi(MPI_Testall(static_cast<int>(reqs->size()), reqs->data(), &flag, MPI_STATUSES_IGNORE),
-              "MPI requests of the " + op_name + " node phase");
+              "MPI requests of the node group's part of " + op_name);
     if (!flag) return false;
   }
   return true;
@@ -558,7 +566,7 @@ void Communicator::Impl::add_all_reduce(std::vector<Step>& steps, const Group& g
     char* rp = recv + a * es;
     Step s;
     s.ready = ready;
-    s.what = strprintf("MPI all-reduce of %zu bytes over the %s group (%d ranks)", c * es, g.name, g.size);
+    s.what = strprintf("MPI all-reduce of %zu bytes over %s", c * es, members(g).c_str());
     if (stg) {
       s.stage_bytes = c * es;
       s.copy_in = [this, sp, c, es](char* st) { copy(st, sp, c * es, copy_stream); };
@@ -584,7 +592,7 @@ void Communicator::Impl::add_reduce_scatter(std::vector<Step>& steps, const Grou
     int n = static_cast<int>(rc);
     Step s;
     s.ready = ready;
-    s.what = strprintf("MPI reduce-scatter of %zu bytes per rank over the %s group (%zu ranks)", rc * es, g.name, W);
+    s.what = strprintf("MPI reduce-scatter of %zu bytes per rank over %s", rc * es, members(g).c_str());
     s.start = [=](char*, MPI_Request* r) { return MPI_Ireduce_scatter_block(send, recv, n, dt, op, comm, r); };
     steps.push_back(std::move(s));
     return;
@@ -599,7 +607,7 @@ void Communicator::Impl::add_reduce_scatter(std::vector<Step>& steps, const Grou
     char* rp = recv + a * es;
     Step s;
     s.ready = ready;
-    s.what = strprintf("MPI reduce-scatter of %zu bytes per rank over the %s group (%zu ranks)", c * es, g.name, W);
+    s.what = strprintf("MPI reduce-scatter of %zu bytes per rank over %s", c * es, members(g).c_str());
     s.stage_bytes = (W + 1) * c * es;
     s.copy_in = [=](char* st) { copy_2d(st, c * es, sp, rc * es, c * es, W, copy_stream); };
     s.start = [=](char* st, MPI_Request* r) {
@@ -625,7 +633,7 @@ void Communicator::Impl::add_all_gather_v(std::vector<Step>& steps, const Group&
     const void* in = send == own ? MPI_IN_PLACE : static_cast<const void*>(send);
     int mine = (*cnt)[me];
     Step s;
-    s.what = strprintf("MPI all-gather of %zu bytes over the %s group (%d ranks)", total * es, g.name, W);
+    s.what = strprintf("MPI all-gather of %zu bytes over %s", total * es, members(g).c_str());
     s.start = [=](char*, MPI_Request* r) {
       return MPI_Iallgatherv(in, mine, MPI_BYTE, recv, cnt->data(), displ->data(), MPI_BYTE, comm, r);
     };
@@ -646,7 +654,7 @@ void Communicator::Impl::add_all_gather_v(std::vector<Step>& steps, const Group&
       (*displ)[r] = static_cast<int>(r * c * es);
     }
     Step s;
-    s.what = strprintf("MPI all-gather of %zu bytes per rank over the %s group (%d ranks)", c * es, g.name, W);
+    s.what = strprintf("MPI all-gather of %zu bytes per rank over %s", c * es, members(g).c_str());
     s.stage_bytes = W * c * es;
     const char* sp = send + a * es;
     s.copy_in = [=](char* st) { copy(st + me * c * es, sp, (*piece)[me] * es, copy_stream); };
@@ -670,7 +678,7 @@ void Communicator::Impl::add_broadcast(std::vector<Step>& steps, const Group& g,
     int n = static_cast<int>(len);
     char* p = buf + off;
     Step s;
-    s.what = strprintf("MPI broadcast of %zu bytes from rank %d (%s rank %d)", len, g.world_of[root], g.name, root);
+    s.what = strprintf("MPI broadcast of %zu bytes from rank %d over %s", len, g.world_of[root], members(g).c_str());
     if (stg) {
       s.stage_bytes = len;
       if (is_root) s.copy_in = [this, p, len](char* st) { copy(st, p, len, copy_stream); };
@@ -1081,7 +1089,8 @@ void Communicator::synchronize() {
   std::string last = m.op_name;
   m.op_name = "synchronize (after " + last + ")";
   m.touch();
-  m.wait_event(m.done_ev, "the operations queued on the communication stream");
+  const Group& g = m.opt.mode == CommMode::nccl ? m.world : m.node_group;
+  m.wait_event(m.done_ev, "the operations queued on the communication stream (NCCL in " + members(g) + ")");
   m.op_name = last;
 #endif
 }
