@@ -124,8 +124,9 @@ struct Communicator::Impl {
 
   MPI_Datatype mpi_type(DataType t) const;
   MPI_Op mpi_sum(DataType t) const;
-  // Whether MPI must go through host staging for device buffers (a sum of bf16/fp16 always does on cuda).
-  bool staged(bool reduces, DataType t) const;
+  // Whether MPI goes through pinned host staging: device buffers of a non-CUDA-aware library, and every MPI
+  // collective (as opposed to point-to-point) on device buffers; host buffers only with staging=always.
+  bool staged(bool collective) const;
 
   // ---- the MPI pipeline
   void run_steps(std::vector<Step>& steps);

@@ -231,12 +231,13 @@ MPI_Op Communicator::Impl::mpi_sum(DataType t) const {
   return MPI_SUM;
 }
 
-bool Communicator::Impl::staged(bool reduces, DataType t) const {
+bool Communicator::Impl::staged(bool collective) const {
   if (stage_always) return true;
   if (!cuda) return false;
-  if (!cuda_aware) return true;
-  // A user-defined MPI operation runs on the host: it cannot read device memory.
-  return reduces && (t == DataType::bf16 || t == DataType::f16);
+  // Device pointers go to MPI only for point-to-point transfers of a CUDA-aware library: non-blocking
+  // collectives reduce and copy on the host in some libraries (Open MPI's libnbc), and user-defined
+  // operations (bf16, fp16 sums) always run on the host.
+  return collective || !cuda_aware;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -826,10 +827,10 @@ void Communicator::Impl::flat_all_to_all_v(const Group& g, bool use_nccl, const 
   std::vector<size_t> sd = prefix_sums(scount), rd = prefix_sums(rcount);
   if (scount[me] != rcount[me])
     fail(strprintf("this rank sends %zu elements to itself but expects %zu from itself", scount[me], rcount[me]));
-  copy(recv + rd[me] * es, send + sd[me] * es, scount[me] * es, comm_stream);
   if (use_nccl) {
+    // This rank's own block goes in the group too: NCCL copies it while the peers' blocks travel.
     std::vector<P2p> sends, recvs;
-    for (int k = 1; k < W; ++k) {
+    for (int k = 0; k < W; ++k) {
       int to = (me + k) % W, from = (me - k + W) % W;
       sends.push_back({const_cast<char*>(send) + sd[to] * es, scount[to] * es, to});
       recvs.push_back({recv + rd[from] * es, rcount[from] * es, from});
@@ -837,7 +838,8 @@ void Communicator::Impl::flat_all_to_all_v(const Group& g, bool use_nccl, const 
     group_p2p(g, sends, recvs, 0);
     return;
   }
-  const bool stg = staged(false, t);
+  copy(recv + rd[me] * es, send + sd[me] * es, scount[me] * es, comm_stream);
+  const bool stg = staged(false);
   std::vector<Step> steps;
   for (int k = 1; k < W; ++k) {
     int from = (me - k + W) % W;
@@ -857,7 +859,7 @@ void Communicator::Impl::flat_all_reduce(const Group& g, bool use_nccl, const ch
     return;
   }
   std::vector<Step> steps;
-  add_all_reduce(steps, g, send, recv, count, t, Ready(), staged(true, t));
+  add_all_reduce(steps, g, send, recv, count, t, Ready(), staged(true));
   run_steps(steps);
 }
 
@@ -868,7 +870,7 @@ void Communicator::Impl::flat_reduce_scatter(const Group& g, bool use_nccl, cons
     return;
   }
   std::vector<Step> steps;
-  add_reduce_scatter(steps, g, send, recv, rc, t, Ready(), staged(true, t));
+  add_reduce_scatter(steps, g, send, recv, rc, t, Ready(), staged(true));
   run_steps(steps);
 }
 
@@ -894,7 +896,7 @@ void Communicator::Impl::flat_all_gather_v(const Group& g, bool use_nccl, const 
     return;
   }
   std::vector<Step> steps;
-  add_all_gather_v(steps, g, send, recv, counts, t, staged(false, t));
+  add_all_gather_v(steps, g, send, recv, counts, t, staged(true));
   run_steps(steps);
 }
 
@@ -903,7 +905,7 @@ void Communicator::Impl::flat_broadcast(const Group& g, bool use_nccl, char* buf
     group_broadcast(g, buf, bytes, root);
     return;
   }
-  const bool stg = staged(false, DataType::u8);
+  const bool stg = staged(true);
   std::vector<Step> steps;
   add_broadcast(steps, g, buf, bytes, root, stg ? opt.chunk_bytes : kDirectChunk, stg);
   run_steps(steps);

@@ -6,11 +6,13 @@
 //
 // Modes (CommOptions::mode, chosen at run time):
 //   nccl  flat NCCL over all ranks (cuda backend only).
-//   mpi   flat MPI over all ranks. Device buffers go to MPI directly when the library says at run time that it
-//         is CUDA-aware (MPIX_Query_cuda_support), else through pinned host memory in chunks of chunk_bytes,
-//         the device→host copy of chunk k+1 running while chunk k is on the wire (and host→device copies of
-//         what arrived running while later chunks travel). Sums of bf16/fp16 always go through host memory:
-//         MPI runs user-defined operations on the host.
+//   mpi   flat MPI over all ranks. Point-to-point transfers (all-to-all) of device buffers go to MPI directly
+//         when the library says at run time that it is CUDA-aware (MPIX_Query_cuda_support); otherwise, and
+//         for MPI collectives on device buffers (all-reduce, reduce-scatter, all-gather, broadcast: some
+//         libraries' non-blocking collectives reduce and copy on the host, and the bf16/fp16 sums are
+//         user-defined MPI operations that run on the host), through pinned host memory in chunks of
+//         chunk_bytes: the device→host copy of chunk k+1 runs while chunk k is on the wire, and host→device
+//         copies of what arrived run while later chunks travel.
 //   hier  NCCL (cuda) or MPI on the node communicator (cpu) inside each node, MPI between nodes, the two
 //         running at once where the algorithm allows. Nodes must all have the same number of ranks (else a
 //         sparta::Error at construction). One node: flat inside it; one rank per node: flat MPI across nodes.

@@ -60,7 +60,7 @@ void Communicator::Impl::hier_all_to_all_v(const char* send, const std::vector<s
   }
 
   // 2. Across nodes: one message stream per source local rank l (tag l), straight into place.
-  const bool stg = staged(false, t);
+  const bool stg = staged(false);
   std::vector<Step> steps;
   for (int k = 1; k < N; ++k) {
     const int m = (n - k + N) % N;
@@ -113,7 +113,7 @@ void Communicator::Impl::hier_all_reduce(const char* send, char* recv, size_t co
     pending.push_back(tail_done);
   }
 
-  const bool stg = staged(true, t);
+  const bool stg = staged(true);
   std::vector<Step> steps;
   for (const Chunk& ch : chunks) {
     char* piece = recv + (ch.base + j * ch.cs) * es;
@@ -155,7 +155,7 @@ void Communicator::Impl::hier_reduce_scatter(const char* send, char* recv, size_
     all.reqs.insert(all.reqs.end(), r.reqs.begin(), r.reqs.end());
   }
   std::vector<Step> steps;
-  add_reduce_scatter(steps, cross, part, recv, rc, t, all, staged(true, t));
+  add_reduce_scatter(steps, cross, part, recv, rc, t, all, staged(true));
   run_steps(steps);
 }
 
@@ -182,7 +182,7 @@ void Communicator::Impl::hier_all_gather_v(const char* send, char* recv, const s
   };
   share(n);
 
-  const bool stg = staged(false, t);
+  const bool stg = staged(false);
   std::vector<Step> steps;
   for (int k = 1; k < N; ++k) {
     const int m = (n + k) % N;
@@ -209,7 +209,7 @@ void Communicator::Impl::hier_broadcast(char* buf, size_t bytes, int root) {
     return;
   }
   std::vector<Step> steps;
-  add_broadcast(steps, cross, buf, bytes, nr, chunk, staged(false, DataType::u8));
+  add_broadcast(steps, cross, buf, bytes, nr, chunk, staged(true));
   for (size_t i = 0; i < steps.size(); ++i) {
     const size_t off = i * chunk, len = std::min(chunk, bytes - off);
     steps[i].after = [this, buf, off, len, jr] {

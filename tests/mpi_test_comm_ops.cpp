@@ -504,6 +504,61 @@ BOOST_AUTO_TEST_CASE(exchange_counts_and_barrier_cpu) {
   BOOST_CHECK(testing::all_ranks(bad == 0));
 }
 
+namespace {
+
+// Nodes that interleave the world order (rank r on node r % N), as a round-robin placement over hosts
+// gives: blocks of one node are not contiguous, so the hierarchical algorithms place and pack by rank.
+// Built by hand, since ranks_per_node always cuts contiguous slices.
+Topology interleaved_topology(int num_nodes) {
+  Topology t;
+  MPI_Comm_dup(MPI_COMM_WORLD, &t.world);
+  MPI_Comm_rank(t.world, &t.rank);
+  MPI_Comm_size(t.world, &t.size);
+  t.hostname = "interleaved";
+  MPI_Comm_dup(t.world, &t.host_comm);
+  t.host_rank = t.rank, t.host_size = t.size;
+  t.node = t.rank % num_nodes, t.num_nodes = num_nodes;
+  MPI_Comm_split(t.world, t.node, t.rank, &t.node_comm);
+  MPI_Comm_rank(t.node_comm, &t.local_rank);
+  MPI_Comm_size(t.node_comm, &t.local_size);
+  t.uniform = t.size % num_nodes == 0;
+  MPI_Comm_split(t.world, t.local_rank, t.node, &t.cross_comm);
+  return t;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(hier_with_interleaved_nodes_cpu) {
+  const int W = world_size();
+  const int N = W % 2 == 0 ? 2 : W;  // 2 nodes of W/2 ranks, or one rank per node
+  Topology topo = interleaved_topology(N);
+  Device cpu;
+  size_t bad = 0;
+  for (const char* staging : {"auto", "always"}) {
+    CommOptions o;
+    o.mode = CommMode::hier;
+    o.staging = staging;
+    o.chunk_bytes = 36;
+    o.timeout_s = 120;
+    Communicator comm(topo, cpu, o);
+    std::string name = std::string("interleaved nodes, staging ") + staging;
+    for (DataType t : {DataType::f32, DataType::bf16}) {
+      std::string what = name + ", " + dtype_name(t);
+      bad += check_all_to_all(comm, cpu, t, A2a::known, 9, 11, "all_to_all_v, " + what).bad;
+      bad += check_all_to_all(comm, cpu, t, A2a::fixed, 5, 12, "all_to_all, " + what).bad;
+      bad += check_reduce_scatter(comm, cpu, t, some_count(11), 13, "reduce_scatter, " + what).bad;
+      bad += check_all_reduce(comm, cpu, t, some_count(41), false, 14, "all_reduce, " + what).bad;
+      bad += check_all_reduce(comm, cpu, t, some_count(41), true, 15, "all_reduce in place, " + what).bad;
+      bad += check_all_gather(comm, cpu, t, true, false, 13, 16, "all_gather_v, " + what).bad;
+      bad += check_all_gather(comm, cpu, t, false, true, 13, 17, "all_gather in place, " + what).bad;
+      for (int root = 0; root < W; ++root)
+        bad += check_broadcast(comm, cpu, t, some_count(40), root, 18, strprintf("broadcast from %d, ", root) + what).bad;
+    }
+  }
+  free_topology(topo);
+  BOOST_CHECK(testing::all_ranks(bad == 0));
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // GPUs: the Context picks cuda when every local rank has a GPU (--device auto). Every mode must give the
 // expected values, hence identical bytes; sizes reach a few MiB, so that NCCL, the staging pipeline (chunks of
