@@ -47,7 +47,8 @@
 // Streams: on the cuda backend each operation first makes the communication stream wait for the work
 // already queued on the compute stream (Device::stream) — a CUDA event, no host sync — then queues its NCCL
 // work and copies there and returns. MPI parts are driven by the host inside the call (it returns once they
-// are done, device work may still be in flight). Results are visible to work queued on the compute stream
+// are done, device work may still be in flight); where MPI reads device memory itself (CUDA-aware
+// point-to-point), the host first waits for the compute stream's queued work, as MPI cannot follow a stream. Results are visible to work queued on the compute stream
 // after join(), and to the host after synchronize(); until then, keep inputs unchanged and outputs unread.
 // On the cpu backend everything is done when the call returns.
 //
