@@ -1,0 +1,175 @@
+// comm_impl.h: the communicator's internals, shared by communicator.cpp (set-up, waits, faults, the MPI
+// pipeline, flat algorithms) and hierarchical.cpp (the hierarchical algorithms). Not for use outside comm/.
+#pragma once
+
+#include <mpi.h>
+
+#if SPARTA_CUDA
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#endif
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "buffer.h"
+#include "check.h"
+#include "communicator.h"
+
+namespace sparta {
+
+#if SPARTA_CUDA
+using CudaEvent = cudaEvent_t;
+using NcclComm = ncclComm_t;
+#else
+using CudaEvent = void*;
+using NcclComm = void*;
+#endif
+
+// Completion of work issued earlier: device work (a CUDA event), host MPI work (request lists, shared so
+// that copies of a Ready see the requests complete), or nothing (already done).
+struct Ready {
+  CudaEvent event = nullptr;
+  std::vector<std::shared_ptr<std::vector<MPI_Request>>> reqs;
+};
+
+// Ranks that talk to each other: all ranks, one node, or the ranks of one local rank across nodes.
+struct Group {
+  MPI_Comm mpi = MPI_COMM_NULL;
+  NcclComm nccl = nullptr;
+  int rank = 0, size = 1;
+  std::vector<int> world_of;  // group rank → world rank, for messages
+  const char* name = "world";
+};
+
+// One non-blocking MPI call of a pipeline, with the copies that stage it through pinned host memory.
+// Staged steps (stage_bytes > 0) get their own slice of the staging buffer: copy_in fills it (device→host,
+// on the copy stream, once `ready` is done), start posts the MPI call on it, copy_out empties it
+// (host→device, on the communication stream) once the call is complete. Direct steps pass start nullptr
+// and use the buffers themselves. `after` runs on the host once the step is complete (and its copy_out
+// queued), in step order on every rank: it queues the next phase (NCCL inside the node).
+struct Step {
+  Ready ready;
+  size_t stage_bytes = 0;
+  std::function<void(char*)> copy_in;
+  std::function<int(char*, MPI_Request*)> start;  // empty: a marker that completes at once
+  std::function<void(char*)> copy_out;
+  std::function<void()> after;
+  std::string what;
+};
+
+// A point-to-point transfer in a group: bytes at ptr to or from group rank peer.
+struct P2p {
+  char* ptr;
+  size_t bytes;
+  int peer;
+};
+
+struct Communicator::Impl {
+  Impl(const Topology& topo, const Device& dev, const CommOptions& opt);
+  ~Impl();
+
+  // ---- state
+  CommOptions opt;
+  Device dev;
+  bool cuda = false;
+  bool cuda_aware = false;     // MPI library's answer
+  bool stage_always = false;   // staging=always
+  int rank = 0, size = 1, node = 0, num_nodes = 1, local = 0, local_size = 1;
+  bool uniform = true, node_major = true;
+  std::vector<int> node_of, local_of;    // world rank → node, local rank
+  std::vector<std::vector<int>> rank_at;  // [node][local] → world rank (uniform nodes)
+  Group world, node_group, cross;
+  std::vector<NcclComm> nccl_comms;  // every NCCL communicator, for error polling and abort
+  MPI_Op op_sum_bf16 = MPI_OP_NULL, op_sum_f16 = MPI_OP_NULL;
+
+  Stream comm_stream = nullptr, copy_stream = nullptr;
+  CudaEvent input_ev = nullptr, done_ev = nullptr, stage_free_ev = nullptr;
+  std::vector<CudaEvent> event_pool;
+  size_t events_used = 0;
+  bool stage_busy = false;
+
+  PinnedBuffer<char> stage;   // host staging for MPI transfers of device buffers
+  Buffer<char> scratch;       // device (cpu: host) scratch of the hierarchical algorithms
+  std::vector<char> host_tmp; // cpu backend: source copy for an in-place reduce-scatter inside the node
+  std::vector<Ready> pending; // work of the current operation still to complete (waited in end_op)
+
+  std::string op_name = "set-up", op_detail;
+  std::chrono::steady_clock::time_point last_progress;
+
+  // ---- operation frame, waits, faults (communicator.cpp)
+  void begin_op(const char* name, size_t send_bytes, size_t recv_bytes, const std::string& peers);
+  void end_op();
+  void touch() { last_progress = std::chrono::steady_clock::now(); }
+  void poll_health(const std::string& waiting_for);
+  [[noreturn]] void fail(const std::string& why);
+  void check_mpi(int code, const std::string& what);
+  bool ready_done(Ready& r);
+  void wait_ready(Ready& r, const std::string& what);
+  void wait_requests(std::vector<MPI_Request>& reqs, const std::string& what);
+#if SPARTA_CUDA
+  bool event_done(CudaEvent ev);
+  void wait_event(CudaEvent ev, const std::string& what);
+  CudaEvent record(Stream s);
+  void nccl_settle(ncclResult_t r, NcclComm comm, const std::string& what);
+  NcclComm make_nccl(const Group& g, const char* name);
+  ncclDataType_t nccl_type(DataType t) const;
+#endif
+  void copy(void* dst, const void* src, size_t bytes, Stream s);
+  void copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height, Stream s);
+  char* scratch_bytes(size_t bytes);
+
+  MPI_Datatype mpi_type(DataType t) const;
+  MPI_Op mpi_sum(DataType t) const;
+  // Whether MPI goes through pinned host staging: device buffers of a non-CUDA-aware library, and every MPI
+  // collective (as opposed to point-to-point) on device buffers; host buffers only with staging=always.
+  bool staged(bool collective) const;
+
+  // ---- the MPI pipeline
+  void run_steps(std::vector<Step>& steps);
+  void add_send(std::vector<Step>& steps, const Group& g, const char* src, size_t bytes, int peer, int tag,
+                const Ready& ready, bool stg);
+  void add_recv(std::vector<Step>& steps, const Group& g, char* dst, size_t bytes, int peer, int tag, bool stg);
+  void add_all_reduce(std::vector<Step>& steps, const Group& g, const char* send, char* recv, size_t count,
+                      DataType t, const Ready& ready, bool stg);
+  void add_reduce_scatter(std::vector<Step>& steps, const Group& g, const char* send, char* recv, size_t rc,
+                          DataType t, const Ready& ready, bool stg);
+  void add_all_gather_v(std::vector<Step>& steps, const Group& g, const char* send, char* recv,
+                        const std::vector<size_t>& counts, DataType t, bool stg);
+  void add_broadcast(std::vector<Step>& steps, const Group& g, char* buf, size_t bytes, int root, size_t chunk,
+                     bool stg);
+
+  // ---- one group's collectives, queued (NCCL on the communication stream) or posted (MPI, host buffers)
+  Ready group_p2p(const Group& g, const std::vector<P2p>& sends, const std::vector<P2p>& recvs, int tag);
+  Ready group_reduce_scatter(const Group& g, const char* send, char* recv, size_t count, DataType t);
+  Ready group_all_gather(const Group& g, const char* send, char* recv, size_t count, DataType t);
+  Ready group_all_reduce(const Group& g, const char* send, char* recv, size_t count, DataType t);
+  Ready group_broadcast(const Group& g, char* buf, size_t bytes, int root);
+
+  // ---- algorithms: flat over one group (NCCL when use_nccl, else MPI), hierarchical (hierarchical.cpp)
+  void flat_all_to_all_v(const Group& g, bool use_nccl, const char* send, const std::vector<size_t>& scount,
+                         char* recv, const std::vector<size_t>& rcount, DataType t);
+  void flat_all_reduce(const Group& g, bool use_nccl, const char* send, char* recv, size_t count, DataType t);
+  void flat_reduce_scatter(const Group& g, bool use_nccl, const char* send, char* recv, size_t rc, DataType t);
+  void flat_all_gather_v(const Group& g, bool use_nccl, const char* send, char* recv,
+                         const std::vector<size_t>& counts, DataType t);
+  void flat_broadcast(const Group& g, bool use_nccl, char* buf, size_t bytes, int root);
+
+  void hier_all_to_all_v(const char* send, const std::vector<size_t>& scount, char* recv,
+                         const std::vector<size_t>& rcount, DataType t, bool fixed);
+  void hier_all_reduce(const char* send, char* recv, size_t count, DataType t);
+  void hier_reduce_scatter(const char* send, char* recv, size_t rc, DataType t);
+  void hier_all_gather_v(const char* send, char* recv, const std::vector<size_t>& counts, DataType t);
+  void hier_broadcast(char* buf, size_t bytes, int root);
+};
+
+// Element offsets of packed blocks: displs[p] = counts[0] + ... + counts[p-1].
+std::vector<size_t> prefix_sums(const std::vector<size_t>& counts);
+
+constexpr int kTag = 7100;                  // MPI tags of this layer start here
+constexpr size_t kDirectChunk = 1u << 30;  // bytes per MPI call on unstaged buffers (int counts)
+
+}  // namespace sparta

@@ -1,0 +1,147 @@
+// communicator.h: collective communication for one rank: NCCL inside a node, MPI between nodes, and the
+// hierarchical all-to-all that combines them.
+//
+// One Communicator per rank, built (collectively) from the rank's Topology and Device. Buffers are device
+// memory on the cuda backend and host memory on the cpu backend; counts are in elements of a DataType.
+//
+// Modes (CommOptions::mode, chosen at run time):
+//   nccl  flat NCCL over all ranks (cuda backend only).
+//   mpi   flat MPI over all ranks. Point-to-point transfers (all-to-all) of device buffers go to MPI directly
+//         when the library says at run time that it is CUDA-aware (MPIX_Query_cuda_support); otherwise, and
+//         for MPI collectives on device buffers (all-reduce, reduce-scatter, all-gather, broadcast: some
+//         libraries' non-blocking collectives reduce and copy on the host, and the bf16/fp16 sums are
+//         user-defined MPI operations that run on the host), through pinned host memory in chunks of
+//         chunk_bytes: the device→host copy of chunk k+1 runs while chunk k is on the wire, and host→device
+//         copies of what arrived run while later chunks travel.
+//   hier  NCCL (cuda) or MPI on the node communicator (cpu) inside each node, MPI between nodes, the two
+//         running at once where the algorithm allows. Nodes must all have the same number of ranks (else a
+//         sparta::Error at construction). One node: flat inside it; one rank per node: flat MPI across nodes.
+//
+// Hierarchical algorithms (N nodes of L ranks; rank (n, j) is local rank j of node n; "cross" = the ranks
+// with one local rank, one per node; the world order of ranks may be any, blocks land where the world order
+// puts them):
+//   all-to-all-v  (after HugeCTR's hierarchical all-to-all)
+//     0. counts: each rank learns, from its node peers l, c[l][m] = what (n,l) sends to (m,j) for every
+//        node m (one small MPI all-to-all on the node communicator; skipped for the fixed all-to-all).
+//     1. intra-node, one NCCL group per destination node m, remote nodes first (m = n+1, ..., n-1, then n):
+//        (n,j) sends to each node peer l what it has for (m,l); it receives from l what l has for (m,j)
+//        into a scratch buffer [m][l] (for m = n straight into the receive buffer: that data has arrived).
+//     2. inter-node, MPI between (n,j) and (m,j): as soon as group m is done (a CUDA event), (n,j) sends
+//        to (m,j) the L pieces it holds for it (its own piece straight from the send buffer), one message
+//        per source l (tag l), which (m,j) receives straight into its receive buffer at the position of
+//        source (n,l). So NCCL moves the next node's data while MPI sends the previous one's, and no
+//        reordering pass is needed. Each rank sends L·N messages of the node-aggregated data instead of
+//        W messages over the network; bytes leaving a node cross it once.
+//   all-reduce: the buffer is cut into chunks of ~chunk_bytes (L shards each); per chunk: NCCL
+//     reduce-scatter in the node → MPI all-reduce of this rank's shard with its cross peers → NCCL in-place
+//     all-gather in the node. All reduce-scatters are queued first, so NCCL reduces chunk k+1 while MPI
+//     sums chunk k. The count % L tail: NCCL all-reduce in the node, then MPI all-reduce across nodes.
+//   reduce-scatter: NCCL reduce-scatter in the node of each destination node's L blocks (rank (n,j) gets
+//     the node's partial sum of block (m,j) for every m) → MPI reduce-scatter across nodes of those N
+//     partial blocks. (Blocks are first packed node by node when the world order is not node-major.)
+//   all-gather(-v): MPI across nodes first ((n,j) gets block (m,j) of every node), then per node m, as soon
+//     as its block arrived, an NCCL group that gives every node peer l block (m,j) and takes (m,l).
+//   broadcast from (nr, jr): in chunks, MPI broadcast among the ranks with local rank jr, each chunk then
+//     NCCL-broadcast inside every node from jr as soon as it arrived.
+//
+// Streams: on the cuda backend each operation first makes the communication stream wait for the work
+// already queued on the compute stream (Device::stream) — a CUDA event, no host sync — then queues its NCCL
+// work and copies there and returns. MPI parts are driven by the host inside the call (it returns once they
+// are done, device work may still be in flight); where MPI reads device memory itself (CUDA-aware
+// point-to-point), the host first waits for the compute stream's queued work, as MPI cannot follow a stream. Results are visible to work queued on the compute stream
+// after join(), and to the host after synchronize(); until then, keep inputs unchanged and outputs unread.
+// On the cpu backend everything is done when the call returns.
+//
+// Faults: NCCL communicators are non-blocking; every wait (CUDA events, NCCL's ncclInProgress, MPI
+// requests) polls ncclCommGetAsyncError and gives up after timeout_s without progress: it then aborts the
+// NCCL communicators and ends the job (MPI_Abort) with a message naming the operation, the mode, this rank
+// and its peers, and the bytes this rank sends and receives. MPI calls return codes, which are checked.
+// Inconsistent counts between peers (what p says it sends to q ≠ what q expects from p) are a caller's bug
+// that ends the same way. Operations are collective over the world: every rank calls them in the same order.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "device.h"
+#include "dtype.h"
+#include "topology.h"
+
+namespace sparta {
+
+enum class CommMode { nccl, mpi, hier };
+// "nccl" | "mpi" | "hier"; throws sparta::Error naming the value otherwise.
+CommMode parse_comm_mode(const std::string& name);
+const char* comm_mode_name(CommMode mode);
+
+struct CommOptions {
+  CommMode mode = CommMode::hier;
+  double timeout_s = 300;           // a wait that makes no progress this long ends the job
+  size_t chunk_bytes = 8u << 20;    // staging chunk (device↔host copies) and hierarchical pipeline chunk
+  std::string staging = "auto";     // auto: stage device buffers when MPI is not CUDA-aware (or for bf16/fp16
+                                    // sums); always: stage every MPI transfer, host buffers too (tests the
+                                    // pipeline on the cpu backend)
+};
+
+class Communicator {
+ public:
+  // Collective over topo.world. Creates the NCCL communicators the mode needs (node: hier; all ranks: nccl),
+  // non-blocking, with the unique id made on the group's first rank and broadcast over MPI.
+  // Throws sparta::Error (on every rank alike) for: mode nccl on the cpu backend, hier on nodes of different
+  // sizes, ranks with different backends, timeout_s <= 0, chunk_bytes == 0, an unknown staging value.
+  Communicator(const Topology& topo, const Device& dev, const CommOptions& opt = CommOptions());
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  CommMode mode() const;
+  int rank() const;
+  int size() const;
+  bool cuda_aware_mpi() const;  // what the MPI library reported at run time
+  // One line: mode, backend, nodes × ranks, MPI CUDA-awareness, staging.
+  std::string describe() const;
+
+  // Counts: recv_counts[p] = send_counts[q] of rank p for q = this rank (an MPI all-to-all of the counts).
+  std::vector<size_t> exchange_counts(const std::vector<size_t>& send_counts);
+
+  // All-to-all with variable counts ("counts known"): send holds send_counts[p] elements for each rank p
+  // in rank order, recv receives recv_counts[p] elements from each p in rank order. Zeros allowed.
+  // Not in place. The counts must agree between peers.
+  void all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                    const std::vector<size_t>& recv_counts, DataType type);
+  // All-to-all with variable counts ("exchange counts"): exchanges the counts first and returns recv_counts.
+  // recv must hold recv_capacity elements; receiving more ends the job with a message naming the counts.
+  std::vector<size_t> all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                   size_t recv_capacity, DataType type);
+  // Fixed all-to-all: count elements to and from every rank. send, recv: [size][count]. Not in place.
+  void all_to_all(const void* send, void* recv, size_t count, DataType type);
+
+  // recv = block `rank` of the element-wise sum over ranks of send. send: [size][recv_count], recv:
+  // [recv_count]. Not in place.
+  void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type);
+  // recv = element-wise sum over ranks of send ([count]); send == recv is allowed.
+  void all_reduce(const void* send, void* recv, size_t count, DataType type);
+  // recv: [size][count], block p = send of rank p. send == recv + rank*count is allowed.
+  void all_gather(const void* send, void* recv, size_t count, DataType type);
+  // Variable counts: send holds counts[rank] elements; recv: rank p's counts[p] elements, in rank order.
+  // send == recv + (sum of counts before rank) is allowed. counts must be the same on every rank.
+  void all_gather_v(const void* send, void* recv, const std::vector<size_t>& counts, DataType type);
+  // buf ([count]) of rank root into buf of every rank.
+  void broadcast(void* buf, size_t count, DataType type, int root);
+  // Host barrier over all ranks (with the timeout). Does not wait for queued device work.
+  void barrier();
+
+  // The compute stream waits (on the device, no host sync) for every operation issued so far. cpu: no-op.
+  void join();
+  // The host waits for every operation issued so far, polling NCCL errors against the timeout.
+  void synchronize();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sparta
