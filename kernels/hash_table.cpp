@@ -58,6 +58,8 @@ void hash_get_insert_cpu(const HashTableView& t, const int64_t* keys, int64_t n,
         if (init.values) init_rows_by_key_cpu(&keys[i], &row, 1, init.values, init.dim, init.key_init);
       }
       slot->row = row >= 0 ? row : kRowRefused;
+    } else if (s == CpuState::refused && slot == nullptr) {
+      t.meta->next_row++;  // no free slot: it asked for a row all the same
     }
     if (row < 0) t.meta->refused++;
     rows[i] = row;

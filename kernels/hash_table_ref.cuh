@@ -175,7 +175,13 @@ __device__ __forceinline__ void resolve_rows(const Tile& tile, const HashTableVi
       if (p[j].state == kRefused || row < 0) row = -1, bad += j < cnt;
       rows[j] = row;
     }
-    if (bad && lane == 0) atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->refused), (unsigned long long)bad);
+    if (bad && lane == 0) {
+      atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->refused), (unsigned long long)bad);
+      int slotless = 0;  // keys that found no free slot asked for a row all the same
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) slotless += j < cnt && p[j].state == kRefused && p[j].slot == nullptr;
+      if (slotless) atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->next_row), (unsigned long long)slotless);
+    }
   } else {
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
