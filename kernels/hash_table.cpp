@@ -59,7 +59,7 @@ void hash_get_insert_cpu(const HashTableView& t, const int64_t* keys, int64_t n,
       }
       slot->row = row >= 0 ? row : kRowRefused;
     } else if (s == CpuState::refused && slot == nullptr) {
-      t.meta->next_row++;  // no free slot: it asked for a row all the same
+      t.meta->slotless++;  // no free slot: it asked for a row all the same
     }
     if (row < 0) t.meta->refused++;
     rows[i] = row;
@@ -198,7 +198,7 @@ void HashTable::check_errors(bool missing_is_error) {
                  "hash table '%s' is full: capacity %lld rows (max load factor %g, %lld slots), %lld rows asked for; "
                  "%lld keys got no row",
                  name_.c_str(), (long long)capacity_rows_, max_load_factor_, (long long)num_slots(),
-                 (long long)m.next_row, (long long)m.refused);
+                 (long long)(m.next_row + m.slotless), (long long)m.refused);
   SPARTA_REQUIRE(m.duplicates == 0, "hash table '%s': load of %lld keys given twice (key %lld among them); clear() the table",
                  name_.c_str(), (long long)m.duplicates, (long long)m.bad_key);
   SPARTA_REQUIRE(!missing_is_error || m.missing == 0, "hash table '%s': %lld keys not found", name_.c_str(),

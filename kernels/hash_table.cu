@@ -7,14 +7,14 @@
 namespace sparta {
 
 namespace cg = cooperative_groups;
-using hashdev::kBatch;
+constexpr int kBatch = hashdev::kTile;  // a key per lane: 8 bucket loads in flight, one row atomic per 8 keys
 using hashdev::kTile;
 using hashdev::Tile;
 
 // ----------------------------------------------------------------------------
 // kernels
 
-// A tile per batch of 4 consecutive keys, grid-stride over batches.
+// A tile per batch of 8 consecutive keys, grid-stride over batches.
 template <bool kInsert>
 __global__ void __launch_bounds__(256) hash_rows_kernel(HashTableView t, const int64_t* keys, int64_t n,
                                                         int64_t* rows, uint8_t* found, RowInit init) {
@@ -28,7 +28,7 @@ __global__ void __launch_bounds__(256) hash_rows_kernel(HashTableView t, const i
     uint64_t k[kBatch];
     hashdev::load_keys(tile, keys, i0, cnt, k);
     int64_t r[kBatch];
-    hashdev::resolve_rows<kInsert>(tile, t, init, k, cnt, r);
+    hashdev::resolve_rows<kInsert, kBatch>(tile, t, init, k, cnt, r);
     int64_t mine = r[0];
 #pragma unroll
     for (int j = 1; j < kBatch; ++j)

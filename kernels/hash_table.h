@@ -44,13 +44,13 @@ struct alignas(16) HashSlot {
 
 // Counters and the marker key's slot, one 64-byte block on the device.
 struct alignas(16) HashTableMeta {
-  int64_t next_row;    // rows handed out so far, refused ones included: the "rows asked for"
+  int64_t next_row;    // rows handed out so far, refused ones included (+ slotless: the "rows asked for")
   int64_t refused;     // keys refused a row (table full) since the last check
   int64_t missing;     // keys not found by find-mode lookups since the last check
   int64_t duplicates;  // keys that load() found already present since the last check
   HashSlot marker;     // the slot of key kEmptyKey: key word kEmptyKey when absent, 0 when present
   int64_t bad_key;     // one of the duplicate keys, for the message
-  int64_t pad;
+  int64_t slotless;    // keys refused because no free slot was left (they asked for a row too)
 };
 static_assert(sizeof(HashTableMeta) == 64, "HashTableMeta is one 64-byte block");
 

@@ -4,9 +4,10 @@
 // Unit of work: a tile of 8 lanes (one lane per slot of a 128-byte bucket) resolves a batch of up to 4 keys:
 // the first buckets of all keys are loaded at once (4 independent 16-byte loads per lane in flight), each
 // key is then matched with a tile ballot; only a bucket without the key and without an empty slot costs
-// another load. In insert mode winners of a CAS take rows with one atomicAdd per warp-converged group
-// (cg::coalesced_threads), write the initial values, fence and publish; keys that another tile is
+// another load. In insert mode winners of a CAS take rows, write the initial values, fence and publish;
+// keys that another tile is
 // inserting are waited for only after this tile published its own, so a winner never waits: no deadlock.
+// Winners take rows with one atomicAdd per tile (not per key): the row counter is the one shared address.
 //
 // Coherence: slots are read with ld.global.cg (L2; L1 is not coherent across SMs) and the row word that is
 // waited for with volatile loads; a stale "empty" only makes the CAS fail, which the code handles.
@@ -23,7 +24,7 @@ namespace hashdev {
 
 namespace cg = cooperative_groups;
 constexpr int kTile = kBucketSlots;
-constexpr int kBatch = 4;  // keys a tile resolves together
+constexpr int kBatch = 4;  // keys a tile resolves together in the fused forward (hash kernels: 8)
 using Tile = cg::thread_block_tile<kTile>;
 
 enum State : int { kFound, kWon, kPending, kAbsent, kRefused };
@@ -106,42 +107,44 @@ __device__ __forceinline__ void write_initial_row(const Tile& tile, const RowIni
 
 // Resolves rows[j] for keys k[j], j < cnt (tile-uniform). kInsert: get_insert (refused → -1, counted in
 // meta.refused); else find (absent → -1, counted in meta.missing).
-template <bool kInsert>
+template <bool kInsert, int B>
 __device__ __forceinline__ void resolve_rows(const Tile& tile, const HashTableView& t, const RowInit& init,
-                                             const uint64_t (&k)[kBatch], int cnt, int64_t (&rows)[kBatch]) {
+                                             const uint64_t (&k)[B], int cnt, int64_t (&rows)[B]) {
+  static_assert(B <= kTile, "one winner lane per key");
   const int lane = tile.thread_rank();
-  Start s[kBatch];
-  HashSlot snap[kBatch];
+  Start s[B];
+  HashSlot snap[B];
 #pragma unroll
-  for (int j = 0; j < kBatch; ++j)
+  for (int j = 0; j < B; ++j)
     if (j < cnt) {
       s[j] = probe_start(t, k[j]);
       snap[j] = load_lane(s[j], lane);
     }
-  Probe p[kBatch];
+  Probe p[B];
 #pragma unroll
-  for (int j = 0; j < kBatch; ++j) {
+  for (int j = 0; j < B; ++j) {
     p[j] = Probe{kAbsent, -1, nullptr};
     if (j < cnt) p[j] = probe<kInsert>(tile, t, s[j], snap[j]);
   }
   int bad = 0;  // refused (insert) or absent (find) keys of this batch
   if (kInsert) {
-    // Lane j takes the row of key j when the tile won its slot; winners of converged tiles share one atomic.
+    // Lane j takes the row of key j when the tile won its slot; one atomicAdd per tile for all its winners
+    // (a counter shared by every insert would otherwise serialize them).
     bool wins = false;
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j)
+    for (int j = 0; j < B; ++j)
       if (lane == j) wins = p[j].state == kWon;
+    unsigned won = tile.ballot(wins);
     int64_t mine = -1;
-    if (wins) {
-      cg::coalesced_group g = cg::coalesced_threads();
+    if (won) {
       unsigned long long base = 0;
-      if (g.thread_rank() == 0)
-        base = atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->next_row), (unsigned long long)g.size());
-      mine = static_cast<int64_t>(g.shfl(base, 0)) + g.thread_rank();
+      if (lane == 0) base = atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->next_row), (unsigned long long)__popc(won));
+      base = tile.shfl(base, 0);
+      mine = static_cast<int64_t>(base) + __popc(won & ((1u << lane) - 1));
     }
     bool any_won = false;
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
+    for (int j = 0; j < B; ++j) {
       if (p[j].state != kWon) continue;
       any_won = true;
       int64_t row = tile.shfl(mine, j);
@@ -153,15 +156,16 @@ __device__ __forceinline__ void resolve_rows(const Tile& tile, const HashTableVi
       }
     }
     if (any_won) {
-      __threadfence();  // the initial values are visible before the row that points at them
+      __threadfence();  // the initial values are visible before the row that points at them,
+      tile.sync();      // in every lane (lanes run independently between collectives)
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j)
+      for (int j = 0; j < B; ++j)
         if (p[j].state == kWon && lane == 0)
           atomicExch(reinterpret_cast<unsigned long long*>(&p[j].slot->row), (unsigned long long)p[j].row);
       tile.sync();
     }
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
+    for (int j = 0; j < B; ++j) {
       int64_t row = p[j].row;
       if (p[j].state == kPending) {
         if (lane == 0) {
@@ -179,12 +183,12 @@ __device__ __forceinline__ void resolve_rows(const Tile& tile, const HashTableVi
       atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->refused), (unsigned long long)bad);
       int slotless = 0;  // keys that found no free slot asked for a row all the same
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j) slotless += j < cnt && p[j].state == kRefused && p[j].slot == nullptr;
-      if (slotless) atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->next_row), (unsigned long long)slotless);
+      for (int j = 0; j < B; ++j) slotless += j < cnt && p[j].state == kRefused && p[j].slot == nullptr;
+      if (slotless) atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->slotless), (unsigned long long)slotless);
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
+    for (int j = 0; j < B; ++j) {
       rows[j] = p[j].state == kFound ? p[j].row : -1;
       bad += j < cnt && p[j].state != kFound;
     }
@@ -193,12 +197,13 @@ __device__ __forceinline__ void resolve_rows(const Tile& tile, const HashTableVi
 }
 
 // Loads keys [i0, i0 + cnt) of keys[] into every lane (one load per lane, then shuffles).
+template <int B>
 __device__ __forceinline__ void load_keys(const Tile& tile, const int64_t* keys, int64_t i0, int cnt,
-                                          uint64_t (&k)[kBatch]) {
+                                          uint64_t (&k)[B]) {
   int lane = tile.thread_rank();
   uint64_t mine = lane < cnt ? static_cast<uint64_t>(keys[i0 + lane]) : 0;
 #pragma unroll
-  for (int j = 0; j < kBatch; ++j) k[j] = tile.shfl(mine, j);
+  for (int j = 0; j < B; ++j) k[j] = tile.shfl(mine, j);
 }
 
 // A persistent grid for a kernel of `block` threads: as many blocks as fit on the device at once, fewer when

@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(256) embedding_forward_kernel(ForwardArgs a) {
       uint64_t k[kBatch];
       hashdev::load_keys(tile, a.keys, i0, cnt, k);
       int64_t r[kBatch];
-      hashdev::resolve_rows<kTrain>(tile, a.table, a.rows_init, k, cnt, r);
+      hashdev::resolve_rows<kTrain, kBatch>(tile, a.table, a.rows_init, k, cnt, r);
       if (a.rows) {
         int64_t mine = r[0];
 #pragma unroll
