@@ -121,53 +121,10 @@ __device__ __forceinline__ void resolve_rows(const Tile& tile, const HashTableVi
       snap[j] = load_lane(s[j], lane);
     }
   Probe p[B];
-  if (!kInsert) {
 #pragma unroll
-    for (int j = 0; j < B; ++j) {
-      p[j] = Probe{kAbsent, -1, nullptr};
-      if (j < cnt) p[j] = probe<false>(tile, t, s[j], snap[j]);
-    }
-  } else {
-    // Keys absent from their first bucket claim its first empty slot; the CASes of the whole batch are issued
-    // before any result is used (one round trip, not one per key). A key whose CAS met another key, or whose
-    // first bucket is full, takes the general probe.
-    constexpr int kSlow = -1, kDone = -2;  // cas_lane: general probe needed; resolved from the snapshot
-    int cas_lane[B];
-    unsigned long long old[B];
-#pragma unroll
-    for (int j = 0; j < B; ++j) {
-      p[j] = Probe{kAbsent, -1, nullptr};
-      cas_lane[j] = kSlow;
-      if (j >= cnt) continue;
-      unsigned hit = tile.ballot(snap[j].key == s[j].stored);
-      unsigned empty = tile.ballot(snap[j].key == kEmptyKey);
-      if (hit) {
-        p[j] = probe<true>(tile, t, s[j], snap[j]);  // resolves from the snapshot, no memory access
-        cas_lane[j] = kDone;
-      } else if (empty) {
-        cas_lane[j] = __ffs(empty) - 1;
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < B; ++j) {
-      old[j] = 0;
-      if (cas_lane[j] >= 0 && lane == cas_lane[j])
-        old[j] = atomicCAS(reinterpret_cast<unsigned long long*>(&s[j].bucket[lane].key), kEmptyKey, s[j].stored);
-    }
-#pragma unroll
-    for (int j = 0; j < B; ++j) {
-      if (cas_lane[j] < 0) continue;
-      unsigned long long o = tile.shfl(old[j], cas_lane[j]);
-      if (o == kEmptyKey)
-        p[j] = Probe{kWon, -1, s[j].bucket + cas_lane[j]};
-      else if (o == s[j].stored)
-        p[j] = Probe{kPending, -1, s[j].bucket + cas_lane[j]};
-      else
-        cas_lane[j] = kSlow;
-    }
-#pragma unroll
-    for (int j = 0; j < B; ++j)
-      if (j < cnt && cas_lane[j] == kSlow) p[j] = probe<true>(tile, t, s[j], load_lane(s[j], lane));
+  for (int j = 0; j < B; ++j) {
+    p[j] = Probe{kAbsent, -1, nullptr};
+    if (j < cnt) p[j] = probe<kInsert>(tile, t, s[j], snap[j]);
   }
   int bad = 0;  // refused (insert) or absent (find) keys of this batch
   if (kInsert) {
@@ -199,17 +156,12 @@ __device__ __forceinline__ void resolve_rows(const Tile& tile, const HashTableVi
       }
     }
     if (any_won) {
-      // The initial values (written by every lane) are visible before the row that points at them: the tile
-      // barrier orders the lanes' writes before lane 0's (cumulative) fence, then lane 0 publishes. Lanes
-      // run independently between collectives, so the barrier is needed.
-      tile.sync();
-      if (lane == 0) {
-        __threadfence();
+      __threadfence();  // the initial values are visible before the row that points at them,
+      tile.sync();      // in every lane (lanes run independently between collectives)
 #pragma unroll
-        for (int j = 0; j < B; ++j)
-          if (p[j].state == kWon)
-            atomicExch(reinterpret_cast<unsigned long long*>(&p[j].slot->row), (unsigned long long)p[j].row);
-      }
+      for (int j = 0; j < B; ++j)
+        if (p[j].state == kWon && lane == 0)
+          atomicExch(reinterpret_cast<unsigned long long*>(&p[j].slot->row), (unsigned long long)p[j].row);
       tile.sync();
     }
 #pragma unroll
