@@ -103,13 +103,13 @@ void hash_export_cpu(const HashTableView& t, int64_t num_slots, int64_t* keys_by
 // ---- dispatch ----
 
 #if SPARTA_CUDA
-#define SPARTA_DISPATCH(name, cpu_call, cuda_call) \
+#define SPARTA_DISPATCH(what, cpu_call, cuda_call) \
   if (!dev.is_cuda()) return cpu_call;             \
   cuda_call;
 #else
-#define SPARTA_DISPATCH(name, cpu_call, cuda_call) \
+#define SPARTA_DISPATCH(what, cpu_call, cuda_call) \
   if (!dev.is_cuda()) return cpu_call;             \
-  SPARTA_FATAL("%s on %s in a CUDA=0 build", name, dev.name().c_str());
+  SPARTA_FATAL("%s on %s in a CUDA=0 build", what, dev.name().c_str());
 #endif
 
 void hash_get_insert(const Device& dev, const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
