@@ -1,0 +1,226 @@
+// bench_hashtable: GPU hash table throughput in G keys/s, as HierarchicalKV measures it (find and get_insert
+// both copy the value vectors out, so they are lookup + gather), swept over table rows, load factor, dim and
+// keys per call.
+//
+//   bench_hashtable [--rows 67108864] [--load-factors 0.5] [--dims 8,32,64] [--keys 1048576] [--out f.jsonl]
+//
+// A table of capacity `rows` at max load factor lf (slots = rows / lf, a power of two) is filled with distinct
+// keys up to rows - reserve; then
+//   find        n keys drawn uniformly from the held ones → rows and values [n, dim] (unpooled eval lookup);
+//   get_insert  n keys never seen → inserted with their initial values, values copied out (unpooled train
+//               lookup); the `reserve` rows are what these calls take, so the load rises from load_start to
+//               load_end (both in the record);
+//   get_insert_hit  n held keys through the insert path.
+// Slots are a power of two, so the load a table reaches is rows / slots: --rows 117440512 --load-factors 1.0
+// ends at 0.875 of 128M slots, while 64M rows at 0.5 or 0.75 both end at 0.5.
+// Every call's output is checked on a sample of keys against the CPU reference (initial_value by key).
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "buffer.h"
+#include "check.h"
+#include "embedding_types.h"
+#include "hash_table.h"
+#include "key_init.h"
+#include "options.h"
+#include "pooled_forward.h"
+#if SPARTA_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+using namespace sparta;
+
+namespace {
+
+// Times one call: CUDA events on the device's stream, or the wall clock around a synchronized call on cpu.
+template <class F>
+double time_ms(const Device& dev, F&& f) {
+#if SPARTA_CUDA
+  if (dev.is_cuda()) {
+    cudaEvent_t a, b;
+    CUDA_CHECK(cudaEventCreate(&a));
+    CUDA_CHECK(cudaEventCreate(&b));
+    CUDA_CHECK(cudaEventRecord(a, dev.stream));
+    f();
+    CUDA_CHECK(cudaEventRecord(b, dev.stream));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    CUDA_CHECK(cudaEventDestroy(a));
+    CUDA_CHECK(cudaEventDestroy(b));
+    return ms;
+  }
+#endif
+  auto t0 = std::chrono::steady_clock::now();
+  f();
+  synchronize(dev);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string provenance(int argc, char** argv, const Device& dev) {
+  std::string rev = "unknown", cmd;
+  if (FILE* p = popen("git rev-parse --short HEAD 2>/dev/null", "r")) {
+    char buf[64] = {0};
+    if (fgets(buf, sizeof buf, p)) rev = std::string(buf, strcspn(buf, "\n"));
+    pclose(p);
+  }
+  for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  std::string devname = dev.is_cuda() ? gpu_name(dev.gpu) : "cpu";
+  return strprintf("\"git\":\"%s\",\"command\":\"%s\",\"host\":\"%s\",\"device\":\"%s\",\"ranks\":1", rev.c_str(),
+                   cmd.c_str(), host, devname.c_str());
+}
+
+std::vector<double> parse_list(const std::string& s) {
+  std::vector<double> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) v.push_back(std::stod(item));
+  SPARTA_REQUIRE(!v.empty(), "bench_hashtable: empty list '%s'", s.c_str());
+  return v;
+}
+
+// The i-th key of the benchmark's universe: distinct for distinct i (splitmix64 is a bijection).
+int64_t key_of(uint64_t i, uint64_t salt) { return static_cast<int64_t>(splitmix64(i ^ salt)); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string rows_s, lfs_s, dims_s, keys_s, out_path, device = "auto";
+  int repeats = 20, warmup = 3;
+  po::options_description desc("bench_hashtable options");
+  desc.add_options()("help,h", "print this help")("rows", po::value(&rows_s), "table capacities in rows (list; "
+                                                                              "default 67108864 on a GPU, 1048576 on cpu)")(
+      "load-factors", po::value(&lfs_s)->default_value("0.5"), "max load factors (list)")(
+      "dims", po::value(&dims_s)->default_value("8,32,64"), "value dims (list)")(
+      "keys", po::value(&keys_s), "keys per call (list; default 1048576 on a GPU, 65536 on cpu)")(
+      "repeats", po::value(&repeats)->default_value(20), "timed calls per point (median)")(
+      "warmup", po::value(&warmup)->default_value(3), "untimed calls first")(
+      "device", po::value(&device)->default_value("auto"), "cpu | cuda | auto")(
+      "out", po::value(&out_path), "append JSON lines here");
+  po::variables_map vm;
+  try {
+    if (!parse_options(argc, argv, desc, vm, "usage: bench_hashtable [options]")) return 0;
+    bool gpu = device == "cuda" || (device == "auto" && visible_gpu_count() > 0);
+    SPARTA_REQUIRE(device == "cpu" || device == "cuda" || device == "auto", "--device: cpu, cuda or auto, found '%s'",
+                   device.c_str());
+    if (rows_s.empty()) rows_s = gpu ? "67108864" : "1048576";
+    if (keys_s.empty()) keys_s = gpu ? "1048576" : "65536";
+    Device dev = open_device(gpu ? Backend::cuda : Backend::cpu, gpu ? 0 : -1);
+    std::string prov = provenance(argc, argv, dev);
+    std::ofstream out;
+    if (!out_path.empty()) out.open(out_path, std::ios::app);
+    std::printf("# bench_hashtable on %s: G keys/s (median of %d calls); find and get_insert copy values out\n",
+                dev.is_cuda() ? gpu_name(dev.gpu).c_str() : "cpu", repeats);
+    std::printf("# %11s %5s %4s %9s %-15s %10s %10s %7s %7s %6s\n", "rows", "lf", "dim", "keys", "op", "ms", "Gkeys/s",
+                "load0", "load1", "#wrong");
+    size_t wrong_total = 0;
+    uint64_t salt = 0x1234567ull;
+    for (double rows_d : parse_list(rows_s))
+      for (double lf : parse_list(lfs_s))
+        for (double dim_d : parse_list(dims_s))
+          for (double n_d : parse_list(keys_s)) {
+            int64_t rows = int64_t(rows_d), n = int64_t(n_d);
+            int dim = int(dim_d);
+            int64_t reserve = n * (repeats + warmup);
+            SPARTA_REQUIRE(rows > 2 * reserve, "bench_hashtable: --rows %lld too small for %lld keys x %d calls",
+                           (long long)rows, (long long)n, repeats + warmup);
+            int64_t held = rows - reserve;
+            HashTable table(dev, "bench", rows, lf);
+            Buffer<float> values(dev, size_t(rows) * dim);
+            KeyInit ki{42, 0, 0.5f};
+            RowInit init{values.data(), dim, ki};
+            // Fill in chunks: keys 0 .. held-1 of the universe.
+            const int64_t chunk = int64_t(1) << 22;
+            {
+              Buffer<int64_t> kb(dev, size_t(std::min(chunk, held))), rb(dev, size_t(std::min(chunk, held)));
+              std::vector<int64_t> k;
+              for (int64_t s = 0; s < held; s += chunk) {
+                int64_t m = std::min(chunk, held - s);
+                k.resize(size_t(m));
+                for (int64_t i = 0; i < m; ++i) k[size_t(i)] = key_of(uint64_t(s + i), salt);
+                kb.upload(k.data(), size_t(m));
+                hash_get_insert(dev, table.view(), kb.data(), m, rb.data(), init);
+                synchronize(dev);
+              }
+              table.check_errors();
+            }
+            double slots = double(table.num_slots());
+            Buffer<int64_t> keys(dev, size_t(n)), rows_out(dev, size_t(n));
+            Buffer<float> vout(dev, size_t(n) * dim);
+            std::vector<int64_t> hk(static_cast<size_t>(n));
+            std::mt19937_64 rng(7);
+            int64_t next_new = held;
+            // get_insert first: it takes the reserve rows, so find and get_insert_hit then run at the full load.
+            for (const char* op : {"get_insert", "find", "get_insert_hit"}) {
+              bool fresh = std::string(op) == "get_insert";
+              LookupMode mode = std::string(op) == "find" ? LookupMode::eval : LookupMode::train;
+              double load0 = double(table.size()) / slots;
+              std::vector<double> ms;
+              size_t wrong = 0;
+              for (int r = 0; r < warmup + repeats; ++r) {
+                for (int64_t i = 0; i < n; ++i)
+                  hk[size_t(i)] = fresh ? key_of(uint64_t(next_new + i), salt) : key_of(rng() % uint64_t(next_new), salt);
+                if (fresh) next_new += n;
+                keys.upload(hk);
+                vout.fill_bytes(0xFF);
+                ForwardArgs a;
+                a.table = table.view();
+                a.rows_init = init;
+                a.mode = mode;
+                a.keys = keys.data();
+                a.bags = n;
+                a.out = vout.data();
+                a.rows = rows_out.data();
+                synchronize(dev);
+                double t = time_ms(dev, [&] { unpooled_forward(dev, a); });
+                if (r >= warmup) ms.push_back(t);
+                // Check a sample of the copied-out vectors against the reference.
+                std::vector<float> got(static_cast<size_t>(dim));
+                for (int64_t i = 0; i < n; i += std::max<int64_t>(1, n / 64)) {
+                  copy_to_host(dev, got.data(), vout.data() + i * dim, sizeof(float) * dim);
+                  for (int e = 0; e < dim; ++e) wrong += got[size_t(e)] != initial_value(ki, uint64_t(hk[size_t(i)]), e);
+                }
+              }
+              HashTableMeta m = table.read_meta();
+              wrong += size_t(m.missing + m.refused);
+              table.check_errors();
+              double load1 = double(table.size()) / slots, med = median(ms);
+              wrong_total += wrong;
+              std::printf("  %11lld %5.2f %4d %9lld %-15s %10.4f %10.3f %7.3f %7.3f %6zu\n", (long long)rows, lf, dim,
+                          (long long)n, op, med, double(n) / med / 1e6, load0, load1, wrong);
+              std::fflush(stdout);
+              if (out.is_open())
+                out << strprintf("{\"bench\":\"hashtable\",\"op\":\"%s\",\"rows\":%lld,\"max_load_factor\":%g,"
+                                 "\"slots\":%lld,\"dim\":%d,\"keys\":%lld,\"repeats\":%d,\"ms\":%.5f,\"Gkeys_per_s\":%.4f,"
+                                 "\"load_start\":%.4f,\"load_end\":%.4f,\"wrong\":%zu,%s}\n",
+                                 op, (long long)rows, lf, (long long)table.num_slots(), dim, (long long)n, repeats, med,
+                                 double(n) / med / 1e6, load0, load1, wrong, prov.c_str());
+            }
+          }
+    close_device(dev);
+    if (wrong_total) {
+      std::fprintf(stderr, "bench_hashtable: %zu wrong values\n", wrong_total);
+      return 1;
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "bench_hashtable: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

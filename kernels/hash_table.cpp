@@ -1,0 +1,255 @@
+// hash_table.cpp: CPU reference of the hash-table operations (same layout, same probing, one key at a
+// time), the backend dispatch, and the owning HashTable.
+#include "hash_table.h"
+
+#include <cmath>
+#include <cstddef>
+
+#include "check.h"
+
+namespace sparta {
+
+namespace {
+
+enum class CpuState { found, inserted, absent, refused };
+
+// Finds key, or (insert) claims the first empty slot of its probe. Returns the slot in *slot.
+CpuState cpu_probe(const HashTableView& t, uint64_t key, bool insert, HashSlot** slot) {
+  if (key == kEmptyKey) {
+    *slot = &t.meta->marker;
+    if (t.meta->marker.key == 0) return t.meta->marker.row >= 0 ? CpuState::found : CpuState::refused;
+    if (!insert) return CpuState::absent;
+    t.meta->marker.key = 0;
+    return CpuState::inserted;
+  }
+  uint64_t b = hash_key(key) & t.bucket_mask;
+  for (uint64_t n = 0; n <= t.bucket_mask; ++n, b = (b + 1) & t.bucket_mask) {
+    HashSlot* bucket = t.slots + b * kBucketSlots;
+    for (int l = 0; l < kBucketSlots; ++l) {
+      if (bucket[l].key == key) {
+        *slot = bucket + l;
+        return bucket[l].row >= 0 ? CpuState::found : (insert ? CpuState::refused : CpuState::absent);
+      }
+      if (bucket[l].key == kEmptyKey) {
+        if (!insert) return CpuState::absent;
+        bucket[l].key = key;
+        *slot = bucket + l;
+        return CpuState::inserted;
+      }
+    }
+  }
+  return insert ? CpuState::refused : CpuState::absent;
+}
+
+}  // namespace
+
+void hash_get_insert_cpu(const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows, const RowInit& init) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t key = static_cast<uint64_t>(keys[i]);
+    HashSlot* slot = nullptr;
+    CpuState s = cpu_probe(t, key, true, &slot);
+    int64_t row = -1;
+    if (s == CpuState::found) {
+      row = slot->row;
+    } else if (s == CpuState::inserted) {
+      int64_t r = t.meta->next_row++;
+      if (r < t.capacity_rows) {
+        row = r;
+        if (init.values) init_rows_by_key_cpu(&keys[i], &row, 1, init.values, init.dim, init.key_init);
+      }
+      slot->row = row >= 0 ? row : kRowRefused;
+    } else if (s == CpuState::refused && slot == nullptr) {
+      t.meta->slotless++;  // no free slot: it asked for a row all the same
+    }
+    if (row < 0) t.meta->refused++;
+    rows[i] = row;
+  }
+}
+
+void hash_find_cpu(const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows, uint8_t* found) {
+  for (int64_t i = 0; i < n; ++i) {
+    HashSlot* slot = nullptr;
+    CpuState s = cpu_probe(t, static_cast<uint64_t>(keys[i]), false, &slot);
+    int64_t row = s == CpuState::found ? slot->row : -1;
+    if (row < 0) t.meta->missing++;
+    if (rows) rows[i] = row;
+    if (found) found[i] = row >= 0;
+  }
+}
+
+void hash_load_cpu(const HashTableView& t, const int64_t* keys, int64_t n, int64_t first_row) {
+  for (int64_t i = 0; i < n; ++i) {
+    HashSlot* slot = nullptr;
+    CpuState s = cpu_probe(t, static_cast<uint64_t>(keys[i]), true, &slot);
+    if (s == CpuState::inserted) {
+      slot->row = first_row + i;
+    } else if (s == CpuState::refused) {
+      t.meta->refused++;
+    } else {
+      t.meta->duplicates++;
+      t.meta->bad_key = keys[i];
+    }
+  }
+}
+
+void hash_export_cpu(const HashTableView& t, int64_t num_slots, int64_t* keys_by_row) {
+  for (int64_t i = 0; i <= num_slots; ++i) {
+    const HashSlot& s = i < num_slots ? t.slots[i] : t.meta->marker;
+    if (s.key != kEmptyKey && s.row >= 0 && s.row < t.capacity_rows)
+      keys_by_row[s.row] = i < num_slots ? static_cast<int64_t>(s.key) : static_cast<int64_t>(kEmptyKey);
+  }
+}
+
+// ---- dispatch ----
+
+#if SPARTA_CUDA
+#define SPARTA_DISPATCH(what, cpu_call, cuda_call) \
+  if (!dev.is_cuda()) return cpu_call;             \
+  cuda_call;
+#else
+#define SPARTA_DISPATCH(what, cpu_call, cuda_call) \
+  if (!dev.is_cuda()) return cpu_call;             \
+  SPARTA_FATAL("%s on %s in a CUDA=0 build", what, dev.name().c_str());
+#endif
+
+void hash_get_insert(const Device& dev, const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
+                     const RowInit& init) {
+  SPARTA_DISPATCH("hash_get_insert", hash_get_insert_cpu(t, keys, n, rows, init),
+                  hash_get_insert_cuda(t, keys, n, rows, init, dev.stream));
+}
+
+void hash_find(const Device& dev, const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
+               uint8_t* found) {
+  SPARTA_DISPATCH("hash_find", hash_find_cpu(t, keys, n, rows, found),
+                  hash_find_cuda(t, keys, n, rows, found, dev.stream));
+}
+
+void hash_load(const Device& dev, const HashTableView& t, const int64_t* keys, int64_t n, int64_t first_row) {
+  SPARTA_DISPATCH("hash_load", hash_load_cpu(t, keys, n, first_row), hash_load_cuda(t, keys, n, first_row, dev.stream));
+}
+
+void hash_export(const Device& dev, const HashTableView& t, int64_t num_slots, int64_t* keys_by_row) {
+  SPARTA_DISPATCH("hash_export", hash_export_cpu(t, num_slots, keys_by_row),
+                  hash_export_cuda(t, num_slots, keys_by_row, dev.stream));
+}
+
+#undef SPARTA_DISPATCH
+
+// ---- HashTable ----
+
+int64_t HashTable::slot_count(int64_t capacity_rows, double max_load_factor) {
+  double want = std::ceil(double(capacity_rows) / max_load_factor);
+  int64_t slots = kBucketSlots;
+  while (double(slots) < want) slots *= 2;
+  return slots;
+}
+
+size_t HashTable::memory_bytes(int64_t capacity_rows, double max_load_factor) {
+  return size_t(slot_count(capacity_rows, max_load_factor)) * sizeof(HashSlot) + sizeof(HashTableMeta);
+}
+
+HashTable::HashTable(const Device& dev, std::string name, int64_t capacity_rows, double max_load_factor)
+    : dev_(dev), name_(std::move(name)), capacity_rows_(capacity_rows), max_load_factor_(max_load_factor) {
+  SPARTA_REQUIRE(capacity_rows >= 1, "hash table '%s': capacity_rows must be >= 1, found %lld", name_.c_str(),
+                 (long long)capacity_rows);
+  SPARTA_REQUIRE(max_load_factor > 0 && max_load_factor <= 1,
+                 "hash table '%s': max_load_factor must be in (0, 1], found %g", name_.c_str(), max_load_factor);
+  slots_ = Buffer<HashSlot>(dev_, size_t(slot_count(capacity_rows, max_load_factor)));
+  meta_ = Buffer<HashTableMeta>(dev_, 1);
+  clear();
+}
+
+HashTableView HashTable::view() {
+  HashTableView v;
+  v.slots = slots_.data();
+  v.meta = meta_.data();
+  v.bucket_mask = uint64_t(slots_.size() / kBucketSlots) - 1;
+  v.capacity_rows = capacity_rows_;
+  return v;
+}
+
+void HashTable::clear() {
+  slots_.fill_bytes(0xFF);  // key kEmptyKey, row kRowPending: both all ones
+  HashTableMeta m{};
+  m.marker = HashSlot{kEmptyKey, kRowPending};
+  // The host copy must outlive an asynchronous upload: synchronize before it goes out of scope.
+  meta_.upload(&m, 1);
+  synchronize(dev_);
+}
+
+HashTableMeta HashTable::read_meta() {
+  HashTableMeta m;
+  copy_to_host(dev_, &m, meta_.data(), sizeof(m));
+  return m;
+}
+
+int64_t HashTable::size() {
+  int64_t asked = read_meta().next_row;
+  return asked < capacity_rows_ ? asked : capacity_rows_;
+}
+
+void HashTable::check_errors(bool missing_is_error) {
+  HashTableMeta m = read_meta();
+  if (m.refused == 0 && m.missing == 0 && m.duplicates == 0) return;
+  // Reset the counters (bytes 8..32: refused, missing, duplicates) so the next check starts afresh.
+  memset_device(dev_, reinterpret_cast<char*>(meta_.data()) + offsetof(HashTableMeta, refused), 0, 3 * sizeof(int64_t));
+  synchronize(dev_);
+  SPARTA_REQUIRE(m.refused == 0,
+                 "hash table '%s' is full: capacity %lld rows (max load factor %g, %lld slots), %lld rows asked for; "
+                 "%lld keys got no row",
+                 name_.c_str(), (long long)capacity_rows_, max_load_factor_, (long long)num_slots(),
+                 (long long)(m.next_row + m.slotless), (long long)m.refused);
+  SPARTA_REQUIRE(m.duplicates == 0, "hash table '%s': load of %lld keys given twice (key %lld among them); clear() the table",
+                 name_.c_str(), (long long)m.duplicates, (long long)m.bad_key);
+  SPARTA_REQUIRE(!missing_is_error || m.missing == 0, "hash table '%s': %lld keys not found", name_.c_str(),
+                 (long long)m.missing);
+}
+
+void HashTable::get_insert(const int64_t* keys, int64_t n, int64_t* rows, const RowInit& init) {
+  hash_get_insert(dev_, view(), keys, n, rows, init);
+  check_errors();
+}
+
+void HashTable::find(const int64_t* keys, int64_t n, int64_t* rows) { hash_find(dev_, view(), keys, n, rows, nullptr); }
+
+void HashTable::contains(const int64_t* keys, int64_t n, uint8_t* found) {
+  hash_find(dev_, view(), keys, n, nullptr, found);
+}
+
+int64_t HashTable::load(const int64_t* keys, int64_t n) {
+  int64_t first = read_meta().next_row;
+  // Present keys are an error found before anything changes; duplicates inside `keys` are found during the
+  // load and leave the table to be cleared (the message says so).
+  if (n > 0) {
+    Buffer<uint8_t> found(dev_, size_t(n));
+    contains(keys, n, found.data());
+    std::vector<uint8_t> f = found.download();
+    for (int64_t i = 0; i < n; ++i) {
+      if (!f[i]) continue;
+      int64_t key = 0;
+      copy_to_host(dev_, &key, keys + i, sizeof(key));
+      check_errors();  // contains counted the absent keys as missing: reset
+      throw Error(strprintf("hash table '%s': load of key %lld, which the table already holds", name_.c_str(),
+                            (long long)key));
+    }
+    check_errors();
+  }
+  SPARTA_REQUIRE(first + n <= capacity_rows_,
+                 "hash table '%s' is full: capacity %lld rows, %lld rows asked for (%lld held, %lld loaded)",
+                 name_.c_str(), (long long)capacity_rows_, (long long)(first + n), (long long)first, (long long)n);
+  hash_load(dev_, view(), keys, n, first);
+  int64_t next = first + n;  // duplicates leave holes in the rows: they stay allocated, never exported
+  copy_to_device(dev_, reinterpret_cast<char*>(meta_.data()) + offsetof(HashTableMeta, next_row), &next, sizeof(next));
+  synchronize(dev_);
+  check_errors();
+  return first;
+}
+
+int64_t HashTable::export_keys(Buffer<int64_t>& keys_by_row) {
+  int64_t n = size();
+  keys_by_row = Buffer<int64_t>(dev_, size_t(n));
+  if (n > 0) hash_export(dev_, view(), num_slots(), keys_by_row.data());
+  return n;
+}
+
+}  // namespace sparta

@@ -1,0 +1,63 @@
+// key_init.h: initial values of embedding rows as a pure function of (seed, table id, key, element).
+//
+// A row's first value does not depend on when, where or on which rank its key was inserted, so a model is
+// the same whatever the placement, the rank count or the insertion order, and checkpoints can reshard.
+// initial_value() is __host__ __device__ and bit-identical on CPU and GPU: integer hashing (splitmix64),
+// then a 24-bit integer converted exactly to float and one multiply (a single rounding, no contraction).
+#pragma once
+
+#include <cstdint>
+
+#include "device.h"
+
+#if defined(__CUDACC__)
+#define SPARTA_HD __host__ __device__ __forceinline__
+#else
+#define SPARTA_HD inline
+#endif
+
+namespace sparta {
+
+// How a table draws the initial values of new rows: uniform in [-scale, scale).
+struct KeyInit {
+  uint64_t seed = 0;
+  uint32_t table_id = 0;
+  float scale = 0.05f;
+};
+
+// splitmix64's output function applied to x + golden: a bijection on 64 bits with good avalanche.
+SPARTA_HD uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// The per-key stream: distinct keys give distinct streams (splitmix64 is a bijection).
+SPARTA_HD uint64_t key_stream(const KeyInit& init, uint64_t key) {
+  return splitmix64(splitmix64(init.seed ^ splitmix64(uint64_t(init.table_id) + 0x5851F42D4C957F2Dull)) ^ key);
+}
+
+// Element elem of the row whose stream is `stream`: 2m - 2^24 for a 24-bit m is exact in float, and
+// scale * 2^-24 is an exact power-of-two scaling, so the one multiply is the only rounding.
+SPARTA_HD float initial_value_at(uint64_t stream, float scale, uint32_t elem) {
+  uint64_t x = splitmix64(stream + uint64_t(elem) * 0xD1B54A32D192ED03ull);
+  int32_t m = static_cast<int32_t>(x >> 40);
+  return static_cast<float>(2 * m - (1 << 24)) * (scale * 5.9604644775390625e-08f);
+}
+
+SPARTA_HD float initial_value(const KeyInit& init, uint64_t key, uint32_t elem) {
+  return initial_value_at(key_stream(init, key), init.scale, elem);
+}
+
+// values[rows[i], :] = initial values of keys[i] for every i with rows[i] >= 0 (rows < 0 are skipped).
+// keys, rows: [n]; values: [capacity_rows, dim]. Asynchronous on dev.stream for cuda.
+void init_rows_by_key(const Device& dev, const int64_t* keys, const int64_t* rows, int64_t n, float* values,
+                      int dim, const KeyInit& init);
+
+void init_rows_by_key_cpu(const int64_t* keys, const int64_t* rows, int64_t n, float* values, int dim,
+                          const KeyInit& init);
+void init_rows_by_key_cuda(const int64_t* keys, const int64_t* rows, int64_t n, float* values, int dim,
+                           const KeyInit& init, Stream stream);
+
+}  // namespace sparta

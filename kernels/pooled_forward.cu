@@ -1,0 +1,230 @@
+// pooled_forward.cu: CUDA version of pooled_forward.h: hash lookup (get_insert or find), gather and pooling
+// in one kernel.
+//
+// A tile of 8 lanes takes a span of 4 consecutive bags (their keys are contiguous in the CSR) and walks its
+// keys in batches of 4: the batch's rows are resolved together (hash_table_ref.cuh: 4 bucket loads in flight
+// per lane), then up to 4 rows are gathered with all loads issued before the first add (lane l holds
+// elements (c*8 + l)*VEC .. +VEC: 8 lanes read 128 contiguous bytes per chunk), and added to the current
+// bag's accumulator in key order; a bag is written when the walk passes its end. One-hot bags thus get 4
+// lookups in flight per tile just as multi-hot ones do. Persistent grid, grid-stride over spans.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "check.h"
+#include "hash_table_ref.cuh"
+#include "pooled_forward.h"
+
+namespace sparta {
+
+namespace cg = cooperative_groups;
+using hashdev::kBatch;
+using hashdev::kTile;
+using hashdev::Tile;
+
+constexpr int kSpan = 4;  // bags per tile task
+
+// ----------------------------------------------------------------------------
+// kernels
+
+template <class OutT>
+__device__ __forceinline__ void store_out(OutT* p, const float (&v)[4]);
+
+template <>
+__device__ __forceinline__ void store_out<float>(float* p, const float (&v)[4]) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+template <>
+__device__ __forceinline__ void store_out<__nv_bfloat16>(__nv_bfloat16* p, const float (&v)[4]) {
+  __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]), b = __floats2bfloat162_rn(v[2], v[3]);
+  uint2 u;
+  u.x = *reinterpret_cast<unsigned*>(&a);
+  u.y = *reinterpret_cast<unsigned*>(&b);
+  *reinterpret_cast<uint2*>(p) = u;
+}
+template <>
+__device__ __forceinline__ void store_out<__half>(__half* p, const float (&v)[4]) {
+  __half2 a = __floats2half2_rn(v[0], v[1]), b = __floats2half2_rn(v[2], v[3]);
+  uint2 u;
+  u.x = *reinterpret_cast<unsigned*>(&a);
+  u.y = *reinterpret_cast<unsigned*>(&b);
+  *reinterpret_cast<uint2*>(p) = u;
+}
+
+__device__ __forceinline__ void store_one(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store_one(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store_one(__half* p, float v) { *p = __float2half_rn(v); }
+
+// Rows in flight per tile: as many as registers allow (C*VEC floats per lane per row).
+template <int VEC, int C>
+struct Gather {
+  static constexpr int kRows = C * VEC <= 16 ? 4 : 2;
+};
+
+template <int VEC, int C, bool kTrain>
+__device__ __forceinline__ void load_row(const float* values, int64_t row, int dim, int lane, float (&v)[C][VEC]) {
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    int e = (c * kTile + lane) * VEC;
+    if (row >= 0 && e < dim) {
+      const float* p = values + row * dim + e;
+      if constexpr (VEC == 4) {
+        // Train: rows initialized during this kernel by other SMs, so read through L2 (ld.cg); eval: the
+        // read-only path.
+        float4 x = kTrain ? __ldcg(reinterpret_cast<const float4*>(p)) : __ldg(reinterpret_cast<const float4*>(p));
+        v[c][0] = x.x, v[c][1] = x.y, v[c][2] = x.z, v[c][3] = x.w;
+      } else {
+        v[c][0] = kTrain ? __ldcg(p) : __ldg(p);
+      }
+    } else {
+#pragma unroll
+      for (int q = 0; q < VEC; ++q) v[c][q] = 0.f;
+    }
+  }
+}
+
+template <int VEC, int C, class OutT>
+__device__ __forceinline__ void write_bag(OutT* out, int64_t bag, int dim, int lane, int64_t n, bool mean,
+                                          float (&acc)[C][VEC]) {
+  OutT* o = out + bag * dim;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    int e = (c * kTile + lane) * VEC;
+    if (e < dim) {
+      if (mean && n > 0) {
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) acc[c][q] = acc[c][q] / static_cast<float>(n);
+      }
+      if constexpr (VEC == 4) {
+        float v4[4] = {acc[c][0], acc[c][1], acc[c][2], acc[c][3]};
+        store_out<OutT>(o + e, v4);
+      } else {
+        store_one(o + e, acc[c][0]);
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < VEC; ++q) acc[c][q] = 0.f;
+  }
+}
+
+template <int VEC, int C, class OutT, bool kTrain>
+__global__ void __launch_bounds__(256) embedding_forward_kernel(ForwardArgs a) {
+  Tile tile = cg::tiled_partition<kTile>(cg::this_thread_block());
+  const int lane = tile.thread_rank();
+  const int dim = a.rows_init.dim;
+  const float* values = a.rows_init.values;
+  const bool mean = a.combiner == Combiner::mean;
+  OutT* out = static_cast<OutT*>(a.out);
+  constexpr int G = Gather<VEC, C>::kRows;
+
+  int64_t tasks = (a.bags + kSpan - 1) / kSpan;
+  int64_t tiles = int64_t(gridDim.x) * (blockDim.x / kTile);
+  for (int64_t task = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / kTile; task < tasks; task += tiles) {
+    int64_t b0 = task * kSpan;
+    int nb = static_cast<int>(a.bags - b0 < kSpan ? a.bags - b0 : kSpan);
+    int64_t off = 0;
+    if (lane <= nb) off = a.offsets ? a.offsets[b0 + lane] : b0 + lane;
+    const int64_t k_end = tile.shfl(off, nb);
+    int bag = 0;
+    int64_t bag_start = tile.shfl(off, 0), bag_end = tile.shfl(off, 1);
+    float acc[C][VEC];
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+      for (int q = 0; q < VEC; ++q) acc[c][q] = 0.f;
+
+    for (int64_t i0 = bag_start; i0 < k_end; i0 += kBatch) {
+      int cnt = static_cast<int>(k_end - i0 < kBatch ? k_end - i0 : kBatch);
+      uint64_t k[kBatch];
+      hashdev::load_keys(tile, a.keys, i0, cnt, k);
+      int64_t r[kBatch];
+      hashdev::resolve_rows<kTrain, kBatch>(tile, a.table, a.rows_init, k, cnt, r);
+      if (a.rows) {
+        int64_t mine = r[0];
+#pragma unroll
+        for (int j = 1; j < kBatch; ++j)
+          if (lane == j) mine = r[j];
+        if (lane < cnt) a.rows[i0 + lane] = mine;
+      }
+#pragma unroll
+      for (int jj = 0; jj < kBatch; jj += G) {
+        float v[G][C][VEC];
+#pragma unroll
+        for (int g = 0; g < G; ++g) load_row<VEC, C, kTrain>(values, jj + g < cnt ? r[jj + g] : -1, dim, lane, v[g]);
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          if (jj + g >= cnt) break;
+          int64_t i = i0 + jj + g;
+          while (i >= bag_end) {  // the walk passed the end of `bag`: write it (and any empty bags after it)
+            write_bag<VEC, C, OutT>(out, b0 + bag, dim, lane, bag_end - bag_start, mean, acc);
+            ++bag;
+            bag_start = bag_end;
+            bag_end = tile.shfl(off, bag + 1);
+          }
+#pragma unroll
+          for (int c = 0; c < C; ++c)
+#pragma unroll
+            for (int q = 0; q < VEC; ++q) acc[c][q] += v[g][c][q];
+        }
+      }
+    }
+    while (bag < nb) {
+      write_bag<VEC, C, OutT>(out, b0 + bag, dim, lane, bag_end - bag_start, mean, acc);
+      ++bag;
+      bag_start = bag_end;
+      bag_end = tile.shfl(off, bag + 1);
+    }
+  }
+}
+
+// ----------------------------------------------------------------------------
+// launchers
+
+namespace {
+
+template <int VEC, int C, class OutT, bool kTrain>
+void launch(const ForwardArgs& a, Stream stream) {
+  const int block = 256;
+  int64_t tasks = (a.bags + kSpan - 1) / kSpan;
+  auto kernel = embedding_forward_kernel<VEC, C, OutT, kTrain>;
+  int grid = hashdev::resident_grid(kernel, block, (tasks + block / kTile - 1) / (block / kTile));
+  kernel<<<grid, block, 0, stream>>>(a);
+  CUDA_CHECK_LAUNCH("embedding_forward_kernel");
+}
+
+template <class OutT, bool kTrain>
+void launch_for_dim(const ForwardArgs& a, bool vec4, Stream stream) {
+  int dim = a.rows_init.dim;
+  if (vec4) {  // lane chunks of 4 floats: C = dim / 32 rounded up to a power of two
+    if (dim <= 32) return launch<4, 1, OutT, kTrain>(a, stream);
+    if (dim <= 64) return launch<4, 2, OutT, kTrain>(a, stream);
+    if (dim <= 128) return launch<4, 4, OutT, kTrain>(a, stream);
+    return launch<4, 8, OutT, kTrain>(a, stream);
+  }
+  if (dim <= 8) return launch<1, 1, OutT, kTrain>(a, stream);
+  if (dim <= 32) return launch<1, 4, OutT, kTrain>(a, stream);
+  if (dim <= 128) return launch<1, 16, OutT, kTrain>(a, stream);
+  return launch<1, 32, OutT, kTrain>(a, stream);
+}
+
+template <class OutT>
+void launch_for_mode(const ForwardArgs& a, bool vec4, Stream stream) {
+  if (a.mode == LookupMode::train) return launch_for_dim<OutT, true>(a, vec4, stream);
+  launch_for_dim<OutT, false>(a, vec4, stream);
+}
+
+}  // namespace
+
+void embedding_forward_cuda(const ForwardArgs& a, Stream stream) {
+  if (a.bags == 0) return;
+  int dim = a.rows_init.dim;
+  size_t store = a.out_type == OutputType::f32 ? 16 : 8;  // bytes of one 4-element store
+  bool vec4 = dim % 4 == 0 && reinterpret_cast<uintptr_t>(a.rows_init.values) % 16 == 0 &&
+              reinterpret_cast<uintptr_t>(a.out) % store == 0;
+  switch (a.out_type) {
+    case OutputType::f32: return launch_for_mode<float>(a, vec4, stream);
+    case OutputType::bf16: return launch_for_mode<__nv_bfloat16>(a, vec4, stream);
+    case OutputType::f16: return launch_for_mode<__half>(a, vec4, stream);
+  }
+}
+
+}  // namespace sparta

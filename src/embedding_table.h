@@ -1,0 +1,100 @@
+// embedding_table.h: one embedding table of a rank: a GPU hash table (keys → rows), the values
+// [capacity_rows, dim] and the optimizer state [capacity_rows, optimizer_state_width] (layout in
+// kernels/embedding_types.h), with the lookups the placements call and the export/load that checkpoints use.
+//
+// Rows are handed out densely (0, 1, 2, ...) and never freed, so values[0:size) and state[0:size) are the
+// live rows, in the order export_rows() lists their keys. A new row's values come from (seed, table_id, key)
+// (kernels/key_init.h); its state starts at the optimizer's initial state (set for all rows up front).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "buffer.h"
+#include "device.h"
+#include "embedding_types.h"
+#include "hash_table.h"
+#include "pooled_forward.h"
+
+namespace sparta {
+
+struct EmbeddingTableConfig {
+  std::string name = "table";
+  int table_id = 0;
+  int dim = 16;                  // 1..256
+  int64_t capacity_rows = 0;     // rows the table may hold; one more is a "full" error
+  double max_load_factor = 0.5;  // of the hash slots, (0, 1]
+  uint64_t seed = 0;
+  float init_scale = 0.05f;      // initial values uniform in [-init_scale, init_scale)
+  OptimizerConfig optimizer;
+};
+
+// What an eval lookup does with a key the table does not hold.
+enum class MissingKey { zeros, error };
+
+// Rows on the host, ordered by row: keys[n], values[n, dim], state[n, state_width].
+struct TableRows {
+  std::vector<int64_t> keys;
+  std::vector<float> values;
+  std::vector<float> state;
+  int64_t size() const { return static_cast<int64_t>(keys.size()); }
+};
+
+class EmbeddingTable {
+ public:
+  // Allocates everything up front (memory_bytes tells how much). Bad config: sparta::Error naming the table.
+  EmbeddingTable(const Device& dev, const EmbeddingTableConfig& cfg);
+
+  // Device bytes a table of these settings takes: hash slots, values and optimizer state.
+  static size_t memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimizer, double max_load_factor);
+
+  const EmbeddingTableConfig& config() const { return cfg_; }
+  const std::string& name() const { return cfg_.name; }
+  const Device& device() const { return dev_; }
+  int dim() const { return cfg_.dim; }
+  int state_width() const { return state_width_; }
+  int64_t capacity_rows() const { return cfg_.capacity_rows; }
+  KeyInit key_init() const;
+  // Live rows (synchronizes).
+  int64_t size() { return hash_.size(); }
+
+  float* values() { return values_.data(); }  // [capacity_rows, dim]
+  float* state() { return state_.data(); }    // [capacity_rows, state_width] (nullptr for sgd)
+  HashTable& hash() { return hash_; }
+
+  // Fused lookup and pooling; device pointers. offsets [bags + 1], keys [nnz] → out [bags, dim] of out_type,
+  // rows [nnz] (may be null). train inserts unseen keys; eval gives zeros for them or, with
+  // MissingKey::error, throws. Train, and eval with MissingKey::error, synchronize to check (a full table
+  // throws sparta::Error naming the table, its capacity and the rows asked for); eval with zeros is asynchronous.
+  void pooled_forward(const int64_t* offsets, const int64_t* keys, int64_t bags, Combiner combiner, LookupMode mode,
+                      void* out, OutputType out_type, int64_t* rows, MissingKey missing = MissingKey::zeros);
+  // One vector per key: keys [nnz] → out [nnz, dim]; otherwise as pooled_forward.
+  void unpooled_forward(const int64_t* keys, int64_t nnz, LookupMode mode, void* out, OutputType out_type,
+                        int64_t* rows, MissingKey missing = MissingKey::zeros);
+  // rows[i] = row of keys[i] or -1; asynchronous.
+  void find(const int64_t* keys, int64_t n, int64_t* rows);
+
+  // Every live row with its key, values and state, ordered by row (synchronizes).
+  TableRows export_rows();
+  // Appends rows (keys absent from the table, e.g. a fresh table being restored from a checkpoint) with their
+  // values and state. Throws sparta::Error, changing nothing, when a key is present, the sizes disagree
+  // or the rows do not fit.
+  void load_rows(const TableRows& rows);
+  // Empties the table and resets the optimizer state (asynchronous).
+  void clear();
+
+ private:
+  ForwardArgs forward_args(LookupMode mode, void* out, OutputType out_type, int64_t* rows);
+  void check(LookupMode mode, MissingKey missing);
+  void reset_state();
+
+  Device dev_;
+  EmbeddingTableConfig cfg_;
+  int state_width_;
+  HashTable hash_;
+  Buffer<float> values_;  // [capacity_rows, dim]
+  Buffer<float> state_;   // [capacity_rows, state_width]
+};
+
+}  // namespace sparta
