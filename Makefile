@@ -76,6 +76,7 @@ LDLIBS = -Wl,--as-needed $(HDF5_LIBS) $(BOOST_PO_LIBS) $(CUDA_LIBS) -lpthread
 #   tests/mpi_test_<name>.cpp               → $(BUILD)/tests/mpi_test_<name>  (run under mpiexec)
 #   tests/tool_<name>.cpp                   → $(BUILD)/tests/tool_<name>      (programs that tests launch)
 #   tests/support_<name>.cpp                → linked into every test binary
+#   experiments/support_<name>.cpp          → linked into every experiment binary
 #   src/options.cpp                         → linked into every program, benchmark and test
 MODULES   := src kernels comm io
 # src/options.cpp uses Boost.Program_options, which Debian ships as a non-PIC static archive: it is linked
@@ -97,6 +98,7 @@ MPI_TESTS    := $(MPI_TEST_SRCS:tests/%.cpp=$(BUILD)/tests/%)
 TOOL_SRCS    := $(wildcard tests/tool_*.cpp)
 TOOLS        := $(TOOL_SRCS:tests/%.cpp=$(BUILD)/tests/%)
 SUPPORT_OBJS := $(patsubst tests/%.cpp,$(BUILD)/obj/tests/%.o,$(wildcard tests/support_*.cpp))
+BENCH_SUPPORT_OBJS := $(patsubst experiments/%.cpp,$(BUILD)/obj/experiments/%.o,$(wildcard experiments/support_*.cpp))
 
 RPATH := -Wl,-rpath,'$$ORIGIN/../lib'
 LINK   = $(MPICXX) $(CXXFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD)/lib -lsparta $(RPATH) $(LDLIBS)
@@ -136,7 +138,7 @@ $(BUILD)/bin/sparta-%: $(BUILD)/obj/src/programs/%.o $(CLI_OBJS) $(LIBSPARTA)
 	@mkdir -p $(@D)
 	$(LINK)
 
-$(BUILD)/bin/bench_%: $(BUILD)/obj/experiments/bench_%.o $(CLI_OBJS) $(LIBSPARTA)
+$(BUILD)/bin/bench_%: $(BUILD)/obj/experiments/bench_%.o $(BENCH_SUPPORT_OBJS) $(CLI_OBJS) $(LIBSPARTA)
 	@mkdir -p $(@D)
 	$(LINK)
 
