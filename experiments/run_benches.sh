@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make bench: runs every experiment binary (BUILD/bin/bench_*) with its default sweep on one rank; each
+# make bench: runs every experiment binary (BUILD/bin/bench_*) with its default sweep (one rank; bench_alltoall on
+# BENCH_COMM_RANKS, default 2); each
 # prints its #-headed table and appends JSON lines under results/.   experiments/run_benches.sh BUILD "MPIEXEC"
 set -eu
 build=${1:?build folder}
@@ -15,6 +16,8 @@ fi
 for b in "${benches[@]}"; do
   name=$(basename "$b")
   echo "== $name"
+  ranks=1
+  [ "$name" = bench_alltoall ] && ranks=${BENCH_COMM_RANKS:-2}  # a collective needs peers
   # shellcheck disable=SC2086
-  $mpiexec -n 1 "$b" --out "results/$name.jsonl"
+  $mpiexec -n "$ranks" "$b" --out "results/$name.jsonl"
 done

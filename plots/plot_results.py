@@ -2,7 +2,7 @@
 """Plot experiment results (JSON lines written by the bench_* binaries) as a PNG.
 
 One line per group: y against x, log-scaled where the data spans decades.
-    plots/plot_results.py results/bench_alltoall.jsonl --x bytes --y busbw_GBps --group mode --out a2a.png
+    plots/plot_results.py results/bench_alltoall.jsonl --x bytes_per_rank --y busbw_GBps --group mode --out a2a.png
     plots/plot_results.py results/bench_embedding.jsonl --x batch --y fwd_ms --group dim --where op=forward
 Records lacking x or y are skipped; --where KEY=VALUE keeps only matching records (repeatable).
 """
@@ -70,8 +70,11 @@ def main():
     ax.grid(True, alpha=0.3)
     if a.group:
         ax.legend()
-    prov = rows[0].get("provenance", {}) if isinstance(rows[0].get("provenance"), dict) else {}
-    ax.set_title(a.title or " ".join(str(prov.get(k, "")) for k in ("host", "devices", "git")).strip() or a.y)
+    first = rows[0]
+    devices = first.get("devices", "")
+    devices = ", ".join(sorted(set(map(str, devices)))) if isinstance(devices, list) else str(devices)
+    prov = " ".join(x for x in (str(first.get("host", "")), devices, str(first.get("git_rev", ""))[:10]) if x)
+    ax.set_title(a.title or prov or a.y)
     fig.tight_layout()
     fig.savefig(a.out, dpi=120)
     print(f"wrote {a.out} ({len(rows)} records, {len(lines)} line(s))")
