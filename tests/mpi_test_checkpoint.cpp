@@ -2,12 +2,9 @@
 // of 1..4 ranks, written by 1..4), the single-process tools on what was written, and bad input: every error
 // thrown on every rank, naming the file and field, and the previous checkpoint left whole.
 #include <mpi.h>
-#include <sys/types.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -23,32 +20,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-
-// A temp directory every rank names alike (rank 0's pid), unique per test, removed by the Scoped destructor.
-struct TempRoot {
-  std::string path;
-  explicit TempRoot(const std::string& name) {
-    int pid = static_cast<int>(getpid());
-    MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    path = "/tmp/sparta_mpi_ckpt_" + std::to_string(pid) + "_" + name;
-    if (world_rank() == 0) fs::remove_all(path);
-    MPI_Barrier(MPI_COMM_WORLD);
-  }
-  ~TempRoot() {
-    MPI_Barrier(MPI_COMM_WORLD);
-    std::error_code ec;
-    if (world_rank() == 0) fs::remove_all(path, ec);
-  }
+// A checkpoint root every rank names alike, unique per test, removed at the end of it.
+struct TempRoot : testing::SharedTempPath {
+  explicit TempRoot(const std::string& name) : SharedTempPath("mpi_ckpt", name) {}
 };
 
 uint64_t mix(uint64_t x) {
@@ -190,7 +164,7 @@ OwnerFn hash_owner(int n) {
 // The first k ranks of the world; MPI_COMM_NULL on the others.
 MPI_Comm first_ranks(int k) {
   MPI_Comm c;
-  MPI_Comm_split(MPI_COMM_WORLD, world_rank() < k ? 0 : MPI_UNDEFINED, world_rank(), &c);
+  MPI_Comm_split(MPI_COMM_WORLD, testing::world_rank() < k ? 0 : MPI_UNDEFINED, testing::world_rank(), &c);
   return c;
 }
 
@@ -205,9 +179,10 @@ void expect_error(F&& f, const std::vector<std::string>& needles) {
     threw = true;
     msg = e.what();
   }
-  BOOST_CHECK_MESSAGE(threw, "rank " << world_rank() << ": no sparta::Error thrown");
+  const int rank = testing::world_rank();
+  BOOST_CHECK_MESSAGE(threw, "rank " << rank << ": no sparta::Error thrown");
   for (const std::string& n : needles)
-    BOOST_CHECK_MESSAGE(msg.find(n) != std::string::npos, "rank " << world_rank() << ": '" << n << "' missing in: " << msg);
+    BOOST_CHECK_MESSAGE(msg.find(n) != std::string::npos, "rank " << rank << ": '" << n << "' missing in: " << msg);
   BOOST_TEST_MESSAGE("error as reported: " << msg);
 }
 
@@ -230,7 +205,7 @@ void flip_byte(const std::string& path, double where) {
 // Runs on rank 0 only, then every rank waits, so the others see the damage.
 template <class F>
 void on_root(F&& f) {
-  if (world_rank() == 0) f();
+  if (testing::world_rank() == 0) f();
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
@@ -238,7 +213,7 @@ void on_root(F&& f) {
 
 BOOST_AUTO_TEST_CASE(round_trip_is_exact) {
   TempRoot root("round_trip");
-  const int w = world_size(), r = world_rank();
+  const int w = testing::world_size(), r = testing::world_rank();
   Model m = make_model(42);
   std::string dir = save_model(MPI_COMM_WORLD, root.path, m);
   BOOST_CHECK_EQUAL(dir, root.path + "/step-42");
@@ -254,7 +229,7 @@ BOOST_AUTO_TEST_CASE(round_trip_is_exact) {
 }
 
 BOOST_AUTO_TEST_CASE(load_onto_other_world_sizes_and_placements) {
-  const int w = world_size(), r = world_rank();
+  const int w = testing::world_size(), r = testing::world_rank();
   std::vector<int> writer_sizes{w};
   if (w >= 2) writer_sizes.push_back(w - 1);  // then the load grows the world too
   for (int writers : writer_sizes) {
@@ -282,7 +257,7 @@ BOOST_AUTO_TEST_CASE(load_onto_other_world_sizes_and_placements) {
 
 BOOST_AUTO_TEST_CASE(latest_moves_and_earlier_steps_stay) {
   TempRoot root("latest");
-  const int w = world_size(), r = world_rank();
+  const int w = testing::world_size(), r = testing::world_rank();
   Model a = make_model(10), b = make_model(20);
   save_model(MPI_COMM_WORLD, root.path, a);
   save_model(MPI_COMM_WORLD, root.path, b);
@@ -309,7 +284,7 @@ BOOST_AUTO_TEST_CASE(single_process_tools_read_what_was_written) {
     BOOST_CHECK_EQUAL(resolve_checkpoint_dir(root.path), dir);
     VerifyReport v = verify_checkpoint(root.path);
     BOOST_CHECK_MESSAGE(v.ok(), "verify found problems: " << (v.problems.empty() ? "" : v.problems[0]));
-    BOOST_CHECK_EQUAL(v.files.size(), static_cast<size_t>(world_size() + 1));
+    BOOST_CHECK_EQUAL(v.files.size(), static_cast<size_t>(testing::world_size() + 1));
     Manifest man = read_manifest(dir);
     BOOST_CHECK(man.model_spec().tables.size() == m.spec.tables.size());
     for (size_t t = 0; t < m.tables.size(); ++t) {
@@ -336,7 +311,7 @@ BOOST_AUTO_TEST_CASE(single_process_tools_read_what_was_written) {
 
 BOOST_AUTO_TEST_CASE(corrupted_shard_is_rejected_on_every_rank) {
   TempRoot root("corrupt");
-  const int w = world_size();
+  const int w = testing::world_size();
   Model m = make_model(3);
   std::string dir = save_model(MPI_COMM_WORLD, root.path, m);
   std::string shard = "shard-" + std::to_string(w - 1) + "-of-" + std::to_string(w) + ".h5";
@@ -352,7 +327,7 @@ BOOST_AUTO_TEST_CASE(corrupted_shard_is_rejected_on_every_rank) {
 
 BOOST_AUTO_TEST_CASE(truncated_manifest_is_rejected) {
   TempRoot root("truncated");
-  const int w = world_size();
+  const int w = testing::world_size();
   Model m = make_model(3);
   std::string dir = save_model(MPI_COMM_WORLD, root.path, m);
   on_root([&] { fs::resize_file(dir + "/manifest.h5", fs::file_size(dir + "/manifest.h5") / 2); });
@@ -361,7 +336,7 @@ BOOST_AUTO_TEST_CASE(truncated_manifest_is_rejected) {
 
 BOOST_AUTO_TEST_CASE(missing_shard_is_rejected) {
   TempRoot root("missing");
-  const int w = world_size();
+  const int w = testing::world_size();
   Model m = make_model(3);
   std::string dir = save_model(MPI_COMM_WORLD, root.path, m);
   std::string shard = "shard-0-of-" + std::to_string(w) + ".h5";
@@ -371,7 +346,7 @@ BOOST_AUTO_TEST_CASE(missing_shard_is_rejected) {
 
 BOOST_AUTO_TEST_CASE(unknown_version_is_rejected) {
   TempRoot root("version");
-  const int w = world_size();
+  const int w = testing::world_size();
   Model m = make_model(3);
   std::string dir = save_model(MPI_COMM_WORLD, root.path, m);
   on_root([&] {
@@ -384,7 +359,7 @@ BOOST_AUTO_TEST_CASE(unknown_version_is_rejected) {
 
 BOOST_AUTO_TEST_CASE(checkpoint_of_another_model_is_rejected) {
   TempRoot root("model");
-  const int w = world_size();
+  const int w = testing::world_size();
   Model m = make_model(3);
   save_model(MPI_COMM_WORLD, root.path, m);
   auto load = [&](const ModelSpec& s) { load_checkpoint(MPI_COMM_WORLD, root.path, s, mod_owner(w)); };
@@ -410,7 +385,7 @@ BOOST_AUTO_TEST_CASE(checkpoint_of_another_model_is_rejected) {
 
 BOOST_AUTO_TEST_CASE(failed_save_leaves_the_previous_checkpoint) {
   TempRoot root("failed_save");
-  const int w = world_size(), r = world_rank();
+  const int w = testing::world_size(), r = testing::world_rank();
   Model a = make_model(1), b = make_model(2);
   save_model(MPI_COMM_WORLD, root.path, a);
   // The last rank passes a table whose values do not match its rows.
@@ -450,7 +425,7 @@ BOOST_AUTO_TEST_CASE(failed_save_leaves_the_previous_checkpoint) {
 
 BOOST_AUTO_TEST_CASE(bad_owner_and_duplicate_keys_are_errors_on_every_rank) {
   TempRoot root("owner");
-  const int w = world_size(), r = world_rank();
+  const int w = testing::world_size(), r = testing::world_rank();
   Model m = make_model(4);
   save_model(MPI_COMM_WORLD, root.path, m);
   OwnerFn bad = [w](int, int64_t key) { return key % 5 == 0 ? w : 0; };
@@ -473,7 +448,7 @@ BOOST_AUTO_TEST_CASE(bad_owner_and_duplicate_keys_are_errors_on_every_rank) {
 
 BOOST_AUTO_TEST_CASE(paths_that_are_not_checkpoints_are_errors) {
   TempRoot root("paths");
-  const int w = world_size();
+  const int w = testing::world_size();
   Model m = make_model(6);
   expect_error([&] { load_checkpoint(MPI_COMM_WORLD, root.path + "/none", m.spec, mod_owner(w)); }, {"/none", "no such directory"});
   on_root([&] { fs::create_directories(root.path); });

@@ -23,17 +23,6 @@ using namespace sparta;
 
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-
 // Values exact in every type, sums over up to 16 ranks included: small integers for the 16-bit floats and
 // uint8, halves for float32, wide values for the integers.
 double value(DataType t, int a, int b, size_t i, int salt) {
@@ -144,7 +133,7 @@ size_t mismatches(DataType t, const std::vector<char>& got, const std::vector<do
       ++bad;
     }
   }
-  if (bad) BOOST_ERROR(what << ": " << bad << " of " << want.size() << " elements wrong on rank " << world_rank());
+  if (bad) BOOST_ERROR(what << ": " << bad << " of " << want.size() << " elements wrong on rank " << testing::world_rank());
   return bad;
 }
 
@@ -401,7 +390,7 @@ BOOST_AUTO_TEST_CASE(bad_setups_are_refused_on_every_rank) {
   BOOST_CHECK_THROW(construct(topo, cpu, o), Error);
   free_topology(topo);
   // Nodes of 2 and 1 ranks: hier refuses, mpi accepts.
-  if (world_size() == 3) {
+  if (testing::world_size() == 3) {
     Topology t3 = make_topology(MPI_COMM_WORLD, 2);
     CommOptions h;
     h.mode = CommMode::hier;
@@ -529,7 +518,7 @@ Topology interleaved_topology(int num_nodes) {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(hier_with_interleaved_nodes_cpu) {
-  const int W = world_size();
+  const int W = testing::world_size();
   const int N = W % 2 == 0 ? 2 : W;  // 2 nodes of W/2 ranks, or one rank per node
   Topology topo = interleaved_topology(N);
   Device cpu;

@@ -2,10 +2,8 @@
 // the same seed (the runner uses 1, 2 and 4 ranks), equals generate_samples' values, and an output error
 // ends every rank's call with the same Error (no hang).
 #include <mpi.h>
-#include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
-#include <cstdio>
 #include <string>
 
 #include "check.h"
@@ -15,23 +13,6 @@
 #include "testing.h"
 
 using namespace sparta;
-
-namespace {
-
-int rank_of() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-// A path chosen by rank 0, the same on every rank.
-std::string shared_path(const std::string& name) {
-  int pid = static_cast<int>(getpid());
-  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  return "/tmp/sparta_mpi_test_datagen_" + std::to_string(pid) + "_" + name + ".h5";
-}
-
-}  // namespace
 
 BOOST_AUTO_TEST_CASE(file_is_the_same_for_any_rank_count) {
   SyntheticOptions o;
@@ -45,14 +26,14 @@ BOOST_AUTO_TEST_CASE(file_is_the_same_for_any_rank_count) {
   WriteOptions w;
   w.chunk_rows = 97;  // several rounds, uneven shares
   w.fletcher32 = true;
-  std::string many = shared_path("many"), one = shared_path("one");
-  GenerateResult r = generate_dataset(many, c, w, MPI_COMM_WORLD);
-  if (rank_of() == 0) {
-    GenerateResult r1 = generate_dataset(one, c, w, MPI_COMM_SELF);
+  testing::SharedTempPath many("mpi_datagen", "many.h5"), one("mpi_datagen", "one.h5");  // removed at the end
+  GenerateResult r = generate_dataset(many.path, c, w, MPI_COMM_WORLD);
+  if (testing::world_rank() == 0) {
+    GenerateResult r1 = generate_dataset(one.path, c, w, MPI_COMM_SELF);
     BOOST_CHECK_EQUAL(r.teacher_auc, r1.teacher_auc);
     BOOST_CHECK_EQUAL(r.num_keys, r1.num_keys);
     BOOST_CHECK_GT(r.teacher_auc, 0.7);
-    h5::File a = h5::open_file(many), b = h5::open_file(one);
+    h5::File a = h5::open_file(many.path), b = h5::open_file(one.path);
     DatasetSchema sa = read_schema(a), sb = read_schema(b);
     BOOST_CHECK_EQUAL(sa.num_samples, o.samples);
     BOOST_CHECK_EQUAL(sa.teacher_auc, sb.teacher_auc);
@@ -74,10 +55,7 @@ BOOST_AUTO_TEST_CASE(file_is_the_same_for_any_rank_count) {
     generate_samples(c, t, 0, c.num_samples, want, &probs);
     BOOST_CHECK(la == want.labels && da == want.dense && oa == want.offsets && ka == want.keys);
     BOOST_CHECK_CLOSE(sa.teacher_auc, exact_auc(probs, want.labels), 0.05);
-    std::remove(one.c_str());
   }
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (rank_of() == 0) std::remove(many.c_str());
   BOOST_CHECK(testing::all_ranks(true));  // every rank got here
 }
 
@@ -92,7 +70,7 @@ BOOST_AUTO_TEST_CASE(an_output_error_reaches_every_rank) {
     m = e.what();
   }
   BOOST_CHECK_MESSAGE(m.find("/nonexistent_dir_sparta/x.h5") != std::string::npos && m.find("cannot create") != std::string::npos,
-                      "rank " << rank_of() << ": " << m);
+                      "rank " << testing::world_rank() << ": " << m);
   // Still in step: a collective after the error completes.
   BOOST_CHECK(testing::all_ranks(true));
 }

@@ -3,12 +3,10 @@
 // file's samples, and the prefetching reader delivers what direct reads give. A bad sample is reported by
 // the rank whose slice holds it, naming file, field and sample, and the ranks still agree on a verdict.
 #include <mpi.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
-#include <cstdio>
 #include <string>
 
 #include "check.h"
@@ -22,26 +20,12 @@ using namespace sparta;
 
 namespace {
 
-int rank_of() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_of() {
-  int w = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &w);
-  return w;
-}
-
 // Rank 0 writes a synthetic file with fresh random settings; every rank returns its path and contents.
-struct SharedFile {
-  std::string path;
+// The file is removed at the end of the scope.
+struct SharedFile : testing::SharedTempPath {
   SampleBlock all;
   SyntheticConfig c;
-  explicit SharedFile(const std::string& name) {
-    int pid = static_cast<int>(getpid());
-    MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    path = "/tmp/sparta_mpi_test_reader_" + std::to_string(pid) + "_" + name + ".h5";
+  explicit SharedFile(const std::string& name) : SharedTempPath("mpi_reader", name + ".h5") {
     SyntheticOptions o;
     o.samples = 1500 + static_cast<int64_t>(testing::seed() % 500);
     o.slots = 4;
@@ -51,7 +35,7 @@ struct SharedFile {
     c = make_synthetic_config(o);
     Teacher t(c);
     generate_samples(c, t, 0, c.num_samples, all);
-    if (rank_of() == 0) {
+    if (testing::world_rank() == 0) {
       DatasetSchema s = synthetic_schema(c);
       WriteOptions w;
       w.chunk_rows = 128;
@@ -60,10 +44,6 @@ struct SharedFile {
       writer.finish();
     }
     MPI_Barrier(MPI_COMM_WORLD);
-  }
-  ~SharedFile() {
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (rank_of() == 0) std::remove(path.c_str());
   }
 };
 
@@ -85,7 +65,7 @@ bool sample_matches(const Batch& b, int64_t i, const SampleBlock& all, int64_t s
 
 BOOST_AUTO_TEST_CASE(slices_cover_each_global_batch_exactly_once) {
   SharedFile f("cover");
-  const int world = world_of(), rank = rank_of();
+  const int world = testing::world_size(), rank = testing::world_rank();
   const int64_t N = f.c.num_samples;
   for (bool shuffle : {false, true})
     for (bool drop_last : {true, false})
@@ -147,8 +127,8 @@ BOOST_AUTO_TEST_CASE(prefetch_matches_direct_reads) {
   SharedFile f("prefetch");
   ReaderOptions ro;
   ro.global_batch = 200;
-  ro.rank = rank_of();
-  ro.world = world_of();
+  ro.rank = testing::world_rank();
+  ro.world = testing::world_size();
   ro.shuffle = true;
   ro.shuffle_block = 50;
   ro.seed = testing::seed();
@@ -175,7 +155,7 @@ BOOST_AUTO_TEST_CASE(prefetch_matches_direct_reads) {
 BOOST_AUTO_TEST_CASE(bad_sample_is_reported_by_its_rank_and_all_agree) {
   SharedFile f("bad");
   const int64_t G = 100, bad_sample = 3 * G + 57;  // batch 3
-  if (rank_of() == 0) {
+  if (testing::world_rank() == 0) {
     h5::File h = h5::open_file(f.path, true);
     std::vector<float> row(f.c.num_dense, 1.f);
     row[2] = std::nanf("");
@@ -184,11 +164,11 @@ BOOST_AUTO_TEST_CASE(bad_sample_is_reported_by_its_rank_and_all_agree) {
   MPI_Barrier(MPI_COMM_WORLD);
   ReaderOptions ro;
   ro.global_batch = G;
-  ro.rank = rank_of();
-  ro.world = world_of();
+  ro.rank = testing::world_rank();
+  ro.world = testing::world_size();
   ro.prefetch = 2;
   DatasetReader reader(f.path, ro);
-  const int owner = static_cast<int>(57 * world_of() / G);  // rank r holds [r*G/w, (r+1)*G/w)
+  const int owner = static_cast<int>(57 * testing::world_size() / G);  // rank r holds [r*G/w, (r+1)*G/w)
   std::string m;
   int64_t delivered = 0;
   reader.start_epoch(0);
@@ -198,7 +178,7 @@ BOOST_AUTO_TEST_CASE(bad_sample_is_reported_by_its_rank_and_all_agree) {
     m = e.what();
   }
   const bool saw = !m.empty();
-  BOOST_CHECK_EQUAL(saw, rank_of() == owner);
+  BOOST_CHECK_EQUAL(saw, testing::world_rank() == owner);
   if (saw) {
     BOOST_CHECK_MESSAGE(m.find(f.path) != std::string::npos && m.find("/dense") != std::string::npos &&
                             m.find("sample " + std::to_string(bad_sample) + " feature 2") != std::string::npos,

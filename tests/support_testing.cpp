@@ -2,13 +2,23 @@
 #include "testing.h"
 
 #include <mpi.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 namespace testing {
+
+namespace {
+std::string temp_name(const std::string& suite, int pid, const std::string& name) {
+  return "/tmp/sparta_test_" + suite + "_" + std::to_string(pid) + "_" + name;
+}
+}  // namespace
 
 boost::test_tools::assertion_result HasGpu::operator()(boost::unit_test::test_unit_id) const {
   if (sparta::visible_gpu_count() > 0) return true;
@@ -77,6 +87,62 @@ bool all_ranks(bool ok) {
   int mine = ok ? 1 : 0, all = 0;
   MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   return all == 1;
+}
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int world_size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+CommandResult run_command(const std::string& cmd, bool merge_stderr) {
+  CommandResult r{-1, ""};
+  FILE* p = popen((merge_stderr ? cmd + " 2>&1" : cmd).c_str(), "r");
+  BOOST_REQUIRE_MESSAGE(p, "cannot start: " << cmd);
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+std::string tool_command(const std::string& tool, int ranks, const std::string& args, int timeout_s) {
+  const char* tools = std::getenv("SPARTA_TOOLS");
+  const char* mpiexec = std::getenv("SPARTA_MPIEXEC");
+  std::string cmd = timeout_s > 0 ? "timeout -k 5 " + std::to_string(timeout_s) + " " : "";
+  if (ranks > 0) cmd += std::string(mpiexec ? mpiexec : "mpiexec") + " -n " + std::to_string(ranks) + " ";
+  return cmd + (tools ? tools : "build/tests") + "/" + tool + " " + args;
+}
+
+std::string temp_path(const std::string& suite, const std::string& name) {
+  std::string path = temp_name(suite, static_cast<int>(getpid()), name);
+  remove_tree(path);
+  return path;
+}
+
+void remove_tree(const std::string& path) {
+  std::error_code ec;  // a test's leftovers must not fail the test
+  std::filesystem::remove_all(path, ec);
+}
+
+SharedTempPath::SharedTempPath(const std::string& suite, const std::string& name) {
+  int pid = static_cast<int>(getpid());
+  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  path = temp_name(suite, pid, name);
+  if (world_rank() == 0) remove_tree(path);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+SharedTempPath::~SharedTempPath() {
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) remove_tree(path);
 }
 
 }  // namespace testing

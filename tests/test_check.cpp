@@ -1,12 +1,7 @@
 // The error path: a failing check prints "[host:rank] file:line what" and ends the whole job, even while
 // the other ranks wait in a collective. Runs tests/tool_fail_check under mpiexec (SPARTA_MPIEXEC, set by
 // tests/run_all.sh) with a time limit, so a hang fails the test instead of the suite.
-#include <sys/wait.h>
-
-#include <array>
 #include <boost/test/unit_test.hpp>
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "check.h"
@@ -15,33 +10,8 @@
 
 namespace {
 
-struct Outcome {
-  int status;
-  std::string output;
-};
-
-Outcome run(const std::string& command) {
-  Outcome o{-1, ""};
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  BOOST_REQUIRE(p);
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.output.append(buf.data(), n);
-  int st = pclose(p);
-  o.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return o;
-}
-
-std::string tool_command(const std::string& args) {
-  const char* tools = std::getenv("SPARTA_TOOLS");
-  const char* mpiexec = std::getenv("SPARTA_MPIEXEC");
-  std::string dir = tools ? tools : "build/tests";
-  std::string launcher = mpiexec ? mpiexec : "mpiexec";
-  return "timeout -k 5 60 " + launcher + " -n 2 " + dir + "/tool_fail_check " + args;
-}
-
 void expect_job_ends(const std::string& args, const std::string& needle) {
-  Outcome o = run(tool_command(args));
+  testing::CommandResult o = testing::run_command(testing::tool_command("tool_fail_check", 2, args));
   BOOST_TEST_MESSAGE(o.output);
   BOOST_CHECK_NE(o.status, 0);
   BOOST_CHECK_MESSAGE(o.status != 124 && o.status != 137, "the job hung and was killed by the time limit");

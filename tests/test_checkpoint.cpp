@@ -1,13 +1,7 @@
 // io/checksum (XXH64 against published values, streaming, files) and the checkpoint tools as a user runs them:
 // tool_ckpt_writer writes checkpoints under mpiexec, sparta-ckpt lists, verifies and exports them, and a flipped
 // byte makes verify fail naming the file. Needs SPARTA_TOOLS and SPARTA_MPIEXEC (tests/run_all.sh sets them).
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <array>
 #include <boost/test/unit_test.hpp>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -23,40 +17,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Outcome {
-  int status;
-  std::string output;
-};
+using Outcome = testing::CommandResult;
 
-Outcome run(const std::string& command) {
-  Outcome o{-1, ""};
-  FILE* p = popen(("timeout -k 5 120 " + command + " 2>&1").c_str(), "r");
-  BOOST_REQUIRE(p);
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.output.append(buf.data(), n);
-  int st = pclose(p);
-  o.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return o;
+// tool_ckpt_writer on `ranks` ranks, and the sparta-ckpt program, each with a 120 s limit.
+Outcome writer(int ranks, const std::string& args) {
+  return testing::run_command(testing::tool_command("tool_ckpt_writer", ranks, args, 120));
 }
-
-std::string tools_dir() {
-  const char* t = std::getenv("SPARTA_TOOLS");
-  return t ? t : "build/tests";
-}
-std::string mpiexec() {
-  const char* m = std::getenv("SPARTA_MPIEXEC");
-  return m ? m : "mpiexec";
-}
-std::string writer(int ranks) {
-  return mpiexec() + " -n " + std::to_string(ranks) + " " + tools_dir() + "/tool_ckpt_writer ";
-}
-std::string ckpt_program() { return tools_dir() + "/../bin/sparta-ckpt "; }
-
-std::string temp_dir(const std::string& name) {
-  std::string d = "/tmp/sparta_test_ckpt_" + std::to_string(getpid()) + "_" + name;
-  fs::remove_all(d);
-  return d;
+Outcome ckpt_program(const std::string& args) {
+  return testing::run_command(testing::tool_command("../bin/sparta-ckpt", 0, args, 120));
 }
 
 std::vector<unsigned char> random_bytes(size_t n) {
@@ -104,7 +72,7 @@ BOOST_AUTO_TEST_CASE(streaming_equals_one_shot_and_catches_changes) {
 }
 
 BOOST_AUTO_TEST_CASE(file_checksum_reads_in_blocks) {
-  std::string path = temp_dir("file") + ".bin";
+  std::string path = testing::temp_path("ckpt", "file.bin");
   std::vector<unsigned char> b = random_bytes((3 << 20) + 5);  // several 1 MiB blocks and a tail
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), b.size());
   uint64_t bytes = 0;
@@ -120,23 +88,23 @@ BOOST_AUTO_TEST_CASE(file_checksum_reads_in_blocks) {
 }
 
 BOOST_AUTO_TEST_CASE(sparta_ckpt_lists_verifies_and_exports) {
-  std::string root = temp_dir("program");
-  Outcome w = run(writer(2) + "write " + root + " --steps 2 --rows 500");
+  std::string root = testing::temp_path("ckpt", "program");
+  Outcome w = writer(2, "write " + root + " --steps 2 --rows 500");
   BOOST_REQUIRE_MESSAGE(w.status == 0, w.output);
 
-  Outcome l = run(ckpt_program() + "list " + root);
+  Outcome l = ckpt_program("list " + root);
   BOOST_CHECK_MESSAGE(l.status == 0, l.output);
   BOOST_CHECK_MESSAGE(contains(l.output, "step-1\n") && contains(l.output, "step-2   (latest)") &&
                           contains(l.output, "latest: step-2"), l.output);
 
-  Outcome v = run(ckpt_program() + "verify " + root);
+  Outcome v = ckpt_program("verify " + root);
   BOOST_CHECK_MESSAGE(v.status == 0, v.output);
   for (const char* needle : {"step 2, written by 2 rank(s)", "table user", "rows         1000", "ok   shard-1-of-2.h5",
                              "ok   dense.h5", "verify: ok"})
     BOOST_CHECK_MESSAGE(contains(v.output, needle), "'" << needle << "' missing in:\n" << v.output);
 
   std::string out = root + "/user.h5";
-  Outcome e = run(ckpt_program() + "export " + root + "/step-1 --table user --out " + out);
+  Outcome e = ckpt_program("export " + root + "/step-1 --table user --out " + out);
   BOOST_CHECK_MESSAGE(e.status == 0, e.output);
   {
     Manifest m = read_manifest(root + "/step-1");
@@ -148,12 +116,12 @@ BOOST_AUTO_TEST_CASE(sparta_ckpt_lists_verifies_and_exports) {
     BOOST_CHECK(h5::read_all<float>(f, "/state") == want.state);
     BOOST_CHECK(h5::shape(f, "/state") == (std::vector<hsize_t>{1000, 64}));
   }
-  Outcome bad_table = run(ckpt_program() + "export " + root + " --table nope --out " + root + "/nope.h5");
+  Outcome bad_table = ckpt_program("export " + root + " --table nope --out " + root + "/nope.h5");
   BOOST_CHECK_EQUAL(bad_table.status, 1);
   BOOST_CHECK_MESSAGE(contains(bad_table.output, "table 'nope'") && contains(bad_table.output, "user, item"),
                       bad_table.output);
   BOOST_CHECK(!fs::exists(root + "/nope.h5"));
-  BOOST_CHECK_EQUAL(run(ckpt_program() + "frobnicate " + root).status, 2);
+  BOOST_CHECK_EQUAL(ckpt_program("frobnicate " + root).status, 2);
 
   // One flipped byte in a shard: verify and export fail, naming the file.
   {
@@ -165,15 +133,15 @@ BOOST_AUTO_TEST_CASE(sparta_ckpt_lists_verifies_and_exports) {
     f.seekp(100000);
     f.write(&c, 1);
   }
-  Outcome bad = run(ckpt_program() + "verify " + root);
+  Outcome bad = ckpt_program("verify " + root);
   BOOST_CHECK_EQUAL(bad.status, 1);
   BOOST_CHECK_MESSAGE(contains(bad.output, "BAD  shard-1-of-2.h5") && contains(bad.output, "checksum mismatch") &&
                           contains(bad.output, "verify: 1 problem(s)"), bad.output);
-  Outcome bad_export = run(ckpt_program() + "export " + root + " --table item --out " + root + "/item.h5");
+  Outcome bad_export = ckpt_program("export " + root + " --table item --out " + root + "/item.h5");
   BOOST_CHECK_EQUAL(bad_export.status, 1);
   BOOST_CHECK_MESSAGE(contains(bad_export.output, "shard-1-of-2.h5: checksum mismatch"), bad_export.output);
   // The intact step still loads with its exact content, onto one rank.
-  Outcome c = run(writer(1) + "check " + root + "/step-1 --rows 500");
+  Outcome c = writer(1, "check " + root + "/step-1 --rows 500");
   BOOST_CHECK_MESSAGE(c.status == 0 && contains(c.output, "check: ok"), c.output);
-  fs::remove_all(root);
+  testing::remove_tree(root);
 }

@@ -8,11 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <boost/test/unit_test.hpp>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -30,18 +27,13 @@ namespace {
 
 const char* kRows = "20000";  // per rank and table: ~8 MB per shard, so a save takes a while
 
-std::string tools_dir() {
-  const char* t = std::getenv("SPARTA_TOOLS");
-  return t ? t : "build/tests";
-}
-std::string writer(int ranks) {
-  const char* m = std::getenv("SPARTA_MPIEXEC");
-  return std::string(m ? m : "mpiexec") + " -n " + std::to_string(ranks) + " " + tools_dir() + "/tool_ckpt_writer ";
+// tool_ckpt_writer on `ranks` ranks, with no time limit (Job kills it) or a limit of timeout_s.
+std::string writer(int ranks, const std::string& args, int timeout_s = 0) {
+  return testing::tool_command("tool_ckpt_writer", ranks, args, timeout_s);
 }
 
 std::string temp_dir(const std::string& name) {
-  std::string d = "/tmp/sparta_test_ckpt_crash_" + std::to_string(getpid()) + "_" + name;
-  fs::remove_all(d);
+  std::string d = testing::temp_path("ckpt_crash", name);
   fs::create_directories(d);
   return d;
 }
@@ -49,18 +41,6 @@ std::string temp_dir(const std::string& name) {
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-// Runs a command to completion (with a time limit); returns its exit status and output.
-std::pair<int, std::string> run(const std::string& command) {
-  FILE* p = popen(("timeout -k 5 120 " + command + " 2>&1").c_str(), "r");
-  BOOST_REQUIRE(p);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
 }
 
 // A command in its own process group, so that one kill reaches mpiexec and every rank it started.
@@ -124,8 +104,8 @@ int64_t expect_latest_whole(const std::string& root, int64_t min_step) {
   VerifyReport v = verify_checkpoint(root);
   BOOST_CHECK_MESSAGE(v.ok(), "verify: " << (v.problems.empty() ? "" : v.problems[0]));
   BOOST_CHECK_EQUAL(v.manifest.meta.step, list.latest);
-  auto check = run(writer(3) + "check " + root + " --rows " + kRows);
-  BOOST_CHECK_MESSAGE(check.first == 0 && check.second.find("check: ok") != std::string::npos, check.second);
+  auto check = testing::run_command(writer(3, "check " + root + " --rows " + kRows, 120));
+  BOOST_CHECK_MESSAGE(check.status == 0 && check.output.find("check: ok") != std::string::npos, check.output);
   return list.latest;
 }
 
@@ -136,8 +116,8 @@ BOOST_AUTO_TEST_CASE(kill_at_each_stage_of_a_save_keeps_latest_whole) {
     BOOST_TEST_CONTEXT("killed at " << stage) {
       std::string dir = temp_dir(stage), root = dir + "/ckpt", signal = dir + "/signal";
       {
-        Job job(writer(2) + "write " + root + " --steps 3 --rows " + kRows + " --pause-step 2 --pause-at " + stage +
-                    " --signal " + signal,
+        Job job(writer(2, "write " + root + " --steps 3 --rows " + kRows + " --pause-step 2 --pause-at " + stage +
+                              " --signal " + signal),
                 dir + "/log");
         bool paused = job.wait_until([&] { return fs::exists(signal); }, 90);
         BOOST_CHECK_MESSAGE(paused, "the writer did not reach " << stage << ":\n" << read_text(dir + "/log"));
@@ -155,12 +135,13 @@ BOOST_AUTO_TEST_CASE(kill_at_each_stage_of_a_save_keeps_latest_whole) {
       }
       expect_latest_whole(root, 1);
       // A writer resumed from step 1 saves step 2 over the debris.
-      auto resumed = run(writer(2) + "write " + root + " --first-step 2 --steps 1 --rows " + kRows);
-      BOOST_CHECK_MESSAGE(resumed.first == 0, resumed.second);
+      auto resumed =
+          testing::run_command(writer(2, "write " + root + " --first-step 2 --steps 1 --rows " + kRows, 120));
+      BOOST_CHECK_MESSAGE(resumed.status == 0, resumed.output);
       list = list_checkpoints(root);
       BOOST_CHECK(list.incomplete.empty());
       BOOST_CHECK_EQUAL(expect_latest_whole(root, 2), 2);
-      fs::remove_all(dir);
+      testing::remove_tree(dir);
     }
   }
 }
@@ -169,7 +150,7 @@ BOOST_AUTO_TEST_CASE(kill_at_a_random_moment_keeps_latest_whole) {
   std::string dir = temp_dir("random"), root = dir + "/ckpt", progress = dir + "/progress";
   int64_t saved = 0;
   {
-    Job job(writer(2) + "write " + root + " --loop --rows " + kRows + " --progress " + progress, dir + "/log");
+    Job job(writer(2, "write " + root + " --loop --rows " + kRows + " --progress " + progress), dir + "/log");
     bool two = job.wait_until([&] { return read_text(progress).find("saved 2\n") != std::string::npos; }, 90);
     BOOST_CHECK_MESSAGE(two, "the writer did not save two checkpoints:\n" << read_text(dir + "/log"));
     // Somewhere inside one of the next saves (a save takes a few hundred ms here).
@@ -182,5 +163,5 @@ BOOST_AUTO_TEST_CASE(kill_at_a_random_moment_keeps_latest_whole) {
   // Every save that returned is at or before latest (a kill just after `latest` moved can be ahead of progress).
   int64_t latest = expect_latest_whole(root, std::max<int64_t>(saved, 2));
   BOOST_TEST_MESSAGE("killed after " << saved << " reported saves; latest is step " << latest);
-  fs::remove_all(dir);
+  testing::remove_tree(dir);
 }

@@ -2,12 +2,7 @@
 // whole job with a message naming the operation, the ranks and the bytes, instead of hanging it. Runs
 // tests/tool_comm_fault under mpiexec (SPARTA_MPIEXEC, SPARTA_TOOLS, set by tests/run_all.sh) with a 5 s
 // communicator timeout, inside a 90 s limit that fails the test if the job hangs.
-#include <sys/wait.h>
-
-#include <array>
 #include <boost/test/unit_test.hpp>
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "device.h"
@@ -15,29 +10,10 @@
 
 namespace {
 
-struct Outcome {
-  int status;
-  std::string output;
-};
-
-Outcome run(const std::string& command) {
-  Outcome o{-1, ""};
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  BOOST_REQUIRE(p);
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.output.append(buf.data(), n);
-  int st = pclose(p);
-  o.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return o;
-}
+using Outcome = testing::CommandResult;
 
 Outcome run_tool(const std::string& args) {
-  const char* tools = std::getenv("SPARTA_TOOLS");
-  const char* mpiexec = std::getenv("SPARTA_MPIEXEC");
-  std::string dir = tools ? tools : "build/tests";
-  std::string launcher = mpiexec ? mpiexec : "mpiexec";
-  Outcome o = run("timeout -k 5 90 " + launcher + " -n 2 " + dir + "/tool_comm_fault " + args);
+  Outcome o = testing::run_command(testing::tool_command("tool_comm_fault", 2, args, 90));
   BOOST_TEST_MESSAGE(o.output);
   BOOST_CHECK_NE(o.status, 0);
   BOOST_CHECK_MESSAGE(o.status != 124 && o.status != 137, "the job hung and was killed by the time limit");

@@ -1,13 +1,10 @@
 // io/criteo: line parsing (empty fields, negative integers, CRLF, bad hexadecimal, short and long lines),
 // conversion of TSV files written here against values computed independently, streaming in small blocks,
 // errors naming file:line and field, --skip-bad, and the sparta-convert program's exit on a bad file.
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -21,13 +18,8 @@ using namespace sparta;
 
 namespace {
 
-std::string temp_path(const std::string& name) {
-  return "/tmp/sparta_test_criteo_" + std::to_string(getpid()) + "_" + name;
-}
-
-struct Removed {
-  std::string path;
-  ~Removed() { std::remove(path.c_str()); }
+struct Removed : testing::ScopedPath {
+  explicit Removed(const std::string& name) : ScopedPath("criteo", name) {}
 };
 
 // A raw line's values, kept to compute the expected preprocessing independently of the parser.
@@ -149,7 +141,7 @@ BOOST_AUTO_TEST_CASE(rejects_malformed_lines_naming_the_field) {
 
 BOOST_AUTO_TEST_CASE(converts_files_in_small_blocks) {
   for (int64_t max_index : {int64_t(0), int64_t(40000000), int64_t(7)}) {
-    Removed in1{temp_path("a.tsv")}, in2{temp_path("b.tsv")}, out{temp_path("out.h5")};
+    Removed in1("a.tsv"), in2("b.tsv"), out("out.h5");
     std::vector<RawLine> lines;
     const int n1 = static_cast<int>(testing::random_ints(1, 1, 300)[0]), n2 = static_cast<int>(testing::random_ints(1, 1, 200)[0]);
     {
@@ -192,7 +184,7 @@ BOOST_AUTO_TEST_CASE(converts_files_in_small_blocks) {
 }
 
 BOOST_AUTO_TEST_CASE(bad_line_names_file_and_line_or_is_skipped) {
-  Removed in{temp_path("bad.tsv")}, out{temp_path("bad.h5")};
+  Removed in("bad.tsv"), out("bad.h5");
   std::vector<std::string> f = good_fields();
   std::vector<std::string> bad = f;
   bad[20] = "nothex";
@@ -228,27 +220,16 @@ BOOST_AUTO_TEST_CASE(bad_line_names_file_and_line_or_is_skipped) {
 }
 
 BOOST_AUTO_TEST_CASE(sparta_convert_program_reports_and_exits) {
-  Removed in{temp_path("prog.tsv")}, out{temp_path("prog.h5")};
+  Removed in("prog.tsv"), out("prog.h5");
   std::vector<std::string> f = good_fields();
   {
     std::ofstream o(in.path);
     o << line_of(f) << "\n" << line_of(f) << "\n" << line_of(f) << "\tEXTRA\n";
   }
-  const char* tools = std::getenv("SPARTA_TOOLS");
-  const char* mpiexec = std::getenv("SPARTA_MPIEXEC");
-  std::string bin = std::string(tools ? tools : "build/tests") + "/../bin/sparta-convert";
-  std::string cmd = "timeout -k 5 60 " + std::string(mpiexec ? mpiexec : "mpiexec") + " -n 2 " + bin + " --out " +
-                    out.path + " " + in.path + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  BOOST_REQUIRE(p);
-  std::array<char, 4096> buf;
-  std::string output;
-  size_t got;
-  while ((got = fread(buf.data(), 1, buf.size(), p)) > 0) output.append(buf.data(), got);
-  int st = pclose(p);
-  int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  BOOST_TEST_MESSAGE(output);
-  BOOST_CHECK_NE(code, 0);
-  BOOST_CHECK_MESSAGE(code != 124 && code != 137, "sparta-convert hung");
-  check_has(output, {in.path + ":3:", "found more"});
+  testing::CommandResult r =
+      testing::run_command(testing::tool_command("../bin/sparta-convert", 2, "--out " + out.path + " " + in.path));
+  BOOST_TEST_MESSAGE(r.output);
+  BOOST_CHECK_NE(r.status, 0);
+  BOOST_CHECK_MESSAGE(r.status != 124 && r.status != 137, "sparta-convert hung");
+  check_has(r.output, {in.path + ":3:", "found more"});
 }

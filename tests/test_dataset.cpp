@@ -1,13 +1,10 @@
 // io/dataset + io/reader: write/read round trips (plain, chunked, gzip, Fletcher32), reader slices and
 // shuffling, prefetch against direct reads, every kind of bad file (each crafted here), and that h5py and
 // h5dump read the files.
-#include <unistd.h>
-
 #include <algorithm>
-#include <array>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
-#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -25,13 +22,9 @@ using namespace sparta;
 
 namespace {
 
-std::string temp_path(const std::string& name) {
-  return "/tmp/sparta_test_dataset_" + std::to_string(getpid()) + "_" + name + ".h5";
-}
-
-struct Removed {
-  std::string path;
-  ~Removed() { std::remove(path.c_str()); }
+// <name>.h5 in a fresh temp path, removed at the end of the scope.
+struct Removed : testing::ScopedPath {
+  explicit Removed(const std::string& name) : ScopedPath("dataset", name + ".h5") {}
 };
 
 // A random schema and block of n samples obeying it.
@@ -125,7 +118,7 @@ bool same_batch(const Batch& a, const Batch& b) {
 
 BOOST_AUTO_TEST_CASE(round_trip_plain_chunked_gzip_fletcher32) {
   for (int variant = 0; variant < 3; ++variant) {
-    Removed f{temp_path("rt" + std::to_string(variant))};
+    Removed f("rt" + std::to_string(variant));
     DatasetSchema s = random_schema(testing::random_ints(1, 1, 6)[0], testing::random_ints(1, 1, 5)[0]);
     const int64_t n = testing::random_ints(1, 500, 2500)[0];
     SampleBlock all = random_block(s, n);
@@ -168,7 +161,7 @@ BOOST_AUTO_TEST_CASE(round_trip_plain_chunked_gzip_fletcher32) {
 }
 
 BOOST_AUTO_TEST_CASE(reader_slices_cover_every_global_batch_once) {
-  Removed f{temp_path("slices")};
+  Removed f("slices");
   DatasetSchema s = random_schema(3, 2);
   const int64_t n = testing::random_ints(1, 700, 1300)[0];
   SampleBlock all = random_block(s, n);
@@ -240,7 +233,7 @@ BOOST_AUTO_TEST_CASE(reader_slices_cover_every_global_batch_once) {
 }
 
 BOOST_AUTO_TEST_CASE(prefetch_gives_the_batches_of_direct_reads) {
-  Removed f{temp_path("prefetch")};
+  Removed f("prefetch");
   DatasetSchema s = random_schema(4, 3);
   const int64_t n = testing::random_ints(1, 900, 1500)[0];
   SampleBlock all = random_block(s, n);
@@ -301,7 +294,7 @@ struct BadFile {
   Removed f;
   DatasetSchema s;
   SampleBlock all;
-  explicit BadFile(const std::string& name) : f{temp_path(name)} {
+  explicit BadFile(const std::string& name) : f(name) {
     s.num_dense = 3;
     s.num_slots = 2;
     s.cardinality = {100, 0};
@@ -494,7 +487,7 @@ BOOST_AUTO_TEST_CASE(unknown_format_version_or_incomplete_file_is_rejected) {
   }
   {
     // A writer that never finished leaves num_samples = -1.
-    Removed f{temp_path("incomplete")};
+    Removed f("incomplete");
     {
       BadFile b("incomplete_src");
       DatasetWriter w(f.path, b.s);
@@ -506,7 +499,7 @@ BOOST_AUTO_TEST_CASE(unknown_format_version_or_incomplete_file_is_rejected) {
 
 BOOST_AUTO_TEST_CASE(writer_rejects_bad_samples) {
   BadFile b("writer_src");
-  Removed f{temp_path("writer")};
+  Removed f("writer");
   DatasetWriter w(f.path, b.s);
   SampleBlock bad = b.all;
   bad.keys[bad.offsets[11 * 2]] = 500;
@@ -536,15 +529,11 @@ BOOST_AUTO_TEST_CASE(h5py_and_h5dump_read_the_files) {
                       "', 'r'); a = f.attrs; print(a['format'].decode() if isinstance(a['format'], bytes) else "
                       "a['format'], int(a['num_samples']), float(f['label'][:].sum()), float(f['dense'][:].sum()), "
                       "int(f['sparse/keys'][:].sum()), int(f['sparse/offsets'][-1]), [int(x) for x in a['hotness']])\"";
-    FILE* p = popen(cmd.c_str(), "r");
-    BOOST_REQUIRE(p);
-    std::array<char, 512> buf{};
-    std::string out;
-    while (fgets(buf.data(), buf.size(), p)) out += buf.data();
-    BOOST_CHECK_EQUAL(pclose(p), 0);
+    testing::CommandResult r = testing::run_command(cmd, false);  // stdout only: stderr stays out of the value
+    BOOST_CHECK_EQUAL(r.status, 0);
     std::string want = strprintf("sparta-dataset 40 %.1f %.1f %lld %zu [1, 3]\n", label_sum, dense_sum, key_sum,
                                  b.all.keys.size());
-    BOOST_CHECK_EQUAL(out, want);
+    BOOST_CHECK_EQUAL(r.output, want);
   }
   if (std::system("command -v h5dump >/dev/null 2>&1") == 0)
     BOOST_CHECK_EQUAL(std::system(("h5dump -H " + b.f.path + " >/dev/null").c_str()), 0);

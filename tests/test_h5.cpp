@@ -1,8 +1,6 @@
 // io/h5: round trips of attributes and datasets (whole and by rows), and errors that name file and field.
 #include <boost/test/unit_test.hpp>
-#include <cstdio>
 #include <string>
-#include <unistd.h>
 
 #include "check.h"
 #include "h5.h"
@@ -10,14 +8,8 @@
 
 using namespace sparta;
 
-namespace {
-std::string temp_path(const std::string& name) {
-  return "/tmp/sparta_test_h5_" + std::to_string(getpid()) + "_" + name + ".h5";
-}
-}  // namespace
-
 BOOST_AUTO_TEST_CASE(attributes_and_datasets_round_trip) {
-  std::string path = temp_path("rt");
+  std::string path = testing::temp_path("h5", "rt.h5");
   std::vector<float> x = testing::random_floats(1000 * 3);
   std::vector<int64_t> k = testing::random_ints(777, -5, 1LL << 60);
   {
@@ -52,11 +44,11 @@ BOOST_AUTO_TEST_CASE(attributes_and_datasets_round_trip) {
   BOOST_CHECK(h5::exists(f, "/sparse/keys"));
   BOOST_CHECK(!h5::exists(f, "/sparse/offsets"));
   BOOST_CHECK(!h5::exists(f, "/nothing/here"));
-  std::remove(path.c_str());
+  testing::remove_tree(path);
 }
 
 BOOST_AUTO_TEST_CASE(errors_name_file_and_field) {
-  std::string path = temp_path("err");
+  std::string path = testing::temp_path("h5", "err.h5");
   {
     h5::File f = h5::create_file(path);
     std::vector<int64_t> v{1, 2};
@@ -81,5 +73,5 @@ BOOST_AUTO_TEST_CASE(errors_name_file_and_field) {
   BOOST_CHECK_MESSAGE(m.find("rows 1..6") != std::string::npos, m);
   m = message([&] { h5::open_file(path + ".missing"); });
   BOOST_CHECK_MESSAGE(m.find(".missing") != std::string::npos, m);
-  std::remove(path.c_str());
+  testing::remove_tree(path);
 }

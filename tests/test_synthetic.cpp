@@ -1,14 +1,9 @@
 // io/synthetic: option resolution and its errors, samples as a pure function of (seed, index), key
 // distributions (range, hotness, power law), the AUC functions, the planted teacher's AUC, and the
 // sparta-datagen program under mpiexec (same file for 1 and 2 ranks; bad options end the job).
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <array>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
@@ -36,25 +31,11 @@ void check_has(const std::string& m, const std::vector<std::string>& needles) {
   for (auto& n : needles) BOOST_CHECK_MESSAGE(m.find(n) != std::string::npos, "'" << n << "' missing in: " << m);
 }
 
-struct Outcome {
-  int code;
-  std::string output;
-};
+using Outcome = testing::CommandResult;
 
+// sparta-datagen under mpiexec with a 120 s limit.
 Outcome run(const std::string& args, int ranks) {
-  const char* tools = std::getenv("SPARTA_TOOLS");
-  const char* mpiexec = std::getenv("SPARTA_MPIEXEC");
-  std::string cmd = "timeout -k 5 120 " + std::string(mpiexec ? mpiexec : "mpiexec") + " -n " + std::to_string(ranks) +
-                    " " + std::string(tools ? tools : "build/tests") + "/../bin/sparta-datagen " + args + " 2>&1";
-  Outcome o{-1, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  BOOST_REQUIRE(p);
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.output.append(buf.data(), n);
-  int st = pclose(p);
-  o.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return o;
+  return testing::run_command(testing::tool_command("../bin/sparta-datagen", ranks, args, 120));
 }
 
 }  // namespace
@@ -230,16 +211,16 @@ BOOST_AUTO_TEST_CASE(teacher_auc_is_well_above_chance) {
 }
 
 BOOST_AUTO_TEST_CASE(sparta_datagen_same_file_for_1_and_2_ranks) {
-  std::string base = "/tmp/sparta_test_synthetic_" + std::to_string(getpid());
+  testing::ScopedPath file1("synthetic", "1.h5"), file2("synthetic", "2.h5");
   std::string args = "--samples 3000 --chunk 256 --hotness 1-2 --slots 5 --gzip 1 --fletcher32 --seed " +
                      std::to_string(testing::seed() % 1000000);
-  Outcome a = run(args + " --out " + base + "_1.h5", 1);
-  Outcome b = run(args + " --out " + base + "_2.h5", 2);
+  Outcome a = run(args + " --out " + file1.path, 1);
+  Outcome b = run(args + " --out " + file2.path, 2);
   BOOST_TEST_MESSAGE(a.output << b.output);
-  BOOST_CHECK_EQUAL(a.code, 0);
-  BOOST_CHECK_EQUAL(b.code, 0);
-  if (a.code == 0 && b.code == 0) {
-    h5::File fa = h5::open_file(base + "_1.h5"), fb = h5::open_file(base + "_2.h5");
+  BOOST_CHECK_EQUAL(a.status, 0);
+  BOOST_CHECK_EQUAL(b.status, 0);
+  if (a.status == 0 && b.status == 0) {
+    h5::File fa = h5::open_file(file1.path), fb = h5::open_file(file2.path);
     DatasetSchema sa = read_schema(fa), sb = read_schema(fb);
     BOOST_CHECK_EQUAL(sa.num_samples, 3000);
     BOOST_CHECK_EQUAL(sa.teacher_auc, sb.teacher_auc);
@@ -250,20 +231,18 @@ BOOST_AUTO_TEST_CASE(sparta_datagen_same_file_for_1_and_2_ranks) {
     BOOST_CHECK(h5::read_all<int64_t>(fa, "/sparse/offsets") == h5::read_all<int64_t>(fb, "/sparse/offsets"));
     BOOST_CHECK(h5::read_all<int64_t>(fa, "/sparse/keys") == h5::read_all<int64_t>(fb, "/sparse/keys"));
   }
-  std::remove((base + "_1.h5").c_str());
-  std::remove((base + "_2.h5").c_str());
 }
 
 BOOST_AUTO_TEST_CASE(sparta_datagen_bad_input_ends_the_job) {
   Outcome o = run("--samples 100 --hotness 3-1 --out /tmp/never.h5", 2);
-  BOOST_CHECK_NE(o.code, 0);
-  BOOST_CHECK_MESSAGE(o.code != 124 && o.code != 137, "sparta-datagen hung");
+  BOOST_CHECK_NE(o.status, 0);
+  BOOST_CHECK_MESSAGE(o.status != 124 && o.status != 137, "sparta-datagen hung");
   check_has(o.output, {"--hotness", "'3-1'"});
   o = run("--samples 100 --out /nonexistent_dir_sparta/x.h5", 2);
-  BOOST_CHECK_NE(o.code, 0);
-  BOOST_CHECK_MESSAGE(o.code != 124 && o.code != 137, "sparta-datagen hung");
+  BOOST_CHECK_NE(o.status, 0);
+  BOOST_CHECK_MESSAGE(o.status != 124 && o.status != 137, "sparta-datagen hung");
   check_has(o.output, {"/nonexistent_dir_sparta/x.h5", "cannot create"});
   o = run("--samples 100 --out /tmp/never.h5 --bogus", 2);
-  BOOST_CHECK_NE(o.code, 0);
+  BOOST_CHECK_NE(o.status, 0);
   check_has(o.output, {"bogus"});
 }

@@ -36,4 +36,50 @@ size_t count_mismatches(const std::vector<float>& got, const std::vector<float>&
 // MPI suites: true on every rank only when ok is true on every rank (collective over MPI_COMM_WORLD).
 bool all_ranks(bool ok);
 
+// This process's rank and the number of ranks in MPI_COMM_WORLD.
+int world_rank();
+int world_size();
+
+// ---- commands and temporary files
+
+// status: the exit code, or 128 + the signal that ended the command (124/137: `timeout` stopped it).
+struct CommandResult {
+  int status;
+  std::string output;
+};
+
+// Runs cmd with /bin/sh and returns its status and stdout, with stderr merged in unless merge_stderr is false
+// (then stderr goes to this process's stderr).
+CommandResult run_command(const std::string& cmd, bool merge_stderr = true);
+
+// The command that runs $SPARTA_TOOLS/<tool> (default build/tests; programs are "../bin/sparta-<name>") with
+// args: under $SPARTA_MPIEXEC (default mpiexec) with `ranks` ranks, or directly when ranks is 0; inside
+// `timeout -k 5 <timeout_s>` unless timeout_s is 0.
+std::string tool_command(const std::string& tool, int ranks, const std::string& args, int timeout_s = 60);
+
+// "/tmp/sparta_test_<suite>_<pid>_<name>", with anything an earlier process of that pid left there removed.
+std::string temp_path(const std::string& suite, const std::string& name);
+
+// Removes a file or a directory with everything below it; nothing when path does not exist.
+void remove_tree(const std::string& path);
+
+// A temp_path removed (with everything below it) when this goes out of scope.
+struct ScopedPath {
+  std::string path;
+  ScopedPath(const std::string& suite, const std::string& name) : path(temp_path(suite, name)) {}
+  ~ScopedPath() { remove_tree(path); }
+  ScopedPath(const ScopedPath&) = delete;
+  ScopedPath& operator=(const ScopedPath&) = delete;
+};
+
+// MPI suites: a temp_path that every rank names alike (rank 0's pid), removed by rank 0 once every rank has
+// left the scope. Construction and destruction are collective over MPI_COMM_WORLD.
+struct SharedTempPath {
+  std::string path;
+  SharedTempPath(const std::string& suite, const std::string& name);
+  ~SharedTempPath();
+  SharedTempPath(const SharedTempPath&) = delete;
+  SharedTempPath& operator=(const SharedTempPath&) = delete;
+};
+
 }  // namespace testing
