@@ -2,15 +2,21 @@
 // both copy the value vectors out, so they are lookup + gather), swept over table rows, load factor, dim and
 // keys per call.
 //
-//   bench_hashtable [--rows 67108864] [--load-factors 0.5] [--dims 8,32,64] [--keys 1048576] [--out f.jsonl]
+//   bench_hashtable [--rows 67108864] [--load-factors 0.5] [--dims 8,32,64] [--keys 1048576]
+//                   [--hit-fractions 0,0.6] [--insert-op table|fused] [--out f.jsonl]
 //
 // A table of capacity `rows` at max load factor lf (slots = rows / lf, a power of two) is filled with distinct
 // keys up to rows - reserve; then
 //   find        n keys drawn uniformly from the held ones → rows and values [n, dim] (unpooled eval lookup);
-//   get_insert  n keys never seen → inserted with their initial values, values copied out (unpooled train
-//               lookup); the `reserve` rows are what these calls take, so the load rises from load_start to
-//               load_end (both in the record);
+//   get_insert  n keys, the first hit_fraction * n drawn uniformly from the held keys, the rest never seen
+//               (inserted with their initial values), values copied out; one point per --hit-fractions entry.
+//               0: every key new; 0.6: HierarchicalKV's find_or_insert benchmark (its create_keys_for_hitrate:
+//               60% held keys first, then 40% new). The new keys take the `reserve` rows, so the load rises
+//               from load_start to load_end (both in the record);
 //   get_insert_hit  n held keys through the insert path.
+// --insert-op: which insert path the get_insert points time: `table` = hash_get_insert_copy (the bulk kernel
+// of hash_table.cu, HKV's find_or_insert), `fused` = unpooled_forward in train mode (the fused lookup kernel
+// of pooled_forward.cu). find is unpooled_forward in eval mode either way.
 // Slots are a power of two, so the load a table reaches is rows / slots: --rows 117440512 --load-factors 1.0
 // ends at 0.875 of 128M slots, while 64M rows at 0.5 or 0.75 both end at 0.5.
 // Every call's output is checked on a sample of keys against the CPU reference (initial_value by key).
@@ -101,7 +107,7 @@ int64_t key_of(uint64_t i, uint64_t salt) { return static_cast<int64_t>(splitmix
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string rows_s, lfs_s, dims_s, keys_s, out_path, device = "auto";
+  std::string rows_s, lfs_s, dims_s, keys_s, hits_s, insert_op, out_path, device = "auto";
   int repeats = 20, warmup = 3;
   po::options_description desc("bench_hashtable options");
   desc.add_options()("help,h", "print this help")("rows", po::value(&rows_s), "table capacities in rows (list; "
@@ -109,6 +115,8 @@ int main(int argc, char** argv) {
       "load-factors", po::value(&lfs_s)->default_value("0.5"), "max load factors (list)")(
       "dims", po::value(&dims_s)->default_value("8,32,64"), "value dims (list)")(
       "keys", po::value(&keys_s), "keys per call (list; default 1048576 on a GPU, 65536 on cpu)")(
+      "hit-fractions", po::value(&hits_s)->default_value("0,0.6"), "get_insert: fraction of held keys per call (list)")(
+      "insert-op", po::value(&insert_op)->default_value("table"), "get_insert path: table | fused")(
       "repeats", po::value(&repeats)->default_value(20), "timed calls per point (median)")(
       "warmup", po::value(&warmup)->default_value(3), "untimed calls first")(
       "device", po::value(&device)->default_value("auto"), "cpu | cuda | auto")(
@@ -119,6 +127,10 @@ int main(int argc, char** argv) {
     bool gpu = device == "cuda" || (device == "auto" && visible_gpu_count() > 0);
     SPARTA_REQUIRE(device == "cpu" || device == "cuda" || device == "auto", "--device: cpu, cuda or auto, found '%s'",
                    device.c_str());
+    SPARTA_REQUIRE(insert_op == "table" || insert_op == "fused", "--insert-op: table or fused, found '%s'",
+                   insert_op.c_str());
+    std::vector<double> hit_fractions = parse_list(hits_s);
+    for (double h : hit_fractions) SPARTA_REQUIRE(h >= 0 && h <= 1, "--hit-fractions: in [0, 1], found %g", h);
     if (rows_s.empty()) rows_s = gpu ? "67108864" : "1048576";
     if (keys_s.empty()) keys_s = gpu ? "1048576" : "65536";
     Device dev = open_device(gpu ? Backend::cuda : Backend::cpu, gpu ? 0 : -1);
@@ -127,8 +139,9 @@ int main(int argc, char** argv) {
     if (!out_path.empty()) out.open(out_path, std::ios::app);
     std::printf("# bench_hashtable on %s: G keys/s (median of %d calls); find and get_insert copy values out\n",
                 dev.is_cuda() ? gpu_name(dev.gpu).c_str() : "cpu", repeats);
-    std::printf("# %11s %5s %4s %9s %-15s %10s %10s %7s %7s %6s\n", "rows", "lf", "dim", "keys", "op", "ms", "Gkeys/s",
-                "load0", "load1", "#wrong");
+    std::printf("# get_insert path: %s\n", insert_op.c_str());
+    std::printf("# %11s %5s %4s %9s %-15s %5s %10s %10s %7s %7s %6s\n", "rows", "lf", "dim", "keys", "op", "hit", "ms",
+                "Gkeys/s", "load0", "load1", "#wrong");
     size_t wrong_total = 0;
     uint64_t salt = 0x1234567ull;
     for (double rows_d : parse_list(rows_s))
@@ -137,8 +150,9 @@ int main(int argc, char** argv) {
           for (double n_d : parse_list(keys_s)) {
             int64_t rows = int64_t(rows_d), n = int64_t(n_d);
             int dim = int(dim_d);
-            int64_t reserve = n * (repeats + warmup);
-            SPARTA_REQUIRE(rows > 2 * reserve, "bench_hashtable: --rows %lld too small for %lld keys x %d calls",
+            int64_t reserve = 0;  // the new keys of every get_insert call
+            for (double h : hit_fractions) reserve += (n - int64_t(h * double(n))) * (repeats + warmup);
+            SPARTA_REQUIRE(rows >= reserve + 2 * n, "bench_hashtable: --rows %lld too small for %lld keys x %d calls",
                            (long long)rows, (long long)n, repeats + warmup);
             int64_t held = rows - reserve;
             HashTable table(dev, "bench", rows, lf);
@@ -167,16 +181,25 @@ int main(int argc, char** argv) {
             std::mt19937_64 rng(7);
             int64_t next_new = held;
             // get_insert first: it takes the reserve rows, so find and get_insert_hit then run at the full load.
-            for (const char* op : {"get_insert", "find", "get_insert_hit"}) {
-              bool fresh = std::string(op) == "get_insert";
-              LookupMode mode = std::string(op) == "find" ? LookupMode::eval : LookupMode::train;
+            struct Point {
+              std::string op;
+              double hit;  // fraction of held keys
+            };
+            std::vector<Point> points;
+            for (double h : hit_fractions) points.push_back({"get_insert", h});
+            points.push_back({"find", 1.0});
+            points.push_back({"get_insert_hit", 1.0});
+            for (const Point& pt : points) {
+              const char* op = pt.op.c_str();
+              LookupMode mode = pt.op == "find" ? LookupMode::eval : LookupMode::train;
+              const int64_t hits = int64_t(pt.hit * double(n));
               double load0 = double(table.size()) / slots;
               std::vector<double> ms;
               size_t wrong = 0;
               for (int r = 0; r < warmup + repeats; ++r) {
+                const int64_t held_now = next_new;
                 for (int64_t i = 0; i < n; ++i)
-                  hk[size_t(i)] = fresh ? key_of(uint64_t(next_new + i), salt) : key_of(rng() % uint64_t(next_new), salt);
-                if (fresh) next_new += n;
+                  hk[size_t(i)] = i < hits ? key_of(rng() % uint64_t(held_now), salt) : key_of(uint64_t(next_new++), salt);
                 keys.upload(hk);
                 vout.fill_bytes(0xFF);
                 ForwardArgs a;
@@ -188,7 +211,11 @@ int main(int argc, char** argv) {
                 a.out = vout.data();
                 a.rows = rows_out.data();
                 synchronize(dev);
-                double t = time_ms(dev, [&] { unpooled_forward(dev, a); });
+                double t = mode == LookupMode::train && insert_op == "table"
+                               ? time_ms(dev, [&] {
+                                   hash_get_insert_copy(dev, a.table, a.keys, n, a.rows, a.rows_init, vout.data());
+                                 })
+                               : time_ms(dev, [&] { unpooled_forward(dev, a); });
                 if (r >= warmup) ms.push_back(t);
                 // Check a sample of the copied-out vectors against the reference.
                 std::vector<float> got(static_cast<size_t>(dim));
@@ -202,15 +229,17 @@ int main(int argc, char** argv) {
               table.check_errors();
               double load1 = double(table.size()) / slots, med = median(ms);
               wrong_total += wrong;
-              std::printf("  %11lld %5.2f %4d %9lld %-15s %10.4f %10.3f %7.3f %7.3f %6zu\n", (long long)rows, lf, dim,
-                          (long long)n, op, med, double(n) / med / 1e6, load0, load1, wrong);
+              std::printf("  %11lld %5.2f %4d %9lld %-15s %5.2f %10.4f %10.3f %7.3f %7.3f %6zu\n", (long long)rows, lf,
+                          dim, (long long)n, op, pt.hit, med, double(n) / med / 1e6, load0, load1, wrong);
               std::fflush(stdout);
               if (out.is_open())
                 out << strprintf("{\"bench\":\"hashtable\",\"op\":\"%s\",\"rows\":%lld,\"max_load_factor\":%g,"
                                  "\"slots\":%lld,\"dim\":%d,\"keys\":%lld,\"repeats\":%d,\"ms\":%.5f,\"Gkeys_per_s\":%.4f,"
-                                 "\"load_start\":%.4f,\"load_end\":%.4f,\"wrong\":%zu,%s}\n",
+                                 "\"load_start\":%.4f,\"load_end\":%.4f,\"wrong\":%zu,\"hit_fraction\":%g,"
+                                 "\"insert_op\":\"%s\",%s}\n",
                                  op, (long long)rows, lf, (long long)table.num_slots(), dim, (long long)n, repeats, med,
-                                 double(n) / med / 1e6, load0, load1, wrong, prov.c_str());
+                                 double(n) / med / 1e6, load0, load1, wrong, pt.hit,
+                                 mode == LookupMode::train ? insert_op.c_str() : "fused", prov.c_str());
             }
           }
     close_device(dev);
