@@ -100,6 +100,13 @@ void hash_export_cpu(const HashTableView& t, int64_t num_slots, int64_t* keys_by
   }
 }
 
+void hash_get_insert_copy_cpu(const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
+                              const RowInit& init, float* out) {
+  hash_get_insert_cpu(t, keys, n, rows, init);
+  for (int64_t i = 0; i < n; ++i)
+    for (int e = 0; e < init.dim; ++e) out[i * init.dim + e] = rows[i] >= 0 ? init.values[rows[i] * init.dim + e] : 0.f;
+}
+
 // ---- dispatch ----
 
 #if SPARTA_CUDA
@@ -116,6 +123,13 @@ void hash_get_insert(const Device& dev, const HashTableView& t, const int64_t* k
                      const RowInit& init) {
   SPARTA_DISPATCH("hash_get_insert", hash_get_insert_cpu(t, keys, n, rows, init),
                   hash_get_insert_cuda(t, keys, n, rows, init, dev.stream));
+}
+
+void hash_get_insert_copy(const Device& dev, const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
+                          const RowInit& init, float* out) {
+  SPARTA_REQUIRE(init.values != nullptr && out != nullptr, "hash_get_insert_copy: values and out must be set");
+  SPARTA_DISPATCH("hash_get_insert_copy", hash_get_insert_copy_cpu(t, keys, n, rows, init, out),
+                  hash_get_insert_copy_cuda(t, keys, n, rows, init, out, dev.stream));
 }
 
 void hash_find(const Device& dev, const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,

@@ -100,25 +100,13 @@ void hash_export_cuda(const HashTableView& t, int64_t num_slots, int64_t* keys_b
 
 // get_insert that also copies every key's values out (HierarchicalKV's find_or_insert): out[i] =
 // values[rows[i]] of init.values (new rows: their initial values), zeros for refused keys. out: [n, init.dim];
-// init.values must be set. (Dispatch and CPU reference inline here: defined with the additive API.)
+// init.values must be set.
+void hash_get_insert_copy(const Device& dev, const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
+                          const RowInit& init, float* out);
+void hash_get_insert_copy_cpu(const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
+                              const RowInit& init, float* out);
 void hash_get_insert_copy_cuda(const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
                                const RowInit& init, float* out, Stream stream);
-inline void hash_get_insert_copy_cpu(const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
-                                     const RowInit& init, float* out) {
-  hash_get_insert_cpu(t, keys, n, rows, init);
-  for (int64_t i = 0; i < n; ++i)
-    for (int e = 0; e < init.dim; ++e) out[i * init.dim + e] = rows[i] >= 0 ? init.values[rows[i] * init.dim + e] : 0.f;
-}
-inline void hash_get_insert_copy(const Device& dev, const HashTableView& t, const int64_t* keys, int64_t n,
-                                 int64_t* rows, const RowInit& init, float* out) {
-  SPARTA_REQUIRE(init.values != nullptr && out != nullptr, "hash_get_insert_copy: values and out must be set");
-  if (!dev.is_cuda()) return hash_get_insert_copy_cpu(t, keys, n, rows, init, out);
-#if SPARTA_CUDA
-  hash_get_insert_copy_cuda(t, keys, n, rows, init, out, dev.stream);
-#else
-  SPARTA_FATAL("hash_get_insert_copy on %s in a CUDA=0 build", dev.name().c_str());
-#endif
-}
 
 // Bucket of a key: a 64-bit finalizer so that sequential keys spread.
 SPARTA_HD uint64_t hash_key(uint64_t key) {

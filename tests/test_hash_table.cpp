@@ -182,6 +182,56 @@ void export_load(Backend b) {
   close_device(dev);
 }
 
+// get_insert with the values copied out: new keys give their initial values by key, held keys the values
+// their row holds now (overwritten with a pattern between the calls), refused keys zeros.
+void get_insert_copy(Backend b, size_t n, size_t distinct, int dim) {
+  Device dev = open(b);
+  {
+    const int64_t capacity = 2 * int64_t(distinct) + 64;  // both calls draw from their own key pools
+    HashTable t(dev, "copy", capacity, 0.5);
+    Buffer<float> values(dev, size_t(capacity) * dim);
+    values.fill_bytes(0);
+    RowInit init;
+    init.values = values.data();
+    init.dim = dim;
+    init.key_init = KeyInit{testing::rng()(), 7, 0.05f};
+    auto call = [&](const std::vector<int64_t>& keys, std::vector<int64_t>& rows_out) {
+      Buffer<int64_t> k(dev, keys), rows(dev, keys.size());
+      Buffer<float> out(dev, keys.size() * dim);
+      rows.fill_bytes(0x5A);
+      out.fill_bytes(0xFF);  // poison: NaN
+      hash_get_insert_copy(dev, t.view(), k.data(), int64_t(keys.size()), rows.data(), init, out.data());
+      t.check_errors();
+      rows_out = rows.download();
+      return out.download();
+    };
+    std::vector<int64_t> first = power_law_keys(n, distinct / 2, 0.9, true), rows1;
+    std::vector<float> out1 = call(first, rows1);
+    size_t bad = 0;
+    for (size_t i = 0; i < first.size(); ++i)
+      for (int e = 0; e < dim; ++e) bad += out1[i * dim + e] != initial_value(init.key_init, uint64_t(first[i]), e);
+    BOOST_CHECK_EQUAL(bad, 0u);
+    // Overwrite every held row with a pattern of its row number, then mix held and new keys.
+    std::vector<float> pattern(size_t(capacity) * dim);
+    for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = float(i / dim) + 0.001f * float(i % dim);
+    values.upload(pattern);
+    std::vector<int64_t> second = power_law_keys(n, distinct, 0.5, false), rows2;
+    second.insert(second.end(), first.begin(), first.begin() + std::min<size_t>(first.size(), 100));
+    std::set<int64_t> held(first.begin(), first.end());
+    std::vector<float> out2 = call(second, rows2);
+    check_rows(second, rows2, t.size());
+    bad = 0;
+    for (size_t i = 0; i < second.size(); ++i)
+      for (int e = 0; e < dim; ++e) {
+        float want = held.count(second[i]) ? pattern[size_t(rows2[i]) * dim + e]
+                                           : initial_value(init.key_init, uint64_t(second[i]), e);
+        bad += out2[i * dim + e] != want;
+      }
+    BOOST_CHECK_EQUAL(bad, 0u);
+  }
+  close_device(dev);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(cpu_get_insert_find_contains) {
@@ -194,6 +244,13 @@ BOOST_AUTO_TEST_CASE(cuda_get_insert_find_contains, *testing::needs_gpu()) {
   insert_find_contains(Backend::cuda, 3000, 500);
   insert_find_contains(Backend::cuda, 1 << 20, 1000);     // power law: a few keys everywhere
   insert_find_contains(Backend::cuda, 1 << 20, 400000);
+}
+
+BOOST_AUTO_TEST_CASE(cpu_get_insert_copy_gives_values) { get_insert_copy(Backend::cpu, 2000, 400, 3); }
+
+BOOST_AUTO_TEST_CASE(cuda_get_insert_copy_gives_values, *testing::needs_gpu()) {
+  for (int dim : {1, 8, 32, 64}) get_insert_copy(Backend::cuda, 1 << 16, 20000, dim);
+  get_insert_copy(Backend::cuda, 1000, 900, 17);
 }
 
 BOOST_AUTO_TEST_CASE(cpu_full_table_is_an_error) { full_table(Backend::cpu); }
