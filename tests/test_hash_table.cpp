@@ -219,7 +219,8 @@ void get_insert_copy(Backend b, size_t n, size_t distinct, int dim) {
     second.insert(second.end(), first.begin(), first.begin() + std::min<size_t>(first.size(), 100));
     std::set<int64_t> held(first.begin(), first.end());
     std::vector<float> out2 = call(second, rows2);
-    check_rows(second, rows2, t.size());
+    bad = std::count_if(rows2.begin(), rows2.end(), [&](int64_t r) { return r < 0 || r >= t.size(); });
+    BOOST_CHECK_EQUAL(bad, 0u);
     bad = 0;
     for (size_t i = 0; i < second.size(); ++i)
       for (int e = 0; e < dim; ++e) {
