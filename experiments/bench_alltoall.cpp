@@ -5,7 +5,7 @@
 // all-gather: the gathered buffer), algbw = size / time, busbw = algbw * (n-1)/n (all-to-all, reduce-scatter,
 // all-gather) or algbw * 2(n-1)/n (all-reduce), n = ranks; time = median over repeats of the mean over
 // iterations, the slowest rank's. GPU times come from CUDA events on the compute stream (each iteration:
-// operation, then join), cpu times from MPI_Wtime. Every row is checked: one more operation on a poisoned
+// operation, then join), cpu times from the steady clock (support_bench.h). Every row is checked: one more operation on a poisoned
 // output, compared with the values each rank computes on its own; #wrong > 0 fails the run (exit 1).
 // Data are never zeros. Rows also go as JSON lines to --out, with every parameter and the provenance.
 //
@@ -13,18 +13,12 @@
 #include <mpi.h>
 #include <unistd.h>
 
-#if SPARTA_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <ctime>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -33,6 +27,7 @@
 #include "context.h"
 #include "log.h"
 #include "options.h"
+#include "support_bench.h"
 
 using namespace sparta;
 
@@ -65,37 +60,6 @@ std::vector<std::string> split(const std::string& s) {
   while (std::getline(ss, item, ','))
     if (!item.empty()) out.push_back(item);
   return out;
-}
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\', o += c;
-    else if (c == '\n') o += "\\n";
-    else if (static_cast<unsigned char>(c) < 0x20) o += ' ';
-    else o += c;
-  }
-  return o;
-}
-
-std::string shell(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>/dev/null").c_str(), "r");
-  if (!p) return out;
-  char buf[256];
-  while (fgets(buf, sizeof(buf), p)) out += buf;
-  pclose(p);
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
-
-// The git revision at run time: SPARTA_GIT_REV when set (a carried build), else git in the working directory.
-std::string git_revision() {
-  if (const char* env = std::getenv("SPARTA_GIT_REV")) return env;
-  std::string rev = shell("git rev-parse HEAD");
-  if (rev.empty()) return "unknown";
-  if (!shell("git status --porcelain --untracked-files=no").empty()) rev += "-dirty";
-  return rev;
 }
 
 // Gathers one string per rank to rank 0.
@@ -146,17 +110,6 @@ class Bench {
  public:
   Bench(Context& ctx, Communicator& comm, const Args& a, DataType t) : ctx_(ctx), comm_(comm), a_(a), t_(t) {
     es_ = dtype_size(t);
-#if SPARTA_CUDA
-    if (ctx.device().is_cuda()) {
-      CUDA_CHECK(cudaEventCreate(&start_));
-      CUDA_CHECK(cudaEventCreate(&stop_));
-    }
-#endif
-  }
-  ~Bench() {
-#if SPARTA_CUDA
-    if (start_) cudaEventDestroy(start_), cudaEventDestroy(stop_);
-#endif
   }
 
   // Runs one row: returns time (s) and the number of wrong elements over all ranks.
@@ -189,27 +142,11 @@ class Bench {
     std::vector<double> times;
     for (int r = 0; r < a_.repeats; ++r) {
       comm_.barrier();
-      double t = 0;
-#if SPARTA_CUDA
-      if (dev.is_cuda()) {
-        CUDA_CHECK(cudaEventRecord(start_, dev.stream));
-        for (int i = 0; i < a_.iters; ++i) run();
-        CUDA_CHECK(cudaEventRecord(stop_, dev.stream));
-        CUDA_CHECK(cudaEventSynchronize(stop_));
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
-        t = ms / 1e3 / a_.iters;
-      } else
-#endif
-      {
-        double t0 = MPI_Wtime();
-        for (int i = 0; i < a_.iters; ++i) run();
-        t = (MPI_Wtime() - t0) / a_.iters;
-      }
-      times.push_back(t);
+      timer_.start();
+      for (int i = 0; i < a_.iters; ++i) run();
+      times.push_back(timer_.stop_ms() / 1e3 / a_.iters);
     }
-    std::sort(times.begin(), times.end());
-    double median = times[times.size() / 2];
+    double median = bench::median(times);
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &median, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
 
     // Check: one more operation into a poisoned output.
@@ -235,11 +172,7 @@ class Bench {
   const Args& a_;
   DataType t_;
   size_t es_ = 4;
-#if SPARTA_CUDA
-  cudaEvent_t start_ = nullptr, stop_ = nullptr;
-#else
-  void* start_ = nullptr;
-#endif
+  bench::DeviceTimer timer_{ctx_.device()};  // CUDA events on the compute stream, or the steady clock
 };
 
 }  // namespace
@@ -294,18 +227,20 @@ int main(int argc, char** argv) {
   }
 
   // Provenance, once.
-  std::string command;
-  for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
-  std::string rev = git_revision();
-  std::string mine = ctx.topo().hostname + " " + ctx.device().name() +
-                     (cuda ? " " + gpu_name(ctx.device().gpu) : std::string());
+  std::string mine = ctx.topo().hostname + " " + bench::device_description(ctx.device());
   std::vector<std::string> devices = gather_strings(mine, MPI_COMM_WORLD);
-  std::string devices_json;
-  for (size_t i = 0; i < devices.size(); ++i) devices_json += (i ? "," : "") + ("\"" + json_escape(devices[i]) + "\"");
-  char stamp[64];
-  std::time_t now = std::time(nullptr);
-  std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   const int W = ctx.world();
+  const bench::Provenance prov = bench::provenance(argc, argv, devices, W);
+  const std::string& rev = prov.git;
+  const std::string& command = prov.command;
+  std::unique_ptr<bench::JsonLines> json;
+  if (ctx.is_root()) {
+    try {
+      json = std::make_unique<bench::JsonLines>(a.out, prov);
+    } catch (const Error& e) {
+      SPARTA_FATAL("%s", e.what());
+    }
+  }
   const int nodes = ctx.topo().num_nodes;
 
   if (ctx.is_root()) {
@@ -347,21 +282,21 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
         if (bytes == (1u << 20) && op == "alltoall")
           latency.push_back(strprintf("%s %.2f us", mode_name.c_str(), time_s * 1e6));
-        if (!a.out.empty()) {
-          std::ofstream f(a.out, std::ios::app);
-          if (!f) SPARTA_FATAL("--out: cannot open '%s' for appending", a.out.c_str());
-          f << "{\"bench\":\"bench_alltoall\",\"op\":\"" << op << "\",\"mode\":\"" << mode_name
-            << "\",\"bytes_per_rank\":" << bytes << ",\"count\":" << bytes / dtype_size(t) << ",\"type\":\""
-            << dtype_name(t) << "\",\"time_us\":" << time_s * 1e6 << ",\"algbw_GBps\":" << algbw
-            << ",\"busbw_GBps\":" << busbw << ",\"bus_factor\":" << bus << ",\"wrong\":" << wrong
-            << ",\"ranks\":" << W << ",\"nodes\":" << nodes << ",\"ranks_per_node\":" << copt.ranks_per_node
-            << ",\"backend\":\"" << (cuda ? "cuda" : "cpu") << "\",\"staging\":\"" << a.staging
-            << "\",\"chunk_bytes\":" << chunk << ",\"cuda_aware_mpi\":" << (comm->cuda_aware_mpi() ? "true" : "false")
-            << ",\"iters\":" << a.iters << ",\"warmup\":" << a.warmup << ",\"repeats\":" << a.repeats
-            << ",\"timing\":\"" << (cuda ? "cuda events, median of repeats, slowest rank" : "MPI_Wtime, median of repeats, slowest rank")
-            << "\",\"git_rev\":\"" << json_escape(rev) << "\",\"host\":\"" << json_escape(ctx.topo().hostname)
-            << "\",\"devices\":[" << devices_json << "],\"command\":\"" << json_escape(command) << "\",\"time\":\""
-            << stamp << "\"}\n";
+        std::ostringstream f;
+        f << "\"bench\":\"bench_alltoall\",\"op\":\"" << op << "\",\"mode\":\"" << mode_name
+          << "\",\"bytes_per_rank\":" << bytes << ",\"count\":" << bytes / dtype_size(t) << ",\"type\":\""
+          << dtype_name(t) << "\",\"time_us\":" << time_s * 1e6 << ",\"algbw_GBps\":" << algbw
+          << ",\"busbw_GBps\":" << busbw << ",\"bus_factor\":" << bus << ",\"wrong\":" << wrong
+          << ",\"nodes\":" << nodes << ",\"ranks_per_node\":" << copt.ranks_per_node
+          << ",\"backend\":\"" << (cuda ? "cuda" : "cpu") << "\",\"staging\":\"" << a.staging
+          << "\",\"chunk_bytes\":" << chunk << ",\"cuda_aware_mpi\":" << (comm->cuda_aware_mpi() ? "true" : "false")
+          << ",\"iters\":" << a.iters << ",\"warmup\":" << a.warmup << ",\"repeats\":" << a.repeats
+          << ",\"timing\":\"" << (cuda ? "cuda events, median of repeats, slowest rank" : "steady clock, median of repeats, slowest rank")
+          << "\",\"git_rev\":\"" << bench::json_escape(rev) << "\",\"time\":\"" << prov.date << "\"";
+        try {
+          json->write(f.str());
+        } catch (const Error& e) {
+          SPARTA_FATAL("%s", e.what());
         }
       }
     }

@@ -1,8 +1,9 @@
 // bench_embedding: the fused lookup + pooled forward (kernels/pooled_forward.h) on a filled table, against
-// the device-to-device copy bandwidth measured in the same run.
+// the device-to-device copy bandwidth measured in the same run; and the train step on the table
+// (EmbeddingTable: pooled_forward in train mode + backward_and_update with SGD).
 //
 //   bench_embedding [--rows 40000000] [--dims 128] [--batch 65536] [--slots 26] [--hot 1] [--alphas 0,1.1]
-//                   [--modes eval,train] [--out-types f32] [--cases default] [--out f.jsonl]
+//                   [--modes eval,train,step] [--out-types f32] [--lr 0.01] [--out f.jsonl]
 //
 // The table holds `rows` keys (a bijection of 0..rows-1); each bag takes `hot` keys (hot = 1: one-hot) drawn
 // with P(rank) ~ rank^-alpha over a fixed random permutation of the held keys (alpha 0: uniform), the same
@@ -10,94 +11,37 @@
 // buckets and keys not counted, as for the peer); GB/s and the fraction of the copy bandwidth. train runs
 // the get_insert path on held keys (steady state: nothing new). A sample of bags is checked against the CPU
 // reference (the keys' initial values pooled on the host).
-// With no axis options, --cases default runs: 40M x 128 one-hot (alpha 0 and 1.1), 40M x 32 hot 8, 10M x 16.
-#include <unistd.h>
-
+// step: after the forward modes of a point (the step changes the values the forward checks rely on), per alpha:
+// one checked step (a sample of updated rows against w - lr * the summed gradient, computed on the host from
+// the rows, the upstream gradient and the values before the step), then timed steps (forward train, which
+// synchronizes to check for a full table, + backward_and_update; the upstream gradient is a fixed random
+// [bags, dim] array) and timed backward_and_update alone on the same rows.
+// With no axis options the default points run: 40M x 128 one-hot (alpha 0 and 1.1), 40M x 32 hot 8, 10M x 16.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 
 #include "buffer.h"
 #include "check.h"
+#include "embedding_table.h"
 #include "embedding_types.h"
 #include "hash_table.h"
 #include "key_init.h"
 #include "options.h"
 #include "pooled_forward.h"
-#if SPARTA_CUDA
-#include <cuda_runtime_api.h>
-#endif
+#include "support_bench.h"
 
 using namespace sparta;
+using bench::median;
 
 namespace {
-
-// Times one call: CUDA events on the device's stream, or the wall clock around a synchronized call on cpu.
-template <class F>
-double time_ms(const Device& dev, F&& f) {
-#if SPARTA_CUDA
-  if (dev.is_cuda()) {
-    cudaEvent_t a, b;
-    CUDA_CHECK(cudaEventCreate(&a));
-    CUDA_CHECK(cudaEventCreate(&b));
-    CUDA_CHECK(cudaEventRecord(a, dev.stream));
-    f();
-    CUDA_CHECK(cudaEventRecord(b, dev.stream));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    CUDA_CHECK(cudaEventDestroy(a));
-    CUDA_CHECK(cudaEventDestroy(b));
-    return ms;
-  }
-#endif
-  auto t0 = std::chrono::steady_clock::now();
-  f();
-  synchronize(dev);
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-std::string provenance(int argc, char** argv, const Device& dev) {
-  std::string rev = "unknown", cmd;
-  if (FILE* p = popen("git rev-parse --short HEAD 2>/dev/null", "r")) {
-    char buf[64] = {0};
-    if (fgets(buf, sizeof buf, p)) rev = std::string(buf, strcspn(buf, "\n"));
-    pclose(p);
-  }
-  for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  std::string devname = dev.is_cuda() ? gpu_name(dev.gpu) : "cpu";
-  return strprintf("\"git\":\"%s\",\"command\":\"%s\",\"host\":\"%s\",\"device\":\"%s\",\"ranks\":1", rev.c_str(),
-                   cmd.c_str(), host, devname.c_str());
-}
-
-std::vector<double> parse_list(const std::string& s) {
-  std::vector<double> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) v.push_back(std::stod(item));
-  SPARTA_REQUIRE(!v.empty(), "bench_embedding: empty list '%s'", s.c_str());
-  return v;
-}
 
 // The i-th key of the benchmark's universe: distinct for distinct i (splitmix64 is a bijection).
 int64_t key_of(uint64_t i, uint64_t salt) { return static_cast<int64_t>(splitmix64(i ^ salt)); }
-
-}  // namespace
-
-namespace {
 
 struct Point {
   int64_t rows;
@@ -114,19 +58,53 @@ uint64_t coprime_multiplier(uint64_t rows) {
   return a;
 }
 
+// nnz keys: rank from a continuous power law (inverse CDF, as the peer), then a fixed permutation of ranks.
+std::vector<int64_t> draw_keys(const Point& p, int64_t nnz, double alpha, uint64_t salt) {
+  uint64_t mult = coprime_multiplier(uint64_t(p.rows));
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<int64_t> hk(static_cast<size_t>(nnz));
+  for (auto& k : hk) {
+    double x = u(rng), rank;
+    if (alpha == 0) {
+      rank = x * double(p.rows);
+    } else {
+      double a = alpha != 1.0 ? 1.0 - alpha : 1e-9;
+      rank = std::pow((std::pow(double(p.rows) + 1.0, a) - 1.0) * x + 1.0, 1.0 / a) - 1.0;
+    }
+    uint64_t r = std::min<uint64_t>(uint64_t(std::max(rank, 0.0)), uint64_t(p.rows) - 1);
+    k = key_of((r * mult) % uint64_t(p.rows), salt);
+  }
+  return hk;
+}
+
+int64_t count_unique(std::vector<int64_t> v) {
+  std::sort(v.begin(), v.end());
+  return std::unique(v.begin(), v.end()) - v.begin();
+}
+
+// A fixed upstream gradient, uniform in [-1, 1) (never zeros): [n].
+std::vector<float> upstream_gradient(size_t n) {
+  std::vector<float> g(n);
+  for (size_t i = 0; i < n; ++i) g[i] = float(int64_t(splitmix64(i ^ 0x5EEDull) >> 40) - (int64_t(1) << 23)) / float(1 << 23);
+  return g;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string rows_s, dims_s, batch_s, slots_s, hot_s, alphas_s, modes_s, types_s, out_path, device = "auto";
   int repeats = 20, warmup = 5;
+  float lr = 0.01f;
   po::options_description desc("bench_embedding options");
   desc.add_options()("help,h", "print this help")("rows", po::value(&rows_s), "table rows (list)")(
       "dims", po::value(&dims_s), "dims (list)")("batch", po::value(&batch_s), "batch sizes (list)")(
       "slots", po::value(&slots_s), "slots per sample (list)")("hot", po::value(&hot_s), "keys per bag (list)")(
       "alphas", po::value(&alphas_s)->default_value("0,1.1"), "power-law exponents (list; 0 uniform)")(
-      "modes", po::value(&modes_s)->default_value("eval,train"), "eval | train (list)")(
+      "modes", po::value(&modes_s)->default_value("eval,train,step"), "eval | train | step (list)")(
       "out-types", po::value(&types_s)->default_value("f32"), "f32 | bf16 | f16 (list)")(
       "combiner", po::value<std::string>()->default_value("sum"), "sum | mean")(
+      "lr", po::value(&lr)->default_value(0.01f), "SGD learning rate of the step")(
       "repeats", po::value(&repeats)->default_value(20), "timed calls per point (median)")(
       "warmup", po::value(&warmup)->default_value(5), "untimed calls first")(
       "device", po::value(&device)->default_value("auto"), "cpu | cuda | auto")(
@@ -136,17 +114,33 @@ int main(int argc, char** argv) {
     if (!parse_options(argc, argv, desc, vm, "usage: bench_embedding [options]")) return 0;
     SPARTA_REQUIRE(device == "cpu" || device == "cuda" || device == "auto", "--device: cpu, cuda or auto, found '%s'",
                    device.c_str());
+    SPARTA_REQUIRE(repeats >= 1 && warmup >= 0, "--repeats must be >= 1 and --warmup >= 0, found %d and %d", repeats,
+                   warmup);
     bool gpu = device == "cuda" || (device == "auto" && visible_gpu_count() > 0);
     Combiner comb = parse_combiner(vm["combiner"].as<std::string>());
+    std::vector<std::string> modes = bench::split_list(modes_s);
+    bool step_mode = false;
+    std::vector<std::string> forward_modes;
+    for (const std::string& m : modes) {
+      SPARTA_REQUIRE(m == "eval" || m == "train" || m == "step", "--modes: eval, train or step, found '%s'", m.c_str());
+      if (m == "step") step_mode = true;
+      else forward_modes.push_back(m);
+    }
+    std::vector<OutputType> out_types;
+    for (const std::string& t : bench::split_list(types_s)) {
+      SPARTA_REQUIRE(t == "f32" || t == "bf16" || t == "f16", "--out-types: f32, bf16 or f16, found '%s'", t.c_str());
+      out_types.push_back(t == "f32" ? OutputType::f32 : t == "bf16" ? OutputType::bf16 : OutputType::f16);
+    }
+    std::vector<double> alphas = bench::parse_list(alphas_s, "alphas");
     Device dev = open_device(gpu ? Backend::cuda : Backend::cpu, gpu ? 0 : -1);
     std::vector<Point> points;
     bool axes = !rows_s.empty() || !dims_s.empty() || !batch_s.empty() || !slots_s.empty() || !hot_s.empty();
     if (axes) {
-      for (double r : parse_list(rows_s.empty() ? (gpu ? "40000000" : "100000") : rows_s))
-        for (double d : parse_list(dims_s.empty() ? "128" : dims_s))
-          for (double b : parse_list(batch_s.empty() ? (gpu ? "65536" : "256") : batch_s))
-            for (double s : parse_list(slots_s.empty() ? "26" : slots_s))
-              for (double h : parse_list(hot_s.empty() ? "1" : hot_s))
+      for (double r : bench::parse_list(rows_s.empty() ? (gpu ? "40000000" : "100000") : rows_s, "rows"))
+        for (double d : bench::parse_list(dims_s.empty() ? "128" : dims_s, "dims"))
+          for (double b : bench::parse_list(batch_s.empty() ? (gpu ? "65536" : "256") : batch_s, "batch"))
+            for (double s : bench::parse_list(slots_s.empty() ? "26" : slots_s, "slots"))
+              for (double h : bench::parse_list(hot_s.empty() ? "1" : hot_s, "hot"))
                 points.push_back(Point{int64_t(r), int(d), int64_t(b), int(s), int(h)});
     } else if (gpu) {
       points.push_back(Point{40000000, 128, 65536, 26, 1});
@@ -156,34 +150,29 @@ int main(int argc, char** argv) {
       points.push_back(Point{100000, 128, 256, 26, 1});
       points.push_back(Point{100000, 32, 256, 26, 8});
     }
-    std::string prov = provenance(argc, argv, dev);
-    std::ofstream out;
-    if (!out_path.empty()) out.open(out_path, std::ios::app);
+    const std::string devname = dev.is_cuda() ? gpu_name(dev.gpu) : "cpu";
+    bench::JsonLines out(out_path, bench::provenance(argc, argv, {bench::device_description(dev)}));
 
     // Copy bandwidth, bytes read + written, in this run.
-    double copy_gbps = 0;
-    {
-      size_t bytes = gpu ? (size_t(1) << 31) : (size_t(1) << 27);
-      Buffer<uint8_t> a(dev, bytes), b(dev, bytes);
-      a.fill_bytes(0x3C);
-      std::vector<double> ms;
-      for (int r = 0; r < warmup + repeats; ++r) {
-        double t = time_ms(dev, [&] { copy_on_device(dev, b.data(), a.data(), bytes); });
-        if (r >= warmup) ms.push_back(t);
-      }
-      copy_gbps = 2.0 * double(bytes) / median(ms) / 1e6;
-    }
+    double copy_gbps = bench::copy_bandwidth_gbps(dev, gpu ? (size_t(1) << 31) : (size_t(1) << 27), warmup, repeats);
     std::printf("# bench_embedding on %s: fused lookup + pooled forward (%s), median of %d; copy bandwidth %.0f GB/s\n",
-                dev.is_cuda() ? gpu_name(dev.gpu).c_str() : "cpu", combiner_name(comb), repeats, copy_gbps);
-    std::printf("# %9s %4s %6s %5s %3s %5s %5s %4s %8s %10s %8s %7s %6s %9s %6s\n", "rows", "dim", "batch", "slots", "hot",
-                "alpha", "mode", "out", "unique", "ms", "GB/s", "%copy", "floor", "nnz", "#wrong");
+                devname.c_str(), combiner_name(comb), repeats, copy_gbps);
     size_t wrong_total = 0;
     const uint64_t salt = 0xABCDEFull;
-    KeyInit ki{7, 0, 0.5f};
     for (const Point& p : points) {
-      HashTable table(dev, "bench", p.rows, 0.5);
-      Buffer<float> values(dev, size_t(p.rows) * p.dim);
-      RowInit init{values.data(), p.dim, ki};
+      EmbeddingTableConfig tc;
+      tc.name = "bench";
+      tc.dim = p.dim;
+      tc.capacity_rows = p.rows;
+      tc.max_load_factor = 0.5;
+      tc.seed = 7;
+      tc.table_id = 0;
+      tc.init_scale = 0.5f;
+      tc.optimizer.kind = OptimizerKind::sgd;
+      tc.optimizer.lr = lr;
+      EmbeddingTable table(dev, tc);
+      const KeyInit ki = table.key_init();
+      RowInit init{table.values(), p.dim, ki};
       {
         const int64_t chunk = int64_t(1) << 22;
         Buffer<int64_t> kb(dev, size_t(std::min(chunk, p.rows))), rb(dev, size_t(std::min(chunk, p.rows)));
@@ -193,52 +182,27 @@ int main(int argc, char** argv) {
           k.resize(size_t(m));
           for (int64_t i = 0; i < m; ++i) k[size_t(i)] = key_of(uint64_t(s + i), salt);
           kb.upload(k.data(), size_t(m));
-          hash_get_insert(dev, table.view(), kb.data(), m, rb.data(), init);
-          synchronize(dev);
+          table.hash().get_insert(kb.data(), m, rb.data(), init);  // checked: a full table throws
         }
-        table.check_errors();
       }
       int64_t bags = p.batch * p.slots, nnz = bags * p.hot;
       std::vector<int64_t> offsets(size_t(bags) + 1);
       for (int64_t b = 0; b <= bags; ++b) offsets[size_t(b)] = b * p.hot;
       Buffer<int64_t> off(dev, offsets), keys(dev, size_t(nnz)), rows(dev, size_t(nnz));
-      uint64_t mult = coprime_multiplier(uint64_t(p.rows));
-      for (double alpha : parse_list(alphas_s)) {
-        // Keys: rank from a continuous power law (inverse CDF, as the peer), then a fixed permutation of ranks.
-        std::mt19937_64 rng(11);
-        std::uniform_real_distribution<double> u(0, 1);
-        std::vector<int64_t> hk(static_cast<size_t>(nnz));
-        for (auto& k : hk) {
-          double x = u(rng), rank;
-          if (alpha == 0) {
-            rank = x * double(p.rows);
-          } else {
-            double a = alpha != 1.0 ? 1.0 - alpha : 1e-9;
-            rank = std::pow((std::pow(double(p.rows) + 1.0, a) - 1.0) * x + 1.0, 1.0 / a) - 1.0;
-          }
-          uint64_t r = std::min<uint64_t>(uint64_t(std::max(rank, 0.0)), uint64_t(p.rows) - 1);
-          k = key_of((r * mult) % uint64_t(p.rows), salt);
-        }
-        std::vector<int64_t> sorted = hk;
-        std::sort(sorted.begin(), sorted.end());
-        int64_t unique = std::unique(sorted.begin(), sorted.end()) - sorted.begin();
+      if (!forward_modes.empty()) {
+        std::printf("# %9s %4s %6s %5s %3s %5s %5s %4s %8s %10s %8s %7s %6s %9s %6s\n", "rows", "dim", "batch", "slots",
+                    "hot", "alpha", "mode", "out", "unique", "ms", "GB/s", "%copy", "floor", "nnz", "#wrong");
+      }
+      for (double alpha : forward_modes.empty() ? std::vector<double>() : alphas) {
+        std::vector<int64_t> hk = draw_keys(p, nnz, alpha, salt);
+        int64_t unique = count_unique(hk);
         keys.upload(hk);
-        for (const std::string& mode_s : [&] {
-               std::vector<std::string> v;
-               std::stringstream ss(modes_s);
-               for (std::string m; std::getline(ss, m, ',');) v.push_back(m);
-               return v;
-             }()) {
-          SPARTA_REQUIRE(mode_s == "eval" || mode_s == "train", "--modes: eval or train, found '%s'", mode_s.c_str());
+        for (const std::string& mode_s : forward_modes) {
           LookupMode mode = mode_s == "eval" ? LookupMode::eval : LookupMode::train;
-          std::stringstream ts(types_s);
-          for (std::string type_s; std::getline(ts, type_s, ',');) {
-            SPARTA_REQUIRE(type_s == "f32" || type_s == "bf16" || type_s == "f16",
-                           "--out-types: f32, bf16 or f16, found '%s'", type_s.c_str());
-            OutputType ot = type_s == "f32" ? OutputType::f32 : type_s == "bf16" ? OutputType::bf16 : OutputType::f16;
+          for (OutputType ot : out_types) {
             Buffer<uint8_t> pooled(dev, size_t(bags) * p.dim * output_type_bytes(ot));
             ForwardArgs a;
-            a.table = table.view();
+            a.table = table.hash().view();
             a.rows_init = init;
             a.mode = mode;
             a.offsets = off.data();
@@ -249,14 +213,10 @@ int main(int argc, char** argv) {
             a.out_type = ot;
             a.rows = rows.data();
             pooled.fill_bytes(0xFF);
-            std::vector<double> ms;
-            for (int r = 0; r < warmup + repeats; ++r) {
-              double t = time_ms(dev, [&] { pooled_forward(dev, a); });
-              if (r >= warmup) ms.push_back(t);
-            }
-            HashTableMeta m = table.read_meta();
+            std::vector<double> ms = bench::time_repeats(dev, warmup, repeats, [&] { pooled_forward(dev, a); });
+            HashTableMeta m = table.hash().read_meta();
             size_t wrong = size_t(m.missing + m.refused);
-            table.check_errors();
+            table.hash().check_errors();
             // Sample of bags against the host reference.
             size_t ob = output_type_bytes(ot);
             std::vector<uint8_t> got(size_t(p.dim) * ob);
@@ -284,21 +244,105 @@ int main(int argc, char** argv) {
             double med = median(ms);
             double bytes = double(nnz) * p.dim * 4 + double(bags) * p.dim * double(ob);
             double gbps = bytes / med / 1e6, floor_ms = bytes / copy_gbps / 1e6;
+            const char* type_s = output_type_name(ot);
             std::printf("  %9lld %4d %6lld %5d %3d %5.2f %5s %4s %8lld %10.4f %8.0f %6.1f%% %6.3f %9lld %6zu\n",
-                        (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, alpha, mode_s.c_str(),
-                        type_s.c_str(), (long long)unique, med, gbps, 100 * gbps / copy_gbps, floor_ms, (long long)nnz,
-                        wrong);
+                        (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, alpha, mode_s.c_str(), type_s,
+                        (long long)unique, med, gbps, 100 * gbps / copy_gbps, floor_ms, (long long)nnz, wrong);
             std::fflush(stdout);
-            if (out.is_open())
-              out << strprintf("{\"bench\":\"embedding\",\"rows\":%lld,\"dim\":%d,\"batch\":%lld,\"slots\":%d,\"hot\":%d,"
-                               "\"alpha\":%g,\"mode\":\"%s\",\"out_type\":\"%s\",\"combiner\":\"%s\",\"unique_keys\":%lld,"
-                               "\"nnz\":%lld,\"repeats\":%d,\"ms\":%.5f,\"GBps\":%.2f,\"copy_GBps\":%.2f,"
-                               "\"fraction_of_copy\":%.4f,\"floor_ms\":%.5f,\"wrong\":%zu,%s}\n",
-                               (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, alpha, mode_s.c_str(),
-                               type_s.c_str(), combiner_name(comb), (long long)unique, (long long)nnz, repeats, med,
-                               gbps, copy_gbps, gbps / copy_gbps, floor_ms, wrong, prov.c_str());
+            out.write(strprintf("\"bench\":\"embedding\",\"rows\":%lld,\"dim\":%d,\"batch\":%lld,\"slots\":%d,\"hot\":%d,"
+                                "\"alpha\":%g,\"mode\":\"%s\",\"out_type\":\"%s\",\"combiner\":\"%s\",\"unique_keys\":%lld,"
+                                "\"nnz\":%lld,\"repeats\":%d,\"ms\":%.5f,\"GBps\":%.2f,\"copy_GBps\":%.2f,"
+                                "\"fraction_of_copy\":%.4f,\"floor_ms\":%.5f,\"wrong\":%zu,\"device\":\"%s\"",
+                                (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, alpha, mode_s.c_str(),
+                                type_s, combiner_name(comb), (long long)unique, (long long)nnz, repeats, med, gbps,
+                                copy_gbps, gbps / copy_gbps, floor_ms, wrong, devname.c_str()));
           }
         }
+      }
+      if (!step_mode) continue;
+
+      // ---- train step: forward (train) + backward + SGD on the table ----
+      std::printf("# step (SGD lr %g, %s): forward train + backward_and_update, median of %d\n", double(lr),
+                  combiner_name(comb), repeats);
+      std::printf("# %9s %4s %6s %5s %3s %5s %8s %10s %10s %10s %9s %6s\n", "rows", "dim", "batch", "slots", "hot",
+                  "alpha", "unique", "step_ms", "bwd_upd_ms", "updated", "nnz", "#wrong");
+      std::vector<float> hgrad = upstream_gradient(size_t(bags) * p.dim);  // [bags, dim]
+      Buffer<float> grad(dev, hgrad), pooled(dev, size_t(bags) * p.dim);
+      int64_t step = 1;
+      for (double alpha : alphas) {
+        std::vector<int64_t> hk = draw_keys(p, nnz, alpha, salt);
+        int64_t unique = count_unique(hk);
+        keys.upload(hk);
+        auto forward = [&] {
+          table.pooled_forward(off.data(), keys.data(), bags, comb, LookupMode::train, pooled.data(), OutputType::f32,
+                               rows.data());
+        };
+        auto backward = [&] {
+          table.backward_and_update(off.data(), rows.data(), bags, nnz, grad.data(), comb, step++);
+        };
+        // One checked step: a sample of rows, before and after, against w - lr * their summed gradient.
+        rows.fill_bytes(0xFF);
+        forward();
+        std::vector<int64_t> hrows = rows.download();
+        std::map<int64_t, std::vector<float>> before, sum, abs_sum;  // row → [dim]
+        for (int64_t i = 0; i < nnz; i += std::max<int64_t>(1, nnz / 256)) before[hrows[size_t(i)]].resize(size_t(p.dim));
+        size_t wrong = 0;
+        for (auto& [r, v] : before) {
+          if (r < 0 || r >= p.rows) {
+            ++wrong;  // the forward gave no row to a held key
+            continue;
+          }
+          copy_to_host(dev, v.data(), table.values() + size_t(r) * p.dim, sizeof(float) * p.dim);
+          sum[r].assign(size_t(p.dim), 0.f);
+          abs_sum[r].assign(size_t(p.dim), 0.f);
+        }
+        for (int64_t b = 0; b < bags; ++b) {
+          int64_t n = offsets[size_t(b) + 1] - offsets[size_t(b)];
+          float scale = comb == Combiner::mean && n > 0 ? 1.0f / float(n) : 1.0f;
+          for (int64_t i = offsets[size_t(b)]; i < offsets[size_t(b) + 1]; ++i) {
+            auto it = sum.find(hrows[size_t(i)]);
+            if (it == sum.end()) continue;
+            std::vector<float>& as = abs_sum[it->first];
+            for (int e = 0; e < p.dim; ++e) {
+              float g = hgrad[size_t(b) * p.dim + e] * scale;
+              it->second[e] += g;
+              as[e] += std::fabs(g);
+            }
+          }
+        }
+        backward();
+        int64_t updated = table.rows_updated();
+        wrong += updated != unique;
+        std::vector<float> after(size_t(p.dim));
+        for (const auto& [r, s] : sum) {
+          copy_to_host(dev, after.data(), table.values() + size_t(r) * p.dim, sizeof(float) * p.dim);
+          const std::vector<float>& w0 = before[r];
+          for (int e = 0; e < p.dim; ++e) {
+            float want = w0[e] - lr * s[e];
+            // Summation order differs for rows over several blocks of the sorted keys: float rounding only.
+            float tol = 1e-6f + 1e-5f * (std::fabs(w0[e]) + lr * abs_sum[r][e]);
+            wrong += !(std::fabs(after[e] - want) <= tol);
+          }
+        }
+        std::vector<double> step_ms = bench::time_repeats(dev, warmup, repeats, [&] {
+          forward();
+          backward();
+        });
+        std::vector<double> bwd_ms = bench::time_repeats(dev, warmup, repeats, backward);
+        wrong_total += wrong;
+        double med = median(step_ms), bmed = median(bwd_ms);
+        std::printf("  %9lld %4d %6lld %5d %3d %5.2f %8lld %10.4f %10.4f %10lld %9lld %6zu\n", (long long)p.rows, p.dim,
+                    (long long)p.batch, p.slots, p.hot, alpha, (long long)unique, med, bmed, (long long)updated,
+                    (long long)nnz, wrong);
+        std::fflush(stdout);
+        out.write(strprintf("\"bench\":\"embedding_step\",\"rows\":%lld,\"dim\":%d,\"batch\":%lld,\"slots\":%d,"
+                            "\"hot\":%d,\"alpha\":%g,\"combiner\":\"%s\",\"optimizer\":\"sgd\",\"lr\":%g,"
+                            "\"unique_keys\":%lld,\"nnz\":%lld,\"repeats\":%d,\"warmup\":%d,\"step_ms\":%.5f,"
+                            "\"backward_update_ms\":%.5f,\"rows_updated\":%lld,\"copy_GBps\":%.2f,\"wrong\":%zu,"
+                            "\"device\":\"%s\"",
+                            (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, alpha, combiner_name(comb),
+                            double(lr), (long long)unique, (long long)nnz, repeats, warmup, med, bmed,
+                            (long long)updated, copy_gbps, wrong, devname.c_str()));
       }
     }
     close_device(dev);

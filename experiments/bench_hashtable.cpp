@@ -20,16 +20,10 @@
 // Slots are a power of two, so the load a table reaches is rows / slots: --rows 117440512 --load-factors 1.0
 // ends at 0.875 of 128M slots, while 64M rows at 0.5 or 0.75 both end at 0.5.
 // Every call's output is checked on a sample of keys against the CPU reference (initial_value by key).
-#include <unistd.h>
-
 #include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include "buffer.h"
 #include "check.h"
@@ -38,68 +32,13 @@
 #include "key_init.h"
 #include "options.h"
 #include "pooled_forward.h"
-#if SPARTA_CUDA
-#include <cuda_runtime_api.h>
-#endif
+#include "support_bench.h"
 
 using namespace sparta;
+using bench::median;
+using bench::time_ms;
 
 namespace {
-
-// Times one call: CUDA events on the device's stream, or the wall clock around a synchronized call on cpu.
-template <class F>
-double time_ms(const Device& dev, F&& f) {
-#if SPARTA_CUDA
-  if (dev.is_cuda()) {
-    cudaEvent_t a, b;
-    CUDA_CHECK(cudaEventCreate(&a));
-    CUDA_CHECK(cudaEventCreate(&b));
-    CUDA_CHECK(cudaEventRecord(a, dev.stream));
-    f();
-    CUDA_CHECK(cudaEventRecord(b, dev.stream));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    CUDA_CHECK(cudaEventDestroy(a));
-    CUDA_CHECK(cudaEventDestroy(b));
-    return ms;
-  }
-#endif
-  auto t0 = std::chrono::steady_clock::now();
-  f();
-  synchronize(dev);
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-std::string provenance(int argc, char** argv, const Device& dev) {
-  std::string rev = "unknown", cmd;
-  if (FILE* p = popen("git rev-parse --short HEAD 2>/dev/null", "r")) {
-    char buf[64] = {0};
-    if (fgets(buf, sizeof buf, p)) rev = std::string(buf, strcspn(buf, "\n"));
-    pclose(p);
-  }
-  for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  std::string devname = dev.is_cuda() ? gpu_name(dev.gpu) : "cpu";
-  return strprintf("\"git\":\"%s\",\"command\":\"%s\",\"host\":\"%s\",\"device\":\"%s\",\"ranks\":1", rev.c_str(),
-                   cmd.c_str(), host, devname.c_str());
-}
-
-std::vector<double> parse_list(const std::string& s) {
-  std::vector<double> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) v.push_back(std::stod(item));
-  SPARTA_REQUIRE(!v.empty(), "bench_hashtable: empty list '%s'", s.c_str());
-  return v;
-}
 
 // The i-th key of the benchmark's universe: distinct for distinct i (splitmix64 is a bijection).
 int64_t key_of(uint64_t i, uint64_t salt) { return static_cast<int64_t>(splitmix64(i ^ salt)); }
@@ -129,25 +68,24 @@ int main(int argc, char** argv) {
                    device.c_str());
     SPARTA_REQUIRE(insert_op == "table" || insert_op == "fused", "--insert-op: table or fused, found '%s'",
                    insert_op.c_str());
-    std::vector<double> hit_fractions = parse_list(hits_s);
+    std::vector<double> hit_fractions = bench::parse_list(hits_s, "hit-fractions");
     for (double h : hit_fractions) SPARTA_REQUIRE(h >= 0 && h <= 1, "--hit-fractions: in [0, 1], found %g", h);
     if (rows_s.empty()) rows_s = gpu ? "67108864" : "1048576";
     if (keys_s.empty()) keys_s = gpu ? "1048576" : "65536";
     Device dev = open_device(gpu ? Backend::cuda : Backend::cpu, gpu ? 0 : -1);
-    std::string prov = provenance(argc, argv, dev);
-    std::ofstream out;
-    if (!out_path.empty()) out.open(out_path, std::ios::app);
+    const std::string devname = dev.is_cuda() ? gpu_name(dev.gpu) : "cpu";
+    bench::JsonLines out(out_path, bench::provenance(argc, argv, {bench::device_description(dev)}));
     std::printf("# bench_hashtable on %s: G keys/s (median of %d calls); find and get_insert copy values out\n",
-                dev.is_cuda() ? gpu_name(dev.gpu).c_str() : "cpu", repeats);
+                devname.c_str(), repeats);
     std::printf("# get_insert path: %s\n", insert_op.c_str());
     std::printf("# %11s %5s %4s %9s %-15s %5s %10s %10s %7s %7s %6s\n", "rows", "lf", "dim", "keys", "op", "hit", "ms",
                 "Gkeys/s", "load0", "load1", "#wrong");
     size_t wrong_total = 0;
     uint64_t salt = 0x1234567ull;
-    for (double rows_d : parse_list(rows_s))
-      for (double lf : parse_list(lfs_s))
-        for (double dim_d : parse_list(dims_s))
-          for (double n_d : parse_list(keys_s)) {
+    for (double rows_d : bench::parse_list(rows_s, "rows"))
+      for (double lf : bench::parse_list(lfs_s, "load-factors"))
+        for (double dim_d : bench::parse_list(dims_s, "dims"))
+          for (double n_d : bench::parse_list(keys_s, "keys")) {
             int64_t rows = int64_t(rows_d), n = int64_t(n_d);
             int dim = int(dim_d);
             int64_t reserve = 0;  // the new keys of every get_insert call
@@ -232,14 +170,13 @@ int main(int argc, char** argv) {
               std::printf("  %11lld %5.2f %4d %9lld %-15s %5.2f %10.4f %10.3f %7.3f %7.3f %6zu\n", (long long)rows, lf,
                           dim, (long long)n, op, pt.hit, med, double(n) / med / 1e6, load0, load1, wrong);
               std::fflush(stdout);
-              if (out.is_open())
-                out << strprintf("{\"bench\":\"hashtable\",\"op\":\"%s\",\"rows\":%lld,\"max_load_factor\":%g,"
+              out.write(strprintf("\"bench\":\"hashtable\",\"op\":\"%s\",\"rows\":%lld,\"max_load_factor\":%g,"
                                  "\"slots\":%lld,\"dim\":%d,\"keys\":%lld,\"repeats\":%d,\"ms\":%.5f,\"Gkeys_per_s\":%.4f,"
                                  "\"load_start\":%.4f,\"load_end\":%.4f,\"wrong\":%zu,\"hit_fraction\":%g,"
-                                 "\"insert_op\":\"%s\",%s}\n",
+                                 "\"insert_op\":\"%s\",\"device\":\"%s\"",
                                  op, (long long)rows, lf, (long long)table.num_slots(), dim, (long long)n, repeats, med,
                                  double(n) / med / 1e6, load0, load1, wrong, pt.hit,
-                                 mode == LookupMode::train ? insert_op.c_str() : "fused", prov.c_str());
+                                 mode == LookupMode::train ? insert_op.c_str() : "fused", devname.c_str()));
             }
           }
     close_device(dev);

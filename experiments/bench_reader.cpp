@@ -8,10 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -21,20 +19,10 @@
 #include "log.h"
 #include "options.h"
 #include "reader.h"
+#include "support_bench.h"
 #include "synthetic.h"
 
 namespace {
-
-std::string shell(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[256];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  pclose(p);
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out;
-}
 
 // CPU seconds this process used (all threads): on a shared machine the wall clock also counts waiting for a core.
 double cpu_seconds() {
@@ -131,21 +119,19 @@ int main(int argc, char** argv) {
       sparta::DatasetReader reader(file, ro);
       std::vector<double> secs, cpus;
       int wrong = 0;
+      sparta::bench::DeviceTimer timer(ctx.device());  // cpu: the steady clock
       for (int r = 0; r < repeats; ++r) {
         Checksum got;
-        auto t0 = std::chrono::steady_clock::now();
+        timer.start();
         double c0 = cpu_seconds();
         reader.start_epoch(r);
         while (const sparta::Batch* x = reader.next()) got.add(*x);
-        secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        secs.push_back(timer.stop_ms() / 1e3);
         cpus.push_back(cpu_seconds() - c0);
         wrong += !(got == want[r]);
       }
-      std::vector<double> sorted = secs;
-      std::sort(sorted.begin(), sorted.end());
-      const double med = sorted[sorted.size() / 2];
-      std::sort(cpus.begin(), cpus.end());
-      const double cpu_med = cpus[cpus.size() / 2];
+      const double med = sparta::bench::median(secs);
+      const double cpu_med = sparta::bench::median(cpus);
       double load[1] = {0};
       getloadavg(load, 1);
       const int64_t per_epoch = want[0].samples;
@@ -163,21 +149,17 @@ int main(int argc, char** argv) {
                   world, prefetch, shuffle ? 1 : 0, med, rate / 1e6, rate * bytes_per_sample / 1e9, cpu_med,
                   per_epoch / cpu_med / 1e6, wrong);
       if (!out.empty()) {
-        std::string host = shell("hostname");
-        std::string rev = shell("git rev-parse --short HEAD 2>/dev/null");
-        std::string cmd;
-        for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
         std::string times;
         for (size_t i = 0; i < secs.size(); ++i) times += (i ? "," : "") + sparta::strprintf("%.6f", secs[i]);
-        std::ofstream o(out, std::ios::app);
-        o << sparta::strprintf(
-                 "{\"bench\":\"reader\",\"samples_per_epoch\":%lld,\"file_samples\":%lld,\"num_dense\":%lld,"
-                 "\"num_slots\":%lld,\"batch\":%lld,\"world\":%d,\"prefetch\":%d,\"shuffle\":%s,\"repeats\":%d,"
-                 "\"median_s\":%.6f,\"times_s\":[%s],\"samples_per_s\":%.1f,\"cpu_s\":%.6f,\"samples_per_cpu_s\":%.1f,\"load_average\":%.2f,\"bytes_per_sample\":%.1f,\"wrong\":%d,"
-                 "\"git\":\"%s\",\"command\":\"%s\",\"host\":\"%s\",\"devices\":\"cpu\",\"ranks\":%d,\"file\":\"%s\"}\n",
-                 (long long)per_epoch, (long long)s.num_samples, (long long)s.num_dense, (long long)s.num_slots,
-                 (long long)batch, world, prefetch, shuffle ? "true" : "false", repeats, med, times.c_str(), rate, cpu_med, per_epoch / cpu_med, load[0],
-                 bytes_per_sample, wrong, rev.c_str(), cmd.c_str(), host.c_str(), ctx.world(), file.c_str());
+        sparta::bench::JsonLines o(out, sparta::bench::provenance(argc, argv, {"cpu"}, ctx.world()));
+        o.write(sparta::strprintf(
+            "\"bench\":\"reader\",\"samples_per_epoch\":%lld,\"file_samples\":%lld,\"num_dense\":%lld,"
+            "\"num_slots\":%lld,\"batch\":%lld,\"world\":%d,\"prefetch\":%d,\"shuffle\":%s,\"repeats\":%d,"
+            "\"median_s\":%.6f,\"times_s\":[%s],\"samples_per_s\":%.1f,\"cpu_s\":%.6f,\"samples_per_cpu_s\":%.1f,"
+            "\"load_average\":%.2f,\"bytes_per_sample\":%.1f,\"wrong\":%d,\"file\":\"%s\"",
+            (long long)per_epoch, (long long)s.num_samples, (long long)s.num_dense, (long long)s.num_slots,
+            (long long)batch, world, prefetch, shuffle ? "true" : "false", repeats, med, times.c_str(), rate, cpu_med,
+            per_epoch / cpu_med, load[0], bytes_per_sample, wrong, sparta::bench::json_escape(file).c_str()));
       }
       if (wrong) {
         std::fprintf(stderr, "bench_reader: %d epoch(s) delivered other data than the direct reads\n", wrong);

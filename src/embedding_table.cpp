@@ -1,6 +1,8 @@
 // embedding_table.cpp: see embedding_table.h.
 #include "embedding_table.h"
 
+#include <algorithm>
+
 #include "check.h"
 #include "fill.h"
 
@@ -31,7 +33,10 @@ EmbeddingTable::EmbeddingTable(const Device& dev, const EmbeddingTableConfig& cf
       hash_(dev, cfg.name, cfg.capacity_rows, cfg.max_load_factor),
       values_(dev, size_t(cfg.capacity_rows) * cfg.dim),
       state_(dev, size_t(cfg.capacity_rows) * state_width_) {
+  SPARTA_REQUIRE(cfg.max_batch_keys >= 0, "embedding table '%s': max_batch_keys must be >= 0, found %lld",
+                 cfg.name.c_str(), (long long)cfg.max_batch_keys);
   reset_state();
+  if (cfg.max_batch_keys > 0) workspace(cfg.max_batch_keys);
 }
 
 KeyInit EmbeddingTable::key_init() const {
@@ -90,8 +95,46 @@ void EmbeddingTable::unpooled_forward(const int64_t* keys, int64_t nnz, LookupMo
 
 void EmbeddingTable::find(const int64_t* keys, int64_t n, int64_t* rows) { hash_.find(keys, n, rows); }
 
+BackwardWorkspace& EmbeddingTable::workspace(int64_t nnz) {
+  // Grown only when a batch has more keys than any before: the step itself never allocates.
+  if (!workspace_ || workspace_->max_nnz() < nnz) {
+    int64_t n = std::max<int64_t>(nnz, workspace_ ? workspace_->max_nnz() : 0);
+    workspace_.reset();  // free the old one first: at 40M rows the sort buffers are not small
+    workspace_ = std::make_unique<BackwardWorkspace>(dev_, n, cfg_.capacity_rows, cfg_.dim);
+  }
+  return *workspace_;
+}
+
+void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
+                                         const float* grad, Combiner combiner, int64_t step) {
+  SPARTA_REQUIRE(nnz >= 0 && bags >= 0, "embedding table '%s': backward of %lld bags, %lld keys", cfg_.name.c_str(),
+                 (long long)bags, (long long)nnz);
+  SPARTA_REQUIRE(step >= 1, "embedding table '%s': optimizer step must be >= 1 (counted from 1), found %lld",
+                 cfg_.name.c_str(), (long long)step);
+  BackwardBatch b;
+  b.offsets = offsets;
+  b.rows = rows;
+  b.grad = grad;
+  b.bags = bags;
+  b.nnz = nnz;
+  b.combiner = combiner;
+  try {
+    sparta::backward_and_update(dev_, b, workspace(nnz), cfg_.optimizer, step, values_.data(), state_.data());
+  } catch (const Error& e) {
+    throw Error(strprintf("embedding table '%s': %s", cfg_.name.c_str(), e.what()));
+  }
+}
+
+int64_t EmbeddingTable::rows_updated() {
+  return workspace_ ? read_count(dev_, workspace_->num_unique()) : 0;
+}
+
 TableRows EmbeddingTable::export_rows() {
   TableRows r;
+  r.name = cfg_.name;
+  r.dim = cfg_.dim;
+  r.optimizer = optimizer_name(cfg_.optimizer.kind);
+  r.state_width = state_width_;
   Buffer<int64_t> keys;
   int64_t n = hash_.export_keys(keys);
   r.keys = keys.download();
@@ -105,7 +148,13 @@ TableRows EmbeddingTable::export_rows() {
 }
 
 void EmbeddingTable::load_rows(const TableRows& rows) {
-  int64_t n = rows.size();
+  const char* opt = optimizer_name(cfg_.optimizer.kind);
+  SPARTA_REQUIRE(rows.dim == cfg_.dim && rows.optimizer == opt && rows.state_width == state_width_,
+                 "embedding table '%s': load of rows of '%s' with dim %d, optimizer '%s', state_width %d; the table "
+                 "has dim %d, optimizer '%s', state_width %d",
+                 cfg_.name.c_str(), rows.name.c_str(), rows.dim, rows.optimizer.c_str(), rows.state_width, cfg_.dim,
+                 opt, state_width_);
+  int64_t n = static_cast<int64_t>(rows.rows());
   SPARTA_REQUIRE(rows.values.size() == size_t(n) * cfg_.dim,
                  "embedding table '%s': load of %lld rows with %zu values, expected %lld (dim %d)", cfg_.name.c_str(),
                  (long long)n, rows.values.size(), (long long)(n * cfg_.dim), cfg_.dim);

@@ -4,15 +4,24 @@
 //
 // Rows are handed out densely (0, 1, 2, ...) and never freed, so values[0:size) and state[0:size) are the
 // live rows, in the order export_rows() lists their keys. A new row's values come from (seed, table_id, key)
-// (kernels/key_init.h); its state starts at the optimizer's initial state (set for all rows up front).
+// (kernels/key_init.h); its state starts at the optimizer's initial state (set for all rows up front, and again
+// by clear(): zeros, adagrad's initial_accumulator, lazy_adam's last step 0), which is what
+// kernels/sparse_optimizer.h requires of a row it has never updated.
+//
+// A train step: pooled_forward (train, rows out) → the model's gradient of the pooled output →
+// backward_and_update (kernels/embedding_backward.h), which sums each touched row's gradient in a fixed order
+// and applies the table's optimizer to it.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "buffer.h"
+#include "checkpoint.h"
 #include "device.h"
+#include "embedding_backward.h"
 #include "embedding_types.h"
 #include "hash_table.h"
 #include "pooled_forward.h"
@@ -28,22 +37,18 @@ struct EmbeddingTableConfig {
   uint64_t seed = 0;
   float init_scale = 0.05f;      // initial values uniform in [-init_scale, init_scale)
   OptimizerConfig optimizer;
+  // Keys per batch the backward workspace is sized for at construction; 0: sized by the first
+  // backward_and_update. A larger batch later grows it (one reallocation, then reused every step).
+  int64_t max_batch_keys = 0;
 };
 
 // What an eval lookup does with a key the table does not hold.
 enum class MissingKey { zeros, error };
 
-// Rows on the host, ordered by row: keys[n], values[n, dim], state[n, state_width].
-struct TableRows {
-  std::vector<int64_t> keys;
-  std::vector<float> values;
-  std::vector<float> state;
-  int64_t size() const { return static_cast<int64_t>(keys.size()); }
-};
-
 class EmbeddingTable {
  public:
-  // Allocates everything up front (memory_bytes tells how much). Bad config: sparta::Error naming the table.
+  // Allocates everything up front (memory_bytes tells how much; plus the backward workspace when
+  // cfg.max_batch_keys > 0). Bad config: sparta::Error naming the table.
   EmbeddingTable(const Device& dev, const EmbeddingTableConfig& cfg);
 
   // Device bytes a table of these settings takes: hash slots, values and optimizer state.
@@ -75,11 +80,24 @@ class EmbeddingTable {
   // rows[i] = row of keys[i] or -1; asynchronous.
   void find(const int64_t* keys, int64_t n, int64_t* rows);
 
-  // Every live row with its key, values and state, ordered by row (synchronizes).
+  // The backward of a pooled train forward and optimizer step `step` (the global step, from 1) on the rows the
+  // batch touched. offsets [bags + 1] and rows [nnz] are those of the pooled_forward (rows < 0 — refused or
+  // missing keys — contribute nothing), grad [bags, dim] is the gradient of its output, combiner its combiner.
+  // Device pointers; asynchronous on the device's stream (no synchronization, no allocation once the
+  // workspace holds nnz keys). Throws sparta::Error naming the table on bad sizes or step.
+  void backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, const float* grad,
+                           Combiner combiner, int64_t step);
+  // Rows the last backward_and_update changed (synchronizes).
+  int64_t rows_updated();
+  // Keys the backward workspace holds now (0 before the first backward unless cfg.max_batch_keys was set).
+  int64_t backward_capacity() const { return workspace_ ? workspace_->max_nnz() : 0; }
+
+  // Every live row with its key, values and state, ordered by row (synchronizes). name, dim, optimizer and
+  // state_width are the table's, as io/checkpoint.h's TableRows carries them.
   TableRows export_rows();
   // Appends rows (keys absent from the table, e.g. a fresh table being restored from a checkpoint) with their
-  // values and state. Throws sparta::Error, changing nothing, when a key is present, the sizes disagree
-  // or the rows do not fit.
+  // values and state. Throws sparta::Error, changing nothing, when a key is present, the sizes disagree, the
+  // rows' dim, optimizer or state_width are not the table's, or the rows do not fit.
   void load_rows(const TableRows& rows);
   // Empties the table and resets the optimizer state (asynchronous).
   void clear();
@@ -88,6 +106,7 @@ class EmbeddingTable {
   ForwardArgs forward_args(LookupMode mode, void* out, OutputType out_type, int64_t* rows);
   void check(LookupMode mode, MissingKey missing);
   void reset_state();
+  BackwardWorkspace& workspace(int64_t nnz);
 
   Device dev_;
   EmbeddingTableConfig cfg_;
@@ -95,6 +114,7 @@ class EmbeddingTable {
   HashTable hash_;
   Buffer<float> values_;  // [capacity_rows, dim]
   Buffer<float> state_;   // [capacity_rows, state_width]
+  std::unique_ptr<BackwardWorkspace> workspace_;  // sort buffers of the backward, reused every step
 };
 
 }  // namespace sparta

@@ -1,7 +1,11 @@
 // EmbeddingTable (src/embedding_table.h): sizes, lookups, full and missing-key errors, optimizer state
-// initialisation, and the export/load round trip that checkpoints use, across backends.
+// initialisation, the export/load round trip that checkpoints use, across backends, and train steps
+// (forward → upstream gradient → backward_and_update) for every optimizer against an independent host model.
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <map>
 #include <unordered_map>
 
 #include "buffer.h"
@@ -63,10 +67,11 @@ BOOST_AUTO_TEST_CASE(export_load_round_trip_across_backends) {
       EmbeddingTable a(sdev, config(dim, 1000, OptimizerKind::adagrad));
       std::vector<float> out_a = train(a, keys);
       TableRows rows = a.export_rows();
-      BOOST_CHECK_EQUAL(rows.size(), a.size());
-      BOOST_CHECK_EQUAL(rows.state.size(), size_t(rows.size()) * dim);
+      BOOST_CHECK_EQUAL(int64_t(rows.rows()), a.size());
+      BOOST_CHECK_EQUAL(rows.state.size(), rows.rows() * dim);
+      BOOST_CHECK(rows.name == "ads" && rows.dim == dim && rows.optimizer == "adagrad" && rows.state_width == dim);
       size_t bad = 0;
-      for (size_t r = 0; r < size_t(rows.size()); ++r) {
+      for (size_t r = 0; r < rows.rows(); ++r) {
         for (int e = 0; e < dim; ++e) {
           bad += rows.values[r * dim + e] != initial_value(a.key_init(), uint64_t(rows.keys[r]), e);
           bad += rows.state[r * dim + e] != 0.125f;  // adagrad's initial accumulator
@@ -86,7 +91,7 @@ BOOST_AUTO_TEST_CASE(export_load_round_trip_across_backends) {
           BOOST_CHECK(back.values == rows.values);
           BOOST_CHECK(back.state == rows.state);
           BOOST_CHECK_THROW(b.load_rows(rows), Error);  // keys present
-          BOOST_CHECK_EQUAL(b.size(), rows.size());
+          BOOST_CHECK_EQUAL(b.size(), int64_t(rows.rows()));
           // eval lookup: values of each key are 3x the original's output
           Buffer<int64_t> k(ddev, keys), r(ddev, keys.size());
           Buffer<float> out(ddev, keys.size() * dim);
@@ -100,6 +105,14 @@ BOOST_AUTO_TEST_CASE(export_load_round_trip_across_backends) {
           bad_rows.values.pop_back();
           EmbeddingTable c(ddev, config(dim, 1000, OptimizerKind::adagrad));
           BOOST_CHECK_THROW(c.load_rows(bad_rows), Error);
+          bad_rows = rows;
+          bad_rows.optimizer = "adam";  // another optimizer's state: refused, naming both
+          try {
+            c.load_rows(bad_rows);
+            BOOST_ERROR("rows of another optimizer loaded");
+          } catch (const Error& e) {
+            BOOST_CHECK(std::string(e.what()).find("'adagrad'") != std::string::npos);
+          }
           BOOST_CHECK_EQUAL(c.size(), 0);
         }
         close_device(ddev);
@@ -135,5 +148,319 @@ BOOST_AUTO_TEST_CASE(full_and_missing_are_errors_naming_the_table) {
       train(t, testing::random_ints(15, 0, 14));
     }
     close_device(dev);
+  }
+}
+
+// ---- train steps ----
+
+namespace {
+
+const OptimizerKind kAllOptimizers[] = {OptimizerKind::sgd,     OptimizerKind::momentum, OptimizerKind::nesterov,
+                                        OptimizerKind::adagrad, OptimizerKind::adam,     OptimizerKind::lazy_adam};
+
+EmbeddingTableConfig step_config(int dim, int64_t cap, OptimizerKind opt) {
+  EmbeddingTableConfig c = config(dim, cap, opt);
+  c.optimizer.lr = 0.05f;
+  c.optimizer.momentum = 0.8f;
+  c.optimizer.beta1 = 0.85f;
+  c.optimizer.beta2 = 0.95f;
+  c.optimizer.epsilon = 1e-6f;
+  return c;
+}
+
+// One batch on the host: CSR bags of keys, the upstream gradient, the combiner and the global step.
+struct StepBatch {
+  std::vector<int64_t> offsets, keys;
+  std::vector<float> grad;  // [bags, dim]
+  Combiner combiner = Combiner::sum;
+  int64_t step = 1;
+  int64_t bags() const { return int64_t(offsets.size()) - 1; }
+};
+
+// bags bags of 0..max_hot keys from [0, universe) (squared uniform: low keys are hot, so rows repeat a lot).
+StepBatch random_batch(int64_t bags, int max_hot, int64_t universe, int dim, Combiner comb, int64_t step) {
+  StepBatch b;
+  b.combiner = comb;
+  b.step = step;
+  b.offsets.push_back(0);
+  std::vector<int64_t> hot = testing::random_ints(size_t(bags), 0, max_hot);
+  for (int64_t h : hot) {
+    for (int64_t i = 0; i < h; ++i) {
+      double u = testing::random_floats(1, 0.f, 1.f)[0];
+      b.keys.push_back(int64_t(u * u * double(universe)) % universe);
+    }
+    b.offsets.push_back(int64_t(b.keys.size()));
+  }
+  b.grad = testing::random_floats(size_t(bags) * dim);
+  return b;
+}
+
+// The documented formulas (kernels/sparse_optimizer.h) on a map from key to row, written independently of the
+// kernels: float arithmetic, bias corrections and lazy decay through std::pow.
+struct HostModel {
+  OptimizerConfig cfg;
+  int dim = 0, width = 0;
+  KeyInit init;
+  std::map<int64_t, std::vector<float>> w, s;  // key → values [dim], state [width]
+  std::map<int64_t, int32_t> last;             // lazy_adam: step of the last update
+
+  HostModel(const EmbeddingTableConfig& c, const KeyInit& k)
+      : cfg(c.optimizer), dim(c.dim), width(optimizer_state_width(c.optimizer.kind, c.dim)), init(k) {}
+
+  void touch(int64_t key) {
+    if (w.count(key)) return;
+    std::vector<float>& v = w[key];
+    for (int e = 0; e < dim; ++e) v.push_back(initial_value(init, uint64_t(key), e));
+    s[key].assign(size_t(width), cfg.kind == OptimizerKind::adagrad ? cfg.initial_accumulator : 0.f);
+    last[key] = 0;
+  }
+
+  // The pooled forward of the batch (train: inserts), [bags, dim].
+  std::vector<float> forward(const StepBatch& b) {
+    std::vector<float> out(size_t(b.bags()) * dim, 0.f);
+    for (int64_t g = 0; g < b.bags(); ++g) {
+      int64_t n = b.offsets[g + 1] - b.offsets[g];
+      for (int64_t i = b.offsets[g]; i < b.offsets[g + 1]; ++i) {
+        touch(b.keys[i]);
+        for (int e = 0; e < dim; ++e) out[g * dim + e] += w[b.keys[i]][e];
+      }
+      if (b.combiner == Combiner::mean && n > 0)
+        for (int e = 0; e < dim; ++e) out[g * dim + e] /= float(n);
+    }
+    return out;
+  }
+
+  void update(const StepBatch& b) {
+    std::map<int64_t, std::vector<float>> grad;  // summed in key order
+    for (int64_t g = 0; g < b.bags(); ++g) {
+      int64_t n = b.offsets[g + 1] - b.offsets[g];
+      float scale = b.combiner == Combiner::mean && n > 0 ? 1.0f / float(n) : 1.0f;
+      for (int64_t i = b.offsets[g]; i < b.offsets[g + 1]; ++i) {
+        std::vector<float>& acc = grad[b.keys[i]];
+        acc.resize(size_t(dim), 0.f);
+        for (int e = 0; e < dim; ++e) acc[e] += b.combiner == Combiner::mean ? b.grad[g * dim + e] * scale : b.grad[g * dim + e];
+      }
+    }
+    const int t = int(b.step);
+    const float bias1 = float(1.0 - std::pow(double(cfg.beta1), t)), bias2 = float(1.0 - std::pow(double(cfg.beta2), t));
+    for (auto& [key, gk] : grad) {
+      std::vector<float>& v = w[key];
+      std::vector<float>& st = s[key];
+      int missed = std::max(0, t - 1 - last[key]);
+      for (int e = 0; e < dim; ++e) {
+        float g = gk[e];
+        switch (cfg.kind) {
+          case OptimizerKind::sgd: v[e] -= cfg.lr * g; break;
+          case OptimizerKind::momentum:
+            st[e] = cfg.momentum * st[e] + g;
+            v[e] -= cfg.lr * st[e];
+            break;
+          case OptimizerKind::nesterov:
+            st[e] = cfg.momentum * st[e] + g;
+            v[e] -= cfg.lr * (g + cfg.momentum * st[e]);
+            break;
+          case OptimizerKind::adagrad:
+            st[e] += g * g;
+            v[e] -= cfg.lr * g / (std::sqrt(st[e]) + cfg.epsilon);
+            break;
+          case OptimizerKind::adam:
+          case OptimizerKind::lazy_adam: {
+            float& m = st[e];
+            float& vv = st[dim + e];
+            if (cfg.kind == OptimizerKind::lazy_adam) {
+              m *= float(std::pow(double(cfg.beta1), missed));
+              vv *= float(std::pow(double(cfg.beta2), missed));
+            }
+            m = cfg.beta1 * m + (1 - cfg.beta1) * g;
+            vv = cfg.beta2 * vv + (1 - cfg.beta2) * g * g;
+            v[e] -= cfg.lr * (m / bias1) / (std::sqrt(vv / bias2) + cfg.epsilon);
+            break;
+          }
+        }
+      }
+      last[key] = t;
+    }
+  }
+};
+
+// A forward (train) and backward_and_update of the batch on the table; returns the forward's output.
+std::vector<float> table_step(EmbeddingTable& t, const StepBatch& b) {
+  const Device& dev = t.device();
+  int64_t nnz = int64_t(b.keys.size());
+  Buffer<int64_t> o(dev, b.offsets), k(dev, std::max<size_t>(b.keys.size(), 1)), rows(dev, std::max<int64_t>(nnz, 1));
+  if (nnz) k.upload(b.keys);
+  Buffer<float> out(dev, size_t(b.bags()) * t.dim()), grad(dev, b.grad);
+  out.fill_bytes(0xFF);
+  rows.fill_bytes(0xFF);
+  t.pooled_forward(o.data(), k.data(), b.bags(), b.combiner, LookupMode::train, out.data(), OutputType::f32,
+                   rows.data());
+  t.backward_and_update(o.data(), rows.data(), b.bags(), nnz, grad.data(), b.combiner, b.step);
+  return out.download();
+}
+
+// The table's rows by key: values and state (lazy_adam's last step as its float bits).
+std::map<int64_t, std::pair<std::vector<float>, std::vector<float>>> rows_by_key(EmbeddingTable& t) {
+  TableRows r = t.export_rows();
+  std::map<int64_t, std::pair<std::vector<float>, std::vector<float>>> m;
+  for (size_t i = 0; i < r.rows(); ++i)
+    m[r.keys[i]] = {std::vector<float>(r.values.begin() + i * r.dim, r.values.begin() + (i + 1) * r.dim),
+                    std::vector<float>(r.state.begin() + i * r.state_width, r.state.begin() + (i + 1) * r.state_width)};
+  return m;
+}
+
+// Mismatches between the table and the model: keys, values, state (lazy_adam's last step exactly).
+size_t compare_with_model(EmbeddingTable& t, const HostModel& h, const std::string& what) {
+  auto got = rows_by_key(t);
+  size_t bad = 0;
+  if (got.size() != h.w.size()) {
+    BOOST_ERROR(what << ": table holds " << got.size() << " keys, model " << h.w.size());
+    return 1;
+  }
+  std::vector<float> gv, wv, gs, ws;
+  for (const auto& [key, vs] : got) {
+    auto it = h.w.find(key);
+    if (it == h.w.end()) {
+      BOOST_ERROR(what << ": key " << key << " not in the model");
+      return 1;
+    }
+    gv.insert(gv.end(), vs.first.begin(), vs.first.end());
+    wv.insert(wv.end(), it->second.begin(), it->second.end());
+    const std::vector<float>& st = h.s.at(key);
+    for (int e = 0; e < h.width; ++e) {
+      if (h.cfg.kind == OptimizerKind::lazy_adam && e == 2 * h.dim) {
+        int32_t step;
+        std::memcpy(&step, &vs.second[e], 4);
+        bad += step != h.last.at(key);
+      } else {
+        gs.push_back(vs.second[e]);
+        ws.push_back(st[e]);
+      }
+    }
+  }
+  bad += testing::count_mismatches(gv, wv, 1e-6, 1e-5, what + " values");
+  bad += testing::count_mismatches(gs, ws, 1e-6, 1e-5, what + " state");
+  return bad;
+}
+
+}  // namespace
+
+// Several train steps per optimizer on the cpu backend against the host model: the forward's output, every
+// row's values and state, the rows updated; steps 1, 2, 3, 5, 6 (a gap: lazy_adam's missed decay).
+BOOST_AUTO_TEST_CASE(cpu_train_steps_match_host_model_for_every_optimizer) {
+  const int dim = 6;
+  Device dev = open(Backend::cpu);
+  for (OptimizerKind opt : kAllOptimizers) {
+    EmbeddingTableConfig c = step_config(dim, 200, opt);
+    EmbeddingTable t(dev, c);
+    HostModel h(c, t.key_init());
+    BOOST_CHECK_EQUAL(t.backward_capacity(), 0);
+    int i = 0;
+    for (int64_t step : {1, 2, 3, 5, 6}) {
+      std::string what = strprintf("%s step %lld", optimizer_name(opt), (long long)step);
+      StepBatch b = random_batch(24, 4, 40, dim, i++ % 2 ? Combiner::mean : Combiner::sum, step);
+      std::vector<float> want = h.forward(b);
+      BOOST_CHECK_EQUAL(testing::count_mismatches(table_step(t, b), want, 1e-6, 1e-5, what + " forward"), 0u);
+      h.update(b);
+      std::vector<int64_t> distinct(b.keys);
+      std::sort(distinct.begin(), distinct.end());
+      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+      BOOST_CHECK_EQUAL(t.rows_updated(), int64_t(distinct.size()));
+      BOOST_CHECK_EQUAL(compare_with_model(t, h, what), 0u);
+    }
+    BOOST_CHECK_GE(t.backward_capacity(), 1);
+    BOOST_CHECK_THROW(t.backward_and_update(nullptr, nullptr, 0, 0, nullptr, Combiner::sum, 0), Error);  // step 0
+  }
+  close_device(dev);
+}
+
+// A workspace sized up front is used as is; a larger batch grows it; a clear() resets the optimizer state.
+BOOST_AUTO_TEST_CASE(workspace_sized_up_front_and_grown) {
+  Device dev = open(Backend::cpu);
+  EmbeddingTableConfig c = step_config(4, 100, OptimizerKind::adagrad);
+  c.max_batch_keys = 16;
+  EmbeddingTable t(dev, c);
+  BOOST_CHECK_EQUAL(t.backward_capacity(), 16);
+  HostModel h(c, t.key_init());
+  StepBatch b = random_batch(10, 3, 30, 4, Combiner::sum, 1);
+  b.keys.resize(std::min<size_t>(b.keys.size(), 16));
+  for (auto& o : b.offsets) o = std::min<int64_t>(o, int64_t(b.keys.size()));
+  h.forward(b);
+  table_step(t, b);
+  h.update(b);
+  BOOST_CHECK_EQUAL(t.backward_capacity(), 16);
+  StepBatch big = random_batch(40, 3, 30, 4, Combiner::mean, 2);
+  h.forward(big);
+  table_step(t, big);
+  h.update(big);
+  BOOST_CHECK_EQUAL(t.backward_capacity(), std::max<int64_t>(16, int64_t(big.keys.size())));
+  BOOST_CHECK_EQUAL(compare_with_model(t, h, "grown workspace"), 0u);
+  t.clear();
+  HostModel fresh(c, t.key_init());
+  StepBatch again = random_batch(10, 3, 30, 4, Combiner::sum, 3);
+  fresh.forward(again);
+  table_step(t, again);
+  fresh.update(again);
+  BOOST_CHECK_EQUAL(compare_with_model(t, fresh, "after clear"), 0u);
+  close_device(dev);
+}
+
+// GPU and cpu tables after the same steps, per optimizer. Preloaded (both tables hold the keys in the same
+// rows): the kernels promise the same bits, so values and state must be identical. Fresh (keys inserted by the
+// forward, so row ids differ and a hot row's contributions may be cut into items differently): float rounding.
+BOOST_AUTO_TEST_CASE(cuda_train_steps_match_cpu_table, *testing::needs_gpu()) {
+  const int dim = 20;  // 20: the float4 path; 7: the scalar one
+  for (int d : {dim, 7}) {
+    for (OptimizerKind opt : kAllOptimizers) {
+      for (bool preload : {true, false}) {
+        std::string what = strprintf("%s dim %d %s", optimizer_name(opt), d, preload ? "preloaded" : "fresh");
+        Device cdev = open(Backend::cpu), gdev = open(Backend::cuda);
+        {
+          EmbeddingTableConfig c = step_config(d, 5000, opt);
+          EmbeddingTable ct(cdev, c), gt(gdev, c);
+          const int64_t universe = 3000;
+          if (preload) {
+            TableRows r;
+            r.name = c.name;
+            r.dim = d;
+            r.optimizer = optimizer_name(opt);
+            r.state_width = optimizer_state_width(opt, d);
+            for (int64_t k = 0; k < universe; ++k) r.keys.push_back(k);
+            r.values = testing::random_floats(size_t(universe) * d);
+            r.state = testing::random_floats(size_t(universe) * r.state_width, 0.f, 1.f);  // v, accumulators >= 0
+            if (opt == OptimizerKind::lazy_adam)
+              for (int64_t k = 0; k < universe; ++k) std::memset(&r.state[k * r.state_width + 2 * d], 0, 4);
+            ct.load_rows(r);
+            gt.load_rows(r);
+          }
+          const double tol = preload ? 0 : 1e-5;
+          int i = 0;
+          for (int64_t step : {1, 2, 4, 5}) {
+            // 2048 bags of up to 6 keys over 3000 keys, squared: key 0 alone comes ~500 times (many items).
+            StepBatch b = random_batch(2048, 6, universe, d, i++ % 2 ? Combiner::mean : Combiner::sum, step);
+            std::vector<float> co = table_step(ct, b), go = table_step(gt, b);
+            BOOST_CHECK_EQUAL(testing::count_mismatches(go, co, tol, tol, what + " forward"), 0u);
+            BOOST_CHECK_EQUAL(gt.rows_updated(), ct.rows_updated());
+          }
+          auto cr = rows_by_key(ct), gr = rows_by_key(gt);
+          BOOST_CHECK_EQUAL(cr.size(), gr.size());
+          std::vector<float> cv, gv, cs, gs;
+          for (const auto& [key, vs] : cr) {
+            auto it = gr.find(key);
+            if (it == gr.end()) {
+              BOOST_ERROR(what << ": key " << key << " missing on the GPU");
+              continue;
+            }
+            cv.insert(cv.end(), vs.first.begin(), vs.first.end());
+            gv.insert(gv.end(), it->second.first.begin(), it->second.first.end());
+            cs.insert(cs.end(), vs.second.begin(), vs.second.end());
+            gs.insert(gs.end(), it->second.second.begin(), it->second.second.end());
+          }
+          BOOST_CHECK_EQUAL(testing::count_mismatches(gv, cv, tol, tol, what + " values"), 0u);
+          BOOST_CHECK_EQUAL(testing::count_mismatches(gs, cs, tol, tol, what + " state"), 0u);
+        }
+        close_device(gdev);
+        close_device(cdev);
+      }
+    }
   }
 }
