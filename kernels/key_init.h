@@ -10,11 +10,6 @@
 
 #include "device.h"
 
-#if defined(__CUDACC__)
-#define SPARTA_HD __host__ __device__ __forceinline__
-#else
-#define SPARTA_HD inline
-#endif
 
 namespace sparta {
 

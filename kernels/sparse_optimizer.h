@@ -32,12 +32,6 @@
 #include "device.h"
 #include "embedding_types.h"
 
-// Its own name: key_init.h defines SPARTA_HD with inline, and a table includes both headers.
-#if defined(__CUDACC__)
-#define SPARTA_OPT_HD __host__ __device__
-#else
-#define SPARTA_OPT_HD
-#endif
 
 namespace sparta {
 
@@ -74,11 +68,11 @@ void sparse_optimizer_update_cuda(const OptimizerStep& c, const int64_t* unique_
 
 namespace rn {  // IEEE round-to-nearest arithmetic that the compiler may not contract into fused multiply-adds
 #if defined(__CUDA_ARCH__)
-SPARTA_OPT_HD inline float mul(float a, float b) { return __fmul_rn(a, b); }
-SPARTA_OPT_HD inline float add(float a, float b) { return __fadd_rn(a, b); }
-SPARTA_OPT_HD inline float sub(float a, float b) { return __fsub_rn(a, b); }
-SPARTA_OPT_HD inline float div(float a, float b) { return __fdiv_rn(a, b); }
-SPARTA_OPT_HD inline float sqrt(float a) { return __fsqrt_rn(a); }
+SPARTA_HD float mul(float a, float b) { return __fmul_rn(a, b); }
+SPARTA_HD float add(float a, float b) { return __fadd_rn(a, b); }
+SPARTA_HD float sub(float a, float b) { return __fsub_rn(a, b); }
+SPARTA_HD float div(float a, float b) { return __fdiv_rn(a, b); }
+SPARTA_HD float sqrt(float a) { return __fsqrt_rn(a); }
 #else
 // Host: C++17 without -ffp-contract=fast contracts nothing; these are plain IEEE float operations.
 inline float mul(float a, float b) { return a * b; }
@@ -90,7 +84,7 @@ inline float sqrt(float a) { return std::sqrt(a); }
 }  // namespace rn
 
 // base^k for k >= 0 by repeated squaring: the same bits on both backends (powf is not correctly rounded).
-SPARTA_OPT_HD inline float pow_steps(float base, int32_t k) {
+SPARTA_HD float pow_steps(float base, int32_t k) {
   float r = 1.0f;
   while (k > 0) {
     if (k & 1) r = rn::mul(r, base);
@@ -104,7 +98,7 @@ SPARTA_OPT_HD inline float pow_steps(float base, int32_t k) {
 struct RowDecay {
   float beta1_k = 1, beta2_k = 1;
 };
-SPARTA_OPT_HD inline RowDecay lazy_decay(const OptimizerStep& c, int32_t last_step) {
+SPARTA_HD RowDecay lazy_decay(const OptimizerStep& c, int32_t last_step) {
   int32_t k = c.step - 1 - last_step;
   if (k < 0) k = 0;  // a replayed or out-of-order step misses nothing
   return {pow_steps(c.beta1, k), pow_steps(c.beta2, k)};
@@ -112,7 +106,7 @@ SPARTA_OPT_HD inline RowDecay lazy_decay(const OptimizerStep& c, int32_t last_st
 
 // One element: g its gradient, w its value, s0 and s1 its state (unused ones are ignored).
 template <OptimizerKind K>
-SPARTA_OPT_HD inline void update_element(const OptimizerStep& c, const RowDecay& d, float g, float& w, float& s0,
+SPARTA_HD void update_element(const OptimizerStep& c, const RowDecay& d, float g, float& w, float& s0,
                                      float& s1) {
   if (K == OptimizerKind::sgd) {
     w = rn::sub(w, rn::mul(c.lr, g));
@@ -139,8 +133,8 @@ SPARTA_OPT_HD inline void update_element(const OptimizerStep& c, const RowDecay&
 
 // Where the state of element e of a row lives: s0 at state[e], s1 at state[dim + e] (adam, lazy_adam), and
 // lazy_adam's last step at state[2 * dim].
-SPARTA_OPT_HD constexpr bool optimizer_has_s0(OptimizerKind k) { return k != OptimizerKind::sgd; }
-SPARTA_OPT_HD constexpr bool optimizer_has_s1(OptimizerKind k) {
+SPARTA_HD constexpr bool optimizer_has_s0(OptimizerKind k) { return k != OptimizerKind::sgd; }
+SPARTA_HD constexpr bool optimizer_has_s1(OptimizerKind k) {
   return k == OptimizerKind::adam || k == OptimizerKind::lazy_adam;
 }
 

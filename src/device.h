@@ -10,6 +10,13 @@
 
 struct CUstream_st;  // cudaStream_t is CUstream_st*; declared here so that CPU-only builds need no CUDA headers
 
+// A function callable from host code and from CUDA kernels: inline everywhere, force-inlined on the device.
+#if defined(__CUDACC__)
+#define SPARTA_HD __host__ __device__ __forceinline__
+#else
+#define SPARTA_HD inline
+#endif
+
 namespace sparta {
 
 using Stream = CUstream_st*;
