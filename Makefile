@@ -15,7 +15,7 @@ MPI       ?= mpich
 DEBUG     ?= 0
 PYTHON    ?= /usr/bin/python3
 JOBS      ?= $(shell nproc 2>/dev/null || echo 2)
-TEST_RANKS ?= 1 2 4
+TEST_RANKS ?= 1 2 3 4
 TEST_TIMEOUT ?= 900
 DEMO_RANKS ?= 2
 
