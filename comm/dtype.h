@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "half.h"  // float <-> bf16 / f16 on the host
+
 namespace sparta {
 
 enum class DataType { f32, bf16, f16, i64, i32, u8 };
@@ -28,11 +30,5 @@ template <>
 constexpr DataType dtype_of<int32_t>() { return DataType::i32; }
 template <>
 constexpr DataType dtype_of<uint8_t>() { return DataType::u8; }
-
-// IEEE binary16 and bfloat16 bit patterns, rounded to nearest even; NaN stays NaN, overflow gives infinity.
-uint16_t float_to_f16(float f);
-float f16_to_float(uint16_t h);
-uint16_t float_to_bf16(float f);
-float bf16_to_float(uint16_t b);
 
 }  // namespace sparta

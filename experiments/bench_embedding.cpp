@@ -233,9 +233,9 @@ int main(int argc, char** argv) {
                 } else {
                   uint16_t h;
                   std::memcpy(&h, &got[size_t(e) * 2], 2);
-                  g = ot == OutputType::bf16 ? bf16_bits_to_float(h) : f16_bits_to_float(h);
-                  acc = ot == OutputType::bf16 ? bf16_bits_to_float(float_to_bf16_bits(acc))
-                                               : f16_bits_to_float(float_to_f16_bits(acc));
+                  g = ot == OutputType::bf16 ? bf16_to_float(h) : f16_to_float(h);
+                  acc = ot == OutputType::bf16 ? bf16_to_float(float_to_bf16(acc))
+                                               : f16_to_float(float_to_f16(acc));
                 }
                 wrong += !(std::fabs(g - acc) <= 1e-6f + 1e-6f * std::fabs(acc));
               }

@@ -23,59 +23,6 @@ const char* output_type_name(OutputType t) {
 
 size_t output_type_bytes(OutputType t) { return t == OutputType::f32 ? 4 : 2; }
 
-namespace {
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float float_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-}  // namespace
-
-uint16_t float_to_bf16_bits(float f) {
-  uint32_t u = bits_of(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN stays NaN
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float bf16_bits_to_float(uint16_t h) { return float_of(uint32_t(h) << 16); }
-
-uint16_t float_to_f16_bits(float f) {
-  uint32_t u = bits_of(f);
-  uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
-  uint32_t a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return sign | 0x7E00u;           // NaN
-  if (a >= 0x477FF000u) return sign | 0x7C00u;          // rounds to >= 65520: infinity
-  if (a >= 0x38800000u) {                               // normal half
-    uint32_t r = a - 0x38000000u;                       // rebias exponent 127 → 15
-    r += 0xFFFu + ((r >> 13) & 1u);
-    return sign | static_cast<uint16_t>(r >> 13);
-  }
-  // Subnormal half (or zero): value = m * 2^-24, round the float to a multiple of 2^-24, nearest even.
-  int exp = static_cast<int>(a >> 23);
-  if (exp < 102) return sign;  // below half of the smallest subnormal
-  uint32_t mant = (a & 0x7FFFFFu) | 0x800000u;
-  int shift = 126 - exp;       // mant * 2^(exp-150) / 2^-24 = mant >> (126 - exp)
-  uint32_t q = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
-  if (rem > half || (rem == half && (q & 1u))) ++q;
-  return sign | static_cast<uint16_t>(q);
-}
-
-float f16_bits_to_float(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
-  if (e == 0x1F) return float_of(sign | 0x7F800000u | (m << 13));
-  if (e == 0) {
-    float v = static_cast<float>(m) * 5.9604644775390625e-08f;  // m * 2^-24
-    return sign ? -v : v;
-  }
-  return float_of(sign | ((e + 112) << 23) | (m << 13));
-}
-
 void embedding_forward_cpu(const ForwardArgs& a) {
   const int dim = a.rows_init.dim;
   const bool train = a.mode == LookupMode::train;
@@ -100,10 +47,10 @@ void embedding_forward_cpu(const ForwardArgs& a) {
     switch (a.out_type) {
       case OutputType::f32: std::memcpy(static_cast<float*>(a.out) + b * dim, acc.data(), sizeof(float) * dim); break;
       case OutputType::bf16:
-        for (int e = 0; e < dim; ++e) static_cast<uint16_t*>(a.out)[b * dim + e] = float_to_bf16_bits(acc[e]);
+        for (int e = 0; e < dim; ++e) static_cast<uint16_t*>(a.out)[b * dim + e] = float_to_bf16(acc[e]);
         break;
       case OutputType::f16:
-        for (int e = 0; e < dim; ++e) static_cast<uint16_t*>(a.out)[b * dim + e] = float_to_f16_bits(acc[e]);
+        for (int e = 0; e < dim; ++e) static_cast<uint16_t*>(a.out)[b * dim + e] = float_to_f16(acc[e]);
         break;
     }
   }

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "device.h"
+#include "half.h"  // float <-> bf16 / f16: the CPU reference of half-precision outputs
 #include "embedding_types.h"
 #include "hash_table.h"
 
@@ -50,10 +51,5 @@ void unpooled_forward(const Device& dev, const ForwardArgs& a);
 void embedding_forward_cpu(const ForwardArgs& a);
 void embedding_forward_cuda(const ForwardArgs& a, Stream stream);
 
-// Float to bf16 / fp16 bits, rounding to nearest even (the CPU reference of the GPU conversions), and back.
-uint16_t float_to_bf16_bits(float f);
-uint16_t float_to_f16_bits(float f);
-float bf16_bits_to_float(uint16_t h);
-float f16_bits_to_float(uint16_t h);
 
 }  // namespace sparta

@@ -55,8 +55,8 @@ std::vector<float> reference(const Csr& c, const int64_t* offsets, int64_t bags,
         for (int e = 0; e < dim; ++e) acc[e] += initial_value(ki, uint64_t(c.keys[size_t(i)]), e);
     for (int e = 0; e < dim; ++e) {
       float v = comb == Combiner::mean && end > begin ? acc[e] / float(end - begin) : acc[e];
-      if (ot == OutputType::bf16) v = bf16_bits_to_float(float_to_bf16_bits(v));
-      if (ot == OutputType::f16) v = f16_bits_to_float(float_to_f16_bits(v));
+      if (ot == OutputType::bf16) v = bf16_to_float(float_to_bf16(v));
+      if (ot == OutputType::f16) v = f16_to_float(float_to_f16(v));
       out[size_t(b) * dim + e] = v;
     }
   }
@@ -72,7 +72,7 @@ std::vector<float> as_floats(const std::vector<uint8_t>& raw, OutputType ot) {
     } else {
       uint16_t h;
       std::memcpy(&h, &raw[2 * i], 2);
-      f[i] = ot == OutputType::bf16 ? bf16_bits_to_float(h) : f16_bits_to_float(h);
+      f[i] = ot == OutputType::bf16 ? bf16_to_float(h) : f16_to_float(h);
     }
   }
   return f;
@@ -242,18 +242,18 @@ BOOST_AUTO_TEST_CASE(full_table_in_training) {
 }
 
 BOOST_AUTO_TEST_CASE(half_conversions_round_to_nearest_even) {
-  BOOST_CHECK_EQUAL(float_to_bf16_bits(1.0f), 0x3F80);
-  BOOST_CHECK_EQUAL(float_to_bf16_bits(1.00390625f), 0x3F80);   // halfway: to even
-  BOOST_CHECK_EQUAL(float_to_bf16_bits(1.01171875f), 0x3F82);   // halfway: to even (up)
-  BOOST_CHECK_EQUAL(float_to_f16_bits(1.0f), 0x3C00);
-  BOOST_CHECK_EQUAL(float_to_f16_bits(65504.f), 0x7BFF);
-  BOOST_CHECK_EQUAL(float_to_f16_bits(65520.f), 0x7C00);
-  BOOST_CHECK_EQUAL(float_to_f16_bits(-2.0f), 0xC000);
-  BOOST_CHECK_EQUAL(float_to_f16_bits(5.9604644775390625e-08f), 0x0001);  // smallest subnormal
-  BOOST_CHECK_EQUAL(float_to_f16_bits(2.98023223876953125e-08f), 0x0000);  // half of it: to even (0)
+  BOOST_CHECK_EQUAL(float_to_bf16(1.0f), 0x3F80);
+  BOOST_CHECK_EQUAL(float_to_bf16(1.00390625f), 0x3F80);   // halfway: to even
+  BOOST_CHECK_EQUAL(float_to_bf16(1.01171875f), 0x3F82);   // halfway: to even (up)
+  BOOST_CHECK_EQUAL(float_to_f16(1.0f), 0x3C00);
+  BOOST_CHECK_EQUAL(float_to_f16(65504.f), 0x7BFF);
+  BOOST_CHECK_EQUAL(float_to_f16(65520.f), 0x7C00);
+  BOOST_CHECK_EQUAL(float_to_f16(-2.0f), 0xC000);
+  BOOST_CHECK_EQUAL(float_to_f16(5.9604644775390625e-08f), 0x0001);  // smallest subnormal
+  BOOST_CHECK_EQUAL(float_to_f16(2.98023223876953125e-08f), 0x0000);  // half of it: to even (0)
   for (float f : testing::random_floats(1000, -100.f, 100.f)) {
-    BOOST_CHECK_LE(std::fabs(f16_bits_to_float(float_to_f16_bits(f)) - f), std::fabs(f) * 0.0005f);
-    BOOST_CHECK_LE(std::fabs(bf16_bits_to_float(float_to_bf16_bits(f)) - f), std::fabs(f) * 0.004f);
+    BOOST_CHECK_LE(std::fabs(f16_to_float(float_to_f16(f)) - f), std::fabs(f) * 0.0005f);
+    BOOST_CHECK_LE(std::fabs(bf16_to_float(float_to_bf16(f)) - f), std::fabs(f) * 0.004f);
   }
 }
 
