@@ -58,6 +58,7 @@ BackwardWorkspace::Layout BackwardWorkspace::layout(Backend backend, int64_t max
   l.item_u = place(c, n_gpu * sizeof(int32_t));
   l.row_item_start = place(c, cuda ? (n + 1) * sizeof(int32_t) : 0);
   l.block_first_item = place(c, cuda ? nb * sizeof(int32_t) : 0);
+  l.span_edges = place(c, cuda ? nb * sizeof(int32_t) : 0);
   l.partials = place(c, 2 * nb * size_t(dim) * sizeof(float));
   l.counts = place(c, kCounts * sizeof(int32_t));
   if (cuda) {

@@ -7,8 +7,9 @@
 //                            a row within one item is finished here: its gradient written, or the optimizer
 //                            applied to it at once (fused), else the item's partial sum is kept
 //   6. combine_rows_kernel   one block per row over several items sums their partials in kCombineGroups ranges
-//                            and finishes the row
-// Kernels 5 and 6 read the item count from device memory and grid-stride over an upper bound: no host sync.
+//                            and finishes the row; segments_kernel lists those rows (by the first block edge
+//                            each crosses), so with none (uniform keys) its blocks read a zero count and exit
+// Kernels 5 and 6 read their counts from device memory and grid-stride over an upper bound: no host sync.
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 #include <thrust/iterator/counting_iterator.h>
@@ -32,6 +33,7 @@ struct ReduceView {
   const int32_t* item_u;             // [items]
   const int32_t* row_item_start;     // [rows + 1]
   const int32_t* block_first_item;   // [blocks]
+  const int32_t* span_edges;         // [counts[kCountSpans]] first edge crossed by each row over several blocks
   const int32_t* counts;             // [WS::kCounts]
   const int64_t* offsets;            // [bags + 1] (mean)
   const float* grad;                 // [bags, dim]
@@ -67,9 +69,11 @@ constexpr int batch_of() {
 // kernels
 
 // Every position k gets its key (so the sort never sees a stale key); bag b writes its bag id over its keys.
+// Also zeroes the span count that segments_kernel adds to.
 __global__ void __launch_bounds__(256)
     bag_pairs_kernel(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, int64_t capacity_rows,
-                     uint32_t* keys, uint32_t* bag_of) {
+                     uint32_t* keys, uint32_t* bag_of, int32_t* counts) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) counts[WS::kCountSpans] = 0;
   const int64_t n = nnz > bags ? nnz : bags;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     if (i < nnz) {
@@ -84,10 +88,12 @@ __global__ void __launch_bounds__(256)
 }
 
 // One thread per sorted position: item and row tables. The scan gives the row and item heads before j.
+// A valid row that continues across edge b (between positions (b+1)*C - 1 and (b+1)*C) and did not cross edge
+// b - 1 is listed in span_edges (in no particular order: each listed row is finished by one block, alone).
 __global__ void __launch_bounds__(256)
     segments_kernel(const uint32_t* keys, const int64_t* scan, int32_t nnz, uint32_t sentinel, int32_t* item_start,
-                    int32_t* item_u, int32_t* row_item_start, int32_t* block_first_item, int64_t* unique_rows,
-                    int32_t* num_unique, int32_t* counts) {
+                    int32_t* item_u, int32_t* row_item_start, int32_t* block_first_item, int32_t* span_edges,
+                    int64_t* unique_rows, int32_t* num_unique, int32_t* counts) {
   for (int32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < nnz; j += gridDim.x * blockDim.x) {
     const uint32_t r = keys[j];
     const bool row_head = j == 0 || keys[j - 1] != r;
@@ -99,6 +105,10 @@ __global__ void __launch_bounds__(256)
       item_start[items_before] = j;
       item_u[items_before] = u;
       if (j % C == 0) block_first_item[j / C] = items_before;
+    }
+    if (j % C == 0 && !row_head && r < sentinel) {  // j > 0: row r crosses edge b = j / C - 1
+      const int32_t b = j / C - 1;
+      if (b == 0 || keys[b * C - 1] != r) span_edges[atomicAdd(&counts[WS::kCountSpans], 1)] = b;
     }
     if (row_head) {
       row_item_start[u] = items_before;
@@ -222,21 +232,20 @@ __global__ void __launch_bounds__(256) reduce_items_kernel(ReduceView s, Op op) 
   }
 }
 
-// One block of kCombineGroups groups per row over several items; the row is found at the first block edge it
-// crosses (edge b lies between positions (b+1)*C - 1 and (b+1)*C). Group g sums the g-th range of the row's
-// partials; group 0 adds the range sums in order and finishes the row.
+// One block of kCombineGroups groups per row over several items; the row is the one listed by the first block
+// edge b it crosses (edge b lies between positions (b+1)*C - 1 and (b+1)*C). Group g sums the g-th range of the
+// row's partials; group 0 adds the range sums in order and finishes the row.
 template <int V, int P, class Op>
-__global__ void __launch_bounds__(kCombineGroups * 32) combine_rows_kernel(ReduceView s, Op op, int32_t edges) {
+__global__ void __launch_bounds__(kCombineGroups * 32) combine_rows_kernel(ReduceView s, Op op) {
   extern __shared__ float range_sums[];  // [kCombineGroups, dim]
   constexpr int U = batch_of<V, P>();
   const int g = threadIdx.x >> s.log2_G, lane = threadIdx.x & (s.G - 1);
   const int nv = s.dim / V;
-  for (int32_t b = blockIdx.x; b < edges; b += gridDim.x) {
+  const int32_t spans = s.counts[WS::kCountSpans];
+  for (int32_t t = blockIdx.x; t < spans; t += gridDim.x) {
     // the same values in every thread of the block: the branches below are uniform, so __syncthreads is safe
-    const int32_t p0 = (b + 1) * C;
-    const uint32_t row = s.keys[p0];
-    if (row >= s.sentinel || s.keys[p0 - 1] != row) continue;  // no valid row crosses edge b
-    if (b > 0 && s.keys[b * C - 1] == row) continue;           // it crossed an earlier edge
+    const int32_t b = s.span_edges[t];
+    const uint32_t row = s.keys[(b + 1) * C];
     const int32_t i0 = s.block_first_item[b + 1] - 1;           // the row's first item ends block b
     const int32_t u = s.item_u[i0];
     const int32_t m = s.row_item_start[u + 1] - s.row_item_start[u];
@@ -326,7 +335,7 @@ ReduceView prepare(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* u
   if (pair_threads > 0) {
     bag_pairs_kernel<<<rowvec::grid_for(pair_threads, 1, block), block, 0, stream>>>(
         batch.offsets, batch.rows, batch.bags, batch.nnz, ws.capacity_rows(), ws.at<uint32_t>(l.keys_a),
-        ws.at<uint32_t>(l.bags_a));
+        ws.at<uint32_t>(l.bags_a), ws.counts());
     CUDA_CHECK_LAUNCH("bag_pairs_kernel");
   }
 
@@ -342,8 +351,8 @@ ReduceView prepare(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* u
                                            stream));
   segments_kernel<<<rowvec::grid_for(nnz, 1, block), block, 0, stream>>>(
       sorted_keys, ws.at<int64_t>(l.scan), nnz, uint32_t(ws.capacity_rows()), ws.at<int32_t>(l.item_start),
-      ws.at<int32_t>(l.item_u), ws.at<int32_t>(l.row_item_start), ws.at<int32_t>(l.block_first_item), unique_rows,
-      num_unique, ws.counts());
+      ws.at<int32_t>(l.item_u), ws.at<int32_t>(l.row_item_start), ws.at<int32_t>(l.block_first_item),
+      ws.at<int32_t>(l.span_edges), unique_rows, num_unique, ws.counts());
   CUDA_CHECK_LAUNCH("segments_kernel");
 
   ReduceView v;
@@ -353,6 +362,7 @@ ReduceView prepare(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* u
   v.item_u = ws.at<int32_t>(l.item_u);
   v.row_item_start = ws.at<int32_t>(l.row_item_start);
   v.block_first_item = ws.at<int32_t>(l.block_first_item);
+  v.span_edges = ws.at<int32_t>(l.span_edges);
   v.counts = ws.counts();
   v.offsets = batch.offsets;
   v.grad = batch.grad;
@@ -378,7 +388,7 @@ void reduce(ReduceView v, const rowvec::RowShape& shape, const Op& op, Stream st
     const int combine_block = kCombineGroups * shape.G;
     const size_t shared = size_t(kCombineGroups) * v.dim * sizeof(float);
     combine_rows_kernel<V, P, Op><<<rowvec::grid_for(edges, combine_block, combine_block), combine_block, shared,
-                                    stream>>>(v, op, edges);
+                                    stream>>>(v, op);
     CUDA_CHECK_LAUNCH("combine_rows_kernel");
   }
 }

@@ -70,7 +70,7 @@ class BackwardWorkspace {
   int64_t read_dropped_keys() const;
 
   // The arrays inside (for embedding_backward.cu/.cpp). n = max_nnz, nb = blocks of kBackwardChunk in n.
-  enum Count { kCountItems = 0, kCountDropped = 1, kCountUnique = 2, kCounts = 4 };
+  enum Count { kCountItems = 0, kCountDropped = 1, kCountUnique = 2, kCountSpans = 3, kCounts = 4 };
   struct Layout {
     size_t keys_a, keys_b, bags_a, bags_b;  // uint32 [n] each: sort keys (rows) and values (bags), double-buffered
     size_t scan;                            // int64 [n]: (row heads << 32 | item heads) before each position
@@ -78,6 +78,7 @@ class BackwardWorkspace {
     size_t item_u;                          // int32 [n]: unique row of each item
     size_t row_item_start;                  // int32 [n + 1]: first item of each unique row, then the item count
     size_t block_first_item;                // int32 [nb]: item at the start of each block
+    size_t span_edges;                      // int32 [nb]: first block edge of each row over several blocks
     size_t partials;                        // float [2 * nb, dim]: partial sums of items of rows over blocks
     size_t counts;                          // int32 [kCounts]
     size_t temp;                            // CUB temporary storage (cuda) or a row's scratch (cpu)

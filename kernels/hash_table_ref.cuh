@@ -1,8 +1,8 @@
 // hash_table_ref.cuh: device-side operations on a HashTableView (hash_table.h), for kernels that fuse the
 // lookup with their own work (hash_table.cu, pooled_forward.cu).
 //
-// Unit of work: a tile of 8 lanes (one lane per slot of a 128-byte bucket) resolves a batch of up to 4 keys:
-// the first buckets of all keys are loaded at once (4 independent 16-byte loads per lane in flight), each
+// Unit of work: a tile of 8 lanes (one lane per slot of a 128-byte bucket) resolves a batch of up to 8 keys:
+// the first buckets of all keys are loaded at once (one independent 16-byte load per key per lane), each
 // key is then matched with a tile ballot; only a bucket without the key and without an empty slot costs
 // another load. In insert mode winners of a CAS take rows, write the initial values, fence and publish;
 // keys that another tile is
@@ -24,7 +24,6 @@ namespace hashdev {
 
 namespace cg = cooperative_groups;
 constexpr int kTile = kBucketSlots;
-constexpr int kBatch = 4;  // keys a tile resolves together in the fused forward (hash kernels: 8)
 using Tile = cg::thread_block_tile<kTile>;
 
 enum State : int { kFound, kWon, kPending, kAbsent, kRefused };

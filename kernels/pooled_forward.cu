@@ -2,11 +2,17 @@
 // in one kernel.
 //
 // A tile of 8 lanes takes a span of 4 consecutive bags (their keys are contiguous in the CSR) and walks its
-// keys in batches of 4: the batch's rows are resolved together (hash_table_ref.cuh: 4 bucket loads in flight
-// per lane), then up to 4 rows are gathered with all loads issued before the first add (lane l holds
-// elements (c*8 + l)*VEC .. +VEC: 8 lanes read 128 contiguous bytes per chunk), and added to the current
-// bag's accumulator in key order; a bag is written when the walk passes its end. One-hot bags thus get 4
-// lookups in flight per tile just as multi-hot ones do. Persistent grid, grid-stride over spans.
+// keys in batches of 2: the batch's rows are resolved together (hash_table_ref.cuh: both bucket loads in
+// flight), then both rows are gathered with all loads issued before the first add (lane l holds elements
+// (c*8 + l)*VEC .. +VEC: 8 lanes read 128 contiguous bytes per chunk), and added to the current bag's
+// accumulator in key order; a bag is written when the walk passes its end. One-hot bags thus get the same
+// lookups in flight per tile as multi-hot ones. Persistent grid, grid-stride over spans.
+//
+// Occupancy over batch width: the memory in flight comes from resident warps, not from wide batches. With 4
+// keys and 4 rows per batch the kernel took 140-206 registers (one 256-thread block per SM); 2 and 2 fit in
+// 64-128 registers, and the blocks per SM below (by the floats a lane holds per row) were the fastest of the
+// settings measured. On one H100, 40M x 128 one-hot: eval 0.830 -> 0.737 ms, train 0.873 -> 0.740 ms;
+// 40M x 32 hot 8: train 3.41 -> 1.87 ms (experiments/NOTES_embedding.md, Run 8).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -17,11 +23,18 @@
 namespace sparta {
 
 namespace cg = cooperative_groups;
-using hashdev::kBatch;
 using hashdev::kTile;
 using hashdev::Tile;
 
 constexpr int kSpan = 4;  // bags per tile task
+constexpr int kBatch = 2;  // keys resolved together, then rows gathered together
+
+// 256-thread blocks per SM the kernel is compiled for, by the floats a lane holds per row (C*VEC): 1, 4 or 8
+// → 3 (at most 80 registers; 8 spills a little and was still the fastest measured), 16 → 2, 32 → 1.
+template <int VEC, int C>
+constexpr int blocks_per_sm() {
+  return C * VEC <= 8 ? 3 : C * VEC <= 16 ? 2 : 1;
+}
 
 // ----------------------------------------------------------------------------
 // kernels
@@ -53,12 +66,6 @@ __device__ __forceinline__ void store_out<__half>(__half* p, const float (&v)[4]
 __device__ __forceinline__ void store_one(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_one(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store_one(__half* p, float v) { *p = __float2half_rn(v); }
-
-// Rows in flight per tile: as many as registers allow (C*VEC floats per lane per row).
-template <int VEC, int C>
-struct Gather {
-  static constexpr int kRows = C * VEC <= 16 ? 4 : 2;
-};
 
 template <int VEC, int C, bool kTrain>
 __device__ __forceinline__ void load_row(const float* values, int64_t row, int dim, int lane, float (&v)[C][VEC]) {
@@ -107,14 +114,13 @@ __device__ __forceinline__ void write_bag(OutT* out, int64_t bag, int dim, int l
 }
 
 template <int VEC, int C, class OutT, bool kTrain>
-__global__ void __launch_bounds__(256) embedding_forward_kernel(ForwardArgs a) {
+__global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forward_kernel(ForwardArgs a) {
   Tile tile = cg::tiled_partition<kTile>(cg::this_thread_block());
   const int lane = tile.thread_rank();
   const int dim = a.rows_init.dim;
   const float* values = a.rows_init.values;
   const bool mean = a.combiner == Combiner::mean;
   OutT* out = static_cast<OutT*>(a.out);
-  constexpr int G = Gather<VEC, C>::kRows;
 
   int64_t tasks = (a.bags + kSpan - 1) / kSpan;
   int64_t tiles = int64_t(gridDim.x) * (blockDim.x / kTile);
@@ -145,26 +151,23 @@ __global__ void __launch_bounds__(256) embedding_forward_kernel(ForwardArgs a) {
           if (lane == j) mine = r[j];
         if (lane < cnt) a.rows[i0 + lane] = mine;
       }
+      float v[kBatch][C][VEC];
 #pragma unroll
-      for (int jj = 0; jj < kBatch; jj += G) {
-        float v[G][C][VEC];
+      for (int g = 0; g < kBatch; ++g) load_row<VEC, C, kTrain>(values, g < cnt ? r[g] : -1, dim, lane, v[g]);
 #pragma unroll
-        for (int g = 0; g < G; ++g) load_row<VEC, C, kTrain>(values, jj + g < cnt ? r[jj + g] : -1, dim, lane, v[g]);
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-          if (jj + g >= cnt) break;
-          int64_t i = i0 + jj + g;
-          while (i >= bag_end) {  // the walk passed the end of `bag`: write it (and any empty bags after it)
-            write_bag<VEC, C, OutT>(out, b0 + bag, dim, lane, bag_end - bag_start, mean, acc);
-            ++bag;
-            bag_start = bag_end;
-            bag_end = tile.shfl(off, bag + 1);
-          }
-#pragma unroll
-          for (int c = 0; c < C; ++c)
-#pragma unroll
-            for (int q = 0; q < VEC; ++q) acc[c][q] += v[g][c][q];
+      for (int g = 0; g < kBatch; ++g) {
+        if (g >= cnt) break;
+        int64_t i = i0 + g;
+        while (i >= bag_end) {  // the walk passed the end of `bag`: write it (and any empty bags after it)
+          write_bag<VEC, C, OutT>(out, b0 + bag, dim, lane, bag_end - bag_start, mean, acc);
+          ++bag;
+          bag_start = bag_end;
+          bag_end = tile.shfl(off, bag + 1);
         }
+#pragma unroll
+        for (int c = 0; c < C; ++c)
+#pragma unroll
+          for (int q = 0; q < VEC; ++q) acc[c][q] += v[g][c][q];
       }
     }
     while (bag < nb) {

@@ -68,29 +68,31 @@ ForwardArgs EmbeddingTable::forward_args(LookupMode mode, void* out, OutputType 
   return a;
 }
 
-void EmbeddingTable::check(LookupMode mode, MissingKey missing) {
-  if (mode == LookupMode::train || missing == MissingKey::error) hash_.check_errors(missing == MissingKey::error);
+void EmbeddingTable::check(LookupMode mode, MissingKey missing, Check when) {
+  if (when == Check::now && (mode == LookupMode::train || missing == MissingKey::error)) check_lookups(missing);
 }
+
+void EmbeddingTable::check_lookups(MissingKey missing) { hash_.check_errors(missing == MissingKey::error); }
 
 void EmbeddingTable::pooled_forward(const int64_t* offsets, const int64_t* keys, int64_t bags, Combiner combiner,
                                     LookupMode mode, void* out, OutputType out_type, int64_t* rows,
-                                    MissingKey missing) {
+                                    MissingKey missing, Check when) {
   ForwardArgs a = forward_args(mode, out, out_type, rows);
   a.offsets = offsets;
   a.keys = keys;
   a.bags = bags;
   a.combiner = combiner;
   sparta::pooled_forward(dev_, a);
-  check(mode, missing);
+  check(mode, missing, when);
 }
 
 void EmbeddingTable::unpooled_forward(const int64_t* keys, int64_t nnz, LookupMode mode, void* out, OutputType out_type,
-                                      int64_t* rows, MissingKey missing) {
+                                      int64_t* rows, MissingKey missing, Check when) {
   ForwardArgs a = forward_args(mode, out, out_type, rows);
   a.keys = keys;
   a.bags = nnz;
   sparta::unpooled_forward(dev_, a);
-  check(mode, missing);
+  check(mode, missing, when);
 }
 
 void EmbeddingTable::find(const int64_t* keys, int64_t n, int64_t* rows) { hash_.find(keys, n, rows); }

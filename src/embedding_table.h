@@ -44,6 +44,11 @@ struct EmbeddingTableConfig {
 
 // What an eval lookup does with a key the table does not hold.
 enum class MissingKey { zeros, error };
+// When a lookup's errors (full table in train, missing keys with MissingKey::error) are checked: at once (the
+// call synchronizes), or later by check_lookups(), so that a train step (forward, the model, backward) runs
+// without a host synchronization in the middle. Deferring loses nothing: a refused key has row -1, which the
+// backward skips, and the table's counters keep every error until a check reads them.
+enum class Check { now, deferred };
 
 class EmbeddingTable {
  public:
@@ -71,12 +76,17 @@ class EmbeddingTable {
   // Fused lookup and pooling; device pointers. offsets [bags + 1], keys [nnz] → out [bags, dim] of out_type,
   // rows [nnz] (may be null). train inserts unseen keys; eval gives zeros for them or, with
   // MissingKey::error, throws. Train, and eval with MissingKey::error, synchronize to check (a full table
-  // throws sparta::Error naming the table, its capacity and the rows asked for); eval with zeros is asynchronous.
+  // throws sparta::Error naming the table, its capacity and the rows asked for) unless check is deferred; eval
+  // with zeros is asynchronous.
   void pooled_forward(const int64_t* offsets, const int64_t* keys, int64_t bags, Combiner combiner, LookupMode mode,
-                      void* out, OutputType out_type, int64_t* rows, MissingKey missing = MissingKey::zeros);
+                      void* out, OutputType out_type, int64_t* rows, MissingKey missing = MissingKey::zeros,
+                      Check check = Check::now);
   // One vector per key: keys [nnz] → out [nnz, dim]; otherwise as pooled_forward.
   void unpooled_forward(const int64_t* keys, int64_t nnz, LookupMode mode, void* out, OutputType out_type,
-                        int64_t* rows, MissingKey missing = MissingKey::zeros);
+                        int64_t* rows, MissingKey missing = MissingKey::zeros, Check check = Check::now);
+  // The check of lookups made with Check::deferred (synchronizes): throws sparta::Error when keys were refused
+  // (full table) or, with MissingKey::error, when eval keys were missing, since the last check.
+  void check_lookups(MissingKey missing = MissingKey::zeros);
   // rows[i] = row of keys[i] or -1; asynchronous.
   void find(const int64_t* keys, int64_t n, int64_t* rows);
 
@@ -104,7 +114,7 @@ class EmbeddingTable {
 
  private:
   ForwardArgs forward_args(LookupMode mode, void* out, OutputType out_type, int64_t* rows);
-  void check(LookupMode mode, MissingKey missing);
+  void check(LookupMode mode, MissingKey missing, Check when);
   void reset_state();
   BackwardWorkspace& workspace(int64_t nnz);
 

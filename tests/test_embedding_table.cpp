@@ -151,6 +151,52 @@ BOOST_AUTO_TEST_CASE(full_and_missing_are_errors_naming_the_table) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(deferred_check_reports_after_the_backward_and_loses_nothing) {
+  for (Backend b : testing::available_backends()) {
+    Device dev = open(b);
+    EmbeddingTable t(dev, config(4, 20, OptimizerKind::sgd));
+    const int64_t salt = testing::random_ints(1, 0, int64_t(1) << 40)[0];
+    std::vector<int64_t> keys(40);  // 40 distinct keys (one salt for all) into 20 rows
+    for (size_t i = 0; i < keys.size(); ++i) keys[i] = int64_t(1000003 * (i + 1)) ^ salt;
+    std::vector<int64_t> offsets(keys.size() + 1);
+    for (size_t i = 0; i <= keys.size(); ++i) offsets[i] = int64_t(i);
+    const int64_t n = int64_t(keys.size());
+    Buffer<int64_t> o(dev, offsets), k(dev, keys), rows(dev, keys.size());
+    Buffer<float> out(dev, keys.size() * 4), grad(dev, std::vector<float>(keys.size() * 4, 1.0f));
+    out.fill_bytes(0xFF);
+    rows.fill_bytes(0x7F);
+    t.pooled_forward(o.data(), k.data(), n, Combiner::sum, LookupMode::train, out.data(), OutputType::f32, rows.data(),
+                     MissingKey::zeros, Check::deferred);  // no throw yet
+    std::vector<int64_t> r = rows.download();
+    BOOST_CHECK_EQUAL(std::count_if(r.begin(), r.end(), [](int64_t x) { return x >= 0 && x < 20; }), 20);
+    BOOST_CHECK_EQUAL(std::count(r.begin(), r.end(), int64_t(-1)), 20);
+    std::vector<float> before = t.export_rows().values;
+    t.backward_and_update(o.data(), rows.data(), n, n, grad.data(), Combiner::sum, 1);  // refused keys skipped
+    BOOST_CHECK_EQUAL(t.rows_updated(), 20);
+    std::vector<float> after = t.export_rows().values;
+    BOOST_REQUIRE_EQUAL(after.size(), before.size());
+    size_t wrong = 0;
+    for (size_t i = 0; i < after.size(); ++i) wrong += !(std::fabs(after[i] - (before[i] - 0.01f)) <= 1e-6f);
+    BOOST_CHECK_EQUAL(wrong, 0u);  // every held row moved by -lr * 1 (lr 0.01 by default), nothing else
+    try {
+      t.check_lookups();
+      BOOST_ERROR("no full error from the deferred check");
+    } catch (const Error& e) {
+      std::string m = e.what();
+      BOOST_CHECK(m.find("'ads'") != std::string::npos && m.find("capacity 20 rows") != std::string::npos);
+    }
+    BOOST_CHECK_NO_THROW(t.check_lookups());  // the counters start afresh after a check
+    Buffer<int64_t> missing(dev, std::vector<int64_t>{-5}), mr(dev, 1);  // never inserted
+    t.unpooled_forward(missing.data(), 1, LookupMode::eval, out.data(), OutputType::f32, mr.data(), MissingKey::error,
+                       Check::deferred);
+    BOOST_CHECK_NO_THROW(t.check_lookups());  // missing keys are errors only when the check says so ...
+    t.unpooled_forward(missing.data(), 1, LookupMode::eval, out.data(), OutputType::f32, mr.data(), MissingKey::error,
+                       Check::deferred);
+    BOOST_CHECK_THROW(t.check_lookups(MissingKey::error), Error);  // ... as here
+    close_device(dev);
+  }
+}
+
 // ---- train steps ----
 
 namespace {
