@@ -1,6 +1,7 @@
 // hash_table.cu: CUDA version of the hash-table operations of hash_table.h (the probing itself lives in
 // hash_table_ref.cuh, shared with the fused lookup kernels).
 #include <cuda/atomic>
+#include <cooperative_groups/scan.h>
 
 #include "check.h"
 #include "hash_table.h"
@@ -70,15 +71,19 @@ __device__ __forceinline__ void write_new_row(const Tile& tile, const RowInit& i
 //   2. every lane with an empty slot CASes it at the same time (one round trip for the batch, not one per key);
 //   3. keys the fast path could not settle (CAS lost to another key, full first bucket, a pending row, the
 //      marker key) go through the general probe, one at a time;
-//   4. one atomicAdd takes the rows of all winners; the tile writes their initial values (and copies);
+//   4. one atomicAdd takes the rows of all winners of the converged tiles (usually the warp's 4); the tile
+//      writes its winners' initial values (and copies);
 //   5. after a tile barrier each winner publishes its row with a release store: the barrier orders the
 //      other lanes' value writes before it and release is cumulative, so the values are visible before
 //      the row (measured: the same speed as every lane's __threadfence() before the barrier);
 //   6. keys another tile is inserting wait for their row word (acquire), only now that this tile has
 //      published its own, so no tile waits on one that waits on it;
 //   7. out (may be null): rows of found keys are copied, all loads of the batch in flight at once.
-// 4 blocks per SM (64 registers, a few spilled) measured 4-30% faster than the 3 that 76 registers allow.
-__global__ void __launch_bounds__(256, 4) hash_get_insert_kernel(HashTableView t, const int64_t* keys, int64_t n,
+// Occupancy (H100, 64M rows, lf 0.5, dim 32, every key new; NOTES_embedding.md Run 9): 256-thread blocks, 4 per
+// SM (64 registers, spills) 1.64-1.71 G keys/s, 3 per SM 2.12-2.15; 128-thread blocks, 7 per SM (72 registers)
+// 2.18, and with the row atomic per warp instead of per tile 2.33-2.37 (the hit path gained as well).
+constexpr int kGetInsertBlock = 128;
+__global__ void __launch_bounds__(kGetInsertBlock, 7) hash_get_insert_kernel(HashTableView t, const int64_t* keys, int64_t n,
                                                               int64_t* rows, RowInit init, float* out, bool vec4) {
   using hashdev::kFound;
   using hashdev::kWon;
@@ -137,10 +142,16 @@ __global__ void __launch_bounds__(256, 4) hash_get_insert_kernel(HashTableView t
     // 4. Rows for the winners, their values.
     unsigned won = tile.ballot(state == kWon);
     if (won) {
-      unsigned long long base = 0;
-      if (lane == 0)
-        base = atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->next_row), (unsigned long long)__popc(won));
-      base = tile.shfl(base, 0);
+      // One atomicAdd per group of converged tiles (usually the warp's 4): tile leaders scan their winner
+      // counts. Any grouping is correct: a tile's base is its lane 0's, and a group without a leader adds 0.
+      cg::coalesced_group g = cg::coalesced_threads();
+      const unsigned long long mine = lane == 0 ? (unsigned long long)__popc(won) : 0ull;
+      const unsigned long long incl = cg::inclusive_scan(g, mine);
+      unsigned long long group_base = 0;
+      if (g.thread_rank() == g.num_threads() - 1)
+        group_base = atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->next_row), incl);
+      group_base = g.shfl(group_base, g.num_threads() - 1);
+      const unsigned long long base = tile.shfl(group_base + incl - mine, 0);
       if (state == kWon) {
         row = static_cast<int64_t>(base) + __popc(won & below);
         if (row >= t.capacity_rows) row = kRowRefused;
@@ -246,12 +257,11 @@ using hashdev::resident_grid;
 void hash_get_insert_copy_cuda(const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
                                const RowInit& init, float* out, Stream stream) {
   if (n == 0) return;
-  const int block = 256;
+  const int block = kGetInsertBlock;
   int64_t batches = (n + kBatch - 1) / kBatch;
-  int64_t blocks = (batches + block / kTile - 1) / (block / kTile);
   bool vec4 = init.dim % 4 == 0 && reinterpret_cast<uintptr_t>(init.values) % 16 == 0 &&
               reinterpret_cast<uintptr_t>(out) % 16 == 0;
-  int grid = resident_grid(hash_get_insert_kernel, block, blocks);
+  int grid = resident_grid(hash_get_insert_kernel, block, (batches + block / kTile - 1) / (block / kTile));
   hash_get_insert_kernel<<<grid, block, 0, stream>>>(t, keys, n, rows, init, out, vec4);
   CUDA_CHECK_LAUNCH("hash_get_insert_kernel");
 }
