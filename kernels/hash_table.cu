@@ -83,8 +83,9 @@ __device__ __forceinline__ void write_new_row(const Tile& tile, const RowInit& i
 // SM (64 registers, spills) 1.64-1.71 G keys/s, 3 per SM 2.12-2.15; 128-thread blocks, 7 per SM (72 registers)
 // 2.18, and with the row atomic per warp instead of per tile 2.33-2.37 (the hit path gained as well).
 constexpr int kGetInsertBlock = 128;
-__global__ void __launch_bounds__(kGetInsertBlock, 7) hash_get_insert_kernel(HashTableView t, const int64_t* keys, int64_t n,
-                                                              int64_t* rows, RowInit init, float* out, bool vec4) {
+__global__ void __launch_bounds__(kGetInsertBlock, 7)
+    hash_get_insert_kernel(HashTableView t, const int64_t* keys, int64_t n, int64_t* rows, RowInit init, float* out,
+                           bool vec4) {
   using hashdev::kFound;
   using hashdev::kWon;
   using hashdev::kPending;
