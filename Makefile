@@ -50,7 +50,7 @@ BOOST_PO_LIBS ?= -Wl,-Bstatic -lboost_program_options -Wl,-Bdynamic
 
 # ---------------------------------------------------------------------------------------------------------
 # Flags
-INCLUDES := -Isrc -Ikernels -Icomm -Iio
+INCLUDES := -I.   # one root: every include names its room ("src/base/check.h", "comm/communicator.h")
 DEFINES  := -DSPARTA_CUDA=$(CUDA) -DSPARTA_DEBUG=$(DEBUG) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX
 OPT      := $(if $(filter 1,$(DEBUG)),-O1 -g,-O3)
 CXXFLAGS ?= $(OPT) -std=c++17 -Wall -Wextra -fPIC -pthread
@@ -78,7 +78,7 @@ LDLIBS = -Wl,--as-needed $(HDF5_LIBS) $(BOOST_PO_LIBS) $(CUDA_LIBS) -lpthread
 #   tests/support_<name>.cpp                → linked into every test binary
 #   experiments/support_<name>.cpp          → linked into every experiment binary
 #   src/options.cpp                         → linked into every program, benchmark and test
-MODULES   := src kernels comm io
+MODULES   := src/base src kernels comm io
 # src/options.cpp uses Boost.Program_options, which Debian ships as a non-PIC static archive: it is linked
 # into each program instead of into the shared library.
 CLI_OBJS  := $(BUILD)/obj/src/options.o

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "buffer.h"
-#include "check.h"
-#include "communicator.h"
+#include "src/base/buffer.h"
+#include "src/base/check.h"
+#include "comm/communicator.h"
 
 namespace sparta {
 

@@ -2,7 +2,7 @@
 // poll for errors against the timeout, the failure path, the MPI pipeline (direct or staged through pinned
 // host memory), each group's collectives, the flat algorithms and the public operations.
 // The hierarchical algorithms are in hierarchical.cpp.
-#include "comm_impl.h"
+#include "comm/comm_impl.h"
 
 #if __has_include(<mpi-ext.h>)
 #include <mpi-ext.h>  // Open MPI: MPIX_Query_cuda_support
@@ -14,7 +14,7 @@
 #include <numeric>
 #include <thread>
 
-#include "log.h"
+#include "src/base/log.h"
 
 namespace sparta {
 

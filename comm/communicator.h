@@ -65,9 +65,9 @@
 #include <string>
 #include <vector>
 
-#include "device.h"
-#include "dtype.h"
-#include "topology.h"
+#include "src/base/device.h"
+#include "comm/dtype.h"
+#include "comm/topology.h"
 
 namespace sparta {
 

@@ -1,9 +1,9 @@
 // dtype.cpp: see dtype.h.
-#include "dtype.h"
+#include "comm/dtype.h"
 
 #include <cstring>
 
-#include "check.h"
+#include "src/base/check.h"
 
 namespace sparta {
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "half.h"  // float <-> bf16 / f16 on the host
+#include "src/base/half.h"  // float <-> bf16 / f16 on the host
 
 namespace sparta {
 

@@ -7,7 +7,7 @@
 // (run_steps), so the `after` hooks that queue node work fire in that order too.
 #include <algorithm>
 
-#include "comm_impl.h"
+#include "comm/comm_impl.h"
 
 namespace sparta {
 

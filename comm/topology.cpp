@@ -1,11 +1,11 @@
 // topology.cpp: see topology.h.
-#include "topology.h"
+#include "comm/topology.h"
 
 #include <unistd.h>
 
 #include <vector>
 
-#include "check.h"
+#include "src/base/check.h"
 
 namespace sparta {
 

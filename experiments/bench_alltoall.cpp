@@ -23,11 +23,11 @@
 #include <string>
 #include <vector>
 
-#include "communicator.h"
-#include "context.h"
-#include "log.h"
-#include "options.h"
-#include "support_bench.h"
+#include "comm/communicator.h"
+#include "src/context.h"
+#include "src/base/log.h"
+#include "src/options.h"
+#include "experiments/support_bench.h"
 
 using namespace sparta;
 

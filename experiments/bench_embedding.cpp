@@ -25,15 +25,15 @@
 #include <random>
 #include <sstream>
 
-#include "buffer.h"
-#include "check.h"
-#include "embedding_table.h"
-#include "embedding_types.h"
-#include "hash_table.h"
-#include "key_init.h"
-#include "options.h"
-#include "pooled_forward.h"
-#include "support_bench.h"
+#include "src/base/buffer.h"
+#include "src/base/check.h"
+#include "src/embedding_table.h"
+#include "kernels/embedding_types.h"
+#include "kernels/hash_table.h"
+#include "kernels/key_init.h"
+#include "src/options.h"
+#include "kernels/pooled_forward.h"
+#include "experiments/support_bench.h"
 
 using namespace sparta;
 using bench::median;

@@ -25,14 +25,14 @@
 #include <cstring>
 #include <random>
 
-#include "buffer.h"
-#include "check.h"
-#include "embedding_types.h"
-#include "hash_table.h"
-#include "key_init.h"
-#include "options.h"
-#include "pooled_forward.h"
-#include "support_bench.h"
+#include "src/base/buffer.h"
+#include "src/base/check.h"
+#include "kernels/embedding_types.h"
+#include "kernels/hash_table.h"
+#include "kernels/key_init.h"
+#include "src/options.h"
+#include "kernels/pooled_forward.h"
+#include "experiments/support_bench.h"
 
 using namespace sparta;
 using bench::median;

@@ -13,14 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
-#include "context.h"
-#include "dataset.h"
-#include "log.h"
-#include "options.h"
-#include "reader.h"
-#include "support_bench.h"
-#include "synthetic.h"
+#include "src/base/check.h"
+#include "src/context.h"
+#include "io/dataset.h"
+#include "src/base/log.h"
+#include "src/options.h"
+#include "io/reader.h"
+#include "experiments/support_bench.h"
+#include "io/synthetic.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // support_bench.cpp: see support_bench.h.
-#include "support_bench.h"
+#include "experiments/support_bench.h"
 
 #include <unistd.h>
 
@@ -10,8 +10,8 @@
 #include <ctime>
 #include <sstream>
 
-#include "buffer.h"
-#include "check.h"
+#include "src/base/buffer.h"
+#include "src/base/check.h"
 #if SPARTA_CUDA
 #include <cuda_runtime_api.h>
 #endif

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "device.h"
+#include "src/base/device.h"
 
 namespace sparta {
 namespace bench {

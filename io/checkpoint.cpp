@@ -17,7 +17,7 @@
 //   /tables/<name> group, attributes name, dim, optimizer, state_width, rows; datasets keys int64[n],
 //                  values float32[n, dim], state float32[n, state_width]
 // latest           text: "step-<n>\n"
-#include "checkpoint.h"
+#include "io/checkpoint.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -34,9 +34,9 @@
 #include <set>
 #include <sstream>
 
-#include "check.h"
-#include "checksum.h"
-#include "h5.h"
+#include "src/base/check.h"
+#include "io/checksum.h"
+#include "io/h5.h"
 
 namespace sparta {
 namespace fs = std::filesystem;

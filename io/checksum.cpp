@@ -1,5 +1,5 @@
 // checksum.cpp: XXH64, streamed (see checksum.h).
-#include "checksum.h"
+#include "io/checksum.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "check.h"
+#include "src/base/check.h"
 
 namespace sparta {
 namespace {

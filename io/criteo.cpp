@@ -1,5 +1,5 @@
 // criteo.cpp: see criteo.h.
-#include "criteo.h"
+#include "io/criteo.h"
 
 #include <sys/stat.h>
 
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <memory>
 
-#include "check.h"
+#include "src/base/check.h"
 
 namespace sparta {
 namespace {

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "dataset.h"
+#include "io/dataset.h"
 
 namespace sparta {
 

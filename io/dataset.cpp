@@ -1,5 +1,5 @@
 // dataset.cpp: see dataset.h.
-#include "dataset.h"
+#include "io/dataset.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "check.h"
+#include "src/base/check.h"
 
 namespace sparta {
 namespace {

@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "h5.h"
+#include "io/h5.h"
 
 namespace sparta {
 

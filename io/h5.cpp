@@ -1,7 +1,7 @@
 // h5.cpp: see h5.h.
-#include "h5.h"
+#include "io/h5.h"
 
-#include "check.h"
+#include "src/base/check.h"
 
 namespace sparta {
 namespace h5 {

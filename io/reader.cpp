@@ -1,10 +1,10 @@
 // reader.cpp: see reader.h.
-#include "reader.h"
+#include "io/reader.h"
 
 #include <algorithm>
 
-#include "check.h"
-#include "log.h"
+#include "src/base/check.h"
+#include "src/base/log.h"
 
 namespace sparta {
 

@@ -25,8 +25,8 @@
 #include <utility>
 #include <vector>
 
-#include "buffer.h"
-#include "dataset.h"
+#include "src/base/buffer.h"
+#include "io/dataset.h"
 
 namespace sparta {
 

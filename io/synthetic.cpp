@@ -1,5 +1,5 @@
 // synthetic.cpp: see synthetic.h.
-#include "synthetic.h"
+#include "io/synthetic.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,7 +9,7 @@
 #include <numeric>
 #include <sstream>
 
-#include "check.h"
+#include "src/base/check.h"
 
 namespace sparta {
 namespace {

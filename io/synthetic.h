@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "dataset.h"
+#include "io/dataset.h"
 
 namespace sparta {
 

@@ -1,12 +1,12 @@
 // embedding_backward.cpp: the workspace, the CPU reference of embedding_backward.h (the same fixed order as
 // the CUDA version, so the same bits), and the backend dispatch.
-#include "embedding_backward.h"
+#include "kernels/embedding_backward.h"
 
 #include <algorithm>
 #include <climits>
 #include <cstring>
 
-#include "check.h"
+#include "src/base/check.h"
 
 namespace sparta {
 

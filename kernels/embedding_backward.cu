@@ -15,8 +15,8 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 
-#include "check.h"
-#include "embedding_backward.h"
+#include "src/base/check.h"
+#include "kernels/embedding_backward.h"
 
 namespace sparta {
 

@@ -25,10 +25,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "buffer.h"
-#include "device.h"
-#include "embedding_types.h"
-#include "sparse_optimizer.h"
+#include "src/base/buffer.h"
+#include "src/base/device.h"
+#include "kernels/embedding_types.h"
+#include "kernels/sparse_optimizer.h"
 
 namespace sparta {
 

@@ -1,7 +1,7 @@
 // embedding_types.cpp: names of combiners and optimizers (see embedding_types.h).
-#include "embedding_types.h"
+#include "kernels/embedding_types.h"
 
-#include "check.h"
+#include "src/base/check.h"
 
 namespace sparta {
 

@@ -1,7 +1,7 @@
 // fill.cpp: CPU reference of fill.h, and the backend dispatch.
-#include "fill.h"
+#include "kernels/fill.h"
 
-#include "check.h"
+#include "src/base/check.h"
 
 namespace sparta {
 

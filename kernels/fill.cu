@@ -1,6 +1,6 @@
 // fill.cu: CUDA version of fill.h: out[i] = value.
-#include "check.h"
-#include "fill.h"
+#include "src/base/check.h"
+#include "kernels/fill.h"
 
 namespace sparta {
 

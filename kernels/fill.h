@@ -5,7 +5,7 @@
 
 #include <cstddef>
 
-#include "device.h"
+#include "src/base/device.h"
 
 namespace sparta {
 

@@ -1,11 +1,11 @@
 // hash_table.cpp: CPU reference of the hash-table operations (same layout, same probing, one key at a
 // time), the backend dispatch, and the owning HashTable.
-#include "hash_table.h"
+#include "kernels/hash_table.h"
 
 #include <cmath>
 #include <cstddef>
 
-#include "check.h"
+#include "src/base/check.h"
 
 namespace sparta {
 

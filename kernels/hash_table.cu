@@ -3,9 +3,9 @@
 #include <cuda/atomic>
 #include <cooperative_groups/scan.h>
 
-#include "check.h"
-#include "hash_table.h"
-#include "hash_table_ref.cuh"
+#include "src/base/check.h"
+#include "kernels/hash_table.h"
+#include "kernels/hash_table_ref.cuh"
 
 namespace sparta {
 

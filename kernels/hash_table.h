@@ -26,10 +26,10 @@
 #include <string>
 #include <vector>
 
-#include "buffer.h"
-#include "check.h"
-#include "device.h"
-#include "key_init.h"
+#include "src/base/buffer.h"
+#include "src/base/check.h"
+#include "src/base/device.h"
+#include "kernels/key_init.h"
 
 namespace sparta {
 

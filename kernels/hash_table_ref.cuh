@@ -15,9 +15,9 @@
 
 #include <cooperative_groups.h>
 
-#include "check.h"
-#include "hash_table.h"
-#include "key_init.h"
+#include "src/base/check.h"
+#include "kernels/hash_table.h"
+#include "kernels/key_init.h"
 
 namespace sparta {
 namespace hashdev {

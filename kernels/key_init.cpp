@@ -1,7 +1,7 @@
 // key_init.cpp: CPU reference of key_init.h, and the backend dispatch.
-#include "key_init.h"
+#include "kernels/key_init.h"
 
-#include "check.h"
+#include "src/base/check.h"
 
 namespace sparta {
 

@@ -1,6 +1,6 @@
 // key_init.cu: CUDA version of key_init.h: values[rows[i], :] = initial values of keys[i].
-#include "check.h"
-#include "key_init.h"
+#include "src/base/check.h"
+#include "kernels/key_init.h"
 
 namespace sparta {
 

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "device.h"
+#include "src/base/device.h"
 
 
 namespace sparta {

@@ -1,12 +1,12 @@
 // pooled_forward.cpp: CPU reference of pooled_forward.h (one key at a time through the CPU hash table),
 // half-precision conversions, and the backend dispatch.
-#include "pooled_forward.h"
+#include "kernels/pooled_forward.h"
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
-#include "check.h"
+#include "src/base/check.h"
 
 namespace sparta {
 

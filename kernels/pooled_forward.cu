@@ -16,9 +16,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "check.h"
-#include "hash_table_ref.cuh"
-#include "pooled_forward.h"
+#include "src/base/check.h"
+#include "kernels/hash_table_ref.cuh"
+#include "kernels/pooled_forward.h"
 
 namespace sparta {
 

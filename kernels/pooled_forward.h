@@ -15,10 +15,10 @@
 
 #include <cstdint>
 
-#include "device.h"
-#include "half.h"  // float <-> bf16 / f16: the CPU reference of half-precision outputs
-#include "embedding_types.h"
-#include "hash_table.h"
+#include "src/base/device.h"
+#include "src/base/half.h"  // float <-> bf16 / f16: the CPU reference of half-precision outputs
+#include "kernels/embedding_types.h"
+#include "kernels/hash_table.h"
 
 namespace sparta {
 

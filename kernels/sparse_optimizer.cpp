@@ -1,10 +1,10 @@
 // sparse_optimizer.cpp: the step constants, the CPU reference of sparse_optimizer.h, and the backend dispatch.
-#include "sparse_optimizer.h"
+#include "kernels/sparse_optimizer.h"
 
 #include <climits>
 #include <cmath>
 
-#include "check.h"
+#include "src/base/check.h"
 
 namespace sparta {
 

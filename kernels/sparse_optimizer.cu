@@ -2,8 +2,8 @@
 // gradient and applies the optimizer to its values and state (the formulas are in the header).
 #include <cstdint>
 
-#include "check.h"
-#include "sparse_optimizer.h"
+#include "src/base/check.h"
+#include "kernels/sparse_optimizer.h"
 
 namespace sparta {
 

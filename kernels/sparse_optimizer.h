@@ -28,9 +28,9 @@
 #include <cstring>
 #include <type_traits>
 
-#include "check.h"
-#include "device.h"
-#include "embedding_types.h"
+#include "src/base/check.h"
+#include "src/base/device.h"
+#include "kernels/embedding_types.h"
 
 
 namespace sparta {

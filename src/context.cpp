@@ -1,12 +1,12 @@
 // context.cpp: see context.h.
-#include "context.h"
+#include "src/context.h"
 
 #include <mpi.h>
 
 #include <vector>
 
-#include "check.h"
-#include "log.h"
+#include "src/base/check.h"
+#include "src/base/log.h"
 
 namespace sparta {
 

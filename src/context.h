@@ -7,9 +7,9 @@
 
 #include <string>
 
-#include "buffer.h"
-#include "device.h"
-#include "topology.h"
+#include "src/base/buffer.h"
+#include "src/base/device.h"
+#include "comm/topology.h"
 
 namespace sparta {
 

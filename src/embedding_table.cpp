@@ -1,10 +1,10 @@
 // embedding_table.cpp: see embedding_table.h.
-#include "embedding_table.h"
+#include "src/embedding_table.h"
 
 #include <algorithm>
 
-#include "check.h"
-#include "fill.h"
+#include "src/base/check.h"
+#include "kernels/fill.h"
 
 namespace sparta {
 

@@ -18,13 +18,13 @@
 #include <string>
 #include <vector>
 
-#include "buffer.h"
-#include "checkpoint.h"
-#include "device.h"
-#include "embedding_backward.h"
-#include "embedding_types.h"
-#include "hash_table.h"
-#include "pooled_forward.h"
+#include "src/base/buffer.h"
+#include "io/checkpoint.h"
+#include "src/base/device.h"
+#include "kernels/embedding_backward.h"
+#include "kernels/embedding_types.h"
+#include "kernels/hash_table.h"
+#include "kernels/pooled_forward.h"
 
 namespace sparta {
 

@@ -1,11 +1,11 @@
 // options.cpp: see options.h.
-#include "options.h"
+#include "src/options.h"
 
 #include <iostream>
 #include <sstream>
 
-#include "check.h"
-#include "log.h"
+#include "src/base/check.h"
+#include "src/base/log.h"
 
 namespace sparta {
 

@@ -5,7 +5,7 @@
 #include <boost/program_options.hpp>
 #include <string>
 
-#include "context.h"
+#include "src/context.h"
 
 namespace sparta {
 

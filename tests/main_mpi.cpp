@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "context.h"
+#include "src/context.h"
 
 static bool init_suite() {
   boost::unit_test::framework::master_test_suite().p_name.value = "sparta_mpi";

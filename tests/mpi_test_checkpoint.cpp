@@ -10,10 +10,10 @@
 #include <numeric>
 #include <set>
 
-#include "check.h"
-#include "checkpoint.h"
-#include "h5.h"
-#include "testing.h"
+#include "src/base/check.h"
+#include "io/checkpoint.h"
+#include "io/h5.h"
+#include "tests/testing.h"
 
 using namespace sparta;
 namespace fs = std::filesystem;

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "communicator.h"
-#include "context.h"
-#include "testing.h"
+#include "comm/communicator.h"
+#include "src/context.h"
+#include "tests/testing.h"
 
 using namespace sparta;
 

@@ -5,9 +5,9 @@
 #include <boost/test/unit_test.hpp>
 #include <vector>
 
-#include "context.h"
-#include "fill.h"
-#include "testing.h"
+#include "src/context.h"
+#include "kernels/fill.h"
+#include "tests/testing.h"
 
 using namespace sparta;
 

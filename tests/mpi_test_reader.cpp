@@ -9,12 +9,12 @@
 #include <cmath>
 #include <string>
 
-#include "check.h"
-#include "dataset.h"
-#include "h5.h"
-#include "reader.h"
-#include "synthetic.h"
-#include "testing.h"
+#include "src/base/check.h"
+#include "io/dataset.h"
+#include "io/h5.h"
+#include "io/reader.h"
+#include "io/synthetic.h"
+#include "tests/testing.h"
 
 using namespace sparta;
 

@@ -51,6 +51,27 @@ run_one() {  # run_one NAME COMMAND...
 }
 
 shopt -s nullglob
+# The layering rule on the source tree, and a planted violation it must catch (so the check can fail).
+layer_case() {  # layer_case NAME EXPECTED_STATUS ROOT
+  local out rc
+  out=$(bash tests/check_layers.sh "$3" 2>&1); rc=$?
+  if { [ "$2" = 0 ] && [ $rc = 0 ]; } || { [ "$2" != 0 ] && [ $rc != 0 ]; }; then
+    passed=$((passed + 1)); printf '%-44s %3d passed %3d failed %3d skipped\n' "$1" 1 0 0
+  else
+    failed=$((failed + 1)); failures+=("$1"); printf '%-44s %3d passed %3d failed %3d skipped  FAILED\n' "$1" 0 1 0
+    sed 's/^/    | /' <<<"$out" | tail -30
+  fi
+}
+if [ -f tests/check_layers.sh ]; then
+  layer_case "layers (include rule)" 0 .
+  planted=$(mktemp -d)
+  mkdir -p "$planted"/{src/base,kernels,comm,io,experiments,tests}
+  echo '#include "src/base/check.h"' >"$planted/src/base/check.h"
+  echo '#include "src/base/check.h"' >"$planted/comm/communicator.h"
+  printf '#include "src/base/check.h"\n#include "comm/communicator.h"\n' >"$planted/kernels/x.cu"
+  layer_case "layers (catches kernels -> comm)" 1 "$planted"
+  rm -rf "$planted"
+fi
 for t in "$build"/tests/test_*; do
   [ -x "$t" ] && run_one "$(basename "$t")" "$t"
 done

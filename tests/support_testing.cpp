@@ -1,5 +1,5 @@
 // support_testing.cpp: see testing.h. Linked into every test binary.
-#include "testing.h"
+#include "tests/testing.h"
 
 #include <mpi.h>
 #include <sys/wait.h>

@@ -3,10 +3,10 @@
 #include <cmath>
 #include <cstring>
 
-#include "buffer.h"
-#include "context.h"
-#include "fill.h"
-#include "testing.h"
+#include "src/base/buffer.h"
+#include "src/context.h"
+#include "kernels/fill.h"
+#include "tests/testing.h"
 
 using namespace sparta;
 

@@ -4,9 +4,9 @@
 #include <boost/test/unit_test.hpp>
 #include <string>
 
-#include "check.h"
-#include "log.h"
-#include "testing.h"
+#include "src/base/check.h"
+#include "src/base/log.h"
+#include "tests/testing.h"
 
 namespace {
 

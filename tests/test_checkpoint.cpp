@@ -6,11 +6,11 @@
 #include <fstream>
 #include <string>
 
-#include "check.h"
-#include "checkpoint.h"
-#include "checksum.h"
-#include "h5.h"
-#include "testing.h"
+#include "src/base/check.h"
+#include "io/checkpoint.h"
+#include "io/checksum.h"
+#include "io/h5.h"
+#include "tests/testing.h"
 
 using namespace sparta;
 namespace fs = std::filesystem;

@@ -16,9 +16,9 @@
 #include <string>
 #include <thread>
 
-#include "check.h"
-#include "checkpoint.h"
-#include "testing.h"
+#include "src/base/check.h"
+#include "io/checkpoint.h"
+#include "tests/testing.h"
 
 using namespace sparta;
 namespace fs = std::filesystem;

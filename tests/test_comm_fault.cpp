@@ -5,8 +5,8 @@
 #include <boost/test/unit_test.hpp>
 #include <string>
 
-#include "device.h"
-#include "testing.h"
+#include "src/base/device.h"
+#include "tests/testing.h"
 
 namespace {
 

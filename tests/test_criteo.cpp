@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
-#include "criteo.h"
-#include "h5.h"
-#include "testing.h"
+#include "src/base/check.h"
+#include "io/criteo.h"
+#include "io/h5.h"
+#include "tests/testing.h"
 
 using namespace sparta;
 

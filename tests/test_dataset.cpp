@@ -12,11 +12,11 @@
 #include <set>
 #include <string>
 
-#include "check.h"
-#include "dataset.h"
-#include "h5.h"
-#include "reader.h"
-#include "testing.h"
+#include "src/base/check.h"
+#include "io/dataset.h"
+#include "io/h5.h"
+#include "io/reader.h"
+#include "tests/testing.h"
 
 using namespace sparta;
 

@@ -9,11 +9,11 @@
 #include <map>
 #include <random>
 
-#include "buffer.h"
-#include "check.h"
-#include "embedding_backward.h"
-#include "sparse_optimizer.h"
-#include "testing.h"
+#include "src/base/buffer.h"
+#include "src/base/check.h"
+#include "kernels/embedding_backward.h"
+#include "kernels/sparse_optimizer.h"
+#include "tests/testing.h"
 
 using namespace sparta;
 

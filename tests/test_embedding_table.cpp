@@ -8,9 +8,9 @@
 #include <map>
 #include <unordered_map>
 
-#include "buffer.h"
-#include "embedding_table.h"
-#include "testing.h"
+#include "src/base/buffer.h"
+#include "src/embedding_table.h"
+#include "tests/testing.h"
 
 using namespace sparta;
 

@@ -2,9 +2,9 @@
 #include <boost/test/unit_test.hpp>
 #include <string>
 
-#include "check.h"
-#include "h5.h"
-#include "testing.h"
+#include "src/base/check.h"
+#include "io/h5.h"
+#include "tests/testing.h"
 
 using namespace sparta;
 

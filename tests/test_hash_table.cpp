@@ -9,10 +9,10 @@
 #include <set>
 #include <unordered_map>
 
-#include "buffer.h"
-#include "hash_table.h"
-#include "key_init.h"
-#include "testing.h"
+#include "src/base/buffer.h"
+#include "kernels/hash_table.h"
+#include "kernels/key_init.h"
+#include "tests/testing.h"
 
 using namespace sparta;
 

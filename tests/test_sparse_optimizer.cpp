@@ -8,10 +8,10 @@
 #include <numeric>
 #include <random>
 
-#include "buffer.h"
-#include "check.h"
-#include "sparse_optimizer.h"
-#include "testing.h"
+#include "src/base/buffer.h"
+#include "src/base/check.h"
+#include "kernels/sparse_optimizer.h"
+#include "tests/testing.h"
 
 using namespace sparta;
 

@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
-#include "dataset.h"
-#include "h5.h"
-#include "synthetic.h"
-#include "testing.h"
+#include "src/base/check.h"
+#include "io/dataset.h"
+#include "io/h5.h"
+#include "io/synthetic.h"
+#include "tests/testing.h"
 
 using namespace sparta;
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "device.h"
+#include "src/base/device.h"
 
 namespace testing {
 

@@ -21,9 +21,9 @@
 #include <map>
 #include <string>
 
-#include "check.h"
-#include "checkpoint.h"
-#include "context.h"
+#include "src/base/check.h"
+#include "io/checkpoint.h"
+#include "src/context.h"
 
 namespace {
 

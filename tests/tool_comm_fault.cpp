@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "communicator.h"
-#include "context.h"
+#include "comm/communicator.h"
+#include "src/context.h"
 
 using namespace sparta;
 

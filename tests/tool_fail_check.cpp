@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "check.h"
-#include "context.h"
+#include "src/base/check.h"
+#include "src/context.h"
 
 int main(int argc, char** argv) {
   sparta::MpiSession mpi(&argc, &argv);

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
-#include "checkpoint.h"
-#include "checksum.h"
-#include "context.h"
-#include "options.h"
+#include "src/base/check.h"
+#include "io/checkpoint.h"
+#include "io/checksum.h"
+#include "src/context.h"
+#include "src/options.h"
 
 namespace {
 

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
-#include "context.h"
-#include "criteo.h"
-#include "log.h"
-#include "options.h"
+#include "src/base/check.h"
+#include "src/context.h"
+#include "io/criteo.h"
+#include "src/base/log.h"
+#include "src/options.h"
 
 int main(int argc, char** argv) {
   sparta::MpiSession mpi(&argc, &argv);

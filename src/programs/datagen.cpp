@@ -5,12 +5,12 @@
 #include <cstdio>
 #include <string>
 
-#include "check.h"
-#include "context.h"
-#include "dataset.h"
-#include "log.h"
-#include "options.h"
-#include "synthetic.h"
+#include "src/base/check.h"
+#include "src/context.h"
+#include "io/dataset.h"
+#include "src/base/log.h"
+#include "src/options.h"
+#include "io/synthetic.h"
 
 int main(int argc, char** argv) {
   sparta::MpiSession mpi(&argc, &argv);

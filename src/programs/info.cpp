@@ -2,10 +2,10 @@
 //   mpiexec -n 2 sparta-info [--device auto] [--ranks-per-node 1]
 #include <cstdio>
 
-#include "check.h"
-#include "context.h"
-#include "log.h"
-#include "options.h"
+#include "src/base/check.h"
+#include "src/context.h"
+#include "src/base/log.h"
+#include "src/options.h"
 
 int main(int argc, char** argv) {
   sparta::MpiSession mpi(&argc, &argv);

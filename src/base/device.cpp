@@ -1,10 +1,10 @@
 // device.cpp: see device.h. The cuda paths compile only in CUDA builds; a CPU-only build reports no GPUs.
-#include "device.h"
+#include "src/base/device.h"
 
 #include <cstdlib>
 #include <cstring>
 
-#include "check.h"
+#include "src/base/check.h"
 
 #if SPARTA_CUDA
 #include <cuda_runtime_api.h>

@@ -1,5 +1,5 @@
 // check.cpp: the failure path shared by every check macro.
-#include "check.h"
+#include "src/base/check.h"
 
 #include <mpi.h>
 #include <unistd.h>

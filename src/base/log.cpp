@@ -1,11 +1,11 @@
 // log.cpp: see log.h.
-#include "log.h"
+#include "src/base/log.h"
 
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 
-#include "check.h"
+#include "src/base/check.h"
 
 namespace sparta {
 namespace {

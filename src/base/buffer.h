@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "check.h"
-#include "device.h"
+#include "src/base/check.h"
+#include "src/base/device.h"
 
 namespace sparta {
 
