@@ -37,6 +37,7 @@
 #include "src/base/check.h"
 #include "io/checksum.h"
 #include "io/h5.h"
+#include "src/base/agree.h"
 
 namespace sparta {
 namespace fs = std::filesystem;
@@ -151,43 +152,6 @@ std::vector<int64_t> read_ints(const h5::File& f, const std::string& obj, const 
   SPARTA_REQUIRE(static_cast<int64_t>(v.size()) == n, "%s: '%s' attribute '%s': expected %lld values (%s_size), found %zu",
                  f.path.c_str(), obj.c_str(), name.c_str(), static_cast<long long>(n), name.c_str(), v.size());
   return v;
-}
-
-// ---- Agreement on errors: every collective step runs guarded, then all ranks agree.
-
-template <class F>
-std::string guarded(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    std::string what = e.what();
-    return what.empty() ? "unknown error" : what;
-  }
-  return "";
-}
-
-std::string bcast_string(MPI_Comm comm, int root, const std::string& s) {
-  long long n = static_cast<long long>(s.size());
-  MPI_CHECK(MPI_Bcast(&n, 1, MPI_LONG_LONG, root, comm));
-  std::string out = s;
-  out.resize(static_cast<size_t>(n));
-  if (n > 0) MPI_CHECK(MPI_Bcast(&out[0], static_cast<int>(n), MPI_CHAR, root, comm));
-  return out;
-}
-
-// error: this rank's failure ("" when it succeeded). When any rank failed, every rank throws the message of
-// the lowest failing rank.
-void agree(MPI_Comm comm, const std::string& error) {
-  int rank = 0;
-  MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  int mine = error.empty() ? INT_MAX : rank, first = INT_MAX;
-  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
-  if (first == INT_MAX) return;
-  int failed_here = error.empty() ? 0 : 1, failed = 0;
-  MPI_CHECK(MPI_Allreduce(&failed_here, &failed, 1, MPI_INT, MPI_SUM, comm));
-  std::string msg = bcast_string(comm, first, error);
-  std::string more = failed > 1 ? strprintf(" (and %d other rank(s) failed)", failed - 1) : "";
-  throw Error(strprintf("rank %d: %s%s", first, msg.c_str(), more.c_str()));
 }
 
 template <class T>
@@ -655,14 +619,14 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
   MPI_CHECK(MPI_Comm_size(comm, &world));
   // The hook runs like every other step: a failure in it on one rank is an error on every rank.
   auto stage = [&](const char* name) {
-    if (options.on_stage) agree(comm, guarded([&] { options.on_stage(name); }));
+    if (options.on_stage) agree_on_error(comm, guarded([&] { options.on_stage(name); }));
   };
   const std::string name = step_name(meta.step);
   const std::string tmp = join(root_dir, name + ".tmp"), final_dir = join(root_dir, name);
   const std::string replaced = final_dir + ".replaced";
 
   // Inputs: checked on every rank, and the table list must be the same everywhere.
-  agree(comm, guarded([&] {
+  agree_on_error(comm, guarded([&] {
           SPARTA_REQUIRE(meta.step >= 0, "save_checkpoint: field 'step': expected >= 0, found %lld",
                          static_cast<long long>(meta.step));
           validate_tables(tables);
@@ -670,13 +634,13 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
         }));
   std::string mine = table_signature(tables);
   std::string root_sig = bcast_string(comm, 0, mine);
-  agree(comm, guarded([&] {
+  agree_on_error(comm, guarded([&] {
           SPARTA_REQUIRE(mine == root_sig, "save_checkpoint: tables differ between ranks: rank 0 passes %s, rank %d "
                          "passes %s", root_sig.c_str(), rank, mine.c_str());
         }));
 
   // The step directory, as step-<n>.tmp.
-  agree(comm, guarded([&] {
+  agree_on_error(comm, guarded([&] {
           if (rank != 0) return;
           std::error_code ec;
           fs::create_directories(root_dir, ec);
@@ -699,7 +663,7 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
     stage("tmp_created");
     // Every rank writes its shard, rank 0 also the dense file; each is fsynced and checksummed.
     std::vector<CheckpointFile> written;
-    agree(comm, guarded([&] {
+    agree_on_error(comm, guarded([&] {
             std::string shard = shard_name(rank, world);
             write_shard(join(tmp, shard), meta, rank, world, tables);
             written.push_back(seal_file(tmp, shard));
@@ -725,7 +689,7 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
     for (size_t i = 0; i < tables.size(); ++i) rows[i] = static_cast<int64_t>(tables[i].rows());
     MPI_CHECK(MPI_Gather(rows.data(), static_cast<int>(rows.size()), MPI_INT64_T, rows_by_rank.data(),
                          static_cast<int>(rows.size()), MPI_INT64_T, 0, comm));
-    agree(comm, guarded([&] {
+    agree_on_error(comm, guarded([&] {
             if (rank != 0) return;
             std::vector<CheckpointFile> files;
             std::istringstream in(all_records);
@@ -742,7 +706,7 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
     stage("manifest_written");
 
     // Publish: the rename makes the step whole at once; then `latest` moves to it.
-    agree(comm, guarded([&] {
+    agree_on_error(comm, guarded([&] {
             if (rank != 0) return;
             rename_path(tmp, final_dir);
             renamed = true;
@@ -750,7 +714,7 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
           }));
     renamed = true;
     stage("renamed");
-    agree(comm, guarded([&] {
+    agree_on_error(comm, guarded([&] {
             if (rank == 0) write_file_atomic(root_dir, "latest", name + "\n");
           }));
     stage("latest_written");
@@ -779,12 +743,12 @@ LoadedCheckpoint load_checkpoint(MPI_Comm comm, const std::string& path, const M
 
   // Rank 0 resolves `latest` once, so a save running beside this load cannot split the ranks over two steps.
   std::string dir;
-  agree(comm, guarded([&] {
+  agree_on_error(comm, guarded([&] {
           if (rank == 0) dir = resolve_checkpoint_dir(path);
         }));
   dir = bcast_string(comm, 0, dir);
   Manifest& m = out.manifest;
-  agree(comm, guarded([&] {
+  agree_on_error(comm, guarded([&] {
           m = read_manifest(dir);
           check_model_spec(m, expected);
         }));
@@ -796,7 +760,7 @@ LoadedCheckpoint load_checkpoint(MPI_Comm comm, const std::string& path, const M
   std::vector<const ManifestTable*> mtables;
   for (const TableSpec& t : expected.tables) mtables.push_back(m.find_table(t.name));
   std::vector<std::unique_ptr<ShardReader>> readers;
-  agree(comm, guarded([&] {
+  agree_on_error(comm, guarded([&] {
           for (int s : my_shards) {
             require_file_ok(m, shard_name(s, old_world));
             readers.push_back(std::make_unique<ShardReader>(m, s));
@@ -842,7 +806,7 @@ LoadedCheckpoint load_checkpoint(MPI_Comm comm, const std::string& path, const M
     for (int64_t round = 0; round < rounds; ++round) {
       TableRows batch = empty_rows(mt.spec);
       std::vector<int> dest;
-      agree(comm, guarded([&] {
+      agree_on_error(comm, guarded([&] {
               while (static_cast<int64_t>(batch.rows()) < chunk && shard_at < my_shards.size()) {
                 int64_t n = mt.shard_rows[my_shards[shard_at]];
                 int64_t take = std::min(n - row_at, chunk - static_cast<int64_t>(batch.rows()));
@@ -929,7 +893,7 @@ LoadedCheckpoint load_checkpoint(MPI_Comm comm, const std::string& path, const M
         dup = strprintf("%s: table '%s': key %lld appears more than once in the checkpoint", dir.c_str(),
                         mt.spec.name.c_str(), static_cast<long long>(sorted.keys[i]));
     }
-    agree(comm, dup);
+    agree_on_error(comm, dup);
     out.tables.push_back(std::move(sorted));
   }
   return out;

@@ -29,24 +29,14 @@
 #include <string>
 #include <vector>
 
+#include "io/table_rows.h"
+
 namespace sparta {
 
 constexpr const char* kCheckpointFormat = "sparta-checkpoint";
 constexpr int64_t kCheckpointVersion = 1;
 // An owner function returns this for a row that every rank holds (a replicated table or a hot row).
 constexpr int kEveryRank = -1;
-
-// One table's rows (a rank's share when saving; the rows a rank owns after loading), row-major.
-struct TableRows {
-  std::string name;
-  int dim = 0;
-  std::string optimizer;       // as kernels/embedding_types.h names it: "sgd", "adam", ...
-  int state_width = 0;         // optimizer state floats per row (optimizer_state_width)
-  std::vector<int64_t> keys;   // [n]
-  std::vector<float> values;   // [n, dim]
-  std::vector<float> state;    // [n, state_width]
-  size_t rows() const { return keys.size(); }
-};
 
 // A named dense tensor (weights or optimizer state); shape may be empty for a scalar.
 struct DenseTensor {

@@ -38,20 +38,9 @@
 #include <vector>
 
 #include "io/h5.h"
+#include "src/base/random.h"  // splitmix64, hash_mix, unit_double
 
 namespace sparta {
-
-// Counter-based random numbers for everything io/ draws (shuffling orders, synthetic samples): a value is a
-// pure function of its inputs, so any rank computes the same one without communication.
-inline uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-inline uint64_t hash_mix(uint64_t a, uint64_t b) { return splitmix64(a ^ splitmix64(b + 0x632be59bd9b4e019ull)); }
-// Uniform in [0, 1) with 53 random bits.
-inline double unit_double(uint64_t h) { return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0); }
 
 constexpr const char* kDatasetFormat = "sparta-dataset";
 constexpr int64_t kDatasetVersion = 1;

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "src/base/agree.h"
 #include "src/base/check.h"
 
 namespace sparta {
@@ -327,18 +328,6 @@ void generate_samples(const SyntheticConfig& c, const Teacher& t, int64_t first,
 
 namespace {
 
-// Rank root broadcasts its verdict on a step; every rank throws the same Error when it failed.
-void agree(const std::string& error, int root, MPI_Comm comm) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  int len = rank == root ? static_cast<int>(error.size()) : 0;
-  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, root, comm));
-  if (len == 0) return;
-  std::string msg = rank == root ? error : std::string(len, ' ');
-  MPI_CHECK(MPI_Bcast(&msg[0], len, MPI_CHAR, root, comm));
-  throw Error(msg);
-}
-
 template <class T>
 void send_vec(const std::vector<T>& v, int tag, MPI_Comm comm) {
   MPI_CHECK(MPI_Send(v.data(), static_cast<int>(v.size() * sizeof(T)), MPI_BYTE, 0, tag, comm));
@@ -374,7 +363,7 @@ GenerateResult generate_dataset(const std::string& path, const SyntheticConfig& 
       error = e.what();
     }
   }
-  agree(error, 0, comm);
+  agree_on_error(comm, error);
 
   Teacher teacher(c);
   AucHistogram hist;
@@ -422,7 +411,7 @@ GenerateResult generate_dataset(const std::string& path, const SyntheticConfig& 
       }
       bar.update(double(r0 + len));
     }
-    agree(error, 0, comm);
+    agree_on_error(comm, error);
   }
   hist.reduce(0, comm);
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &positives, 1, MPI_INT64_T, MPI_SUM, comm));
@@ -441,7 +430,7 @@ GenerateResult generate_dataset(const std::string& path, const SyntheticConfig& 
     auc = res.teacher_auc;
     bar.finish();
   }
-  agree(error, 0, comm);
+  agree_on_error(comm, error);
   MPI_CHECK(MPI_Bcast(&auc, 1, MPI_DOUBLE, 0, comm));
   MPI_CHECK(MPI_Bcast(&nnz, 1, MPI_INT64_T, 0, comm));
   res.teacher_auc = auc;

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "src/base/device.h"
+#include "src/base/random.h"  // splitmix64
 
 
 namespace sparta {
@@ -19,14 +20,6 @@ struct KeyInit {
   uint32_t table_id = 0;
   float scale = 0.05f;
 };
-
-// splitmix64's output function applied to x + golden: a bijection on 64 bits with good avalanche.
-SPARTA_HD uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // The per-key stream: distinct keys give distinct streams (splitmix64 is a bijection).
 SPARTA_HD uint64_t key_stream(const KeyInit& init, uint64_t key) {

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "src/base/buffer.h"
-#include "io/checkpoint.h"
+#include "io/table_rows.h"
 #include "src/base/device.h"
 #include "kernels/embedding_backward.h"
 #include "kernels/embedding_types.h"
