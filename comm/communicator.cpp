@@ -442,7 +442,7 @@ void Communicator::Impl::run_steps(std::vector<Step>& steps) {
     stage_busy = false;
     if (stage.bytes() < total) {
       stage = PinnedBuffer<char>();
-      stage = PinnedBuffer<char>(total);
+      stage = PinnedBuffer<char>(dev.backend, total);
     }
     base = stage.data();
   }

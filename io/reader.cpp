@@ -122,10 +122,10 @@ Batch DatasetReader::make_batch() const {
   const int64_t B = max_local_batch();
   b.num_dense = schema_.num_dense;
   b.num_slots = schema_.num_slots;
-  b.labels = PinnedBuffer<float>(B);
-  b.dense = PinnedBuffer<float>(B * schema_.num_dense);
-  b.offsets = PinnedBuffer<int64_t>(B * schema_.num_slots + 1);
-  b.keys = PinnedBuffer<int64_t>(std::max<int64_t>(key_capacity_, 1));
+  b.labels = PinnedBuffer<float>(opt_.backend, B);
+  b.dense = PinnedBuffer<float>(opt_.backend, B * schema_.num_dense);
+  b.offsets = PinnedBuffer<int64_t>(opt_.backend, B * schema_.num_slots + 1);
+  b.keys = PinnedBuffer<int64_t>(opt_.backend, std::max<int64_t>(key_capacity_, 1));
   return b;
 }
 

@@ -39,6 +39,7 @@ struct ReaderOptions {
   int64_t shuffle_block = 0;     // 0: the file's chunk size along N
   uint64_t seed = 0;             // shuffling order: a function of (seed, epoch) only
   int prefetch = 2;              // batches read ahead by a background thread; 0: read in next()
+  Backend backend = Backend::cpu;  // where batches go next: cuda gets page-locked batch memory
 };
 
 // One rank's slice of one global batch, in pinned host memory sized for the largest slice.

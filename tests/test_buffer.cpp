@@ -58,7 +58,7 @@ BOOST_AUTO_TEST_CASE(buffer_moves_and_resizes) {
 }
 
 BOOST_AUTO_TEST_CASE(pinned_buffer_holds_data) {
-  PinnedBuffer<double> p(1 << 16);
+  PinnedBuffer<double> p(Backend::cpu, 1 << 16);
   for (size_t i = 0; i < p.size(); ++i) p[i] = double(i) * 0.5;
   double sum = 0;
   for (size_t i = 0; i < p.size(); ++i) sum += p[i];

@@ -73,17 +73,20 @@ class Buffer {
   size_t n_ = 0;
 };
 
-// Host memory for staging and prefetching: page-locked when a GPU is present.
+// Host memory for staging and prefetching: page-locked for the cuda backend, plain host memory for cpu.
 template <class T>
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;
-  explicit PinnedBuffer(size_t n) : n_(n) { p_ = static_cast<T*>(pinned_alloc(n * sizeof(T))); }
-  ~PinnedBuffer() { pinned_free(p_); }
+  PinnedBuffer(Backend backend, size_t n) : backend_(backend), n_(n) {
+    p_ = static_cast<T*>(pinned_alloc(backend, n * sizeof(T)));
+  }
+  ~PinnedBuffer() { pinned_free(backend_, p_); }
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  PinnedBuffer(PinnedBuffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
+  PinnedBuffer(PinnedBuffer&& o) noexcept : backend_(o.backend_), p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
   PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    std::swap(backend_, o.backend_);
     std::swap(p_, o.p_);
     std::swap(n_, o.n_);
     return *this;
@@ -96,6 +99,7 @@ class PinnedBuffer {
   const T& operator[](size_t i) const { return p_[i]; }
 
  private:
+  Backend backend_ = Backend::cpu;
   T* p_ = nullptr;
   size_t n_ = 0;
 };

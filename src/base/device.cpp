@@ -110,10 +110,10 @@ void device_free(const Device& dev, void* p) {
 #endif
 }
 
-void* pinned_alloc(size_t bytes) {
+void* pinned_alloc(Backend backend, size_t bytes) {
   if (bytes == 0) return nullptr;
 #if SPARTA_CUDA
-  if (visible_gpu_count() > 0) {
+  if (backend == Backend::cuda) {
     void* p = nullptr;
     CUDA_CHECK(cudaMallocHost(&p, bytes));
     return p;
@@ -122,15 +122,15 @@ void* pinned_alloc(size_t bytes) {
   return host_alloc(bytes);
 }
 
-void pinned_free(void* p) {
+void pinned_free(Backend backend, void* p) {
   if (!p) return;
 #if SPARTA_CUDA
-  cudaPointerAttributes attr;
-  if (cudaPointerGetAttributes(&attr, p) == cudaSuccess && attr.type == cudaMemoryTypeHost) {
+  if (backend == Backend::cuda) {
     CUDA_CHECK(cudaFreeHost(p));
     return;
   }
-  cudaGetLastError();
+#else
+  (void)backend;
 #endif
   std::free(p);
 }

@@ -46,9 +46,11 @@ void close_device(Device& dev);
 // An allocation that fails ends the job with the bytes asked for and the device's free memory.
 void* device_alloc(const Device& dev, size_t bytes);
 void device_free(const Device& dev, void* p);
-// Page-locked host memory when CUDA and a GPU are present (fast, asynchronous copies), else aligned host memory.
-void* pinned_alloc(size_t bytes);
-void pinned_free(void* p);
+// Host memory for staging and prefetching. The cuda backend gets page-locked memory (fast, asynchronous
+// copies); the cpu backend gets plain aligned host memory and never touches the CUDA runtime, so a cpu rank
+// creates no CUDA context even where GPUs are visible. Free with the backend it was allocated for.
+void* pinned_alloc(Backend backend, size_t bytes);
+void pinned_free(Backend backend, void* p);
 
 // Copies between host and device memory of dev. Asynchronous on dev.stream for cuda, except
 // copy_to_host, which synchronizes the stream so the host may read dst on return.
