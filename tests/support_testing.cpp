@@ -27,6 +27,23 @@ boost::test_tools::assertion_result HasGpu::operator()(boost::unit_test::test_un
   return r;
 }
 
+boost::test_tools::assertion_result GpuPerRank::operator()(boost::unit_test::test_unit_id) const {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int local = 1;
+  MPI_Comm_size(node, &local);
+  MPI_Comm_free(&node);
+  const int gpus = sparta::visible_gpu_count();
+  int ok = gpus >= local ? 1 : 0, all = 0;
+  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (all) return true;
+  boost::test_tools::assertion_result r(false);
+  r.message() << (sparta::built_with_cuda() ? "fewer GPUs than ranks on a node" : "built with CUDA=0");
+  return r;
+}
+
+boost::unit_test::precondition needs_gpu_per_rank() { return boost::unit_test::precondition(GpuPerRank()); }
+
 std::vector<sparta::Backend> available_backends() {
   std::vector<sparta::Backend> b{sparta::Backend::cpu};
   if (sparta::visible_gpu_count() > 0) b.push_back(sparta::Backend::cuda);

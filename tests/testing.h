@@ -18,7 +18,15 @@ struct HasGpu {
 };
 boost::unit_test::precondition needs_gpu();
 
+// MPI suites: every rank of the node gets a GPU of its own (collective over MPI_COMM_WORLD; the same verdict on
+// every rank). A case with this precondition is reported as skipped where there are fewer GPUs than ranks.
+struct GpuPerRank {
+  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const;
+};
+boost::unit_test::precondition needs_gpu_per_rank();
+
 // The devices a case runs on: always cpu, plus cuda:0 (on a GPU) when one is visible.
+// Deprecated: a loop over it drops CUDA silently where there is no GPU; write SPARTA_BACKEND_CASES instead.
 std::vector<sparta::Backend> available_backends();
 
 // A generator seeded from the clock (fresh inputs every run), with the seed printed so a failure can be
@@ -83,3 +91,13 @@ struct SharedTempPath {
 };
 
 }  // namespace testing
+
+// One check, two test cases: NAME_cpu runs fn(Backend::cpu); NAME_cuda runs fn(Backend::cuda) and is reported
+// as skipped (never passed) where no GPU is visible. fn is a function `void fn(sparta::Backend)`.
+#define SPARTA_BACKEND_CASES(NAME, fn)                                           \
+  BOOST_AUTO_TEST_CASE(NAME##_cpu) { fn(::sparta::Backend::cpu); }               \
+  BOOST_AUTO_TEST_CASE(NAME##_cuda, *::testing::needs_gpu()) { fn(::sparta::Backend::cuda); }
+// The same for MPI suites: the cuda case needs a GPU for every rank of the node.
+#define SPARTA_MPI_BACKEND_CASES(NAME, fn)                                       \
+  BOOST_AUTO_TEST_CASE(NAME##_cpu) { fn(::sparta::Backend::cpu); }               \
+  BOOST_AUTO_TEST_CASE(NAME##_cuda, *::testing::needs_gpu_per_rank()) { fn(::sparta::Backend::cuda); }
