@@ -1,5 +1,14 @@
-// comm_impl.h: the communicator's internals, shared by communicator.cpp (set-up, waits, faults, the MPI
-// pipeline, flat algorithms) and hierarchical.cpp (the hierarchical algorithms). Not for use outside comm/.
+// comm_impl.h: the communicator's internals, shared by the files that implement them (each section below
+// names its file). Not for use outside comm/.
+//   setup.cpp          set-up and tear-down: MPI groups, NCCL communicators, streams; element type mappings
+//   streams.cpp        the stream contract: each operation's frame (events between the caller's stream and
+//                      the communication stream), copies, and scratch and staging memory in stream order
+//   wait_abort.cpp     the fault-aware waits (polling NCCL errors against the timeout) and the abort
+//   flat_nccl.cpp      one group's collectives (NCCL; MPI on host buffers for the cpu node group) and the flat
+//                      NCCL algorithms
+//   flat_mpi.cpp       the MPI pipeline (direct or staged through pinned host memory), flat MPI algorithms
+//   hierarchical.cpp   the hierarchical algorithms (mode hier)
+//   dispatch.cpp       the public operations: argument checks and dispatch by mode
 #pragma once
 
 #include <mpi.h>
@@ -87,25 +96,64 @@ struct Communicator::Impl {
   MPI_Op op_sum_bf16 = MPI_OP_NULL, op_sum_f16 = MPI_OP_NULL;
 
   Stream comm_stream = nullptr, copy_stream = nullptr;
-  CudaEvent input_ev = nullptr, done_ev = nullptr, stage_free_ev = nullptr;
+  // input_ev: the caller's stream reached the operation (recorded on it); done_ev: the communication stream
+  // finished the last operation; stage_free_ev: the host-to-device copies out of the staging buffer are done;
+  // sync_ev: synchronize's mark on the caller's stream.
+  CudaEvent input_ev = nullptr, done_ev = nullptr, stage_free_ev = nullptr, sync_ev = nullptr;
   std::vector<CudaEvent> event_pool;
   size_t events_used = 0;
   bool stage_busy = false;
+  bool copy_ordered = false;  // the copy stream waits for input_ev (queued once per operation, when needed)
 
   PinnedBuffer<char> stage;   // host staging for MPI transfers of device buffers
   Buffer<char> scratch;       // device (cpu: host) scratch of the hierarchical algorithms
   std::vector<char> host_tmp; // cpu backend: source copy for an in-place reduce-scatter inside the node
   std::vector<Ready> pending; // work of the current operation still to complete (waited in end_op)
 
+  // What a failure message says about the operation: its name, and either the bytes this rank moves and its
+  // peers (begin_op; formatted only on failure, to keep the path of a healthy call short) or a free text.
   std::string op_name = "set-up", op_detail;
+  bool op_framed = false;  // true: the message gives op_send, op_recv, op_root; false: op_detail
+  size_t op_send = 0, op_recv = 0;
+  int op_root = -1;  // broadcast's root, else -1
   std::chrono::steady_clock::time_point last_progress;
 
-  // ---- operation frame, waits, faults (communicator.cpp)
-  void begin_op(const char* name, size_t send_bytes, size_t recv_bytes, const std::string& peers);
-  void end_op();
+  // ---- set-up (setup.cpp)
+#if SPARTA_CUDA
+  NcclComm make_nccl(const Group& g, const char* name);
+  ncclDataType_t nccl_type(DataType t) const;
+#endif
+  MPI_Datatype mpi_type(DataType t) const;
+  MPI_Op mpi_sum(DataType t) const;
+  // Whether MPI goes through pinned host staging: device buffers of a non-CUDA-aware library, and every MPI
+  // collective (as opposed to point-to-point) on device buffers; host buffers only with staging=always.
+  bool staged(bool collective) const;
+
+  // ---- the operation frame and stream order (streams.cpp)
+  // begin_op: the communication stream waits (an event, no host sync) for the work queued on `stream` so far;
+  // end_op: `stream` waits for the communication stream's work of the operation. The cpu backend ignores
+  // streams (end_op waits for the node group's MPI requests instead).
+  void begin_op(const char* name, Stream stream, size_t send_bytes, size_t recv_bytes, int root = -1);
+  void end_op(Stream stream);
+  // Before the first device-to-host copy of an operation: the copy stream waits for input_ev.
+  void order_copy_stream();
+#if SPARTA_CUDA
+  CudaEvent record(Stream s);  // an event of the pool, recorded on s (the pool is reused per operation)
+#endif
+  void copy(void* dst, const void* src, size_t bytes, Stream s);
+  void copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height, Stream s);
+  // Device scratch of at least `bytes` for the hierarchical algorithms. Call before the operation queues
+  // work on the communication stream: growing it waits (host, fault-aware) for done_ev first.
+  char* scratch_bytes(size_t bytes);
+  // The pinned staging buffer, at least `bytes`, once the previous staged transfer no longer reads it.
+  char* staging_bytes(size_t bytes);
+
+  // ---- fault-aware waits and the abort (wait_abort.cpp)
   void touch() { last_progress = std::chrono::steady_clock::now(); }
   void poll_health(const std::string& waiting_for);
   [[noreturn]] void fail(const std::string& why);
+  // A caller's bad arguments to operation `op`, found before the operation started.
+  [[noreturn]] void fail_args(const char* op, const std::string& why);
   void check_mpi(int code, const std::string& what);
   bool ready_done(Ready& r);
   void wait_ready(Ready& r, const std::string& what);
@@ -113,22 +161,17 @@ struct Communicator::Impl {
 #if SPARTA_CUDA
   bool event_done(CudaEvent ev);
   void wait_event(CudaEvent ev, const std::string& what);
-  CudaEvent record(Stream s);
-  void nccl_settle(ncclResult_t r, NcclComm comm, const std::string& what);
-  NcclComm make_nccl(const Group& g, const char* name);
-  ncclDataType_t nccl_type(DataType t) const;
+  // An NCCL call's result: ncclSuccess returns at once; ncclInProgress (a non-blocking communicator still
+  // working, e.g. connecting on first use) is waited for; anything else fails. `what` is a callable giving
+  // the call's description, formatted only when needed.
+  template <class What>
+  void nccl_settle(ncclResult_t r, NcclComm comm, const What& what) {
+    if (r != ncclSuccess) nccl_wait_in_progress(r, comm, what());
+  }
+  void nccl_wait_in_progress(ncclResult_t r, NcclComm comm, const std::string& what);
 #endif
-  void copy(void* dst, const void* src, size_t bytes, Stream s);
-  void copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height, Stream s);
-  char* scratch_bytes(size_t bytes);
 
-  MPI_Datatype mpi_type(DataType t) const;
-  MPI_Op mpi_sum(DataType t) const;
-  // Whether MPI goes through pinned host staging: device buffers of a non-CUDA-aware library, and every MPI
-  // collective (as opposed to point-to-point) on device buffers; host buffers only with staging=always.
-  bool staged(bool collective) const;
-
-  // ---- the MPI pipeline
+  // ---- the MPI pipeline (flat_mpi.cpp)
   void run_steps(std::vector<Step>& steps);
   void add_send(std::vector<Step>& steps, const Group& g, const char* src, size_t bytes, int peer, int tag,
                 const Ready& ready, bool stg);
@@ -143,13 +186,26 @@ struct Communicator::Impl {
                      bool stg);
 
   // ---- one group's collectives, queued (NCCL on the communication stream) or posted (MPI, host buffers)
+  // (flat_nccl.cpp)
   Ready group_p2p(const Group& g, const std::vector<P2p>& sends, const std::vector<P2p>& recvs, int tag);
   Ready group_reduce_scatter(const Group& g, const char* send, char* recv, size_t count, DataType t);
   Ready group_all_gather(const Group& g, const char* send, char* recv, size_t count, DataType t);
   Ready group_all_reduce(const Group& g, const char* send, char* recv, size_t count, DataType t);
   Ready group_broadcast(const Group& g, char* buf, size_t bytes, int root);
 
-  // ---- algorithms: flat over one group (NCCL when use_nccl, else MPI), hierarchical (hierarchical.cpp)
+  // ---- flat algorithms over one group (group rank order = the order of counts and blocks): NCCL
+  // (flat_nccl.cpp), MPI (flat_mpi.cpp), and the choice between them (dispatch.cpp: NCCL when use_nccl)
+  void nccl_all_to_all_v(const Group& g, const char* send, const std::vector<size_t>& scount, char* recv,
+                         const std::vector<size_t>& rcount, DataType t);
+  void nccl_all_gather_v(const Group& g, const char* send, char* recv, const std::vector<size_t>& counts,
+                         DataType t);
+  void mpi_all_to_all_v(const Group& g, const char* send, const std::vector<size_t>& scount, char* recv,
+                        const std::vector<size_t>& rcount, DataType t);
+  void mpi_all_reduce(const Group& g, const char* send, char* recv, size_t count, DataType t);
+  void mpi_reduce_scatter(const Group& g, const char* send, char* recv, size_t rc, DataType t);
+  void mpi_all_gather_v(const Group& g, const char* send, char* recv, const std::vector<size_t>& counts,
+                        DataType t);
+  void mpi_broadcast(const Group& g, char* buf, size_t bytes, int root);
   void flat_all_to_all_v(const Group& g, bool use_nccl, const char* send, const std::vector<size_t>& scount,
                          char* recv, const std::vector<size_t>& rcount, DataType t);
   void flat_all_reduce(const Group& g, bool use_nccl, const char* send, char* recv, size_t count, DataType t);
@@ -158,6 +214,7 @@ struct Communicator::Impl {
                          const std::vector<size_t>& counts, DataType t);
   void flat_broadcast(const Group& g, bool use_nccl, char* buf, size_t bytes, int root);
 
+  // ---- hierarchical algorithms (hierarchical.cpp)
   void hier_all_to_all_v(const char* send, const std::vector<size_t>& scount, char* recv,
                          const std::vector<size_t>& rcount, DataType t, bool fixed);
   void hier_all_reduce(const char* send, char* recv, size_t count, DataType t);
@@ -167,7 +224,14 @@ struct Communicator::Impl {
 };
 
 // Element offsets of packed blocks: displs[p] = counts[0] + ... + counts[p-1].
-std::vector<size_t> prefix_sums(const std::vector<size_t>& counts);
+inline std::vector<size_t> prefix_sums(const std::vector<size_t>& counts) {
+  std::vector<size_t> d(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i) d[i] = d[i - 1] + counts[i - 1];
+  return d;
+}
+
+// "the cross group (world ranks 1,3)": names the ranks a collective waits for, in messages (wait_abort.cpp).
+std::string members(const Group& g);
 
 constexpr int kTag = 7100;                  // MPI tags of this layer start here
 constexpr size_t kDirectChunk = 1u << 30;  // bytes per MPI call on unstaged buffers (int counts)

@@ -44,13 +44,28 @@
 //   broadcast from (nr, jr): in chunks, MPI broadcast among the ranks with local rank jr, each chunk then
 //     NCCL-broadcast inside every node from jr as soon as it arrived.
 //
-// Streams: on the cuda backend each operation first makes the communication stream wait for the work
-// already queued on the compute stream (Device::stream) — a CUDA event, no host sync — then queues its NCCL
-// work and copies there and returns. MPI parts are driven by the host inside the call (it returns once they
-// are done, device work may still be in flight); where MPI reads device memory itself (CUDA-aware
-// point-to-point), the host first waits for the compute stream's queued work, as MPI cannot follow a stream. Results are visible to work queued on the compute stream
-// after join(), and to the host after synchronize(); until then, keep inputs unchanged and outputs unread.
-// On the cpu backend everything is done when the call returns.
+// Streams (the contract of every operation that moves buffers): the operation takes the stream it runs on,
+// the stream whose work produces its input and consumes its output (cuda backend; the cpu backend ignores
+// streams: pass nullptr or any value). The communicator's own streams (communication, copies) start after
+// the work queued on that stream before the call, and that stream continues after the operation's device
+// work: both through CUDA events, never a host sync. So work queued on the stream after the call sees the
+// results; until the stream reaches them, keep inputs unchanged and outputs unread. The host sees them after
+// synchronize(stream). Different operations may name different streams; they still run one after another
+// on the communication stream, in the order they were called.
+//
+// Host waits (cuda backend; on the cpu backend every operation is complete when it returns):
+//   - NCCL (mode nccl; mode hier on one node): the call queues the work and returns. The host waits only
+//     while a non-blocking NCCL call reports ncclInProgress (connections made on first use).
+//   - MPI (mode mpi; mode hier between nodes): the host drives MPI inside the call and returns once this
+//     rank's transfers are complete, i.e. after its peers took part. Before that it waits for what MPI
+//     reads: staged, the device-to-host copies of the input (queued after the stream's earlier work);
+//     direct (CUDA-aware point-to-point), the stream's earlier work itself. Host-to-device copies of what
+//     arrived, and NCCL work inside the node, are queued and not waited for.
+//   - Memory: the first hierarchical all-to-all or reduce-scatter that needs more scratch than any before
+//     waits for the earlier operations to finish before the old scratch is freed; a staged transfer waits
+//     for the previous one's host-to-device copies before it reuses (or regrows) the staging buffer.
+// Before a host sync of the stream by other means (a download, cudaStreamSynchronize), call synchronize:
+// it is the wait that notices a failed peer and ends the job instead of hanging.
 //
 // Faults: NCCL communicators are non-blocking; every wait (CUDA events, NCCL's ncclInProgress, MPI
 // requests) polls ncclCommGetAsyncError and gives up after timeout_s without progress: it then aborts the
@@ -104,39 +119,46 @@ class Communicator {
   std::string describe() const;
 
   // Counts: recv_counts[p] = send_counts[q] of rank p for q = this rank (an MPI all-to-all of the counts).
+  // Host only: host vectors in and out, no device memory, hence no stream; synchronizes the host (returns
+  // once every rank's counts arrived).
   std::vector<size_t> exchange_counts(const std::vector<size_t>& send_counts);
 
   // All-to-all with variable counts ("counts known"): send holds send_counts[p] elements for each rank p
   // in rank order, recv receives recv_counts[p] elements from each p in rank order. Zeros allowed.
-  // Not in place. The counts must agree between peers.
+  // Not in place. The counts must agree between peers. Host: see "Host waits".
   void all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
-                    const std::vector<size_t>& recv_counts, DataType type);
+                    const std::vector<size_t>& recv_counts, DataType type, Stream stream);
   // All-to-all with variable counts ("exchange counts"): exchanges the counts first and returns recv_counts.
   // recv must hold recv_capacity elements; receiving more ends the job with a message naming the counts.
+  // Host: synchronizes for the counts (exchange_counts), then as "Host waits".
   std::vector<size_t> all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
-                                   size_t recv_capacity, DataType type);
+                                   size_t recv_capacity, DataType type, Stream stream);
   // Fixed all-to-all: count elements to and from every rank. send, recv: [size][count]. Not in place.
-  void all_to_all(const void* send, void* recv, size_t count, DataType type);
+  // Host: see "Host waits".
+  void all_to_all(const void* send, void* recv, size_t count, DataType type, Stream stream);
 
   // recv = block `rank` of the element-wise sum over ranks of send. send: [size][recv_count], recv:
-  // [recv_count]. Not in place.
-  void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type);
-  // recv = element-wise sum over ranks of send ([count]); send == recv is allowed.
-  void all_reduce(const void* send, void* recv, size_t count, DataType type);
+  // [recv_count]. Not in place. Host: see "Host waits".
+  void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, Stream stream);
+  // recv = element-wise sum over ranks of send ([count]); send == recv is allowed. Host: see "Host waits".
+  void all_reduce(const void* send, void* recv, size_t count, DataType type, Stream stream);
   // recv: [size][count], block p = send of rank p. send == recv + rank*count is allowed.
-  void all_gather(const void* send, void* recv, size_t count, DataType type);
+  // Host: see "Host waits".
+  void all_gather(const void* send, void* recv, size_t count, DataType type, Stream stream);
   // Variable counts: send holds counts[rank] elements; recv: rank p's counts[p] elements, in rank order.
   // send == recv + (sum of counts before rank) is allowed. counts must be the same on every rank.
-  void all_gather_v(const void* send, void* recv, const std::vector<size_t>& counts, DataType type);
-  // buf ([count]) of rank root into buf of every rank.
-  void broadcast(void* buf, size_t count, DataType type, int root);
-  // Host barrier over all ranks (with the timeout). Does not wait for queued device work.
+  // Host: see "Host waits".
+  void all_gather_v(const void* send, void* recv, const std::vector<size_t>& counts, DataType type,
+                    Stream stream);
+  // buf ([count]) of rank root into buf of every rank. Host: see "Host waits".
+  void broadcast(void* buf, size_t count, DataType type, int root, Stream stream);
+  // Host barrier over all ranks (with the timeout). Synchronizes the host with the other ranks; does not
+  // wait for queued device work (no stream).
   void barrier();
 
-  // The compute stream waits (on the device, no host sync) for every operation issued so far. cpu: no-op.
-  void join();
-  // The host waits for every operation issued so far, polling NCCL errors against the timeout.
-  void synchronize();
+  // The host waits for the work queued on `stream` so far (every operation issued on it included), polling
+  // NCCL errors against the timeout: a failed peer ends the job instead of hanging it. cpu: returns at once.
+  void synchronize(Stream stream);
 
   struct Impl;
 
