@@ -2,7 +2,10 @@
 // (one node), 1 and 2 (emulated nodes: the inter-node and hierarchical paths), MPI direct and staged in tiny
 // chunks, random counts with zeros, element types float32/bf16/fp16/int64/int32, against values each rank
 // computes on its own (element = f(source rank, destination rank, index)). Outputs are poisoned first.
-// The GPU case runs the same checks on the device in every mode and requires identical bytes across modes.
+// Every check has a cpu case and a cuda case (SPARTA_MPI_BACKEND_CASES): the cuda case runs the operation
+// on the GPUs in every mode (sizes of several MiB, so that the pipelines work on several chunks) and requires
+// identical bytes across modes; it is reported as skipped, never passed, without a GPU per rank. Operations
+// run on the stream of the Device the check is given (the stream contract of communicator.h).
 #include <mpi.h>
 
 #include <algorithm>
@@ -176,13 +179,13 @@ Outcome check_all_to_all(Communicator& comm, const Device& dev, DataType t, A2a 
   Buffer<char> s = device_bytes(dev, encode(t, send));
   const size_t spare = 3;
   Buffer<char> r = poisoned(dev, (want.size() + spare) * es);
-  if (form == A2a::known) comm.all_to_all_v(s.data(), sc, r.data(), rc, t);
-  if (form == A2a::fixed) comm.all_to_all(s.data(), r.data(), fixed, t);
+  if (form == A2a::known) comm.all_to_all_v(s.data(), sc, r.data(), rc, t, dev.stream);
+  if (form == A2a::fixed) comm.all_to_all(s.data(), r.data(), fixed, t, dev.stream);
   if (form == A2a::exchange) {
-    std::vector<size_t> got = comm.all_to_all_v(s.data(), sc, r.data(), want.size() + spare, t);
+    std::vector<size_t> got = comm.all_to_all_v(s.data(), sc, r.data(), want.size() + spare, t, dev.stream);
     BOOST_CHECK_MESSAGE(got == rc, what << ": exchanged counts differ from the expected ones");
   }
-  comm.join();
+  // No wait: the download below is queued on dev.stream, which the operation orders after itself.
   Outcome o;
   o.bytes = download(r, want.size() * es);
   o.bad = mismatches(t, o.bytes, want, what);
@@ -199,8 +202,8 @@ Outcome check_reduce_scatter(Communicator& comm, const Device& dev, DataType t, 
     for (size_t i = 0; i < rc; ++i) want[i] += value(t, a, me, i, salt);
   Buffer<char> s = device_bytes(dev, encode(t, send));
   Buffer<char> r = poisoned(dev, rc * dtype_size(t));
-  comm.reduce_scatter(s.data(), r.data(), rc, t);
-  comm.synchronize();  // the host waits; the download below is then safe without join
+  comm.reduce_scatter(s.data(), r.data(), rc, t, dev.stream);
+  comm.synchronize(dev.stream);  // the fault-aware host wait; the download then finds the stream done
   Outcome o;
   o.bytes = download(r, rc * dtype_size(t));
   o.bad = mismatches(t, o.bytes, want, what);
@@ -217,8 +220,7 @@ Outcome check_all_reduce(Communicator& comm, const Device& dev, DataType t, size
   Buffer<char> s = device_bytes(dev, encode(t, send));
   Buffer<char> r = in_place ? Buffer<char>() : poisoned(dev, count * dtype_size(t));
   Buffer<char>& out = in_place ? s : r;
-  comm.all_reduce(s.data(), out.data(), count, t);
-  comm.join();
+  comm.all_reduce(s.data(), out.data(), count, t, dev.stream);
   Outcome o;
   o.bytes = download(out, count * dtype_size(t));
   o.bad = mismatches(t, o.bytes, want, what);
@@ -247,9 +249,8 @@ Outcome check_all_gather(Communicator& comm, const Device& dev, DataType t, bool
     if (!mine.empty()) r.upload(mine.data(), mine.size(), d[me] * es);
     src = r.data() + d[me] * es;
   }
-  if (variable) comm.all_gather_v(src, r.data(), counts, t);
-  else comm.all_gather(src, r.data(), counts[0], t);
-  comm.join();
+  if (variable) comm.all_gather_v(src, r.data(), counts, t, dev.stream);
+  else comm.all_gather(src, r.data(), counts[0], t, dev.stream);
   Outcome o;
   o.bytes = download(r, total * es);
   o.bad = mismatches(t, o.bytes, want, what);
@@ -261,8 +262,7 @@ Outcome check_broadcast(Communicator& comm, const Device& dev, DataType t, size_
   std::vector<double> want;
   for (size_t i = 0; i < count; ++i) want.push_back(value(t, root, 1, i, salt));
   Buffer<char> b = comm.rank() == root ? device_bytes(dev, encode(t, want)) : poisoned(dev, count * dtype_size(t));
-  comm.broadcast(b.data(), count, t, root);
-  comm.join();
+  comm.broadcast(b.data(), count, t, root, dev.stream);
   Outcome o;
   o.bytes = download(b, count * dtype_size(t));
   o.bad = mismatches(t, o.bytes, want, what);
@@ -330,22 +330,85 @@ std::unique_ptr<CommSet>& cpu_comms() {
   return set;
 }
 
-// Built after MPI starts, dropped before it ends.
-struct CpuCommsFixture {
-  CpuCommsFixture() { cpu_comms() = std::make_unique<CommSet>(Device(), 36); }
-  ~CpuCommsFixture() { cpu_comms().reset(); }
+// The cuda cases' device (a GPU per rank, from a Context asked for cuda) and their communicators, built by
+// the first cuda case (every rank runs it: the precondition's verdict is the same on every rank) and kept
+// for the others, since NCCL set-up costs more than the operations tested.
+struct GpuComms {
+  std::unique_ptr<Context> ctx;
+  std::unique_ptr<CommSet> set;
+  const Device& dev() const { return ctx->device(); }
+};
+
+GpuComms& gpu_holder() {
+  static GpuComms g;
+  return g;
+}
+
+GpuComms& gpu_comms() {
+  GpuComms& g = gpu_holder();
+  if (!g.set) {
+    ContextOptions co;
+    co.device = "cuda";  // the precondition saw a GPU per rank: every rank gets one
+    g.ctx = std::make_unique<Context>(co);
+    g.set = std::make_unique<CommSet>(g.ctx->device(), 1u << 20);
+  }
+  return g;
+}
+
+// Built after MPI starts, dropped before it ends (the GPU ones only if a cuda case built them).
+struct CommsFixture {
+  CommsFixture() { cpu_comms() = std::make_unique<CommSet>(Device(), 36); }
+  ~CommsFixture() {
+    cpu_comms().reset();
+    gpu_holder().set.reset();
+    gpu_holder().ctx.reset();
+  }
 };
 
 void for_each_cpu_config(const std::function<void(Communicator&, const std::string&)>& body) {
   cpu_comms()->each(body);
 }
 
+// The cuda cases: `run` performs one operation's checks with communicator comm on dev and returns their
+// outcomes. It runs in every configuration with the same random draws, so every configuration must give
+// the bytes of the first, besides the expected values.
+using GpuChecks = std::function<std::vector<Outcome>(Communicator& comm, const Device& dev, const std::string& name)>;
+
+void every_gpu_config(const GpuChecks& run) {
+  GpuComms& g = gpu_comms();
+  size_t bad = 0;
+  std::vector<std::vector<std::vector<char>>> results;  // [config][check] bytes
+  const uint64_t salt_seed = uniform(0, 1000);
+  g.set->each([&](Communicator& comm, const std::string& name) {
+    BOOST_TEST_MESSAGE(comm.describe());
+    std::mt19937_64 saved = testing::rng();
+    testing::rng().seed(salt_seed);
+    std::vector<std::vector<char>> mine;
+    for (Outcome& o : run(comm, g.dev(), name)) {
+      bad += o.bad;
+      mine.push_back(std::move(o.bytes));
+    }
+    results.push_back(std::move(mine));
+    testing::rng() = saved;
+  });
+  for (size_t c = 1; c < results.size(); ++c)
+    for (size_t op = 0; op < results[0].size() && op < results[c].size(); ++op)
+      if (results[c][op] != results[0][op]) {
+        ++bad;
+        BOOST_ERROR("check " << op << " of configuration " << c << " differs from configuration 0");
+      }
+  BOOST_CHECK(testing::all_ranks(bad == 0));
+}
+
+const size_t kBig = 600000;  // elements of the cuda checks: 2.4 MB of float32
+
 const std::vector<DataType> kTypes{DataType::f32, DataType::bf16, DataType::f16, DataType::i64, DataType::i32,
                                    DataType::u8};
 
 }  // namespace
 
-BOOST_TEST_GLOBAL_FIXTURE(CpuCommsFixture);
+
+BOOST_TEST_GLOBAL_FIXTURE(CommsFixture);
 
 BOOST_AUTO_TEST_CASE(dtype_conversions_round_to_nearest_even) {
   // Every fp16 and bf16 pattern survives the round trip through float (NaNs stay NaN).
@@ -407,7 +470,19 @@ BOOST_AUTO_TEST_CASE(bad_setups_are_refused_on_every_rank) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(all_to_all_every_mode_cpu) {
+
+namespace {
+
+void all_to_all_cases(Backend backend) {
+  if (backend == Backend::cuda) {
+    every_gpu_config([](Communicator& comm, const Device& dev, const std::string& name) {
+      return std::vector<Outcome>{
+          check_all_to_all(comm, dev, DataType::f32, A2a::known, kBig / 2, 1, "all_to_all_v, " + name),
+          check_all_to_all(comm, dev, DataType::bf16, A2a::exchange, 1000, 2, "all_to_all_v exchange, " + name),
+          check_all_to_all(comm, dev, DataType::i64, A2a::fixed, kBig / 4, 3, "all_to_all, " + name)};
+    });
+    return;
+  }
   Device cpu;
   size_t bad = 0;
   for_each_cpu_config([&](Communicator& comm, const std::string& name) {
@@ -421,7 +496,15 @@ BOOST_AUTO_TEST_CASE(all_to_all_every_mode_cpu) {
   BOOST_CHECK(testing::all_ranks(bad == 0));
 }
 
-BOOST_AUTO_TEST_CASE(reduce_scatter_every_mode_cpu) {
+void reduce_scatter_cases(Backend backend) {
+  if (backend == Backend::cuda) {
+    every_gpu_config([](Communicator& comm, const Device& dev, const std::string& name) {
+      return std::vector<Outcome>{
+          check_reduce_scatter(comm, dev, DataType::f32, kBig / 2 + 3, 4, "reduce_scatter, " + name),
+          check_reduce_scatter(comm, dev, DataType::bf16, 1001, 4, "reduce_scatter bf16, " + name)};
+    });
+    return;
+  }
   Device cpu;
   size_t bad = 0;
   for_each_cpu_config([&](Communicator& comm, const std::string& name) {
@@ -432,7 +515,30 @@ BOOST_AUTO_TEST_CASE(reduce_scatter_every_mode_cpu) {
   BOOST_CHECK(testing::all_ranks(bad == 0));
 }
 
-BOOST_AUTO_TEST_CASE(all_reduce_every_mode_cpu) {
+// Several all-reduces in flight on the stream, then one download: the stream sees every one of them, in order.
+size_t check_chained_all_reduce(Communicator& comm, const Device& dev) {
+  std::vector<float> ones(4096, 1.0f);
+  Buffer<float> a(dev, ones), b(dev, ones);
+  comm.all_reduce(a.data(), a.data(), ones.size(), DataType::f32, dev.stream);
+  comm.all_reduce(b.data(), b.data(), ones.size(), DataType::f32, dev.stream);
+  comm.all_reduce(a.data(), a.data(), ones.size(), DataType::f32, dev.stream);
+  const float W = static_cast<float>(comm.size());
+  return testing::count_mismatches(a.download(), std::vector<float>(ones.size(), W * W), 0, 0, "chained all_reduce") +
+         testing::count_mismatches(b.download(), std::vector<float>(ones.size(), W), 0, 0, "second all_reduce");
+}
+
+void all_reduce_cases(Backend backend) {
+  if (backend == Backend::cuda) {
+    every_gpu_config([](Communicator& comm, const Device& dev, const std::string& name) {
+      Outcome chained;
+      chained.bad = check_chained_all_reduce(comm, dev);
+      return std::vector<Outcome>{
+          check_all_reduce(comm, dev, DataType::f32, kBig + 1, false, 5, "all_reduce, " + name),
+          check_all_reduce(comm, dev, DataType::f16, kBig / 2 + 1, true, 5, "all_reduce f16 in place, " + name),
+          check_all_reduce(comm, dev, DataType::i64, 999, false, 5, "all_reduce i64, " + name), std::move(chained)};
+    });
+    return;
+  }
   Device cpu;
   size_t bad = 0;
   for_each_cpu_config([&](Communicator& comm, const std::string& name) {
@@ -445,11 +551,20 @@ BOOST_AUTO_TEST_CASE(all_reduce_every_mode_cpu) {
                                     ", " + dtype_name(t))
                    .bad;
       }
+    bad += check_chained_all_reduce(comm, cpu);
   });
   BOOST_CHECK(testing::all_ranks(bad == 0));
 }
 
-BOOST_AUTO_TEST_CASE(all_gather_every_mode_cpu) {
+void all_gather_cases(Backend backend) {
+  if (backend == Backend::cuda) {
+    every_gpu_config([](Communicator& comm, const Device& dev, const std::string& name) {
+      return std::vector<Outcome>{
+          check_all_gather(comm, dev, DataType::f32, false, false, kBig / 2, 6, "all_gather, " + name),
+          check_all_gather(comm, dev, DataType::f32, true, true, kBig / 2, 6, "all_gather_v in place, " + name)};
+    });
+    return;
+  }
   Device cpu;
   size_t bad = 0;
   for_each_cpu_config([&](Communicator& comm, const std::string& name) {
@@ -464,7 +579,17 @@ BOOST_AUTO_TEST_CASE(all_gather_every_mode_cpu) {
   BOOST_CHECK(testing::all_ranks(bad == 0));
 }
 
-BOOST_AUTO_TEST_CASE(broadcast_from_every_root_cpu) {
+void broadcast_cases(Backend backend) {
+  if (backend == Backend::cuda) {
+    every_gpu_config([](Communicator& comm, const Device& dev, const std::string& name) {
+      std::vector<Outcome> out;
+      for (int root : {comm.size() - 1, 0})
+        out.push_back(check_broadcast(comm, dev, DataType::f32, kBig + 5, root, 7,
+                                      strprintf("broadcast from %d, ", root) + name));
+      return out;
+    });
+    return;
+  }
   Device cpu;
   size_t bad = 0;
   for_each_cpu_config([&](Communicator& comm, const std::string& name) {
@@ -476,6 +601,14 @@ BOOST_AUTO_TEST_CASE(broadcast_from_every_root_cpu) {
   });
   BOOST_CHECK(testing::all_ranks(bad == 0));
 }
+
+}  // namespace
+
+SPARTA_MPI_BACKEND_CASES(all_to_all_every_mode, all_to_all_cases)
+SPARTA_MPI_BACKEND_CASES(reduce_scatter_every_mode, reduce_scatter_cases)
+SPARTA_MPI_BACKEND_CASES(all_reduce_every_mode, all_reduce_cases)
+SPARTA_MPI_BACKEND_CASES(all_gather_every_mode, all_gather_cases)
+SPARTA_MPI_BACKEND_CASES(broadcast_from_roots, broadcast_cases)
 
 BOOST_AUTO_TEST_CASE(exchange_counts_and_barrier_cpu) {
   Device cpu;
@@ -515,13 +648,13 @@ Topology interleaved_topology(int num_nodes) {
   return t;
 }
 
-}  // namespace
 
-BOOST_AUTO_TEST_CASE(hier_with_interleaved_nodes_cpu) {
+void interleaved_cases(Backend backend) {
   const int W = testing::world_size();
   const int N = W % 2 == 0 ? 2 : W;  // 2 nodes of W/2 ranks, or one rank per node
   Topology topo = interleaved_topology(N);
   Device cpu;
+  const Device& dev = backend == Backend::cuda ? gpu_comms().dev() : cpu;
   size_t bad = 0;
   for (const char* staging : {"auto", "always"}) {
     CommOptions o;
@@ -529,78 +662,72 @@ BOOST_AUTO_TEST_CASE(hier_with_interleaved_nodes_cpu) {
     o.staging = staging;
     o.chunk_bytes = 36;
     o.timeout_s = 120;
-    Communicator comm(topo, cpu, o);
+    Communicator comm(topo, dev, o);
     std::string name = std::string("interleaved nodes, staging ") + staging;
     for (DataType t : {DataType::f32, DataType::bf16}) {
       std::string what = name + ", " + dtype_name(t);
-      bad += check_all_to_all(comm, cpu, t, A2a::known, 9, 11, "all_to_all_v, " + what).bad;
-      bad += check_all_to_all(comm, cpu, t, A2a::fixed, 5, 12, "all_to_all, " + what).bad;
-      bad += check_reduce_scatter(comm, cpu, t, some_count(11), 13, "reduce_scatter, " + what).bad;
-      bad += check_all_reduce(comm, cpu, t, some_count(41), false, 14, "all_reduce, " + what).bad;
-      bad += check_all_reduce(comm, cpu, t, some_count(41), true, 15, "all_reduce in place, " + what).bad;
-      bad += check_all_gather(comm, cpu, t, true, false, 13, 16, "all_gather_v, " + what).bad;
-      bad += check_all_gather(comm, cpu, t, false, true, 13, 17, "all_gather in place, " + what).bad;
+      bad += check_all_to_all(comm, dev, t, A2a::known, 9, 11, "all_to_all_v, " + what).bad;
+      bad += check_all_to_all(comm, dev, t, A2a::fixed, 5, 12, "all_to_all, " + what).bad;
+      bad += check_reduce_scatter(comm, dev, t, some_count(11), 13, "reduce_scatter, " + what).bad;
+      bad += check_all_reduce(comm, dev, t, some_count(41), false, 14, "all_reduce, " + what).bad;
+      bad += check_all_reduce(comm, dev, t, some_count(41), true, 15, "all_reduce in place, " + what).bad;
+      bad += check_all_gather(comm, dev, t, true, false, 13, 16, "all_gather_v, " + what).bad;
+      bad += check_all_gather(comm, dev, t, false, true, 13, 17, "all_gather in place, " + what).bad;
       for (int root = 0; root < W; ++root)
-        bad += check_broadcast(comm, cpu, t, some_count(40), root, 18, strprintf("broadcast from %d, ", root) + what).bad;
+        bad += check_broadcast(comm, dev, t, some_count(40), root, 18, strprintf("broadcast from %d, ", root) + what).bad;
     }
   }
   free_topology(topo);
   BOOST_CHECK(testing::all_ranks(bad == 0));
 }
 
-// ---------------------------------------------------------------------------------------------------------
-// GPUs: the Context picks cuda when every local rank has a GPU (--device auto). Every mode must give the
-// expected values, hence identical bytes; sizes reach a few MiB, so that NCCL, the staging pipeline (chunks of
-// 1 MiB) and the hierarchical pipeline all work on several chunks.
+}  // namespace
 
-BOOST_AUTO_TEST_CASE(gpu_every_mode_gives_identical_results, *testing::needs_gpu()) {
-  Context ctx;
-  const Device& dev = ctx.device();
-  if (!dev.is_cuda()) BOOST_TEST_MESSAGE("fewer GPUs than ranks on a host: the modes are compared on the cpu");
+SPARTA_MPI_BACKEND_CASES(hier_with_interleaved_nodes, interleaved_cases)
+
+// The stream contract, with a stream that is not the device's: the input is copied into place on that
+// stream behind slow work, and the result copied out on it right after the call. An operation that did not
+// start after the stream's work would send the poison; one that did not hold the stream back would leave the
+// copy-out reading the poison. (The cpu backend ignores streams: cuda only.)
+BOOST_AUTO_TEST_CASE(operations_follow_the_callers_stream_cuda, *testing::needs_gpu_per_rank()) {
+  GpuComms& g = gpu_comms();
+  Device side = open_device(Backend::cuda, g.dev().gpu);
   size_t bad = 0;
-  std::vector<std::vector<std::vector<char>>> results;  // [config][operation] bytes
-  const size_t big = 600000;                             // elements: 2.4 MB of float32
-  const uint64_t salt_seed = uniform(0, 1000);
-  CommSet set(dev, 1u << 20);
-  set.each([&](Communicator& comm, const std::string& name) {
-    BOOST_TEST_MESSAGE(comm.describe());
-    // The same random draws in every configuration: results are then comparable byte for byte.
-    std::mt19937_64 saved = testing::rng();
-    testing::rng().seed(salt_seed);
-    std::vector<std::vector<char>> mine;
-    auto keep = [&](Outcome o) {
-      bad += o.bad;
-      mine.push_back(std::move(o.bytes));
+  const size_t n = 1 << 16;  // float32 elements per rank pair
+  g.set->each([&](Communicator& comm, const std::string& name) {
+    const int W = comm.size(), me = comm.rank();
+    const size_t bytes = n * W * 4;
+    std::vector<double> send, want_a2a, want_sum(n * W, 0.0);
+    for (int b = 0; b < W; ++b)
+      for (size_t i = 0; i < n; ++i) send.push_back(value(DataType::f32, me, b, i, 21));
+    for (int a = 0; a < W; ++a)
+      for (size_t i = 0; i < n; ++i) want_a2a.push_back(value(DataType::f32, a, me, i, 21));
+    for (int a = 0; a < W; ++a)
+      for (int b = 0; b < W; ++b)
+        for (size_t i = 0; i < n; ++i) want_sum[b * n + i] += value(DataType::f32, a, b, i, 21);
+    Buffer<char> ready = device_bytes(side, encode(DataType::f32, send));
+    Buffer<char> in = poisoned(side, bytes), r = poisoned(side, bytes), out = poisoned(side, bytes);
+    Buffer<char> slow(side, size_t(256) << 20);
+    synchronize(side);
+    auto behind_slow_work = [&] {
+      for (int k = 0; k < 8; ++k) slow.fill_bytes(k);
     };
-    keep(check_all_to_all(comm, dev, DataType::f32, A2a::known, big / 2, 1, "all_to_all_v, " + name));
-    keep(check_all_to_all(comm, dev, DataType::bf16, A2a::exchange, 1000, 2, "all_to_all_v exchange, " + name));
-    keep(check_all_to_all(comm, dev, DataType::i64, A2a::fixed, big / 4, 3, "all_to_all, " + name));
-    keep(check_reduce_scatter(comm, dev, DataType::f32, big / 2 + 3, 4, "reduce_scatter, " + name));
-    keep(check_reduce_scatter(comm, dev, DataType::bf16, 1001, 4, "reduce_scatter bf16, " + name));
-    keep(check_all_reduce(comm, dev, DataType::f32, big + 1, false, 5, "all_reduce, " + name));
-    keep(check_all_reduce(comm, dev, DataType::f16, big / 2 + 1, true, 5, "all_reduce f16 in place, " + name));
-    keep(check_all_reduce(comm, dev, DataType::i64, 999, false, 5, "all_reduce i64, " + name));
-    keep(check_all_gather(comm, dev, DataType::f32, false, false, big / 2, 6, "all_gather, " + name));
-    keep(check_all_gather(comm, dev, DataType::f32, true, true, big / 2, 6, "all_gather_v in place, " + name));
-    keep(check_broadcast(comm, dev, DataType::f32, big + 5, comm.size() - 1, 7, "broadcast, " + name));
-    // Several operations in flight, then one join: the compute stream sees all of them.
-    std::vector<float> ones(4096, 1.0f);
-    Buffer<float> a(dev, ones), b(dev, ones);
-    comm.all_reduce(a.data(), a.data(), ones.size(), DataType::f32);
-    comm.all_reduce(b.data(), b.data(), ones.size(), DataType::f32);
-    comm.all_reduce(a.data(), a.data(), ones.size(), DataType::f32);
-    comm.join();
-    const float W = static_cast<float>(comm.size());
-    bad += testing::count_mismatches(a.download(), std::vector<float>(ones.size(), W * W), 0, 0, "chained all_reduce");
-    bad += testing::count_mismatches(b.download(), std::vector<float>(ones.size(), W), 0, 0, "second all_reduce");
-    results.push_back(std::move(mine));
-    testing::rng() = saved;
+
+    behind_slow_work();
+    copy_on_device(side, in.data(), ready.data(), bytes);
+    comm.all_to_all(in.data(), r.data(), n, DataType::f32, side.stream);
+    copy_on_device(side, out.data(), r.data(), bytes);
+    comm.synchronize(side.stream);
+    bad += mismatches(DataType::f32, download(out, bytes), want_a2a, "all_to_all on a second stream, " + name);
+
+    in.fill_bytes(0xFF), out.fill_bytes(0xFF);
+    behind_slow_work();
+    copy_on_device(side, in.data(), ready.data(), bytes);
+    comm.all_reduce(in.data(), in.data(), n * W, DataType::f32, side.stream);
+    copy_on_device(side, out.data(), in.data(), bytes);
+    comm.synchronize(side.stream);
+    bad += mismatches(DataType::f32, download(out, bytes), want_sum, "all_reduce on a second stream, " + name);
   });
-  for (size_t c = 1; c < results.size(); ++c)
-    for (size_t op = 0; op < results[0].size() && op < results[c].size(); ++op)
-      if (results[c][op] != results[0][op]) {
-        ++bad;
-        BOOST_ERROR("operation " << op << " of configuration " << c << " differs from configuration 0");
-      }
+  close_device(side);
   BOOST_CHECK(testing::all_ranks(bad == 0));
 }

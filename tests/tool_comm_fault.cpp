@@ -39,8 +39,9 @@ int main(int argc, char** argv) {
   const size_t n = 1 << 16;
   Buffer<float> a(ctx.device(), std::vector<float>(n, 1.0f)), b(ctx.device(), n * size);
 
-  comm.all_reduce(a.data(), a.data(), n, DataType::f32);  // one good round: the failure is mid-job
-  comm.synchronize();
+  const Stream stream = ctx.device().stream;
+  comm.all_reduce(a.data(), a.data(), n, DataType::f32, stream);  // one good round: the failure is mid-job
+  comm.synchronize(stream);
 
   if (rank == failing % size) {
     if (how == "die") {
@@ -53,9 +54,9 @@ int main(int argc, char** argv) {
     sleep(600);
     return 0;
   }
-  if (how == "die") comm.all_to_all(a.data(), b.data(), n / size, DataType::f32);
-  else comm.all_reduce(a.data(), a.data(), n, DataType::f32);
-  comm.synchronize();
+  if (how == "die") comm.all_to_all(a.data(), b.data(), n / size, DataType::f32, stream);
+  else comm.all_reduce(a.data(), a.data(), n, DataType::f32, stream);
+  comm.synchronize(stream);
   comm.barrier();
   std::printf("tool_comm_fault: rank %d finished the faulty operation, which it must not\n", rank);
   return 0;
