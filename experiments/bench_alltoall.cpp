@@ -4,8 +4,9 @@
 // size = bytes each rank sends (all-to-all, reduce-scatter: its whole send buffer; all-reduce: the buffer;
 // all-gather: the gathered buffer), algbw = size / time, busbw = algbw * (n-1)/n (all-to-all, reduce-scatter,
 // all-gather) or algbw * 2(n-1)/n (all-reduce), n = ranks; time = median over repeats of the mean over
-// iterations, the slowest rank's. GPU times come from CUDA events on the compute stream (each iteration:
-// operation, then join), cpu times from the steady clock (support_bench.h). Every row is checked: one more operation on a poisoned
+// iterations, the slowest rank's. GPU times come from CUDA events on the compute stream (each iteration: one
+// operation on that stream, which orders the stream after itself), cpu times from the steady clock
+// (support_bench.h). Every row is checked: one more operation on a poisoned
 // output, compared with the values each rank computes on its own; #wrong > 0 fails the run (exit 1).
 // Data are never zeros. Rows also go as JSON lines to --out, with every parameter and the provenance.
 //
@@ -129,16 +130,15 @@ class Bench {
     }
     Buffer<char> send(dev, std::max<size_t>(host.size(), 1)), recv(dev, std::max<size_t>(recv_n * es_, 1));
     send.upload(host.data(), host.size());
+    const Stream stream = dev.stream;
     auto run = [&] {
-      if (op == "alltoall") comm_.all_to_all(send.data(), recv.data(), count / W, t_);
-      else if (op == "allreduce") comm_.all_reduce(send.data(), recv.data(), count, t_);
-      else if (op == "reducescatter") comm_.reduce_scatter(send.data(), recv.data(), count / W, t_);
-      else comm_.all_gather(send.data(), recv.data(), count / W, t_);
-      comm_.join();
+      if (op == "alltoall") comm_.all_to_all(send.data(), recv.data(), count / W, t_, stream);
+      else if (op == "allreduce") comm_.all_reduce(send.data(), recv.data(), count, t_, stream);
+      else if (op == "reducescatter") comm_.reduce_scatter(send.data(), recv.data(), count / W, t_, stream);
+      else comm_.all_gather(send.data(), recv.data(), count / W, t_, stream);
     };
     for (int i = 0; i < a_.warmup; ++i) run();
-    synchronize(dev);
-    comm_.synchronize();
+    comm_.synchronize(stream);
     std::vector<double> times;
     for (int r = 0; r < a_.repeats; ++r) {
       comm_.barrier();
@@ -152,6 +152,7 @@ class Bench {
     // Check: one more operation into a poisoned output.
     recv.fill_bytes(0xFF);
     run();
+    comm_.synchronize(stream);  // a failed peer ends the job here instead of hanging the download
     std::vector<char> got = recv.download();
     long long wrong = 0;
     for (size_t i = 0; i < recv_n; ++i) {
