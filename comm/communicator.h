@@ -106,6 +106,8 @@ class Communicator {
   // non-blocking, with the unique id made on the group's first rank and broadcast over MPI.
   // Throws sparta::Error (on every rank alike) for: mode nccl on the cpu backend, hier on nodes of different
   // sizes, ranks with different backends, timeout_s <= 0, chunk_bytes == 0, an unknown staging value.
+  // dev gives the backend and the GPU; its stream plays no part (each operation names its own).
+  // The destructor waits (host, fault-aware) for every operation's device work.
   Communicator(const Topology& topo, const Device& dev, const CommOptions& opt = CommOptions());
   ~Communicator();
   Communicator(const Communicator&) = delete;
