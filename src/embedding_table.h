@@ -18,9 +18,10 @@
 // (forward with Check::deferred, backward, check_lookups) synchronizes the host once, in check_lookups.
 // Destroying a table frees its memory at once: synchronize the streams that used it first.
 //
-// Limits, checked when the table is built (before anything is allocated) and at each backward: the backward
-// sorts row ids as uint32 and counts keys in int32 (kernels/embedding_backward.h), so capacity_rows <=
-// kBackwardMaxRows and max_batch_keys, and the keys and bags of one backward, <= kBackwardMaxKeys.
+// Limits, checked when the table is built (before anything is allocated) and at the entry of every call whose
+// counts reach a backward (backward_and_update, and train lookups: their rows feed one): the backward sorts row
+// ids as uint32 and counts keys in int32 (kernels/embedding_backward.h), so capacity_rows <= kBackwardMaxRows,
+// and max_batch_keys and the keys and bags of one call <= kBackwardMaxKeys.
 #pragma once
 
 #include <cstdint>
@@ -91,7 +92,8 @@ class EmbeddingTable {
   // MissingKey::error, throws. The lookup is asynchronous on stream. Check::now: train, and eval with
   // MissingKey::error, then synchronize stream to check (a full table throws sparta::Error naming the table,
   // its capacity and the rows asked for); eval with MissingKey::zeros never synchronizes. Check::deferred:
-  // never synchronizes; check_lookups reports the errors later.
+  // never synchronizes; check_lookups reports the errors later. In train mode bags must be within the
+  // backward's limit (kBackwardMaxKeys; sparta::Error naming the table otherwise).
   void pooled_forward(const int64_t* offsets, const int64_t* keys, int64_t bags, Combiner combiner, LookupMode mode,
                       void* out, OutputType out_type, int64_t* rows, MissingKey missing, Check check, Stream stream);
   // One vector per key: keys [nnz] → out [nnz, dim]; otherwise as pooled_forward. In train mode nnz must be
