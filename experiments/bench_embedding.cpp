@@ -182,7 +182,8 @@ int main(int argc, char** argv) {
           k.resize(size_t(m));
           for (int64_t i = 0; i < m; ++i) k[size_t(i)] = key_of(uint64_t(s + i), salt);
           kb.upload(k.data(), size_t(m));
-          table.hash().get_insert(kb.data(), m, rb.data(), init);  // checked: a full table throws
+          table.hash().get_insert(kb.data(), m, rb.data(), init, dev.stream);
+          table.hash().check_errors(false, dev.stream);  // a full table throws
         }
       }
       int64_t bags = p.batch * p.slots, nnz = bags * p.hot;
@@ -213,10 +214,10 @@ int main(int argc, char** argv) {
             a.out_type = ot;
             a.rows = rows.data();
             pooled.fill_bytes(0xFF);
-            std::vector<double> ms = bench::time_repeats(dev, warmup, repeats, [&] { pooled_forward(dev, a); });
-            HashTableMeta m = table.hash().read_meta();
+            std::vector<double> ms = bench::time_repeats(dev, warmup, repeats, [&] { pooled_forward(dev, a, dev.stream); });
+            HashTableMeta m = table.hash().read_meta(dev.stream);
             size_t wrong = size_t(m.missing + m.refused);
-            table.hash().check_errors();
+            table.hash().check_errors(false, dev.stream);
             // Sample of bags against the host reference.
             size_t ob = output_type_bytes(ot);
             std::vector<uint8_t> got(size_t(p.dim) * ob);
@@ -275,15 +276,15 @@ int main(int argc, char** argv) {
         keys.upload(hk);
         auto forward = [&] {
           table.pooled_forward(off.data(), keys.data(), bags, comb, LookupMode::train, pooled.data(), OutputType::f32,
-                               rows.data(), MissingKey::zeros, Check::deferred);
+                               rows.data(), MissingKey::zeros, Check::deferred, dev.stream);
         };
         auto backward = [&] {
-          table.backward_and_update(off.data(), rows.data(), bags, nnz, grad.data(), comb, step++);
+          table.backward_and_update(off.data(), rows.data(), bags, nnz, grad.data(), comb, step++, dev.stream);
         };
         auto train_step = [&] {  // as a trainer runs it: one synchronization, the full-table check at the end
           forward();
           backward();
-          table.check_lookups();
+          table.check_lookups(MissingKey::zeros, dev.stream);
         };
         // One checked step: a sample of rows, before and after, against w - lr * their summed gradient.
         rows.fill_bytes(0xFF);
@@ -316,8 +317,8 @@ int main(int argc, char** argv) {
           }
         }
         backward();
-        table.check_lookups();
-        int64_t updated = table.rows_updated();
+        table.check_lookups(MissingKey::zeros, dev.stream);
+        int64_t updated = table.rows_updated(dev.stream);
         wrong += updated != unique;
         std::vector<float> after(size_t(p.dim));
         for (const auto& [r, s] : sum) {

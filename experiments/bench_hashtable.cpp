@@ -107,10 +107,10 @@ int main(int argc, char** argv) {
                 k.resize(size_t(m));
                 for (int64_t i = 0; i < m; ++i) k[size_t(i)] = key_of(uint64_t(s + i), salt);
                 kb.upload(k.data(), size_t(m));
-                hash_get_insert(dev, table.view(), kb.data(), m, rb.data(), init);
+                hash_get_insert(dev, table.view(), kb.data(), m, rb.data(), init, dev.stream);
                 synchronize(dev);
               }
-              table.check_errors();
+              table.check_errors(false, dev.stream);
             }
             double slots = double(table.num_slots());
             Buffer<int64_t> keys(dev, size_t(n)), rows_out(dev, size_t(n));
@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
               const char* op = pt.op.c_str();
               LookupMode mode = pt.op == "find" ? LookupMode::eval : LookupMode::train;
               const int64_t hits = int64_t(pt.hit * double(n));
-              double load0 = double(table.size()) / slots;
+              double load0 = double(table.size(dev.stream)) / slots;
               std::vector<double> ms;
               size_t wrong = 0;
               for (int r = 0; r < warmup + repeats; ++r) {
@@ -151,9 +151,9 @@ int main(int argc, char** argv) {
                 synchronize(dev);
                 double t = mode == LookupMode::train && insert_op == "table"
                                ? time_ms(dev, [&] {
-                                   hash_get_insert_copy(dev, a.table, a.keys, n, a.rows, a.rows_init, vout.data());
+                                   hash_get_insert_copy(dev, a.table, a.keys, n, a.rows, a.rows_init, vout.data(), dev.stream);
                                  })
-                               : time_ms(dev, [&] { unpooled_forward(dev, a); });
+                               : time_ms(dev, [&] { unpooled_forward(dev, a, dev.stream); });
                 if (r >= warmup) ms.push_back(t);
                 // Check a sample of the copied-out vectors against the reference.
                 std::vector<float> got(static_cast<size_t>(dim));
@@ -162,10 +162,10 @@ int main(int argc, char** argv) {
                   for (int e = 0; e < dim; ++e) wrong += got[size_t(e)] != initial_value(ki, uint64_t(hk[size_t(i)]), e);
                 }
               }
-              HashTableMeta m = table.read_meta();
+              HashTableMeta m = table.read_meta(dev.stream);
               wrong += size_t(m.missing + m.refused);
-              table.check_errors();
-              double load1 = double(table.size()) / slots, med = median(ms);
+              table.check_errors(false, dev.stream);
+              double load1 = double(table.size(dev.stream)) / slots, med = median(ms);
               wrong_total += wrong;
               std::printf("  %11lld %5.2f %4d %9lld %-15s %5.2f %10.4f %10.3f %7.3f %7.3f %6zu\n", (long long)rows, lf,
                           dim, (long long)n, op, pt.hit, med, double(n) / med / 1e6, load0, load1, wrong);

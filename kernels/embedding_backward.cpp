@@ -22,12 +22,12 @@ int bits_for(int64_t value) {  // bits to write value in binary
 }
 
 void check_sizes(int64_t max_nnz, int64_t capacity_rows, int dim) {
-  SPARTA_REQUIRE(max_nnz >= 0 && max_nnz < INT32_MAX, "embedding backward: max_nnz must be in [0, %d), found %lld",
-                 INT32_MAX, static_cast<long long>(max_nnz));
-  // row ids are sorted as uint32 and capacity_rows itself marks dropped keys
-  SPARTA_REQUIRE(capacity_rows >= 1 && capacity_rows < int64_t(UINT32_MAX),
-                 "embedding backward: capacity_rows must be in [1, %u), found %lld", UINT32_MAX,
-                 static_cast<long long>(capacity_rows));
+  SPARTA_REQUIRE(max_nnz >= 0 && max_nnz <= kBackwardMaxKeys,
+                 "embedding backward: max_nnz (keys per call) must be in [0, %lld], found %lld",
+                 static_cast<long long>(kBackwardMaxKeys), static_cast<long long>(max_nnz));
+  SPARTA_REQUIRE(capacity_rows >= 1 && capacity_rows <= kBackwardMaxRows,
+                 "embedding backward: capacity_rows must be in [1, %lld], found %lld",
+                 static_cast<long long>(kBackwardMaxRows), static_cast<long long>(capacity_rows));
   SPARTA_REQUIRE(dim >= 1 && dim <= 256, "embedding backward: dim must be in [1, 256], found %d", dim);
 }
 
@@ -79,7 +79,8 @@ size_t BackwardWorkspace::bytes(Backend backend, int64_t max_nnz, int64_t capaci
   return layout(backend, max_nnz, capacity_rows, dim).total;
 }
 
-BackwardWorkspace::BackwardWorkspace(const Device& dev, int64_t max_nnz, int64_t capacity_rows, int dim)
+BackwardWorkspace::BackwardWorkspace(const Device& dev, int64_t max_nnz, int64_t capacity_rows, int dim,
+                                     Stream stream)
     : dev_(dev),
       max_nnz_(max_nnz),
       capacity_rows_(capacity_rows),
@@ -88,14 +89,16 @@ BackwardWorkspace::BackwardWorkspace(const Device& dev, int64_t max_nnz, int64_t
       layout_(layout(dev.backend, max_nnz, capacity_rows, dim)),
       mem_(dev, layout_.total),
       base_(mem_.data()) {
-  memset_device(dev_, counts(), 0, kCounts * sizeof(int32_t));
+  memset_device(dev_, counts(), 0, kCounts * sizeof(int32_t), stream);
 }
 
-int64_t BackwardWorkspace::read_dropped_keys() const { return read_count(dev_, counts() + kCountDropped); }
+int64_t BackwardWorkspace::read_dropped_keys(Stream stream) const {
+  return read_count(dev_, counts() + kCountDropped, stream);
+}
 
-int64_t read_count(const Device& dev, const int32_t* count) {
+int64_t read_count(const Device& dev, const int32_t* count, Stream stream) {
   int32_t host = 0;
-  copy_to_host(dev, &host, count, sizeof(host));
+  copy_to_host(dev, &host, count, sizeof(host), stream);
   return host;
 }
 
@@ -109,8 +112,8 @@ void check_batch(const Device& dev, const BackwardBatch& b, const BackwardWorksp
                  dev.name().c_str(), ws.device().name().c_str());
   SPARTA_REQUIRE(b.nnz >= 0 && b.nnz <= ws.max_nnz(), "embedding backward: %lld keys, the workspace holds at most %lld",
                  static_cast<long long>(b.nnz), static_cast<long long>(ws.max_nnz()));
-  SPARTA_REQUIRE(b.bags >= 0 && b.bags < INT32_MAX, "embedding backward: bags must be in [0, %d), found %lld",
-                 INT32_MAX, static_cast<long long>(b.bags));
+  SPARTA_REQUIRE(b.bags >= 0 && b.bags <= kBackwardMaxKeys, "embedding backward: bags must be in [0, %lld], found %lld",
+                 static_cast<long long>(kBackwardMaxKeys), static_cast<long long>(b.bags));
   SPARTA_REQUIRE(b.offsets != nullptr, "embedding backward: no offsets given");
   SPARTA_REQUIRE(b.nnz == 0 || b.rows != nullptr, "embedding backward: %lld keys but no rows given",
                  static_cast<long long>(b.nnz));
@@ -228,24 +231,26 @@ void backward_and_update_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, 
 // dispatch
 
 void embedding_backward(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
-                        float* row_grads, int32_t* num_unique) {
+                        float* row_grads, int32_t* num_unique, Stream stream) {
   check_batch(dev, batch, ws);
   if (!dev.is_cuda()) return embedding_backward_cpu(batch, ws, unique_rows, row_grads, num_unique);
 #if SPARTA_CUDA
-  embedding_backward_cuda(batch, ws, unique_rows, row_grads, num_unique, dev.stream);
+  embedding_backward_cuda(batch, ws, unique_rows, row_grads, num_unique, stream);
 #else
+  (void)stream;
   SPARTA_FATAL("embedding_backward on %s in a CUDA=0 build", dev.name().c_str());
 #endif
 }
 
 void backward_and_update(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws,
-                         const OptimizerConfig& cfg, int64_t step, float* values, float* state) {
+                         const OptimizerConfig& cfg, int64_t step, float* values, float* state, Stream stream) {
   check_batch(dev, batch, ws);
   OptimizerStep c = optimizer_step(cfg, step);
   if (!dev.is_cuda()) return backward_and_update_cpu(batch, ws, c, values, state);
 #if SPARTA_CUDA
-  backward_and_update_cuda(batch, ws, c, values, state, dev.stream);
+  backward_and_update_cuda(batch, ws, c, values, state, stream);
 #else
+  (void)stream;
   SPARTA_FATAL("backward_and_update on %s in a CUDA=0 build", dev.name().c_str());
 #endif
 }

@@ -22,6 +22,7 @@
 // write outside their arrays.
 #pragma once
 
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 
@@ -35,6 +36,15 @@ namespace sparta {
 constexpr int kBackwardChunk = 128;  // positions of the sorted sequence per block (the unit of one item)
 constexpr int kCombineGroups = 16;   // ranges the partials of a row over several items are summed in
 
+// Limits of one backward call, checked by BackwardWorkspace (and by EmbeddingTable when it is built):
+//   capacity_rows <= kBackwardMaxRows (2^32 - 2): rows are sorted as uint32 sort keys (bag_pairs_kernel, the
+//     cpu reference's packed row << 32 | bag), and capacity_rows itself is the sort key of dropped keys;
+//   nnz, bags <= kBackwardMaxKeys (2^31 - 2): positions, items and counts are int32 (ReduceView::nnz, the
+//     segments_kernel index, the item tables that end with nnz, CUB's int item count), bag ids uint32 beside
+//     an int32 bag count.
+constexpr int64_t kBackwardMaxRows = int64_t(UINT32_MAX) - 1;
+constexpr int64_t kBackwardMaxKeys = int64_t(INT32_MAX) - 1;
+
 // One batch of the backward. Pointers are device memory of the workspace's device.
 struct BackwardBatch {
   const int64_t* offsets = nullptr;  // [bags + 1] CSR offsets over bags b = sample * slots + slot
@@ -47,10 +57,13 @@ struct BackwardBatch {
 
 // Scratch of the backward for batches of up to max_nnz keys into a table of capacity_rows rows of dim floats:
 // created once, reused every step (no allocation on the hot path). The cuda backend's holds the sort buffers
-// and CUB's temporary storage.
+// and CUB's temporary storage. Freeing it (the destructor) does not wait for the device: the owner synchronizes
+// the stream of the last backward first.
 class BackwardWorkspace {
  public:
-  BackwardWorkspace(const Device& dev, int64_t max_nnz, int64_t capacity_rows, int dim);
+  // Allocates, then zeroes the counts on stream (asynchronous). Throws sparta::Error, before allocating, on
+  // sizes outside the limits above.
+  BackwardWorkspace(const Device& dev, int64_t max_nnz, int64_t capacity_rows, int dim, Stream stream);
   BackwardWorkspace(const BackwardWorkspace&) = delete;
   BackwardWorkspace& operator=(const BackwardWorkspace&) = delete;
 
@@ -66,8 +79,8 @@ class BackwardWorkspace {
 
   // [1] device memory: rows updated by the last backward_and_update.
   const int32_t* num_unique() const { return counts() + kCountUnique; }
-  // Keys of the last call whose row was outside [0, capacity_rows). Synchronizes the stream.
-  int64_t read_dropped_keys() const;
+  // Keys of the last call whose row was outside [0, capacity_rows). Synchronizes stream (that of the call).
+  int64_t read_dropped_keys(Stream stream) const;
 
   // The arrays inside (for embedding_backward.cu/.cpp). n = max_nnz, nb = blocks of kBackwardChunk in n.
   enum Count { kCountItems = 0, kCountDropped = 1, kCountUnique = 2, kCountSpans = 3, kCounts = 4 };
@@ -106,19 +119,20 @@ class BackwardWorkspace {
 //   unique_rows [ws.max_nnz()]        int64, ascending; the first *num_unique are written
 //   row_grads   [ws.max_nnz(), dim]   row_grads[u] = sum over the keys of row unique_rows[u] (fixed order above)
 //   num_unique  [1] int32, device memory (read it with read_count when the host needs it)
-// Asynchronous on dev.stream for cuda: no host synchronization.
+// Asynchronous on stream (cuda): no host synchronization. Throws sparta::Error on sizes outside the
+// workspace or the limits above.
 void embedding_backward(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
-                        float* row_grads, int32_t* num_unique);
+                        float* row_grads, int32_t* num_unique, Stream stream);
 
 // The backward, then the optimizer step `step` on the touched rows of values [capacity_rows, dim] and state
 // [capacity_rows, optimizer_state_width(cfg.kind, dim)]: the same result as embedding_backward followed by
 // sparse_optimizer_update, but the cuda version applies the optimizer in the reduction, so the row gradients
-// never go through memory. ws.num_unique() holds the number of rows updated. Asynchronous on dev.stream.
+// never go through memory. ws.num_unique() holds the number of rows updated. Asynchronous on stream.
 void backward_and_update(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws,
-                         const OptimizerConfig& cfg, int64_t step, float* values, float* state);
+                         const OptimizerConfig& cfg, int64_t step, float* values, float* state, Stream stream);
 
-// Copies a count from device memory to the host (synchronizes the stream on cuda).
-int64_t read_count(const Device& dev, const int32_t* count);
+// Copies a count from device memory to the host. Synchronizes stream (cuda).
+int64_t read_count(const Device& dev, const int32_t* count, Stream stream);
 
 void embedding_backward_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
                             float* row_grads, int32_t* num_unique);

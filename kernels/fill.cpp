@@ -9,11 +9,12 @@ void fill_cpu(float* out, size_t n, float value) {
   for (size_t i = 0; i < n; ++i) out[i] = value;
 }
 
-void fill(const Device& dev, float* out, size_t n, float value) {
+void fill(const Device& dev, float* out, size_t n, float value, Stream stream) {
   if (!dev.is_cuda()) return fill_cpu(out, n, value);
 #if SPARTA_CUDA
-  fill_cuda(out, n, value, dev.stream);
+  fill_cuda(out, n, value, stream);
 #else
+  (void)stream;
   SPARTA_FATAL("fill on %s in a CUDA=0 build", dev.name().c_str());
 #endif
 }

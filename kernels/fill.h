@@ -1,6 +1,7 @@
 // fill.h: sets every element of a float array to one value. The smallest kernel, and the pattern every
 // kernel follows: this header declares the launcher callers use (it picks the backend), the CUDA version
-// (fill.cu) and the CPU reference (fill.cpp).
+// (fill.cu) and the CPU reference (fill.cpp). Every launcher takes the stream it runs on as its last parameter
+// (the cpu backend ignores it) and says whether it synchronizes the host.
 #pragma once
 
 #include <cstddef>
@@ -9,8 +10,8 @@
 
 namespace sparta {
 
-// out[i] = value for i in [0, n). Asynchronous on dev.stream for cuda.
-void fill(const Device& dev, float* out, size_t n, float value);
+// out[i] = value for i in [0, n). Asynchronous on stream (cuda).
+void fill(const Device& dev, float* out, size_t n, float value, Stream stream);
 
 void fill_cpu(float* out, size_t n, float value);
 void fill_cuda(float* out, size_t n, float value, Stream stream);

@@ -115,36 +115,37 @@ void hash_get_insert_copy_cpu(const HashTableView& t, const int64_t* keys, int64
   cuda_call;
 #else
 #define SPARTA_DISPATCH(what, cpu_call, cuda_call) \
+  (void)stream;                                    \
   if (!dev.is_cuda()) return cpu_call;             \
   SPARTA_FATAL("%s on %s in a CUDA=0 build", what, dev.name().c_str());
 #endif
 
 void hash_get_insert(const Device& dev, const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
-                     const RowInit& init) {
+                     const RowInit& init, Stream stream) {
   SPARTA_DISPATCH("hash_get_insert", hash_get_insert_cpu(t, keys, n, rows, init),
-                  hash_get_insert_cuda(t, keys, n, rows, init, dev.stream));
+                  hash_get_insert_cuda(t, keys, n, rows, init, stream));
 }
 
 void hash_get_insert_copy(const Device& dev, const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
-                          const RowInit& init, float* out) {
+                          const RowInit& init, float* out, Stream stream) {
   SPARTA_REQUIRE(init.values != nullptr && out != nullptr, "hash_get_insert_copy: values and out must be set");
   SPARTA_DISPATCH("hash_get_insert_copy", hash_get_insert_copy_cpu(t, keys, n, rows, init, out),
-                  hash_get_insert_copy_cuda(t, keys, n, rows, init, out, dev.stream));
+                  hash_get_insert_copy_cuda(t, keys, n, rows, init, out, stream));
 }
 
 void hash_find(const Device& dev, const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
-               uint8_t* found) {
-  SPARTA_DISPATCH("hash_find", hash_find_cpu(t, keys, n, rows, found),
-                  hash_find_cuda(t, keys, n, rows, found, dev.stream));
+               uint8_t* found, Stream stream) {
+  SPARTA_DISPATCH("hash_find", hash_find_cpu(t, keys, n, rows, found), hash_find_cuda(t, keys, n, rows, found, stream));
 }
 
-void hash_load(const Device& dev, const HashTableView& t, const int64_t* keys, int64_t n, int64_t first_row) {
-  SPARTA_DISPATCH("hash_load", hash_load_cpu(t, keys, n, first_row), hash_load_cuda(t, keys, n, first_row, dev.stream));
+void hash_load(const Device& dev, const HashTableView& t, const int64_t* keys, int64_t n, int64_t first_row,
+               Stream stream) {
+  SPARTA_DISPATCH("hash_load", hash_load_cpu(t, keys, n, first_row), hash_load_cuda(t, keys, n, first_row, stream));
 }
 
-void hash_export(const Device& dev, const HashTableView& t, int64_t num_slots, int64_t* keys_by_row) {
+void hash_export(const Device& dev, const HashTableView& t, int64_t num_slots, int64_t* keys_by_row, Stream stream) {
   SPARTA_DISPATCH("hash_export", hash_export_cpu(t, num_slots, keys_by_row),
-                  hash_export_cuda(t, num_slots, keys_by_row, dev.stream));
+                  hash_export_cuda(t, num_slots, keys_by_row, stream));
 }
 
 #undef SPARTA_DISPATCH
@@ -170,7 +171,8 @@ HashTable::HashTable(const Device& dev, std::string name, int64_t capacity_rows,
                  "hash table '%s': max_load_factor must be in (0, 1], found %g", name_.c_str(), max_load_factor);
   slots_ = Buffer<HashSlot>(dev_, size_t(slot_count(capacity_rows, max_load_factor)));
   meta_ = Buffer<HashTableMeta>(dev_, 1);
-  clear();
+  clear(dev_.stream);
+  synchronize(dev_);  // ready for any stream: work on another stream is not ordered after dev.stream
 }
 
 HashTableView HashTable::view() {
@@ -182,32 +184,33 @@ HashTableView HashTable::view() {
   return v;
 }
 
-void HashTable::clear() {
-  slots_.fill_bytes(0xFF);  // key kEmptyKey, row kRowPending: both all ones
-  HashTableMeta m{};
-  m.marker = HashSlot{kEmptyKey, kRowPending};
-  // The host copy must outlive an asynchronous upload: synchronize before it goes out of scope.
-  meta_.upload(&m, 1);
-  synchronize(dev_);
+void HashTable::clear(Stream stream) {
+  // Device-side sets only, no host source: nothing must outlive the call, so nothing waits.
+  static_assert(kEmptyKey == ~0ull && kRowPending == -1, "an empty slot is all ones");
+  memset_device(dev_, slots_.data(), 0xFF, slots_.bytes(), stream);
+  memset_device(dev_, meta_.data(), 0, sizeof(HashTableMeta), stream);
+  memset_device(dev_, reinterpret_cast<char*>(meta_.data()) + offsetof(HashTableMeta, marker), 0xFF, sizeof(HashSlot),
+                stream);
 }
 
-HashTableMeta HashTable::read_meta() {
+HashTableMeta HashTable::read_meta(Stream stream) {
   HashTableMeta m;
-  copy_to_host(dev_, &m, meta_.data(), sizeof(m));
+  copy_to_host(dev_, &m, meta_.data(), sizeof(m), stream);
   return m;
 }
 
-int64_t HashTable::size() {
-  int64_t asked = read_meta().next_row;
+int64_t HashTable::size(Stream stream) {
+  int64_t asked = read_meta(stream).next_row;
   return asked < capacity_rows_ ? asked : capacity_rows_;
 }
 
-void HashTable::check_errors(bool missing_is_error) {
-  HashTableMeta m = read_meta();
+void HashTable::check_errors(bool missing_is_error, Stream stream) {
+  HashTableMeta m = read_meta(stream);
   if (m.refused == 0 && m.missing == 0 && m.duplicates == 0) return;
-  // Reset the counters (bytes 8..32: refused, missing, duplicates) so the next check starts afresh.
-  memset_device(dev_, reinterpret_cast<char*>(meta_.data()) + offsetof(HashTableMeta, refused), 0, 3 * sizeof(int64_t));
-  synchronize(dev_);
+  // Reset the counters (bytes 8..32: refused, missing, duplicates) so the next check starts afresh. Queued on
+  // stream, from no host memory: work queued after it counts anew.
+  memset_device(dev_, reinterpret_cast<char*>(meta_.data()) + offsetof(HashTableMeta, refused), 0, 3 * sizeof(int64_t),
+                stream);
   SPARTA_REQUIRE(m.refused == 0,
                  "hash table '%s' is full: capacity %lld rows (max load factor %g, %lld slots), %lld rows asked for; "
                  "%lld keys got no row",
@@ -219,50 +222,52 @@ void HashTable::check_errors(bool missing_is_error) {
                  (long long)m.missing);
 }
 
-void HashTable::get_insert(const int64_t* keys, int64_t n, int64_t* rows, const RowInit& init) {
-  hash_get_insert(dev_, view(), keys, n, rows, init);
-  check_errors();
+void HashTable::get_insert(const int64_t* keys, int64_t n, int64_t* rows, const RowInit& init, Stream stream) {
+  hash_get_insert(dev_, view(), keys, n, rows, init, stream);
 }
 
-void HashTable::find(const int64_t* keys, int64_t n, int64_t* rows) { hash_find(dev_, view(), keys, n, rows, nullptr); }
-
-void HashTable::contains(const int64_t* keys, int64_t n, uint8_t* found) {
-  hash_find(dev_, view(), keys, n, nullptr, found);
+void HashTable::find(const int64_t* keys, int64_t n, int64_t* rows, Stream stream) {
+  hash_find(dev_, view(), keys, n, rows, nullptr, stream);
 }
 
-int64_t HashTable::load(const int64_t* keys, int64_t n) {
-  int64_t first = read_meta().next_row;
+void HashTable::contains(const int64_t* keys, int64_t n, uint8_t* found, Stream stream) {
+  hash_find(dev_, view(), keys, n, nullptr, found, stream);
+}
+
+int64_t HashTable::load(const int64_t* keys, int64_t n, Stream stream) {
+  int64_t first = read_meta(stream).next_row;
   // Present keys are an error found before anything changes; duplicates inside `keys` are found during the
   // load and leave the table to be cleared (the message says so).
   if (n > 0) {
     Buffer<uint8_t> found(dev_, size_t(n));
-    contains(keys, n, found.data());
-    std::vector<uint8_t> f = found.download();
+    contains(keys, n, found.data(), stream);
+    std::vector<uint8_t> f(static_cast<size_t>(n));
+    copy_to_host(dev_, f.data(), found.data(), f.size(), stream);  // synchronizes: `found` may be freed
     for (int64_t i = 0; i < n; ++i) {
       if (!f[i]) continue;
       int64_t key = 0;
-      copy_to_host(dev_, &key, keys + i, sizeof(key));
-      check_errors();  // contains counted the absent keys as missing: reset
+      copy_to_host(dev_, &key, keys + i, sizeof(key), stream);
+      check_errors(false, stream);  // contains counted the absent keys as missing: reset
       throw Error(strprintf("hash table '%s': load of key %lld, which the table already holds", name_.c_str(),
                             (long long)key));
     }
-    check_errors();
+    check_errors(false, stream);
   }
   SPARTA_REQUIRE(first + n <= capacity_rows_,
                  "hash table '%s' is full: capacity %lld rows, %lld rows asked for (%lld held, %lld loaded)",
                  name_.c_str(), (long long)capacity_rows_, (long long)(first + n), (long long)first, (long long)n);
-  hash_load(dev_, view(), keys, n, first);
+  hash_load(dev_, view(), keys, n, first, stream);
   int64_t next = first + n;  // duplicates leave holes in the rows: they stay allocated, never exported
-  copy_to_device(dev_, reinterpret_cast<char*>(meta_.data()) + offsetof(HashTableMeta, next_row), &next, sizeof(next));
-  synchronize(dev_);
-  check_errors();
+  copy_to_device(dev_, reinterpret_cast<char*>(meta_.data()) + offsetof(HashTableMeta, next_row), &next, sizeof(next),
+                 stream);
+  check_errors(false, stream);  // synchronizes stream: `next` may go out of scope
   return first;
 }
 
-int64_t HashTable::export_keys(Buffer<int64_t>& keys_by_row) {
-  int64_t n = size();
+int64_t HashTable::export_keys(Buffer<int64_t>& keys_by_row, Stream stream) {
+  int64_t n = size(stream);  // synchronized stream: the old buffer's memory is not in use on it any more
   keys_by_row = Buffer<int64_t>(dev_, size_t(n));
-  if (n > 0) hash_export(dev_, view(), num_slots(), keys_by_row.data());
+  if (n > 0) hash_export(dev_, view(), num_slots(), keys_by_row.data(), stream);
   return n;
 }
 

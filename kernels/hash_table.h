@@ -70,21 +70,24 @@ struct RowInit {
   KeyInit key_init;
 };
 
-// ---- operations on a view (backend-dispatching launchers; asynchronous on dev.stream for cuda) ----
+// ---- operations on a view (backend-dispatching launchers) ----
+// Each runs on `stream` (cuda; the cpu backend ignores it and runs at once) and is asynchronous: none
+// synchronizes the host; errors are counted in the table's meta, which HashTable::check_errors reads.
 
 // rows[i] = row of keys[i], inserting missing keys with a fresh row (initialized per `init`).
 // Refused keys (table full) get -1 and count in meta.refused. keys, rows: [n].
 void hash_get_insert(const Device& dev, const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
-                     const RowInit& init);
+                     const RowInit& init, Stream stream);
 // rows[i] = row of keys[i] or -1 (rows may be null); found[i] = 1 or 0 (found may be null). Counts misses
 // in meta.missing.
 void hash_find(const Device& dev, const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
-               uint8_t* found);
+               uint8_t* found, Stream stream);
 // Inserts keys[i] with row first_row + i. Keys already present are left alone and counted in meta.duplicates.
 // The caller sets meta.next_row afterwards (HashTable::load does).
-void hash_load(const Device& dev, const HashTableView& t, const int64_t* keys, int64_t n, int64_t first_row);
+void hash_load(const Device& dev, const HashTableView& t, const int64_t* keys, int64_t n, int64_t first_row,
+               Stream stream);
 // keys_by_row[r] = the key of row r, for every published row r (r < capacity_rows).
-void hash_export(const Device& dev, const HashTableView& t, int64_t num_slots, int64_t* keys_by_row);
+void hash_export(const Device& dev, const HashTableView& t, int64_t num_slots, int64_t* keys_by_row, Stream stream);
 
 void hash_get_insert_cpu(const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows, const RowInit& init);
 void hash_find_cpu(const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows, uint8_t* found);
@@ -100,9 +103,9 @@ void hash_export_cuda(const HashTableView& t, int64_t num_slots, int64_t* keys_b
 
 // get_insert that also copies every key's values out (HierarchicalKV's find_or_insert): out[i] =
 // values[rows[i]] of init.values (new rows: their initial values), zeros for refused keys. out: [n, init.dim];
-// init.values must be set.
+// init.values must be set. Asynchronous on stream, as hash_get_insert.
 void hash_get_insert_copy(const Device& dev, const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
-                          const RowInit& init, float* out);
+                          const RowInit& init, float* out, Stream stream);
 void hash_get_insert_copy_cpu(const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
                               const RowInit& init, float* out);
 void hash_get_insert_copy_cuda(const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
@@ -119,9 +122,15 @@ SPARTA_HD uint64_t hash_key(uint64_t key) {
 
 // ---- the owning table ----
 
+// Every operation takes the stream it runs on (the cpu backend ignores it). Operations on different streams
+// are not ordered by the table: the caller orders them (events, or a synchronization), as for any CUDA work.
+// Which operations synchronize the host is said at each; the others are asynchronous and report their errors
+// through check_errors.
 class HashTable {
  public:
-  // max_load_factor in (0, 1]; capacity_rows >= 1. Throws sparta::Error naming the table otherwise.
+  // max_load_factor in (0, 1]; capacity_rows >= 1. Throws sparta::Error naming the table otherwise, before
+  // allocating. The empty table is written on dev.stream, which is then synchronized: the table is ready for
+  // work on any stream when the constructor returns.
   HashTable(const Device& dev, std::string name, int64_t capacity_rows, double max_load_factor = 0.5);
 
   // Slots for a table of capacity_rows at max_load_factor, and the bytes the table itself takes.
@@ -135,24 +144,27 @@ class HashTable {
   int64_t num_slots() const { return static_cast<int64_t>(slots_.size()); }
   HashTableView view();
 
-  // Checked operations: each synchronizes and throws sparta::Error when the table was full (get_insert,
-  // load) or a loaded key was already present (load). Device pointers; [n] each.
-  void get_insert(const int64_t* keys, int64_t n, int64_t* rows, const RowInit& init = RowInit());
-  void find(const int64_t* keys, int64_t n, int64_t* rows);               // -1: absent; asynchronous
-  void contains(const int64_t* keys, int64_t n, uint8_t* found);          // 1/0; asynchronous
-  // Appends keys with rows size(), size()+1, ...; returns the first row. Keys must be absent.
-  int64_t load(const int64_t* keys, int64_t n);
-  // Live rows (synchronizes): min(rows asked for, capacity).
-  int64_t size();
-  // keys_by_row[r] for r in [0, size()): device buffer resized to size(); returns size().
-  int64_t export_keys(Buffer<int64_t>& keys_by_row);
-  // Empties the table (asynchronous).
-  void clear();
+  // Device pointers; [n] each. Asynchronous: a full table (get_insert: refused keys get row -1) and missing
+  // keys (find, contains) are counted, and check_errors reports them.
+  void get_insert(const int64_t* keys, int64_t n, int64_t* rows, const RowInit& init, Stream stream);
+  void find(const int64_t* keys, int64_t n, int64_t* rows, Stream stream);       // -1: absent
+  void contains(const int64_t* keys, int64_t n, uint8_t* found, Stream stream);  // 1/0
+  // Appends keys with rows size(), size()+1, ...; returns the first row. Keys must be absent. Synchronizes
+  // stream and checks: throws sparta::Error (changing nothing) when a key is present or the rows do not fit.
+  int64_t load(const int64_t* keys, int64_t n, Stream stream);
+  // Live rows: min(rows asked for, capacity). Synchronizes stream.
+  int64_t size(Stream stream);
+  // keys_by_row[r] for r in [0, size()): keys_by_row is replaced by a buffer of size() keys (the old one is
+  // freed after stream was synchronized); returns size(). Synchronizes stream to read the size; the export
+  // itself is then asynchronous on stream.
+  int64_t export_keys(Buffer<int64_t>& keys_by_row, Stream stream);
+  // Empties the table. Asynchronous.
+  void clear(Stream stream);
 
-  // Reads and resets the error counters (synchronizes); throws sparta::Error when keys were refused (full),
-  // when missing_is_error and keys were missing, or when load found present keys.
-  void check_errors(bool missing_is_error = false);
-  HashTableMeta read_meta();  // synchronizes
+  // Reads and resets the error counters (synchronizes stream); throws sparta::Error when keys were refused
+  // (full), when missing_is_error and keys were missing, or when load found present keys.
+  void check_errors(bool missing_is_error, Stream stream);
+  HashTableMeta read_meta(Stream stream);  // synchronizes stream
 
  private:
   Device dev_;

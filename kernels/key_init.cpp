@@ -16,11 +16,12 @@ void init_rows_by_key_cpu(const int64_t* keys, const int64_t* rows, int64_t n, f
 }
 
 void init_rows_by_key(const Device& dev, const int64_t* keys, const int64_t* rows, int64_t n, float* values,
-                      int dim, const KeyInit& init) {
+                      int dim, const KeyInit& init, Stream stream) {
   if (!dev.is_cuda()) return init_rows_by_key_cpu(keys, rows, n, values, dim, init);
 #if SPARTA_CUDA
-  init_rows_by_key_cuda(keys, rows, n, values, dim, init, dev.stream);
+  init_rows_by_key_cuda(keys, rows, n, values, dim, init, stream);
 #else
+  (void)stream;
   SPARTA_FATAL("init_rows_by_key on %s in a CUDA=0 build", dev.name().c_str());
 #endif
 }

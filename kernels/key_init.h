@@ -39,9 +39,9 @@ SPARTA_HD float initial_value(const KeyInit& init, uint64_t key, uint32_t elem) 
 }
 
 // values[rows[i], :] = initial values of keys[i] for every i with rows[i] >= 0 (rows < 0 are skipped).
-// keys, rows: [n]; values: [capacity_rows, dim]. Asynchronous on dev.stream for cuda.
+// keys, rows: [n]; values: [capacity_rows, dim]. Asynchronous on stream (cuda).
 void init_rows_by_key(const Device& dev, const int64_t* keys, const int64_t* rows, int64_t n, float* values,
-                      int dim, const KeyInit& init);
+                      int dim, const KeyInit& init, Stream stream);
 
 void init_rows_by_key_cpu(const int64_t* keys, const int64_t* rows, int64_t n, float* values, int dim,
                           const KeyInit& init);

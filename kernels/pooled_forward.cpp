@@ -65,27 +65,28 @@ void check_args(const ForwardArgs& a, const char* what) {
                  what);
 }
 
-void dispatch(const Device& dev, const ForwardArgs& a, const char* what) {
+void dispatch(const Device& dev, const ForwardArgs& a, const char* what, Stream stream) {
   check_args(a, what);
   if (!dev.is_cuda()) return embedding_forward_cpu(a);
 #if SPARTA_CUDA
-  embedding_forward_cuda(a, dev.stream);
+  embedding_forward_cuda(a, stream);
 #else
+  (void)stream;
   SPARTA_FATAL("%s on %s in a CUDA=0 build", what, dev.name().c_str());
 #endif
 }
 }  // namespace
 
-void pooled_forward(const Device& dev, const ForwardArgs& a) {
+void pooled_forward(const Device& dev, const ForwardArgs& a, Stream stream) {
   SPARTA_REQUIRE(a.bags == 0 || a.offsets, "pooled_forward: offsets are null");
-  dispatch(dev, a, "pooled_forward");
+  dispatch(dev, a, "pooled_forward", stream);
 }
 
-void unpooled_forward(const Device& dev, const ForwardArgs& a) {
+void unpooled_forward(const Device& dev, const ForwardArgs& a, Stream stream) {
   ForwardArgs u = a;
   u.offsets = nullptr;
   u.combiner = Combiner::sum;
-  dispatch(dev, u, "unpooled_forward");
+  dispatch(dev, u, "unpooled_forward", stream);
 }
 
 }  // namespace sparta

@@ -42,10 +42,11 @@ struct ForwardArgs {
   int64_t* rows = nullptr;           // [nnz], may be null
 };
 
-// out[b] = combiner over keys[offsets[b] .. offsets[b+1]) of values[row(key)]. Asynchronous on dev.stream.
-void pooled_forward(const Device& dev, const ForwardArgs& a);
-// out[i] = values[row(keys[i])] for i < a.bags (offsets unused). Asynchronous on dev.stream.
-void unpooled_forward(const Device& dev, const ForwardArgs& a);
+// out[b] = combiner over keys[offsets[b] .. offsets[b+1]) of values[row(key)]. Asynchronous on stream (cuda):
+// errors (refused or missing keys) are only counted in the table's meta; HashTable::check_errors reads them.
+void pooled_forward(const Device& dev, const ForwardArgs& a, Stream stream);
+// out[i] = values[row(keys[i])] for i < a.bags (offsets unused). Asynchronous on stream, as pooled_forward.
+void unpooled_forward(const Device& dev, const ForwardArgs& a, Stream stream);
 
 // offsets == nullptr means one key per bag (unpooled).
 void embedding_forward_cpu(const ForwardArgs& a);

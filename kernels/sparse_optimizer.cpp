@@ -48,7 +48,8 @@ void sparse_optimizer_update_cpu(const OptimizerStep& c, const int64_t* unique_r
 
 void sparse_optimizer_update(const Device& dev, const OptimizerConfig& cfg, int64_t step,
                              const int64_t* unique_rows, const float* row_grads, const int32_t* num_unique,
-                             int64_t max_unique, float* values, float* state, int64_t capacity_rows, int dim) {
+                             int64_t max_unique, float* values, float* state, int64_t capacity_rows, int dim,
+                             Stream stream) {
   SPARTA_REQUIRE(dim >= 1 && dim <= 256, "sparse optimizer: dim must be in [1, 256], found %d", dim);
   OptimizerStep c = optimizer_step(cfg, step);
   if (!dev.is_cuda()) {
@@ -59,8 +60,9 @@ void sparse_optimizer_update(const Device& dev, const OptimizerConfig& cfg, int6
   }
 #if SPARTA_CUDA
   sparse_optimizer_update_cuda(c, unique_rows, row_grads, num_unique, max_unique, values, state, capacity_rows, dim,
-                               dev.stream);
+                               stream);
 #else
+  (void)stream;
   SPARTA_FATAL("sparse_optimizer_update on %s in a CUDA=0 build", dev.name().c_str());
 #endif
 }

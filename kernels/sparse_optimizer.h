@@ -52,10 +52,11 @@ OptimizerStep optimizer_step(const OptimizerConfig& cfg, int64_t step);
 //   num_unique  [1] int32 in device memory: read on the device, so no host synchronization (cuda); the
 //               launch covers max_unique rows, the host's upper bound on *num_unique.
 //   values      [capacity_rows, dim], state [capacity_rows, optimizer_state_width(kind, dim)]
-// The rows must be distinct (embedding_backward makes them so). Asynchronous on dev.stream for cuda.
+// The rows must be distinct (embedding_backward makes them so). Asynchronous on stream (cuda).
 void sparse_optimizer_update(const Device& dev, const OptimizerConfig& cfg, int64_t step,
                              const int64_t* unique_rows, const float* row_grads, const int32_t* num_unique,
-                             int64_t max_unique, float* values, float* state, int64_t capacity_rows, int dim);
+                             int64_t max_unique, float* values, float* state, int64_t capacity_rows, int dim,
+                             Stream stream);
 
 void sparse_optimizer_update_cpu(const OptimizerStep& c, const int64_t* unique_rows, const float* row_grads,
                                  int64_t num_unique, float* values, float* state, int64_t capacity_rows, int dim);

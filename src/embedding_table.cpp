@@ -9,16 +9,34 @@
 namespace sparta {
 
 namespace {
+
+// Every setting, limits included, is checked here, before the members that allocate are built.
 const EmbeddingTableConfig& checked(const EmbeddingTableConfig& c) {
-  SPARTA_REQUIRE(c.dim >= 1 && c.dim <= 256, "embedding table '%s': dim must be in 1..256, found %d", c.name.c_str(),
-                 c.dim);
-  SPARTA_REQUIRE(c.capacity_rows >= 1, "embedding table '%s': capacity_rows must be >= 1, found %lld", c.name.c_str(),
+  const char* name = c.name.c_str();
+  SPARTA_REQUIRE(c.dim >= 1 && c.dim <= 256, "embedding table '%s': dim must be in 1..256, found %d", name, c.dim);
+  SPARTA_REQUIRE(c.capacity_rows >= 1, "embedding table '%s': capacity_rows must be >= 1, found %lld", name,
                  (long long)c.capacity_rows);
-  SPARTA_REQUIRE(c.table_id >= 0, "embedding table '%s': table_id must be >= 0, found %d", c.name.c_str(), c.table_id);
-  SPARTA_REQUIRE(c.init_scale >= 0, "embedding table '%s': init_scale must be >= 0, found %g", c.name.c_str(),
+  SPARTA_REQUIRE(c.capacity_rows <= kBackwardMaxRows,
+                 "embedding table '%s': capacity_rows must be <= %lld (the backward sorts row ids as uint32), "
+                 "found %lld",
+                 name, (long long)kBackwardMaxRows, (long long)c.capacity_rows);
+  SPARTA_REQUIRE(c.max_batch_keys >= 0 && c.max_batch_keys <= kBackwardMaxKeys,
+                 "embedding table '%s': max_batch_keys must be in [0, %lld] (the backward counts keys in int32), "
+                 "found %lld",
+                 name, (long long)kBackwardMaxKeys, (long long)c.max_batch_keys);
+  SPARTA_REQUIRE(c.table_id >= 0, "embedding table '%s': table_id must be >= 0, found %d", name, c.table_id);
+  SPARTA_REQUIRE(c.init_scale >= 0, "embedding table '%s': init_scale must be >= 0, found %g", name,
                  double(c.init_scale));
   return c;
 }
+
+// The keys (and bags) of one backward, or of a train lookup whose rows feed one.
+void check_keys_per_call(const std::string& table, const char* what, int64_t n) {
+  SPARTA_REQUIRE(n <= kBackwardMaxKeys,
+                 "embedding table '%s': %lld %s in one call; the backward takes at most %lld (it counts in int32)",
+                 table.c_str(), (long long)n, what, (long long)kBackwardMaxKeys);
+}
+
 }  // namespace
 
 size_t EmbeddingTable::memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimizer, double max_load_factor) {
@@ -33,10 +51,9 @@ EmbeddingTable::EmbeddingTable(const Device& dev, const EmbeddingTableConfig& cf
       hash_(dev, cfg.name, cfg.capacity_rows, cfg.max_load_factor),
       values_(dev, size_t(cfg.capacity_rows) * cfg.dim),
       state_(dev, size_t(cfg.capacity_rows) * state_width_) {
-  SPARTA_REQUIRE(cfg.max_batch_keys >= 0, "embedding table '%s': max_batch_keys must be >= 0, found %lld",
-                 cfg.name.c_str(), (long long)cfg.max_batch_keys);
-  reset_state();
-  if (cfg.max_batch_keys > 0) workspace(cfg.max_batch_keys);
+  reset_state(dev_.stream);
+  if (cfg.max_batch_keys > 0) workspace(cfg.max_batch_keys, dev_.stream);
+  synchronize(dev_);  // ready for any stream: work on another stream is not ordered after dev.stream
 }
 
 KeyInit EmbeddingTable::key_init() const {
@@ -47,12 +64,12 @@ KeyInit EmbeddingTable::key_init() const {
   return k;
 }
 
-void EmbeddingTable::reset_state() {
+void EmbeddingTable::reset_state(Stream stream) {
   if (state_.empty()) return;
   // Every optimizer's state starts at zero (lazy_adam's step word: int32 0 has the bits of 0.0f), except
   // adagrad's accumulator.
   float init = cfg_.optimizer.kind == OptimizerKind::adagrad ? cfg_.optimizer.initial_accumulator : 0.f;
-  fill(dev_, state_.data(), state_.size(), init);
+  fill(dev_, state_.data(), state_.size(), init, stream);
 }
 
 ForwardArgs EmbeddingTable::forward_args(LookupMode mode, void* out, OutputType out_type, int64_t* rows) {
@@ -68,49 +85,63 @@ ForwardArgs EmbeddingTable::forward_args(LookupMode mode, void* out, OutputType 
   return a;
 }
 
-void EmbeddingTable::check(LookupMode mode, MissingKey missing, Check when) {
-  if (when == Check::now && (mode == LookupMode::train || missing == MissingKey::error)) check_lookups(missing);
+void EmbeddingTable::check(LookupMode mode, MissingKey missing, Check when, Stream stream) {
+  if (when == Check::now && (mode == LookupMode::train || missing == MissingKey::error)) check_lookups(missing, stream);
 }
 
-void EmbeddingTable::check_lookups(MissingKey missing) { hash_.check_errors(missing == MissingKey::error); }
+void EmbeddingTable::check_lookups(MissingKey missing, Stream stream) {
+  hash_.check_errors(missing == MissingKey::error, stream);
+}
 
 void EmbeddingTable::pooled_forward(const int64_t* offsets, const int64_t* keys, int64_t bags, Combiner combiner,
                                     LookupMode mode, void* out, OutputType out_type, int64_t* rows,
-                                    MissingKey missing, Check when) {
+                                    MissingKey missing, Check when, Stream stream) {
+  if (mode == LookupMode::train) check_keys_per_call(cfg_.name, "bags", bags);
   ForwardArgs a = forward_args(mode, out, out_type, rows);
   a.offsets = offsets;
   a.keys = keys;
   a.bags = bags;
   a.combiner = combiner;
-  sparta::pooled_forward(dev_, a);
-  check(mode, missing, when);
+  sparta::pooled_forward(dev_, a, stream);
+  check(mode, missing, when, stream);
 }
 
 void EmbeddingTable::unpooled_forward(const int64_t* keys, int64_t nnz, LookupMode mode, void* out, OutputType out_type,
-                                      int64_t* rows, MissingKey missing, Check when) {
+                                      int64_t* rows, MissingKey missing, Check when, Stream stream) {
+  if (mode == LookupMode::train) check_keys_per_call(cfg_.name, "keys", nnz);
   ForwardArgs a = forward_args(mode, out, out_type, rows);
   a.keys = keys;
   a.bags = nnz;
-  sparta::unpooled_forward(dev_, a);
-  check(mode, missing, when);
+  sparta::unpooled_forward(dev_, a, stream);
+  check(mode, missing, when, stream);
 }
 
-void EmbeddingTable::find(const int64_t* keys, int64_t n, int64_t* rows) { hash_.find(keys, n, rows); }
+void EmbeddingTable::find(const int64_t* keys, int64_t n, int64_t* rows, Stream stream) {
+  hash_.find(keys, n, rows, stream);
+}
 
-BackwardWorkspace& EmbeddingTable::workspace(int64_t nnz) {
+BackwardWorkspace& EmbeddingTable::workspace(int64_t nnz, Stream stream) {
   // Grown only when a batch has more keys than any before: the step itself never allocates.
   if (!workspace_ || workspace_->max_nnz() < nnz) {
     int64_t n = std::max<int64_t>(nnz, workspace_ ? workspace_->max_nnz() : 0);
-    workspace_.reset();  // free the old one first: at 40M rows the sort buffers are not small
-    workspace_ = std::make_unique<BackwardWorkspace>(dev_, n, cfg_.capacity_rows, cfg_.dim);
+    if (workspace_) {
+      // Free the old one first (at 40M rows the sort buffers are not small), once the stream of the last
+      // backward, which used it, is done with it: explicit, not cudaFree's implicit synchronization.
+      synchronize(dev_, workspace_stream_);
+      workspace_.reset();
+    }
+    workspace_ = std::make_unique<BackwardWorkspace>(dev_, n, cfg_.capacity_rows, cfg_.dim, stream);
   }
+  workspace_stream_ = stream;
   return *workspace_;
 }
 
 void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
-                                         const float* grad, Combiner combiner, int64_t step) {
+                                         const float* grad, Combiner combiner, int64_t step, Stream stream) {
   SPARTA_REQUIRE(nnz >= 0 && bags >= 0, "embedding table '%s': backward of %lld bags, %lld keys", cfg_.name.c_str(),
                  (long long)bags, (long long)nnz);
+  check_keys_per_call(cfg_.name, "keys", nnz);
+  check_keys_per_call(cfg_.name, "bags", bags);
   SPARTA_REQUIRE(step >= 1, "embedding table '%s': optimizer step must be >= 1 (counted from 1), found %lld",
                  cfg_.name.c_str(), (long long)step);
   BackwardBatch b;
@@ -121,35 +152,37 @@ void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* 
   b.nnz = nnz;
   b.combiner = combiner;
   try {
-    sparta::backward_and_update(dev_, b, workspace(nnz), cfg_.optimizer, step, values_.data(), state_.data());
+    sparta::backward_and_update(dev_, b, workspace(nnz, stream), cfg_.optimizer, step, values_.data(), state_.data(),
+                                stream);
   } catch (const Error& e) {
     throw Error(strprintf("embedding table '%s': %s", cfg_.name.c_str(), e.what()));
   }
 }
 
-int64_t EmbeddingTable::rows_updated() {
-  return workspace_ ? read_count(dev_, workspace_->num_unique()) : 0;
+int64_t EmbeddingTable::rows_updated(Stream stream) {
+  return workspace_ ? read_count(dev_, workspace_->num_unique(), stream) : 0;
 }
 
-TableRows EmbeddingTable::export_rows() {
+TableRows EmbeddingTable::export_rows(Stream stream) {
   TableRows r;
   r.name = cfg_.name;
   r.dim = cfg_.dim;
   r.optimizer = optimizer_name(cfg_.optimizer.kind);
   r.state_width = state_width_;
   Buffer<int64_t> keys;
-  int64_t n = hash_.export_keys(keys);
-  r.keys = keys.download();
+  int64_t n = hash_.export_keys(keys, stream);
+  r.keys.resize(size_t(n));
   r.values.resize(size_t(n) * cfg_.dim);
   r.state.resize(size_t(n) * state_width_);
   if (n > 0) {
-    copy_to_host(dev_, r.values.data(), values_.data(), r.values.size() * sizeof(float));
-    if (state_width_ > 0) copy_to_host(dev_, r.state.data(), state_.data(), r.state.size() * sizeof(float));
+    copy_to_host(dev_, r.keys.data(), keys.data(), r.keys.size() * sizeof(int64_t), stream);  // synchronizes
+    copy_to_host(dev_, r.values.data(), values_.data(), r.values.size() * sizeof(float), stream);
+    if (state_width_ > 0) copy_to_host(dev_, r.state.data(), state_.data(), r.state.size() * sizeof(float), stream);
   }
   return r;
 }
 
-void EmbeddingTable::load_rows(const TableRows& rows) {
+void EmbeddingTable::load_rows(const TableRows& rows, Stream stream) {
   const char* opt = optimizer_name(cfg_.optimizer.kind);
   SPARTA_REQUIRE(rows.dim == cfg_.dim && rows.optimizer == opt && rows.state_width == state_width_,
                  "embedding table '%s': load of rows of '%s' with dim %d, optimizer '%s', state_width %d; the table "
@@ -165,17 +198,20 @@ void EmbeddingTable::load_rows(const TableRows& rows) {
                  cfg_.name.c_str(), (long long)n, rows.state.size(), (long long)(n * state_width_),
                  optimizer_name(cfg_.optimizer.kind), state_width_);
   if (n == 0) return;
-  Buffer<int64_t> keys(dev_, rows.keys);
-  int64_t first = hash_.load(keys.data(), n);  // rows first .. first + n - 1, in the order given
-  copy_to_device(dev_, values_.data() + first * cfg_.dim, rows.values.data(), rows.values.size() * sizeof(float));
+  Buffer<int64_t> keys(dev_, size_t(n));
+  copy_to_device(dev_, keys.data(), rows.keys.data(), keys.bytes(), stream);
+  int64_t first = hash_.load(keys.data(), n, stream);  // rows first .. first + n - 1, in the order given; synchronizes
+  copy_to_device(dev_, values_.data() + first * cfg_.dim, rows.values.data(), rows.values.size() * sizeof(float),
+                 stream);
   if (state_width_ > 0)
-    copy_to_device(dev_, state_.data() + first * state_width_, rows.state.data(), rows.state.size() * sizeof(float));
-  synchronize(dev_);  // the host vectors belong to the caller
+    copy_to_device(dev_, state_.data() + first * state_width_, rows.state.data(), rows.state.size() * sizeof(float),
+                   stream);
+  synchronize(dev_, stream);  // the host vectors belong to the caller
 }
 
-void EmbeddingTable::clear() {
-  hash_.clear();
-  reset_state();
+void EmbeddingTable::clear(Stream stream) {
+  hash_.clear(stream);
+  reset_state(stream);
 }
 
 }  // namespace sparta

@@ -11,6 +11,17 @@
 // A train step: pooled_forward (train, rows out) → the model's gradient of the pooled output →
 // backward_and_update (kernels/embedding_backward.h), which sums each touched row's gradient in a fixed order
 // and applies the table's optimizer to it.
+//
+// Streams: every operation takes the stream it runs on as its last parameter (the cpu backend ignores it), and
+// says whether it synchronizes the host. Operations on different streams are not ordered by the table: the
+// caller orders them (an event, or a synchronization), as for any CUDA work. A step on one stream
+// (forward with Check::deferred, backward, check_lookups) synchronizes the host once, in check_lookups.
+// Destroying a table frees its memory at once: synchronize the streams that used it first.
+//
+// Limits, checked when the table is built (before anything is allocated) and at the entry of every call whose
+// counts reach a backward (backward_and_update, and train lookups: their rows feed one): the backward sorts row
+// ids as uint32 and counts keys in int32 (kernels/embedding_backward.h), so capacity_rows <= kBackwardMaxRows,
+// and max_batch_keys and the keys and bags of one call <= kBackwardMaxKeys.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +50,7 @@ struct EmbeddingTableConfig {
   OptimizerConfig optimizer;
   // Keys per batch the backward workspace is sized for at construction; 0: sized by the first
   // backward_and_update. A larger batch later grows it (one reallocation, then reused every step).
+  // At most kBackwardMaxKeys.
   int64_t max_batch_keys = 0;
 };
 
@@ -52,8 +64,10 @@ enum class Check { now, deferred };
 
 class EmbeddingTable {
  public:
-  // Allocates everything up front (memory_bytes tells how much; plus the backward workspace when
-  // cfg.max_batch_keys > 0). Bad config: sparta::Error naming the table.
+  // Checks the config (sparta::Error naming the table, the setting, its limit and the value found) before
+  // allocating anything, then allocates everything up front (memory_bytes tells how much; plus the backward
+  // workspace when cfg.max_batch_keys > 0) and initializes it on dev.stream, which is then synchronized: the
+  // table is ready for work on any stream when the constructor returns.
   EmbeddingTable(const Device& dev, const EmbeddingTableConfig& cfg);
 
   // Device bytes a table of these settings takes: hash slots, values and optimizer state.
@@ -66,8 +80,8 @@ class EmbeddingTable {
   int state_width() const { return state_width_; }
   int64_t capacity_rows() const { return cfg_.capacity_rows; }
   KeyInit key_init() const;
-  // Live rows (synchronizes).
-  int64_t size() { return hash_.size(); }
+  // Live rows. Synchronizes stream.
+  int64_t size(Stream stream) { return hash_.size(stream); }
 
   float* values() { return values_.data(); }  // [capacity_rows, dim]
   float* state() { return state_.data(); }    // [capacity_rows, state_width] (nullptr for sgd)
@@ -75,48 +89,54 @@ class EmbeddingTable {
 
   // Fused lookup and pooling; device pointers. offsets [bags + 1], keys [nnz] → out [bags, dim] of out_type,
   // rows [nnz] (may be null). train inserts unseen keys; eval gives zeros for them or, with
-  // MissingKey::error, throws. Train, and eval with MissingKey::error, synchronize to check (a full table
-  // throws sparta::Error naming the table, its capacity and the rows asked for) unless check is deferred; eval
-  // with zeros is asynchronous.
+  // MissingKey::error, throws. The lookup is asynchronous on stream. Check::now: train, and eval with
+  // MissingKey::error, then synchronize stream to check (a full table throws sparta::Error naming the table,
+  // its capacity and the rows asked for); eval with MissingKey::zeros never synchronizes. Check::deferred:
+  // never synchronizes; check_lookups reports the errors later. In train mode bags must be within the
+  // backward's limit (kBackwardMaxKeys; sparta::Error naming the table otherwise).
   void pooled_forward(const int64_t* offsets, const int64_t* keys, int64_t bags, Combiner combiner, LookupMode mode,
-                      void* out, OutputType out_type, int64_t* rows, MissingKey missing = MissingKey::zeros,
-                      Check check = Check::now);
-  // One vector per key: keys [nnz] → out [nnz, dim]; otherwise as pooled_forward.
+                      void* out, OutputType out_type, int64_t* rows, MissingKey missing, Check check, Stream stream);
+  // One vector per key: keys [nnz] → out [nnz, dim]; otherwise as pooled_forward. In train mode nnz must be
+  // within the backward's limit (kBackwardMaxKeys; sparta::Error naming the table otherwise), since its rows
+  // feed a backward.
   void unpooled_forward(const int64_t* keys, int64_t nnz, LookupMode mode, void* out, OutputType out_type,
-                        int64_t* rows, MissingKey missing = MissingKey::zeros, Check check = Check::now);
-  // The check of lookups made with Check::deferred (synchronizes): throws sparta::Error when keys were refused
-  // (full table) or, with MissingKey::error, when eval keys were missing, since the last check.
-  void check_lookups(MissingKey missing = MissingKey::zeros);
-  // rows[i] = row of keys[i] or -1; asynchronous.
-  void find(const int64_t* keys, int64_t n, int64_t* rows);
+                        int64_t* rows, MissingKey missing, Check check, Stream stream);
+  // The check of lookups made with Check::deferred (synchronizes stream): throws sparta::Error when keys were
+  // refused (full table) or, with MissingKey::error, when eval keys were missing, since the last check.
+  void check_lookups(MissingKey missing, Stream stream);
+  // rows[i] = row of keys[i] or -1. Asynchronous on stream.
+  void find(const int64_t* keys, int64_t n, int64_t* rows, Stream stream);
 
   // The backward of a pooled train forward and optimizer step `step` (the global step, from 1) on the rows the
   // batch touched. offsets [bags + 1] and rows [nnz] are those of the pooled_forward (rows < 0 — refused or
   // missing keys — contribute nothing), grad [bags, dim] is the gradient of its output, combiner its combiner.
-  // Device pointers; asynchronous on the device's stream (no synchronization, no allocation once the
-  // workspace holds nnz keys). Throws sparta::Error naming the table on bad sizes or step.
+  // Device pointers; asynchronous on stream: no synchronization and no allocation once the workspace holds
+  // nnz keys (growing it synchronizes the stream of the previous backward, then frees the old workspace).
+  // Throws sparta::Error naming the table, before anything runs, on bad sizes, on nnz or bags above
+  // kBackwardMaxKeys, or on a bad step.
   void backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, const float* grad,
-                           Combiner combiner, int64_t step);
-  // Rows the last backward_and_update changed (synchronizes).
-  int64_t rows_updated();
+                           Combiner combiner, int64_t step, Stream stream);
+  // Rows the last backward_and_update changed. Synchronizes stream (give the stream of that backward).
+  int64_t rows_updated(Stream stream);
   // Keys the backward workspace holds now (0 before the first backward unless cfg.max_batch_keys was set).
   int64_t backward_capacity() const { return workspace_ ? workspace_->max_nnz() : 0; }
 
-  // Every live row with its key, values and state, ordered by row (synchronizes). name, dim, optimizer and
-  // state_width are the table's, as io/checkpoint.h's TableRows carries them.
-  TableRows export_rows();
+  // Every live row with its key, values and state, ordered by row. Synchronizes stream. name, dim, optimizer
+  // and state_width are the table's, as io/checkpoint.h's TableRows carries them.
+  TableRows export_rows(Stream stream);
   // Appends rows (keys absent from the table, e.g. a fresh table being restored from a checkpoint) with their
-  // values and state. Throws sparta::Error, changing nothing, when a key is present, the sizes disagree, the
-  // rows' dim, optimizer or state_width are not the table's, or the rows do not fit.
-  void load_rows(const TableRows& rows);
-  // Empties the table and resets the optimizer state (asynchronous).
-  void clear();
+  // values and state. Synchronizes stream (the host vectors are the caller's). Throws sparta::Error, changing
+  // nothing, when a key is present, the sizes disagree, the rows' dim, optimizer or state_width are not the
+  // table's, or the rows do not fit.
+  void load_rows(const TableRows& rows, Stream stream);
+  // Empties the table and resets the optimizer state. Asynchronous on stream.
+  void clear(Stream stream);
 
  private:
   ForwardArgs forward_args(LookupMode mode, void* out, OutputType out_type, int64_t* rows);
-  void check(LookupMode mode, MissingKey missing, Check when);
-  void reset_state();
-  BackwardWorkspace& workspace(int64_t nnz);
+  void check(LookupMode mode, MissingKey missing, Check when, Stream stream);
+  void reset_state(Stream stream);
+  BackwardWorkspace& workspace(int64_t nnz, Stream stream);
 
   Device dev_;
   EmbeddingTableConfig cfg_;
@@ -125,6 +145,7 @@ class EmbeddingTable {
   Buffer<float> values_;  // [capacity_rows, dim]
   Buffer<float> state_;   // [capacity_rows, state_width]
   std::unique_ptr<BackwardWorkspace> workspace_;  // sort buffers of the backward, reused every step
+  Stream workspace_stream_ = nullptr;             // the stream of the last backward, which last used workspace_
 };
 
 }  // namespace sparta

@@ -77,7 +77,7 @@ BOOST_AUTO_TEST_CASE(context_auto_maps_local_rank_to_gpu) {
   size_t n = 4096 + ctx.rank();
   Buffer<float> b(ctx.device(), n);
   b.fill_bytes(0xFF);
-  fill(ctx.device(), b.data(), n, float(ctx.rank()) + 0.5f);
+  fill(ctx.device(), b.data(), n, float(ctx.rank()) + 0.5f, ctx.device().stream);
   std::vector<float> got = b.download();
   size_t bad = testing::count_mismatches(got, std::vector<float>(n, float(ctx.rank()) + 0.5f), 0, 0, "fill");
   BOOST_CHECK(testing::all_ranks(bad == 0));

@@ -1,7 +1,14 @@
 // Buffers, device memory copies and the fill kernel, on every backend present (GPU cases skip without one).
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
+
+#if SPARTA_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include "src/base/buffer.h"
 #include "src/context.h"
@@ -28,8 +35,21 @@ void round_trip(Backend backend) {
     BOOST_CHECK_EQUAL(testing::count_mismatches(other.download(), host, 0, 0, "device copy"), 0u);
 
     float value = testing::random_floats(1)[0];
-    fill(dev, other.data(), n, value);
+    fill(dev, other.data(), n, value, dev.stream);
     BOOST_CHECK_EQUAL(testing::count_mismatches(other.download(), std::vector<float>(n, value), 0, 0, "fill"), 0u);
+
+    // The stream forms, on a stream of their own: set, copy, read back, all ordered on that stream.
+    Stream s = create_stream(dev);
+    BOOST_CHECK(s != nullptr || !dev.is_cuda());
+    std::vector<float> half(n, std::nanf(""));  // poison
+    memset_device(dev, other.data(), 0, other.bytes(), s);
+    copy_to_device(dev, other.data(), host.data(), (n / 2) * sizeof(float), s);
+    copy_on_device(dev, buf.data(), other.data(), other.bytes(), s);
+    copy_to_host(dev, half.data(), buf.data(), buf.bytes(), s);
+    std::vector<float> want(host.begin(), host.begin() + n / 2);
+    want.resize(n, 0.f);
+    BOOST_CHECK_EQUAL(testing::count_mismatches(half, want, 0, 0, "stream forms"), 0u);
+    destroy_stream(dev, s);
   }
   close_device(dev);
 }
@@ -50,9 +70,9 @@ BOOST_AUTO_TEST_CASE(buffer_moves_and_resizes) {
   BOOST_CHECK_EQUAL(a.size(), 0u);
   BOOST_CHECK(b.data() == p);
   BOOST_CHECK_EQUAL(b.size(), 10u);
-  b.resize(0);
+  b.resize(0, dev.stream);
   BOOST_CHECK(b.empty());
-  b.resize(7);
+  b.resize(7, dev.stream);
   BOOST_CHECK_EQUAL(b.bytes(), 7 * sizeof(int64_t));
   BOOST_CHECK_EQUAL(reinterpret_cast<uintptr_t>(b.data()) % 256, 0u);
 }
@@ -69,7 +89,37 @@ BOOST_AUTO_TEST_CASE(cpu_device_has_no_stream) {
   Device d = open_device(Backend::cpu, -1);
   BOOST_CHECK(!d.is_cuda());
   BOOST_CHECK(d.stream == nullptr);
+  BOOST_CHECK(create_stream(d) == nullptr);
   BOOST_CHECK_EQUAL(d.name(), "cpu");
+}
+
+#if SPARTA_CUDA
+namespace {
+void CUDART_CB sleep_then_mark(void* flag) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  static_cast<std::atomic<bool>*>(flag)->store(true);
+}
+}  // namespace
+#endif
+
+// resize frees memory a stream may still be using only once that stream is done: work queued on the stream
+// before the resize (here a host function that takes 300 ms) has finished when resize returns.
+BOOST_AUTO_TEST_CASE(cuda_resize_waits_for_the_stream_that_used_the_memory, *testing::needs_gpu()) {
+#if SPARTA_CUDA
+  Device dev = open_device(Backend::cuda, 0);
+  {
+    Stream s = create_stream(dev);
+    Buffer<float> b(dev, 1 << 20);
+    std::atomic<bool> done{false};
+    fill(dev, b.data(), b.size(), 1.f, s);
+    BOOST_REQUIRE(cudaLaunchHostFunc(s, sleep_then_mark, &done) == cudaSuccess);
+    b.resize(1 << 10, s);
+    BOOST_CHECK(done.load());
+    BOOST_CHECK_EQUAL(b.size(), size_t(1) << 10);
+    destroy_stream(dev, s);
+  }
+  close_device(dev);
+#endif
 }
 
 BOOST_AUTO_TEST_CASE(device_choice_maps_local_rank_to_gpu) {

@@ -94,7 +94,7 @@ struct DeviceBatch {
 Result run_backward(const Device& dev, const HostBatch& b, const Shape& s, Combiner combiner,
                     int64_t max_nnz = -1) {
   if (max_nnz < 0) max_nnz = std::max<int64_t>(b.nnz(), 1);
-  BackwardWorkspace ws(dev, max_nnz, s.capacity, s.dim);
+  BackwardWorkspace ws(dev, max_nnz, s.capacity, s.dim, dev.stream);
   DeviceBatch d(dev, b, combiner);
   Buffer<int64_t> unique_rows(dev, size_t(max_nnz));
   Buffer<float> row_grads(dev, size_t(max_nnz) * s.dim);
@@ -102,10 +102,10 @@ Result run_backward(const Device& dev, const HostBatch& b, const Shape& s, Combi
   unique_rows.fill_bytes(0xFF);  // poison: -1 and NaN where nothing is written
   row_grads.fill_bytes(0xFF);
   num_unique.fill_bytes(0xFF);
-  embedding_backward(dev, d.view, ws, unique_rows.data(), row_grads.data(), num_unique.data());
+  embedding_backward(dev, d.view, ws, unique_rows.data(), row_grads.data(), num_unique.data(), dev.stream);
   Result r;
-  r.num_unique = read_count(dev, num_unique.data());
-  r.dropped = ws.read_dropped_keys();
+  r.num_unique = read_count(dev, num_unique.data(), dev.stream);
+  r.dropped = ws.read_dropped_keys(dev.stream);
   BOOST_REQUIRE(r.num_unique >= 0 && r.num_unique <= max_nnz);
   r.unique_rows = unique_rows.download();
   r.unique_rows.resize(size_t(r.num_unique));
@@ -249,11 +249,11 @@ BOOST_AUTO_TEST_CASE(cpu_backward_rejects_bad_input) {
   HostBatch short_offsets = b;
   short_offsets.offsets.back() -= 1;
   BOOST_CHECK_THROW(run(short_offsets, -1), Error);
-  BOOST_CHECK_THROW(BackwardWorkspace(dev, 10, 0, 4), Error);
-  BOOST_CHECK_THROW(BackwardWorkspace(dev, 10, 100, 0), Error);
-  BOOST_CHECK_THROW(BackwardWorkspace(dev, 10, 100, 257), Error);
-  BOOST_CHECK_THROW(BackwardWorkspace(dev, 10, int64_t(1) << 33, 4), Error);
-  BOOST_CHECK_THROW(BackwardWorkspace(dev, -1, 100, 4), Error);
+  BOOST_CHECK_THROW(BackwardWorkspace(dev, 10, 0, 4, dev.stream), Error);
+  BOOST_CHECK_THROW(BackwardWorkspace(dev, 10, 100, 0, dev.stream), Error);
+  BOOST_CHECK_THROW(BackwardWorkspace(dev, 10, 100, 257, dev.stream), Error);
+  BOOST_CHECK_THROW(BackwardWorkspace(dev, 10, int64_t(1) << 33, 4, dev.stream), Error);
+  BOOST_CHECK_THROW(BackwardWorkspace(dev, -1, 100, 4, dev.stream), Error);
 }
 
 BOOST_AUTO_TEST_CASE(cpu_backward_of_an_empty_batch_has_no_rows) {
@@ -266,16 +266,76 @@ BOOST_AUTO_TEST_CASE(cpu_backward_of_an_empty_batch_has_no_rows) {
   BOOST_CHECK_EQUAL(r.dropped, 0);
 }
 
-BOOST_AUTO_TEST_CASE(workspace_bytes_cover_the_arrays) {
-  for (Backend backend : {Backend::cpu, Backend::cuda}) {
-    if (backend == Backend::cuda && visible_gpu_count() == 0) continue;  // CUB sizes need the CUDA runtime
-    size_t small = BackwardWorkspace::bytes(backend, 1000, 100, 16);
-    size_t large = BackwardWorkspace::bytes(backend, 100000, 100, 16);
-    BOOST_CHECK_GT(small, 0u);
-    BOOST_CHECK_GT(large, small);
-    BOOST_CHECK_GE(BackwardWorkspace::bytes(backend, 1000, 100, 128), small);
+// The arrays each backend's workspace documents (embedding_backward.h, Layout), with their sizes computed here
+// from max_nnz and dim: each lies inside the allocation and no two overlap. A batch of more keys than the
+// workspace holds is refused.
+void workspace_covers_the_arrays(Backend backend) {
+  const bool cuda = backend == Backend::cuda;
+  for (int64_t n : {int64_t(1), int64_t(127), int64_t(1000), int64_t(100000)}) {
+    for (int dim : {1, 16, 129}) {
+      BOOST_TEST_CONTEXT("max_nnz " << n << " dim " << dim) {
+        const int64_t capacity = 5000;
+        const size_t blocks = size_t((n + 127) / 128);  // blocks of 128 positions
+        const BackwardWorkspace::Layout l = BackwardWorkspace::layout(backend, n, capacity, dim);
+        struct Array {
+          const char* name;
+          size_t offset, bytes;
+        };
+        std::vector<Array> arrays{{"scan", l.scan, size_t(n) * 8},
+                                  {"partials", l.partials, 2 * blocks * size_t(dim) * 4},
+                                  {"counts", l.counts, 4 * 4},
+                                  {"temp", l.temp, l.temp_bytes}};
+        if (cuda) {
+          for (auto [name, offset] : {std::pair<const char*, size_t>{"keys_a", l.keys_a}, {"keys_b", l.keys_b},
+                                      {"bags_a", l.bags_a}, {"bags_b", l.bags_b}, {"item_u", l.item_u}})
+            arrays.push_back({name, offset, size_t(n) * 4});
+          arrays.push_back({"item_start", l.item_start, size_t(n + 1) * 4});
+          arrays.push_back({"row_item_start", l.row_item_start, size_t(n + 1) * 4});
+          arrays.push_back({"block_first_item", l.block_first_item, blocks * 4});
+          arrays.push_back({"span_edges", l.span_edges, blocks * 4});
+          BOOST_CHECK_GT(l.temp_bytes, 0u);  // CUB's storage
+        } else {
+          BOOST_CHECK_GE(l.temp_bytes, size_t(17) * dim * 4);  // 16 range sums and the row's sum
+        }
+        size_t need = 0;
+        for (const Array& a : arrays) need += a.bytes;
+        BOOST_CHECK_GE(l.total, need);
+        BOOST_CHECK_EQUAL(BackwardWorkspace::bytes(backend, n, capacity, dim), l.total);
+        for (size_t i = 0; i < arrays.size(); ++i) {
+          BOOST_CHECK_MESSAGE(arrays[i].offset + arrays[i].bytes <= l.total, arrays[i].name << " ends past the total");
+          BOOST_CHECK_MESSAGE(arrays[i].offset % 16 == 0, arrays[i].name << " is not 16-byte aligned");
+          for (size_t j = 0; j < i; ++j) {
+            const Array &a = arrays[i], &b = arrays[j];
+            const bool overlap = a.bytes && b.bytes && a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+            BOOST_CHECK_MESSAGE(!overlap, a.name << " overlaps " << b.name);
+          }
+        }
+      }
+    }
   }
+  // Too small for the batch: refused before anything runs.
+  Device dev = open_device(backend, cuda ? 0 : -1);
+  {
+    Shape s{4, 2, 2, 2};
+    s.dim = 3;
+    HostBatch b = make_batch(s);
+    BOOST_REQUIRE_EQUAL(b.nnz(), 16);
+    BackwardWorkspace ws(dev, b.nnz() - 1, s.capacity, s.dim, dev.stream);
+    DeviceBatch d(dev, b, Combiner::sum);
+    Buffer<int64_t> unique_rows(dev, 16);
+    Buffer<float> row_grads(dev, 16 * 3), values(dev, size_t(s.capacity) * 3);
+    Buffer<int32_t> num_unique(dev, 1);
+    BOOST_CHECK_THROW(
+        embedding_backward(dev, d.view, ws, unique_rows.data(), row_grads.data(), num_unique.data(), dev.stream),
+        Error);
+    BOOST_CHECK_THROW(backward_and_update(dev, d.view, ws, OptimizerConfig(), 1, values.data(), nullptr, dev.stream),
+                      Error);
+    synchronize(dev);
+  }
+  close_device(dev);
 }
+
+SPARTA_BACKEND_CASES(workspace_bytes_cover_the_arrays, workspace_covers_the_arrays)
 
 // The fused cpu path gives the same bits as the backward followed by the optimizer.
 BOOST_AUTO_TEST_CASE(cpu_backward_and_update_equals_the_two_steps) {
@@ -295,16 +355,16 @@ BOOST_AUTO_TEST_CASE(cpu_backward_and_update_equals_the_two_steps) {
       Buffer<float> v_fused(dev, values0), s_fused(dev, state0), v_two(dev, values0), s_two(dev, state0);
       HostBatch b = make_batch(s);
       DeviceBatch d(dev, b, Combiner::mean);
-      BackwardWorkspace ws(dev, b.nnz(), s.capacity, s.dim);
+      BackwardWorkspace ws(dev, b.nnz(), s.capacity, s.dim, dev.stream);
       Buffer<int64_t> unique_rows(dev, b.nnz());
       Buffer<float> row_grads(dev, b.nnz() * s.dim);
       Buffer<int32_t> num_unique(dev, 1);
       for (int64_t step = 1; step <= 3; ++step) {
-        backward_and_update(dev, d.view, ws, cfg, step, v_fused.data(), s_fused.data());
-        embedding_backward(dev, d.view, ws, unique_rows.data(), row_grads.data(), num_unique.data());
+        backward_and_update(dev, d.view, ws, cfg, step, v_fused.data(), s_fused.data(), dev.stream);
+        embedding_backward(dev, d.view, ws, unique_rows.data(), row_grads.data(), num_unique.data(), dev.stream);
         sparse_optimizer_update(dev, cfg, step, unique_rows.data(), row_grads.data(), num_unique.data(), b.nnz(),
-                                v_two.data(), s_two.data(), s.capacity, s.dim);
-        BOOST_CHECK_EQUAL(read_count(dev, ws.num_unique()), read_count(dev, num_unique.data()));
+                                v_two.data(), s_two.data(), s.capacity, s.dim, dev.stream);
+        BOOST_CHECK_EQUAL(read_count(dev, ws.num_unique(), dev.stream), read_count(dev, num_unique.data(), dev.stream));
       }
       BOOST_CHECK_EQUAL(bitwise_differences(v_fused.download(), v_two.download()), 0u);
       BOOST_CHECK_EQUAL(bitwise_differences(s_fused.download(), s_two.download()), 0u);
@@ -430,7 +490,8 @@ BOOST_AUTO_TEST_CASE(cuda_backward_and_update_matches_cpu, *testing::needs_gpu()
           Buffer<float> v_cpu(host, values0), s_cpu(host, state0);
           Buffer<float> v_gpu(gpu, values0), s_gpu(gpu, state0), v_two(gpu, values0), s_two(gpu, state0);
           const int64_t max_nnz = s.batch * s.slots * s.max_hot;
-          BackwardWorkspace ws_cpu(host, max_nnz, s.capacity, dim), ws_gpu(gpu, max_nnz, s.capacity, dim);
+          BackwardWorkspace ws_cpu(host, max_nnz, s.capacity, dim, host.stream),
+              ws_gpu(gpu, max_nnz, s.capacity, dim, gpu.stream);
           Buffer<int64_t> unique_rows(gpu, max_nnz);
           Buffer<float> row_grads(gpu, max_nnz * dim);
           Buffer<int32_t> num_unique(gpu, 1);
@@ -438,14 +499,16 @@ BOOST_AUTO_TEST_CASE(cuda_backward_and_update_matches_cpu, *testing::needs_gpu()
             HostBatch b = make_batch(s);  // a fresh batch each step: rows come and go
             Combiner combiner = step % 2 ? Combiner::sum : Combiner::mean;
             DeviceBatch d_cpu(host, b, combiner), d_gpu(gpu, b, combiner);
-            backward_and_update(host, d_cpu.view, ws_cpu, cfg, step, v_cpu.data(), s_cpu.data());
-            backward_and_update(gpu, d_gpu.view, ws_gpu, cfg, step, v_gpu.data(), s_gpu.data());
+            backward_and_update(host, d_cpu.view, ws_cpu, cfg, step, v_cpu.data(), s_cpu.data(), host.stream);
+            backward_and_update(gpu, d_gpu.view, ws_gpu, cfg, step, v_gpu.data(), s_gpu.data(), gpu.stream);
             row_grads.fill_bytes(0xFF);
-            embedding_backward(gpu, d_gpu.view, ws_gpu, unique_rows.data(), row_grads.data(), num_unique.data());
+            embedding_backward(gpu, d_gpu.view, ws_gpu, unique_rows.data(), row_grads.data(), num_unique.data(),
+                               gpu.stream);
             sparse_optimizer_update(gpu, cfg, step, unique_rows.data(), row_grads.data(), num_unique.data(), max_nnz,
-                                    v_two.data(), s_two.data(), s.capacity, dim);
+                                    v_two.data(), s_two.data(), s.capacity, dim, gpu.stream);
             BOOST_TEST_CONTEXT("step " << step) {
-              BOOST_CHECK_EQUAL(read_count(gpu, ws_gpu.num_unique()), read_count(host, ws_cpu.num_unique()));
+              BOOST_CHECK_EQUAL(read_count(gpu, ws_gpu.num_unique(), gpu.stream),
+                                read_count(host, ws_cpu.num_unique(), host.stream));
               std::vector<float> vc = v_cpu.download(), sc = s_cpu.download();
               std::vector<float> vg = v_gpu.download(), sg = s_gpu.download();
               BOOST_CHECK_EQUAL(testing::count_mismatches(vg, vc, 1e-6, 1e-5, "values"), 0u);

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include "src/base/buffer.h"
@@ -41,7 +43,7 @@ std::vector<float> train(EmbeddingTable& t, const std::vector<int64_t>& keys) {
   Buffer<float> out(dev, keys.size() * t.dim());
   out.fill_bytes(0xFF);
   t.pooled_forward(o.data(), k.data(), int64_t(keys.size()), Combiner::sum, LookupMode::train, out.data(),
-                   OutputType::f32, rows.data());
+                   OutputType::f32, rows.data(), MissingKey::zeros, Check::now, dev.stream);
   return out.download();
 }
 
@@ -56,74 +58,85 @@ BOOST_AUTO_TEST_CASE(memory_bytes_counts_slots_values_and_state) {
   BOOST_CHECK_THROW(EmbeddingTable(Device(), config(4, 0, OptimizerKind::sgd)), Error);
 }
 
-// Export from each backend, load into a fresh table on every backend: the same keys, values and state,
-// and eval lookups through the loaded table give what the original gives.
-BOOST_AUTO_TEST_CASE(export_load_round_trip_across_backends) {
+namespace {
+
+// Export from a table on src, load into fresh tables on dst: the same keys, values and state, and eval lookups
+// through the loaded table give what the original gives.
+void export_load_round_trip(Backend src, Backend dst) {
   const int dim = 12;
   std::vector<int64_t> keys = testing::random_ints(600, -5, 400);  // duplicates, the marker key -1
-  for (Backend src : testing::available_backends()) {
-    Device sdev = open(src);
-    {
-      EmbeddingTable a(sdev, config(dim, 1000, OptimizerKind::adagrad));
-      std::vector<float> out_a = train(a, keys);
-      TableRows rows = a.export_rows();
-      BOOST_CHECK_EQUAL(int64_t(rows.rows()), a.size());
-      BOOST_CHECK_EQUAL(rows.state.size(), rows.rows() * dim);
-      BOOST_CHECK(rows.name == "ads" && rows.dim == dim && rows.optimizer == "adagrad" && rows.state_width == dim);
-      size_t bad = 0;
-      for (size_t r = 0; r < rows.rows(); ++r) {
-        for (int e = 0; e < dim; ++e) {
-          bad += rows.values[r * dim + e] != initial_value(a.key_init(), uint64_t(rows.keys[r]), e);
-          bad += rows.state[r * dim + e] != 0.125f;  // adagrad's initial accumulator
-        }
-      }
-      BOOST_CHECK_EQUAL(bad, 0u);
-      // Changed values survive the trip: scale them, reload them.
-      for (auto& v : rows.values) v *= 3.f;
-      for (size_t i = 0; i < rows.state.size(); ++i) rows.state[i] = float(i);
-      for (Backend dst : testing::available_backends()) {
-        Device ddev = open(dst);
-        {
-          EmbeddingTable b(ddev, config(dim, 1000, OptimizerKind::adagrad));
-          b.load_rows(rows);
-          TableRows back = b.export_rows();
-          BOOST_CHECK(back.keys == rows.keys);
-          BOOST_CHECK(back.values == rows.values);
-          BOOST_CHECK(back.state == rows.state);
-          BOOST_CHECK_THROW(b.load_rows(rows), Error);  // keys present
-          BOOST_CHECK_EQUAL(b.size(), int64_t(rows.rows()));
-          // eval lookup: values of each key are 3x the original's output
-          Buffer<int64_t> k(ddev, keys), r(ddev, keys.size());
-          Buffer<float> out(ddev, keys.size() * dim);
-          out.fill_bytes(0xFF);
-          b.unpooled_forward(k.data(), int64_t(keys.size()), LookupMode::eval, out.data(), OutputType::f32, r.data(),
-                             MissingKey::error);
-          std::vector<float> want(out_a);
-          for (auto& v : want) v *= 3.f;
-          BOOST_CHECK_EQUAL(testing::count_mismatches(out.download(), want, 0, 0, "loaded lookup"), 0u);
-          TableRows bad_rows = rows;
-          bad_rows.values.pop_back();
-          EmbeddingTable c(ddev, config(dim, 1000, OptimizerKind::adagrad));
-          BOOST_CHECK_THROW(c.load_rows(bad_rows), Error);
-          bad_rows = rows;
-          bad_rows.optimizer = "adam";  // another optimizer's state: refused, naming both
-          try {
-            c.load_rows(bad_rows);
-            BOOST_ERROR("rows of another optimizer loaded");
-          } catch (const Error& e) {
-            BOOST_CHECK(std::string(e.what()).find("'adagrad'") != std::string::npos);
-          }
-          BOOST_CHECK_EQUAL(c.size(), 0);
-        }
-        close_device(ddev);
+  const size_t distinct = std::set<int64_t>(keys.begin(), keys.end()).size();
+  Device sdev = open(src), ddev = open(dst);
+  {
+    EmbeddingTable a(sdev, config(dim, 1000, OptimizerKind::adagrad));
+    std::vector<float> out_a = train(a, keys);
+    TableRows rows = a.export_rows(sdev.stream);
+    BOOST_CHECK_EQUAL(rows.rows(), distinct);
+    BOOST_CHECK(std::set<int64_t>(rows.keys.begin(), rows.keys.end()) == std::set<int64_t>(keys.begin(), keys.end()));
+    BOOST_CHECK_EQUAL(rows.state.size(), rows.rows() * dim);
+    BOOST_CHECK(rows.name == "ads" && rows.dim == dim && rows.optimizer == "adagrad" && rows.state_width == dim);
+    size_t bad = 0;
+    for (size_t r = 0; r < rows.rows(); ++r) {
+      for (int e = 0; e < dim; ++e) {
+        bad += rows.values[r * dim + e] != initial_value(a.key_init(), uint64_t(rows.keys[r]), e);
+        bad += rows.state[r * dim + e] != 0.125f;  // adagrad's initial accumulator
       }
     }
-    close_device(sdev);
+    BOOST_CHECK_EQUAL(bad, 0u);
+    // Changed values survive the trip: scale them, reload them.
+    for (auto& v : rows.values) v *= 3.f;
+    for (size_t i = 0; i < rows.state.size(); ++i) rows.state[i] = float(i);
+    EmbeddingTable b(ddev, config(dim, 1000, OptimizerKind::adagrad));
+    b.load_rows(rows, ddev.stream);
+    TableRows back = b.export_rows(ddev.stream);
+    BOOST_CHECK(back.keys == rows.keys);
+    BOOST_CHECK(back.values == rows.values);
+    BOOST_CHECK(back.state == rows.state);
+    BOOST_CHECK_THROW(b.load_rows(rows, ddev.stream), Error);  // keys present
+    BOOST_CHECK_EQUAL(b.size(ddev.stream), int64_t(rows.rows()));
+    // eval lookup: values of each key are 3x the original's output
+    Buffer<int64_t> k(ddev, keys), r(ddev, keys.size());
+    Buffer<float> out(ddev, keys.size() * dim);
+    out.fill_bytes(0xFF);
+    b.unpooled_forward(k.data(), int64_t(keys.size()), LookupMode::eval, out.data(), OutputType::f32, r.data(),
+                       MissingKey::error, Check::now, ddev.stream);
+    std::vector<float> want(out_a);
+    for (auto& v : want) v *= 3.f;
+    BOOST_CHECK_EQUAL(testing::count_mismatches(out.download(), want, 0, 0, "loaded lookup"), 0u);
+    TableRows bad_rows = rows;
+    bad_rows.values.pop_back();
+    EmbeddingTable c(ddev, config(dim, 1000, OptimizerKind::adagrad));
+    BOOST_CHECK_THROW(c.load_rows(bad_rows, ddev.stream), Error);
+    bad_rows = rows;
+    bad_rows.optimizer = "adam";  // another optimizer's state: refused, naming both
+    try {
+      c.load_rows(bad_rows, ddev.stream);
+      BOOST_ERROR("rows of another optimizer loaded");
+    } catch (const Error& e) {
+      BOOST_CHECK(std::string(e.what()).find("'adagrad'") != std::string::npos);
+    }
+    BOOST_CHECK_EQUAL(c.size(ddev.stream), 0);
   }
+  close_device(ddev);
+  close_device(sdev);
 }
 
-BOOST_AUTO_TEST_CASE(full_and_missing_are_errors_naming_the_table) {
-  for (Backend b : testing::available_backends()) {
+void export_load_round_trip_on(Backend b) { export_load_round_trip(b, b); }
+
+}  // namespace
+
+SPARTA_BACKEND_CASES(export_load_round_trip, export_load_round_trip_on)
+
+// Rows exported on one backend load on the other, both ways.
+BOOST_AUTO_TEST_CASE(export_load_round_trip_across_backends, *testing::needs_gpu()) {
+  export_load_round_trip(Backend::cpu, Backend::cuda);
+  export_load_round_trip(Backend::cuda, Backend::cpu);
+}
+
+namespace {
+
+void full_and_missing_errors(Backend b) {
+  {
     Device dev = open(b);
     {
       EmbeddingTable t(dev, config(4, 20, OptimizerKind::sgd));
@@ -138,22 +151,26 @@ BOOST_AUTO_TEST_CASE(full_and_missing_are_errors_naming_the_table) {
       }
       Buffer<int64_t> k(dev, std::vector<int64_t>{1000, 1001}), r(dev, 2);
       Buffer<float> out(dev, 8);
-      t.unpooled_forward(k.data(), 2, LookupMode::eval, out.data(), OutputType::f32, r.data());  // zeros: fine
+      out.fill_bytes(0xFF);
+      t.unpooled_forward(k.data(), 2, LookupMode::eval, out.data(), OutputType::f32, r.data(), MissingKey::zeros,
+                         Check::now, dev.stream);  // zeros: fine
       BOOST_CHECK_EQUAL(testing::count_mismatches(out.download(), std::vector<float>(8, 0.f), 0, 0, "zeros"), 0u);
-      BOOST_CHECK_THROW(
-          t.unpooled_forward(k.data(), 2, LookupMode::eval, out.data(), OutputType::f32, r.data(), MissingKey::error),
-          Error);
-      t.clear();
-      BOOST_CHECK_EQUAL(t.size(), 0);
-      train(t, testing::random_ints(15, 0, 14));
+      BOOST_CHECK_THROW(t.unpooled_forward(k.data(), 2, LookupMode::eval, out.data(), OutputType::f32, r.data(),
+                                           MissingKey::error, Check::now, dev.stream),
+                        Error);
+      t.clear(dev.stream);
+      BOOST_CHECK_EQUAL(t.size(dev.stream), 0);
+      std::vector<int64_t> keys = testing::random_ints(15, 0, 14);
+      train(t, keys);
+      BOOST_CHECK_EQUAL(t.size(dev.stream), int64_t(std::set<int64_t>(keys.begin(), keys.end()).size()));
     }
     close_device(dev);
   }
 }
 
-BOOST_AUTO_TEST_CASE(deferred_check_reports_after_the_backward_and_loses_nothing) {
-  for (Backend b : testing::available_backends()) {
-    Device dev = open(b);
+void deferred_check(Backend b) {
+  Device dev = open(b);
+  {
     EmbeddingTable t(dev, config(4, 20, OptimizerKind::sgd));
     const int64_t salt = testing::random_ints(1, 0, int64_t(1) << 40)[0];
     std::vector<int64_t> keys(40);  // 40 distinct keys (one salt for all) into 20 rows
@@ -166,36 +183,42 @@ BOOST_AUTO_TEST_CASE(deferred_check_reports_after_the_backward_and_loses_nothing
     out.fill_bytes(0xFF);
     rows.fill_bytes(0x7F);
     t.pooled_forward(o.data(), k.data(), n, Combiner::sum, LookupMode::train, out.data(), OutputType::f32, rows.data(),
-                     MissingKey::zeros, Check::deferred);  // no throw yet
+                     MissingKey::zeros, Check::deferred, dev.stream);  // no throw yet
     std::vector<int64_t> r = rows.download();
     BOOST_CHECK_EQUAL(std::count_if(r.begin(), r.end(), [](int64_t x) { return x >= 0 && x < 20; }), 20);
     BOOST_CHECK_EQUAL(std::count(r.begin(), r.end(), int64_t(-1)), 20);
-    std::vector<float> before = t.export_rows().values;
-    t.backward_and_update(o.data(), rows.data(), n, n, grad.data(), Combiner::sum, 1);  // refused keys skipped
-    BOOST_CHECK_EQUAL(t.rows_updated(), 20);
-    std::vector<float> after = t.export_rows().values;
+    std::vector<float> before = t.export_rows(dev.stream).values;
+    t.backward_and_update(o.data(), rows.data(), n, n, grad.data(), Combiner::sum, 1, dev.stream);  // refused: skipped
+    BOOST_CHECK_EQUAL(t.rows_updated(dev.stream), 20);
+    std::vector<float> after = t.export_rows(dev.stream).values;
     BOOST_REQUIRE_EQUAL(after.size(), before.size());
     size_t wrong = 0;
     for (size_t i = 0; i < after.size(); ++i) wrong += !(std::fabs(after[i] - (before[i] - 0.01f)) <= 1e-6f);
     BOOST_CHECK_EQUAL(wrong, 0u);  // every held row moved by -lr * 1 (lr 0.01 by default), nothing else
     try {
-      t.check_lookups();
+      t.check_lookups(MissingKey::zeros, dev.stream);
       BOOST_ERROR("no full error from the deferred check");
     } catch (const Error& e) {
       std::string m = e.what();
       BOOST_CHECK(m.find("'ads'") != std::string::npos && m.find("capacity 20 rows") != std::string::npos);
     }
-    BOOST_CHECK_NO_THROW(t.check_lookups());  // the counters start afresh after a check
+    BOOST_CHECK_NO_THROW(t.check_lookups(MissingKey::zeros, dev.stream));  // the counters start afresh
     Buffer<int64_t> missing(dev, std::vector<int64_t>{-5}), mr(dev, 1);  // never inserted
     t.unpooled_forward(missing.data(), 1, LookupMode::eval, out.data(), OutputType::f32, mr.data(), MissingKey::error,
-                       Check::deferred);
-    BOOST_CHECK_NO_THROW(t.check_lookups());  // missing keys are errors only when the check says so ...
+                       Check::deferred, dev.stream);
+    // missing keys are errors only when the check says so ...
+    BOOST_CHECK_NO_THROW(t.check_lookups(MissingKey::zeros, dev.stream));
     t.unpooled_forward(missing.data(), 1, LookupMode::eval, out.data(), OutputType::f32, mr.data(), MissingKey::error,
-                       Check::deferred);
-    BOOST_CHECK_THROW(t.check_lookups(MissingKey::error), Error);  // ... as here
-    close_device(dev);
+                       Check::deferred, dev.stream);
+    BOOST_CHECK_THROW(t.check_lookups(MissingKey::error, dev.stream), Error);  // ... as here
   }
+  close_device(dev);
 }
+
+}  // namespace
+
+SPARTA_BACKEND_CASES(full_and_missing_are_errors_naming_the_table, full_and_missing_errors)
+SPARTA_BACKEND_CASES(deferred_check_reports_after_the_backward_and_loses_nothing, deferred_check)
 
 // ---- train steps ----
 
@@ -339,14 +362,15 @@ std::vector<float> table_step(EmbeddingTable& t, const StepBatch& b) {
   out.fill_bytes(0xFF);
   rows.fill_bytes(0xFF);
   t.pooled_forward(o.data(), k.data(), b.bags(), b.combiner, LookupMode::train, out.data(), OutputType::f32,
-                   rows.data());
-  t.backward_and_update(o.data(), rows.data(), b.bags(), nnz, grad.data(), b.combiner, b.step);
+                   rows.data(), MissingKey::zeros, Check::deferred, dev.stream);
+  t.backward_and_update(o.data(), rows.data(), b.bags(), nnz, grad.data(), b.combiner, b.step, dev.stream);
+  t.check_lookups(MissingKey::zeros, dev.stream);
   return out.download();
 }
 
 // The table's rows by key: values and state (lazy_adam's last step as its float bits).
 std::map<int64_t, std::pair<std::vector<float>, std::vector<float>>> rows_by_key(EmbeddingTable& t) {
-  TableRows r = t.export_rows();
+  TableRows r = t.export_rows(t.device().stream);
   std::map<int64_t, std::pair<std::vector<float>, std::vector<float>>> m;
   for (size_t i = 0; i < r.rows(); ++i)
     m[r.keys[i]] = {std::vector<float>(r.values.begin() + i * r.dim, r.values.begin() + (i + 1) * r.dim),
@@ -390,11 +414,13 @@ size_t compare_with_model(EmbeddingTable& t, const HostModel& h, const std::stri
 
 }  // namespace
 
-// Several train steps per optimizer on the cpu backend against the host model: the forward's output, every
-// row's values and state, the rows updated; steps 1, 2, 3, 5, 6 (a gap: lazy_adam's missed decay).
-BOOST_AUTO_TEST_CASE(cpu_train_steps_match_host_model_for_every_optimizer) {
+namespace {
+
+// Several train steps per optimizer against the host model: the forward's output, every row's values and
+// state, the rows updated; steps 1, 2, 3, 5, 6 (a gap: lazy_adam's missed decay).
+void train_steps_match_host_model(Backend backend) {
   const int dim = 6;
-  Device dev = open(Backend::cpu);
+  Device dev = open(backend);
   for (OptimizerKind opt : kAllOptimizers) {
     EmbeddingTableConfig c = step_config(dim, 200, opt);
     EmbeddingTable t(dev, c);
@@ -410,18 +436,21 @@ BOOST_AUTO_TEST_CASE(cpu_train_steps_match_host_model_for_every_optimizer) {
       std::vector<int64_t> distinct(b.keys);
       std::sort(distinct.begin(), distinct.end());
       distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-      BOOST_CHECK_EQUAL(t.rows_updated(), int64_t(distinct.size()));
+      BOOST_CHECK_EQUAL(t.rows_updated(dev.stream), int64_t(distinct.size()));
       BOOST_CHECK_EQUAL(compare_with_model(t, h, what), 0u);
     }
     BOOST_CHECK_GE(t.backward_capacity(), 1);
-    BOOST_CHECK_THROW(t.backward_and_update(nullptr, nullptr, 0, 0, nullptr, Combiner::sum, 0), Error);  // step 0
+    BOOST_CHECK_THROW(t.backward_and_update(nullptr, nullptr, 0, 0, nullptr, Combiner::sum, 0, dev.stream),
+                      Error);  // step 0
   }
   close_device(dev);
 }
 
-// A workspace sized up front is used as is; a larger batch grows it; a clear() resets the optimizer state.
-BOOST_AUTO_TEST_CASE(workspace_sized_up_front_and_grown) {
-  Device dev = open(Backend::cpu);
+// A workspace sized up front is used as is; a larger batch grows it (after the stream of the last backward is
+// done with the old one); a clear() resets the optimizer state.
+void workspace_sized_up_front_and_grown(Backend backend) {
+  Device dev = open(backend);
+  {
   EmbeddingTableConfig c = step_config(4, 100, OptimizerKind::adagrad);
   c.max_batch_keys = 16;
   EmbeddingTable t(dev, c);
@@ -440,15 +469,21 @@ BOOST_AUTO_TEST_CASE(workspace_sized_up_front_and_grown) {
   h.update(big);
   BOOST_CHECK_EQUAL(t.backward_capacity(), std::max<int64_t>(16, int64_t(big.keys.size())));
   BOOST_CHECK_EQUAL(compare_with_model(t, h, "grown workspace"), 0u);
-  t.clear();
+  t.clear(dev.stream);
   HostModel fresh(c, t.key_init());
   StepBatch again = random_batch(10, 3, 30, 4, Combiner::sum, 3);
   fresh.forward(again);
   table_step(t, again);
   fresh.update(again);
   BOOST_CHECK_EQUAL(compare_with_model(t, fresh, "after clear"), 0u);
+  }
   close_device(dev);
 }
+
+}  // namespace
+
+SPARTA_BACKEND_CASES(train_steps_match_host_model_for_every_optimizer, train_steps_match_host_model)
+SPARTA_BACKEND_CASES(workspace_sized_up_front_and_grown, workspace_sized_up_front_and_grown)
 
 // GPU and cpu tables after the same steps, per optimizer. Preloaded (both tables hold the keys in the same
 // rows): the kernels promise the same bits, so values and state must be identical. Fresh (keys inserted by the
@@ -475,8 +510,8 @@ BOOST_AUTO_TEST_CASE(cuda_train_steps_match_cpu_table, *testing::needs_gpu()) {
             r.state = testing::random_floats(size_t(universe) * r.state_width, 0.f, 1.f);  // v, accumulators >= 0
             if (opt == OptimizerKind::lazy_adam)
               for (int64_t k = 0; k < universe; ++k) std::memset(&r.state[k * r.state_width + 2 * d], 0, 4);
-            ct.load_rows(r);
-            gt.load_rows(r);
+            ct.load_rows(r, cdev.stream);
+            gt.load_rows(r, gdev.stream);
           }
           const double tol = preload ? 0 : 1e-5;
           int i = 0;
@@ -485,7 +520,7 @@ BOOST_AUTO_TEST_CASE(cuda_train_steps_match_cpu_table, *testing::needs_gpu()) {
             StepBatch b = random_batch(2048, 6, universe, d, i++ % 2 ? Combiner::mean : Combiner::sum, step);
             std::vector<float> co = table_step(ct, b), go = table_step(gt, b);
             BOOST_CHECK_EQUAL(testing::count_mismatches(go, co, tol, tol, what + " forward"), 0u);
-            BOOST_CHECK_EQUAL(gt.rows_updated(), ct.rows_updated());
+            BOOST_CHECK_EQUAL(gt.rows_updated(gdev.stream), ct.rows_updated(cdev.stream));
           }
           auto cr = rows_by_key(ct), gr = rows_by_key(gt);
           BOOST_CHECK_EQUAL(cr.size(), gr.size());
@@ -510,3 +545,71 @@ BOOST_AUTO_TEST_CASE(cuda_train_steps_match_cpu_table, *testing::needs_gpu()) {
     }
   }
 }
+
+// ---- limits ----
+
+namespace {
+
+// e.what() names the table, the setting, the limit and the value found.
+void check_limit_error(const std::function<void()>& f, const std::string& setting, int64_t limit, int64_t found) {
+  try {
+    f();
+    BOOST_ERROR("no error for " << setting << " = " << found);
+  } catch (const Error& e) {
+    std::string m = e.what();
+    BOOST_TEST_MESSAGE(m);
+    BOOST_CHECK_MESSAGE(m.find("'ads'") != std::string::npos, m);
+    BOOST_CHECK_MESSAGE(m.find(setting) != std::string::npos, m);
+    BOOST_CHECK_MESSAGE(m.find(std::to_string(limit)) != std::string::npos, m);
+    BOOST_CHECK_MESSAGE(m.find(std::to_string(found)) != std::string::npos, m);
+  }
+}
+
+}  // namespace
+
+// The backward's limits (kernels/embedding_backward.h: rows sorted as uint32, keys counted in int32) are
+// checked when the table is built, before anything is allocated: the first table below would take 4 TiB of
+// values (and 64 GiB of hash slots), so an allocation before the check would end the test.
+BOOST_AUTO_TEST_CASE(limits_are_checked_when_the_table_is_built) {
+  BOOST_CHECK_EQUAL(kBackwardMaxRows, 4294967294LL);  // 2^32 - 2: capacity_rows itself is a sort key
+  BOOST_CHECK_EQUAL(kBackwardMaxKeys, 2147483646LL);  // 2^31 - 2
+  Device dev;
+  EmbeddingTableConfig c = config(256, kBackwardMaxRows + 1, OptimizerKind::sgd);
+  c.max_load_factor = 1.0;
+  check_limit_error([&] { EmbeddingTable t(dev, c); }, "capacity_rows", kBackwardMaxRows, kBackwardMaxRows + 1);
+  c = config(4, 100, OptimizerKind::sgd);
+  c.max_batch_keys = kBackwardMaxKeys + 1;
+  check_limit_error([&] { EmbeddingTable t(dev, c); }, "max_batch_keys", kBackwardMaxKeys, kBackwardMaxKeys + 1);
+  c.max_batch_keys = -1;
+  BOOST_CHECK_THROW(EmbeddingTable(dev, c), Error);
+}
+
+// Every call that takes a key count checks it against the backward's limit at its entry, before it grows the
+// workspace or inserts anything.
+void keys_per_call_limits(Backend b) {
+  Device dev = open(b);
+  {
+    EmbeddingTable t(dev, config(4, 100, OptimizerKind::sgd));
+    const int64_t over = kBackwardMaxKeys + 1;
+    check_limit_error([&] { t.backward_and_update(nullptr, nullptr, 1, over, nullptr, Combiner::sum, 1, dev.stream); },
+                      "keys", kBackwardMaxKeys, over);
+    check_limit_error([&] { t.backward_and_update(nullptr, nullptr, over, 0, nullptr, Combiner::sum, 1, dev.stream); },
+                      "bags", kBackwardMaxKeys, over);
+    BOOST_CHECK_EQUAL(t.backward_capacity(), 0);  // nothing grew
+    check_limit_error(
+        [&] {
+          t.unpooled_forward(nullptr, over, LookupMode::train, nullptr, OutputType::f32, nullptr, MissingKey::zeros,
+                             Check::now, dev.stream);
+        },
+        "keys", kBackwardMaxKeys, over);
+    check_limit_error(
+        [&] {
+          t.pooled_forward(nullptr, nullptr, over, Combiner::sum, LookupMode::train, nullptr, OutputType::f32, nullptr,
+                           MissingKey::zeros, Check::now, dev.stream);
+        },
+        "bags", kBackwardMaxKeys, over);
+    BOOST_CHECK_EQUAL(t.size(dev.stream), 0);  // nothing inserted
+  }
+  close_device(dev);
+}
+SPARTA_BACKEND_CASES(keys_per_call_limits_are_checked_at_entry, keys_per_call_limits)

@@ -105,9 +105,9 @@ Run forward(const Device& dev, HashTable& t, Buffer<float>& values, int dim, con
   a.out_type = ot;
   a.rows = rows.data();
   if (pooled)
-    pooled_forward(dev, a);
+    pooled_forward(dev, a, dev.stream);
   else
-    unpooled_forward(dev, a);
+    unpooled_forward(dev, a, dev.stream);
   Run r;
   r.out_raw = out.download();
   r.out = as_floats(r.out_raw, ot);
@@ -134,7 +134,7 @@ void train_then_eval(Backend b, int64_t batch, int slots, int hot, int dim, Comb
       Buffer<float> values(dev, size_t(cap) * dim);
       values.fill_bytes(0xFF);
       Run r = forward(dev, t, values, dim, ki, c, pooled, LookupMode::train, comb, ot);
-      t.check_errors();
+      t.check_errors(false, dev.stream);
       const int64_t* offs = pooled ? c.offsets.data() : nullptr;
       int64_t bags = pooled ? c.bags : int64_t(c.keys.size());
       std::vector<float> want = reference(c, offs, bags, dim, comb, ot, ki, [](int64_t) { return true; });
@@ -150,7 +150,7 @@ void train_then_eval(Backend b, int64_t batch, int slots, int hot, int dim, Comb
         if (row >= 0 && row < cap) bad += v[size_t(row) * dim] != initial_value(ki, uint64_t(c.keys[i]), 0);
       }
       BOOST_CHECK_EQUAL(bad, 0u);
-      BOOST_CHECK_EQUAL(t.size(), int64_t(row_of.size()));
+      BOOST_CHECK_EQUAL(t.size(dev.stream), int64_t(row_of.size()));
 
       // Eval: half the keys replaced by keys never seen.
       Csr e = c;
@@ -168,9 +168,9 @@ void train_then_eval(Backend b, int64_t batch, int slots, int hot, int dim, Comb
       bad = 0;
       for (size_t i = 0; i < e.keys.size(); ++i) bad += seen[i] ? q.rows[i] != row_of[e.keys[i]] : q.rows[i] != -1;
       BOOST_CHECK_EQUAL(bad, 0u);
-      BOOST_CHECK_EQUAL(t.read_meta().missing, unseen);
-      if (unseen) BOOST_CHECK_THROW(t.check_errors(true), Error);
-      BOOST_CHECK_EQUAL(t.size(), int64_t(row_of.size()));  // eval inserted nothing
+      BOOST_CHECK_EQUAL(t.read_meta(dev.stream).missing, unseen);
+      if (unseen) BOOST_CHECK_THROW(t.check_errors(true, dev.stream), Error);
+      BOOST_CHECK_EQUAL(t.size(dev.stream), int64_t(row_of.size()));  // eval inserted nothing
     }
     close_device(dev);
   }
@@ -216,9 +216,10 @@ BOOST_AUTO_TEST_CASE(cuda_forward_is_deterministic_and_matches_cpu, *testing::ne
   BOOST_CHECK(outs[0] == outs[2]);
 }
 
+namespace {
 // A table too small for the batch: refused keys get row -1 and contribute nothing; the error names the table.
-BOOST_AUTO_TEST_CASE(full_table_in_training) {
-  for (Backend b : testing::available_backends()) {
+void full_table_in_training(Backend b) {
+  {
     Device dev = open_device(b, b == Backend::cuda ? 0 : -1);
     {
       const int dim = 8;
@@ -227,8 +228,13 @@ BOOST_AUTO_TEST_CASE(full_table_in_training) {
       HashTable t(dev, "tiny", 50, 0.5);
       Buffer<float> values(dev, 50 * dim);
       Run r = forward(dev, t, values, dim, ki, c, true, LookupMode::train, Combiner::sum, OutputType::f32);
-      BOOST_CHECK_THROW(t.check_errors(), Error);
-      BOOST_CHECK_EQUAL(t.size(), 50);
+      try {
+        t.check_errors(false, dev.stream);
+        BOOST_ERROR("no error from a full table");
+      } catch (const Error& e) {
+        BOOST_CHECK(std::string(e.what()).find("'tiny'") != std::string::npos);
+      }
+      BOOST_CHECK_EQUAL(t.size(dev.stream), 50);
       std::set<int64_t> rows;
       for (int64_t row : r.rows) rows.insert(row);
       BOOST_CHECK(rows.count(-1) == 1);
@@ -240,6 +246,8 @@ BOOST_AUTO_TEST_CASE(full_table_in_training) {
     close_device(dev);
   }
 }
+}  // namespace
+SPARTA_BACKEND_CASES(full_table_in_training, full_table_in_training)
 
 BOOST_AUTO_TEST_CASE(half_conversions_round_to_nearest_even) {
   BOOST_CHECK_EQUAL(float_to_bf16(1.0f), 0x3F80);
@@ -264,9 +272,9 @@ BOOST_AUTO_TEST_CASE(bad_arguments_are_errors) {
   a.table = t.view();
   a.bags = 1;
   a.rows_init.dim = 0;
-  BOOST_CHECK_THROW(pooled_forward(dev, a), Error);
+  BOOST_CHECK_THROW(pooled_forward(dev, a, dev.stream), Error);
   a.rows_init.dim = 300;
-  BOOST_CHECK_THROW(unpooled_forward(dev, a), Error);
+  BOOST_CHECK_THROW(unpooled_forward(dev, a, dev.stream), Error);
   a.rows_init.dim = 4;
-  BOOST_CHECK_THROW(pooled_forward(dev, a), Error);  // null offsets and output
+  BOOST_CHECK_THROW(pooled_forward(dev, a, dev.stream), Error);  // null offsets and output
 }

@@ -134,7 +134,7 @@ void step_on(const Device& dev, const OptimizerConfig& cfg, int64_t step, const 
   Buffer<float> g(dev, padded_grads);
   Buffer<int32_t> n(dev, std::vector<int32_t>{int32_t(rows.size())});
   sparse_optimizer_update(dev, cfg, step, r.data(), g.data(), n.data(), max_unique, store.values.data(),
-                          store.state.data(), capacity, dim);
+                          store.state.data(), capacity, dim, dev.stream);
   synchronize(dev);
 }
 

@@ -1,6 +1,11 @@
 // buffer.h: typed, owning, move-only arrays on a device (Buffer) and in page-locked host memory (PinnedBuffer).
 // No tensor framework: a buffer is a pointer, an element count and the device it lives on; shapes are
 // written in comments where buffers are declared.
+//
+// Freeing (destructor, move assignment) frees at once: the owner makes sure no stream still uses the memory
+// (synchronize it first), as it would have to with a stream-ordered allocator; resize takes that stream.
+// upload, download and fill_bytes are host conveniences on the device's own stream (dev.stream); kernels and
+// tables use the stream forms of src/base/device.h with the stream of their operation.
 #pragma once
 
 #include <cstddef>
@@ -39,10 +44,13 @@ class Buffer {
   bool empty() const { return n_ == 0; }
   const Device& device() const { return dev_; }
 
-  // Reallocates to n elements when the size differs; contents are not kept.
-  void resize(size_t n) {
+  // Reallocates to n elements when the size differs; contents are not kept. last_used is the stream that last
+  // used the old memory: it is synchronized before the memory is freed (device_free_after), so a resize of a
+  // buffer in flight is safe without relying on cudaFree's implicit synchronization.
+  void resize(size_t n, Stream last_used) {
     if (n == n_) return;
-    release();
+    device_free_after(dev_, p_, last_used);
+    p_ = nullptr;
     n_ = n;
     p_ = static_cast<T*>(device_alloc(dev_, n * sizeof(T)));
   }

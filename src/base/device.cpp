@@ -71,6 +71,26 @@ void close_device(Device& dev) {
   dev.stream = nullptr;
 }
 
+Stream create_stream(const Device& dev) {
+  if (!dev.is_cuda()) return nullptr;
+#if SPARTA_CUDA
+  cudaStream_t s;
+  CUDA_CHECK(cudaSetDevice(dev.gpu));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+#else
+  SPARTA_FATAL("a stream of %s in a CUDA=0 build", dev.name().c_str());
+#endif
+}
+
+void destroy_stream(const Device& dev, Stream stream) {
+  if (!dev.is_cuda() || !stream) return;
+#if SPARTA_CUDA
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+#endif
+}
+
 namespace {
 void* host_alloc(size_t bytes) {
   size_t rounded = (bytes + 255) / 256 * 256;
@@ -110,6 +130,12 @@ void device_free(const Device& dev, void* p) {
 #endif
 }
 
+void device_free_after(const Device& dev, void* p, Stream last_used) {
+  if (!p) return;
+  synchronize(dev, last_used);  // explicit: cudaFree's implicit synchronization is not relied upon
+  device_free(dev, p);
+}
+
 void* pinned_alloc(Backend backend, size_t bytes) {
   if (bytes == 0) return nullptr;
 #if SPARTA_CUDA
@@ -118,6 +144,8 @@ void* pinned_alloc(Backend backend, size_t bytes) {
     CUDA_CHECK(cudaMallocHost(&p, bytes));
     return p;
   }
+#else
+  (void)backend;
 #endif
   return host_alloc(bytes);
 }
@@ -135,57 +163,79 @@ void pinned_free(Backend backend, void* p) {
   std::free(p);
 }
 
-void copy_to_device(const Device& dev, void* dst, const void* src, size_t bytes) {
+void copy_to_device(const Device& dev, void* dst, const void* src, size_t bytes, Stream stream) {
   if (bytes == 0) return;
   if (!dev.is_cuda()) {
     std::memcpy(dst, src, bytes);
     return;
   }
 #if SPARTA_CUDA
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, dev.stream));
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+#else
+  (void)stream;
 #endif
 }
 
-void copy_to_host(const Device& dev, void* dst, const void* src, size_t bytes) {
+void copy_to_host(const Device& dev, void* dst, const void* src, size_t bytes, Stream stream) {
   if (bytes == 0) return;
   if (!dev.is_cuda()) {
     std::memcpy(dst, src, bytes);
     return;
   }
 #if SPARTA_CUDA
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, dev.stream));
-  CUDA_CHECK(cudaStreamSynchronize(dev.stream));
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+#else
+  (void)stream;
 #endif
 }
 
-void copy_on_device(const Device& dev, void* dst, const void* src, size_t bytes) {
+void copy_on_device(const Device& dev, void* dst, const void* src, size_t bytes, Stream stream) {
   if (bytes == 0) return;
   if (!dev.is_cuda()) {
     std::memmove(dst, src, bytes);
     return;
   }
 #if SPARTA_CUDA
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, dev.stream));
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+#else
+  (void)stream;
 #endif
 }
 
-void memset_device(const Device& dev, void* dst, int byte, size_t bytes) {
+void memset_device(const Device& dev, void* dst, int byte, size_t bytes, Stream stream) {
   if (bytes == 0) return;
   if (!dev.is_cuda()) {
     std::memset(dst, byte, bytes);
     return;
   }
 #if SPARTA_CUDA
-  CUDA_CHECK(cudaMemsetAsync(dst, byte, bytes, dev.stream));
+  CUDA_CHECK(cudaMemsetAsync(dst, byte, bytes, stream));
+#else
+  (void)stream;
 #endif
 }
 
-void synchronize(const Device& dev) {
+void synchronize(const Device& dev, Stream stream) {
 #if SPARTA_CUDA
-  if (dev.is_cuda()) CUDA_CHECK(cudaStreamSynchronize(dev.stream));
+  if (dev.is_cuda()) CUDA_CHECK(cudaStreamSynchronize(stream));
 #else
-  (void)dev;
+  (void)dev, (void)stream;
 #endif
 }
+
+void copy_to_device(const Device& dev, void* dst, const void* src, size_t bytes) {
+  copy_to_device(dev, dst, src, bytes, dev.stream);
+}
+void copy_to_host(const Device& dev, void* dst, const void* src, size_t bytes) {
+  copy_to_host(dev, dst, src, bytes, dev.stream);
+}
+void copy_on_device(const Device& dev, void* dst, const void* src, size_t bytes) {
+  copy_on_device(dev, dst, src, bytes, dev.stream);
+}
+void memset_device(const Device& dev, void* dst, int byte, size_t bytes) {
+  memset_device(dev, dst, byte, bytes, dev.stream);
+}
+void synchronize(const Device& dev) { synchronize(dev, dev.stream); }
 
 }  // namespace sparta

@@ -38,27 +38,47 @@ int visible_gpu_count();
 // Name of GPU ordinal (from the driver), or "" without CUDA.
 std::string gpu_name(int gpu);
 
-// Makes the device current on this thread (cudaSetDevice) and creates its stream.
+// Makes the device current on this thread (cudaSetDevice) and creates its stream. The cpu backend touches no
+// CUDA runtime call here or anywhere below, so a cpu rank never creates a CUDA context.
 Device open_device(Backend backend, int gpu);
 void close_device(Device& dev);
+
+// A stream of dev besides dev.stream (a second compute stream; tests): non-blocking. cpu: nullptr, nothing made.
+// destroy_stream waits for the stream's work first.
+Stream create_stream(const Device& dev);
+void destroy_stream(const Device& dev, Stream stream);
 
 // Raw memory. cpu: 256-byte aligned host memory; cuda: cudaMalloc. Zero bytes gives nullptr.
 // An allocation that fails ends the job with the bytes asked for and the device's free memory.
 void* device_alloc(const Device& dev, size_t bytes);
+// Frees at once: the caller guarantees that no stream still uses p. Memory that a stream may still be using
+// goes through device_free_after instead, so that nothing relies on cudaFree synchronizing implicitly.
 void device_free(const Device& dev, void* p);
+// Frees p once last_used, the stream that last used it, has finished with it: synchronizes last_used, then
+// frees. (A stream-ordered allocator would be cudaFreeAsync on last_used, without the host waiting.)
+void device_free_after(const Device& dev, void* p, Stream last_used);
 // Host memory for staging and prefetching. The cuda backend gets page-locked memory (fast, asynchronous
 // copies); the cpu backend gets plain aligned host memory and never touches the CUDA runtime, so a cpu rank
 // creates no CUDA context even where GPUs are visible. Free with the backend it was allocated for.
 void* pinned_alloc(Backend backend, size_t bytes);
 void pinned_free(Backend backend, void* p);
 
-// Copies between host and device memory of dev. Asynchronous on dev.stream for cuda, except
-// copy_to_host, which synchronizes the stream so the host may read dst on return.
+// Copies and sets on `stream` (cuda; the cpu backend ignores the stream and does them at once). Asynchronous,
+// except copy_to_host, which synchronizes the stream so the host may read dst on return. copy_to_device from
+// pageable host memory: the source may be reused on return (the runtime stages it), from pinned memory only
+// once the stream reached the copy. Kernels and tables use these forms, with the stream of the operation.
+void copy_to_device(const Device& dev, void* dst, const void* src, size_t bytes, Stream stream);
+void copy_to_host(const Device& dev, void* dst, const void* src, size_t bytes, Stream stream);
+void copy_on_device(const Device& dev, void* dst, const void* src, size_t bytes, Stream stream);
+void memset_device(const Device& dev, void* dst, int byte, size_t bytes, Stream stream);
+// Waits for all work queued on stream (no-op on cpu).
+void synchronize(const Device& dev, Stream stream);
+
+// Host conveniences (Buffer::upload/download, tests, benchmarks): the same on dev.stream.
 void copy_to_device(const Device& dev, void* dst, const void* src, size_t bytes);
 void copy_to_host(const Device& dev, void* dst, const void* src, size_t bytes);
 void copy_on_device(const Device& dev, void* dst, const void* src, size_t bytes);
 void memset_device(const Device& dev, void* dst, int byte, size_t bytes);
-// Waits for all work queued on dev.stream (no-op on cpu).
 void synchronize(const Device& dev);
 
 }  // namespace sparta
