@@ -49,12 +49,6 @@ boost::test_tools::assertion_result GpuPerRank::operator()(boost::unit_test::tes
 boost::unit_test::precondition needs_gpu_per_rank() { return boost::unit_test::precondition(GpuPerRank()); }
 #pragma GCC diagnostic pop
 
-std::vector<sparta::Backend> available_backends() {
-  std::vector<sparta::Backend> b{sparta::Backend::cpu};
-  if (sparta::visible_gpu_count() > 0) b.push_back(sparta::Backend::cuda);
-  return b;
-}
-
 uint64_t seed() {
   static const uint64_t s = [] {
     const char* env = std::getenv("SPARTA_TEST_SEED");

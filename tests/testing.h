@@ -25,9 +25,6 @@ struct GpuPerRank {
 };
 boost::unit_test::precondition needs_gpu_per_rank();
 
-// The devices a case runs on: always cpu, plus cuda:0 (on a GPU) when one is visible.
-// Deprecated: a loop over it drops CUDA silently where there is no GPU; write SPARTA_BACKEND_CASES instead.
-std::vector<sparta::Backend> available_backends();
 
 // A generator seeded from the clock (fresh inputs every run), with the seed printed so a failure can be
 // replayed with SPARTA_TEST_SEED=<seed>.
