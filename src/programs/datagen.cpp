@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string>
 
+#include "src/base/agree.h"
 #include "src/base/check.h"
 #include "src/context.h"
 #include "io/dataset.h"
@@ -48,11 +49,17 @@ int main(int argc, char** argv) {
       "log-level", sparta::po::value<std::string>(&level)->default_value("info"), "debug | info | warn | error");
   return sparta::run_program("sparta-datagen", [&] {
     sparta::po::variables_map vm;
-    if (!sparta::parse_options(argc, argv, desc, vm, "usage: mpiexec -n N sparta-datagen --out FILE --samples N [options]"))
-      return 0;
-    so.seed = seed;
-    so.teacher_seed = teacher_seed;
-    sparta::SyntheticConfig cfg = sparta::make_synthetic_config(so);
+    sparta::SyntheticConfig cfg;
+    bool help = false;
+    // Every rank parses the same options: agreeing on the verdict lets a bad one end the job with status 1.
+    sparta::agree_on_error(MPI_COMM_WORLD, sparta::guarded([&] {
+      help = !sparta::parse_options(argc, argv, desc, vm, "usage: mpiexec -n N sparta-datagen --out FILE --samples N [options]");
+      if (help) return;
+      so.seed = seed;
+      so.teacher_seed = teacher_seed;
+      cfg = sparta::make_synthetic_config(so);
+    }));
+    if (help) return 0;
     LOG_INFO("sparta-datagen: %lld samples, %lld dense, %lld slots, seed %llu, teacher seed %llu, %d rank(s) -> %s",
              (long long)cfg.num_samples, (long long)cfg.num_dense, (long long)cfg.num_slots(), seed, teacher_seed,
              ctx.world(), out.c_str());
