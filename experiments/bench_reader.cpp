@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "src/base/agree.h"
 #include "src/base/check.h"
 #include "src/context.h"
 #include "io/dataset.h"
@@ -75,8 +76,8 @@ int main(int argc, char** argv) {
       "keep", sparta::po::bool_switch(&keep), "keep the generated file")(
       "out", sparta::po::value<std::string>(&out), "append JSON lines here")(
       "log-level", sparta::po::value<std::string>(&level)->default_value("info"), "debug | info | warn | error");
-  int failed = 0;
-  try {
+  return sparta::run_program("bench_reader", [&] {
+    int failed = 0;
     sparta::po::variables_map vm;
     if (!sparta::parse_options(argc, argv, desc, vm, "usage: bench_reader [options]")) return 0;
     SPARTA_REQUIRE(repeats >= 1, "--repeats: expected >= 1, found %d", repeats);
@@ -93,7 +94,17 @@ int main(int argc, char** argv) {
       LOG_INFO("# generated %s: %lld samples in %.1f s (teacher AUC %.3f)", file.c_str(), (long long)samples, g.seconds,
                g.teacher_auc);
     }
-    if (ctx.is_root()) {
+    // Removes the generated file however the run ends.
+    struct Cleanup {
+      const std::string& path;
+      bool remove;
+      ~Cleanup() {
+        if (remove) std::remove(path.c_str());
+      }
+    } cleanup{file, generated && !keep && ctx.is_root()};
+    // Rank 0 reads while the others wait for its verdict: a bad file ends every rank with one Error.
+    sparta::agree_on_error(MPI_COMM_WORLD, sparta::guarded([&] {
+      if (!ctx.is_root()) return;
       sparta::ReaderOptions ro;
       ro.global_batch = batch;
       ro.world = world;
@@ -165,11 +176,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_reader: %d epoch(s) delivered other data than the direct reads\n", wrong);
         failed = 1;
       }
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (generated && !keep && ctx.is_root()) std::remove(file.c_str());
-  } catch (const sparta::Error& e) {
-    SPARTA_FATAL("bench_reader: %s", e.what());
-  }
-  return failed;
+    }));
+    return failed;
+  });
 }

@@ -200,6 +200,9 @@ DatasetSchema read_schema(const h5::File& f) {
   s.preprocessing = h5::read_attr_string(f, "/", "preprocessing");
   if (h5::has_attr(f, "/", "generator")) s.generator = h5::read_attr_string(f, "/", "generator");
   if (h5::has_attr(f, "/", "teacher_auc")) s.teacher_auc = h5::read_attr_double(f, "/", "teacher_auc");
+  if (h5::has_attr(f, "/", "seed")) s.seed = static_cast<uint64_t>(h5::read_attr_int(f, "/", "seed"));
+  if (h5::has_attr(f, "/", "teacher_seed"))
+    s.teacher_seed = static_cast<uint64_t>(h5::read_attr_int(f, "/", "teacher_seed"));
   s.check(p + ": attributes");
 
   const hsize_t N = s.num_samples;
@@ -275,6 +278,8 @@ void DatasetWriter::write_attributes() {
   h5::write_attr(file_, "/", "preprocessing", schema_.preprocessing);
   if (!schema_.generator.empty()) h5::write_attr(file_, "/", "generator", schema_.generator);
   if (schema_.teacher_auc >= 0) h5::write_attr(file_, "/", "teacher_auc", schema_.teacher_auc);
+  if (schema_.seed) h5::write_attr(file_, "/", "seed", static_cast<int64_t>(*schema_.seed));
+  if (schema_.teacher_seed) h5::write_attr(file_, "/", "teacher_seed", static_cast<int64_t>(*schema_.teacher_seed));
 }
 
 void DatasetWriter::append(const SampleBlock& block) {

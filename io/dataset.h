@@ -14,6 +14,10 @@
 //     preprocessing   string  how the raw data became these values (free text)
 //     generator       string  synthetic data only: the generator's settings, "key=value" separated by spaces
 //     teacher_auc     double  synthetic data only: AUC of the planted teacher's probability on this file's labels
+//     seed            int64   synthetic data only: the sample stream's seed (a uint64, stored bit for bit)
+//     teacher_seed    int64   synthetic data only: the planted teacher's seed (a uint64, stored bit for bit);
+//                             files sharing it are splits of one task. Files written before it existed lack
+//                             it (and seed): their generator attribute's seed is both.
 //   /label            float32 [N]               click (0 or 1; any value in [0, 1] is accepted)
 //   /dense            float32 [N, num_dense]    finite values
 //   /sparse/offsets   int64   [N*num_slots + 1] CSR offsets over rows r = sample*num_slots + slot:
@@ -34,6 +38,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +60,8 @@ struct DatasetSchema {
   std::string preprocessing;
   std::string generator;             // "" unless synthetic
   double teacher_auc = -1;           // < 0: none recorded
+  std::optional<uint64_t> seed;          // synthetic only: the sample stream's seed
+  std::optional<uint64_t> teacher_seed;  // synthetic only: the teacher's seed
   int64_t num_keys = 0;              // nnz: length of /sparse/keys (read from the file, not an attribute)
 
   // sum(hotness): the most keys one sample can have.

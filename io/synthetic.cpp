@@ -5,6 +5,8 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <sstream>
@@ -44,6 +46,19 @@ int64_t parse_int(const std::string& s, const std::string& what) {
   return v;
 }
 
+uint64_t parse_uint(const std::string& s, const std::string& what) {
+  size_t used = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  SPARTA_REQUIRE(used == s.size() && !s.empty() && s[0] != '-', "%s: expected an unsigned integer, found '%s'",
+                 what.c_str(), s.c_str());
+  return v;
+}
+
 double parse_double(const std::string& s, const std::string& what) {
   size_t used = 0;
   double v = 0;
@@ -64,6 +79,28 @@ std::vector<std::string> per_slot(const std::string& spec, int64_t slots, const 
                  parts.size(), spec.c_str());
   if (parts.size() == 1) parts.assign(slots, parts[0]);
   return parts;
+}
+
+// "k" (fixed) or "a-b" (uniform per sample): the hotness of one slot.
+void parse_hotness(const std::string& h, const std::string& what, int64_t& lo, int64_t& hi) {
+  size_t dash = h.find('-');
+  if (dash == std::string::npos) {
+    lo = hi = parse_int(h, what);
+  } else {
+    lo = parse_int(h.substr(0, dash), what);
+    hi = parse_int(h.substr(dash + 1), what);
+  }
+  SPARTA_REQUIRE(lo >= 0 && hi >= 1 && lo <= hi && hi <= 1 << 20,
+                 "%s: expected k or a-b with 0 <= a <= b, 1 <= b <= 1048576, found '%s'", what.c_str(), h.c_str());
+}
+
+// The shortest decimal text that reads back as exactly v, so a recorded setting regenerates the same file.
+std::string exact_text(double v) {
+  for (int digits = 6; digits < 17; ++digits) {
+    std::string t = strprintf("%.*g", digits, v);
+    if (std::strtod(t.c_str(), nullptr) == v) return t;
+  }
+  return strprintf("%.17g", v);
 }
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
@@ -116,14 +153,15 @@ std::string SyntheticConfig::describe() const {
     hot += (s ? "," : "") + (hotness_min[s] == hotness_max[s]
                                  ? std::to_string(hotness_max[s])
                                  : std::to_string(hotness_min[s]) + "-" + std::to_string(hotness_max[s]));
-    al += (s ? "," : "") + strprintf("%g", alpha[s]);
+    al += (s ? "," : "") + exact_text(alpha[s]);
   }
-  return strprintf("generator=sparta-datagen preset=%s seed=%llu samples=%lld num_dense=%lld slots=%lld ",
-                   preset.c_str(), (unsigned long long)seed, (long long)num_samples, (long long)num_dense,
-                   (long long)num_slots()) +
+  return strprintf("generator=sparta-datagen preset=%s seed=%llu teacher_seed=%llu samples=%lld num_dense=%lld slots=%lld ",
+                   preset.c_str(), (unsigned long long)seed, (unsigned long long)teacher_seed, (long long)num_samples,
+                   (long long)num_dense, (long long)num_slots()) +
          "cardinality=" + ints(cardinality) + " hotness=" + hot + " alpha=" + al +
-         strprintf(" max_rows=%lld teacher=dlrm-dot teacher_dim=%d teacher_scale=%g teacher_bias=%g teacher_noise=%g",
-                   (long long)max_rows, teacher_dim, teacher_scale, teacher_bias, teacher_noise);
+         strprintf(" max_rows=%lld teacher=dlrm-dot teacher_dim=%d", (long long)max_rows, teacher_dim) +
+         " teacher_scale=" + exact_text(teacher_scale) + " teacher_bias=" + exact_text(teacher_bias) +
+         " teacher_noise=" + exact_text(teacher_noise);
 }
 
 std::vector<int64_t> preset_cardinality(const std::string& preset) {
@@ -146,21 +184,14 @@ SyntheticConfig make_synthetic_config(const SyntheticOptions& o) {
   SPARTA_REQUIRE(o.max_rows >= 0, "--max-rows: expected >= 0 (0: no cap), found %lld", (long long)o.max_rows);
   c.max_rows = o.max_rows;
   c.seed = o.seed;
+  c.teacher_seed = o.teacher_seed;
   for (int64_t s = 0; s < slots; ++s) {
     int64_t card = base[s % base.size()];
     c.cardinality.push_back(o.max_rows > 0 ? std::min(card, o.max_rows) : card);
   }
   for (const std::string& h : per_slot(o.hotness, slots, "--hotness")) {
-    size_t dash = h.find('-');
     int64_t lo, hi;
-    if (dash == std::string::npos) {
-      lo = hi = parse_int(h, "--hotness");
-    } else {
-      lo = parse_int(h.substr(0, dash), "--hotness");
-      hi = parse_int(h.substr(dash + 1), "--hotness");
-    }
-    SPARTA_REQUIRE(lo >= 0 && hi >= 1 && lo <= hi && hi <= 1 << 20,
-                   "--hotness: expected k or a-b with 0 <= a <= b, 1 <= b <= 1048576, found '%s'", h.c_str());
+    parse_hotness(h, "--hotness", lo, hi);
     c.hotness_min.push_back(lo);
     c.hotness_max.push_back(hi);
   }
@@ -183,17 +214,85 @@ DatasetSchema synthetic_schema(const SyntheticConfig& c) {
       "synthetic (sparta-datagen): dense = log(1 + x), x exponential with a mean per feature; keys from a power "
       "law per slot; labels Bernoulli(sigmoid(teacher logit + noise)); see the generator attribute";
   s.generator = c.describe();
+  s.seed = c.seed;
+  s.teacher_seed = c.teacher_seed;
   return s;
 }
 
-Teacher::Teacher(const SyntheticConfig& c) : c_(c), seed_(hash_mix(c.seed, 0x7eac4e5ull)) {
+SyntheticConfig recorded_config(const DatasetSchema& s, const std::string& path) {
+  const std::string where = path + ": attribute 'generator'";
+  SPARTA_REQUIRE(!s.generator.empty(),
+                 "%s: no attribute 'generator': expected a synthetic file (sparta-datagen), found preprocessing \"%s\"",
+                 path.c_str(), s.preprocessing.c_str());
+  std::map<std::string, std::string> kv;
+  for (const std::string& item : split(s.generator, ' ')) {
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    SPARTA_REQUIRE(eq != std::string::npos && eq > 0, "%s: expected key=value items, found '%s'", where.c_str(),
+                   item.c_str());
+    kv[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  auto get = [&](const std::string& key) -> const std::string& {
+    auto it = kv.find(key);
+    SPARTA_REQUIRE(it != kv.end(), "%s: missing '%s=' in \"%s\"", where.c_str(), key.c_str(), s.generator.c_str());
+    return it->second;
+  };
+  auto what = [&](const std::string& key) { return where + " " + key; };
+  SPARTA_REQUIRE(get("generator") == "sparta-datagen" && get("teacher") == "dlrm-dot",
+                 "%s: expected generator=sparta-datagen teacher=dlrm-dot, found generator=%s teacher=%s",
+                 where.c_str(), get("generator").c_str(), get("teacher").c_str());
+  SyntheticConfig c;
+  c.preset = get("preset");
+  c.num_samples = parse_int(get("samples"), what("samples"));
+  c.num_dense = parse_int(get("num_dense"), what("num_dense"));
+  const int64_t slots = parse_int(get("slots"), what("slots"));
+  for (const std::string& v : split(get("cardinality"), ',')) c.cardinality.push_back(parse_int(v, what("cardinality")));
+  for (const std::string& h : split(get("hotness"), ',')) {
+    int64_t lo, hi;
+    parse_hotness(h, what("hotness"), lo, hi);
+    c.hotness_min.push_back(lo);
+    c.hotness_max.push_back(hi);
+  }
+  for (const std::string& a : split(get("alpha"), ',')) c.alpha.push_back(parse_double(a, what("alpha")));
+  SPARTA_REQUIRE(c.num_slots() == slots && static_cast<int64_t>(c.hotness_max.size()) == slots &&
+                     static_cast<int64_t>(c.alpha.size()) == slots,
+                 "%s: expected slots=%lld values in cardinality, hotness and alpha, found %zu, %zu and %zu",
+                 where.c_str(), (long long)slots, c.cardinality.size(), c.hotness_max.size(), c.alpha.size());
+  c.max_rows = parse_int(get("max_rows"), what("max_rows"));
+  c.teacher_dim = static_cast<int>(parse_int(get("teacher_dim"), what("teacher_dim")));
+  SPARTA_REQUIRE(c.teacher_dim >= 1 && c.teacher_dim <= 1024, "%s: teacher_dim: expected 1..1024, found %d",
+                 where.c_str(), c.teacher_dim);
+  c.teacher_scale = parse_double(get("teacher_scale"), what("teacher_scale"));
+  c.teacher_bias = parse_double(get("teacher_bias"), what("teacher_bias"));
+  c.teacher_noise = parse_double(get("teacher_noise"), what("teacher_noise"));
+  c.seed = parse_uint(get("seed"), what("seed"));
+  SPARTA_REQUIRE(!s.seed || *s.seed == c.seed, "%s: attribute 'seed' is %llu, but the generator attribute says seed=%llu",
+                 path.c_str(), (unsigned long long)*s.seed, (unsigned long long)c.seed);
+  // The attribute, else the generator's key; files from before teacher seeds had one seed for both.
+  c.teacher_seed = kv.count("teacher_seed") ? parse_uint(kv["teacher_seed"], what("teacher_seed")) : c.seed;
+  if (s.teacher_seed) {
+    SPARTA_REQUIRE(!kv.count("teacher_seed") || *s.teacher_seed == c.teacher_seed,
+                   "%s: attribute 'teacher_seed' is %llu, but the generator attribute says teacher_seed=%llu",
+                   path.c_str(), (unsigned long long)*s.teacher_seed, (unsigned long long)c.teacher_seed);
+    c.teacher_seed = *s.teacher_seed;
+  }
+  SPARTA_REQUIRE(c.num_samples == s.num_samples && c.num_dense == s.num_dense && slots == s.num_slots &&
+                     c.cardinality == s.cardinality && c.hotness_max == s.hotness,
+                 "%s: the generator's settings (samples=%lld num_dense=%lld slots=%lld cardinality, hotness) do not "
+                 "match the file's attributes (num_samples %lld, num_dense %lld, num_slots %lld, cardinality, hotness)",
+                 path.c_str(), (long long)c.num_samples, (long long)c.num_dense, (long long)slots,
+                 (long long)s.num_samples, (long long)s.num_dense, (long long)s.num_slots);
+  return c;
+}
+
+Teacher::Teacher(const SyntheticConfig& c) : c_(c), seed_(hash_mix(c.teacher_seed, 0x7eac4e5ull)) {
   const int64_t D = c.num_dense, S = c.num_slots(), d = c.teacher_dim;
   // Standardize dense features with moments estimated from a fixed stream of draws (the same on every rank).
   dense_mean_.assign(D, 0);
   dense_inv_std_.assign(D, 1);
   const int draws = 4096;
   for (int64_t j = 0; j < D; ++j) {
-    double m = dense_mean(c.seed, j), sum = 0, sq = 0;
+    double m = dense_mean(c.teacher_seed, j), sum = 0, sq = 0;
     for (int i = 0; i < draws; ++i) {
       double v = dense_value(hash_mix(seed_ ^ 0x5eedull, i), j, m);
       sum += v;
@@ -301,7 +400,7 @@ void generate_samples(const SyntheticConfig& c, const Teacher& t, int64_t first,
   const int64_t D = c.num_dense, S = c.num_slots();
   if (out.size() == 0) out.reset(D, S);
   std::vector<double> means(D);
-  for (int64_t j = 0; j < D; ++j) means[j] = dense_mean(c.seed, j);
+  for (int64_t j = 0; j < D; ++j) means[j] = dense_mean(c.teacher_seed, j);
   std::vector<KeySampler> samplers;
   for (int64_t s = 0; s < S; ++s) samplers.emplace_back(c.cardinality[s], c.alpha[s]);
   std::vector<int64_t> local_off(S + 1);
@@ -377,7 +476,13 @@ GenerateResult generate_dataset(const std::string& path, const SyntheticConfig& 
     const int64_t lo = r0 + rank * len / world, hi = r0 + (rank + 1) * len / world;
     mine.reset(c.num_dense, c.num_slots());
     probs.clear();
-    generate_samples(c, teacher, lo, hi - lo, mine, &probs);
+    // Agree before the exchange: a rank that failed here would never send, and rank 0 would wait for it.
+    agree_on_error(comm, guarded([&] {
+                     if (rank == c.fail_rank && r0 / round == c.fail_round)
+                       throw Error(strprintf("planted failure while generating round %lld on rank %d (a test's "
+                                             "SyntheticConfig::fail_rank)", (long long)(r0 / round), rank));
+                     generate_samples(c, teacher, lo, hi - lo, mine, &probs);
+                   }));
     for (size_t i = 0; i < probs.size(); ++i) {
       hist.add(probs[i], mine.labels[i]);
       positives += mine.labels[i] > 0.5f;

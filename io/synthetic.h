@@ -1,18 +1,24 @@
 // synthetic.h: synthetic CTR datasets of any size, deterministic by seed, with labels from a planted teacher.
 //
-// Sample i is a pure function of (seed, i): its values come from counter-based hashes (splitmix64 of the
-// seed, the sample index and a field counter), so any rank can generate any sample range and the file is
-// the same whatever the number of ranks. Per sample:
-//   dense j   = log(1 + x), x ~ exponential with a per-feature mean in [1, e^6]  (Criteo-like counts)
+// Two seeds. The teacher seed fixes the task: the planted teacher and the dense features' distributions.
+// The (sample) seed fixes the sample stream. Files that share a teacher seed and shape are splits of one task
+// (train on one, evaluate on another); their seeds must differ, or the splits hold the same samples.
+//
+// Sample i is a pure function of (teacher seed, seed, i): its values come from counter-based hashes
+// (splitmix64 of the seed, the sample index and a field counter), so any rank can generate any sample range
+// and the file is the same whatever the number of ranks. Per sample:
+//   dense j   = log(1 + x), x ~ exponential with a per-feature mean in [1, e^6] (Criteo-like counts; the
+//               means come from the teacher seed)
 //   slot s    = n_s keys, n_s uniform in [hotness_min[s], hotness_max[s]]; each key drawn from a power law
 //               over [0, cardinality[s]): P(key = k) ~ (k + 1)^-alpha[s] (continuous inverse-CDF sampling,
 //               as HugeCTR's generator does; alpha 0 is uniform; small keys are the frequent ones)
 //   label     = 1 with probability sigmoid(teacher logit + noise * N(0, 1))
 // The teacher is a random DLRM-like function: a fixed random embedding of teacher_dim values per (slot, key),
-// drawn from a hash of (seed, slot, key) (no table in memory), pooled per slot (sum / sqrt(count)); a random
-// projection of the standardized dense features; all pairwise dot products of these slot+1 vectors with
-// random weights; plus a random first-order weight per key. Its noise-free probability is the best score a
-// model can reach; the AUC of that score on the file's labels is recorded as the attribute teacher_auc.
+// drawn from a hash of (teacher seed, slot, key) (no table in memory), pooled per slot (sum / sqrt(count)); a
+// random projection of the standardized dense features; all pairwise dot products of these slot+1 vectors
+// with random weights; plus a random first-order weight per key. Its noise-free probability is the best
+// score a model can reach; the AUC of that score on the file's labels is recorded as the attribute
+// teacher_auc, and the seeds as the attributes seed and teacher_seed (recorded_config rebuilds the teacher).
 #pragma once
 
 #include <mpi.h>
@@ -34,7 +40,8 @@ struct SyntheticOptions {
   std::string hotness = "1";     // "k" fixed, "a-b" uniform per (sample, slot), or a comma list, one per slot
   std::string alpha = "1.1";     // power-law exponent, or a comma list, one per slot (HugeCTR: 0.9 1.1 1.3)
   int64_t max_rows = 0;          // > 0: caps every cardinality
-  uint64_t seed = 1;
+  uint64_t seed = 1;             // the sample stream
+  uint64_t teacher_seed = 1;     // the task: teacher and dense distributions (the same for train and eval)
 };
 
 // The resolved settings: one value per slot.
@@ -47,11 +54,16 @@ struct SyntheticConfig {
   std::vector<int64_t> hotness_max;  // [slots]
   std::vector<double> alpha;         // [slots]
   uint64_t seed = 1;
+  uint64_t teacher_seed = 1;
   int64_t max_rows = 0;
   int teacher_dim = 4;
   double teacher_scale = 2.5;        // standard deviation of the teacher's logit
   double teacher_bias = -1.0;        // its mean (a click rate near 0.3)
   double teacher_noise = 0.5;        // label noise the teacher does not see
+  // Tests only: rank fail_rank (>= 0) throws an Error while generating its share of round fail_round, so a
+  // test can show that a failure on one rank ends every rank's generate_dataset (no rank waits for it).
+  int fail_rank = -1;
+  int64_t fail_round = 0;
 
   int64_t num_slots() const { return static_cast<int64_t>(cardinality.size()); }
   // "key=value ..." (the generator attribute).
@@ -64,6 +76,12 @@ std::vector<int64_t> preset_cardinality(const std::string& preset);
 SyntheticConfig make_synthetic_config(const SyntheticOptions& o);
 // The schema of the file the config describes (teacher_auc not yet known).
 DatasetSchema synthetic_schema(const SyntheticConfig& c);
+// The config a synthetic file was generated with, from its generator attribute and seeds (path names the
+// file in errors): Teacher(recorded_config(...)) is the file's teacher, and generate_samples with it gives
+// the file's samples. A file without the teacher_seed attribute (written before teacher seeds existed) has
+// teacher seed = seed. Throws Error naming the file and the key when the file is not synthetic, a setting is
+// missing or malformed, or the settings disagree with the file's shape attributes.
+SyntheticConfig recorded_config(const DatasetSchema& s, const std::string& path);
 
 // The planted model (see the file comment).
 class Teacher {
@@ -107,10 +125,11 @@ struct GenerateResult {
 };
 
 // Writes the whole dataset; collective over comm. Work is done in rounds: in each, every rank generates its
-// share of the round's samples (chunk_rows each), sends it to rank 0 (MPI point-to-point, in rank order),
-// and rank 0 appends the shares in order with the serial HDF5 writer; then rank 0 broadcasts whether the
-// round was written, so an I/O error ends every rank's call with the same Error instead of a hang. Teacher
-// AUC histograms are summed on rank 0 at the end. Returns the same result on every rank.
+// share of the round's samples (chunk_rows each), the ranks agree that every share was generated, every
+// rank sends its share to rank 0 (MPI point-to-point, in rank order), and rank 0 appends the shares in order
+// with the serial HDF5 writer; then the ranks agree that the round was written. So a failure anywhere (a rank
+// that cannot generate, an I/O error on rank 0) ends every rank's call with the same Error instead of a hang.
+// Teacher AUC histograms are summed on rank 0 at the end. Returns the same result on every rank.
 GenerateResult generate_dataset(const std::string& path, const SyntheticConfig& c, const WriteOptions& w,
                                 MPI_Comm comm, bool progress = false);
 

@@ -19,9 +19,12 @@ void add_common_options(po::options_description& desc, ContextOptions& ctx, std:
 }
 
 bool parse_options(int argc, char** argv, const po::options_description& desc, po::variables_map& vm,
-                   const std::string& usage) {
+                   const std::string& usage, const po::positional_options_description* pos) {
   try {
-    po::store(po::parse_command_line(argc, argv, desc), vm);
+    po::command_line_parser parser(argc, argv);
+    parser.options(desc);
+    if (pos) parser.positional(*pos);
+    po::store(parser.run(), vm);
     if (vm.count("help")) {
       if (identity_rank() <= 0) std::cout << usage << "\n\n" << desc << std::endl;
       return false;

@@ -30,6 +30,25 @@ BOOST_AUTO_TEST_CASE(failed_cuda_call_ends_the_job, *testing::needs_gpu()) {
   expect_job_ends("cuda 1", "CUDA error cudaErrorInvalidDevice");
 }
 
+// A sparta::Error that reaches a program's top on some ranks only: the others may wait in a collective, so
+// the job ends with MPI_Abort (not a hang) after the message. On one rank nobody waits: the message and
+// exit status 1, MPI finalized, no abort banner.
+BOOST_AUTO_TEST_CASE(error_on_some_ranks_aborts_the_job_on_one_rank_exits_1) {
+  testing::CommandResult o = testing::run_command(testing::tool_command("tool_fail_check", 2, "error 1"));
+  BOOST_TEST_MESSAGE(o.output);
+  BOOST_CHECK_NE(o.status, 0);
+  BOOST_CHECK_MESSAGE(o.status != 124 && o.status != 137, "the job hung and was killed by the time limit");
+  BOOST_CHECK_MESSAGE(o.output.find(":1] tool_fail_check: planted error on rank 1") != std::string::npos,
+                      "message missing in:\n" << o.output);
+  o = testing::run_command(testing::tool_command("tool_fail_check", 1, "error 0"));
+  BOOST_TEST_MESSAGE(o.output);
+  BOOST_CHECK_EQUAL(o.status, 1);
+  BOOST_CHECK_MESSAGE(o.output.find(":0] tool_fail_check: planted error on rank 0") != std::string::npos,
+                      "message missing in:\n" << o.output);
+  BOOST_CHECK_MESSAGE(o.output.find("Abort(") == std::string::npos && o.output.find("MPI_Abort") == std::string::npos,
+                      "aborted:\n" << o.output);
+}
+
 BOOST_AUTO_TEST_CASE(require_throws_error_naming_the_input) {
   try {
     SPARTA_REQUIRE(1 + 1 == 3, "field '%s': expected %d, found %d", "num_slots", 26, 3);

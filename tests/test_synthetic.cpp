@@ -1,9 +1,14 @@
 // io/synthetic: option resolution and its errors, samples as a pure function of (seed, index), key
-// distributions (range, hotness, power law), the AUC functions, the planted teacher's AUC, and the
-// sparta-datagen program under mpiexec (same file for 1 and 2 ranks; bad options end the job).
+// distributions (range, hotness, power law), the AUC functions, the planted teacher's AUC, the teacher seed
+// (splits of one task share a teacher; a file's recorded settings rebuild it, old files included), and the
+// sparta-datagen program under mpiexec (same file for 1 and 2 ranks; bad options end the job; a rank that
+// fails while generating ends every rank promptly with its message).
+#include <hdf5.h>
+
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -36,6 +41,38 @@ using Outcome = testing::CommandResult;
 // sparta-datagen under mpiexec with a 120 s limit.
 Outcome run(const std::string& args, int ranks) {
   return testing::run_command(testing::tool_command("../bin/sparta-datagen", ranks, args, 120));
+}
+
+// The samples of a dataset file, as written.
+SampleBlock read_samples(const std::string& path) {
+  h5::File f = h5::open_file(path);
+  DatasetSchema s = read_schema(f);
+  SampleBlock b;
+  b.num_dense = s.num_dense;
+  b.num_slots = s.num_slots;
+  b.labels = h5::read_all<float>(f, "/label");
+  b.dense = h5::read_all<float>(f, "/dense");
+  b.offsets = h5::read_all<int64_t>(f, "/sparse/offsets");
+  b.keys = h5::read_all<int64_t>(f, "/sparse/keys");
+  return b;
+}
+
+// The exact AUC of teacher t's noise-free probability on the samples of b.
+double auc_of_teacher(const Teacher& t, const SampleBlock& b) {
+  const int64_t S = b.num_slots;
+  std::vector<float> probs;
+  std::vector<int64_t> off(S + 1);
+  for (int64_t i = 0; i < b.size(); ++i) {
+    const int64_t k0 = b.offsets[i * S];
+    for (int64_t s = 0; s <= S; ++s) off[s] = b.offsets[i * S + s] - k0;
+    const double z = t.logit(b.dense.data() + i * b.num_dense, off.data(), b.keys.data() + k0);
+    probs.push_back(static_cast<float>(1 / (1 + std::exp(-z))));
+  }
+  return exact_auc(probs, b.labels);
+}
+
+bool same_samples(const SampleBlock& a, const SampleBlock& b) {
+  return a.labels == b.labels && a.dense == b.dense && a.offsets == b.offsets && a.keys == b.keys;
 }
 
 }  // namespace
@@ -183,6 +220,7 @@ BOOST_AUTO_TEST_CASE(teacher_auc_is_well_above_chance) {
   o.samples = 20000;
   o.hotness = "1-3";
   o.seed = testing::seed();
+  o.teacher_seed = testing::seed() ^ 0x5a5a5a;
   SyntheticConfig c = make_synthetic_config(o);
   Teacher t(c);
   SampleBlock b;
@@ -234,15 +272,213 @@ BOOST_AUTO_TEST_CASE(sparta_datagen_same_file_for_1_and_2_ranks) {
 }
 
 BOOST_AUTO_TEST_CASE(sparta_datagen_bad_input_ends_the_job) {
-  Outcome o = run("--samples 100 --hotness 3-1 --out /tmp/never.h5", 2);
-  BOOST_CHECK_NE(o.status, 0);
-  BOOST_CHECK_MESSAGE(o.status != 124 && o.status != 137, "sparta-datagen hung");
-  check_has(o.output, {"--hotness", "'3-1'"});
-  o = run("--samples 100 --out /nonexistent_dir_sparta/x.h5", 2);
-  BOOST_CHECK_NE(o.status, 0);
-  BOOST_CHECK_MESSAGE(o.status != 124 && o.status != 137, "sparta-datagen hung");
-  check_has(o.output, {"/nonexistent_dir_sparta/x.h5", "cannot create"});
-  o = run("--samples 100 --out /tmp/never.h5 --bogus", 2);
-  BOOST_CHECK_NE(o.status, 0);
-  check_has(o.output, {"bogus"});
+  // Every rank sees the mistake together, so the job ends with the message and status 1, not MPI_Abort.
+  for (const std::string& args : {std::string("--samples 100 --hotness 3-1 --out /tmp/never.h5"),
+                                  std::string("--samples 100 --out /nonexistent_dir_sparta/x.h5"),
+                                  std::string("--samples 100 --out /tmp/never.h5 --bogus")})
+    for (int ranks : {1, 2}) {
+      Outcome o = run(args, ranks);
+      BOOST_CHECK_MESSAGE(o.status == 1, args << ", " << ranks << " rank(s): exit status " << o.status << ", expected 1");
+      BOOST_CHECK_MESSAGE(o.output.find("Abort(") == std::string::npos, args << ": aborted:\n" << o.output);
+      check_has(o.output, {"sparta-datagen: "});
+      if (args.find("3-1") != std::string::npos) check_has(o.output, {"--hotness", "'3-1'"});
+      if (args.find("nonexistent") != std::string::npos) check_has(o.output, {"/nonexistent_dir_sparta/x.h5", "cannot create"});
+      if (args.find("bogus") != std::string::npos) check_has(o.output, {"bogus"});
+    }
+}
+
+BOOST_AUTO_TEST_CASE(the_teacher_is_a_function_of_the_teacher_seed_only) {
+  SyntheticOptions o;
+  o.samples = 3000;
+  o.hotness = "1-3";
+  o.seed = testing::seed();
+  o.teacher_seed = testing::seed() * 31 + 5;
+  SyntheticConfig a = make_synthetic_config(o);
+  SyntheticConfig b = a;
+  b.seed = a.seed + 1;  // another split of the same task
+  SyntheticConfig other = a;
+  other.teacher_seed = a.teacher_seed + 1;  // another task, same samples stream seed
+  SampleBlock sa, sb;
+  generate_samples(a, Teacher(a), 0, a.num_samples, sa);
+  generate_samples(b, Teacher(b), 0, b.num_samples, sb);
+  BOOST_CHECK(sa.dense != sb.dense && sa.keys != sb.keys);  // other samples
+  // On every sample, the teachers of two splits give the same logit; another teacher seed gives another.
+  Teacher ta(a), tb(b), tother(other);
+  std::vector<int64_t> off(a.num_slots() + 1);
+  double max_same = 0, corr_xy = 0, xx = 0, yy = 0;
+  for (int64_t i = 0; i < sb.size(); ++i) {
+    const int64_t k0 = sb.offsets[i * a.num_slots()];
+    for (int64_t s = 0; s <= a.num_slots(); ++s) off[s] = sb.offsets[i * a.num_slots() + s] - k0;
+    const float* d = sb.dense.data() + i * a.num_dense;
+    const double za = ta.logit(d, off.data(), sb.keys.data() + k0), zb = tb.logit(d, off.data(), sb.keys.data() + k0);
+    const double zo = tother.logit(d, off.data(), sb.keys.data() + k0);
+    max_same = std::max(max_same, std::fabs(za - zb));
+    corr_xy += (za - a.teacher_bias) * (zo - a.teacher_bias);
+    xx += (za - a.teacher_bias) * (za - a.teacher_bias);
+    yy += (zo - a.teacher_bias) * (zo - a.teacher_bias);
+  }
+  BOOST_CHECK_EQUAL(max_same, 0.0);
+  const double corr = corr_xy / std::sqrt(xx * yy);
+  BOOST_TEST_MESSAGE("logit correlation of two teacher seeds: " << corr);
+  BOOST_CHECK_LT(std::fabs(corr), 0.2);
+  // The dense distributions belong to the task: a split's feature means match, another task's do not.
+  auto mean_of = [](const SampleBlock& blk, int64_t j) {
+    double m = 0;
+    for (int64_t i = 0; i < blk.size(); ++i) m += blk.dense[i * blk.num_dense + j];
+    return m / blk.size();
+  };
+  SampleBlock so;
+  generate_samples(other, tother, 0, other.num_samples, so);
+  int differ = 0;
+  for (int64_t j = 0; j < a.num_dense; ++j) {
+    BOOST_CHECK_CLOSE(mean_of(sa, j), mean_of(sb, j), 5.0);  // 3000 samples: well within 5 %
+    differ += std::fabs(mean_of(sa, j) - mean_of(so, j)) > 0.1 * std::fabs(mean_of(sa, j));
+  }
+  BOOST_CHECK_GE(differ, a.num_dense / 2);
+}
+
+// Train and eval files from sparta-datagen with one teacher seed: the train file's recorded settings rebuild
+// a teacher that scores the eval file at the eval file's recorded teacher AUC; a file of another teacher
+// seed is not scored better than chance.
+BOOST_AUTO_TEST_CASE(a_file_s_teacher_scores_another_split_at_its_recorded_auc) {
+  testing::ScopedPath train("synthetic", "train.h5"), eval("synthetic", "eval.h5"), other("synthetic", "other.h5");
+  const unsigned long long teacher = testing::seed() % 1000003 + 11, s1 = testing::seed() % 999983 + 1;
+  const std::string args = "--samples 6000 --chunk 500 --hotness 1,1-3,1,2,1,1,1,1-2 --alpha 1.05 --max-rows 20000";
+  auto gen = [&](const std::string& out, unsigned long long tseed, unsigned long long seed) {
+    Outcome r = run(args + " --teacher-seed " + std::to_string(tseed) + " --seed " + std::to_string(seed) +
+                        " --out " + out, 2);
+    BOOST_REQUIRE_MESSAGE(r.status == 0, r.output);
+  };
+  gen(train.path, teacher, s1);
+  gen(eval.path, teacher, s1 + 1);
+  gen(other.path, teacher + 1, s1 + 1);
+
+  DatasetSchema st = read_schema(train.path), se = read_schema(eval.path), so = read_schema(other.path);
+  BOOST_REQUIRE(st.seed && st.teacher_seed && se.seed && se.teacher_seed);
+  BOOST_CHECK_EQUAL(*st.seed, s1);
+  BOOST_CHECK_EQUAL(*st.teacher_seed, teacher);
+  BOOST_CHECK_EQUAL(*se.seed, s1 + 1);
+  BOOST_CHECK_EQUAL(*se.teacher_seed, teacher);
+  BOOST_CHECK_EQUAL(*so.teacher_seed, teacher + 1);
+  check_compatible(st, train.path, se, eval.path);
+
+  SyntheticConfig ct = recorded_config(st, train.path);
+  BOOST_CHECK_EQUAL(ct.seed, s1);
+  BOOST_CHECK_EQUAL(ct.teacher_seed, teacher);
+  Teacher t(ct);
+  SampleBlock be = read_samples(eval.path), bt = read_samples(train.path);
+  BOOST_CHECK(!same_samples(be, bt));
+  // The recorded AUC comes from a histogram of 2^18 bins: within 0.002 of the exact one.
+  const double on_eval = auc_of_teacher(t, be);
+  BOOST_TEST_MESSAGE("train teacher on eval: " << on_eval << ", eval's recorded " << se.teacher_auc);
+  BOOST_CHECK_GT(se.teacher_auc, 0.7);
+  BOOST_CHECK_SMALL(on_eval - se.teacher_auc, 0.002);
+  BOOST_CHECK_SMALL(auc_of_teacher(t, bt) - st.teacher_auc, 0.002);
+  // Another teacher seed is another task: the train teacher is near chance on it.
+  const double on_other = auc_of_teacher(t, read_samples(other.path));
+  BOOST_TEST_MESSAGE("train teacher on another teacher's file: " << on_other << ", its recorded " << so.teacher_auc);
+  BOOST_CHECK_GT(so.teacher_auc, 0.7);
+  BOOST_CHECK_LT(on_other, so.teacher_auc - 0.15);
+  BOOST_CHECK_SMALL(on_other - 0.5, 0.1);
+  // The recorded settings regenerate the file exactly.
+  SyntheticConfig ce = recorded_config(se, eval.path);
+  SampleBlock again;
+  generate_samples(ce, Teacher(ce), 0, ce.num_samples, again);
+  BOOST_CHECK(same_samples(again, be));
+}
+
+// A file written before teacher seeds (no seed or teacher_seed attribute, no teacher_seed= in its generator
+// attribute) had one seed for everything: it reads back with teacher seed = seed and regenerates exactly.
+BOOST_AUTO_TEST_CASE(old_files_without_a_teacher_seed_use_the_seed) {
+  testing::ScopedPath f("synthetic", "old.h5");
+  const unsigned long long seed = testing::seed() % 999331 + 3;
+  Outcome r = run("--samples 700 --slots 3 --hotness 1-2 --seed " + std::to_string(seed) + " --teacher-seed " +
+                      std::to_string(seed) + " --out " + f.path, 1);
+  BOOST_REQUIRE_MESSAGE(r.status == 0, r.output);
+  const std::string key = " teacher_seed=" + std::to_string(seed);
+  {
+    h5::File h = h5::open_file(f.path, true);
+    std::string gen = h5::read_attr_string(h, "/", "generator");
+    BOOST_REQUIRE(gen.find(key) != std::string::npos);
+    gen.erase(gen.find(key), key.size());
+    h5::write_attr(h, "/", "generator", gen);
+    BOOST_REQUIRE(H5Adelete(h.id(), "seed") >= 0 && H5Adelete(h.id(), "teacher_seed") >= 0);
+  }
+  DatasetSchema s = read_schema(f.path);
+  BOOST_CHECK(!s.seed && !s.teacher_seed);
+  SyntheticConfig c = recorded_config(s, f.path);
+  BOOST_CHECK_EQUAL(c.seed, seed);
+  BOOST_CHECK_EQUAL(c.teacher_seed, seed);
+  SampleBlock want;
+  generate_samples(c, Teacher(c), 0, c.num_samples, want);
+  BOOST_CHECK(same_samples(want, read_samples(f.path)));
+  // Recorded settings that contradict each other, or a file that is not synthetic, are errors naming it.
+  h5::write_attr(h5::open_file(f.path, true), "/", "teacher_seed", static_cast<int64_t>(seed + 1));
+  h5::write_attr(h5::open_file(f.path, true), "/", "seed", static_cast<int64_t>(seed + 1));
+  std::string m = "no error";
+  try {
+    recorded_config(read_schema(f.path), f.path);
+  } catch (const Error& e) {
+    m = e.what();
+  }
+  check_has(m, {f.path, "attribute 'seed'", std::to_string(seed + 1)});
+  DatasetSchema plain = s;
+  plain.generator.clear();
+  m = "no error";
+  try {
+    recorded_config(plain, "plain.h5");
+  } catch (const Error& e) {
+    m = e.what();
+  }
+  check_has(m, {"plain.h5", "generator", "expected a synthetic file"});
+}
+
+// A rank that fails while generating (planted by tests/tool_datagen_fail) ends every rank's
+// generate_dataset with the same Error: caught, the ranks stay in step (a barrier after it completes); left
+// to the program's top, the job ends promptly with the message on every rank and exit status 1 (every rank
+// raised it together, so no MPI_Abort). Never by the time limit.
+BOOST_AUTO_TEST_CASE(one_failing_rank_ends_every_rank_promptly) {
+  testing::ScopedPath f("synthetic", "fail.h5");
+  for (int ranks : {2, 3, 4})
+    for (int failing : {ranks - 1, 0})
+      for (std::string mode : {"catch", "exit"}) {
+        const int round = failing == 0 ? 0 : 2;
+        Outcome o = testing::run_command(testing::tool_command(
+            "tool_datagen_fail", ranks,
+            std::to_string(failing) + " " + std::to_string(round) + " " + f.path + " " + mode, 60));
+        BOOST_TEST_MESSAGE(o.output);
+        const std::string where = std::to_string(ranks) + " ranks, rank " + std::to_string(failing) + " failing, " + mode;
+        BOOST_CHECK_MESSAGE(o.status != 124 && o.status != 137, where << ": the job hung");
+        BOOST_CHECK_MESSAGE(o.status == 1, where << ": exit status " << o.status << ", expected 1");
+        BOOST_CHECK_MESSAGE(o.output.find("Abort(") == std::string::npos, where << ": aborted");
+        const std::string msg = (mode == "catch" ? "caught: rank " : "tool_datagen_fail: rank ") +
+                                std::to_string(failing) + ": planted failure while generating round " +
+                                std::to_string(round) + " on rank " + std::to_string(failing);
+        for (int r = 0; r < ranks; ++r)
+          BOOST_CHECK_MESSAGE(o.output.find(":" + std::to_string(r) + "] " + msg) != std::string::npos,
+                              where << ": rank " << r << " did not report '" << msg << "' in:\n" << o.output);
+      }
+}
+
+// make demo's data (experiments/demo.sh, run from the repository root as the test runner does): train and
+// eval are two splits of one task, so the train file's teacher scores eval at eval's recorded AUC.
+BOOST_AUTO_TEST_CASE(the_demo_s_train_and_eval_share_a_teacher) {
+  const char* tools = std::getenv("SPARTA_TOOLS");
+  const char* mpiexec = std::getenv("SPARTA_MPIEXEC");
+  const std::string build = std::string(tools ? tools : "build/tests") + "/..";
+  BOOST_REQUIRE_MESSAGE(std::system("test -f experiments/demo.sh") == 0, "run from the repository root");
+  testing::ScopedPath data("synthetic", "demo");
+  Outcome r = testing::run_command("DEMO_DATA=" + data.path + " timeout -k 5 300 bash experiments/demo.sh " + build +
+                                   " '" + (mpiexec ? mpiexec : "mpiexec") + "' 2");
+  BOOST_TEST_MESSAGE(r.output);
+  BOOST_REQUIRE_MESSAGE(r.status == 0, r.output);
+  const std::string train = data.path + "/train.h5", eval = data.path + "/eval.h5";
+  DatasetSchema st = read_schema(train), se = read_schema(eval);
+  BOOST_REQUIRE(st.seed && se.seed && st.teacher_seed && se.teacher_seed);
+  BOOST_CHECK_EQUAL(*st.teacher_seed, *se.teacher_seed);
+  BOOST_CHECK_NE(*st.seed, *se.seed);
+  check_compatible(st, train, se, eval);
+  const double on_eval = auc_of_teacher(Teacher(recorded_config(st, train)), read_samples(eval));
+  BOOST_TEST_MESSAGE("demo: train teacher on eval " << on_eval << ", eval's recorded " << se.teacher_auc);
+  BOOST_CHECK_SMALL(on_eval - se.teacher_auc, 0.002);
 }

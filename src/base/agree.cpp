@@ -23,7 +23,10 @@ void agree_on_error(MPI_Comm comm, const std::string& error) {
   MPI_CHECK(MPI_Allreduce(&failed_here, &failed, 1, MPI_INT, MPI_SUM, comm));
   std::string msg = bcast_string(comm, first, error);
   std::string more = failed > 1 ? strprintf(" (and %d other rank(s) failed)", failed - 1) : "";
-  throw Error(strprintf("rank %d: %s%s", first, msg.c_str(), more.c_str()));
+  // Raised on every rank of comm: when that is the whole world, a program may end without MPI_Abort.
+  int same = MPI_UNEQUAL;
+  MPI_CHECK(MPI_Comm_compare(comm, MPI_COMM_WORLD, &same));
+  throw Error(strprintf("rank %d: %s%s", first, msg.c_str(), more.c_str()), same == MPI_IDENT || same == MPI_CONGRUENT);
 }
 
 }  // namespace sparta

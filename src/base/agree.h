@@ -26,7 +26,7 @@ std::string guarded(F&& f) {
 
 // Collective over comm. error: this rank's failure ("" when it succeeded). When any rank failed, every rank
 // throws sparta::Error "rank <r>: <message>" with the lowest failing rank's message (and how many others
-// failed); otherwise returns.
+// failed); otherwise returns. The Error says every_rank() when comm spans MPI_COMM_WORLD.
 void agree_on_error(MPI_Comm comm, const std::string& error);
 
 // The string of root on every rank.

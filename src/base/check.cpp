@@ -33,20 +33,42 @@ void set_identity(int rank, const std::string& host) {
 int identity_rank() { return g_rank; }
 const std::string& identity_host() { return g_host; }
 
-void fatal_at(const char* file, int line, const std::string& what) {
-  std::fprintf(stderr, "[%s:%d] %s:%d %s\n", g_host.c_str(), g_rank, file, line, what.c_str());
-  std::fflush(stderr);
-  std::fflush(stdout);
+namespace {
+
+bool mpi_is_up() {
   int up = 0, down = 0;
   MPI_Initialized(&up);
   MPI_Finalized(&down);
-  if (up && !down) {
+  return up && !down;
+}
+
+[[noreturn]] void end_job() {
+  std::fflush(stderr);
+  std::fflush(stdout);
+  if (mpi_is_up()) {
     // The launcher forwards output asynchronously and stops forwarding once the abort kills the job:
     // give it a moment, so the message that explains the failure is not lost.
     usleep(300 * 1000);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   std::exit(1);
+}
+
+}  // namespace
+
+void fatal_at(const char* file, int line, const std::string& what) {
+  std::fprintf(stderr, "[%s:%d] %s:%d %s\n", g_host.c_str(), g_rank, file, line, what.c_str());
+  end_job();
+}
+
+int end_with_error(const std::string& program, const Error& e) {
+  std::fprintf(stderr, "[%s:%d] %s: %s\n", g_host.c_str(), g_rank, program.c_str(), e.what());
+  std::fflush(stderr);
+  std::fflush(stdout);
+  int world = 1;
+  if (mpi_is_up()) MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world == 1 || e.every_rank()) return 1;
+  end_job();
 }
 
 void fatalf_at(const char* file, int line, const char* fmt, ...) {

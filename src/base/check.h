@@ -3,7 +3,8 @@
 // A failed check prints "[host:rank] file:line what" to stderr and ends the whole job with MPI_Abort, so
 // no rank is left waiting in a collective for a peer that died. Bad *input* (a user's file, option or
 // configuration) is different: it throws sparta::Error with a message naming what was wrong, so callers
-// and tests can catch it; programs catch it at the top and end the job with that message.
+// and tests can catch it; programs catch it at the top (src/options.h's run_program) and end with that
+// message through end_with_error: exit status 1 when no other rank can be left waiting, else MPI_Abort.
 //
 // This is part of the base layer (check.h, log.h, device.h, buffer.h): every module may include it, and
 // it includes no other project header.
@@ -18,7 +19,14 @@ namespace sparta {
 // An error in the input: a file, a field, an option. The message says what was expected and what was found.
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& what) : std::runtime_error(what) {}
+  explicit Error(const std::string& what, bool every_rank = false)
+      : std::runtime_error(what), every_rank_(every_rank) {}
+  // True when every rank of MPI_COMM_WORLD raised this error together (agree_on_error over the world): then
+  // no rank waits for another, and a program may end with status 1 instead of aborting the job.
+  bool every_rank() const { return every_rank_; }
+
+ private:
+  bool every_rank_ = false;
 };
 
 // printf into a std::string.
@@ -35,6 +43,12 @@ const std::string& identity_host();
 // Like fatal_at, formatted.
 [[noreturn]] void fatalf_at(const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+// How a program ends on an Error that reached its top: prints "[host:rank] program: message" to stderr and
+// returns 1, for main to return (MPI_Finalize runs as usual), when no other rank can be left waiting: MPI is
+// not up, the world has one rank, or every rank raised the error together (Error::every_rank). Otherwise
+// (some ranks only caught it, others may sit in a collective) it ends the whole job with MPI_Abort.
+int end_with_error(const std::string& program, const Error& e);
 
 void check_mpi_at(int code, const char* expr, const char* file, int line);
 void check_hdf5_at(long long status, const char* expr, const char* file, int line);

@@ -1,18 +1,19 @@
 // sparta-convert: Criteo click logs (TSV) into the sparta dataset format with the MLPerf preprocessing
-// (io/criteo.h), streaming in constant memory. Runs on one process (under mpiexec, rank 0 converts).
+// (io/criteo.h), streaming in constant memory. Runs on one process (under mpiexec, rank 0 converts and the
+// other ranks wait for its verdict). A bad input ends it with the message and exit status 1.
 //   sparta-convert --out day_0.h5 --max-index 40000000 day_0.tsv
 //   zcat day_1.gz | sparta-convert --out day_1.h5 -
 #include <mpi.h>
 
-#include <cstdio>
-#include <sstream>
+#include <algorithm>
 #include <string>
 #include <vector>
 
-#include "src/base/check.h"
-#include "src/context.h"
 #include "io/criteo.h"
+#include "src/base/agree.h"
+#include "src/base/check.h"
 #include "src/base/log.h"
+#include "src/context.h"
 #include "src/options.h"
 
 int main(int argc, char** argv) {
@@ -37,30 +38,19 @@ int main(int argc, char** argv) {
       "log-level", sparta::po::value<std::string>(&level)->default_value("info"), "debug | info | warn | error");
   sparta::po::positional_options_description pos;
   pos.add("input", -1);
-  try {
+  return sparta::run_program("sparta-convert", [&] {
     sparta::po::variables_map vm;
-    try {
-      sparta::po::store(sparta::po::command_line_parser(argc, argv).options(desc).positional(pos).run(), vm);
-      if (vm.count("help")) {
-        if (ctx.is_root()) std::printf("usage: sparta-convert --out FILE [options] INPUT.tsv...\n\n%s\n",
-                                       [&] { std::ostringstream s; s << desc; return s.str(); }().c_str());
-        return 0;
-      }
-      sparta::po::notify(vm);
-    } catch (const sparta::po::error& e) {
-      throw sparta::Error(std::string("options: ") + e.what());
-    }
-    sparta::set_log_level(sparta::parse_log_level(level));
+    if (!sparta::parse_options(argc, argv, desc, vm, "usage: sparta-convert --out FILE [options] INPUT.tsv...", &pos))
+      return 0;
     co.progress = co.progress || sparta::ProgressBar::stderr_is_tty();
-    if (ctx.is_root()) {
-      sparta::ConvertStats s = sparta::convert_criteo(inputs, out, co);
-      LOG_INFO("sparta-convert: wrote %s: %lld samples from %lld lines (%lld malformed skipped), %.1f MB in %.1f s (%.2f M lines/s)",
-               out.c_str(), (long long)s.samples, (long long)s.lines, (long long)s.skipped, s.bytes / 1e6, s.seconds,
-               s.lines / std::max(s.seconds, 1e-9) / 1e6);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-  } catch (const sparta::Error& e) {
-    SPARTA_FATAL("sparta-convert: %s", e.what());
-  }
-  return 0;
+    sparta::ConvertStats s;
+    // Rank 0 converts while the others wait for its verdict: a bad input ends every rank with one Error.
+    sparta::agree_on_error(MPI_COMM_WORLD, sparta::guarded([&] {
+                             if (ctx.is_root()) s = sparta::convert_criteo(inputs, out, co);
+                           }));
+    LOG_INFO("sparta-convert: wrote %s: %lld samples from %lld lines (%lld malformed skipped), %.1f MB in %.1f s (%.2f M lines/s)",
+             out.c_str(), (long long)s.samples, (long long)s.lines, (long long)s.skipped, s.bytes / 1e6, s.seconds,
+             s.lines / std::max(s.seconds, 1e-9) / 1e6);
+    return 0;
+  });
 }

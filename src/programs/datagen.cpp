@@ -1,10 +1,12 @@
-// sparta-datagen: writes a synthetic dataset (io/synthetic.h) of any size, deterministic by seed; under
+// sparta-datagen: writes a synthetic dataset (io/synthetic.h) of any size, deterministic by its seeds; under
 // mpiexec the ranks generate their sample ranges in parallel and rank 0 writes (the file is the same for
-// any rank count).
-//   mpiexec -n 4 sparta-datagen --out train.h5 --samples 10000000 --preset mlperf --max-rows 1000000
-#include <cstdio>
+// any rank count). Splits of one task share --teacher-seed and differ in --seed:
+//   mpiexec -n 4 sparta-datagen --out train.h5 --samples 10000000 --preset mlperf --max-rows 1000000 --teacher-seed 7 --seed 1
+//   mpiexec -n 4 sparta-datagen --out eval.h5  --samples 1000000  --preset mlperf --max-rows 1000000 --teacher-seed 7 --seed 2
+#include <algorithm>
 #include <string>
 
+#include "src/base/agree.h"
 #include "src/base/check.h"
 #include "src/context.h"
 #include "io/dataset.h"
@@ -21,7 +23,7 @@ int main(int argc, char** argv) {
   sparta::WriteOptions wo;
   std::string out, level;
   bool progress = false;
-  unsigned long long seed = 1;
+  unsigned long long seed = 1, teacher_seed = 1;
   sparta::po::options_description desc("sparta-datagen options");
   desc.add_options()("help,h", "print this help")(
       "out", sparta::po::value<std::string>(&out)->required(), "output HDF5 file")(
@@ -36,27 +38,36 @@ int main(int argc, char** argv) {
       "alpha", sparta::po::value<std::string>(&so.alpha)->default_value("1.1"),
       "power-law exponent of key frequencies (0: uniform; HugeCTR presets 0.9 1.1 1.3), or one per slot")(
       "max-rows", sparta::po::value<int64_t>(&so.max_rows)->default_value(0), "cap on every table's cardinality (0: none)")(
-      "seed", sparta::po::value<unsigned long long>(&seed)->default_value(1), "random seed (the file is a function of it)")(
+      "seed", sparta::po::value<unsigned long long>(&seed)->default_value(1),
+      "seed of the samples (give each split of a task its own)")(
+      "teacher-seed", sparta::po::value<unsigned long long>(&teacher_seed)->default_value(1),
+      "seed of the task: the planted teacher and the dense distributions (the same for train and eval)")(
       "chunk", sparta::po::value<int64_t>(&wo.chunk_rows)->default_value(65536), "samples per HDF5 chunk (and per rank per round)")(
       "gzip", sparta::po::value<int>(&wo.gzip)->default_value(0), "gzip level 1..9 (0: none)")(
       "fletcher32", sparta::po::bool_switch(&wo.fletcher32), "a Fletcher32 checksum per chunk")(
       "progress", sparta::po::bool_switch(&progress), "progress bar on stderr (default: when stderr is a TTY)")(
       "log-level", sparta::po::value<std::string>(&level)->default_value("info"), "debug | info | warn | error");
-  try {
+  return sparta::run_program("sparta-datagen", [&] {
     sparta::po::variables_map vm;
-    if (!sparta::parse_options(argc, argv, desc, vm, "usage: mpiexec -n N sparta-datagen --out FILE --samples N [options]"))
-      return 0;
-    so.seed = seed;
-    sparta::SyntheticConfig cfg = sparta::make_synthetic_config(so);
-    LOG_INFO("sparta-datagen: %lld samples, %lld dense, %lld slots, seed %llu, %d rank(s) -> %s", (long long)cfg.num_samples,
-             (long long)cfg.num_dense, (long long)cfg.num_slots(), seed, ctx.world(), out.c_str());
+    sparta::SyntheticConfig cfg;
+    bool help = false;
+    // Every rank parses the same options: agreeing on the verdict lets a bad one end the job with status 1.
+    sparta::agree_on_error(MPI_COMM_WORLD, sparta::guarded([&] {
+      help = !sparta::parse_options(argc, argv, desc, vm, "usage: mpiexec -n N sparta-datagen --out FILE --samples N [options]");
+      if (help) return;
+      so.seed = seed;
+      so.teacher_seed = teacher_seed;
+      cfg = sparta::make_synthetic_config(so);
+    }));
+    if (help) return 0;
+    LOG_INFO("sparta-datagen: %lld samples, %lld dense, %lld slots, seed %llu, teacher seed %llu, %d rank(s) -> %s",
+             (long long)cfg.num_samples, (long long)cfg.num_dense, (long long)cfg.num_slots(), seed, teacher_seed,
+             ctx.world(), out.c_str());
     sparta::GenerateResult r = sparta::generate_dataset(out, cfg, wo, MPI_COMM_WORLD,
                                                         progress || sparta::ProgressBar::stderr_is_tty());
     LOG_INFO("sparta-datagen: wrote %s: %lld samples, %lld keys, click rate %.4f, teacher AUC %.4f, %.1f s (%.2f M samples/s)",
              out.c_str(), (long long)cfg.num_samples, (long long)r.num_keys, r.positive_rate, r.teacher_auc, r.seconds,
              cfg.num_samples / std::max(r.seconds, 1e-9) / 1e6);
-  } catch (const sparta::Error& e) {
-    SPARTA_FATAL("sparta-datagen: %s", e.what());
-  }
-  return 0;
+    return 0;
+  });
 }
