@@ -116,7 +116,15 @@ LoadedCheckpoint load_checkpoint(MPI_Comm comm, const std::string& path, const M
               }
               dest.resize(batch.rows());
               for (size_t i = 0; i < batch.rows(); ++i) {
-                int o = owner(static_cast<int>(ti), batch.keys[i]);
+                int o = 0;
+                try {
+                  o = owner(static_cast<int>(ti), batch.keys[i]);
+                } catch (const std::exception&) {
+                  throw;
+                } catch (...) {  // guarded() sees std::exception only: anything else would escape this rank alone
+                  throw Error("load_checkpoint: table '" + mt.spec.name + "': the owner function threw a "
+                              "non-standard exception for key " + std::to_string(batch.keys[i]));
+                }
                 SPARTA_REQUIRE(o == kEveryRank || (o >= 0 && o < world),
                                "load_checkpoint: table '%s': owner of key %lld is %d; expected a rank in [0, %d) or "
                                "kEveryRank", mt.spec.name.c_str(), static_cast<long long>(batch.keys[i]), o, world);
