@@ -204,10 +204,17 @@ void flip_byte(const std::string& path, double where) {
   f.write(&c, 1);
 }
 
-// Runs on rank 0 only, then every rank waits, so the others see the damage.
+// Runs on rank 0 only, then every rank waits, so the others see the damage. An exception is a failure of the
+// case, not a reason to skip the barrier (the other ranks would wait forever).
 template <class F>
 void on_root(F&& f) {
-  if (testing::world_rank() == 0) f();
+  if (testing::world_rank() == 0) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      BOOST_ERROR("rank 0: " << e.what());
+    }
+  }
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
