@@ -29,6 +29,16 @@ void bcast_vector(MPI_Comm comm, int root, std::vector<T>& v) {
   }
 }
 
+// The model as text: every rank must expect the same one, in the same order (the collectives below follow it).
+std::string model_signature(const ModelSpec& spec) {
+  std::string s;
+  for (const TableSpec& t : spec.tables)
+    s += strprintf("%s%s(dim %d, %s, state %d)", s.empty() ? "" : " ", t.name.c_str(), t.dim, t.optimizer.c_str(),
+                   t.state_width);
+  for (const DenseSpec& d : spec.dense) s += (s.empty() ? "" : " ") + d.name + shape_text(d.shape);
+  return s.empty() ? "(nothing)" : s;
+}
+
 }  // namespace
 
 LoadedCheckpoint load_checkpoint(MPI_Comm comm, const std::string& path, const ModelSpec& expected,
@@ -39,8 +49,11 @@ LoadedCheckpoint load_checkpoint(MPI_Comm comm, const std::string& path, const M
   LoadedCheckpoint out;
 
   // Rank 0 resolves `latest` once, so a save running beside this load cannot split the ranks over two steps.
+  const std::string mine = model_signature(expected), root_model = bcast_string(comm, 0, mine);
   std::string dir;
   agree_on_error(comm, guarded([&] {
+          SPARTA_REQUIRE(mine == root_model, "load_checkpoint: ranks expect different models: rank 0 expects %s, "
+                         "rank %d expects %s", root_model.c_str(), rank, mine.c_str());
           if (rank == 0) dir = resolve_checkpoint_dir(path);
         }));
   dir = bcast_string(comm, 0, dir);

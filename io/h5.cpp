@@ -31,7 +31,7 @@ namespace {
 struct Quiet {
   Quiet() {
     Lock lock;
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    HDF5_CHECK(H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr));  // no file involved: an invariant, not input
   }
 } quiet;
 
@@ -256,9 +256,11 @@ Handle open_dataset(const File& f, const std::string& path) {
   return make(H5Dopen2(f.id(), path.c_str(), H5P_DEFAULT), f, "cannot open dataset '" + path + "'");
 }
 
+// For messages: "int64", "float32", "string8"...; "unknown" when HDF5 cannot say.
 std::string type_name(hid_t t) {
   H5T_class_t c = H5Tget_class(t);
   size_t size = H5Tget_size(t);
+  if (c < 0 || size == 0) return "unknown";
   std::string s = c == H5T_INTEGER ? (H5Tget_sign(t) == H5T_SGN_NONE ? "uint" : "int")
                   : c == H5T_FLOAT ? "float"
                   : c == H5T_STRING ? "string"
@@ -562,8 +564,12 @@ void expect_type(const File& f, const std::string& path) {
   Handle d = open_dataset(f, path);
   Handle t = make(H5Dget_type(d.id()), f, "cannot read the type of dataset '" + path + "'");
   hid_t want = native_type<T>();
-  if (H5Tget_class(t.id()) != H5Tget_class(want) || H5Tget_size(t.id()) != H5Tget_size(want) ||
-      (H5Tget_class(want) == H5T_INTEGER && H5Tget_sign(t.id()) != H5Tget_sign(want)))
+  const std::string what = "cannot read the type of dataset '" + path + "'";
+  H5T_class_t cls = check(H5Tget_class(t.id()), f, what);
+  size_t size = H5Tget_size(t.id());
+  if (size == 0) fail(f, what);
+  H5T_sign_t sign = cls == H5T_INTEGER ? check(H5Tget_sign(t.id()), f, what) : H5T_SGN_ERROR;
+  if (cls != H5Tget_class(want) || size != H5Tget_size(want) || (cls == H5T_INTEGER && sign != H5Tget_sign(want)))
     fail(f, "dataset '" + path + "': expected " + type_name(want) + ", found " + type_name(t.id()));
 }
 

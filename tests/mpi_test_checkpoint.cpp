@@ -654,6 +654,13 @@ BOOST_AUTO_TEST_CASE(a_load_failing_on_one_rank_fails_on_every_rank) {
   };
   expect_error([&] { load_checkpoint(MPI_COMM_WORLD, root.path, m.spec, throws_odd); },
                {"rank " + std::to_string(last), "owner function threw a non-standard exception"});
+  // Ranks that expect different models (the last one lists the dense tensors in another order).
+  if (w > 1) {
+    ModelSpec other = m.spec;
+    if (r == last) std::reverse(other.dense.begin(), other.dense.end());
+    expect_error([&] { load_checkpoint(MPI_COMM_WORLD, root.path, other, mod_owner(w)); },
+                 {"ranks expect different models", "rank " + std::to_string(last) + " expects"});
+  }
   // dense.h5 is read by rank 0 only.
   on_root([&] { flip_byte(dir + "/dense.h5", 0.5); });
   expect_error([&] { load_checkpoint(MPI_COMM_WORLD, root.path, m.spec, mod_owner(w)); },
