@@ -18,8 +18,9 @@
 // checkpoint_manifest.cpp, checkpoint_save.cpp, checkpoint_load.cpp, checkpoint_inspect.cpp (the tools).
 //
 // Errors: bad input or a failing file system (a full disk included) throws sparta::Error naming the file, the
-// field (or table), what was expected and what was found. The collective calls agree on errors: when any rank fails, every rank throws
-// (the message of the lowest failing rank, prefixed with its rank), so no rank waits in a collective.
+// field (or table), what was expected and what was found. The collective calls agree on errors: when any rank
+// fails, every rank throws (the message of the lowest failing rank, prefixed with its rank), so no rank waits in
+// a collective.
 //
 // io/ includes no src/ module beyond the base headers, so the interface is plain structs: the embedding tables
 // and the trainer convert to and from them.

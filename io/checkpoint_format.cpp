@@ -28,6 +28,10 @@ TableRows empty_rows(const TableSpec& s) {
   return t;
 }
 
+std::string table_text(const std::string& name, int dim, const std::string& optimizer, int state_width) {
+  return strprintf("%s(dim %d, %s, state %d)", name.c_str(), dim, optimizer.c_str(), state_width);
+}
+
 void write_ints(const h5::File& f, const std::string& obj, const std::string& name, const std::vector<int64_t>& v) {
   h5::write_attr(f, obj, name + "_size", int64_t(v.size()));
   if (!v.empty()) h5::write_attr(f, obj, name, v);

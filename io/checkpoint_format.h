@@ -43,6 +43,8 @@ constexpr int64_t kRoundBytes = 32 << 20;
 int64_t product(const std::vector<int64_t>& shape);
 std::string shape_text(const std::vector<int64_t>& shape);  // "[4, 3]"
 TableRows empty_rows(const TableSpec& spec);
+// "name(dim 8, adam, state 16)": how messages name a table's layout, and how ranks compare theirs.
+std::string table_text(const std::string& name, int dim, const std::string& optimizer, int state_width);
 
 // int64 vectors that may be empty (a scalar's shape, no RNG state): "<name>_size" is always written and
 // "<name>" only when it has values.

@@ -33,8 +33,7 @@ void bcast_vector(MPI_Comm comm, int root, std::vector<T>& v) {
 std::string model_signature(const ModelSpec& spec) {
   std::string s;
   for (const TableSpec& t : spec.tables)
-    s += strprintf("%s%s(dim %d, %s, state %d)", s.empty() ? "" : " ", t.name.c_str(), t.dim, t.optimizer.c_str(),
-                   t.state_width);
+    s += (s.empty() ? "" : " ") + table_text(t.name, t.dim, t.optimizer, t.state_width);
   for (const DenseSpec& d : spec.dense) s += (s.empty() ? "" : " ") + d.name + shape_text(d.shape);
   return s.empty() ? "(nothing)" : s;
 }

@@ -31,8 +31,7 @@ namespace {
 std::string table_signature(const std::vector<TableRows>& tables) {
   std::string s;
   for (const TableRows& t : tables)
-    s += strprintf("%s%s(dim %d, %s, state %d)", s.empty() ? "" : " ", t.name.c_str(), t.dim, t.optimizer.c_str(),
-                   t.state_width);
+    s += (s.empty() ? "" : " ") + table_text(t.name, t.dim, t.optimizer, t.state_width);
   return s.empty() ? "(no tables)" : s;
 }
 
@@ -152,6 +151,9 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
             fs::create_directories(root_dir, ec);
             SPARTA_REQUIRE(fs::is_directory(root_dir), "%s: cannot create the checkpoint root: %s",
                            root_dir.c_str(), ec ? ec.message().c_str() : "not a directory");
+            // A step-<n> set aside by a save that crashed before publishing: it is step-<n> again until this save
+            // publishes.
+            if (!fs::exists(final_dir, ec) && fs::exists(replaced, ec)) rename_path(replaced, final_dir);
             if (fs::exists(final_dir, ec)) {
               // A complete step-<n> that `latest` does not name: a run resumed from an earlier step, or a save
               // that crashed between its rename and `latest`. Set aside until the new one is published.

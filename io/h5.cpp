@@ -335,7 +335,8 @@ File open_file(const std::string& path, bool writable) {
   if (H5Fis_hdf5(path.c_str()) <= 0) throw Error(path + ": missing, unreadable, truncated or not an HDF5 file");
   Handle fapl;
   if (writable) fapl = write_access(f);
-  f.handle = Handle(H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, writable ? fapl.id() : H5P_DEFAULT));
+  f.handle =
+      Handle(H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, writable ? fapl.id() : H5P_DEFAULT));
   if (!f.handle.valid()) throw Error(path + ": cannot open HDF5 file (truncated or corrupted?)");
   return f;
 }
