@@ -12,11 +12,15 @@
 // A save writes everything into step-<n>.tmp/, fsyncs every file and the directory, renames it to step-<n>/,
 // fsyncs the root, then replaces `latest` atomically (latest.tmp, fsync, rename, fsync the root). A crash at any
 // point leaves `latest` naming the previous complete checkpoint; a stale step-<n>.tmp/ is removed by the next
-// save of step n. Every field of every file is listed at the top of checkpoint.cpp.
+// save of step n. Every field of every file is listed in checkpoint_format.h.
 //
-// Errors: bad input or a failing file system throws sparta::Error naming the file, the field (or table), what
-// was expected and what was found. The collective calls agree on errors: when any rank fails, every rank throws
-// (the message of the lowest failing rank, prefixed with its rank), so no rank waits in a collective.
+// Sources: checkpoint_files.cpp (names, fsync, rename, `latest`), checkpoint_format.cpp (shard and dense files),
+// checkpoint_manifest.cpp, checkpoint_save.cpp, checkpoint_load.cpp, checkpoint_inspect.cpp (the tools).
+//
+// Errors: bad input or a failing file system (a full disk included) throws sparta::Error naming the file, the
+// field (or table), what was expected and what was found. The collective calls agree on errors: when any rank
+// fails, every rank throws (the message of the lowest failing rank, prefixed with its rank), so no rank waits in
+// a collective.
 //
 // io/ includes no src/ module beyond the base headers, so the interface is plain structs: the embedding tables
 // and the trainer convert to and from them.
@@ -98,11 +102,13 @@ struct Manifest {
   ModelSpec model_spec() const;
 };
 
-// Test hook: called on every rank at each stage of a save ("tmp_created", "files_written", "manifest_written",
-// "renamed", "latest_written"), so a crash test can stop a writer at a chosen point. An exception it throws on
-// any rank fails the save on every rank.
+// Test hooks. on_stage is called on every rank at each stage of a save ("tmp_created", "files_written",
+// "manifest_written", "renamed", "latest_written"), so a crash test can stop a writer at a chosen point; an
+// exception it throws on any rank fails the save on every rank. write_budget >= 0 makes this rank's file writes
+// fail, as on a full disk, after that many bytes of this save (h5::set_write_budget).
 struct SaveOptions {
   std::function<void(const std::string& stage)> on_stage;
+  int64_t write_budget = -1;
 };
 
 // Collective over comm. Writes checkpoint meta.step under root_dir (created if missing) and makes it `latest`.
@@ -110,8 +116,9 @@ struct SaveOptions {
 // dims, optimizers, state widths, in the same order) on every rank, each row written by exactly one rank (a
 // replicated table: rank 0 passes its rows, the others pass the table with no rows). Saving the step `latest`
 // names is an error (it is never overwritten); another existing step-<n> (a run resumed from an earlier step) is
-// replaced once the new one is complete; a stale step-<n>.tmp is removed. On any error on any rank, every rank
-// throws and `latest` and the checkpoint it names are untouched. Returns the step directory.
+// replaced once the new one is complete; a stale step-<n>.tmp is removed. On any error on any rank before
+// `latest` moved, every rank throws and the root is as it was: `latest`, the step it names and a step-<n> that
+// was to be replaced (checkpoint_save.cpp has the order of a save). Returns the step directory.
 std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const CheckpointMeta& meta,
                             const std::vector<DenseTensor>& dense, const std::vector<TableRows>& tables,
                             const SaveOptions& options = SaveOptions());

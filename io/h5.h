@@ -1,18 +1,38 @@
 // h5.h: a thin layer over the HDF5 C API that every io/ file uses: owning handles, typed attributes and
-// datasets, row ranges (hyperslabs along the first dimension). Every failure throws sparta::Error naming the
-// file, the object and what was expected and found; HDF5's own error printing is switched off.
+// datasets, row ranges (hyperslabs along the first dimension).
+//
+// Errors: every HDF5 return code is checked. A failure on a user's file or on the file system (missing,
+// truncated, corrupted, a full disk) throws sparta::Error naming the file, the object and the operation, so a
+// checkpoint save can roll back and ranks can agree on the error; HDF5's own error printing is switched off.
+// (check.h's HDF5_CHECK, which ends the job, is for internal invariants only.)
+//
+// Threads: HDF5 here is the serial build, which is not thread-safe, and the dataset reader reads on a
+// background thread. Every function of this layer, and every direct H5* call elsewhere (hold an h5::Lock),
+// runs under one process-wide lock.
 #pragma once
 
 #include <hdf5.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
 namespace sparta {
 namespace h5 {
 
-// An owning hid_t: closed with the right H5*close when it goes out of scope.
+// The process-wide HDF5 lock. Recursive: functions of this layer call each other.
+std::recursive_mutex& library_mutex();
+class Lock {
+ public:
+  Lock() : guard_(library_mutex()) {}
+
+ private:
+  std::lock_guard<std::recursive_mutex> guard_;
+};
+
+// An owning hid_t: closed with the right H5*close when it goes out of scope (a failed close there is ignored:
+// a destructor runs on error paths; close a written file with h5::close to see its errors).
 class Handle {
  public:
   Handle() = default;
@@ -25,6 +45,8 @@ class Handle {
   hid_t id() const { return id_; }
   bool valid() const { return id_ >= 0; }
   void reset();
+  // Closes now; false when HDF5 reports a failure (the handle is released either way).
+  bool close();
 
  private:
   hid_t id_ = -1;
@@ -40,6 +62,9 @@ struct File {
 File create_file(const std::string& path);  // truncates
 File open_file(const std::string& path, bool writable = false);
 void flush(const File& f);
+// Closes a written file: HDF5 writes its remaining metadata here, so a full disk shows up here as an Error
+// naming the file. A file left to its destructor is closed too, but quietly.
+void close(File& f);
 
 // Element types the datasets and attributes use.
 template <class T> hid_t native_type();
@@ -47,7 +72,8 @@ template <class T> hid_t native_type();
 bool exists(const File& f, const std::string& object_path);  // dataset or group, e.g. "/sparse/keys"
 void create_group(const File& f, const std::string& group_path);
 
-// Attributes on the root group ("/") or any object.
+// Attributes on the root group ("/") or any object. Strings are written fixed-length ASCII; read_attr_string
+// reads fixed- and variable-length strings of either character set (h5py writes variable-length UTF-8).
 void write_attr(const File& f, const std::string& obj, const std::string& name, const std::string& value);
 void write_attr(const File& f, const std::string& obj, const std::string& name, int64_t value);
 void write_attr(const File& f, const std::string& obj, const std::string& name, double value);
@@ -86,6 +112,29 @@ template <class T>
 void read_rows(const File& f, const std::string& path, hsize_t row0, hsize_t rows, std::vector<T>& out);
 template <class T>
 std::vector<T> read_all(const File& f, const std::string& path);
+
+// ---- Test hook: a disk that fills up.
+// After `bytes` more bytes, writes fail as they do on a full disk: those to HDF5 files that create_file made
+// while a budget was set (they go through a file driver that charges the budget; a write that does not fit
+// writes the part that does, then fails), and the plain-file writes that take from it (take_write_budget: a
+// checkpoint's `latest`). Process-wide; -1 (the default) lifts
+// the limit. Production code never sets it; a budget applies to this process only, so a test can fill the disk
+// of one rank.
+void set_write_budget(int64_t bytes);
+int64_t write_budget();  // bytes left, -1 when unlimited
+// Takes up to want bytes from the budget; returns how many may be written.
+size_t take_write_budget(size_t want);
+// Sets a budget for the scope's life, then lifts it (no-op for -1).
+class ScopedWriteBudget {
+ public:
+  explicit ScopedWriteBudget(int64_t bytes);
+  ~ScopedWriteBudget();
+  ScopedWriteBudget(const ScopedWriteBudget&) = delete;
+  ScopedWriteBudget& operator=(const ScopedWriteBudget&) = delete;
+
+ private:
+  bool active_;
+};
 
 }  // namespace h5
 }  // namespace sparta

@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "src/base/check.h"
-#include "src/base/log.h"
 
 namespace sparta {
 
@@ -25,39 +24,56 @@ struct DatasetReader::Source {
 
   explicit Source(const std::string& path) : file(h5::open_file(path)) {}
 
+  // Direct HDF5 calls, so under the library lock (h5.h); a failure throws naming the file and the operation.
   void open(Set& s, const std::string& name) {
+    h5::Lock lock;
+    auto fail = [&](const char* what) { throw Error(file.path + ": dataset '" + name + "': " + what); };
     h5::Handle dcpl;
     {
       h5::Handle d(H5Dopen2(file.id(), name.c_str(), H5P_DEFAULT));
-      if (!d.valid()) throw Error(file.path + ": cannot open dataset '" + name + "'");
+      if (!d.valid()) fail("cannot open");
       dcpl = h5::Handle(H5Dget_create_plist(d.id()));
+      if (!dcpl.valid()) fail("cannot read its creation properties");
     }
     // Compressed or checksummed chunks must be decoded whole: cache a few so that slices of one chunk read
     // by consecutive batches decode it once. Plain chunks are read directly into the caller's buffer.
-    bool has_filters = H5Pget_nfilters(dcpl.id()) > 0;
+    int nfilters = H5Pget_nfilters(dcpl.id());
+    if (nfilters < 0) fail("cannot read its filters");
+    bool has_filters = nfilters > 0;
     filtered = filtered || has_filters;
     h5::Handle dapl(H5Pcreate(H5P_DATASET_ACCESS));
-    H5Pset_chunk_cache(dapl.id(), 10007, has_filters ? size_t(256) << 20 : 0, 1.0);
+    if (!dapl.valid() || H5Pset_chunk_cache(dapl.id(), 10007, has_filters ? size_t(256) << 20 : 0, 1.0) < 0)
+      fail("cannot set up its chunk cache");
     s.dataset = h5::Handle(H5Dopen2(file.id(), name.c_str(), dapl.id()));
-    if (!s.dataset.valid()) throw Error(file.path + ": cannot open dataset '" + name + "'");
+    if (!s.dataset.valid()) fail("cannot open");
     s.space = h5::Handle(H5Dget_space(s.dataset.id()));
+    if (!s.space.valid()) fail("cannot read its shape");
     s.name = name;
-    s.ndims = std::max(1, H5Sget_simple_extent_ndims(s.space.id()));
-    std::vector<hsize_t> dims(s.ndims);
-    H5Sget_simple_extent_dims(s.space.id(), dims.data(), nullptr);
+    int ndims = H5Sget_simple_extent_ndims(s.space.id());
+    if (ndims < 0 || ndims > 2) fail("cannot read its shape (expected 1 or 2 dimensions)");
+    s.ndims = std::max(1, ndims);
+    std::vector<hsize_t> dims(s.ndims, 1);
+    if (ndims > 0 && H5Sget_simple_extent_dims(s.space.id(), dims.data(), nullptr) < 0) fail("cannot read its shape");
     s.width = s.ndims == 2 ? dims[1] : 1;
-    if (name == "/label" && H5Pget_layout(dcpl.id()) == H5D_CHUNKED) H5Pget_chunk(dcpl.id(), 1, &chunk);
+    H5D_layout_t layout = H5Pget_layout(dcpl.id());
+    if (layout < 0) fail("cannot read its layout");
+    if (name == "/label" && layout == H5D_CHUNKED && H5Pget_chunk(dcpl.id(), 1, &chunk) < 0)
+      fail("cannot read its chunk size");
   }
 
   template <class T>
   void read(Set& s, hsize_t row0, hsize_t rows, T* out) {
     if (rows == 0) return;
+    h5::Lock lock;
+    const std::string what = file.path + ": cannot read rows " + std::to_string(row0) + ".." +
+                             std::to_string(row0 + rows) + " of '" + s.name + "'";
     hsize_t start[2] = {row0, 0}, count[2] = {rows, s.width};
-    H5Sselect_hyperslab(s.space.id(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+    if (H5Sselect_hyperslab(s.space.id(), H5S_SELECT_SET, start, nullptr, count, nullptr) < 0)
+      throw Error(what + " (rows out of range?)");
     h5::Handle mem(H5Screate_simple(s.ndims, count, nullptr));
+    if (!mem.valid()) throw Error(what + " (cannot make the memory space)");
     if (H5Dread(s.dataset.id(), h5::native_type<T>(), mem.id(), s.space.id(), H5P_DEFAULT, out) < 0)
-      throw Error(file.path + ": cannot read rows " + std::to_string(row0) + ".." + std::to_string(row0 + rows) +
-                  " of '" + s.name + "' (truncated file or checksum error?)");
+      throw Error(what + " (truncated file or checksum error?)");
   }
 };
 
@@ -88,13 +104,6 @@ DatasetReader::DatasetReader(const std::string& path, const ReaderOptions& opt) 
   src_->open(src_->keys, "/sparse/keys");
   block_ = opt.shuffle_block > 0 ? opt.shuffle_block : (src_->chunk > 0 ? static_cast<int64_t>(src_->chunk) : 65536);
   key_capacity_ = std::min(max_local_batch() * schema_.max_keys_per_sample(), schema_.num_keys);
-  if (opt.prefetch > 0) {
-    hbool_t safe = 0;
-    H5is_library_threadsafe(&safe);
-    if (!safe)
-      LOG_WARN("%s: this HDF5 library is not thread-safe; the prefetch thread must be the only HDF5 user while it "
-               "runs", path.c_str());
-  }
   slots_.reserve(opt.prefetch + 1);
   for (int i = 0; i < opt.prefetch + 1; ++i) slots_.push_back(make_batch());
 }

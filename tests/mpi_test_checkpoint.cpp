@@ -1,6 +1,8 @@
 // io/checkpoint under MPI: exact round trips, loading onto other world sizes and placements (sub-communicators
 // of 1..4 ranks, written by 1..4), the single-process tools on what was written, and bad input: every error
-// thrown on every rank, naming the file and field, and the previous checkpoint left whole.
+// thrown on every rank, naming the file and field, and the previous checkpoint left whole. Failures on one rank
+// only, at each step of a save and a load, reach every rank (no rank waits in a collective); a disk that fills
+// at any byte of a save leaves `latest`, the step it names and a step being replaced as they were.
 #include <mpi.h>
 
 #include <algorithm>
@@ -202,10 +204,17 @@ void flip_byte(const std::string& path, double where) {
   f.write(&c, 1);
 }
 
-// Runs on rank 0 only, then every rank waits, so the others see the damage.
+// Runs on rank 0 only, then every rank waits, so the others see the damage. An exception is a failure of the
+// case, not a reason to skip the barrier (the other ranks would wait forever).
 template <class F>
 void on_root(F&& f) {
-  if (testing::world_rank() == 0) f();
+  if (testing::world_rank() == 0) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      BOOST_ERROR("rank 0: " << e.what());
+    }
+  }
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
@@ -457,4 +466,212 @@ BOOST_AUTO_TEST_CASE(paths_that_are_not_checkpoints_are_errors) {
   expect_error([&] { load_checkpoint(MPI_COMM_WORLD, root.path, m.spec, mod_owner(w)); }, {"latest", "step-9", "does not exist"});
   on_root([&] { std::ofstream(root.path + "/latest") << "../etc\n"; });
   expect_error([&] { load_checkpoint(MPI_COMM_WORLD, root.path, m.spec, mod_owner(w)); }, {"latest", "expected one line 'step-<n>'", "../etc"});
+}
+
+namespace {
+
+// The root as a failed save must leave it: latest is step `latest`, no leftovers of step n, and step n (when
+// `previous` is given) the checkpoint that was there before, whole. Rank 0 looks; every rank waits.
+void expect_rolled_back(const std::string& root, int64_t latest, int64_t n, const Model* previous,
+                        const std::string& when) {
+  on_root([&] {
+    BOOST_TEST_CONTEXT(when) {
+      std::string dir = root + "/step-" + std::to_string(n);
+      BOOST_CHECK_EQUAL(list_checkpoints(root).latest, latest);
+      BOOST_CHECK(!fs::exists(dir + ".tmp"));
+      BOOST_CHECK(!fs::exists(dir + ".replaced"));
+      BOOST_CHECK(!fs::exists(root + "/latest.tmp"));
+      if (!previous) {
+        BOOST_CHECK_MESSAGE(!fs::exists(dir), dir << " exists after a failed save");
+      } else {
+        VerifyReport v = verify_checkpoint(dir);
+        BOOST_CHECK_MESSAGE(v.ok(), "verify " << dir << ": " << (v.problems.empty() ? "" : v.problems[0]));
+        BOOST_CHECK_EQUAL(v.manifest.meta.config, previous->meta.config);
+      }
+    }
+  });
+}
+
+// Steps 1 and 2 saved, then `latest` set back to step 1: what a crash between the rename and `latest` leaves,
+// or a run resumed from step 1. The next save of step 2 sets the old one aside.
+void make_replaceable_step_2(const std::string& root, const Model& a, const Model& old2) {
+  save_model(MPI_COMM_WORLD, root, a);
+  save_model(MPI_COMM_WORLD, root, old2);
+  on_root([&] { std::ofstream(root + "/latest") << "step-1\n"; });
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_failed_save_puts_a_set_aside_step_back) {
+  TempRoot root("set_aside");
+  const int w = testing::world_size(), r = testing::world_rank();
+  Model a = make_model(1), old2 = make_model(2), b = make_model(2);
+  make_replaceable_step_2(root.path, a, old2);
+  // A save killed right after it set step 2 aside left step-2.replaced: the next save treats it as step 2.
+  on_root([&] { fs::rename(root.path + "/step-2", root.path + "/step-2.replaced"); });
+  for (const char* when : {"tmp_created", "files_written", "manifest_written", "renamed"}) {
+    SaveOptions boom;
+    boom.on_stage = [&](const std::string& stage) {
+      if (stage == when && r == w - 1) throw Error("planted failure at " + stage);
+    };
+    expect_error([&] { save_model(MPI_COMM_WORLD, root.path, b, boom); },
+                 {"rank " + std::to_string(w - 1), std::string("planted failure at ") + when});
+    expect_rolled_back(root.path, 1, 2, &old2, std::string("failed at ") + when);
+  }
+  // The old step 2 loads with its own content.
+  expect_loaded(load_checkpoint(MPI_COMM_WORLD, root.path + "/step-2", old2.spec, mod_owner(w)), old2, r,
+                mod_owner(w), w);
+  // A failure once `latest` moved: the save happened (and is reported); the set-aside step is gone.
+  SaveOptions late;
+  late.on_stage = [&](const std::string& stage) {
+    if (stage == "latest_written" && r == w - 1) throw Error("planted failure after latest");
+  };
+  expect_error([&] { save_model(MPI_COMM_WORLD, root.path, b, late); }, {"planted failure after latest"});
+  MPI_Barrier(MPI_COMM_WORLD);
+  BOOST_CHECK_EQUAL(list_checkpoints(root.path).latest, 2);
+  BOOST_CHECK(!fs::exists(root.path + "/step-2.replaced"));
+  expect_loaded(load_checkpoint(MPI_COMM_WORLD, root.path, b.spec, mod_owner(w)), b, r, mod_owner(w), w);
+}
+
+BOOST_AUTO_TEST_CASE(a_full_disk_at_any_byte_of_a_save_leaves_the_root_as_it_was) {
+  const int w = testing::world_size(), r = testing::world_rank();
+  std::vector<int> targets{0};
+  if (w > 1) targets.push_back(w - 1);  // rank 0 writes shard 0, dense, manifest, latest; the last its shard
+  for (bool replacing : {false, true}) {
+    for (int target : targets) {
+      BOOST_TEST_CONTEXT((replacing ? "replacing step 2" : "new step 2") << ", disk full on rank " << target) {
+        Model a = make_model(1), old2 = make_model(2), b = make_model(2);
+        // The bytes rank `target` writes up to each stage of this save, measured on a root like the real one.
+        std::vector<int64_t> used(3, 0);
+        {
+          TempRoot scratch("full_measure");
+          save_model(MPI_COMM_WORLD, scratch.path, a);
+          const int64_t plenty = int64_t(1) << 40;
+          SaveOptions o;
+          if (r == target) o.write_budget = plenty;
+          o.on_stage = [&](const std::string& stage) {
+            int i = stage == "files_written" ? 0 : stage == "manifest_written" ? 1 : stage == "latest_written" ? 2 : -1;
+            if (i >= 0 && r == target) used[i] = plenty - h5::write_budget();
+          };
+          save_model(MPI_COMM_WORLD, scratch.path, b, o);
+          MPI_Bcast(used.data(), 3, MPI_INT64_T, target, MPI_COMM_WORLD);
+        }
+        BOOST_TEST_MESSAGE("rank " << target << " writes " << used[0] << " bytes of data files, " << used[1]
+                                   << " with the manifest, " << used[2] << " with latest");
+        // Budgets: the first bytes, evenly through every file, each side of each file's end, every byte of
+        // `latest`.
+        std::set<int64_t> budgets{0, 1, 2};
+        int64_t start = 0;
+        for (int64_t end : used) {
+          for (int k = 0; k < 24 && end > start; ++k) budgets.insert(start + (end - start) * k / 24);
+          for (int64_t d = -2; d <= 1; ++d)
+            if (end + d >= 0 && end + d < used[2]) budgets.insert(end + d);
+          start = end;
+        }
+        for (int64_t x = used[1]; x < used[2]; ++x) budgets.insert(x);
+        TempRoot root("full");
+        if (replacing)
+          make_replaceable_step_2(root.path, a, old2);
+        else
+          save_model(MPI_COMM_WORLD, root.path, a);
+        for (int64_t budget : budgets) {
+          SaveOptions o;
+          if (r == target) o.write_budget = budget;
+          expect_error([&] { save_model(MPI_COMM_WORLD, root.path, b, o); },
+                       {"rank " + std::to_string(target), "No space left on device"});
+          // Every file the save opened is closed again (nothing left for HDF5 to flush at exit).
+          BOOST_CHECK_EQUAL(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL), 0);
+          expect_rolled_back(root.path, 1, 2, replacing ? &old2 : nullptr,
+                             "budget " + std::to_string(budget) + " of " + std::to_string(used[2]));
+        }
+        // The whole budget is enough, and the step then loads exactly.
+        SaveOptions o;
+        if (r == target) o.write_budget = used[2];
+        save_model(MPI_COMM_WORLD, root.path, b, o);
+        MPI_Barrier(MPI_COMM_WORLD);
+        BOOST_CHECK_EQUAL(list_checkpoints(root.path).latest, 2);
+        expect_loaded(load_checkpoint(MPI_COMM_WORLD, root.path, b.spec, mod_owner(w)), b, r, mod_owner(w), w);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_save_failing_on_one_rank_fails_on_every_rank) {
+  const int w = testing::world_size(), r = testing::world_rank();
+  const int last = w - 1;
+  TempRoot root("one_rank_save");
+  Model a = make_model(1), b = make_model(2);
+  save_model(MPI_COMM_WORLD, root.path, a);
+  // A hook that throws something other than a std::exception, on the last rank only.
+  for (const char* when : {"tmp_created", "manifest_written", "renamed"}) {
+    SaveOptions odd;
+    odd.on_stage = [&](const std::string& stage) {
+      if (stage == when && r == last) throw 42;
+    };
+    expect_error([&] { save_model(MPI_COMM_WORLD, root.path, b, odd); },
+                 {"rank " + std::to_string(last), "non-standard exception", when});
+    expect_rolled_back(root.path, 1, 2, nullptr, std::string("non-standard exception at ") + when);
+  }
+  // The last rank's disk is full from the start: its shard cannot be created or written.
+  SaveOptions full;
+  if (r == last) full.write_budget = 0;
+  expect_error([&] { save_model(MPI_COMM_WORLD, root.path, b, full); },
+               {"rank " + std::to_string(last), "shard-" + std::to_string(last) + "-of-", "No space left on device"});
+  expect_rolled_back(root.path, 1, 2, nullptr, "last rank's disk full");
+  // Ranks that disagree on the step.
+  if (w > 1) {
+    Model c = b;
+    if (r == last) c.meta.step = 3;
+    expect_error([&] { save_model(MPI_COMM_WORLD, root.path, c); },
+                 {"ranks save different checkpoints", "rank 0 saves step-2", "saves step-3"});
+    expect_rolled_back(root.path, 1, 2, nullptr, "different steps");
+  }
+  // Rank 0 alone creates the root: a root that is a regular file fails there, and everywhere.
+  TempRoot file_root("root_is_a_file");
+  on_root([&] { std::ofstream(file_root.path) << "not a directory\n"; });
+  expect_error([&] { save_model(MPI_COMM_WORLD, file_root.path, b); },
+               {"rank 0", file_root.path, "cannot create the checkpoint root"});
+  // After all of that, the next save works.
+  save_model(MPI_COMM_WORLD, root.path, b);
+  MPI_Barrier(MPI_COMM_WORLD);
+  BOOST_CHECK_EQUAL(list_checkpoints(root.path).latest, 2);
+}
+
+BOOST_AUTO_TEST_CASE(a_load_failing_on_one_rank_fails_on_every_rank) {
+  const int w = testing::world_size(), r = testing::world_rank();
+  const int last = w - 1;
+  TempRoot root("one_rank_load");
+  Model m = make_model(3);
+  std::string dir = save_model(MPI_COMM_WORLD, root.path, m);
+  // The owner function fails on the last rank only: a sparta::Error, then something else.
+  OwnerFn throws_error = [&](int, int64_t key) -> int {
+    if (r == last) throw Error("planted owner failure");
+    return static_cast<int>(key % w);
+  };
+  expect_error([&] { load_checkpoint(MPI_COMM_WORLD, root.path, m.spec, throws_error); },
+               {"rank " + std::to_string(last), "planted owner failure"});
+  OwnerFn throws_odd = [&](int, int64_t key) -> int {
+    if (r == last) throw 7;
+    return static_cast<int>(key % w);
+  };
+  expect_error([&] { load_checkpoint(MPI_COMM_WORLD, root.path, m.spec, throws_odd); },
+               {"rank " + std::to_string(last), "owner function threw a non-standard exception"});
+  // Ranks that expect different models (the last one lists the dense tensors in another order).
+  if (w > 1) {
+    ModelSpec other = m.spec;
+    if (r == last) std::reverse(other.dense.begin(), other.dense.end());
+    expect_error([&] { load_checkpoint(MPI_COMM_WORLD, root.path, other, mod_owner(w)); },
+                 {"ranks expect different models", "rank " + std::to_string(last) + " expects"});
+  }
+  // dense.h5 is read by rank 0 only.
+  on_root([&] { flip_byte(dir + "/dense.h5", 0.5); });
+  expect_error([&] { load_checkpoint(MPI_COMM_WORLD, root.path, m.spec, mod_owner(w)); },
+               {"rank 0", "dense.h5", "checksum mismatch"});
+  // A shard that only the first rank reads (when loading on one rank fewer than wrote it, rank 0 reads two).
+  TempRoot root2("one_rank_load_shard");
+  Model m2 = make_model(4);
+  std::string dir2 = save_model(MPI_COMM_WORLD, root2.path, m2);
+  on_root([&] { fs::resize_file(dir2 + "/shard-0-of-" + std::to_string(w) + ".h5", 100); });
+  expect_error([&] { load_checkpoint(MPI_COMM_WORLD, root2.path, m2.spec, mod_owner(w)); },
+               {"rank 0", "shard-0-of-" + std::to_string(w) + ".h5", "size"});
 }

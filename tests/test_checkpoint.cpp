@@ -145,3 +145,44 @@ BOOST_AUTO_TEST_CASE(sparta_ckpt_lists_verifies_and_exports) {
   BOOST_CHECK_MESSAGE(c.status == 0 && contains(c.output, "check: ok"), c.output);
   testing::remove_tree(root);
 }
+
+BOOST_AUTO_TEST_CASE(a_disk_that_fills_at_the_end_of_a_save_leaves_latest_whole) {
+  // As reported on a 4 MiB tmpfs: step 1 of 2000 rows, then step 2 of about 2760 rows on 2 ranks, the disk full
+  // near the end of the save (the last data bytes, the manifest, `latest`). The writer must fail cleanly (exit 2,
+  // no crash at exit), `latest` must still name step 1, and no step-2 may be left.
+  std::string dir = testing::temp_path("ckpt", "full_disk"), root = dir + "/ckpt", scratch = dir + "/scratch";
+  for (const std::string& r : {root, scratch}) {
+    Outcome w = writer(2, "write " + r + " --steps 1 --rows 2000");
+    BOOST_REQUIRE_MESSAGE(w.status == 0, w.output);
+  }
+  Outcome m = writer(2, "write " + scratch + " --first-step 2 --steps 1 --rows 2760 --count-bytes");
+  BOOST_REQUIRE_MESSAGE(m.status == 0, m.output);
+  size_t at = m.output.find("rank 0 wrote ");
+  BOOST_REQUIRE_MESSAGE(at != std::string::npos, m.output);
+  const long long total = std::stoll(m.output.substr(at + 13));
+  BOOST_TEST_MESSAGE("rank 0 writes " << total << " bytes in a save of step 2");
+  // Short by: part of `latest` ("step-2\n" is 7 bytes), all of it, part of the manifest, more of it, and the
+  // end of the dense file; then one budget that is enough.
+  for (long long short_by : {1LL, 3LL, 7LL, 8LL, 200LL, 3000LL, 12000LL, 0LL}) {
+    BOOST_TEST_CONTEXT("rank 0's disk full " << short_by << " bytes before the end of the save") {
+      Outcome w = writer(2, "write " + root + " --first-step 2 --steps 1 --rows 2760 --write-budget " +
+                                std::to_string(total - short_by));
+      CheckpointList list = list_checkpoints(root);
+      if (short_by == 0) {
+        BOOST_CHECK_MESSAGE(w.status == 0, w.output);
+        BOOST_CHECK_EQUAL(list.latest, 2);
+      } else {
+        BOOST_CHECK_MESSAGE(w.status == 2 && contains(w.output, "No space left on device"), "status " << w.status
+                                                                                                   << ":\n" << w.output);
+        BOOST_CHECK_EQUAL(list.latest, 1);
+        BOOST_CHECK(list.steps == std::vector<int64_t>{1});
+        BOOST_CHECK(list.incomplete.empty());
+      }
+      Outcome v = ckpt_program("verify " + root);
+      BOOST_CHECK_MESSAGE(v.status == 0 && contains(v.output, "verify: ok"), v.output);
+    }
+  }
+  Outcome c = writer(1, "check " + root + " --rows 2760");
+  BOOST_CHECK_MESSAGE(c.status == 0 && contains(c.output, "check: ok"), c.output);
+  testing::remove_tree(dir);
+}

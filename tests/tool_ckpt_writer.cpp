@@ -4,13 +4,15 @@
 // make checkpoints for the single-process tools.
 //   mpiexec -n W tool_ckpt_writer write ROOT [--first-step S] [--steps K | --loop] [--rows N] [--seed X]
 //                                 [--pause-step S --pause-at STAGE --signal FILE] [--progress FILE]
+//                                 [--write-budget BYTES [--budget-rank R]] [--count-bytes]
 //   mpiexec -n V tool_ckpt_writer check PATH [--rows N] [--seed X]
 // write: rank r of W holds rows of global index g = i*W + r (i < N), key = 4g + 1, in tables "user" (dim 32,
 // adam: state 64) and "item" (dim 8, sgd: no state), and one dense tensor "mlp.w" [3, 5]. --pause-at makes rank 0
 // write FILE and sleep forever at that save stage (see SaveOptions) of step --pause-step; --loop never stops;
-// --progress gets a line "saved <step>" after each save. check: loads PATH (a root or a step directory) onto V
-// ranks with a hash placement and checks every row, the dense tensor and the metadata exactly; exit 0 when all
-// agree, 1 otherwise.
+// --progress gets a line "saved <step>" after each save; --write-budget makes rank R's (default 0) disk full after
+// BYTES bytes of each save (SaveOptions::write_budget); --count-bytes prints "rank R wrote N bytes" per save.
+// check: loads PATH (a root or a step directory) onto V ranks with a hash placement and checks every row, the
+// dense tensor and the metadata exactly; exit 0 when all agree, 1 otherwise. A failed save exits with 2.
 #include <mpi.h>
 #include <unistd.h>
 
@@ -23,6 +25,7 @@
 
 #include "src/base/check.h"
 #include "io/checkpoint.h"
+#include "io/h5.h"
 #include "src/context.h"
 
 namespace {
@@ -31,7 +34,9 @@ using sparta::TableRows;
 
 struct Args {
   std::string mode, path, pause_at, signal, progress;
-  int64_t first_step = 1, steps = 1, rows = 20000, pause_step = -1;
+  int64_t first_step = 1, steps = 1, rows = 20000, pause_step = -1, write_budget = -1;
+  int budget_rank = 0;
+  bool count_bytes = false;
   uint64_t seed = 12345;
   bool loop = false;
 };
@@ -98,7 +103,11 @@ void write_one(const Args& a, int64_t step, int rank, int world) {
     dense.push_back(d);
   }
   sparta::SaveOptions opt;
+  const int64_t plenty = int64_t(1) << 40;
+  if (rank == a.budget_rank) opt.write_budget = a.count_bytes ? plenty : a.write_budget;
   opt.on_stage = [&](const std::string& stage) {
+    if (a.count_bytes && rank == a.budget_rank && stage == "latest_written")
+      std::printf("rank %d wrote %lld bytes\n", rank, static_cast<long long>(plenty - sparta::h5::write_budget()));
     if (step != a.pause_step || stage != a.pause_at || rank != 0) return;
     std::ofstream(a.signal) << stage << "\n";
     while (true) sleep(1);  // the test kills us here, mid-save
@@ -157,8 +166,8 @@ Args parse(int argc, char** argv) {
   a.path = argv[2];
   for (int i = 3; i < argc; ++i) {
     std::string k = argv[i];
-    if (k == "--loop") {
-      a.loop = true;
+    if (k == "--loop" || k == "--count-bytes") {
+      (k == "--loop" ? a.loop : a.count_bytes) = true;
       continue;
     }
     SPARTA_REQUIRE(i + 1 < argc, "option %s: missing value", k.c_str());
@@ -171,6 +180,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--pause-at") a.pause_at = v;
     else if (k == "--signal") a.signal = v;
     else if (k == "--progress") a.progress = v;
+    else if (k == "--write-budget") a.write_budget = std::stoll(v);
+    else if (k == "--budget-rank") a.budget_rank = std::stoi(v);
     else throw sparta::Error("unknown option " + k);
   }
   return a;
