@@ -104,13 +104,15 @@ CrossNet::CrossNet(const Device& dev, CrossConfig cfg, int64_t max_batch)
     xs_.emplace_back(dev_, bd);
     hs_.emplace_back(dev_, br);
     zs_.emplace_back(dev_, bd);
-    if (bf16) xs16_.emplace_back(dev_, bd), hs16_.emplace_back(dev_, br);
+    if (bf16) {
+      xs16_.emplace_back(dev_, bd), hs16_.emplace_back(dev_, br);
+      v16_.emplace_back(dev_, size_t(cfg_.rank) * cfg_.dim), u16_.emplace_back(dev_, size_t(cfg_.rank) * cfg_.dim);
+    }
   }
   dz_ = Buffer<float>(dev_, bd);
   g_ = Buffer<float>(dev_, bd);
   dh_ = Buffer<float>(dev_, br);
   if (bf16) {
-    params16_ = Buffer<uint16_t>(dev_, param_count());
     dz16_ = Buffer<uint16_t>(dev_, bd);
     dh16_ = Buffer<uint16_t>(dev_, br);
   }
@@ -126,6 +128,15 @@ LinearDims CrossNet::x_dims() const {
   return LinearDims{names_[2].c_str(), batch_ < 0 ? 0 : batch_, cfg_.dim, cfg_.dim};
 }
 
+const void* CrossNet::v_gemm(const float* params, int l) const {
+  if (cfg_.precision == GemmType::bf16) return v16_[l].data();
+  return params + v_offset(l);
+}
+const void* CrossNet::u_gemm(const float* params, int l) const {
+  if (cfg_.precision == GemmType::bf16) return u16_[l].data();
+  return params + u_offset(l);
+}
+
 const float* CrossNet::forward(const float* params, const float* x0, int64_t batch) {
   SPARTA_REQUIRE(batch >= 0 && batch <= max_batch_,
                  "cross network '%s': batch must be in [0, %lld] (max_batch), found %lld", cfg_.name.c_str(),
@@ -135,15 +146,17 @@ const float* CrossNet::forward(const float* params, const float* x0, int64_t bat
   const bool bf16 = cfg_.precision == GemmType::bf16;
   const size_t bd = size_t(batch) * cfg_.dim;
   if (bf16) {
-    to_bf16(dev_, params, params16_.data(), param_count());
+    const size_t rd = size_t(cfg_.rank) * cfg_.dim;
+    for (int l = 0; l < cfg_.layers; ++l) {
+      to_bf16(dev_, params + v_offset(l), v16_[l].data(), rd);
+      to_bf16(dev_, params + u_offset(l), u16_[l].data(), rd);
+    }
     to_bf16(dev_, x0, xs16_[0].data(), bd);
   }
   for (int l = 0; l < cfg_.layers; ++l) {
     const void* xl = bf16 ? static_cast<const void*>(xs16_[l].data()) : static_cast<const void*>(x_in(l));
-    const void* v = bf16 ? static_cast<const void*>(params16_.data() + v_offset(l))
-                         : static_cast<const void*>(params + v_offset(l));
-    const void* u = bf16 ? static_cast<const void*>(params16_.data() + u_offset(l))
-                         : static_cast<const void*>(params + u_offset(l));
+    const void* v = v_gemm(params, l);
+    const void* u = u_gemm(params, l);
     linear_forward(dev_, v_dims(l), cfg_.precision, Activation::none, xl, v, nullptr, hs_[l].data());
     const void* h = hs_[l].data();
     if (bf16) {
@@ -170,10 +183,8 @@ void CrossNet::backward(const float* params, const float* dxL, float* grads, flo
     const void* dz = bf16 ? static_cast<const void*>(dz16_.data()) : static_cast<const void*>(dz_.data());
     const void* h = bf16 ? static_cast<const void*>(hs16_[l].data()) : static_cast<const void*>(hs_[l].data());
     const void* xl = bf16 ? static_cast<const void*>(xs16_[l].data()) : static_cast<const void*>(x_in(l));
-    const void* u = bf16 ? static_cast<const void*>(params16_.data() + u_offset(l))
-                         : static_cast<const void*>(params + u_offset(l));
-    const void* v = bf16 ? static_cast<const void*>(params16_.data() + v_offset(l))
-                         : static_cast<const void*>(params + v_offset(l));
+    const void* u = u_gemm(params, l);
+    const void* v = v_gemm(params, l);
     linear_backward_weight(dev_, u_dims(l), cfg_.precision, dz, h, grads + u_offset(l));
     linear_backward_data(dev_, u_dims(l), cfg_.precision, dz, u, dh_.data(), false);
     const void* dh = dh_.data();

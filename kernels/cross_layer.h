@@ -96,6 +96,9 @@ class CrossNet {
   LinearDims u_dims(int l) const;  // z = h U^T + b: in rank, out D
   LinearDims x_dims() const;       // the elementwise steps: D by D
   const float* x_in(int l) const { return l == 0 ? x0_ : xs_[l - 1].data(); }
+  // V_l and U_l as the GEMMs read them: in the parameters (fp32) or their bf16 copies
+  const void* v_gemm(const float* params, int l) const;
+  const void* u_gemm(const float* params, int l) const;
 
   Device dev_;
   CrossConfig cfg_;
@@ -107,7 +110,7 @@ class CrossNet {
   std::vector<Buffer<float>> hs_, zs_;    // h_l [max_batch, rank], z_l [max_batch, D]
   std::vector<Buffer<uint16_t>> xs16_;    // bf16: x_l [max_batch, D], l < layers (x_0 included)
   std::vector<Buffer<uint16_t>> hs16_;    // bf16: h_l
-  Buffer<uint16_t> params16_;             // bf16 copy of the parameters
+  std::vector<Buffer<uint16_t>> v16_, u16_;  // bf16 copies of V_l and U_l, each its own aligned buffer
   Buffer<float> dz_, g_, dh_;             // [max_batch, D], [max_batch, D], [max_batch, rank]
   Buffer<uint16_t> dz16_, dh16_;
 };

@@ -41,8 +41,10 @@ Mlp::Mlp(const Device& dev, MlpConfig cfg, int64_t max_batch) : dev_(dev), cfg_(
   dpre_ = Buffer<float>(dev_, rows);
   grad_ = Buffer<float>(dev_, rows);
   if (cfg_.precision == GemmType::bf16) {
-    for (int l = 0; l < L; ++l) acts16_.emplace_back(dev_, size_t(max_batch_) * cfg_.sizes[l]);
-    params16_ = Buffer<uint16_t>(dev_, param_count());
+    for (int l = 0; l < L; ++l) {
+      acts16_.emplace_back(dev_, size_t(max_batch_) * cfg_.sizes[l]);
+      w16_.emplace_back(dev_, size_t(cfg_.sizes[l]) * cfg_.sizes[l + 1]);
+    }
     dpre16_ = Buffer<uint16_t>(dev_, rows);
   }
 }
@@ -61,6 +63,11 @@ const void* Mlp::gemm_input(int l) const {
   return l == 0 ? x_ : acts_[l - 1].data();
 }
 
+const void* Mlp::gemm_weight(const float* params, int l) const {
+  if (cfg_.precision == GemmType::bf16) return w16_[l].data();
+  return params + weight_offset(l);
+}
+
 const float* Mlp::forward(const float* params, const float* x, int64_t batch) {
   SPARTA_REQUIRE(batch >= 0 && batch <= max_batch_, "MLP '%s': batch must be in [0, %lld] (max_batch), found %lld",
                  cfg_.name.c_str(), (long long)max_batch_, (long long)batch);
@@ -68,15 +75,15 @@ const float* Mlp::forward(const float* params, const float* x, int64_t batch) {
   x_ = x;
   const bool bf16 = cfg_.precision == GemmType::bf16;
   if (bf16) {
-    to_bf16(dev_, params, params16_.data(), param_count());
+    for (int l = 0; l < layers(); ++l)
+      to_bf16(dev_, params + weight_offset(l), w16_[l].data(), size_t(cfg_.sizes[l]) * cfg_.sizes[l + 1]);
     to_bf16(dev_, x, acts16_[0].data(), size_t(batch) * in_width());
   }
   const int L = layers();
   for (int l = 0; l < L; ++l) {
     const Activation act = l < L - 1 || cfg_.relu_last ? Activation::relu : Activation::none;
-    const void* w = bf16 ? static_cast<const void*>(params16_.data() + weight_offset(l))
-                         : static_cast<const void*>(params + weight_offset(l));
-    linear_forward(dev_, dims(l), cfg_.precision, act, gemm_input(l), w, params + bias_offset(l), acts_[l].data());
+    linear_forward(dev_, dims(l), cfg_.precision, act, gemm_input(l), gemm_weight(params, l), params + bias_offset(l),
+                   acts_[l].data());
     if (bf16 && l + 1 < L) to_bf16(dev_, acts_[l].data(), acts16_[l + 1].data(), size_t(batch) * cfg_.sizes[l + 1]);
   }
   return acts_[L - 1].data();
@@ -93,8 +100,7 @@ void Mlp::backward(const float* params, const float* dy, float* grads, float* dx
     activation_bias_backward(dev_, d, act, acts_[l].data(), g, dpre_.data(), bf16 ? dpre16_.data() : nullptr,
                              grads + bias_offset(l));
     const void* dpre = bf16 ? static_cast<const void*>(dpre16_.data()) : static_cast<const void*>(dpre_.data());
-    const void* w = bf16 ? static_cast<const void*>(params16_.data() + weight_offset(l))
-                         : static_cast<const void*>(params + weight_offset(l));
+    const void* w = gemm_weight(params, l);
     linear_backward_weight(dev_, d, cfg_.precision, dpre, gemm_input(l), grads + weight_offset(l));
     if (l > 0) {
       linear_backward_data(dev_, d, cfg_.precision, dpre, w, grad_.data(), false);

@@ -61,6 +61,7 @@ class Mlp {
  private:
   LinearDims dims(int l) const;
   const void* gemm_input(int l) const;  // what layer l's GEMMs read as x: fp32 or its bf16 copy
+  const void* gemm_weight(const float* params, int l) const;  // and as w
 
   Device dev_;
   MlpConfig cfg_;
@@ -71,7 +72,7 @@ class Mlp {
   const float* x_ = nullptr;             // the last forward's input
   std::vector<Buffer<float>> acts_;      // acts_[l]: layer l's output [max_batch, sizes[l+1]]
   std::vector<Buffer<uint16_t>> acts16_; // bf16: acts16_[0] the input, acts16_[l+1] layer l's output (not the last)
-  Buffer<uint16_t> params16_;            // bf16: the weights' copy, laid out as the parameters
+  std::vector<Buffer<uint16_t>> w16_;   // bf16: layer l's weights, each its own (256-byte aligned) buffer
   Buffer<float> dpre_, grad_;            // [max_batch, widest]: a layer's pre-activation gradient, the next one's dy
   Buffer<uint16_t> dpre16_;
 };
