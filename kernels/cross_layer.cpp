@@ -71,6 +71,44 @@ void cross_backward_elementwise(const Device& dev, const LinearDims& d, const fl
 #endif
 }
 
+void copy_columns_cpu(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[r * dst_ld + c] = src[r * src_ld + c];
+}
+
+namespace {
+void check_columns(const char* layer, int64_t batch, int a_cols, int b_cols) {
+  SPARTA_REQUIRE(batch >= 0 && a_cols >= 1 && b_cols >= 1,
+                 "cross input '%s': expected batch >= 0 and both widths >= 1, found batch %lld, widths %d and %d",
+                 layer, (long long)batch, a_cols, b_cols);
+}
+void copy_columns(const Device& dev, const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows,
+                  int64_t cols) {
+  if (!dev.is_cuda()) return copy_columns_cpu(src, src_ld, dst, dst_ld, rows, cols);
+#if SPARTA_CUDA
+  copy_columns_cuda(src, src_ld, dst, dst_ld, rows, cols, dev.stream);
+#else
+  SPARTA_FATAL("copy_columns on %s in a CUDA=0 build", dev.name().c_str());
+#endif
+}
+}  // namespace
+
+void concat_columns(const Device& dev, const char* layer, int64_t batch, const float* a, int a_cols, const float* b,
+                    int b_cols, float* out) {
+  check_columns(layer, batch, a_cols, b_cols);
+  const int64_t width = int64_t(a_cols) + b_cols;
+  copy_columns(dev, a, a_cols, out, width, batch, a_cols);
+  copy_columns(dev, b, b_cols, out + a_cols, width, batch, b_cols);
+}
+
+void split_columns(const Device& dev, const char* layer, int64_t batch, const float* in, float* a, int a_cols,
+                   float* b, int b_cols) {
+  check_columns(layer, batch, a_cols, b_cols);
+  const int64_t width = int64_t(a_cols) + b_cols;
+  copy_columns(dev, in, width, a, a_cols, batch, a_cols);
+  copy_columns(dev, in + a_cols, width, b, b_cols, batch, b_cols);
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // CrossNet
 

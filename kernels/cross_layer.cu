@@ -64,6 +64,13 @@ void cross_forward_elementwise_cuda(const LinearDims& d, const float* x0, const 
   CUDA_CHECK_LAUNCH("cross_forward_kernel");
 }
 
+void copy_columns_cuda(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows, int64_t cols,
+                       Stream stream) {
+  if (rows == 0 || cols == 0) return;
+  CUDA_CHECK(cudaMemcpy2DAsync(dst, size_t(dst_ld) * sizeof(float), src, size_t(src_ld) * sizeof(float),
+                               size_t(cols) * sizeof(float), size_t(rows), cudaMemcpyDeviceToDevice, stream));
+}
+
 void cross_backward_elementwise_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream) {
   CrossGrad op{a.g,   a.x0,     a.z, a.dz, reinterpret_cast<__nv_bfloat16*>(a.dz16), a.dx0, a.g_copy,
                d.out, a.accumulate, a.identity};

@@ -11,6 +11,7 @@
 // The GEMMs are dense_linear.h's steps (cuBLASLt on cuda, the bias fused into the z GEMM); the elementwise
 // parts are one kernel each way: forward x_{l+1} (and its bf16 copy); backward dz (and bf16), db (a
 // fixed-order column sum), the x0 gradient and the copy of g that dh V_l is then accumulated into.
+// concat_columns / split_columns build x0 from the bottom output and the embeddings, and split its gradient.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +24,20 @@
 #include "kernels/dense_linear.h"
 
 namespace sparta {
+
+// ---------------------------------------------------------------------------------------------------------
+// The network's input and its gradient: x0 [batch, a_cols + b_cols] = [a [batch, a_cols], b [batch, b_cols]]
+// (DCNv2: a the bottom MLP's output, b the pooled embeddings [batch, slots * dim]); split_columns is its
+// backward, da and db from dx0. cuda: two strided device copies each.
+void concat_columns(const Device& dev, const char* layer, int64_t batch, const float* a, int a_cols, const float* b,
+                    int b_cols, float* out);
+void split_columns(const Device& dev, const char* layer, int64_t batch, const float* in, float* a, int a_cols,
+                   float* b, int b_cols);
+
+// Copies rows x cols floats from src (row pitch src_ld floats) to dst (row pitch dst_ld floats).
+void copy_columns_cpu(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows, int64_t cols);
+void copy_columns_cuda(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows, int64_t cols,
+                       Stream stream);
 
 // ---------------------------------------------------------------------------------------------------------
 // The elementwise steps (shapes [batch, D]; d.in == d.out == D).

@@ -199,8 +199,32 @@ void elementwise_steps(Backend be) {
   close_device(dev);
 }
 
+// x0 = [bottom, embeddings] and back: every element where its index says, nothing else written.
+void concat_and_split(Backend be) {
+  Device dev = dense_test::device_for(be);
+  for (int64_t batch : {0, 1, 37}) {
+    const int a_cols = 13, b_cols = 26 * 4;
+    const std::vector<float> a = testing::random_floats(size_t(batch) * a_cols),
+                             b = testing::random_floats(size_t(batch) * b_cols);
+    Buffer<float> ad(dev, a), bd(dev, b), x0 = dense_test::poisoned(dev, size_t(batch) * (a_cols + b_cols));
+    concat_columns(dev, "cross_input", batch, ad.data(), a_cols, bd.data(), b_cols, x0.data());
+    std::vector<float> got = x0.download(), want(got.size());
+    for (int64_t r = 0; r < batch; ++r) {
+      for (int c = 0; c < a_cols; ++c) want[r * (a_cols + b_cols) + c] = a[r * a_cols + c];
+      for (int c = 0; c < b_cols; ++c) want[r * (a_cols + b_cols) + a_cols + c] = b[r * b_cols + c];
+    }
+    BOOST_CHECK(got == want);
+    Buffer<float> a2 = dense_test::poisoned(dev, a.size()), b2 = dense_test::poisoned(dev, b.size());
+    split_columns(dev, "cross_input", batch, x0.data(), a2.data(), a_cols, b2.data(), b_cols);
+    BOOST_CHECK(a2.download() == a);
+    BOOST_CHECK(b2.download() == b);
+  }
+  close_device(dev);
+}
+
 }  // namespace
 
+SPARTA_BACKEND_CASES(cross_input_concat_and_split, concat_and_split)
 SPARTA_BACKEND_CASES(cross_net_matches_a_double_precision_reference, net_matches_reference)
 SPARTA_BACKEND_CASES(cross_net_matches_a_hand_computed_layer, hand_computed_layer)
 SPARTA_BACKEND_CASES(cross_elementwise_steps_match_their_formulas, elementwise_steps)
@@ -252,6 +276,8 @@ BOOST_AUTO_TEST_CASE(cross_layout_and_errors) {
   BOOST_CHECK_EXCEPTION(small.backward(p.data(), x.data(), g.data(), x.data()), Error,
                         (dense_test::Names{"dcn_small", "before any forward"}));
   BOOST_CHECK_EXCEPTION(small.forward(p.data(), x.data(), 3), Error, (dense_test::Names{"dcn_small", "found 3"}));
+  BOOST_CHECK_EXCEPTION(concat_columns(dev, "dcn_input", 2, x.data(), 0, x.data(), 3, x.data()), Error,
+                        (dense_test::Names{"dcn_input", "widths 0 and 3"}));
   BOOST_CHECK_EXCEPTION(cross_forward_elementwise(dev, LinearDims{"cross.x", 1, 4, 5}, x.data(), x.data(), x.data(),
                                                   x.data(), nullptr),
                         Error, (dense_test::Names{"cross.x", "in == out", "found in 4, out 5"}));
