@@ -33,12 +33,19 @@ constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLAS's advice for Hop
 using AlgoKey = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool,
                            uint32_t, uint32_t, uint32_t>;
 
+// The algorithm for one kind of call, and whether it fuses the epilogue (where cuBLASLt has no algorithm with
+// the bias or ReLU epilogue for a shape, the plain product runs and bias_relu_kernel follows it).
+struct GemmPlan {
+  cublasLtMatmulAlgo_t algo;
+  bool fused = true;
+};
+
 struct StreamContext {
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;
   float* scratch = nullptr;
   size_t scratch_floats = 0;
-  std::map<AlgoKey, cublasLtMatmulAlgo_t> algos;
+  std::map<AlgoKey, GemmPlan> algos;
 };
 
 std::mutex g_mutex;
@@ -116,6 +123,17 @@ __global__ void __launch_bounds__(256) to_bf16_kernel(const float* src, __nv_bfl
     dst[i] = __float2bfloat16_rn(src[i]);
 }
 
+// D [m, n] (column-major, ldd) += bias [m] per column, then ReLU: the epilogue where cuBLASLt could not fuse it.
+__global__ void __launch_bounds__(256)
+    bias_relu_kernel(float* d, int64_t ldd, int64_t m, int64_t n, const float* bias, bool relu) {
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < m * n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = e % m, j = e / m;
+    float v = d[j * ldd + i];
+    if (bias) v += bias[i];
+    d[j * ldd + i] = relu && !(v > 0.f) ? 0.f : v;
+  }
+}
+
 namespace {
 
 // Element (r, c) of the activation + bias gradient. dy and dpre may be the same array.
@@ -178,12 +196,12 @@ void gemm_cuda(const GemmCall& g, Stream stream) {
   const uint32_t al_a = alignment_of(g.a), al_b = alignment_of(g.b), al_d = alignment_of(g.d);
   const AlgoKey key{int(g.type), g.trans_a, g.trans_b, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, int(epi), g.beta != 0.f,
                     al_a, al_b, al_d};
-  cublasLtMatmulAlgo_t algo;
+  GemmPlan plan;
   bool known = false;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     auto it = ctx.algos.find(key);
-    if (it != ctx.algos.end()) algo = it->second, known = true;
+    if (it != ctx.algos.end()) plan = it->second, known = true;
   }
   if (!known) {
     cublasLtMatmulPreference_t pref;
@@ -194,26 +212,46 @@ void gemm_cuda(const GemmCall& g, Stream stream) {
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
-    cublasLtMatmulHeuristicResult_t result;
-    std::memset(&result, 0, sizeof(result));
-    int found = 0;
-    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(ctx.lt, op, la, lb, ld, ld, pref, 1, &result, &found);
+    auto ask = [&](cublasLtMatmulAlgo_t& algo) {
+      cublasLtMatmulHeuristicResult_t result;
+      std::memset(&result, 0, sizeof(result));
+      int found = 0;
+      const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, op, la, lb, ld, ld, pref, 1, &result, &found);
+      if (st != CUBLAS_STATUS_SUCCESS || found == 0) return false;
+      algo = result.algo;
+      return true;
+    };
+    bool ok = ask(plan.algo);
+    if (!ok && epi != CUBLASLT_EPILOGUE_DEFAULT) {
+      const cublasLtEpilogue_t plain = CUBLASLT_EPILOGUE_DEFAULT;
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &plain, sizeof(plain)));
+      plan.fused = false;
+      ok = ask(plan.algo);
+    }
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    if (s != CUBLAS_STATUS_SUCCESS || found == 0)
+    if (!ok)
       SPARTA_FATAL("layer %s: cuBLASLt has no algorithm for %s GEMM m %lld n %lld k %lld (op %c%c, lda %lld ldb %lld "
-                   "ldd %lld, epilogue %d, alignments %u %u %u; status %d)",
+                   "ldd %lld, alignments %u %u %u)",
                    g.layer, gemm_type_name(g.type), (long long)g.m, (long long)g.n, (long long)g.k,
                    g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', (long long)g.lda, (long long)g.ldb,
-                   (long long)g.ldd, int(epi), al_a, al_b, al_d, int(s));
-    algo = result.algo;
+                   (long long)g.ldd, al_a, al_b, al_d);
     std::lock_guard<std::mutex> lock(g_mutex);
-    ctx.algos.emplace(key, algo);
+    ctx.algos.emplace(key, plan);
+  } else if (!plan.fused) {
+    const cublasLtEpilogue_t plain = CUBLASLT_EPILOGUE_DEFAULT;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &plain, sizeof(plain)));
   }
 
   const float alpha = 1.f, beta = g.beta;
-  CUBLAS_CHECK(cublasLtMatmul(ctx.lt, op, &alpha, g.a, la, g.b, lb, &beta, g.d, ld, g.d, ld, &algo, ctx.workspace,
-                              kWorkspaceBytes, stream));
+  CUBLAS_CHECK(cublasLtMatmul(ctx.lt, op, &alpha, g.a, la, g.b, lb, &beta, g.d, ld, g.d, ld, &plan.algo,
+                              ctx.workspace, kWorkspaceBytes, stream));
   CUDA_CHECK_LAUNCH("cublasLtMatmul");
+  if (!plan.fused && epi != CUBLASLT_EPILOGUE_DEFAULT) {
+    const int64_t n = g.m * g.n;
+    const int64_t blocks = (n + 255) / 256, cap = int64_t(dense::sm_count()) * 16;
+    bias_relu_kernel<<<int(blocks < cap ? blocks : cap), 256, 0, stream>>>(g.d, g.ldd, g.m, g.n, g.bias, g.relu);
+    CUDA_CHECK_LAUNCH("bias_relu_kernel");
+  }
   CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
   CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
   CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
