@@ -47,6 +47,9 @@ HDF5_LIBS   ?= $(shell pkg-config --libs hdf5-serial 2>/dev/null || echo -L/usr/
 # Boost.Program_options linked statically so binaries run where only Boost headers exist; Boost.Test is
 # header-only (tests/main_*.cpp include its implementation once).
 BOOST_PO_LIBS ?= -Wl,-Bstatic -lboost_program_options -Wl,-Bdynamic
+# OpenBLAS (the CPU reference GEMM of kernels/dense_linear) linked statically into libsparta, its symbols
+# kept inside, so the library runs where no BLAS is installed (the GPU machine).
+BLAS_LIBS ?= -Wl,--exclude-libs,libopenblas.a -Wl,-Bstatic -lopenblas -Wl,-Bdynamic
 
 # ---------------------------------------------------------------------------------------------------------
 # Flags
@@ -61,7 +64,7 @@ NVCCFLAGS ?= $(OPT) -std=c++17 -ccbin $(MPICXX) -Xcompiler -fPIC,-Wall,-pthread 
              --expt-relaxed-constexpr -lineinfo
 ifeq ($(CUDA),1)
   CUDA_INC  := -I$(CUDA_HOME)/include
-  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -ldl -lrt
+  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lnccl -ldl -lrt
 endif
 ALL_CXXFLAGS = $(CXXFLAGS) $(DEFINES) $(INCLUDES) $(CUDA_INC) $(HDF5_CFLAGS)
 ALL_NVCCFLAGS = $(NVCCFLAGS) $(DEFINES) $(INCLUDES) $(HDF5_CFLAGS)
@@ -124,7 +127,7 @@ tests: $(TESTS) $(MPI_TESTS) $(TOOLS)
 $(LIBSPARTA): $(LIB_OBJS)
 	@mkdir -p $(@D)
 	$(if $(filter 1,$(CUDA)),cp -P $(CUDA_HOME)/lib64/libcudart.so* $(@D)/)
-	$(MPICXX) -shared $(CXXFLAGS) -o $@ $^ $(RPATH) $(HDF5_LIBS) $(CUDA_LIBS) -lpthread
+	$(MPICXX) -shared $(CXXFLAGS) -o $@ $^ $(RPATH) $(HDF5_LIBS) $(BLAS_LIBS) $(CUDA_LIBS) -lpthread
 
 $(BUILD)/obj/%.o: %.cpp
 	@mkdir -p $(@D)
@@ -159,7 +162,7 @@ $(BUILD)/tests/tool_%: $(BUILD)/obj/tests/tool_%.o $(CLI_OBJS) $(LIBSPARTA)
 # ---------------------------------------------------------------------------------------------------------
 # Dependencies: Debian packages. As root: apt-get update, then install what is missing. Otherwise: say what.
 DEB_PACKAGES ?= build-essential libmpich-dev mpich libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools \
-                libboost-program-options-dev libboost-test-dev python3-h5py python3-matplotlib python3-numpy
+                libboost-program-options-dev libboost-test-dev libopenblas-dev python3-h5py python3-matplotlib python3-numpy
 
 check-deps:
 	@missing=""; \

@@ -1,0 +1,251 @@
+// cross_layer.cpp: CPU reference of cross_layer.h's elementwise steps, their dispatch, and the cross network
+// (launchers only, so it drives both backends).
+#include "kernels/cross_layer.h"
+
+#include <cmath>
+#include <utility>
+
+#include "src/base/check.h"
+#include "src/base/half.h"
+#include "src/base/random.h"
+
+namespace sparta {
+
+namespace {
+void check_square(const LinearDims& d) {
+  check_linear_dims(d);
+  SPARTA_REQUIRE(d.in == d.out, "cross layer '%s': the elementwise step needs in == out (D), found in %d, out %d",
+                 d.layer, d.in, d.out);
+}
+}  // namespace
+
+void cross_forward_elementwise_cpu(const LinearDims& d, const float* x0, const float* z, const float* xl,
+                                   float* out, uint16_t* out16) {
+  const size_t n = size_t(d.batch) * d.out;
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = x0[i] * z[i] + xl[i];
+    if (out16) out16[i] = float_to_bf16(out[i]);
+  }
+}
+
+void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise& a) {
+  std::vector<double> sum(a.db ? d.out : 0, 0.0);
+  for (int64_t r = 0; r < d.batch; ++r) {
+    for (int c = 0; c < d.out; ++c) {
+      const size_t i = size_t(r) * d.out + c;
+      const float g = a.g[i];
+      const float dz = g * a.x0[i];
+      float dx0 = a.accumulate ? a.dx0[i] + g * a.z[i] : g * a.z[i];
+      if (a.identity) dx0 += g;
+      a.dz[i] = dz;
+      if (a.dz16) a.dz16[i] = float_to_bf16(dz);
+      a.dx0[i] = dx0;
+      if (a.g_copy) a.g_copy[i] = g;
+      if (a.db) sum[c] += dz;
+    }
+  }
+  for (int c = 0; a.db && c < d.out; ++c) a.db[c] = static_cast<float>(sum[c]);
+}
+
+void cross_forward_elementwise(const Device& dev, const LinearDims& d, const float* x0, const float* z,
+                               const float* xl, float* out, uint16_t* out16) {
+  check_square(d);
+  if (!dev.is_cuda()) return cross_forward_elementwise_cpu(d, x0, z, xl, out, out16);
+#if SPARTA_CUDA
+  cross_forward_elementwise_cuda(d, x0, z, xl, out, out16, dev.stream);
+#else
+  SPARTA_FATAL("cross layer '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
+#endif
+}
+
+void cross_backward_elementwise(const Device& dev, const LinearDims& d, const float* g, const float* x0,
+                                const float* z, float* dz, uint16_t* dz16, float* db, float* dx0, bool accumulate,
+                                bool identity, float* g_copy) {
+  check_square(d);
+  const CrossElementwise a{g, x0, z, dz, dz16, db, dx0, accumulate, identity, g_copy};
+  if (!dev.is_cuda()) return cross_backward_elementwise_cpu(d, a);
+#if SPARTA_CUDA
+  cross_backward_elementwise_cuda(d, a, dev.stream);
+#else
+  SPARTA_FATAL("cross layer '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
+#endif
+}
+
+void copy_columns_cpu(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[r * dst_ld + c] = src[r * src_ld + c];
+}
+
+namespace {
+void check_columns(const char* layer, int64_t batch, int a_cols, int b_cols) {
+  SPARTA_REQUIRE(batch >= 0 && a_cols >= 1 && b_cols >= 1,
+                 "cross input '%s': expected batch >= 0 and both widths >= 1, found batch %lld, widths %d and %d",
+                 layer, (long long)batch, a_cols, b_cols);
+}
+void copy_columns(const Device& dev, const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows,
+                  int64_t cols) {
+  if (!dev.is_cuda()) return copy_columns_cpu(src, src_ld, dst, dst_ld, rows, cols);
+#if SPARTA_CUDA
+  copy_columns_cuda(src, src_ld, dst, dst_ld, rows, cols, dev.stream);
+#else
+  SPARTA_FATAL("copy_columns on %s in a CUDA=0 build", dev.name().c_str());
+#endif
+}
+}  // namespace
+
+void concat_columns(const Device& dev, const char* layer, int64_t batch, const float* a, int a_cols, const float* b,
+                    int b_cols, float* out) {
+  check_columns(layer, batch, a_cols, b_cols);
+  const int64_t width = int64_t(a_cols) + b_cols;
+  copy_columns(dev, a, a_cols, out, width, batch, a_cols);
+  copy_columns(dev, b, b_cols, out + a_cols, width, batch, b_cols);
+}
+
+void split_columns(const Device& dev, const char* layer, int64_t batch, const float* in, float* a, int a_cols,
+                   float* b, int b_cols) {
+  check_columns(layer, batch, a_cols, b_cols);
+  const int64_t width = int64_t(a_cols) + b_cols;
+  copy_columns(dev, in, width, a, a_cols, batch, a_cols);
+  copy_columns(dev, in + a_cols, width, b, b_cols, batch, b_cols);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// CrossNet
+
+size_t CrossNet::param_count(int dim, int rank, int layers) {
+  return size_t(layers) * (size_t(2) * rank * dim + dim);
+}
+
+CrossNet::CrossNet(const Device& dev, CrossConfig cfg, int64_t max_batch)
+    : dev_(dev), cfg_(std::move(cfg)), max_batch_(max_batch) {
+  const char* name = cfg_.name.c_str();
+  SPARTA_REQUIRE(cfg_.dim >= 1 && cfg_.rank >= 1 && cfg_.layers >= 1,
+                 "cross network '%s': dim, rank and layers must be >= 1, found dim %d, rank %d, layers %d", name,
+                 cfg_.dim, cfg_.rank, cfg_.layers);
+  SPARTA_REQUIRE(max_batch_ >= 1, "cross network '%s': max_batch must be >= 1, found %lld", name,
+                 (long long)max_batch_);
+  for (int l = 0; l < cfg_.layers; ++l) {
+    names_.push_back(cfg_.name + "." + std::to_string(l) + ".V");
+    names_.push_back(cfg_.name + "." + std::to_string(l) + ".U");
+    names_.push_back(cfg_.name + "." + std::to_string(l) + ".x");
+  }
+  {
+    const int64_t keep = batch_;
+    batch_ = max_batch_;  // every matrix at the largest batch must be indexable
+    check_linear_dims(v_dims(0));
+    check_linear_dims(u_dims(0));
+    batch_ = keep;
+  }
+  const size_t bd = size_t(max_batch_) * cfg_.dim, br = size_t(max_batch_) * cfg_.rank;
+  const bool bf16 = cfg_.precision == GemmType::bf16;
+  for (int l = 0; l < cfg_.layers; ++l) {
+    xs_.emplace_back(dev_, bd);
+    hs_.emplace_back(dev_, br);
+    zs_.emplace_back(dev_, bd);
+    if (bf16) {
+      xs16_.emplace_back(dev_, bd), hs16_.emplace_back(dev_, br);
+      v16_.emplace_back(dev_, size_t(cfg_.rank) * cfg_.dim), u16_.emplace_back(dev_, size_t(cfg_.rank) * cfg_.dim);
+    }
+  }
+  dz_ = Buffer<float>(dev_, bd);
+  g_ = Buffer<float>(dev_, bd);
+  dh_ = Buffer<float>(dev_, br);
+  if (bf16) {
+    dz16_ = Buffer<uint16_t>(dev_, bd);
+    dh16_ = Buffer<uint16_t>(dev_, br);
+  }
+}
+
+LinearDims CrossNet::v_dims(int l) const {
+  return LinearDims{names_[3 * l].c_str(), batch_ < 0 ? 0 : batch_, cfg_.dim, cfg_.rank};
+}
+LinearDims CrossNet::u_dims(int l) const {
+  return LinearDims{names_[3 * l + 1].c_str(), batch_ < 0 ? 0 : batch_, cfg_.rank, cfg_.dim};
+}
+LinearDims CrossNet::x_dims() const {
+  return LinearDims{names_[2].c_str(), batch_ < 0 ? 0 : batch_, cfg_.dim, cfg_.dim};
+}
+
+const void* CrossNet::v_gemm(const float* params, int l) const {
+  if (cfg_.precision == GemmType::bf16) return v16_[l].data();
+  return params + v_offset(l);
+}
+const void* CrossNet::u_gemm(const float* params, int l) const {
+  if (cfg_.precision == GemmType::bf16) return u16_[l].data();
+  return params + u_offset(l);
+}
+
+const float* CrossNet::forward(const float* params, const float* x0, int64_t batch) {
+  SPARTA_REQUIRE(batch >= 0 && batch <= max_batch_,
+                 "cross network '%s': batch must be in [0, %lld] (max_batch), found %lld", cfg_.name.c_str(),
+                 (long long)max_batch_, (long long)batch);
+  batch_ = batch;
+  x0_ = x0;
+  const bool bf16 = cfg_.precision == GemmType::bf16;
+  const size_t bd = size_t(batch) * cfg_.dim;
+  if (bf16) {
+    const size_t rd = size_t(cfg_.rank) * cfg_.dim;
+    for (int l = 0; l < cfg_.layers; ++l) {
+      to_bf16(dev_, params + v_offset(l), v16_[l].data(), rd);
+      to_bf16(dev_, params + u_offset(l), u16_[l].data(), rd);
+    }
+    to_bf16(dev_, x0, xs16_[0].data(), bd);
+  }
+  for (int l = 0; l < cfg_.layers; ++l) {
+    const void* xl = bf16 ? static_cast<const void*>(xs16_[l].data()) : static_cast<const void*>(x_in(l));
+    const void* v = v_gemm(params, l);
+    const void* u = u_gemm(params, l);
+    linear_forward(dev_, v_dims(l), cfg_.precision, Activation::none, xl, v, nullptr, hs_[l].data());
+    const void* h = hs_[l].data();
+    if (bf16) {
+      to_bf16(dev_, hs_[l].data(), hs16_[l].data(), size_t(batch) * cfg_.rank);
+      h = hs16_[l].data();
+    }
+    linear_forward(dev_, u_dims(l), cfg_.precision, Activation::none, h, u, params + b_offset(l), zs_[l].data());
+    uint16_t* next16 = bf16 && l + 1 < cfg_.layers ? xs16_[l + 1].data() : nullptr;
+    cross_forward_elementwise(dev_, x_dims(), x0, zs_[l].data(), x_in(l), xs_[l].data(), next16);
+  }
+  return xs_[cfg_.layers - 1].data();
+}
+
+void CrossNet::backward(const float* params, const float* dxL, float* grads, float* dx0) {
+  SPARTA_REQUIRE(batch_ >= 0, "cross network '%s': backward before any forward", cfg_.name.c_str());
+  const bool bf16 = cfg_.precision == GemmType::bf16;
+  const int L = cfg_.layers;
+  const float* g = dxL;  // dL/dx_{l+1}
+  for (int l = L - 1; l >= 0; --l) {
+    // at l == 0, x_l is x0: its gradient g + dh V_0 goes to dx0 directly; above, to g_ (a copy of g first)
+    const bool top = l == L - 1, bottom = l == 0;
+    cross_backward_elementwise(dev_, x_dims(), g, x0_, zs_[l].data(), dz_.data(), bf16 ? dz16_.data() : nullptr,
+                               grads + b_offset(l), dx0, !top, bottom, top && !bottom ? g_.data() : nullptr);
+    const void* dz = bf16 ? static_cast<const void*>(dz16_.data()) : static_cast<const void*>(dz_.data());
+    const void* h = bf16 ? static_cast<const void*>(hs16_[l].data()) : static_cast<const void*>(hs_[l].data());
+    const void* xl = bf16 ? static_cast<const void*>(xs16_[l].data()) : static_cast<const void*>(x_in(l));
+    const void* u = u_gemm(params, l);
+    const void* v = v_gemm(params, l);
+    linear_backward_weight(dev_, u_dims(l), cfg_.precision, dz, h, grads + u_offset(l));
+    linear_backward_data(dev_, u_dims(l), cfg_.precision, dz, u, dh_.data(), false);
+    const void* dh = dh_.data();
+    if (bf16) {
+      to_bf16(dev_, dh_.data(), dh16_.data(), size_t(batch_) * cfg_.rank);
+      dh = dh16_.data();
+    }
+    linear_backward_weight(dev_, v_dims(l), cfg_.precision, dh, xl, grads + v_offset(l));
+    linear_backward_data(dev_, v_dims(l), cfg_.precision, dh, v, bottom ? dx0 : g_.data(), true);
+    g = g_.data();
+  }
+}
+
+std::vector<float> CrossNet::initial_params(int dim, int rank, int layers, uint64_t seed) {
+  std::vector<float> p(param_count(dim, rank, layers), 0.f);
+  const float limit = static_cast<float>(std::sqrt(6.0 / (double(dim) + rank)));
+  const size_t mats = size_t(2) * rank * dim, per_layer = mats + dim;
+  for (int l = 0; l < layers; ++l)
+    for (size_t k = 0; k < mats; ++k) {
+      const size_t i = l * per_layer + k;
+      p[i] = static_cast<float>((2.0 * unit_double(hash_mix(seed, i)) - 1.0) * limit);
+    }
+  return p;
+}
+
+}  // namespace sparta

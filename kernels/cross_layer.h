@@ -1,0 +1,133 @@
+// cross_layer.h: DCNv2's low-rank cross network (MLPerf DLRM-DCNv2: 3 layers, rank 512) over
+// x0 [batch, D] = [bottom output, flattened pooled embeddings].
+//
+// Layer l, with V_l [rank, D], U_l [D, rank], b_l [D]:
+//   h_l = x_l V_l^T                [batch, rank]
+//   z_l = h_l U_l^T + b_l          [batch, D]
+//   x_{l+1} = x0 ⊙ z_l + x_l
+// Backward, from g = dL/dx_{l+1}:
+//   dz = g ⊙ x0,  db_l = Σ_batch dz,  dU_l = dz^T h_l,  dh = dz U_l,  dV_l = dh^T x_l,
+//   dx_l = g + dh V_l,  and x0 collects g ⊙ z_l from every layer (plus, at l = 0 where x_l is x0, dx_0).
+// The GEMMs are dense_linear.h's steps (cuBLASLt on cuda, the bias fused into the z GEMM); the elementwise
+// parts are one kernel each way: forward x_{l+1} (and its bf16 copy); backward dz (and bf16), db (a
+// fixed-order column sum), the x0 gradient and the copy of g that dh V_l is then accumulated into.
+// concat_columns / split_columns build x0 from the bottom output and the embeddings, and split its gradient.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/base/buffer.h"
+#include "src/base/device.h"
+#include "kernels/dense_linear.h"
+
+namespace sparta {
+
+// ---------------------------------------------------------------------------------------------------------
+// The network's input and its gradient: x0 [batch, a_cols + b_cols] = [a [batch, a_cols], b [batch, b_cols]]
+// (DCNv2: a the bottom MLP's output, b the pooled embeddings [batch, slots * dim]); split_columns is its
+// backward, da and db from dx0. cuda: two strided device copies each.
+void concat_columns(const Device& dev, const char* layer, int64_t batch, const float* a, int a_cols, const float* b,
+                    int b_cols, float* out);
+void split_columns(const Device& dev, const char* layer, int64_t batch, const float* in, float* a, int a_cols,
+                   float* b, int b_cols);
+
+// Copies rows x cols floats from src (row pitch src_ld floats) to dst (row pitch dst_ld floats).
+void copy_columns_cpu(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows, int64_t cols);
+void copy_columns_cuda(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows, int64_t cols,
+                       Stream stream);
+
+// ---------------------------------------------------------------------------------------------------------
+// The elementwise steps (shapes [batch, D]; d.in == d.out == D).
+
+// out = x0 ⊙ z + xl; out16 (bf16 copy of out) when not nullptr.
+void cross_forward_elementwise(const Device& dev, const LinearDims& d, const float* x0, const float* z,
+                               const float* xl, float* out, uint16_t* out16);
+
+// dz = g ⊙ x0 (dz16: its bf16 copy when not nullptr); db [D] = Σ_batch dz;
+// dx0 = (accumulate ? dx0 : 0) + g ⊙ z + (identity ? g : 0);  g_copy = g when not nullptr.
+void cross_backward_elementwise(const Device& dev, const LinearDims& d, const float* g, const float* x0,
+                                const float* z, float* dz, uint16_t* dz16, float* db, float* dx0, bool accumulate,
+                                bool identity, float* g_copy);
+
+struct CrossElementwise {  // the backward step's arguments, for the backends
+  const float* g;
+  const float* x0;
+  const float* z;
+  float* dz;
+  uint16_t* dz16;
+  float* db;
+  float* dx0;
+  bool accumulate, identity;
+  float* g_copy;
+};
+void cross_forward_elementwise_cpu(const LinearDims& d, const float* x0, const float* z, const float* xl,
+                                   float* out, uint16_t* out16);
+void cross_forward_elementwise_cuda(const LinearDims& d, const float* x0, const float* z, const float* xl,
+                                    float* out, uint16_t* out16, Stream stream);
+void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise& a);
+void cross_backward_elementwise_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream);
+
+// ---------------------------------------------------------------------------------------------------------
+// The network, with what it saves for backward. Parameters are not owned (as in dense_mlp.h): the caller's
+// flat fp32 array holds, layer after layer, V [rank, D], U [D, rank], b [D]; gradients the same.
+
+struct CrossConfig {
+  std::string name = "cross";  // errors name it: "cross.1.U"
+  int dim = 0;                 // D
+  int rank = 0;
+  int layers = 0;
+  GemmType precision = GemmType::f32;
+};
+
+class CrossNet {
+ public:
+  // Throws sparta::Error naming the network for dim, rank, layers or max_batch < 1.
+  CrossNet(const Device& dev, CrossConfig cfg, int64_t max_batch);
+
+  static size_t param_count(int dim, int rank, int layers);
+  size_t param_count() const { return param_count(cfg_.dim, cfg_.rank, cfg_.layers); }
+  size_t v_offset(int l) const { return size_t(l) * layer_floats(); }
+  size_t u_offset(int l) const { return v_offset(l) + size_t(cfg_.rank) * cfg_.dim; }
+  size_t b_offset(int l) const { return u_offset(l) + size_t(cfg_.dim) * cfg_.rank; }
+  const CrossConfig& config() const { return cfg_; }
+
+  // x0 [batch, D] → x_L [batch, D], held by the network until the next forward. x0 must stay unchanged until
+  // backward. Throws sparta::Error naming the network when batch is not in [0, max_batch].
+  const float* forward(const float* params, const float* x0, int64_t batch);
+
+  // From dxL [batch, D]: grads [param_count] and dx0 [batch, D] are overwritten.
+  void backward(const float* params, const float* dxL, float* grads, float* dx0);
+
+  // DCNv2's initialization on the host, deterministic by seed: U and V uniform in ±sqrt(6 / (fan_in +
+  // fan_out)) (Glorot), b zero.
+  static std::vector<float> initial_params(int dim, int rank, int layers, uint64_t seed);
+
+ private:
+  size_t layer_floats() const { return size_t(2) * cfg_.rank * cfg_.dim + cfg_.dim; }
+  LinearDims v_dims(int l) const;  // h = x_l V^T: in D, out rank
+  LinearDims u_dims(int l) const;  // z = h U^T + b: in rank, out D
+  LinearDims x_dims() const;       // the elementwise steps: D by D
+  const float* x_in(int l) const { return l == 0 ? x0_ : xs_[l - 1].data(); }
+  // V_l and U_l as the GEMMs read them: in the parameters (fp32) or their bf16 copies
+  const void* v_gemm(const float* params, int l) const;
+  const void* u_gemm(const float* params, int l) const;
+
+  Device dev_;
+  CrossConfig cfg_;
+  int64_t max_batch_ = 0;
+  int64_t batch_ = -1;
+  std::vector<std::string> names_;  // per layer: V, U, x
+  const float* x0_ = nullptr;
+  std::vector<Buffer<float>> xs_;         // x_{l+1} [max_batch, D], l < layers
+  std::vector<Buffer<float>> hs_, zs_;    // h_l [max_batch, rank], z_l [max_batch, D]
+  std::vector<Buffer<uint16_t>> xs16_;    // bf16: x_l [max_batch, D], l < layers (x_0 included)
+  std::vector<Buffer<uint16_t>> hs16_;    // bf16: h_l
+  std::vector<Buffer<uint16_t>> v16_, u16_;  // bf16 copies of V_l and U_l, each its own aligned buffer
+  Buffer<float> dz_, g_, dh_;             // [max_batch, D], [max_batch, D], [max_batch, rank]
+  Buffer<uint16_t> dz16_, dh16_;
+};
+
+}  // namespace sparta

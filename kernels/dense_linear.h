@@ -1,0 +1,100 @@
+// dense_linear.h: the fully connected layer the dense part of DLRM and DCNv2 is built from, as GEMM steps
+// over row-major matrices:
+//   forward          y [batch, out] = act(x [batch, in] · w [out, in]^T + b [out])       act ∈ {none, relu}
+//   activation/bias  dpre = dy ⊙ act'(y);  db [out] = Σ_batch dpre                      (relu'(0) = 0)
+//   weight grad      dw [out, in] = dpre^T · x
+//   data grad        dx [batch, in] (+)= dpre · w
+// kernels/dense_mlp.h chains layers; kernels/cross_layer.h uses the same steps for DCNv2.
+//
+// Precision: the GEMMs read fp32 or bf16 (GemmType; bf16 data are uint16_t bits, src/base/half.h's format)
+// and always accumulate and write fp32. In bf16 training the fp32 arrays are the masters; to_bf16 makes the
+// copies the GEMMs read. No TF32: fp32 GEMMs are true fp32 so the cpu and cuda backends agree to rounding.
+//
+// cuda: cuBLASLt with the bias (+ReLU) fused into the forward GEMM as its epilogue; the activation gradient
+// and the bias gradient are one fused kernel (a column sum in fixed order: two runs give the same bits).
+// cpu: cblas_sgemm (OpenBLAS), bf16 inputs widened to fp32 first (exact), so both backends multiply the same
+// numbers. Every launcher is asynchronous on dev.stream for cuda.
+//
+// Shapes are checked: a batch < 0, a width < 1 or a product beyond 2^31 - 1 elements per matrix throws
+// sparta::Error naming the layer, what was expected and what was found.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "src/base/device.h"
+
+namespace sparta {
+
+enum class Activation { none, relu };
+enum class GemmType { f32, bf16 };
+
+const char* activation_name(Activation a);
+const char* gemm_type_name(GemmType t);
+size_t gemm_type_bytes(GemmType t);
+
+// The shape of one layer, with the name its errors carry ("bottom_mlp.0", "cross.2.V").
+struct LinearDims {
+  const char* layer = "linear";
+  int64_t batch = 0;
+  int in = 0;
+  int out = 0;
+};
+
+// Throws sparta::Error unless batch >= 0, in >= 1, out >= 1 and every matrix has < 2^31 elements.
+void check_linear_dims(const LinearDims& d);
+
+// y [batch, out] = act(x [batch, in] · w [out, in]^T + b [out]); b == nullptr: no bias.
+// x and w are fp32 (GemmType::f32) or bf16 bits (GemmType::bf16), y is fp32.
+void linear_forward(const Device& dev, const LinearDims& d, GemmType t, Activation act, const void* x,
+                    const void* w, const float* b, float* y);
+
+// dpre [batch, out] = dy ⊙ act'(y) (dy itself for none; 0 where y <= 0 for relu), and db [out] = Σ_batch dpre
+// when db != nullptr; dpre16 != nullptr also receives dpre in bf16 for bf16 GEMMs. dpre may be dy (in place).
+void activation_bias_backward(const Device& dev, const LinearDims& d, Activation act, const float* y,
+                              const float* dy, float* dpre, uint16_t* dpre16, float* db);
+
+// dw [out, in] = dpre [batch, out]^T · x [batch, in]   (dpre and x of type t)
+void linear_backward_weight(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* x,
+                            float* dw);
+
+// dx [batch, in] = dpre [batch, out] · w [out, in], or dx += that when accumulate   (dpre and w of type t)
+void linear_backward_data(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
+                          float* dx, bool accumulate);
+
+// dst[i] = bf16(src[i]) rounded to nearest even, i < n.
+void to_bf16(const Device& dev, const float* src, uint16_t* dst, size_t n);
+
+// ---------------------------------------------------------------------------------------------------------
+// Backends. The GEMMs in column-major terms (what BLAS and cuBLASLt take): a row-major [r, c] matrix is a
+// column-major [c, r] one, so every step above is one column-major GEMM without copies.
+//   D [m, n] (ldd) = op(A) · op(B) + beta · D,  op(A) [m, k], op(B) [k, n]; A, B of type t; D fp32;
+//   bias [m] added to every column of D and relu applied after it when asked (the forward's epilogue).
+struct GemmCall {
+  const char* layer = "linear";
+  GemmType type = GemmType::f32;
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  float* d = nullptr;
+  int64_t ldd = 0;
+  float beta = 0.f;
+  const float* bias = nullptr;  // [m] or nullptr
+  bool relu = false;
+};
+
+void gemm_cpu(const GemmCall& g);
+void gemm_cuda(const GemmCall& g, Stream stream);
+
+void activation_bias_backward_cpu(const LinearDims& d, Activation act, const float* y, const float* dy,
+                                  float* dpre, uint16_t* dpre16, float* db);
+void activation_bias_backward_cuda(const LinearDims& d, Activation act, const float* y, const float* dy,
+                                   float* dpre, uint16_t* dpre16, float* db, Stream stream);
+
+void to_bf16_cpu(const float* src, uint16_t* dst, size_t n);
+void to_bf16_cuda(const float* src, uint16_t* dst, size_t n, Stream stream);
+
+}  // namespace sparta

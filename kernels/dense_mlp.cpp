@@ -1,0 +1,133 @@
+// dense_mlp.cpp: see dense_mlp.h. Only launchers of dense_linear.h: the same code drives both backends.
+#include "kernels/dense_mlp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "src/base/check.h"
+#include "src/base/random.h"
+
+namespace sparta {
+
+size_t Mlp::param_count(const std::vector<int>& sizes) {
+  size_t n = 0;
+  for (size_t l = 0; l + 1 < sizes.size(); ++l) n += size_t(sizes[l]) * sizes[l + 1] + sizes[l + 1];
+  return n;
+}
+
+Mlp::Mlp(const Device& dev, MlpConfig cfg, int64_t max_batch) : dev_(dev), cfg_(std::move(cfg)), max_batch_(max_batch) {
+  const char* name = cfg_.name.c_str();
+  SPARTA_REQUIRE(cfg_.sizes.size() >= 2, "MLP '%s': sizes must name an input width and at least one layer, found %zu "
+                 "sizes", name, cfg_.sizes.size());
+  for (size_t i = 0; i < cfg_.sizes.size(); ++i)
+    SPARTA_REQUIRE(cfg_.sizes[i] >= 1, "MLP '%s': sizes[%zu] must be >= 1, found %d", name, i, cfg_.sizes[i]);
+  SPARTA_REQUIRE(max_batch_ >= 1, "MLP '%s': max_batch must be >= 1, found %lld", name, (long long)max_batch_);
+  const int L = layers();
+  int widest = 0;
+  size_t at = 0;
+  for (int l = 0; l < L; ++l) {
+    offsets_.push_back(at);
+    at += size_t(cfg_.sizes[l]) * cfg_.sizes[l + 1] + cfg_.sizes[l + 1];
+    layer_names_.push_back(cfg_.name + "." + std::to_string(l));
+    widest = std::max(widest, cfg_.sizes[l + 1]);
+    check_linear_dims(dims(l));  // with an empty batch until forward: the widths and max_batch
+    LinearDims full = dims(l);
+    full.batch = max_batch_;
+    check_linear_dims(full);
+    acts_.emplace_back(dev_, size_t(max_batch_) * cfg_.sizes[l + 1]);
+  }
+  const size_t rows = size_t(max_batch_) * widest;
+  dpre_ = Buffer<float>(dev_, rows);
+  grad_ = Buffer<float>(dev_, rows);
+  if (cfg_.precision == GemmType::bf16) {
+    for (int l = 0; l < L; ++l) {
+      acts16_.emplace_back(dev_, size_t(max_batch_) * cfg_.sizes[l]);
+      w16_.emplace_back(dev_, size_t(cfg_.sizes[l]) * cfg_.sizes[l + 1]);
+    }
+    dpre16_ = Buffer<uint16_t>(dev_, rows);
+  }
+}
+
+LinearDims Mlp::dims(int l) const {
+  LinearDims d;
+  d.layer = layer_names_[l].c_str();
+  d.batch = batch_ < 0 ? 0 : batch_;
+  d.in = cfg_.sizes[l];
+  d.out = cfg_.sizes[l + 1];
+  return d;
+}
+
+const void* Mlp::gemm_input(int l) const {
+  if (cfg_.precision == GemmType::bf16) return acts16_[l].data();
+  return l == 0 ? x_ : acts_[l - 1].data();
+}
+
+const void* Mlp::gemm_weight(const float* params, int l) const {
+  if (cfg_.precision == GemmType::bf16) return w16_[l].data();
+  return params + weight_offset(l);
+}
+
+const float* Mlp::forward(const float* params, const float* x, int64_t batch) {
+  SPARTA_REQUIRE(batch >= 0 && batch <= max_batch_, "MLP '%s': batch must be in [0, %lld] (max_batch), found %lld",
+                 cfg_.name.c_str(), (long long)max_batch_, (long long)batch);
+  batch_ = batch;
+  x_ = x;
+  const bool bf16 = cfg_.precision == GemmType::bf16;
+  if (bf16) {
+    for (int l = 0; l < layers(); ++l)
+      to_bf16(dev_, params + weight_offset(l), w16_[l].data(), size_t(cfg_.sizes[l]) * cfg_.sizes[l + 1]);
+    to_bf16(dev_, x, acts16_[0].data(), size_t(batch) * in_width());
+  }
+  const int L = layers();
+  for (int l = 0; l < L; ++l) {
+    const Activation act = l < L - 1 || cfg_.relu_last ? Activation::relu : Activation::none;
+    linear_forward(dev_, dims(l), cfg_.precision, act, gemm_input(l), gemm_weight(params, l), params + bias_offset(l),
+                   acts_[l].data());
+    if (bf16 && l + 1 < L) to_bf16(dev_, acts_[l].data(), acts16_[l + 1].data(), size_t(batch) * cfg_.sizes[l + 1]);
+  }
+  return acts_[L - 1].data();
+}
+
+void Mlp::backward(const float* params, const float* dy, float* grads, float* dx) {
+  SPARTA_REQUIRE(batch_ >= 0, "MLP '%s': backward before any forward", cfg_.name.c_str());
+  const bool bf16 = cfg_.precision == GemmType::bf16;
+  const int L = layers();
+  const float* g = dy;
+  for (int l = L - 1; l >= 0; --l) {
+    const LinearDims d = dims(l);
+    const Activation act = l < L - 1 || cfg_.relu_last ? Activation::relu : Activation::none;
+    activation_bias_backward(dev_, d, act, acts_[l].data(), g, dpre_.data(), bf16 ? dpre16_.data() : nullptr,
+                             grads + bias_offset(l));
+    const void* dpre = bf16 ? static_cast<const void*>(dpre16_.data()) : static_cast<const void*>(dpre_.data());
+    const void* w = gemm_weight(params, l);
+    linear_backward_weight(dev_, d, cfg_.precision, dpre, gemm_input(l), grads + weight_offset(l));
+    if (l > 0) {
+      linear_backward_data(dev_, d, cfg_.precision, dpre, w, grad_.data(), false);
+      g = grad_.data();
+    } else if (dx) {
+      linear_backward_data(dev_, d, cfg_.precision, dpre, w, dx, false);
+    }
+  }
+}
+
+std::vector<float> Mlp::initial_params(const std::vector<int>& sizes, uint64_t seed) {
+  std::vector<float> p(param_count(sizes));
+  uint64_t i = 0;
+  // Box-Muller on counter-based uniforms: the same parameters on every rank and machine
+  auto normal = [&](double sd) {
+    const double u1 = unit_double(hash_mix(seed, 2 * i)), u2 = unit_double(hash_mix(seed, 2 * i + 1));
+    ++i;
+    return static_cast<float>(sd * std::sqrt(-2.0 * std::log(1.0 - u1)) * std::cos(6.283185307179586 * u2));
+  };
+  size_t at = 0;
+  for (size_t l = 0; l + 1 < sizes.size(); ++l) {
+    const int in = sizes[l], out = sizes[l + 1];
+    const double w_sd = std::sqrt(2.0 / (in + out)), b_sd = std::sqrt(1.0 / out);
+    for (size_t k = 0; k < size_t(in) * out; ++k) p[at++] = normal(w_sd);
+    for (int k = 0; k < out; ++k) p[at++] = normal(b_sd);
+  }
+  return p;
+}
+
+}  // namespace sparta

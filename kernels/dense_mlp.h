@@ -1,0 +1,80 @@
+// dense_mlp.h: a multilayer perceptron of dense_linear.h layers (DLRM's bottom and top MLPs), with the
+// activations it saves for its backward pass.
+//
+// sizes {13, 512, 256, 128} are three layers 13→512→256→128; every layer but the last applies ReLU, the last
+// one too when relu_last (DLRM's bottom MLP: yes; the top MLP, whose last layer gives the logit: no).
+//
+// Parameters are not owned: the caller keeps every dense parameter of the model in one flat fp32 array (what
+// the optimizer steps and the data-parallel all-reduce moves), and passes this MLP's part of it, laid out
+// layer after layer as weight [out, in] then bias [out]; gradients have the same layout. In bf16 precision
+// the GEMMs read bf16 copies of the weights (made at every forward from the fp32 masters), of the input and
+// of the saved activations, and of the backward's intermediate gradients; everything else stays fp32.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/base/buffer.h"
+#include "src/base/device.h"
+#include "kernels/dense_linear.h"
+
+namespace sparta {
+
+struct MlpConfig {
+  std::string name = "mlp";  // errors name it: "bottom_mlp.1" is bottom_mlp's layer 1
+  std::vector<int> sizes;    // input width, then each layer's output width
+  bool relu_last = false;
+  GemmType precision = GemmType::f32;
+};
+
+class Mlp {
+ public:
+  // Buffers for batches of up to max_batch rows. Throws sparta::Error naming the MLP for fewer than two sizes,
+  // a size < 1 or max_batch < 1.
+  Mlp(const Device& dev, MlpConfig cfg, int64_t max_batch);
+
+  // Floats of the parameters (and of the gradients) of an MLP of these sizes.
+  static size_t param_count(const std::vector<int>& sizes);
+  size_t param_count() const { return param_count(cfg_.sizes); }
+  // Where layer l's weight [out, in] and bias [out] start in the MLP's parameters.
+  size_t weight_offset(int l) const { return offsets_[l]; }
+  size_t bias_offset(int l) const { return offsets_[l] + size_t(cfg_.sizes[l]) * cfg_.sizes[l + 1]; }
+  int layers() const { return int(cfg_.sizes.size()) - 1; }
+  int in_width() const { return cfg_.sizes.front(); }
+  int out_width() const { return cfg_.sizes.back(); }
+  const MlpConfig& config() const { return cfg_; }
+
+  // x [batch, in_width] → the output [batch, out_width], held by the MLP until the next forward. x must stay
+  // unchanged until backward. Throws sparta::Error naming the MLP when batch is not in [0, max_batch].
+  const float* forward(const float* params, const float* x, int64_t batch);
+
+  // From dy [batch, out_width] (the batch of the last forward): grads [param_count] are overwritten, and
+  // dx [batch, in_width] too when dx != nullptr. params must be those of the forward.
+  void backward(const float* params, const float* dy, float* grads, float* dx);
+
+  // DLRM's initialization on the host, deterministic by seed: weights N(0, sqrt(2 / (in + out))), biases
+  // N(0, sqrt(1 / out)).
+  static std::vector<float> initial_params(const std::vector<int>& sizes, uint64_t seed);
+
+ private:
+  LinearDims dims(int l) const;
+  const void* gemm_input(int l) const;  // what layer l's GEMMs read as x: fp32 or its bf16 copy
+  const void* gemm_weight(const float* params, int l) const;  // and as w
+
+  Device dev_;
+  MlpConfig cfg_;
+  int64_t max_batch_ = 0;
+  int64_t batch_ = -1;  // of the last forward; -1 before the first
+  std::vector<size_t> offsets_;
+  std::vector<std::string> layer_names_;
+  const float* x_ = nullptr;             // the last forward's input
+  std::vector<Buffer<float>> acts_;      // acts_[l]: layer l's output [max_batch, sizes[l+1]]
+  std::vector<Buffer<uint16_t>> acts16_; // bf16: acts16_[0] the input, acts16_[l+1] layer l's output (not the last)
+  std::vector<Buffer<uint16_t>> w16_;   // bf16: layer l's weights, each its own (256-byte aligned) buffer
+  Buffer<float> dpre_, grad_;            // [max_batch, widest]: a layer's pre-activation gradient, the next one's dy
+  Buffer<uint16_t> dpre16_;
+};
+
+}  // namespace sparta

@@ -1,0 +1,47 @@
+// dense_optimizer.cpp: CPU reference of dense_optimizer.h, the checks and the backend dispatch.
+#include "kernels/dense_optimizer.h"
+
+#include "src/base/check.h"
+#include "kernels/fill.h"
+
+namespace sparta {
+
+size_t dense_optimizer_state_size(OptimizerKind kind, size_t n) {
+  SPARTA_REQUIRE(kind != OptimizerKind::lazy_adam,
+                 "dense optimizer: expected sgd, momentum, nesterov, adagrad or adam, found lazy_adam (a sparse "
+                 "optimizer: use adam for dense parameters)");
+  return size_t(optimizer_state_width(kind, 1)) * n;
+}
+
+void dense_optimizer_init_state(const Device& dev, const OptimizerConfig& cfg, float* state, size_t n) {
+  const size_t size = dense_optimizer_state_size(cfg.kind, n);
+  fill(dev, state, size, cfg.kind == OptimizerKind::adagrad ? cfg.initial_accumulator : 0.f);
+}
+
+void dense_optimizer_update_cpu(const OptimizerStep& c, float* params, const float* grads, float* state, size_t n) {
+  dispatch_optimizer(c.kind, [&](auto kind) {
+    constexpr OptimizerKind K = decltype(kind)::value;
+    const RowDecay none;
+    float unused0 = 0, unused1 = 0;
+    for (size_t i = 0; i < n; ++i) {
+      float& s0 = optimizer_has_s0(K) ? state[i] : unused0;
+      float& s1 = optimizer_has_s1(K) ? state[n + i] : unused1;
+      update_element<K>(c, none, grads[i], params[i], s0, s1);
+    }
+  });
+}
+
+void dense_optimizer_update(const Device& dev, const OptimizerConfig& cfg, int64_t step, float lr, float* params,
+                            const float* grads, float* state, size_t n) {
+  dense_optimizer_state_size(cfg.kind, n);  // rejects lazy_adam
+  OptimizerStep c = optimizer_step(cfg, step);
+  c.lr = lr;
+  if (!dev.is_cuda()) return dense_optimizer_update_cpu(c, params, grads, state, n);
+#if SPARTA_CUDA
+  dense_optimizer_update_cuda(c, params, grads, state, n, dev.stream);
+#else
+  SPARTA_FATAL("dense optimizer on %s in a CUDA=0 build", dev.name().c_str());
+#endif
+}
+
+}  // namespace sparta

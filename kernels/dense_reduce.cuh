@@ -1,0 +1,81 @@
+// dense_reduce.cuh: what the dense layers' CUDA files share: the per-stream cuBLASLt handle and scratch
+// (dense_linear.cu owns them), and a fused "elementwise op, then sum over the batch" kernel for bias
+// gradients (dense_linear.cu, cross_layer.cu).
+//
+// The column sum is deterministic: rows are cut into a fixed number of chunks (by the GPU's SM count and the
+// shape, never by timing), each block sums its rows of its columns in a fixed order and a tree in shared
+// memory, and a second pass adds the chunks' partial sums in chunk order. No atomics: two runs, same bits.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "src/base/check.h"
+#include "src/base/device.h"
+
+namespace sparta {
+namespace dense {
+
+// fp32 scratch of at least `floats` elements for work queued on `stream` (one per device and stream; grows,
+// waiting for the stream when it does; never shrinks).
+float* stream_scratch(Stream stream, size_t floats);
+// Multiprocessors of the current device.
+int sm_count();
+
+constexpr int kSumBlock = 256;
+
+// Column c < cols of rows [chunk * rows_per_chunk, ...): tc columns side by side, kSumBlock / tc row lanes.
+// op(r, c) computes element (r, c) (writing whatever outputs it has) and returns what column c sums.
+template <class Op>
+__global__ void __launch_bounds__(kSumBlock)
+    column_sum_kernel(Op op, int64_t rows, int cols, int tc, int log2_tc, int64_t rows_per_chunk,
+                      float* partial) {  // [chunks, cols] or nullptr
+  __shared__ float part[kSumBlock];
+  const int tx = threadIdx.x & (tc - 1), ty = threadIdx.x >> log2_tc, lanes = kSumBlock / tc;
+  const int c = blockIdx.x * tc + tx;
+  const int64_t begin = int64_t(blockIdx.y) * rows_per_chunk;
+  const int64_t end = min(rows, begin + rows_per_chunk);
+  float acc = 0.f;
+  if (c < cols)
+    for (int64_t r = begin + ty; r < end; r += lanes) acc += op(r, c);
+  if (!partial) return;
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = lanes / 2; s > 0; s >>= 1) {
+    if (ty < s) part[threadIdx.x] += part[threadIdx.x + s * tc];
+    __syncthreads();
+  }
+  if (ty == 0 && c < cols) partial[int64_t(blockIdx.y) * cols + c] = part[tx];
+}
+
+// sums[c] = Σ_chunk partial[chunk, c], chunks in order (a launcher: dense_linear.cu holds its kernel).
+void add_chunks(const float* partial, int chunks, int cols, float* sums, Stream stream);
+
+// Runs op over every element of a [rows, cols] matrix and, when sums != nullptr, writes its column sums.
+template <class Op>
+void column_sums(Op op, int64_t rows, int cols, float* sums, Stream stream, const char* kernel_name) {
+  if (cols <= 0) return;
+  int tc = 1, log2_tc = 0;
+  while (tc < cols && tc < 32) tc *= 2, log2_tc += 1;
+  const int lanes = kSumBlock / tc;
+  const int64_t col_blocks = (cols + tc - 1) / tc;
+  // enough blocks for every SM to hold 8, in chunks of at least one row per lane
+  const int64_t want = int64_t(sm_count()) * 8;
+  int64_t chunks = (want + col_blocks - 1) / col_blocks;
+  const int64_t most = (rows + lanes - 1) / lanes;
+  if (chunks > most) chunks = most;
+  if (chunks > 4096) chunks = 4096;
+  if (chunks < 1) chunks = 1;
+  const int64_t rows_per_chunk = rows == 0 ? 1 : (rows + chunks - 1) / chunks;
+  chunks = rows == 0 ? 1 : (rows + rows_per_chunk - 1) / rows_per_chunk;
+  float* partial = nullptr;
+  if (sums) partial = chunks == 1 ? sums : stream_scratch(stream, size_t(chunks) * cols);
+  dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(chunks));
+  column_sum_kernel<Op><<<grid, kSumBlock, 0, stream>>>(op, rows, cols, tc, log2_tc, rows_per_chunk, partial);
+  CUDA_CHECK_LAUNCH(kernel_name);
+  if (sums && chunks > 1) add_chunks(partial, int(chunks), cols, sums, stream);
+}
+
+}  // namespace dense
+}  // namespace sparta

@@ -1,0 +1,92 @@
+// interaction_dot.cpp: CPU reference of interaction_dot.h, the shape checks and the backend dispatch.
+#include "kernels/interaction_dot.h"
+
+#include <vector>
+
+#include "src/base/check.h"
+
+namespace sparta {
+
+int64_t interaction_dot_width(int slots, int dim) { return dim + int64_t(slots + 1) * slots / 2; }
+
+void check_interaction_dims(const InteractionDims& d) {
+  const char* layer = d.layer ? d.layer : "interaction";
+  SPARTA_REQUIRE(d.batch >= 0, "interaction '%s': batch must be >= 0, found %lld", layer, (long long)d.batch);
+  SPARTA_REQUIRE(d.slots >= 1 && d.slots <= 4096, "interaction '%s': slots must be in [1, 4096], found %d", layer,
+                 d.slots);
+  SPARTA_REQUIRE(d.dim >= 1 && d.dim <= 65536, "interaction '%s': dim must be in [1, 65536], found %d", layer, d.dim);
+  const int64_t per_sample = interaction_dot_width(d.slots, d.dim) + int64_t(d.slots + 1) * d.dim;
+  SPARTA_REQUIRE(d.batch <= (int64_t(1) << 62) / per_sample,
+                 "interaction '%s': batch %lld x %lld floats per sample is too large", layer, (long long)d.batch,
+                 (long long)per_sample);
+}
+
+namespace {
+// Row i of sample b's T: the bottom output for i == 0, else embedding i - 1.
+const float* t_row(const InteractionDims& d, const float* bottom, const float* emb, int64_t b, int i) {
+  return i == 0 ? bottom + b * d.dim : emb + (b * d.slots + (i - 1)) * int64_t(d.dim);
+}
+}  // namespace
+
+void interaction_dot_forward_cpu(const InteractionDims& d, const float* bottom, const float* emb, float* out) {
+  const int64_t width = interaction_dot_width(d.slots, d.dim);
+  for (int64_t b = 0; b < d.batch; ++b) {
+    float* o = out + b * width;
+    for (int k = 0; k < d.dim; ++k) o[k] = bottom[b * d.dim + k];
+    int64_t p = d.dim;
+    for (int i = 1; i <= d.slots; ++i) {
+      const float* ti = t_row(d, bottom, emb, b, i);
+      for (int j = 0; j < i; ++j) {
+        const float* tj = t_row(d, bottom, emb, b, j);
+        float s = 0.f;
+        for (int k = 0; k < d.dim; ++k) s += ti[k] * tj[k];
+        o[p++] = s;
+      }
+    }
+  }
+}
+
+void interaction_dot_backward_cpu(const InteractionDims& d, const float* dout, const float* bottom,
+                                  const float* emb, float* dbottom, float* demb) {
+  const int64_t width = interaction_dot_width(d.slots, d.dim);
+  const int n = d.slots + 1;
+  std::vector<float> acc(d.dim);
+  for (int64_t b = 0; b < d.batch; ++b) {
+    const float* dz = dout + b * width + d.dim;  // pair (i, j), j < i, at i(i-1)/2 + j
+    for (int i = 0; i < n; ++i) {
+      for (int k = 0; k < d.dim; ++k) acc[k] = i == 0 ? dout[b * width + k] : 0.f;
+      for (int j = 0; j < n; ++j) {
+        if (j == i) continue;
+        const float g = j < i ? dz[int64_t(i) * (i - 1) / 2 + j] : dz[int64_t(j) * (j - 1) / 2 + i];
+        const float* tj = t_row(d, bottom, emb, b, j);
+        for (int k = 0; k < d.dim; ++k) acc[k] += g * tj[k];
+      }
+      float* dst = i == 0 ? dbottom + b * d.dim : demb + (b * d.slots + (i - 1)) * int64_t(d.dim);
+      for (int k = 0; k < d.dim; ++k) dst[k] = acc[k];
+    }
+  }
+}
+
+void interaction_dot_forward(const Device& dev, const InteractionDims& d, const float* bottom, const float* emb,
+                             float* out) {
+  check_interaction_dims(d);
+  if (!dev.is_cuda()) return interaction_dot_forward_cpu(d, bottom, emb, out);
+#if SPARTA_CUDA
+  interaction_dot_forward_cuda(d, bottom, emb, out, dev.stream);
+#else
+  SPARTA_FATAL("interaction '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
+#endif
+}
+
+void interaction_dot_backward(const Device& dev, const InteractionDims& d, const float* dout, const float* bottom,
+                              const float* emb, float* dbottom, float* demb) {
+  check_interaction_dims(d);
+  if (!dev.is_cuda()) return interaction_dot_backward_cpu(d, dout, bottom, emb, dbottom, demb);
+#if SPARTA_CUDA
+  interaction_dot_backward_cuda(d, dout, bottom, emb, dbottom, demb, dev.stream);
+#else
+  SPARTA_FATAL("interaction '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
+#endif
+}
+
+}  // namespace sparta

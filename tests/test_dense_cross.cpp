@@ -1,0 +1,284 @@
+// kernels/cross_layer: DCNv2's low-rank cross network, forward and backward (fp32 and bf16 GEMMs), on every
+// backend against the network computed in double in the test, cuda also against the cpu reference; the cpu
+// reference against a hand-computed layer and against central finite differences of its forward; the
+// elementwise steps alone; errors naming the network.
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+
+#include "kernels/cross_layer.h"
+#include "tests/test_dense_util.h"
+#include "tests/testing.h"
+
+using namespace sparta;
+
+namespace {
+
+struct NetResult {
+  std::vector<float> x, grads, dx0;
+};
+
+NetResult run_net(const Device& dev, const CrossConfig& cfg, int64_t max_batch, const std::vector<float>& params,
+                  const std::vector<float>& x0, const std::vector<float>& dx, int64_t batch) {
+  CrossNet net(dev, cfg, max_batch);
+  Buffer<float> p(dev, params), xd(dev, x0), dxd(dev, dx);
+  Buffer<float> grads = dense_test::poisoned(dev, net.param_count());
+  Buffer<float> dx0 = dense_test::poisoned(dev, x0.size());
+  const float* out = net.forward(p.data(), xd.data(), batch);
+  NetResult r;
+  r.x.resize(size_t(batch) * cfg.dim);
+  copy_to_host(dev, r.x.data(), out, r.x.size() * sizeof(float));
+  net.backward(p.data(), dxd.data(), grads.data(), dx0.data());
+  r.grads = grads.download();
+  r.dx0 = dx0.download();
+  return r;
+}
+
+struct Naive {
+  std::vector<double> x, grads, dx0;
+};
+
+// The network in double from the formulas in cross_layer.h; R rounds what bf16 GEMMs read (x_l, h_l, dz, dh
+// and the weights), identity for fp32.
+Naive naive_net(const CrossConfig& cfg, const std::vector<float>& params, const std::vector<float>& x0,
+                const std::vector<float>& dxL, int64_t B) {
+  const bool bf16 = cfg.precision == GemmType::bf16;
+  auto R = [&](double v) { return bf16 ? double(bf16_to_float(float_to_bf16(float(v)))) : double(float(v)); };
+  const int D = cfg.dim, r = cfg.rank, L = cfg.layers;
+  const size_t per = size_t(2) * r * D + D;
+  auto V = [&](int l, int k, int i) { return R(params[l * per + size_t(k) * D + i]); };
+  auto U = [&](int l, int i, int k) { return R(params[l * per + size_t(r) * D + size_t(i) * r + k]); };
+  auto bias = [&](int l, int i) { return double(params[l * per + size_t(2) * r * D + i]); };
+  std::vector<std::vector<double>> xs(L + 1), hs(L), zs(L);
+  xs[0].assign(x0.begin(), x0.end());
+  for (int l = 0; l < L; ++l) {
+    hs[l].assign(size_t(B) * r, 0.0);
+    zs[l].assign(size_t(B) * D, 0.0);
+    xs[l + 1].assign(size_t(B) * D, 0.0);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int k = 0; k < r; ++k) {
+        double s = 0;
+        for (int i = 0; i < D; ++i) s += R(xs[l][b * D + i]) * V(l, k, i);
+        hs[l][b * r + k] = float(s);
+      }
+      for (int i = 0; i < D; ++i) {
+        double s = bias(l, i);
+        for (int k = 0; k < r; ++k) s += R(hs[l][b * r + k]) * U(l, i, k);
+        zs[l][b * D + i] = float(s);
+        xs[l + 1][b * D + i] = float(double(x0[b * D + i]) * zs[l][b * D + i] + xs[l][b * D + i]);
+      }
+    }
+  }
+  Naive n;
+  n.x = xs[L];
+  n.grads.assign(L * per, 0.0);
+  n.dx0.assign(x0.size(), 0.0);
+  std::vector<double> g(dxL.begin(), dxL.end());
+  for (int l = L - 1; l >= 0; --l) {
+    std::vector<double> dz(size_t(B) * D), dh(size_t(B) * r, 0.0), gl(g);
+    for (size_t i = 0; i < dz.size(); ++i) {
+      dz[i] = double(float(g[i] * x0[i]));
+      n.dx0[i] += g[i] * zs[l][i];
+      n.grads[l * per + size_t(2) * r * D + i % D] += dz[i];
+    }
+    for (int64_t b = 0; b < B; ++b)
+      for (int i = 0; i < D; ++i)
+        for (int k = 0; k < r; ++k) {
+          n.grads[l * per + size_t(r) * D + size_t(i) * r + k] += R(dz[b * D + i]) * R(hs[l][b * r + k]);
+          dh[b * r + k] += R(dz[b * D + i]) * U(l, i, k);
+        }
+    for (int64_t b = 0; b < B; ++b)
+      for (int k = 0; k < r; ++k)
+        for (int i = 0; i < D; ++i) {
+          n.grads[l * per + size_t(k) * D + i] += R(dh[b * r + k]) * R(xs[l][b * D + i]);
+          gl[b * D + i] += R(dh[b * r + k]) * V(l, k, i);
+        }
+    g = gl;
+  }
+  for (size_t i = 0; i < g.size(); ++i) n.dx0[i] += g[i];  // x_0 is x0
+  return n;
+}
+
+void net_matches_reference(Backend be) {
+  Device dev = dense_test::device_for(be);
+  Device host = dense_test::device_for(Backend::cpu);
+  struct Case {
+    int dim, rank, layers;
+    int64_t batch, max_batch;
+  };
+  const Case cases[] = {{13, 4, 3, 37, 40}, {2, 1, 1, 1, 1}, {64, 16, 2, 65, 65}, {129, 33, 3, 20, 32}, {8, 3, 2, 0, 4}};
+  for (GemmType t : {GemmType::f32, GemmType::bf16})
+    for (const Case& k : cases) {
+      const CrossConfig cfg{"cross_under_test", k.dim, k.rank, k.layers, t};
+      std::vector<float> params = CrossNet::initial_params(k.dim, k.rank, k.layers, testing::rng()());
+      // random biases too: the initialization leaves them at zero
+      for (int l = 0; l < k.layers; ++l)
+        for (int i = 0; i < k.dim; ++i)
+          params[l * (size_t(2) * k.rank * k.dim + k.dim) + size_t(2) * k.rank * k.dim + i] =
+              testing::random_floats(1, -0.5f, 0.5f)[0];
+      std::vector<float> x0 = testing::random_floats(size_t(k.batch) * k.dim);
+      std::vector<float> dx = testing::random_floats(size_t(k.batch) * k.dim);
+      NetResult got = run_net(dev, cfg, k.max_batch, params, x0, dx, k.batch);
+      Naive want = naive_net(cfg, params, x0, dx, k.batch);
+      const double tol = t == GemmType::bf16 ? 2e-2 : 1e-4;
+      BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " dim " << k.dim << " rank " << k.rank
+                                    << " layers " << k.layers << " batch " << k.batch) {
+        BOOST_CHECK_EQUAL(dense_test::mismatches(got.x, want.x, tol, tol, "x_L"), 0u);
+        BOOST_CHECK_EQUAL(dense_test::mismatches(got.grads, want.grads, tol, tol, "grads"), 0u);
+        BOOST_CHECK_EQUAL(dense_test::mismatches(got.dx0, want.dx0, tol, tol, "dx0"), 0u);
+        if (dev.is_cuda()) {
+          NetResult ref = run_net(host, cfg, k.max_batch, params, x0, dx, k.batch);
+          BOOST_CHECK_EQUAL(testing::count_mismatches(got.x, ref.x, tol, tol, "x_L vs cpu"), 0u);
+          BOOST_CHECK_EQUAL(testing::count_mismatches(got.grads, ref.grads, tol, tol, "grads vs cpu"), 0u);
+          BOOST_CHECK_EQUAL(testing::count_mismatches(got.dx0, ref.dx0, tol, tol, "dx0 vs cpu"), 0u);
+        }
+      }
+    }
+  close_device(dev);
+}
+
+// One layer, D = 2, rank 1: x0 = (1, 2), V = (1, 1), U = (2, -1)^T, b = (0.5, 0.5).
+// h = 3, z = (6.5, -2.5), x1 = x0 ⊙ z + x0 = (7.5, -3). From dx1 = (1, 0): dz = (1, 0), db = (1, 0),
+// dU = dz^T h = (3, 0)^T, dh = dz U = 2, dV = dh x0 = (2, 4), dx0 = dx1 ⊙ z + dx1 + dh V = (9.5, 2).
+void hand_computed_layer(Backend be) {
+  Device dev = dense_test::device_for(be);
+  const CrossConfig cfg{"hand", 2, 1, 1, GemmType::f32};
+  NetResult r = run_net(dev, cfg, 1, {1, 1, 2, -1, 0.5f, 0.5f}, {1, 2}, {1, 0}, 1);
+  BOOST_CHECK(r.x == (std::vector<float>{7.5f, -3}));
+  BOOST_CHECK(r.grads == (std::vector<float>{2, 4, 3, 0, 1, 0}));  // dV, dU, db
+  BOOST_CHECK(r.dx0 == (std::vector<float>{9.5f, 2}));
+  close_device(dev);
+}
+
+// The elementwise steps alone, every flag, against their formulas.
+void elementwise_steps(Backend be) {
+  Device dev = dense_test::device_for(be);
+  const LinearDims d{"cross.elementwise", 45, 70, 70};
+  const size_t n = size_t(d.batch) * d.out;
+  const std::vector<float> x0 = testing::random_floats(n), z = testing::random_floats(n),
+                           xl = testing::random_floats(n), g = testing::random_floats(n),
+                           prior = testing::random_floats(n);
+  Buffer<float> x0d(dev, x0), zd(dev, z), xld(dev, xl), gd(dev, g);
+  Buffer<float> out = dense_test::poisoned(dev, n);
+  Buffer<uint16_t> out16(dev, n);
+  out16.fill_bytes(0xFF);
+  cross_forward_elementwise(dev, d, x0d.data(), zd.data(), xld.data(), out.data(), out16.data());
+  std::vector<float> o = out.download();
+  std::vector<uint16_t> o16 = out16.download();
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float want = x0[i] * z[i] + xl[i];
+    bad += o[i] != want || o16[i] != float_to_bf16(want);
+  }
+  BOOST_CHECK_EQUAL(bad, 0u);
+  for (bool accumulate : {false, true})
+    for (bool identity : {false, true}) {
+      Buffer<float> dz = dense_test::poisoned(dev, n), db = dense_test::poisoned(dev, d.out),
+                    copy = dense_test::poisoned(dev, n), dx0(dev, prior);
+      Buffer<uint16_t> dz16(dev, n);
+      dz16.fill_bytes(0xFF);
+      cross_backward_elementwise(dev, d, gd.data(), x0d.data(), zd.data(), dz.data(), dz16.data(), db.data(),
+                                 dx0.data(), accumulate, identity, copy.data());
+      std::vector<double> want_db(d.out, 0.0), want_dx0(n), want_dz(n);
+      for (size_t i = 0; i < n; ++i) {
+        want_dz[i] = double(g[i]) * x0[i];
+        want_db[i % d.out] += want_dz[i];
+        want_dx0[i] = (accumulate ? double(prior[i]) : 0.0) + double(g[i]) * z[i] + (identity ? g[i] : 0.0);
+      }
+      BOOST_TEST_CONTEXT("accumulate " << accumulate << " identity " << identity) {
+        std::vector<float> got_dz = dz.download();
+        BOOST_CHECK_EQUAL(dense_test::mismatches(got_dz, want_dz, 1e-6, 1e-6, "dz"), 0u);
+        BOOST_CHECK_EQUAL(dense_test::mismatches(db.download(), want_db, 1e-4, 1e-4, "db"), 0u);
+        BOOST_CHECK_EQUAL(dense_test::mismatches(dx0.download(), want_dx0, 1e-5, 1e-5, "dx0"), 0u);
+        BOOST_CHECK(copy.download() == g);
+        std::vector<uint16_t> got16 = dz16.download();
+        size_t bad16 = 0;
+        for (size_t i = 0; i < n; ++i) bad16 += got16[i] != float_to_bf16(got_dz[i]);
+        BOOST_CHECK_EQUAL(bad16, 0u);
+      }
+    }
+  close_device(dev);
+}
+
+// x0 = [bottom, embeddings] and back: every element where its index says, nothing else written.
+void concat_and_split(Backend be) {
+  Device dev = dense_test::device_for(be);
+  for (int64_t batch : {0, 1, 37}) {
+    const int a_cols = 13, b_cols = 26 * 4;
+    const std::vector<float> a = testing::random_floats(size_t(batch) * a_cols),
+                             b = testing::random_floats(size_t(batch) * b_cols);
+    Buffer<float> ad(dev, a), bd(dev, b), x0 = dense_test::poisoned(dev, size_t(batch) * (a_cols + b_cols));
+    concat_columns(dev, "cross_input", batch, ad.data(), a_cols, bd.data(), b_cols, x0.data());
+    std::vector<float> got = x0.download(), want(got.size());
+    for (int64_t r = 0; r < batch; ++r) {
+      for (int c = 0; c < a_cols; ++c) want[r * (a_cols + b_cols) + c] = a[r * a_cols + c];
+      for (int c = 0; c < b_cols; ++c) want[r * (a_cols + b_cols) + a_cols + c] = b[r * b_cols + c];
+    }
+    BOOST_CHECK(got == want);
+    Buffer<float> a2 = dense_test::poisoned(dev, a.size()), b2 = dense_test::poisoned(dev, b.size());
+    split_columns(dev, "cross_input", batch, x0.data(), a2.data(), a_cols, b2.data(), b_cols);
+    BOOST_CHECK(a2.download() == a);
+    BOOST_CHECK(b2.download() == b);
+  }
+  close_device(dev);
+}
+
+}  // namespace
+
+SPARTA_BACKEND_CASES(cross_input_concat_and_split, concat_and_split)
+SPARTA_BACKEND_CASES(cross_net_matches_a_double_precision_reference, net_matches_reference)
+SPARTA_BACKEND_CASES(cross_net_matches_a_hand_computed_layer, hand_computed_layer)
+SPARTA_BACKEND_CASES(cross_elementwise_steps_match_their_formulas, elementwise_steps)
+
+// The cpu network's gradients against central differences of its forward, through every parameter and x0.
+BOOST_AUTO_TEST_CASE(cpu_cross_backward_matches_finite_differences) {
+  Device dev = dense_test::device_for(Backend::cpu);
+  const CrossConfig cfg{"fd", 5, 3, 2, GemmType::f32};
+  const int64_t B = 3;
+  std::vector<float> params = testing::random_floats(CrossNet::param_count(5, 3, 2), -0.5f, 0.5f);
+  std::vector<float> x0 = testing::random_floats(size_t(B) * 5, -0.5f, 0.5f);
+  const std::vector<float> r = testing::random_floats(size_t(B) * 5);
+  CrossNet net(dev, cfg, B);
+  auto loss = [&] {
+    const float* out = net.forward(params.data(), x0.data(), B);
+    return dense_test::weighted_sum(std::vector<float>(out, out + B * 5), r);
+  };
+  std::vector<float> grads(net.param_count()), dx0(x0.size());
+  net.forward(params.data(), x0.data(), B);
+  net.backward(params.data(), r.data(), grads.data(), dx0.data());
+  const double h = 3e-3;  // cubic in x0 over two layers: O(h^2) truncation stays below the tolerance
+  BOOST_CHECK_EQUAL(dense_test::mismatches(grads, dense_test::central_differences(params, loss, h), 2e-3, 2e-3, "grads"), 0u);
+  BOOST_CHECK_EQUAL(dense_test::mismatches(dx0, dense_test::central_differences(x0, loss, h), 2e-3, 2e-3, "dx0"), 0u);
+}
+
+BOOST_AUTO_TEST_CASE(cross_layout_and_errors) {
+  Device dev = dense_test::device_for(Backend::cpu);
+  CrossNet net(dev, CrossConfig{"dcn", 3456, 512, 3, GemmType::f32}, 1);
+  BOOST_CHECK_EQUAL(net.param_count(), size_t(3) * (2 * 512 * 3456 + 3456));
+  BOOST_CHECK_EQUAL(net.u_offset(0), size_t(512) * 3456);
+  BOOST_CHECK_EQUAL(net.b_offset(2), net.param_count() - 3456);
+  std::vector<float> init = CrossNet::initial_params(40, 8, 2, 5);
+  const double limit = std::sqrt(6.0 / 48);
+  bool inside = true, zero_bias = true;
+  for (int l = 0; l < 2; ++l) {
+    for (int i = 0; i < 2 * 8 * 40; ++i) inside = inside && std::fabs(init[l * 680 + i]) <= limit;
+    for (int i = 0; i < 40; ++i) zero_bias = zero_bias && init[l * 680 + 640 + i] == 0.f;
+  }
+  BOOST_CHECK(inside);
+  BOOST_CHECK(zero_bias);
+  BOOST_CHECK(init == CrossNet::initial_params(40, 8, 2, 5));
+
+  BOOST_CHECK_EXCEPTION(CrossNet(dev, CrossConfig{"dcn", 16, 0, 3, GemmType::f32}, 4), Error,
+                        (dense_test::Names{"dcn", "rank 0"}));
+  BOOST_CHECK_EXCEPTION(CrossNet(dev, CrossConfig{"dcn", 16, 4, 3, GemmType::f32}, 0), Error,
+                        (dense_test::Names{"dcn", "max_batch", "found 0"}));
+  CrossNet small(dev, CrossConfig{"dcn_small", 4, 2, 1, GemmType::f32}, 2);
+  std::vector<float> p(small.param_count()), x(12), g(small.param_count());
+  BOOST_CHECK_EXCEPTION(small.backward(p.data(), x.data(), g.data(), x.data()), Error,
+                        (dense_test::Names{"dcn_small", "before any forward"}));
+  BOOST_CHECK_EXCEPTION(small.forward(p.data(), x.data(), 3), Error, (dense_test::Names{"dcn_small", "found 3"}));
+  BOOST_CHECK_EXCEPTION(concat_columns(dev, "dcn_input", 2, x.data(), 0, x.data(), 3, x.data()), Error,
+                        (dense_test::Names{"dcn_input", "widths 0 and 3"}));
+  BOOST_CHECK_EXCEPTION(cross_forward_elementwise(dev, LinearDims{"cross.x", 1, 4, 5}, x.data(), x.data(), x.data(),
+                                                  x.data(), nullptr),
+                        Error, (dense_test::Names{"cross.x", "in == out", "found in 4, out 5"}));
+}

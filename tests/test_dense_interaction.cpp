@@ -1,0 +1,168 @@
+// kernels/interaction_dot: DLRM's dot interaction forward and backward on every backend against a
+// double-precision computation in the test, cuda also against the cpu reference; the cpu reference against a
+// hand-computed sample and against central finite differences of its forward; shape errors naming the layer.
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+
+#include "kernels/interaction_dot.h"
+#include "tests/test_dense_util.h"
+#include "tests/testing.h"
+
+using namespace sparta;
+
+namespace {
+
+struct Result {
+  std::vector<float> out, dbottom, demb;
+};
+
+Result run(const Device& dev, const InteractionDims& d, const std::vector<float>& bottom, const std::vector<float>& emb,
+           const std::vector<float>& dout) {
+  Buffer<float> b(dev, bottom), e(dev, emb), g(dev, dout);
+  Buffer<float> out = dense_test::poisoned(dev, size_t(d.batch) * interaction_dot_width(d.slots, d.dim));
+  Buffer<float> db = dense_test::poisoned(dev, bottom.size()), de = dense_test::poisoned(dev, emb.size());
+  interaction_dot_forward(dev, d, b.data(), e.data(), out.data());
+  interaction_dot_backward(dev, d, g.data(), b.data(), e.data(), db.data(), de.data());
+  return {out.download(), db.download(), de.download()};
+}
+
+// The interaction written as T T^T over the (S+1) x dim matrix of each sample, in double.
+struct Naive {
+  std::vector<double> out, dbottom, demb;
+};
+Naive naive(const InteractionDims& d, const std::vector<float>& bottom, const std::vector<float>& emb,
+            const std::vector<float>& dout) {
+  const int n = d.slots + 1;
+  const int64_t width = d.dim + int64_t(n) * d.slots / 2;
+  Naive r;
+  r.out.assign(size_t(d.batch) * width, 0.0);
+  r.dbottom.assign(bottom.size(), 0.0);
+  r.demb.assign(emb.size(), 0.0);
+  for (int64_t b = 0; b < d.batch; ++b) {
+    auto T = [&](int i, int k) -> double {
+      return i == 0 ? bottom[b * d.dim + k] : emb[(b * d.slots + i - 1) * d.dim + k];
+    };
+    std::vector<double> Z(size_t(n) * n, 0.0), dZ(size_t(n) * n, 0.0);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j)
+        for (int k = 0; k < d.dim; ++k) Z[i * n + j] += T(i, k) * T(j, k);
+    int64_t p = d.dim;
+    for (int k = 0; k < d.dim; ++k) r.out[b * width + k] = T(0, k);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < i; ++j, ++p) {
+        r.out[b * width + p] = Z[i * n + j];
+        dZ[i * n + j] = dout[b * width + p];  // Z_ij = Z_ji: the pair's gradient reaches both rows
+        dZ[j * n + i] = dout[b * width + p];
+      }
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < d.dim; ++k) {
+        double s = i == 0 ? dout[b * width + k] : 0.0;
+        for (int j = 0; j < n; ++j) s += dZ[i * n + j] * T(j, k);
+        if (i == 0) r.dbottom[b * d.dim + k] = s;
+        else r.demb[(b * d.slots + i - 1) * d.dim + k] = s;
+      }
+  }
+  return r;
+}
+
+void interaction_matches_reference(Backend be) {
+  Device dev = dense_test::device_for(be);
+  Device host = dense_test::device_for(Backend::cpu);
+  struct Shape {
+    int64_t batch;
+    int slots, dim;
+  };
+  const Shape shapes[] = {{1, 1, 1}, {37, 26, 128}, {5, 3, 17}, {0, 4, 8}, {300, 8, 64}, {3, 40, 33}, {2, 26, 16}};
+  for (const Shape& s : shapes) {
+    const InteractionDims d{"interaction", s.batch, s.slots, s.dim};
+    const std::vector<float> bottom = testing::random_floats(size_t(s.batch) * s.dim);
+    const std::vector<float> emb = testing::random_floats(size_t(s.batch) * s.slots * s.dim);
+    const std::vector<float> dout = testing::random_floats(size_t(s.batch) * interaction_dot_width(s.slots, s.dim));
+    Result got = run(dev, d, bottom, emb, dout);
+    Naive want = naive(d, bottom, emb, dout);
+    BOOST_TEST_CONTEXT(dev.name() << " batch " << s.batch << " slots " << s.slots << " dim " << s.dim) {
+      BOOST_CHECK_EQUAL(dense_test::mismatches(got.out, want.out, 1e-4, 1e-4, "out"), 0u);
+      BOOST_CHECK_EQUAL(dense_test::mismatches(got.dbottom, want.dbottom, 1e-4, 1e-4, "dbottom"), 0u);
+      BOOST_CHECK_EQUAL(dense_test::mismatches(got.demb, want.demb, 1e-4, 1e-4, "demb"), 0u);
+      if (dev.is_cuda()) {
+        Result ref = run(host, d, bottom, emb, dout);
+        BOOST_CHECK_EQUAL(testing::count_mismatches(got.out, ref.out, 1e-4, 1e-4, "out vs cpu"), 0u);
+        BOOST_CHECK_EQUAL(testing::count_mismatches(got.dbottom, ref.dbottom, 1e-4, 1e-4, "dbottom vs cpu"), 0u);
+        BOOST_CHECK_EQUAL(testing::count_mismatches(got.demb, ref.demb, 1e-4, 1e-4, "demb vs cpu"), 0u);
+        // the bottom output is copied, not computed
+        for (int64_t b = 0; b < s.batch; ++b)
+          for (int k = 0; k < s.dim; ++k)
+            BOOST_CHECK_EQUAL(got.out[b * interaction_dot_width(s.slots, s.dim) + k], bottom[b * s.dim + k]);
+      }
+    }
+  }
+  close_device(dev);
+}
+
+// bottom (1, 2), embeddings (3, 4), (5, 6): pairs (1,0) = 11, (2,0) = 17, (2,1) = 39. With dout all ones,
+// dT0 = T1 + T2 = (8, 10), dT1 = T0 + T2 = (6, 8), dT2 = T0 + T1 = (4, 6); dbottom adds dout's (1, 1).
+void hand_computed_sample(Backend be) {
+  Device dev = dense_test::device_for(be);
+  const InteractionDims d{"hand", 1, 2, 2};
+  Result r = run(dev, d, {1, 2}, {3, 4, 5, 6}, {1, 1, 1, 1, 1});
+  BOOST_CHECK(r.out == (std::vector<float>{1, 2, 11, 17, 39}));
+  BOOST_CHECK(r.dbottom == (std::vector<float>{9, 11}));
+  BOOST_CHECK(r.demb == (std::vector<float>{6, 8, 4, 6}));
+  // one pair's gradient alone: (2,1) reaches rows 1 and 2 only
+  Result p = run(dev, d, {1, 2}, {3, 4, 5, 6}, {0, 0, 0, 0, 2});
+  BOOST_CHECK(p.dbottom == (std::vector<float>{0, 0}));
+  BOOST_CHECK(p.demb == (std::vector<float>{10, 12, 6, 8}));
+  close_device(dev);
+}
+
+void too_large_for_shared_memory(Backend be) {
+  Device dev = dense_test::device_for(be);
+  // 4001 vectors of 256 floats: 4 MB per sample, beyond any GPU's shared memory
+  const InteractionDims d{"huge_interaction", 1, 4000, 256};
+  Buffer<float> bottom(dev, 256), emb(dev, size_t(4000) * 256);
+  Buffer<float> out(dev, size_t(interaction_dot_width(4000, 256)));
+  BOOST_CHECK_EXCEPTION(interaction_dot_forward(dev, d, bottom.data(), emb.data(), out.data()), Error,
+                        (dense_test::Names{"huge_interaction", "shared memory", "expected at most"}));
+  close_device(dev);
+}
+
+}  // namespace
+
+SPARTA_BACKEND_CASES(interaction_matches_a_double_precision_reference, interaction_matches_reference)
+SPARTA_BACKEND_CASES(interaction_matches_a_hand_computed_sample, hand_computed_sample)
+
+BOOST_AUTO_TEST_CASE(cuda_interaction_rejects_samples_beyond_shared_memory, *testing::needs_gpu()) {
+  too_large_for_shared_memory(Backend::cuda);
+}
+
+BOOST_AUTO_TEST_CASE(cpu_interaction_backward_matches_finite_differences) {
+  Device dev = dense_test::device_for(Backend::cpu);
+  const InteractionDims d{"fd", 3, 4, 5};
+  const int64_t width = interaction_dot_width(d.slots, d.dim);
+  std::vector<float> bottom = testing::random_floats(size_t(d.batch) * d.dim);
+  std::vector<float> emb = testing::random_floats(size_t(d.batch) * d.slots * d.dim);
+  const std::vector<float> r = testing::random_floats(size_t(d.batch) * width);
+  auto loss = [&] {
+    std::vector<float> out(size_t(d.batch) * width);
+    interaction_dot_forward(dev, d, bottom.data(), emb.data(), out.data());
+    return dense_test::weighted_sum(out, r);
+  };
+  std::vector<float> db(bottom.size()), de(emb.size());
+  interaction_dot_backward(dev, d, r.data(), bottom.data(), emb.data(), db.data(), de.data());
+  // quadratic in every input: central differences are exact up to rounding
+  BOOST_CHECK_EQUAL(dense_test::mismatches(db, dense_test::central_differences(bottom, loss, 1e-2), 1e-3, 1e-3, "dbottom"), 0u);
+  BOOST_CHECK_EQUAL(dense_test::mismatches(de, dense_test::central_differences(emb, loss, 1e-2), 1e-3, 1e-3, "demb"), 0u);
+}
+
+BOOST_AUTO_TEST_CASE(bad_interaction_shapes_name_the_layer) {
+  Device dev = dense_test::device_for(Backend::cpu);
+  std::vector<float> buf(64);
+  auto fwd = [&](InteractionDims d) { interaction_dot_forward(dev, d, buf.data(), buf.data(), buf.data()); };
+  BOOST_CHECK_EXCEPTION(fwd({"dot", 2, 0, 4}), Error, (dense_test::Names{"dot", "slots", "found 0"}));
+  BOOST_CHECK_EXCEPTION(fwd({"dot", 2, 3, 0}), Error, (dense_test::Names{"dot", "dim", "found 0"}));
+  BOOST_CHECK_EXCEPTION(fwd({"dot", -1, 3, 4}), Error, (dense_test::Names{"dot", "batch", "found -1"}));
+  BOOST_CHECK_EXCEPTION(interaction_dot_backward(dev, {"dot_bwd", 1, 5000, 4}, buf.data(), buf.data(), buf.data(),
+                                                 buf.data(), buf.data()),
+                        Error, (dense_test::Names{"dot_bwd", "slots", "found 5000"}));
+  BOOST_CHECK_EQUAL(interaction_dot_width(26, 128), 128 + 351);  // MLPerf DLRM: 479
+}

@@ -1,0 +1,257 @@
+// kernels/dense_linear: every step (forward with bias and ReLU, activation + bias gradient, weight and data
+// gradients, bf16 conversion) on every backend against a double-precision computation from the inputs, and
+// cuda against the cpu reference; the cpu reference against a hand-computed layer and against central finite
+// differences of its forward; shape errors naming the layer. Fresh random inputs, outputs poisoned.
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/dense_linear.h"
+#include "tests/test_dense_util.h"
+#include "tests/testing.h"
+
+using namespace sparta;
+using dense_test::poisoned;
+
+namespace {
+
+// Inputs of one layer on a device: fp32, or bf16 bits when the GEMMs read bf16.
+struct Typed {
+  Buffer<float> f32;
+  Buffer<uint16_t> bf16;
+  Typed(const Device& dev, GemmType t, const std::vector<float>& v) {
+    if (t == GemmType::f32) f32 = Buffer<float>(dev, v);
+    else bf16 = Buffer<uint16_t>(dev, dense_test::bf16_bits(v));
+  }
+  const void* data() const { return f32.empty() ? static_cast<const void*>(bf16.data()) : f32.data(); }
+};
+
+struct StepOutputs {
+  std::vector<float> y, dpre, db, dw, dx, dx2;
+  std::vector<uint16_t> dpre16;
+};
+
+// Every step of one layer on dev: forward, then backward from dy with the forward's own y.
+StepOutputs run_steps(const Device& dev, const LinearDims& d, GemmType t, Activation act, const std::vector<float>& x,
+                      const std::vector<float>& w, const std::vector<float>& b, const std::vector<float>& dy) {
+  StepOutputs o;
+  Typed xd(dev, t, x), wd(dev, t, w);
+  Buffer<float> bd(dev, b), dyd(dev, dy);
+  Buffer<float> y = poisoned(dev, size_t(d.batch) * d.out);
+  linear_forward(dev, d, t, act, xd.data(), wd.data(), bd.data(), y.data());
+  o.y = y.download();
+
+  Buffer<float> dpre = poisoned(dev, size_t(d.batch) * d.out), db = poisoned(dev, d.out);
+  Buffer<uint16_t> dpre16(dev, t == GemmType::bf16 ? size_t(d.batch) * d.out : 0);
+  dpre16.fill_bytes(0xFF);
+  activation_bias_backward(dev, d, act, y.data(), dyd.data(), dpre.data(), dpre16.empty() ? nullptr : dpre16.data(),
+                           db.data());
+  o.dpre = dpre.download();
+  o.db = db.download();
+  o.dpre16 = dpre16.download();
+  const void* g = t == GemmType::bf16 ? static_cast<const void*>(dpre16.data()) : dpre.data();
+
+  Buffer<float> dw = poisoned(dev, size_t(d.out) * d.in), dx = poisoned(dev, size_t(d.batch) * d.in);
+  linear_backward_weight(dev, d, t, g, xd.data(), dw.data());
+  linear_backward_data(dev, d, t, g, wd.data(), dx.data(), false);
+  o.dw = dw.download();
+  o.dx = dx.download();
+  linear_backward_data(dev, d, t, g, wd.data(), dx.data(), true);  // dx += the same: twice the product
+  o.dx2 = dx.download();
+  return o;
+}
+
+// The expectations in double, from the numbers the GEMMs read (bf16-rounded inputs for bf16).
+struct Expected {
+  std::vector<double> y, dpre, db, dw, dx;
+};
+Expected expected(const LinearDims& d, GemmType t, Activation act, std::vector<float> x, std::vector<float> w,
+                  const std::vector<float>& b, const std::vector<float>& y_dev, const std::vector<float>& dy) {
+  if (t == GemmType::bf16) x = dense_test::bf16_rounded(x), w = dense_test::bf16_rounded(w);
+  Expected e;
+  const int64_t B = d.batch;
+  e.y.assign(size_t(B) * d.out, 0.0);
+  for (int64_t r = 0; r < B; ++r)
+    for (int o = 0; o < d.out; ++o) {
+      double s = b[o];
+      for (int i = 0; i < d.in; ++i) s += double(x[r * d.in + i]) * w[size_t(o) * d.in + i];
+      e.y[r * d.out + o] = act == Activation::relu && s < 0 ? 0.0 : s;
+    }
+  // the mask from the device's own y: a product within rounding of 0 may fall either way
+  e.dpre.assign(size_t(B) * d.out, 0.0);
+  e.db.assign(d.out, 0.0);
+  std::vector<float> g(size_t(B) * d.out);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const float v = act == Activation::relu && !(y_dev[i] > 0.f) ? 0.f : dy[i];
+    e.dpre[i] = v;
+    e.db[i % d.out] += v;
+    g[i] = t == GemmType::bf16 ? bf16_to_float(float_to_bf16(v)) : v;
+  }
+  e.dw.assign(size_t(d.out) * d.in, 0.0);
+  e.dx.assign(size_t(B) * d.in, 0.0);
+  for (int64_t r = 0; r < B; ++r)
+    for (int o = 0; o < d.out; ++o)
+      for (int i = 0; i < d.in; ++i) {
+        e.dw[size_t(o) * d.in + i] += double(g[r * d.out + o]) * x[r * d.in + i];
+        e.dx[r * d.in + i] += double(g[r * d.out + o]) * w[size_t(o) * d.in + i];
+      }
+  return e;
+}
+
+std::vector<double> twice(std::vector<double> v) {
+  for (auto& x : v) x *= 2;
+  return v;
+}
+
+void check_outputs(const StepOutputs& o, const Expected& e, GemmType t, double tol, const std::string& where) {
+  BOOST_TEST_CONTEXT(where) {
+    BOOST_CHECK_EQUAL(dense_test::mismatches(o.y, e.y, tol, tol, "y"), 0u);
+    BOOST_CHECK_EQUAL(dense_test::mismatches(o.dpre, e.dpre, 0, 0, "dpre"), 0u);
+    BOOST_CHECK_EQUAL(dense_test::mismatches(o.db, e.db, tol, tol, "db"), 0u);
+    BOOST_CHECK_EQUAL(dense_test::mismatches(o.dw, e.dw, tol, tol, "dw"), 0u);
+    BOOST_CHECK_EQUAL(dense_test::mismatches(o.dx, e.dx, tol, tol, "dx"), 0u);
+    BOOST_CHECK_EQUAL(dense_test::mismatches(o.dx2, twice(e.dx), 2 * tol, tol, "dx accumulated"), 0u);
+    if (t == GemmType::bf16) {
+      size_t bad = 0;
+      for (size_t i = 0; i < o.dpre16.size(); ++i) bad += o.dpre16[i] != float_to_bf16(o.dpre[i]);
+      BOOST_CHECK_EQUAL(bad, 0u);
+    }
+  }
+}
+
+void steps_match_reference(Backend be) {
+  Device dev = dense_test::device_for(be);
+  Device host = dense_test::device_for(Backend::cpu);
+  struct Shape {
+    int64_t batch;
+    int in, out;
+  };
+  const Shape shapes[] = {{1, 1, 1}, {37, 13, 64}, {64, 127, 33}, {0, 5, 3}, {300, 256, 1}, {129, 64, 512}};
+  for (GemmType t : {GemmType::f32, GemmType::bf16})
+    for (Activation act : {Activation::none, Activation::relu})
+      for (const Shape& s : shapes) {
+        const LinearDims d{"test_layer", s.batch, s.in, s.out};
+        const float scale = 1.0f / std::sqrt(float(s.in));
+        std::vector<float> x = testing::random_floats(size_t(s.batch) * s.in);
+        std::vector<float> w = testing::random_floats(size_t(s.out) * s.in, -scale, scale);
+        std::vector<float> b = testing::random_floats(s.out);
+        std::vector<float> dy = testing::random_floats(size_t(s.batch) * s.out);
+        const std::string where = std::string(gemm_type_name(t)) + " " + activation_name(act) + " batch " +
+                                  std::to_string(s.batch) + " in " + std::to_string(s.in) + " out " +
+                                  std::to_string(s.out);
+        StepOutputs o = run_steps(dev, d, t, act, x, w, b, dy);
+        check_outputs(o, expected(d, t, act, x, w, b, o.y, dy), t, 1e-4, dev.name() + " " + where);
+        if (dev.is_cuda()) {  // and against the cpu reference, step by step
+          StepOutputs c = run_steps(host, d, t, act, x, w, b, dy);
+          // the bias gradient is a fixed-order sum: a second run gives the same bits
+          BOOST_CHECK(run_steps(dev, d, t, act, x, w, b, dy).db == o.db);
+          BOOST_TEST_CONTEXT("cuda vs cpu " << where) {
+            BOOST_CHECK_EQUAL(testing::count_mismatches(o.y, c.y, 1e-4, 1e-4, "y"), 0u);
+            BOOST_CHECK_EQUAL(testing::count_mismatches(o.db, c.db, 1e-4, 1e-4, "db"), 0u);
+            BOOST_CHECK_EQUAL(testing::count_mismatches(o.dw, c.dw, 1e-4, 1e-4, "dw"), 0u);
+            BOOST_CHECK_EQUAL(testing::count_mismatches(o.dx, c.dx, 1e-4, 1e-4, "dx"), 0u);
+          }
+        }
+      }
+  close_device(dev);
+}
+
+// x [2, 2], w [3, 2], b [3], dy [2, 3], worked by hand.
+void hand_computed_layer(Backend be) {
+  Device dev = dense_test::device_for(be);
+  const LinearDims d{"hand", 2, 2, 3};
+  const std::vector<float> x{1, 2, -1, 0.5f}, w{1, -1, 0.5f, 2, 2, 1}, b{0.5f, -1, 0.25f}, dy{1, 2, 3, 4, 5, 6};
+  StepOutputs relu = run_steps(dev, d, GemmType::f32, Activation::relu, x, w, b, dy);
+  BOOST_CHECK(relu.y == (std::vector<float>{0, 3.5f, 4.25f, 0, 0, 0}));
+  BOOST_CHECK(relu.dpre == (std::vector<float>{0, 2, 3, 0, 0, 0}));
+  BOOST_CHECK(relu.db == (std::vector<float>{0, 2, 3}));
+  BOOST_CHECK(relu.dw == (std::vector<float>{0, 0, 2, 4, 3, 6}));
+  BOOST_CHECK(relu.dx == (std::vector<float>{7, 7, 0, 0}));
+  StepOutputs none = run_steps(dev, d, GemmType::f32, Activation::none, x, w, b, dy);
+  BOOST_CHECK(none.y == (std::vector<float>{-0.5f, 3.5f, 4.25f, -1, -0.5f, -1.25f}));
+  BOOST_CHECK(none.db == (std::vector<float>{5, 7, 9}));
+  BOOST_CHECK(none.dw == (std::vector<float>{-3, 4, -3, 6.5f, -3, 9}));
+  BOOST_CHECK(none.dx == (std::vector<float>{8, 6, 18.5f, 12}));
+  BOOST_CHECK(none.dx2 == (std::vector<float>{16, 12, 37, 24}));
+  close_device(dev);
+}
+
+void bf16_conversion_rounds_to_nearest_even(Backend be) {
+  Device dev = dense_test::device_for(be);
+  std::vector<float> v = testing::random_floats(10007, -1e3f, 1e3f);
+  v[0] = 1.00390625f;   // halfway between two bf16 values, even below: rounds down
+  v[1] = 1.01171875f;   // halfway, even above: rounds up
+  v[2] = -0.0f;
+  Buffer<float> src(dev, v);
+  Buffer<uint16_t> dst(dev, v.size());
+  dst.fill_bytes(0xFF);
+  to_bf16(dev, src.data(), dst.data(), v.size());
+  std::vector<uint16_t> got = dst.download();
+  BOOST_CHECK_EQUAL(got[0], 0x3f80);
+  BOOST_CHECK_EQUAL(got[1], 0x3f82);
+  BOOST_CHECK_EQUAL(got[2], 0x8000);
+  size_t bad = 0;
+  for (size_t i = 0; i < v.size(); ++i) bad += got[i] != float_to_bf16(v[i]);
+  BOOST_CHECK_EQUAL(bad, 0u);
+  close_device(dev);
+}
+
+}  // namespace
+
+SPARTA_BACKEND_CASES(linear_steps_match_a_double_precision_reference, steps_match_reference)
+SPARTA_BACKEND_CASES(linear_steps_match_a_hand_computed_layer, hand_computed_layer)
+SPARTA_BACKEND_CASES(to_bf16_matches_the_host_rounding, bf16_conversion_rounds_to_nearest_even)
+
+// The backward steps of the cpu reference against central differences of its forward: the scalar
+// Σ r ⊙ y (double) has gradient r with respect to y, so the backward from dy = r gives dL/dx, dL/dw, dL/db.
+BOOST_AUTO_TEST_CASE(cpu_linear_backward_matches_finite_differences) {
+  Device dev = dense_test::device_for(Backend::cpu);
+  const double h = 1e-2;
+  for (Activation act : {Activation::none, Activation::relu}) {
+    const LinearDims d{"fd", 3, 4, 5};
+    std::vector<float> x, w, b;
+    // ReLU is not differentiable at 0: draw until every pre-activation is further from 0 than a step moves it
+    for (int tries = 0;; ++tries) {
+      BOOST_REQUIRE(tries < 1000);
+      x = testing::random_floats(size_t(d.batch) * d.in);
+      w = testing::random_floats(size_t(d.out) * d.in);
+      b = testing::random_floats(d.out);
+      std::vector<float> pre(size_t(d.batch) * d.out);
+      linear_forward(dev, d, GemmType::f32, Activation::none, x.data(), w.data(), b.data(), pre.data());
+      bool clear = true;
+      for (float p : pre) clear = clear && std::fabs(p) > 4 * h;
+      if (clear || act == Activation::none) break;
+    }
+    const std::vector<float> r = testing::random_floats(size_t(d.batch) * d.out);
+    auto loss = [&] {
+      std::vector<float> y(size_t(d.batch) * d.out);
+      linear_forward(dev, d, GemmType::f32, act, x.data(), w.data(), b.data(), y.data());
+      return dense_test::weighted_sum(y, r);
+    };
+    std::vector<float> y(size_t(d.batch) * d.out), dpre(y.size()), db(d.out), dw(w.size()), dx(x.size());
+    linear_forward(dev, d, GemmType::f32, act, x.data(), w.data(), b.data(), y.data());
+    activation_bias_backward(dev, d, act, y.data(), r.data(), dpre.data(), nullptr, db.data());
+    linear_backward_weight(dev, d, GemmType::f32, dpre.data(), x.data(), dw.data());
+    linear_backward_data(dev, d, GemmType::f32, dpre.data(), w.data(), dx.data(), false);
+    BOOST_TEST_CONTEXT(activation_name(act)) {
+      BOOST_CHECK_EQUAL(dense_test::mismatches(dx, dense_test::central_differences(x, loss, h), 1e-3, 1e-3, "dx"), 0u);
+      BOOST_CHECK_EQUAL(dense_test::mismatches(dw, dense_test::central_differences(w, loss, h), 1e-3, 1e-3, "dw"), 0u);
+      BOOST_CHECK_EQUAL(dense_test::mismatches(db, dense_test::central_differences(b, loss, h), 1e-3, 1e-3, "db"), 0u);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_linear_shapes_name_the_layer) {
+  Device dev = dense_test::device_for(Backend::cpu);
+  std::vector<float> buf(64, 0.f);
+  auto forward = [&](LinearDims d) {
+    linear_forward(dev, d, GemmType::f32, Activation::none, buf.data(), buf.data(), nullptr, buf.data());
+  };
+  BOOST_CHECK_EXCEPTION(forward({"top_mlp.2", 4, 0, 3}), Error, (dense_test::Names{"top_mlp.2", "in", "found in 0"}));
+  BOOST_CHECK_EXCEPTION(forward({"top_mlp.2", 4, 3, -1}), Error, (dense_test::Names{"top_mlp.2", "out -1"}));
+  BOOST_CHECK_EXCEPTION(forward({"bottom_mlp.0", -2, 3, 3}), Error, (dense_test::Names{"bottom_mlp.0", "found -2"}));
+  BOOST_CHECK_EXCEPTION(forward({"wide", int64_t(1) << 30, 4, 4}), Error, (dense_test::Names{"wide", "at most"}));
+  BOOST_CHECK_EXCEPTION(activation_bias_backward(dev, {"act", 1, 1, 0}, Activation::relu, buf.data(), buf.data(),
+                                                 buf.data(), nullptr, nullptr),
+                        Error, (dense_test::Names{"act", "found in 1, out 0"}));
+}

@@ -1,0 +1,189 @@
+// kernels/dense_mlp: forward and backward of whole MLPs (fp32 and bf16 GEMMs) on every backend against a
+// double-precision chain computed in the test from the same numbers (bf16 rounding where the GEMMs read
+// bf16), cuda also against the cpu reference; parameter layout and initialization; errors naming the MLP.
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+
+#include "kernels/dense_mlp.h"
+#include "tests/test_dense_util.h"
+#include "tests/testing.h"
+
+using namespace sparta;
+
+namespace {
+
+struct MlpResult {
+  std::vector<float> y, grads, dx;
+};
+
+MlpResult run_mlp(const Device& dev, const MlpConfig& cfg, int64_t max_batch, const std::vector<float>& params,
+                  const std::vector<float>& x, const std::vector<float>& dy, int64_t batch) {
+  Mlp mlp(dev, cfg, max_batch);
+  Buffer<float> p(dev, params), xd(dev, x), dyd(dev, dy);
+  Buffer<float> grads = dense_test::poisoned(dev, mlp.param_count());
+  Buffer<float> dx = dense_test::poisoned(dev, size_t(batch) * mlp.in_width());
+  const float* y = mlp.forward(p.data(), xd.data(), batch);
+  MlpResult r;
+  r.y.resize(size_t(batch) * mlp.out_width());
+  copy_to_host(dev, r.y.data(), y, r.y.size() * sizeof(float));
+  mlp.backward(p.data(), dyd.data(), grads.data(), dx.data());
+  r.grads = grads.download();
+  r.dx = dx.download();
+  return r;
+}
+
+struct Chain {
+  std::vector<double> y, grads, dx;
+};
+
+// The MLP in double, from the layer formulas; R rounds what a bf16 GEMM reads (identity for fp32), at the
+// places the MLP rounds: the input, the weights, each saved activation, each pre-activation gradient.
+Chain naive_mlp(const MlpConfig& cfg, const std::vector<float>& params, const std::vector<float>& x,
+                const std::vector<float>& dy, int64_t B) {
+  const bool bf16 = cfg.precision == GemmType::bf16;
+  auto R = [&](double v) { return bf16 ? double(bf16_to_float(float_to_bf16(float(v)))) : double(float(v)); };
+  const int L = int(cfg.sizes.size()) - 1;
+  std::vector<size_t> off(L);
+  size_t at = 0;
+  for (int l = 0; l < L; ++l) off[l] = at, at += size_t(cfg.sizes[l]) * cfg.sizes[l + 1] + cfg.sizes[l + 1];
+  auto W = [&](int l, int o, int i) { return R(params[off[l] + size_t(o) * cfg.sizes[l] + i]); };
+  auto bias = [&](int l, int o) { return double(params[off[l] + size_t(cfg.sizes[l]) * cfg.sizes[l + 1] + o]); };
+  std::vector<std::vector<double>> in(L + 1), ys(L);  // in[l]: what layer l reads (rounded); ys[l]: its output
+  in[0].resize(x.size());
+  for (size_t i = 0; i < x.size(); ++i) in[0][i] = R(x[i]);
+  for (int l = 0; l < L; ++l) {
+    const int n_in = cfg.sizes[l], n_out = cfg.sizes[l + 1];
+    const bool relu = l < L - 1 || cfg.relu_last;
+    ys[l].assign(size_t(B) * n_out, 0.0);
+    in[l + 1].assign(size_t(B) * n_out, 0.0);
+    for (int64_t r = 0; r < B; ++r)
+      for (int o = 0; o < n_out; ++o) {
+        double s = bias(l, o);
+        for (int i = 0; i < n_in; ++i) s += in[l][r * n_in + i] * W(l, o, i);
+        if (relu && s < 0) s = 0;
+        ys[l][r * n_out + o] = float(s);  // the MLP saves fp32 activations
+        in[l + 1][r * n_out + o] = R(float(s));
+      }
+  }
+  Chain c;
+  c.y = ys[L - 1];
+  c.grads.assign(at, 0.0);
+  std::vector<double> g(dy.begin(), dy.end());
+  for (int l = L - 1; l >= 0; --l) {
+    const int n_in = cfg.sizes[l], n_out = cfg.sizes[l + 1];
+    const bool relu = l < L - 1 || cfg.relu_last;
+    std::vector<double> dpre(g.size());
+    for (size_t i = 0; i < g.size(); ++i) {
+      const double v = relu && !(ys[l][i] > 0) ? 0.0 : double(float(g[i]));
+      c.grads[off[l] + size_t(n_in) * n_out + i % n_out] += v;
+      dpre[i] = R(v);
+    }
+    std::vector<double> gin(size_t(B) * n_in, 0.0);
+    for (int64_t r = 0; r < B; ++r)
+      for (int o = 0; o < n_out; ++o)
+        for (int i = 0; i < n_in; ++i) {
+          c.grads[off[l] + size_t(o) * n_in + i] += dpre[r * n_out + o] * in[l][r * n_in + i];
+          gin[r * n_in + i] += dpre[r * n_out + o] * W(l, o, i);
+        }
+    g = gin;
+  }
+  c.dx = g;
+  return c;
+}
+
+void mlp_matches_reference(Backend be) {
+  Device dev = dense_test::device_for(be);
+  Device host = dense_test::device_for(Backend::cpu);
+  struct Case {
+    std::vector<int> sizes;
+    bool relu_last;
+    int64_t batch, max_batch;
+  };
+  const Case cases[] = {{{13, 64, 32, 1}, false, 37, 50}, {{5, 8}, true, 1, 1}, {{16, 48, 24, 7}, true, 64, 64},
+                        {{13, 512, 256, 128}, true, 20, 33}, {{9, 4, 3}, false, 0, 5}};
+  for (GemmType t : {GemmType::f32, GemmType::bf16})
+    for (const Case& k : cases) {
+      MlpConfig cfg;
+      cfg.name = "mlp_under_test";
+      cfg.sizes = k.sizes;
+      cfg.relu_last = k.relu_last;
+      cfg.precision = t;
+      std::vector<float> params = Mlp::initial_params(k.sizes, testing::rng()());
+      std::vector<float> x = testing::random_floats(size_t(k.batch) * k.sizes.front());
+      std::vector<float> dy = testing::random_floats(size_t(k.batch) * k.sizes.back());
+      MlpResult got = run_mlp(dev, cfg, k.max_batch, params, x, dy, k.batch);
+      Chain want = naive_mlp(cfg, params, x, dy, k.batch);
+      const double tol = t == GemmType::bf16 ? 1e-2 : 1e-4;
+      BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " sizes[0] " << k.sizes[0] << " layers "
+                                    << k.sizes.size() - 1 << " batch " << k.batch) {
+        BOOST_CHECK_EQUAL(dense_test::mismatches(got.y, want.y, tol, tol, "y"), 0u);
+        BOOST_CHECK_EQUAL(dense_test::mismatches(got.grads, want.grads, tol, tol, "grads"), 0u);
+        BOOST_CHECK_EQUAL(dense_test::mismatches(got.dx, want.dx, tol, tol, "dx"), 0u);
+        if (dev.is_cuda()) {
+          MlpResult ref = run_mlp(host, cfg, k.max_batch, params, x, dy, k.batch);
+          BOOST_CHECK_EQUAL(testing::count_mismatches(got.y, ref.y, tol, tol, "y vs cpu"), 0u);
+          BOOST_CHECK_EQUAL(testing::count_mismatches(got.grads, ref.grads, tol, tol, "grads vs cpu"), 0u);
+          BOOST_CHECK_EQUAL(testing::count_mismatches(got.dx, ref.dx, tol, tol, "dx vs cpu"), 0u);
+        }
+      }
+    }
+  close_device(dev);
+}
+
+// Two forwards of different batches through one MLP, and a backward without dx: buffers sized by max_batch
+// serve every batch up to it, and the second backward uses the second forward's activations.
+void mlp_reuses_its_buffers(Backend be) {
+  Device dev = dense_test::device_for(be);
+  MlpConfig cfg;
+  cfg.sizes = {6, 10, 3};
+  Mlp mlp(dev, cfg, 40);
+  std::vector<float> params = Mlp::initial_params(cfg.sizes, 7);
+  Buffer<float> p(dev, params), grads = dense_test::poisoned(dev, mlp.param_count());
+  for (int64_t batch : {40, 9}) {
+    std::vector<float> x = testing::random_floats(size_t(batch) * 6), dy = testing::random_floats(size_t(batch) * 3);
+    Buffer<float> xd(dev, x), dyd(dev, dy);
+    mlp.forward(p.data(), xd.data(), batch);
+    mlp.backward(p.data(), dyd.data(), grads.data(), nullptr);
+    Chain want = naive_mlp(cfg, params, x, dy, batch);
+    BOOST_CHECK_EQUAL(dense_test::mismatches(grads.download(), want.grads, 1e-4, 1e-4, "grads"), 0u);
+  }
+  close_device(dev);
+}
+
+}  // namespace
+
+SPARTA_BACKEND_CASES(mlp_matches_a_double_precision_chain, mlp_matches_reference)
+SPARTA_BACKEND_CASES(mlp_serves_any_batch_up_to_max_batch, mlp_reuses_its_buffers)
+
+BOOST_AUTO_TEST_CASE(mlp_layout_and_initialization) {
+  const std::vector<int> sizes{13, 512, 256, 128};
+  BOOST_CHECK_EQUAL(Mlp::param_count(sizes), size_t(13 * 512 + 512 + 512 * 256 + 256 + 256 * 128 + 128));
+  Mlp mlp(dense_test::device_for(Backend::cpu), MlpConfig{"bottom", sizes, true, GemmType::f32}, 4);
+  BOOST_CHECK_EQUAL(mlp.weight_offset(0), 0u);
+  BOOST_CHECK_EQUAL(mlp.bias_offset(0), size_t(13 * 512));
+  BOOST_CHECK_EQUAL(mlp.weight_offset(1), size_t(13 * 512 + 512));
+  BOOST_CHECK_EQUAL(mlp.bias_offset(2), Mlp::param_count(sizes) - 128);
+  // deterministic by seed, different across seeds, with the spread DLRM asks for
+  std::vector<float> a = Mlp::initial_params(sizes, 11), b = Mlp::initial_params(sizes, 11), c = Mlp::initial_params(sizes, 12);
+  BOOST_CHECK(a == b);
+  BOOST_CHECK(a != c);
+  double sq = 0;
+  for (size_t i = mlp.weight_offset(1); i < mlp.bias_offset(1); ++i) sq += double(a[i]) * a[i];
+  const double sd = std::sqrt(sq / (512.0 * 256)), want = std::sqrt(2.0 / (512 + 256));
+  BOOST_CHECK_CLOSE(sd, want, 3.0);  // 131072 draws: within 3%
+}
+
+BOOST_AUTO_TEST_CASE(mlp_errors_name_the_mlp) {
+  Device dev = dense_test::device_for(Backend::cpu);
+  BOOST_CHECK_EXCEPTION(Mlp(dev, MlpConfig{"top", {13}, false, GemmType::f32}, 8), Error,
+                        (dense_test::Names{"top", "found 1 sizes"}));
+  BOOST_CHECK_EXCEPTION(Mlp(dev, MlpConfig{"top", {13, 0, 1}, false, GemmType::f32}, 8), Error,
+                        (dense_test::Names{"top", "sizes[1]", "found 0"}));
+  BOOST_CHECK_EXCEPTION(Mlp(dev, MlpConfig{"top", {13, 4}, false, GemmType::f32}, 0), Error,
+                        (dense_test::Names{"top", "max_batch", "found 0"}));
+  Mlp mlp(dev, MlpConfig{"bottom", {3, 2}, true, GemmType::f32}, 8);
+  std::vector<float> p(mlp.param_count()), x(27), g(mlp.param_count());
+  BOOST_CHECK_EXCEPTION(mlp.backward(p.data(), x.data(), g.data(), nullptr), Error,
+                        (dense_test::Names{"bottom", "before any forward"}));
+  BOOST_CHECK_EXCEPTION(mlp.forward(p.data(), x.data(), 9), Error, (dense_test::Names{"bottom", "[0, 8]", "found 9"}));
+}
