@@ -93,13 +93,7 @@ void Exchange::all_gather_v(const void* send, void* recv, const std::vector<size
   comm_->join();
 }
 
-void Exchange::agree(const std::string& error) {
-  if (world_ == 1) {
-    if (!error.empty()) throw Error(error);
-    return;
-  }
-  agree_on_error(mpi_, error);
-}
+void Exchange::agree(const std::string& error) { agree_on_error(mpi_, error); }
 
 // ----------------------------------------------------------------------------
 // every call into EmbeddingTable

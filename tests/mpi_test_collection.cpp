@@ -458,4 +458,151 @@ SPARTA_MPI_BACKEND_CASES(hybrid_matches_reference, hybrid_only)
 SPARTA_MPI_BACKEND_CASES(mixed_placements_match_reference, mixed)
 SPARTA_MPI_BACKEND_CASES(auto_and_explicit_placements_match_reference, mixed_auto)
 
+// ---------------------------------------------------------------------------------------------------------
+// Checkpoints: save on all ranks with one plan, load on 1..world ranks with another, continue: the same results
+// as the reference, which never went through a checkpoint.
+
+std::vector<std::string> plan_b(int world) {
+  return {"distributed", "localized:" + std::to_string(world - 1), "replicated", "hybrid", "dispatch"};
+}
+
+void check_checkpoint(Backend backend) {
+  const uint64_t seed = shared_seed();
+  testing::SharedTempPath root("mpi_collection", "ckpt");
+  const std::vector<std::string> plan_a = {"hybrid", "dispatch", "localized:0", "replicated", "distributed"};
+  CollectionConfig cfg_a = make_config(seed, plan_a);
+  Data data(seed ^ 0xC4EC);
+  Reference ref(cfg_a);
+  std::string written_plan;
+  {
+    World w(backend, testing::world_size());
+    Plan plan = plan_for(cfg_a, w, data);
+    written_plan = plan_summary(cfg_a, plan);
+    EmbeddingCollection coll(w.comm, w.communicator.get(), w.dev, cfg_a, plan);
+    train(coll, ref, data, w, 3, 1, "before save");
+    CheckpointMeta meta;
+    meta.step = 3;
+    meta.config = "collection test";
+    coll.save(root.path, meta);
+  }
+  for (int ranks = 1; ranks <= testing::world_size(); ++ranks) {
+    Data d = data;
+    Reference r = ref;
+    World w(backend, ranks);
+    if (w.in()) {
+      CollectionConfig cfg_b = make_config(seed, plan_b(ranks));
+      Data sample = d;
+      Plan plan = plan_for(cfg_b, w, sample);
+      EmbeddingCollection coll(w.comm, w.communicator.get(), w.dev, cfg_b, plan);
+      CheckpointMeta m = coll.load(root.path);
+      BOOST_CHECK_EQUAL(m.step, 3);
+      BOOST_CHECK_EQUAL(m.world_size, testing::world_size());
+      BOOST_CHECK_EQUAL(m.plan, written_plan);
+      BOOST_CHECK_EQUAL(m.config, "collection test");
+      std::string what = "loaded on " + std::to_string(ranks) + " rank(s)";
+      compare_tables(coll, r, w.comm, what);
+      train(coll, r, d, w, 2, 4, what);
+      compare_tables(coll, r, w.comm, what + ", trained on");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+SPARTA_MPI_BACKEND_CASES(checkpoint_reshards_to_other_world_sizes_and_plans, check_checkpoint)
+
+// ---------------------------------------------------------------------------------------------------------
+// Errors reach every rank: a full table on its owner only, bad offsets on one rank only, a backward without a
+// train forward. No rank is left waiting in a collective (the case would hang).
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void check_errors(Backend backend) {
+  World w(backend, testing::world_size());
+  CollectionConfig cfg;
+  cfg.num_slots = 2;
+  CollectionTableConfig small;
+  small.name = "small";
+  small.rows = 2;
+  small.dim = 4;
+  small.slots = {0};
+  small.placement = "localized:" + std::to_string(w.size - 1);
+  CollectionTableConfig other = small;
+  other.name = "other";
+  other.rows = 100;
+  other.slots = {1};
+  other.placement = "dispatch";
+  cfg.tables = {small, other};
+  PlannerOptions po;
+  po.world = w.size;
+  Plan plan = make_plan(cfg, po, {});
+  EmbeddingCollection coll(w.comm, w.communicator.get(), w.dev, cfg, plan);
+  // backward before any train forward
+  std::string e = error_of([&] { coll.backward(nullptr, 1); });
+  BOOST_CHECK_MESSAGE(e.find("no train forward") != std::string::npos, e);
+  // one sample per rank; rank r's slot-0 keys: r, r + 1, r + 2 → the whole world asks for 3+ distinct rows of 2
+  std::vector<int64_t> off{0, 3, 4};
+  std::vector<int64_t> keys{w.rank, w.rank + 1, w.rank + 2, 7};
+  Buffer<int64_t> o(w.dev, off), k(w.dev, keys);
+  Buffer<float> out(w.dev, size_t(coll.output_width()));
+  e = error_of([&] { coll.forward(o.data(), k.data(), 1, out.data()); });
+  BOOST_CHECK_MESSAGE(e.find("'small'") != std::string::npos && e.find("full") != std::string::npos &&
+                          e.find("rank " + std::to_string(w.size - 1)) != std::string::npos,
+                      "rank " << w.rank << ": " << e);
+  BOOST_TEST_MESSAGE("full table, as reported: " << e);
+  // decreasing offsets on the last rank only
+  std::vector<int64_t> bad{0, 1, 1};
+  if (w.rank == w.size - 1) bad = {0, 2, 1};
+  Buffer<int64_t> ob(w.dev, bad);
+  e = error_of([&] { coll.forward(ob.data(), k.data(), 1, out.data()); });
+  BOOST_CHECK_MESSAGE(e.find("offsets decrease") != std::string::npos &&
+                          e.find("rank " + std::to_string(w.size - 1)) != std::string::npos,
+                      "rank " << w.rank << ": " << e);
+  BOOST_TEST_MESSAGE("bad offsets, as reported: " << e);
+}
+SPARTA_MPI_BACKEND_CASES(errors_are_thrown_on_every_rank, check_errors)
+
+// count_keys merges every rank's counts: the same statistics as counting the global sample by hand.
+BOOST_AUTO_TEST_CASE(key_statistics_merge_every_rank) {
+  const uint64_t seed = shared_seed();
+  World w(Backend::cpu, testing::world_size());
+  CollectionConfig cfg = make_config(seed, {"auto"});
+  Data data(seed);
+  Batch b = data.next(5 * w.size + 2);
+  Slice s = slice_of(b.samples, w.rank, w.size);
+  const int64_t r0 = s.first * kSlots, r1 = (s.first + s.count) * kSlots;
+  std::vector<int64_t> off(b.offsets.begin() + r0, b.offsets.begin() + r1 + 1);
+  for (int64_t& x : off) x -= b.offsets[size_t(r0)];
+  std::vector<int64_t> keys(b.keys.begin() + b.offsets[size_t(r0)], b.keys.begin() + b.offsets[size_t(r1)]);
+  std::vector<TableKeyStats> st = count_keys(w.comm, cfg, off, keys, s.count, 1000);
+  BOOST_REQUIRE_EQUAL(st.size(), cfg.tables.size());
+  for (size_t t = 0; t < cfg.tables.size(); ++t) {
+    std::map<int64_t, int64_t> c;
+    int64_t n = 0;
+    for (int64_t smp = 0; smp < b.samples; ++smp)
+      for (int slot : cfg.tables[t].slots)
+        for (int64_t i = b.offsets[size_t(smp * kSlots + slot)]; i < b.offsets[size_t(smp * kSlots + slot) + 1]; ++i)
+          ++c[b.keys[size_t(i)]], ++n;
+    BOOST_CHECK_EQUAL(st[t].samples, b.samples);
+    BOOST_CHECK_EQUAL(st[t].keys, n);
+    BOOST_CHECK_EQUAL(st[t].top.size(), c.size());
+    for (size_t i = 0; i < st[t].top.size(); ++i) {
+      BOOST_CHECK_EQUAL(st[t].top[i].second, c[st[t].top[i].first]);
+      if (i > 0) {
+        const auto& a = st[t].top[i - 1];
+        const auto& z = st[t].top[i];
+        BOOST_CHECK(a.second > z.second || (a.second == z.second && a.first < z.first));
+      }
+    }
+  }
+  // table 0's hot key is in every nonempty sample: it comes first
+  BOOST_CHECK_EQUAL(st[0].top[0].first, data.pools[0][0]);
+}
+
 }  // namespace
