@@ -123,6 +123,11 @@ size_t table_memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimize
   return EmbeddingTable::memory_bytes(capacity_rows, dim, optimizer, max_load_factor);
 }
 
+size_t table_memory_bytes(const EmbeddingTable& t) {
+  const EmbeddingTableConfig& c = t.config();
+  return table_memory_bytes(c.capacity_rows, c.dim, c.optimizer.kind, c.max_load_factor);
+}
+
 EmbeddingTableConfig shard_config(const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix) {
   EmbeddingTableConfig c;
   c.name = s.table.name + suffix;
@@ -182,10 +187,7 @@ DispatchShard::DispatchShard(Exchange& ex, const PlacedTableSetup& s, const std:
       dim_(s.table.dim),
       table_(make_shard(ex.device(), s, modulo_shard_rows(s.table.rows, ex.world(), s.shard_slack), suffix)) {}
 
-size_t DispatchShard::memory_bytes() const {
-  const EmbeddingTableConfig& c = table_->config();
-  return table_memory_bytes(c.capacity_rows, c.dim, c.optimizer.kind, c.max_load_factor);
-}
+size_t DispatchShard::memory_bytes() const { return table_memory_bytes(*table_); }
 
 void DispatchShard::forward(const int64_t* keys, int64_t n, LookupMode mode, float* vecs) {
   const Device& dev = ex_.device();
@@ -230,10 +232,7 @@ void DispatchShard::backward(const float* key_grads, int64_t step) {
 ReplicaShard::ReplicaShard(Exchange& ex, const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix)
     : ex_(ex), dim_(s.table.dim), table_(make_shard(ex.device(), s, capacity_rows, suffix)) {}
 
-size_t ReplicaShard::memory_bytes() const {
-  const EmbeddingTableConfig& c = table_->config();
-  return table_memory_bytes(c.capacity_rows, c.dim, c.optimizer.kind, c.max_load_factor);
-}
+size_t ReplicaShard::memory_bytes() const { return table_memory_bytes(*table_); }
 
 void ReplicaShard::update_from_all(const int64_t* keys, const float* key_grads, int64_t n, int64_t step) {
   const Device& dev = ex_.device();

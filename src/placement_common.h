@@ -62,6 +62,7 @@ void table_check(EmbeddingTable& t);
 TableRows table_export(EmbeddingTable& t);
 void table_load(EmbeddingTable& t, const TableRows& rows);
 size_t table_memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimizer, double max_load_factor);
+size_t table_memory_bytes(const EmbeddingTable& t);
 // The EmbeddingTable config of one shard of a collection table.
 EmbeddingTableConfig shard_config(const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix);
 std::unique_ptr<EmbeddingTable> make_shard(const Device& dev, const PlacedTableSetup& s, int64_t capacity_rows,

@@ -80,10 +80,7 @@ class DistributedTable : public PlacedTable {
   TableRows rows_to_save() override { return table_export(*table_); }
   TableRows held_rows() override { return table_export(*table_); }
   void load_rows(const TableRows& rows) override { table_load(*table_, rows); }
-  size_t memory_bytes() const override {
-    const EmbeddingTableConfig& c = table_->config();
-    return table_memory_bytes(c.capacity_rows, c.dim, c.optimizer.kind, c.max_load_factor);
-  }
+  size_t memory_bytes() const override { return table_memory_bytes(*table_); }
 
  private:
   Exchange& ex_;

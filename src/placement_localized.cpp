@@ -70,11 +70,7 @@ class LocalizedTable : public PlacedTable {
     SPARTA_REQUIRE(rows.rows() == 0, "localized table: %zu rows given to rank %d, which does not hold the table",
                    rows.rows(), ex_.rank());
   }
-  size_t memory_bytes() const override {
-    if (!table_) return 0;
-    const EmbeddingTableConfig& c = table_->config();
-    return table_memory_bytes(c.capacity_rows, c.dim, c.optimizer.kind, c.max_load_factor);
-  }
+  size_t memory_bytes() const override { return table_ ? table_memory_bytes(*table_) : 0; }
 
  private:
   std::vector<size_t> times_dim(const std::vector<size_t>& v) const {

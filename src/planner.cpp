@@ -187,6 +187,14 @@ Request parse_request(const CollectionTableConfig& t, int world) {
 
 std::string mib(double bytes) { return strprintf("%.2f MiB", bytes / (1024.0 * 1024.0)); }
 
+// Bytes in the unit that reads best: B, KiB, MiB, GiB.
+std::string human(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 4) bytes /= 1024.0, ++u;
+  return u == 0 ? strprintf("%.0f B", bytes) : strprintf("%.2f %s", bytes, units[u]);
+}
+
 }  // namespace
 
 Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std::vector<TableKeyStats>& stats) {
@@ -293,7 +301,7 @@ std::string format_plan(const CollectionConfig& cfg, const Plan& plan) {
     std::string name = placement_name(p.placement);
     if (p.placement == Placement::hybrid) name += strprintf("(%zu)", p.hot_keys.size());
     out += strprintf("%-16s %12lld %5d %-12s %6s %16s %18s\n", t.name.c_str(), (long long)t.rows, t.dim, name.c_str(),
-                     owner.c_str(), mib(double(p.memory_bytes)).c_str(), mib(p.bytes_per_step).c_str());
+                     owner.c_str(), human(double(p.memory_bytes)).c_str(), human(p.bytes_per_step).c_str());
   }
   return out;
 }

@@ -417,6 +417,13 @@ void check_placements(Backend backend, const std::vector<std::string>& placement
   }
   if (w.rank == 0) BOOST_TEST_MESSAGE(format_plan(cfg, plan));
   EmbeddingCollection coll(w.comm, w.communicator.get(), w.dev, cfg, plan);
+  // what the planner estimated is what the shards allocate
+  size_t planned = 0;
+  for (const TablePlan& t : plan.tables)
+    planned += t.placement != Placement::localized || t.owner == w.rank ? t.memory_bytes : 0;
+  BOOST_CHECK_EQUAL(coll.memory_bytes(), planned);
+  if (plan.tables[0].placement == Placement::hybrid)  // the key in every sample is among the hot ones
+    BOOST_CHECK(std::binary_search(plan.tables[0].hot_keys.begin(), plan.tables[0].hot_keys.end(), data.pools[0][0]));
   Reference ref(cfg);
   std::string what = "placements " + placements[0] + (placements.size() > 1 ? "+..." : "");
   train(coll, ref, data, w, 4, 1, what);
