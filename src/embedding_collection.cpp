@@ -117,11 +117,14 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
     }));
     batch_ = local_batch;
     trained_ = true;
+  } else {
+    trained_ = false;  // the placements' routes now hold this batch's: the train batch's backward cannot follow
   }
 }
 
 void EmbeddingCollection::backward(const float* grad, int64_t step) {
-  SPARTA_REQUIRE(trained_, "embedding collection backward: no train forward before it");
+  SPARTA_REQUIRE(trained_, "embedding collection backward: no train forward right before it (each train forward "
+                           "takes one backward, with no other forward in between)");
   SPARTA_REQUIRE(step >= 1, "embedding collection backward: step must be >= 1, found %lld", (long long)step);
   for (size_t i = 0; i < tables_.size(); ++i) {
     Slots& sl = *slots_[i];

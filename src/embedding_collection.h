@@ -85,8 +85,9 @@ class EmbeddingCollection {
   // full tables throw sparta::Error on every rank.
   void forward(const int64_t* offsets, const int64_t* keys, int64_t local_batch, float* out,
                LookupMode mode = LookupMode::train);
-  // Collective. grad [local_batch, output_width] (device): the gradient of the last train forward's output.
-  // step: the global optimizer step, from 1.
+  // Collective. grad [local_batch, output_width] (device): the gradient of the last forward's output, which must
+  // have been a train forward (no other forward in between: the routes hold one batch). step: the global
+  // optimizer step, from 1.
   void backward(const float* grad, int64_t step);
 
   // ---- checkpoints (io/checkpoint.h): the same model loads into another world size or plan

@@ -270,6 +270,16 @@ struct Reference {
 // ---------------------------------------------------------------------------------------------------------
 // Running the collection on a world and comparing.
 
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 uint64_t shared_seed() {
   uint64_t s = testing::rng()();
   MPI_Bcast(&s, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
@@ -439,6 +449,10 @@ void check_placements(Backend backend, const std::vector<std::string>& placement
   got.resize(want.size());
   compare_output(got, want, cfg, ref, std::vector<bool>(cfg.tables.size(), false), what + " eval");
   compare_tables(coll, ref, w.comm, what + " after eval");
+  // the routes now hold the eval batch: a backward is refused (on every rank alike)
+  Buffer<float> g(w.dev, size_t(std::max<int64_t>(1, s.count * coll.output_width())));
+  std::string e = error_of([&] { coll.backward(g.data(), 5); });
+  BOOST_CHECK_MESSAGE(e.find("no train forward") != std::string::npos, e);
 }
 
 void dispatch_only(Backend b) { check_placements(b, {"dispatch"}, CommMode::mpi); }
@@ -519,16 +533,6 @@ SPARTA_MPI_BACKEND_CASES(checkpoint_reshards_to_other_world_sizes_and_plans, che
 // ---------------------------------------------------------------------------------------------------------
 // Errors reach every rank: a full table on its owner only, bad offsets on one rank only, a backward without a
 // train forward. No rank is left waiting in a collective (the case would hang).
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 void check_errors(Backend backend) {
   World w(backend, testing::world_size());
