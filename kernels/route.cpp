@@ -97,7 +97,8 @@ void route_spread_bag_grads_cpu(const int64_t* offsets, const float* grad, int64
     const int64_t n = offsets[b + 1] - offsets[b];
     const float s = bag_scale(combiner, n);
     for (int64_t i = offsets[b]; i < offsets[b + 1]; ++i)
-      for (int e = 0; e < dim; ++e) out[i * dim + e] = combiner == Combiner::mean ? grad[b * dim + e] * s : grad[b * dim + e];
+      for (int e = 0; e < dim; ++e)
+        out[i * dim + e] = combiner == Combiner::mean ? grad[b * dim + e] * s : grad[b * dim + e];
   }
 }
 
@@ -282,7 +283,8 @@ void route_select_slot_offsets(const Device& dev, const int64_t* offsets, int64_
     return route_offsets_from_lengths_cpu(out_offsets + 1, bags, out_offsets);
   }
 #if SPARTA_CUDA
-  if (bags > 0) route_select_slot_lengths_cuda(offsets, batch, num_slots, slots, table_slots, out_offsets + 1, dev.stream);
+  if (bags > 0)
+    route_select_slot_lengths_cuda(offsets, batch, num_slots, slots, table_slots, out_offsets + 1, dev.stream);
   route_offsets_from_lengths_cuda(dev, out_offsets + 1, bags, out_offsets, scratch);
 #else
   (void)scratch;

@@ -251,7 +251,8 @@ void route_bucket_cuda(const Device& dev, const int32_t* part, int64_t n, int pa
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, static_cast<const uint32_t*>(nullptr),
                                              static_cast<uint32_t*>(nullptr), static_cast<const int64_t*>(nullptr),
                                              static_cast<int64_t*>(nullptr), static_cast<int>(n), 0, end_bit, s));
-  const size_t parts_at = 0, index_at = align256(sizeof(int32_t) * n), temp_at = index_at + align256(sizeof(int64_t) * n);
+  const size_t parts_at = 0, index_at = align256(sizeof(int32_t) * n);
+  const size_t temp_at = index_at + align256(sizeof(int64_t) * n);
   auto* base = static_cast<unsigned char*>(scratch.get(dev, temp_at + temp_bytes));
   auto* sorted_parts = reinterpret_cast<int32_t*>(base + parts_at);
   auto* index = reinterpret_cast<int64_t*>(base + index_at);

@@ -6,17 +6,15 @@
 // CSR on the device. forward() leaves the pooled [bags, dim] of this rank's samples; backward() takes their
 // gradient and updates the rows at their owners. Every rank calls both, in the same order (they are collective).
 //
-// | placement   | owner of a row            | forward route                                   | backward route            |
-// |-------------|---------------------------|-------------------------------------------------|---------------------------|
-// | dispatch    | key % world               | keys all-to-all to owners, vectors back, pooled | per-key grads back        |
-// |             |                           | at the requester                                | to the owners             |
-// | localized   | the table's owner rank    | bag lengths and keys to the owner, which pools; | bag grads to the owner    |
-// |             |                           | pooled vectors back by all-to-all               |                           |
-// | replicated  | every rank                | none: local pooled lookup                       | per-key grads all-gathered|
-// | distributed | key % world               | keys and bag ids to owners; each owner pools    | bag grads all-gathered    |
-// |             |                           | partial sums for every bag; reduce-scatter      |                           |
-// | hybrid      | hot keys: every rank;     | hot keys looked up locally, the rest dispatched;| hot: all-gathered;        |
-// |             | the rest key % world      | pooled at the requester                         | the rest: dispatch        |
+//   dispatch     owner key % world. Forward: keys all-to-all to the owners, one vector per key back, pooled at
+//                the requester. Backward: per-key gradients back to the owners.
+//   localized    owner: the table's rank. Forward: bag lengths and keys to the owner, which pools; pooled vectors
+//                back by all-to-all. Backward: bag gradients to the owner.
+//   replicated   every rank. Forward: a local pooled lookup. Backward: keys and per-key gradients all-gathered.
+//   distributed  owner key % world. Forward: keys and bag ids to the owners; each pools partial sums for every
+//                bag of the global batch; reduce-scatter. Backward: bag gradients all-gathered.
+//   hybrid       hot keys on every rank, the rest key % world. Forward: hot keys looked up locally, the rest
+//                dispatched, pooled at the requester. Backward: hot all-gathered, the rest as dispatch.
 //
 // "key % world" is kernels/route.h owner_of_key (the key's 64-bit pattern modulo world).
 #pragma once

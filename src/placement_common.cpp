@@ -51,7 +51,8 @@ std::unique_ptr<PlacedTable> make_placed_table(const PlacedTableSetup& s, Exchan
 // ----------------------------------------------------------------------------
 // Exchange: every call into the Communicator
 
-Exchange::Exchange(Communicator* comm, const Device& dev, MPI_Comm mpi_world) : comm_(comm), dev_(dev), mpi_(mpi_world) {
+Exchange::Exchange(Communicator* comm, const Device& dev, MPI_Comm mpi_world)
+    : comm_(comm), dev_(dev), mpi_(mpi_world) {
   MPI_CHECK(MPI_Comm_rank(mpi_, &rank_));
   MPI_CHECK(MPI_Comm_size(mpi_, &world_));
   SPARTA_ASSERT(world_ == 1 || comm_, "an exchange over %d ranks needs a communicator", world_);

@@ -77,7 +77,8 @@ class HybridTable : public PlacedTable {
   TableRows held_rows() override { return concat(table_export(replica_.table()), table_export(cold_.table())); }
   void load_rows(const TableRows& rows) override {
     std::vector<bool> hot(rows.rows());
-    for (size_t i = 0; i < rows.rows(); ++i) hot[i] = std::binary_search(hot_keys_.begin(), hot_keys_.end(), rows.keys[i]);
+    for (size_t i = 0; i < rows.rows(); ++i)
+      hot[i] = std::binary_search(hot_keys_.begin(), hot_keys_.end(), rows.keys[i]);
     std::vector<bool> cold(hot.size());
     for (size_t i = 0; i < hot.size(); ++i) cold[i] = !hot[i];
     table_load(replica_.table(), select_rows(rows, hot));

@@ -250,7 +250,8 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
       }
       if (budget > 0)
         for (int r = 0; r < W; ++r) {
-          size_t need = used[r] + (p == Placement::localized && r == o.owner ? o.cost.memory_busiest : o.cost.memory_every);
+          const bool holder = p == Placement::localized && r == o.owner;
+          size_t need = used[r] + (holder ? o.cost.memory_busiest : o.cost.memory_every);
           if (need > budget) o.shortfall = std::max(o.shortfall, need - budget);
         }
       opts.push_back(o);

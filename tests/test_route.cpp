@@ -121,7 +121,8 @@ void check_bags(Backend backend) {
     const int64_t bags = 97;
     std::vector<int64_t> off = random_offsets(bags, 6);
     const int64_t nnz = off.back();
-    std::vector<float> vecs = testing::random_floats(size_t(nnz) * dim), grad = testing::random_floats(size_t(bags) * dim);
+    std::vector<float> vecs = testing::random_floats(size_t(nnz) * dim);
+    std::vector<float> grad = testing::random_floats(size_t(bags) * dim);
     Buffer<int64_t> o(dev, off);
     Buffer<float> v(dev, vecs), gr(dev, grad);
     for (Combiner c : {Combiner::sum, Combiner::mean}) {
