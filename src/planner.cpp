@@ -292,16 +292,18 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
 }
 
 std::string format_plan(const CollectionConfig& cfg, const Plan& plan) {
-  std::string out = strprintf("%-16s %12s %5s %-12s %6s %16s %18s\n", "table", "rows", "dim", "placement", "owner",
+  std::string out = strprintf("%-16s %12s %5s %-12s %10s %16s %18s\n", "table", "rows", "dim", "placement", "owner",
                               "memory/rank", "bytes/step");
   for (size_t i = 0; i < cfg.tables.size() && i < plan.tables.size(); ++i) {
     const CollectionTableConfig& t = cfg.tables[i];
     const TablePlan& p = plan.tables[i];
     std::string owner = p.placement == Placement::localized ? std::to_string(p.owner)
-                        : p.placement == Placement::replicated ? "all" : "key%W";
+                        : p.placement == Placement::replicated ? "all"
+                        : p.placement == Placement::hybrid     ? "all/key%W"
+                                                               : "key%W";
     std::string name = placement_name(p.placement);
     if (p.placement == Placement::hybrid) name += strprintf("(%zu)", p.hot_keys.size());
-    out += strprintf("%-16s %12lld %5d %-12s %6s %16s %18s\n", t.name.c_str(), (long long)t.rows, t.dim, name.c_str(),
+    out += strprintf("%-16s %12lld %5d %-12s %10s %16s %18s\n", t.name.c_str(), (long long)t.rows, t.dim, name.c_str(),
                      owner.c_str(), human(double(p.memory_bytes)).c_str(), human(p.bytes_per_step).c_str());
   }
   return out;
