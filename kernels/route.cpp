@@ -158,12 +158,6 @@ void route_take_slots_cpu(const float* grad, int64_t batch, int table_slots, int
 // ----------------------------------------------------------------------------
 // dispatch
 
-namespace {
-[[noreturn]] void no_cuda(const Device& dev, const char* what) {
-  SPARTA_FATAL("%s on %s in a CUDA=0 build", what, dev.name().c_str());
-}
-}  // namespace
-
 #if SPARTA_CUDA
 #define ROUTE_DISPATCH(name, cpu_call, cuda_call) \
   do {                                            \
@@ -171,6 +165,11 @@ namespace {
     return cuda_call;                             \
   } while (0)
 #else
+namespace {
+[[noreturn]] void no_cuda(const Device& dev, const char* what) {
+  SPARTA_FATAL("%s on %s in a CUDA=0 build", what, dev.name().c_str());
+}
+}  // namespace
 #define ROUTE_DISPATCH(name, cpu_call, cuda_call) \
   do {                                            \
     if (!dev.is_cuda()) return cpu_call;          \
