@@ -172,110 +172,117 @@ namespace {
 }  // namespace
 #define ROUTE_DISPATCH(name, cpu_call, cuda_call) \
   do {                                            \
+    (void)stream;                                 \
     if (!dev.is_cuda()) return cpu_call;          \
     no_cuda(dev, name);                           \
   } while (0)
 #endif
 
-void route_owner_by_key(const Device& dev, const int64_t* keys, int64_t n, int world, int32_t* part) {
+void route_owner_by_key(const Device& dev, const int64_t* keys, int64_t n, int world, int32_t* part, Stream stream) {
   SPARTA_ASSERT(world >= 1, "route_owner_by_key: world %d", world);
   if (n == 0) return;
   ROUTE_DISPATCH("route_owner_by_key", route_owner_by_key_cpu(keys, n, world, part),
-                 route_owner_by_key_cuda(keys, n, world, part, dev.stream));
+                 route_owner_by_key_cuda(keys, n, world, part, stream));
 }
 
 void route_part_by_membership(const Device& dev, const int64_t* keys, int64_t n, const int64_t* set, int64_t m,
-                              int32_t* part) {
+                              int32_t* part, Stream stream) {
   if (n == 0) return;
   ROUTE_DISPATCH("route_part_by_membership", route_part_by_membership_cpu(keys, n, set, m, part),
-                 route_part_by_membership_cuda(keys, n, set, m, part, dev.stream));
+                 route_part_by_membership_cuda(keys, n, set, m, part, stream));
 }
 
 void route_bucket(const Device& dev, const int32_t* part, int64_t n, int parts, int64_t* perm, int64_t* counts,
-                  RouteScratch& scratch) {
+                  RouteScratch& scratch, Stream stream) {
   SPARTA_ASSERT(parts >= 1, "route_bucket: %d parts", parts);
   (void)scratch;  // the cpu reference needs none
   ROUTE_DISPATCH("route_bucket", route_bucket_cpu(part, n, parts, perm, counts),
-                 route_bucket_cuda(dev, part, n, parts, perm, counts, scratch));
+                 route_bucket_cuda(dev, part, n, parts, perm, counts, scratch, stream));
 }
 
-void route_gather_rows(const Device& dev, const float* src, const int64_t* idx, int64_t n, int dim, float* dst) {
+void route_gather_rows(const Device& dev, const float* src, const int64_t* idx, int64_t n, int dim, float* dst,
+                       Stream stream) {
   if (n == 0) return;
   ROUTE_DISPATCH("route_gather_rows", route_gather_rows_cpu(src, idx, n, dim, dst),
-                 route_gather_rows_cuda(src, idx, n, dim, dst, dev.stream));
+                 route_gather_rows_cuda(src, idx, n, dim, dst, stream));
 }
 
-void route_scatter_rows(const Device& dev, const float* src, const int64_t* idx, int64_t n, int dim, float* dst) {
+void route_scatter_rows(const Device& dev, const float* src, const int64_t* idx, int64_t n, int dim, float* dst,
+                        Stream stream) {
   if (n == 0) return;
   ROUTE_DISPATCH("route_scatter_rows", route_scatter_rows_cpu(src, idx, n, dim, dst),
-                 route_scatter_rows_cuda(src, idx, n, dim, dst, dev.stream));
+                 route_scatter_rows_cuda(src, idx, n, dim, dst, stream));
 }
 
-void route_gather_keys(const Device& dev, const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst) {
+void route_gather_keys(const Device& dev, const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst,
+                       Stream stream) {
   if (n == 0) return;
   ROUTE_DISPATCH("route_gather_keys", route_gather_keys_cpu(src, idx, n, dst),
-                 route_gather_keys_cuda(src, idx, n, dst, dev.stream));
+                 route_gather_keys_cuda(src, idx, n, dst, stream));
 }
 
-void route_iota(const Device& dev, int64_t n, int64_t* out) {
+void route_iota(const Device& dev, int64_t n, int64_t* out, Stream stream) {
   if (n == 0) return;
-  ROUTE_DISPATCH("route_iota", route_iota_cpu(n, out), route_iota_cuda(n, out, dev.stream));
+  ROUTE_DISPATCH("route_iota", route_iota_cpu(n, out), route_iota_cuda(n, out, stream));
 }
 
-void route_lengths(const Device& dev, const int64_t* offsets, int64_t bags, int64_t* lengths) {
+void route_lengths(const Device& dev, const int64_t* offsets, int64_t bags, int64_t* lengths, Stream stream) {
   if (bags == 0) return;
   ROUTE_DISPATCH("route_lengths", route_lengths_cpu(offsets, bags, lengths),
-                 route_lengths_cuda(offsets, bags, lengths, dev.stream));
+                 route_lengths_cuda(offsets, bags, lengths, stream));
 }
 
 void route_offsets_from_lengths(const Device& dev, const int64_t* lengths, int64_t n, int64_t* offsets,
-                                RouteScratch& scratch) {
+                                RouteScratch& scratch, Stream stream) {
   (void)scratch;
   ROUTE_DISPATCH("route_offsets_from_lengths", route_offsets_from_lengths_cpu(lengths, n, offsets),
-                 route_offsets_from_lengths_cuda(dev, lengths, n, offsets, scratch));
+                 route_offsets_from_lengths_cuda(dev, lengths, n, offsets, scratch, stream));
 }
 
-void route_key_bags(const Device& dev, const int64_t* offsets, int64_t bags, int64_t base, int64_t* bag_of_key) {
+void route_key_bags(const Device& dev, const int64_t* offsets, int64_t bags, int64_t base, int64_t* bag_of_key,
+                    Stream stream) {
   if (bags == 0) return;
   ROUTE_DISPATCH("route_key_bags", route_key_bags_cpu(offsets, bags, base, bag_of_key),
-                 route_key_bags_cuda(offsets, bags, base, bag_of_key, dev.stream));
+                 route_key_bags_cuda(offsets, bags, base, bag_of_key, stream));
 }
 
 void route_offsets_from_sorted_bags(const Device& dev, const int64_t* bag_ids, int64_t n, int64_t bags,
-                                    int64_t* offsets) {
+                                    int64_t* offsets, Stream stream) {
   ROUTE_DISPATCH("route_offsets_from_sorted_bags", route_offsets_from_sorted_bags_cpu(bag_ids, n, bags, offsets),
-                 route_offsets_from_sorted_bags_cuda(bag_ids, n, bags, offsets, dev.stream));
+                 route_offsets_from_sorted_bags_cuda(bag_ids, n, bags, offsets, stream));
 }
 
 void route_pool_bags(const Device& dev, const int64_t* offsets, const float* vecs, int64_t bags, int dim,
-                     Combiner combiner, float* out) {
+                     Combiner combiner, float* out, Stream stream) {
   if (bags == 0) return;
   ROUTE_DISPATCH("route_pool_bags", route_pool_bags_cpu(offsets, vecs, bags, dim, combiner, out),
-                 route_pool_bags_cuda(offsets, vecs, bags, dim, combiner, out, dev.stream));
+                 route_pool_bags_cuda(offsets, vecs, bags, dim, combiner, out, stream));
 }
 
 void route_spread_bag_grads(const Device& dev, const int64_t* offsets, const float* grad, int64_t bags, int dim,
-                            Combiner combiner, float* out) {
+                            Combiner combiner, float* out, Stream stream) {
   if (bags == 0) return;
   ROUTE_DISPATCH("route_spread_bag_grads", route_spread_bag_grads_cpu(offsets, grad, bags, dim, combiner, out),
-                 route_spread_bag_grads_cuda(offsets, grad, bags, dim, combiner, out, dev.stream));
+                 route_spread_bag_grads_cuda(offsets, grad, bags, dim, combiner, out, stream));
 }
 
 void route_scale_bag_grads(const Device& dev, const int64_t* offsets, const float* grad, int64_t bags, int dim,
-                           Combiner combiner, float* out) {
+                           Combiner combiner, float* out, Stream stream) {
   if (bags == 0) return;
   ROUTE_DISPATCH("route_scale_bag_grads", route_scale_bag_grads_cpu(offsets, grad, bags, dim, combiner, out),
-                 route_scale_bag_grads_cuda(offsets, grad, bags, dim, combiner, out, dev.stream));
+                 route_scale_bag_grads_cuda(offsets, grad, bags, dim, combiner, out, stream));
 }
 
-void route_divide_by_lengths(const Device& dev, const int64_t* offsets, int64_t bags, int dim, float* x) {
+void route_divide_by_lengths(const Device& dev, const int64_t* offsets, int64_t bags, int dim, float* x,
+                             Stream stream) {
   if (bags == 0) return;
   ROUTE_DISPATCH("route_divide_by_lengths", route_divide_by_lengths_cpu(offsets, bags, dim, x),
-                 route_divide_by_lengths_cuda(offsets, bags, dim, x, dev.stream));
+                 route_divide_by_lengths_cuda(offsets, bags, dim, x, stream));
 }
 
 void route_select_slot_offsets(const Device& dev, const int64_t* offsets, int64_t batch, int num_slots,
-                               const int32_t* slots, int table_slots, int64_t* out_offsets, RouteScratch& scratch) {
+                               const int32_t* slots, int table_slots, int64_t* out_offsets, RouteScratch& scratch,
+                                   Stream stream) {
   const int64_t bags = batch * table_slots;
   if (!dev.is_cuda()) {
     route_select_slot_lengths_cpu(offsets, batch, num_slots, slots, table_slots, out_offsets + 1);
@@ -283,38 +290,38 @@ void route_select_slot_offsets(const Device& dev, const int64_t* offsets, int64_
   }
 #if SPARTA_CUDA
   if (bags > 0)
-    route_select_slot_lengths_cuda(offsets, batch, num_slots, slots, table_slots, out_offsets + 1, dev.stream);
-  route_offsets_from_lengths_cuda(dev, out_offsets + 1, bags, out_offsets, scratch);
+    route_select_slot_lengths_cuda(offsets, batch, num_slots, slots, table_slots, out_offsets + 1, stream);
+  route_offsets_from_lengths_cuda(dev, out_offsets + 1, bags, out_offsets, scratch, stream);
 #else
-  (void)scratch;
+  (void)scratch, (void)stream;
   no_cuda(dev, "route_select_slot_offsets");
 #endif
 }
 
 void route_select_slot_keys(const Device& dev, const int64_t* offsets, const int64_t* keys, int64_t batch,
                             int num_slots, const int32_t* slots, int table_slots, const int64_t* out_offsets,
-                            int64_t* out_keys) {
+                            int64_t* out_keys, Stream stream) {
   if (batch * table_slots == 0) return;
   ROUTE_DISPATCH(
       "route_select_slot_keys",
       route_select_slot_keys_cpu(offsets, keys, batch, num_slots, slots, table_slots, out_offsets, out_keys),
       route_select_slot_keys_cuda(offsets, keys, batch, num_slots, slots, table_slots, out_offsets, out_keys,
-                                  dev.stream));
+                                  stream));
 }
 
 void route_put_slots(const Device& dev, const float* pooled, int64_t batch, int table_slots, int dim,
-                     const int32_t* cols, int64_t row_floats, float* out) {
+                     const int32_t* cols, int64_t row_floats, float* out, Stream stream) {
   if (batch * table_slots == 0) return;
   ROUTE_DISPATCH("route_put_slots", route_put_slots_cpu(pooled, batch, table_slots, dim, cols, row_floats, out),
-                 route_put_slots_cuda(pooled, batch, table_slots, dim, cols, row_floats, out, dev.stream));
+                 route_put_slots_cuda(pooled, batch, table_slots, dim, cols, row_floats, out, stream));
 }
 
 void route_take_slots(const Device& dev, const float* grad, int64_t batch, int table_slots, int dim,
-                      const int32_t* cols, int64_t row_floats, float* grad_table) {
+                      const int32_t* cols, int64_t row_floats, float* grad_table, Stream stream) {
   if (batch * table_slots == 0) return;
   ROUTE_DISPATCH("route_take_slots",
                  route_take_slots_cpu(grad, batch, table_slots, dim, cols, row_floats, grad_table),
-                 route_take_slots_cuda(grad, batch, table_slots, dim, cols, row_floats, grad_table, dev.stream));
+                 route_take_slots_cuda(grad, batch, table_slots, dim, cols, row_floats, grad_table, stream));
 }
 
 }  // namespace sparta

@@ -237,8 +237,7 @@ void route_part_by_membership_cuda(const int64_t* keys, int64_t n, const int64_t
 }
 
 void route_bucket_cuda(const Device& dev, const int32_t* part, int64_t n, int parts, int64_t* perm, int64_t* counts,
-                       RouteScratch& scratch) {
-  Stream s = dev.stream;
+                       RouteScratch& scratch, Stream s) {
   if (n == 0) {
     CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(int64_t) * parts, s));
     return;
@@ -282,8 +281,7 @@ void route_lengths_cuda(const int64_t* offsets, int64_t bags, int64_t* lengths, 
 }
 
 void route_offsets_from_lengths_cuda(const Device& dev, const int64_t* lengths, int64_t n, int64_t* offsets,
-                                     RouteScratch& scratch) {
-  Stream s = dev.stream;
+                                     RouteScratch& scratch, Stream s) {
   CUDA_CHECK(cudaMemsetAsync(offsets, 0, sizeof(int64_t), s));
   if (n == 0) return;
   SPARTA_ASSERT(n < (int64_t(1) << 31), "route_offsets_from_lengths: %lld bags", (long long)n);

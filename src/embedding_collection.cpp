@@ -96,10 +96,12 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
     const int dim = cfg_.tables[i].dim;
     const int64_t bags = local_batch * ts;
     int64_t* t_offsets = grow(sl.offsets, dev_, size_t(bags) + 1);
-    route_select_slot_offsets(dev_, offsets, local_batch, S, sl.slots_dev.data(), ts, t_offsets, sl.scratch);
+    route_select_slot_offsets(dev_, offsets, local_batch, S, sl.slots_dev.data(), ts, t_offsets, sl.scratch,
+        dev_.stream);
     const int64_t nnz = download(dev_, t_offsets + bags, 1)[0];
     int64_t* t_keys = grow(sl.keys, dev_, size_t(nnz));
-    route_select_slot_keys(dev_, offsets, keys, local_batch, S, sl.slots_dev.data(), ts, t_offsets, t_keys);
+    route_select_slot_keys(dev_, offsets, keys, local_batch, S, sl.slots_dev.data(), ts, t_offsets, t_keys,
+        dev_.stream);
     TableBatch& tb = sl.batch;
     tb.offsets = t_offsets;
     tb.keys = t_keys;
@@ -109,7 +111,7 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
     tb.rank_batches = rank_batches;
     float* pooled = grow(sl.pooled, dev_, size_t(bags) * dim);
     tables_[i]->forward(tb, mode, pooled);
-    route_put_slots(dev_, pooled, local_batch, ts, dim, sl.cols_dev.data(), width_, out);
+    route_put_slots(dev_, pooled, local_batch, ts, dim, sl.cols_dev.data(), width_, out, dev_.stream);
   }
   if (mode == LookupMode::train) {
     ex_->agree(guarded([&] {
@@ -130,7 +132,7 @@ void EmbeddingCollection::backward(const float* grad, int64_t step) {
     Slots& sl = *slots_[i];
     const int ts = static_cast<int>(sl.slots.size());
     float* g = sl.pooled.data();
-    route_take_slots(dev_, grad, batch_, ts, cfg_.tables[i].dim, sl.cols_dev.data(), width_, g);
+    route_take_slots(dev_, grad, batch_, ts, cfg_.tables[i].dim, sl.cols_dev.data(), width_, g, dev_.stream);
     tables_[i]->backward(g, step);
   }
   trained_ = false;

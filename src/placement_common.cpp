@@ -197,12 +197,12 @@ void DispatchShard::forward(const int64_t* keys, int64_t n, LookupMode mode, flo
   int32_t* part = grow(part_, dev, n);
   int64_t* perm = grow(perm_, dev, n);
   int64_t* counts = grow(counts_, dev, world);
-  route_owner_by_key(dev, keys, n, world, part);
-  route_bucket(dev, part, n, world, perm, counts, scratch_);
+  route_owner_by_key(dev, keys, n, world, part, dev.stream);
+  route_bucket(dev, part, n, world, perm, counts, scratch_, dev.stream);
   std::vector<int64_t> c = download(dev, counts, world);
   send_counts_.assign(c.begin(), c.end());
   int64_t* send_keys = grow(send_keys_, dev, n);
-  route_gather_keys(dev, keys, perm, n, send_keys);
+  route_gather_keys(dev, keys, perm, n, send_keys, dev.stream);
   recv_counts_ = ex_.counts(send_counts_);
   n_recv_ = static_cast<int64_t>(total(recv_counts_));
   int64_t* recv_keys = grow(recv_keys_, dev, n_recv_);
@@ -212,17 +212,17 @@ void DispatchShard::forward(const int64_t* keys, int64_t n, LookupMode mode, flo
   table_lookup_keys(*table_, recv_keys, n_recv_, mode, recv_vecs, grow(rows_, dev, n_recv_));
   float* send_vecs = grow(send_vecs_, dev, size_t(n) * dim_);
   ex_.all_to_all_v(recv_vecs, times(recv_counts_, dim_), send_vecs, times(send_counts_, dim_), DataType::f32);
-  route_scatter_rows(dev, send_vecs, perm, n, dim_, vecs);
+  route_scatter_rows(dev, send_vecs, perm, n, dim_, vecs, dev.stream);
 }
 
 void DispatchShard::backward(const float* key_grads, int64_t step) {
   const Device& dev = ex_.device();
   float* send = send_vecs_.data();
-  route_gather_rows(dev, key_grads, perm_.data(), n_, dim_, send);
+  route_gather_rows(dev, key_grads, perm_.data(), n_, dim_, send, dev.stream);
   float* recv = recv_vecs_.data();
   ex_.all_to_all_v(send, times(send_counts_, dim_), recv, times(recv_counts_, dim_), DataType::f32);
   int64_t* iota = grow(iota_, dev, n_recv_ + 1);
-  route_iota(dev, n_recv_ + 1, iota);
+  route_iota(dev, n_recv_ + 1, iota, dev.stream);
   // one bag per received key: the owner sums each row's keys in the order they arrived
   table_update(*table_, iota, rows_.data(), n_recv_, n_recv_, recv, Combiner::sum, step);
 }
@@ -248,7 +248,7 @@ void ReplicaShard::update_from_all(const int64_t* keys, const float* key_grads, 
   int64_t* rows = grow(rows_, dev, all);
   table_lookup_keys(*table_, all_keys, all, LookupMode::train, grow(scratch_vecs_, dev, size_t(all) * dim_), rows);
   int64_t* iota = grow(iota_, dev, all + 1);
-  route_iota(dev, all + 1, iota);
+  route_iota(dev, all + 1, iota, dev.stream);
   table_update(*table_, iota, rows, all, all, all_grads, Combiner::sum, step);
   ex_.agree(guarded([&] { table_check(*table_); }));
 }

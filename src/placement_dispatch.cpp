@@ -20,12 +20,12 @@ class DispatchTable : public PlacedTable {
     in_ = in;
     float* vecs = grow(vecs_, dev, size_t(in.nnz) * dim_);
     shard_.forward(in.keys, in.nnz, mode, vecs);
-    route_pool_bags(dev, in.offsets, vecs, in.bags, dim_, combiner_, out);
+    route_pool_bags(dev, in.offsets, vecs, in.bags, dim_, combiner_, out, dev.stream);
   }
 
   void backward(const float* grad, int64_t step) override {
     float* key_grads = grow(vecs_, ex_.device(), size_t(in_.nnz) * dim_);
-    route_spread_bag_grads(ex_.device(), in_.offsets, grad, in_.bags, dim_, combiner_, key_grads);
+    route_spread_bag_grads(ex_.device(), in_.offsets, grad, in_.bags, dim_, combiner_, key_grads, ex_.device().stream);
     shard_.backward(key_grads, step);
   }
 

@@ -33,18 +33,18 @@ class DistributedTable : public PlacedTable {
     global_bags_ = max_bags_ * world;
 
     int64_t* bag_of_key = grow(bag_of_key_, dev, in.nnz);
-    route_key_bags(dev, in.offsets, in.bags, int64_t(ex_.rank()) * max_bags_, bag_of_key);
+    route_key_bags(dev, in.offsets, in.bags, int64_t(ex_.rank()) * max_bags_, bag_of_key, dev.stream);
     int32_t* part = grow(part_, dev, in.nnz);
     int64_t* perm = grow(perm_, dev, in.nnz);
     int64_t* counts = grow(counts_, dev, world);
-    route_owner_by_key(dev, in.keys, in.nnz, world, part);
-    route_bucket(dev, part, in.nnz, world, perm, counts, scratch_);
+    route_owner_by_key(dev, in.keys, in.nnz, world, part, dev.stream);
+    route_bucket(dev, part, in.nnz, world, perm, counts, scratch_, dev.stream);
     std::vector<int64_t> c = download(dev, counts, world);
     std::vector<size_t> send_counts(c.begin(), c.end());
     int64_t* send_keys = grow(send_keys_, dev, in.nnz);
     int64_t* send_bags = grow(send_bags_, dev, in.nnz);
-    route_gather_keys(dev, in.keys, perm, in.nnz, send_keys);
-    route_gather_keys(dev, bag_of_key, perm, in.nnz, send_bags);
+    route_gather_keys(dev, in.keys, perm, in.nnz, send_keys, dev.stream);
+    route_gather_keys(dev, bag_of_key, perm, in.nnz, send_bags, dev.stream);
     std::vector<size_t> recv_counts = ex_.counts(send_counts);
     n_recv_ = 0;
     for (size_t x : recv_counts) n_recv_ += int64_t(x);
@@ -55,13 +55,13 @@ class DistributedTable : public PlacedTable {
 
     // Sources arrive in rank order and each keeps its bag order, so the bag ids are ascending: a CSR.
     int64_t* offsets = grow(owner_offsets_, dev, global_bags_ + 1);
-    route_offsets_from_sorted_bags(dev, bags, n_recv_, global_bags_, offsets);
+    route_offsets_from_sorted_bags(dev, bags, n_recv_, global_bags_, offsets, dev.stream);
     float* partial = grow(partial_, dev, size_t(global_bags_) * dim_);
     table_lookup_pooled(*table_, offsets, keys, global_bags_, Combiner::sum, mode, partial, grow(rows_, dev, n_recv_));
     float* mine = grow(mine_, dev, size_t(max_bags_) * dim_);
     ex_.reduce_scatter(partial, mine, size_t(max_bags_) * dim_, DataType::f32);
     if (in.bags > 0) copy_on_device(dev, out, mine, sizeof(float) * size_t(in.bags) * dim_);
-    if (combiner_ == Combiner::mean) route_divide_by_lengths(dev, in.offsets, in.bags, dim_, out);
+    if (combiner_ == Combiner::mean) route_divide_by_lengths(dev, in.offsets, in.bags, dim_, out, dev.stream);
   }
 
   void backward(const float* grad, int64_t step) override {
@@ -69,7 +69,7 @@ class DistributedTable : public PlacedTable {
     const int world = ex_.world();
     float* mine = grow(mine_, dev, size_t(max_bags_) * dim_);
     // the padding bags hold no keys: their gradient rows are never read
-    route_scale_bag_grads(dev, in_.offsets, grad, in_.bags, dim_, combiner_, mine);
+    route_scale_bag_grads(dev, in_.offsets, grad, in_.bags, dim_, combiner_, mine, dev.stream);
     float* all = grow(partial_, dev, size_t(global_bags_) * dim_);
     ex_.all_gather_v(mine, all, std::vector<size_t>(size_t(world), size_t(max_bags_) * dim_), DataType::f32);
     table_update(*table_, owner_offsets_.data(), rows_.data(), global_bags_, n_recv_, all, Combiner::sum, step);

@@ -37,27 +37,27 @@ class HybridTable : public PlacedTable {
     int32_t* part = grow(part_, dev, in.nnz);
     int64_t* perm = grow(perm_, dev, in.nnz);
     int64_t* counts = grow(counts_, dev, 2);
-    route_part_by_membership(dev, in.keys, in.nnz, hot_set_.data(), int64_t(hot_keys_.size()), part);
-    route_bucket(dev, part, in.nnz, 2, perm, counts, scratch_);
+    route_part_by_membership(dev, in.keys, in.nnz, hot_set_.data(), int64_t(hot_keys_.size()), part, dev.stream);
+    route_bucket(dev, part, in.nnz, 2, perm, counts, scratch_, dev.stream);
     std::vector<int64_t> c = download(dev, counts, 2);
     hot_ = c[0], cold_n_ = c[1];
     int64_t* keys = grow(split_keys_, dev, in.nnz);  // hot keys, then cold keys
-    route_gather_keys(dev, in.keys, perm, in.nnz, keys);
+    route_gather_keys(dev, in.keys, perm, in.nnz, keys, dev.stream);
 
     float* split = grow(split_vecs_, dev, size_t(in.nnz) * dim_);
     table_lookup_keys(replica_.table(), keys, hot_, mode, split, nullptr);
     cold_.forward(keys + hot_, cold_n_, mode, split + size_t(hot_) * dim_);
     float* vecs = grow(vecs_, dev, size_t(in.nnz) * dim_);
-    route_scatter_rows(dev, split, perm, in.nnz, dim_, vecs);
-    route_pool_bags(dev, in.offsets, vecs, in.bags, dim_, combiner_, out);
+    route_scatter_rows(dev, split, perm, in.nnz, dim_, vecs, dev.stream);
+    route_pool_bags(dev, in.offsets, vecs, in.bags, dim_, combiner_, out, dev.stream);
   }
 
   void backward(const float* grad, int64_t step) override {
     const Device& dev = ex_.device();
     float* key_grads = grow(vecs_, dev, size_t(in_.nnz) * dim_);
-    route_spread_bag_grads(dev, in_.offsets, grad, in_.bags, dim_, combiner_, key_grads);
+    route_spread_bag_grads(dev, in_.offsets, grad, in_.bags, dim_, combiner_, key_grads, dev.stream);
     float* split = grow(split_vecs_, dev, size_t(in_.nnz) * dim_);
-    route_gather_rows(dev, key_grads, perm_.data(), in_.nnz, dim_, split);
+    route_gather_rows(dev, key_grads, perm_.data(), in_.nnz, dim_, split, dev.stream);
     replica_.update_from_all(split_keys_.data(), split, hot_, step);
     cold_.backward(split + size_t(hot_) * dim_, step);
   }

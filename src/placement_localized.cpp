@@ -24,7 +24,7 @@ class LocalizedTable : public PlacedTable {
     const size_t world = size_t(ex_.world());
     in_ = in;
     int64_t* lengths = grow(lengths_, dev, in.bags);
-    route_lengths(dev, in.offsets, in.bags, lengths);
+    route_lengths(dev, in.offsets, in.bags, lengths, dev.stream);
     std::vector<size_t> send_bags(world, 0), send_keys(world, 0);
     send_bags[owner_] = size_t(in.bags);
     send_keys[owner_] = size_t(in.nnz);
@@ -40,7 +40,7 @@ class LocalizedTable : public PlacedTable {
     float* pooled = grow(pooled_, dev, size_t(all_bags_) * dim_);
     if (table_) {
       int64_t* offsets = grow(offsets_, dev, all_bags_ + 1);
-      route_offsets_from_lengths(dev, all_lengths, all_bags_, offsets, scratch_);
+      route_offsets_from_lengths(dev, all_lengths, all_bags_, offsets, scratch_, dev.stream);
       table_lookup_pooled(*table_, offsets, keys, all_bags_, combiner_, mode, pooled, grow(rows_, dev, all_keys_));
     }
     send_bags_ = send_bags;

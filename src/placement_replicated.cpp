@@ -21,7 +21,7 @@ class ReplicatedTable : public PlacedTable {
 
   void backward(const float* grad, int64_t step) override {
     float* key_grads = grow(key_grads_, ex_.device(), size_t(in_.nnz) * dim_);
-    route_spread_bag_grads(ex_.device(), in_.offsets, grad, in_.bags, dim_, combiner_, key_grads);
+    route_spread_bag_grads(ex_.device(), in_.offsets, grad, in_.bags, dim_, combiner_, key_grads, ex_.device().stream);
     replica_.update_from_all(in_.keys, key_grads, in_.nnz, step);
   }
 

@@ -39,11 +39,11 @@ void check_buckets(Backend backend) {
       std::vector<int64_t> keys = testing::random_ints(size_t(n), INT64_MIN, INT64_MAX);
       Buffer<int64_t> k(dev, keys);
       auto part = poisoned<int32_t>(dev, size_t(n));
-      route_owner_by_key(dev, k.data(), n, world, part.data());
+      route_owner_by_key(dev, k.data(), n, world, part.data(), dev.stream);
       auto perm = poisoned<int64_t>(dev, size_t(n));
       auto counts = poisoned<int64_t>(dev, size_t(world));
       RouteScratch scratch;
-      route_bucket(dev, part.data(), n, world, perm.data(), counts.data(), scratch);
+      route_bucket(dev, part.data(), n, world, perm.data(), counts.data(), scratch, dev.stream);
       std::vector<int32_t> p = part.download();
       std::vector<int64_t> pm = perm.download(), c = counts.download();
       // expected: for each owner in order, the indices of its keys in order
@@ -64,7 +64,7 @@ void check_buckets(Backend backend) {
   std::vector<int64_t> keys = testing::random_ints(777, -1100, 1100);
   Buffer<int64_t> k(dev, keys), s(dev, set);
   auto part = poisoned<int32_t>(dev, keys.size());
-  route_part_by_membership(dev, k.data(), int64_t(keys.size()), s.data(), int64_t(set.size()), part.data());
+  route_part_by_membership(dev, k.data(), int64_t(keys.size()), s.data(), int64_t(set.size()), part.data(), dev.stream);
   std::vector<int32_t> p = part.download();
   size_t wrong = 0;
   for (size_t i = 0; i < keys.size(); ++i)
@@ -86,14 +86,14 @@ void check_permutations(Backend backend) {
   Buffer<float> s(dev, src);
   Buffer<int64_t> ix(dev, idx);
   auto g = poisoned<float>(dev, size_t(n) * dim);
-  route_gather_rows(dev, s.data(), ix.data(), n, dim, g.data());
+  route_gather_rows(dev, s.data(), ix.data(), n, dim, g.data(), dev.stream);
   std::vector<float> got = g.download(), want(size_t(n) * dim);
   for (int64_t i = 0; i < n; ++i)
     for (int e = 0; e < dim; ++e) want[size_t(i * dim + e)] = src[size_t(idx[size_t(i)] * dim + e)];
   BOOST_CHECK(same_bits(got, want, want.size()));
   // scatter back into a poisoned [m, dim]: the rows named by idx hold src's first n rows
   auto sc = poisoned<float>(dev, size_t(m) * dim);
-  route_scatter_rows(dev, s.data(), ix.data(), n, dim, sc.data());
+  route_scatter_rows(dev, s.data(), ix.data(), n, dim, sc.data(), dev.stream);
   std::vector<float> back = sc.download();
   size_t wrong = 0;
   for (int64_t i = 0; i < n; ++i)
@@ -103,11 +103,11 @@ void check_permutations(Backend backend) {
   std::vector<int64_t> keys = testing::random_ints(size_t(m), INT64_MIN, INT64_MAX);
   Buffer<int64_t> k(dev, keys);
   auto gk = poisoned<int64_t>(dev, size_t(n));
-  route_gather_keys(dev, k.data(), ix.data(), n, gk.data());
+  route_gather_keys(dev, k.data(), ix.data(), n, gk.data(), dev.stream);
   std::vector<int64_t> gkh = gk.download();
   for (int64_t i = 0; i < n; ++i) wrong += gkh[size_t(i)] != keys[size_t(idx[size_t(i)])];
   auto io = poisoned<int64_t>(dev, size_t(n));
-  route_iota(dev, n, io.data());
+  route_iota(dev, n, io.data(), dev.stream);
   std::vector<int64_t> ioh = io.download();
   for (int64_t i = 0; i < n; ++i) wrong += ioh[size_t(i)] != i;
   BOOST_CHECK_EQUAL(wrong, 0u);
@@ -127,7 +127,7 @@ void check_bags(Backend backend) {
     Buffer<float> v(dev, vecs), gr(dev, grad);
     for (Combiner c : {Combiner::sum, Combiner::mean}) {
       auto out = poisoned<float>(dev, size_t(bags) * dim);
-      route_pool_bags(dev, o.data(), v.data(), bags, dim, c, out.data());
+      route_pool_bags(dev, o.data(), v.data(), bags, dim, c, out.data(), dev.stream);
       std::vector<float> want(size_t(bags) * dim), spread(size_t(nnz) * dim), scaled(size_t(bags) * dim);
       for (int64_t b = 0; b < bags; ++b) {
         int64_t len = off[size_t(b) + 1] - off[size_t(b)];
@@ -144,15 +144,15 @@ void check_bags(Backend backend) {
       }
       BOOST_CHECK_MESSAGE(same_bits(out.download(), want, want.size()), "pool dim " << dim);
       auto sp = poisoned<float>(dev, size_t(nnz) * dim);
-      route_spread_bag_grads(dev, o.data(), gr.data(), bags, dim, c, sp.data());
+      route_spread_bag_grads(dev, o.data(), gr.data(), bags, dim, c, sp.data(), dev.stream);
       BOOST_CHECK_MESSAGE(same_bits(sp.download(), spread, spread.size()), "spread dim " << dim);
       auto sc = poisoned<float>(dev, size_t(bags) * dim);
-      route_scale_bag_grads(dev, o.data(), gr.data(), bags, dim, c, sc.data());
+      route_scale_bag_grads(dev, o.data(), gr.data(), bags, dim, c, sc.data(), dev.stream);
       BOOST_CHECK_MESSAGE(same_bits(sc.download(), scaled, scaled.size()), "scale dim " << dim);
     }
     // divide the sums by the lengths: the mean of sums pooled elsewhere
     Buffer<float> x(dev, grad);
-    route_divide_by_lengths(dev, o.data(), bags, dim, x.data());
+    route_divide_by_lengths(dev, o.data(), bags, dim, x.data(), dev.stream);
     std::vector<float> want = grad;
     for (int64_t b = 0; b < bags; ++b) {
       int64_t len = off[size_t(b) + 1] - off[size_t(b)];
@@ -162,16 +162,16 @@ void check_bags(Backend backend) {
     BOOST_CHECK(same_bits(x.download(), want, want.size()));
     // lengths, offsets from lengths, key bags, offsets from sorted bag ids
     auto len = poisoned<int64_t>(dev, size_t(bags));
-    route_lengths(dev, o.data(), bags, len.data());
+    route_lengths(dev, o.data(), bags, len.data(), dev.stream);
     std::vector<int64_t> lh = len.download();
     size_t wrong = 0;
     for (int64_t b = 0; b < bags; ++b) wrong += lh[size_t(b)] != off[size_t(b) + 1] - off[size_t(b)];
     auto off2 = poisoned<int64_t>(dev, size_t(bags) + 1);
     RouteScratch scratch;
-    route_offsets_from_lengths(dev, len.data(), bags, off2.data(), scratch);
+    route_offsets_from_lengths(dev, len.data(), bags, off2.data(), scratch, dev.stream);
     wrong += off2.download() != off;
     auto kb = poisoned<int64_t>(dev, size_t(nnz));
-    route_key_bags(dev, o.data(), bags, 1000, kb.data());
+    route_key_bags(dev, o.data(), bags, 1000, kb.data(), dev.stream);
     std::vector<int64_t> kbh = kb.download();
     for (int64_t b = 0; b < bags; ++b)
       for (int64_t i = off[size_t(b)]; i < off[size_t(b) + 1]; ++i) wrong += kbh[size_t(i)] != 1000 + b;
@@ -181,7 +181,7 @@ void check_bags(Backend backend) {
       for (int64_t i = off[size_t(b)]; i < off[size_t(b) + 1]; ++i) ids.push_back(2 * b);
     Buffer<int64_t> idb(dev, ids);
     auto off3 = poisoned<int64_t>(dev, size_t(2 * bags) + 1);
-    route_offsets_from_sorted_bags(dev, idb.data(), int64_t(ids.size()), 2 * bags, off3.data());
+    route_offsets_from_sorted_bags(dev, idb.data(), int64_t(ids.size()), 2 * bags, off3.data(), dev.stream);
     std::vector<int64_t> o3 = off3.download();
     for (int64_t b = 0; b <= 2 * bags; ++b) {
       int64_t want_b = int64_t(std::lower_bound(ids.begin(), ids.end(), b) - ids.begin());
@@ -206,7 +206,7 @@ void check_slots(Backend backend) {
     Buffer<int32_t> sl(dev, slots), cl(dev, cols);
     auto to = poisoned<int64_t>(dev, size_t(batch * ts) + 1);
     RouteScratch scratch;
-    route_select_slot_offsets(dev, o.data(), batch, S, sl.data(), ts, to.data(), scratch);
+    route_select_slot_offsets(dev, o.data(), batch, S, sl.data(), ts, to.data(), scratch, dev.stream);
     std::vector<int64_t> toh = to.download();
     std::vector<int64_t> want_off{0}, want_keys;
     for (int64_t s = 0; s < batch; ++s)
@@ -217,14 +217,14 @@ void check_slots(Backend backend) {
       }
     BOOST_CHECK(std::equal(want_off.begin(), want_off.end(), toh.begin()));
     auto tk = poisoned<int64_t>(dev, want_keys.size());
-    route_select_slot_keys(dev, o.data(), k.data(), batch, S, sl.data(), ts, to.data(), tk.data());
+    route_select_slot_keys(dev, o.data(), k.data(), batch, S, sl.data(), ts, to.data(), tk.data(), dev.stream);
     std::vector<int64_t> tkh = tk.download();
     BOOST_CHECK(std::equal(want_keys.begin(), want_keys.end(), tkh.begin()));
     // put pooled bags into their columns (the rest of the output untouched), and take them back
     std::vector<float> pooled = testing::random_floats(size_t(batch * ts * dim));
     std::vector<float> base = testing::random_floats(size_t(batch * row_floats));
     Buffer<float> p(dev, pooled), out(dev, base);
-    route_put_slots(dev, p.data(), batch, ts, dim, cl.data(), row_floats, out.data());
+    route_put_slots(dev, p.data(), batch, ts, dim, cl.data(), row_floats, out.data(), dev.stream);
     std::vector<float> want = base;
     for (int64_t s = 0; s < batch; ++s)
       for (int j = 0; j < ts; ++j)
@@ -232,7 +232,7 @@ void check_slots(Backend backend) {
           want[size_t(s * row_floats + cols[size_t(j)] + e)] = pooled[size_t((s * ts + j) * dim + e)];
     BOOST_CHECK(same_bits(out.download(), want, want.size()));
     auto back = poisoned<float>(dev, pooled.size());
-    route_take_slots(dev, out.data(), batch, ts, dim, cl.data(), row_floats, back.data());
+    route_take_slots(dev, out.data(), batch, ts, dim, cl.data(), row_floats, back.data(), dev.stream);
     BOOST_CHECK(same_bits(back.download(), pooled, pooled.size()));
   }
   if (dev.is_cuda()) close_device(dev);
