@@ -20,6 +20,17 @@ void route_part_by_membership_cpu(const int64_t* keys, int64_t n, const int64_t*
   for (int64_t i = 0; i < n; ++i) part[i] = std::binary_search(set, set + m, keys[i]) ? 0 : 1;
 }
 
+void route_index_in_set_cpu(const int64_t* keys, int64_t n, const int64_t* set, int64_t m, int32_t* idx) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t* at = std::lower_bound(set, set + m, keys[i]);
+    idx[i] = at != set + m && *at == keys[i] ? static_cast<int32_t>(at - set) : -1;
+  }
+}
+
+void route_part_nonzero_cpu(const int64_t* counts, int64_t n, int32_t* part) {
+  for (int64_t i = 0; i < n; ++i) part[i] = counts[i] > 0 ? 0 : 1;
+}
+
 void route_bucket_cpu(const int32_t* part, int64_t n, int parts, int64_t* perm, int64_t* counts) {
   std::vector<int64_t> next(size_t(parts) + 1, 0);
   for (int64_t i = 0; i < n; ++i) {
@@ -190,6 +201,20 @@ void route_part_by_membership(const Device& dev, const int64_t* keys, int64_t n,
   if (n == 0) return;
   ROUTE_DISPATCH("route_part_by_membership", route_part_by_membership_cpu(keys, n, set, m, part),
                  route_part_by_membership_cuda(keys, n, set, m, part, stream));
+}
+
+void route_index_in_set(const Device& dev, const int64_t* keys, int64_t n, const int64_t* set, int64_t m,
+                        int32_t* idx, Stream stream) {
+  SPARTA_ASSERT(m < (int64_t(1) << 31), "route_index_in_set: a set of %lld keys", (long long)m);
+  if (n == 0) return;
+  ROUTE_DISPATCH("route_index_in_set", route_index_in_set_cpu(keys, n, set, m, idx),
+                 route_index_in_set_cuda(keys, n, set, m, idx, stream));
+}
+
+void route_part_nonzero(const Device& dev, const int64_t* counts, int64_t n, int32_t* part, Stream stream) {
+  if (n == 0) return;
+  ROUTE_DISPATCH("route_part_nonzero", route_part_nonzero_cpu(counts, n, part),
+                 route_part_nonzero_cuda(counts, n, part, stream));
 }
 
 void route_bucket(const Device& dev, const int32_t* part, int64_t n, int parts, int64_t* perm, int64_t* counts,

@@ -42,6 +42,22 @@ __global__ void __launch_bounds__(kBlock) membership_kernel(const int64_t* keys,
   }
 }
 
+__global__ void __launch_bounds__(kBlock) index_in_set_kernel(const int64_t* keys, int64_t n, const int64_t* set,
+                                                              int64_t m, int32_t* idx) {
+  GRID_STRIDE(i, n) {
+    int64_t k = keys[i], lo = 0, hi = m;
+    while (lo < hi) {
+      int64_t mid = (lo + hi) / 2;
+      if (set[mid] < k) lo = mid + 1; else hi = mid;
+    }
+    idx[i] = (lo < m && set[lo] == k) ? static_cast<int32_t>(lo) : -1;
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) part_nonzero_kernel(const int64_t* counts, int64_t n, int32_t* part) {
+  GRID_STRIDE(i, n) part[i] = counts[i] > 0 ? 0 : 1;
+}
+
 __global__ void __launch_bounds__(kBlock) iota_kernel(int64_t n, int64_t* out) { GRID_STRIDE(i, n) out[i] = i; }
 
 // counts[p] = elements of part p among the sorted parts: the distance between the first positions of p and p+1.
@@ -234,6 +250,15 @@ void route_owner_by_key_cuda(const int64_t* keys, int64_t n, int world, int32_t*
 void route_part_by_membership_cuda(const int64_t* keys, int64_t n, const int64_t* set, int64_t m, int32_t* part,
                                    Stream s) {
   LAUNCH(membership_kernel, n, s, keys, n, set, m, part);
+}
+
+void route_index_in_set_cuda(const int64_t* keys, int64_t n, const int64_t* set, int64_t m, int32_t* idx,
+                             Stream s) {
+  LAUNCH(index_in_set_kernel, n, s, keys, n, set, m, idx);
+}
+
+void route_part_nonzero_cuda(const int64_t* counts, int64_t n, int32_t* part, Stream s) {
+  LAUNCH(part_nonzero_kernel, n, s, counts, n, part);
 }
 
 void route_bucket_cuda(const Device& dev, const int32_t* part, int64_t n, int parts, int64_t* perm, int64_t* counts,

@@ -43,6 +43,12 @@ void route_owner_by_key(const Device& dev, const int64_t* keys, int64_t n, int w
 // part[i] = 0 when keys[i] is in set (sorted ascending, distinct, [m]), else 1.
 void route_part_by_membership(const Device& dev, const int64_t* keys, int64_t n, const int64_t* set, int64_t m,
                               int32_t* part, Stream stream);
+// idx[i] = the position of keys[i] in set (sorted ascending, distinct, [m] with m < 2^31), or -1 when it is not
+// there: a part for route_bucket.
+void route_index_in_set(const Device& dev, const int64_t* keys, int64_t n, const int64_t* set, int64_t m,
+                        int32_t* idx, Stream stream);
+// part[i] = 0 when counts[i] > 0, else 1 (counts, part: [n]).
+void route_part_nonzero(const Device& dev, const int64_t* counts, int64_t n, int32_t* part, Stream stream);
 // Stable bucketing by part (each in [0, parts)): perm[j] = index of the j-th element when the elements are
 // ordered by part, ties in index order; counts[p] = elements of part p. perm: [n] int64, counts: [parts] int64.
 void route_bucket(const Device& dev, const int32_t* part, int64_t n, int parts, int64_t* perm, int64_t* counts,
@@ -113,6 +119,8 @@ void route_take_slots(const Device& dev, const float* grad, int64_t batch, int t
 
 void route_owner_by_key_cpu(const int64_t* keys, int64_t n, int world, int32_t* part);
 void route_part_by_membership_cpu(const int64_t* keys, int64_t n, const int64_t* set, int64_t m, int32_t* part);
+void route_index_in_set_cpu(const int64_t* keys, int64_t n, const int64_t* set, int64_t m, int32_t* idx);
+void route_part_nonzero_cpu(const int64_t* counts, int64_t n, int32_t* part);
 void route_bucket_cpu(const int32_t* part, int64_t n, int parts, int64_t* perm, int64_t* counts);
 void route_gather_rows_cpu(const float* src, const int64_t* idx, int64_t n, int dim, float* dst);
 void route_scatter_rows_cpu(const float* src, const int64_t* idx, int64_t n, int dim, float* dst);
@@ -141,6 +149,9 @@ void route_take_slots_cpu(const float* grad, int64_t batch, int table_slots, int
 void route_owner_by_key_cuda(const int64_t* keys, int64_t n, int world, int32_t* part, Stream s);
 void route_part_by_membership_cuda(const int64_t* keys, int64_t n, const int64_t* set, int64_t m, int32_t* part,
                                    Stream s);
+void route_index_in_set_cuda(const int64_t* keys, int64_t n, const int64_t* set, int64_t m, int32_t* idx,
+                             Stream s);
+void route_part_nonzero_cuda(const int64_t* counts, int64_t n, int32_t* part, Stream s);
 void route_bucket_cuda(const Device& dev, const int32_t* part, int64_t n, int parts, int64_t* perm, int64_t* counts,
                        RouteScratch& scratch, Stream s);
 void route_gather_rows_cuda(const float* src, const int64_t* idx, int64_t n, int dim, float* dst, Stream s);

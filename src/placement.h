@@ -14,7 +14,8 @@
 //   distributed  owner key % world. Forward: keys and bag ids to the owners; each pools partial sums for every
 //                bag of the global batch; reduce-scatter. Backward: bag gradients all-gathered.
 //   hybrid       hot keys on every rank, the rest key % world. Forward: hot keys looked up locally, the rest
-//                dispatched, pooled at the requester. Backward: hot all-gathered, the rest as dispatch.
+//                dispatched, pooled at the requester. Backward: the hot keys' dense [hot, dim] gradient sums and
+//                counts all-reduced; the rest as dispatch.
 //
 // "key % world" is kernels/route.h owner_of_key (the key's 64-bit pattern modulo world).
 #pragma once

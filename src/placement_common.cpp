@@ -85,6 +85,15 @@ void Exchange::reduce_scatter(const void* send, void* recv, size_t recv_count, D
   comm_->join();
 }
 
+void Exchange::all_reduce(const void* send, void* recv, size_t count, DataType type) {
+  if (world_ == 1) {
+    if (count > 0 && send != recv) copy_on_device(dev_, recv, send, count * dtype_size(type));
+    return;
+  }
+  comm_->all_reduce(send, recv, count, type);
+  comm_->join();
+}
+
 void Exchange::all_gather_v(const void* send, void* recv, const std::vector<size_t>& counts, DataType type) {
   if (world_ == 1) {
     if (counts[0] > 0 && send != recv) copy_on_device(dev_, recv, send, counts[0] * dtype_size(type));

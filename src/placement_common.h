@@ -1,7 +1,7 @@
 // placement_common.h: what the placements share: the one place where they call the communicator (Exchange) and
 // the embedding table (the table_* functions), growing device arrays, and the two routes several placements
-// use: a key % world shard reached by dispatch (DispatchShard) and a replica kept identical on every rank by
-// all-gathered gradients (ReplicaShard).
+// use: a key % world shard reached by dispatch (DispatchShard: dispatch, and hybrid's cold keys) and a replica
+// kept identical on every rank by all-gathered gradients (ReplicaShard: replicated).
 //
 // Lookups are made with deferred checks: a full table on one rank must not leave the others waiting in the next
 // collective, so errors are read by check_lookups() and agreed on by the collection after the forward.
@@ -39,6 +39,8 @@ class Exchange {
                     const std::vector<size_t>& recv_counts, DataType type);
   // recv = block `rank` of the sum over ranks of send ([world][recv_count]).
   void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type);
+  // recv = the element-wise sum over ranks of send ([count]); send == recv allowed.
+  void all_reduce(const void* send, void* recv, size_t count, DataType type);
   // recv: rank p's counts[p] elements in rank order (counts the same on every rank).
   void all_gather_v(const void* send, void* recv, const std::vector<size_t>& counts, DataType type);
   // Every rank throws the lowest failing rank's message when any rank's error is not empty.
@@ -108,7 +110,7 @@ class DispatchShard {
   Buffer<float> send_vecs_, recv_vecs_;
 };
 
-// A copy of a table (or of its hot rows) on every rank. Lookups are local; an update all-gathers the keys and
+// A copy of a table on every rank. Lookups are local; an update all-gathers the keys and
 // gradients of every rank, so every copy applies the same update, summed in the order of the global batch.
 class ReplicaShard {
  public:

@@ -139,9 +139,10 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       c.bytes_per_step = 2 * f * K * 16 + 4 * (W - 1) * b * S * v;  // keys and bag ids; reduce-scatter; all-gather
       break;
     case Placement::hybrid: {
+      // the hot keys: an all-reduce of their [hot_rows, dim] gradient and counts; the rest: dispatch
       const double q = stats.share_of_top(size_t(hot_rows));
       c.memory_busiest = c.memory_every = mem(std::max<int64_t>(1, hot_rows)) + mem(shard);
-      c.bytes_per_step = 2 * (W - 1) * q * K * (8 + v) + 2 * f * (1 - q) * K * (8 + 2 * v);
+      c.bytes_per_step = 4 * f * double(hot_rows) * (v + 8) + 2 * f * (1 - q) * K * (8 + 2 * v);
       break;
     }
   }

@@ -102,11 +102,12 @@ BOOST_AUTO_TEST_CASE(cost_model_by_hand) {
   PlacementCost loc = placement_cost(t, Placement::localized, o, none, 0, 1.25);
   BOOST_CHECK_EQUAL(loc.memory_busiest, bytes(1000, 16));
   BOOST_CHECK_EQUAL(loc.memory_every, 0u);
-  // hybrid: the hot keys cover half the lookups: half replicated, half dispatched
+  // hybrid: 2 hot keys cover half the lookups: an all-reduce of [2, 16] floats and 2 counts (ring: 2 (W-1)/W
+  // of them sent and as many received), and half the keys dispatched
   TableKeyStats st;
   st.samples = 10, st.keys = 10, st.top = {{5, 3}, {9, 2}, {1, 1}};
   BOOST_CHECK_CLOSE(placement_cost(t, Placement::hybrid, o, st, 2, 1.25).bytes_per_step,
-                    2 * 3 * 0.5 * 100 * (8 + 64) + 2 * 0.75 * 0.5 * 100 * (8 + 128), 1e-9);
+                    4 * 0.75 * 2 * (64 + 8) + 2 * 0.75 * 0.5 * 100 * (8 + 128), 1e-9);  // 432 + 10200
   // one rank: nothing moves
   o.world = 1;
   for (Placement p : {Placement::dispatch, Placement::replicated, Placement::localized, Placement::distributed})

@@ -70,6 +70,22 @@ void check_buckets(Backend backend) {
   for (size_t i = 0; i < keys.size(); ++i)
     wrong += p[i] != (std::find(set.begin(), set.end(), keys[i]) != set.end() ? 0 : 1);
   BOOST_CHECK_EQUAL(wrong, 0u);
+  // the position in the set, -1 outside it
+  auto idx = poisoned<int32_t>(dev, keys.size());
+  route_index_in_set(dev, k.data(), int64_t(keys.size()), s.data(), int64_t(set.size()), idx.data(), dev.stream);
+  std::vector<int32_t> ih = idx.download();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto at = std::find(set.begin(), set.end(), keys[i]);
+    wrong += ih[i] != (at == set.end() ? -1 : int32_t(at - set.begin()));
+  }
+  // touched (count > 0) first
+  std::vector<int64_t> counts = testing::random_ints(300, 0, 2);
+  Buffer<int64_t> c(dev, counts);
+  auto nz = poisoned<int32_t>(dev, counts.size());
+  route_part_nonzero(dev, c.data(), int64_t(counts.size()), nz.data(), dev.stream);
+  std::vector<int32_t> nzh = nz.download();
+  for (size_t i = 0; i < counts.size(); ++i) wrong += nzh[i] != (counts[i] > 0 ? 0 : 1);
+  BOOST_CHECK_EQUAL(wrong, 0u);
   if (dev.is_cuda()) close_device(dev);
 }
 SPARTA_BACKEND_CASES(owners_and_stable_buckets, check_buckets)
