@@ -43,6 +43,27 @@ void route_bucket_cpu(const int32_t* part, int64_t n, int parts, int64_t* perm, 
   for (int64_t i = 0; i < n; ++i) perm[next[part[i]]++] = i;
 }
 
+void route_sort_keys_cpu(const int64_t* keys, int64_t n, int64_t* sorted, int64_t* perm) {
+  for (int64_t i = 0; i < n; ++i) perm[i] = i;
+  std::stable_sort(perm, perm + n, [&](int64_t a, int64_t b) { return uint64_t(keys[a]) < uint64_t(keys[b]); });
+  for (int64_t j = 0; j < n; ++j) sorted[j] = keys[perm[j]];
+}
+
+void route_unique_sorted_cpu(const int64_t* sorted, int64_t n, int64_t* unique, int64_t* runs, int64_t* uid,
+                             int64_t* num_unique) {
+  int64_t u = -1;
+  for (int64_t j = 0; j < n; ++j) {
+    if (j == 0 || sorted[j] != sorted[j - 1]) {
+      ++u;
+      unique[u] = sorted[j];
+      runs[u] = j;
+    }
+    uid[j] = u;
+  }
+  runs[u + 1] = n;
+  *num_unique = u + 1;
+}
+
 void route_gather_rows_cpu(const float* src, const int64_t* idx, int64_t n, int dim, float* dst) {
   for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * dim, src + idx[i] * dim, sizeof(float) * dim);
 }
@@ -223,6 +244,21 @@ void route_bucket(const Device& dev, const int32_t* part, int64_t n, int parts, 
   (void)scratch;  // the cpu reference needs none
   ROUTE_DISPATCH("route_bucket", route_bucket_cpu(part, n, parts, perm, counts),
                  route_bucket_cuda(dev, part, n, parts, perm, counts, scratch, stream));
+}
+
+void route_sort_keys(const Device& dev, const int64_t* keys, int64_t n, int64_t* sorted, int64_t* perm,
+                     RouteScratch& scratch, Stream stream) {
+  if (n == 0) return;
+  (void)scratch;
+  ROUTE_DISPATCH("route_sort_keys", route_sort_keys_cpu(keys, n, sorted, perm),
+                 route_sort_keys_cuda(dev, keys, n, sorted, perm, scratch, stream));
+}
+
+void route_unique_sorted(const Device& dev, const int64_t* sorted, int64_t n, int64_t* unique, int64_t* runs,
+                         int64_t* uid, int64_t* num_unique, RouteScratch& scratch, Stream stream) {
+  (void)scratch;
+  ROUTE_DISPATCH("route_unique_sorted", route_unique_sorted_cpu(sorted, n, unique, runs, uid, num_unique),
+                 route_unique_sorted_cuda(dev, sorted, n, unique, runs, uid, num_unique, scratch, stream));
 }
 
 void route_gather_rows(const Device& dev, const float* src, const int64_t* idx, int64_t n, int dim, float* dst,

@@ -79,6 +79,21 @@ __global__ void __launch_bounds__(kBlock) bucket_counts_kernel(const int32_t* so
   }
 }
 
+__global__ void __launch_bounds__(kBlock) head_flags_kernel(const int64_t* sorted, int64_t n, int64_t* flags) {
+  GRID_STRIDE(j, n) flags[j] = (j == 0 || sorted[j] != sorted[j - 1]) ? 1 : 0;
+}
+
+// scan: the inclusive sum of the head flags, turned into uid in place.
+__global__ void __launch_bounds__(kBlock) unique_runs_kernel(const int64_t* sorted, int64_t n, int64_t* scan,
+                                                             int64_t* unique, int64_t* runs, int64_t* num_unique) {
+  GRID_STRIDE(j, n) {
+    int64_t u = scan[j] - 1;
+    scan[j] = u;
+    if (j == 0 || sorted[j] != sorted[j - 1]) unique[u] = sorted[j], runs[u] = j;
+    if (j == n - 1) runs[u + 1] = n, num_unique[0] = u + 1;
+  }
+}
+
 __global__ void __launch_bounds__(kBlock) gather_rows_kernel(const float* src, const int64_t* idx, int64_t n, int dim,
                                                              float* dst) {
   GRID_STRIDE(t, n * dim) {
@@ -285,6 +300,39 @@ void route_bucket_cuda(const Device& dev, const int32_t* part, int64_t n, int pa
                                              reinterpret_cast<uint32_t*>(sorted_parts), index, perm,
                                              static_cast<int>(n), 0, end_bit, s));
   LAUNCH(bucket_counts_kernel, parts, s, sorted_parts, n, parts, counts);
+}
+
+void route_sort_keys_cuda(const Device& dev, const int64_t* keys, int64_t n, int64_t* sorted, int64_t* perm,
+                          RouteScratch& scratch, Stream s) {
+  SPARTA_ASSERT(n < (int64_t(1) << 31), "route_sort_keys: %lld keys (CUB sorts fewer than 2^31)", (long long)n);
+  // keys sorted by their bit pattern (as uint64): any consistent order puts equal keys together
+  size_t temp_bytes = 0;
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, static_cast<const uint64_t*>(nullptr),
+                                             static_cast<uint64_t*>(nullptr), static_cast<const int64_t*>(nullptr),
+                                             static_cast<int64_t*>(nullptr), static_cast<int>(n), 0, 64, s));
+  const size_t temp_at = align256(sizeof(int64_t) * n);
+  auto* base = static_cast<unsigned char*>(scratch.get(dev, temp_at + temp_bytes));
+  auto* index = reinterpret_cast<int64_t*>(base);
+  LAUNCH(iota_kernel, n, s, n, index);
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + temp_at, temp_bytes, reinterpret_cast<const uint64_t*>(keys),
+                                             reinterpret_cast<uint64_t*>(sorted), index, perm, static_cast<int>(n), 0,
+                                             64, s));
+}
+
+void route_unique_sorted_cuda(const Device& dev, const int64_t* sorted, int64_t n, int64_t* unique, int64_t* runs,
+                              int64_t* uid, int64_t* num_unique, RouteScratch& scratch, Stream s) {
+  if (n == 0) {
+    CUDA_CHECK(cudaMemsetAsync(runs, 0, sizeof(int64_t), s));
+    CUDA_CHECK(cudaMemsetAsync(num_unique, 0, sizeof(int64_t), s));
+    return;
+  }
+  SPARTA_ASSERT(n < (int64_t(1) << 31), "route_unique_sorted: %lld keys", (long long)n);
+  LAUNCH(head_flags_kernel, n, s, sorted, n, uid);
+  size_t temp_bytes = 0;
+  CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, temp_bytes, uid, uid, static_cast<int>(n), s));
+  void* temp = scratch.get(dev, temp_bytes);
+  CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, temp_bytes, uid, uid, static_cast<int>(n), s));
+  LAUNCH(unique_runs_kernel, n, s, sorted, n, uid, unique, runs, num_unique);
 }
 
 void route_gather_rows_cuda(const float* src, const int64_t* idx, int64_t n, int dim, float* dst, Stream s) {

@@ -54,6 +54,18 @@ void route_part_nonzero(const Device& dev, const int64_t* counts, int64_t n, int
 void route_bucket(const Device& dev, const int32_t* part, int64_t n, int parts, int64_t* perm, int64_t* counts,
                   RouteScratch& scratch, Stream stream);
 
+// ---- distinct keys
+
+// Stable sort of keys by their 64-bit pattern: sorted[j] = keys[perm[j]], equal keys in index order.
+// sorted, perm: [n].
+void route_sort_keys(const Device& dev, const int64_t* keys, int64_t n, int64_t* sorted, int64_t* perm,
+                     RouteScratch& scratch, Stream stream);
+// The distinct keys of sorted keys ([n]): unique[u] for u < *num_unique, the run of u at sorted positions
+// [runs[u], runs[u+1]) (runs: [n + 1], runs[*num_unique] = n), and uid[j] = the u of position j.
+// num_unique: [1] int64 device memory (0 for n == 0).
+void route_unique_sorted(const Device& dev, const int64_t* sorted, int64_t n, int64_t* unique, int64_t* runs,
+                         int64_t* uid, int64_t* num_unique, RouteScratch& scratch, Stream stream);
+
 // ---- permutations
 
 // dst[i, :] = src[idx[i], :] for i < n (rows of dim floats).
@@ -122,6 +134,9 @@ void route_part_by_membership_cpu(const int64_t* keys, int64_t n, const int64_t*
 void route_index_in_set_cpu(const int64_t* keys, int64_t n, const int64_t* set, int64_t m, int32_t* idx);
 void route_part_nonzero_cpu(const int64_t* counts, int64_t n, int32_t* part);
 void route_bucket_cpu(const int32_t* part, int64_t n, int parts, int64_t* perm, int64_t* counts);
+void route_sort_keys_cpu(const int64_t* keys, int64_t n, int64_t* sorted, int64_t* perm);
+void route_unique_sorted_cpu(const int64_t* sorted, int64_t n, int64_t* unique, int64_t* runs, int64_t* uid,
+                             int64_t* num_unique);
 void route_gather_rows_cpu(const float* src, const int64_t* idx, int64_t n, int dim, float* dst);
 void route_scatter_rows_cpu(const float* src, const int64_t* idx, int64_t n, int dim, float* dst);
 void route_gather_keys_cpu(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst);
@@ -154,6 +169,10 @@ void route_index_in_set_cuda(const int64_t* keys, int64_t n, const int64_t* set,
 void route_part_nonzero_cuda(const int64_t* counts, int64_t n, int32_t* part, Stream s);
 void route_bucket_cuda(const Device& dev, const int32_t* part, int64_t n, int parts, int64_t* perm, int64_t* counts,
                        RouteScratch& scratch, Stream s);
+void route_sort_keys_cuda(const Device& dev, const int64_t* keys, int64_t n, int64_t* sorted, int64_t* perm,
+                          RouteScratch& scratch, Stream s);
+void route_unique_sorted_cuda(const Device& dev, const int64_t* sorted, int64_t n, int64_t* unique, int64_t* runs,
+                              int64_t* uid, int64_t* num_unique, RouteScratch& scratch, Stream s);
 void route_gather_rows_cuda(const float* src, const int64_t* idx, int64_t n, int dim, float* dst, Stream s);
 void route_scatter_rows_cuda(const float* src, const int64_t* idx, int64_t n, int dim, float* dst, Stream s);
 void route_gather_keys_cuda(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst, Stream s);

@@ -13,7 +13,7 @@
 // agreed on by all ranks, so an error is thrown everywhere and no rank waits in a collective. The backward goes
 // the same way with the gradient. The model is the same whatever the placements and the world size: a row's
 // initial values depend on (seed, table index, key) only, and every placement sums a row's gradients over the
-// global batch at one place in the order of the global batch.
+// global batch in a fixed order (that of the global batch, or per rank and then over ranks), deterministically.
 //
 // With one rank nothing goes through the communicator (Exchange copies on the device instead).
 //

@@ -203,15 +203,26 @@ void DispatchShard::forward(const int64_t* keys, int64_t n, LookupMode mode, flo
   const Device& dev = ex_.device();
   const int world = ex_.world();
   n_ = n;
-  int32_t* part = grow(part_, dev, n);
-  int64_t* perm = grow(perm_, dev, n);
+  // the distinct keys (a hot key travels once per rank, not once per lookup)
+  int64_t* sorted = grow(sorted_, dev, n);
+  int64_t* key_perm = grow(key_perm_, dev, n);
+  route_sort_keys(dev, keys, n, sorted, key_perm, scratch_, dev.stream);
+  int64_t* distinct = grow(distinct_, dev, n);
+  int64_t* runs = grow(runs_, dev, n + 1);
+  int64_t* uid = grow(uid_, dev, n);
+  int64_t* num_unique = grow(num_unique_, dev, 1);
+  route_unique_sorted(dev, sorted, n, distinct, runs, uid, num_unique, scratch_, dev.stream);
+  const int64_t u = unique_ = download(dev, num_unique, 1)[0];
+  // their route: stable buckets by owner
+  int32_t* part = grow(part_, dev, u);
+  int64_t* perm = grow(perm_, dev, u);
   int64_t* counts = grow(counts_, dev, world);
-  route_owner_by_key(dev, keys, n, world, part, dev.stream);
-  route_bucket(dev, part, n, world, perm, counts, scratch_, dev.stream);
+  route_owner_by_key(dev, distinct, u, world, part, dev.stream);
+  route_bucket(dev, part, u, world, perm, counts, scratch_, dev.stream);
   std::vector<int64_t> c = download(dev, counts, world);
   send_counts_.assign(c.begin(), c.end());
-  int64_t* send_keys = grow(send_keys_, dev, n);
-  route_gather_keys(dev, keys, perm, n, send_keys, dev.stream);
+  int64_t* send_keys = grow(send_keys_, dev, u);
+  route_gather_keys(dev, distinct, perm, u, send_keys, dev.stream);
   recv_counts_ = ex_.counts(send_counts_);
   n_recv_ = static_cast<int64_t>(total(recv_counts_));
   int64_t* recv_keys = grow(recv_keys_, dev, n_recv_);
@@ -219,15 +230,25 @@ void DispatchShard::forward(const int64_t* keys, int64_t n, LookupMode mode, flo
 
   float* recv_vecs = grow(recv_vecs_, dev, size_t(n_recv_) * dim_);
   table_lookup_keys(*table_, recv_keys, n_recv_, mode, recv_vecs, grow(rows_, dev, n_recv_));
-  float* send_vecs = grow(send_vecs_, dev, size_t(n) * dim_);
+  float* send_vecs = grow(send_vecs_, dev, size_t(u) * dim_);
   ex_.all_to_all_v(recv_vecs, times(recv_counts_, dim_), send_vecs, times(send_counts_, dim_), DataType::f32);
-  route_scatter_rows(dev, send_vecs, perm, n, dim_, vecs, dev.stream);
+  // back to every occurrence: distinct order, then sorted key order, then the keys' own order
+  float* uniq_vecs = grow(uniq_vecs_, dev, size_t(u) * dim_);
+  route_scatter_rows(dev, send_vecs, perm, u, dim_, uniq_vecs, dev.stream);
+  float* key_vecs = grow(key_vecs_, dev, size_t(n) * dim_);
+  route_gather_rows(dev, uniq_vecs, uid, n, dim_, key_vecs, dev.stream);
+  route_scatter_rows(dev, key_vecs, key_perm, n, dim_, vecs, dev.stream);
 }
 
 void DispatchShard::backward(const float* key_grads, int64_t step) {
   const Device& dev = ex_.device();
+  // each distinct key's gradient: its occurrences in key order (sorted stably), summed from 0.0f
+  float* sorted = key_vecs_.data();
+  route_gather_rows(dev, key_grads, key_perm_.data(), n_, dim_, sorted, dev.stream);
+  float* sums = uniq_vecs_.data();
+  route_pool_bags(dev, runs_.data(), sorted, unique_, dim_, Combiner::sum, sums, dev.stream);
   float* send = send_vecs_.data();
-  route_gather_rows(dev, key_grads, perm_.data(), n_, dim_, send, dev.stream);
+  route_gather_rows(dev, sums, perm_.data(), unique_, dim_, send, dev.stream);
   float* recv = recv_vecs_.data();
   ex_.all_to_all_v(send, times(send_counts_, dim_), recv, times(recv_counts_, dim_), DataType::f32);
   int64_t* iota = grow(iota_, dev, n_recv_ + 1);

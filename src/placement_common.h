@@ -85,9 +85,10 @@ TableRows select_rows(const TableRows& t, const std::vector<bool>& keep);
 
 // ---- routes shared by several placements
 
-// A table's key % world shard reached by dispatch: keys to their owners (stable buckets), the owner's vectors
-// back in the requester's key order; per-key gradients back the same way, summed at the owner in a fixed order
-// (the requesters' rank order, then their key order: the order of the global batch).
+// A table's key % world shard reached by dispatch (after SOK): each rank sends its distinct keys to their owners
+// (stable buckets), gets one vector per distinct key back and hands it to every occurrence; the backward sums
+// each distinct key's gradients in key order, sends the sums back the same way, and the owner adds them in rank
+// order (so a row's gradient is the global batch's, summed per rank, then over ranks).
 class DispatchShard {
  public:
   DispatchShard(Exchange& ex, const PlacedTableSetup& s, const std::string& suffix);
@@ -103,10 +104,13 @@ class DispatchShard {
   int dim_;
   std::unique_ptr<EmbeddingTable> table_;
   RouteScratch scratch_;
-  int64_t n_ = 0, n_recv_ = 0;
-  std::vector<size_t> send_counts_, recv_counts_;  // keys per rank
+  int64_t n_ = 0, unique_ = 0, n_recv_ = 0;
+  std::vector<size_t> send_counts_, recv_counts_;  // distinct keys per rank
   Buffer<int32_t> part_;
-  Buffer<int64_t> perm_, counts_, send_keys_, recv_keys_, rows_, iota_;
+  Buffer<int64_t> sorted_, key_perm_, distinct_, runs_, uid_, num_unique_;  // [n]: the keys' distinct set
+  Buffer<int64_t> perm_, counts_, send_keys_, recv_keys_, rows_, iota_;   // the route of the distinct keys
+  Buffer<float> key_vecs_;   // [n, dim] in sorted key order: vectors, then gradients
+  Buffer<float> uniq_vecs_;  // [unique, dim]: vectors, then gradient sums
   Buffer<float> send_vecs_, recv_vecs_;
 };
 

@@ -1,9 +1,10 @@
 // placement_dispatch.cpp: the dispatch placement (SOK's data-parallel → model-parallel → data-parallel): rows
-// owned by key % world; each rank sends its keys to their owners, gets one vector per key back and pools its
-// own bags; per-key gradients travel the same route back and are summed per row at the owner.
+// owned by key % world; each rank sends its distinct keys to their owners, gets one vector per distinct key back
+// and pools its own bags; the gradients, summed per distinct key, travel the same route back and are summed per
+// row at the owner (DispatchShard in placement_common.h).
 //
 // Forward equals a single-rank pooled lookup bit for bit: the vectors are copies of the owner's rows and a bag
-// is summed in key order (kernels/route.h). The owner sums a row's gradients in the order of the global batch.
+// is summed in key order (kernels/route.h).
 #include "src/placement_common.h"
 
 namespace sparta {

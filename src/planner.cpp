@@ -107,6 +107,22 @@ std::vector<TableKeyStats> count_keys(MPI_Comm comm, const CollectionConfig& cfg
 // ----------------------------------------------------------------------------
 // cost model
 
+namespace {
+// Expected distinct keys among `draws` lookups drawn from the counted frequencies, the first `skip` of `top`
+// left out (they are looked up elsewhere): sum over keys of 1 - (1 - p)^draws; the share of lookups no counted key
+// covers is taken as all distinct. Without statistics: every lookup distinct.
+double expected_distinct(const TableKeyStats& st, double draws, size_t skip) {
+  if (st.keys <= 0) return draws;
+  double covered = 0, distinct = 0;
+  for (size_t i = 0; i < st.top.size(); ++i) {
+    const double p = double(st.top[i].second) / double(st.keys);
+    covered += p;
+    if (i >= skip) distinct += 1.0 - std::pow(1.0 - p, draws);
+  }
+  return distinct + std::max(0.0, 1.0 - covered) * draws;
+}
+}  // namespace
+
 PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const PlannerOptions& opt,
                              const TableKeyStats& stats, int64_t hot_rows, double shard_slack) {
   const double W = opt.world;
@@ -132,7 +148,8 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       break;
     case Placement::dispatch:
       c.memory_busiest = c.memory_every = mem(shard);
-      c.bytes_per_step = 2 * f * K * (8 + 2 * v);  // keys out, vectors back, gradients out
+      // distinct keys out, their vectors back, their gradient sums out
+      c.bytes_per_step = 2 * f * expected_distinct(stats, K, 0) * (8 + 2 * v);
       break;
     case Placement::distributed:
       c.memory_busiest = c.memory_every = mem(shard);
@@ -140,9 +157,9 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       break;
     case Placement::hybrid: {
       // the hot keys: an all-reduce of their [hot_rows, dim] gradient and counts; the rest: dispatch
-      const double q = stats.share_of_top(size_t(hot_rows));
       c.memory_busiest = c.memory_every = mem(std::max<int64_t>(1, hot_rows)) + mem(shard);
-      c.bytes_per_step = 4 * f * double(hot_rows) * (v + 8) + 2 * f * (1 - q) * K * (8 + 2 * v);
+      c.bytes_per_step = 4 * f * double(hot_rows) * (v + 8) +
+                         2 * f * expected_distinct(stats, K, size_t(hot_rows)) * (8 + 2 * v);
       break;
     }
   }

@@ -5,10 +5,10 @@
 // Exactness. The forward of a fresh table is compared bit for bit for dispatch, localized, replicated and hybrid
 // (each pools a bag's vectors in key order from 0.0f, as the reference does); distributed adds a bag's keys per
 // owner and then over ranks, so it is compared within 1e-6 + 1e-5|ref|. Table contents and later forwards are
-// compared within 1e-5 + 1e-5|ref|: the owner's backward sums a row's gradients in the global batch's order, but
-// a row whose gradients span more than one block of the sorted sequence (kernels/embedding_backward.h, 128 keys;
-// a hot key always does) adds partial sums, where the reference adds one after the other; and the hybrid's hot
-// rows are summed per rank, then over ranks by the all-reduce.
+// compared within 1e-5 + 1e-5|ref|: dispatch, hybrid and distributed sum a row's gradients per rank and then
+// over ranks, and even where a row is summed in the global batch's order (localized, replicated, one rank), a row
+// whose gradients span more than one block of the sorted sequence (kernels/embedding_backward.h, 128 keys; a hot
+// key always does) adds partial sums, where the reference adds one gradient after the other.
 //
 // Data: fresh random keys (64-bit, negative ones too, power law), 0..3 keys per slot, a hot key in slot 0 of
 // every nonempty sample (so every rank shares it), every 7th sample empty, a table with fewer rows than ranks, a

@@ -102,12 +102,18 @@ BOOST_AUTO_TEST_CASE(cost_model_by_hand) {
   PlacementCost loc = placement_cost(t, Placement::localized, o, none, 0, 1.25);
   BOOST_CHECK_EQUAL(loc.memory_busiest, bytes(1000, 16));
   BOOST_CHECK_EQUAL(loc.memory_every, 0u);
-  // hybrid: 2 hot keys cover half the lookups: an all-reduce of [2, 16] floats and 2 counts (ring: 2 (W-1)/W
-  // of them sent and as many received), and half the keys dispatched
+  // dispatch sends each distinct key once: with one key counted, 100 lookups are one key
+  TableKeyStats one;
+  one.samples = 10, one.keys = 10, one.top = {{7, 10}};
+  BOOST_CHECK_CLOSE(placement_cost(t, Placement::dispatch, o, one, 0, 1.25).bytes_per_step, 2 * 0.75 * 1 * 136, 1e-9);
+  // hybrid: 2 hot keys (keys 5 and 9, 5 of 10 lookups): an all-reduce of [2, 16] floats and 2 counts (ring:
+  // 2 (W-1)/W of them sent and as many received); the rest dispatched: key 1 (p = 0.1) is among 100 lookups
+  // with probability 1 - 0.9^100, and the 0.4 of lookups no counted key covers are 40 distinct keys
   TableKeyStats st;
   st.samples = 10, st.keys = 10, st.top = {{5, 3}, {9, 2}, {1, 1}};
+  const double cold = 1 - std::pow(0.9, 100) + 0.4 * 100;
   BOOST_CHECK_CLOSE(placement_cost(t, Placement::hybrid, o, st, 2, 1.25).bytes_per_step,
-                    4 * 0.75 * 2 * (64 + 8) + 2 * 0.75 * 0.5 * 100 * (8 + 128), 1e-9);  // 432 + 10200
+                    4 * 0.75 * 2 * (64 + 8) + 2 * 0.75 * cold * (8 + 128), 1e-9);
   // one rank: nothing moves
   o.world = 1;
   for (Placement p : {Placement::dispatch, Placement::replicated, Placement::localized, Placement::distributed})
