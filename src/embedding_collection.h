@@ -22,9 +22,10 @@
 // Now: everything is queued on the compute stream (Device::stream); each communicator call makes the
 // communication stream wait for the compute stream (an event recorded by the communicator), and Exchange joins
 // right after it (the compute stream waits for the communication stream), so every collective is a fence
-// between the kernels before and after it. Host synchronizations happen where the host needs a count: the
-// bucket sizes of a route (send counts), each table's key count after cutting its slots, the offsets check, and
-// the lookup error check after the forward.
+// between the kernels before and after it. Host synchronizations happen where the host needs a count: each
+// table's key count after cutting its slots, the distinct keys and bucket sizes of a route (send counts), the
+// hybrid's touched hot rows, the offsets check, and the lookup error check after the forward. Buffers grow by
+// reallocation (cudaFree synchronizes the device today; with stream-ordered frees it must wait for the stream).
 //
 // The overlap to build, per step (c = compute stream, m = communication stream, h2d/d2h = copy streams):
 //   1. c: cut slots, bucket keys by owner for table t           → event keys_ready[t]
