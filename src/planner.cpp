@@ -39,13 +39,6 @@ void check_collection_config(const CollectionConfig& cfg) {
     SPARTA_REQUIRE(served[s] >= 0, "embedding collection: slot %d is served by no table", s);
 }
 
-double TableKeyStats::share_of_top(size_t n) const {
-  if (keys <= 0) return 0.0;
-  int64_t covered = 0;
-  for (size_t i = 0; i < std::min(n, top.size()); ++i) covered += top[i].second;
-  return double(covered) / double(keys);
-}
-
 // ----------------------------------------------------------------------------
 // key statistics
 

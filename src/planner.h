@@ -27,8 +27,6 @@ struct TableKeyStats {
   int64_t keys = 0;                               // keys of this table's slots in them
   std::vector<std::pair<int64_t, int64_t>> top;   // (key, count), most frequent first (ties: smaller key first)
   double keys_per_sample() const { return samples > 0 ? double(keys) / double(samples) : 0.0; }
-  // Share of the counted keys that the first n of `top` cover.
-  double share_of_top(size_t n) const;
 };
 
 // Counts the keys of every table over a sample of the data: this rank's share, a host CSR over rows
