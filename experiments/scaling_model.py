@@ -12,8 +12,9 @@ experiments/scaling_model.json.
 of GBps at the largest batch), backward GB/s (embedding_step records: backward bytes / backward_update_ms),
 NVLink bandwidth and latency (bench_alltoall nccl all-to-all on one node: the best busbw, the smallest time),
 dense TFLOP/s (records with dense_TFLOPs). --check predicts each measured record it understands and prints the
-error: bench_alltoall (the collective's time), bench_embedding (the lookup, the step), and trainer records with
-placement and step_ms / ms_step (the whole step, at the record's ranks, nodes and batch).
+error: bench_alltoall (the collective's time; mode hier as hier, nccl and mpi as the flat model),
+bench_embedding (the lookup, the step), and trainer records with placement, step_ms or ms_step, ranks, nodes,
+global_batch (or batch, read as global) and comm_mode (the whole step with the config's model shapes).
 """
 import argparse
 import json

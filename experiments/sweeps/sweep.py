@@ -30,7 +30,7 @@ Results folder:
     points/<name>/log.txt     its stdout and stderr
     points/<name>/status.json {"status": "ok" | "failed" | "written" | "submitted", "exit_status": n, ...}
     points/<name>/results.jsonl   the JSON lines the binary wrote (--out {out})
-    results.jsonl             every finished point's lines, rebuilt at the end of each run
+    results.jsonl             every finished point's lines (of the grid this run covers), rebuilt at its end
 
 A point whose status is "ok" is finished and not run again (--force reruns it); a failed point is recorded
 with its exit status and log, the sweep goes on, and the next run retries it. Exit status: 0 when every
