@@ -6,13 +6,12 @@
 // all-gather) or algbw * 2(n-1)/n (all-reduce), n = ranks; time = median over repeats of the mean over
 // iterations, the slowest rank's. GPU times come from CUDA events on the compute stream (each iteration: one
 // operation on that stream, which orders the stream after itself), cpu times from the steady clock
-// (support_bench.h). Every row is checked: one more operation on a poisoned
+// (support_bench.h's Driver, which also gives the common options). Every row is checked: one more operation on a poisoned
 // output, compared with the values each rank computes on its own; #wrong > 0 fails the run (exit 1).
 // Data are never zeros. Rows also go as JSON lines to --out, with every parameter and the provenance.
 //
 //   mpiexec -n 2 bench_alltoall --modes nccl,hier,mpi --min-bytes 1K --max-bytes 1G --out results/a2a.jsonl
 #include <mpi.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -35,9 +34,9 @@ using namespace sparta;
 namespace {
 
 struct Args {
-  std::string min_bytes = "1K", max_bytes, modes, ops = "alltoall,allreduce", type = "float32", out, staging = "auto";
+  std::string min_bytes = "1K", max_bytes, modes, ops = "alltoall,allreduce", type = "float32", staging = "auto";
   double factor = 2, timeout = 300;
-  int iters = 20, warmup = 5, repeats = 5;
+  int iters = 20, warmup = 5, repeats = 5;  // the driver's --iters, --warmup, --repeats
   std::string chunk = "8M";
 };
 
@@ -60,24 +59,6 @@ std::vector<std::string> split(const std::string& s) {
   std::string item;
   while (std::getline(ss, item, ','))
     if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-// Gathers one string per rank to rank 0.
-std::vector<std::string> gather_strings(const std::string& mine, MPI_Comm comm) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  int len = static_cast<int>(mine.size());
-  std::vector<int> lens(size), displs(size, 0);
-  MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm));
-  int total = 0;
-  for (int r = 0; r < size; ++r) displs[r] = total, total += lens[r];
-  std::vector<char> all(std::max(total, 1));
-  MPI_CHECK(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, comm));
-  std::vector<std::string> out;
-  if (rank == 0)
-    for (int r = 0; r < size; ++r) out.emplace_back(all.data() + displs[r], lens[r]);
   return out;
 }
 
@@ -179,32 +160,22 @@ class Bench {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MpiSession mpi(&argc, &argv);
-  ContextOptions copt;
-  std::string log_level;
   Args a;
-  po::options_description desc("bench_alltoall options");
-  add_common_options(desc, copt, log_level);
-  desc.add_options()("min-bytes", po::value(&a.min_bytes)->default_value(a.min_bytes), "smallest size per rank (4096, 64K, 16M, 1G)")(
+  bench::Driver d("bench_alltoall", argc, argv, {a.warmup, a.repeats, a.iters, "auto"});
+  d.options().add_options()("min-bytes", po::value(&a.min_bytes)->default_value(a.min_bytes), "smallest size per rank (4096, 64K, 16M, 1G)")(
       "max-bytes", po::value(&a.max_bytes), "largest size per rank (default 1G on GPUs, 16M on the cpu)")(
       "step-factor", po::value(&a.factor)->default_value(a.factor), "size multiplier between rows")(
       "modes", po::value(&a.modes), "comma-separated nccl,mpi,hier (default: every mode the backend supports)")(
       "ops", po::value(&a.ops)->default_value(a.ops), "comma-separated alltoall,allreduce,reducescatter,allgather")(
       "type", po::value(&a.type)->default_value(a.type), "float32 | bfloat16 | float16")(
-      "iters", po::value(&a.iters)->default_value(a.iters), "operations per timed repeat")(
-      "warmup", po::value(&a.warmup)->default_value(a.warmup), "untimed operations first")(
-      "repeats", po::value(&a.repeats)->default_value(a.repeats), "timed repeats (the median is reported)")(
       "staging", po::value(&a.staging)->default_value(a.staging), "auto | always (MPI through pinned host memory)")(
       "chunk-bytes", po::value(&a.chunk)->default_value(a.chunk), "staging and hierarchical pipeline chunk")(
-      "timeout", po::value(&a.timeout)->default_value(a.timeout), "seconds without progress before the job ends")(
-      "out", po::value(&a.out), "append JSON lines here (rank 0)");
-  po::variables_map vm;
-  try {
-    if (!parse_options(argc, argv, desc, vm, "mpiexec -n N bench_alltoall [options]")) return 0;
-  } catch (const Error& e) {
-    SPARTA_FATAL("%s", e.what());
-  }
-  Context ctx(copt);
+      "timeout", po::value(&a.timeout)->default_value(a.timeout), "seconds without progress before the job ends");
+  return d.run("mpiexec -n N bench_alltoall [options]", [&] {
+  a.iters = d.iters();
+  a.warmup = d.warmup();
+  a.repeats = d.repeats();
+  Context& ctx = d.ctx();
   const bool cuda = ctx.device().is_cuda();
   std::vector<std::string> modes = split(a.modes.empty() ? (cuda ? "nccl,hier,mpi" : "hier,mpi") : a.modes);
   std::vector<std::string> ops = split(a.ops);
@@ -218,41 +189,21 @@ int main(int argc, char** argv) {
     SPARTA_REQUIRE(t == DataType::f32 || t == DataType::bf16 || t == DataType::f16,
                    "--type: expected float32, bfloat16 or float16, found '%s'", a.type.c_str());
     SPARTA_REQUIRE(a.factor > 1, "--step-factor: expected > 1, found %g", a.factor);
-    SPARTA_REQUIRE(a.iters > 0 && a.repeats > 0 && a.warmup >= 0, "--iters, --repeats: expected > 0, --warmup >= 0");
+    SPARTA_REQUIRE(!modes.empty() && !ops.empty(), "--modes, --ops: expected at least one each");
     for (const std::string& m : modes) parse_comm_mode(m);
     for (const std::string& o : ops)
       SPARTA_REQUIRE(o == "alltoall" || o == "allreduce" || o == "reducescatter" || o == "allgather",
                      "--ops: expected alltoall, allreduce, reducescatter or allgather, found '%s'", o.c_str());
   } catch (const Error& e) {
-    SPARTA_FATAL("%s", e.what());
+    throw Error(e.what(), true);  // every rank checks the same options
   }
 
-  // Provenance, once.
-  std::string mine = ctx.topo().hostname + " " + bench::device_description(ctx.device());
-  std::vector<std::string> devices = gather_strings(mine, MPI_COMM_WORLD);
   const int W = ctx.world();
-  const bench::Provenance prov = bench::provenance(argc, argv, devices, W);
-  const std::string& rev = prov.git;
-  const std::string& command = prov.command;
-  std::unique_ptr<bench::JsonLines> json;
   if (ctx.is_root()) {
-    try {
-      json = std::make_unique<bench::JsonLines>(a.out, prov);
-    } catch (const Error& e) {
-      SPARTA_FATAL("%s", e.what());
-    }
-  }
-  const int nodes = ctx.topo().num_nodes;
-
-  if (ctx.is_root()) {
-    std::printf("# bench_alltoall: %d ranks, %d node(s), backend %s, type %s, iters %d, warmup %d, repeats %d\n", W,
-                nodes, cuda ? "cuda" : "cpu", dtype_name(t), a.iters, a.warmup, a.repeats);
-    std::printf("# git %s; %s\n", rev.c_str(), command.c_str());
-    for (const std::string& d : devices) std::printf("#   %s\n", d.c_str());
+    std::printf("# bench_alltoall: type %s\n", dtype_name(t));
     std::printf("#\n# %-13s %12s %9s %6s %6s | %12s %10s %10s %7s\n", "op", "size(B)", "count", "type", "mode",
                 "time(us)", "algbw GB/s", "busbw GB/s", "#wrong");
   }
-  long long total_wrong = 0;
   std::vector<std::string> latency;
   for (const std::string& mode_name : modes) {
     CommOptions co;
@@ -275,7 +226,8 @@ int main(int argc, char** argv) {
         if (op != "allreduce") bytes = bytes / (dtype_size(t) * W) * dtype_size(t) * W;
         if (bytes == 0) continue;
         auto [time_s, wrong] = bench.row(op, bytes);
-        total_wrong += wrong;
+        // wrong is already the sum over the ranks: the driver sums rank 0's share only.
+        if (ctx.is_root()) d.add_wrong(wrong);
         const double algbw = bytes / time_s / 1e9, busbw = algbw * bus;
         if (!ctx.is_root()) continue;
         std::printf("  %-13s %12zu %9zu %6s %6s | %12.2f %10.2f %10.2f %7lld\n", op.c_str(), bytes,
@@ -288,27 +240,19 @@ int main(int argc, char** argv) {
           << "\",\"bytes_per_rank\":" << bytes << ",\"count\":" << bytes / dtype_size(t) << ",\"type\":\""
           << dtype_name(t) << "\",\"time_us\":" << time_s * 1e6 << ",\"algbw_GBps\":" << algbw
           << ",\"busbw_GBps\":" << busbw << ",\"bus_factor\":" << bus << ",\"wrong\":" << wrong
-          << ",\"nodes\":" << nodes << ",\"ranks_per_node\":" << copt.ranks_per_node
-          << ",\"backend\":\"" << (cuda ? "cuda" : "cpu") << "\",\"staging\":\"" << a.staging
+          << ",\"ranks_per_node_option\":" << ctx.options().ranks_per_node << ",\"staging\":\"" << a.staging
           << "\",\"chunk_bytes\":" << chunk << ",\"cuda_aware_mpi\":" << (comm->cuda_aware_mpi() ? "true" : "false")
-          << ",\"iters\":" << a.iters << ",\"warmup\":" << a.warmup << ",\"repeats\":" << a.repeats
+          << ",\"timeout_s\":" << a.timeout << ",\"step_factor\":" << a.factor
           << ",\"timing\":\"" << (cuda ? "cuda events, median of repeats, slowest rank" : "steady clock, median of repeats, slowest rank")
-          << "\",\"git_rev\":\"" << bench::json_escape(rev) << "\",\"time\":\"" << prov.date << "\"";
-        try {
-          json->write(f.str());
-        } catch (const Error& e) {
-          SPARTA_FATAL("%s", e.what());
-        }
+          << "\"";
+        d.record(f.str());
       }
     }
   }
-  if (ctx.is_root()) {
-    if (!latency.empty()) {
-      std::string l;
-      for (const std::string& s : latency) l += (l.empty() ? "" : ", ") + s;
-      std::printf("# all-to-all latency at 1 MiB per rank: %s\n", l.c_str());
-    }
-    std::printf("# %s: %lld wrong element(s)\n", total_wrong ? "FAILED" : "checked", total_wrong);
+  if (ctx.is_root() && !latency.empty()) {
+    std::string l;
+    for (const std::string& s : latency) l += (l.empty() ? "" : ", ") + s;
+    std::printf("# all-to-all latency at 1 MiB per rank: %s\n", l.c_str());
   }
-  return total_wrong ? 1 : 0;
+  });
 }

@@ -93,31 +93,23 @@ std::vector<float> upstream_gradient(size_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string rows_s, dims_s, batch_s, slots_s, hot_s, alphas_s, modes_s, types_s, out_path, device = "auto";
-  int repeats = 20, warmup = 5;
+  std::string rows_s, dims_s, batch_s, slots_s, hot_s, alphas_s, modes_s, types_s, combiner_s;
   float lr = 0.01f;
-  po::options_description desc("bench_embedding options");
-  desc.add_options()("help,h", "print this help")("rows", po::value(&rows_s), "table rows (list)")(
+  bench::Driver d("bench_embedding", argc, argv, {/*warmup*/ 5, /*repeats*/ 20});
+  d.options().add_options()("rows", po::value(&rows_s), "table rows (list)")(
       "dims", po::value(&dims_s), "dims (list)")("batch", po::value(&batch_s), "batch sizes (list)")(
       "slots", po::value(&slots_s), "slots per sample (list)")("hot", po::value(&hot_s), "keys per bag (list)")(
       "alphas", po::value(&alphas_s)->default_value("0,1.1"), "power-law exponents (list; 0 uniform)")(
       "modes", po::value(&modes_s)->default_value("eval,train,step"), "eval | train | step (list)")(
       "out-types", po::value(&types_s)->default_value("f32"), "f32 | bf16 | f16 (list)")(
-      "combiner", po::value<std::string>()->default_value("sum"), "sum | mean")(
-      "lr", po::value(&lr)->default_value(0.01f), "SGD learning rate of the step")(
-      "repeats", po::value(&repeats)->default_value(20), "timed calls per point (median)")(
-      "warmup", po::value(&warmup)->default_value(5), "untimed calls first")(
-      "device", po::value(&device)->default_value("auto"), "cpu | cuda | auto")(
-      "out", po::value(&out_path), "append JSON lines here");
-  po::variables_map vm;
-  try {
-    if (!parse_options(argc, argv, desc, vm, "usage: bench_embedding [options]")) return 0;
-    SPARTA_REQUIRE(device == "cpu" || device == "cuda" || device == "auto", "--device: cpu, cuda or auto, found '%s'",
-                   device.c_str());
-    SPARTA_REQUIRE(repeats >= 1 && warmup >= 0, "--repeats must be >= 1 and --warmup >= 0, found %d and %d", repeats,
-                   warmup);
-    bool gpu = device == "cuda" || (device == "auto" && visible_gpu_count() > 0);
-    Combiner comb = parse_combiner(vm["combiner"].as<std::string>());
+      "combiner", po::value(&combiner_s)->default_value("sum"), "sum | mean")(
+      "lr", po::value(&lr)->default_value(0.01f), "SGD learning rate of the step");
+  // Each rank measures its own device; rank 0's measurements are recorded, every rank's results checked.
+  return d.run("usage: [mpiexec -n N] bench_embedding [options]", [&] {
+    const int repeats = d.repeats(), warmup = d.warmup();
+    const Device& dev = d.device();
+    const bool gpu = dev.is_cuda(), root = d.is_root();
+    Combiner comb = parse_combiner(combiner_s);
     std::vector<std::string> modes = bench::split_list(modes_s);
     bool step_mode = false;
     std::vector<std::string> forward_modes;
@@ -132,16 +124,15 @@ int main(int argc, char** argv) {
       out_types.push_back(t == "f32" ? OutputType::f32 : t == "bf16" ? OutputType::bf16 : OutputType::f16);
     }
     std::vector<double> alphas = bench::parse_list(alphas_s, "alphas");
-    Device dev = open_device(gpu ? Backend::cuda : Backend::cpu, gpu ? 0 : -1);
     std::vector<Point> points;
     bool axes = !rows_s.empty() || !dims_s.empty() || !batch_s.empty() || !slots_s.empty() || !hot_s.empty();
     if (axes) {
       for (double r : bench::parse_list(rows_s.empty() ? (gpu ? "40000000" : "100000") : rows_s, "rows"))
-        for (double d : bench::parse_list(dims_s.empty() ? "128" : dims_s, "dims"))
+        for (double dd : bench::parse_list(dims_s.empty() ? "128" : dims_s, "dims"))
           for (double b : bench::parse_list(batch_s.empty() ? (gpu ? "65536" : "256") : batch_s, "batch"))
             for (double s : bench::parse_list(slots_s.empty() ? "26" : slots_s, "slots"))
               for (double h : bench::parse_list(hot_s.empty() ? "1" : hot_s, "hot"))
-                points.push_back(Point{int64_t(r), int(d), int64_t(b), int(s), int(h)});
+                points.push_back(Point{int64_t(r), int(dd), int64_t(b), int(s), int(h)});
     } else if (gpu) {
       points.push_back(Point{40000000, 128, 65536, 26, 1});
       points.push_back(Point{40000000, 32, 65536, 26, 8});
@@ -150,14 +141,16 @@ int main(int argc, char** argv) {
       points.push_back(Point{100000, 128, 256, 26, 1});
       points.push_back(Point{100000, 32, 256, 26, 8});
     }
+    for (const Point& p : points)
+      SPARTA_REQUIRE(p.rows > 0 && p.dim > 0 && p.batch > 0 && p.slots > 0 && p.hot > 0,
+                     "bench_embedding: --rows, --dims, --batch, --slots and --hot must be > 0");
     const std::string devname = dev.is_cuda() ? gpu_name(dev.gpu) : "cpu";
-    bench::JsonLines out(out_path, bench::provenance(argc, argv, {bench::device_description(dev)}));
 
     // Copy bandwidth, bytes read + written, in this run.
     double copy_gbps = bench::copy_bandwidth_gbps(dev, gpu ? (size_t(1) << 31) : (size_t(1) << 27), warmup, repeats);
-    std::printf("# bench_embedding on %s: fused lookup + pooled forward (%s), median of %d; copy bandwidth %.0f GB/s\n",
-                devname.c_str(), combiner_name(comb), repeats, copy_gbps);
-    size_t wrong_total = 0;
+    if (root)
+      std::printf("# bench_embedding on %s: fused lookup + pooled forward (%s), median of %d; copy bandwidth %.0f GB/s\n",
+                  devname.c_str(), combiner_name(comb), repeats, copy_gbps);
     const uint64_t salt = 0xABCDEFull;
     for (const Point& p : points) {
       EmbeddingTableConfig tc;
@@ -190,7 +183,7 @@ int main(int argc, char** argv) {
       std::vector<int64_t> offsets(size_t(bags) + 1);
       for (int64_t b = 0; b <= bags; ++b) offsets[size_t(b)] = b * p.hot;
       Buffer<int64_t> off(dev, offsets), keys(dev, size_t(nnz)), rows(dev, size_t(nnz));
-      if (!forward_modes.empty()) {
+      if (!forward_modes.empty() && root) {
         std::printf("# %9s %4s %6s %5s %3s %5s %5s %4s %8s %10s %8s %7s %6s %9s %6s\n", "rows", "dim", "batch", "slots",
                     "hot", "alpha", "mode", "out", "unique", "ms", "GB/s", "%copy", "floor", "nnz", "#wrong");
       }
@@ -214,7 +207,7 @@ int main(int argc, char** argv) {
             a.out_type = ot;
             a.rows = rows.data();
             pooled.fill_bytes(0xFF);
-            std::vector<double> ms = bench::time_repeats(dev, warmup, repeats, [&] { pooled_forward(dev, a, dev.stream); });
+            std::vector<double> ms = d.time([&] { pooled_forward(dev, a, dev.stream); });
             HashTableMeta m = table.hash().read_meta(dev.stream);
             size_t wrong = size_t(m.missing + m.refused);
             table.hash().check_errors(false, dev.stream);
@@ -241,7 +234,8 @@ int main(int argc, char** argv) {
                 wrong += !(std::fabs(g - acc) <= 1e-6f + 1e-6f * std::fabs(acc));
               }
             }
-            wrong_total += wrong;
+            d.add_wrong((long long)wrong);
+            if (!root) continue;
             double med = median(ms);
             double bytes = double(nnz) * p.dim * 4 + double(bags) * p.dim * double(ob);
             double gbps = bytes / med / 1e6, floor_ms = bytes / copy_gbps / 1e6;
@@ -250,12 +244,12 @@ int main(int argc, char** argv) {
                         (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, alpha, mode_s.c_str(), type_s,
                         (long long)unique, med, gbps, 100 * gbps / copy_gbps, floor_ms, (long long)nnz, wrong);
             std::fflush(stdout);
-            out.write(strprintf("\"bench\":\"embedding\",\"rows\":%lld,\"dim\":%d,\"batch\":%lld,\"slots\":%d,\"hot\":%d,"
+            d.record(strprintf("\"bench\":\"embedding\",\"rows\":%lld,\"dim\":%d,\"batch\":%lld,\"slots\":%d,\"hot\":%d,"
                                 "\"alpha\":%g,\"mode\":\"%s\",\"out_type\":\"%s\",\"combiner\":\"%s\",\"unique_keys\":%lld,"
-                                "\"nnz\":%lld,\"repeats\":%d,\"ms\":%.5f,\"GBps\":%.2f,\"copy_GBps\":%.2f,"
+                                "\"nnz\":%lld,\"ms\":%.5f,\"GBps\":%.2f,\"copy_GBps\":%.2f,"
                                 "\"fraction_of_copy\":%.4f,\"floor_ms\":%.5f,\"wrong\":%zu,\"device\":\"%s\"",
                                 (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, alpha, mode_s.c_str(),
-                                type_s, combiner_name(comb), (long long)unique, (long long)nnz, repeats, med, gbps,
+                                type_s, combiner_name(comb), (long long)unique, (long long)nnz, med, gbps,
                                 copy_gbps, gbps / copy_gbps, floor_ms, wrong, devname.c_str()));
           }
         }
@@ -263,9 +257,9 @@ int main(int argc, char** argv) {
       if (!step_mode) continue;
 
       // ---- train step: forward (train) + backward + SGD on the table ----
-      std::printf("# step (SGD lr %g, %s): forward train + backward_and_update, median of %d\n", double(lr),
-                  combiner_name(comb), repeats);
-      std::printf("# %9s %4s %6s %5s %3s %5s %8s %10s %10s %10s %9s %6s\n", "rows", "dim", "batch", "slots", "hot",
+      if (root) std::printf("# step (SGD lr %g, %s): forward train + backward_and_update, median of %d\n", double(lr),
+                            combiner_name(comb), repeats);
+      if (root) std::printf("# %9s %4s %6s %5s %3s %5s %8s %10s %10s %10s %9s %6s\n", "rows", "dim", "batch", "slots", "hot",
                   "alpha", "unique", "step_ms", "bwd_upd_ms", "updated", "nnz", "#wrong");
       std::vector<float> hgrad = upstream_gradient(size_t(bags) * p.dim);  // [bags, dim]
       Buffer<float> grad(dev, hgrad), pooled(dev, size_t(bags) * p.dim);
@@ -331,32 +325,24 @@ int main(int argc, char** argv) {
             wrong += !(std::fabs(after[e] - want) <= tol);
           }
         }
-        std::vector<double> step_ms = bench::time_repeats(dev, warmup, repeats, train_step);
-        std::vector<double> bwd_ms = bench::time_repeats(dev, warmup, repeats, backward);
-        wrong_total += wrong;
+        std::vector<double> step_ms = d.time(train_step);
+        std::vector<double> bwd_ms = d.time(backward);
+        d.add_wrong((long long)wrong);
+        if (!root) continue;
         double med = median(step_ms), bmed = median(bwd_ms);
         std::printf("  %9lld %4d %6lld %5d %3d %5.2f %8lld %10.4f %10.4f %10lld %9lld %6zu\n", (long long)p.rows, p.dim,
                     (long long)p.batch, p.slots, p.hot, alpha, (long long)unique, med, bmed, (long long)updated,
                     (long long)nnz, wrong);
         std::fflush(stdout);
-        out.write(strprintf("\"bench\":\"embedding_step\",\"rows\":%lld,\"dim\":%d,\"batch\":%lld,\"slots\":%d,"
+        d.record(strprintf("\"bench\":\"embedding_step\",\"rows\":%lld,\"dim\":%d,\"batch\":%lld,\"slots\":%d,"
                             "\"hot\":%d,\"alpha\":%g,\"combiner\":\"%s\",\"optimizer\":\"sgd\",\"lr\":%g,"
-                            "\"unique_keys\":%lld,\"nnz\":%lld,\"repeats\":%d,\"warmup\":%d,\"step_ms\":%.5f,"
+                            "\"unique_keys\":%lld,\"nnz\":%lld,\"step_ms\":%.5f,"
                             "\"backward_update_ms\":%.5f,\"rows_updated\":%lld,\"copy_GBps\":%.2f,\"wrong\":%zu,"
                             "\"device\":\"%s\"",
                             (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, alpha, combiner_name(comb),
-                            double(lr), (long long)unique, (long long)nnz, repeats, warmup, med, bmed,
+                            double(lr), (long long)unique, (long long)nnz, med, bmed,
                             (long long)updated, copy_gbps, wrong, devname.c_str()));
       }
     }
-    close_device(dev);
-    if (wrong_total) {
-      std::fprintf(stderr, "bench_embedding: %zu wrong values\n", wrong_total);
-      return 1;
-    }
-  } catch (const Error& e) {
-    std::fprintf(stderr, "bench_embedding: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  });
 }

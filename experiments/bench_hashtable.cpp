@@ -46,41 +46,35 @@ int64_t key_of(uint64_t i, uint64_t salt) { return static_cast<int64_t>(splitmix
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string rows_s, lfs_s, dims_s, keys_s, hits_s, insert_op, out_path, device = "auto";
-  int repeats = 20, warmup = 3;
-  po::options_description desc("bench_hashtable options");
-  desc.add_options()("help,h", "print this help")("rows", po::value(&rows_s), "table capacities in rows (list; "
-                                                                              "default 67108864 on a GPU, 1048576 on cpu)")(
+  std::string rows_s, lfs_s, dims_s, keys_s, hits_s, insert_op;
+  bench::Driver d("bench_hashtable", argc, argv, {/*warmup*/ 3, /*repeats*/ 20});
+  d.options().add_options()("rows", po::value(&rows_s), "table capacities in rows (list; "
+                                                        "default 67108864 on a GPU, 1048576 on cpu)")(
       "load-factors", po::value(&lfs_s)->default_value("0.5"), "max load factors (list)")(
       "dims", po::value(&dims_s)->default_value("8,32,64"), "value dims (list)")(
       "keys", po::value(&keys_s), "keys per call (list; default 1048576 on a GPU, 65536 on cpu)")(
       "hit-fractions", po::value(&hits_s)->default_value("0,0.6"), "get_insert: fraction of held keys per call (list)")(
-      "insert-op", po::value(&insert_op)->default_value("table"), "get_insert path: table | fused")(
-      "repeats", po::value(&repeats)->default_value(20), "timed calls per point (median)")(
-      "warmup", po::value(&warmup)->default_value(3), "untimed calls first")(
-      "device", po::value(&device)->default_value("auto"), "cpu | cuda | auto")(
-      "out", po::value(&out_path), "append JSON lines here");
-  po::variables_map vm;
-  try {
-    if (!parse_options(argc, argv, desc, vm, "usage: bench_hashtable [options]")) return 0;
-    bool gpu = device == "cuda" || (device == "auto" && visible_gpu_count() > 0);
-    SPARTA_REQUIRE(device == "cpu" || device == "cuda" || device == "auto", "--device: cpu, cuda or auto, found '%s'",
-                   device.c_str());
+      "insert-op", po::value(&insert_op)->default_value("table"), "get_insert path: table | fused");
+  // Each rank measures its own device; rank 0's measurements are recorded, every rank's results checked.
+  return d.run("usage: [mpiexec -n N] bench_hashtable [options]", [&] {
+    const int repeats = d.repeats(), warmup = d.warmup();
+    const Device& dev = d.device();
+    const bool gpu = dev.is_cuda();
     SPARTA_REQUIRE(insert_op == "table" || insert_op == "fused", "--insert-op: table or fused, found '%s'",
                    insert_op.c_str());
     std::vector<double> hit_fractions = bench::parse_list(hits_s, "hit-fractions");
     for (double h : hit_fractions) SPARTA_REQUIRE(h >= 0 && h <= 1, "--hit-fractions: in [0, 1], found %g", h);
     if (rows_s.empty()) rows_s = gpu ? "67108864" : "1048576";
     if (keys_s.empty()) keys_s = gpu ? "1048576" : "65536";
-    Device dev = open_device(gpu ? Backend::cuda : Backend::cpu, gpu ? 0 : -1);
     const std::string devname = dev.is_cuda() ? gpu_name(dev.gpu) : "cpu";
-    bench::JsonLines out(out_path, bench::provenance(argc, argv, {bench::device_description(dev)}));
-    std::printf("# bench_hashtable on %s: G keys/s (median of %d calls); find and get_insert copy values out\n",
-                devname.c_str(), repeats);
-    std::printf("# get_insert path: %s\n", insert_op.c_str());
-    std::printf("# %11s %5s %4s %9s %-15s %5s %10s %10s %7s %7s %6s\n", "rows", "lf", "dim", "keys", "op", "hit", "ms",
-                "Gkeys/s", "load0", "load1", "#wrong");
-    size_t wrong_total = 0;
+    const bool root = d.is_root();
+    if (root) {
+      std::printf("# bench_hashtable on %s: G keys/s (median of %d calls); find and get_insert copy values out\n",
+                  devname.c_str(), repeats);
+      std::printf("# get_insert path: %s\n", insert_op.c_str());
+      std::printf("# %11s %5s %4s %9s %-15s %5s %10s %10s %7s %7s %6s\n", "rows", "lf", "dim", "keys", "op", "hit",
+                  "ms", "Gkeys/s", "load0", "load1", "#wrong");
+    }
     uint64_t salt = 0x1234567ull;
     for (double rows_d : bench::parse_list(rows_s, "rows"))
       for (double lf : bench::parse_list(lfs_s, "load-factors"))
@@ -166,27 +160,19 @@ int main(int argc, char** argv) {
               wrong += size_t(m.missing + m.refused);
               table.check_errors(false, dev.stream);
               double load1 = double(table.size(dev.stream)) / slots, med = median(ms);
-              wrong_total += wrong;
+              d.add_wrong((long long)wrong);
+              if (!root) continue;
               std::printf("  %11lld %5.2f %4d %9lld %-15s %5.2f %10.4f %10.3f %7.3f %7.3f %6zu\n", (long long)rows, lf,
                           dim, (long long)n, op, pt.hit, med, double(n) / med / 1e6, load0, load1, wrong);
               std::fflush(stdout);
-              out.write(strprintf("\"bench\":\"hashtable\",\"op\":\"%s\",\"rows\":%lld,\"max_load_factor\":%g,"
-                                 "\"slots\":%lld,\"dim\":%d,\"keys\":%lld,\"repeats\":%d,\"ms\":%.5f,\"Gkeys_per_s\":%.4f,"
+              d.record(strprintf("\"bench\":\"hashtable\",\"op\":\"%s\",\"rows\":%lld,\"max_load_factor\":%g,"
+                                 "\"slots\":%lld,\"dim\":%d,\"keys\":%lld,\"ms\":%.5f,\"Gkeys_per_s\":%.4f,"
                                  "\"load_start\":%.4f,\"load_end\":%.4f,\"wrong\":%zu,\"hit_fraction\":%g,"
                                  "\"insert_op\":\"%s\",\"device\":\"%s\"",
-                                 op, (long long)rows, lf, (long long)table.num_slots(), dim, (long long)n, repeats, med,
+                                 op, (long long)rows, lf, (long long)table.num_slots(), dim, (long long)n, med,
                                  double(n) / med / 1e6, load0, load1, wrong, pt.hit,
                                  mode == LookupMode::train ? insert_op.c_str() : "fused", devname.c_str()));
             }
           }
-    close_device(dev);
-    if (wrong_total) {
-      std::fprintf(stderr, "bench_hashtable: %zu wrong values\n", wrong_total);
-      return 1;
-    }
-  } catch (const Error& e) {
-    std::fprintf(stderr, "bench_hashtable: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  });
 }

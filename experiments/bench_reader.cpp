@@ -2,7 +2,8 @@
 // from a file in the page cache, in the MLPerf DLRM shape (13 dense, 26 one-hot slots). Generates the file
 // first (sparta-datagen's generator, preset mlperf) unless --file names an existing one; one untimed direct
 // pass warms the page cache and computes the reference checksum every timed pass must reproduce.
-//   bench_reader [--samples 2000000] [--batch 65536] [--world 1] [--prefetch 2] [--shuffle] [--repeats 5] [--out results.jsonl]
+//   bench_reader [--samples 2000000] [--batch 65536] [--world 1] [--prefetch 2] [--shuffle] [--repeats 5] [--warmup 0]
+//                [--out results.jsonl]
 #include <mpi.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -54,33 +55,26 @@ struct Checksum {
 }  // namespace
 
 int main(int argc, char** argv) {
-  sparta::MpiSession mpi(&argc, &argv);
-  sparta::ContextOptions copt;
-  copt.device = "cpu";
-  sparta::Context ctx(copt);
   int64_t samples = 2000000, batch = 65536, max_rows = 1000000;
-  int world = 1, prefetch = 2, repeats = 5;
+  int world = 1, prefetch = 2;
   bool shuffle = false, keep = false;
-  std::string file, out, level;
-  sparta::po::options_description desc("bench_reader options");
-  desc.add_options()("help,h", "print this help")(
+  std::string file;
+  // The reader runs on the host: --device defaults to cpu. --warmup: untimed epochs through the prefetching
+  // reader (checked like the timed ones) after the direct pass.
+  sparta::bench::Driver d("bench_reader", argc, argv, {/*warmup*/ 0, /*repeats*/ 5, /*iters*/ 0, "cpu"});
+  d.options().add_options()(
       "samples", sparta::po::value<int64_t>(&samples)->default_value(samples), "samples in the generated file")(
       "batch", sparta::po::value<int64_t>(&batch)->default_value(batch), "global batch")(
       "world", sparta::po::value<int>(&world)->default_value(world),
       "ranks the global batch is split over (this process reads rank 0's slice)")(
       "prefetch", sparta::po::value<int>(&prefetch)->default_value(prefetch), "batches read ahead (0: synchronous)")(
       "shuffle", sparta::po::bool_switch(&shuffle), "shuffle by chunk")(
-      "repeats", sparta::po::value<int>(&repeats)->default_value(repeats), "timed epochs (the median is reported)")(
       "max-rows", sparta::po::value<int64_t>(&max_rows)->default_value(max_rows), "cap on table sizes of the generated file")(
       "file", sparta::po::value<std::string>(&file), "read this dataset instead of generating one")(
-      "keep", sparta::po::bool_switch(&keep), "keep the generated file")(
-      "out", sparta::po::value<std::string>(&out), "append JSON lines here")(
-      "log-level", sparta::po::value<std::string>(&level)->default_value("info"), "debug | info | warn | error");
-  return sparta::run_program("bench_reader", [&] {
-    int failed = 0;
-    sparta::po::variables_map vm;
-    if (!sparta::parse_options(argc, argv, desc, vm, "usage: bench_reader [options]")) return 0;
-    SPARTA_REQUIRE(repeats >= 1, "--repeats: expected >= 1, found %d", repeats);
+      "keep", sparta::po::bool_switch(&keep), "keep the generated file");
+  return d.run("usage: [mpiexec -n N] bench_reader [options]", [&] {
+    sparta::Context& ctx = d.ctx();
+    const int repeats = d.repeats(), warmup = d.warmup();
     bool generated = file.empty();
     if (generated) {
       file = "/tmp/sparta_bench_reader_" + std::to_string(getpid()) + ".h5";
@@ -131,6 +125,12 @@ int main(int argc, char** argv) {
       std::vector<double> secs, cpus;
       int wrong = 0;
       sparta::bench::DeviceTimer timer(ctx.device());  // cpu: the steady clock
+      for (int w = 0; w < warmup; ++w) {
+        Checksum got;
+        reader.start_epoch(0);
+        while (const sparta::Batch* x = reader.next()) got.add(*x);
+        wrong += !(got == want[0]);
+      }
       for (int r = 0; r < repeats; ++r) {
         Checksum got;
         timer.start();
@@ -159,24 +159,20 @@ int main(int argc, char** argv) {
       std::printf("  %10lld %8lld %5d %8d %7d | %9.4f %12.2f %8.2f %8.4f %14.2f %6d\n", (long long)per_epoch, (long long)batch,
                   world, prefetch, shuffle ? 1 : 0, med, rate / 1e6, rate * bytes_per_sample / 1e9, cpu_med,
                   per_epoch / cpu_med / 1e6, wrong);
-      if (!out.empty()) {
+      {
         std::string times;
         for (size_t i = 0; i < secs.size(); ++i) times += (i ? "," : "") + sparta::strprintf("%.6f", secs[i]);
-        sparta::bench::JsonLines o(out, sparta::bench::provenance(argc, argv, {"cpu"}, ctx.world()));
-        o.write(sparta::strprintf(
+        d.record(sparta::strprintf(
             "\"bench\":\"reader\",\"samples_per_epoch\":%lld,\"file_samples\":%lld,\"num_dense\":%lld,"
-            "\"num_slots\":%lld,\"batch\":%lld,\"world\":%d,\"prefetch\":%d,\"shuffle\":%s,\"repeats\":%d,"
+            "\"num_slots\":%lld,\"batch\":%lld,\"world\":%d,\"prefetch\":%d,\"shuffle\":%s,"
             "\"median_s\":%.6f,\"times_s\":[%s],\"samples_per_s\":%.1f,\"cpu_s\":%.6f,\"samples_per_cpu_s\":%.1f,"
             "\"load_average\":%.2f,\"bytes_per_sample\":%.1f,\"wrong\":%d,\"file\":\"%s\"",
             (long long)per_epoch, (long long)s.num_samples, (long long)s.num_dense, (long long)s.num_slots,
-            (long long)batch, world, prefetch, shuffle ? "true" : "false", repeats, med, times.c_str(), rate, cpu_med,
+            (long long)batch, world, prefetch, shuffle ? "true" : "false", med, times.c_str(), rate, cpu_med,
             per_epoch / cpu_med, load[0], bytes_per_sample, wrong, sparta::bench::json_escape(file).c_str()));
       }
-      if (wrong) {
-        std::fprintf(stderr, "bench_reader: %d epoch(s) delivered other data than the direct reads\n", wrong);
-        failed = 1;
-      }
+      if (wrong) std::fprintf(stderr, "bench_reader: %d epoch(s) delivered other data than the direct reads\n", wrong);
+      d.add_wrong(wrong);
     }));
-    return failed;
   });
 }

@@ -10,10 +10,15 @@
 #include <ctime>
 #include <sstream>
 
+#include <hdf5.h>
+#include <mpi.h>
+
+#include "src/base/agree.h"
 #include "src/base/buffer.h"
 #include "src/base/check.h"
 #if SPARTA_CUDA
 #include <cuda_runtime_api.h>
+#include <nccl.h>
 #endif
 
 namespace sparta {
@@ -134,12 +139,57 @@ std::string json_escape(const std::string& s) {
   return o;
 }
 
-std::string Provenance::json() const {
+namespace {
+std::string json_strings(const std::vector<std::string>& v) {
   std::string d;
-  for (size_t i = 0; i < devices.size(); ++i) d += (i ? ",\"" : "\"") + json_escape(devices[i]) + "\"";
-  return strprintf("\"git\":\"%s\",\"command\":\"%s\",\"host\":\"%s\",\"devices\":[%s],\"ranks\":%d,\"date\":\"%s\"",
-                   json_escape(git).c_str(), json_escape(command).c_str(), json_escape(host).c_str(), d.c_str(), ranks,
-                   date.c_str());
+  for (size_t i = 0; i < v.size(); ++i) d += (i ? ",\"" : "\"") + json_escape(v[i]) + "\"";
+  return "[" + d + "]";
+}
+
+#if SPARTA_CUDA
+std::string cuda_version_text(int v) { return strprintf("%d.%d", v / 1000, (v % 1000) / 10); }
+#endif
+
+void add_distinct(std::vector<std::string>& v, const std::string& s) {
+  if (!s.empty() && std::find(v.begin(), v.end(), s) == v.end()) v.push_back(s);
+}
+}  // namespace
+
+Versions library_versions() {
+  Versions v;
+#if SPARTA_CUDA
+  int rt = 0, drv = 0;
+  if (cudaRuntimeGetVersion(&rt) == cudaSuccess) v.cuda_runtime = cuda_version_text(rt);
+  // 0 (shown "0.0") when no driver is installed: the driver call succeeds and says so.
+  if (cudaDriverGetVersion(&drv) == cudaSuccess) v.cuda_driver = cuda_version_text(drv);
+  int nv = 0;
+  if (ncclGetVersion(&nv) == ncclSuccess)
+    v.nccl = nv >= 10000 ? strprintf("%d.%d.%d", nv / 10000, (nv % 10000) / 100, nv % 100)
+                         : strprintf("%d.%d.%d", nv / 1000, (nv % 1000) / 100, nv % 100);
+#endif
+  char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  if (MPI_Get_library_version(mpi, &len) == MPI_SUCCESS) {
+    std::string text(mpi, static_cast<size_t>(std::max(len, 0)));
+    text = text.substr(0, text.find('\n'));
+    while (!text.empty() && (text.back() == ' ' || text.back() == '\r' || text.back() == '\0')) text.pop_back();
+    v.mpi = text;
+  }
+  unsigned maj = 0, min = 0, rel = 0;
+  if (H5get_libversion(&maj, &min, &rel) >= 0) v.hdf5 = strprintf("%u.%u.%u", maj, min, rel);
+  return v;
+}
+
+std::string Provenance::json() const {
+  return strprintf(
+      "\"git\":\"%s\",\"command\":\"%s\",\"host\":\"%s\",\"hosts\":%s,\"devices\":%s,\"gpus\":%s,\"ranks\":%d,"
+      "\"nodes\":%d,\"ranks_per_node\":%d,\"cuda_runtime\":\"%s\",\"cuda_driver\":\"%s\",\"nccl\":\"%s\",\"mpi\":\"%s\","
+      "\"hdf5\":\"%s\",\"date\":\"%s\"",
+      json_escape(git).c_str(), json_escape(command).c_str(), json_escape(host).c_str(), json_strings(hosts).c_str(),
+      json_strings(devices).c_str(), json_strings(gpus).c_str(), ranks, nodes, ranks_per_node,
+      json_escape(versions.cuda_runtime).c_str(), json_escape(versions.cuda_driver).c_str(),
+      json_escape(versions.nccl).c_str(), json_escape(versions.mpi).c_str(), json_escape(versions.hdf5).c_str(),
+      date.c_str());
 }
 
 Provenance provenance(int argc, char** argv, const std::vector<std::string>& devices, int ranks) {
@@ -149,7 +199,50 @@ Provenance provenance(int argc, char** argv, const std::vector<std::string>& dev
   p.host = host_name();
   p.date = utc_date();
   p.devices = devices;
+  p.hosts = {p.host};
   p.ranks = ranks;
+  p.ranks_per_node = ranks;
+  p.versions = library_versions();
+  return p;
+}
+
+namespace {
+// Every rank's string, on every rank.
+std::vector<std::string> all_gather_strings(const std::string& mine, MPI_Comm comm) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(size), displs(size, 0);
+  MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm));
+  int total = 0;
+  for (int r = 0; r < size; ++r) displs[r] = total, total += lens[r];
+  std::vector<char> all(std::max(total, 1));
+  MPI_CHECK(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, comm));
+  std::vector<std::string> out;
+  for (int r = 0; r < size; ++r) out.emplace_back(all.data() + displs[r], lens[r]);
+  return out;
+}
+}  // namespace
+
+Provenance gather_provenance(int argc, char** argv, const Context& ctx) {
+  const Topology& t = ctx.topo();
+  Provenance p = provenance(argc, argv, {}, t.size);
+  // Rank 0's revision and date for all: a rank on another node may see another working tree or clock.
+  p.git = bcast_string(t.world, 0, p.git);
+  p.date = bcast_string(t.world, 0, p.date);
+  const Device& dev = ctx.device();
+  const std::string gpu = dev.is_cuda() ? gpu_name(dev.gpu) : "";
+  const std::vector<std::string> devices = all_gather_strings(t.hostname + " " + device_description(dev), t.world);
+  const std::vector<std::string> hosts = all_gather_strings(t.hostname, t.world);
+  const std::vector<std::string> gpus = all_gather_strings(gpu, t.world);
+  p.devices = devices;
+  p.hosts.clear();
+  for (const std::string& h : hosts) add_distinct(p.hosts, h);
+  for (const std::string& g : gpus) add_distinct(p.gpus, g);
+  p.nodes = t.num_nodes;
+  int most = t.local_size;  // the largest node: nodes may be uneven when the ranks do not divide evenly
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT, MPI_MAX, t.world));
+  p.ranks_per_node = most;
   return p;
 }
 
@@ -190,6 +283,85 @@ std::vector<double> parse_list(const std::string& s, const char* option) {
   }
   SPARTA_REQUIRE(!v.empty(), "--%s: empty list '%s'", option, s.c_str());
   return v;
+}
+
+// ---- the driver ----
+
+Driver::Driver(const std::string& program, int& argc, char**& argv, const DriverDefaults& defaults)
+    : program_(program),
+      argc_(argc),
+      argv_(argv),
+      defaults_(defaults),
+      mpi_(&argc, &argv),
+      desc_(program + " options") {
+  copt_.device = defaults_.device;
+  add_common_options(desc_, copt_, log_level_);
+  desc_.add_options()("out", po::value(&out_), "append JSON lines here (rank 0)")(
+      "tag", po::value(&tag_), "text copied into every JSON line (sweeps name their points with it)")(
+      "warmup", po::value(&warmup_)->default_value(defaults_.warmup), "untimed calls first")(
+      "repeats", po::value(&repeats_)->default_value(defaults_.repeats), "timed repeats (the median is reported)");
+  if (defaults_.iters > 0)
+    desc_.add_options()("iters", po::value(&iters_)->default_value(defaults_.iters), "calls per timed repeat");
+  // MpiSession may have rewritten argc/argv: the provenance shows what the bench saw.
+  argc_ = argc;
+  argv_ = argv;
+}
+
+Driver::~Driver() {
+  json_.reset();
+  ctx_.reset();  // before MPI ends (mpi_ is destroyed after this body)
+}
+
+int Driver::run(const std::string& usage, const std::function<void()>& body) {
+  return run_program(program_, [&] {
+    try {
+      if (!parse_options(argc_, argv_, desc_, vm_, usage)) return 0;
+      if (vm_["device"].defaulted()) copt_.device = defaults_.device;
+      SPARTA_REQUIRE(warmup_ >= 0, "--warmup: expected >= 0, found %d", warmup_);
+      SPARTA_REQUIRE(repeats_ >= 1, "--repeats: expected >= 1, found %d", repeats_);
+      SPARTA_REQUIRE(iters_ >= 1, "--iters: expected >= 1, found %d", iters_);
+      SPARTA_REQUIRE(copt_.device == "cpu" || copt_.device == "cuda" || copt_.device == "auto",
+                     "--device: expected cpu, cuda or auto, found '%s'", copt_.device.c_str());
+    } catch (const Error& e) {
+      throw Error(e.what(), true);  // every rank parses the same command line and fails alike
+    } catch (const std::exception& e) {
+      throw Error(std::string("options: ") + e.what(), true);
+    }
+    ctx_ = std::make_unique<Context>(copt_);
+    prov_ = gather_provenance(argc_, argv_, *ctx_);
+    agree_on_error(MPI_COMM_WORLD, guarded([&] {
+                     json_ = std::make_unique<JsonLines>(ctx_->is_root() ? out_ : std::string(), prov_);
+                   }));
+    if (ctx_->is_root()) {
+      std::printf("# %s: %d rank(s) on %d node(s), backend %s, warmup %d, repeats %d%s%s\n", program_.c_str(),
+                  prov_.ranks, prov_.nodes, device().is_cuda() ? "cuda" : "cpu", warmup_, repeats_,
+                  defaults_.iters > 0 ? strprintf(", iters %d", iters_).c_str() : "",
+                  tag_.empty() ? "" : (", tag " + tag_).c_str());
+      std::printf("# git %s; %s\n", prov_.git.c_str(), prov_.command.c_str());
+      std::printf("# CUDA runtime %s, driver %s; NCCL %s; HDF5 %s; %s\n", prov_.versions.cuda_runtime.c_str(),
+                  prov_.versions.cuda_driver.c_str(), prov_.versions.nccl.c_str(), prov_.versions.hdf5.c_str(),
+                  prov_.versions.mpi.c_str());
+      for (const std::string& d : prov_.devices) std::printf("#   %s\n", d.c_str());
+      std::fflush(stdout);
+    }
+    body();
+    long long wrong = wrong_;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
+    if (ctx_->is_root()) {
+      std::printf("# %s: %lld wrong value(s)\n", wrong ? "FAILED" : "checked", wrong);
+      std::fflush(stdout);
+    }
+    if (wrong && ctx_->is_root()) std::fprintf(stderr, "%s: %lld wrong value(s)\n", program_.c_str(), wrong);
+    return wrong ? 1 : 0;
+  });
+}
+
+void Driver::record(const std::string& fields) {
+  if (!json_ || !json_->enabled()) return;
+  json_->write(strprintf("\"program\":\"%s\",\"tag\":\"%s\",\"backend\":\"%s\",\"warmup\":%d,\"repeats\":%d,\"iters\":%d,",
+                         program_.c_str(), json_escape(tag_).c_str(), device().is_cuda() ? "cuda" : "cpu", warmup_,
+                         repeats_, iters_) +
+               fields);
 }
 
 }  // namespace bench

@@ -1,15 +1,36 @@
-// support_bench.h: what every benchmark binary shares: timing (CUDA events on the device's stream, or the
-// steady clock around a synchronized call on cpu; warm-up, then the median of repeats), provenance (git
-// revision, command line, host, devices, ranks, date), JSON-line output and the device's copy bandwidth.
-// Linked into every experiment binary (experiments/support_*.cpp).
+// support_bench.h: what every benchmark binary shares: the Driver (common options, MPI and device set-up,
+// warm-up and timing, result checking, JSON-line reporting), timing (CUDA events on the device's stream, or
+// the steady clock around a synchronized call on cpu; warm-up, then the median of repeats), provenance (git
+// revision, command line, host, GPUs, ranks, nodes, library versions), JSON-line output and the device's copy
+// bandwidth. Linked into every experiment binary (experiments/support_*.cpp).
+//
+// Every bench_* main has the same shape:
+//
+//   int main(int argc, char** argv) {
+//     bench::Driver d("bench_x", argc, argv, {/*warmup*/ 5, /*repeats*/ 20});
+//     d.options().add_options()("rows", po::value(&rows), "...");        // the bench's own options
+//     return d.run("usage: mpiexec -n N bench_x [options]", [&] {
+//       std::vector<double> ms = d.time([&] { kernel(d.device()); });   // --warmup untimed, --repeats timed
+//       d.add_wrong(count_wrong(...));                                   // checked against a reference
+//       d.record(strprintf("\"bench\":\"x\",\"ms\":%g", median(ms)));   // one JSON line (rank 0)
+//     });
+//   }
+//
+// Options every bench takes: --out FILE (append JSON lines; rank 0), --warmup, --repeats, --iters (benches that
+// time several calls per repeat), --tag TEXT (copied into every line: sweeps name their points with it),
+// --device cpu|cuda|auto, --ranks-per-node, --log-level, --help.
 #pragma once
 
 #include <cstddef>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "src/base/device.h"
+#include "src/context.h"
+#include "src/options.h"
 
 namespace sparta {
 namespace bench {
@@ -73,15 +94,33 @@ std::string utc_date();  // 2024-05-01T12:00:00Z
 std::string device_description(const Device& dev);
 std::string json_escape(const std::string& s);
 
+// Versions of the libraries this process runs with (not those it was compiled against, where they differ):
+// CUDA runtime and driver ("12.4"; "none" in a CPU-only build, "0.0" for a driver when none is installed),
+// NCCL ("2.21.5"; "none" in a CPU-only build), MPI (MPI_Get_library_version's first line) and HDF5
+// (H5get_libversion). None of these calls creates a CUDA context.
+struct Versions {
+  std::string cuda_runtime = "none", cuda_driver = "none", nccl = "none", mpi, hdf5;
+};
+Versions library_versions();
+
 struct Provenance {
   std::string git, command, host, date;
-  std::vector<std::string> devices;  // one per rank (multi-rank benches gather them)
-  int ranks = 1;
-  // "git":...,"command":...,"host":...,"devices":[...],"ranks":n,"date":... (no braces)
+  std::vector<std::string> devices;  // one per rank: "host cuda:0 NVIDIA H100 80GB HBM3" (or "... cpu")
+  std::vector<std::string> hosts;    // distinct host names, in rank order
+  std::vector<std::string> gpus;     // distinct GPU names over the ranks (empty when every rank is on the cpu)
+  int ranks = 1, nodes = 1, ranks_per_node = 1;
+  Versions versions;
+  // "git":...,"command":...,"host":...,"hosts":[...],"devices":[...],"gpus":[...],"ranks":n,"nodes":n,
+  // "ranks_per_node":n,"cuda_runtime":...,"cuda_driver":...,"nccl":...,"mpi":...,"hdf5":...,"date":...
+  // (no braces)
   std::string json() const;
 };
-// Everything but devices and ranks, taken now.
+// Provenance of a one-process measurement (or of rank 0 only): devices as given, one node, library versions
+// taken now.
 Provenance provenance(int argc, char** argv, const std::vector<std::string>& devices, int ranks = 1);
+// Collective over ctx's world: every rank's host and device gathered, the nodes of ctx's topology; the result
+// on every rank.
+Provenance gather_provenance(int argc, char** argv, const Context& ctx);
 
 // ---- output ----
 
@@ -102,6 +141,77 @@ class JsonLines {
 // Comma-separated numbers; throws sparta::Error naming the option when empty or not a number.
 std::vector<double> parse_list(const std::string& s, const char* option);
 std::vector<std::string> split_list(const std::string& s);
+
+// ---- the driver ----
+
+struct DriverDefaults {
+  int warmup = 5;
+  int repeats = 20;
+  int iters = 0;                // 0: the bench times one call per repeat and takes no --iters
+  std::string device = "auto";  // --device default
+};
+
+// One per bench process, the first object in main (it starts MPI and ends it last). Construct, add the
+// bench's options to options(), then return run(usage, body) from main.
+class Driver {
+ public:
+  Driver(const std::string& program, int& argc, char**& argv, const DriverDefaults& defaults = DriverDefaults());
+  ~Driver();
+  Driver(const Driver&) = delete;
+  Driver& operator=(const Driver&) = delete;
+
+  po::options_description& options() { return desc_; }
+
+  // Parses the options (--help: prints usage and the options on rank 0, returns 0), checks the common ones,
+  // opens the context (device per rank), gathers the provenance, opens --out on rank 0 (every rank agrees on
+  // a failure), prints the provenance as #-lines on rank 0, runs body on every rank, then sums the wrong
+  // values over the ranks. Returns main's exit status: 0, or 1 when any rank counted a wrong value or an
+  // Error ended the run (its message printed as "[host:rank] program: message"; see src/options.h's
+  // run_program for when the job is aborted instead).
+  int run(const std::string& usage, const std::function<void()>& body);
+
+  // Valid inside body.
+  Context& ctx() { return *ctx_; }
+  const Device& device() const { return ctx_->device(); }
+  bool is_root() const { return ctx_->is_root(); }
+  int warmup() const { return warmup_; }
+  int repeats() const { return repeats_; }
+  int iters() const { return iters_; }  // 1 when the bench takes no --iters
+  const std::string& tag() const { return tag_; }
+  const std::string& out_path() const { return out_; }
+  const Provenance& provenance() const { return prov_; }
+  const po::variables_map& vm() const { return vm_; }
+
+  // --warmup untimed calls of f, then --repeats timed ones on this rank's device: their times in ms.
+  template <class F>
+  std::vector<double> time(F&& f) {
+    return time_repeats(device(), warmup_, repeats_, f);
+  }
+  // Wrong values this rank found when checking its results against a reference (each bench prints its own
+  // #wrong column); run() sums them over the ranks and fails the run when the sum is not zero.
+  void add_wrong(long long n) { wrong_ += n; }
+  long long wrong() const { return wrong_; }
+  // One measurement. fields: "name":value,... without braces. Rank 0 appends one JSON object to --out:
+  // {"program":...,"tag":...,"backend":...,"warmup":...,"repeats":...,"iters":..., fields, provenance};
+  // other ranks write nothing. Throws sparta::Error naming the file when writing fails.
+  void record(const std::string& fields);
+
+ private:
+  std::string program_;
+  int argc_;
+  char** argv_;
+  DriverDefaults defaults_;
+  MpiSession mpi_;
+  po::options_description desc_;
+  po::variables_map vm_;
+  ContextOptions copt_;
+  std::string log_level_, out_, tag_;
+  int warmup_ = 0, repeats_ = 0, iters_ = 1;
+  long long wrong_ = 0;
+  std::unique_ptr<Context> ctx_;
+  Provenance prov_;
+  std::unique_ptr<JsonLines> json_;
+};
 
 }  // namespace bench
 }  // namespace sparta

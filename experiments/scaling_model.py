@@ -1,0 +1,441 @@
+#!/usr/bin/env python3
+"""Scaling model: the step time of a DLRM-like plan on N nodes x G GPUs, per placement and communication mode,
+from kernel rates and link parameters. The equations are in README ("Scaling model"); the inputs in
+experiments/scaling_model.json.
+
+    experiments/scaling_model.py                                   # MLPerf DLRM v1 shapes, 1..64 nodes of 8 GPUs
+    experiments/scaling_model.py --model dcnv2 --plot model.png --out model.jsonl
+    experiments/scaling_model.py --calibrate results/embedding/results.jsonl results/alltoall/results.jsonl
+    experiments/scaling_model.py --check measured.jsonl [--calibrate ...]   # error of each measured point
+
+--calibrate takes rates from measured JSON lines: lookup GB/s (bench_embedding eval/train records: the median
+of GBps at the largest batch), backward GB/s (embedding_step records: backward bytes / backward_update_ms),
+NVLink bandwidth and latency (bench_alltoall nccl all-to-all on one node: the best busbw, the smallest time),
+dense TFLOP/s (records with dense_TFLOPs). --check predicts each measured record it understands and prints the
+error: bench_alltoall (the collective's time; mode hier as hier, nccl and mpi as the flat model),
+bench_embedding (the lookup, the step), and trainer records with placement, step_ms or ms_step, ranks, nodes,
+global_batch (or batch, read as global) and comm_mode (the whole step with the config's model shapes).
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+
+PLACEMENTS = ("dispatch", "localized", "distributed", "replicated", "hybrid")
+MODES = ("nccl", "hier")
+
+
+def fail(msg):
+    sys.exit(f"scaling_model: {msg}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Inputs
+
+
+def load_config(path, model_name=None):
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except OSError as e:
+        fail(f"{path}: cannot read ({e.strerror})")
+    except json.JSONDecodeError as e:
+        fail(f"{path}: not JSON ({e})")
+    for key in ("model", "rates", "links"):
+        if key not in cfg:
+            fail(f"{path}: field '{key}' is missing")
+    if model_name and model_name != "default":
+        variants = cfg.get("models", {})
+        if model_name not in variants:
+            fail(f"--model: '{model_name}' is not in {path}'s models ({', '.join(['default'] + list(variants))})")
+        cfg["model"] = dict(cfg["model"], **variants[model_name])
+    m = cfg["model"]
+    if len(m["cardinalities"]) != len(m["hotness"]):
+        fail(f"{path}: model: {len(m['cardinalities'])} cardinalities but {len(m['hotness'])} hotness values")
+    return cfg
+
+
+def mlp_params(sizes_in, layers):
+    p, n = 0, sizes_in
+    for out in layers:
+        p += n * out + out
+        n = out
+    return p
+
+
+def dense_flops_per_sample(m):
+    """Forward + backward flops of the dense part per sample: 3 x (2 x MLP weights + the pairwise dots)."""
+    tables = len(m["cardinalities"])
+    bottom = mlp_params(m["dense_features"], m["bottom_mlp"])
+    vectors = tables + 1
+    pairs = vectors * (vectors - 1) // 2
+    top = mlp_params(pairs + m["bottom_mlp"][-1], m["top_mlp"])
+    return 3 * (2 * (bottom + top) + 2 * pairs * m["dim"]), bottom + top
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Links: collective times. S is bytes per rank (all-to-all: a rank's whole send buffer; all-reduce: the
+# buffer; reduce-scatter: the input; all-gather: the output). W = N * G ranks.
+
+
+def link(cfg):
+    l = cfg["links"]
+    return {"bnv": l["nvlink_GBps"] * 1e9, "anv": l["nvlink_latency_us"] * 1e-6,
+            "bib": l["ib_Gbps_per_gpu"] / 8 * l.get("ib_efficiency", 1.0) * 1e9, "aib": l["ib_latency_us"] * 1e-6,
+            "o": l.get("per_peer_us", 0.0) * 1e-6}
+
+
+def all_to_all_s(S, N, G, mode, L):
+    W = N * G
+    if W == 1 or S == 0:
+        return 0.0
+    if mode == "hier" and N > 1:
+        # intra-node exchange of everything bound off this GPU's local peers, then the inter-node exchange
+        # among the ranks of equal local rank, the two pipelined
+        return (L["anv"] + L["aib"] + max(S * (G - 1) / G / L["bnv"], S * (N - 1) / N / L["bib"])
+                + L["o"] * ((G - 1) + (N - 1)))
+    intra, inter = S * (G - 1) / W, S * (W - G) / W
+    lat = L["aib"] if N > 1 else L["anv"]
+    return lat + max(intra / L["bnv"], inter / L["bib"] if inter else 0.0) + L["o"] * (W - 1)
+
+
+def all_reduce_s(S, N, G, mode, L):
+    W = N * G
+    if W == 1 or S == 0:
+        return 0.0
+    if N == 1:
+        return L["anv"] + 2 * (W - 1) / W * S / L["bnv"]
+    if mode == "hier":
+        # reduce-scatter inside the node, all-reduce of 1/G across nodes, all-gather inside the node
+        return (2 * L["anv"] + L["aib"] + 2 * S * (G - 1) / G / L["bnv"] + 2 * (N - 1) / N * S / G / L["bib"])
+    return L["aib"] + 2 * (W - 1) / W * S / min(L["bnv"], L["bib"])  # one ring over every GPU, one NIC each
+
+
+def reduce_scatter_s(S, N, G, mode, L):
+    return all_reduce_s(S, N, G, mode, L) / 2 if N * G > 1 else 0.0
+
+
+def all_gather_s(S, N, G, mode, L):
+    return all_reduce_s(S, N, G, mode, L) / 2 if N * G > 1 else 0.0
+
+
+COLLECTIVES = {"alltoall": all_to_all_s, "allreduce": all_reduce_s, "reducescatter": reduce_scatter_s,
+               "allgather": all_gather_s}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Placements: bytes each moves per step, per rank
+
+
+def hot_fraction(rows, hot_rows, alpha):
+    """Share of a table's lookups that hit its hot_rows most frequent rows when P(rank r) ~ r^-alpha."""
+    if hot_rows >= rows:
+        return 1.0
+    if alpha == 1.0:
+        return math.log(hot_rows + 1) / math.log(rows + 1)
+    a = 1.0 - alpha
+    return ((hot_rows + 1) ** a - 1) / ((rows + 1) ** a - 1)
+
+
+def shapes(cfg):
+    m = cfg["model"]
+    rows = [min(c, m["max_rows"]) if m.get("max_rows") else c for c in m["cardinalities"]]
+    return rows, m["hotness"], m["dim"], m["value_bytes"], m["key_bytes"]
+
+
+def localized_assignment(costs, W):
+    """Tables to ranks, largest cost first onto the least loaded rank: the load of each rank."""
+    load = [0.0] * W
+    for c in sorted(costs, reverse=True):
+        i = load.index(min(load))
+        load[i] += c
+    return load
+
+
+def collectives(cfg, placement, b, N, G):
+    """[(collective, bytes per rank)] of one step's embedding traffic, and the lookup work of the busiest rank:
+    (keys looked up, pooled bags written) per step."""
+    rows, hot, d, e, k = shapes(cfg)
+    W, T = N * G, len(rows)
+    B = b * W
+    nnz = b * sum(hot)  # keys a rank reads from its slice of the batch
+    bags = b * T
+    if placement == "dispatch":
+        return [("alltoall", nnz * k), ("alltoall", nnz * d * e), ("alltoall", nnz * d * e)], (nnz, bags)
+    if placement == "localized":
+        load = localized_assignment([B * (h + 1) for h in hot], W)
+        busiest = max(load)
+        # the busiest rank's keys and bags in proportion (h keys + 1 pooled row per bag of its tables)
+        return ([("alltoall", nnz * k), ("alltoall", bags * d * e), ("alltoall", bags * d * e)],
+                (busiest * sum(hot) / (sum(hot) + T), busiest * T / (sum(hot) + T)))
+    if placement == "distributed":
+        # every owner sees every key of the global batch and pools partial sums for all B x T bags
+        return ([("allgather", B * sum(hot) * k / 1), ("reducescatter", B * T * d * e), ("allgather", B * T * d * e)],
+                (nnz, B * T / 1))
+    if placement == "replicated":
+        sparse = ("allgather", W * nnz * (k + d * e))  # keys + per-key gradients of every rank
+        dense_rows = sum(rows) * d * e
+        return [sparse if sparse[1] <= 2 * dense_rows else ("allreduce", dense_rows)], (nnz, bags)
+    if placement == "hybrid":
+        hr = cfg.get("hybrid_hot_rows", 65536)
+        f = [hot_fraction(r, hr, cfg["model"].get("key_alpha", 1.1)) for r in rows]
+        cold = b * sum(h * (1 - fi) for h, fi in zip(hot, f))
+        hot_grad = sum(min(r, hr) for r in rows) * d * e
+        return ([("alltoall", cold * k), ("alltoall", cold * d * e), ("alltoall", cold * d * e),
+                 ("allreduce", hot_grad)], (nnz, bags))
+    fail(f"unknown placement '{placement}' (expected {', '.join(PLACEMENTS)})")
+
+
+def memory_per_gpu(cfg, placement, W):
+    m = cfg["model"]
+    rows, _, d, e, _ = shapes(cfg)
+    per_row = d * e * (1 + m.get("optimizer_state_per_value", 0)) / m.get("load_factor", 0.5) + 16
+    total = sum(rows) * per_row
+    if placement in ("dispatch", "distributed"):
+        return total / W
+    if placement == "localized":
+        return max(localized_assignment([r * per_row for r in rows], W))
+    if placement == "replicated":
+        return total
+    hr = cfg.get("hybrid_hot_rows", 65536)
+    return total / W + sum(min(r, hr) for r in rows) * per_row
+
+
+def lookup_s(cfg, keys, bags, rates):
+    _, _, d, e, _ = shapes(cfg)
+    fwd = (keys * d * e + bags * d * e) / (rates["lookup_GBps"] * 1e9)
+    bwd = (2 * keys * d * e + bags * d * e) / (rates["backward_GBps"] * 1e9)
+    return fwd, bwd
+
+
+def predict(cfg, placement, mode, N, G, b, rates=None):
+    """Predicted step of one rank (the slowest): a dict of its parts in ms and the total."""
+    rates = rates or cfg["rates"]
+    L = link(cfg)
+    W = N * G
+    colls, (keys, bags) = collectives(cfg, placement, b, N, G)
+    fwd, bwd = lookup_s(cfg, keys, bags, rates)
+    comm = sum(COLLECTIVES[c](S, N, G, mode, L) for c, S in colls)
+    flops, params = dense_flops_per_sample(cfg["model"])
+    dense = b * flops / (rates["dense_TFLOPs"] * 1e12)
+    dense_ar = all_reduce_s(params * 4, N, G, mode, L)
+    dense_part = max(dense, dense_ar) if cfg.get("overlap_dense_allreduce", True) else dense + dense_ar
+    over = rates.get("step_overhead_us", 0) * 1e-6
+    total = fwd + bwd + comm + dense_part + over
+    mem = memory_per_gpu(cfg, placement, W)
+    fits = mem <= cfg.get("gpu_memory_GB", 80) * 1e9 * cfg.get("memory_fraction", 0.8)
+    return {"placement": placement, "comm_mode": mode, "nodes": N, "gpus_per_node": G, "gpus": W,
+            "batch_per_gpu": b, "global_batch": b * W, "ms_embedding": 1e3 * (fwd + bwd), "ms_comm": 1e3 * comm,
+            "ms_dense": 1e3 * dense, "ms_dense_allreduce": 1e3 * dense_ar, "ms_step": 1e3 * total,
+            "samples_per_s": b * W / total, "memory_GB_per_gpu": mem / 1e9, "fits": fits,
+            "comm_bytes_per_rank": sum(S for _, S in colls)}
+
+
+def choose(preds):
+    ok = [p for p in preds if p["fits"]]
+    return min(ok, key=lambda p: p["ms_step"]) if ok else None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Measured JSON lines
+
+
+def read_jsonl(paths):
+    rows = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                for n, line in enumerate(f, 1):
+                    if line.strip():
+                        try:
+                            rows.append(json.loads(line))
+                        except json.JSONDecodeError as e:
+                            fail(f"{path}:{n}: not a JSON object ({e})")
+        except OSError as e:
+            fail(f"{path}: cannot read ({e.strerror})")
+    return rows
+
+
+def embedding_bytes(r):
+    """(forward bytes, backward bytes) of a bench_embedding record: the counts the model uses."""
+    d, nnz = r["dim"], r["nnz"]
+    bags = r["batch"] * r["slots"]
+    return (nnz * d * 4 + bags * d * 4), (2 * nnz * d * 4 + bags * d * 4)
+
+
+def calibrate(cfg, rows):
+    rates = dict(cfg["rates"])
+    links = dict(cfg["links"])
+    notes = []
+    fwd = [r for r in rows if r.get("bench") == "embedding" and r.get("mode") in ("eval", "train") and "GBps" in r]
+    if fwd:
+        top = max(r["batch"] for r in fwd)
+        rates["lookup_GBps"] = statistics.median(r["GBps"] for r in fwd if r["batch"] == top)
+        notes.append(f"lookup {rates['lookup_GBps']:.1f} GB/s ({len(fwd)} bench_embedding records, batch {top})")
+    st = [r for r in rows if r.get("bench") == "embedding_step" and r.get("backward_update_ms")]
+    if st:
+        rates["backward_GBps"] = statistics.median(embedding_bytes(r)[1] / (r["backward_update_ms"] * 1e-3) / 1e9
+                                                   for r in st)
+        notes.append(f"backward {rates['backward_GBps']:.1f} GB/s ({len(st)} embedding_step records)")
+    dn = [r["dense_TFLOPs"] for r in rows if isinstance(r.get("dense_TFLOPs"), (int, float))]
+    if dn:
+        rates["dense_TFLOPs"] = statistics.median(dn)
+        notes.append(f"dense {rates['dense_TFLOPs']:.1f} TFLOP/s ({len(dn)} records)")
+    a2a = [r for r in rows if r.get("bench") == "bench_alltoall" and r.get("op") == "alltoall"
+           and r.get("mode") == "nccl" and r.get("nodes", 1) == 1 and r.get("ranks", 1) > 1]
+    if a2a:
+        links["nvlink_GBps"] = max(r["busbw_GBps"] for r in a2a)
+        links["nvlink_latency_us"] = min(r["time_us"] for r in a2a)
+        notes.append(f"NVLink {links['nvlink_GBps']:.1f} GB/s, latency {links['nvlink_latency_us']:.1f} us "
+                     f"({len(a2a)} nccl all-to-all records)")
+    out = dict(cfg, rates=rates, links=links)
+    return out, notes
+
+
+def check(cfg, rows):
+    """[(description, measured, predicted)] for every record the model can predict."""
+    L = link(cfg)
+    out = []
+    for r in rows:
+        bench = r.get("bench")
+        if bench == "bench_alltoall" and r.get("op") in COLLECTIVES:
+            W, N = int(r.get("ranks", 1)), int(r.get("nodes", 1))
+            G = max(1, W // max(N, 1))
+            mode = "hier" if r.get("mode") == "hier" else "nccl"
+            pred = COLLECTIVES[r["op"]](r["bytes_per_rank"], N, G, mode, L) * 1e6
+            out.append((f"{r['op']} {r.get('mode')} {W} ranks/{N} node(s) {r['bytes_per_rank']} B", r["time_us"],
+                        pred, "us"))
+        elif bench == "embedding" and "ms" in r:
+            f, _ = embedding_bytes(r)
+            out.append((f"lookup {r.get('mode')} dim {r['dim']} batch {r['batch']} hot {r['hot']} alpha {r.get('alpha')}",
+                        r["ms"], f / (cfg["rates"]["lookup_GBps"] * 1e9) * 1e3, "ms"))
+        elif bench == "embedding_step" and "step_ms" in r:
+            f, b = embedding_bytes(r)
+            pred = (f / cfg["rates"]["lookup_GBps"] + b / cfg["rates"]["backward_GBps"]) / 1e9 * 1e3
+            out.append((f"embedding step dim {r['dim']} batch {r['batch']} hot {r['hot']} alpha {r.get('alpha')}",
+                        r["step_ms"], pred, "ms"))
+        elif r.get("placement") in PLACEMENTS and (r.get("step_ms") or r.get("ms_step")):
+            W, N = int(r.get("ranks", 1)), int(r.get("nodes", 1))
+            G = max(1, W // max(N, 1))
+            gb = r.get("global_batch") or r.get("batch")
+            if not gb:
+                continue
+            mode = "hier" if r.get("comm_mode", r.get("mode")) == "hier" else "nccl"
+            p = predict(cfg, r["placement"], mode, N, G, gb / W)
+            out.append((f"step {r['placement']} {mode} {W} ranks/{N} node(s) global batch {gb}",
+                        r.get("step_ms") or r.get("ms_step"), p["ms_step"], "ms"))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def plot(path, results, chosen, title):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    colors = {}
+    for pl in PLACEMENTS:
+        for mode, ls in (("nccl", "--"), ("hier", "-")):
+            pts = sorted((p["gpus"], p) for p in results if p["placement"] == pl and p["comm_mode"] == mode)
+            if not pts:
+                continue
+            xs = [g for g, _ in pts]
+            kw = {"color": colors[pl]} if pl in colors else {}
+            line, = ax1.plot(xs, [p["ms_step"] for _, p in pts], ls=ls, marker=".", label=f"{pl} ({mode})", **kw)
+            colors.setdefault(pl, line.get_color())
+            ax2.plot(xs, [p["samples_per_s"] / 1e6 for _, p in pts], ls=ls, marker=".", color=colors[pl])
+            bad = [(g, p) for g, p in pts if not p["fits"]]
+            ax1.plot([g for g, _ in bad], [p["ms_step"] for _, p in bad], "x", color="k", ms=7)
+    for c in chosen:
+        ax1.plot(c["gpus"], c["ms_step"], "o", mfc="none", mec="k", ms=11)
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("GPUs (nodes x GPUs per node)")
+        ax.grid(True, alpha=0.3)
+    ax1.set_yscale("log")
+    ax1.set_ylabel("predicted step time (ms)")
+    ax2.set_ylabel("predicted throughput (M samples/s)")
+    ax1.set_title("solid: hier, dashed: nccl flat; circle: planner's choice; x: does not fit", fontsize=9)
+    ax1.legend(fontsize=7, ncol=2)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+def main(argv=None):
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default=os.path.join(here, "scaling_model.json"))
+    p.add_argument("--model", default="default", help="a variant of the config's models (default: model)")
+    p.add_argument("--nodes", help="comma-separated node counts (default: the config's sizes)")
+    p.add_argument("--gpus-per-node", type=int, help="default: the config's sizes")
+    p.add_argument("--batch-per-gpu", type=float, help="default: the config's model.batch_per_gpu (weak scaling)")
+    p.add_argument("--global-batch", type=float, help="strong scaling: this global batch at every size")
+    p.add_argument("--calibrate", nargs="+", default=[], metavar="JSONL", help="measured rates from JSON lines")
+    p.add_argument("--check", nargs="+", default=[], metavar="JSONL", help="compare with measured JSON lines")
+    p.add_argument("--out", help="predictions as JSON lines")
+    p.add_argument("--plot", help="PNG of predicted step time and throughput against GPUs")
+    a = p.parse_args(argv)
+    cfg = load_config(a.config, a.model)
+    if a.calibrate:
+        cfg, notes = calibrate(cfg, read_jsonl(a.calibrate))
+        print("calibrated: " + ("; ".join(notes) if notes else "no usable record: the config's rates stay"))
+    if a.check:
+        rows = check(cfg, read_jsonl(a.check))
+        if not rows:
+            fail(f"no record in {', '.join(a.check)} that the model predicts (bench_alltoall, bench_embedding, "
+                 f"or a record with placement and step_ms)")
+        print(f"{'point':<64} {'measured':>11} {'predicted':>11} {'error':>8}")
+        errs = []
+        for desc, meas, pred, unit in rows:
+            err = (pred - meas) / meas * 100 if meas else float("inf")
+            errs.append(abs(err))
+            print(f"{desc:<64} {meas:>9.4g}{unit:>2} {pred:>9.4g}{unit:>2} {err:>7.1f}%")
+        print(f"check: {len(rows)} point(s), mean |error| {statistics.mean(errs):.1f}%, max {max(errs):.1f}%")
+        return 0
+    sizes = cfg.get("sizes", {})
+    nodes = [int(x) for x in a.nodes.split(",")] if a.nodes else sizes.get("nodes", [1])
+    G = a.gpus_per_node or sizes.get("gpus_per_node", 8)
+    results, chosen = [], []
+    m = cfg["model"]
+    print(f"# {m['name']}: {len(m['cardinalities'])} tables, dim {m['dim']}, hotness sum {sum(m['hotness'])}, "
+          f"rows capped at {m.get('max_rows')}; lookup {cfg['rates']['lookup_GBps']:.0f} GB/s, backward "
+          f"{cfg['rates']['backward_GBps']:.0f} GB/s, dense {cfg['rates']['dense_TFLOPs']:.0f} TFLOP/s; NVLink "
+          f"{cfg['links']['nvlink_GBps']:.0f} GB/s, IB {cfg['links']['ib_Gbps_per_gpu']} Gb/s per GPU")
+    print(f"# {'nodes':>5} {'gpus':>5} {'batch/gpu':>9} " + " ".join(f"{pl[:11]:>11}" for pl in cfg["placements"])
+          + "  choice (ms per step, best comm mode; * does not fit)")
+    for N in nodes:
+        W = N * G
+        b = a.global_batch / W if a.global_batch else (a.batch_per_gpu or m["batch_per_gpu"])
+        preds = [predict(cfg, pl, mode, N, G, b) for pl in cfg["placements"] for mode in cfg["comm_modes"]]
+        results += preds
+        best = choose(preds)
+        chosen += [best] if best else []
+        cells = []
+        for pl in cfg["placements"]:
+            bp = min((q for q in preds if q["placement"] == pl), key=lambda q: q["ms_step"])
+            cells.append(f"{bp['ms_step']:>10.3f}{'' if bp['fits'] else '*'}" + (" " if bp["fits"] else ""))
+        pick = f"{best['placement']} ({best['comm_mode']}) {best['samples_per_s'] / 1e6:.2f} M samples/s" if best \
+            else "nothing fits"
+        print(f"  {N:>5} {W:>5} {b:>9.0f} " + " ".join(cells) + f"  {pick}")
+    if a.out:
+        with open(a.out, "w") as f:
+            for r in results:
+                f.write(json.dumps(dict(r, chosen=any(r is c for c in chosen), model=m["name"])) + "\n")
+        print(f"wrote {a.out}")
+    if a.plot:
+        plot(a.plot, results, chosen, f"{m['name']}: predicted, {G} GPUs per node")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""experiments/scaling_model.py: collective times, bytes per placement, the planner's choice and --check,
+against values computed by hand here. Run by test_experiments (make test)."""
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "experiments"))
+import scaling_model as sm  # noqa: E402
+
+# 100 GB/s NVLink, 80 Gb/s IB (10 GB/s), no latency: times are bytes / bandwidth.
+LINKS = {"nvlink_GBps": 100, "nvlink_latency_us": 0, "ib_Gbps_per_gpu": 80, "ib_efficiency": 1.0,
+         "ib_latency_us": 0, "per_peer_us": 0}
+
+
+def tiny_config():
+    return {"model": {"name": "tiny", "cardinalities": [10, 20], "hotness": [1, 2], "max_rows": 0, "dim": 4,
+                      "value_bytes": 4, "key_bytes": 8, "optimizer_state_per_value": 0, "load_factor": 0.5,
+                      "dense_features": 3, "bottom_mlp": [4], "top_mlp": [2, 1], "batch_per_gpu": 3,
+                      "key_alpha": 1.1},
+            "rates": {"lookup_GBps": 1, "backward_GBps": 2, "dense_TFLOPs": 1, "step_overhead_us": 0},
+            "links": dict(LINKS), "gpu_memory_GB": 80, "memory_fraction": 0.8, "hybrid_hot_rows": 5,
+            "overlap_dense_allreduce": False, "sizes": {"nodes": [1, 2], "gpus_per_node": 4},
+            "placements": list(sm.PLACEMENTS), "comm_modes": ["nccl", "hier"]}
+
+
+class Links(unittest.TestCase):
+    L = sm.link({"links": LINKS})
+
+    def test_all_to_all(self):
+        S = random.uniform(1e6, 1e9)
+        # one node of 4: 3/4 of the buffer crosses NVLink
+        self.assertAlmostEqual(sm.all_to_all_s(S, 1, 4, "nccl", self.L), S * 3 / 4 / 100e9)
+        # two nodes of 4, flat: 3/8 over NVLink, 4/8 over IB, concurrently
+        self.assertAlmostEqual(sm.all_to_all_s(S, 2, 4, "nccl", self.L), max(S * 3 / 8 / 100e9, S * 4 / 8 / 10e9))
+        # hierarchical: 3/4 inside the node, then half across the two nodes
+        self.assertAlmostEqual(sm.all_to_all_s(S, 2, 4, "hier", self.L), max(S * 3 / 4 / 100e9, S / 2 / 10e9))
+        self.assertEqual(sm.all_to_all_s(S, 1, 1, "nccl", self.L), 0.0)
+
+    def test_per_peer_overhead_favours_hier(self):
+        L = dict(self.L, o=1e-6)
+        S = 1024.0
+        flat, hier = sm.all_to_all_s(S, 8, 8, "nccl", L), sm.all_to_all_s(S, 8, 8, "hier", L)
+        self.assertAlmostEqual(flat - sm.all_to_all_s(S, 8, 8, "nccl", self.L), 63e-6)
+        self.assertAlmostEqual(hier - sm.all_to_all_s(S, 8, 8, "hier", self.L), 14e-6)
+
+    def test_all_reduce(self):
+        S = random.uniform(1e6, 1e9)
+        self.assertAlmostEqual(sm.all_reduce_s(S, 1, 4, "nccl", self.L), 2 * 3 / 4 * S / 100e9)
+        self.assertAlmostEqual(sm.all_reduce_s(S, 2, 4, "nccl", self.L), 2 * 7 / 8 * S / 10e9)
+        self.assertAlmostEqual(sm.all_reduce_s(S, 2, 4, "hier", self.L),
+                               2 * S * 3 / 4 / 100e9 + 2 * 1 / 2 * S / 4 / 10e9)
+        self.assertAlmostEqual(sm.reduce_scatter_s(S, 1, 4, "nccl", self.L), 3 / 4 * S / 100e9)
+
+
+class Placements(unittest.TestCase):
+    def test_bytes_per_placement(self):
+        cfg = tiny_config()
+        b = 3  # per rank: nnz = 3 * (1 + 2) = 9 keys, bags = 3 * 2 = 6
+        colls, work = sm.collectives(cfg, "dispatch", b, 1, 4)
+        self.assertEqual(colls, [("alltoall", 72), ("alltoall", 144), ("alltoall", 144)])
+        self.assertEqual(work, (9, 6))
+        colls, _ = sm.collectives(cfg, "localized", b, 1, 4)
+        self.assertEqual(colls, [("alltoall", 72), ("alltoall", 96), ("alltoall", 96)])
+        colls, work = sm.collectives(cfg, "distributed", b, 1, 4)  # global batch 12: 36 keys, 24 bags
+        self.assertEqual(colls, [("allgather", 288), ("reducescatter", 384), ("allgather", 384)])
+        self.assertEqual(work, (9, 24))
+        colls, _ = sm.collectives(cfg, "replicated", b, 1, 4)
+        # sparse: 4 ranks x 9 keys x (8 + 16) = 864 bytes gathered; dense: 30 rows x 16 = 480, reduced twice
+        self.assertEqual(colls, [("allgather", 864)])
+        colls, _ = sm.collectives(cfg, "replicated", 10, 1, 4)  # 4 x 30 x 24 = 2880 > 2 x 480
+        self.assertEqual(colls, [("allreduce", 480)])
+
+    def test_localized_assignment(self):
+        self.assertEqual(sm.localized_assignment([5, 3, 2, 2], 2), [7, 5])
+
+    def test_hot_fraction(self):
+        self.assertEqual(sm.hot_fraction(1000, 1000, 1.1), 1.0)
+        self.assertAlmostEqual(sm.hot_fraction(1000, 100, 0.0), 0.1)
+
+    def test_step_parts_add_up(self):
+        cfg = tiny_config()
+        p = sm.predict(cfg, "dispatch", "nccl", 1, 4, 3)
+        L = sm.link(cfg)
+        comm = sm.all_to_all_s(72, 1, 4, "nccl", L) + 2 * sm.all_to_all_s(144, 1, 4, "nccl", L)
+        fwd = (9 * 16 + 6 * 16) / 1e9
+        bwd = (2 * 9 * 16 + 6 * 16) / 2e9
+        flops, params = sm.dense_flops_per_sample(cfg["model"])
+        # bottom 3->4 (16 params), top (3 vectors: 3 pairs + 4) = 7 -> 2 -> 1 (16 + 3)
+        self.assertEqual(params, 16 + 16 + 3)
+        self.assertEqual(flops, 3 * (2 * 35 + 2 * 3 * 4))
+        dense = 3 * flops / 1e12 + sm.all_reduce_s(params * 4, 1, 4, "nccl", L)
+        self.assertAlmostEqual(p["ms_step"], 1e3 * (fwd + bwd + comm + dense))
+        self.assertAlmostEqual(p["ms_comm"], 1e3 * comm)
+
+    def test_choice_skips_what_does_not_fit(self):
+        cfg = tiny_config()
+        cfg["model"]["cardinalities"] = [10 ** 9, 20]
+        cfg["gpu_memory_GB"] = 20  # 1e9 rows x 16 B / 0.5 = 32 GB: only spread placements fit on 4+ GPUs
+        preds = [sm.predict(cfg, pl, "nccl", 2, 4, 3) for pl in sm.PLACEMENTS]
+        fits = {p["placement"]: p["fits"] for p in preds}
+        self.assertEqual(fits["replicated"], False)
+        self.assertEqual(fits["localized"], False)
+        self.assertEqual(fits["dispatch"], True)
+        self.assertIn(sm.choose(preds)["placement"], {"dispatch", "distributed", "hybrid"})
+
+
+class Cli(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="sparta_py_test_model_")
+        self.cfg = os.path.join(self.dir, "cfg.json")
+        with open(self.cfg, "w") as f:
+            json.dump(tiny_config(), f)
+
+    def run_model(self, *args):
+        return subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "scaling_model.py"), "--config",
+                               self.cfg, *args], capture_output=True, text=True, timeout=120)
+
+    def test_sizes_outputs_and_plot(self):
+        out, png = os.path.join(self.dir, "p.jsonl"), os.path.join(self.dir, "p.png")
+        r = self.run_model("--out", out, "--plot", png)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out) as f:
+            rows = [json.loads(l) for l in f]
+        self.assertEqual(len(rows), 2 * 5 * 2)  # nodes x placements x modes
+        for n in (1, 2):
+            mine = [x for x in rows if x["nodes"] == n]
+            chosen = [x for x in mine if x["chosen"]]
+            self.assertEqual(len(chosen), 1)
+            self.assertEqual(chosen[0]["ms_step"], min(x["ms_step"] for x in mine if x["fits"]))
+        self.assertGreater(os.path.getsize(png), 1000)
+        self.assertIn("choice", r.stdout)
+
+    def test_check_reports_error_per_point(self):
+        S = 4e8
+        meas_us = random.uniform(1000, 9000)
+        want_us = S * 3 / 4 / 100e9 * 1e6  # one node of 4 ranks
+        recs = os.path.join(self.dir, "m.jsonl")
+        with open(recs, "w") as f:
+            f.write(json.dumps({"bench": "bench_alltoall", "op": "alltoall", "mode": "nccl", "ranks": 4, "nodes": 1,
+                                "bytes_per_rank": S, "time_us": meas_us}) + "\n")
+            f.write(json.dumps({"bench": "something_else"}) + "\n")
+        r = self.run_model("--check", recs)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        err = (want_us - meas_us) / meas_us * 100
+        self.assertIn(f"{err:.1f}%", r.stdout)
+        self.assertIn("check: 1 point(s)", r.stdout)
+
+    def test_calibrate_from_bench_records(self):
+        recs = os.path.join(self.dir, "c.jsonl")
+        with open(recs, "w") as f:
+            for gbps in (100.0, 300.0, 200.0):
+                f.write(json.dumps({"bench": "embedding", "mode": "eval", "batch": 64, "GBps": gbps}) + "\n")
+            f.write(json.dumps({"bench": "embedding", "mode": "eval", "batch": 32, "GBps": 5.0}) + "\n")
+        cfg, notes = sm.calibrate(tiny_config(), sm.read_jsonl([recs]))
+        self.assertEqual(cfg["rates"]["lookup_GBps"], 200.0)  # median at the largest batch
+        self.assertEqual(cfg["rates"]["backward_GBps"], 2)  # no step record: unchanged
+        self.assertEqual(len(notes), 1)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
