@@ -20,7 +20,7 @@ Ready Communicator::Impl::group_p2p(const Group& g, const std::vector<P2p>& send
   Ready out;
 #if SPARTA_CUDA
   if (cuda) {
-    auto what = [&] { return strprintf("NCCL send/receive group in the %s group", g.name); };
+    auto what = [&] { return "NCCL send/receive group in " + members(g); };
     nccl_settle(ncclGroupStart(), g.nccl, what);
     for (const P2p& s : sends)
       if (s.bytes) nccl_settle(ncclSend(s.ptr, s.bytes, ncclUint8, s.peer, g.nccl, comm_stream), g.nccl, what);
@@ -55,7 +55,7 @@ Ready Communicator::Impl::group_reduce_scatter(const Group& g, const char* send,
 #if SPARTA_CUDA
   if (cuda) {
     nccl_settle(ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, g.nccl, comm_stream), g.nccl, [&] {
-      return strprintf("ncclReduceScatter of %zu elements per rank in the %s group", count, g.name);
+      return strprintf("ncclReduceScatter of %zu elements per rank in %s", count, members(g).c_str());
     });
     out.event = record(comm_stream);
     return out;

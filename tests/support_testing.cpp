@@ -49,6 +49,25 @@ boost::test_tools::assertion_result GpuPerRank::operator()(boost::unit_test::tes
 boost::unit_test::precondition needs_gpu_per_rank() { return boost::unit_test::precondition(GpuPerRank()); }
 #pragma GCC diagnostic pop
 
+std::string python() {
+  if (const char* p = std::getenv("SPARTA_PYTHON"); p && *p) return p;
+  return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+}
+
+boost::test_tools::assertion_result Hdf5Tools::operator()(boost::unit_test::test_unit_id) const {
+  const char* no = std::getenv("SPARTA_NO_HDF5_TOOLS");
+  if (!no || std::string(no) != "1") return true;
+  boost::test_tools::assertion_result r(false);
+  r.message() << "SPARTA_NO_HDF5_TOOLS=1: this machine has no HDF5 command-line tools";
+  return r;
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+boost::unit_test::precondition needs_hdf5_tools() { return boost::unit_test::precondition(Hdf5Tools()); }
+#pragma GCC diagnostic pop
+
 uint64_t seed() {
   static const uint64_t s = [] {
     const char* env = std::getenv("SPARTA_TEST_SEED");

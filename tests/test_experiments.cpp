@@ -44,11 +44,7 @@ std::vector<std::string> lines_of(const std::string& text) {
   return out;
 }
 
-// The interpreter with matplotlib and h5py: $SPARTA_PYTHON, else Debian's /usr/bin/python3, else python3.
-std::string python() {
-  if (const char* p = std::getenv("SPARTA_PYTHON")) return p;
-  return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
-}
+std::string python() { return testing::python(); }
 
 std::string tools_dir() {
   const char* t = std::getenv("SPARTA_TOOLS");

@@ -121,8 +121,7 @@ std::string random_text(size_t n, bool utf8) {
 // Writes a file with h5py (python3 at $SPARTA_PYTHON, else /usr/bin/python3, as the Makefile installs it).
 // A missing python3 or h5py fails the test: make test installs both.
 void run_h5py(const std::string& script_path, const std::string& script) {
-  const char* env = std::getenv("SPARTA_PYTHON");
-  std::string python = env && *env ? env : "/usr/bin/python3";
+  std::string python = testing::python();
   std::ofstream(script_path) << script;
   auto r = testing::run_command(python + " " + script_path);
   BOOST_REQUIRE_MESSAGE(r.status == 0, "python3 with h5py (" << python << ") could not write the file; make test "

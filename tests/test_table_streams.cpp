@@ -8,7 +8,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -88,33 +90,51 @@ struct StepBuffers {
   }
 };
 
-StepResult train_step(EmbeddingTable& t, StepBuffers& m, const Batch& b, Stream stream) {
+// after(name) is called after each operation: the cuda case checks there that the operation did not wait for
+// the device's own (held) stream, and names the one that did.
+StepResult train_step(EmbeddingTable& t, StepBuffers& m, const Batch& b, Stream stream,
+                      const std::function<void(const char*)>& after = [](const char*) {}) {
   const Device& dev = t.device();
   const int64_t bags = int64_t(b.offsets.size()) - 1, nnz = int64_t(b.keys.size());
   StepResult r;
   t.pooled_forward(m.off.data(), m.keys.data(), bags, Combiner::mean, LookupMode::train, m.pooled.data(),
                    OutputType::f32, m.rows.data(), MissingKey::zeros, Check::now, stream);
+  after("pooled_forward");
   t.backward_and_update(m.off.data(), m.rows.data(), bags, nnz, m.grad.data(), Combiner::mean, 1, stream);
+  after("backward_and_update");
   r.updated = t.rows_updated(stream);
+  after("rows_updated");
   t.find(m.keys.data(), nnz, m.found.data(), stream);
+  after("find");
   t.unpooled_forward(m.keys.data(), nnz, LookupMode::eval, m.eval.data(), OutputType::f32, nullptr, MissingKey::error,
                      Check::deferred, stream);
+  after("unpooled_forward");
   t.check_lookups(MissingKey::error, stream);
+  after("check_lookups");
   r.size = t.size(stream);
+  after("size");
   // The plain kernels and device copies.
   fill(dev, m.scratch.data(), m.scratch.size(), 0.25f, stream);
+  after("fill");
   memset_device(dev, m.copy.data(), 0, m.copy.bytes(), stream);
+  after("memset_device");
   copy_on_device(dev, m.copy.data(), m.scratch.data(), 500 * sizeof(float), stream);
+  after("copy_on_device");
   r.pooled.resize(m.pooled.size());
   r.eval.resize(m.eval.size());
   r.filled.resize(m.scratch.size());
   r.copied.resize(m.copy.size());
   std::vector<int64_t> found(static_cast<size_t>(nnz));
   copy_to_host(dev, r.pooled.data(), m.pooled.data(), m.pooled.bytes(), stream);
+  after("copy_to_host");
   copy_to_host(dev, r.eval.data(), m.eval.data(), m.eval.bytes(), stream);
+  after("copy_to_host");
   copy_to_host(dev, found.data(), m.found.data(), m.found.bytes(), stream);
+  after("copy_to_host");
   copy_to_host(dev, r.filled.data(), m.scratch.data(), m.scratch.bytes(), stream);
+  after("copy_to_host");
   copy_to_host(dev, r.copied.data(), m.copy.data(), m.copy.bytes(), stream);
+  after("copy_to_host");
   for (int64_t row : found) r.found_rows.push_back(row >= 0);
   return r;
 }
@@ -216,8 +236,15 @@ BOOST_AUTO_TEST_CASE(cuda_work_runs_on_the_stream_given, *testing::needs_gpu()) 
     std::vector<float> inserted(b.keys.size() * 8), initialised(b.keys.size() * 8);
     int64_t kernel_unique = -1;
     {
-      StreamHold hold(dev.stream, 60);
-      got = train_step(t, m, b, s);
+      // One hold of the device's stream per operation, so that a failure names the operation that waited.
+      std::unique_ptr<StreamHold> hold = std::make_unique<StreamHold>(dev.stream, 5);
+      auto after = [&](const char* name) {
+        synchronize(dev, s);  // returns once the operation's work is done: at once unless it waits for dev.stream
+        BOOST_CHECK_MESSAGE(!hold->timed_out(), name << " on the given stream waited for the device's own stream");
+        hold.reset();
+        hold = std::make_unique<StreamHold>(dev.stream, 5);
+      };
+      got = train_step(t, m, b, s, after);
       hash_get_insert_copy(dev, h.view(), m.keys.data(), nnz, hrows.data(), RowInit{hvalues.data(), 8, ki}, hout.data(),
                            s);
       h.check_errors(false, s);
@@ -238,7 +265,7 @@ BOOST_AUTO_TEST_CASE(cuda_work_runs_on_the_stream_given, *testing::needs_gpu()) 
       copy_to_host(dev, rows.data(), hfound.data(), hfound.bytes(), s);
       for (size_t i = 0; i < rows.size(); ++i)
         copy_to_host(dev, &initialised[i * 8], hinit.data() + rows[i] * 8, 8 * sizeof(float), s);
-      BOOST_CHECK_MESSAGE(!hold.timed_out(), "work on the given stream waited for the device's own stream");
+      after("the bare kernels and copies");
     }
     compare(got, want);
     // The bare kernels: every key's copied-out values are its initial values, init_rows_by_key wrote the same.

@@ -47,6 +47,18 @@ int world_size();
 
 // ---- commands and temporary files
 
+// The python3 with h5py and matplotlib: $SPARTA_PYTHON, else Debian's /usr/bin/python3 (where make deps installs
+// them), else python3 on the PATH.
+std::string python();
+
+// Cases that run HDF5's command-line tools (h5dump): they run, and fail when a tool is missing (make test installs
+// hdf5-tools), except where SPARTA_NO_HDF5_TOOLS=1 says this machine cannot have them (the GPU machine, where
+// nothing can be installed): there they are reported as skipped.
+struct Hdf5Tools {
+  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const;
+};
+boost::unit_test::precondition needs_hdf5_tools();
+
 // status: the exit code, or 128 + the signal that ended the command (124/137: `timeout` stopped it).
 struct CommandResult {
   int status;
