@@ -1,0 +1,615 @@
+// bench_collection: the model-parallel embedding collection (src/embedding_collection.h) training on synthetic
+// keys, one row per (placement, local batch): every table under one placement, or the planner's own plan.
+//   placement tables batch ranks | ms_step ms_fwd ms_bwd | Msamples/s | MB_moved mem_GB | #wrong
+//
+//   mpiexec -n 2 bench_collection --tables dcnv2 --placements dispatch,localized,replicated,distributed,hybrid,plan
+//                                 --batch 65536 --out results/collection.jsonl
+//
+// Tables: mlperf-v1 (the 26 MLPerf DLRM cardinalities of /work/shared/PERF.md capped at --row-cap, one key per
+// slot), dcnv2 (the same tables, the MLPerf DCNv2 keys per slot), or custom (--rows-list, --dims, --hotness-list).
+// One table per slot, sum combiner, --dim wide unless --dims says otherwise.
+//
+// Keys: counter-based (src/base/random.h): key j of global sample g at step i is a pure function of (seed, i,
+// g, j), so each rank makes its own samples with no communication, every placement sees the same batches, and
+// a table's keys lie in [0, cardinality): power law P(rank) ~ rank^-alpha (alpha 0: uniform) over a fixed
+// permutation of the table's keys, so the frequent keys spread over the owners. The planner's key statistics
+// come from a sample batch of the same generator.
+//
+// A point: a fresh collection, warm-up steps (they also insert the keys), then timed steps of forward (train)
+// and backward with the optimizer's update. Each part is timed with support_bench's DeviceTimer (CUDA events on
+// the compute stream; the steady clock on cpu) after an MPI_Barrier; per step the slowest rank's times count,
+// and the medians over steps are reported. Samples/s: the global batch over the step time. MB_moved: what the
+// planner's cost model predicts (README, "Embedding collection and placements"): per table the busiest rank's
+// bytes sent plus received per step, summed over tables; the communicator does not count the bytes it moves, so
+// there is no measured figure (JSON "MB_moved_measured": null). mem_GB: the shards of the fullest rank
+// (EmbeddingCollection::memory_bytes, which is what the planner estimated); on GPUs the JSON also has the
+// device memory in use (cudaMemGetInfo) on the fullest rank, step buffers and the CUDA context included.
+// A placement that does not fit --memory-budget (GiB per rank; 0: no limit) is skipped with the planner's message.
+//
+// Check (#wrong; any wrong value fails the run, exit 1): after the timed steps, one more step on --check-samples
+// samples per rank whose keys lie outside every table's cardinality (each table's rows bound has room for them):
+// no step touched them, so the forward must equal their initial values (kernels/key_init.h) pooled on the host.
+// Then a backward with a known gradient and an eval forward of the same samples, against the host's update of
+// those initial values by the gradient summed over every rank's check samples: a key routed to the wrong rank, a
+// gradient summed into the wrong row or a vector returned to the wrong bag fails. The check keys are shared by
+// the ranks (a small pool per table), so the distinct-key and cross-rank paths are exercised.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "experiments/support_bench.h"
+#include "kernels/key_init.h"
+#include "src/base/agree.h"
+#include "src/base/check.h"
+#include "src/base/random.h"
+#include "src/context.h"
+#include "src/embedding_collection.h"
+#include "src/options.h"
+#include "src/planner.h"
+#if SPARTA_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+using namespace sparta;
+
+namespace {
+
+// /work/shared/PERF.md: MLPerf DLRM v1 / DCNv2 (Criteo 1TB) cardinalities, and DCNv2's keys per slot.
+const std::vector<int64_t> kMlperfRows = {39884406, 39043,    17289, 7420,    20263, 3,     7120, 1543,  63,
+                                          38532951, 2953546,  403346, 10,     2208,  11938, 155,  4,     976,
+                                          14,       39979771, 25641295, 39664984, 585935, 12972, 108, 36};
+const std::vector<int> kDcnv2Hotness = {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1};
+
+struct Args {
+  std::string tables = "mlperf-v1", rows_list, dims, hotness_list, batch = "65536",
+              placements = "dispatch,localized,replicated,distributed,hybrid,plan", optimizer = "sgd", comm_mode, out;
+  int64_t row_cap = 4000000;
+  int dim = 128, warmup = 5, iters = 20, check_samples = 64;
+  double alpha = 0, memory_budget_gib = 0, timeout = 300;
+  float lr = 0.01f;
+  unsigned long long seed = 1;
+};
+
+struct Table {
+  int64_t card = 0;  // keys of the timed steps lie in [0, card)
+  int64_t pool = 1;  // check keys: card + [0, pool)
+  int dim = 0, hot = 1;
+};
+
+// ---- the key generator
+
+// Key u in [0, 1) of table t: rank from the power law's inverse CDF (continuous, as bench_embedding), then a
+// fixed permutation of [0, card) (multiplication by a number coprime with card).
+struct KeyGen {
+  std::vector<Table> tables;
+  std::vector<int> first;  // position of a table's first key in a sample
+  int keys_per_sample = 0;
+  double alpha = 0;
+  uint64_t seed = 0;
+  std::vector<uint64_t> mult;
+  std::vector<double> top;  // (card + 1)^(1 - alpha) - 1, or log(card + 1) for alpha 1
+
+  KeyGen(const std::vector<Table>& t, double a, uint64_t s) : tables(t), alpha(a), seed(s) {
+    for (const Table& x : tables) {
+      first.push_back(keys_per_sample);
+      keys_per_sample += x.hot;
+      uint64_t m = 2654435761ull % uint64_t(x.card) | 1;
+      while (std::__gcd(m, uint64_t(x.card)) != 1) m += 2;
+      mult.push_back(m);
+      const double n1 = double(x.card) + 1.0;
+      top.push_back(alpha == 1.0 ? std::log(n1) : std::pow(n1, 1.0 - alpha) - 1.0);
+    }
+  }
+  int64_t key(size_t t, double u) const {
+    const uint64_t n = uint64_t(tables[t].card);
+    double r;
+    if (alpha == 0) r = u * double(n);
+    else if (alpha == 1.0) r = std::exp(u * top[t]) - 1.0;
+    else r = std::pow(top[t] * u + 1.0, 1.0 / (1.0 - alpha)) - 1.0;
+    const uint64_t rank = std::min<uint64_t>(uint64_t(std::max(r, 0.0)), n - 1);
+    return int64_t((unsigned __int128)rank * mult[t] % n);
+  }
+  // The stream of one step (step < 0: the planner's sample, -2: the check).
+  uint64_t stream(int64_t step) const { return hash_mix(seed, uint64_t(step)); }
+};
+
+// Runs f(lo, hi) over [0, n) in `threads` contiguous parts.
+template <class F>
+void parallel_for(int64_t n, int threads, F&& f) {
+  threads = int(std::max<int64_t>(1, std::min<int64_t>(threads, n / 4096)));
+  std::vector<std::thread> pool;
+  for (int i = 1; i < threads; ++i) pool.emplace_back([&, i] { f(n * i / threads, n * (i + 1) / threads); });
+  f(0, n / threads);
+  for (std::thread& t : pool) t.join();
+}
+
+// Keys of `samples` samples, the first being global sample first_g: [samples, keys_per_sample].
+void timed_keys(const KeyGen& kg, int64_t step, int64_t first_g, int64_t samples, int threads, std::vector<int64_t>& keys) {
+  const int K = kg.keys_per_sample;
+  keys.resize(size_t(samples * K));
+  const uint64_t st = kg.stream(step);
+  parallel_for(samples, threads, [&](int64_t lo, int64_t hi) {
+    for (int64_t s = lo; s < hi; ++s) {
+      const uint64_t base = uint64_t(first_g + s) * uint64_t(K);
+      for (size_t t = 0; t < kg.tables.size(); ++t)
+        for (int i = 0; i < kg.tables[t].hot; ++i) {
+          const int j = kg.first[t] + i;
+          keys[size_t(s * K + j)] = kg.key(t, unit_double(hash_mix(st, base + uint64_t(j))));
+        }
+    }
+  });
+}
+
+// A check key: outside [0, card), from a pool the ranks share.
+int64_t check_key(const KeyGen& kg, size_t t, int64_t g, int j) {
+  const uint64_t h = hash_mix(kg.stream(-2), uint64_t(g) * uint64_t(kg.keys_per_sample) + uint64_t(j));
+  return kg.tables[t].card + int64_t(h % uint64_t(kg.tables[t].pool));
+}
+
+// Upstream gradient element (sample g, column c): uniform in [-1, 1), never all zeros.
+float grad_value(uint64_t salt, int64_t g, int64_t width, int64_t c) {
+  return float(unit_double(hash_mix(salt, uint64_t(g * width + c))) * 2.0 - 1.0);
+}
+
+std::vector<float> gradient(uint64_t salt, int64_t first_g, int64_t samples, int64_t width, int threads) {
+  std::vector<float> g(size_t(samples * width));
+  parallel_for(samples, threads, [&](int64_t lo, int64_t hi) {
+    for (int64_t s = lo; s < hi; ++s)
+      for (int64_t c = 0; c < width; ++c) g[size_t(s * width + c)] = grad_value(salt, first_g + s, width, c);
+  });
+  return g;
+}
+
+// ---- small helpers
+
+std::vector<std::string> gather_strings(const std::string& mine, MPI_Comm comm) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  int len = int(mine.size());
+  std::vector<int> lens(static_cast<size_t>(size)), displs(static_cast<size_t>(size), 0);
+  MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm));
+  int total = 0;
+  for (int r = 0; r < size; ++r) displs[size_t(r)] = total, total += lens[size_t(r)];
+  std::vector<char> all(size_t(std::max(total, 1)));
+  MPI_CHECK(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, comm));
+  std::vector<std::string> out;
+  for (int r = 0; r < size; ++r) out.emplace_back(all.data() + displs[size_t(r)], size_t(lens[size_t(r)]));
+  return out;
+}
+
+double max_over_ranks(double x) {
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  return x;
+}
+
+// Device memory in use on this rank (total - free), or -1 on cpu.
+double device_used_bytes(const Device& dev) {
+#if SPARTA_CUDA
+  if (dev.is_cuda()) {
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return double(total_b - free_b);
+  }
+#endif
+  (void)dev;
+  return -1;
+}
+
+template <class T>
+std::string json_array(const std::vector<T>& v) {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < v.size(); ++i) o << (i ? "," : "") << v[i];
+  return o.str() + "]";
+}
+
+std::vector<Table> make_tables(const Args& a) {
+  std::vector<int64_t> rows;
+  std::vector<int> dims, hot;
+  if (a.tables == "mlperf-v1" || a.tables == "dcnv2") {
+    SPARTA_REQUIRE(a.rows_list.empty() && a.dims.empty() && a.hotness_list.empty(),
+                   "--rows-list, --dims and --hotness-list go with --tables custom, found --tables %s", a.tables.c_str());
+    rows = kMlperfRows;
+    if (a.tables == "dcnv2") hot = kDcnv2Hotness;
+  } else {
+    SPARTA_REQUIRE(a.tables == "custom", "--tables: mlperf-v1, dcnv2 or custom, found '%s'", a.tables.c_str());
+    SPARTA_REQUIRE(!a.rows_list.empty(), "--tables custom needs --rows-list (one cardinality per table)");
+    for (double r : bench::parse_list(a.rows_list, "rows-list")) rows.push_back(int64_t(r));
+    if (!a.dims.empty())
+      for (double d : bench::parse_list(a.dims, "dims")) dims.push_back(int(d));
+    if (!a.hotness_list.empty())
+      for (double h : bench::parse_list(a.hotness_list, "hotness-list")) hot.push_back(int(h));
+  }
+  const size_t T = rows.size();
+  auto per_table = [&](std::vector<int>& v, int dflt, const char* option) {
+    if (v.empty()) v.assign(T, dflt);
+    if (v.size() == 1) v.assign(T, v[0]);
+    SPARTA_REQUIRE(v.size() == T, "--%s: one value, or one per table (%zu), found %zu", option, T, v.size());
+  };
+  per_table(dims, a.dim, "dims");
+  per_table(hot, 1, "hotness-list");
+  SPARTA_REQUIRE(a.row_cap >= 1, "--row-cap must be >= 1, found %lld", (long long)a.row_cap);
+  std::vector<Table> tables(T);
+  for (size_t t = 0; t < T; ++t) {
+    SPARTA_REQUIRE(rows[t] >= 1 && dims[t] >= 1 && hot[t] >= 1,
+                   "table %zu: rows, dim and hotness must be >= 1, found %lld, %d, %d", t, (long long)rows[t], dims[t],
+                   hot[t]);
+    tables[t].card = std::min(rows[t], a.row_cap);
+    tables[t].dim = dims[t];
+    tables[t].hot = hot[t];
+    tables[t].pool = std::max<int64_t>(1, int64_t(a.check_samples) * hot[t]);
+  }
+  return tables;
+}
+
+CollectionConfig make_config(const Args& a, const std::vector<Table>& tables, const std::string& placement) {
+  CollectionConfig c;
+  c.num_slots = int(tables.size());
+  c.seed = a.seed;
+  for (size_t t = 0; t < tables.size(); ++t) {
+    CollectionTableConfig tc;
+    tc.name = "t" + std::to_string(t);
+    tc.rows = tables[t].card + tables[t].pool;  // room for the check keys
+    tc.dim = tables[t].dim;
+    tc.combiner = Combiner::sum;
+    tc.optimizer.kind = parse_optimizer(a.optimizer);
+    tc.optimizer.lr = a.lr;
+    // Adagrad from a zero accumulator moves a row by +-lr whatever its gradient: the check could not tell a
+    // gradient's sign rounding from a wrong one. A positive start keeps the update smooth in the gradient.
+    tc.optimizer.initial_accumulator = 0.1f;
+    tc.optimizer.epsilon = 1e-7f;
+    tc.slots = {int(t)};
+    tc.placement = placement == "plan" ? "auto" : placement;
+    tc.init_scale = 0.05f;
+    c.tables.push_back(tc);
+  }
+  return c;
+}
+
+// CSR offsets of samples with the same keys per slot: [samples * slots + 1].
+std::vector<int64_t> fixed_offsets(const KeyGen& kg, int64_t samples) {
+  const size_t S = kg.tables.size();
+  std::vector<int64_t> off(size_t(samples) * S + 1);
+  for (int64_t s = 0; s < samples; ++s)
+    for (size_t t = 0; t < S; ++t) off[size_t(s) * S + t] = s * kg.keys_per_sample + kg.first[t];
+  off.back() = samples * kg.keys_per_sample;
+  return off;
+}
+
+// ---- the check
+
+struct Check {
+  int64_t wrong = 0, values = 0;
+};
+
+// Compares got with want element by element within 1e-6 + 1e-5 * mag (mag: the sum of the magnitudes that went
+// into want, so a different summation order passes and a missing or foreign term does not).
+void compare(const std::vector<float>& got, const std::vector<float>& want, const std::vector<float>& mag, Check& c) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    ++c.values;
+    c.wrong += !(std::fabs(double(got[i]) - double(want[i])) <= 1e-6 + 1e-5 * double(mag[i]));
+  }
+}
+
+Check run_check(EmbeddingCollection& coll, const KeyGen& kg, const Args& a, const CollectionConfig& cfg, int rank,
+                int world, const Device& dev) {
+  const int64_t cs = a.check_samples, width = coll.output_width(), G = cs * world, first_g = int64_t(rank) * cs;
+  const int K = kg.keys_per_sample;
+  const size_t T = kg.tables.size();
+  // The global check batch's keys (every rank makes all of them: the reference needs every rank's gradients).
+  std::vector<int64_t> all(size_t(G * K));
+  for (int64_t g = 0; g < G; ++g)
+    for (size_t t = 0; t < T; ++t)
+      for (int i = 0; i < kg.tables[t].hot; ++i)
+        all[size_t(g * K + kg.first[t] + i)] = check_key(kg, t, g, kg.first[t] + i);
+  std::vector<int64_t> mine(all.begin() + first_g * K, all.begin() + (first_g + cs) * K);
+  const uint64_t salt = hash_mix(a.seed, 0xC4ECull);
+  std::vector<float> grad = gradient(salt, first_g, cs, width, 1);
+  Buffer<int64_t> off(dev, fixed_offsets(kg, cs)), keys(dev, mine);
+  Buffer<float> out(dev, size_t(cs * width)), g(dev, grad);
+
+  // Initial values of a key, and the sum of its gradients over the global batch with their magnitudes.
+  std::vector<KeyInit> ki(T);
+  for (size_t t = 0; t < T; ++t) ki[t] = KeyInit{cfg.seed, uint32_t(t), cfg.tables[t].init_scale};
+  auto init = [&](size_t t, int64_t key, int e) { return initial_value(ki[t], uint64_t(key), uint32_t(e)); };
+  // Per table, per pool key: [dim] sums.
+  std::vector<std::vector<float>> gsum(T), gabs(T);
+  for (size_t t = 0; t < T; ++t) {
+    gsum[t].assign(size_t(kg.tables[t].pool * kg.tables[t].dim), 0.f);
+    gabs[t].assign(gsum[t].size(), 0.f);
+  }
+  for (int64_t gi = 0; gi < G; ++gi)
+    for (size_t t = 0; t < T; ++t) {
+      const int dim = kg.tables[t].dim;
+      const int64_t col = coll.slot_column(int(t));
+      for (int i = 0; i < kg.tables[t].hot; ++i) {
+        const int64_t p = all[size_t(gi * K + kg.first[t] + i)] - kg.tables[t].card;
+        for (int e = 0; e < dim; ++e) {
+          const float x = grad_value(salt, gi, width, col + e);
+          gsum[t][size_t(p * dim + e)] += x;
+          gabs[t][size_t(p * dim + e)] += std::fabs(x);
+        }
+      }
+    }
+  const OptimizerConfig& oc = cfg.tables[0].optimizer;
+  auto updated = [&](size_t t, int64_t key, int e, float* mag) {
+    const int dim = kg.tables[t].dim;
+    const size_t p = size_t((key - kg.tables[t].card) * dim + e);
+    const float w = init(t, key, e), gs = gsum[t][p];
+    float step = oc.lr * gs;
+    if (oc.kind == OptimizerKind::adagrad) step = step / (std::sqrt(oc.initial_accumulator + gs * gs) + oc.epsilon);
+    // a gradient's rounding moves the update by at most its derivative (lr / sqrt(initial accumulator)) times it
+    const float scale = oc.kind == OptimizerKind::adagrad ? oc.lr / std::sqrt(oc.initial_accumulator) : oc.lr;
+    *mag = std::fabs(w) + scale * gabs[t][p];
+    return w - step;
+  };
+  // want[s, col + e] and its magnitude, pooled in key order.
+  auto expect = [&](bool after, std::vector<float>& want, std::vector<float>& mag) {
+    want.assign(size_t(cs * width), 0.f);
+    mag.assign(want.size(), 0.f);
+    for (int64_t s = 0; s < cs; ++s)
+      for (size_t t = 0; t < T; ++t) {
+        const int64_t col = coll.slot_column(int(t));
+        for (int e = 0; e < kg.tables[t].dim; ++e) {
+          float acc = 0, m = 0;
+          for (int i = 0; i < kg.tables[t].hot; ++i) {
+            const int64_t key = mine[size_t(s * K + kg.first[t] + i)];
+            float km = std::fabs(init(t, key, e));
+            acc += after ? updated(t, key, e, &km) : init(t, key, e);
+            m += km;
+          }
+          want[size_t(s * width + col + e)] = acc;
+          mag[size_t(s * width + col + e)] = m;
+        }
+      }
+  };
+  Check c;
+  std::vector<float> want, mag;
+  out.fill_bytes(0xFF);  // NaN: an element no route wrote fails
+  coll.forward(off.data(), keys.data(), cs, out.data(), LookupMode::train);
+  expect(false, want, mag);
+  compare(out.download(), want, mag, c);
+  coll.backward(g.data(), int64_t(a.warmup + a.iters) + 1);
+  out.fill_bytes(0xFF);
+  coll.forward(off.data(), keys.data(), cs, out.data(), LookupMode::eval);
+  expect(true, want, mag);
+  compare(out.download(), want, mag, c);
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &c.wrong, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &c.values, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+  return c;
+}
+
+// ---- one point
+
+struct Result {
+  double ms_step = 0, ms_fwd = 0, ms_bwd = 0, ms_step_min = 0, mb_planned = 0, mem_bytes = 0, dev_used = -1;
+  Check check;
+  std::string plan;
+};
+
+Result run_point(Context& ctx, Communicator* comm, const Args& a, const KeyGen& kg, const CollectionConfig& cfg,
+                 const Plan& plan, int64_t batch, int threads) {
+  const Device& dev = ctx.device();
+  const int rank = ctx.rank(), world = ctx.world();
+  Result r;
+  for (const TablePlan& p : plan.tables) r.mb_planned += p.bytes_per_step / 1e6;
+  r.plan = plan_summary(cfg, plan);
+  EmbeddingCollection coll(MPI_COMM_WORLD, comm, dev, cfg, plan);
+  const int64_t width = coll.output_width();
+  Buffer<int64_t> off(dev, fixed_offsets(kg, batch)), keys(dev, size_t(batch * kg.keys_per_sample));
+  Buffer<float> out(dev, size_t(batch * width));
+  Buffer<float> grad(dev, gradient(hash_mix(a.seed, 0x6EADull), int64_t(rank) * batch, batch, width, threads));
+  std::vector<int64_t> hk;
+  bench::DeviceTimer timer(dev);
+  std::vector<double> fwd, bwd, step;
+  for (int i = 0; i < a.warmup + a.iters; ++i) {
+    timed_keys(kg, i, int64_t(rank) * batch, batch, threads, hk);
+    keys.upload(hk);
+    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    timer.start();
+    coll.forward(off.data(), keys.data(), batch, out.data(), LookupMode::train);
+    double t[3];
+    t[0] = timer.stop_ms();
+    timer.start();
+    coll.backward(grad.data(), i + 1);
+    t[1] = timer.stop_ms();
+    t[2] = t[0] + t[1];
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    if (i < a.warmup) continue;
+    fwd.push_back(t[0]), bwd.push_back(t[1]), step.push_back(t[2]);
+  }
+  r.ms_fwd = bench::median(fwd);
+  r.ms_bwd = bench::median(bwd);
+  r.ms_step = bench::median(step);
+  r.ms_step_min = *std::min_element(step.begin(), step.end());
+  r.mem_bytes = max_over_ranks(double(coll.memory_bytes()));
+  r.dev_used = max_over_ranks(device_used_bytes(dev));
+  r.check = run_check(coll, kg, a, cfg, rank, world, dev);
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MpiSession mpi(&argc, &argv);
+  return run_program("bench_collection", [&] {
+    ContextOptions copt;
+    std::string log_level;
+    Args a;
+    po::options_description desc("bench_collection options");
+    add_common_options(desc, copt, log_level);
+    desc.add_options()("tables", po::value(&a.tables)->default_value(a.tables), "mlperf-v1 | dcnv2 | custom")(
+        "rows-list", po::value(&a.rows_list), "custom: cardinality of each table (comma list)")(
+        "dims", po::value(&a.dims), "custom: dim of each table, or one for all (default --dim)")(
+        "hotness-list", po::value(&a.hotness_list), "custom: keys per sample of each table, or one for all (default 1)")(
+        "row-cap", po::value(&a.row_cap)->default_value(a.row_cap), "cap on every table's cardinality")(
+        "dim", po::value(&a.dim)->default_value(a.dim), "embedding dim of mlperf-v1 and dcnv2 tables")(
+        "batch", po::value(&a.batch)->default_value(a.batch), "local batch per rank (comma list: a sweep)")(
+        "placements", po::value(&a.placements)->default_value(a.placements),
+        "comma list of dispatch, localized, replicated, distributed, hybrid, plan (the planner's own plan)")(
+        "alpha", po::value(&a.alpha)->default_value(a.alpha), "power-law exponent of key frequencies (0: uniform)")(
+        "optimizer", po::value(&a.optimizer)->default_value(a.optimizer), "sgd | adagrad")(
+        "lr", po::value(&a.lr)->default_value(a.lr), "learning rate")(
+        "memory-budget", po::value(&a.memory_budget_gib)->default_value(0),
+        "device GiB per rank the planner may fill with tables (0: no limit)")(
+        "comm-mode", po::value(&a.comm_mode), "nccl | mpi | hier (default: nccl on GPUs, mpi on cpu)")(
+        "timeout", po::value(&a.timeout)->default_value(a.timeout), "seconds without progress before the job ends")(
+        "warmup", po::value(&a.warmup)->default_value(a.warmup), "untimed steps first (they insert the keys)")(
+        "iters", po::value(&a.iters)->default_value(a.iters), "timed steps (the median is reported)")(
+        "check-samples", po::value(&a.check_samples)->default_value(a.check_samples), "samples per rank of the check")(
+        "seed", po::value(&a.seed)->default_value(a.seed), "seed of keys, gradients and initial values")(
+        "out", po::value(&a.out), "append JSON lines here (rank 0)");
+    po::variables_map vm;
+    bool help = false;
+    std::vector<Table> tables;
+    std::vector<int64_t> batches;
+    std::vector<std::string> placements;
+    // Every rank parses the same options: agreeing on the verdict lets a bad one end the job with status 1.
+    agree_on_error(MPI_COMM_WORLD, guarded([&] {
+      help = !parse_options(argc, argv, desc, vm, "usage: mpiexec -n N bench_collection [options]");
+      if (help) return;
+      SPARTA_REQUIRE(a.warmup >= 0 && a.iters >= 1, "--warmup must be >= 0 and --iters >= 1, found %d and %d",
+                     a.warmup, a.iters);
+      SPARTA_REQUIRE(a.check_samples >= 1, "--check-samples must be >= 1, found %d", a.check_samples);
+      SPARTA_REQUIRE(a.alpha >= 0, "--alpha must be >= 0, found %g", a.alpha);
+      SPARTA_REQUIRE(a.memory_budget_gib >= 0, "--memory-budget must be >= 0 GiB, found %g", a.memory_budget_gib);
+      SPARTA_REQUIRE(a.optimizer == "sgd" || a.optimizer == "adagrad", "--optimizer: sgd or adagrad, found '%s'",
+                     a.optimizer.c_str());
+      if (!a.comm_mode.empty()) parse_comm_mode(a.comm_mode);
+      tables = make_tables(a);
+      for (double b : bench::parse_list(a.batch, "batch")) {
+        SPARTA_REQUIRE(b >= 1, "--batch: local batches must be >= 1, found %g", b);
+        batches.push_back(int64_t(b));
+      }
+      placements = bench::split_list(a.placements);
+      SPARTA_REQUIRE(!placements.empty(), "--placements: no placement given");
+      for (const std::string& p : placements)
+        if (p != "plan") parse_placement(p);
+    }));
+    if (help) return 0;
+
+    Context ctx(copt);
+    const Device& dev = ctx.device();
+    const int rank = ctx.rank(), world = ctx.world();
+    const bool cuda = dev.is_cuda();
+    if (a.comm_mode.empty()) a.comm_mode = cuda ? "nccl" : "mpi";
+    std::unique_ptr<Communicator> comm;
+    if (world > 1) {  // one rank: the collection moves nothing
+      CommOptions co;
+      co.mode = parse_comm_mode(a.comm_mode);
+      co.timeout_s = a.timeout;
+      comm = std::make_unique<Communicator>(ctx.topo(), dev, co);
+    }
+    const int threads = std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, ctx.topo().host_size));
+    const KeyGen kg(tables, a.alpha, a.seed);
+    std::vector<int64_t> rows_capped, hot;
+    std::vector<int> dims;
+    int64_t total_rows = 0;
+    for (const Table& t : tables) {
+      rows_capped.push_back(t.card), dims.push_back(t.dim), hot.push_back(t.hot);
+      total_rows += t.card;
+    }
+    const std::vector<std::string> devices =
+        gather_strings(ctx.topo().hostname + " " + bench::device_description(dev), MPI_COMM_WORLD);
+    const bench::Provenance prov = bench::provenance(argc, argv, devices, world);
+    std::unique_ptr<bench::JsonLines> json;
+    agree_on_error(MPI_COMM_WORLD, guarded([&] {
+      if (rank == 0) json = std::make_unique<bench::JsonLines>(a.out, prov);
+    }));
+    if (rank == 0) {
+      std::printf("# bench_collection: %d rank(s), backend %s, comm %s; tables %s: %zu tables, %d keys a sample, "
+                  "%.2fM rows (cap %lld), dim %s\n",
+                  world, cuda ? "cuda" : "cpu", world > 1 ? comm->describe().c_str() : "none (one rank)",
+                  a.tables.c_str(), tables.size(), kg.keys_per_sample, double(total_rows) / 1e6,
+                  (long long)a.row_cap, a.dims.empty() ? std::to_string(a.dim).c_str() : a.dims.c_str());
+      std::printf("# alpha %g, %s lr %g, warmup %d, timed steps %d, check %d samples per rank, memory budget %g GiB\n",
+                  a.alpha, a.optimizer.c_str(), double(a.lr), a.warmup, a.iters, a.check_samples, a.memory_budget_gib);
+      std::printf("# git %s; %s\n", prov.git.c_str(), prov.command.c_str());
+      for (const std::string& d : devices) std::printf("#   %s\n", d.c_str());
+      std::printf("# ms: median over timed steps of the slowest rank; MB_moved: the planner's cost model (per table the "
+                  "busiest rank's bytes sent + received per step, summed); mem_GB: shards on the fullest rank\n");
+      std::printf("#\n# %-11s %-9s %7s %5s | %9s %9s %9s | %10s | %10s %7s | %6s\n", "placement", "tables", "batch",
+                  "ranks", "ms_step", "ms_fwd", "ms_bwd", "Msamples/s", "MB_moved", "mem_GB", "#wrong");
+      std::fflush(stdout);
+    }
+
+    // The planner's key statistics: a sample batch of the same generator.
+    std::vector<TableKeyStats> stats;
+    {
+      const int64_t n = std::min<int64_t>(*std::max_element(batches.begin(), batches.end()), 16384);
+      std::vector<int64_t> sk;
+      timed_keys(kg, -1, int64_t(rank) * n, n, threads, sk);
+      CollectionConfig probe = make_config(a, tables, "auto");
+      stats = count_keys(MPI_COMM_WORLD, probe, fixed_offsets(kg, n), sk, n, 1024);
+    }
+
+    int64_t wrong_total = 0;
+    int skipped = 0;
+    for (int64_t batch : batches)
+      for (const std::string& placement : placements) {
+        CollectionConfig cfg = make_config(a, tables, placement);
+        PlannerOptions po;
+        po.world = world;
+        po.global_batch = batch * world;
+        po.memory_budget = size_t(a.memory_budget_gib * 1073741824.0);
+        Plan plan;
+        try {  // the same statistics everywhere: every rank gets the same plan, or the same error
+          agree_on_error(MPI_COMM_WORLD, guarded([&] { plan = make_plan(cfg, po, stats); }));
+        } catch (const Error& e) {
+          if (rank == 0) std::printf("  %-11s %-9s %7lld %5d | skipped: %s\n", placement.c_str(), a.tables.c_str(),
+                                     (long long)batch, world, e.what());
+          ++skipped;
+          continue;
+        }
+        if (rank == 0 && placement == "plan") {
+          std::printf("# the planner's plan, local batch %lld:\n", (long long)batch);
+          std::istringstream lines(format_plan(cfg, plan));
+          for (std::string l; std::getline(lines, l);) std::printf("#   %s\n", l.c_str());
+        }
+        Result r = run_point(ctx, comm.get(), a, kg, cfg, plan, batch, threads);
+        wrong_total += r.check.wrong;
+        const double msps = double(batch * world) / r.ms_step / 1e3;
+        if (rank != 0) continue;
+        std::printf("  %-11s %-9s %7lld %5d | %9.3f %9.3f %9.3f | %10.3f | %10.1f %7.3f | %6lld\n", placement.c_str(),
+                    a.tables.c_str(), (long long)batch, world, r.ms_step, r.ms_fwd, r.ms_bwd, msps, r.mb_planned,
+                    r.mem_bytes / 1e9, (long long)r.check.wrong);
+        std::fflush(stdout);
+        std::ostringstream f;
+        f << "\"bench\":\"collection\",\"placement\":\"" << placement << "\",\"plan\":\"" << bench::json_escape(r.plan)
+          << "\",\"tables\":\"" << a.tables << "\",\"num_tables\":" << tables.size()
+          << ",\"rows\":" << json_array(rows_capped) << ",\"dims\":" << json_array(dims)
+          << ",\"hotness\":" << json_array(hot) << ",\"keys_per_sample\":" << kg.keys_per_sample
+          << ",\"row_cap\":" << a.row_cap << ",\"dim\":" << a.dim << ",\"batch\":" << batch
+          << ",\"global_batch\":" << batch * world << ",\"ranks\":" << world << ",\"alpha\":" << a.alpha
+          << ",\"optimizer\":\"" << a.optimizer << "\",\"lr\":" << a.lr << ",\"combiner\":\"sum\""
+          << ",\"memory_budget_GiB\":" << a.memory_budget_gib << ",\"comm_mode\":\"" << (world > 1 ? a.comm_mode : "none")
+          << "\",\"backend\":\"" << (cuda ? "cuda" : "cpu") << "\",\"nodes\":" << ctx.topo().num_nodes
+          << ",\"warmup\":" << a.warmup << ",\"iters\":" << a.iters << ",\"check_samples\":" << a.check_samples
+          << ",\"seed\":" << a.seed << ",\"ms_step\":" << r.ms_step << ",\"ms_step_min\":" << r.ms_step_min
+          << ",\"ms_fwd\":" << r.ms_fwd << ",\"ms_bwd\":" << r.ms_bwd << ",\"samples_per_s\":" << msps * 1e6
+          << ",\"MB_moved_planned\":" << r.mb_planned << ",\"MB_moved_measured\":null"
+          << ",\"mem_GB\":" << r.mem_bytes / 1e9 << ",\"device_used_GB\":";
+        if (r.dev_used >= 0) f << r.dev_used / 1e9;
+        else f << "null";
+        f << ",\"checked_values\":" << r.check.values << ",\"wrong\":" << r.check.wrong << ",\"timing\":\""
+          << (cuda ? "cuda events on the compute stream" : "steady clock, device synchronized")
+          << ", median over steps of the slowest rank\"";
+        json->write(f.str());
+      }
+    // A point that does not fit is no failure of the code (the planner said so before allocating), but a run
+    // with one is not the run asked for: the last line says so.
+    if (rank == 0)
+      std::printf("# %s: %lld wrong value(s)%s\n", wrong_total ? "FAILED" : "checked", (long long)wrong_total,
+                  skipped ? strprintf("; %d point(s) skipped: they do not fit", skipped).c_str() : "");
+    return wrong_total ? 1 : 0;
+  });
+}
