@@ -1,45 +1,98 @@
 #!/usr/bin/env bash
-# One call on a GPU machine: every test suite on the GPUs, then the benchmarks beside their peers (PyTorch
-# reference scripts in peers/, when that folder is there — it is not part of the repository — run in the same
-# call so every figure has its ratio from one run on the same GPUs).
-#   experiments/gpu_session.sh BUILD OUT [tests|bench|all]
-# BUILD is a carried `make gpu-bundle` folder; logs and JSON lines go to OUT.
-set -u
-build=${1:?build folder}
+# One call on a GPU machine: the test suites on the GPUs and the benchmarks beside their peers (PyTorch reference
+# scripts in peers/, when that folder is there — it is not part of the repository — run in the same call so every
+# figure has its ratio from one run on the same GPUs).
+#   experiments/gpu_session.sh BUILD OUT [PART...]
+# BUILD is a `make gpu-bundle` folder (build/openmpi), or a .tar.xz of one (extracted under /tmp). PARTs, run in
+# the order given (default: all = tests kernels comm collection train):
+#   tests       every suite (tests/run_all.sh) with 1 rank, and 2 when there are 2 GPUs
+#   kernels     bench_hashtable, bench_embedding; peer_torch.py (EmbeddingBag) one-hot, uniform and power-law
+#   comm        bench_alltoall (nccl, then hier and mpi) at 2 ranks; peer_a2a.py
+#   collection  bench_collection: MLPerf v1 one-hot and DCNv2 multi-hot tables, every placement and the plan, 1 and
+#               2 GPUs, 65536 samples per GPU
+#   train       bench_train: dot and dcnv2 at 65536 per GPU, 1 and 2 GPUs; peer_dlrm.py with and without --compile
+# Logs and JSON lines go to OUT; the exit status is non-zero when any part failed.
+set -u -o pipefail
+build=${1:?build folder or bundle}
 out=${2:?output folder}
-what=${3:-all}
+shift 2
+parts=("$@")
+[ ${#parts[@]} = 0 ] && parts=(all)
+[ "${parts[*]}" = all ] && parts=(tests kernels comm collection train)
 mkdir -p "$out"
+if [[ $build == *.tar.xz ]]; then
+  mkdir -p /tmp/sparta_bundle && tar -xJf "$build" -C /tmp/sparta_bundle && build=/tmp/sparta_bundle/openmpi
+fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # NVLink multicast stays off on shared machines.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
+# The python3 on the PATH is the one with h5py and matplotlib there; nothing can be installed, so cases needing
+# HDF5's command-line tools are reported as skipped when h5dump is absent.
+export SPARTA_PYTHON=${SPARTA_PYTHON:-$(command -v python3)}
+command -v h5dump >/dev/null || export SPARTA_NO_HDF5_TOOLS=1
 mpiexec="mpiexec --oversubscribe"
 gpus=$(nvidia-smi -L | wc -l)
 nvidia-smi -L
-ldd "$build/lib/libsparta.so" | grep -E "nccl|hdf5|cudart|not found"
+ldd "$build/lib/libsparta.so" | grep -E "nccl|hdf5|cudart|cublas|not found"
 status=0
-
-if [ "$what" = tests ] || [ "$what" = all ]; then
-  ranks="1"
-  [ "$gpus" -ge 2 ] && ranks="1 2"
-  bash tests/run_all.sh "$build" "$mpiexec" "$ranks" 600 2>&1 | tee "$out/tests.log"
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
-fi
-
-if [ "$what" = bench ] || [ "$what" = all ]; then
-  "$build/bin/bench_hashtable" --out "$out/bench.jsonl" 2>&1 | tee "$out/bench_hashtable.log" || status=1
-  "$build/bin/bench_embedding" --out "$out/bench.jsonl" 2>&1 | tee "$out/bench_embedding.log" || status=1
-  peer() { if [ -f "peers/$1" ]; then python3 "peers/$@" --out "$out/peers.jsonl"; else echo "(no peers/$1: peer skipped)"; fi; }
-  peer peer_torch.py --rows 40000000 --dim 128 --batch 65536 --slots 26 --hot 1 --alpha 0
-  peer peer_torch.py --rows 40000000 --dim 128 --batch 65536 --slots 26 --hot 1 --alpha 1.1
-  if [ "$gpus" -ge 2 ]; then
-    $mpiexec -n 2 "$build/bin/bench_alltoall" --modes nccl --ops alltoall,allreduce --min-bytes 1K --max-bytes 1G --step-factor 4 \
-      --out "$out/bench.jsonl" 2>&1 | tee "$out/bench_alltoall.log" || status=1
-    peer peer_a2a.py --sizes-mb 1,16,64,256,1024
-    $mpiexec -n 2 "$build/bin/bench_alltoall" --modes hier,mpi --max-bytes 256M --step-factor 4 --iters 10 --repeats 3 \
-      --out "$out/bench.jsonl" 2>&1 | tee -a "$out/bench_alltoall.log" || status=1
-    $mpiexec -n 2 "$build/bin/bench_alltoall" --ranks-per-node 1 --modes hier,mpi --max-bytes 256M --step-factor 4 --iters 10 \
-      --repeats 3 --out "$out/bench.jsonl" 2>&1 | tee -a "$out/bench_alltoall.log" || status=1
+run() {  # run LOG COMMAND...: the command's output to the screen and appended to OUT/LOG; a failure is remembered
+  local log=$1
+  shift
+  echo "== $*" | tee -a "$out/$log"
+  "$@" 2>&1 | tee -a "$out/$log" || { status=1; echo "!! failed: $*" | tee -a "$out/$log"; }
+}
+peer() {
+  if [ -f "peers/$1" ]; then
+    run peers.log python3 "peers/$@" --out "$out/peers.jsonl"
+  else
+    echo "(no peers/$1: peer skipped)"
   fi
-fi
+}
+two=$([ "$gpus" -ge 2 ] && echo 1 || echo 0)
+
+for part in "${parts[@]}"; do
+  case $part in
+    tests)
+      ranks="1"
+      [ "$two" = 1 ] && ranks="1 2"
+      run tests.log bash tests/run_all.sh "$build" "$mpiexec" "$ranks" 600
+      ;;
+    kernels)
+      run bench_hashtable.log "$build/bin/bench_hashtable" --out "$out/bench.jsonl"
+      run bench_embedding.log "$build/bin/bench_embedding" --out "$out/bench.jsonl"
+      peer peer_torch.py --rows 40000000 --dim 128 --batch 65536 --slots 26 --hot 1 --alpha 0
+      peer peer_torch.py --rows 40000000 --dim 128 --batch 65536 --slots 26 --hot 1 --alpha 1.1
+      ;;
+    comm)
+      if [ "$two" = 1 ]; then
+        run bench_alltoall.log $mpiexec -n 2 "$build/bin/bench_alltoall" --modes nccl --ops alltoall,allreduce \
+          --min-bytes 1K --max-bytes 1G --step-factor 4 --out "$out/bench.jsonl"
+        peer peer_a2a.py --sizes-mb 1,16,64,256,1024
+        run bench_alltoall.log $mpiexec -n 2 "$build/bin/bench_alltoall" --modes hier,mpi --max-bytes 64M \
+          --step-factor 4 --iters 5 --repeats 3 --out "$out/bench.jsonl"
+      fi
+      ;;
+    collection)
+      for n in 1 $([ "$two" = 1 ] && echo 2); do
+        for t in mlperf-v1 dcnv2; do
+          run bench_collection.log $mpiexec -n $n "$build/bin/bench_collection" --tables $t --batch 65536 \
+            --out "$out/bench.jsonl"
+        done
+      done
+      ;;
+    train)
+      for n in 1 $([ "$two" = 1 ] && echo 2); do
+        for m in dot dcnv2; do
+          run bench_train.log $mpiexec -n $n "$build/bin/bench_train" --model $m --batch 65536 --out "$out/bench.jsonl"
+        done
+      done
+      for m in dot dcnv2; do
+        peer peer_dlrm.py --model $m --batches 65536
+        peer peer_dlrm.py --model $m --batches 65536 --compile
+      done
+      ;;
+    *) echo "unknown part '$part' (tests kernels comm collection train all)"; exit 2 ;;
+  esac
+done
 exit $status
