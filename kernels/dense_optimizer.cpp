@@ -15,7 +15,7 @@ size_t dense_optimizer_state_size(OptimizerKind kind, size_t n) {
 
 void dense_optimizer_init_state(const Device& dev, const OptimizerConfig& cfg, float* state, size_t n) {
   const size_t size = dense_optimizer_state_size(cfg.kind, n);
-  fill(dev, state, size, cfg.kind == OptimizerKind::adagrad ? cfg.initial_accumulator : 0.f);
+  fill(dev, state, size, cfg.kind == OptimizerKind::adagrad ? cfg.initial_accumulator : 0.f, dev.stream);
 }
 
 void dense_optimizer_update_cpu(const OptimizerStep& c, float* params, const float* grads, float* state, size_t n) {
