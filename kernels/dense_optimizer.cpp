@@ -13,9 +13,9 @@ size_t dense_optimizer_state_size(OptimizerKind kind, size_t n) {
   return size_t(optimizer_state_width(kind, 1)) * n;
 }
 
-void dense_optimizer_init_state(const Device& dev, const OptimizerConfig& cfg, float* state, size_t n) {
+void dense_optimizer_init_state(const Device& dev, const OptimizerConfig& cfg, float* state, size_t n, Stream stream) {
   const size_t size = dense_optimizer_state_size(cfg.kind, n);
-  fill(dev, state, size, cfg.kind == OptimizerKind::adagrad ? cfg.initial_accumulator : 0.f, dev.stream);
+  fill(dev, state, size, cfg.kind == OptimizerKind::adagrad ? cfg.initial_accumulator : 0.f, stream);
 }
 
 void dense_optimizer_update_cpu(const OptimizerStep& c, float* params, const float* grads, float* state, size_t n) {

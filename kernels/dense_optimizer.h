@@ -26,8 +26,8 @@ namespace sparta {
 // Floats of optimizer state for n parameters. Throws sparta::Error for lazy_adam.
 size_t dense_optimizer_state_size(OptimizerKind kind, size_t n);
 
-// Sets the state to its start: initial_accumulator for adagrad, zeros otherwise.
-void dense_optimizer_init_state(const Device& dev, const OptimizerConfig& cfg, float* state, size_t n);
+// Sets the state to its start: initial_accumulator for adagrad, zeros otherwise (asynchronous on stream).
+void dense_optimizer_init_state(const Device& dev, const OptimizerConfig& cfg, float* state, size_t n, Stream stream);
 
 // One step on params [n] with grads [n] and state [dense_optimizer_state_size(kind, n)]. lr replaces cfg.lr.
 // Throws sparta::Error for lazy_adam, a step outside [1, 2^31 - 1] or betas outside [0, 1).

@@ -35,7 +35,7 @@ State run_steps(const Device& dev, const OptimizerConfig& cfg, const std::vector
   const size_t n = w0.size();
   Buffer<float> w(dev, w0), s(dev, dense_optimizer_state_size(cfg.kind, n));
   s.fill_bytes(0xFF);  // init_state must write every element
-  dense_optimizer_init_state(dev, cfg, s.data(), n);
+  dense_optimizer_init_state(dev, cfg, s.data(), n, dev.stream);
   for (size_t t = 0; t < lrs.size(); ++t) {
     Buffer<float> g(dev, grads[t]);
     dense_optimizer_update(dev, cfg, int64_t(t + 1), lrs[t], w.data(), g.data(), s.data(), n);

@@ -1,0 +1,420 @@
+// route.cu: CUDA version of route.h. Element-wise kernels over keys or rows (grid-stride, 64-bit indices), one
+// thread per (bag, element) for pooling so a bag's sum runs in key order exactly as the cpu reference does, and
+// CUB for the two passes that need a global order: the stable bucketing (a radix sort of (part, index) pairs on
+// the bits of the part count, stable) and the scans from lengths to offsets.
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+
+#include "src/base/check.h"
+#include "kernels/route.h"
+
+namespace sparta {
+
+namespace {
+
+constexpr int kBlock = 256;
+
+int grid_for(int64_t n) {
+  int64_t blocks = (n + kBlock - 1) / kBlock;
+  return static_cast<int>(blocks < 65535 * 8 ? (blocks > 0 ? blocks : 1) : 65535 * 8);  // grid-stride beyond
+}
+
+#define GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+// ----------------------------------------------------------------------------
+// kernels
+
+__global__ void __launch_bounds__(kBlock) owner_by_key_kernel(const int64_t* keys, int64_t n, int world,
+                                                              int32_t* part) {
+  GRID_STRIDE(i, n) part[i] = owner_of_key(keys[i], world);
+}
+
+__global__ void __launch_bounds__(kBlock) membership_kernel(const int64_t* keys, int64_t n, const int64_t* set,
+                                                            int64_t m, int32_t* part) {
+  GRID_STRIDE(i, n) {
+    int64_t k = keys[i], lo = 0, hi = m;
+    while (lo < hi) {
+      int64_t mid = (lo + hi) / 2;
+      if (set[mid] < k) lo = mid + 1; else hi = mid;
+    }
+    part[i] = (lo < m && set[lo] == k) ? 0 : 1;
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) index_in_set_kernel(const int64_t* keys, int64_t n, const int64_t* set,
+                                                              int64_t m, int32_t* idx) {
+  GRID_STRIDE(i, n) {
+    int64_t k = keys[i], lo = 0, hi = m;
+    while (lo < hi) {
+      int64_t mid = (lo + hi) / 2;
+      if (set[mid] < k) lo = mid + 1; else hi = mid;
+    }
+    idx[i] = (lo < m && set[lo] == k) ? static_cast<int32_t>(lo) : -1;
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) part_nonzero_kernel(const int64_t* counts, int64_t n, int32_t* part) {
+  GRID_STRIDE(i, n) part[i] = counts[i] > 0 ? 0 : 1;
+}
+
+__global__ void __launch_bounds__(kBlock) iota_kernel(int64_t n, int64_t* out) { GRID_STRIDE(i, n) out[i] = i; }
+
+// counts[p] = elements of part p among the sorted parts: the distance between the first positions of p and p+1.
+__global__ void __launch_bounds__(kBlock) bucket_counts_kernel(const int32_t* sorted, int64_t n, int parts,
+                                                               int64_t* counts) {
+  GRID_STRIDE(p, int64_t(parts)) {
+    int64_t lo = 0, hi = n;  // first position with part >= p
+    while (lo < hi) {
+      int64_t mid = (lo + hi) / 2;
+      if (sorted[mid] < p) lo = mid + 1; else hi = mid;
+    }
+    int64_t a = lo;
+    hi = n;  // first position with part >= p + 1
+    while (lo < hi) {
+      int64_t mid = (lo + hi) / 2;
+      if (sorted[mid] < p + 1) lo = mid + 1; else hi = mid;
+    }
+    counts[p] = lo - a;
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) head_flags_kernel(const int64_t* sorted, int64_t n, int64_t* flags) {
+  GRID_STRIDE(j, n) flags[j] = (j == 0 || sorted[j] != sorted[j - 1]) ? 1 : 0;
+}
+
+// scan: the inclusive sum of the head flags, turned into uid in place.
+__global__ void __launch_bounds__(kBlock) unique_runs_kernel(const int64_t* sorted, int64_t n, int64_t* scan,
+                                                             int64_t* unique, int64_t* runs, int64_t* num_unique) {
+  GRID_STRIDE(j, n) {
+    int64_t u = scan[j] - 1;
+    scan[j] = u;
+    if (j == 0 || sorted[j] != sorted[j - 1]) unique[u] = sorted[j], runs[u] = j;
+    if (j == n - 1) runs[u + 1] = n, num_unique[0] = u + 1;
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) gather_rows_kernel(const float* src, const int64_t* idx, int64_t n, int dim,
+                                                             float* dst) {
+  GRID_STRIDE(t, n * dim) {
+    int64_t i = t / dim;
+    int e = static_cast<int>(t - i * dim);
+    dst[t] = src[idx[i] * dim + e];
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) scatter_rows_kernel(const float* src, const int64_t* idx, int64_t n,
+                                                              int dim, float* dst) {
+  GRID_STRIDE(t, n * dim) {
+    int64_t i = t / dim;
+    int e = static_cast<int>(t - i * dim);
+    dst[idx[i] * dim + e] = src[t];
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) gather_keys_kernel(const int64_t* src, const int64_t* idx, int64_t n,
+                                                             int64_t* dst) {
+  GRID_STRIDE(i, n) dst[i] = src[idx[i]];
+}
+
+__global__ void __launch_bounds__(kBlock) lengths_kernel(const int64_t* offsets, int64_t bags, int64_t* lengths) {
+  GRID_STRIDE(b, bags) lengths[b] = offsets[b + 1] - offsets[b];
+}
+
+__global__ void __launch_bounds__(kBlock) key_bags_kernel(const int64_t* offsets, int64_t bags, int64_t base,
+                                                          int64_t* bag_of_key) {
+  GRID_STRIDE(b, bags) {
+    for (int64_t i = offsets[b]; i < offsets[b + 1]; ++i) bag_of_key[i] = base + b;
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) offsets_from_sorted_bags_kernel(const int64_t* bag_ids, int64_t n,
+                                                                          int64_t bags, int64_t* offsets) {
+  GRID_STRIDE(b, bags + 1) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+      int64_t mid = (lo + hi) / 2;
+      if (bag_ids[mid] < b) lo = mid + 1; else hi = mid;
+    }
+    offsets[b] = lo;
+  }
+}
+
+// One thread per (bag, element): the bag's keys are added in order from 0.0f, as the cpu reference does.
+__global__ void __launch_bounds__(kBlock) pool_bags_kernel(const int64_t* offsets, const float* vecs, int64_t bags,
+                                                           int dim, bool mean, float* out) {
+  GRID_STRIDE(t, bags * dim) {
+    int64_t b = t / dim;
+    int e = static_cast<int>(t - b * dim);
+    float acc = 0.f;
+    for (int64_t i = offsets[b]; i < offsets[b + 1]; ++i) acc = __fadd_rn(acc, vecs[i * dim + e]);
+    int64_t n = offsets[b + 1] - offsets[b];
+    if (mean && n > 0) acc = __fdiv_rn(acc, static_cast<float>(n));
+    out[t] = acc;
+  }
+}
+
+__device__ __forceinline__ float bag_scale(bool mean, int64_t n) {
+  return mean && n > 0 ? __fdiv_rn(1.0f, static_cast<float>(n)) : 1.0f;
+}
+
+__global__ void __launch_bounds__(kBlock) spread_bag_grads_kernel(const int64_t* offsets, const float* grad,
+                                                                  int64_t bags, int dim, bool mean, float* out) {
+  GRID_STRIDE(t, bags * dim) {
+    int64_t b = t / dim;
+    int e = static_cast<int>(t - b * dim);
+    float g = grad[t];
+    if (mean) g = __fmul_rn(g, bag_scale(true, offsets[b + 1] - offsets[b]));
+    for (int64_t i = offsets[b]; i < offsets[b + 1]; ++i) out[i * dim + e] = g;
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) scale_bag_grads_kernel(const int64_t* offsets, const float* grad,
+                                                                 int64_t bags, int dim, bool mean, float* out) {
+  GRID_STRIDE(t, bags * dim) {
+    int64_t b = t / dim;
+    float g = grad[t];
+    if (mean) {
+      int64_t n = offsets[b + 1] - offsets[b];
+      g = n > 0 ? __fmul_rn(g, bag_scale(true, n)) : 0.f;
+    }
+    out[t] = g;
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) divide_by_lengths_kernel(const int64_t* offsets, int64_t bags, int dim,
+                                                                   float* x) {
+  GRID_STRIDE(t, bags * dim) {
+    int64_t b = t / dim;
+    int64_t n = offsets[b + 1] - offsets[b];
+    if (n > 0) x[t] = __fdiv_rn(x[t], static_cast<float>(n));
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) select_slot_lengths_kernel(const int64_t* offsets, int64_t batch,
+                                                                     int num_slots, const int32_t* slots,
+                                                                     int table_slots, int64_t* lengths) {
+  GRID_STRIDE(t, batch * table_slots) {
+    int64_t s = t / table_slots;
+    int j = static_cast<int>(t - s * table_slots);
+    int64_t row = s * num_slots + slots[j];
+    lengths[t] = offsets[row + 1] - offsets[row];
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) select_slot_keys_kernel(const int64_t* offsets, const int64_t* keys,
+                                                                  int64_t batch, int num_slots, const int32_t* slots,
+                                                                  int table_slots, const int64_t* out_offsets,
+                                                                  int64_t* out_keys) {
+  GRID_STRIDE(t, batch * table_slots) {
+    int64_t s = t / table_slots;
+    int j = static_cast<int>(t - s * table_slots);
+    int64_t row = s * num_slots + slots[j];
+    int64_t at = out_offsets[t];
+    for (int64_t i = offsets[row]; i < offsets[row + 1]; ++i) out_keys[at++] = keys[i];
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) put_slots_kernel(const float* pooled, int64_t batch, int table_slots,
+                                                           int dim, const int32_t* cols, int64_t row_floats,
+                                                           float* out) {
+  GRID_STRIDE(t, batch * table_slots * dim) {
+    int64_t bag = t / dim;
+    int e = static_cast<int>(t - bag * dim);
+    int64_t s = bag / table_slots;
+    int j = static_cast<int>(bag - s * table_slots);
+    out[s * row_floats + cols[j] + e] = pooled[t];
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) take_slots_kernel(const float* grad, int64_t batch, int table_slots,
+                                                            int dim, const int32_t* cols, int64_t row_floats,
+                                                            float* grad_table) {
+  GRID_STRIDE(t, batch * table_slots * dim) {
+    int64_t bag = t / dim;
+    int e = static_cast<int>(t - bag * dim);
+    int64_t s = bag / table_slots;
+    int j = static_cast<int>(bag - s * table_slots);
+    grad_table[t] = grad[s * row_floats + cols[j] + e];
+  }
+}
+
+int bits_for(int parts) {  // bits of the largest part, parts - 1
+  int b = 1;
+  while ((1ll << b) < parts) ++b;
+  return b;
+}
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+}  // namespace
+
+// ----------------------------------------------------------------------------
+// launchers
+
+#define LAUNCH(kernel, n, stream, ...)                                   \
+  do {                                                                   \
+    kernel<<<grid_for(n), kBlock, 0, stream>>>(__VA_ARGS__);             \
+    CUDA_CHECK_LAUNCH(#kernel);                                          \
+  } while (0)
+
+void route_owner_by_key_cuda(const int64_t* keys, int64_t n, int world, int32_t* part, Stream s) {
+  LAUNCH(owner_by_key_kernel, n, s, keys, n, world, part);
+}
+
+void route_part_by_membership_cuda(const int64_t* keys, int64_t n, const int64_t* set, int64_t m, int32_t* part,
+                                   Stream s) {
+  LAUNCH(membership_kernel, n, s, keys, n, set, m, part);
+}
+
+void route_index_in_set_cuda(const int64_t* keys, int64_t n, const int64_t* set, int64_t m, int32_t* idx,
+                             Stream s) {
+  LAUNCH(index_in_set_kernel, n, s, keys, n, set, m, idx);
+}
+
+void route_part_nonzero_cuda(const int64_t* counts, int64_t n, int32_t* part, Stream s) {
+  LAUNCH(part_nonzero_kernel, n, s, counts, n, part);
+}
+
+void route_bucket_cuda(const Device& dev, const int32_t* part, int64_t n, int parts, int64_t* perm, int64_t* counts,
+                       RouteScratch& scratch, Stream s) {
+  if (n == 0) {
+    CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(int64_t) * parts, s));
+    return;
+  }
+  SPARTA_ASSERT(n < (int64_t(1) << 31), "route_bucket: %lld elements (CUB sorts fewer than 2^31)", (long long)n);
+  const int end_bit = bits_for(parts);
+  // scratch: sorted parts [n] int32, indices [n] int64, then CUB's temporary storage
+  size_t temp_bytes = 0;
+  // parts are nonnegative: sorted as uint32 on their low end_bit bits
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, static_cast<const uint32_t*>(nullptr),
+                                             static_cast<uint32_t*>(nullptr), static_cast<const int64_t*>(nullptr),
+                                             static_cast<int64_t*>(nullptr), static_cast<int>(n), 0, end_bit, s));
+  const size_t parts_at = 0, index_at = align256(sizeof(int32_t) * n);
+  const size_t temp_at = index_at + align256(sizeof(int64_t) * n);
+  auto* base = static_cast<unsigned char*>(scratch.get(dev, temp_at + temp_bytes));
+  auto* sorted_parts = reinterpret_cast<int32_t*>(base + parts_at);
+  auto* index = reinterpret_cast<int64_t*>(base + index_at);
+  LAUNCH(iota_kernel, n, s, n, index);
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + temp_at, temp_bytes, reinterpret_cast<const uint32_t*>(part),
+                                             reinterpret_cast<uint32_t*>(sorted_parts), index, perm,
+                                             static_cast<int>(n), 0, end_bit, s));
+  LAUNCH(bucket_counts_kernel, parts, s, sorted_parts, n, parts, counts);
+}
+
+void route_sort_keys_cuda(const Device& dev, const int64_t* keys, int64_t n, int64_t* sorted, int64_t* perm,
+                          RouteScratch& scratch, Stream s) {
+  SPARTA_ASSERT(n < (int64_t(1) << 31), "route_sort_keys: %lld keys (CUB sorts fewer than 2^31)", (long long)n);
+  // keys sorted by their bit pattern (as uint64): any consistent order puts equal keys together
+  size_t temp_bytes = 0;
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, static_cast<const uint64_t*>(nullptr),
+                                             static_cast<uint64_t*>(nullptr), static_cast<const int64_t*>(nullptr),
+                                             static_cast<int64_t*>(nullptr), static_cast<int>(n), 0, 64, s));
+  const size_t temp_at = align256(sizeof(int64_t) * n);
+  auto* base = static_cast<unsigned char*>(scratch.get(dev, temp_at + temp_bytes));
+  auto* index = reinterpret_cast<int64_t*>(base);
+  LAUNCH(iota_kernel, n, s, n, index);
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + temp_at, temp_bytes, reinterpret_cast<const uint64_t*>(keys),
+                                             reinterpret_cast<uint64_t*>(sorted), index, perm, static_cast<int>(n), 0,
+                                             64, s));
+}
+
+void route_unique_sorted_cuda(const Device& dev, const int64_t* sorted, int64_t n, int64_t* unique, int64_t* runs,
+                              int64_t* uid, int64_t* num_unique, RouteScratch& scratch, Stream s) {
+  if (n == 0) {
+    CUDA_CHECK(cudaMemsetAsync(runs, 0, sizeof(int64_t), s));
+    CUDA_CHECK(cudaMemsetAsync(num_unique, 0, sizeof(int64_t), s));
+    return;
+  }
+  SPARTA_ASSERT(n < (int64_t(1) << 31), "route_unique_sorted: %lld keys", (long long)n);
+  LAUNCH(head_flags_kernel, n, s, sorted, n, uid);
+  size_t temp_bytes = 0;
+  CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, temp_bytes, uid, uid, static_cast<int>(n), s));
+  void* temp = scratch.get(dev, temp_bytes);
+  CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, temp_bytes, uid, uid, static_cast<int>(n), s));
+  LAUNCH(unique_runs_kernel, n, s, sorted, n, uid, unique, runs, num_unique);
+}
+
+void route_gather_rows_cuda(const float* src, const int64_t* idx, int64_t n, int dim, float* dst, Stream s) {
+  LAUNCH(gather_rows_kernel, n * dim, s, src, idx, n, dim, dst);
+}
+
+void route_scatter_rows_cuda(const float* src, const int64_t* idx, int64_t n, int dim, float* dst, Stream s) {
+  LAUNCH(scatter_rows_kernel, n * dim, s, src, idx, n, dim, dst);
+}
+
+void route_gather_keys_cuda(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst, Stream s) {
+  LAUNCH(gather_keys_kernel, n, s, src, idx, n, dst);
+}
+
+void route_iota_cuda(int64_t n, int64_t* out, Stream s) { LAUNCH(iota_kernel, n, s, n, out); }
+
+void route_lengths_cuda(const int64_t* offsets, int64_t bags, int64_t* lengths, Stream s) {
+  LAUNCH(lengths_kernel, bags, s, offsets, bags, lengths);
+}
+
+void route_offsets_from_lengths_cuda(const Device& dev, const int64_t* lengths, int64_t n, int64_t* offsets,
+                                     RouteScratch& scratch, Stream s) {
+  CUDA_CHECK(cudaMemsetAsync(offsets, 0, sizeof(int64_t), s));
+  if (n == 0) return;
+  SPARTA_ASSERT(n < (int64_t(1) << 31), "route_offsets_from_lengths: %lld bags", (long long)n);
+  if (lengths != offsets + 1)
+    CUDA_CHECK(cudaMemcpyAsync(offsets + 1, lengths, sizeof(int64_t) * n, cudaMemcpyDeviceToDevice, s));
+  size_t temp_bytes = 0;
+  CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, temp_bytes, offsets + 1, offsets + 1, static_cast<int>(n), s));
+  void* temp = scratch.get(dev, temp_bytes);
+  CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, temp_bytes, offsets + 1, offsets + 1, static_cast<int>(n), s));
+}
+
+void route_key_bags_cuda(const int64_t* offsets, int64_t bags, int64_t base, int64_t* bag_of_key, Stream s) {
+  LAUNCH(key_bags_kernel, bags, s, offsets, bags, base, bag_of_key);
+}
+
+void route_offsets_from_sorted_bags_cuda(const int64_t* bag_ids, int64_t n, int64_t bags, int64_t* offsets,
+                                         Stream s) {
+  LAUNCH(offsets_from_sorted_bags_kernel, bags + 1, s, bag_ids, n, bags, offsets);
+}
+
+void route_pool_bags_cuda(const int64_t* offsets, const float* vecs, int64_t bags, int dim, Combiner combiner,
+                          float* out, Stream s) {
+  LAUNCH(pool_bags_kernel, bags * dim, s, offsets, vecs, bags, dim, combiner == Combiner::mean, out);
+}
+
+void route_spread_bag_grads_cuda(const int64_t* offsets, const float* grad, int64_t bags, int dim,
+                                 Combiner combiner, float* out, Stream s) {
+  LAUNCH(spread_bag_grads_kernel, bags * dim, s, offsets, grad, bags, dim, combiner == Combiner::mean, out);
+}
+
+void route_scale_bag_grads_cuda(const int64_t* offsets, const float* grad, int64_t bags, int dim, Combiner combiner,
+                                float* out, Stream s) {
+  LAUNCH(scale_bag_grads_kernel, bags * dim, s, offsets, grad, bags, dim, combiner == Combiner::mean, out);
+}
+
+void route_divide_by_lengths_cuda(const int64_t* offsets, int64_t bags, int dim, float* x, Stream s) {
+  LAUNCH(divide_by_lengths_kernel, bags * dim, s, offsets, bags, dim, x);
+}
+
+void route_select_slot_lengths_cuda(const int64_t* offsets, int64_t batch, int num_slots, const int32_t* slots,
+                                    int table_slots, int64_t* lengths, Stream s) {
+  LAUNCH(select_slot_lengths_kernel, batch * table_slots, s, offsets, batch, num_slots, slots, table_slots, lengths);
+}
+
+void route_select_slot_keys_cuda(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
+                                 const int32_t* slots, int table_slots, const int64_t* out_offsets,
+                                 int64_t* out_keys, Stream s) {
+  LAUNCH(select_slot_keys_kernel, batch * table_slots, s, offsets, keys, batch, num_slots, slots, table_slots,
+         out_offsets, out_keys);
+}
+
+void route_put_slots_cuda(const float* pooled, int64_t batch, int table_slots, int dim, const int32_t* cols,
+                          int64_t row_floats, float* out, Stream s) {
+  LAUNCH(put_slots_kernel, batch * table_slots * dim, s, pooled, batch, table_slots, dim, cols, row_floats, out);
+}
+
+void route_take_slots_cuda(const float* grad, int64_t batch, int table_slots, int dim, const int32_t* cols,
+                           int64_t row_floats, float* grad_table, Stream s) {
+  LAUNCH(take_slots_kernel, batch * table_slots * dim, s, grad, batch, table_slots, dim, cols, row_floats,
+         grad_table);
+}
+
+}  // namespace sparta

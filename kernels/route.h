@@ -1,0 +1,203 @@
+// route.h: the routing kernels of the embedding placements: which rank (or part) each key goes to, a stable
+// bucketing by it, permuting rows there and back, pooling per-key vectors into (sample, slot) bags, spreading
+// bag gradients back onto keys, and cutting a table's slots out of a batch's CSR and putting them back.
+//
+// Every launcher takes the device and runs on its backend: the cpu reference (route.cpp) or the CUDA version
+// (route.cu), asynchronous on `stream`, its last parameter (the cpu backend ignores it; none synchronizes the
+// host). Pointers are device memory (host memory on the cpu backend).
+// The arithmetic that touches values is fixed so that both backends give the same bits:
+//   pool:   a bag sums its vectors in key order from 0.0f; mean then divides the sum by the key count (one
+//           float division, as kernels/pooled_forward does), so pooling looked-up vectors equals the fused
+//           pooled_forward bit for bit.
+//   spread: key i of bag b gets grad[b] (sum) or grad[b] * (1.0f / n_b) (mean), the scaling
+//           kernels/embedding_backward applies, so a per-key gradient equals what the fused backward adds.
+#pragma once
+
+#include <cstdint>
+
+#include "src/base/buffer.h"
+#include "src/base/device.h"
+#include "kernels/embedding_types.h"
+
+namespace sparta {
+
+// Scratch the cuda launchers that sort or scan keep between calls (grown when a call needs more).
+struct RouteScratch {
+  Buffer<unsigned char> bytes;
+  void* get(const Device& dev, size_t n) {
+    if (bytes.size() < n) bytes = Buffer<unsigned char>(dev, n);
+    return bytes.data();
+  }
+};
+
+// ---- owners and stable bucketing
+
+// The rank that owns a key under modulo placements: the key's 64-bit pattern modulo world (keys may be
+// negative; every module that assigns rows by key uses this).
+SPARTA_HD int owner_of_key(int64_t key, int world) {
+  return static_cast<int>(static_cast<uint64_t>(key) % static_cast<uint64_t>(world));
+}
+
+// part[i] = owner_of_key(keys[i], world). keys, part: [n].
+void route_owner_by_key(const Device& dev, const int64_t* keys, int64_t n, int world, int32_t* part, Stream stream);
+// part[i] = 0 when keys[i] is in set (sorted ascending, distinct, [m]), else 1.
+void route_part_by_membership(const Device& dev, const int64_t* keys, int64_t n, const int64_t* set, int64_t m,
+                              int32_t* part, Stream stream);
+// idx[i] = the position of keys[i] in set (sorted ascending, distinct, [m] with m < 2^31), or -1 when it is not
+// there: a part for route_bucket.
+void route_index_in_set(const Device& dev, const int64_t* keys, int64_t n, const int64_t* set, int64_t m,
+                        int32_t* idx, Stream stream);
+// part[i] = 0 when counts[i] > 0, else 1 (counts, part: [n]).
+void route_part_nonzero(const Device& dev, const int64_t* counts, int64_t n, int32_t* part, Stream stream);
+// Stable bucketing by part (each in [0, parts)): perm[j] = index of the j-th element when the elements are
+// ordered by part, ties in index order; counts[p] = elements of part p. perm: [n] int64, counts: [parts] int64.
+void route_bucket(const Device& dev, const int32_t* part, int64_t n, int parts, int64_t* perm, int64_t* counts,
+                  RouteScratch& scratch, Stream stream);
+
+// ---- distinct keys
+
+// Stable sort of keys by their 64-bit pattern: sorted[j] = keys[perm[j]], equal keys in index order.
+// sorted, perm: [n].
+void route_sort_keys(const Device& dev, const int64_t* keys, int64_t n, int64_t* sorted, int64_t* perm,
+                     RouteScratch& scratch, Stream stream);
+// The distinct keys of sorted keys ([n]): unique[u] for u < *num_unique, the run of u at sorted positions
+// [runs[u], runs[u+1]) (runs: [n + 1], runs[*num_unique] = n), and uid[j] = the u of position j.
+// num_unique: [1] int64 device memory (0 for n == 0).
+void route_unique_sorted(const Device& dev, const int64_t* sorted, int64_t n, int64_t* unique, int64_t* runs,
+                         int64_t* uid, int64_t* num_unique, RouteScratch& scratch, Stream stream);
+
+// ---- permutations
+
+// dst[i, :] = src[idx[i], :] for i < n (rows of dim floats).
+void route_gather_rows(const Device& dev, const float* src, const int64_t* idx, int64_t n, int dim, float* dst,
+                       Stream stream);
+// dst[idx[i], :] = src[i, :] for i < n (idx distinct).
+void route_scatter_rows(const Device& dev, const float* src, const int64_t* idx, int64_t n, int dim, float* dst,
+                        Stream stream);
+// dst[i] = src[idx[i]] for i < n.
+void route_gather_keys(const Device& dev, const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst,
+                       Stream stream);
+// out[i] = i for i < n.
+void route_iota(const Device& dev, int64_t n, int64_t* out, Stream stream);
+
+// ---- bags
+
+// lengths[b] = offsets[b + 1] - offsets[b] for b < bags.
+void route_lengths(const Device& dev, const int64_t* offsets, int64_t bags, int64_t* lengths, Stream stream);
+// offsets[0] = 0, offsets[b + 1] = offsets[b] + lengths[b]: [n + 1].
+void route_offsets_from_lengths(const Device& dev, const int64_t* lengths, int64_t n, int64_t* offsets,
+                                RouteScratch& scratch, Stream stream);
+// bag_of_key[i] = base + b for every key i of bag b (offsets [bags + 1], bag_of_key [offsets[bags]]).
+void route_key_bags(const Device& dev, const int64_t* offsets, int64_t bags, int64_t base, int64_t* bag_of_key,
+                    Stream stream);
+// The CSR of keys whose bag ids are sorted ascending: offsets[b] = keys with bag id < b, for b <= bags.
+void route_offsets_from_sorted_bags(const Device& dev, const int64_t* bag_ids, int64_t n, int64_t bags,
+                                    int64_t* offsets, Stream stream);
+// out[b, :] = the vectors vecs[offsets[b] .. offsets[b+1]) combined (sum or mean; zeros when empty), in the
+// fixed order above. vecs: [offsets[bags], dim], out: [bags, dim].
+void route_pool_bags(const Device& dev, const int64_t* offsets, const float* vecs, int64_t bags, int dim,
+                     Combiner combiner, float* out, Stream stream);
+// out[i, :] = grad[b, :] (sum) or grad[b, :] * (1.0f / n_b) (mean) for every key i of bag b. out: [nnz, dim].
+void route_spread_bag_grads(const Device& dev, const int64_t* offsets, const float* grad, int64_t bags, int dim,
+                            Combiner combiner, float* out, Stream stream);
+// out[b, :] = grad[b, :] (sum) or grad[b, :] * (1.0f / n_b) (mean; zeros for an empty bag): the gradient of one
+// key of each bag. grad, out: [bags, dim]; in place allowed.
+void route_scale_bag_grads(const Device& dev, const int64_t* offsets, const float* grad, int64_t bags, int dim,
+                           Combiner combiner, float* out, Stream stream);
+// x[b, :] /= n_b for every nonempty bag b of counts offsets (the mean of sums pooled elsewhere). x: [bags, dim].
+void route_divide_by_lengths(const Device& dev, const int64_t* offsets, int64_t bags, int dim, float* x, Stream stream);
+
+// ---- slots of a table
+
+// A batch's CSR over rows sample * num_slots + slot, cut to the slots of one table: bag sample * table_slots + j
+// holds the keys of (sample, slots[j]). slots: [table_slots] int32 device array.
+// Step 1: out_offsets [batch * table_slots + 1] (read out_offsets[batch * table_slots] for the key count).
+void route_select_slot_offsets(const Device& dev, const int64_t* offsets, int64_t batch, int num_slots,
+                               const int32_t* slots, int table_slots, int64_t* out_offsets, RouteScratch& scratch,
+                                   Stream stream);
+// Step 2: out_keys [out_offsets[batch * table_slots]].
+void route_select_slot_keys(const Device& dev, const int64_t* offsets, const int64_t* keys, int64_t batch,
+                            int num_slots, const int32_t* slots, int table_slots, const int64_t* out_offsets,
+                            int64_t* out_keys, Stream stream);
+// out[s, cols[j] .. cols[j] + dim) = pooled[s * table_slots + j, :] for s < batch, j < table_slots.
+// pooled: [batch, table_slots, dim]; out: [batch, row_floats]; cols: [table_slots] int32 device array.
+void route_put_slots(const Device& dev, const float* pooled, int64_t batch, int table_slots, int dim,
+                     const int32_t* cols, int64_t row_floats, float* out, Stream stream);
+// The reverse: grad_table[s * table_slots + j, :] = grad[s, cols[j] .. cols[j] + dim).
+void route_take_slots(const Device& dev, const float* grad, int64_t batch, int table_slots, int dim,
+                      const int32_t* cols, int64_t row_floats, float* grad_table, Stream stream);
+
+// ---- backend versions (called by the launchers above)
+
+void route_owner_by_key_cpu(const int64_t* keys, int64_t n, int world, int32_t* part);
+void route_part_by_membership_cpu(const int64_t* keys, int64_t n, const int64_t* set, int64_t m, int32_t* part);
+void route_index_in_set_cpu(const int64_t* keys, int64_t n, const int64_t* set, int64_t m, int32_t* idx);
+void route_part_nonzero_cpu(const int64_t* counts, int64_t n, int32_t* part);
+void route_bucket_cpu(const int32_t* part, int64_t n, int parts, int64_t* perm, int64_t* counts);
+void route_sort_keys_cpu(const int64_t* keys, int64_t n, int64_t* sorted, int64_t* perm);
+void route_unique_sorted_cpu(const int64_t* sorted, int64_t n, int64_t* unique, int64_t* runs, int64_t* uid,
+                             int64_t* num_unique);
+void route_gather_rows_cpu(const float* src, const int64_t* idx, int64_t n, int dim, float* dst);
+void route_scatter_rows_cpu(const float* src, const int64_t* idx, int64_t n, int dim, float* dst);
+void route_gather_keys_cpu(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst);
+void route_iota_cpu(int64_t n, int64_t* out);
+void route_lengths_cpu(const int64_t* offsets, int64_t bags, int64_t* lengths);
+void route_offsets_from_lengths_cpu(const int64_t* lengths, int64_t n, int64_t* offsets);
+void route_key_bags_cpu(const int64_t* offsets, int64_t bags, int64_t base, int64_t* bag_of_key);
+void route_offsets_from_sorted_bags_cpu(const int64_t* bag_ids, int64_t n, int64_t bags, int64_t* offsets);
+void route_pool_bags_cpu(const int64_t* offsets, const float* vecs, int64_t bags, int dim, Combiner combiner,
+                         float* out);
+void route_spread_bag_grads_cpu(const int64_t* offsets, const float* grad, int64_t bags, int dim, Combiner combiner,
+                                float* out);
+void route_scale_bag_grads_cpu(const int64_t* offsets, const float* grad, int64_t bags, int dim, Combiner combiner,
+                               float* out);
+void route_divide_by_lengths_cpu(const int64_t* offsets, int64_t bags, int dim, float* x);
+void route_select_slot_lengths_cpu(const int64_t* offsets, int64_t batch, int num_slots, const int32_t* slots,
+                                   int table_slots, int64_t* lengths);
+void route_select_slot_keys_cpu(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
+                                const int32_t* slots, int table_slots, const int64_t* out_offsets, int64_t* out_keys);
+void route_put_slots_cpu(const float* pooled, int64_t batch, int table_slots, int dim, const int32_t* cols,
+                         int64_t row_floats, float* out);
+void route_take_slots_cpu(const float* grad, int64_t batch, int table_slots, int dim, const int32_t* cols,
+                          int64_t row_floats, float* grad_table);
+
+void route_owner_by_key_cuda(const int64_t* keys, int64_t n, int world, int32_t* part, Stream s);
+void route_part_by_membership_cuda(const int64_t* keys, int64_t n, const int64_t* set, int64_t m, int32_t* part,
+                                   Stream s);
+void route_index_in_set_cuda(const int64_t* keys, int64_t n, const int64_t* set, int64_t m, int32_t* idx,
+                             Stream s);
+void route_part_nonzero_cuda(const int64_t* counts, int64_t n, int32_t* part, Stream s);
+void route_bucket_cuda(const Device& dev, const int32_t* part, int64_t n, int parts, int64_t* perm, int64_t* counts,
+                       RouteScratch& scratch, Stream s);
+void route_sort_keys_cuda(const Device& dev, const int64_t* keys, int64_t n, int64_t* sorted, int64_t* perm,
+                          RouteScratch& scratch, Stream s);
+void route_unique_sorted_cuda(const Device& dev, const int64_t* sorted, int64_t n, int64_t* unique, int64_t* runs,
+                              int64_t* uid, int64_t* num_unique, RouteScratch& scratch, Stream s);
+void route_gather_rows_cuda(const float* src, const int64_t* idx, int64_t n, int dim, float* dst, Stream s);
+void route_scatter_rows_cuda(const float* src, const int64_t* idx, int64_t n, int dim, float* dst, Stream s);
+void route_gather_keys_cuda(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst, Stream s);
+void route_iota_cuda(int64_t n, int64_t* out, Stream s);
+void route_lengths_cuda(const int64_t* offsets, int64_t bags, int64_t* lengths, Stream s);
+void route_offsets_from_lengths_cuda(const Device& dev, const int64_t* lengths, int64_t n, int64_t* offsets,
+                                     RouteScratch& scratch, Stream s);
+void route_key_bags_cuda(const int64_t* offsets, int64_t bags, int64_t base, int64_t* bag_of_key, Stream s);
+void route_offsets_from_sorted_bags_cuda(const int64_t* bag_ids, int64_t n, int64_t bags, int64_t* offsets,
+                                         Stream s);
+void route_pool_bags_cuda(const int64_t* offsets, const float* vecs, int64_t bags, int dim, Combiner combiner,
+                          float* out, Stream s);
+void route_spread_bag_grads_cuda(const int64_t* offsets, const float* grad, int64_t bags, int dim,
+                                 Combiner combiner, float* out, Stream s);
+void route_scale_bag_grads_cuda(const int64_t* offsets, const float* grad, int64_t bags, int dim, Combiner combiner,
+                                float* out, Stream s);
+void route_divide_by_lengths_cuda(const int64_t* offsets, int64_t bags, int dim, float* x, Stream s);
+void route_select_slot_lengths_cuda(const int64_t* offsets, int64_t batch, int num_slots, const int32_t* slots,
+                                    int table_slots, int64_t* lengths, Stream s);
+void route_select_slot_keys_cuda(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
+                                 const int32_t* slots, int table_slots, const int64_t* out_offsets,
+                                 int64_t* out_keys, Stream s);
+void route_put_slots_cuda(const float* pooled, int64_t batch, int table_slots, int dim, const int32_t* cols,
+                          int64_t row_floats, float* out, Stream s);
+void route_take_slots_cuda(const float* grad, int64_t batch, int table_slots, int dim, const int32_t* cols,
+                           int64_t row_floats, float* grad_table, Stream s);
+
+}  // namespace sparta

@@ -1,0 +1,130 @@
+// embedding_collection.h: the model-parallel embedding layer: many tables, each serving one slot or several,
+// each with its own rows bound, dim, combiner, optimizer and placement (src/placement.h; the planner picks them,
+// src/planner.h). Every rank gives its own slice of the global batch and gets the pooled embeddings of its own
+// samples; the backward takes their gradient and updates, at the rows' owners, only the rows the batch touched.
+//
+// Input per rank (device memory): CSR offsets [local_batch * num_slots + 1] over rows sample * num_slots + slot,
+// and keys [offsets[last]]. Local batches may differ between ranks (the reader gives them by one); empty samples
+// and slots are fine. Output per rank: [local_batch, output_width] float32, where a sample's row holds its slots
+// in order, each slot the dim of its table: [local_batch, num_slots, dim] when the tables share one dim.
+//
+// One step, per table in configuration order: cut the table's slots out of the batch (kernels/route.h), run the
+// placement's forward, put the pooled bags into the output. Then every table's lookup errors (a full table) are
+// agreed on by all ranks, so an error is thrown everywhere and no rank waits in a collective. The backward goes
+// the same way with the gradient. The model is the same whatever the placements and the world size: a row's
+// initial values depend on (seed, table index, key) only, and every placement sums a row's gradients over the
+// global batch in a fixed order (that of the global batch, or per rank and then over ranks), deterministically.
+//
+// With one rank nothing goes through the communicator (Exchange copies on the device instead).
+//
+// ---- Streams and events (the order the placements use now, and the overlap they are built for) ----
+//
+// Now: everything is queued on the compute stream (Device::stream). Each communicator call takes that stream:
+// the communicator orders its work after the stream's earlier work and the stream's later work after the
+// collective (events, no host wait), so every collective is a fence between the kernels before and after it.
+// Host synchronizations happen where the host needs a count: each table's key count after cutting its slots, the
+// distinct keys and bucket sizes of a route (send counts), the hybrid's touched hot rows, the offsets check, and
+// the lookup error check after the forward; reads behind a collective go through Exchange::download, whose wait
+// polls for a failed peer instead of hanging. Step buffers grow by reallocation (grow(): the old memory is freed
+// only after the compute stream that used it is synchronized, never relying on cudaFree synchronizing).
+//
+// The overlap to build, per step (c = compute stream, m = communication stream, h2d/d2h = copy streams):
+//   1. c: cut slots, bucket keys by owner for table t           → event keys_ready[t]
+//   2. d2h: send counts of t (pinned), after keys_ready[t]       → host posts the key all-to-all of t on m
+//      (c goes on with table t+1's step 1 meanwhile: the routes of all tables are built before any lookup waits)
+//   3. m: keys all-to-all of t                                  → event keys_arrived[t]
+//   4. c waits keys_arrived[t]: lookup (get_insert) of t         → event vectors_ready[t]
+//   5. m waits vectors_ready[t]: vectors / pooled all-to-all or reduce-scatter of t → event vectors_arrived[t]
+//   6. c waits vectors_arrived[t]: unpermute and pool into the output; the dense forward starts after the last t
+//      (replicated tables and hybrid hot keys need no step 3-5, so c pools them while m moves the others)
+//   Backward: c cuts the gradient of table t and records grads_ready[t]; m sends it (all-to-all back, all-gather
+//   for replicated, hybrid hot and distributed) and records grads_arrived[t]; c waits it and runs t's sorted
+//   backward and optimizer while m moves table t+1's gradients; the dense all-reduce shares m with them, after
+//   the embedding gradients (they gate the next step's lookups).
+//   Buffers a route reuses (send keys, received vectors) are released by events, not host syncs: the next
+//   step's step 1 of table t waits the event that ended this step's backward of t.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.h"
+#include "src/base/buffer.h"
+#include "src/placement.h"
+
+namespace sparta {
+
+class Communicator;
+class Exchange;
+
+class EmbeddingCollection {
+ public:
+  // Collective over world. comm: the ranks' communicator (may be null when world has one rank). Checks the
+  // configuration and the plan (sparta::Error naming the table) and allocates every shard of the plan.
+  EmbeddingCollection(MPI_Comm world, Communicator* comm, const Device& dev, const CollectionConfig& cfg,
+                      const Plan& plan);
+  ~EmbeddingCollection();
+  EmbeddingCollection(const EmbeddingCollection&) = delete;
+  EmbeddingCollection& operator=(const EmbeddingCollection&) = delete;
+
+  const CollectionConfig& config() const { return cfg_; }
+  const Plan& plan() const { return plan_; }
+  int rank() const;
+  int world() const;
+  // Floats per sample of the output and the gradient: the sum over slots of their table's dim.
+  int64_t output_width() const { return width_; }
+  // Where slot s starts in a sample's output row.
+  int64_t slot_column(int slot) const { return slot_cols_[size_t(slot)]; }
+  // Device bytes this rank's shards take.
+  size_t memory_bytes() const;
+
+  // Collective. offsets [local_batch * num_slots + 1], keys [offsets[last]]: device; out [local_batch,
+  // output_width]: device. Train inserts unseen keys; eval gives zeros for keys never trained. Bad offsets and
+  // full tables throw sparta::Error on every rank.
+  void forward(const int64_t* offsets, const int64_t* keys, int64_t local_batch, float* out,
+               LookupMode mode = LookupMode::train);
+  // Collective. grad [local_batch, output_width] (device): the gradient of the last forward's output, which must
+  // have been a train forward (no other forward in between: the routes hold one batch). step: the global
+  // optimizer step, from 1.
+  void backward(const float* grad, int64_t step);
+
+  // ---- checkpoints (io/checkpoint.h): the same model loads into another world size or plan
+
+  std::vector<TableSpec> table_specs() const;
+  // This rank's rows of every table, each row written by one rank (replicated and hot rows by rank 0).
+  std::vector<TableRows> rows_to_save();
+  // Owner of a key of table t under this collection's plan: a rank or kEveryRank.
+  int owner_of(int table, int64_t key) const;
+  // Loads the rows this rank owns (what load_checkpoint gives with owner_of) into a collection that has not
+  // been trained yet. Throws sparta::Error naming the table on a mismatch.
+  void load_rows(const std::vector<TableRows>& tables);
+  // Collective: saves the tables (no dense part) under root as step meta.step; meta.plan is set to the plan.
+  // Returns the step directory.
+  std::string save(const std::string& root, CheckpointMeta meta);
+  // Collective: loads a checkpoint written by save (or by a trainer with these tables) into this untrained
+  // collection; returns its metadata.
+  CheckpointMeta load(const std::string& path);
+
+  // Every row this rank holds of table t, replicas included (for tests and inspection; synchronizes).
+  TableRows held_rows(int table);
+
+ private:
+  struct Slots;
+  MPI_Comm world_;
+  Device dev_;
+  CollectionConfig cfg_;
+  Plan plan_;
+  std::unique_ptr<Exchange> ex_;
+  std::vector<std::unique_ptr<PlacedTable>> tables_;
+  std::vector<std::unique_ptr<Slots>> slots_;  // per table: its slots and output columns, and the cut batch
+  std::vector<int64_t> slot_cols_;
+  int64_t width_ = 0;
+  int64_t batch_ = 0;         // local batch of the last train forward
+  bool trained_ = false;      // a train forward waits for its backward
+};
+
+}  // namespace sparta

@@ -1,0 +1,131 @@
+// placement.h: how the tables of an embedding collection are configured and placed over the ranks, and the
+// interface every placement implements (one file each: placement_dispatch.cpp, placement_localized.cpp,
+// placement_replicated.cpp, placement_distributed.cpp, placement_hybrid.cpp).
+//
+// A placed table serves one table's share of this rank's batch: the bags (sample, j) for the table's j-th slot,
+// CSR on the device. forward() leaves the pooled [bags, dim] of this rank's samples; backward() takes their
+// gradient and updates the rows at their owners. Every rank calls both, in the same order (they are collective).
+//
+//   dispatch     owner key % world. Forward: keys all-to-all to the owners, one vector per key back, pooled at
+//                the requester. Backward: per-key gradients back to the owners.
+//   localized    owner: the table's rank. Forward: bag lengths and keys to the owner, which pools; pooled vectors
+//                back by all-to-all. Backward: bag gradients to the owner.
+//   replicated   every rank. Forward: a local pooled lookup. Backward: keys and per-key gradients all-gathered.
+//   distributed  owner key % world. Forward: keys and bag ids to the owners; each pools partial sums for every
+//                bag of the global batch; reduce-scatter. Backward: bag gradients all-gathered.
+//   hybrid       hot keys on every rank, the rest key % world. Forward: hot keys looked up locally, the rest
+//                dispatched, pooled at the requester. Backward: the hot keys' dense [hot, dim] gradient sums and
+//                counts all-reduced; the rest as dispatch.
+//
+// "key % world" is kernels/route.h owner_of_key (the key's 64-bit pattern modulo world).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/table_rows.h"
+#include "kernels/embedding_types.h"
+#include "kernels/pooled_forward.h"
+
+namespace sparta {
+
+class Exchange;
+
+enum class Placement { dispatch, localized, replicated, distributed, hybrid };
+// "dispatch" | "localized" | "replicated" | "distributed" | "hybrid"; parse throws sparta::Error otherwise.
+const char* placement_name(Placement p);
+Placement parse_placement(const std::string& name);
+
+// One table of a collection.
+struct CollectionTableConfig {
+  std::string name = "table";
+  int64_t rows = 0;            // rows bound of the whole table (its capacity over all ranks)
+  int dim = 16;
+  Combiner combiner = Combiner::sum;
+  OptimizerConfig optimizer;
+  std::vector<int> slots;      // the slots this table serves (one, or several sharing the table)
+  // "auto" (the planner decides), or a placement name; "localized:<rank>" names the owner.
+  std::string placement = "auto";
+  int64_t hot_rows = 0;        // hybrid: size of the replicated frequent set (0: the planner's default)
+  float init_scale = 0.05f;
+  double max_load_factor = 0.5;
+};
+
+struct CollectionConfig {
+  int num_slots = 0;
+  std::vector<CollectionTableConfig> tables;
+  uint64_t seed = 0;           // initial values depend on (seed, table index, key) only
+  // A key % world shard holds min(rows, ceil(rows * shard_slack / world) + kShardHeadroom) rows: keys do not
+  // split evenly, and a table with fewer rows than ranks must still fit its keys wherever they land.
+  double shard_slack = 1.25;
+};
+constexpr int64_t kShardHeadroom = 64;
+
+// Rows one rank holds of a table of `rows` under a key % world placement.
+int64_t modulo_shard_rows(int64_t rows, int world, double shard_slack);
+
+// Where one table lives (the planner's answer, or an explicit plan).
+struct TablePlan {
+  Placement placement = Placement::dispatch;
+  int owner = 0;                  // localized: the rank that holds the table
+  std::vector<int64_t> hot_keys;  // hybrid: the replicated keys, ascending, distinct
+  // The planner's estimates (format_plan prints them): device bytes on the busiest rank, bytes this table moves
+  // per step on the busiest rank (sent + received, forward + backward).
+  size_t memory_bytes = 0;
+  double bytes_per_step = 0;
+};
+struct Plan {
+  std::vector<TablePlan> tables;  // in CollectionConfig::tables order
+};
+
+// What a rank owns of a key: a rank, or every rank (kAllRanks, the same value as io/checkpoint.h kEveryRank).
+constexpr int kAllRanks = -1;
+
+// One table's share of this rank's batch, on the device. bags = local_batch * table_slots, bag
+// s * table_slots + j holds the keys of (sample s, the table's j-th slot).
+struct TableBatch {
+  const int64_t* offsets = nullptr;   // [bags + 1]
+  const int64_t* keys = nullptr;      // [nnz]
+  int64_t bags = 0, nnz = 0;
+  int table_slots = 1;
+  std::vector<int64_t> rank_batches;  // local batch (samples) of every rank, in rank order
+};
+
+class PlacedTable {
+ public:
+  virtual ~PlacedTable() = default;
+  // out: [in.bags, dim] float32 (device). Train inserts unseen keys at their owners; eval gives zeros for them.
+  // Lookup errors (a full table) are left for check_lookups(). Keeps `in` (pointers included) for backward().
+  virtual void forward(const TableBatch& in, LookupMode mode, float* out) = 0;
+  // grad: [bags, dim] of the last train forward's output; step: the global optimizer step (from 1).
+  virtual void backward(const float* grad, int64_t step) = 0;
+  // Throws sparta::Error (this rank only) when a lookup since the last check was refused (full table).
+  virtual void check_lookups() = 0;
+  // Owner of a key under this placement on this world: a rank or kAllRanks.
+  virtual int owner_of(int64_t key) const = 0;
+  // Rows this rank writes in a checkpoint: what it owns; replicated rows only on rank 0.
+  virtual TableRows rows_to_save() = 0;
+  // Every row this rank holds, replicas included (tests compare them with a reference).
+  virtual TableRows held_rows() = 0;
+  // Loads rows that this rank owns or replicates (owner_of(key) is this rank or kAllRanks) into empty shards.
+  virtual void load_rows(const TableRows& rows) = 0;
+  // Device bytes this rank's shards take.
+  virtual size_t memory_bytes() const = 0;
+};
+
+// What make_placed_table needs beside the exchange: the table, its index (the key-init table id) and its plan.
+struct PlacedTableSetup {
+  CollectionTableConfig table;
+  int table_id = 0;
+  uint64_t seed = 0;
+  double shard_slack = 1.25;
+  TablePlan plan;
+};
+
+// Allocates this rank's shards of one table for its plan. Bad plans (an owner outside the world, hot keys
+// not sorted) throw sparta::Error naming the table.
+std::unique_ptr<PlacedTable> make_placed_table(const PlacedTableSetup& setup, Exchange& ex);
+
+}  // namespace sparta

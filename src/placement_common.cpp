@@ -1,0 +1,290 @@
+// placement_common.cpp: see placement_common.h.
+#include "src/placement_common.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "src/base/agree.h"
+#include "src/base/check.h"
+
+namespace sparta {
+
+// ----------------------------------------------------------------------------
+// names, shard sizes, the factory
+
+const char* placement_name(Placement p) {
+  switch (p) {
+    case Placement::dispatch: return "dispatch";
+    case Placement::localized: return "localized";
+    case Placement::replicated: return "replicated";
+    case Placement::distributed: return "distributed";
+    case Placement::hybrid: return "hybrid";
+  }
+  return "?";
+}
+
+Placement parse_placement(const std::string& name) {
+  for (Placement p : {Placement::dispatch, Placement::localized, Placement::replicated, Placement::distributed,
+                      Placement::hybrid})
+    if (name == placement_name(p)) return p;
+  throw Error("placement: expected dispatch, localized, replicated, distributed or hybrid, found '" + name + "'");
+}
+
+int64_t modulo_shard_rows(int64_t rows, int world, double shard_slack) {
+  if (world <= 1) return rows;
+  double share = std::ceil(double(rows) * shard_slack / double(world));
+  return std::min<int64_t>(rows, static_cast<int64_t>(share) + kShardHeadroom);
+}
+
+std::unique_ptr<PlacedTable> make_placed_table(const PlacedTableSetup& s, Exchange& ex) {
+  switch (s.plan.placement) {
+    case Placement::dispatch: return make_dispatch(s, ex);
+    case Placement::localized: return make_localized(s, ex);
+    case Placement::replicated: return make_replicated(s, ex);
+    case Placement::distributed: return make_distributed(s, ex);
+    case Placement::hybrid: return make_hybrid(s, ex);
+  }
+  throw Error("table '" + s.table.name + "': unknown placement");
+}
+
+// ----------------------------------------------------------------------------
+// Exchange: every call into the Communicator
+
+Exchange::Exchange(Communicator* comm, const Device& dev, MPI_Comm mpi_world)
+    : comm_(comm), dev_(dev), mpi_(mpi_world) {
+  MPI_CHECK(MPI_Comm_rank(mpi_, &rank_));
+  MPI_CHECK(MPI_Comm_size(mpi_, &world_));
+  SPARTA_ASSERT(world_ == 1 || comm_, "an exchange over %d ranks needs a communicator", world_);
+  SPARTA_ASSERT(!comm_ || (comm_->size() == world_ && comm_->rank() == rank_),
+                "communicator rank %d of %d, MPI rank %d of %d", comm_ ? comm_->rank() : -1,
+                comm_ ? comm_->size() : -1, rank_, world_);
+}
+
+std::vector<size_t> Exchange::counts(const std::vector<size_t>& send_counts) {
+  if (world_ == 1) return send_counts;
+  return comm_->exchange_counts(send_counts);
+}
+
+void Exchange::all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                            const std::vector<size_t>& recv_counts, DataType type) {
+  if (world_ == 1) {
+    if (send_counts[0] > 0) copy_on_device(dev_, recv, send, send_counts[0] * dtype_size(type));
+    return;
+  }
+  comm_->all_to_all_v(send, send_counts, recv, recv_counts, type, dev_.stream);
+}
+
+void Exchange::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type) {
+  if (world_ == 1) {
+    if (recv_count > 0) copy_on_device(dev_, recv, send, recv_count * dtype_size(type));
+    return;
+  }
+  comm_->reduce_scatter(send, recv, recv_count, type, dev_.stream);
+}
+
+void Exchange::all_reduce(const void* send, void* recv, size_t count, DataType type) {
+  if (world_ == 1) {
+    if (count > 0 && send != recv) copy_on_device(dev_, recv, send, count * dtype_size(type));
+    return;
+  }
+  comm_->all_reduce(send, recv, count, type, dev_.stream);
+}
+
+void Exchange::all_gather_v(const void* send, void* recv, const std::vector<size_t>& counts, DataType type) {
+  if (world_ == 1) {
+    if (counts[0] > 0 && send != recv) copy_on_device(dev_, recv, send, counts[0] * dtype_size(type));
+    return;
+  }
+  comm_->all_gather_v(send, recv, counts, type, dev_.stream);
+}
+
+void Exchange::agree(const std::string& error) { agree_on_error(mpi_, error); }
+
+std::vector<int64_t> Exchange::download(const int64_t* p, size_t n) {
+  // The communicator's wait polls for a failed peer and aborts; a bare stream synchronization behind a
+  // collective whose peer died would wait forever.
+  if (world_ > 1) comm_->synchronize(dev_.stream);
+  return sparta::download(dev_, p, n);
+}
+
+// ----------------------------------------------------------------------------
+// every call into EmbeddingTable
+
+void table_lookup_pooled(EmbeddingTable& t, const int64_t* offsets, const int64_t* keys, int64_t bags,
+                         Combiner combiner, LookupMode mode, float* out, int64_t* rows) {
+  t.pooled_forward(offsets, keys, bags, combiner, mode, out, OutputType::f32, rows, MissingKey::zeros,
+                   Check::deferred, t.device().stream);
+}
+
+void table_lookup_keys(EmbeddingTable& t, const int64_t* keys, int64_t n, LookupMode mode, float* out, int64_t* rows) {
+  t.unpooled_forward(keys, n, mode, out, OutputType::f32, rows, MissingKey::zeros, Check::deferred,
+                     t.device().stream);
+}
+
+void table_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
+                  const float* grad, Combiner combiner, int64_t step) {
+  t.backward_and_update(offsets, rows, bags, nnz, grad, combiner, step, t.device().stream);
+}
+
+void table_check(EmbeddingTable& t) { t.check_lookups(MissingKey::zeros, t.device().stream); }
+
+TableRows table_export(EmbeddingTable& t) { return t.export_rows(t.device().stream); }
+
+void table_load(EmbeddingTable& t, const TableRows& rows) { t.load_rows(rows, t.device().stream); }
+
+size_t table_memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimizer, double max_load_factor) {
+  return EmbeddingTable::memory_bytes(capacity_rows, dim, optimizer, max_load_factor);
+}
+
+size_t table_memory_bytes(const EmbeddingTable& t) {
+  const EmbeddingTableConfig& c = t.config();
+  return table_memory_bytes(c.capacity_rows, c.dim, c.optimizer.kind, c.max_load_factor);
+}
+
+EmbeddingTableConfig shard_config(const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix) {
+  EmbeddingTableConfig c;
+  c.name = s.table.name + suffix;
+  c.table_id = s.table_id;
+  c.dim = s.table.dim;
+  c.capacity_rows = capacity_rows;
+  c.max_load_factor = s.table.max_load_factor;
+  c.seed = s.seed;
+  c.init_scale = s.table.init_scale;
+  c.optimizer = s.table.optimizer;
+  return c;
+}
+
+std::unique_ptr<EmbeddingTable> make_shard(const Device& dev, const PlacedTableSetup& s, int64_t capacity_rows,
+                                           const std::string& suffix) {
+  return std::make_unique<EmbeddingTable>(dev, shard_config(s, capacity_rows, suffix));
+}
+
+// ----------------------------------------------------------------------------
+// helpers
+
+std::vector<int64_t> download(const Device& dev, const int64_t* p, size_t n) {
+  std::vector<int64_t> h(n);
+  if (n > 0) copy_to_host(dev, h.data(), p, n * sizeof(int64_t));
+  return h;
+}
+
+TableRows select_rows(const TableRows& t, const std::vector<bool>& keep) {
+  TableRows s;
+  s.name = t.name;
+  s.dim = t.dim;
+  s.optimizer = t.optimizer;
+  s.state_width = t.state_width;
+  for (size_t i = 0; i < t.rows(); ++i) {
+    if (!keep[i]) continue;
+    s.keys.push_back(t.keys[i]);
+    s.values.insert(s.values.end(), t.values.begin() + i * t.dim, t.values.begin() + (i + 1) * t.dim);
+    s.state.insert(s.state.end(), t.state.begin() + i * t.state_width, t.state.begin() + (i + 1) * t.state_width);
+  }
+  return s;
+}
+
+namespace {
+std::vector<size_t> times(const std::vector<size_t>& v, size_t k) {
+  std::vector<size_t> r(v);
+  for (size_t& x : r) x *= k;
+  return r;
+}
+size_t total(const std::vector<size_t>& v) { return std::accumulate(v.begin(), v.end(), size_t(0)); }
+}  // namespace
+
+// ----------------------------------------------------------------------------
+// DispatchShard
+
+DispatchShard::DispatchShard(Exchange& ex, const PlacedTableSetup& s, const std::string& suffix)
+    : ex_(ex),
+      dim_(s.table.dim),
+      table_(make_shard(ex.device(), s, modulo_shard_rows(s.table.rows, ex.world(), s.shard_slack), suffix)) {}
+
+size_t DispatchShard::memory_bytes() const { return table_memory_bytes(*table_); }
+
+void DispatchShard::forward(const int64_t* keys, int64_t n, LookupMode mode, float* vecs) {
+  const Device& dev = ex_.device();
+  const int world = ex_.world();
+  n_ = n;
+  // the distinct keys (a hot key travels once per rank, not once per lookup)
+  int64_t* sorted = grow(sorted_, dev, n);
+  int64_t* key_perm = grow(key_perm_, dev, n);
+  route_sort_keys(dev, keys, n, sorted, key_perm, scratch_, dev.stream);
+  int64_t* distinct = grow(distinct_, dev, n);
+  int64_t* runs = grow(runs_, dev, n + 1);
+  int64_t* uid = grow(uid_, dev, n);
+  int64_t* num_unique = grow(num_unique_, dev, 1);
+  route_unique_sorted(dev, sorted, n, distinct, runs, uid, num_unique, scratch_, dev.stream);
+  const int64_t u = unique_ = ex_.download(num_unique, 1)[0];
+  // their route: stable buckets by owner
+  int32_t* part = grow(part_, dev, u);
+  int64_t* perm = grow(perm_, dev, u);
+  int64_t* counts = grow(counts_, dev, world);
+  route_owner_by_key(dev, distinct, u, world, part, dev.stream);
+  route_bucket(dev, part, u, world, perm, counts, scratch_, dev.stream);
+  std::vector<int64_t> c = ex_.download(counts, world);
+  send_counts_.assign(c.begin(), c.end());
+  int64_t* send_keys = grow(send_keys_, dev, u);
+  route_gather_keys(dev, distinct, perm, u, send_keys, dev.stream);
+  recv_counts_ = ex_.counts(send_counts_);
+  n_recv_ = static_cast<int64_t>(total(recv_counts_));
+  int64_t* recv_keys = grow(recv_keys_, dev, n_recv_);
+  ex_.all_to_all_v(send_keys, send_counts_, recv_keys, recv_counts_, DataType::i64);
+
+  float* recv_vecs = grow(recv_vecs_, dev, size_t(n_recv_) * dim_);
+  table_lookup_keys(*table_, recv_keys, n_recv_, mode, recv_vecs, grow(rows_, dev, n_recv_));
+  float* send_vecs = grow(send_vecs_, dev, size_t(u) * dim_);
+  ex_.all_to_all_v(recv_vecs, times(recv_counts_, dim_), send_vecs, times(send_counts_, dim_), DataType::f32);
+  // back to every occurrence: distinct order, then sorted key order, then the keys' own order
+  float* uniq_vecs = grow(uniq_vecs_, dev, size_t(u) * dim_);
+  route_scatter_rows(dev, send_vecs, perm, u, dim_, uniq_vecs, dev.stream);
+  float* key_vecs = grow(key_vecs_, dev, size_t(n) * dim_);
+  route_gather_rows(dev, uniq_vecs, uid, n, dim_, key_vecs, dev.stream);
+  route_scatter_rows(dev, key_vecs, key_perm, n, dim_, vecs, dev.stream);
+}
+
+void DispatchShard::backward(const float* key_grads, int64_t step) {
+  const Device& dev = ex_.device();
+  // each distinct key's gradient: its occurrences in key order (sorted stably), summed from 0.0f
+  float* sorted = key_vecs_.data();
+  route_gather_rows(dev, key_grads, key_perm_.data(), n_, dim_, sorted, dev.stream);
+  float* sums = uniq_vecs_.data();
+  route_pool_bags(dev, runs_.data(), sorted, unique_, dim_, Combiner::sum, sums, dev.stream);
+  float* send = send_vecs_.data();
+  route_gather_rows(dev, sums, perm_.data(), unique_, dim_, send, dev.stream);
+  float* recv = recv_vecs_.data();
+  ex_.all_to_all_v(send, times(send_counts_, dim_), recv, times(recv_counts_, dim_), DataType::f32);
+  int64_t* iota = grow(iota_, dev, n_recv_ + 1);
+  route_iota(dev, n_recv_ + 1, iota, dev.stream);
+  // one bag per received key: the owner sums each row's keys in the order they arrived
+  table_update(*table_, iota, rows_.data(), n_recv_, n_recv_, recv, Combiner::sum, step);
+}
+
+// ----------------------------------------------------------------------------
+// ReplicaShard
+
+ReplicaShard::ReplicaShard(Exchange& ex, const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix)
+    : ex_(ex), dim_(s.table.dim), table_(make_shard(ex.device(), s, capacity_rows, suffix)) {}
+
+size_t ReplicaShard::memory_bytes() const { return table_memory_bytes(*table_); }
+
+void ReplicaShard::update_from_all(const int64_t* keys, const float* key_grads, int64_t n, int64_t step) {
+  const Device& dev = ex_.device();
+  std::vector<size_t> counts = ex_.counts(std::vector<size_t>(size_t(ex_.world()), size_t(n)));
+  const int64_t all = static_cast<int64_t>(total(counts));
+  int64_t* all_keys = grow(all_keys_, dev, all);
+  float* all_grads = grow(all_grads_, dev, size_t(all) * dim_);
+  ex_.all_gather_v(keys, all_keys, counts, DataType::i64);
+  ex_.all_gather_v(key_grads, all_grads, times(counts, dim_), DataType::f32);
+  // Rows of every rank's keys in this copy (inserting those only other ranks had seen: values by key, so every
+  // copy inserts the same values), then one bag per key in the global batch's order.
+  int64_t* rows = grow(rows_, dev, all);
+  table_lookup_keys(*table_, all_keys, all, LookupMode::train, grow(scratch_vecs_, dev, size_t(all) * dim_), rows);
+  int64_t* iota = grow(iota_, dev, all + 1);
+  route_iota(dev, all + 1, iota, dev.stream);
+  table_update(*table_, iota, rows, all, all, all_grads, Combiner::sum, step);
+  ex_.agree(guarded([&] { table_check(*table_); }));
+}
+
+}  // namespace sparta

@@ -1,0 +1,148 @@
+// placement_common.h: what the placements share: the one place where they call the communicator (Exchange) and
+// the embedding table (the table_* functions), growing device arrays, and the two routes several placements
+// use: a key % world shard reached by dispatch (DispatchShard: dispatch, and hybrid's cold keys) and a replica
+// kept identical on every rank by all-gathered gradients (ReplicaShard: replicated).
+//
+// Lookups are made with deferred checks: a full table on one rank must not leave the others waiting in the next
+// collective, so errors are read by check_lookups() and agreed on by the collection after the forward.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "kernels/route.h"
+#include "src/base/buffer.h"
+#include "src/embedding_table.h"
+#include "src/placement.h"
+
+namespace sparta {
+
+// The collectives of the placements. world == 1 never touches the communicator (copies on the device instead).
+// Results are visible to work queued after the call on the compute stream (each call joins).
+class Exchange {
+ public:
+  // comm may be null when world == 1. mpi_world: for agree() (host-side agreement on errors).
+  Exchange(Communicator* comm, const Device& dev, MPI_Comm mpi_world);
+  const Device& device() const { return dev_; }
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  MPI_Comm mpi_world() const { return mpi_; }
+
+  // recv_counts[p] = what rank p sends to this rank (host counts).
+  std::vector<size_t> counts(const std::vector<size_t>& send_counts);
+  void all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                    const std::vector<size_t>& recv_counts, DataType type);
+  // recv = block `rank` of the sum over ranks of send ([world][recv_count]).
+  void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type);
+  // recv = the element-wise sum over ranks of send ([count]); send == recv allowed.
+  void all_reduce(const void* send, void* recv, size_t count, DataType type);
+  // recv: rank p's counts[p] elements in rank order (counts the same on every rank).
+  void all_gather_v(const void* send, void* recv, const std::vector<size_t>& counts, DataType type);
+  // Every rank throws the lowest failing rank's message when any rank's error is not empty.
+  void agree(const std::string& error);
+  // Copies n device elements to the host once the collectives queued before are done (fault-aware wait).
+  std::vector<int64_t> download(const int64_t* p, size_t n);
+
+ private:
+  Communicator* comm_;
+  Device dev_;
+  MPI_Comm mpi_;
+  int rank_ = 0, world_ = 1;
+};
+
+// ---- calls into EmbeddingTable (one place for each)
+
+void table_lookup_pooled(EmbeddingTable& t, const int64_t* offsets, const int64_t* keys, int64_t bags,
+                         Combiner combiner, LookupMode mode, float* out, int64_t* rows);
+void table_lookup_keys(EmbeddingTable& t, const int64_t* keys, int64_t n, LookupMode mode, float* out, int64_t* rows);
+void table_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
+                  const float* grad, Combiner combiner, int64_t step);
+void table_check(EmbeddingTable& t);
+TableRows table_export(EmbeddingTable& t);
+void table_load(EmbeddingTable& t, const TableRows& rows);
+size_t table_memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimizer, double max_load_factor);
+size_t table_memory_bytes(const EmbeddingTable& t);
+// The EmbeddingTable config of one shard of a collection table.
+EmbeddingTableConfig shard_config(const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix);
+std::unique_ptr<EmbeddingTable> make_shard(const Device& dev, const PlacedTableSetup& s, int64_t capacity_rows,
+                                           const std::string& suffix);
+
+// A device array that grows (never shrinks) to what a step needs; at least one element, so pointers are not null.
+template <class T>
+T* grow(Buffer<T>& b, const Device& dev, size_t n) {
+  if (n == 0) n = 1;
+  if (b.size() >= n) return b.data();
+  if (b.empty()) {
+    b = Buffer<T>(dev, n);  // a default buffer has no device yet
+  } else {
+    b.resize(n, dev.stream);  // the old memory may still be read by queued work: synchronizes dev.stream first
+  }
+  return b.data();
+}
+// Copies n device elements to a host vector (synchronizes).
+std::vector<int64_t> download(const Device& dev, const int64_t* p, size_t n);
+
+// TableRows of the keys for which keep(key) holds (order kept).
+TableRows select_rows(const TableRows& t, const std::vector<bool>& keep);
+
+// ---- routes shared by several placements
+
+// A table's key % world shard reached by dispatch (after SOK): each rank sends its distinct keys to their owners
+// (stable buckets), gets one vector per distinct key back and hands it to every occurrence; the backward sums
+// each distinct key's gradients in key order, sends the sums back the same way, and the owner adds them in rank
+// order (so a row's gradient is the global batch's, summed per rank, then over ranks).
+class DispatchShard {
+ public:
+  DispatchShard(Exchange& ex, const PlacedTableSetup& s, const std::string& suffix);
+  // vecs: [n, dim] of keys [n] (device), in their order.
+  void forward(const int64_t* keys, int64_t n, LookupMode mode, float* vecs);
+  // key_grads: [n, dim] for the keys of the last train forward, in their order.
+  void backward(const float* key_grads, int64_t step);
+  EmbeddingTable& table() { return *table_; }
+  size_t memory_bytes() const;
+
+ private:
+  Exchange& ex_;
+  int dim_;
+  std::unique_ptr<EmbeddingTable> table_;
+  RouteScratch scratch_;
+  int64_t n_ = 0, unique_ = 0, n_recv_ = 0;
+  std::vector<size_t> send_counts_, recv_counts_;  // distinct keys per rank
+  Buffer<int32_t> part_;
+  Buffer<int64_t> sorted_, key_perm_, distinct_, runs_, uid_, num_unique_;  // [n]: the keys' distinct set
+  Buffer<int64_t> perm_, counts_, send_keys_, recv_keys_, rows_, iota_;   // the route of the distinct keys
+  Buffer<float> key_vecs_;   // [n, dim] in sorted key order: vectors, then gradients
+  Buffer<float> uniq_vecs_;  // [unique, dim]: vectors, then gradient sums
+  Buffer<float> send_vecs_, recv_vecs_;
+};
+
+// A copy of a table on every rank. Lookups are local; an update all-gathers the keys and
+// gradients of every rank, so every copy applies the same update, summed in the order of the global batch.
+class ReplicaShard {
+ public:
+  ReplicaShard(Exchange& ex, const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix);
+  EmbeddingTable& table() { return *table_; }
+  // key_grads: [n, dim] of keys [n] (this rank's; device). Collective.
+  void update_from_all(const int64_t* keys, const float* key_grads, int64_t n, int64_t step);
+  size_t memory_bytes() const;
+
+ private:
+  Exchange& ex_;
+  int dim_;
+  std::unique_ptr<EmbeddingTable> table_;
+  Buffer<int64_t> all_keys_, rows_, iota_;
+  Buffer<float> all_grads_, scratch_vecs_;
+};
+
+std::unique_ptr<PlacedTable> make_dispatch(const PlacedTableSetup& s, Exchange& ex);
+std::unique_ptr<PlacedTable> make_localized(const PlacedTableSetup& s, Exchange& ex);
+std::unique_ptr<PlacedTable> make_replicated(const PlacedTableSetup& s, Exchange& ex);
+std::unique_ptr<PlacedTable> make_distributed(const PlacedTableSetup& s, Exchange& ex);
+std::unique_ptr<PlacedTable> make_hybrid(const PlacedTableSetup& s, Exchange& ex);
+
+}  // namespace sparta

@@ -1,0 +1,165 @@
+// placement_hybrid.cpp: HugeCTR's HybridSparseEmbedding: the most frequent keys (the plan's hot set of H keys,
+// from counts over a sample of the data) are replicated on every rank; the rest are placed by dispatch. A batch's
+// keys are split stably into hot and cold; the hot ones are looked up in the local copy, the cold ones dispatched
+// to their owners; the per-key vectors are put back in key order and pooled at the requester.
+//
+// Backward: the cold keys' gradients go back to their owners (dispatch). The hot keys' gradients are summed per
+// hot key on each rank (in key order), into a dense [H, dim] gradient with a count per hot key, and both are
+// all-reduced: every copy then updates the same rows (those with a count) with the same sums, so the copies stay
+// identical. The bytes of the hot backward depend on H, not on the batch: the replication pays when the hot keys
+// are looked up more often per step than there are of them.
+//
+// Each row lives in exactly one of the two shards and is updated once per step it is touched, so every optimizer
+// and any hotness work as in one table. The forward equals a single-rank pooled lookup bit for bit; a hot row's
+// gradient is added per rank, then over ranks (equal to the single-rank sum within rounding).
+#include <algorithm>
+
+#include "src/placement_common.h"
+
+namespace sparta {
+
+namespace {
+
+class HybridTable : public PlacedTable {
+ public:
+  HybridTable(const PlacedTableSetup& s, Exchange& ex)
+      : ex_(ex),
+        dim_(s.table.dim),
+        combiner_(s.table.combiner),
+        hot_keys_(s.plan.hot_keys),
+        hot_table_(make_shard(ex.device(), s, std::max<int64_t>(1, int64_t(s.plan.hot_keys.size())), "/hot")),
+        cold_(ex, s, "") {
+    for (size_t i = 1; i < hot_keys_.size(); ++i)
+      SPARTA_REQUIRE(hot_keys_[i - 1] < hot_keys_[i], "table '%s': hybrid hot keys must be ascending and distinct",
+                     s.table.name.c_str());
+    SPARTA_REQUIRE(int64_t(hot_keys_.size()) <= s.table.rows, "table '%s': %zu hot keys for a table of %lld rows",
+                   s.table.name.c_str(), hot_keys_.size(), (long long)s.table.rows);
+    if (!hot_keys_.empty()) hot_set_ = Buffer<int64_t>(ex.device(), hot_keys_);
+  }
+
+  void forward(const TableBatch& in, LookupMode mode, float* out) override {
+    const Device& dev = ex_.device();
+    in_ = in;
+    int32_t* part = grow(part_, dev, in.nnz);
+    int64_t* perm = grow(perm_, dev, in.nnz);
+    int64_t* counts = grow(counts_, dev, 2);
+    route_part_by_membership(dev, in.keys, in.nnz, hot_set_.data(), int64_t(hot_keys_.size()), part, dev.stream);
+    route_bucket(dev, part, in.nnz, 2, perm, counts, scratch_, dev.stream);
+    std::vector<int64_t> c = ex_.download(counts, 2);
+    hot_ = c[0], cold_n_ = c[1];
+    int64_t* keys = grow(split_keys_, dev, in.nnz);  // hot keys, then cold keys
+    route_gather_keys(dev, in.keys, perm, in.nnz, keys, dev.stream);
+
+    float* split = grow(split_vecs_, dev, size_t(in.nnz) * dim_);
+    table_lookup_keys(*hot_table_, keys, hot_, mode, split, nullptr);
+    cold_.forward(keys + hot_, cold_n_, mode, split + size_t(hot_) * dim_);
+    float* vecs = grow(vecs_, dev, size_t(in.nnz) * dim_);
+    route_scatter_rows(dev, split, perm, in.nnz, dim_, vecs, dev.stream);
+    route_pool_bags(dev, in.offsets, vecs, in.bags, dim_, combiner_, out, dev.stream);
+  }
+
+  void backward(const float* grad, int64_t step) override {
+    const Device& dev = ex_.device();
+    float* key_grads = grow(vecs_, dev, size_t(in_.nnz) * dim_);
+    route_spread_bag_grads(dev, in_.offsets, grad, in_.bags, dim_, combiner_, key_grads, dev.stream);
+    float* split = grow(split_vecs_, dev, size_t(in_.nnz) * dim_);
+    route_gather_rows(dev, key_grads, perm_.data(), in_.nnz, dim_, split, dev.stream);
+    if (!hot_keys_.empty()) update_hot(split, step);
+    cold_.backward(split + size_t(hot_) * dim_, step);
+  }
+
+  void check_lookups() override {
+    table_check(*hot_table_);
+    table_check(cold_.table());
+  }
+  int owner_of(int64_t key) const override {
+    return std::binary_search(hot_keys_.begin(), hot_keys_.end(), key) ? kAllRanks : owner_of_key(key, ex_.world());
+  }
+  TableRows rows_to_save() override {
+    TableRows hot = table_export(*hot_table_);
+    if (ex_.rank() != 0) hot = select_rows(hot, std::vector<bool>(hot.rows(), false));  // one writer per row
+    return concat(hot, table_export(cold_.table()));
+  }
+  TableRows held_rows() override { return concat(table_export(*hot_table_), table_export(cold_.table())); }
+  void load_rows(const TableRows& rows) override {
+    std::vector<bool> hot(rows.rows()), cold(rows.rows());
+    for (size_t i = 0; i < rows.rows(); ++i) {
+      hot[i] = std::binary_search(hot_keys_.begin(), hot_keys_.end(), rows.keys[i]);
+      cold[i] = !hot[i];
+    }
+    table_load(*hot_table_, select_rows(rows, hot));
+    table_load(cold_.table(), select_rows(rows, cold));
+  }
+  size_t memory_bytes() const override { return table_memory_bytes(*hot_table_) + cold_.memory_bytes(); }
+
+ private:
+  // hot_grads: [hot_, dim], the gradients of this rank's hot keys (split_keys_[0, hot_)) in their order.
+  void update_hot(const float* hot_grads, int64_t step) {
+    const Device& dev = ex_.device();
+    const int64_t H = int64_t(hot_keys_.size());
+    // this rank's sum per hot key, in key order: bucket by position in the hot set, pool each bucket
+    int32_t* idx = grow(hot_idx_, dev, hot_);
+    route_index_in_set(dev, split_keys_.data(), hot_, hot_set_.data(), H, idx, dev.stream);
+    int64_t* perm = grow(hot_perm_, dev, std::max(hot_, H));
+    int64_t* counts = grow(hot_counts_, dev, H);
+    route_bucket(dev, idx, hot_, int(H), perm, counts, scratch_, dev.stream);
+    float* sorted = grow(hot_sorted_, dev, size_t(hot_) * dim_);
+    route_gather_rows(dev, hot_grads, perm, hot_, dim_, sorted, dev.stream);
+    int64_t* offsets = grow(hot_offsets_, dev, H + 1);
+    route_offsets_from_lengths(dev, counts, H, offsets, scratch_, dev.stream);
+    float* dense = grow(hot_dense_, dev, size_t(H) * dim_);  // [H, dim]
+    route_pool_bags(dev, offsets, sorted, H, dim_, Combiner::sum, dense, dev.stream);
+    // every rank's sums and counts
+    ex_.all_reduce(dense, dense, size_t(H) * dim_, DataType::f32);
+    ex_.all_reduce(counts, counts, size_t(H), DataType::i64);
+    // the touched hot keys (count > 0), the same on every rank, get one update each
+    int32_t* part = grow(hot_part_, dev, H);
+    route_part_nonzero(dev, counts, H, part, dev.stream);
+    int64_t* two = grow(counts_, dev, 2);
+    route_bucket(dev, part, H, 2, perm, two, scratch_, dev.stream);
+    const int64_t touched = ex_.download(two, 1)[0];
+    int64_t* keys = grow(hot_touched_keys_, dev, touched);
+    route_gather_keys(dev, hot_set_.data(), perm, touched, keys, dev.stream);
+    float* grads = grow(hot_touched_grads_, dev, size_t(touched) * dim_);
+    route_gather_rows(dev, dense, perm, touched, dim_, grads, dev.stream);
+    // rows in this copy (inserting keys only other ranks had looked up: values by key, the same everywhere)
+    int64_t* rows = grow(hot_rows_, dev, touched);
+    float* unused = grow(hot_scratch_vecs_, dev, size_t(touched) * dim_);
+    table_lookup_keys(*hot_table_, keys, touched, LookupMode::train, unused, rows);
+    int64_t* iota = grow(hot_iota_, dev, touched + 1);
+    route_iota(dev, touched + 1, iota, dev.stream);
+    table_update(*hot_table_, iota, rows, touched, touched, grads, Combiner::sum, step);
+  }
+
+  static TableRows concat(TableRows a, const TableRows& b) {
+    a.keys.insert(a.keys.end(), b.keys.begin(), b.keys.end());
+    a.values.insert(a.values.end(), b.values.begin(), b.values.end());
+    a.state.insert(a.state.end(), b.state.begin(), b.state.end());
+    return a;
+  }
+
+  Exchange& ex_;
+  int dim_;
+  Combiner combiner_;
+  std::vector<int64_t> hot_keys_;  // ascending
+  Buffer<int64_t> hot_set_;        // the same on the device
+  std::unique_ptr<EmbeddingTable> hot_table_;  // the copy of the hot rows, [H] rows
+  DispatchShard cold_;
+  RouteScratch scratch_;
+  TableBatch in_;
+  int64_t hot_ = 0, cold_n_ = 0;
+  Buffer<int32_t> part_, hot_idx_, hot_part_;
+  Buffer<int64_t> perm_, counts_, split_keys_;
+  Buffer<int64_t> hot_perm_, hot_counts_, hot_offsets_, hot_touched_keys_, hot_rows_, hot_iota_;
+  Buffer<float> split_vecs_;  // [nnz, dim] hot then cold: vectors, then gradients
+  Buffer<float> vecs_;        // [nnz, dim] in key order: vectors, then gradients
+  Buffer<float> hot_sorted_, hot_dense_, hot_touched_grads_, hot_scratch_vecs_;
+};
+
+}  // namespace
+
+std::unique_ptr<PlacedTable> make_hybrid(const PlacedTableSetup& s, Exchange& ex) {
+  return std::make_unique<HybridTable>(s, ex);
+}
+
+}  // namespace sparta

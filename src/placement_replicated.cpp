@@ -1,0 +1,54 @@
+// placement_replicated.cpp: a copy of the whole table on every rank. The forward is a local pooled lookup (no
+// communication); the backward all-gathers every rank's per-key gradients (with their keys), so that every copy
+// applies the same update, summed per row in the order of the global batch, and the copies stay identical.
+// (A sparse all-reduce: the rows a batch touches are few, and their ids differ between copies, so the keys travel
+// with the gradients rather than a dense [rows, dim] all-reduce.)
+#include "src/placement_common.h"
+
+namespace sparta {
+
+namespace {
+
+class ReplicatedTable : public PlacedTable {
+ public:
+  ReplicatedTable(const PlacedTableSetup& s, Exchange& ex)
+      : ex_(ex), dim_(s.table.dim), combiner_(s.table.combiner), replica_(ex, s, s.table.rows, "") {}
+
+  void forward(const TableBatch& in, LookupMode mode, float* out) override {
+    in_ = in;
+    table_lookup_pooled(replica_.table(), in.offsets, in.keys, in.bags, combiner_, mode, out, nullptr);
+  }
+
+  void backward(const float* grad, int64_t step) override {
+    float* key_grads = grow(key_grads_, ex_.device(), size_t(in_.nnz) * dim_);
+    route_spread_bag_grads(ex_.device(), in_.offsets, grad, in_.bags, dim_, combiner_, key_grads, ex_.device().stream);
+    replica_.update_from_all(in_.keys, key_grads, in_.nnz, step);
+  }
+
+  void check_lookups() override { table_check(replica_.table()); }
+  int owner_of(int64_t) const override { return kAllRanks; }
+  TableRows rows_to_save() override {
+    TableRows r = table_export(replica_.table());
+    if (ex_.rank() != 0) r = select_rows(r, std::vector<bool>(r.rows(), false));  // one writer per row
+    return r;
+  }
+  TableRows held_rows() override { return table_export(replica_.table()); }
+  void load_rows(const TableRows& rows) override { table_load(replica_.table(), rows); }
+  size_t memory_bytes() const override { return replica_.memory_bytes(); }
+
+ private:
+  Exchange& ex_;
+  int dim_;
+  Combiner combiner_;
+  ReplicaShard replica_;
+  TableBatch in_;
+  Buffer<float> key_grads_;  // [nnz, dim]
+};
+
+}  // namespace
+
+std::unique_ptr<PlacedTable> make_replicated(const PlacedTableSetup& s, Exchange& ex) {
+  return std::make_unique<ReplicatedTable>(s, ex);
+}
+
+}  // namespace sparta

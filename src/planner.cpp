@@ -1,0 +1,334 @@
+// planner.cpp: see planner.h; the cost model is in README.md ("Embedding collection and placements").
+#include "src/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "src/base/agree.h"
+#include "src/base/check.h"
+#include "src/placement_common.h"
+
+namespace sparta {
+
+void check_collection_config(const CollectionConfig& cfg) {
+  SPARTA_REQUIRE(cfg.num_slots >= 1, "embedding collection: num_slots must be >= 1, found %d", cfg.num_slots);
+  SPARTA_REQUIRE(!cfg.tables.empty(), "embedding collection: no tables");
+  SPARTA_REQUIRE(cfg.shard_slack >= 1.0, "embedding collection: shard_slack must be >= 1, found %g", cfg.shard_slack);
+  std::vector<int> served(size_t(cfg.num_slots), -1);
+  std::set<std::string> names;
+  for (size_t i = 0; i < cfg.tables.size(); ++i) {
+    const CollectionTableConfig& t = cfg.tables[i];
+    const char* n = t.name.c_str();
+    SPARTA_REQUIRE(!t.name.empty() && t.name.find_first_of(" :/") == std::string::npos,
+                   "embedding collection: table %zu: name '%s' must be nonempty without spaces, ':' or '/'", i, n);
+    SPARTA_REQUIRE(names.insert(t.name).second, "embedding collection: two tables named '%s'", n);
+    SPARTA_REQUIRE(t.rows >= 1, "table '%s': rows must be >= 1, found %lld", n, (long long)t.rows);
+    SPARTA_REQUIRE(t.dim >= 1 && t.dim <= 256, "table '%s': dim must be in 1..256, found %d", n, t.dim);
+    SPARTA_REQUIRE(t.hot_rows >= 0, "table '%s': hot_rows must be >= 0, found %lld", n, (long long)t.hot_rows);
+    SPARTA_REQUIRE(!t.slots.empty(), "table '%s': serves no slot", n);
+    for (int s : t.slots) {
+      SPARTA_REQUIRE(s >= 0 && s < cfg.num_slots, "table '%s': slot %d outside [0, %d)", n, s, cfg.num_slots);
+      SPARTA_REQUIRE(served[s] < 0, "table '%s': slot %d is already served by table '%s'", n, s,
+                     cfg.tables[size_t(served[s])].name.c_str());
+      served[s] = static_cast<int>(i);
+    }
+  }
+  for (int s = 0; s < cfg.num_slots; ++s)
+    SPARTA_REQUIRE(served[s] >= 0, "embedding collection: slot %d is served by no table", s);
+}
+
+// ----------------------------------------------------------------------------
+// key statistics
+
+std::vector<TableKeyStats> count_keys(MPI_Comm comm, const CollectionConfig& cfg, const std::vector<int64_t>& offsets,
+                                      const std::vector<int64_t>& keys, int64_t batch, size_t max_top) {
+  const size_t T = cfg.tables.size();
+  std::vector<std::map<int64_t, int64_t>> counts(T);
+  std::vector<int64_t> nkeys(T, 0);
+  agree_on_error(comm, guarded([&] {
+    check_collection_config(cfg);
+    const int64_t rows = batch * cfg.num_slots;
+    SPARTA_REQUIRE(batch >= 0 && offsets.size() == size_t(rows) + 1,
+                   "key statistics: offsets must have batch * num_slots + 1 = %lld entries, found %zu",
+                   (long long)(rows + 1), offsets.size());
+    SPARTA_REQUIRE(offsets[0] == 0 && offsets.back() == int64_t(keys.size()),
+                   "key statistics: offsets must run from 0 to the key count %zu, found %lld .. %lld", keys.size(),
+                   (long long)offsets[0], (long long)offsets.back());
+    for (int64_t r = 0; r < rows; ++r)
+      SPARTA_REQUIRE(offsets[r] <= offsets[r + 1], "key statistics: offsets decrease at row %lld", (long long)r);
+    for (size_t t = 0; t < T; ++t)
+      for (int64_t s = 0; s < batch; ++s)
+        for (int slot : cfg.tables[t].slots) {
+          int64_t r = s * cfg.num_slots + slot;
+          for (int64_t i = offsets[r]; i < offsets[r + 1]; ++i) ++counts[t][keys[i]], ++nkeys[t];
+        }
+  }));
+  int world = 1;
+  MPI_CHECK(MPI_Comm_size(comm, &world));
+  int64_t samples = batch;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &samples, 1, MPI_INT64_T, MPI_SUM, comm));
+  std::vector<TableKeyStats> out(T);
+  for (size_t t = 0; t < T; ++t) {
+    // every rank's (key, count) pairs to every rank, merged
+    std::vector<int64_t> mine;
+    for (const auto& kc : counts[t]) mine.push_back(kc.first), mine.push_back(kc.second);
+    int n = static_cast<int>(mine.size());
+    std::vector<int> sizes(static_cast<size_t>(world), 0), displs(static_cast<size_t>(world), 0);
+    MPI_CHECK(MPI_Allgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, comm));
+    int sum = 0;
+    for (int r = 0; r < world; ++r) displs[r] = sum, sum += sizes[r];
+    std::vector<int64_t> all(size_t(std::max(sum, 1)));
+    MPI_CHECK(MPI_Allgatherv(mine.data(), n, MPI_INT64_T, all.data(), sizes.data(), displs.data(), MPI_INT64_T, comm));
+    std::map<int64_t, int64_t> merged;
+    for (int i = 0; i + 1 < sum; i += 2) merged[all[i]] += all[i + 1];
+    TableKeyStats& st = out[t];
+    st.samples = samples;
+    st.keys = nkeys[t];
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &st.keys, 1, MPI_INT64_T, MPI_SUM, comm));
+    st.top.assign(merged.begin(), merged.end());
+    std::stable_sort(st.top.begin(), st.top.end(), [](const std::pair<int64_t, int64_t>& a,
+                                                     const std::pair<int64_t, int64_t>& b) {
+      return a.second > b.second;  // keys ascending among equal counts (the map's order, kept by the stable sort)
+    });
+    if (st.top.size() > max_top) st.top.resize(max_top);
+  }
+  return out;
+}
+
+// ----------------------------------------------------------------------------
+// cost model
+
+namespace {
+// Expected distinct keys among `draws` lookups drawn from the counted frequencies, the first `skip` of `top`
+// left out (they are looked up elsewhere): sum over keys of 1 - (1 - p)^draws; the share of lookups no counted key
+// covers is taken as all distinct. Without statistics: every lookup distinct.
+double expected_distinct(const TableKeyStats& st, double draws, size_t skip) {
+  if (st.keys <= 0) return draws;
+  double covered = 0, distinct = 0;
+  for (size_t i = 0; i < st.top.size(); ++i) {
+    const double p = double(st.top[i].second) / double(st.keys);
+    covered += p;
+    if (i >= skip) distinct += 1.0 - std::pow(1.0 - p, draws);
+  }
+  return distinct + std::max(0.0, 1.0 - covered) * draws;
+}
+}  // namespace
+
+PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const PlannerOptions& opt,
+                             const TableKeyStats& stats, int64_t hot_rows, double shard_slack) {
+  const double W = opt.world;
+  const double b = std::ceil(double(opt.global_batch) / W);                  // local samples
+  const double S = double(t.slots.size());                                   // bags per sample
+  const double h = stats.samples > 0 ? stats.keys_per_sample() : S;          // keys per sample (hotness)
+  const double K = b * h;                                                    // local keys
+  const double v = 4.0 * t.dim;                                              // bytes of a vector
+  const double f = (W - 1) / W;                                              // share of keys owned elsewhere
+  auto mem = [&](int64_t rows) { return table_memory_bytes(rows, t.dim, t.optimizer.kind, t.max_load_factor); };
+  const int64_t shard = modulo_shard_rows(t.rows, opt.world, shard_slack);
+  PlacementCost c;
+  switch (p) {
+    case Placement::replicated:
+      c.memory_busiest = c.memory_every = mem(t.rows);
+      c.bytes_per_step = 2 * (W - 1) * K * (8 + v);  // all-gather of keys and per-key gradients
+      break;
+    case Placement::localized:
+      c.memory_busiest = mem(t.rows);
+      c.memory_every = opt.world == 1 ? c.memory_busiest : 0;
+      // the owner receives every rank's lengths and keys and their gradients, and sends the pooled vectors
+      c.bytes_per_step = (W - 1) * (b * S * 8 + K * 8 + 2 * b * S * v);
+      break;
+    case Placement::dispatch:
+      c.memory_busiest = c.memory_every = mem(shard);
+      // distinct keys out, their vectors back, their gradient sums out
+      c.bytes_per_step = 2 * f * expected_distinct(stats, K, 0) * (8 + 2 * v);
+      break;
+    case Placement::distributed:
+      c.memory_busiest = c.memory_every = mem(shard);
+      c.bytes_per_step = 2 * f * K * 16 + 4 * (W - 1) * b * S * v;  // keys and bag ids; reduce-scatter; all-gather
+      break;
+    case Placement::hybrid: {
+      // the hot keys: an all-reduce of their [hot_rows, dim] gradient and counts; the rest: dispatch
+      c.memory_busiest = c.memory_every = mem(std::max<int64_t>(1, hot_rows)) + mem(shard);
+      c.bytes_per_step = 4 * f * double(hot_rows) * (v + 8) +
+                         2 * f * expected_distinct(stats, K, size_t(hot_rows)) * (8 + 2 * v);
+      break;
+    }
+  }
+  if (opt.world == 1) c.bytes_per_step = 0;  // one rank: nothing moves
+  return c;
+}
+
+// ----------------------------------------------------------------------------
+// the plan
+
+namespace {
+
+struct Request {
+  bool automatic = true;
+  Placement placement = Placement::dispatch;
+  int owner = -1;  // localized: -1 = the planner picks
+};
+
+Request parse_request(const CollectionTableConfig& t, int world) {
+  Request r;
+  if (t.placement == "auto") return r;
+  r.automatic = false;
+  std::string name = t.placement, owner;
+  size_t colon = name.find(':');
+  if (colon != std::string::npos) owner = name.substr(colon + 1), name = name.substr(0, colon);
+  try {
+    r.placement = parse_placement(name);
+  } catch (const Error& e) {
+    throw Error("table '" + t.name + "': " + e.what());
+  }
+  if (!owner.empty()) {
+    SPARTA_REQUIRE(r.placement == Placement::localized, "table '%s': placement '%s' takes no owner", t.name.c_str(),
+                   t.placement.c_str());
+    char* end = nullptr;
+    long o = std::strtol(owner.c_str(), &end, 10);
+    SPARTA_REQUIRE(end && *end == 0 && o >= 0 && o < world,
+                   "table '%s': localized owner must be a rank in [0, %d), found '%s'", t.name.c_str(), world,
+                   owner.c_str());
+    r.owner = static_cast<int>(o);
+  }
+  return r;
+}
+
+std::string mib(double bytes) { return strprintf("%.2f MiB", bytes / (1024.0 * 1024.0)); }
+
+// Bytes in the unit that reads best: B, KiB, MiB, GiB.
+std::string human(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 4) bytes /= 1024.0, ++u;
+  return u == 0 ? strprintf("%.0f B", bytes) : strprintf("%.2f %s", bytes, units[u]);
+}
+
+}  // namespace
+
+Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std::vector<TableKeyStats>& stats) {
+  check_collection_config(cfg);
+  SPARTA_REQUIRE(opt.world >= 1 && opt.global_batch >= 1, "planner: world %d and global batch %lld must be >= 1",
+                 opt.world, (long long)opt.global_batch);
+  SPARTA_REQUIRE(stats.empty() || stats.size() == cfg.tables.size(), "planner: key statistics of %zu tables for %zu",
+                 stats.size(), cfg.tables.size());
+  const size_t T = cfg.tables.size();
+  const int W = opt.world;
+  Plan plan;
+  plan.tables.resize(T);
+  std::vector<Request> req(T);
+  for (size_t i = 0; i < T; ++i) req[i] = parse_request(cfg.tables[i], W);
+
+  // Largest tables first: they have the fewest placements that fit.
+  std::vector<size_t> order(T);
+  for (size_t i = 0; i < T; ++i) order[i] = i;
+  auto size_of = [&](size_t i) {
+    const CollectionTableConfig& t = cfg.tables[i];
+    return table_memory_bytes(t.rows, t.dim, t.optimizer.kind, t.max_load_factor);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return size_of(a) > size_of(b); });
+
+  std::vector<size_t> used(size_t(W), 0);
+  const size_t budget = opt.memory_budget;
+  const TableKeyStats none;
+  for (size_t i : order) {
+    const CollectionTableConfig& t = cfg.tables[i];
+    const TableKeyStats& st = stats.empty() ? none : stats[i];
+    const int64_t hot_rows =
+        std::min<int64_t>({t.hot_rows > 0 ? t.hot_rows : opt.default_hot_rows, t.rows, int64_t(st.top.size())});
+    // Candidates in order of preference where the costs tie (one rank: nothing moves, keep it simple).
+    std::vector<Placement> cands;
+    if (req[i].automatic) {
+      cands = {Placement::replicated, Placement::localized, Placement::dispatch, Placement::distributed};
+      if (hot_rows > 0) cands.push_back(Placement::hybrid);
+    } else {
+      cands = {req[i].placement};
+    }
+    struct Option {
+      Placement p;
+      PlacementCost cost;
+      int owner;
+      size_t shortfall;  // bytes over the budget on the fullest rank (0: fits)
+    };
+    std::vector<Option> opts;
+    for (Placement p : cands) {
+      Option o{p, placement_cost(t, p, opt, st, hot_rows, cfg.shard_slack), 0, 0};
+      if (p == Placement::localized) {
+        o.owner = req[i].owner;
+        if (o.owner < 0) o.owner = int(std::min_element(used.begin(), used.end()) - used.begin());
+      }
+      if (budget > 0)
+        for (int r = 0; r < W; ++r) {
+          const bool holder = p == Placement::localized && r == o.owner;
+          size_t need = used[r] + (holder ? o.cost.memory_busiest : o.cost.memory_every);
+          if (need > budget) o.shortfall = std::max(o.shortfall, need - budget);
+        }
+      opts.push_back(o);
+    }
+    std::stable_sort(opts.begin(), opts.end(),
+                     [](const Option& a, const Option& b) { return a.cost.bytes_per_step < b.cost.bytes_per_step; });
+    const Option* pick = nullptr;
+    for (const Option& o : opts)
+      if (o.shortfall == 0) {
+        pick = &o;
+        break;
+      }
+    if (!pick) {
+      const Option* best = &opts[0];
+      for (const Option& o : opts)
+        if (o.shortfall < best->shortfall) best = &o;
+      throw Error(strprintf(
+          "planner: table '%s' (%lld rows, dim %d) does not fit: %s placement needs %s more than the memory budget of "
+          "%s per rank (tables placed before it use up to %s on a rank)%s",
+          t.name.c_str(), (long long)t.rows, t.dim, placement_name(best->p), mib(double(best->shortfall)).c_str(),
+          mib(double(budget)).c_str(), mib(double(*std::max_element(used.begin(), used.end()))).c_str(),
+          req[i].automatic ? " (the placement that comes closest)" : ""));
+    }
+    TablePlan& tp = plan.tables[i];
+    tp.placement = pick->p;
+    tp.owner = pick->p == Placement::localized ? pick->owner : 0;
+    tp.memory_bytes = pick->cost.memory_busiest;
+    tp.bytes_per_step = pick->cost.bytes_per_step;
+    if (pick->p == Placement::hybrid) {
+      for (int64_t k = 0; k < hot_rows; ++k) tp.hot_keys.push_back(st.top[size_t(k)].first);
+      std::sort(tp.hot_keys.begin(), tp.hot_keys.end());
+    }
+    for (int r = 0; r < W; ++r)
+      used[r] += pick->p == Placement::localized ? (r == tp.owner ? pick->cost.memory_busiest : 0)
+                                                 : pick->cost.memory_every;
+  }
+  return plan;
+}
+
+std::string format_plan(const CollectionConfig& cfg, const Plan& plan) {
+  std::string out = strprintf("%-16s %12s %5s %-12s %10s %16s %18s\n", "table", "rows", "dim", "placement", "owner",
+                              "memory/rank", "bytes/step");
+  for (size_t i = 0; i < cfg.tables.size() && i < plan.tables.size(); ++i) {
+    const CollectionTableConfig& t = cfg.tables[i];
+    const TablePlan& p = plan.tables[i];
+    std::string owner = p.placement == Placement::localized ? std::to_string(p.owner)
+                        : p.placement == Placement::replicated ? "all"
+                        : p.placement == Placement::hybrid     ? "all/key%W"
+                                                               : "key%W";
+    std::string name = placement_name(p.placement);
+    if (p.placement == Placement::hybrid) name += strprintf("(%zu)", p.hot_keys.size());
+    out += strprintf("%-16s %12lld %5d %-12s %10s %16s %18s\n", t.name.c_str(), (long long)t.rows, t.dim, name.c_str(),
+                     owner.c_str(), human(double(p.memory_bytes)).c_str(), human(p.bytes_per_step).c_str());
+  }
+  return out;
+}
+
+std::string plan_summary(const CollectionConfig& cfg, const Plan& plan) {
+  std::string out;
+  for (size_t i = 0; i < cfg.tables.size() && i < plan.tables.size(); ++i) {
+    const TablePlan& p = plan.tables[i];
+    if (!out.empty()) out += " ";
+    out += cfg.tables[i].name + ":" + placement_name(p.placement);
+    if (p.placement == Placement::localized) out += ":" + std::to_string(p.owner);
+  }
+  return out;
+}
+
+}  // namespace sparta

@@ -1,0 +1,63 @@
+// planner.h: picks where each table of a collection lives. `auto` tables get the placement that moves the fewest
+// bytes per step among those that fit the device memory budget; explicit placements are honoured (and must fit
+// too). A plan that does not fit is a sparta::Error naming the table and the shortfall, raised before anything
+// is allocated. The cost model is written out in README.md ("Embedding collection and placements").
+//
+// Key statistics come from a sample of the data: keys per sample of each table (its hotness) and the most
+// frequent keys (the hybrid placement's replicated set, and the share of lookups it covers).
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "src/placement.h"
+
+namespace sparta {
+
+// Checks a collection's configuration (slots in range, each slot served by exactly one table, sizes, names);
+// throws sparta::Error naming the table and field.
+void check_collection_config(const CollectionConfig& cfg);
+
+struct TableKeyStats {
+  int64_t samples = 0;                            // samples counted, over all ranks
+  int64_t keys = 0;                               // keys of this table's slots in them
+  std::vector<std::pair<int64_t, int64_t>> top;   // (key, count), most frequent first (ties: smaller key first)
+  double keys_per_sample() const { return samples > 0 ? double(keys) / double(samples) : 0.0; }
+};
+
+// Counts the keys of every table over a sample of the data: this rank's share, a host CSR over rows
+// sample * num_slots + slot (offsets [batch * num_slots + 1], keys). Collective over comm: the counts of all
+// ranks are merged, so every rank returns the same statistics. max_top bounds `top` per table.
+std::vector<TableKeyStats> count_keys(MPI_Comm comm, const CollectionConfig& cfg, const std::vector<int64_t>& offsets,
+                                      const std::vector<int64_t>& keys, int64_t batch, size_t max_top);
+
+struct PlannerOptions {
+  int world = 1;
+  int64_t global_batch = 1;       // samples per step over all ranks
+  size_t memory_budget = 0;       // device bytes per rank for the tables (0: no limit)
+  int64_t default_hot_rows = 1024;  // hybrid tables with hot_rows 0
+};
+
+// Estimates of one table under one placement (README: the cost model).
+struct PlacementCost {
+  size_t memory_busiest = 0;      // device bytes on the rank that holds the most of the table
+  size_t memory_every = 0;        // device bytes on every rank (memory_busiest on every rank but a localized owner)
+  double bytes_per_step = 0;      // bytes the busiest rank sends plus receives in one forward and backward
+};
+PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const PlannerOptions& opt,
+                             const TableKeyStats& stats, int64_t hot_rows, double shard_slack);
+
+// The plan: every table's placement, owner and (hybrid) hot keys. stats: per table (empty: one key per slot and
+// no frequent keys known). Throws sparta::Error for a bad configuration or a plan that does not fit.
+Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std::vector<TableKeyStats>& stats);
+
+// The table rank 0 prints: table, rows, dim, placement, owner, memory per rank, bytes moved per step.
+std::string format_plan(const CollectionConfig& cfg, const Plan& plan);
+// One line "name:placement[:owner] ..." (checkpoint metadata).
+std::string plan_summary(const CollectionConfig& cfg, const Plan& plan);
+
+}  // namespace sparta

@@ -1,0 +1,624 @@
+// The embedding collection (src/embedding_collection.h) under MPI, every placement and a mix of them, against a
+// single-rank reference computed here independently: a plain host model (std::map key → row initialised with
+// kernels/key_init.h's initial_value, pooled by hand, SGD and Adagrad applied by hand) over the global batch.
+//
+// Exactness. The forward of a fresh table is compared bit for bit for dispatch, localized, replicated and hybrid
+// (each pools a bag's vectors in key order from 0.0f, as the reference does); distributed adds a bag's keys per
+// owner and then over ranks, so it is compared within 1e-6 + 1e-5|ref|. Table contents and later forwards are
+// compared within 1e-5 + 1e-5|ref|: dispatch, hybrid and distributed sum a row's gradients per rank and then
+// over ranks, and even where a row is summed in the global batch's order (localized, replicated, one rank), a row
+// whose gradients span more than one block of the sorted sequence (kernels/embedding_backward.h, 128 keys; a hot
+// key always does) adds partial sums, where the reference adds one gradient after the other.
+//
+// Data: fresh random keys (64-bit, negative ones too, power law), 0..3 keys per slot, a hot key in slot 0 of
+// every nonempty sample (so every rank shares it), every 7th sample empty, a table with fewer rows than ranks, a
+// table shared by two slots, local batches differing by one. Outputs are poisoned (NaN) before every forward.
+#include <mpi.h>
+
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+
+#include "comm/communicator.h"
+#include "kernels/key_init.h"
+#include "src/base/check.h"
+#include "src/embedding_collection.h"
+#include "src/planner.h"
+#include "tests/testing.h"
+
+using namespace sparta;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------------------
+// A world (a sub-communicator of the first `ranks` ranks) with its device and communicator.
+
+struct World {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0, size = 1;
+  Topology topo;
+  Device dev;
+  std::unique_ptr<Communicator> communicator;
+  bool in() const { return comm != MPI_COMM_NULL; }
+
+  // ranks_per_node > 0 cuts the host into emulated nodes, so that hier takes its inter-node path here too.
+  World(Backend backend, int ranks, CommMode mode = CommMode::mpi, int ranks_per_node = 0) {
+    MPI_Comm_split(MPI_COMM_WORLD, testing::world_rank() < ranks ? 0 : MPI_UNDEFINED, testing::world_rank(), &comm);
+    if (!in()) return;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    topo = make_topology(comm, ranks_per_node);
+    if (backend == Backend::cuda) {
+      dev = open_device(Backend::cuda, topo.host_rank);
+      if (mode == CommMode::mpi) mode = CommMode::nccl;
+    }
+    if (size > 1) {  // one rank: the collection must not need a communicator at all
+      CommOptions o;
+      o.mode = mode;
+      o.timeout_s = 120;
+      communicator = std::make_unique<Communicator>(topo, dev, o);
+    }
+  }
+  ~World() {
+    if (!in()) return;
+    communicator.reset();
+    if (dev.is_cuda()) close_device(dev);
+    free_topology(topo);
+    MPI_Comm_free(&comm);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// The configuration under test: five tables, six slots.
+
+struct TableDef {
+  const char* name;
+  int64_t rows;
+  int dim;
+  Combiner combiner;
+  OptimizerKind opt;
+  std::vector<int> slots;
+  size_t pool;  // distinct keys drawn
+};
+const std::vector<TableDef> kTables = {
+    {"user", 1000, 8, Combiner::sum, OptimizerKind::sgd, {0}, 300},
+    {"item", 500, 4, Combiner::mean, OptimizerKind::adagrad, {1, 2}, 200},  // one table, two slots
+    {"tiny", 3, 5, Combiner::sum, OptimizerKind::sgd, {3}, 3},               // fewer rows than ranks
+    {"geo", 200, 8, Combiner::mean, OptimizerKind::sgd, {4}, 100},
+    {"cat", 400, 3, Combiner::sum, OptimizerKind::adagrad, {5}, 150},
+};
+constexpr int kSlots = 6;
+
+CollectionConfig make_config(uint64_t seed, const std::vector<std::string>& placements) {
+  CollectionConfig c;
+  c.num_slots = kSlots;
+  c.seed = seed;
+  for (size_t i = 0; i < kTables.size(); ++i) {
+    const TableDef& d = kTables[i];
+    CollectionTableConfig t;
+    t.name = d.name;
+    t.rows = d.rows;
+    t.dim = d.dim;
+    t.combiner = d.combiner;
+    t.optimizer.kind = d.opt;
+    t.optimizer.lr = d.opt == OptimizerKind::sgd ? 0.5f : 0.1f;
+    t.optimizer.initial_accumulator = 0.1f;
+    t.optimizer.epsilon = 1e-7f;
+    t.slots = d.slots;
+    t.placement = placements[i % placements.size()];
+    t.hot_rows = 6;
+    t.init_scale = 0.5f;
+    c.tables.push_back(t);
+  }
+  return c;
+}
+
+// The global batch: CSR over rows sample * kSlots + slot.
+struct Batch {
+  int64_t samples = 0;
+  std::vector<int64_t> offsets, keys;
+};
+
+// Key pools per table, the same on every rank (drawn from a seed rank 0 picked).
+struct Data {
+  std::mt19937_64 g;
+  std::vector<std::vector<int64_t>> pools;
+  explicit Data(uint64_t seed) : g(seed) {
+    for (const TableDef& d : kTables) {
+      std::vector<int64_t> pool;
+      while (pool.size() < d.pool) {
+        int64_t k = static_cast<int64_t>(g());
+        if (std::find(pool.begin(), pool.end(), k) == pool.end()) pool.push_back(k);
+      }
+      pools.push_back(pool);
+    }
+  }
+  int table_of(int slot) const {
+    for (size_t t = 0; t < kTables.size(); ++t)
+      for (int s : kTables[t].slots)
+        if (s == slot) return int(t);
+    return -1;
+  }
+  Batch next(int64_t samples) {
+    Batch b;
+    b.samples = samples;
+    b.offsets.push_back(0);
+    std::uniform_int_distribution<int> len(0, 3);
+    for (int64_t s = 0; s < samples; ++s)
+      for (int slot = 0; slot < kSlots; ++slot) {
+        if (s % 7 != 3) {
+          const std::vector<int64_t>& pool = pools[size_t(table_of(slot))];
+          if (slot == 0) b.keys.push_back(pool[0]);  // the hot key
+          int n = len(g);
+          for (int i = 0; i < n; ++i) {
+            // power law over the pool: index floor(pool * u^3)
+            double u = std::uniform_real_distribution<double>(0, 1)(g);
+            b.keys.push_back(pool[std::min(pool.size() - 1, size_t(double(pool.size()) * u * u * u))]);
+          }
+        }
+        b.offsets.push_back(int64_t(b.keys.size()));
+      }
+    return b;
+  }
+};
+
+// A rank's slice: samples [first, first + count), local batches differing by one.
+struct Slice {
+  int64_t first = 0, count = 0;
+};
+Slice slice_of(int64_t samples, int rank, int world) {
+  int64_t base = samples / world, extra = samples % world;
+  Slice s;
+  s.count = base + (rank < extra ? 1 : 0);
+  s.first = rank * base + std::min<int64_t>(rank, extra);
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The reference: one host model over the global batch.
+
+struct Reference {
+  CollectionConfig cfg;
+  std::vector<std::map<int64_t, std::vector<float>>> w, st;  // per table: values and adagrad accumulators
+  std::vector<int64_t> cols;
+  int64_t width = 0;
+
+  explicit Reference(const CollectionConfig& c) : cfg(c), w(c.tables.size()), st(c.tables.size()) {
+    std::vector<int> dim_of(size_t(c.num_slots));
+    for (const auto& t : c.tables)
+      for (int s : t.slots) dim_of[size_t(s)] = t.dim;
+    for (int s = 0; s < c.num_slots; ++s) cols.push_back(width), width += dim_of[size_t(s)];
+  }
+  std::vector<float> initial(size_t t, int64_t key) const {
+    KeyInit ki;
+    ki.seed = cfg.seed;
+    ki.table_id = uint32_t(t);
+    ki.scale = cfg.tables[t].init_scale;
+    std::vector<float> r(size_t(cfg.tables[t].dim));
+    for (int e = 0; e < cfg.tables[t].dim; ++e) r[size_t(e)] = initial_value(ki, uint64_t(key), uint32_t(e));
+    return r;
+  }
+  const std::vector<float>* row(size_t t, int64_t key, bool insert) {
+    auto it = w[t].find(key);
+    if (it != w[t].end()) return &it->second;
+    if (!insert) return nullptr;
+    w[t][key] = initial(t, key);
+    st[t][key] = std::vector<float>(size_t(cfg.tables[t].dim), cfg.tables[t].optimizer.initial_accumulator);
+    return &w[t][key];
+  }
+  // [samples, width]
+  std::vector<float> forward(const Batch& b, bool train) {
+    std::vector<float> out(size_t(b.samples * width), 0.f);
+    for (size_t t = 0; t < cfg.tables.size(); ++t) {
+      const int dim = cfg.tables[t].dim;
+      for (int64_t s = 0; s < b.samples; ++s)
+        for (int slot : cfg.tables[t].slots) {
+          int64_t r = s * cfg.num_slots + slot;
+          std::vector<float> acc(size_t(dim), 0.f);
+          for (int64_t i = b.offsets[size_t(r)]; i < b.offsets[size_t(r) + 1]; ++i) {
+            const std::vector<float>* v = row(t, b.keys[size_t(i)], train);
+            if (v)
+              for (int e = 0; e < dim; ++e) acc[size_t(e)] += (*v)[size_t(e)];
+          }
+          int64_t n = b.offsets[size_t(r) + 1] - b.offsets[size_t(r)];
+          for (int e = 0; e < dim; ++e) {
+            float x = acc[size_t(e)];
+            if (cfg.tables[t].combiner == Combiner::mean && n > 0) x = x / float(n);
+            out[size_t(s * width + cols[size_t(slot)] + e)] = x;
+          }
+        }
+    }
+    return out;
+  }
+  void backward(const Batch& b, const std::vector<float>& grad) {
+    for (size_t t = 0; t < cfg.tables.size(); ++t) {
+      const CollectionTableConfig& tc = cfg.tables[t];
+      const int dim = tc.dim;
+      std::map<int64_t, std::vector<float>> sum;  // each row's gradient, added in the global batch's order
+      for (int64_t s = 0; s < b.samples; ++s)
+        for (int slot : tc.slots) {
+          int64_t r = s * cfg.num_slots + slot;
+          int64_t n = b.offsets[size_t(r) + 1] - b.offsets[size_t(r)];
+          for (int64_t i = b.offsets[size_t(r)]; i < b.offsets[size_t(r) + 1]; ++i) {
+            std::vector<float>& g = sum[b.keys[size_t(i)]];
+            g.resize(size_t(dim), 0.f);
+            for (int e = 0; e < dim; ++e) {
+              float x = grad[size_t(s * width + cols[size_t(slot)] + e)];
+              if (tc.combiner == Combiner::mean) x = x * (1.0f / float(n));
+              g[size_t(e)] += x;
+            }
+          }
+        }
+      for (auto& kg : sum) {
+        std::vector<float>& v = w[t][kg.first];
+        std::vector<float>& a = st[t][kg.first];
+        for (int e = 0; e < dim; ++e) {
+          float g = kg.second[size_t(e)];
+          if (tc.optimizer.kind == OptimizerKind::sgd) {
+            v[size_t(e)] = v[size_t(e)] - tc.optimizer.lr * g;
+          } else {  // adagrad
+            a[size_t(e)] = a[size_t(e)] + g * g;
+            v[size_t(e)] = v[size_t(e)] - (tc.optimizer.lr * g) / (std::sqrt(a[size_t(e)]) + tc.optimizer.epsilon);
+          }
+        }
+      }
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// Running the collection on a world and comparing.
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+uint64_t shared_seed() {
+  uint64_t s = testing::rng()();
+  MPI_Bcast(&s, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  return s;
+}
+
+// This rank's slice of a global batch, uploaded.
+struct LocalBatch {
+  int64_t count = 0;
+  Buffer<int64_t> offsets, keys;
+  LocalBatch(const Device& dev, const Batch& b, const Slice& s) {
+    count = s.count;
+    const int64_t r0 = s.first * kSlots, r1 = (s.first + s.count) * kSlots;
+    std::vector<int64_t> off(b.offsets.begin() + r0, b.offsets.begin() + r1 + 1);
+    const int64_t base = off[0];
+    for (int64_t& o : off) o -= base;
+    std::vector<int64_t> k(b.keys.begin() + base, b.keys.begin() + b.offsets[size_t(r1)]);
+    if (k.empty()) k.push_back(0);  // never read: keeps the device pointer valid
+    offsets = Buffer<int64_t>(dev, off);
+    keys = Buffer<int64_t>(dev, k);
+  }
+};
+
+std::vector<float> rows_of(const std::vector<float>& all, int64_t width, const Slice& s) {
+  return std::vector<float>(all.begin() + s.first * width, all.begin() + (s.first + s.count) * width);
+}
+
+// Compares this rank's output with the reference's columns; exact for the slots of `exact` tables.
+void compare_output(const std::vector<float>& got, const std::vector<float>& want, const CollectionConfig& cfg,
+                    const Reference& ref, const std::vector<bool>& exact, const std::string& what) {
+  BOOST_REQUIRE_EQUAL(got.size(), want.size());
+  const int64_t n = ref.width ? int64_t(got.size()) / ref.width : 0;
+  for (size_t t = 0; t < cfg.tables.size(); ++t) {
+    std::vector<float> g, w;
+    for (int64_t s = 0; s < n; ++s)
+      for (int slot : cfg.tables[t].slots)
+        for (int e = 0; e < cfg.tables[t].dim; ++e) {
+          g.push_back(got[size_t(s * ref.width + ref.cols[size_t(slot)] + e)]);
+          w.push_back(want[size_t(s * ref.width + ref.cols[size_t(slot)] + e)]);
+        }
+    std::string name = what + " table " + cfg.tables[t].name;
+    if (exact[t]) {
+      size_t diff = 0;
+      for (size_t i = 0; i < g.size(); ++i) diff += std::memcmp(&g[i], &w[i], sizeof(float)) != 0;
+      BOOST_CHECK_MESSAGE(diff == 0, name << ": " << diff << " of " << g.size() << " values not bit-identical");
+    } else {
+      BOOST_CHECK_EQUAL(testing::count_mismatches(g, w, 1e-5, 1e-5, name), 0u);
+    }
+  }
+}
+
+// Every row a rank holds equals the reference's; every reference row is held by its owner (counted over ranks).
+void compare_tables(EmbeddingCollection& coll, Reference& ref, MPI_Comm comm, const std::string& what) {
+  for (size_t t = 0; t < ref.cfg.tables.size(); ++t) {
+    TableRows r = coll.held_rows(int(t));
+    const int dim = ref.cfg.tables[t].dim;
+    std::vector<float> got, want, got_st, want_st;
+    int64_t owned = 0, unknown = 0;
+    for (size_t i = 0; i < r.rows(); ++i) {
+      int64_t k = r.keys[i];
+      auto it = ref.w[t].find(k);
+      if (it == ref.w[t].end()) {
+        ++unknown;
+        continue;
+      }
+      int o = coll.owner_of(int(t), k);
+      if (o == coll.rank() || (o == kEveryRank && coll.rank() == 0)) ++owned;
+      got.insert(got.end(), r.values.begin() + i * dim, r.values.begin() + (i + 1) * dim);
+      want.insert(want.end(), it->second.begin(), it->second.end());
+      if (r.state_width == dim) {
+        got_st.insert(got_st.end(), r.state.begin() + i * dim, r.state.begin() + (i + 1) * dim);
+        want_st.insert(want_st.end(), ref.st[t][k].begin(), ref.st[t][k].end());
+      }
+    }
+    std::string name = what + " table " + ref.cfg.tables[t].name;
+    BOOST_CHECK_MESSAGE(unknown == 0, name << ": " << unknown << " rows the reference never saw");
+    BOOST_CHECK_EQUAL(testing::count_mismatches(got, want, 1e-5, 1e-5, name + " values"), 0u);
+    BOOST_CHECK_EQUAL(testing::count_mismatches(got_st, want_st, 1e-5, 1e-5, name + " state"), 0u);
+    MPI_Allreduce(MPI_IN_PLACE, &owned, 1, MPI_INT64_T, MPI_SUM, comm);
+    BOOST_CHECK_MESSAGE(owned == int64_t(ref.w[t].size()),
+                        name << ": " << owned << " rows held by their owners, the reference has " << ref.w[t].size());
+  }
+}
+
+// Train `steps` steps on w (forward compared, random gradient, backward), reference alongside.
+void train(EmbeddingCollection& coll, Reference& ref, Data& data, const World& w, int steps, int64_t first_step,
+           const std::string& what) {
+  const int64_t width = coll.output_width();
+  BOOST_REQUIRE_EQUAL(width, ref.width);
+  std::vector<bool> exact(ref.cfg.tables.size());
+  for (size_t t = 0; t < exact.size(); ++t)
+    exact[t] = coll.plan().tables[t].placement != Placement::distributed && ref.w[t].empty();
+  std::uniform_int_distribution<int64_t> extra(0, 2 * w.size);
+  for (int step = 0; step < steps; ++step) {
+    const int64_t samples = 3 * w.size + extra(data.g);
+    Batch b = data.next(samples);
+    std::vector<float> grad(size_t(samples * width));
+    for (float& x : grad) x = std::uniform_real_distribution<float>(-1, 1)(data.g);
+    Slice s = slice_of(samples, w.rank, w.size);
+    LocalBatch lb(w.dev, b, s);
+    Buffer<float> out(w.dev, size_t(std::max<int64_t>(1, s.count * width)));
+    out.fill_bytes(0xFF);
+    coll.forward(lb.offsets.data(), lb.keys.data(), s.count, out.data());
+    std::vector<float> want = rows_of(ref.forward(b, true), width, s);
+    std::vector<float> got = out.download();
+    got.resize(want.size());
+    std::string tag = what + " step " + std::to_string(first_step + step);
+    compare_output(got, want, ref.cfg, ref, exact, tag);
+    std::fill(exact.begin(), exact.end(), false);  // trained rows: within the tolerance
+    std::vector<float> mine(grad.begin() + s.first * width, grad.begin() + (s.first + s.count) * width);
+    if (mine.empty()) mine.push_back(0.f);  // keeps the device pointer valid
+    Buffer<float> g(w.dev, mine);
+    coll.backward(g.data(), first_step + step);
+    ref.backward(b, grad);
+  }
+}
+
+Plan plan_for(const CollectionConfig& cfg, const World& w, Data& data) {
+  // key statistics from a sample batch (the hybrid tables' hot set), then the plan
+  Batch sample = data.next(8 * w.size);
+  Slice s = slice_of(sample.samples, w.rank, w.size);
+  const int64_t r0 = s.first * kSlots, r1 = (s.first + s.count) * kSlots;
+  std::vector<int64_t> off(sample.offsets.begin() + r0, sample.offsets.begin() + r1 + 1);
+  const int64_t base = off[0];
+  for (int64_t& o : off) o -= base;
+  std::vector<int64_t> keys(sample.keys.begin() + base, sample.keys.begin() + sample.offsets[size_t(r1)]);
+  std::vector<TableKeyStats> stats = count_keys(w.comm, cfg, off, keys, s.count, 64);
+  PlannerOptions po;
+  po.world = w.size;
+  po.global_batch = 4 * w.size;
+  return make_plan(cfg, po, stats);
+}
+
+// Every placement alone, and all five in one collection: forward, tables after several steps, and an eval pass.
+void check_placements(Backend backend, const std::vector<std::string>& placements, CommMode mode,
+                      int ranks_per_node = 0) {
+  const uint64_t seed = shared_seed();
+  World w(backend, testing::world_size(), mode, ranks_per_node);
+  CollectionConfig cfg = make_config(seed, placements);
+  Data data(seed ^ 0x5eed);
+  Plan plan = plan_for(cfg, w, data);
+  for (size_t t = 0; t < cfg.tables.size(); ++t) {
+    std::string p = cfg.tables[t].placement;
+    if (p != "auto") BOOST_CHECK_EQUAL(placement_name(plan.tables[t].placement), p.substr(0, p.find(':')));
+    if (plan.tables[t].placement == Placement::hybrid) BOOST_CHECK(!plan.tables[t].hot_keys.empty());
+  }
+  if (w.rank == 0) BOOST_TEST_MESSAGE(format_plan(cfg, plan));
+  EmbeddingCollection coll(w.comm, w.communicator.get(), w.dev, cfg, plan);
+  // what the planner estimated is what the shards allocate
+  size_t planned = 0;
+  for (const TablePlan& t : plan.tables)
+    planned += t.placement != Placement::localized || t.owner == w.rank ? t.memory_bytes : 0;
+  BOOST_CHECK_EQUAL(coll.memory_bytes(), planned);
+  if (plan.tables[0].placement == Placement::hybrid)  // the key in every sample is among the hot ones
+    BOOST_CHECK(std::binary_search(plan.tables[0].hot_keys.begin(), plan.tables[0].hot_keys.end(), data.pools[0][0]));
+  Reference ref(cfg);
+  std::string what = "placements " + placements[0] + (placements.size() > 1 ? "+..." : "");
+  train(coll, ref, data, w, 4, 1, what);
+  compare_tables(coll, ref, w.comm, what);
+  // eval: keys never trained give zeros, nothing is inserted
+  Batch b = data.next(2 * w.size + 1);
+  Slice s = slice_of(b.samples, w.rank, w.size);
+  LocalBatch lb(w.dev, b, s);
+  Buffer<float> out(w.dev, size_t(std::max<int64_t>(1, s.count * coll.output_width())));
+  out.fill_bytes(0xFF);
+  coll.forward(lb.offsets.data(), lb.keys.data(), s.count, out.data(), LookupMode::eval);
+  std::vector<float> want = rows_of(ref.forward(b, false), ref.width, s), got = out.download();
+  got.resize(want.size());
+  compare_output(got, want, cfg, ref, std::vector<bool>(cfg.tables.size(), false), what + " eval");
+  compare_tables(coll, ref, w.comm, what + " after eval");
+  // the routes now hold the eval batch: a backward is refused (on every rank alike)
+  Buffer<float> g(w.dev, size_t(std::max<int64_t>(1, s.count * coll.output_width())));
+  std::string e = error_of([&] { coll.backward(g.data(), 5); });
+  BOOST_CHECK_MESSAGE(e.find("no train forward") != std::string::npos, e);
+}
+
+void dispatch_only(Backend b) { check_placements(b, {"dispatch"}, CommMode::mpi); }
+void localized_only(Backend b) {
+  // owners spread over the ranks (table i on rank i % world)
+  std::vector<std::string> p;
+  for (int i = 0; i < 5; ++i) p.push_back("localized:" + std::to_string(i % testing::world_size()));
+  check_placements(b, p, CommMode::mpi);
+}
+void replicated_only(Backend b) { check_placements(b, {"replicated"}, CommMode::mpi); }
+void distributed_only(Backend b) { check_placements(b, {"distributed"}, CommMode::mpi); }
+void hybrid_only(Backend b) { check_placements(b, {"hybrid"}, CommMode::mpi); }
+void mixed(Backend b) {
+  std::string owner = "localized:" + std::to_string(testing::world_size() - 1);
+  // hier over emulated nodes of two ranks where they come out even (hier needs nodes of one size)
+  const int rpn = testing::world_size() % 2 == 0 ? 2 : 0;
+  check_placements(b, {"hybrid", "distributed", owner, "replicated", "dispatch"}, CommMode::hier, rpn);
+}
+void mixed_auto(Backend b) { check_placements(b, {"auto", "dispatch", "auto", "hybrid", "auto"}, CommMode::mpi); }
+
+SPARTA_MPI_BACKEND_CASES(dispatch_matches_reference, dispatch_only)
+SPARTA_MPI_BACKEND_CASES(localized_matches_reference, localized_only)
+SPARTA_MPI_BACKEND_CASES(replicated_matches_reference, replicated_only)
+SPARTA_MPI_BACKEND_CASES(distributed_matches_reference, distributed_only)
+SPARTA_MPI_BACKEND_CASES(hybrid_matches_reference, hybrid_only)
+SPARTA_MPI_BACKEND_CASES(mixed_placements_match_reference, mixed)
+SPARTA_MPI_BACKEND_CASES(auto_and_explicit_placements_match_reference, mixed_auto)
+
+// ---------------------------------------------------------------------------------------------------------
+// Checkpoints: save on all ranks with one plan, load on 1..world ranks with another, continue: the same results
+// as the reference, which never went through a checkpoint.
+
+std::vector<std::string> plan_b(int world) {
+  return {"distributed", "localized:" + std::to_string(world - 1), "replicated", "hybrid", "dispatch"};
+}
+
+void check_checkpoint(Backend backend) {
+  const uint64_t seed = shared_seed();
+  testing::SharedTempPath root("mpi_collection", "ckpt");
+  const std::vector<std::string> plan_a = {"hybrid", "dispatch", "localized:0", "replicated", "distributed"};
+  CollectionConfig cfg_a = make_config(seed, plan_a);
+  Data data(seed ^ 0xC4EC);
+  Reference ref(cfg_a);
+  std::string written_plan;
+  {
+    World w(backend, testing::world_size());
+    Plan plan = plan_for(cfg_a, w, data);
+    written_plan = plan_summary(cfg_a, plan);
+    EmbeddingCollection coll(w.comm, w.communicator.get(), w.dev, cfg_a, plan);
+    train(coll, ref, data, w, 3, 1, "before save");
+    CheckpointMeta meta;
+    meta.step = 3;
+    meta.config = "collection test";
+    coll.save(root.path, meta);
+  }
+  for (int ranks = 1; ranks <= testing::world_size(); ++ranks) {
+    Data d = data;
+    Reference r = ref;
+    World w(backend, ranks);
+    if (w.in()) {
+      CollectionConfig cfg_b = make_config(seed, plan_b(ranks));
+      Data sample = d;
+      Plan plan = plan_for(cfg_b, w, sample);
+      EmbeddingCollection coll(w.comm, w.communicator.get(), w.dev, cfg_b, plan);
+      CheckpointMeta m = coll.load(root.path);
+      BOOST_CHECK_EQUAL(m.step, 3);
+      BOOST_CHECK_EQUAL(m.world_size, testing::world_size());
+      BOOST_CHECK_EQUAL(m.plan, written_plan);
+      BOOST_CHECK_EQUAL(m.config, "collection test");
+      std::string what = "loaded on " + std::to_string(ranks) + " rank(s)";
+      compare_tables(coll, r, w.comm, what);
+      train(coll, r, d, w, 2, 4, what);
+      compare_tables(coll, r, w.comm, what + ", trained on");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+SPARTA_MPI_BACKEND_CASES(checkpoint_reshards_to_other_world_sizes_and_plans, check_checkpoint)
+
+// ---------------------------------------------------------------------------------------------------------
+// Errors reach every rank: a full table on its owner only, bad offsets on one rank only, a backward without a
+// train forward. No rank is left waiting in a collective (the case would hang).
+
+void check_errors(Backend backend) {
+  World w(backend, testing::world_size());
+  CollectionConfig cfg;
+  cfg.num_slots = 2;
+  CollectionTableConfig small;
+  small.name = "small";
+  small.rows = 2;
+  small.dim = 4;
+  small.slots = {0};
+  small.placement = "localized:" + std::to_string(w.size - 1);
+  CollectionTableConfig other = small;
+  other.name = "other";
+  other.rows = 100;
+  other.slots = {1};
+  other.placement = "dispatch";
+  cfg.tables = {small, other};
+  PlannerOptions po;
+  po.world = w.size;
+  Plan plan = make_plan(cfg, po, {});
+  EmbeddingCollection coll(w.comm, w.communicator.get(), w.dev, cfg, plan);
+  // backward before any train forward
+  std::string e = error_of([&] { coll.backward(nullptr, 1); });
+  BOOST_CHECK_MESSAGE(e.find("no train forward") != std::string::npos, e);
+  // one sample per rank; rank r's slot-0 keys: r, r + 1, r + 2 → the whole world asks for 3+ distinct rows of 2
+  std::vector<int64_t> off{0, 3, 4};
+  std::vector<int64_t> keys{w.rank, w.rank + 1, w.rank + 2, 7};
+  Buffer<int64_t> o(w.dev, off), k(w.dev, keys);
+  Buffer<float> out(w.dev, size_t(coll.output_width()));
+  e = error_of([&] { coll.forward(o.data(), k.data(), 1, out.data()); });
+  BOOST_CHECK_MESSAGE(e.find("'small'") != std::string::npos && e.find("full") != std::string::npos &&
+                          e.find("rank " + std::to_string(w.size - 1)) != std::string::npos,
+                      "rank " << w.rank << ": " << e);
+  BOOST_TEST_MESSAGE("full table, as reported: " << e);
+  // decreasing offsets on the last rank only
+  std::vector<int64_t> bad{0, 1, 1};
+  if (w.rank == w.size - 1) bad = {0, 2, 1};
+  Buffer<int64_t> ob(w.dev, bad);
+  e = error_of([&] { coll.forward(ob.data(), k.data(), 1, out.data()); });
+  BOOST_CHECK_MESSAGE(e.find("offsets decrease") != std::string::npos &&
+                          e.find("rank " + std::to_string(w.size - 1)) != std::string::npos,
+                      "rank " << w.rank << ": " << e);
+  BOOST_TEST_MESSAGE("bad offsets, as reported: " << e);
+}
+SPARTA_MPI_BACKEND_CASES(errors_are_thrown_on_every_rank, check_errors)
+
+// count_keys merges every rank's counts: the same statistics as counting the global sample by hand.
+BOOST_AUTO_TEST_CASE(key_statistics_merge_every_rank) {
+  const uint64_t seed = shared_seed();
+  World w(Backend::cpu, testing::world_size());
+  CollectionConfig cfg = make_config(seed, {"auto"});
+  Data data(seed);
+  Batch b = data.next(5 * w.size + 2);
+  Slice s = slice_of(b.samples, w.rank, w.size);
+  const int64_t r0 = s.first * kSlots, r1 = (s.first + s.count) * kSlots;
+  std::vector<int64_t> off(b.offsets.begin() + r0, b.offsets.begin() + r1 + 1);
+  for (int64_t& x : off) x -= b.offsets[size_t(r0)];
+  std::vector<int64_t> keys(b.keys.begin() + b.offsets[size_t(r0)], b.keys.begin() + b.offsets[size_t(r1)]);
+  std::vector<TableKeyStats> st = count_keys(w.comm, cfg, off, keys, s.count, 1000);
+  BOOST_REQUIRE_EQUAL(st.size(), cfg.tables.size());
+  for (size_t t = 0; t < cfg.tables.size(); ++t) {
+    std::map<int64_t, int64_t> c;
+    int64_t n = 0;
+    for (int64_t smp = 0; smp < b.samples; ++smp)
+      for (int slot : cfg.tables[t].slots)
+        for (int64_t i = b.offsets[size_t(smp * kSlots + slot)]; i < b.offsets[size_t(smp * kSlots + slot) + 1]; ++i)
+          ++c[b.keys[size_t(i)]], ++n;
+    BOOST_CHECK_EQUAL(st[t].samples, b.samples);
+    BOOST_CHECK_EQUAL(st[t].keys, n);
+    BOOST_CHECK_EQUAL(st[t].top.size(), c.size());
+    for (size_t i = 0; i < st[t].top.size(); ++i) {
+      BOOST_CHECK_EQUAL(st[t].top[i].second, c[st[t].top[i].first]);
+      if (i > 0) {
+        const auto& a = st[t].top[i - 1];
+        const auto& z = st[t].top[i];
+        BOOST_CHECK(a.second > z.second || (a.second == z.second && a.first < z.first));
+      }
+    }
+  }
+  // table 0's hot key is in every nonempty sample: it comes first
+  BOOST_CHECK_EQUAL(st[0].top[0].first, data.pools[0][0]);
+}
+
+}  // namespace

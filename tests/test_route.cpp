@@ -1,0 +1,301 @@
+// Routing kernels (kernels/route.h) on every backend against expectations computed here from the inputs alone:
+// owners and stable buckets, permutations there and back, pooling and its reverse (bit for bit: the pooling
+// must equal a bag summed in key order from 0.0f), and cutting a table's slots out of a batch and back.
+// Fresh random inputs, outputs poisoned before every call.
+#include <boost/test/unit_test.hpp>
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/route.h"
+#include "tests/testing.h"
+
+using namespace sparta;
+
+namespace {
+
+template <class T>
+Buffer<T> poisoned(const Device& dev, size_t n) {
+  Buffer<T> b(dev, std::max<size_t>(n, 1));
+  b.fill_bytes(0xFF);
+  return b;
+}
+
+// Random CSR over `bags` bags of 0..max_len keys (some bags empty).
+std::vector<int64_t> random_offsets(int64_t bags, int max_len) {
+  std::vector<int64_t> o{0};
+  std::uniform_int_distribution<int> len(0, max_len);
+  for (int64_t b = 0; b < bags; ++b) o.push_back(o.back() + (b % 5 == 2 ? 0 : len(testing::rng())));
+  return o;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b, size_t n) {
+  return a.size() >= n && b.size() >= n && std::memcmp(a.data(), b.data(), n * sizeof(float)) == 0;
+}
+
+void check_buckets(Backend backend) {
+  Device dev = backend == Backend::cuda ? open_device(Backend::cuda, 0) : Device();
+  for (int world : {1, 2, 3, 4, 7}) {
+    for (int64_t n : {int64_t(0), int64_t(1), int64_t(1000)}) {
+      std::vector<int64_t> keys = testing::random_ints(size_t(n), INT64_MIN, INT64_MAX);
+      Buffer<int64_t> k(dev, keys);
+      auto part = poisoned<int32_t>(dev, size_t(n));
+      route_owner_by_key(dev, k.data(), n, world, part.data(), dev.stream);
+      auto perm = poisoned<int64_t>(dev, size_t(n));
+      auto counts = poisoned<int64_t>(dev, size_t(world));
+      RouteScratch scratch;
+      route_bucket(dev, part.data(), n, world, perm.data(), counts.data(), scratch, dev.stream);
+      std::vector<int32_t> p = part.download();
+      std::vector<int64_t> pm = perm.download(), c = counts.download();
+      // expected: for each owner in order, the indices of its keys in order
+      std::vector<int64_t> want_perm, want_counts(size_t(world), 0);
+      for (int o = 0; o < world; ++o)
+        for (int64_t i = 0; i < n; ++i)
+          if (int(uint64_t(keys[size_t(i)]) % uint64_t(world)) == o) want_perm.push_back(i), ++want_counts[size_t(o)];
+      for (int64_t i = 0; i < n; ++i)
+        BOOST_CHECK_EQUAL(p[size_t(i)], int(uint64_t(keys[size_t(i)]) % uint64_t(world)));
+      BOOST_CHECK(std::equal(want_perm.begin(), want_perm.end(), pm.begin()));
+      BOOST_CHECK(std::equal(want_counts.begin(), want_counts.end(), c.begin()));
+    }
+  }
+  // membership: part 0 for keys of the set, 1 otherwise; buckets of 2
+  std::vector<int64_t> set = testing::random_ints(50, -1000, 1000);
+  std::sort(set.begin(), set.end());
+  set.erase(std::unique(set.begin(), set.end()), set.end());
+  std::vector<int64_t> keys = testing::random_ints(777, -1100, 1100);
+  Buffer<int64_t> k(dev, keys), s(dev, set);
+  auto part = poisoned<int32_t>(dev, keys.size());
+  route_part_by_membership(dev, k.data(), int64_t(keys.size()), s.data(), int64_t(set.size()), part.data(), dev.stream);
+  std::vector<int32_t> p = part.download();
+  size_t wrong = 0;
+  for (size_t i = 0; i < keys.size(); ++i)
+    wrong += p[i] != (std::find(set.begin(), set.end(), keys[i]) != set.end() ? 0 : 1);
+  BOOST_CHECK_EQUAL(wrong, 0u);
+  // the position in the set, -1 outside it
+  auto idx = poisoned<int32_t>(dev, keys.size());
+  route_index_in_set(dev, k.data(), int64_t(keys.size()), s.data(), int64_t(set.size()), idx.data(), dev.stream);
+  std::vector<int32_t> ih = idx.download();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto at = std::find(set.begin(), set.end(), keys[i]);
+    wrong += ih[i] != (at == set.end() ? -1 : int32_t(at - set.begin()));
+  }
+  // touched (count > 0) first
+  std::vector<int64_t> counts = testing::random_ints(300, 0, 2);
+  Buffer<int64_t> c(dev, counts);
+  auto nz = poisoned<int32_t>(dev, counts.size());
+  route_part_nonzero(dev, c.data(), int64_t(counts.size()), nz.data(), dev.stream);
+  std::vector<int32_t> nzh = nz.download();
+  for (size_t i = 0; i < counts.size(); ++i) wrong += nzh[i] != (counts[i] > 0 ? 0 : 1);
+  BOOST_CHECK_EQUAL(wrong, 0u);
+  if (dev.is_cuda()) close_device(dev);
+}
+SPARTA_BACKEND_CASES(owners_and_stable_buckets, check_buckets)
+
+void check_permutations(Backend backend) {
+  Device dev = backend == Backend::cuda ? open_device(Backend::cuda, 0) : Device();
+  const int dim = 7;
+  const int64_t n = 513, m = 600;
+  std::vector<float> src = testing::random_floats(size_t(m) * dim);
+  std::vector<int64_t> idx(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) idx[size_t(i)] = i;
+  std::shuffle(idx.begin(), idx.end(), testing::rng());
+  idx.resize(size_t(n));  // distinct indices into [0, m)
+  Buffer<float> s(dev, src);
+  Buffer<int64_t> ix(dev, idx);
+  auto g = poisoned<float>(dev, size_t(n) * dim);
+  route_gather_rows(dev, s.data(), ix.data(), n, dim, g.data(), dev.stream);
+  std::vector<float> got = g.download(), want(size_t(n) * dim);
+  for (int64_t i = 0; i < n; ++i)
+    for (int e = 0; e < dim; ++e) want[size_t(i * dim + e)] = src[size_t(idx[size_t(i)] * dim + e)];
+  BOOST_CHECK(same_bits(got, want, want.size()));
+  // scatter back into a poisoned [m, dim]: the rows named by idx hold src's first n rows
+  auto sc = poisoned<float>(dev, size_t(m) * dim);
+  route_scatter_rows(dev, s.data(), ix.data(), n, dim, sc.data(), dev.stream);
+  std::vector<float> back = sc.download();
+  size_t wrong = 0;
+  for (int64_t i = 0; i < n; ++i)
+    for (int e = 0; e < dim; ++e)
+      wrong += std::memcmp(&back[size_t(idx[size_t(i)] * dim + e)], &src[size_t(i * dim + e)], 4) != 0;
+  BOOST_CHECK_EQUAL(wrong, 0u);
+  std::vector<int64_t> keys = testing::random_ints(size_t(m), INT64_MIN, INT64_MAX);
+  Buffer<int64_t> k(dev, keys);
+  auto gk = poisoned<int64_t>(dev, size_t(n));
+  route_gather_keys(dev, k.data(), ix.data(), n, gk.data(), dev.stream);
+  std::vector<int64_t> gkh = gk.download();
+  for (int64_t i = 0; i < n; ++i) wrong += gkh[size_t(i)] != keys[size_t(idx[size_t(i)])];
+  auto io = poisoned<int64_t>(dev, size_t(n));
+  route_iota(dev, n, io.data(), dev.stream);
+  std::vector<int64_t> ioh = io.download();
+  for (int64_t i = 0; i < n; ++i) wrong += ioh[size_t(i)] != i;
+  BOOST_CHECK_EQUAL(wrong, 0u);
+  if (dev.is_cuda()) close_device(dev);
+}
+SPARTA_BACKEND_CASES(gather_scatter_iota, check_permutations)
+
+void check_unique(Backend backend) {
+  Device dev = backend == Backend::cuda ? open_device(Backend::cuda, 0) : Device();
+  for (int64_t n : {int64_t(0), int64_t(1), int64_t(2000)}) {
+    // a few distinct keys (negative ones too), many repeats
+    std::vector<int64_t> pool = testing::random_ints(97, INT64_MIN, INT64_MAX);
+    std::vector<int64_t> keys;
+    for (int64_t i = 0; i < n; ++i) keys.push_back(pool[size_t(testing::random_ints(1, 0, 96)[0])]);
+    Buffer<int64_t> k(dev, keys);
+    auto sorted = poisoned<int64_t>(dev, size_t(n)), perm = poisoned<int64_t>(dev, size_t(n));
+    RouteScratch scratch;
+    route_sort_keys(dev, k.data(), n, sorted.data(), perm.data(), scratch, dev.stream);
+    auto uniq = poisoned<int64_t>(dev, size_t(n)), runs = poisoned<int64_t>(dev, size_t(n) + 1);
+    auto uid = poisoned<int64_t>(dev, size_t(n)), count = poisoned<int64_t>(dev, 1);
+    route_unique_sorted(dev, sorted.data(), n, uniq.data(), runs.data(), uid.data(), count.data(), scratch,
+                        dev.stream);
+    // expected: keys ascending as uint64, each key's positions in index order
+    std::vector<int64_t> want_perm(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) want_perm[size_t(i)] = i;
+    std::stable_sort(want_perm.begin(), want_perm.end(),
+                     [&](int64_t a, int64_t b) { return uint64_t(keys[size_t(a)]) < uint64_t(keys[size_t(b)]); });
+    std::vector<int64_t> want_unique, want_runs, want_uid;
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t key = keys[size_t(want_perm[size_t(j)])];
+      if (want_unique.empty() || want_unique.back() != key) want_unique.push_back(key), want_runs.push_back(j);
+      want_uid.push_back(int64_t(want_unique.size()) - 1);
+    }
+    want_runs.push_back(n);
+    std::vector<int64_t> ph = perm.download(), sh = sorted.download(), uh = uniq.download(), rh = runs.download(),
+                         ih = uid.download();
+    const int64_t u = count.download()[0];
+    BOOST_CHECK_EQUAL(u, int64_t(want_unique.size()));
+    size_t wrong = 0;
+    for (int64_t j = 0; j < n; ++j)
+      wrong += ph[size_t(j)] != want_perm[size_t(j)] || sh[size_t(j)] != keys[size_t(want_perm[size_t(j)])] ||
+               ih[size_t(j)] != want_uid[size_t(j)];
+    for (size_t x = 0; x < want_unique.size() && int64_t(x) < u; ++x) wrong += uh[x] != want_unique[x];
+    for (size_t x = 0; x < want_runs.size() && int64_t(x) <= u; ++x) wrong += rh[x] != want_runs[x];
+    BOOST_CHECK_EQUAL(wrong, 0u);
+  }
+  if (dev.is_cuda()) close_device(dev);
+}
+SPARTA_BACKEND_CASES(sort_and_distinct_keys, check_unique)
+
+void check_bags(Backend backend) {
+  Device dev = backend == Backend::cuda ? open_device(Backend::cuda, 0) : Device();
+  for (int dim : {1, 4, 13}) {
+    const int64_t bags = 97;
+    std::vector<int64_t> off = random_offsets(bags, 6);
+    const int64_t nnz = off.back();
+    std::vector<float> vecs = testing::random_floats(size_t(nnz) * dim);
+    std::vector<float> grad = testing::random_floats(size_t(bags) * dim);
+    Buffer<int64_t> o(dev, off);
+    Buffer<float> v(dev, vecs), gr(dev, grad);
+    for (Combiner c : {Combiner::sum, Combiner::mean}) {
+      auto out = poisoned<float>(dev, size_t(bags) * dim);
+      route_pool_bags(dev, o.data(), v.data(), bags, dim, c, out.data(), dev.stream);
+      std::vector<float> want(size_t(bags) * dim), spread(size_t(nnz) * dim), scaled(size_t(bags) * dim);
+      for (int64_t b = 0; b < bags; ++b) {
+        int64_t len = off[size_t(b) + 1] - off[size_t(b)];
+        for (int e = 0; e < dim; ++e) {
+          float acc = 0.f;
+          for (int64_t i = off[size_t(b)]; i < off[size_t(b) + 1]; ++i) acc += vecs[size_t(i * dim + e)];
+          if (c == Combiner::mean && len > 0) acc /= float(len);
+          want[size_t(b * dim + e)] = acc;
+          float g = grad[size_t(b * dim + e)];
+          float kg = c == Combiner::mean && len > 0 ? g * (1.0f / float(len)) : g;
+          for (int64_t i = off[size_t(b)]; i < off[size_t(b) + 1]; ++i) spread[size_t(i * dim + e)] = kg;
+          scaled[size_t(b * dim + e)] = c == Combiner::mean && len == 0 ? 0.f : kg;
+        }
+      }
+      BOOST_CHECK_MESSAGE(same_bits(out.download(), want, want.size()), "pool dim " << dim);
+      auto sp = poisoned<float>(dev, size_t(nnz) * dim);
+      route_spread_bag_grads(dev, o.data(), gr.data(), bags, dim, c, sp.data(), dev.stream);
+      BOOST_CHECK_MESSAGE(same_bits(sp.download(), spread, spread.size()), "spread dim " << dim);
+      auto sc = poisoned<float>(dev, size_t(bags) * dim);
+      route_scale_bag_grads(dev, o.data(), gr.data(), bags, dim, c, sc.data(), dev.stream);
+      BOOST_CHECK_MESSAGE(same_bits(sc.download(), scaled, scaled.size()), "scale dim " << dim);
+    }
+    // divide the sums by the lengths: the mean of sums pooled elsewhere
+    Buffer<float> x(dev, grad);
+    route_divide_by_lengths(dev, o.data(), bags, dim, x.data(), dev.stream);
+    std::vector<float> want = grad;
+    for (int64_t b = 0; b < bags; ++b) {
+      int64_t len = off[size_t(b) + 1] - off[size_t(b)];
+      if (len > 0)
+        for (int e = 0; e < dim; ++e) want[size_t(b * dim + e)] /= float(len);
+    }
+    BOOST_CHECK(same_bits(x.download(), want, want.size()));
+    // lengths, offsets from lengths, key bags, offsets from sorted bag ids
+    auto len = poisoned<int64_t>(dev, size_t(bags));
+    route_lengths(dev, o.data(), bags, len.data(), dev.stream);
+    std::vector<int64_t> lh = len.download();
+    size_t wrong = 0;
+    for (int64_t b = 0; b < bags; ++b) wrong += lh[size_t(b)] != off[size_t(b) + 1] - off[size_t(b)];
+    auto off2 = poisoned<int64_t>(dev, size_t(bags) + 1);
+    RouteScratch scratch;
+    route_offsets_from_lengths(dev, len.data(), bags, off2.data(), scratch, dev.stream);
+    wrong += off2.download() != off;
+    auto kb = poisoned<int64_t>(dev, size_t(nnz));
+    route_key_bags(dev, o.data(), bags, 1000, kb.data(), dev.stream);
+    std::vector<int64_t> kbh = kb.download();
+    for (int64_t b = 0; b < bags; ++b)
+      for (int64_t i = off[size_t(b)]; i < off[size_t(b) + 1]; ++i) wrong += kbh[size_t(i)] != 1000 + b;
+    // sorted bag ids with gaps → the CSR they describe, over more bags than appear
+    std::vector<int64_t> ids;
+    for (int64_t b = 0; b < bags; ++b)
+      for (int64_t i = off[size_t(b)]; i < off[size_t(b) + 1]; ++i) ids.push_back(2 * b);
+    Buffer<int64_t> idb(dev, ids);
+    auto off3 = poisoned<int64_t>(dev, size_t(2 * bags) + 1);
+    route_offsets_from_sorted_bags(dev, idb.data(), int64_t(ids.size()), 2 * bags, off3.data(), dev.stream);
+    std::vector<int64_t> o3 = off3.download();
+    for (int64_t b = 0; b <= 2 * bags; ++b) {
+      int64_t want_b = int64_t(std::lower_bound(ids.begin(), ids.end(), b) - ids.begin());
+      wrong += o3[size_t(b)] != want_b;
+    }
+    BOOST_CHECK_EQUAL(wrong, 0u);
+  }
+  if (dev.is_cuda()) close_device(dev);
+}
+SPARTA_BACKEND_CASES(pool_spread_and_offsets, check_bags)
+
+void check_slots(Backend backend) {
+  Device dev = backend == Backend::cuda ? open_device(Backend::cuda, 0) : Device();
+  const int S = 5;
+  for (int64_t batch : {int64_t(0), int64_t(1), int64_t(33)}) {
+    std::vector<int64_t> off = random_offsets(batch * S, 4);
+    std::vector<int64_t> keys = testing::random_ints(size_t(off.back()), INT64_MIN, INT64_MAX);
+    std::vector<int32_t> slots{3, 1}, cols{2, 9};  // a table serving slots 3 and 1 (in that order), dim 2
+    const int dim = 2, ts = 2;
+    const int64_t row_floats = 12;
+    Buffer<int64_t> o(dev, off), k(dev, keys);
+    Buffer<int32_t> sl(dev, slots), cl(dev, cols);
+    auto to = poisoned<int64_t>(dev, size_t(batch * ts) + 1);
+    RouteScratch scratch;
+    route_select_slot_offsets(dev, o.data(), batch, S, sl.data(), ts, to.data(), scratch, dev.stream);
+    std::vector<int64_t> toh = to.download();
+    std::vector<int64_t> want_off{0}, want_keys;
+    for (int64_t s = 0; s < batch; ++s)
+      for (int j = 0; j < ts; ++j) {
+        int64_t r = s * S + slots[size_t(j)];
+        for (int64_t i = off[size_t(r)]; i < off[size_t(r) + 1]; ++i) want_keys.push_back(keys[size_t(i)]);
+        want_off.push_back(int64_t(want_keys.size()));
+      }
+    BOOST_CHECK(std::equal(want_off.begin(), want_off.end(), toh.begin()));
+    auto tk = poisoned<int64_t>(dev, want_keys.size());
+    route_select_slot_keys(dev, o.data(), k.data(), batch, S, sl.data(), ts, to.data(), tk.data(), dev.stream);
+    std::vector<int64_t> tkh = tk.download();
+    BOOST_CHECK(std::equal(want_keys.begin(), want_keys.end(), tkh.begin()));
+    // put pooled bags into their columns (the rest of the output untouched), and take them back
+    std::vector<float> pooled = testing::random_floats(size_t(batch * ts * dim));
+    std::vector<float> base = testing::random_floats(size_t(batch * row_floats));
+    Buffer<float> p(dev, pooled), out(dev, base);
+    route_put_slots(dev, p.data(), batch, ts, dim, cl.data(), row_floats, out.data(), dev.stream);
+    std::vector<float> want = base;
+    for (int64_t s = 0; s < batch; ++s)
+      for (int j = 0; j < ts; ++j)
+        for (int e = 0; e < dim; ++e)
+          want[size_t(s * row_floats + cols[size_t(j)] + e)] = pooled[size_t((s * ts + j) * dim + e)];
+    BOOST_CHECK(same_bits(out.download(), want, want.size()));
+    auto back = poisoned<float>(dev, pooled.size());
+    route_take_slots(dev, out.data(), batch, ts, dim, cl.data(), row_floats, back.data(), dev.stream);
+    BOOST_CHECK(same_bits(back.download(), pooled, pooled.size()));
+  }
+  if (dev.is_cuda()) close_device(dev);
+}
+SPARTA_BACKEND_CASES(select_put_take_slots, check_slots)
+
+}  // namespace
