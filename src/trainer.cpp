@@ -42,12 +42,16 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-void agree(const std::string& error) { agree_on_error(MPI_COMM_WORLD, error); }
-
 }  // namespace
 
 Trainer::Trainer(const Context& ctx, const TrainConfig& cfg, TrainerMode mode, const std::string& load_from)
-    : ctx_(ctx), cfg_(cfg), dev_(ctx.device()), rank_(ctx.rank()), world_(ctx.world()) {
+    : Trainer(MPI_COMM_WORLD, ctx.topo(), ctx.device(), cfg, mode, load_from) {}
+
+Trainer::Trainer(MPI_Comm world, const Topology& topo, const Device& dev, const TrainConfig& cfg, TrainerMode mode,
+                 const std::string& load_from)
+    : world_comm_(world), topo_(topo), cfg_(cfg), dev_(dev) {
+  MPI_CHECK(MPI_Comm_rank(world, &rank_));
+  MPI_CHECK(MPI_Comm_size(world, &world_));
   agree(guarded([&] { check_train_config(cfg_); }));
   open_datasets(mode);
   CommOptions copt;
@@ -56,7 +60,7 @@ Trainer::Trainer(const Context& ctx, const TrainConfig& cfg, TrainerMode mode, c
     SPARTA_REQUIRE(!(copt.mode == CommMode::nccl && !dev_.is_cuda()),
                    "comm.mode: nccl needs the cuda backend, and this rank runs on %s", dev_.name().c_str());
   }));
-  comm_ = std::make_unique<Communicator>(ctx_.topo(), dev_, copt);
+  comm_ = std::make_unique<Communicator>(topo_, dev_, copt);
   build_collection(mode);
 
   const ModelConfig& m = cfg_.model;
@@ -93,6 +97,8 @@ Trainer::Trainer(const Context& ctx, const TrainConfig& cfg, TrainerMode mode, c
   const std::string path = !load_from.empty() ? load_from : cfg_.resume ? cfg_.checkpoint_dir : "";
   if (!path.empty()) load(path);
 }
+
+void Trainer::agree(const std::string& error) const { agree_on_error(world_comm_, error); }
 
 Trainer::~Trainer() {
   if (comm_) comm_->synchronize(dev_.stream);
@@ -196,9 +202,9 @@ void Trainer::build_collection(TrainerMode mode) {
   po.global_batch = mode == TrainerMode::train ? cfg_.global_batch : sample_reader.options().global_batch;
   po.memory_budget = size_t(cfg_.memory_mb * 1024 * 1024);
   const size_t max_top = size_t(std::max<int64_t>(cfg_.hot_rows, po.default_hot_rows));
-  std::vector<TableKeyStats> stats = count_keys(MPI_COMM_WORLD, c, offsets, keys, b.size, max_top);
+  std::vector<TableKeyStats> stats = count_keys(world_comm_, c, offsets, keys, b.size, max_top);
   agree(guarded([&] { plan_ = make_plan(c, po, stats); }));
-  collection_ = std::make_unique<EmbeddingCollection>(MPI_COMM_WORLD, comm_.get(), dev_, c, plan_);
+  collection_ = std::make_unique<EmbeddingCollection>(world_comm_, comm_.get(), dev_, c, plan_);
   SPARTA_ASSERT(collection_->output_width() == m.embedding_width(), "collection width %lld, model expects %d",
                 (long long)collection_->output_width(), m.embedding_width());
 }
@@ -211,7 +217,7 @@ void Trainer::report_memory() const {
                     double(B * (3 + cfg_.model.num_dense + 2 * cfg_.model.embedding_width()) * sizeof(float) +
                            (offsets_.size() + keys_.size()) * sizeof(int64_t))};
   std::vector<double> all(size_t(3) * world_);
-  MPI_CHECK(MPI_Gather(mine, 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Gather(mine, 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, 0, world_comm_));
   if (rank_ != 0) return;
   std::string s = "device memory per rank (MiB): embeddings + dense parameters, gradients, optimizer state and "
                   "activations + batch buffers = total";
@@ -257,14 +263,14 @@ std::string Trainer::save() {
   meta.reader_position = {step_ / bpe, step_ % bpe, cfg_.global_batch};
   std::vector<DenseTensor> dense = dense_tensors();
   if (rank_ != 0) dense.clear();
-  const std::string dir = save_checkpoint(MPI_COMM_WORLD, cfg_.checkpoint_dir, meta, dense, collection_->rows_to_save());
+  const std::string dir = save_checkpoint(world_comm_, cfg_.checkpoint_dir, meta, dense, collection_->rows_to_save());
   LOG_INFO("checkpoint: step %lld -> %s", (long long)step_, dir.c_str());
   return dir;
 }
 
 void Trainer::load(const std::string& path) {
   const ModelSpec spec = model_spec();
-  LoadedCheckpoint c = load_checkpoint(MPI_COMM_WORLD, path, spec,
+  LoadedCheckpoint c = load_checkpoint(world_comm_, path, spec,
                                        [this](int table, int64_t key) { return collection_->owner_of(table, key); });
   agree(guarded([&] { collection_->load_rows(c.tables); }));
   const std::vector<ParamPart> parts = DenseModel::parts(cfg_.model);
@@ -370,11 +376,11 @@ Predictions Trainer::predict_local() {
   return out;
 }
 
-EvalMetrics Trainer::evaluate_now() { return evaluate_distributed(MPI_COMM_WORLD, predict_local()); }
+EvalMetrics Trainer::evaluate_now() { return evaluate_distributed(world_comm_, predict_local()); }
 
 Predictions Trainer::predict() {
   SPARTA_ASSERT(eval_ != nullptr, "predict without an evaluation dataset");
-  return gather_predictions(MPI_COMM_WORLD, predict_local(), 0);
+  return gather_predictions(world_comm_, predict_local(), 0);
 }
 
 // ---- the loop

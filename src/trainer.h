@@ -25,6 +25,8 @@
 // the seed and the epoch). Loading takes another rank count and another plan.
 #pragma once
 
+#include <mpi.h>
+
 #include <cstdint>
 #include <fstream>
 #include <memory>
@@ -62,10 +64,15 @@ enum class TrainerMode { train, predict };
 
 class Trainer {
  public:
-  // Collective over MPI_COMM_WORLD. Opens the datasets and checks them against the configuration (slots, dense
-  // features, sizes), plans the tables (rank 0 prints the plan and the memory of every rank), builds the
-  // collection and the model, and loads `load_from` (a checkpoint root or step directory; "" with
-  // cfg.resume: cfg.checkpoint_dir). Any error on any rank throws sparta::Error on every rank, before any work.
+  // Collective over world (MPI_COMM_WORLD in the programs; tests train on sub-communicators of several sizes in
+  // one job), whose topology (comm/topology.h) and this rank's device are given. Opens the datasets and checks
+  // them against the configuration (slots, dense features, sizes), plans the tables (rank 0 prints the plan and
+  // the memory of every rank), builds the collection and the model, and loads `load_from` (a checkpoint root or
+  // step directory; "" with cfg.resume: cfg.checkpoint_dir). Any error on any rank throws sparta::Error on every
+  // rank, before any work.
+  Trainer(MPI_Comm world, const Topology& topo, const Device& dev, const TrainConfig& cfg,
+          TrainerMode mode = TrainerMode::train, const std::string& load_from = "");
+  // The same over MPI_COMM_WORLD with the context's topology and device.
   Trainer(const Context& ctx, const TrainConfig& cfg, TrainerMode mode = TrainerMode::train,
           const std::string& load_from = "");
   ~Trainer();
@@ -90,6 +97,7 @@ class Trainer {
   TableRows held_rows(int table);
 
  private:
+  void agree(const std::string& error) const;  // agree_on_error over world
   void open_datasets(TrainerMode mode);
   void build_collection(TrainerMode mode);
   void report_memory() const;
@@ -105,7 +113,8 @@ class Trainer {
   std::vector<double> flush_losses(int64_t n);  // all-reduces and downloads the interval's losses
   void write_metrics(const std::string& line);
 
-  const Context& ctx_;
+  MPI_Comm world_comm_;
+  const Topology& topo_;
   TrainConfig cfg_;
   Device dev_;
   int rank_ = 0, world_ = 1;
