@@ -54,6 +54,30 @@ Trainer::Trainer(MPI_Comm world, const Topology& topo, const Device& dev, const 
   MPI_CHECK(MPI_Comm_size(world, &world_));
   agree(guarded([&] { check_train_config(cfg_); }));
   open_datasets(mode);
+  // Key statistics for the planner from the first batch of the data each rank reads.
+  DatasetReader& sample_reader = mode == TrainerMode::train ? *train_ : *eval_;
+  Batch b = sample_reader.make_batch();
+  agree(guarded([&] { sample_reader.read_batch(0, 0, b); }));
+  build_collection(b, sample_reader.options().global_batch);
+  build_rest(!load_from.empty() ? load_from : cfg_.resume ? cfg_.checkpoint_dir : "");
+}
+
+Trainer::Trainer(MPI_Comm world, const Topology& topo, const Device& dev, const TrainConfig& cfg,
+                 const DatasetSchema& schema, const Batch& sample, int64_t global_batch)
+    : world_comm_(world), topo_(topo), cfg_(cfg), dev_(dev) {
+  MPI_CHECK(MPI_Comm_rank(world, &rank_));
+  MPI_CHECK(MPI_Comm_size(world, &world_));
+  agree(guarded([&] {
+    check_train_config(cfg_);
+    schema_ = schema;
+    set_shapes("benchmark data", "(in memory)");
+    max_batch_ = std::max<int64_t>(1, sample.size);
+  }));
+  build_collection(sample, global_batch);
+  build_rest("");
+}
+
+void Trainer::build_rest(const std::string& load_from) {
   CommOptions copt;
   agree(guarded([&] {
     copt.mode = parse_comm_mode(cfg_.comm_mode);
@@ -61,9 +85,10 @@ Trainer::Trainer(MPI_Comm world, const Topology& topo, const Device& dev, const 
                    "comm.mode: nccl needs the cuda backend, and this rank runs on %s", dev_.name().c_str());
   }));
   comm_ = std::make_unique<Communicator>(topo_, dev_, copt);
-  build_collection(mode);
-
+  collection_ = std::make_unique<EmbeddingCollection>(world_comm_, comm_.get(), dev_, collection_cfg_, plan_);
   const ModelConfig& m = cfg_.model;
+  SPARTA_ASSERT(collection_->output_width() == m.embedding_width(), "collection width %lld, model expects %d",
+                (long long)collection_->output_width(), m.embedding_width());
   agree(guarded([&] { model_ = std::make_unique<DenseModel>(dev_, m, max_batch_); }));
   const size_t P = model_->param_count();
   params_ = Buffer<float>(dev_, DenseModel::initial_params(m, cfg_.seed));
@@ -94,8 +119,7 @@ Trainer::Trainer(MPI_Comm world, const Topology& topo, const Device& dev, const 
              format_plan(collection_cfg_, plan_).c_str());
   }
   report_memory();
-  const std::string path = !load_from.empty() ? load_from : cfg_.resume ? cfg_.checkpoint_dir : "";
-  if (!path.empty()) load(path);
+  if (!load_from.empty()) load(load_from);
 }
 
 void Trainer::agree(const std::string& error) const { agree_on_error(world_comm_, error); }
@@ -146,27 +170,31 @@ void Trainer::open_datasets(TrainerMode mode) {
       else schema_ = eval_->schema();
       teacher_auc_ = eval_->schema().teacher_auc;
     }
-    // The model's shape against the file's.
-    ModelConfig& m = cfg_.model;
-    SPARTA_REQUIRE(m.num_dense < 0 || m.num_dense == schema_.num_dense,
-                   "%s '%s': the file has %lld dense features per sample, the configuration (model.num_dense) "
-                   "expects %d", option, data.c_str(), (long long)schema_.num_dense, m.num_dense);
-    SPARTA_REQUIRE(m.num_slots < 0 || m.num_slots == schema_.num_slots,
-                   "%s '%s': the file has %lld sparse slots per sample, the configuration (model.num_slots) "
-                   "expects %d", option, data.c_str(), (long long)schema_.num_slots, m.num_slots);
-    m.num_dense = int(schema_.num_dense);
-    m.num_slots = int(schema_.num_slots);
-    check_model_config(m);
-    for (int64_t s = 0; s < schema_.num_slots; ++s)
-      SPARTA_REQUIRE(cfg_.rows > 0 || schema_.cardinality[s] > 0,
-                     "embedding.rows: slot %lld of %s '%s' has unbounded (hashed) keys, so the rows of its table "
-                     "must be given (embedding.rows > 0)", (long long)s, option, data.c_str());
+    set_shapes(option, data);
     max_batch_ = std::max<int64_t>(1, std::max(train_ ? train_->max_local_batch() : 0,
                                                eval_ ? eval_->max_local_batch() : 0));
   }));
 }
 
-void Trainer::build_collection(TrainerMode mode) {
+// The model's shape against the data's.
+void Trainer::set_shapes(const std::string& option, const std::string& path) {
+  ModelConfig& m = cfg_.model;
+  SPARTA_REQUIRE(m.num_dense < 0 || m.num_dense == schema_.num_dense,
+                 "%s '%s': the file has %lld dense features per sample, the configuration (model.num_dense) "
+                 "expects %d", option.c_str(), path.c_str(), (long long)schema_.num_dense, m.num_dense);
+  SPARTA_REQUIRE(m.num_slots < 0 || m.num_slots == schema_.num_slots,
+                 "%s '%s': the file has %lld sparse slots per sample, the configuration (model.num_slots) "
+                 "expects %d", option.c_str(), path.c_str(), (long long)schema_.num_slots, m.num_slots);
+  m.num_dense = int(schema_.num_dense);
+  m.num_slots = int(schema_.num_slots);
+  check_model_config(m);
+  for (int64_t s = 0; s < schema_.num_slots; ++s)
+    SPARTA_REQUIRE(cfg_.rows > 0 || schema_.cardinality[s] > 0,
+                   "embedding.rows: slot %lld of %s '%s' has unbounded (hashed) keys, so the rows of its table "
+                   "must be given (embedding.rows > 0)", (long long)s, option.c_str(), path.c_str());
+}
+
+void Trainer::build_collection(const Batch& b, int64_t global_batch) {
   const ModelConfig& m = cfg_.model;
   CollectionConfig& c = collection_cfg_;
   agree(guarded([&] {
@@ -191,22 +219,15 @@ void Trainer::build_collection(TrainerMode mode) {
     }
     check_collection_config(c);
   }));
-  // Key statistics for the planner from the first batch of the data each rank reads.
-  DatasetReader& sample_reader = mode == TrainerMode::train ? *train_ : *eval_;
-  Batch b = sample_reader.make_batch();
-  agree(guarded([&] { sample_reader.read_batch(0, 0, b); }));
   std::vector<int64_t> offsets(b.offsets.data(), b.offsets.data() + b.size * m.num_slots + 1);
   std::vector<int64_t> keys(b.keys.data(), b.keys.data() + b.num_keys);
   PlannerOptions po;
   po.world = world_;
-  po.global_batch = mode == TrainerMode::train ? cfg_.global_batch : sample_reader.options().global_batch;
+  po.global_batch = global_batch;
   po.memory_budget = size_t(cfg_.memory_mb * 1024 * 1024);
   const size_t max_top = size_t(std::max<int64_t>(cfg_.hot_rows, po.default_hot_rows));
   std::vector<TableKeyStats> stats = count_keys(world_comm_, c, offsets, keys, b.size, max_top);
   agree(guarded([&] { plan_ = make_plan(c, po, stats); }));
-  collection_ = std::make_unique<EmbeddingCollection>(world_comm_, comm_.get(), dev_, c, plan_);
-  SPARTA_ASSERT(collection_->output_width() == m.embedding_width(), "collection width %lld, model expects %d",
-                (long long)collection_->output_width(), m.embedding_width());
 }
 
 void Trainer::report_memory() const {
@@ -332,6 +353,35 @@ void Trainer::train_step(const Batch& b, int64_t step, float* loss_slot) {
 #endif
   dense_optimizer_update(dev_, cfg_.dense, step, learning_rate(cfg_.schedule, step), params_.data(), grads_.data(),
                          state_.data(), params_.size());
+}
+
+Trainer::StepTimes Trainer::timed_step(const Batch& b, int64_t global_batch) {
+  auto ms_since = [this](double& t) {
+    comm_->synchronize(dev_.stream);
+    const double now = now_s(), d = (now - t) * 1e3;
+    t = now;
+    return d;
+  };
+  StepTimes st;
+  const int64_t s = step_ + 1;
+  double t = now_s();
+  upload(b);
+  st.data_ms = ms_since(t);
+  collection_->forward(offsets_.data(), keys_.data(), b.size, emb_.data(), LookupMode::train);
+  st.embedding_ms = ms_since(t);
+  model_->forward(params_.data(), dense_.data(), emb_.data(), b.size);
+  model_->loss(labels_.data(), global_batch, losses_.data());
+  model_->backward(params_.data(), grads_.data(), demb_.data());
+  st.dense_ms = ms_since(t);
+  if (world_ > 1) comm_->all_reduce(grads_.data(), grads_.data(), grads_.size(), DataType::f32, dev_.stream);
+  st.comm_ms = ms_since(t);
+  collection_->backward(demb_.data(), s);
+  st.embedding_ms += ms_since(t);
+  dense_optimizer_update(dev_, cfg_.dense, s, learning_rate(cfg_.schedule, s), params_.data(), grads_.data(),
+                         state_.data(), params_.size());
+  st.dense_ms += ms_since(t);
+  step_ = s;
+  return st;
 }
 
 std::vector<double> Trainer::flush_losses(int64_t n) {

@@ -72,6 +72,11 @@ class Trainer {
   // rank, before any work.
   Trainer(MPI_Comm world, const Topology& topo, const Device& dev, const TrainConfig& cfg,
           TrainerMode mode = TrainerMode::train, const std::string& load_from = "");
+  // Benchmarks: batches come from memory (timed_step), not from files. schema gives the data's shape and
+  // cardinalities, sample one batch of this rank's (its keys plan the tables); batches may hold up to
+  // sample.size samples. Collective, errors as above.
+  Trainer(MPI_Comm world, const Topology& topo, const Device& dev, const TrainConfig& cfg, const DatasetSchema& schema,
+          const Batch& sample, int64_t global_batch);
   // The same over MPI_COMM_WORLD with the context's topology and device.
   Trainer(const Context& ctx, const TrainConfig& cfg, TrainerMode mode = TrainerMode::train,
           const std::string& load_from = "");
@@ -86,6 +91,16 @@ class Trainer {
   // file order with their labels, the others an empty set.
   Predictions predict();
 
+  // Benchmarks: one training step on b (this rank's slice of a global batch of global_batch samples) with the host
+  // waiting after every phase, so each can be timed: data (host → device), embedding (the collection's forward
+  // and backward), dense (the model's forward, loss, backward and the optimizer), comm (the dense gradients'
+  // all-reduce, as one bucket). Slower than a training step, whose phases overlap. Milliseconds.
+  struct StepTimes {
+    double data_ms = 0, embedding_ms = 0, dense_ms = 0, comm_ms = 0;
+    double total_ms() const { return data_ms + embedding_ms + dense_ms + comm_ms; }
+  };
+  StepTimes timed_step(const Batch& b, int64_t global_batch);
+
   // The configuration with the dataset's shapes filled in (what checkpoints record).
   const TrainConfig& config() const { return cfg_; }
   int64_t step() const { return step_; }
@@ -99,7 +114,9 @@ class Trainer {
  private:
   void agree(const std::string& error) const;  // agree_on_error over world
   void open_datasets(TrainerMode mode);
-  void build_collection(TrainerMode mode);
+  void set_shapes(const std::string& option, const std::string& path);  // the model's shape from schema_
+  void build_collection(const Batch& sample, int64_t global_batch);
+  void build_rest(const std::string& load_from);  // comm, collection, model, buffers, then load_from
   void report_memory() const;
   void load(const std::string& path);
   std::string save();
