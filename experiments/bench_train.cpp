@@ -5,7 +5,9 @@
 // backward), ms_dense (the model and its optimizer) and ms_comm (the dense all-reduce). The timed step does not
 // overlap its phases, so samples_per_s is a lower bound of sparta-train's. Medians over the timed steps; JSON
 // lines with every parameter and the provenance; the run fails (#wrong > 0) when a dense parameter is not finite.
-//   mpiexec -n 8 bench_train [--batch 65536] [--max-rows 4000000] [--interaction dot|dcnv2] [--placement auto]
+// Records carry what experiments/scaling_model.py --check reads: placement (the plan's, when every table has the
+// same), ms_step, global_batch, comm_mode, nodes, and the provenance's ranks.
+//   mpiexec -n 8 bench_train [--batch 65536] [--max-rows 4000000] [--model dot|dcnv2] [--placement auto]
 //                            [--precision fp32|bf16] [--warmup 3] [--steps 10] [--out results/bench_train.jsonl]
 #include <mpi.h>
 
@@ -54,7 +56,7 @@ sparta::Batch make_batch(const sparta::SyntheticConfig& c, int64_t first, int64_
 int main(int argc, char** argv) {
   sparta::MpiSession mpi(&argc, &argv);
   sparta::ContextOptions copt;
-  std::string level, preset, hotness, interaction, placement, precision, out;
+  std::string level, preset, hotness, interaction, placement, precision, comm_mode, out;
   int64_t batch = 0, max_rows = 0, warmup = 0, steps = 0;
   int dim = 0;
   sparta::po::options_description desc("bench_train options");
@@ -63,9 +65,11 @@ int main(int argc, char** argv) {
       "preset", sparta::po::value<std::string>(&preset)->default_value("mlperf"), "mlperf | small (io/synthetic.h)")(
       "max-rows", sparta::po::value<int64_t>(&max_rows)->default_value(4000000), "cap on every table's rows")(
       "hotness", sparta::po::value<std::string>(&hotness)->default_value("1"), "keys per slot: k or a-b")(
-      "interaction", sparta::po::value<std::string>(&interaction)->default_value("dot"), "dot | dcnv2")(
+      "model", sparta::po::value<std::string>(&interaction)->default_value("dot"),
+      "dot (DLRM: MLPerf v1 MLPs) | dcnv2 (the cross network; MLPerf DCNv2 MLPs)")(
       "embedding-dim", sparta::po::value<int>(&dim)->default_value(128), "embedding width (dot: also the bottom MLP's output)")(
       "placement", sparta::po::value<std::string>(&placement)->default_value("auto"), "embedding.placement")(
+      "comm-mode", sparta::po::value<std::string>(&comm_mode)->default_value("hier"), "comm.mode: hier | mpi | nccl")(
       "precision", sparta::po::value<std::string>(&precision)->default_value("fp32"), "fp32 | bf16")(
       "warmup", sparta::po::value<int64_t>(&warmup)->default_value(3), "untimed steps")(
       "steps", sparta::po::value<int64_t>(&steps)->default_value(10), "timed steps")(
@@ -90,6 +94,7 @@ int main(int argc, char** argv) {
       if (cfg.model.interaction == sparta::Interaction::dot) cfg.model.bottom_mlp.back() = dim;
       cfg.model.precision = precision == "bf16" ? sparta::GemmType::bf16 : sparta::GemmType::f32;
       cfg.placement = placement;
+      cfg.comm_mode = comm_mode;
       cfg.sparse.kind = sparta::OptimizerKind::adagrad;
       cfg.log_every = 1;
       sparta::check_train_config(cfg);
@@ -122,6 +127,10 @@ int main(int argc, char** argv) {
     for (float p : trainer.dense_params()) wrong += !std::isfinite(p);
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
 
+    // The placement the plan chose ("auto" resolved), when every table has the same one.
+    std::string planned = sparta::placement_name(trainer.plan().tables.front().placement);
+    for (const sparta::TablePlan& t : trainer.plan().tables)
+      if (planned != sparta::placement_name(t.placement)) planned = "mixed";
     using sparta::bench::median;
     const double ms = median(total), rate = double(batch * W) / (ms / 1e3);
     std::vector<std::string> devices(W);
@@ -137,15 +146,17 @@ int main(int argc, char** argv) {
       std::printf("# %-6s %-5s %-10s %8s %5s | %12s %9s %9s %9s %9s %9s %6s\n", "model", "prec", "placement", "batch",
                   "ranks", "samples/s", "ms_step", "ms_data", "ms_emb", "ms_dense", "ms_comm", "#wrong");
       std::printf("  %-6s %-5s %-10s %8lld %5d | %12.0f %9.2f %9.2f %9.2f %9.2f %9.2f %6lld\n", interaction.c_str(),
-                  precision.c_str(), placement.c_str(), (long long)batch, W, rate, ms, median(data_ms), median(emb),
+                  precision.c_str(), planned.c_str(), (long long)batch, W, rate, ms, median(data_ms), median(emb),
                   median(dense), median(comm), (long long)wrong);
       sparta::bench::JsonLines jl(out, sparta::bench::provenance(argc, argv, devices, W));
       jl.write(sparta::strprintf(
-          "\"bench\":\"train\",\"interaction\":\"%s\",\"precision\":\"%s\",\"placement\":\"%s\",\"preset\":\"%s\","
+          "\"bench\":\"train\",\"interaction\":\"%s\",\"precision\":\"%s\",\"placement\":\"%s\","
+          "\"placement_option\":\"%s\",\"comm_mode\":\"%s\",\"nodes\":%d,\"preset\":\"%s\","
           "\"max_rows\":%lld,\"hotness\":\"%s\",\"embedding_dim\":%d,\"batch_per_rank\":%lld,\"global_batch\":%lld,"
           "\"warmup\":%lld,\"steps\":%lld,\"samples_per_s\":%.1f,\"ms_step\":%.4f,\"ms_data\":%.4f,"
           "\"ms_embedding\":%.4f,\"ms_dense\":%.4f,\"ms_comm\":%.4f,\"wrong\":%lld",
-          interaction.c_str(), precision.c_str(), placement.c_str(), preset.c_str(), (long long)max_rows,
+          interaction.c_str(), precision.c_str(), planned.c_str(), placement.c_str(), comm_mode.c_str(),
+          ctx.topo().num_nodes, preset.c_str(), (long long)max_rows,
           hotness.c_str(), dim, (long long)batch, (long long)(batch * W), (long long)warmup, (long long)steps, rate, ms,
           median(data_ms), median(emb), median(dense), median(comm), (long long)wrong));
     }
