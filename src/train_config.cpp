@@ -64,7 +64,8 @@ void check_optimizer(const char* section, const OptimizerConfig& o) {
 }  // namespace
 
 void check_train_config(const TrainConfig& c) {
-  SPARTA_REQUIRE(!c.train_path.empty(), "data.train: a training dataset is required (--data.train FILE)");
+  SPARTA_REQUIRE(c.benchmark || !c.train_path.empty(),
+                 "data.train: a training dataset is required (--data.train FILE), unless --benchmark");
   SPARTA_REQUIRE(c.global_batch >= 1, "data.global_batch: expected >= 1, found %lld", (long long)c.global_batch);
   SPARTA_REQUIRE(c.eval_batch >= 0, "data.eval_batch: expected >= 0 (0: data.global_batch), found %lld",
                  (long long)c.eval_batch);

@@ -32,6 +32,16 @@ struct LrSchedule {
 };
 float learning_rate(const LrSchedule& s, int64_t step);
 
+// sparta-train --benchmark (src/train_benchmark.h): synthetic batches in memory, timed steps.
+struct BenchmarkOptions {
+  std::string preset = "mlperf";  // io/synthetic.h presets: mlperf (26 tables, 13 dense) | small
+  int64_t max_rows = 4000000;     // cap on every table's rows
+  std::string hotness = "1";      // keys per slot: k or a-b
+  int64_t batch = 65536;          // samples per rank per step
+  int64_t warmup = 3;             // untimed steps
+  int64_t steps = 10;             // timed steps
+};
+
 struct TrainConfig {
   // [data]
   std::string train_path;        // dataset files (io/dataset.h)
@@ -70,6 +80,10 @@ struct TrainConfig {
   bool resume = false;           // continue from checkpoint_dir/latest (any rank count, any plan)
   std::string metrics_path;      // JSON lines (rank 0); "": none
   std::string comm_mode = "hier";  // [comm] mode: hier | mpi | nccl
+
+  // --benchmark: time the step on in-memory synthetic batches instead of training ([benchmark] section)
+  bool benchmark = false;
+  BenchmarkOptions bench;
 
   // Common options (not in the config text).
   ContextOptions context;

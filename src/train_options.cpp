@@ -96,10 +96,18 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
       "train.resume", po::value<bool>(&c.resume)->default_value(false)->implicit_value(true),
       "continue from train.checkpoint_dir's latest checkpoint (any rank count and plan)")(
       "train.metrics", po::value<std::string>(&c.metrics_path)->default_value(""), "JSON lines of train and eval metrics (\"\": none)");
+  po::options_description bench("[benchmark] (with --benchmark: synthetic batches in memory, timed steps)");
+  bench.add_options()("benchmark.preset", po::value<std::string>(&c.bench.preset)->default_value("mlperf"),
+                      "mlperf (26 tables, 13 dense features) | small (8 tables)")(
+      "benchmark.max_rows", po::value<int64_t>(&c.bench.max_rows)->default_value(4000000), "cap on every table's rows")(
+      "benchmark.hotness", po::value<std::string>(&c.bench.hotness)->default_value("1"), "keys per slot: k or a-b")(
+      "benchmark.batch", po::value<int64_t>(&c.bench.batch)->default_value(65536), "samples per rank per step")(
+      "benchmark.warmup", po::value<int64_t>(&c.bench.warmup)->default_value(3), "untimed steps (they insert the keys)")(
+      "benchmark.steps", po::value<int64_t>(&c.bench.steps)->default_value(10), "timed steps (medians reported)");
   comm.add_options()("comm.mode", po::value<std::string>(&c.comm_mode)->default_value("hier"),
                      "hier (NCCL in a node, MPI between nodes) | mpi | nccl (comm/communicator.h)");
   po::options_description all;
-  all.add(data).add(model).add(emb).add(opt).add(train).add(comm);
+  all.add(data).add(model).add(emb).add(opt).add(train).add(comm).add(bench);
   return all;
 }
 
@@ -149,7 +157,10 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c) {
   add_common_options(common, c.context, c.log_level);
   common.add_options()("config", po::value<std::string>(&c.config_file)->default_value(""),
                        "INI file: [section] then key = value lines for the options section.key below; the "
-                       "command line overrides it");
+                       "command line overrides it")(
+      "benchmark", po::bool_switch(&c.benchmark),
+      "time the training step on synthetic batches in memory ([benchmark] options; the model, tables and comm "
+      "options apply): a table on rank 0 and a JSON line in train.metrics, instead of training");
   po::options_description file = config_options(c, t);
   po::options_description all("sparta-train options (every section.key may be given in --config FILE or as "
                               "--section.key VALUE)");
