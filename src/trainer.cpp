@@ -463,6 +463,7 @@ TrainResult Trainer::run() {
     EvalMetrics m = evaluate_now();
     r.evals.push_back({step_, m});
     write_metrics(JsonLine("eval")
+                      .add("split", "eval")
                       .add("step", step_)
                       .add("auc", m.auc)
                       .add("logloss", m.logloss)
@@ -511,6 +512,7 @@ TrainResult Trainer::run() {
       LOG_INFO("step %lld/%lld | loss %.5f | lr %.3g | %.0f samples/s | ETA %s", (long long)step_, (long long)total,
                mean, lr, rate, duration_text(eta).c_str());
       write_metrics(JsonLine("train")
+                        .add("split", "train")
                         .add("step", step_)
                         .add("epoch", epoch)
                         .add("loss", mean)
