@@ -84,8 +84,10 @@ LDLIBS = -Wl,--as-needed $(HDF5_LIBS) $(BOOST_PO_LIBS) $(CUDA_LIBS) -lpthread
 MODULES   := src/base src kernels comm io
 # src/options.cpp uses Boost.Program_options, which Debian ships as a non-PIC static archive: it is linked
 # into each program instead of into the shared library.
-CLI_OBJS  := $(BUILD)/obj/src/options.o
-LIB_CPP   := $(filter-out src/options.cpp,$(foreach m,$(MODULES),$(wildcard $(m)/*.cpp)))
+# src/train_options.cpp (sparta-train's and sparta-predict's options) likewise.
+CLI_SRCS  := src/options.cpp src/train_options.cpp
+CLI_OBJS  := $(CLI_SRCS:%.cpp=$(BUILD)/obj/%.o)
+LIB_CPP   := $(filter-out $(CLI_SRCS),$(foreach m,$(MODULES),$(wildcard $(m)/*.cpp)))
 LIB_CU    := $(if $(filter 1,$(CUDA)),$(foreach m,$(MODULES),$(wildcard $(m)/*.cu)))
 LIB_OBJS  := $(LIB_CPP:%.cpp=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.cu.o)
 LIBSPARTA := $(BUILD)/lib/libsparta.so

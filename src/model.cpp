@@ -1,0 +1,238 @@
+// model.cpp: see model.h. Only launchers of kernels/: the same code drives both backends.
+#include "src/model.h"
+
+#include <algorithm>
+#include <sstream>
+#include <utility>
+
+#include "src/base/check.h"
+#include "src/base/random.h"
+#include "kernels/bce_loss.h"
+#include "kernels/interaction_dot.h"
+
+namespace sparta {
+
+const char* interaction_name(Interaction i) { return i == Interaction::dot ? "dot" : "dcnv2"; }
+
+Interaction parse_interaction(const std::string& name) {
+  if (name == "dot") return Interaction::dot;
+  if (name == "dcnv2") return Interaction::dcnv2;
+  throw Error("model.interaction: expected dot or dcnv2, found '" + name + "'");
+}
+
+int ModelConfig::interaction_width() const {
+  const int bottom_out = bottom_mlp.empty() ? num_dense : bottom_mlp.back();
+  if (interaction == Interaction::dot) return int(interaction_dot_width(num_slots, embedding_dim));
+  return bottom_out + embedding_width();
+}
+
+namespace {
+
+std::string join_sizes(int first, const std::vector<int>& rest) {
+  std::ostringstream s;
+  s << first;
+  for (int v : rest) s << "-" << v;
+  return s.str();
+}
+
+std::vector<int> with_input(int in, const std::vector<int>& widths) {
+  std::vector<int> sizes{in};
+  sizes.insert(sizes.end(), widths.begin(), widths.end());
+  return sizes;
+}
+
+MlpConfig bottom_config(const ModelConfig& c) {
+  MlpConfig m;
+  m.name = "bottom_mlp";
+  m.sizes = with_input(c.num_dense, c.bottom_mlp);
+  m.relu_last = true;
+  m.precision = c.precision;
+  return m;
+}
+
+MlpConfig top_config(const ModelConfig& c) {
+  MlpConfig m;
+  m.name = "top_mlp";
+  m.sizes = with_input(c.interaction_width(), c.top_mlp);
+  m.relu_last = false;
+  m.precision = c.precision;
+  return m;
+}
+
+CrossConfig cross_config(const ModelConfig& c) {
+  CrossConfig x;
+  x.name = "cross";
+  x.dim = c.interaction_width();
+  x.rank = c.cross_rank;
+  x.layers = c.cross_layers;
+  x.precision = c.precision;
+  return x;
+}
+
+void check_widths(const char* field, const std::vector<int>& w) {
+  SPARTA_REQUIRE(!w.empty(), "%s: expected at least one layer width, found none", field);
+  for (size_t i = 0; i < w.size(); ++i)
+    SPARTA_REQUIRE(w[i] >= 1, "%s: layer %zu's width must be >= 1, found %d", field, i, w[i]);
+}
+
+}  // namespace
+
+std::string ModelConfig::describe() const {
+  std::ostringstream s;
+  s << interaction_name(interaction) << ", bottom MLP " << join_sizes(num_dense, bottom_mlp) << ", " << num_slots
+    << " x " << embedding_dim << " embeddings";
+  if (interaction == Interaction::dcnv2) s << ", cross network " << cross_layers << " x rank " << cross_rank;
+  s << ", top MLP " << join_sizes(interaction_width(), top_mlp) << ", " << gemm_type_name(precision);
+  return s.str();
+}
+
+void check_model_config(const ModelConfig& c) {
+  SPARTA_REQUIRE(c.num_dense >= 1, "model: num_dense must be >= 1, found %d", c.num_dense);
+  SPARTA_REQUIRE(c.num_slots >= 1, "model: num_slots must be >= 1, found %d", c.num_slots);
+  SPARTA_REQUIRE(c.embedding_dim >= 1, "model.embedding_dim: expected >= 1, found %d", c.embedding_dim);
+  check_widths("model.bottom_mlp", c.bottom_mlp);
+  check_widths("model.top_mlp", c.top_mlp);
+  SPARTA_REQUIRE(c.top_mlp.back() == 1, "model.top_mlp: the last width gives the logit and must be 1, found %d",
+                 c.top_mlp.back());
+  if (c.interaction == Interaction::dot)
+    SPARTA_REQUIRE(c.bottom_mlp.back() == c.embedding_dim,
+                   "model.bottom_mlp: the dot interaction multiplies the bottom MLP's output with every embedding, "
+                   "so its last width must equal model.embedding_dim (%d), found %d",
+                   c.embedding_dim, c.bottom_mlp.back());
+  else
+    SPARTA_REQUIRE(c.cross_layers >= 1 && c.cross_rank >= 1,
+                   "model.cross_layers, model.cross_rank: expected >= 1 for dcnv2, found %d and %d", c.cross_layers,
+                   c.cross_rank);
+}
+
+size_t ParamPart::count() const {
+  size_t n = 1;
+  for (int64_t d : shape) n *= size_t(d);
+  return n;
+}
+
+size_t DenseModel::param_count(const ModelConfig& c) {
+  check_model_config(c);
+  size_t n = Mlp::param_count(bottom_config(c).sizes) + Mlp::param_count(top_config(c).sizes);
+  if (c.interaction == Interaction::dcnv2) n += CrossNet::param_count(c.interaction_width(), c.cross_rank, c.cross_layers);
+  return n;
+}
+
+std::vector<ParamPart> DenseModel::parts(const ModelConfig& c) {
+  check_model_config(c);
+  std::vector<ParamPart> out;
+  size_t at = 0;
+  auto add = [&](std::string name, std::vector<int64_t> shape) {
+    ParamPart p{std::move(name), at, std::move(shape)};
+    at += p.count();
+    out.push_back(std::move(p));
+  };
+  auto mlp = [&](const MlpConfig& m) {
+    for (size_t l = 0; l + 1 < m.sizes.size(); ++l) {
+      add(m.name + "." + std::to_string(l) + ".weight", {m.sizes[l + 1], m.sizes[l]});
+      add(m.name + "." + std::to_string(l) + ".bias", {m.sizes[l + 1]});
+    }
+  };
+  mlp(bottom_config(c));
+  if (c.interaction == Interaction::dcnv2) {
+    const int64_t D = c.interaction_width(), r = c.cross_rank;
+    for (int l = 0; l < c.cross_layers; ++l) {
+      add("cross." + std::to_string(l) + ".V", {r, D});
+      add("cross." + std::to_string(l) + ".U", {D, r});
+      add("cross." + std::to_string(l) + ".b", {D});
+    }
+  }
+  mlp(top_config(c));
+  return out;
+}
+
+std::vector<float> DenseModel::initial_params(const ModelConfig& c, uint64_t seed) {
+  check_model_config(c);
+  std::vector<float> p = Mlp::initial_params(bottom_config(c).sizes, hash_mix(seed, 1));
+  if (c.interaction == Interaction::dcnv2) {
+    std::vector<float> x = CrossNet::initial_params(c.interaction_width(), c.cross_rank, c.cross_layers, hash_mix(seed, 2));
+    p.insert(p.end(), x.begin(), x.end());
+  }
+  std::vector<float> t = Mlp::initial_params(top_config(c).sizes, hash_mix(seed, 3));
+  p.insert(p.end(), t.begin(), t.end());
+  return p;
+}
+
+namespace {
+const ModelConfig& checked(const ModelConfig& c) {
+  check_model_config(c);
+  return c;
+}
+}  // namespace
+
+DenseModel::DenseModel(const Device& dev, const ModelConfig& cfg, int64_t max_batch)
+    : dev_(dev),
+      cfg_(checked(cfg)),
+      max_batch_(max_batch),
+      bottom_(dev, bottom_config(cfg_), std::max<int64_t>(max_batch, 1)),
+      top_(dev, top_config(cfg_), std::max<int64_t>(max_batch, 1)) {
+  SPARTA_REQUIRE(max_batch >= 1, "model: max_batch must be >= 1, found %lld", (long long)max_batch);
+  bottom_count_ = bottom_.param_count();
+  top_count_ = top_.param_count();
+  const size_t B = size_t(max_batch_), W = size_t(cfg_.interaction_width());
+  z_ = Buffer<float>(dev_, B * W);
+  dz_ = Buffer<float>(dev_, B * W);
+  dbottom_ = Buffer<float>(dev_, B * size_t(cfg_.bottom_mlp.back()));
+  dlogits_ = Buffer<float>(dev_, B);
+  if (cfg_.interaction == Interaction::dcnv2) {
+    cross_ = std::make_unique<CrossNet>(dev_, cross_config(cfg_), max_batch_);
+    cross_count_ = cross_->param_count();
+    dx0_ = Buffer<float>(dev_, B * W);
+  }
+  // What the layers hold per sample: the MLPs' saved activations and scratch, the cross network's x, h, z per
+  // layer and its scratch; an estimate for the memory report, in fp32 (bf16 copies add about half again).
+  size_t per_sample = 4 * W + cfg_.bottom_mlp.back() + 1;
+  for (int w : cfg_.bottom_mlp) per_sample += w;
+  for (int w : cfg_.top_mlp) per_sample += w;
+  if (cross_) per_sample += size_t(cfg_.cross_layers) * (2 * W + cfg_.cross_rank) + 2 * W + cfg_.cross_rank;
+  workspace_bytes_ = per_sample * B * sizeof(float);
+  if (cfg_.precision == GemmType::bf16) workspace_bytes_ += workspace_bytes_ / 2;
+}
+
+const float* DenseModel::forward(const float* params, const float* dense, const float* emb, int64_t batch) {
+  SPARTA_REQUIRE(batch >= 0 && batch <= max_batch_, "model: batch must be in [0, %lld], found %lld",
+                 (long long)max_batch_, (long long)batch);
+  batch_ = batch;
+  emb_ = emb;
+  const float* b = bottom_out_ = bottom_.forward(params + bottom_offset(), dense, batch);
+  const float* top_in = nullptr;
+  if (cfg_.interaction == Interaction::dot) {
+    InteractionDims d{"interaction", batch, cfg_.num_slots, cfg_.embedding_dim};
+    interaction_dot_forward(dev_, d, b, emb, z_.data());
+    top_in = z_.data();
+  } else {
+    concat_columns(dev_, "cross.x0", batch, b, cfg_.bottom_mlp.back(), emb, cfg_.embedding_width(), z_.data());
+    top_in = cross_->forward(params + cross_offset(), z_.data(), batch);
+  }
+  logits_ = top_.forward(params + top_offset(), top_in, batch);
+  return logits_;
+}
+
+void DenseModel::loss(const float* labels, int64_t mean_over, float* loss) {
+  SPARTA_ASSERT(batch_ >= 0, "model: loss before forward");
+  bce_with_logits(dev_, logits_, labels, loss, dlogits_.data(), batch_, mean_over);
+}
+
+void DenseModel::backward(const float* params, float* grads, float* demb, const GradsReady& ready) {
+  SPARTA_ASSERT(batch_ >= 0, "model: backward before forward");
+  top_.backward(params + top_offset(), dlogits_.data(), grads + top_offset(), dz_.data());
+  if (ready) ready(top_offset(), top_count_);
+  if (cfg_.interaction == Interaction::dot) {
+    InteractionDims d{"interaction", batch_, cfg_.num_slots, cfg_.embedding_dim};
+    interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb_, dbottom_.data(), demb);
+  } else {
+    cross_->backward(params + cross_offset(), dz_.data(), grads + cross_offset(), dx0_.data());
+    if (ready) ready(cross_offset(), cross_count_);
+    split_columns(dev_, "cross.x0", batch_, dx0_.data(), dbottom_.data(), cfg_.bottom_mlp.back(), demb,
+                  cfg_.embedding_width());
+  }
+  bottom_.backward(params + bottom_offset(), dbottom_.data(), grads + bottom_offset(), nullptr);
+  if (ready) ready(bottom_offset(), bottom_count_);
+}
+
+}  // namespace sparta

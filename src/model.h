@@ -1,0 +1,129 @@
+// model.h: the dense, data-parallel part of DLRM and DCNv2 on top of the kernels/ layers: the bottom MLP on the
+// dense features, the interaction with the pooled embeddings, the top MLP to one logit, and the binary
+// cross-entropy.
+//
+//   dot     (DLRM, MLPerf v1)  z = [b, the strictly lower triangle of T T^T], T = [b, e_0 .. e_{S-1}]
+//                              (kernels/interaction_dot.h); every slot has the bottom MLP's output width
+//   dcnv2   (MLPerf DCNv2)     x0 = [b, e_0 .. e_{S-1}], z = the low-rank cross network of x0 (kernels/cross_layer.h)
+//   logit = top_mlp(z)   (its last width is 1, no ReLU after it);   loss = mean BCE(logit, label)
+// with b = bottom_mlp(dense) (ReLU after every layer) and e_s the pooled embedding of slot s.
+//
+// Parameters: one flat fp32 array [bottom MLP | cross network (dcnv2) | top MLP], each part laid out as its
+// layer class says (weights [out, in] then bias [out] per MLP layer; V, U, b per cross layer); gradients alike.
+// That array is what the dense optimizer steps and the data-parallel all-reduce moves, and in bf16 precision it
+// holds the fp32 masters: the layers make the bf16 copies their GEMMs read at every forward.
+//
+// Every launch is asynchronous on the device's stream (Device::stream); nothing here synchronizes the host.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/base/buffer.h"
+#include "src/base/device.h"
+#include "kernels/cross_layer.h"
+#include "kernels/dense_linear.h"
+#include "kernels/dense_mlp.h"
+
+namespace sparta {
+
+enum class Interaction { dot, dcnv2 };
+// "dot" | "dcnv2"; parse throws sparta::Error naming the value otherwise.
+const char* interaction_name(Interaction i);
+Interaction parse_interaction(const std::string& name);
+
+struct ModelConfig {
+  int num_dense = 13;                // dense features per sample
+  int num_slots = 26;                // pooled embeddings per sample
+  int embedding_dim = 128;           // width of every pooled embedding
+  std::vector<int> bottom_mlp = {512, 256, 128};          // widths after num_dense
+  std::vector<int> top_mlp = {1024, 1024, 512, 256, 1};  // widths after the interaction; the last is 1
+  Interaction interaction = Interaction::dot;
+  int cross_layers = 3;              // dcnv2
+  int cross_rank = 512;              // dcnv2
+  GemmType precision = GemmType::f32;
+
+  int embedding_width() const { return num_slots * embedding_dim; }  // floats of a sample's pooled embeddings
+  // Width of the interaction's output, the top MLP's input.
+  int interaction_width() const;
+  // One line: "dot, 13-512-256-128 bottom, 26 x 128 embeddings, 479-1024-...-1 top, fp32".
+  std::string describe() const;
+};
+
+// Throws sparta::Error naming the field (model.bottom_mlp, model.top_mlp, ...), what was expected and what was
+// found: widths < 1, a top MLP not ending in 1, a dot interaction whose bottom output differs from
+// embedding_dim, cross sizes < 1 for dcnv2.
+void check_model_config(const ModelConfig& cfg);
+
+// One named part of the flat parameters (a checkpoint's dense tensor): name, offset, shape.
+struct ParamPart {
+  std::string name;  // "bottom_mlp.0.weight", "bottom_mlp.0.bias", "cross.1.V", "top_mlp.2.bias", ...
+  size_t offset = 0;
+  std::vector<int64_t> shape;
+  size_t count() const;
+};
+
+class DenseModel {
+ public:
+  // Buffers for batches of up to max_batch samples. Throws sparta::Error (check_model_config, max_batch < 1).
+  DenseModel(const Device& dev, const ModelConfig& cfg, int64_t max_batch);
+
+  const ModelConfig& config() const { return cfg_; }
+  static size_t param_count(const ModelConfig& cfg);
+  size_t param_count() const { return param_count(cfg_); }
+  // Where the parts start in the flat parameters.
+  size_t bottom_offset() const { return 0; }
+  size_t cross_offset() const { return bottom_count_; }
+  size_t top_offset() const { return bottom_count_ + cross_count_; }
+  // Every layer's tensors in parameter order; they tile [0, param_count()).
+  static std::vector<ParamPart> parts(const ModelConfig& cfg);
+
+  // The initial parameters on the host, deterministic by seed (each part's own initialization: dense_mlp.h,
+  // cross_layer.h, with seeds derived from seed).
+  static std::vector<float> initial_params(const ModelConfig& cfg, uint64_t seed);
+
+  // dense [batch, num_dense], emb [batch, embedding_width] (device) → the logits [batch], held by the model
+  // until the next forward. dense and emb must stay unchanged until backward.
+  // Throws sparta::Error when batch is not in [0, max_batch].
+  const float* forward(const float* params, const float* dense, const float* emb, int64_t batch);
+  const float* logits() const { return logits_; }
+
+  // After forward: loss[0] (device) = Σ_i BCE(logit_i, labels[i]) / mean_over (the global batch in data-parallel
+  // training: the all-reduced sum of the ranks' losses is then the mean), and the logits' gradient, kept for
+  // backward. mean_over >= batch.
+  void loss(const float* labels, int64_t mean_over, float* loss);
+
+  // After loss: grads [param_count] (device) and demb [batch, embedding_width] (device) are overwritten.
+  // ready(offset, count) is called, on the host, as soon as the launches that finish grads[offset,
+  // offset + count) are queued (the top MLP's first, then the cross network's, then the bottom MLP's), so the
+  // caller can start reducing that bucket while the rest of backward runs.
+  using GradsReady = std::function<void(size_t offset, size_t count)>;
+  void backward(const float* params, float* grads, float* demb, const GradsReady& ready = GradsReady());
+
+  // Device bytes of the activations and scratch this model holds (not the parameters).
+  size_t workspace_bytes() const { return workspace_bytes_; }
+
+ private:
+  Device dev_;
+  ModelConfig cfg_;
+  int64_t max_batch_ = 0;
+  int64_t batch_ = -1;
+  size_t bottom_count_ = 0, cross_count_ = 0, top_count_ = 0;
+  size_t workspace_bytes_ = 0;
+  Mlp bottom_, top_;
+  std::unique_ptr<CrossNet> cross_;  // dcnv2
+  const float* emb_ = nullptr;       // the last forward's embeddings
+  const float* bottom_out_ = nullptr;  // and bottom MLP output (held by bottom_)
+  const float* logits_ = nullptr;
+  Buffer<float> z_;        // dot: the interaction [max_batch, interaction_width]; dcnv2: x0 [max_batch, D]
+  Buffer<float> dz_;       // the top MLP's input gradient [max_batch, interaction_width]
+  Buffer<float> dbottom_;  // [max_batch, bottom output]
+  Buffer<float> dx0_;      // dcnv2: [max_batch, D]
+  Buffer<float> dlogits_;  // [max_batch]
+};
+
+}  // namespace sparta

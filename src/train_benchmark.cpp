@@ -1,0 +1,116 @@
+// train_benchmark.cpp: see train_benchmark.h.
+#include "src/train_benchmark.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "io/synthetic.h"
+#include "src/base/agree.h"
+#include "src/base/check.h"
+#include "src/trainer.h"
+
+namespace sparta {
+
+namespace {
+
+// This rank's slice of one global batch: samples [first, first + n) of the sample stream.
+Batch make_batch(const SyntheticConfig& c, int64_t first, int64_t n, Backend backend) {
+  SampleBlock block;
+  Teacher teacher(c);
+  generate_samples(c, teacher, first, n, block);
+  Batch b;
+  b.size = n;
+  b.num_dense = c.num_dense;
+  b.num_slots = c.num_slots();
+  b.num_keys = int64_t(block.keys.size());
+  b.labels = PinnedBuffer<float>(backend, block.labels.size());
+  b.dense = PinnedBuffer<float>(backend, block.dense.size());
+  b.offsets = PinnedBuffer<int64_t>(backend, block.offsets.size());
+  b.keys = PinnedBuffer<int64_t>(backend, std::max<size_t>(1, block.keys.size()));
+  std::memcpy(b.labels.data(), block.labels.data(), block.labels.size() * sizeof(float));
+  std::memcpy(b.dense.data(), block.dense.data(), block.dense.size() * sizeof(float));
+  std::memcpy(b.offsets.data(), block.offsets.data(), block.offsets.size() * sizeof(int64_t));
+  std::memcpy(b.keys.data(), block.keys.data(), block.keys.size() * sizeof(int64_t));
+  b.segments = {{first, n}};
+  return b;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+BenchmarkResult run_benchmark(MPI_Comm world, const Topology& topo, const Device& dev, TrainConfig cfg,
+                              const BenchmarkOptions& o) {
+  int rank = 0, W = 1;
+  MPI_CHECK(MPI_Comm_rank(world, &rank));
+  MPI_CHECK(MPI_Comm_size(world, &W));
+  SyntheticConfig data;
+  agree_on_error(world, guarded([&] {
+    SPARTA_REQUIRE(o.batch >= 1 && o.warmup >= 0 && o.steps >= 1,
+                   "benchmark: batch >= 1, warmup >= 0 and steps >= 1 expected, found %lld, %lld, %lld",
+                   (long long)o.batch, (long long)o.warmup, (long long)o.steps);
+    SyntheticOptions so;
+    so.preset = o.preset;
+    so.samples = o.batch * W;
+    so.max_rows = o.max_rows;
+    so.hotness = o.hotness;
+    data = make_synthetic_config(so);
+  }));
+  const int64_t G = o.batch * W;
+  cfg.global_batch = G;
+  if (cfg.train_path.empty()) cfg.train_path = "(in memory)";
+  const Batch b = make_batch(data, rank * o.batch, o.batch, dev.backend);
+  Trainer trainer(world, topo, dev, cfg, synthetic_schema(data), b, G);
+  for (int64_t i = 0; i < o.warmup; ++i) trainer.timed_step(b, G);
+  std::vector<double> total, data_ms, emb, dense, comm;
+  for (int64_t i = 0; i < o.steps; ++i) {
+    const Trainer::StepTimes t = trainer.timed_step(b, G);
+    double v[5] = {t.total_ms(), t.data_ms, t.embedding_ms, t.dense_ms, t.comm_ms};
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 5, MPI_DOUBLE, MPI_MAX, world));
+    total.push_back(v[0]), data_ms.push_back(v[1]), emb.push_back(v[2]), dense.push_back(v[3]), comm.push_back(v[4]);
+  }
+  BenchmarkResult r;
+  for (float p : trainer.dense_params()) r.wrong += !std::isfinite(p);
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &r.wrong, 1, MPI_INT64_T, MPI_SUM, world));
+  r.ranks = W;
+  r.nodes = topo.num_nodes;
+  r.global_batch = G;
+  r.model_shape = trainer.config().model.describe();
+  r.placement = placement_name(trainer.plan().tables.front().placement);
+  for (const TablePlan& t : trainer.plan().tables)
+    if (r.placement != placement_name(t.placement)) r.placement = "mixed";
+  r.ms_step = median(total);
+  r.samples_per_s = double(G) / (r.ms_step / 1e3);
+  r.ms_data = median(data_ms), r.ms_embedding = median(emb), r.ms_dense = median(dense), r.ms_comm = median(comm);
+  return r;
+}
+
+std::string BenchmarkResult::table(const TrainConfig& cfg, const BenchmarkOptions& o) const {
+  return strprintf("# %-6s %-5s %-11s %8s %5s | %12s %9s %9s %9s %9s %9s %6s\n"
+                   "  %-6s %-5s %-11s %8lld %5d | %12.0f %9.2f %9.2f %9.2f %9.2f %9.2f %6lld\n",
+                   "model", "prec", "placement", "batch", "ranks", "samples/s", "ms_step", "ms_data", "ms_emb",
+                   "ms_dense", "ms_comm", "#wrong", interaction_name(cfg.model.interaction),
+                   cfg.model.precision == GemmType::bf16 ? "bf16" : "fp32", placement.c_str(), (long long)o.batch,
+                   ranks, samples_per_s, ms_step, ms_data, ms_embedding, ms_dense, ms_comm, (long long)wrong);
+}
+
+std::string BenchmarkResult::json_fields(const TrainConfig& cfg, const BenchmarkOptions& o) const {
+  return strprintf(
+      "\"bench\":\"train\",\"model\":\"%s\",\"precision\":\"%s\",\"placement\":\"%s\",\"placement_option\":\"%s\","
+      "\"comm_mode\":\"%s\",\"nodes\":%d,\"preset\":\"%s\",\"max_rows\":%lld,\"hotness\":\"%s\","
+      "\"embedding_dim\":%d,\"model_shape\":\"%s\",\"batch_per_rank\":%lld,\"global_batch\":%lld,\"warmup\":%lld,"
+      "\"steps\":%lld,\"samples_per_s\":%.1f,\"ms_step\":%.4f,\"ms_data\":%.4f,\"ms_embedding\":%.4f,"
+      "\"ms_dense\":%.4f,\"ms_comm\":%.4f,\"wrong\":%lld",
+      interaction_name(cfg.model.interaction), cfg.model.precision == GemmType::bf16 ? "bf16" : "fp32",
+      placement.c_str(), cfg.placement.c_str(), cfg.comm_mode.c_str(), nodes, o.preset.c_str(),
+      (long long)o.max_rows, o.hotness.c_str(), cfg.model.embedding_dim, model_shape.c_str(),
+      (long long)o.batch, (long long)global_batch, (long long)o.warmup, (long long)o.steps, samples_per_s, ms_step,
+      ms_data, ms_embedding, ms_dense, ms_comm, (long long)wrong);
+}
+
+}  // namespace sparta

@@ -1,0 +1,39 @@
+// train_benchmark.h: the training step's throughput on synthetic batches held in memory (no files), in the MLPerf
+// shapes by default: sparta-train --benchmark and experiments/bench_train run it. Each rank generates its slice
+// of one global batch (io/synthetic.h, the sample stream's samples [rank * batch, (rank + 1) * batch)), the
+// trainer is built on it (the planner sees its keys), then `warmup` untimed steps (they insert the keys) and
+// `steps` timed ones (Trainer::timed_step: the host waits after every phase, so the step splits into data,
+// embedding, dense and comm; the phases do not overlap, so the rate is a lower bound of training's). Each
+// phase's time is the slowest rank's; the figures are medians over the timed steps.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+
+#include "comm/topology.h"
+#include "src/base/device.h"
+#include "src/train_config.h"
+
+namespace sparta {
+
+struct BenchmarkResult {
+  int ranks = 1, nodes = 1;
+  int64_t global_batch = 0;
+  std::string placement;          // the plan's placement when every table has the same one, else "mixed"
+  std::string model_shape;        // ModelConfig::describe() with the data's shapes
+  double samples_per_s = 0, ms_step = 0, ms_data = 0, ms_embedding = 0, ms_dense = 0, ms_comm = 0;
+  int64_t wrong = 0;              // dense parameters that are not finite after the run (the run's own check)
+  // The '#'-headed table rank 0 prints, and the record's fields ("key":value,... without braces) with every
+  // parameter of the run but the rank count (the caller's provenance has it).
+  std::string table(const TrainConfig& cfg, const BenchmarkOptions& o) const;
+  std::string json_fields(const TrainConfig& cfg, const BenchmarkOptions& o) const;
+};
+
+// Collective over world. cfg gives the model, the tables' optimizer and placement and the communicator mode (its
+// data and train sections are not used). Throws sparta::Error on every rank for bad options.
+BenchmarkResult run_benchmark(MPI_Comm world, const Topology& topo, const Device& dev, TrainConfig cfg,
+                              const BenchmarkOptions& o);
+
+}  // namespace sparta

@@ -1,0 +1,172 @@
+// train_config.cpp: see train_config.h (the schedule, the checks, the INI text; the parsing is train_options.cpp).
+#include "src/train_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "src/base/check.h"
+#include "src/placement.h"
+
+namespace sparta {
+
+float learning_rate(const LrSchedule& s, int64_t step) {
+  double lr = s.lr;
+  if (s.warmup_steps > 0 && step < s.warmup_steps) lr = double(s.lr) * double(step) / double(s.warmup_steps);
+  if (s.decay_steps > 0 && step > s.decay_start) {
+    const double t = double(std::min(step - s.decay_start, s.decay_steps)) / double(s.decay_steps);
+    lr = s.end_lr + (double(s.lr) - s.end_lr) * std::pow(1.0 - t, s.decay_power);
+  }
+  return float(lr);
+}
+
+std::vector<int> parse_widths(const std::string& option, const std::string& text) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t used = 0;
+    long v = 0;
+    try {
+      v = std::stol(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    while (used < item.size() && item[used] == ' ') ++used;
+    SPARTA_REQUIRE(used == item.size() && !item.empty() && v >= 1 && v <= (1 << 30),
+                   "%s: expected layer widths >= 1 separated by commas (512,256,128), found '%s'", option.c_str(),
+                   text.c_str());
+    out.push_back(int(v));
+  }
+  SPARTA_REQUIRE(!out.empty(), "%s: expected layer widths >= 1 separated by commas (512,256,128), found '%s'",
+                 option.c_str(), text.c_str());
+  return out;
+}
+
+namespace {
+
+std::string widths_text(const std::vector<int>& w) {
+  std::string s;
+  for (size_t i = 0; i < w.size(); ++i) s += (i ? "," : "") + std::to_string(w[i]);
+  return s;
+}
+
+void check_optimizer(const char* section, const OptimizerConfig& o) {
+  SPARTA_REQUIRE(std::isfinite(o.lr) && o.lr > 0, "%s.lr: expected a learning rate > 0, found %g", section, o.lr);
+  SPARTA_REQUIRE(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1,
+                 "%s.beta1, %s.beta2: expected values in [0, 1), found %g and %g", section, section, o.beta1, o.beta2);
+  SPARTA_REQUIRE(o.epsilon >= 0, "%s.epsilon: expected >= 0, found %g", section, o.epsilon);
+  SPARTA_REQUIRE(o.momentum >= 0, "%s.momentum: expected >= 0, found %g", section, o.momentum);
+  SPARTA_REQUIRE(o.initial_accumulator >= 0, "%s.initial_accumulator: expected >= 0, found %g", section,
+                 o.initial_accumulator);
+}
+
+}  // namespace
+
+void check_train_config(const TrainConfig& c) {
+  SPARTA_REQUIRE(c.benchmark || !c.train_path.empty(),
+                 "data.train: a training dataset is required (--data.train FILE), unless --benchmark");
+  SPARTA_REQUIRE(c.global_batch >= 1, "data.global_batch: expected >= 1, found %lld", (long long)c.global_batch);
+  SPARTA_REQUIRE(c.eval_batch >= 0, "data.eval_batch: expected >= 0 (0: data.global_batch), found %lld",
+                 (long long)c.eval_batch);
+  SPARTA_REQUIRE(c.eval_samples >= 0, "data.eval_samples: expected >= 0 (0: all), found %lld",
+                 (long long)c.eval_samples);
+  SPARTA_REQUIRE(c.prefetch >= 0, "data.prefetch: expected >= 0, found %d", c.prefetch);
+  SPARTA_REQUIRE(c.model.num_dense == -1 || c.model.num_dense >= 1,
+                 "model.num_dense: expected >= 1 (or -1: the training file's), found %d", c.model.num_dense);
+  SPARTA_REQUIRE(c.model.num_slots == -1 || c.model.num_slots >= 1,
+                 "model.num_slots: expected >= 1 (or -1: the training file's), found %d", c.model.num_slots);
+  {
+    ModelConfig m = c.model;  // the shape checks, with stand-ins for what the file will say
+    if (m.num_dense < 0) m.num_dense = 1;
+    if (m.num_slots < 0) m.num_slots = 1;
+    check_model_config(m);
+  }
+  SPARTA_REQUIRE(c.rows >= 0, "embedding.rows: expected >= 0 (0: each slot's cardinality), found %lld",
+                 (long long)c.rows);
+  {
+    std::stringstream ss(c.placement);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      const std::string name = item.substr(0, item.find(':'));
+      if (name == "auto") continue;
+      try {
+        parse_placement(name);
+      } catch (const Error& e) {
+        throw Error("embedding.placement: expected auto, dispatch, localized[:rank], replicated, distributed or "
+                    "hybrid (one for every table, or a comma list with one per table), found '" + item + "'");
+      }
+    }
+  }
+  try {
+    parse_combiner(c.combiner);
+  } catch (const Error& e) {
+    throw Error(std::string("embedding.combiner: ") + e.what());
+  }
+  check_optimizer("embedding", c.sparse);
+  SPARTA_REQUIRE(c.init_scale >= 0, "embedding.init_scale: expected >= 0, found %g", c.init_scale);
+  SPARTA_REQUIRE(c.hot_rows >= 0, "embedding.hot_rows: expected >= 0, found %lld", (long long)c.hot_rows);
+  SPARTA_REQUIRE(c.memory_mb >= 0, "embedding.memory_mb: expected >= 0 (0: no limit), found %g", c.memory_mb);
+  check_optimizer("optimizer", c.dense);
+  SPARTA_REQUIRE(c.dense.kind != OptimizerKind::lazy_adam,
+                 "optimizer.kind: lazy_adam is a sparse optimizer (embedding.kind); the dense parameters take "
+                 "sgd, momentum, nesterov, adagrad or adam");
+  const LrSchedule& s = c.schedule;
+  SPARTA_REQUIRE(s.warmup_steps >= 0 && s.decay_start >= 0 && s.decay_steps >= 0,
+                 "optimizer.warmup_steps, optimizer.decay_start, optimizer.decay_steps: expected >= 0, found %lld, "
+                 "%lld, %lld", (long long)s.warmup_steps, (long long)s.decay_start, (long long)s.decay_steps);
+  SPARTA_REQUIRE(s.decay_steps == 0 || s.decay_start >= s.warmup_steps,
+                 "optimizer.decay_start: the decay starts after the warm-up (%lld steps), found %lld",
+                 (long long)s.warmup_steps, (long long)s.decay_start);
+  SPARTA_REQUIRE(s.decay_power > 0 && s.end_lr >= 0 && s.end_lr <= s.lr,
+                 "optimizer.decay_power, optimizer.end_lr: expected a power > 0 and 0 <= end_lr <= lr (%g), found "
+                 "%g and %g", s.lr, s.decay_power, s.end_lr);
+  SPARTA_REQUIRE(c.steps >= 0, "train.steps: expected >= 0 (0: train.epochs), found %lld", (long long)c.steps);
+  SPARTA_REQUIRE(c.epochs >= 1, "train.epochs: expected >= 1, found %lld", (long long)c.epochs);
+  SPARTA_REQUIRE(c.log_every >= 1, "train.log_every: expected >= 1, found %lld", (long long)c.log_every);
+  SPARTA_REQUIRE(c.eval_every >= 0, "train.eval_every: expected >= 0 (0: at the end), found %lld",
+                 (long long)c.eval_every);
+  SPARTA_REQUIRE(c.checkpoint_every >= 0, "train.checkpoint_every: expected >= 0 (0: at the end), found %lld",
+                 (long long)c.checkpoint_every);
+  SPARTA_REQUIRE(c.target_auc >= 0 && c.target_auc <= 1, "train.target_auc: expected a value in [0, 1], found %g",
+                 c.target_auc);
+  SPARTA_REQUIRE(c.target_auc == 0 || !c.eval_path.empty(),
+                 "train.target_auc: stopping at an AUC needs an evaluation set (data.eval)");
+  SPARTA_REQUIRE(!c.resume || !c.checkpoint_dir.empty(),
+                 "train.resume: resuming needs train.checkpoint_dir (the folder whose `latest` to continue from)");
+  SPARTA_REQUIRE(c.comm_mode == "hier" || c.comm_mode == "mpi" || c.comm_mode == "nccl",
+                 "comm.mode: expected hier, mpi or nccl, found '%s'", c.comm_mode.c_str());
+}
+
+std::string TrainConfig::to_ini() const {
+  std::ostringstream s;
+  s.precision(9);
+  auto opt = [&](const OptimizerConfig& o) {
+    s << "kind = " << optimizer_name(o.kind) << "\nlr = " << o.lr << "\nmomentum = " << o.momentum
+      << "\nbeta1 = " << o.beta1 << "\nbeta2 = " << o.beta2 << "\nepsilon = " << o.epsilon
+      << "\ninitial_accumulator = " << o.initial_accumulator << "\n";
+  };
+  s << "[data]\ntrain = " << train_path << "\neval = " << eval_path << "\nglobal_batch = " << global_batch
+    << "\neval_batch = " << eval_batch << "\neval_samples = " << eval_samples << "\nshuffle = " << shuffle
+    << "\nprefetch = " << prefetch << "\n\n";
+  s << "[model]\ninteraction = " << interaction_name(model.interaction) << "\nnum_dense = " << model.num_dense
+    << "\nnum_slots = " << model.num_slots << "\nembedding_dim = " << model.embedding_dim
+    << "\nbottom_mlp = " << widths_text(model.bottom_mlp) << "\ntop_mlp = " << widths_text(model.top_mlp)
+    << "\ncross_layers = " << model.cross_layers << "\ncross_rank = " << model.cross_rank
+    << "\nprecision = " << (model.precision == GemmType::bf16 ? "bf16" : "fp32") << "\nseed = " << seed << "\n\n";
+  s << "[embedding]\nrows = " << rows << "\nplacement = " << placement << "\ncombiner = " << combiner << "\n";
+  opt(sparse);
+  s << "init_scale = " << init_scale << "\nhot_rows = " << hot_rows << "\nmemory_mb = " << memory_mb << "\n\n";
+  s << "[optimizer]\n";
+  opt(dense);
+  s << "warmup_steps = " << schedule.warmup_steps << "\ndecay_start = " << schedule.decay_start
+    << "\ndecay_steps = " << schedule.decay_steps << "\ndecay_power = " << schedule.decay_power
+    << "\nend_lr = " << schedule.end_lr << "\n\n";
+  s << "[train]\nsteps = " << steps << "\nepochs = " << epochs << "\nlog_every = " << log_every
+    << "\neval_every = " << eval_every << "\ntarget_auc = " << target_auc << "\ncheckpoint_dir = " << checkpoint_dir
+    << "\ncheckpoint_every = " << checkpoint_every << "\nresume = " << resume << "\nmetrics = " << metrics_path
+    << "\n\n[comm]\nmode = " << comm_mode << "\n";
+  return s.str();
+}
+
+}  // namespace sparta

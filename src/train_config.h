@@ -1,0 +1,116 @@
+// train_config.h: everything sparta-train and sparta-predict are told: an INI file (--config FILE) whose
+// [section] key = value lines are the options section.key, overridden by the same options on the command line
+// (--optimizer.lr 0.1). Every option has a default and a line of help (`sparta-train --help`).
+//
+// The parsing is src/train_options.cpp (Boost.Program_options, which Debian ships as a non-PIC static archive:
+// linked into programs and tests beside src/options.cpp, never into libsparta); the rest is train_config.cpp.
+// The checks that need no file are check_train_config; the checks against the datasets (slots, dims, sizes)
+// are the trainer's, before any work.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/embedding_types.h"
+#include "src/context.h"
+#include "src/model.h"
+
+namespace sparta {
+
+// The learning rate of the dense optimizer at step t (from 1): linear warm-up over warmup_steps from
+// lr / warmup_steps to lr, then constant, then from decay_start on a polynomial decay over decay_steps to
+// end_lr: lr_t = end_lr + (lr - end_lr) (1 - min(t - decay_start, decay_steps) / decay_steps)^decay_power
+// (MLPerf DLRM's schedule; decay_steps 0: no decay).
+struct LrSchedule {
+  float lr = 0.01f;
+  int64_t warmup_steps = 0;
+  int64_t decay_start = 0;
+  int64_t decay_steps = 0;
+  double decay_power = 2.0;
+  float end_lr = 0.f;
+};
+float learning_rate(const LrSchedule& s, int64_t step);
+
+// sparta-train --benchmark (src/train_benchmark.h): synthetic batches in memory, timed steps.
+struct BenchmarkOptions {
+  std::string preset = "mlperf";  // io/synthetic.h presets: mlperf (26 tables, 13 dense) | small
+  int64_t max_rows = 4000000;     // cap on every table's rows
+  std::string hotness = "1";      // keys per slot: k or a-b
+  int64_t batch = 65536;          // samples per rank per step
+  int64_t warmup = 3;             // untimed steps
+  int64_t steps = 10;             // timed steps
+};
+
+struct TrainConfig {
+  // [data]
+  std::string train_path;        // dataset files (io/dataset.h)
+  std::string eval_path;         // "": no evaluation
+  int64_t global_batch = 4096;   // samples per step over all ranks
+  int64_t eval_batch = 0;        // samples per evaluation batch over all ranks (0: global_batch)
+  int64_t eval_samples = 0;      // evaluate on the first eval_samples of the eval file (0: all)
+  bool shuffle = true;           // shuffle the training file by chunks, anew each epoch
+  int prefetch = 2;              // batches the reader reads ahead
+
+  // [model]: ModelConfig; num_dense and num_slots -1 take the training file's
+  ModelConfig model;
+  uint64_t seed = 1;             // initial dense parameters and embedding rows, shuffling
+
+  // [embedding]: one table per slot, named table<slot>
+  int64_t rows = 0;              // rows of every table (0: its slot's cardinality, required when unbounded)
+  std::string placement = "auto";  // auto | dispatch | localized | replicated | distributed | hybrid, or a list
+  std::string combiner = "sum";
+  OptimizerConfig sparse;        // the tables' optimizer (constant learning rate)
+  float init_scale = 0.05f;
+  int64_t hot_rows = 0;          // hybrid: replicated frequent rows per table (0: the planner's default)
+  double memory_mb = 0;          // device memory per rank for the tables (0: no limit)
+
+  // [optimizer]: the dense optimizer and its schedule
+  OptimizerConfig dense;
+  LrSchedule schedule;
+
+  // [train]
+  int64_t steps = 0;             // optimizer steps (0: epochs x batches per epoch)
+  int64_t epochs = 1;
+  int64_t log_every = 100;       // progress line and train metrics every N steps
+  int64_t eval_every = 0;        // evaluate every N steps (0: at the end only)
+  double target_auc = 0;         // > 0: stop once an evaluation reaches this AUC
+  std::string checkpoint_dir;    // "": no checkpoints
+  int64_t checkpoint_every = 0;  // also every N steps (0: at the end only)
+  bool resume = false;           // continue from checkpoint_dir/latest (any rank count, any plan)
+  std::string metrics_path;      // JSON lines (rank 0); "": none
+  std::string comm_mode = "hier";  // [comm] mode: hier | mpi | nccl
+
+  // --benchmark: time the step on in-memory synthetic batches instead of training ([benchmark] section)
+  bool benchmark = false;
+  BenchmarkOptions bench;
+
+  // Common options (not in the config text).
+  ContextOptions context;
+  std::string log_level = "info";
+  std::string config_file;
+
+  // The configuration as INI text: what a checkpoint records, and what parse_train_config_text reads back.
+  std::string to_ini() const;
+};
+
+// Throws sparta::Error naming the option (section.key), what was expected and what was found, for values no
+// dataset can make right: sizes < 1, an unknown placement, combiner or optimizer name, lazy_adam for the
+// dense part, a negative count, a schedule that decays before it warms up, resume without a checkpoint folder.
+void check_train_config(const TrainConfig& c);
+
+// ---- src/train_options.cpp
+
+// sparta-train's options. Returns false after printing --help (rank 0). Throws sparta::Error for an unknown
+// option, a malformed value, a missing or malformed config file (naming the file and line), then runs
+// check_train_config.
+bool parse_train_config(int argc, char** argv, TrainConfig& c);
+
+// The INI text of to_ini(), with nothing from the command line (a checkpoint's config). Throws sparta::Error
+// naming `where` on anything malformed.
+TrainConfig parse_train_config_text(const std::string& ini, const std::string& where);
+
+// Splits "512,256,128" into widths; throws sparta::Error naming option on anything else.
+std::vector<int> parse_widths(const std::string& option, const std::string& text);
+
+}  // namespace sparta

@@ -1,0 +1,217 @@
+// train_options.cpp: the Boost.Program_options half of train_config.h (linked into programs and tests, like
+// src/options.cpp): the options, their help, the INI file and the command line.
+#include <mpi.h>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "src/base/check.h"
+#include "src/base/log.h"
+#include "src/options.h"
+#include "src/train_config.h"
+
+namespace sparta {
+
+namespace {
+
+// The values that need converting after parsing (names, lists, 64-bit seeds).
+struct Texts {
+  std::string interaction, bottom, top, precision, sparse_kind, dense_kind;
+  unsigned long long seed = 1;
+};
+
+void add_optimizer(po::options_description& d, const std::string& s, OptimizerConfig& o, std::string& kind,
+                   const char* what, const char* default_kind, float default_lr) {
+  d.add_options()((s + ".kind").c_str(), po::value<std::string>(&kind)->default_value(default_kind),
+                  (std::string(what) + " optimizer: sgd | momentum | nesterov | adagrad | adam" +
+                   (s == "embedding" ? " | lazy_adam (adam on the rows a batch touched, the missed decay caught up)"
+                                     : "") + " (formulas: kernels/sparse_optimizer.h)").c_str())(
+      (s + ".lr").c_str(), po::value<float>(&o.lr)->default_value(default_lr),
+      (s == "embedding" ? "learning rate of the tables (constant)" : "peak learning rate of the dense parameters"))(
+      (s + ".momentum").c_str(), po::value<float>(&o.momentum)->default_value(0.9f, "0.9"), "momentum, nesterov: momentum")(
+      (s + ".beta1").c_str(), po::value<float>(&o.beta1)->default_value(0.9f, "0.9"), "adam: first-moment decay")(
+      (s + ".beta2").c_str(), po::value<float>(&o.beta2)->default_value(0.999f, "0.999"), "adam: second-moment decay")(
+      (s + ".epsilon").c_str(), po::value<float>(&o.epsilon)->default_value(1e-8f, "1e-8"), "adagrad, adam: epsilon")(
+      (s + ".initial_accumulator").c_str(), po::value<float>(&o.initial_accumulator)->default_value(0.f, "0"),
+      "adagrad: the accumulator's start");
+}
+
+po::options_description config_options(TrainConfig& c, Texts& t) {
+  po::options_description data("[data]"), model("[model]"), emb("[embedding] (one table per slot, named table<slot>)"),
+      opt("[optimizer] (the dense parameters)"), train("[train]"), comm("[comm]");
+  data.add_options()("data.train", po::value<std::string>(&c.train_path), "training dataset (HDF5, io/dataset.h)")(
+      "data.eval", po::value<std::string>(&c.eval_path)->default_value(""), "evaluation dataset (\"\": no evaluation); "
+      "its dense features, slots and cardinalities must be the training file's")(
+      "data.global_batch", po::value<int64_t>(&c.global_batch)->default_value(4096),
+      "samples per step over all ranks (each rank takes its slice; the loss is the global batch's mean)")(
+      "data.eval_batch", po::value<int64_t>(&c.eval_batch)->default_value(0), "samples per evaluation batch over all ranks (0: data.global_batch)")(
+      "data.eval_samples", po::value<int64_t>(&c.eval_samples)->default_value(0), "evaluate on the first N samples of data.eval (0: all)")(
+      "data.shuffle", po::value<bool>(&c.shuffle)->default_value(true), "shuffle the training file by chunks, anew each epoch (deterministic by model.seed)")(
+      "data.prefetch", po::value<int>(&c.prefetch)->default_value(2), "batches read ahead by a background thread");
+  model.add_options()("model.interaction", po::value<std::string>(&t.interaction)->default_value("dot"),
+                      "dot (DLRM: pairwise dots of the bottom output and the embeddings) | dcnv2 (a low-rank cross "
+                      "network over [bottom output, embeddings])")(
+      "model.num_dense", po::value<int>(&c.model.num_dense)->default_value(-1),
+      "dense features the model expects (-1: the training file's; otherwise the file must have this many)")(
+      "model.num_slots", po::value<int>(&c.model.num_slots)->default_value(-1),
+      "sparse slots the model expects (-1: the training file's; otherwise the file must have this many)")(
+      "model.embedding_dim", po::value<int>(&c.model.embedding_dim)->default_value(128), "width of every embedding row")(
+      "model.bottom_mlp", po::value<std::string>(&t.bottom)->default_value("512,256,128"),
+      "bottom MLP widths after the dense features, ReLU after each (dot: the last is model.embedding_dim)")(
+      "model.top_mlp", po::value<std::string>(&t.top)->default_value("1024,1024,512,256,1"),
+      "top MLP widths after the interaction, ReLU after all but the last, which is 1 (the logit)")(
+      "model.cross_layers", po::value<int>(&c.model.cross_layers)->default_value(3), "dcnv2: cross layers")(
+      "model.cross_rank", po::value<int>(&c.model.cross_rank)->default_value(512), "dcnv2: rank of each cross layer's U V")(
+      "model.precision", po::value<std::string>(&t.precision)->default_value("fp32"),
+      "fp32 | bf16 (bf16 GEMM inputs, fp32 accumulation, fp32 master weights)")(
+      "model.seed", po::value<unsigned long long>(&t.seed)->default_value(1),
+      "seed of the initial dense parameters and embedding rows and of the shuffling");
+  emb.add_options()("embedding.rows", po::value<int64_t>(&c.rows)->default_value(0),
+                    "rows of every table (0: its slot's cardinality; required for unbounded slots)")(
+      "embedding.placement", po::value<std::string>(&c.placement)->default_value("auto"),
+      "auto (the planner) | dispatch | localized[:rank] | replicated | distributed | hybrid; one for all tables, "
+      "or a comma list with one per table")(
+      "embedding.combiner", po::value<std::string>(&c.combiner)->default_value("sum"), "pooling of a slot's keys: sum | mean")(
+      "embedding.init_scale", po::value<float>(&c.init_scale)->default_value(0.05f, "0.05"),
+      "a row's first values are uniform in +-init_scale, drawn from (seed, table, key)")(
+      "embedding.hot_rows", po::value<int64_t>(&c.hot_rows)->default_value(0), "hybrid: replicated frequent rows per table (0: the planner's default)")(
+      "embedding.memory_mb", po::value<double>(&c.memory_mb)->default_value(0), "device memory per rank for the tables, MiB (0: no limit); the planner must fit it");
+  add_optimizer(emb, "embedding", c.sparse, t.sparse_kind, "the tables'", "adagrad", 0.05f);
+  add_optimizer(opt, "optimizer", c.dense, t.dense_kind, "the dense parameters'", "adam", 1e-3f);
+  opt.add_options()("optimizer.warmup_steps", po::value<int64_t>(&c.schedule.warmup_steps)->default_value(0),
+                    "linear warm-up of the learning rate over N steps")(
+      "optimizer.decay_start", po::value<int64_t>(&c.schedule.decay_start)->default_value(0), "step after which the polynomial decay starts")(
+      "optimizer.decay_steps", po::value<int64_t>(&c.schedule.decay_steps)->default_value(0), "steps of the decay to optimizer.end_lr (0: no decay)")(
+      "optimizer.decay_power", po::value<double>(&c.schedule.decay_power)->default_value(2.0), "power of the decay")(
+      "optimizer.end_lr", po::value<float>(&c.schedule.end_lr)->default_value(0.f, "0"), "learning rate at the end of the decay");
+  train.add_options()("train.steps", po::value<int64_t>(&c.steps)->default_value(0), "optimizer steps (0: train.epochs epochs)")(
+      "train.epochs", po::value<int64_t>(&c.epochs)->default_value(1), "epochs when train.steps is 0")(
+      "train.log_every", po::value<int64_t>(&c.log_every)->default_value(100), "progress line and train metrics every N steps")(
+      "train.eval_every", po::value<int64_t>(&c.eval_every)->default_value(0), "evaluate every N steps (0: at the end only)")(
+      "train.target_auc", po::value<double>(&c.target_auc)->default_value(0), "stop once an evaluation reaches this AUC (0: never)")(
+      "train.checkpoint_dir", po::value<std::string>(&c.checkpoint_dir)->default_value(""),
+      "checkpoint folder (io/checkpoint.h: step-<n>/, latest); \"\": no checkpoints")(
+      "train.checkpoint_every", po::value<int64_t>(&c.checkpoint_every)->default_value(0), "a checkpoint every N steps besides the one at the end (0: the end only)")(
+      "train.resume", po::value<bool>(&c.resume)->default_value(false)->implicit_value(true),
+      "continue from train.checkpoint_dir's latest checkpoint (any rank count and plan)")(
+      "train.metrics", po::value<std::string>(&c.metrics_path)->default_value(""), "JSON lines of train and eval metrics (\"\": none)");
+  po::options_description bench("[benchmark] (with --benchmark: synthetic batches in memory, timed steps)");
+  bench.add_options()("benchmark.preset", po::value<std::string>(&c.bench.preset)->default_value("mlperf"),
+                      "mlperf (26 tables, 13 dense features) | small (8 tables)")(
+      "benchmark.max_rows", po::value<int64_t>(&c.bench.max_rows)->default_value(4000000), "cap on every table's rows")(
+      "benchmark.hotness", po::value<std::string>(&c.bench.hotness)->default_value("1"), "keys per slot: k or a-b")(
+      "benchmark.batch", po::value<int64_t>(&c.bench.batch)->default_value(65536), "samples per rank per step")(
+      "benchmark.warmup", po::value<int64_t>(&c.bench.warmup)->default_value(3), "untimed steps (they insert the keys)")(
+      "benchmark.steps", po::value<int64_t>(&c.bench.steps)->default_value(10), "timed steps (medians reported)");
+  comm.add_options()("comm.mode", po::value<std::string>(&c.comm_mode)->default_value("hier"),
+                     "hier (NCCL in a node, MPI between nodes) | mpi | nccl (comm/communicator.h)");
+  po::options_description all;
+  all.add(data).add(model).add(emb).add(opt).add(train).add(comm).add(bench);
+  return all;
+}
+
+GemmType parse_precision(const std::string& s) {
+  if (s == "fp32") return GemmType::f32;
+  if (s == "bf16") return GemmType::bf16;
+  throw Error("model.precision: expected fp32 or bf16, found '" + s + "'");
+}
+
+OptimizerKind optimizer_kind(const char* option, const std::string& name) {
+  try {
+    return parse_optimizer(name);
+  } catch (const Error& e) {
+    throw Error(std::string(option) + ": " + e.what());
+  }
+}
+
+void finish(TrainConfig& c, const Texts& t) {
+  c.model.interaction = parse_interaction(t.interaction);
+  c.model.bottom_mlp = parse_widths("model.bottom_mlp", t.bottom);
+  c.model.top_mlp = parse_widths("model.top_mlp", t.top);
+  c.model.precision = parse_precision(t.precision);
+  c.seed = t.seed;
+  c.sparse.kind = optimizer_kind("embedding.kind", t.sparse_kind);
+  c.dense.kind = optimizer_kind("optimizer.kind", t.dense_kind);
+  c.schedule.lr = c.dense.lr;
+  const std::string& d = c.context.device;
+  SPARTA_REQUIRE(d == "cpu" || d == "cuda" || d == "auto", "--device: expected cpu, cuda or auto, found '%s'", d.c_str());
+  SPARTA_REQUIRE(c.context.ranks_per_node >= 0, "--ranks-per-node: expected >= 0, found %d", c.context.ranks_per_node);
+  check_train_config(c);
+}
+
+void store_config_file(std::istream& in, const std::string& where, const po::options_description& desc,
+                       po::variables_map& vm) {
+  try {
+    po::store(po::parse_config_file(in, desc, false), vm);
+  } catch (const po::error& e) {
+    throw Error("config file " + where + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+bool parse_train_config(int argc, char** argv, TrainConfig& c) {
+  Texts t;
+  po::options_description common("common options");
+  add_common_options(common, c.context, c.log_level);
+  common.add_options()("config", po::value<std::string>(&c.config_file)->default_value(""),
+                       "INI file: [section] then key = value lines for the options section.key below; the "
+                       "command line overrides it")(
+      "benchmark", po::bool_switch(&c.benchmark),
+      "time the training step on synthetic batches in memory ([benchmark] options; the model, tables and comm "
+      "options apply): a table on rank 0 and a JSON line in train.metrics, instead of training");
+  po::options_description file = config_options(c, t);
+  po::options_description all("sparta-train options (every section.key may be given in --config FILE or as "
+                              "--section.key VALUE)");
+  all.add(common).add(file);
+  po::variables_map vm;
+  // Command line first: Boost keeps the first value stored, so it overrides the file.
+  try {
+    po::store(po::command_line_parser(argc, argv).options(all).run(), vm);
+  } catch (const po::error& e) {
+    throw Error(std::string("options: ") + e.what());
+  }
+  if (vm.count("help")) {
+    int rank = 0, up = 0;
+    MPI_Initialized(&up);
+    if (up) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0)
+      std::cout << "usage: mpiexec -n N sparta-train --config FILE [--section.key VALUE ...]\n"
+                   "Trains a DLRM or DCNv2 model: embeddings sharded over the ranks, the dense part data-parallel.\n\n"
+                << all << std::endl;
+    return false;
+  }
+  if (vm.count("config") && !vm["config"].as<std::string>().empty()) {
+    const std::string path = vm["config"].as<std::string>();
+    std::ifstream in(path);
+    SPARTA_REQUIRE(in.good(), "config file '%s': cannot be opened for reading", path.c_str());
+    store_config_file(in, "'" + path + "'", file, vm);
+  }
+  try {
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw Error(std::string("options: ") + e.what());
+  }
+  set_log_level(parse_log_level(c.log_level));
+  finish(c, t);
+  return true;
+}
+
+TrainConfig parse_train_config_text(const std::string& ini, const std::string& where) {
+  TrainConfig c;
+  Texts t;
+  po::options_description file = config_options(c, t);
+  po::variables_map vm;
+  std::istringstream in(ini);
+  store_config_file(in, where, file, vm);
+  try {
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw Error(where + ": " + e.what());
+  }
+  finish(c, t);
+  return c;
+}
+
+}  // namespace sparta

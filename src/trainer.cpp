@@ -1,0 +1,559 @@
+// trainer.cpp: see trainer.h.
+#include "src/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <sstream>
+
+#include "comm/communicator.h"
+#include "io/dataset.h"
+#include "kernels/bce_loss.h"
+#include "kernels/dense_optimizer.h"
+#include "src/base/agree.h"
+#include "src/base/check.h"
+#include "src/base/log.h"
+#include "src/embedding_collection.h"
+#include "src/planner.h"
+
+#if SPARTA_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace sparta {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string duration_text(double s) {
+  if (!(s >= 0) || s > 1e7) return "?";
+  const long t = long(s + 0.5);
+  return t >= 3600 ? strprintf("%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60) : strprintf("%ld:%02ld", t / 60, t % 60);
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+Trainer::Trainer(const Context& ctx, const TrainConfig& cfg, TrainerMode mode, const std::string& load_from)
+    : Trainer(MPI_COMM_WORLD, ctx.topo(), ctx.device(), cfg, mode, load_from) {}
+
+Trainer::Trainer(MPI_Comm world, const Topology& topo, const Device& dev, const TrainConfig& cfg, TrainerMode mode,
+                 const std::string& load_from)
+    : world_comm_(world), topo_(topo), cfg_(cfg), dev_(dev) {
+  MPI_CHECK(MPI_Comm_rank(world, &rank_));
+  MPI_CHECK(MPI_Comm_size(world, &world_));
+  agree(guarded([&] { check_train_config(cfg_); }));
+  open_datasets(mode);
+  // Key statistics for the planner from the first batch of the data each rank reads.
+  DatasetReader& sample_reader = mode == TrainerMode::train ? *train_ : *eval_;
+  Batch b = sample_reader.make_batch();
+  agree(guarded([&] { sample_reader.read_batch(0, 0, b); }));
+  build_collection(b, sample_reader.options().global_batch);
+  build_rest(!load_from.empty() ? load_from : cfg_.resume ? cfg_.checkpoint_dir : "");
+}
+
+Trainer::Trainer(MPI_Comm world, const Topology& topo, const Device& dev, const TrainConfig& cfg,
+                 const DatasetSchema& schema, const Batch& sample, int64_t global_batch)
+    : world_comm_(world), topo_(topo), cfg_(cfg), dev_(dev) {
+  MPI_CHECK(MPI_Comm_rank(world, &rank_));
+  MPI_CHECK(MPI_Comm_size(world, &world_));
+  agree(guarded([&] {
+    check_train_config(cfg_);
+    schema_ = schema;
+    set_shapes("benchmark data", "(in memory)");
+    max_batch_ = std::max<int64_t>(1, sample.size);
+  }));
+  build_collection(sample, global_batch);
+  build_rest("");
+}
+
+void Trainer::build_rest(const std::string& load_from) {
+  CommOptions copt;
+  agree(guarded([&] {
+    copt.mode = parse_comm_mode(cfg_.comm_mode);
+    SPARTA_REQUIRE(!(copt.mode == CommMode::nccl && !dev_.is_cuda()),
+                   "comm.mode: nccl needs the cuda backend, and this rank runs on %s", dev_.name().c_str());
+  }));
+  comm_ = std::make_unique<Communicator>(topo_, dev_, copt);
+  collection_ = std::make_unique<EmbeddingCollection>(world_comm_, comm_.get(), dev_, collection_cfg_, plan_);
+  const ModelConfig& m = cfg_.model;
+  SPARTA_ASSERT(collection_->output_width() == m.embedding_width(), "collection width %lld, model expects %d",
+                (long long)collection_->output_width(), m.embedding_width());
+  agree(guarded([&] { model_ = std::make_unique<DenseModel>(dev_, m, max_batch_); }));
+  const size_t P = model_->param_count();
+  params_ = Buffer<float>(dev_, DenseModel::initial_params(m, cfg_.seed));
+  grads_ = Buffer<float>(dev_, P);
+  state_ = Buffer<float>(dev_, dense_optimizer_state_size(cfg_.dense.kind, P));
+  dense_optimizer_init_state(dev_, cfg_.dense, state_.data(), P, dev_.stream);
+  const size_t B = size_t(max_batch_);
+  labels_ = Buffer<float>(dev_, B);
+  dense_ = Buffer<float>(dev_, B * m.num_dense);
+  emb_ = Buffer<float>(dev_, B * m.embedding_width());
+  demb_ = Buffer<float>(dev_, B * m.embedding_width());
+  probs_ = Buffer<float>(dev_, B);
+  offsets_ = Buffer<int64_t>(dev_, B * m.num_slots + 1);
+  keys_ = Buffer<int64_t>(dev_, std::max<size_t>(1, B * size_t(schema_.max_keys_per_sample())));
+  losses_ = Buffer<float>(dev_, size_t(cfg_.log_every));
+  if (dev_.is_cuda()) {
+    grad_stream_ = create_stream(dev_);
+#if SPARTA_CUDA
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    grad_event_ = e;
+#endif
+  }
+  if (rank_ == 0) {
+    LOG_INFO("model: %s; %zu dense parameters, dense optimizer %s", m.describe().c_str(), P,
+             optimizer_name(cfg_.dense.kind));
+    LOG_INFO("embedding plan (%d rank(s), global batch %lld):\n%s", world_, (long long)cfg_.global_batch,
+             format_plan(collection_cfg_, plan_).c_str());
+  }
+  report_memory();
+  if (!load_from.empty()) load(load_from);
+}
+
+void Trainer::agree(const std::string& error) const { agree_on_error(world_comm_, error); }
+
+Trainer::~Trainer() {
+  if (comm_) comm_->synchronize(dev_.stream);
+#if SPARTA_CUDA
+  if (grad_event_) cudaEventDestroy(static_cast<cudaEvent_t>(grad_event_));
+#endif
+  if (grad_stream_) destroy_stream(dev_, grad_stream_);
+}
+
+void Trainer::open_datasets(TrainerMode mode) {
+  const bool training = mode == TrainerMode::train;
+  const std::string& data = training ? cfg_.train_path : cfg_.eval_path;
+  const char* option = training ? "data.train" : "data.eval";
+  agree(guarded([&] {
+    SPARTA_REQUIRE(!data.empty(), "%s: a dataset is required", option);
+    SPARTA_REQUIRE(cfg_.global_batch >= world_,
+                   "data.global_batch: every rank needs samples, so a global batch of at least %d (the rank count) "
+                   "is expected, found %lld", world_, (long long)cfg_.global_batch);
+    const int64_t eval_batch = cfg_.eval_batch > 0 ? cfg_.eval_batch : cfg_.global_batch;
+    SPARTA_REQUIRE(eval_batch >= world_, "data.eval_batch: expected at least %d (the rank count), found %lld", world_,
+                   (long long)eval_batch);
+    ReaderOptions r;
+    r.rank = rank_;
+    r.world = world_;
+    r.backend = dev_.backend;
+    r.prefetch = cfg_.prefetch;
+    if (training) {
+      r.global_batch = cfg_.global_batch;
+      r.drop_last = true;
+      r.shuffle = cfg_.shuffle;
+      r.seed = cfg_.seed;
+      train_ = std::make_unique<DatasetReader>(cfg_.train_path, r);
+      schema_ = train_->schema();
+      SPARTA_REQUIRE(train_->batches_per_epoch() >= 1,
+                     "data.global_batch: %lld samples per step, but %s '%s' holds only %lld samples",
+                     (long long)cfg_.global_batch, option, data.c_str(), (long long)schema_.num_samples);
+    }
+    if (!cfg_.eval_path.empty()) {
+      ReaderOptions e = r;
+      e.global_batch = eval_batch;
+      e.drop_last = false;
+      e.shuffle = false;
+      eval_ = std::make_unique<DatasetReader>(cfg_.eval_path, e);
+      if (training) check_compatible(schema_, cfg_.train_path, eval_->schema(), cfg_.eval_path);
+      else schema_ = eval_->schema();
+      teacher_auc_ = eval_->schema().teacher_auc;
+    }
+    set_shapes(option, data);
+    max_batch_ = std::max<int64_t>(1, std::max(train_ ? train_->max_local_batch() : 0,
+                                               eval_ ? eval_->max_local_batch() : 0));
+  }));
+}
+
+// The model's shape against the data's.
+void Trainer::set_shapes(const std::string& option, const std::string& path) {
+  ModelConfig& m = cfg_.model;
+  SPARTA_REQUIRE(m.num_dense < 0 || m.num_dense == schema_.num_dense,
+                 "%s '%s': the file has %lld dense features per sample, the configuration (model.num_dense) "
+                 "expects %d", option.c_str(), path.c_str(), (long long)schema_.num_dense, m.num_dense);
+  SPARTA_REQUIRE(m.num_slots < 0 || m.num_slots == schema_.num_slots,
+                 "%s '%s': the file has %lld sparse slots per sample, the configuration (model.num_slots) "
+                 "expects %d", option.c_str(), path.c_str(), (long long)schema_.num_slots, m.num_slots);
+  m.num_dense = int(schema_.num_dense);
+  m.num_slots = int(schema_.num_slots);
+  check_model_config(m);
+  for (int64_t s = 0; s < schema_.num_slots; ++s)
+    SPARTA_REQUIRE(cfg_.rows > 0 || schema_.cardinality[s] > 0,
+                   "embedding.rows: slot %lld of %s '%s' has unbounded (hashed) keys, so the rows of its table "
+                   "must be given (embedding.rows > 0)", (long long)s, option.c_str(), path.c_str());
+}
+
+void Trainer::build_collection(const Batch& b, int64_t global_batch) {
+  const ModelConfig& m = cfg_.model;
+  CollectionConfig& c = collection_cfg_;
+  agree(guarded([&] {
+    c.num_slots = m.num_slots;
+    c.seed = cfg_.seed;
+    const std::vector<std::string> placements = split_list(cfg_.placement);
+    SPARTA_REQUIRE(placements.size() == 1 || placements.size() == size_t(m.num_slots),
+                   "embedding.placement: expected one placement for every table or a list of %d (one per table), "
+                   "found %zu in '%s'", m.num_slots, placements.size(), cfg_.placement.c_str());
+    for (int s = 0; s < m.num_slots; ++s) {
+      CollectionTableConfig t;
+      t.name = "table" + std::to_string(s);
+      t.rows = cfg_.rows > 0 ? cfg_.rows : schema_.cardinality[s];
+      t.dim = m.embedding_dim;
+      t.combiner = parse_combiner(cfg_.combiner);
+      t.optimizer = cfg_.sparse;
+      t.slots = {s};
+      t.placement = placements.size() == 1 ? placements[0] : placements[s];
+      t.hot_rows = cfg_.hot_rows;
+      t.init_scale = cfg_.init_scale;
+      c.tables.push_back(t);
+    }
+    check_collection_config(c);
+  }));
+  std::vector<int64_t> offsets(b.offsets.data(), b.offsets.data() + b.size * m.num_slots + 1);
+  std::vector<int64_t> keys(b.keys.data(), b.keys.data() + b.num_keys);
+  PlannerOptions po;
+  po.world = world_;
+  po.global_batch = global_batch;
+  po.memory_budget = size_t(cfg_.memory_mb * 1024 * 1024);
+  const size_t max_top = size_t(std::max<int64_t>(cfg_.hot_rows, po.default_hot_rows));
+  std::vector<TableKeyStats> stats = count_keys(world_comm_, c, offsets, keys, b.size, max_top);
+  agree(guarded([&] { plan_ = make_plan(c, po, stats); }));
+}
+
+void Trainer::report_memory() const {
+  const size_t P = model_->param_count();
+  const size_t B = size_t(max_batch_);
+  double mine[3] = {double(collection_->memory_bytes()),
+                    double((2 * P + state_.size()) * sizeof(float) + model_->workspace_bytes()),
+                    double(B * (3 + cfg_.model.num_dense + 2 * cfg_.model.embedding_width()) * sizeof(float) +
+                           (offsets_.size() + keys_.size()) * sizeof(int64_t))};
+  std::vector<double> all(size_t(3) * world_);
+  MPI_CHECK(MPI_Gather(mine, 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, 0, world_comm_));
+  if (rank_ != 0) return;
+  std::string s = "device memory per rank (MiB): embeddings + dense parameters, gradients, optimizer state and "
+                  "activations + batch buffers = total";
+  for (int r = 0; r < world_; ++r) {
+    const double* v = &all[size_t(3) * r];
+    s += strprintf("\n  rank %d: %.1f + %.1f + %.1f = %.1f", r, v[0] / 1048576, v[1] / 1048576, v[2] / 1048576,
+                   (v[0] + v[1] + v[2]) / 1048576);
+  }
+  LOG_INFO("%s", s.c_str());
+}
+
+// ---- checkpoints
+
+ModelSpec Trainer::model_spec() const {
+  ModelSpec spec;
+  spec.tables = collection_->table_specs();
+  for (const ParamPart& p : DenseModel::parts(cfg_.model)) spec.dense.push_back({p.name, p.shape});
+  if (state_.size() > 0)
+    spec.dense.push_back({std::string("dense_optimizer.") + optimizer_name(cfg_.dense.kind), {int64_t(state_.size())}});
+  return spec;
+}
+
+std::vector<DenseTensor> Trainer::dense_tensors() {
+  comm_->synchronize(dev_.stream);
+  const std::vector<float> p = params_.download();
+  std::vector<DenseTensor> out;
+  for (const ParamPart& part : DenseModel::parts(cfg_.model))
+    out.push_back({part.name, part.shape,
+                   std::vector<float>(p.begin() + part.offset, p.begin() + part.offset + part.count())});
+  if (state_.size() > 0)
+    out.push_back({std::string("dense_optimizer.") + optimizer_name(cfg_.dense.kind), {int64_t(state_.size())},
+                   state_.download()});
+  return out;
+}
+
+std::string Trainer::save() {
+  CheckpointMeta meta;
+  meta.step = step_;
+  meta.plan = plan_summary(collection_cfg_, plan_);
+  meta.config = cfg_.to_ini();
+  meta.rng_state = {int64_t(cfg_.seed)};
+  const int64_t bpe = train_->batches_per_epoch();
+  meta.reader_position = {step_ / bpe, step_ % bpe, cfg_.global_batch};
+  std::vector<DenseTensor> dense = dense_tensors();
+  if (rank_ != 0) dense.clear();
+  const std::string dir = save_checkpoint(world_comm_, cfg_.checkpoint_dir, meta, dense, collection_->rows_to_save());
+  LOG_INFO("checkpoint: step %lld -> %s", (long long)step_, dir.c_str());
+  return dir;
+}
+
+void Trainer::load(const std::string& path) {
+  const ModelSpec spec = model_spec();
+  LoadedCheckpoint c = load_checkpoint(world_comm_, path, spec,
+                                       [this](int table, int64_t key) { return collection_->owner_of(table, key); });
+  agree(guarded([&] { collection_->load_rows(c.tables); }));
+  const std::vector<ParamPart> parts = DenseModel::parts(cfg_.model);
+  std::vector<float> p(model_->param_count());
+  for (size_t i = 0; i < parts.size(); ++i)
+    std::copy(c.dense[i].data.begin(), c.dense[i].data.end(), p.begin() + parts[i].offset);
+  params_.upload(p);
+  if (state_.size() > 0) state_.upload(c.dense[parts.size()].data);
+  step_ = c.manifest.meta.step;
+  const std::vector<int64_t>& pos = c.manifest.meta.reader_position;
+  if (pos.size() == 3 && pos[2] != cfg_.global_batch)
+    LOG_WARN("resume: the checkpoint was written with data.global_batch %lld, this run has %lld: the sample order "
+             "differs from the original run's", (long long)pos[2], (long long)cfg_.global_batch);
+  synchronize(dev_, dev_.stream);  // the host vectors above die here
+  LOG_INFO("loaded %s: step %lld, written by %d rank(s) with plan %s", c.manifest.dir.c_str(),
+           (long long)step_, c.manifest.meta.world_size, c.manifest.meta.plan.c_str());
+}
+
+// ---- one step
+
+void Trainer::upload(const Batch& b) {
+  const size_t B = size_t(b.size), S = size_t(b.num_slots);
+  copy_to_device(dev_, labels_.data(), b.labels.data(), B * sizeof(float), dev_.stream);
+  copy_to_device(dev_, dense_.data(), b.dense.data(), B * size_t(b.num_dense) * sizeof(float), dev_.stream);
+  copy_to_device(dev_, offsets_.data(), b.offsets.data(), (B * S + 1) * sizeof(int64_t), dev_.stream);
+  copy_to_device(dev_, keys_.data(), b.keys.data(), size_t(b.num_keys) * sizeof(int64_t), dev_.stream);
+  // The batch's pinned memory is the reader's again at the next next(): the copies must be done by then.
+  synchronize(dev_, dev_.stream);
+}
+
+void Trainer::reduce_bucket(size_t offset, size_t count) {
+  if (world_ == 1 || count == 0) return;
+  Stream s = dev_.stream;
+#if SPARTA_CUDA
+  if (grad_stream_) {
+    cudaEvent_t e = static_cast<cudaEvent_t>(grad_event_);
+    CUDA_CHECK(cudaEventRecord(e, dev_.stream));
+    CUDA_CHECK(cudaStreamWaitEvent(grad_stream_, e, 0));
+    s = grad_stream_;
+  }
+#endif
+  comm_->all_reduce(grads_.data() + offset, grads_.data() + offset, count, DataType::f32, s);
+}
+
+void Trainer::train_step(const Batch& b, int64_t step, float* loss_slot) {
+  upload(b);
+  collection_->forward(offsets_.data(), keys_.data(), b.size, emb_.data(), LookupMode::train);
+  model_->forward(params_.data(), dense_.data(), emb_.data(), b.size);
+  model_->loss(labels_.data(), train_->global_batch_size(b.index), loss_slot);
+  model_->backward(params_.data(), grads_.data(), demb_.data(),
+                   [this](size_t offset, size_t count) { reduce_bucket(offset, count); });
+  collection_->backward(demb_.data(), step);
+#if SPARTA_CUDA
+  if (grad_stream_ && world_ > 1) {
+    cudaEvent_t e = static_cast<cudaEvent_t>(grad_event_);
+    CUDA_CHECK(cudaEventRecord(e, grad_stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(dev_.stream, e, 0));
+  }
+#endif
+  dense_optimizer_update(dev_, cfg_.dense, step, learning_rate(cfg_.schedule, step), params_.data(), grads_.data(),
+                         state_.data(), params_.size());
+}
+
+Trainer::StepTimes Trainer::timed_step(const Batch& b, int64_t global_batch) {
+  auto ms_since = [this](double& t) {
+    comm_->synchronize(dev_.stream);
+    const double now = now_s(), d = (now - t) * 1e3;
+    t = now;
+    return d;
+  };
+  StepTimes st;
+  const int64_t s = step_ + 1;
+  double t = now_s();
+  upload(b);
+  st.data_ms = ms_since(t);
+  collection_->forward(offsets_.data(), keys_.data(), b.size, emb_.data(), LookupMode::train);
+  st.embedding_ms = ms_since(t);
+  model_->forward(params_.data(), dense_.data(), emb_.data(), b.size);
+  model_->loss(labels_.data(), global_batch, losses_.data());
+  model_->backward(params_.data(), grads_.data(), demb_.data());
+  st.dense_ms = ms_since(t);
+  if (world_ > 1) comm_->all_reduce(grads_.data(), grads_.data(), grads_.size(), DataType::f32, dev_.stream);
+  st.comm_ms = ms_since(t);
+  collection_->backward(demb_.data(), s);
+  st.embedding_ms += ms_since(t);
+  dense_optimizer_update(dev_, cfg_.dense, s, learning_rate(cfg_.schedule, s), params_.data(), grads_.data(),
+                         state_.data(), params_.size());
+  st.dense_ms += ms_since(t);
+  step_ = s;
+  return st;
+}
+
+std::vector<double> Trainer::flush_losses(int64_t n) {
+  if (world_ > 1) comm_->all_reduce(losses_.data(), losses_.data(), size_t(n), DataType::f32, dev_.stream);
+  comm_->synchronize(dev_.stream);
+  std::vector<float> v(static_cast<size_t>(n));
+  copy_to_host(dev_, v.data(), losses_.data(), v.size() * sizeof(float), dev_.stream);
+  return std::vector<double>(v.begin(), v.end());
+}
+
+void Trainer::write_metrics(const std::string& line) {
+  if (rank_ == 0 && metrics_.is_open()) metrics_ << line << "\n" << std::flush;
+}
+
+// ---- evaluation
+
+Predictions Trainer::predict_local() {
+  Predictions out;
+  const int64_t limit = cfg_.eval_samples > 0 ? cfg_.eval_samples : eval_->schema().num_samples;
+  const int64_t G = eval_->options().global_batch;
+  eval_->start_epoch(0);
+  for (int64_t index = 0;; ++index) {
+    const Batch* b = nullptr;
+    agree(guarded([&] { b = eval_->next(); }));
+    if (!b || index * G >= limit) break;
+    upload(*b);
+    collection_->forward(offsets_.data(), keys_.data(), b->size, emb_.data(), LookupMode::eval);
+    const float* logits = model_->forward(params_.data(), dense_.data(), emb_.data(), b->size);
+    sigmoid(dev_, logits, probs_.data(), b->size);
+    comm_->synchronize(dev_.stream);
+    std::vector<float> p(size_t(b->size));
+    copy_to_host(dev_, p.data(), probs_.data(), p.size() * sizeof(float), dev_.stream);
+    int64_t i = 0;
+    for (const auto& seg : b->segments)
+      for (int64_t k = 0; k < seg.second; ++k, ++i) {
+        if (seg.first + k >= limit) continue;
+        out.sample.push_back(seg.first + k);
+        out.prob.push_back(p[size_t(i)]);
+        out.label.push_back(b->labels[size_t(i)]);
+      }
+  }
+  return out;
+}
+
+EvalMetrics Trainer::evaluate_now() { return evaluate_distributed(world_comm_, predict_local()); }
+
+Predictions Trainer::predict() {
+  SPARTA_ASSERT(eval_ != nullptr, "predict without an evaluation dataset");
+  return gather_predictions(world_comm_, predict_local(), 0);
+}
+
+// ---- the loop
+
+TrainResult Trainer::run() {
+  TrainResult r;
+  r.first_step = step_;
+  r.teacher_auc = teacher_auc_;
+  const int64_t bpe = train_->batches_per_epoch();
+  const int64_t total = cfg_.steps > 0 ? cfg_.steps : cfg_.epochs * bpe;
+  if (rank_ == 0 && !cfg_.metrics_path.empty()) {
+    metrics_.open(cfg_.metrics_path, step_ > 0 ? std::ios::app : std::ios::trunc);
+    if (!metrics_) LOG_WARN("train.metrics: cannot open '%s' for writing; no metrics written", cfg_.metrics_path.c_str());
+  }
+  write_metrics(JsonLine("run")
+                    .add("step", step_)
+                    .add("total_steps", total)
+                    .add("ranks", world_)
+                    .add("device", dev_.name())
+                    .add("global_batch", cfg_.global_batch)
+                    .add("model", cfg_.model.describe())
+                    .add("plan", plan_summary(collection_cfg_, plan_))
+                    .add("teacher_auc", teacher_auc_)
+                    .str());
+  LOG_INFO("training: steps %lld..%lld of %lld per epoch, %d rank(s) on %s", (long long)step_ + 1, (long long)total,
+           (long long)bpe, world_, dev_.name().c_str());
+  auto do_eval = [&] {
+    if (!eval_) return false;
+    const double t0 = now_s();
+    EvalMetrics m = evaluate_now();
+    r.evals.push_back({step_, m});
+    write_metrics(JsonLine("eval")
+                      .add("split", "eval")
+                      .add("step", step_)
+                      .add("auc", m.auc)
+                      .add("logloss", m.logloss)
+                      .add("loss", m.logloss)
+                      .add("accuracy", m.accuracy)
+                      .add("samples", m.samples)
+                      .add("teacher_auc", teacher_auc_)
+                      .str());
+    LOG_INFO("eval step %lld: AUC %.4f%s, log-loss %.4f, accuracy %.4f over %lld samples (%.1f s)", (long long)step_,
+             m.auc, teacher_auc_ >= 0 ? strprintf(" (teacher %.4f)", teacher_auc_).c_str() : "", m.logloss, m.accuracy,
+             (long long)m.samples, now_s() - t0);
+    return cfg_.target_auc > 0 && m.auc >= cfg_.target_auc;
+  };
+
+  int64_t epoch = step_ / bpe;
+  train_->start_epoch(epoch, step_ % bpe);
+  const double start = now_s();
+  double interval_t0 = start;
+  int64_t interval_first = step_ + 1, interval_samples = 0;
+  const int64_t run_first = step_;
+  bool stop = false;
+  while (step_ < total && !stop) {
+    const Batch* b = nullptr;
+    agree(guarded([&] {
+      b = train_->next();
+      if (!b) {  // the epoch ended: the next one, reshuffled
+        train_->start_epoch(++epoch);
+        b = train_->next();
+      }
+    }));
+    SPARTA_ASSERT(b != nullptr, "an epoch of %lld batches delivered none", (long long)bpe);
+    const int64_t s = step_ + 1;
+    train_step(*b, s, losses_.data() + (s - interval_first));
+    interval_samples += train_->global_batch_size(b->index);
+    step_ = s;
+    const bool last = step_ == total;
+    if (step_ - interval_first + 1 == cfg_.log_every || last) {
+      const std::vector<double> l = flush_losses(step_ - interval_first + 1);
+      r.losses.insert(r.losses.end(), l.begin(), l.end());
+      double mean = 0;
+      for (double v : l) mean += v;
+      mean /= double(l.size());
+      const double t = now_s(), rate = double(interval_samples) / std::max(t - interval_t0, 1e-9);
+      const double eta = (t - start) / double(step_ - run_first) * double(total - step_);
+      const float lr = learning_rate(cfg_.schedule, step_);
+      LOG_INFO("step %lld/%lld | loss %.5f | lr %.3g | %.0f samples/s | ETA %s", (long long)step_, (long long)total,
+               mean, lr, rate, duration_text(eta).c_str());
+      write_metrics(JsonLine("train")
+                        .add("split", "train")
+                        .add("step", step_)
+                        .add("epoch", epoch)
+                        .add("loss", mean)
+                        .add("lr", double(lr))
+                        .add("samples_per_s", rate)
+                        .add("elapsed_s", t - start)
+                        .str());
+      interval_first = step_ + 1;
+      interval_samples = 0;
+      interval_t0 = now_s();
+    }
+    if (!last && cfg_.eval_every > 0 && step_ % cfg_.eval_every == 0) {
+      if (do_eval()) {
+        r.reached_target = true;
+        stop = true;
+      }
+      interval_t0 = now_s();  // the evaluation's time is not the training's
+    }
+    if (!last && !stop && !cfg_.checkpoint_dir.empty() && cfg_.checkpoint_every > 0 &&
+        step_ % cfg_.checkpoint_every == 0) {
+      r.checkpoint = save();
+      interval_t0 = now_s();
+    }
+  }
+  if (stop && step_ - interval_first + 1 > 0) {  // the losses of a cut interval
+    const std::vector<double> l = flush_losses(step_ - interval_first + 1);
+    r.losses.insert(r.losses.end(), l.begin(), l.end());
+  }
+  if (!stop && do_eval()) r.reached_target = true;
+  if (!cfg_.checkpoint_dir.empty() && step_ > run_first) r.checkpoint = save();
+  r.last_step = step_;
+  if (r.reached_target) LOG_INFO("reached train.target_auc %.4f at step %lld", cfg_.target_auc, (long long)step_);
+  LOG_INFO("training done: %lld steps in %s", (long long)(step_ - run_first), duration_text(now_s() - start).c_str());
+  return r;
+}
+
+std::vector<float> Trainer::dense_params() {
+  comm_->synchronize(dev_.stream);
+  return params_.download();
+}
+
+TableRows Trainer::held_rows(int table) { return collection_->held_rows(table); }
+
+}  // namespace sparta

@@ -1,0 +1,157 @@
+// trainer.h: DLRM / DCNv2 training, one rank per device, the embeddings model-parallel (src/embedding_collection.h)
+// and the dense model data-parallel (src/model.h).
+//
+// One step, on the device's compute stream unless said otherwise:
+//   1. the reader's batch (this rank's slice of the global batch, read ahead on a thread) → device
+//   2. embedding forward (collective): [local_batch, slots * dim] pooled embeddings
+//   3. dense forward, BCE over the global batch (each rank's loss is its sum / global batch size, so the sum
+//      over ranks is the mean and the summed gradients are the global batch's)
+//   4. dense backward; each gradient bucket (top MLP, cross network, bottom MLP) is all-reduced as soon as
+//      backward has queued it, on a second stream (cuda), so the all-reduce of the top MLP runs while the
+//      interaction and the bottom MLP compute their gradients
+//   5. embedding backward (collective): the pooled gradients travel back to the rows' owners, which update the
+//      touched rows with the sparse optimizer
+//   6. the compute stream waits for the all-reduce; the dense optimizer steps with the scheduled learning rate
+// Losses stay on the device and are all-reduced once per log interval, so a step syncs the host only where
+// the embedding exchange needs counts.
+//
+// Determinism: every rank count, placement and plan gives the same model up to the order of floating-point
+// sums (the all-reduce, a row's gradients summed per rank then over ranks); the same rank count and plan give
+// the same bits, so a run resumed from a checkpoint continues the uninterrupted run's trajectory exactly.
+//
+// Checkpoints (io/checkpoint.h) hold the tables' rows and optimizer state, every dense tensor by name (model.h
+// parts) and the dense optimizer's state, and the configuration as INI text; the step says where the reader
+// resumes (epoch = step / batches per epoch, batch = step % batches per epoch, the shuffle being a function of
+// the seed and the epoch). Loading takes another rank count and another plan.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "io/checkpoint.h"
+#include "io/reader.h"
+#include "src/base/buffer.h"
+#include "src/context.h"
+#include "src/metrics.h"
+#include "src/model.h"
+#include "src/placement.h"
+#include "src/train_config.h"
+
+namespace sparta {
+
+class Communicator;
+class EmbeddingCollection;
+
+struct TrainResult {
+  int64_t first_step = 0;            // the step this run started from (a resumed checkpoint's, else 0)
+  int64_t last_step = 0;             // the step it ended at
+  std::vector<double> losses;        // the global batch's mean loss of every step this run made, in order
+  std::vector<std::pair<int64_t, EvalMetrics>> evals;  // (step, metrics) of every evaluation
+  bool reached_target = false;       // stopped early at train.target_auc
+  double teacher_auc = -1;           // the eval file's recorded teacher AUC (synthetic data), else -1
+  std::string checkpoint;            // the last step directory written ("" when none)
+};
+
+// What the trainer is built for: training (both readers), or predicting on the eval file (the model loaded
+// from a checkpoint; no training reader, no optimizer step).
+enum class TrainerMode { train, predict };
+
+class Trainer {
+ public:
+  // Collective over world (MPI_COMM_WORLD in the programs; tests train on sub-communicators of several sizes in
+  // one job), whose topology (comm/topology.h) and this rank's device are given. Opens the datasets and checks
+  // them against the configuration (slots, dense features, sizes), plans the tables (rank 0 prints the plan and
+  // the memory of every rank), builds the collection and the model, and loads `load_from` (a checkpoint root or
+  // step directory; "" with cfg.resume: cfg.checkpoint_dir). Any error on any rank throws sparta::Error on every
+  // rank, before any work.
+  Trainer(MPI_Comm world, const Topology& topo, const Device& dev, const TrainConfig& cfg,
+          TrainerMode mode = TrainerMode::train, const std::string& load_from = "");
+  // Benchmarks: batches come from memory (timed_step), not from files. schema gives the data's shape and
+  // cardinalities, sample one batch of this rank's (its keys plan the tables); batches may hold up to
+  // sample.size samples. Collective, errors as above.
+  Trainer(MPI_Comm world, const Topology& topo, const Device& dev, const TrainConfig& cfg, const DatasetSchema& schema,
+          const Batch& sample, int64_t global_batch);
+  // The same over MPI_COMM_WORLD with the context's topology and device.
+  Trainer(const Context& ctx, const TrainConfig& cfg, TrainerMode mode = TrainerMode::train,
+          const std::string& load_from = "");
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Collective. Trains to train.steps (or the epochs), evaluating, logging and checkpointing as configured.
+  TrainResult run();
+
+  // Collective. Predicts every sample of the eval file (or its first data.eval_samples); rank 0 gets them in
+  // file order with their labels, the others an empty set.
+  Predictions predict();
+
+  // Benchmarks: one training step on b (this rank's slice of a global batch of global_batch samples) with the host
+  // waiting after every phase, so each can be timed: data (host → device), embedding (the collection's forward
+  // and backward), dense (the model's forward, loss, backward and the optimizer), comm (the dense gradients'
+  // all-reduce, as one bucket). Slower than a training step, whose phases overlap. Milliseconds.
+  struct StepTimes {
+    double data_ms = 0, embedding_ms = 0, dense_ms = 0, comm_ms = 0;
+    double total_ms() const { return data_ms + embedding_ms + dense_ms + comm_ms; }
+  };
+  StepTimes timed_step(const Batch& b, int64_t global_batch);
+
+  // The configuration with the dataset's shapes filled in (what checkpoints record).
+  const TrainConfig& config() const { return cfg_; }
+  int64_t step() const { return step_; }
+  const Plan& plan() const { return plan_; }
+  double teacher_auc() const { return teacher_auc_; }
+  // The dense parameters on the host (synchronizes).
+  std::vector<float> dense_params();
+  // Collective: every rank's held embedding rows of table t (tests).
+  TableRows held_rows(int table);
+
+ private:
+  void agree(const std::string& error) const;  // agree_on_error over world
+  void open_datasets(TrainerMode mode);
+  void set_shapes(const std::string& option, const std::string& path);  // the model's shape from schema_
+  void build_collection(const Batch& sample, int64_t global_batch);
+  void build_rest(const std::string& load_from);  // comm, collection, model, buffers, then load_from
+  void report_memory() const;
+  void load(const std::string& path);
+  std::string save();
+  void upload(const Batch& b);
+  void train_step(const Batch& b, int64_t step, float* loss_slot);
+  void reduce_bucket(size_t offset, size_t count);
+  EvalMetrics evaluate_now();
+  Predictions predict_local();
+  std::vector<DenseTensor> dense_tensors();
+  ModelSpec model_spec() const;
+  std::vector<double> flush_losses(int64_t n);  // all-reduces and downloads the interval's losses
+  void write_metrics(const std::string& line);
+
+  MPI_Comm world_comm_;
+  const Topology& topo_;
+  TrainConfig cfg_;
+  Device dev_;
+  int rank_ = 0, world_ = 1;
+  std::unique_ptr<DatasetReader> train_, eval_;
+  DatasetSchema schema_;
+  double teacher_auc_ = -1;
+  std::unique_ptr<Communicator> comm_;
+  CollectionConfig collection_cfg_;
+  Plan plan_;
+  std::unique_ptr<EmbeddingCollection> collection_;
+  std::unique_ptr<DenseModel> model_;
+  int64_t max_batch_ = 0;
+  Buffer<float> params_, grads_, state_;          // [P], [P], [dense optimizer state]
+  Buffer<float> labels_, dense_, emb_, demb_;     // [B], [B, num_dense], [B, slots*dim] x2
+  Buffer<int64_t> offsets_, keys_;                // [B*slots + 1], [most keys of a local batch]
+  Buffer<float> losses_, probs_;                  // [log_every], [B]
+  int64_t step_ = 0;
+  Stream grad_stream_ = nullptr;                  // cuda: where the gradient all-reduce runs
+  void* grad_event_ = nullptr;                    // cuda: cudaEvent_t ordering the two streams
+  std::ofstream metrics_;
+};
+
+}  // namespace sparta

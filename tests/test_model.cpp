@@ -1,0 +1,314 @@
+// src/model: the whole dense model (bottom MLP, dot or DCNv2 interaction, top MLP, BCE) against a plain
+// double-precision DLRM written here from the formulas, for the loss, the logits and every gradient (the
+// expected gradients are central differences of that reference); a finite-difference check of the model's own
+// backward; the cuda backend against the cpu one; the parameter layout; errors naming the field.
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+
+#include "src/model.h"
+#include "tests/test_dense_util.h"
+#include "tests/testing.h"
+
+using namespace sparta;
+
+namespace {
+
+// ---- the reference: a tiny DLRM / DCNv2 in double, the parameter layout of model.h written out again
+
+struct RefModel {
+  ModelConfig c;
+  // dense [B, num_dense], emb [B, S*dim], labels [B] → mean BCE over mean_over; logits out.
+  double loss(const std::vector<double>& p, const std::vector<double>& dense, const std::vector<double>& emb,
+              const std::vector<float>& labels, int64_t B, int64_t mean_over, std::vector<double>* logits) const {
+    size_t at = 0;
+    auto mlp = [&](std::vector<double> x, int in, const std::vector<int>& widths, bool relu_last) {
+      for (size_t l = 0; l < widths.size(); ++l) {
+        const int out = widths[l];
+        const size_t w = at, b = at + size_t(out) * in;
+        at = b + out;
+        std::vector<double> y(size_t(B) * out);
+        for (int64_t r = 0; r < B; ++r)
+          for (int o = 0; o < out; ++o) {
+            double s = p[b + o];
+            for (int i = 0; i < in; ++i) s += x[r * in + i] * p[w + size_t(o) * in + i];
+            if ((l + 1 < widths.size() || relu_last) && s < 0) s = 0;
+            y[r * out + o] = s;
+          }
+        x = std::move(y);
+        in = out;
+      }
+      return x;
+    };
+    const int S = c.num_slots, d = c.embedding_dim, bo = c.bottom_mlp.back();
+    std::vector<double> bottom = mlp(dense, c.num_dense, c.bottom_mlp, true);
+    std::vector<double> z;
+    int W = 0;
+    if (c.interaction == Interaction::dot) {
+      W = d + S * (S + 1) / 2;
+      z.assign(size_t(B) * W, 0);
+      for (int64_t r = 0; r < B; ++r) {
+        auto T = [&](int i, int k) { return i == 0 ? bottom[r * d + k] : emb[(r * S + i - 1) * d + k]; };
+        for (int k = 0; k < d; ++k) z[r * W + k] = T(0, k);
+        int col = d;
+        for (int i = 1; i <= S; ++i)
+          for (int j = 0; j < i; ++j) {
+            double s = 0;
+            for (int k = 0; k < d; ++k) s += T(i, k) * T(j, k);
+            z[r * W + col++] = s;
+          }
+      }
+    } else {
+      W = bo + S * d;
+      std::vector<double> x0(size_t(B) * W);
+      for (int64_t r = 0; r < B; ++r)
+        for (int k = 0; k < W; ++k) x0[r * W + k] = k < bo ? bottom[r * bo + k] : emb[r * S * d + k - bo];
+      std::vector<double> x = x0;
+      const int R = c.cross_rank;
+      for (int l = 0; l < c.cross_layers; ++l) {
+        const size_t V = at, U = V + size_t(R) * W, b = U + size_t(W) * R;
+        at = b + W;
+        std::vector<double> nx(x.size());
+        for (int64_t r = 0; r < B; ++r) {
+          std::vector<double> h(R, 0.0);
+          for (int q = 0; q < R; ++q)
+            for (int k = 0; k < W; ++k) h[q] += p[V + size_t(q) * W + k] * x[r * W + k];
+          for (int k = 0; k < W; ++k) {
+            double zz = p[b + k];
+            for (int q = 0; q < R; ++q) zz += p[U + size_t(k) * R + q] * h[q];
+            nx[r * W + k] = x0[r * W + k] * zz + x[r * W + k];
+          }
+        }
+        x = std::move(nx);
+      }
+      z = std::move(x);
+    }
+    std::vector<double> lg = mlp(z, W, c.top_mlp, false);
+    double sum = 0;
+    for (int64_t r = 0; r < B; ++r) {
+      const double t = lg[r], y = labels[r];
+      sum += std::max(t, 0.0) - t * y + std::log1p(std::exp(-std::fabs(t)));
+    }
+    if (logits) *logits = lg;
+    return sum / double(mean_over);
+  }
+};
+
+std::vector<double> as_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+
+// d loss / d v[i] of the reference by central differences in double (h small: the reference is smooth except
+// at ReLU kinks, which random inputs do not hit within h).
+template <class F>
+std::vector<double> ref_grad(std::vector<double>& v, F f) {
+  std::vector<double> g(v.size());
+  const double h = 1e-6;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double keep = v[i];
+    v[i] = keep + h;
+    const double up = f();
+    v[i] = keep - h;
+    const double down = f();
+    v[i] = keep;
+    g[i] = (up - down) / (2 * h);
+  }
+  return g;
+}
+
+ModelConfig tiny(Interaction it) {
+  ModelConfig c;
+  c.num_dense = 5;
+  c.num_slots = 3;
+  c.embedding_dim = 4;
+  c.bottom_mlp = {8, 4};
+  c.top_mlp = {6, 1};
+  c.interaction = it;
+  c.cross_layers = 2;
+  c.cross_rank = 3;
+  return c;
+}
+
+struct Inputs {
+  int64_t B, mean_over;
+  std::vector<float> params, dense, emb, labels;
+};
+
+Inputs random_inputs(const ModelConfig& c, int64_t B, int64_t mean_over) {
+  Inputs in{B, mean_over, {}, {}, {}, {}};
+  in.params = DenseModel::initial_params(c, testing::rng()());
+  // Biases of the initialization are small: perturb every parameter so a wrong layout or a skipped term shows.
+  std::vector<float> noise = testing::random_floats(in.params.size(), -0.3f, 0.3f);
+  for (size_t i = 0; i < in.params.size(); ++i) in.params[i] += noise[i];
+  in.dense = testing::random_floats(size_t(B) * c.num_dense, 0.f, 2.f);
+  in.emb = testing::random_floats(size_t(B) * c.embedding_width(), -0.5f, 0.5f);
+  for (int64_t r = 0; r < B; ++r) in.labels.push_back(float(testing::random_ints(1, 0, 1)[0]));
+  return in;
+}
+
+struct Outputs {
+  float loss;
+  std::vector<float> logits, grads, demb;
+};
+
+Outputs run_model(const Device& dev, const ModelConfig& c, const Inputs& in, int64_t max_batch) {
+  DenseModel m(dev, c, max_batch);
+  Buffer<float> p(dev, in.params), dense(dev, in.dense), emb(dev, in.emb), labels(dev, in.labels);
+  Buffer<float> loss = dense_test::poisoned(dev, 1);
+  Buffer<float> grads = dense_test::poisoned(dev, m.param_count());
+  Buffer<float> demb = dense_test::poisoned(dev, size_t(in.B) * c.embedding_width());
+  const float* lg = m.forward(p.data(), dense.data(), emb.data(), in.B);
+  m.loss(labels.data(), in.mean_over, loss.data());
+  std::vector<std::pair<size_t, size_t>> ready;
+  m.backward(p.data(), grads.data(), demb.data(), [&](size_t o, size_t n) { ready.push_back({o, n}); });
+  // The buckets backward announces tile the parameters, top first.
+  BOOST_TEST(ready.size() == (c.interaction == Interaction::dot ? 2u : 3u));
+  BOOST_TEST(ready.front().first == m.top_offset());
+  BOOST_TEST(ready.back().first == 0u);
+  size_t covered = 0;
+  for (auto& r : ready) covered += r.second;
+  BOOST_TEST(covered == m.param_count());
+  Outputs o;
+  o.logits.resize(in.B);
+  copy_to_host(dev, o.logits.data(), lg, in.B * sizeof(float));
+  o.loss = loss.download()[0];
+  o.grads = grads.download();
+  o.demb = demb.download();
+  return o;
+}
+
+void check_against_reference(Backend backend, Interaction it) {
+  const Device dev = dense_test::device_for(backend);
+  const ModelConfig c = tiny(it);
+  const int64_t B = 7;
+  Inputs in = random_inputs(c, B, 11);  // a global batch of 11, of which this rank has 7
+  Outputs got = run_model(dev, c, in, 9);
+
+  RefModel ref{c};
+  std::vector<double> p = as_double(in.params), dense = as_double(in.dense), emb = as_double(in.emb);
+  std::vector<double> logits;
+  const double loss = ref.loss(p, dense, emb, in.labels, B, in.mean_over, &logits);
+  auto f = [&] { return ref.loss(p, dense, emb, in.labels, B, in.mean_over, nullptr); };
+  const std::vector<double> dp = ref_grad(p, f), de = ref_grad(emb, f);
+
+  BOOST_TEST(std::fabs(got.loss - loss) <= 1e-5 + 1e-5 * std::fabs(loss), "loss " << got.loss << " vs " << loss);
+  BOOST_TEST(dense_test::mismatches(got.logits, logits, 1e-5, 1e-4, "logits") == 0u);
+  BOOST_TEST(dense_test::mismatches(got.grads, dp, 2e-6, 1e-3, "parameter gradients") == 0u);
+  BOOST_TEST(dense_test::mismatches(got.demb, de, 2e-6, 1e-3, "embedding gradients") == 0u);
+  close_device(const_cast<Device&>(dev));
+}
+
+void dot_against_reference(Backend b) { check_against_reference(b, Interaction::dot); }
+void dcnv2_against_reference(Backend b) { check_against_reference(b, Interaction::dcnv2); }
+
+// The cuda backend gives what the cpu backend gives, in fp32 and in bf16 (both multiply the same rounded numbers).
+void cuda_matches_cpu(Interaction it, GemmType precision) {
+  ModelConfig c = tiny(it);
+  c.precision = precision;
+  c.bottom_mlp = {32, 16};
+  c.embedding_dim = 16;
+  c.num_slots = 5;
+  c.top_mlp = {64, 32, 1};
+  c.cross_rank = 24;
+  Inputs in = random_inputs(c, 300, 300);
+  Device cpu = dense_test::device_for(Backend::cpu), gpu = dense_test::device_for(Backend::cuda);
+  Outputs a = run_model(cpu, c, in, 300), b = run_model(gpu, c, in, 300);
+  const double tol = precision == GemmType::bf16 ? 1e-3 : 1e-5;
+  BOOST_TEST(std::fabs(a.loss - b.loss) <= tol);
+  BOOST_TEST(testing::count_mismatches(b.logits, a.logits, tol, tol, "logits") == 0u);
+  BOOST_TEST(testing::count_mismatches(b.grads, a.grads, tol, 1e-2, "gradients") == 0u);
+  BOOST_TEST(testing::count_mismatches(b.demb, a.demb, tol, 1e-2, "embedding gradients") == 0u);
+  close_device(gpu);
+}
+
+}  // namespace
+
+SPARTA_BACKEND_CASES(dot_model_matches_reference, dot_against_reference)
+SPARTA_BACKEND_CASES(dcnv2_model_matches_reference, dcnv2_against_reference)
+
+BOOST_AUTO_TEST_CASE(cuda_matches_cpu_fp32, *testing::needs_gpu()) {
+  cuda_matches_cpu(Interaction::dot, GemmType::f32);
+  cuda_matches_cpu(Interaction::dcnv2, GemmType::f32);
+}
+BOOST_AUTO_TEST_CASE(cuda_matches_cpu_bf16, *testing::needs_gpu()) {
+  cuda_matches_cpu(Interaction::dot, GemmType::bf16);
+  cuda_matches_cpu(Interaction::dcnv2, GemmType::bf16);
+}
+
+// The model's backward against central differences of its own (float) forward and loss, on the cpu backend.
+BOOST_AUTO_TEST_CASE(gradient_check_by_finite_differences) {
+  for (Interaction it : {Interaction::dot, Interaction::dcnv2}) {
+    const Device dev = dense_test::device_for(Backend::cpu);
+    const ModelConfig c = tiny(it);
+    Inputs in = random_inputs(c, 4, 4);
+    Outputs got = run_model(dev, c, in, 4);
+    DenseModel m(dev, c, 4);
+    Buffer<float> dense(dev, in.dense), labels(dev, in.labels), loss(dev, 1);
+    auto loss_of = [&](const std::vector<float>& p, const std::vector<float>& e) {
+      Buffer<float> pd(dev, p), ed(dev, e);
+      m.forward(pd.data(), dense.data(), ed.data(), in.B);
+      m.loss(labels.data(), in.B, loss.data());
+      return double(loss.download()[0]);
+    };
+    std::vector<float> p = in.params, e = in.emb;
+    const std::vector<double> dp = dense_test::central_differences(p, [&] { return loss_of(p, e); }, 1e-3);
+    const std::vector<double> de = dense_test::central_differences(e, [&] { return loss_of(p, e); }, 1e-3);
+    BOOST_TEST_MESSAGE(interaction_name(it));
+    BOOST_TEST(dense_test::mismatches(got.grads, dp, 2e-4, 2e-2, "parameter gradients") == 0u);
+    BOOST_TEST(dense_test::mismatches(got.demb, de, 2e-4, 2e-2, "embedding gradients") == 0u);
+  }
+}
+
+// bf16 GEMMs on the cpu backend stay near the fp32 model (the masters are fp32; only the GEMM inputs round).
+BOOST_AUTO_TEST_CASE(bf16_close_to_fp32) {
+  for (Interaction it : {Interaction::dot, Interaction::dcnv2}) {
+    const Device dev = dense_test::device_for(Backend::cpu);
+    ModelConfig c = tiny(it);
+    Inputs in = random_inputs(c, 16, 16);
+    Outputs f32 = run_model(dev, c, in, 16);
+    c.precision = GemmType::bf16;
+    Outputs b16 = run_model(dev, c, in, 16);
+    BOOST_TEST(std::fabs(f32.loss - b16.loss) <= 2e-2 * std::fabs(f32.loss));
+    BOOST_TEST(testing::count_mismatches(b16.logits, f32.logits, 3e-2, 3e-2, "bf16 logits") == 0u);
+    // and bf16 does round: the logits are not the fp32 ones bit for bit
+    BOOST_TEST(b16.logits != f32.logits);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(parameter_layout) {
+  for (Interaction it : {Interaction::dot, Interaction::dcnv2}) {
+    const ModelConfig c = tiny(it);
+    const std::vector<ParamPart> parts = DenseModel::parts(c);
+    size_t at = 0;
+    for (const ParamPart& p : parts) {
+      BOOST_TEST(p.offset == at, p.name);
+      at += p.count();
+    }
+    BOOST_TEST(at == DenseModel::param_count(c));
+    BOOST_TEST(DenseModel::initial_params(c, 5).size() == at);
+    BOOST_TEST(DenseModel::initial_params(c, 5) == DenseModel::initial_params(c, 5));
+    BOOST_TEST(DenseModel::initial_params(c, 5) != DenseModel::initial_params(c, 6));
+    // hand-computed: bottom 5→8→4 = 48+36, top (4+6)→6→1 or (4+12)→6→1; cross 2 x (3*16 + 16*3 + 16)
+    const size_t want = it == Interaction::dot ? 84 + (10 * 6 + 6) + 7 : 84 + 2 * (48 + 48 + 16) + (16 * 6 + 6) + 7;
+    BOOST_TEST(at == want);
+    BOOST_TEST(parts.front().name == "bottom_mlp.0.weight");
+    BOOST_TEST(parts.back().name == "top_mlp.1.bias");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_configs_name_the_field) {
+  using dense_test::Names;
+  ModelConfig c = tiny(Interaction::dot);
+  c.bottom_mlp = {8, 5};
+  BOOST_CHECK_EXCEPTION(check_model_config(c), Error, (Names{"model.bottom_mlp", "embedding_dim", "4", "5"}));
+  c = tiny(Interaction::dot);
+  c.top_mlp = {6, 2};
+  BOOST_CHECK_EXCEPTION(check_model_config(c), Error, (Names{"model.top_mlp", "must be 1", "2"}));
+  c = tiny(Interaction::dcnv2);
+  c.cross_rank = 0;
+  BOOST_CHECK_EXCEPTION(check_model_config(c), Error, (Names{"model.cross_rank", "0"}));
+  c = tiny(Interaction::dot);
+  c.bottom_mlp = {};
+  BOOST_CHECK_EXCEPTION(check_model_config(c), Error, (Names{"model.bottom_mlp", "at least one"}));
+  BOOST_CHECK_EXCEPTION(parse_interaction("dlrm"), Error, (Names{"model.interaction", "dlrm"}));
+  const Device dev = dense_test::device_for(Backend::cpu);
+  DenseModel m(dev, tiny(Interaction::dot), 4);
+  BOOST_CHECK_EXCEPTION(m.forward(nullptr, nullptr, nullptr, 5), Error, (Names{"batch", "[0, 4]", "5"}));
+}

@@ -1,0 +1,193 @@
+// src/train_config (INI file + command line, the checks, the learning-rate schedule) and src/metrics (exact AUC,
+// log-loss, accuracy, JSON lines) against hand-computed values and a brute-force AUC.
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <fstream>
+
+#include "src/base/check.h"
+#include "src/metrics.h"
+#include "src/train_config.h"
+#include "tests/test_dense_util.h"
+#include "tests/testing.h"
+
+using namespace sparta;
+
+namespace {
+
+// argv from words (argv[0] is the program).
+struct Args {
+  std::vector<std::string> words;
+  std::vector<char*> ptrs;
+  explicit Args(std::vector<std::string> w) : words(std::move(w)) {
+    words.insert(words.begin(), "sparta-train");
+    for (auto& s : words) ptrs.push_back(&s[0]);
+  }
+  int argc() { return int(ptrs.size()); }
+  char** argv() { return ptrs.data(); }
+};
+
+TrainConfig parse(std::vector<std::string> words) {
+  Args a(std::move(words));
+  TrainConfig c;
+  BOOST_REQUIRE(parse_train_config(a.argc(), a.argv(), c));
+  return c;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(config_file_and_command_line) {
+  testing::ScopedPath ini("test_model_config", "run.ini");
+  write_file(ini.path,
+             "# a comment\n[data]\ntrain = a.h5\nglobal_batch = 2048\n[model]\ninteraction = dcnv2\n"
+             "bottom_mlp = 32, 16\ntop_mlp = 8,1\ncross_rank = 4\nprecision = bf16\nseed = 18446744073709551615\n"
+             "[embedding]\nkind = lazy_adam\nlr = 0.5\nplacement = hybrid,dispatch\n[optimizer]\nlr = 0.25\n"
+             "warmup_steps = 10\n[train]\nresume = true\ncheckpoint_dir = ck\n");
+  // The command line overrides the file; what neither gives keeps its default.
+  TrainConfig c = parse({"--config", ini.path, "--data.global_batch", "512", "--optimizer.kind", "sgd"});
+  BOOST_TEST(c.train_path == "a.h5");
+  BOOST_TEST(c.global_batch == 512);
+  BOOST_TEST((c.model.interaction == Interaction::dcnv2));
+  BOOST_TEST(c.model.bottom_mlp == std::vector<int>({32, 16}));
+  BOOST_TEST(c.model.top_mlp == std::vector<int>({8, 1}));
+  BOOST_TEST(c.model.cross_rank == 4);
+  BOOST_TEST(c.model.cross_layers == 3);
+  BOOST_TEST((c.model.precision == GemmType::bf16));
+  BOOST_TEST(c.seed == 18446744073709551615ull);
+  BOOST_TEST((c.sparse.kind == OptimizerKind::lazy_adam));
+  BOOST_TEST(c.sparse.lr == 0.5f);
+  BOOST_TEST(c.placement == "hybrid,dispatch");
+  BOOST_TEST((c.dense.kind == OptimizerKind::sgd));
+  BOOST_TEST(c.schedule.lr == 0.25f);
+  BOOST_TEST(c.schedule.warmup_steps == 10);
+  BOOST_TEST(c.resume);
+  BOOST_TEST(c.checkpoint_dir == "ck");
+  BOOST_TEST(c.model.num_dense == -1);
+  BOOST_TEST(c.eval_path == "");
+
+  // The INI text a checkpoint records reads back to the same configuration.
+  const TrainConfig back = parse_train_config_text(c.to_ini(), "test");
+  BOOST_TEST(back.to_ini() == c.to_ini());
+  BOOST_TEST(back.seed == c.seed);
+  BOOST_TEST(back.sparse.lr == c.sparse.lr);
+  BOOST_TEST(back.global_batch == 512);
+}
+
+BOOST_AUTO_TEST_CASE(bad_options_name_what_is_wrong) {
+  testing::ScopedPath ini("test_model_config", "bad.ini");
+  auto fails = [](std::vector<std::string> words, std::vector<std::string> names) {
+    Args a(std::move(words));
+    TrainConfig c;
+    BOOST_CHECK_EXCEPTION(parse_train_config(a.argc(), a.argv(), c), Error, [&](const Error& e) {
+      const std::string m = e.what();
+      for (const auto& w : names)
+        if (m.find(w) == std::string::npos) {
+          BOOST_TEST_MESSAGE("error '" << m << "' does not name '" << w << "'");
+          return false;
+        }
+      return true;
+    });
+  };
+  fails({"--data.train", "a.h5", "--data.bogus", "1"}, {"data.bogus"});
+  fails({"--data.train", "a.h5", "--data.global_batch", "many"}, {"data.global_batch", "many"});
+  fails({"--data.train", "a.h5", "--data.global_batch", "0"}, {"data.global_batch", "0"});
+  fails({}, {"data.train"});
+  fails({"--data.train", "a.h5", "--model.bottom_mlp", "64,x"}, {"model.bottom_mlp", "64,x"});
+  fails({"--data.train", "a.h5", "--model.top_mlp", "64,2"}, {"model.top_mlp", "2"});
+  fails({"--data.train", "a.h5", "--model.interaction", "cat"}, {"model.interaction", "cat"});
+  fails({"--data.train", "a.h5", "--model.precision", "fp8"}, {"model.precision", "fp8"});
+  fails({"--data.train", "a.h5", "--embedding.kind", "rmsprop"}, {"embedding.kind", "rmsprop"});
+  fails({"--data.train", "a.h5", "--optimizer.kind", "lazy_adam"}, {"optimizer.kind", "lazy_adam"});
+  fails({"--data.train", "a.h5", "--embedding.placement", "dispatch,spread"}, {"embedding.placement", "spread"});
+  fails({"--data.train", "a.h5", "--train.resume"}, {"train.resume", "train.checkpoint_dir"});
+  fails({"--data.train", "a.h5", "--train.target_auc", "0.8"}, {"train.target_auc", "data.eval"});
+  fails({"--data.train", "a.h5", "--optimizer.decay_steps", "5", "--optimizer.warmup_steps", "9"},
+        {"optimizer.decay_start", "9"});
+  fails({"--data.train", "a.h5", "--comm.mode", "smoke"}, {"comm.mode", "smoke"});
+  fails({"--data.train", "a.h5", "--device", "tpu"}, {"--device", "tpu"});
+  fails({"--config", ini.path + ".missing"}, {ini.path + ".missing"});
+  write_file(ini.path, "[data]\ntrain = a.h5\n[model]\nwidth = 3\n");
+  fails({"--config", ini.path}, {ini.path, "model.width"});
+  write_file(ini.path, "[data]\ntrain a.h5\n");
+  fails({"--config", ini.path}, {ini.path});
+  // --help prints and reports it (no configuration needed)
+  Args h({"--help"});
+  TrainConfig c;
+  BOOST_TEST(!parse_train_config(h.argc(), h.argv(), c));
+}
+
+BOOST_AUTO_TEST_CASE(learning_rate_schedule) {
+  LrSchedule s;
+  s.lr = 1.0f;
+  BOOST_TEST(learning_rate(s, 1) == 1.0f);
+  s.warmup_steps = 4;
+  BOOST_TEST(learning_rate(s, 1) == 0.25f);
+  BOOST_TEST(learning_rate(s, 3) == 0.75f);
+  BOOST_TEST(learning_rate(s, 4) == 1.0f);
+  BOOST_TEST(learning_rate(s, 100) == 1.0f);
+  s.decay_start = 10;
+  s.decay_steps = 10;
+  s.decay_power = 2;
+  s.end_lr = 0.0f;
+  BOOST_TEST(learning_rate(s, 10) == 1.0f);
+  BOOST_TEST(learning_rate(s, 15) == 0.25f);  // (1 - 5/10)^2
+  BOOST_TEST(learning_rate(s, 19) == float(0.01), boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(learning_rate(s, 20) == 0.0f);
+  BOOST_TEST(learning_rate(s, 50) == 0.0f);
+  s.end_lr = 0.5f;
+  s.decay_power = 1;
+  BOOST_TEST(learning_rate(s, 15) == 0.75f);  // 0.5 + 0.5 * 0.5
+  BOOST_TEST(learning_rate(s, 30) == 0.5f);
+}
+
+namespace {
+// AUC by counting every (positive, negative) pair: ties count one half.
+double brute_auc(const std::vector<float>& p, const std::vector<float>& y) {
+  double wins = 0, pairs = 0;
+  for (size_t i = 0; i < p.size(); ++i)
+    for (size_t j = 0; j < p.size(); ++j)
+      if (y[i] > 0.5f && y[j] <= 0.5f) {
+        pairs += 1;
+        wins += p[i] > p[j] ? 1 : p[i] == p[j] ? 0.5 : 0;
+      }
+  return wins / pairs;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(metrics_against_hand_computed_values) {
+  // Scores with ties (rounded to 1/16), labels random.
+  std::vector<float> p = testing::random_floats(500, 0.f, 1.f), y(500);
+  for (auto& v : p) v = std::round(v * 16) / 16;
+  const std::vector<int64_t> bits = testing::random_ints(500, 0, 1);
+  for (size_t i = 0; i < y.size(); ++i) y[i] = float(bits[i]);
+  const EvalMetrics m = evaluate(p, y);
+  BOOST_TEST(m.samples == 500);
+  BOOST_TEST(m.auc == brute_auc(p, y), boost::test_tools::tolerance(1e-12));
+  double loss = 0, right = 0, pos = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double q = std::min(std::max(double(p[i]), 1e-7), 1 - 1e-7);
+    loss += y[i] > 0.5f ? -std::log(q) : -std::log(1 - q);
+    right += (p[i] > 0.5f) == (y[i] > 0.5f);
+    pos += y[i] > 0.5f;
+  }
+  BOOST_TEST(m.logloss == loss / 500, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(m.accuracy == right / 500);
+  BOOST_TEST(m.positive_rate == pos / 500);
+
+  // Four samples by hand: positives 0.9, 0.4; negatives 0.4, 0.1 → pairs (0.9>0.4, 0.9>0.1, 0.4=0.4, 0.4>0.1) = 3.5/4
+  const EvalMetrics h = evaluate({0.9f, 0.4f, 0.4f, 0.1f}, {1, 1, 0, 0});
+  BOOST_TEST(h.auc == 0.875);
+  BOOST_TEST(h.accuracy == 0.75);  // 0.9 → 1 right, 0.4 → 0 wrong, 0.4 → 0 right, 0.1 → 0 right
+  BOOST_TEST(h.logloss == -(std::log(0.9f) + std::log(0.4f) + std::log(0.6f) + std::log(0.9f)) / 4,
+             boost::test_tools::tolerance(1e-6));
+  BOOST_TEST(evaluate({0.3f, 0.7f}, {1, 1}).auc == 0.5);  // one class only
+}
+
+BOOST_AUTO_TEST_CASE(json_lines) {
+  const std::string s = JsonLine("eval").add("step", int64_t(7)).add("auc", 0.75).add("name", "a\"b\n").add("x", NAN).str();
+  BOOST_TEST(s == "{\"record\":\"eval\",\"step\":7,\"auc\":0.75,\"name\":\"a\\\"b\\n\",\"x\":null}");
+}
