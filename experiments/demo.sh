@@ -6,6 +6,8 @@ build=${1:?build folder}
 mpiexec=${2:-mpiexec}
 ranks=${3:-2}
 export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
+# python3 with matplotlib and h5py: $SPARTA_PYTHON (as the tests take it), else $PYTHON, else Debian's.
+python=${SPARTA_PYTHON:-${PYTHON:-/usr/bin/python3}}
 bin=$build/bin
 data=${DEMO_DATA:-data/demo}
 mkdir -p "$data"
@@ -42,11 +44,11 @@ $mpiexec -n "$ranks" "$bin/sparta-predict" --device auto --checkpoint "$out/chec
   --out "$out/predictions.h5"
 
 echo "== loss and AUC curves"
-${PYTHON:-/usr/bin/python3} plots/plot_training.py "$out/metrics.jsonl" --out "$out/training.png" \
+"$python" plots/plot_training.py "$out/metrics.jsonl" --out "$out/training.png" \
   --title "sparta demo: DLRM on a planted task, $ranks ranks"
 
 # The verdict: the last evaluation beside the teacher's AUC (the best a model can reach on this task).
-read -r auc teacher < <(${PYTHON:-/usr/bin/python3} - "$out/metrics.jsonl" <<'PY'
+read -r auc teacher < <("$python" - "$out/metrics.jsonl" <<'PY'
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1]) if '"record":"eval"' in l]
 print(ev[-1]["auc"], ev[-1]["teacher_auc"])

@@ -217,7 +217,11 @@ BOOST_AUTO_TEST_CASE(cuda_work_runs_on_the_stream_given, *testing::needs_gpu()) 
   Batch b = random_batch(300, 8);
   StepResult want = cpu_reference(b);
   Device dev = open_device(Backend::cuda, 0);
-  {
+  // Pass 0 launches every kernel once with nothing held: CUDA loads a kernel's module lazily at its first launch,
+  // and that load waits for work in flight on other streams (the GPU run showed exactly the first-launched
+  // kernels waiting), which is not what this test is about. Pass 1 holds the device's stream.
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool held = pass == 1;
     Stream s = create_stream(dev);
     EmbeddingTable t(dev, config());
     StepBuffers m(dev, b, t.dim());
@@ -237,8 +241,9 @@ BOOST_AUTO_TEST_CASE(cuda_work_runs_on_the_stream_given, *testing::needs_gpu()) 
     int64_t kernel_unique = -1;
     {
       // One hold of the device's stream per operation, so that a failure names the operation that waited.
-      std::unique_ptr<StreamHold> hold = std::make_unique<StreamHold>(dev.stream, 5);
+      std::unique_ptr<StreamHold> hold = held ? std::make_unique<StreamHold>(dev.stream, 5) : nullptr;
       auto after = [&](const char* name) {
+        if (!held) return;
         synchronize(dev, s);  // returns once the operation's work is done: at once unless it waits for dev.stream
         BOOST_CHECK_MESSAGE(!hold->timed_out(), name << " on the given stream waited for the device's own stream");
         hold.reset();
