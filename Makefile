@@ -212,7 +212,12 @@ bench: all
 #   bash tests/run_all.sh build/openmpi "mpiexec --oversubscribe" "1 2"
 gpu-bundle: check-deps
 	@$(MAKE) --no-print-directory -j$(JOBS) MPI=openmpi CUDA=1 ARCH=$(ARCH) all
-	@echo "GPU bundle: build/openmpi (carry it; run tests/run_all.sh build/openmpi \"mpiexec --oversubscribe\" \"1 2\")"
+	@# The revision it was built from travels with it (the copy on the GPU machine may carry another .git state):
+	@# experiments/gpu_session.sh exports it as SPARTA_GIT_REV, which the results' provenance records.
+	@rev=$$(git rev-parse HEAD 2>/dev/null || echo unknown); git diff --quiet HEAD 2>/dev/null || rev=$$rev-dirty; \
+	 echo $$rev > build/openmpi/REVISION
+	@echo "GPU bundle: build/openmpi (carry it, or: tar -C build -cJf bundle.tar.xz openmpi/lib openmpi/bin openmpi/tests openmpi/REVISION;"
+	@echo "            run experiments/gpu_session.sh build/openmpi OUT)"
 
 clean:
 	rm -rf build

@@ -24,6 +24,8 @@ if [[ $build == *.tar.xz ]]; then
   mkdir -p /tmp/sparta_bundle && tar -xJf "$build" -C /tmp/sparta_bundle && build=/tmp/sparta_bundle/openmpi
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# The revision the bundle was built from (make gpu-bundle writes it), for every result's provenance.
+[ -f "$build/REVISION" ] && export SPARTA_GIT_REV=${SPARTA_GIT_REV:-$(cat "$build/REVISION")}
 # NVLink multicast stays off on shared machines.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
