@@ -7,7 +7,9 @@
 # Exit status: 0 when nothing failed.
 set -u
 build=${1:?build folder}
-mpiexec=${2:-mpiexec}
+# Words of the launcher joined by single spaces ("mpiexec.mpich " from an empty MPIEXEC_FLAGS becomes "mpiexec.mpich"):
+# tests compare commands they build from it with the commands programs print.
+mpiexec=$(echo ${2:-mpiexec})
 ranks=${3:-"1 2 4"}
 limit=${4:-900}
 export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
