@@ -170,22 +170,6 @@ std::vector<float> gradient(uint64_t salt, int64_t first_g, int64_t samples, int
 
 // ---- small helpers
 
-std::vector<std::string> gather_strings(const std::string& mine, MPI_Comm comm) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  int len = int(mine.size());
-  std::vector<int> lens(static_cast<size_t>(size)), displs(static_cast<size_t>(size), 0);
-  MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm));
-  int total = 0;
-  for (int r = 0; r < size; ++r) displs[size_t(r)] = total, total += lens[size_t(r)];
-  std::vector<char> all(size_t(std::max(total, 1)));
-  MPI_CHECK(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, comm));
-  std::vector<std::string> out;
-  for (int r = 0; r < size; ++r) out.emplace_back(all.data() + displs[size_t(r)], size_t(lens[size_t(r)]));
-  return out;
-}
-
 double max_over_ranks(double x) {
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
   return x;
@@ -518,9 +502,8 @@ int main(int argc, char** argv) {
       rows_capped.push_back(t.card), dims.push_back(t.dim), hot.push_back(t.hot);
       total_rows += t.card;
     }
-    const std::vector<std::string> devices =
-        gather_strings(ctx.topo().hostname + " " + bench::device_description(dev), MPI_COMM_WORLD);
-    const bench::Provenance prov = bench::provenance(argc, argv, devices, world);
+    const bench::Provenance prov = bench::gather_provenance(argc, argv, ctx);  // every rank's host and device
+    const std::vector<std::string>& devices = prov.devices;
     std::unique_ptr<bench::JsonLines> json;
     agree_on_error(MPI_COMM_WORLD, guarded([&] {
       if (rank == 0) json = std::make_unique<bench::JsonLines>(a.out, prov);

@@ -96,25 +96,35 @@ std::string check_batch(const Batch& b, uint64_t seed) {
   return "";
 }
 
+// Rank 0 writes dir/train.h5 from a seed every rank shares; returns that seed once the file exists.
+uint64_t shared_dataset(const std::string& dir) {
+  uint64_t seed = testing::rng()();
+  MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  if (testing::world_rank() == 0) {
+    fs::create_directories(dir);
+    write_dataset_file(dir + "/train.h5", seed);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return seed;
+}
+
+// This rank's slice of 64 samples per rank, with `prefetch` batches read ahead on the reader's thread.
+ReaderOptions reader_options(int prefetch) {
+  ReaderOptions ro;
+  ro.global_batch = 64 * testing::world_size();
+  ro.rank = testing::world_rank();
+  ro.world = testing::world_size();
+  ro.prefetch = prefetch;
+  return ro;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(checkpoint_saved_while_the_reader_prefetches) {
   const int w = testing::world_size(), r = testing::world_rank();
   testing::SharedTempPath dir("ckpt_prefetch", "data");
-  uint64_t seed = testing::rng()();
-  MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  if (r == 0) {
-    fs::create_directories(dir.path);
-    write_dataset_file(dir.path + "/train.h5", seed);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-
-  ReaderOptions ro;
-  ro.global_batch = 64 * w;
-  ro.rank = r;
-  ro.world = w;
-  ro.prefetch = 3;
-  DatasetReader reader(dir.path + "/train.h5", ro);
+  const uint64_t seed = shared_dataset(dir.path);
+  DatasetReader reader(dir.path + "/train.h5", reader_options(3));
   const std::string root = dir.path + "/ckpt";
   // This rank's rows: a table whose every value is a function of (seed, round, key).
   auto table_for = [&](int64_t round) {
@@ -182,21 +192,10 @@ BOOST_AUTO_TEST_CASE(checkpoint_saved_while_the_reader_prefetches) {
 
 BOOST_AUTO_TEST_CASE(the_reader_thread_and_a_save_wait_for_the_hdf5_lock) {
   using Clock = std::chrono::steady_clock;
-  const int w = testing::world_size(), r = testing::world_rank();
+  const int r = testing::world_rank();
   testing::SharedTempPath dir("ckpt_prefetch", "lock");
-  uint64_t seed = testing::rng()();
-  MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  if (r == 0) {
-    fs::create_directories(dir.path);
-    write_dataset_file(dir.path + "/train.h5", seed);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  ReaderOptions ro;
-  ro.global_batch = 64 * w;
-  ro.rank = r;
-  ro.world = w;
-  ro.prefetch = 2;
-  DatasetReader reader(dir.path + "/train.h5", ro);
+  const uint64_t seed = shared_dataset(dir.path);
+  DatasetReader reader(dir.path + "/train.h5", reader_options(2));
 
   // A thread takes the lock, says so, holds it for `hold`, and notes when it let go.
   const auto hold = std::chrono::milliseconds(400);
