@@ -248,11 +248,39 @@ BOOST_AUTO_TEST_CASE(gradient_check_by_finite_differences) {
       return double(loss.download()[0]);
     };
     std::vector<float> p = in.params, e = in.emb;
-    const std::vector<double> dp = dense_test::central_differences(p, [&] { return loss_of(p, e); }, 1e-3);
-    const std::vector<double> de = dense_test::central_differences(e, [&] { return loss_of(p, e); }, 1e-3);
-    BOOST_TEST_MESSAGE(interaction_name(it));
-    BOOST_TEST(dense_test::mismatches(got.grads, dp, 2e-4, 2e-2, "parameter gradients") == 0u);
-    BOOST_TEST(dense_test::mismatches(got.demb, de, 2e-4, 2e-2, "embedding gradients") == 0u);
+    // A central difference is the derivative only where the loss is smooth over [x - h, x + h]: a ReLU whose
+    // input crosses zero inside that interval (random draws put one there now and then) makes it the mean of the
+    // two one-sided slopes, while the backward takes one side. Such an entry must match one of the one-sided
+    // differences instead (a looser tolerance: they carry an O(h) error), and at most a few entries may be such.
+    const double h = 1e-3;
+    auto check = [&](std::vector<float>& x, const std::vector<float>& grad, const char* what) {
+      const double base = loss_of(p, e);
+      const std::vector<double> central = dense_test::central_differences(x, [&] { return loss_of(p, e); }, h);
+      size_t at_kink = 0, wrong = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        auto near = [&](double want, double atol, double rtol) { return std::fabs(grad[i] - want) <= atol + rtol * std::fabs(want); };
+        if (near(central[i], 2e-4, 2e-2)) continue;
+        const float v = x[i];
+        x[i] = static_cast<float>(v + h);
+        const double up = (loss_of(p, e) - base) / (double(x[i]) - double(v));
+        x[i] = static_cast<float>(v - h);
+        const double down = (base - loss_of(p, e)) / (double(v) - double(x[i]));
+        x[i] = v;
+        if (near(up, 5e-4, 5e-2) || near(down, 5e-4, 5e-2)) {
+          ++at_kink;
+        } else {
+          ++wrong;
+          BOOST_TEST_MESSAGE(what << "[" << i << "] = " << grad[i] << ", central difference " << central[i]
+                                  << ", one-sided " << up << " and " << down);
+        }
+      }
+      BOOST_TEST_MESSAGE(interaction_name(it) << ": " << what << ": " << at_kink << " of " << x.size()
+                                              << " at a ReLU kink");
+      BOOST_TEST(wrong == 0u);
+      BOOST_TEST(at_kink <= x.size() / 10);
+    };
+    check(p, got.grads, "parameter gradients");
+    check(e, got.demb, "embedding gradients");
   }
 }
 
