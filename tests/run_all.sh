@@ -4,7 +4,8 @@
 # Plain suites (BUILD/tests/test_*) run once; MPI suites (BUILD/tests/mpi_test_*) run under mpiexec with each
 # rank count. Counts are test cases as Boost.Test reports them (rank 0's report for MPI suites); a suite that
 # dies without a report, times out, or exits non-zero with no failure reported counts as one failure.
-# Exit status: 0 when nothing failed.
+# Exit status: 0 when nothing failed. SPARTA_SUITES (an extended regular expression, optional) runs only the suites
+# whose name matches it, e.g. SPARTA_SUITES='collection|train|dense' for one part of a GPU visit.
 set -u
 build=${1:?build folder}
 # Words of the launcher joined by single spaces ("mpiexec.mpich " from an empty MPIEXEC_FLAGS becomes "mpiexec.mpich"):
@@ -74,11 +75,12 @@ if [ -f tests/check_layers.sh ]; then
   layer_case "layers (catches kernels -> comm)" 1 "$planted"
   rm -rf "$planted"
 fi
+selected() { [ -z "${SPARTA_SUITES:-}" ] || [[ $(basename "$1") =~ $SPARTA_SUITES ]]; }
 for t in "$build"/tests/test_*; do
-  [ -x "$t" ] && run_one "$(basename "$t")" "$t"
+  [ -x "$t" ] && selected "$t" && run_one "$(basename "$t")" "$t"
 done
 for t in "$build"/tests/mpi_test_*; do
-  [ -x "$t" ] || continue
+  [ -x "$t" ] && selected "$t" || continue
   for n in $ranks; do
     # shellcheck disable=SC2086
     run_one "$(basename "$t") (${n} ranks)" $mpiexec -n "$n" "$t"
