@@ -3,11 +3,12 @@
 // (EmbeddingTable: pooled_forward in train mode + backward_and_update with SGD).
 //
 //   bench_embedding [--rows 40000000] [--dims 128] [--batch 65536] [--slots 26] [--hot 1] [--alphas 0,1.1]
-//                   [--modes eval,train,step] [--out-types f32] [--lr 0.01] [--out f.jsonl]
+//                   [--hotness 3,2,1,...] [--modes eval,train,step] [--out-types f32] [--lr 0.01] [--out f.jsonl]
 //
 // The table holds `rows` keys (a bijection of 0..rows-1); each bag takes `hot` keys (hot = 1: one-hot) drawn
 // with P(rank) ~ rank^-alpha over a fixed random permutation of the held keys (alpha 0: uniform), the same
-// shape as peers/peer_torch.py. Bytes moved: nnz * dim * 4 gathered + bags * dim * out_bytes written (hash
+// shape as peers/peer_torch.py (--hotness: the keys of each slot instead, one number per slot, overriding
+// --slots and --hot, e.g. MLPerf DLRM-DCNv2's 3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1). Bytes moved: nnz * dim * 4 gathered + bags * dim * out_bytes written (hash
 // buckets and keys not counted, as for the peer); GB/s and the fraction of the copy bandwidth. train runs
 // the get_insert path on held keys (steady state: nothing new). A sample of bags is checked against the CPU
 // reference (the keys' initial values pooled on the host).
@@ -48,7 +49,15 @@ struct Point {
   int dim;
   int64_t batch;
   int slots;
-  int hot;
+  int hot;                   // keys per bag; 0 when hotness gives them per slot
+  std::vector<int> hotness;  // keys of each slot (slots entries), or empty
+  int bag_keys(int64_t bag) const { return hotness.empty() ? hot : hotness[size_t(bag % slots)]; }
+  std::string hot_name() const {
+    if (hotness.empty()) return std::to_string(hot);
+    std::string h;
+    for (int x : hotness) h += (h.empty() ? "" : ",") + std::to_string(x);
+    return h;
+  }
 };
 
 // Multiplier of a bijection of [0, rows): odd, coprime to rows.
@@ -93,12 +102,13 @@ std::vector<float> upstream_gradient(size_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string rows_s, dims_s, batch_s, slots_s, hot_s, alphas_s, modes_s, types_s, combiner_s;
+  std::string rows_s, dims_s, batch_s, slots_s, hot_s, hotness_s, alphas_s, modes_s, types_s, combiner_s;
   float lr = 0.01f;
   bench::Driver d("bench_embedding", argc, argv, {/*warmup*/ 5, /*repeats*/ 20});
   d.options().add_options()("rows", po::value(&rows_s), "table rows (list)")(
       "dims", po::value(&dims_s), "dims (list)")("batch", po::value(&batch_s), "batch sizes (list)")(
       "slots", po::value(&slots_s), "slots per sample (list)")("hot", po::value(&hot_s), "keys per bag (list)")(
+      "hotness", po::value(&hotness_s), "keys of each slot, one number per slot (overrides --slots and --hot)")(
       "alphas", po::value(&alphas_s)->default_value("0,1.1"), "power-law exponents (list; 0 uniform)")(
       "modes", po::value(&modes_s)->default_value("eval,train,step"), "eval | train | step (list)")(
       "out-types", po::value(&types_s)->default_value("f32"), "f32 | bf16 | f16 (list)")(
@@ -125,24 +135,35 @@ int main(int argc, char** argv) {
     }
     std::vector<double> alphas = bench::parse_list(alphas_s, "alphas");
     std::vector<Point> points;
-    bool axes = !rows_s.empty() || !dims_s.empty() || !batch_s.empty() || !slots_s.empty() || !hot_s.empty();
-    if (axes) {
+    bool axes = !rows_s.empty() || !dims_s.empty() || !batch_s.empty() || !slots_s.empty() || !hot_s.empty() ||
+                !hotness_s.empty();
+    if (!hotness_s.empty()) {
+      std::vector<int> hl;
+      for (double h : bench::parse_list(hotness_s, "hotness")) {
+        SPARTA_REQUIRE(h >= 1 && h == std::floor(h), "--hotness: whole numbers >= 1 expected, found %g", h);
+        hl.push_back(int(h));
+      }
+      for (double r : bench::parse_list(rows_s.empty() ? (gpu ? "40000000" : "100000") : rows_s, "rows"))
+        for (double dd : bench::parse_list(dims_s.empty() ? "128" : dims_s, "dims"))
+          for (double b : bench::parse_list(batch_s.empty() ? (gpu ? "65536" : "256") : batch_s, "batch"))
+            points.push_back(Point{int64_t(r), int(dd), int64_t(b), int(hl.size()), 0, hl});
+    } else if (axes) {
       for (double r : bench::parse_list(rows_s.empty() ? (gpu ? "40000000" : "100000") : rows_s, "rows"))
         for (double dd : bench::parse_list(dims_s.empty() ? "128" : dims_s, "dims"))
           for (double b : bench::parse_list(batch_s.empty() ? (gpu ? "65536" : "256") : batch_s, "batch"))
             for (double s : bench::parse_list(slots_s.empty() ? "26" : slots_s, "slots"))
               for (double h : bench::parse_list(hot_s.empty() ? "1" : hot_s, "hot"))
-                points.push_back(Point{int64_t(r), int(dd), int64_t(b), int(s), int(h)});
+                points.push_back(Point{int64_t(r), int(dd), int64_t(b), int(s), int(h), {}});
     } else if (gpu) {
-      points.push_back(Point{40000000, 128, 65536, 26, 1});
-      points.push_back(Point{40000000, 32, 65536, 26, 8});
-      points.push_back(Point{10000000, 16, 65536, 26, 1});
+      points.push_back(Point{40000000, 128, 65536, 26, 1, {}});
+      points.push_back(Point{40000000, 32, 65536, 26, 8, {}});
+      points.push_back(Point{10000000, 16, 65536, 26, 1, {}});
     } else {
-      points.push_back(Point{100000, 128, 256, 26, 1});
-      points.push_back(Point{100000, 32, 256, 26, 8});
+      points.push_back(Point{100000, 128, 256, 26, 1, {}});
+      points.push_back(Point{100000, 32, 256, 26, 8, {}});
     }
     for (const Point& p : points)
-      SPARTA_REQUIRE(p.rows > 0 && p.dim > 0 && p.batch > 0 && p.slots > 0 && p.hot > 0,
+      SPARTA_REQUIRE(p.rows > 0 && p.dim > 0 && p.batch > 0 && p.slots > 0 && (p.hot > 0 || !p.hotness.empty()),
                      "bench_embedding: --rows, --dims, --batch, --slots and --hot must be > 0");
     const std::string devname = dev.is_cuda() ? gpu_name(dev.gpu) : "cpu";
 
@@ -179,9 +200,12 @@ int main(int argc, char** argv) {
           table.hash().check_errors(false, dev.stream);  // a full table throws
         }
       }
-      int64_t bags = p.batch * p.slots, nnz = bags * p.hot;
-      std::vector<int64_t> offsets(size_t(bags) + 1);
-      for (int64_t b = 0; b <= bags; ++b) offsets[size_t(b)] = b * p.hot;
+      int64_t bags = p.batch * p.slots;
+      std::vector<int64_t> offsets(size_t(bags) + 1, 0);
+      for (int64_t b = 0; b < bags; ++b) offsets[size_t(b) + 1] = offsets[size_t(b)] + p.bag_keys(b);
+      const int64_t nnz = offsets.back();
+      const std::string hot_s = p.hot_name();
+      const char* hot_col = p.hotness.empty() ? hot_s.c_str() : "var";
       Buffer<int64_t> off(dev, offsets), keys(dev, size_t(nnz)), rows(dev, size_t(nnz));
       if (!forward_modes.empty() && root) {
         std::printf("# %9s %4s %6s %5s %3s %5s %5s %4s %8s %10s %8s %7s %6s %9s %6s\n", "rows", "dim", "batch", "slots",
@@ -220,7 +244,7 @@ int main(int argc, char** argv) {
                 float acc = 0;
                 for (int64_t i = offsets[size_t(b)]; i < offsets[size_t(b) + 1]; ++i)
                   acc += initial_value(ki, uint64_t(hk[size_t(i)]), e);
-                if (comb == Combiner::mean && p.hot > 0) acc /= float(p.hot);
+                if (comb == Combiner::mean) acc /= float(p.bag_keys(b));
                 float g;
                 if (ot == OutputType::f32) {
                   std::memcpy(&g, &got[size_t(e) * 4], 4);
@@ -240,15 +264,16 @@ int main(int argc, char** argv) {
             double bytes = double(nnz) * p.dim * 4 + double(bags) * p.dim * double(ob);
             double gbps = bytes / med / 1e6, floor_ms = bytes / copy_gbps / 1e6;
             const char* type_s = output_type_name(ot);
-            std::printf("  %9lld %4d %6lld %5d %3d %5.2f %5s %4s %8lld %10.4f %8.0f %6.1f%% %6.3f %9lld %6zu\n",
-                        (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, alpha, mode_s.c_str(), type_s,
+            std::printf("  %9lld %4d %6lld %5d %3s %5.2f %5s %4s %8lld %10.4f %8.0f %6.1f%% %6.3f %9lld %6zu\n",
+                        (long long)p.rows, p.dim, (long long)p.batch, p.slots, hot_col, alpha, mode_s.c_str(), type_s,
                         (long long)unique, med, gbps, 100 * gbps / copy_gbps, floor_ms, (long long)nnz, wrong);
             std::fflush(stdout);
-            d.record(strprintf("\"bench\":\"embedding\",\"rows\":%lld,\"dim\":%d,\"batch\":%lld,\"slots\":%d,\"hot\":%d,"
+            d.record(strprintf("\"bench\":\"embedding\",\"rows\":%lld,\"dim\":%d,\"batch\":%lld,\"slots\":%d,\"hot\":%d,\"hotness\":\"%s\","
                                 "\"alpha\":%g,\"mode\":\"%s\",\"out_type\":\"%s\",\"combiner\":\"%s\",\"unique_keys\":%lld,"
                                 "\"nnz\":%lld,\"ms\":%.5f,\"GBps\":%.2f,\"copy_GBps\":%.2f,"
                                 "\"fraction_of_copy\":%.4f,\"floor_ms\":%.5f,\"wrong\":%zu,\"device\":\"%s\"",
-                                (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, alpha, mode_s.c_str(),
+                                (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, hot_s.c_str(), alpha,
+                                mode_s.c_str(),
                                 type_s, combiner_name(comb), (long long)unique, (long long)nnz, med, gbps,
                                 copy_gbps, gbps / copy_gbps, floor_ms, wrong, devname.c_str()));
           }
@@ -330,16 +355,17 @@ int main(int argc, char** argv) {
         d.add_wrong((long long)wrong);
         if (!root) continue;
         double med = median(step_ms), bmed = median(bwd_ms);
-        std::printf("  %9lld %4d %6lld %5d %3d %5.2f %8lld %10.4f %10.4f %10lld %9lld %6zu\n", (long long)p.rows, p.dim,
-                    (long long)p.batch, p.slots, p.hot, alpha, (long long)unique, med, bmed, (long long)updated,
+        std::printf("  %9lld %4d %6lld %5d %3s %5.2f %8lld %10.4f %10.4f %10lld %9lld %6zu\n", (long long)p.rows, p.dim,
+                    (long long)p.batch, p.slots, hot_col, alpha, (long long)unique, med, bmed, (long long)updated,
                     (long long)nnz, wrong);
         std::fflush(stdout);
         d.record(strprintf("\"bench\":\"embedding_step\",\"rows\":%lld,\"dim\":%d,\"batch\":%lld,\"slots\":%d,"
-                            "\"hot\":%d,\"alpha\":%g,\"combiner\":\"%s\",\"optimizer\":\"sgd\",\"lr\":%g,"
+                            "\"hot\":%d,\"hotness\":\"%s\",\"alpha\":%g,\"combiner\":\"%s\",\"optimizer\":\"sgd\",\"lr\":%g,"
                             "\"unique_keys\":%lld,\"nnz\":%lld,\"step_ms\":%.5f,"
                             "\"backward_update_ms\":%.5f,\"rows_updated\":%lld,\"copy_GBps\":%.2f,\"wrong\":%zu,"
                             "\"device\":\"%s\"",
-                            (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, alpha, combiner_name(comb),
+                            (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, hot_s.c_str(), alpha,
+                            combiner_name(comb),
                             double(lr), (long long)unique, (long long)nnz, med, bmed,
                             (long long)updated, copy_gbps, wrong, devname.c_str()));
       }

@@ -6,7 +6,8 @@
 # BUILD is a `make gpu-bundle` folder (build/openmpi), or a .tar.xz of one (extracted under /tmp). PARTs, run in
 # the order given (default: all = tests kernels comm collection train):
 #   tests       every suite (tests/run_all.sh) with 1 rank, and 2 when there are 2 GPUs
-#   kernels     bench_hashtable, bench_embedding; peer_torch.py (EmbeddingBag) one-hot, uniform and power-law
+#   kernels     bench_hashtable, bench_embedding; peer_torch.py (EmbeddingBag): one-hot (uniform, power-law),
+#               hot 8 at dims 16-128 and the DCNv2 hotness at dim 128
 #   comm        bench_alltoall (nccl, then hier and mpi) at 2 ranks; peer_a2a.py
 #   collection  bench_collection: MLPerf v1 one-hot and DCNv2 multi-hot tables, every placement and the plan, 1 and
 #               2 GPUs, 65536 samples per GPU
@@ -52,6 +53,7 @@ peer() {
   fi
 }
 two=$([ "$gpus" -ge 2 ] && echo 1 || echo 0)
+dcnv2_hotness=3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1  # keys per slot, MLPerf DLRM-DCNv2
 
 for part in "${parts[@]}"; do
   case $part in
@@ -65,6 +67,15 @@ for part in "${parts[@]}"; do
       run bench_embedding.log "$build/bin/bench_embedding" --out "$out/bench.jsonl"
       peer peer_torch.py --rows 40000000 --dim 128 --batch 65536 --slots 26 --hot 1 --alpha 0
       peer peer_torch.py --rows 40000000 --dim 128 --batch 65536 --slots 26 --hot 1 --alpha 1.1
+      # multi-hot: hot 8 at dims 16-128 and the MLPerf DLRM-DCNv2 hotness at dim 128, uniform keys
+      run bench_embedding.log "$build/bin/bench_embedding" --rows 40000000 --dims 16,64,128 --hot 8 --alphas 0 \
+        --out "$out/bench.jsonl"
+      run bench_embedding.log "$build/bin/bench_embedding" --rows 40000000 --dims 128 --hotness "$dcnv2_hotness" \
+        --alphas 0 --out "$out/bench.jsonl"
+      for d in 16 32 64 128; do
+        peer peer_torch.py --rows 40000000 --dim $d --batch 65536 --slots 26 --hot 8 --alpha 0
+      done
+      peer peer_torch.py --rows 40000000 --dim 128 --batch 65536 --hotness "$dcnv2_hotness" --alpha 0
       ;;
     comm)
       if [ "$two" = 1 ]; then

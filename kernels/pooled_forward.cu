@@ -2,9 +2,9 @@
 // in one kernel.
 //
 // A tile of 8 lanes takes a span of 4 consecutive bags (their keys are contiguous in the CSR) and walks its
-// keys in batches of 2: the batch's rows are resolved together (hash_table_ref.cuh: both bucket loads in
-// flight), then both rows are gathered with all loads issued before the first add (lane l holds elements
-// (c*8 + l)*VEC .. +VEC: 8 lanes read 128 contiguous bytes per chunk), and added to the current bag's
+// keys in batches of 2 (4 for rows of at most 32 floats): the batch's rows are resolved together
+// (hash_table_ref.cuh: the keys' home-sector loads in flight together), then the rows are gathered with all
+// loads issued before the first add (lane l holds elements (c*8 + l)*VEC .. +VEC: 8 lanes read 128 contiguous bytes per chunk), and added to the current bag's
 // accumulator in key order; a bag is written when the walk passes its end. One-hot bags thus get the same
 // lookups in flight per tile as multi-hot ones. Persistent grid, grid-stride over spans.
 //
@@ -27,7 +27,12 @@ using hashdev::kTile;
 using hashdev::Tile;
 
 constexpr int kSpan = 4;  // bags per tile task
-constexpr int kBatch = 2;  // keys resolved together, then rows gathered together
+// Keys resolved together, then rows gathered together: 4 for rows of at most 4 floats per lane (dim <= 32 on
+// the float4 path: the registers allow it, and short rows need more lookups in flight per tile), else 2.
+template <int VEC, int C>
+constexpr int batch_keys() {
+  return C * VEC <= 4 ? 4 : 2;
+}
 
 // 256-thread blocks per SM the kernel is compiled for, by the floats a lane holds per row (C*VEC): 1, 4 or 8
 // → 3 (at most 80 registers; 8 spills a little and was still the fastest measured), 16 → 2, 32 → 1.
@@ -115,6 +120,7 @@ __device__ __forceinline__ void write_bag(OutT* out, int64_t bag, int dim, int l
 
 template <int VEC, int C, class OutT, bool kTrain>
 __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forward_kernel(ForwardArgs a) {
+  constexpr int kBatch = batch_keys<VEC, C>();
   Tile tile = cg::tiled_partition<kTile>(cg::this_thread_block());
   const int lane = tile.thread_rank();
   const int dim = a.rows_init.dim;

@@ -149,6 +149,41 @@ void insert_find_contains_cases(Backend b) {
   }
 }
 
+// A table filled to 99% of its slots (max_load_factor 1): most keys are not in their home sector, many not in
+// their first bucket, so every step of the probe (home sector, whole bucket, next buckets, wrapping at the
+// end) is taken, by the bulk get_insert, find and contains, against the model.
+void nearly_full_table(Backend b) {
+  Device dev = open(b);
+  {
+    HashTable t(dev, "dense", 4096, 1.0);  // 4096 slots
+    std::vector<int64_t> pool = testing::random_ints(4056, INT64_MIN, INT64_MAX);
+    std::sort(pool.begin(), pool.end());
+    pool.erase(std::unique(pool.begin(), pool.end()), pool.end());
+    pool.erase(std::remove(pool.begin(), pool.end(), int64_t(-1)), pool.end());
+    Model m;
+    for (size_t part = 0; part < 3; ++part) {  // three batches, each with its keys twice, shuffled
+      std::vector<int64_t> batch(pool.begin() + part * pool.size() / 3, pool.begin() + (part + 1) * pool.size() / 3);
+      batch.insert(batch.end(), batch.begin(), batch.end());
+      std::shuffle(batch.begin(), batch.end(), testing::rng());
+      BOOST_CHECK_EQUAL(m.get_insert(batch, get_insert(t, batch)), 0u);
+    }
+    BOOST_CHECK_EQUAL(size(t), int64_t(pool.size()));
+    std::vector<int64_t> probe = pool;
+    for (int64_t k : testing::random_ints(2000, INT64_MIN, INT64_MAX))
+      if (!m.row_of.count(k)) probe.push_back(k);
+    std::shuffle(probe.begin(), probe.end(), testing::rng());
+    std::vector<int64_t> f = find(t, probe);
+    size_t bad = 0;
+    for (size_t i = 0; i < probe.size(); ++i) bad += f[i] != m.find(probe[i]);
+    BOOST_CHECK_EQUAL(bad, 0u);
+    t.check_errors(false, dev.stream);
+    // Held keys again through get_insert: the same rows, nothing new.
+    BOOST_CHECK_EQUAL(m.get_insert(pool, get_insert(t, pool)), 0u);
+    BOOST_CHECK_EQUAL(size(t), int64_t(pool.size()));
+  }
+  close_device(dev);
+}
+
 // Fills a table past its capacity: get_insert itself does not throw (asynchronous); the check gives an Error
 // naming the table, its capacity and the rows asked for; the rows handed out before stay intact.
 void full_table(Backend b) {
@@ -391,6 +426,7 @@ void initial_values(Backend b) {
 SPARTA_BACKEND_CASES(get_insert_find_contains_match_a_map, insert_find_contains_cases)
 SPARTA_BACKEND_CASES(get_insert_copy_gives_values, get_insert_copy_cases)
 SPARTA_BACKEND_CASES(full_table_is_an_error_at_the_check, full_table)
+SPARTA_BACKEND_CASES(nearly_full_table_finds_every_key, nearly_full_table)
 SPARTA_BACKEND_CASES(export_load_round_trip, export_load)
 SPARTA_BACKEND_CASES(marker_key_is_a_key_like_any_other, marker_key)
 SPARTA_BACKEND_CASES(initial_values_follow_the_documented_formula, initial_values)

@@ -121,16 +121,16 @@ double tol(OutputType ot) { return ot == OutputType::f32 ? 1e-6 : ot == OutputTy
 // Train on a fresh table (every key inserted: output from initial values), check rows against the values,
 // then eval on a batch mixing seen and unseen keys (unseen: zeros, row -1, counted as missing).
 void train_then_eval(Backend b, int64_t batch, int slots, int hot, int dim, Combiner comb, OutputType ot,
-                     size_t distinct, double alpha, bool pooled) {
+                     size_t distinct, double alpha, bool pooled, double load_factor = 0.5) {
   BOOST_TEST_CONTEXT("backend " << int(b) << " batch " << batch << " slots " << slots << " hot " << hot << " dim "
                                 << dim << " " << combiner_name(comb) << " " << output_type_name(ot) << " alpha "
-                                << alpha << (pooled ? " pooled" : " unpooled")) {
+                                << alpha << (pooled ? " pooled" : " unpooled") << " load factor " << load_factor) {
     Device dev = open_device(b, b == Backend::cuda ? 0 : -1);
     {
       KeyInit ki{testing::seed() + 1, 2, 0.5f};
       Csr c = random_csr(batch, slots, hot, distinct, alpha);
       int64_t cap = int64_t(distinct) + 1;
-      HashTable t(dev, "pf", cap, 0.5);
+      HashTable t(dev, "pf", cap, load_factor);
       Buffer<float> values(dev, size_t(cap) * dim);
       values.fill_bytes(0xFF);
       Run r = forward(dev, t, values, dim, ki, c, pooled, LookupMode::train, comb, ot);
@@ -186,6 +186,10 @@ void sweep(Backend b, bool large) {
   train_then_eval(b, large ? 1024 : 8, 3, 9, 20, Combiner::mean, OutputType::f16, large ? 5000 : 100, 1.05, true);
   train_then_eval(b, large ? 1024 : 8, 2, 5, 7, Combiner::sum, OutputType::bf16, 50, 1.2, true);
   for (int dim : {3, 32, 256}) train_then_eval(b, large ? 8192 : 20, 2, 3, dim, Combiner::sum, OutputType::f32, 300, 1.1, false);
+  // Hot 8 at dim 32 (4 keys resolved per batch) into a table whose slots end up nearly all taken (load factor
+  // 1): most keys miss their home sector, many their first bucket, in training (inserting) and in eval.
+  train_then_eval(b, large ? 4096 : 64, 8, 8, 32, Combiner::sum, OutputType::f32, large ? 4000 : 120, 0, true, 1.0);
+  train_then_eval(b, large ? 4096 : 64, 8, 8, 16, Combiner::mean, OutputType::bf16, large ? 2000 : 100, 0.5, true, 1.0);
 }
 
 }  // namespace
