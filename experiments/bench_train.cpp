@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "experiments/support_bench.h"
+#include "io/synthetic.h"
 #include "src/base/agree.h"
 #include "src/base/check.h"
 #include "src/options.h"
@@ -91,8 +92,23 @@ int main(int argc, char** argv) {
       std::fputs(r.table(cfg, bo).c_str(), stdout);
       std::fflush(stdout);
     }
+    // The tables' shapes as the data generator resolves them (what scaling_model.py --check needs): rows after
+    // the cap, mean keys per slot, the key skew.
+    SyntheticOptions so;
+    so.preset = preset;
+    so.samples = batch;
+    so.max_rows = max_rows;
+    so.hotness = hotness;
+    const SyntheticConfig sc = make_synthetic_config(so);
+    std::string rows, hot, alpha;
+    for (size_t t = 0; t < sc.cardinality.size(); ++t) {
+      rows += (t ? "," : "") + std::to_string(sc.cardinality[t]);
+      hot += strprintf("%s%g", t ? "," : "", 0.5 * double(sc.hotness_min[t] + sc.hotness_max[t]));
+      alpha += strprintf("%s%g", t ? "," : "", sc.alpha[t]);
+    }
     // The driver's head has warmup and steps, the provenance ranks and nodes.
-    d.record(r.json_fields(cfg, bo, /*run_keys=*/false));
+    d.record(r.json_fields(cfg, bo, /*run_keys=*/false) + ",\"rows\":[" + rows + "],\"mean_hotness\":[" + hot +
+             "],\"key_alpha\":[" + alpha + "],\"sparse_optimizer\":\"adagrad\"");
     d.add_wrong(d.is_root() ? r.wrong : 0);  // r.wrong is already the sum over the ranks
   });
 }
