@@ -5,7 +5,9 @@
 // backward), ms_dense (the model and its optimizer) and ms_comm (the dense all-reduce). The timed step does not
 // overlap its phases, so samples_per_s is a lower bound of sparta-train's. Medians over the timed steps; JSON
 // lines with every parameter and the provenance; the run fails (#wrong > 0) when a dense parameter is not finite.
-// The driver is src/train_benchmark.h (sparta-train --benchmark runs the same).
+// The step's driver is src/train_benchmark.h (sparta-train --benchmark runs the same); options, MPI and device
+// set-up, the check's verdict and the JSON lines (every parameter and the provenance) are bench::Driver's
+// (experiments/support_bench.h), as in every bench: --warmup is the untimed steps, --steps the timed ones.
 // Records carry what experiments/scaling_model.py --check reads: placement (the plan's, when every table has the
 // same), ms_step, global_batch, comm_mode, nodes, and the provenance's ranks.
 //   mpiexec -n 8 bench_train [--batch 65536] [--max-rows 4000000] [--model dot|dcnv2] [--placement auto]
@@ -20,80 +22,93 @@
 #include "io/synthetic.h"
 #include "src/base/agree.h"
 #include "src/base/check.h"
-#include "src/base/log.h"
-#include "src/context.h"
 #include "src/options.h"
 #include "src/train_benchmark.h"
 
 int main(int argc, char** argv) {
-  sparta::MpiSession mpi(&argc, &argv);
-  sparta::ContextOptions copt;
-  std::string level, preset, hotness, interaction, placement, precision, comm_mode, out;
-  int64_t batch = 0, max_rows = 0, warmup = 0, steps = 0;
-  int dim = 0;
-  sparta::po::options_description desc("bench_train options");
-  sparta::add_common_options(desc, copt, level);
-  desc.add_options()("batch", sparta::po::value<int64_t>(&batch)->default_value(65536), "samples per rank per step")(
-      "preset", sparta::po::value<std::string>(&preset)->default_value("mlperf"), "mlperf | small (io/synthetic.h)")(
-      "max-rows", sparta::po::value<int64_t>(&max_rows)->default_value(4000000), "cap on every table's rows")(
-      "hotness", sparta::po::value<std::string>(&hotness)->default_value("1"), "keys per slot: k or a-b")(
-      "model", sparta::po::value<std::string>(&interaction)->default_value("dot"),
+  using namespace sparta;
+  std::string preset = "mlperf", hotness = "1", interaction = "dot", placement = "auto", precision = "fp32",
+              comm_mode = "hier", bottom_mlp, top_mlp;
+  int64_t batch = 65536, max_rows = 4000000;
+  int dim = 128;
+  bench::DriverDefaults dd;
+  dd.warmup = 3;  // untimed steps (they insert the batch's keys)
+  dd.repeats = 10;
+  dd.repeats_option = "steps";
+  dd.repeats_help = "timed steps (medians reported)";
+  bench::Driver d("bench_train", argc, argv, dd);
+  d.options().add_options()("batch", po::value(&batch)->default_value(batch), "samples per rank per step")(
+      "preset", po::value(&preset)->default_value(preset), "mlperf | small (io/synthetic.h)")(
+      "max-rows", po::value(&max_rows)->default_value(max_rows), "cap on every table's rows")(
+      "hotness", po::value(&hotness)->default_value(hotness), "keys per slot: k or a-b")(
+      "model", po::value(&interaction)->default_value(interaction),
       "dot (DLRM: MLPerf v1 MLPs) | dcnv2 (the cross network; MLPerf DCNv2 MLPs)")(
-      "embedding-dim", sparta::po::value<int>(&dim)->default_value(128), "embedding width (dot: also the bottom MLP's output)")(
-      "placement", sparta::po::value<std::string>(&placement)->default_value("auto"), "embedding.placement")(
-      "comm-mode", sparta::po::value<std::string>(&comm_mode)->default_value("hier"), "comm.mode: hier | mpi | nccl")(
-      "precision", sparta::po::value<std::string>(&precision)->default_value("fp32"), "fp32 | bf16")(
-      "warmup", sparta::po::value<int64_t>(&warmup)->default_value(3), "untimed steps")(
-      "steps", sparta::po::value<int64_t>(&steps)->default_value(10), "timed steps")(
-      "out", sparta::po::value<std::string>(&out)->default_value(""), "JSON lines file (appended)");
-  return sparta::run_program("bench_train", [&] {
-    sparta::po::variables_map vm;
-    bool help = false;
-    sparta::TrainConfig cfg;
-    sparta::agree_on_error(MPI_COMM_WORLD, sparta::guarded([&] {
-      help = !sparta::parse_options(argc, argv, desc, vm, "usage: mpiexec -n N bench_train [options]");
-      if (help) return;
-      SPARTA_REQUIRE(batch >= 1 && warmup >= 0 && steps >= 1, "--batch, --warmup, --steps: expected >= 1, >= 0, >= 1, "
-                     "found %lld, %lld, %lld", (long long)batch, (long long)warmup, (long long)steps);
+      "embedding-dim", po::value(&dim)->default_value(dim), "embedding width (dot: also the bottom MLP's output)")(
+      "placement", po::value(&placement)->default_value(placement), "embedding.placement")(
+      "comm-mode", po::value(&comm_mode)->default_value(comm_mode), "comm.mode: hier | mpi | nccl")(
+      "precision", po::value(&precision)->default_value(precision), "fp32 | bf16")(
+      "bottom-mlp", po::value(&bottom_mlp), "widths after the dense features (comma list; default the model's)")(
+      "top-mlp", po::value(&top_mlp), "widths of the top MLP, ending in 1 (comma list; default the model's)");
+  return d.run("usage: mpiexec -n N bench_train [options]", [&] {
+    TrainConfig cfg;
+    BenchmarkOptions bo;
+    // Every rank checks the same options: a bad one ends every rank with the same message.
+    agree_on_error(MPI_COMM_WORLD, guarded([&] {
+      SPARTA_REQUIRE(batch >= 1, "--batch: expected >= 1, found %lld", (long long)batch);
       SPARTA_REQUIRE(precision == "fp32" || precision == "bf16", "--precision: expected fp32 or bf16, found '%s'",
                      precision.c_str());
       cfg.train_path = "(in memory)";
-      cfg.model.interaction = sparta::parse_interaction(interaction);
+      cfg.model.interaction = parse_interaction(interaction);
       cfg.model.embedding_dim = dim;
-      if (cfg.model.interaction == sparta::Interaction::dot) cfg.model.bottom_mlp.back() = dim;
-      cfg.model.precision = precision == "bf16" ? sparta::GemmType::bf16 : sparta::GemmType::f32;
+      cfg.model.num_dense = -1;  // the preset's
+      cfg.model.num_slots = -1;
+      auto widths = [](const std::string& list, const char* option) {
+        std::vector<int> w;
+        for (double x : bench::parse_list(list, option)) {
+          SPARTA_REQUIRE(x >= 1 && x == double(int(x)), "--%s: expected positive integers, found %g", option, x);
+          w.push_back(int(x));
+        }
+        return w;
+      };
+      if (!bottom_mlp.empty()) cfg.model.bottom_mlp = widths(bottom_mlp, "bottom-mlp");
+      if (!top_mlp.empty()) cfg.model.top_mlp = widths(top_mlp, "top-mlp");
+      if (cfg.model.interaction == Interaction::dot) cfg.model.bottom_mlp.back() = dim;
+      cfg.model.precision = precision == "bf16" ? GemmType::bf16 : GemmType::f32;
       cfg.placement = placement;
       cfg.comm_mode = comm_mode;
-      cfg.sparse.kind = sparta::OptimizerKind::adagrad;
+      cfg.sparse.kind = OptimizerKind::adagrad;
       cfg.log_every = 1;
       cfg.benchmark = true;
-      sparta::check_train_config(cfg);
+      check_train_config(cfg);
     }));
-    if (help) return 0;
-    sparta::Context ctx(copt);
-    const int W = ctx.world();
-    sparta::BenchmarkOptions bo;
     bo.preset = preset;
     bo.max_rows = max_rows;
     bo.hotness = hotness;
     bo.batch = batch;
-    bo.warmup = warmup;
-    bo.steps = steps;
-    const sparta::BenchmarkResult r = sparta::run_benchmark(MPI_COMM_WORLD, ctx.topo(), ctx.device(), cfg, bo);
-    std::vector<std::string> devices(W);
-    {
-      const std::string mine = sparta::bench::device_description(ctx.device());
-      std::vector<char> buf(size_t(256) * W, 0);
-      char own[256] = {0};
-      std::snprintf(own, sizeof(own), "%s", mine.c_str());
-      MPI_CHECK(MPI_Allgather(own, 256, MPI_CHAR, buf.data(), 256, MPI_CHAR, MPI_COMM_WORLD));
-      for (int q = 0; q < W; ++q) devices[q] = std::string(&buf[size_t(256) * q]);
-    }
-    if (ctx.rank() == 0) {
+    bo.warmup = d.warmup();
+    bo.steps = d.repeats();
+    const BenchmarkResult r = run_benchmark(MPI_COMM_WORLD, d.ctx().topo(), d.device(), cfg, bo);
+    if (d.is_root()) {
       std::fputs(r.table(cfg, bo).c_str(), stdout);
-      sparta::bench::JsonLines jl(out, sparta::bench::provenance(argc, argv, devices, W));
-      jl.write(r.json_fields(cfg, bo));
+      std::fflush(stdout);
     }
-    return r.wrong == 0 ? 0 : 1;
+    // The tables' shapes as the data generator resolves them (what scaling_model.py --check needs): rows after
+    // the cap, mean keys per slot, the key skew.
+    SyntheticOptions so;
+    so.preset = preset;
+    so.samples = batch;
+    so.max_rows = max_rows;
+    so.hotness = hotness;
+    const SyntheticConfig sc = make_synthetic_config(so);
+    std::string rows, hot, alpha;
+    for (size_t t = 0; t < sc.cardinality.size(); ++t) {
+      rows += (t ? "," : "") + std::to_string(sc.cardinality[t]);
+      hot += strprintf("%s%g", t ? "," : "", 0.5 * double(sc.hotness_min[t] + sc.hotness_max[t]));
+      alpha += strprintf("%s%g", t ? "," : "", sc.alpha[t]);
+    }
+    // The driver's head has warmup and steps, the provenance ranks and nodes.
+    d.record(r.json_fields(cfg, bo, /*run_keys=*/false) + ",\"rows\":[" + rows + "],\"mean_hotness\":[" + hot +
+             "],\"key_alpha\":[" + alpha + "],\"sparse_optimizer\":\"adagrad\"");
+    d.add_wrong(d.is_root() ? r.wrong : 0);  // r.wrong is already the sum over the ranks
   });
 }

@@ -20,6 +20,7 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import sys
 
@@ -223,6 +224,11 @@ def predict(cfg, placement, mode, N, G, b, rates=None):
     dense_ar = all_reduce_s(params * 4, N, G, mode, L)
     dense_part = max(dense, dense_ar) if cfg.get("overlap_dense_allreduce", True) else dense + dense_ar
     over = rates.get("step_overhead_us", 0) * 1e-6
+    emb_fit = embedding_fit(cfg, placement)
+    if emb_fit:  # measured: the embedding part (lookups and their collectives) scaled, plus a fixed cost
+        scaled = (emb_fit["fixed_ms"] * 1e-3 + emb_fit["scale"] * (fwd + bwd + comm))
+        share = scaled / (fwd + bwd + comm) if fwd + bwd + comm > 0 else 1.0
+        fwd, bwd, comm = fwd * share, bwd * share, comm * share
     total = fwd + bwd + comm + dense_part + over
     mem = memory_per_gpu(cfg, placement, W)
     fits = mem <= cfg.get("gpu_memory_GB", 80) * 1e9 * cfg.get("memory_fraction", 0.8)
@@ -294,15 +300,226 @@ def calibrate(cfg, rows):
     return out, notes
 
 
-def check(cfg, rows):
-    """[(description, measured, predicted)] for every record the model can predict."""
+# ---------------------------------------------------------------------------------------------------------
+# Measured steps: bench_collection (the embedding collection's forward + backward) and bench_train (the whole
+# training step, split into data, embedding, dense and comm). Each record names its own shapes; the model's
+# variable time of the embedding part (lookups at the config's rates, its collectives on the config's links) is
+# scaled by a per-placement factor plus a per-placement fixed cost, fitted from measurements (--fit).
+
+
+def _ints(text):
+    return [int(x) for x in re.findall(r"\d+", text)]
+
+
+def record_shape(cfg, r):
+    """(config with the record's tables, placement, N, G, b, kind) of a bench_collection or bench_train record, or
+    None when the record is not one the model predicts."""
+    bench = r.get("bench")
+    if bench not in ("collection", "train") or not (r.get("ms_step") or r.get("step_ms")):
+        return None
+    placement = r.get("placement")
+    if placement == "plan" and r.get("plan"):  # the planner's plan: predicted when every table has one placement
+        kinds = {t.split(":")[1] for t in r["plan"].split() if t.count(":") >= 1}
+        placement = kinds.pop() if len(kinds) == 1 else None
+    if placement not in PLACEMENTS:
+        return None
+    W = int(r.get("ranks", 1))
+    N = int(r.get("nodes", 1))
+    G = int(r.get("ranks_per_node") or max(1, W // max(N, 1)))
+    m = dict(cfg["model"])
+    if bench == "collection":
+        rows, hot = r.get("rows"), r.get("hotness")
+        if not rows or not hot:
+            return None
+        dims = r.get("dims") or [r.get("dim", m["dim"])]
+        m.update(cardinalities=list(rows), hotness=list(hot), max_rows=0, dim=statistics.mean(dims),
+                 key_alpha=r.get("alpha", 0.0))
+        b = r.get("batch") or r["global_batch"] / W
+    else:
+        if r.get("rows"):
+            m.update(cardinalities=list(r["rows"]), max_rows=0)
+        elif r.get("max_rows"):
+            m["max_rows"] = r["max_rows"]
+        if r.get("mean_hotness"):
+            m["hotness"] = list(r["mean_hotness"])
+        else:
+            h = [float(x) for x in str(r.get("hotness", "1")).split("-")]
+            m["hotness"] = [statistics.mean(h)] * len(m["cardinalities"])
+        if r.get("key_alpha"):
+            m["key_alpha"] = statistics.mean(r["key_alpha"])
+        m["dim"] = r.get("embedding_dim", m["dim"])
+        shape = r.get("model_shape", "")
+        bottom = re.search(r"bottom MLP ([\d-]+)", shape)
+        top = re.search(r"top MLP ([\d-]+)", shape)
+        if bottom and top:
+            bw, tw = _ints(bottom.group(1)), _ints(top.group(1))
+            m.update(dense_features=bw[0], bottom_mlp=bw[1:], top_mlp=tw[1:], top_input=tw[0])
+        b = r.get("batch_per_rank") or r["global_batch"] / W
+    if len(m["cardinalities"]) != len(m["hotness"]):
+        m["hotness"] = [statistics.mean(m["hotness"])] * len(m["cardinalities"])
+    return dict(cfg, model=m), placement, N, G, b, bench
+
+
+def comm_mode_of(r):
+    return "hier" if r.get("comm_mode", r.get("mode")) == "hier" else "nccl"
+
+
+def embedding_variable_ms(cfg, placement, mode, N, G, b):
+    """The model's embedding time of one step (lookups + backward + their collectives), ms, before the fit."""
+    L = link(cfg)
+    colls, (keys, bags) = collectives(cfg, placement, b, N, G)
+    fwd, bwd = lookup_s(cfg, keys, bags, cfg["rates"])
+    comm = sum(COLLECTIVES[c](S, N, G, mode, L) for c, S in colls)
+    return 1e3 * (fwd + bwd + comm)
+
+
+def dense_flops(m, b):
+    """Forward + backward flops of the dense part of b samples, and its parameter count."""
+    tables = len(m["cardinalities"])
+    bottom = mlp_params(m["dense_features"], m["bottom_mlp"])
+    vectors = tables + 1
+    pairs = vectors * (vectors - 1) // 2
+    top = mlp_params(m.get("top_input", pairs + m["bottom_mlp"][-1]), m["top_mlp"])
+    return b * 3 * (2 * (bottom + top) + 2 * pairs * m["dim"]), bottom + top
+
+
+def data_bytes(m, b):
+    """Host-to-device bytes of b samples: label and dense floats, keys and offsets."""
+    return b * (4 * (1 + m["dense_features"]) + 8 * (sum(m["hotness"]) + len(m["cardinalities"])))
+
+
+def measured_parts(r):
+    """The record's embedding time and the rest of its step (ms)."""
+    if r.get("bench") == "collection":
+        return r.get("ms_step") or r.get("step_ms"), 0.0
+    return r.get("ms_embedding"), None
+
+
+def fit_key(r, placement):
+    """Embedding fits are per placement and sparse optimizer (Adagrad's backward does more than SGD's):
+    bench_collection names its optimizer, bench_train trains with Adagrad."""
+    opt = r.get("optimizer") or r.get("sparse_optimizer") or ("adagrad" if r.get("bench") == "train" else "sgd")
+    return f"{placement}/{opt}"
+
+
+def embedding_fit(cfg, placement, key=None):
+    """The fitted (scale, fixed) of a placement: the key's, else the first fit of the placement, else None."""
+    fits = cfg.get("fit", {}).get("embedding", {})
+    if key in fits:
+        return fits[key]
+    for k in sorted(fits):
+        if k.split("/")[0] == placement:
+            return fits[k]
+    return None
+
+
+def predict_record(cfg, r):
+    """(description, measured ms_step, predicted ms_step, parts) of a collection or train record, or None."""
+    shape = record_shape(cfg, r)
+    if not shape:
+        return None
+    c, placement, N, G, b, bench = shape
+    mode = comm_mode_of(r)
+    fit = cfg.get("fit", {})
+    emb_fit = embedding_fit(cfg, placement, fit_key(r, placement))
+    x = embedding_variable_ms(c, placement, mode, N, G, b)
+    if emb_fit:
+        emb = emb_fit["fixed_ms"] + emb_fit["scale"] * x
+    else:
+        emb = fit.get("embedding_scale", 1.0) * x
+    parts = {"ms_embedding": emb}
+    W = N * G
+    if bench == "train":
+        m = c["model"]
+        flops, params = dense_flops(m, b)
+        prec = r.get("precision", "fp32")
+        tf = fit.get("dense_TFLOPs", {}).get(prec) or c["rates"]["dense_TFLOPs"]
+        parts["ms_dense"] = 1e3 * flops / (tf * 1e12)
+        parts["ms_comm"] = 1e3 * all_reduce_s(params * 4, N, G, mode, link(c)) + (fit.get("comm_fixed_ms", 0.0) if W > 1 else 0.0)
+        parts["ms_data"] = 1e3 * data_bytes(m, b) / (fit.get("data_GBps", 25.0) * 1e9)
+    total = sum(parts.values())
+    meas = r.get("ms_step") or r.get("step_ms")
+    what = r.get("tables") or f"{r.get('model', '')} {r.get('precision', '')}".strip()
+    desc = f"{bench} {what} {placement} {mode} {W}r/{N}n b={b:g}"
+    return desc, meas, total, parts
+
+
+def fit_params(cfg, rows):
+    """The fitted part of the config from collection and train records: per placement the embedding time's
+    scale and fixed cost (least squares on the model's variable time when a placement has two or more distinct
+    points, else the ratio alone), the global scale (median ratio: placements without points), dense TFLOP/s per
+    precision (train records: flops / ms_dense, median), host-to-device GB/s (train records' ms_data) and the
+    fixed cost of the dense all-reduce on more than one rank (median of ms_comm minus the model's)."""
+    by_key, ratios, dense, data, comm = {}, [], {}, [], []
+    for r in rows:
+        shape = record_shape(cfg, r)
+        if not shape:
+            continue
+        c, placement, N, G, b, bench = shape
+        emb, _ = measured_parts(r)
+        if not emb:
+            continue
+        x = embedding_variable_ms(c, placement, comm_mode_of(r), N, G, b)
+        if x <= 0:
+            continue
+        by_key.setdefault(fit_key(r, placement), []).append((x, emb))
+        ratios.append(emb / x)
+        if bench == "train":
+            m = c["model"]
+            flops, params = dense_flops(m, b)
+            if r.get("ms_dense"):
+                dense.setdefault(r.get("precision", "fp32"), []).append(flops / (r["ms_dense"] * 1e-3) / 1e12)
+            if r.get("ms_data"):
+                data.append(data_bytes(m, b) / (r["ms_data"] * 1e-3) / 1e9)
+            if N * G > 1 and r.get("ms_comm") is not None:
+                comm.append(max(0.0, r["ms_comm"] - 1e3 * all_reduce_s(params * 4, N, G, comm_mode_of(r), link(c))))
+    emb_fit = {}
+    for key, pts in by_key.items():
+        xs = [x for x, _ in pts]
+        ys = [y for _, y in pts]
+        if len(set(round(x, 9) for x in xs)) >= 2:
+            mx, my = statistics.mean(xs), statistics.mean(ys)
+            sxx = sum((x - mx) ** 2 for x in xs)
+            scale = sum((x - mx) * (y - my) for x, y in pts) / sxx
+            fixed = my - scale * mx
+            if scale <= 0 or fixed < 0:  # not a line through these points: the ratio alone
+                scale, fixed = statistics.median(y / x for x, y in pts), 0.0
+        else:
+            scale, fixed = statistics.median(y / x for x, y in pts), 0.0
+        emb_fit[key] = {"scale": scale, "fixed_ms": fixed, "points": len(pts)}
+    out = {"embedding": emb_fit}
+    if ratios:
+        out["embedding_scale"] = statistics.median(ratios)
+    if dense:
+        out["dense_TFLOPs"] = {k: statistics.median(v) for k, v in dense.items()}
+    if data:
+        out["data_GBps"] = statistics.median(data)
+    if comm:
+        out["comm_fixed_ms"] = statistics.median(comm)
+    return out
+
+
+def fit(cfg, rows, sources=()):
+    """cfg with "fit" from the records (see fit_params) and where it came from."""
+    params = fit_params(cfg, rows)
+    revs = sorted({str(r.get("git")) for r in rows if record_shape(cfg, r) and r.get("git")})
+    hosts = sorted({g for r in rows if record_shape(cfg, r) for g in (r.get("gpus") or [r.get("backend", "?")])})
+    params["source"] = {"files": list(sources), "revisions": revs, "devices": hosts,
+                        "records": sum(1 for r in rows if record_shape(cfg, r))}
+    return dict(cfg, fit=params)
+
+
+def check(cfg, rows, loo=False):
+    """[(description, measured, predicted, unit)] for every record the model can predict. loo: each collection
+    or train record is predicted by a fit of cfg on every other record (leave one out)."""
     L = link(cfg)
     out = []
+    steps = [r for r in rows if record_shape(cfg, r)]
     for r in rows:
         bench = r.get("bench")
         if bench == "bench_alltoall" and r.get("op") in COLLECTIVES:
             W, N = int(r.get("ranks", 1)), int(r.get("nodes", 1))
-            G = max(1, W // max(N, 1))
+            G = int(r.get("ranks_per_node") or max(1, W // max(N, 1)))
             mode = "hier" if r.get("mode") == "hier" else "nccl"
             pred = COLLECTIVES[r["op"]](r["bytes_per_rank"], N, G, mode, L) * 1e6
             out.append((f"{r['op']} {r.get('mode')} {W} ranks/{N} node(s) {r['bytes_per_rank']} B", r["time_us"],
@@ -316,15 +533,19 @@ def check(cfg, rows):
             pred = (f / cfg["rates"]["lookup_GBps"] + b / cfg["rates"]["backward_GBps"]) / 1e9 * 1e3
             out.append((f"embedding step dim {r['dim']} batch {r['batch']} hot {r['hot']} alpha {r.get('alpha')}",
                         r["step_ms"], pred, "ms"))
+        elif record_shape(cfg, r):
+            c = fit(cfg, [q for q in steps if q is not r]) if loo else cfg
+            p = predict_record(c, r)
+            if p:
+                out.append((p[0], p[1], p[2], "ms"))
         elif r.get("placement") in PLACEMENTS and (r.get("step_ms") or r.get("ms_step")):
             W, N = int(r.get("ranks", 1)), int(r.get("nodes", 1))
-            G = max(1, W // max(N, 1))
+            G = int(r.get("ranks_per_node") or max(1, W // max(N, 1)))
             gb = r.get("global_batch") or r.get("batch")
             if not gb:
                 continue
-            mode = "hier" if r.get("comm_mode", r.get("mode")) == "hier" else "nccl"
-            p = predict(cfg, r["placement"], mode, N, G, gb / W)
-            out.append((f"step {r['placement']} {mode} {W} ranks/{N} node(s) global batch {gb}",
+            p = predict(cfg, r["placement"], comm_mode_of(r), N, G, gb / W)
+            out.append((f"step {r['placement']} {comm_mode_of(r)} {W} ranks/{N} node(s) global batch {gb}",
                         r.get("step_ms") or r.get("ms_step"), p["ms_step"], "ms"))
     return out
 
@@ -381,7 +602,13 @@ def main(argv=None):
     p.add_argument("--batch-per-gpu", type=float, help="default: the config's model.batch_per_gpu (weak scaling)")
     p.add_argument("--global-batch", type=float, help="strong scaling: this global batch at every size")
     p.add_argument("--calibrate", nargs="+", default=[], metavar="JSONL", help="measured rates from JSON lines")
+    p.add_argument("--fit", nargs="+", default=[], metavar="JSONL",
+                   help="fit the per-placement embedding scale and fixed cost, dense TFLOP/s, data GB/s and the "
+                        "dense all-reduce's fixed cost from bench_collection / bench_train lines")
+    p.add_argument("--write-config", metavar="JSON", help="with --fit/--calibrate: write the fitted config here")
     p.add_argument("--check", nargs="+", default=[], metavar="JSONL", help="compare with measured JSON lines")
+    p.add_argument("--loo", action="store_true",
+                   help="--check: predict each collection/train record from a fit (--fit's files) without it")
     p.add_argument("--out", help="predictions as JSON lines")
     p.add_argument("--plot", help="PNG of predicted step time and throughput against GPUs")
     a = p.parse_args(argv)
@@ -389,12 +616,37 @@ def main(argv=None):
     if a.calibrate:
         cfg, notes = calibrate(cfg, read_jsonl(a.calibrate))
         print("calibrated: " + ("; ".join(notes) if notes else "no usable record: the config's rates stay"))
+    if a.fit:
+        fit_rows = read_jsonl(a.fit)
+        cfg = fit(cfg, fit_rows, a.fit)
+        f = cfg["fit"]
+        print(f"fitted from {f['source']['records']} record(s) of {', '.join(a.fit)} "
+              f"(revisions {', '.join(f['source']['revisions']) or 'unknown'}):")
+        for key, e in sorted(f["embedding"].items()):
+            print(f"  embedding {key:<12} scale {e['scale']:.4g}, fixed {e['fixed_ms']:.4g} ms ({e['points']} point(s))")
+        for k in ("embedding_scale", "dense_TFLOPs", "data_GBps", "comm_fixed_ms"):
+            if k in f:
+                print(f"  {k} {f[k]}")
+    if a.write_config:
+        with open(a.write_config, "w") as out:
+            json.dump(cfg, out, indent=1)
+            out.write("\n")
+        print(f"wrote {a.write_config}")
     if a.check:
-        rows = check(cfg, read_jsonl(a.check))
+        measured = read_jsonl(a.check)
+        if a.loo:
+            if not a.fit:
+                fail("--loo refits without each point: it needs --fit FILES")
+            base = load_config(a.config, a.model)
+            base = calibrate(base, read_jsonl(a.calibrate))[0] if a.calibrate else base
+            rows = check(base, measured, loo=True)
+        else:
+            rows = check(cfg, measured)
         if not rows:
             fail(f"no record in {', '.join(a.check)} that the model predicts (bench_alltoall, bench_embedding, "
                  f"or a record with placement and step_ms)")
-        print(f"{'point':<64} {'measured':>11} {'predicted':>11} {'error':>8}")
+        print(f"{'point':<64} {'measured':>11} {'predicted':>11} {'error':>8}"
+              + ("   (leave one out)" if a.loo else ""))
         errs = []
         for desc, meas, pred, unit in rows:
             err = (pred - meas) / meas * 100 if meas else float("inf")

@@ -299,7 +299,10 @@ Driver::Driver(const std::string& program, int& argc, char**& argv, const Driver
   desc_.add_options()("out", po::value(&out_), "append JSON lines here (rank 0)")(
       "tag", po::value(&tag_), "text copied into every JSON line (sweeps name their points with it)")(
       "warmup", po::value(&warmup_)->default_value(defaults_.warmup), "untimed calls first")(
-      "repeats", po::value(&repeats_)->default_value(defaults_.repeats), "timed repeats (the median is reported)");
+      defaults_.repeats_option.c_str(), po::value(&repeats_)->default_value(defaults_.repeats),
+      defaults_.repeats_help.c_str());
+  SPARTA_REQUIRE(defaults_.iters == 0 || defaults_.repeats_option != "iters",
+                 "%s: the repeats option cannot be --iters when the bench takes --iters", program.c_str());
   if (defaults_.iters > 0)
     desc_.add_options()("iters", po::value(&iters_)->default_value(defaults_.iters), "calls per timed repeat");
   // MpiSession may have rewritten argc/argv: the provenance shows what the bench saw.
@@ -318,7 +321,7 @@ int Driver::run(const std::string& usage, const std::function<void()>& body) {
       if (!parse_options(argc_, argv_, desc_, vm_, usage)) return 0;
       if (vm_["device"].defaulted()) copt_.device = defaults_.device;
       SPARTA_REQUIRE(warmup_ >= 0, "--warmup: expected >= 0, found %d", warmup_);
-      SPARTA_REQUIRE(repeats_ >= 1, "--repeats: expected >= 1, found %d", repeats_);
+      SPARTA_REQUIRE(repeats_ >= 1, "--%s: expected >= 1, found %d", defaults_.repeats_option.c_str(), repeats_);
       SPARTA_REQUIRE(iters_ >= 1, "--iters: expected >= 1, found %d", iters_);
       SPARTA_REQUIRE(copt_.device == "cpu" || copt_.device == "cuda" || copt_.device == "auto",
                      "--device: expected cpu, cuda or auto, found '%s'", copt_.device.c_str());
@@ -358,10 +361,12 @@ int Driver::run(const std::string& usage, const std::function<void()>& body) {
 
 void Driver::record(const std::string& fields) {
   if (!json_ || !json_->enabled()) return;
-  json_->write(strprintf("\"program\":\"%s\",\"tag\":\"%s\",\"backend\":\"%s\",\"warmup\":%d,\"repeats\":%d,\"iters\":%d,",
-                         program_.c_str(), json_escape(tag_).c_str(), device().is_cuda() ? "cuda" : "cpu", warmup_,
-                         repeats_, iters_) +
-               fields);
+  std::string head = strprintf("\"program\":\"%s\",\"tag\":\"%s\",\"backend\":\"%s\",\"warmup\":%d,\"repeats\":%d,",
+                               program_.c_str(), json_escape(tag_).c_str(), device().is_cuda() ? "cuda" : "cpu",
+                               warmup_, repeats_);
+  if (defaults_.iters > 0) head += strprintf("\"iters\":%d,", iters_);
+  if (defaults_.repeats_option != "repeats") head += strprintf("\"%s\":%d,", defaults_.repeats_option.c_str(), repeats_);
+  json_->write(head + fields);
 }
 
 }  // namespace bench

@@ -16,8 +16,9 @@
 //     });
 //   }
 //
-// Options every bench takes: --out FILE (append JSON lines; rank 0), --warmup, --repeats, --iters (benches that
-// time several calls per repeat), --tag TEXT (copied into every line: sweeps name their points with it),
+// Options every bench takes: --out FILE (append JSON lines; rank 0), --warmup, --repeats (or the bench's name
+// for its timed repeats: bench_train's --steps, bench_collection's --iters), --iters (benches that time several
+// calls per repeat), --tag TEXT (copied into every line: sweeps name their points with it),
 // --device cpu|cuda|auto, --ranks-per-node, --log-level, --help.
 #pragma once
 
@@ -149,6 +150,10 @@ struct DriverDefaults {
   int repeats = 20;
   int iters = 0;                // 0: the bench times one call per repeat and takes no --iters
   std::string device = "auto";  // --device default
+  // The option naming the timed repeats: "repeats", or the bench's own word for them ("steps": timed training
+  // steps; "iters": timed steps of a bench whose repeat is one step). It cannot be "iters" when iters > 0.
+  std::string repeats_option = "repeats";
+  std::string repeats_help = "timed repeats (the median is reported)";
 };
 
 // One per bench process, the first object in main (it starts MPI and ends it last). Construct, add the
@@ -191,9 +196,12 @@ class Driver {
   // #wrong column); run() sums them over the ranks and fails the run when the sum is not zero.
   void add_wrong(long long n) { wrong_ += n; }
   long long wrong() const { return wrong_; }
-  // One measurement. fields: "name":value,... without braces. Rank 0 appends one JSON object to --out:
-  // {"program":...,"tag":...,"backend":...,"warmup":...,"repeats":...,"iters":..., fields, provenance};
-  // other ranks write nothing. Throws sparta::Error naming the file when writing fails.
+  // One measurement. fields: "name":value,... without braces, none of the driver's or the provenance's keys.
+  // Rank 0 appends one JSON object to --out:
+  // {"program":...,"tag":...,"backend":...,"warmup":...,"repeats":...,"iters":..., fields, provenance}
+  // ("iters" only when the bench takes --iters; a bench whose repeats option has another name also has that
+  // key, with the repeats: "steps":10, or "iters":20 when --iters names the timed steps); other ranks write
+  // nothing. Throws sparta::Error naming the file when writing fails.
   void record(const std::string& fields);
 
  private:

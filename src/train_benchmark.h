@@ -26,9 +26,11 @@ struct BenchmarkResult {
   double samples_per_s = 0, ms_step = 0, ms_data = 0, ms_embedding = 0, ms_dense = 0, ms_comm = 0;
   int64_t wrong = 0;              // dense parameters that are not finite after the run (the run's own check)
   // The '#'-headed table rank 0 prints, and the record's fields ("key":value,... without braces) with every
-  // parameter of the run but the rank count (the caller's provenance has it).
+  // parameter of the run but the rank count (the caller's provenance has it). run_keys false leaves out
+  // "nodes", "warmup" and "steps" too, for a caller whose record has them already (experiments/bench_train's
+  // driver writes warmup and steps, its provenance nodes).
   std::string table(const TrainConfig& cfg, const BenchmarkOptions& o) const;
-  std::string json_fields(const TrainConfig& cfg, const BenchmarkOptions& o) const;
+  std::string json_fields(const TrainConfig& cfg, const BenchmarkOptions& o, bool run_keys = true) const;
 };
 
 // Collective over world. cfg gives the model, the tables' optimizer and placement and the communicator mode (its

@@ -163,5 +163,83 @@ class Cli(unittest.TestCase):
         self.assertEqual(len(notes), 1)
 
 
+class FitAndCheck(unittest.TestCase):
+    """--fit recovers a per-placement line planted in bench_collection-shaped records, dense TFLOP/s from
+    bench_train-shaped ones; --check predicts them back, and --loo predicts each from the others."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="sparta_py_test_fit_")
+        self.cfg = tiny_config()
+        self.scale, self.fixed = random.uniform(1.5, 4), random.uniform(0.5, 3)
+        self.tflops = random.uniform(0.5, 5)
+        self.rows = []
+        for placement in ("dispatch", "localized"):
+            for b in (100, 200, 400):
+                r = {"bench": "collection", "placement": placement, "rows": [10, 20], "hotness": [1, 2],
+                     "dims": [4, 4], "dim": 4, "alpha": 0, "batch": b, "global_batch": 2 * b, "ranks": 2, "nodes": 1,
+                     "ranks_per_node": 2, "comm_mode": "nccl", "optimizer": "sgd", "git": "abc", "backend": "cpu"}
+                c, pl, N, G, bb, _ = sm.record_shape(self.cfg, dict(r, ms_step=1))
+                r["ms_step"] = self.fixed + self.scale * sm.embedding_variable_ms(c, pl, "nccl", N, G, bb)
+                self.rows.append(r)
+        # one train record: its dense part at self.tflops, the embedding on the dispatch line (adagrad: own key)
+        t = {"bench": "train", "placement": "dispatch", "model": "dot", "precision": "fp32", "preset": "small",
+             "rows": [10, 20], "mean_hotness": [1, 2], "key_alpha": [1.1, 1.1], "embedding_dim": 4,
+             "model_shape": "dot, bottom MLP 3-4, 2 x 4 embeddings, top MLP 7-2-1, f32", "batch_per_rank": 300,
+             "global_batch": 300, "ranks": 1, "nodes": 1, "ranks_per_node": 1, "comm_mode": "hier",
+             "ms_embedding": 2.0, "ms_data": 0.1, "ms_comm": 0.0}
+        c, _, _, _, b, _ = sm.record_shape(self.cfg, dict(t, ms_step=1))
+        flops, _ = sm.dense_flops(c["model"], b)
+        t["ms_dense"] = flops / (self.tflops * 1e12) * 1e3
+        t["ms_step"] = t["ms_embedding"] + t["ms_dense"] + t["ms_data"]
+        self.rows.append(t)
+        self.path = os.path.join(self.dir, "m.jsonl")
+        with open(self.path, "w") as f:
+            for r in self.rows:
+                f.write(json.dumps(r) + "\n")
+        with open(os.path.join(self.dir, "cfg.json"), "w") as f:
+            json.dump(self.cfg, f)
+
+    def test_fit_recovers_the_planted_line(self):
+        f = sm.fit(self.cfg, self.rows)["fit"]
+        for placement in ("dispatch", "localized"):
+            e = f["embedding"][placement + "/sgd"]
+            self.assertAlmostEqual(e["scale"], self.scale, places=6)
+            self.assertAlmostEqual(e["fixed_ms"], self.fixed, places=6)
+            self.assertEqual(e["points"], 3)
+        self.assertAlmostEqual(f["dense_TFLOPs"]["fp32"], self.tflops, places=6)
+        self.assertEqual(f["embedding"]["dispatch/adagrad"]["points"], 1)
+        self.assertEqual(f["source"]["revisions"], ["abc"])
+
+    def test_check_and_leave_one_out(self):
+        cfg = sm.fit(self.cfg, self.rows)
+        for desc, meas, pred, unit in sm.check(cfg, self.rows):
+            self.assertAlmostEqual(pred, meas, delta=1e-6 * meas, msg=desc)
+        # leave one out: a collection point is on its placement's line through the two others
+        loo = sm.check(self.cfg, self.rows, loo=True)
+        self.assertEqual(len(loo), 7)
+        for desc, meas, pred, unit in loo[:6]:
+            self.assertAlmostEqual(pred, meas, delta=1e-6 * meas, msg=desc)
+
+    def test_cli_fit_writes_config_and_check_prints_errors(self):
+        cfg_path, out = os.path.join(self.dir, "cfg.json"), os.path.join(self.dir, "fitted.json")
+        script = os.path.join(ROOT, "experiments", "scaling_model.py")
+        r = subprocess.run([sys.executable, script, "--config", cfg_path, "--fit", self.path, "--write-config", out,
+                            "--check", self.path], capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("check: 7 point(s), mean |error| 0.0%", r.stdout)
+        with open(out) as f:
+            written = json.load(f)
+        self.assertAlmostEqual(written["fit"]["embedding"]["localized/sgd"]["scale"], self.scale, places=6)
+        # the written config predicts the same without refitting
+        r = subprocess.run([sys.executable, script, "--config", out, "--check", self.path], capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("max 0.0%", r.stdout)
+        r = subprocess.run([sys.executable, script, "--config", cfg_path, "--check", self.path, "--loo"],
+                           capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--loo", r.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

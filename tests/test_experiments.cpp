@@ -1,7 +1,8 @@
 // test_experiments: the experiment side end to end, on the cpu backend: the bench driver's JSON lines and
 // provenance, the resumable sweep (tiny sweeps of bench_alltoall at 1-2 ranks, bench_hashtable and
 // bench_embedding, a failing point, a second run that skips finished points, sbatch scripts run through a fake
-// srun), every plot script on the sweeps' output, and the python suites of the plots, the checkpoint analysis
+// srun), every plot script on the sweeps' output, the provenance keys of every bench binary's JSON lines, README's
+// CPU figures block run as written (its sweeps, its plots, the scaling model's fit and check on their output), and the python suites of the plots, the checkpoint analysis
 // (on tool_ckpt_writer checkpoints) and the scaling model. Runs from the repository root (make test).
 #include <hdf5.h>
 #include <mpi.h>
@@ -286,6 +287,110 @@ BOOST_AUTO_TEST_CASE(sweep_config_errors_name_the_file_and_field) {
   BOOST_CHECK_EQUAL(r.status, 2);
   BOOST_CHECK_MESSAGE(contains(r.output, "axes.ranks: expected positive integers, found 0"), r.output);
   BOOST_CHECK(!fs::exists(dir.path + "/r"));
+}
+
+// Every bench binary, on tiny cpu shapes at 2 ranks (1 for the single-process benches): each JSON line has the
+// driver's keys and every provenance key, no key twice (tests/py_check_jsonl.py), and names the bench.
+BOOST_AUTO_TEST_CASE(every_bench_json_line_carries_the_provenance, *boost::unit_test::timeout(600)) {
+  require_repo_root();
+  testing::ScopedPath dir("experiments", "prov");
+  fs::create_directories(dir.path);
+  struct Bench {
+    std::string name;
+    int ranks;
+    std::string args, repeats_key;  // repeats_key: the bench's own name for its timed repeats ("" if none)
+  };
+  const std::vector<Bench> benches = {
+      {"bench_alltoall", 2, "--device cpu --modes hier --min-bytes 4K --max-bytes 4K --iters 1 --repeats 1 --warmup 0", ""},
+      {"bench_hashtable", 1, "--device cpu --rows 20000 --keys 256 --dims 4 --hit-fractions 0.5 --repeats 1 --warmup 0", ""},
+      {"bench_embedding", 1, "--device cpu --rows 2000 --dims 4 --slots 2 --batch 16 --hot 2 --alphas 0 --modes eval "
+                             "--repeats 1 --warmup 0", ""},
+      {"bench_reader", 1, "--samples 1000 --batch 128 --max-rows 1000 --repeats 1", ""},
+      {"bench_collection", 2, "--device cpu --tables custom --rows-list 100,300 --dim 4 --placements dispatch,plan "
+                              "--batch 32 --check-samples 4 --warmup 1 --iters 2", "iters"},
+      {"bench_train", 2, "--device cpu --preset small --max-rows 500 --embedding-dim 4 --bottom-mlp 8,4 --top-mlp 8,1 "
+                         "--batch 32 --warmup 1 --steps 2", "steps"},
+  };
+  const std::string keys =
+      "program,tag,backend,warmup,repeats,git,command,host,hosts,devices,gpus,ranks,nodes,ranks_per_node,"
+      "cuda_runtime,cuda_driver,nccl,mpi,hdf5,date";
+  for (const Bench& b : benches) {
+    BOOST_TEST_CONTEXT(b.name) {
+      const std::string out = dir.path + "/" + b.name + ".jsonl", tag = "p" + std::to_string(testing::rng()() % 100000);
+      testing::CommandResult r = run(mpiexec() + " -n " + std::to_string(b.ranks) + " " + build_dir() + "/bin/" +
+                                     b.name + " " + b.args + " --tag " + tag + " --out " + out, 300);
+      BOOST_REQUIRE_MESSAGE(r.status == 0, b.name << ":\n" << r.output);
+      std::string want = keys + (b.repeats_key.empty() ? "" : "," + b.repeats_key);
+      r = run(python() + " tests/py_check_jsonl.py " + out + " --keys " + want + " --equal program=" + b.name +
+              " --equal tag=" + tag + " --equal ranks=" + std::to_string(b.ranks) + " --equal nodes=1" +
+              " --equal ranks_per_node=" + std::to_string(b.ranks) + " --equal backend=cpu", 60);
+      BOOST_CHECK_MESSAGE(r.status == 0, r.output);
+      if (!b.repeats_key.empty())  // the bench's own name for its repeats carries the same value
+        BOOST_CHECK_MESSAGE(contains(read_file(out), "\"repeats\":2,\"" + b.repeats_key + "\":2,"), read_file(out));
+    }
+  }
+  // The checker itself fails on a missing key and on a key written twice.
+  write_file(dir.path + "/bad.jsonl", "{\"program\":\"x\",\"ranks\":1,\"ranks\":1}\n");
+  BOOST_CHECK_NE(run(python() + " tests/py_check_jsonl.py " + dir.path + "/bad.jsonl --keys program", 60).status, 0);
+  BOOST_CHECK_NE(run(python() + " tests/py_check_jsonl.py " + dir.path + "/bad.jsonl --keys program,git", 60).status, 0);
+}
+
+// README's CPU figures block, command by command as a user runs it (with this build and launcher, under a
+// scratch folder instead of results/): every sweep finishes, every plot writes its PNG, every plot script of
+// plots/ but plot_training.py (the trainer's metrics, not a sweep's) is among them, and every sweep config of
+// the GPU table has its _cpu twin in the block. Then the scaling model fits and checks itself on the output.
+BOOST_AUTO_TEST_CASE(readme_cpu_figures_reproduce, *boost::unit_test::timeout(900)) {
+  require_repo_root();
+  testing::ScopedPath dir("experiments", "figures");
+  fs::create_directories(dir.path);
+  const std::string readme = read_file("README.md");
+  const size_t a = readme.find("<!-- figures-cpu:begin -->"), b = readme.find("<!-- figures-cpu:end -->");
+  BOOST_REQUIRE(a != std::string::npos && b != std::string::npos && a < b);
+  std::vector<std::string> commands;
+  for (const std::string& l : lines_of(readme.substr(a, b - a)))
+    if (l.rfind("experiments/", 0) == 0 || l.rfind("plots/", 0) == 0) commands.push_back(l);
+  BOOST_REQUIRE_GE(commands.size(), 10u);
+  auto scratch = [&](std::string c) {
+    for (size_t p; (p = c.find(" results/")) != std::string::npos;) c.replace(p, 9, " " + dir.path + "/");
+    return c;
+  };
+  std::vector<std::string> jsonl;
+  for (const std::string& c : commands) {
+    BOOST_TEST_CONTEXT(c) {
+      if (c.rfind("experiments/sweeps/sweep.py", 0) == 0) {
+        testing::CommandResult r = run(python() + " " + scratch(c) + " --build " + build_dir() + " --mpiexec '" +
+                                       mpiexec() + "'", 600);
+        BOOST_CHECK_MESSAGE(r.status == 0 && contains(r.output, "ran ok") && !contains(r.output, "failed"), r.output);
+        const std::string res = scratch(c).substr(scratch(c).find("--results ") + 10) + "/results.jsonl";
+        jsonl.push_back(res);
+      } else {
+        testing::CommandResult r = run(python() + " " + scratch(c), 120);
+        BOOST_CHECK_MESSAGE(r.status == 0, r.output);
+        require_png(scratch(c).substr(scratch(c).find("--out ") + 6));
+      }
+    }
+  }
+  for (const auto& e : fs::directory_iterator("plots")) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("plot_", 0) == 0 && name != "plot_training.py" && e.path().extension() == ".py")
+      BOOST_CHECK_MESSAGE(contains(readme.substr(a, b - a), "plots/" + name), name << " is not in README's CPU figures");
+  }
+  const std::string gpu_table = readme.substr(readme.find("### Figures"), a - readme.find("### Figures"));
+  for (const auto& e : fs::directory_iterator("experiments/sweeps")) {
+    const std::string name = e.path().stem().string();
+    if (e.path().extension() != ".json" || name.size() > 4 && name.substr(name.size() - 4) == "_cpu") continue;
+    BOOST_CHECK_MESSAGE(contains(gpu_table, "experiments/sweeps/" + name + ".json"), name << ".json has no figure");
+    BOOST_CHECK_MESSAGE(contains(readme.substr(a, b - a), "experiments/sweeps/" + name + "_cpu.json"),
+                        name << ".json has no _cpu twin in README's CPU figures");
+  }
+  // The scaling model on the CPU sweeps' collection and train lines: fitted, then checked point by point.
+  std::string all;
+  for (const std::string& j : jsonl) all += " " + j;
+  testing::CommandResult r = run(python() + " experiments/scaling_model.py --fit" + all + " --write-config " +
+                                 dir.path + "/fitted.json --check" + all, 120);
+  BOOST_CHECK_MESSAGE(r.status == 0 && contains(r.output, "fitted from 20 record(s)") && contains(r.output, "check: "),
+                      r.output);
+  BOOST_CHECK(fs::exists(dir.path + "/fitted.json"));
 }
 
 // The python suites: their own cases with hand-computed expectations (see each file's docstring).

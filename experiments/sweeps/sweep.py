@@ -21,7 +21,9 @@ The config (JSON) names the axes and the command template:
 
 Every point is the cartesian product of the axes (in the order written). Each command token is formatted
 with the point's axis values and: {bin} (BUILD/bin), {build}, {out} (the point's JSON-lines file), {tag} (the
-point's name), {point_dir}, {ranks}, {nodes}, {gpus_per_node}, {ranks_per_node}. The axis `ranks` is the
+point's name), {point_dir}, {ranks}, {nodes}, {gpus_per_node}, {ranks_per_node}, and for every integer axis
+value {AXIS_per_rank} = value // ranks (strong scaling: an axis global_batch, the command's --batch
+{global_batch_per_rank}). The axis `ranks` is the
 number of MPI ranks (default 1); an axis `nodes` without `ranks` means nodes x gpus_per_node ranks.
 
 Results folder:
@@ -163,6 +165,12 @@ class Launch:
         self.ranks_per_node = -(-ranks // nodes)
         self.out = os.path.join(self.dir, "results.jsonl")
         values = {k: str(v) for k, v in point.items()}
+        for k, v in point.items():
+            if isinstance(v, int) and not isinstance(v, bool):
+                if v % ranks and f"{{{k}_per_rank}}" in " ".join(cfg["command"]):
+                    raise ConfigError(f"{args.config}: axis {k}={v} is not a multiple of ranks={ranks} "
+                                      f"({{{k}_per_rank}} would round it)")
+                values[f"{k}_per_rank"] = str(v // ranks)
         values.update(bin=os.path.join(args.build, "bin"), build=args.build, out=self.out, tag=self.name,
                       point_dir=self.dir, ranks=str(ranks), nodes=str(nodes), gpus_per_node=str(gpn),
                       ranks_per_node=str(self.ranks_per_node))
@@ -173,7 +181,7 @@ class Launch:
             except KeyError as e:
                 raise ConfigError(f"{args.config}: command token '{token}' names {e}, which is neither an axis "
                                   f"({', '.join(point) or 'none'}) nor one of bin, build, out, tag, point_dir, "
-                                  f"ranks, nodes, gpus_per_node, ranks_per_node")
+                                  f"ranks, nodes, gpus_per_node, ranks_per_node, AXIS_per_rank")
             except (ValueError, IndexError) as e:
                 raise ConfigError(f"{args.config}: command token '{token}': {e}")
         if args.launcher == "mpiexec":
