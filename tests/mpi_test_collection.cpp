@@ -728,9 +728,11 @@ void lr_scale_applies(Backend backend) {
       LocalBatch lb(w.dev, b, s);
       const int64_t width = zero.output_width();
       Buffer<float> out(w.dev, size_t(std::max<int64_t>(1, s.count * width)));
-      std::vector<float> grad(size_t(std::max<int64_t>(1, s.count * width)));
+      std::vector<float> grad(size_t(b.samples * width));  // the global batch's: every rank draws alike
       for (float& x : grad) x = std::uniform_real_distribution<float>(-1, 1)(data.g);
-      Buffer<float> g(w.dev, grad);
+      std::vector<float> mine(grad.begin() + s.first * width, grad.begin() + (s.first + s.count) * width);
+      if (mine.empty()) mine.push_back(0.f);
+      Buffer<float> g(w.dev, mine);
       ref.forward(b, true);  // inserts the rows; no update
       for (auto [c, scale] : {std::pair<EmbeddingCollection*, float>{&zero, 0.f}, {&scaled, 0.5f}, {&halved, 1.f}}) {
         c->forward(lb.offsets.data(), lb.keys.data(), s.count, out.data());
