@@ -14,16 +14,29 @@
 
 namespace sparta {
 
+// Tagged keys: several tables share one hash table by tagging their keys, (table_id << kKeyTagShift) | key
+// for keys in [0, 2^kKeyTagShift) (src/embedding_collection.h groups tables this way).
+constexpr int kKeyTagShift = 56;
+constexpr uint64_t kKeyTagMask = (uint64_t(1) << kKeyTagShift) - 1;
+SPARTA_HD int64_t tag_key(int table_id, int64_t key) {
+  return static_cast<int64_t>((uint64_t(table_id) << kKeyTagShift) | uint64_t(key));
+}
+
 // How a table draws the initial values of new rows: uniform in [-scale, scale).
 struct KeyInit {
   uint64_t seed = 0;
   uint32_t table_id = 0;
   float scale = 0.05f;
+  // The keys are tagged: table_id = key >> kKeyTagShift and key = key & kKeyTagMask before the formula, so a
+  // tagged key's row has the bits of the untagged key's row of its own table (table_id above is ignored).
+  bool tagged = false;
 };
 
 // The per-key stream: distinct keys give distinct streams (splitmix64 is a bijection).
 SPARTA_HD uint64_t key_stream(const KeyInit& init, uint64_t key) {
-  return splitmix64(splitmix64(init.seed ^ splitmix64(uint64_t(init.table_id) + 0x5851F42D4C957F2Dull)) ^ key);
+  const uint64_t id = init.tagged ? (key >> kKeyTagShift) : uint64_t(init.table_id);
+  if (init.tagged) key &= kKeyTagMask;
+  return splitmix64(splitmix64(init.seed ^ splitmix64(id + 0x5851F42D4C957F2Dull)) ^ key);
 }
 
 // Element elem of the row whose stream is `stream`: 2m - 2^24 for a 24-bit m is exact in float, and

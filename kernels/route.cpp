@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/key_init.h"
 #include "src/base/check.h"
 
 namespace sparta {
@@ -172,6 +173,33 @@ void route_select_slot_keys_cpu(const int64_t* offsets, const int64_t* keys, int
       for (int64_t i = offsets[row]; i < offsets[row + 1]; ++i) out_keys[at++] = keys[i];
     }
 }
+
+void route_select_slot_keys_tagged_cpu(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
+                                       const int32_t* slots, int table_slots, const int64_t* out_offsets,
+                                       const int32_t* tags, const int64_t* bounds, int64_t* out_keys,
+                                       int64_t* first_bad) {
+  for (int64_t s = 0; s < batch; ++s)
+    for (int j = 0; j < table_slots; ++j) {
+      int64_t row = s * num_slots + slots[j];
+      int64_t at = out_offsets[s * table_slots + j];
+      for (int64_t i = offsets[row]; i < offsets[row + 1]; ++i) {
+        const int64_t k = keys[i];
+        if (k < 0 || k >= bounds[j]) *first_bad = std::min(*first_bad, i);
+        out_keys[at++] = tag_key(tags[j], k);
+      }
+    }
+}
+
+void route_check_offsets_cpu(const int64_t* offsets, int64_t rows, int64_t* first_bad) {
+  if (offsets[0] != 0) *first_bad = std::min<int64_t>(*first_bad, 0);
+  for (int64_t r = 1; r <= rows; ++r)
+    if (offsets[r - 1] > offsets[r]) {
+      *first_bad = std::min(*first_bad, r);
+      break;
+    }
+}
+
+void route_fill_i64_cpu(int64_t* out, int64_t n, int64_t value) { std::fill(out, out + n, value); }
 
 void route_put_slots_cpu(const float* pooled, int64_t batch, int table_slots, int dim, const int32_t* cols,
                          int64_t row_floats, float* out) {
@@ -368,6 +396,28 @@ void route_select_slot_keys(const Device& dev, const int64_t* offsets, const int
       route_select_slot_keys_cpu(offsets, keys, batch, num_slots, slots, table_slots, out_offsets, out_keys),
       route_select_slot_keys_cuda(offsets, keys, batch, num_slots, slots, table_slots, out_offsets, out_keys,
                                   stream));
+}
+
+void route_select_slot_keys_tagged(const Device& dev, const int64_t* offsets, const int64_t* keys, int64_t batch,
+                                   int num_slots, const int32_t* slots, int table_slots, const int64_t* out_offsets,
+                                   const int32_t* tags, const int64_t* bounds, int64_t* out_keys, int64_t* first_bad,
+                                   Stream stream) {
+  if (batch * table_slots == 0) return;
+  ROUTE_DISPATCH("route_select_slot_keys_tagged",
+                 route_select_slot_keys_tagged_cpu(offsets, keys, batch, num_slots, slots, table_slots, out_offsets,
+                                                   tags, bounds, out_keys, first_bad),
+                 route_select_slot_keys_tagged_cuda(offsets, keys, batch, num_slots, slots, table_slots, out_offsets,
+                                                    tags, bounds, out_keys, first_bad, stream));
+}
+
+void route_check_offsets(const Device& dev, const int64_t* offsets, int64_t rows, int64_t* first_bad, Stream stream) {
+  ROUTE_DISPATCH("route_check_offsets", route_check_offsets_cpu(offsets, rows, first_bad),
+                 route_check_offsets_cuda(offsets, rows, first_bad, stream));
+}
+
+void route_fill_i64(const Device& dev, int64_t* out, int64_t n, int64_t value, Stream stream) {
+  if (n == 0) return;
+  ROUTE_DISPATCH("route_fill_i64", route_fill_i64_cpu(out, n, value), route_fill_i64_cuda(out, n, value, stream));
 }
 
 void route_put_slots(const Device& dev, const float* pooled, int64_t batch, int table_slots, int dim,

@@ -6,6 +6,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include "src/base/check.h"
+#include "kernels/key_init.h"
 #include "kernels/route.h"
 
 namespace sparta {
@@ -215,6 +216,37 @@ __global__ void __launch_bounds__(kBlock) select_slot_keys_kernel(const int64_t*
   }
 }
 
+__global__ void __launch_bounds__(kBlock) select_slot_keys_tagged_kernel(
+    const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots, const int32_t* slots, int table_slots,
+    const int64_t* out_offsets, const int32_t* tags, const int64_t* bounds, int64_t* out_keys, int64_t* first_bad) {
+  GRID_STRIDE(t, batch * table_slots) {
+    int64_t s = t / table_slots;
+    int j = static_cast<int>(t - s * table_slots);
+    int64_t row = s * num_slots + slots[j];
+    int64_t at = out_offsets[t];
+    const int tag = tags[j];
+    const int64_t bound = bounds[j];
+    for (int64_t i = offsets[row]; i < offsets[row + 1]; ++i) {
+      const int64_t k = keys[i];
+      if (k < 0 || k >= bound)  // indices are >= 0: their unsigned order is theirs
+        atomicMin(reinterpret_cast<unsigned long long*>(first_bad), static_cast<unsigned long long>(i));
+      out_keys[at++] = tag_key(tag, k);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) check_offsets_kernel(const int64_t* offsets, int64_t rows,
+                                                               int64_t* first_bad) {
+  GRID_STRIDE(r, rows + 1) {
+    const bool bad = r == 0 ? offsets[0] != 0 : offsets[r - 1] > offsets[r];
+    if (bad) atomicMin(reinterpret_cast<unsigned long long*>(first_bad), static_cast<unsigned long long>(r));
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) fill_i64_kernel(int64_t* out, int64_t n, int64_t value) {
+  GRID_STRIDE(i, n) out[i] = value;
+}
+
 __global__ void __launch_bounds__(kBlock) put_slots_kernel(const float* pooled, int64_t batch, int table_slots,
                                                            int dim, const int32_t* cols, int64_t row_floats,
                                                            float* out) {
@@ -404,6 +436,22 @@ void route_select_slot_keys_cuda(const int64_t* offsets, const int64_t* keys, in
                                  int64_t* out_keys, Stream s) {
   LAUNCH(select_slot_keys_kernel, batch * table_slots, s, offsets, keys, batch, num_slots, slots, table_slots,
          out_offsets, out_keys);
+}
+
+void route_select_slot_keys_tagged_cuda(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
+                                        const int32_t* slots, int table_slots, const int64_t* out_offsets,
+                                        const int32_t* tags, const int64_t* bounds, int64_t* out_keys,
+                                        int64_t* first_bad, Stream s) {
+  LAUNCH(select_slot_keys_tagged_kernel, batch * table_slots, s, offsets, keys, batch, num_slots, slots, table_slots,
+         out_offsets, tags, bounds, out_keys, first_bad);
+}
+
+void route_check_offsets_cuda(const int64_t* offsets, int64_t rows, int64_t* first_bad, Stream s) {
+  LAUNCH(check_offsets_kernel, rows + 1, s, offsets, rows, first_bad);
+}
+
+void route_fill_i64_cuda(int64_t* out, int64_t n, int64_t value, Stream s) {
+  LAUNCH(fill_i64_kernel, n, s, out, n, value);
 }
 
 void route_put_slots_cuda(const float* pooled, int64_t batch, int table_slots, int dim, const int32_t* cols,

@@ -119,6 +119,21 @@ void route_select_slot_offsets(const Device& dev, const int64_t* offsets, int64_
 void route_select_slot_keys(const Device& dev, const int64_t* offsets, const int64_t* keys, int64_t batch,
                             int num_slots, const int32_t* slots, int table_slots, const int64_t* out_offsets,
                             int64_t* out_keys, Stream stream);
+// Step 2 for tables that share one hash table by tagged keys (kernels/key_init.h): as route_select_slot_keys,
+// and the key k of slot slots[j] becomes (tags[j] << kKeyTagShift) | k. A key outside [0, bounds[j]) (it would
+// not be injective) lowers *first_bad to its index in keys (atomically); *first_bad is not written otherwise, so
+// fill it first (route_fill_i64). tags: [table_slots] int32 in [0, 127], bounds: [table_slots] int64 in
+// [1, 2^kKeyTagShift]; device arrays. out_offsets may be offsets itself when slots are 0..num_slots-1.
+void route_select_slot_keys_tagged(const Device& dev, const int64_t* offsets, const int64_t* keys, int64_t batch,
+                                   int num_slots, const int32_t* slots, int table_slots, const int64_t* out_offsets,
+                                   const int32_t* tags, const int64_t* bounds, int64_t* out_keys, int64_t* first_bad,
+                                   Stream stream);
+// The check of a batch's CSR offsets [rows + 1] on the device: *first_bad = min(*first_bad, r) for the smallest
+// bad r, where r = 0 is bad when offsets[0] != 0 and r in [1, rows] when offsets[r - 1] > offsets[r]. As above,
+// *first_bad is not written when every r is fine: fill it first.
+void route_check_offsets(const Device& dev, const int64_t* offsets, int64_t rows, int64_t* first_bad, Stream stream);
+// out[i] = value for i < n.
+void route_fill_i64(const Device& dev, int64_t* out, int64_t n, int64_t value, Stream stream);
 // out[s, cols[j] .. cols[j] + dim) = pooled[s * table_slots + j, :] for s < batch, j < table_slots.
 // pooled: [batch, table_slots, dim]; out: [batch, row_floats]; cols: [table_slots] int32 device array.
 void route_put_slots(const Device& dev, const float* pooled, int64_t batch, int table_slots, int dim,
@@ -156,6 +171,12 @@ void route_select_slot_lengths_cpu(const int64_t* offsets, int64_t batch, int nu
                                    int table_slots, int64_t* lengths);
 void route_select_slot_keys_cpu(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
                                 const int32_t* slots, int table_slots, const int64_t* out_offsets, int64_t* out_keys);
+void route_select_slot_keys_tagged_cpu(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
+                                       const int32_t* slots, int table_slots, const int64_t* out_offsets,
+                                       const int32_t* tags, const int64_t* bounds, int64_t* out_keys,
+                                       int64_t* first_bad);
+void route_check_offsets_cpu(const int64_t* offsets, int64_t rows, int64_t* first_bad);
+void route_fill_i64_cpu(int64_t* out, int64_t n, int64_t value);
 void route_put_slots_cpu(const float* pooled, int64_t batch, int table_slots, int dim, const int32_t* cols,
                          int64_t row_floats, float* out);
 void route_take_slots_cpu(const float* grad, int64_t batch, int table_slots, int dim, const int32_t* cols,
@@ -195,6 +216,12 @@ void route_select_slot_lengths_cuda(const int64_t* offsets, int64_t batch, int n
 void route_select_slot_keys_cuda(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
                                  const int32_t* slots, int table_slots, const int64_t* out_offsets,
                                  int64_t* out_keys, Stream s);
+void route_select_slot_keys_tagged_cuda(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
+                                        const int32_t* slots, int table_slots, const int64_t* out_offsets,
+                                        const int32_t* tags, const int64_t* bounds, int64_t* out_keys,
+                                        int64_t* first_bad, Stream s);
+void route_check_offsets_cuda(const int64_t* offsets, int64_t rows, int64_t* first_bad, Stream s);
+void route_fill_i64_cuda(int64_t* out, int64_t n, int64_t value, Stream s);
 void route_put_slots_cuda(const float* pooled, int64_t batch, int table_slots, int dim, const int32_t* cols,
                           int64_t row_floats, float* out, Stream s);
 void route_take_slots_cuda(const float* grad, int64_t batch, int table_slots, int dim, const int32_t* cols,

@@ -2,7 +2,10 @@
 #include "src/embedding_collection.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
+#include "kernels/key_init.h"
 #include "src/base/agree.h"
 #include "src/base/check.h"
 #include "src/placement_common.h"
@@ -12,12 +15,51 @@ namespace sparta {
 
 static_assert(kAllRanks == kEveryRank, "placements and checkpoints name 'every rank' alike");
 
-// One table's slots: which ones (device, for the route kernels), where they go in a sample's output row, and the
-// table's cut of the current batch (kept until the backward).
-struct EmbeddingCollection::Slots {
-  std::vector<int32_t> slots, cols;
-  Buffer<int32_t> slots_dev, cols_dev;
-  Buffer<int64_t> offsets, keys;  // [bags + 1], [nnz]
+namespace {
+
+constexpr int64_t kNone = std::numeric_limits<int64_t>::max();  // "no bad row / key" in the step status
+constexpr int kMaxTag = 126;
+
+// Whether table i may share a physical table with others: its keys are known to fit under a tag.
+bool groupable(const CollectionTableConfig& t, size_t i) {
+  return t.key_bound > 0 && t.key_bound <= (int64_t(1) << kKeyTagShift) && i <= size_t(kMaxTag);
+}
+
+bool same_optimizer(const OptimizerConfig& a, const OptimizerConfig& b) {
+  return a.kind == b.kind && a.lr == b.lr && a.momentum == b.momentum && a.beta1 == b.beta1 && a.beta2 == b.beta2 &&
+         a.epsilon == b.epsilon && a.initial_accumulator == b.initial_accumulator;
+}
+
+// Whether two groupable tables can be one physical table under their plans.
+bool compatible(const CollectionTableConfig& a, const TablePlan& pa, const CollectionTableConfig& b,
+                const TablePlan& pb) {
+  return pa.placement == pb.placement && (pa.placement != Placement::localized || pa.owner == pb.owner) &&
+         a.dim == b.dim && a.combiner == b.combiner && same_optimizer(a.optimizer, b.optimizer) &&
+         a.init_scale == b.init_scale && a.max_load_factor == b.max_load_factor;
+}
+
+int tag_of(int64_t tagged_key) { return static_cast<int>(uint64_t(tagged_key) >> kKeyTagShift); }
+int64_t untag(int64_t tagged_key) { return static_cast<int64_t>(uint64_t(tagged_key) & kKeyTagMask); }
+
+}  // namespace
+
+// One placement group: tables placed as one physical table (tagged keys), or one table alone (its keys as they
+// are). Its slots in concatenation order (table order, each table's slots in its order), where they go in a
+// sample's output row, and the group's cut of the current batch (kept until the backward).
+struct EmbeddingCollection::Group {
+  std::vector<int> tables;  // indices in the configuration, ascending
+  bool tagged = false;
+  std::string name;         // for messages: "table 'a'" or "tables a, b, c"
+  int dim = 0;
+  // The group serves slots 0..num_slots-1 in order: the batch's offsets are its own, and its pooled
+  // [batch, num_slots, dim] is the collection's output (no cut, no put or take).
+  bool all_slots = false;
+  std::vector<int32_t> slots, cols, tags;
+  std::vector<int64_t> bounds;
+  Buffer<int32_t> slots_dev, cols_dev, tags_dev;
+  Buffer<int64_t> bounds_dev;
+  std::unique_ptr<PlacedTable> placed;
+  Buffer<int64_t> offsets, keys;  // [bags + 1], [nnz]: the cut (or tagged) batch
   Buffer<float> pooled;           // [bags, dim]: pooled vectors, then their gradients
   TableBatch batch;
   RouteScratch scratch;
@@ -32,31 +74,87 @@ EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, con
                    plan_.tables.size(), cfg_.tables.size());
   }));
   ex_ = std::make_unique<Exchange>(comm, dev_, world_);
-  slot_cols_.assign(size_t(cfg_.num_slots), 0);
-  std::vector<int> dim_of_slot(size_t(cfg_.num_slots), 0);
-  for (const CollectionTableConfig& t : cfg_.tables)
-    for (int s : t.slots) dim_of_slot[size_t(s)] = t.dim;
-  for (int s = 0; s < cfg_.num_slots; ++s) slot_cols_[size_t(s)] = width_, width_ += dim_of_slot[size_t(s)];
-  // Every rank builds the same shards' structure; a bad plan fails alike everywhere, a failed allocation ends
-  // the job (device_alloc).
+  const int S = cfg_.num_slots;
+  slot_cols_.assign(size_t(S), 0);
+  table_of_slot_.assign(size_t(S), 0);
+  std::vector<int> dim_of_slot(size_t(S), 0);
+  for (size_t i = 0; i < cfg_.tables.size(); ++i)
+    for (int s : cfg_.tables[i].slots) dim_of_slot[size_t(s)] = cfg_.tables[i].dim, table_of_slot_[size_t(s)] = int(i);
+  for (int s = 0; s < S; ++s) slot_cols_[size_t(s)] = width_, width_ += dim_of_slot[size_t(s)];
+  // Every rank builds the same groups and shards' structure; a bad plan fails alike everywhere, a failed
+  // allocation ends the job (device_alloc).
   agree_on_error(world_, guarded([&] {
+    // the groups: a groupable table joins the first group it is compatible with (and whose rows stay within
+    // what one table may hold), else starts one
+    std::vector<std::vector<int>> members;
+    std::vector<bool> tagged;
+    std::vector<int64_t> rows;
     for (size_t i = 0; i < cfg_.tables.size(); ++i) {
+      const CollectionTableConfig& t = cfg_.tables[i];
+      size_t g = members.size();
+      if (groupable(t, i))
+        for (size_t h = 0; h < members.size(); ++h) {
+          const size_t f = size_t(members[h][0]);
+          if (tagged[h] && compatible(cfg_.tables[f], plan_.tables[f], t, plan_.tables[i]) &&
+              rows[h] + t.rows <= kBackwardMaxRows) {
+            g = h;
+            break;
+          }
+        }
+      if (g == members.size()) members.emplace_back(), tagged.push_back(groupable(t, i)), rows.push_back(0);
+      members[g].push_back(int(i));
+      rows[g] += t.rows;
+    }
+    group_of_.assign(cfg_.tables.size(), 0);
+    for (size_t g = 0; g < members.size(); ++g) {
+      auto gr = std::make_unique<Group>();
+      gr->tables = members[g];
+      gr->tagged = tagged[g];
+      const int first = members[g][0];
       PlacedTableSetup s;
-      s.table = cfg_.tables[i];
-      s.table_id = static_cast<int>(i);
+      s.table = cfg_.tables[size_t(first)];
+      s.table_id = first;
+      s.tagged_keys = gr->tagged;
       s.seed = cfg_.seed;
       s.shard_slack = cfg_.shard_slack;
-      s.plan = plan_.tables[i];
-      tables_.push_back(make_placed_table(s, *ex_));
-      auto sl = std::make_unique<Slots>();
-      for (int slot : s.table.slots) {
-        sl->slots.push_back(slot);
-        sl->cols.push_back(static_cast<int32_t>(slot_cols_[size_t(slot)]));
+      s.plan = plan_.tables[size_t(first)];
+      s.table.rows = rows[g];
+      s.table.slots.clear();
+      s.plan.hot_keys.clear();
+      std::string names;
+      for (int i : members[g]) {
+        const CollectionTableConfig& t = cfg_.tables[size_t(i)];
+        group_of_[size_t(i)] = int(g);
+        names += (names.empty() ? "" : ", ") + t.name;
+        for (int slot : t.slots) {
+          gr->slots.push_back(slot);
+          gr->cols.push_back(static_cast<int32_t>(slot_cols_[size_t(slot)]));
+          gr->tags.push_back(i);
+          gr->bounds.push_back(t.key_bound);
+          s.table.slots.push_back(slot);
+        }
+        for (int64_t k : plan_.tables[size_t(i)].hot_keys) {
+          if (gr->tagged) {
+            SPARTA_REQUIRE(k >= 0 && k < t.key_bound, "table '%s': hot key %lld outside [0, %lld) (its key_bound)",
+                           t.name.c_str(), (long long)k, (long long)t.key_bound);
+            k = tag_key(i, k);
+          }
+          s.plan.hot_keys.push_back(k);  // ascending: tags ascend with the tables
+        }
       }
-      sl->slots_dev = Buffer<int32_t>(dev_, sl->slots);
-      sl->cols_dev = Buffer<int32_t>(dev_, sl->cols);
-      slots_.push_back(std::move(sl));
+      gr->name = members[g].size() == 1 ? "table '" + names + "'" : "tables " + names;
+      if (members[g].size() > 1) s.table.name = "tables " + names;
+      gr->dim = s.table.dim;
+      gr->all_slots = int(gr->slots.size()) == S;
+      for (int j = 0; j < S && gr->all_slots; ++j) gr->all_slots = gr->slots[size_t(j)] == j;
+      gr->slots_dev = Buffer<int32_t>(dev_, gr->slots);
+      gr->cols_dev = Buffer<int32_t>(dev_, gr->cols);
+      gr->tags_dev = Buffer<int32_t>(dev_, gr->tags);
+      gr->bounds_dev = Buffer<int64_t>(dev_, gr->bounds);
+      gr->placed = make_placed_table(s, *ex_);
+      groups_.push_back(std::move(gr));
     }
+    status_ = Buffer<int64_t>(dev_, 2 + groups_.size());
   }));
 }
 
@@ -64,59 +162,100 @@ EmbeddingCollection::~EmbeddingCollection() = default;
 
 int EmbeddingCollection::rank() const { return ex_->rank(); }
 int EmbeddingCollection::world() const { return ex_->world(); }
+int EmbeddingCollection::groups() const { return static_cast<int>(groups_.size()); }
 
 size_t EmbeddingCollection::memory_bytes() const {
   size_t b = 0;
-  for (const auto& t : tables_) b += t->memory_bytes();
+  for (const auto& g : groups_) b += g->placed->memory_bytes();
   return b;
 }
 
 void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, int64_t local_batch, float* out,
                                   LookupMode mode) {
   const int S = cfg_.num_slots;
-  // The offsets are checked on the host (a bad batch on one rank fails every rank before any collective).
+  const size_t G = groups_.size();
+  // The step status on the device: [0] the first bad offsets row, [1] the first key outside its table's bound,
+  // [2 + g] the key count of group g; one download after the cuts, before any collective (a bad batch on one
+  // rank fails every rank there).
+  int64_t* st = status_.data();
+  std::vector<int64_t> status;
   ex_->agree(guarded([&] {
     SPARTA_REQUIRE(local_batch >= 0, "embedding collection forward, rank %d: local batch %lld", ex_->rank(),
                    (long long)local_batch);
-    std::vector<int64_t> h = ex_->download(offsets, size_t(local_batch * S + 1));
-    SPARTA_REQUIRE(h[0] == 0, "embedding collection forward, rank %d: offsets[0] must be 0, found %lld", ex_->rank(),
-                   (long long)h[0]);
-    for (int64_t r = 0; r < local_batch * S; ++r)
-      SPARTA_REQUIRE(h[r] <= h[r + 1],
-                     "embedding collection forward, rank %d: offsets decrease at row %lld (sample %lld, slot %lld): "
-                     "%lld then %lld",
-                     ex_->rank(), (long long)r, (long long)(r / S), (long long)(r % S), (long long)h[r],
-                     (long long)h[r + 1]);
+    const int64_t rows = local_batch * S;
+    route_fill_i64(dev_, st, 2, kNone, dev_.stream);
+    route_check_offsets(dev_, offsets, rows, st, dev_.stream);
+    for (size_t g = 0; g < G; ++g) {
+      Group& gr = *groups_[g];
+      const int ts = static_cast<int>(gr.slots.size());
+      const int64_t bags = local_batch * ts;
+      const int64_t* last = offsets + rows;
+      if (!gr.all_slots) {
+        int64_t* t_offsets = grow(gr.offsets, dev_, size_t(bags) + 1);
+        route_select_slot_offsets(dev_, offsets, local_batch, S, gr.slots_dev.data(), ts, t_offsets, gr.scratch,
+                                  dev_.stream);
+        last = t_offsets + bags;
+      }
+      copy_on_device(dev_, st + 2 + g, last, sizeof(int64_t));
+    }
+    status = ex_->download(st, 2 + G);
+    if (status[0] != kNone) {
+      const int64_t r = status[0];
+      if (r == 0) {
+        const int64_t first = ex_->download(offsets, 1)[0];
+        throw Error(strprintf("embedding collection forward, rank %d: offsets[0] must be 0, found %lld", ex_->rank(),
+                     (long long)first));
+      }
+      std::vector<int64_t> h = ex_->download(offsets + r - 1, 2);
+      throw Error(strprintf("embedding collection forward, rank %d: offsets decrease at row %lld (sample %lld, slot %lld): "
+                   "%lld then %lld",
+                   ex_->rank(), (long long)(r - 1), (long long)((r - 1) / S), (long long)((r - 1) % S),
+                   (long long)h[0], (long long)h[1]));
+    }
   }));
   std::vector<size_t> b = ex_->counts(std::vector<size_t>(size_t(world()), size_t(local_batch)));
   std::vector<int64_t> rank_batches(b.begin(), b.end());
-  for (size_t i = 0; i < tables_.size(); ++i) {
-    Slots& sl = *slots_[i];
-    const int ts = static_cast<int>(sl.slots.size());
-    const int dim = cfg_.tables[i].dim;
+  bool tagged = false;
+  for (size_t g = 0; g < G; ++g) {
+    Group& gr = *groups_[g];
+    const int ts = static_cast<int>(gr.slots.size());
     const int64_t bags = local_batch * ts;
-    int64_t* t_offsets = grow(sl.offsets, dev_, size_t(bags) + 1);
-    route_select_slot_offsets(dev_, offsets, local_batch, S, sl.slots_dev.data(), ts, t_offsets, sl.scratch,
-        dev_.stream);
-    const int64_t nnz = ex_->download(t_offsets + bags, 1)[0];
-    int64_t* t_keys = grow(sl.keys, dev_, size_t(nnz));
-    route_select_slot_keys(dev_, offsets, keys, local_batch, S, sl.slots_dev.data(), ts, t_offsets, t_keys,
-        dev_.stream);
-    TableBatch& tb = sl.batch;
+    const int64_t nnz = status[2 + g];
+    const int64_t* t_offsets = gr.all_slots ? offsets : gr.offsets.data();
+    const int64_t* t_keys = keys;
+    if (gr.tagged) {
+      int64_t* k = grow(gr.keys, dev_, size_t(nnz));
+      route_select_slot_keys_tagged(dev_, offsets, keys, local_batch, S, gr.slots_dev.data(), ts, t_offsets,
+                                    gr.tags_dev.data(), gr.bounds_dev.data(), k, st + 1, dev_.stream);
+      t_keys = k;
+      tagged = true;
+    } else if (!gr.all_slots) {
+      int64_t* k = grow(gr.keys, dev_, size_t(nnz));
+      route_select_slot_keys(dev_, offsets, keys, local_batch, S, gr.slots_dev.data(), ts, t_offsets, k,
+                             dev_.stream);
+      t_keys = k;
+    }
+    TableBatch& tb = gr.batch;
     tb.offsets = t_offsets;
     tb.keys = t_keys;
     tb.bags = bags;
     tb.nnz = nnz;
     tb.table_slots = ts;
     tb.rank_batches = rank_batches;
-    float* pooled = grow(sl.pooled, dev_, size_t(bags) * dim);
-    tables_[i]->forward(tb, mode, pooled);
-    route_put_slots(dev_, pooled, local_batch, ts, dim, sl.cols_dev.data(), width_, out, dev_.stream);
+    float* pooled = gr.all_slots ? out : grow(gr.pooled, dev_, size_t(bags) * gr.dim);
+    gr.placed->forward(tb, mode, pooled);
+    if (!gr.all_slots)
+      route_put_slots(dev_, pooled, local_batch, ts, gr.dim, gr.cols_dev.data(), width_, out, dev_.stream);
+  }
+  // Keys outside their table's bound and full tables: agreed on by every rank.
+  if (mode == LookupMode::train || tagged) {
+    ex_->agree(guarded([&] {
+      if (tagged) check_key_bounds(offsets, keys, local_batch);
+      if (mode == LookupMode::train)
+        for (auto& g : groups_) g->placed->check_lookups();
+    }));
   }
   if (mode == LookupMode::train) {
-    ex_->agree(guarded([&] {
-      for (auto& t : tables_) t->check_lookups();
-    }));
     batch_ = local_batch;
     trained_ = true;
   } else {
@@ -124,16 +263,37 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
   }
 }
 
-void EmbeddingCollection::backward(const float* grad, int64_t step) {
+void EmbeddingCollection::check_key_bounds(const int64_t* offsets, const int64_t* keys, int64_t local_batch) {
+  const int64_t i = ex_->download(status_.data() + 1, 1)[0];
+  if (i == kNone) return;
+  // the error path: find the key's row (sample, slot), hence its table
+  const int S = cfg_.num_slots;
+  std::vector<int64_t> h = ex_->download(offsets, size_t(local_batch * S + 1));
+  const int64_t r = int64_t(std::upper_bound(h.begin(), h.end(), i) - h.begin()) - 1;
+  const int slot = static_cast<int>(r % S);
+  const CollectionTableConfig& t = cfg_.tables[size_t(table_of_slot_[size_t(slot)])];
+  const int64_t key = ex_->download(keys + i, 1)[0];
+  throw Error(strprintf("embedding collection forward, rank %d: table '%s' takes keys in [0, %lld) (its key_bound), found "
+               "key %lld (sample %lld, slot %d)",
+               ex_->rank(), t.name.c_str(), (long long)t.key_bound, (long long)key, (long long)(r / S), slot));
+}
+
+void EmbeddingCollection::backward(const float* grad, int64_t step, float lr_scale) {
   SPARTA_REQUIRE(trained_, "embedding collection backward: no train forward right before it (each train forward "
                            "takes one backward, with no other forward in between)");
   SPARTA_REQUIRE(step >= 1, "embedding collection backward: step must be >= 1, found %lld", (long long)step);
-  for (size_t i = 0; i < tables_.size(); ++i) {
-    Slots& sl = *slots_[i];
-    const int ts = static_cast<int>(sl.slots.size());
-    float* g = sl.pooled.data();
-    route_take_slots(dev_, grad, batch_, ts, cfg_.tables[i].dim, sl.cols_dev.data(), width_, g, dev_.stream);
-    tables_[i]->backward(g, step);
+  SPARTA_REQUIRE(std::isfinite(lr_scale) && lr_scale >= 0,
+                 "embedding collection backward: lr_scale must be finite and >= 0, found %g", double(lr_scale));
+  for (auto& g : groups_) {
+    Group& gr = *g;
+    const int ts = static_cast<int>(gr.slots.size());
+    const float* gg = grad;
+    if (!gr.all_slots) {
+      float* cut = gr.pooled.data();
+      route_take_slots(dev_, grad, batch_, ts, gr.dim, gr.cols_dev.data(), width_, cut, dev_.stream);
+      gg = cut;
+    }
+    gr.placed->backward(gg, step, lr_scale);
   }
   trained_ = false;
 }
@@ -157,38 +317,82 @@ void describe(TableRows& r, const TableSpec& s) {
 }
 }  // namespace
 
-std::vector<TableRows> EmbeddingCollection::rows_to_save() {
+// A group's rows, one TableRows per table of the group (keys untagged), described as its table.
+std::vector<TableRows> EmbeddingCollection::split_rows(const Group& g, const TableRows& r) const {
   std::vector<TableSpec> specs = table_specs();
   std::vector<TableRows> out;
-  for (size_t i = 0; i < tables_.size(); ++i) {
-    out.push_back(tables_[i]->rows_to_save());
-    describe(out.back(), specs[i]);
+  for (int t : g.tables) {
+    TableRows x;
+    if (g.tagged) {
+      std::vector<bool> keep(r.rows());
+      for (size_t i = 0; i < r.rows(); ++i) keep[i] = tag_of(r.keys[i]) == t;
+      x = select_rows(r, keep);
+      for (int64_t& k : x.keys) k = untag(k);
+    } else {
+      x = r;
+    }
+    describe(x, specs[size_t(t)]);
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
+std::vector<TableRows> EmbeddingCollection::rows_to_save() {
+  std::vector<TableRows> out(cfg_.tables.size());
+  for (const auto& g : groups_) {
+    std::vector<TableRows> parts = split_rows(*g, g->placed->rows_to_save());
+    for (size_t j = 0; j < parts.size(); ++j) out[size_t(g->tables[j])] = std::move(parts[j]);
   }
   return out;
 }
 
 TableRows EmbeddingCollection::held_rows(int table) {
-  TableRows r = tables_.at(size_t(table))->held_rows();
-  describe(r, table_specs()[size_t(table)]);
-  return r;
+  const Group& g = *groups_.at(size_t(group_of_.at(size_t(table))));
+  std::vector<TableRows> parts = split_rows(g, g.placed->held_rows());
+  for (size_t j = 0; j < parts.size(); ++j)
+    if (g.tables[j] == table) return parts[j];
+  SPARTA_ASSERT(false, "table %d is not in its group", table);
+  return {};
 }
 
-int EmbeddingCollection::owner_of(int table, int64_t key) const { return tables_.at(size_t(table))->owner_of(key); }
+int EmbeddingCollection::owner_of(int table, int64_t key) const {
+  const Group& g = *groups_.at(size_t(group_of_.at(size_t(table))));
+  return g.placed->owner_of(g.tagged ? tag_key(table, key) : key);
+}
 
 void EmbeddingCollection::load_rows(const std::vector<TableRows>& tables) {
-  SPARTA_REQUIRE(tables.size() == tables_.size(), "embedding collection: rows of %zu tables for %zu", tables.size(),
-                 tables_.size());
-  for (size_t i = 0; i < tables.size(); ++i) {
-    const TableRows& r = tables[i];
-    for (int64_t k : r.keys) {
-      int o = tables_[i]->owner_of(k);
-      SPARTA_REQUIRE(o == rank() || o == kAllRanks, "table '%s': rank %d was given key %lld, which rank %d owns",
-                     cfg_.tables[i].name.c_str(), rank(), (long long)k, o);
+  SPARTA_REQUIRE(tables.size() == cfg_.tables.size(), "embedding collection: rows of %zu tables for %zu",
+                 tables.size(), cfg_.tables.size());
+  std::vector<TableSpec> specs = table_specs();
+  for (const auto& g : groups_) {
+    TableRows merged;
+    describe(merged, specs[size_t(g->tables[0])]);
+    for (int t : g->tables) {
+      const TableRows& r = tables[size_t(t)];
+      const CollectionTableConfig& c = cfg_.tables[size_t(t)];
+      const int sw = optimizer_state_width(c.optimizer.kind, c.dim);
+      SPARTA_REQUIRE(r.rows() == 0 || (r.dim == c.dim && r.state_width == sw &&
+                                       r.values.size() == r.rows() * size_t(c.dim) &&
+                                       r.state.size() == r.rows() * size_t(sw)),
+                     "table '%s': rows of dim %d, state width %d (%zu values, %zu state floats for %zu keys); the "
+                     "table has dim %d, state width %d",
+                     c.name.c_str(), r.dim, r.state_width, r.values.size(), r.state.size(), r.rows(), c.dim, sw);
+      for (int64_t k : r.keys) {
+        if (g->tagged)
+          SPARTA_REQUIRE(k >= 0 && k < c.key_bound, "table '%s': key %lld outside [0, %lld) (its key_bound)",
+                         c.name.c_str(), (long long)k, (long long)c.key_bound);
+        int o = owner_of(t, k);
+        SPARTA_REQUIRE(o == rank() || o == kAllRanks, "table '%s': rank %d was given key %lld, which rank %d owns",
+                       c.name.c_str(), rank(), (long long)k, o);
+      }
+      for (int64_t k : r.keys) merged.keys.push_back(g->tagged ? tag_key(t, k) : k);
+      merged.values.insert(merged.values.end(), r.values.begin(), r.values.end());
+      merged.state.insert(merged.state.end(), r.state.begin(), r.state.end());
     }
     try {
-      tables_[i]->load_rows(r);
+      g->placed->load_rows(merged);
     } catch (const Error& e) {
-      throw Error("table '" + cfg_.tables[i].name + "': " + e.what());
+      throw Error(g->name + ": " + e.what());
     }
   }
 }

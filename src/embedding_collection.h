@@ -8,12 +8,24 @@
 // and slots are fine. Output per rank: [local_batch, output_width] float32, where a sample's row holds its slots
 // in order, each slot the dim of its table: [local_batch, num_slots, dim] when the tables share one dim.
 //
-// One step, per table in configuration order: cut the table's slots out of the batch (kernels/route.h), run the
-// placement's forward, put the pooled bags into the output. Then every table's lookup errors (a full table) are
-// agreed on by all ranks, so an error is thrown everywhere and no rank waits in a collective. The backward goes
-// the same way with the gradient. The model is the same whatever the placements and the world size: a row's
-// initial values depend on (seed, table index, key) only, and every placement sums a row's gradients over the
-// global batch in a fixed order (that of the global batch, or per rank and then over ranks), deterministically.
+// Placement groups. Tables that can be one physical table (the same placement, and owner for localized; dim,
+// combiner, optimizer settings, init_scale and max_load_factor) and whose keys are bounded (0 < key_bound <= 2^56,
+// table index <= 126) form a group: their keys are tagged, key k of table i becoming (i << 56) | k
+// (kernels/key_init.h), and the group is placed as one table over the union of its tables' slots (table order,
+// each table's slots in its order), with the sum of their rows. Any other table is a group of its own, its keys
+// as they are. A tagged row's initial values are those of (seed, table index, key) as for a table alone, so
+// the model does not depend on the grouping; checkpoints, held_rows and owner_of speak of tables and untagged
+// keys. A key outside [0, key_bound) of a grouped table is an error (after the forward, on every rank).
+//
+// One step, per group: cut the group's slots out of the batch and tag its keys (kernels/route.h; a group of all
+// slots in order takes the batch's offsets as they are and writes the output directly), run the placement's
+// forward, put the pooled bags into the output. The offsets are checked on the device; the check and every
+// group's key count come to the host in one download. After the forward, keys outside their bounds and every
+// group's lookup errors (a full table) are agreed on by all ranks, so an error is thrown everywhere and no rank
+// waits in a collective. The backward goes the same way with the gradient. The model is the same whatever the
+// placements and the world size: a row's initial values depend on (seed, table index, key) only, and every
+// placement sums a row's gradients over the global batch in a fixed order (that of the global batch, or per rank
+// and then over ranks), deterministically.
 //
 // With one rank nothing goes through the communicator (Exchange copies on the device instead).
 //
@@ -22,13 +34,14 @@
 // Now: everything is queued on the compute stream (Device::stream). Each communicator call takes that stream:
 // the communicator orders its work after the stream's earlier work and the stream's later work after the
 // collective (events, no host wait), so every collective is a fence between the kernels before and after it.
-// Host synchronizations happen where the host needs a count: each table's key count after cutting its slots, the
-// distinct keys and bucket sizes of a route (send counts), the hybrid's touched hot rows, the offsets check, and
-// the lookup error check after the forward; reads behind a collective go through Exchange::download, whose wait
+// Host synchronizations happen where the host needs a count: the offsets check with every group's key count (one
+// download), the distinct keys and bucket sizes of a route (send counts), the hybrid's touched hot rows, and the
+// key-bound and lookup error check after the forward; reads behind a collective go through Exchange::download, whose wait
 // polls for a failed peer instead of hanging. Step buffers grow by reallocation (grow(): the old memory is freed
 // only after the compute stream that used it is synchronized, never relying on cudaFree synchronizing).
 //
 // The overlap to build, per step (c = compute stream, m = communication stream, h2d/d2h = copy streams):
+// (t below is a placement group.)
 //   1. c: cut slots, bucket keys by owner for table t           → event keys_ready[t]
 //   2. d2h: send counts of t (pinned), after keys_ready[t]       → host posts the key all-to-all of t on m
 //      (c goes on with table t+1's step 1 meanwhile: the routes of all tables are built before any lookup waits)
@@ -83,14 +96,17 @@ class EmbeddingCollection {
   size_t memory_bytes() const;
 
   // Collective. offsets [local_batch * num_slots + 1], keys [offsets[last]]: device; out [local_batch,
-  // output_width]: device. Train inserts unseen keys; eval gives zeros for keys never trained. Bad offsets and
-  // full tables throw sparta::Error on every rank.
+  // output_width]: device. Train inserts unseen keys; eval gives zeros for keys never trained. Bad offsets, keys
+  // outside a grouped table's key_bound and full tables throw sparta::Error on every rank.
   void forward(const int64_t* offsets, const int64_t* keys, int64_t local_batch, float* out,
                LookupMode mode = LookupMode::train);
   // Collective. grad [local_batch, output_width] (device): the gradient of the last forward's output, which must
   // have been a train forward (no other forward in between: the routes hold one batch). step: the global
-  // optimizer step, from 1.
-  void backward(const float* grad, int64_t step);
+  // optimizer step, from 1. lr_scale (finite, >= 0): every table's configured learning rate is multiplied by it
+  // for this step (the trainer's learning-rate schedule).
+  void backward(const float* grad, int64_t step, float lr_scale = 1.0f);
+  // Placement groups (physical tables) the tables form.
+  int groups() const;
 
   // ---- checkpoints (io/checkpoint.h): the same model loads into another world size or plan
 
@@ -113,14 +129,19 @@ class EmbeddingCollection {
   TableRows held_rows(int table);
 
  private:
-  struct Slots;
+  struct Group;
+  std::vector<TableRows> split_rows(const Group& g, const TableRows& r) const;
+  void check_key_bounds(const int64_t* offsets, const int64_t* keys, int64_t local_batch);
+
   MPI_Comm world_;
   Device dev_;
   CollectionConfig cfg_;
   Plan plan_;
   std::unique_ptr<Exchange> ex_;
-  std::vector<std::unique_ptr<PlacedTable>> tables_;
-  std::vector<std::unique_ptr<Slots>> slots_;  // per table: its slots and output columns, and the cut batch
+  std::vector<std::unique_ptr<Group>> groups_;  // the placement groups, each with its placed table and cut batch
+  std::vector<int> group_of_;                    // per table: its group
+  std::vector<int> table_of_slot_;
+  Buffer<int64_t> status_;                       // [2 + groups]: the step's checks and key counts (forward)
   std::vector<int64_t> slot_cols_;
   int64_t width_ = 0;
   int64_t batch_ = 0;         // local batch of the last train forward

@@ -2,6 +2,7 @@
 #include "src/embedding_table.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "src/base/check.h"
 #include "kernels/fill.h"
@@ -61,6 +62,7 @@ KeyInit EmbeddingTable::key_init() const {
   k.seed = cfg_.seed;
   k.table_id = static_cast<uint32_t>(cfg_.table_id);
   k.scale = cfg_.init_scale;
+  k.tagged = cfg_.tagged_keys;
   return k;
 }
 
@@ -138,6 +140,15 @@ BackwardWorkspace& EmbeddingTable::workspace(int64_t nnz, Stream stream) {
 
 void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
                                          const float* grad, Combiner combiner, int64_t step, Stream stream) {
+  backward_and_update(offsets, rows, bags, nnz, grad, combiner, step, 1.0f, stream);
+}
+
+void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
+                                         const float* grad, Combiner combiner, int64_t step, float lr_scale,
+                                         Stream stream) {
+  SPARTA_REQUIRE(std::isfinite(lr_scale) && lr_scale >= 0,
+                 "embedding table '%s': learning-rate scale must be finite and >= 0, found %g", cfg_.name.c_str(),
+                 double(lr_scale));
   SPARTA_REQUIRE(nnz >= 0 && bags >= 0, "embedding table '%s': backward of %lld bags, %lld keys", cfg_.name.c_str(),
                  (long long)bags, (long long)nnz);
   check_keys_per_call(cfg_.name, "keys", nnz);
@@ -151,8 +162,10 @@ void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* 
   b.bags = bags;
   b.nnz = nnz;
   b.combiner = combiner;
+  OptimizerConfig opt = cfg_.optimizer;
+  if (lr_scale != 1.0f) opt.lr = opt.lr * lr_scale;
   try {
-    sparta::backward_and_update(dev_, b, workspace(nnz, stream), cfg_.optimizer, step, values_.data(), state_.data(),
+    sparta::backward_and_update(dev_, b, workspace(nnz, stream), opt, step, values_.data(), state_.data(),
                                 stream);
   } catch (const Error& e) {
     throw Error(strprintf("embedding table '%s': %s", cfg_.name.c_str(), e.what()));

@@ -47,6 +47,9 @@ struct EmbeddingTableConfig {
   double max_load_factor = 0.5;  // of the hash slots, (0, 1]
   uint64_t seed = 0;
   float init_scale = 0.05f;      // initial values uniform in [-init_scale, init_scale)
+  // Tagged keys (several tables in one, kernels/key_init.h): a new row's values come from (seed, key >> 56,
+  // key & (2^56 - 1)), so table_id is not used.
+  bool tagged_keys = false;
   OptimizerConfig optimizer;
   // Keys per batch the backward workspace is sized for at construction; 0: sized by the first
   // backward_and_update. A larger batch later grows it (one reallocation, then reused every step).
@@ -116,6 +119,10 @@ class EmbeddingTable {
   // kBackwardMaxKeys, or on a bad step.
   void backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, const float* grad,
                            Combiner combiner, int64_t step, Stream stream);
+  // The same with the optimizer's learning rate scaled by lr_scale (>= 0, finite) for this step: a learning-rate
+  // schedule (lr_scale 1 is the call above).
+  void backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, const float* grad,
+                           Combiner combiner, int64_t step, float lr_scale, Stream stream);
   // Rows the last backward_and_update changed. Synchronizes stream (give the stream of that backward).
   int64_t rows_updated(Stream stream);
   // Keys the backward workspace holds now (0 before the first backward unless cfg.max_batch_keys was set).

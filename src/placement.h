@@ -48,6 +48,9 @@ struct CollectionTableConfig {
   std::vector<int> slots;      // the slots this table serves (one, or several sharing the table)
   // "auto" (the planner decides), or a placement name; "localized:<rank>" names the owner.
   std::string placement = "auto";
+  // Keys lie in [0, key_bound) (0: unbounded or unknown). Tables with 0 < key_bound <= 2^56 (and index <= 126)
+  // may share one physical table with others (src/embedding_collection.h); a key outside is an error then.
+  int64_t key_bound = 0;
   int64_t hot_rows = 0;        // hybrid: size of the replicated frequent set (0: the planner's default)
   float init_scale = 0.05f;
   double max_load_factor = 0.5;
@@ -99,8 +102,9 @@ class PlacedTable {
   // out: [in.bags, dim] float32 (device). Train inserts unseen keys at their owners; eval gives zeros for them.
   // Lookup errors (a full table) are left for check_lookups(). Keeps `in` (pointers included) for backward().
   virtual void forward(const TableBatch& in, LookupMode mode, float* out) = 0;
-  // grad: [bags, dim] of the last train forward's output; step: the global optimizer step (from 1).
-  virtual void backward(const float* grad, int64_t step) = 0;
+  // grad: [bags, dim] of the last train forward's output; step: the global optimizer step (from 1); lr_scale:
+  // the factor on the table's configured learning rate for this step (a schedule).
+  virtual void backward(const float* grad, int64_t step, float lr_scale) = 0;
   // Throws sparta::Error (this rank only) when a lookup since the last check was refused (full table).
   virtual void check_lookups() = 0;
   // Owner of a key under this placement on this world: a rank or kAllRanks.
@@ -116,9 +120,12 @@ class PlacedTable {
 };
 
 // What make_placed_table needs beside the exchange: the table, its index (the key-init table id) and its plan.
+// A group of tables sharing one physical table (src/embedding_collection.h) is placed as one table of tagged
+// keys (tagged_keys: the key-init table id is each key's tag, kernels/key_init.h).
 struct PlacedTableSetup {
   CollectionTableConfig table;
   int table_id = 0;
+  bool tagged_keys = false;
   uint64_t seed = 0;
   double shard_slack = 1.25;
   TablePlan plan;

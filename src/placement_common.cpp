@@ -123,8 +123,8 @@ void table_lookup_keys(EmbeddingTable& t, const int64_t* keys, int64_t n, Lookup
 }
 
 void table_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
-                  const float* grad, Combiner combiner, int64_t step) {
-  t.backward_and_update(offsets, rows, bags, nnz, grad, combiner, step, t.device().stream);
+                  const float* grad, Combiner combiner, int64_t step, float lr_scale) {
+  t.backward_and_update(offsets, rows, bags, nnz, grad, combiner, step, lr_scale, t.device().stream);
 }
 
 void table_check(EmbeddingTable& t) { t.check_lookups(MissingKey::zeros, t.device().stream); }
@@ -146,6 +146,7 @@ EmbeddingTableConfig shard_config(const PlacedTableSetup& s, int64_t capacity_ro
   EmbeddingTableConfig c;
   c.name = s.table.name + suffix;
   c.table_id = s.table_id;
+  c.tagged_keys = s.tagged_keys;
   c.dim = s.table.dim;
   c.capacity_rows = capacity_rows;
   c.max_load_factor = s.table.max_load_factor;
@@ -244,7 +245,7 @@ void DispatchShard::forward(const int64_t* keys, int64_t n, LookupMode mode, flo
   route_scatter_rows(dev, key_vecs, key_perm, n, dim_, vecs, dev.stream);
 }
 
-void DispatchShard::backward(const float* key_grads, int64_t step) {
+void DispatchShard::backward(const float* key_grads, int64_t step, float lr_scale) {
   const Device& dev = ex_.device();
   // each distinct key's gradient: its occurrences in key order (sorted stably), summed from 0.0f
   float* sorted = key_vecs_.data();
@@ -258,7 +259,7 @@ void DispatchShard::backward(const float* key_grads, int64_t step) {
   int64_t* iota = grow(iota_, dev, n_recv_ + 1);
   route_iota(dev, n_recv_ + 1, iota, dev.stream);
   // one bag per received key: the owner sums each row's keys in the order they arrived
-  table_update(*table_, iota, rows_.data(), n_recv_, n_recv_, recv, Combiner::sum, step);
+  table_update(*table_, iota, rows_.data(), n_recv_, n_recv_, recv, Combiner::sum, step, lr_scale);
 }
 
 // ----------------------------------------------------------------------------
@@ -269,7 +270,8 @@ ReplicaShard::ReplicaShard(Exchange& ex, const PlacedTableSetup& s, int64_t capa
 
 size_t ReplicaShard::memory_bytes() const { return table_memory_bytes(*table_); }
 
-void ReplicaShard::update_from_all(const int64_t* keys, const float* key_grads, int64_t n, int64_t step) {
+void ReplicaShard::update_from_all(const int64_t* keys, const float* key_grads, int64_t n, int64_t step,
+                                   float lr_scale) {
   const Device& dev = ex_.device();
   std::vector<size_t> counts = ex_.counts(std::vector<size_t>(size_t(ex_.world()), size_t(n)));
   const int64_t all = static_cast<int64_t>(total(counts));
@@ -283,7 +285,7 @@ void ReplicaShard::update_from_all(const int64_t* keys, const float* key_grads, 
   table_lookup_keys(*table_, all_keys, all, LookupMode::train, grow(scratch_vecs_, dev, size_t(all) * dim_), rows);
   int64_t* iota = grow(iota_, dev, all + 1);
   route_iota(dev, all + 1, iota, dev.stream);
-  table_update(*table_, iota, rows, all, all, all_grads, Combiner::sum, step);
+  table_update(*table_, iota, rows, all, all, all_grads, Combiner::sum, step, lr_scale);
   ex_.agree(guarded([&] { table_check(*table_); }));
 }
 

@@ -61,7 +61,7 @@ void table_lookup_pooled(EmbeddingTable& t, const int64_t* offsets, const int64_
                          Combiner combiner, LookupMode mode, float* out, int64_t* rows);
 void table_lookup_keys(EmbeddingTable& t, const int64_t* keys, int64_t n, LookupMode mode, float* out, int64_t* rows);
 void table_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
-                  const float* grad, Combiner combiner, int64_t step);
+                  const float* grad, Combiner combiner, int64_t step, float lr_scale);
 void table_check(EmbeddingTable& t);
 TableRows table_export(EmbeddingTable& t);
 void table_load(EmbeddingTable& t, const TableRows& rows);
@@ -102,7 +102,7 @@ class DispatchShard {
   // vecs: [n, dim] of keys [n] (device), in their order.
   void forward(const int64_t* keys, int64_t n, LookupMode mode, float* vecs);
   // key_grads: [n, dim] for the keys of the last train forward, in their order.
-  void backward(const float* key_grads, int64_t step);
+  void backward(const float* key_grads, int64_t step, float lr_scale);
   EmbeddingTable& table() { return *table_; }
   size_t memory_bytes() const;
 
@@ -128,7 +128,7 @@ class ReplicaShard {
   ReplicaShard(Exchange& ex, const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix);
   EmbeddingTable& table() { return *table_; }
   // key_grads: [n, dim] of keys [n] (this rank's; device). Collective.
-  void update_from_all(const int64_t* keys, const float* key_grads, int64_t n, int64_t step);
+  void update_from_all(const int64_t* keys, const float* key_grads, int64_t n, int64_t step, float lr_scale);
   size_t memory_bytes() const;
 
  private:

@@ -24,10 +24,10 @@ class DispatchTable : public PlacedTable {
     route_pool_bags(dev, in.offsets, vecs, in.bags, dim_, combiner_, out, dev.stream);
   }
 
-  void backward(const float* grad, int64_t step) override {
+  void backward(const float* grad, int64_t step, float lr_scale) override {
     float* key_grads = grow(vecs_, ex_.device(), size_t(in_.nnz) * dim_);
     route_spread_bag_grads(ex_.device(), in_.offsets, grad, in_.bags, dim_, combiner_, key_grads, ex_.device().stream);
-    shard_.backward(key_grads, step);
+    shard_.backward(key_grads, step, lr_scale);
   }
 
   void check_lookups() override { table_check(shard_.table()); }

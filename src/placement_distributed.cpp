@@ -64,7 +64,7 @@ class DistributedTable : public PlacedTable {
     if (combiner_ == Combiner::mean) route_divide_by_lengths(dev, in.offsets, in.bags, dim_, out, dev.stream);
   }
 
-  void backward(const float* grad, int64_t step) override {
+  void backward(const float* grad, int64_t step, float lr_scale) override {
     const Device& dev = ex_.device();
     const int world = ex_.world();
     float* mine = grow(mine_, dev, size_t(max_bags_) * dim_);
@@ -72,7 +72,7 @@ class DistributedTable : public PlacedTable {
     route_scale_bag_grads(dev, in_.offsets, grad, in_.bags, dim_, combiner_, mine, dev.stream);
     float* all = grow(partial_, dev, size_t(global_bags_) * dim_);
     ex_.all_gather_v(mine, all, std::vector<size_t>(size_t(world), size_t(max_bags_) * dim_), DataType::f32);
-    table_update(*table_, owner_offsets_.data(), rows_.data(), global_bags_, n_recv_, all, Combiner::sum, step);
+    table_update(*table_, owner_offsets_.data(), rows_.data(), global_bags_, n_recv_, all, Combiner::sum, step, lr_scale);
   }
 
   void check_lookups() override { table_check(*table_); }

@@ -58,14 +58,14 @@ class HybridTable : public PlacedTable {
     route_pool_bags(dev, in.offsets, vecs, in.bags, dim_, combiner_, out, dev.stream);
   }
 
-  void backward(const float* grad, int64_t step) override {
+  void backward(const float* grad, int64_t step, float lr_scale) override {
     const Device& dev = ex_.device();
     float* key_grads = grow(vecs_, dev, size_t(in_.nnz) * dim_);
     route_spread_bag_grads(dev, in_.offsets, grad, in_.bags, dim_, combiner_, key_grads, dev.stream);
     float* split = grow(split_vecs_, dev, size_t(in_.nnz) * dim_);
     route_gather_rows(dev, key_grads, perm_.data(), in_.nnz, dim_, split, dev.stream);
-    if (!hot_keys_.empty()) update_hot(split, step);
-    cold_.backward(split + size_t(hot_) * dim_, step);
+    if (!hot_keys_.empty()) update_hot(split, step, lr_scale);
+    cold_.backward(split + size_t(hot_) * dim_, step, lr_scale);
   }
 
   void check_lookups() override {
@@ -94,7 +94,7 @@ class HybridTable : public PlacedTable {
 
  private:
   // hot_grads: [hot_, dim], the gradients of this rank's hot keys (split_keys_[0, hot_)) in their order.
-  void update_hot(const float* hot_grads, int64_t step) {
+  void update_hot(const float* hot_grads, int64_t step, float lr_scale) {
     const Device& dev = ex_.device();
     const int64_t H = int64_t(hot_keys_.size());
     // this rank's sum per hot key, in key order: bucket by position in the hot set, pool each bucket
@@ -128,7 +128,7 @@ class HybridTable : public PlacedTable {
     table_lookup_keys(*hot_table_, keys, touched, LookupMode::train, unused, rows);
     int64_t* iota = grow(hot_iota_, dev, touched + 1);
     route_iota(dev, touched + 1, iota, dev.stream);
-    table_update(*hot_table_, iota, rows, touched, touched, grads, Combiner::sum, step);
+    table_update(*hot_table_, iota, rows, touched, touched, grads, Combiner::sum, step, lr_scale);
   }
 
   static TableRows concat(TableRows a, const TableRows& b) {

@@ -47,11 +47,11 @@ class LocalizedTable : public PlacedTable {
     ex_.all_to_all_v(pooled, times_dim(recv_bags_), out, times_dim(send_bags_), DataType::f32);
   }
 
-  void backward(const float* grad, int64_t step) override {
+  void backward(const float* grad, int64_t step, float lr_scale) override {
     const Device& dev = ex_.device();
     float* all_grads = grow(pooled_, dev, size_t(all_bags_) * dim_);
     ex_.all_to_all_v(grad, times_dim(send_bags_), all_grads, times_dim(recv_bags_), DataType::f32);
-    if (table_) table_update(*table_, offsets_.data(), rows_.data(), all_bags_, all_keys_, all_grads, combiner_, step);
+    if (table_) table_update(*table_, offsets_.data(), rows_.data(), all_bags_, all_keys_, all_grads, combiner_, step, lr_scale);
   }
 
   void check_lookups() override {

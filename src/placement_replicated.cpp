@@ -19,10 +19,10 @@ class ReplicatedTable : public PlacedTable {
     table_lookup_pooled(replica_.table(), in.offsets, in.keys, in.bags, combiner_, mode, out, nullptr);
   }
 
-  void backward(const float* grad, int64_t step) override {
+  void backward(const float* grad, int64_t step, float lr_scale) override {
     float* key_grads = grow(key_grads_, ex_.device(), size_t(in_.nnz) * dim_);
     route_spread_bag_grads(ex_.device(), in_.offsets, grad, in_.bags, dim_, combiner_, key_grads, ex_.device().stream);
-    replica_.update_from_all(in_.keys, key_grads, in_.nnz, step);
+    replica_.update_from_all(in_.keys, key_grads, in_.nnz, step, lr_scale);
   }
 
   void check_lookups() override { table_check(replica_.table()); }

@@ -26,6 +26,8 @@ void check_collection_config(const CollectionConfig& cfg) {
     SPARTA_REQUIRE(names.insert(t.name).second, "embedding collection: two tables named '%s'", n);
     SPARTA_REQUIRE(t.rows >= 1, "table '%s': rows must be >= 1, found %lld", n, (long long)t.rows);
     SPARTA_REQUIRE(t.dim >= 1 && t.dim <= 256, "table '%s': dim must be in 1..256, found %d", n, t.dim);
+    SPARTA_REQUIRE(t.key_bound >= 0, "table '%s': key_bound must be >= 0 (0: unbounded), found %lld", n,
+                   (long long)t.key_bound);
     SPARTA_REQUIRE(t.hot_rows >= 0, "table '%s': hot_rows must be >= 0, found %lld", n, (long long)t.hot_rows);
     SPARTA_REQUIRE(!t.slots.empty(), "table '%s': serves no slot", n);
     for (int s : t.slots) {

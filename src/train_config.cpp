@@ -20,6 +20,10 @@ float learning_rate(const LrSchedule& s, int64_t step) {
   return float(lr);
 }
 
+float learning_rate_factor(const LrSchedule& s, int64_t step) {
+  return s.lr > 0 ? float(double(learning_rate(s, step)) / double(s.lr)) : 1.0f;
+}
+
 std::vector<int> parse_widths(const std::string& option, const std::string& text) {
   std::vector<int> out;
   std::stringstream ss(text);

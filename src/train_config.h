@@ -31,6 +31,9 @@ struct LrSchedule {
   float end_lr = 0.f;
 };
 float learning_rate(const LrSchedule& s, int64_t step);
+// learning_rate(s, step) / s.lr: the schedule's factor, which the embedding tables' learning rates follow
+// (1 when s.lr is 0).
+float learning_rate_factor(const LrSchedule& s, int64_t step);
 
 // sparta-train --benchmark (src/train_benchmark.h): synthetic batches in memory, timed steps.
 struct BenchmarkOptions {

@@ -208,6 +208,7 @@ void Trainer::build_collection(const Batch& b, int64_t global_batch) {
       CollectionTableConfig t;
       t.name = "table" + std::to_string(s);
       t.rows = cfg_.rows > 0 ? cfg_.rows : schema_.cardinality[s];
+      t.key_bound = schema_.cardinality[s];  // keys in [0, cardinality); 0: unbounded
       t.dim = m.embedding_dim;
       t.combiner = parse_combiner(cfg_.combiner);
       t.optimizer = cfg_.sparse;
@@ -343,7 +344,7 @@ void Trainer::train_step(const Batch& b, int64_t step, float* loss_slot) {
   model_->loss(labels_.data(), train_->global_batch_size(b.index), loss_slot);
   model_->backward(params_.data(), grads_.data(), demb_.data(),
                    [this](size_t offset, size_t count) { reduce_bucket(offset, count); });
-  collection_->backward(demb_.data(), step);
+  collection_->backward(demb_.data(), step, learning_rate_factor(cfg_.schedule, step));
 #if SPARTA_CUDA
   if (grad_stream_ && world_ > 1) {
     cudaEvent_t e = static_cast<cudaEvent_t>(grad_event_);
@@ -375,7 +376,7 @@ Trainer::StepTimes Trainer::timed_step(const Batch& b, int64_t global_batch) {
   st.dense_ms = ms_since(t);
   if (world_ > 1) comm_->all_reduce(grads_.data(), grads_.data(), grads_.size(), DataType::f32, dev_.stream);
   st.comm_ms = ms_since(t);
-  collection_->backward(demb_.data(), s);
+  collection_->backward(demb_.data(), s, learning_rate_factor(cfg_.schedule, s));
   st.embedding_ms += ms_since(t);
   dense_optimizer_update(dev_, cfg_.dense, s, learning_rate(cfg_.schedule, s), params_.data(), grads_.data(),
                          state_.data(), params_.size());

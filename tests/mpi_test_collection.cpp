@@ -82,6 +82,7 @@ struct TableDef {
   OptimizerKind opt;
   std::vector<int> slots;
   size_t pool;  // distinct keys drawn
+  int64_t key_bound = 0;  // keys drawn in [0, key_bound); 0: any 64-bit key
 };
 const std::vector<TableDef> kTables = {
     {"user", 1000, 8, Combiner::sum, OptimizerKind::sgd, {0}, 300},
@@ -92,12 +93,13 @@ const std::vector<TableDef> kTables = {
 };
 constexpr int kSlots = 6;
 
-CollectionConfig make_config(uint64_t seed, const std::vector<std::string>& placements) {
+CollectionConfig make_config(uint64_t seed, const std::vector<std::string>& placements,
+                             const std::vector<TableDef>& defs = kTables, int slots = kSlots) {
   CollectionConfig c;
-  c.num_slots = kSlots;
+  c.num_slots = slots;
   c.seed = seed;
-  for (size_t i = 0; i < kTables.size(); ++i) {
-    const TableDef& d = kTables[i];
+  for (size_t i = 0; i < defs.size(); ++i) {
+    const TableDef& d = defs[i];
     CollectionTableConfig t;
     t.name = d.name;
     t.rows = d.rows;
@@ -111,6 +113,7 @@ CollectionConfig make_config(uint64_t seed, const std::vector<std::string>& plac
     t.placement = placements[i % placements.size()];
     t.hot_rows = 6;
     t.init_scale = 0.5f;
+    t.key_bound = d.key_bound;
     c.tables.push_back(t);
   }
   return c;
@@ -119,36 +122,42 @@ CollectionConfig make_config(uint64_t seed, const std::vector<std::string>& plac
 // The global batch: CSR over rows sample * kSlots + slot.
 struct Batch {
   int64_t samples = 0;
+  int slots = kSlots;
   std::vector<int64_t> offsets, keys;
 };
 
 // Key pools per table, the same on every rank (drawn from a seed rank 0 picked).
 struct Data {
   std::mt19937_64 g;
+  std::vector<TableDef> defs;
+  int num_slots;
   std::vector<std::vector<int64_t>> pools;
-  explicit Data(uint64_t seed) : g(seed) {
-    for (const TableDef& d : kTables) {
+  explicit Data(uint64_t seed, const std::vector<TableDef>& tables = kTables, int slots = kSlots)
+      : g(seed), defs(tables), num_slots(slots) {
+    for (const TableDef& d : defs) {
       std::vector<int64_t> pool;
       while (pool.size() < d.pool) {
         int64_t k = static_cast<int64_t>(g());
+        if (d.key_bound > 0) k = static_cast<int64_t>(uint64_t(k) % uint64_t(d.key_bound));
         if (std::find(pool.begin(), pool.end(), k) == pool.end()) pool.push_back(k);
       }
       pools.push_back(pool);
     }
   }
   int table_of(int slot) const {
-    for (size_t t = 0; t < kTables.size(); ++t)
-      for (int s : kTables[t].slots)
+    for (size_t t = 0; t < defs.size(); ++t)
+      for (int s : defs[t].slots)
         if (s == slot) return int(t);
     return -1;
   }
   Batch next(int64_t samples) {
     Batch b;
     b.samples = samples;
+    b.slots = num_slots;
     b.offsets.push_back(0);
     std::uniform_int_distribution<int> len(0, 3);
     for (int64_t s = 0; s < samples; ++s)
-      for (int slot = 0; slot < kSlots; ++slot) {
+      for (int slot = 0; slot < num_slots; ++slot) {
         if (s % 7 != 3) {
           const std::vector<int64_t>& pool = pools[size_t(table_of(slot))];
           if (slot == 0) b.keys.push_back(pool[0]);  // the hot key
@@ -294,7 +303,7 @@ struct LocalBatch {
   Buffer<int64_t> offsets, keys;
   LocalBatch(const Device& dev, const Batch& b, const Slice& s) {
     count = s.count;
-    const int64_t r0 = s.first * kSlots, r1 = (s.first + s.count) * kSlots;
+    const int64_t r0 = s.first * b.slots, r1 = (s.first + s.count) * b.slots;
     std::vector<int64_t> off(b.offsets.begin() + r0, b.offsets.begin() + r1 + 1);
     const int64_t base = off[0];
     for (int64_t& o : off) o -= base;
@@ -403,7 +412,7 @@ Plan plan_for(const CollectionConfig& cfg, const World& w, Data& data) {
   // key statistics from a sample batch (the hybrid tables' hot set), then the plan
   Batch sample = data.next(8 * w.size);
   Slice s = slice_of(sample.samples, w.rank, w.size);
-  const int64_t r0 = s.first * kSlots, r1 = (s.first + s.count) * kSlots;
+  const int64_t r0 = s.first * sample.slots, r1 = (s.first + s.count) * sample.slots;
   std::vector<int64_t> off(sample.offsets.begin() + r0, sample.offsets.begin() + r1 + 1);
   const int64_t base = off[0];
   for (int64_t& o : off) o -= base;
@@ -417,11 +426,12 @@ Plan plan_for(const CollectionConfig& cfg, const World& w, Data& data) {
 
 // Every placement alone, and all five in one collection: forward, tables after several steps, and an eval pass.
 void check_placements(Backend backend, const std::vector<std::string>& placements, CommMode mode,
-                      int ranks_per_node = 0) {
+                      int ranks_per_node = 0, const std::vector<TableDef>& defs = kTables, int slots = kSlots,
+                      int groups = 0) {
   const uint64_t seed = shared_seed();
   World w(backend, testing::world_size(), mode, ranks_per_node);
-  CollectionConfig cfg = make_config(seed, placements);
-  Data data(seed ^ 0x5eed);
+  CollectionConfig cfg = make_config(seed, placements, defs, slots);
+  Data data(seed ^ 0x5eed, defs, slots);
   Plan plan = plan_for(cfg, w, data);
   for (size_t t = 0; t < cfg.tables.size(); ++t) {
     std::string p = cfg.tables[t].placement;
@@ -430,11 +440,12 @@ void check_placements(Backend backend, const std::vector<std::string>& placement
   }
   if (w.rank == 0) BOOST_TEST_MESSAGE(format_plan(cfg, plan));
   EmbeddingCollection coll(w.comm, w.communicator.get(), w.dev, cfg, plan);
-  // what the planner estimated is what the shards allocate
+  BOOST_CHECK_EQUAL(coll.groups(), groups > 0 ? groups : int(cfg.tables.size()));
+  // what the planner estimated is what the shards allocate (tables alone: a group's shards are sized for it)
   size_t planned = 0;
   for (const TablePlan& t : plan.tables)
     planned += t.placement != Placement::localized || t.owner == w.rank ? t.memory_bytes : 0;
-  BOOST_CHECK_EQUAL(coll.memory_bytes(), planned);
+  if (coll.groups() == int(cfg.tables.size())) BOOST_CHECK_EQUAL(coll.memory_bytes(), planned);
   if (plan.tables[0].placement == Placement::hybrid)  // the key in every sample is among the hot ones
     BOOST_CHECK(std::binary_search(plan.tables[0].hot_keys.begin(), plan.tables[0].hot_keys.end(), data.pools[0][0]));
   Reference ref(cfg);
@@ -492,12 +503,13 @@ std::vector<std::string> plan_b(int world) {
   return {"distributed", "localized:" + std::to_string(world - 1), "replicated", "hybrid", "dispatch"};
 }
 
-void check_checkpoint(Backend backend) {
+void check_checkpoint_of(Backend backend, const std::vector<std::string>& plan_a,
+                         const std::vector<TableDef>& defs, int slots,
+                         const std::function<std::vector<std::string>(int)>& plan_b_of) {
   const uint64_t seed = shared_seed();
   testing::SharedTempPath root("mpi_collection", "ckpt");
-  const std::vector<std::string> plan_a = {"hybrid", "dispatch", "localized:0", "replicated", "distributed"};
-  CollectionConfig cfg_a = make_config(seed, plan_a);
-  Data data(seed ^ 0xC4EC);
+  CollectionConfig cfg_a = make_config(seed, plan_a, defs, slots);
+  Data data(seed ^ 0xC4EC, defs, slots);
   Reference ref(cfg_a);
   std::string written_plan;
   {
@@ -516,7 +528,7 @@ void check_checkpoint(Backend backend) {
     Reference r = ref;
     World w(backend, ranks);
     if (w.in()) {
-      CollectionConfig cfg_b = make_config(seed, plan_b(ranks));
+      CollectionConfig cfg_b = make_config(seed, plan_b_of(ranks), defs, slots);
       Data sample = d;
       Plan plan = plan_for(cfg_b, w, sample);
       EmbeddingCollection coll(w.comm, w.communicator.get(), w.dev, cfg_b, plan);
@@ -532,6 +544,10 @@ void check_checkpoint(Backend backend) {
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }
+}
+void check_checkpoint(Backend backend) {
+  check_checkpoint_of(backend, {"hybrid", "dispatch", "localized:0", "replicated", "distributed"}, kTables, kSlots,
+                      plan_b);
 }
 SPARTA_MPI_BACKEND_CASES(checkpoint_reshards_to_other_world_sizes_and_plans, check_checkpoint)
 
@@ -583,6 +599,156 @@ void check_errors(Backend backend) {
   BOOST_TEST_MESSAGE("bad offsets, as reported: " << e);
 }
 SPARTA_MPI_BACKEND_CASES(errors_are_thrown_on_every_rank, check_errors)
+
+
+// ---------------------------------------------------------------------------------------------------------
+// Placement groups: tables with bounded keys and the same settings and placement share one physical table
+// (tagged keys). Six tables, seven slots: a and b (b serves two slots) group; c has unbounded keys (alone); d
+// and e (another dim, mean) group; f (adagrad) is alone, tagged. The model equals the reference all the same.
+
+const std::vector<TableDef> kGrouped = {
+    {"a", 300, 4, Combiner::sum, OptimizerKind::sgd, {0}, 120, 1000},
+    {"b", 200, 4, Combiner::sum, OptimizerKind::sgd, {1, 5}, 100, 500},  // one table, two slots
+    {"c", 100, 4, Combiner::sum, OptimizerKind::sgd, {2}, 60, 0},        // unbounded: a group of its own
+    {"d", 150, 8, Combiner::mean, OptimizerKind::sgd, {3}, 80, int64_t(1) << 56},
+    {"e", 150, 8, Combiner::mean, OptimizerKind::sgd, {4}, 80, 300},
+    {"f", 200, 4, Combiner::sum, OptimizerKind::adagrad, {6}, 90, 400},
+};
+constexpr int kGroupedSlots = 7;
+
+void grouped_same_placement(Backend b) {
+  const std::string owner = "localized:" + std::to_string(testing::world_size() - 1);
+  for (const std::string& p : {std::string("dispatch"), std::string("replicated"), std::string("hybrid"),
+                               std::string("distributed"), owner})
+    check_placements(b, {p}, CommMode::mpi, 0, kGrouped, kGroupedSlots, 4);
+}
+void grouped_mixed(Backend b) {
+  // a and b group (hybrid), d and e (distributed); c and f alone
+  check_placements(b, {"hybrid", "hybrid", "dispatch", "distributed", "distributed", "replicated"}, CommMode::mpi, 0,
+                   kGrouped, kGroupedSlots, 4);
+  // different placements: no two tables group
+  check_placements(b, {"dispatch", "replicated", "dispatch", "hybrid", "distributed", "replicated"}, CommMode::mpi, 0,
+                   kGrouped, kGroupedSlots, 6);
+}
+// One group of every slot in order: the batch's offsets and the output are the group's own (no cut).
+void grouped_all_slots(Backend b) {
+  const std::vector<TableDef> defs = {{"x", 300, 4, Combiner::sum, OptimizerKind::sgd, {0}, 120, 1000},
+                                      {"y", 300, 4, Combiner::sum, OptimizerKind::sgd, {1, 2}, 120, 1000}};
+  check_placements(b, {"dispatch"}, CommMode::mpi, 0, defs, 3, 1);
+  check_placements(b, {"hybrid"}, CommMode::mpi, 0, defs, 3, 1);
+}
+SPARTA_MPI_BACKEND_CASES(grouped_tables_match_reference, grouped_same_placement)
+SPARTA_MPI_BACKEND_CASES(grouped_mixed_placements_match_reference, grouped_mixed)
+SPARTA_MPI_BACKEND_CASES(one_group_of_all_slots_matches_reference, grouped_all_slots)
+
+// Saved grouped, loaded on 1..world ranks grouped otherwise (and ungrouped where placements differ).
+void grouped_checkpoint(Backend b) {
+  check_checkpoint_of(b, {"dispatch"}, kGrouped, kGroupedSlots, [](int ranks) {
+    return std::vector<std::string>{"replicated", "hybrid", "distributed", "localized:" + std::to_string(ranks - 1),
+                                    "dispatch", "hybrid"};
+  });
+  check_checkpoint_of(b, {"hybrid", "replicated", "dispatch", "distributed", "localized:0", "dispatch"}, kGrouped,
+                      kGroupedSlots, [](int) { return std::vector<std::string>{"distributed"}; });
+}
+SPARTA_MPI_BACKEND_CASES(grouped_checkpoint_reshards, grouped_checkpoint)
+
+// A key outside its table's key_bound (on the last rank only) is an error on every rank, naming table and key.
+void key_outside_bound(Backend backend) {
+  World w(backend, testing::world_size());
+  CollectionConfig cfg;
+  cfg.num_slots = 2;
+  CollectionTableConfig t0;
+  t0.name = "first";
+  t0.rows = 100;
+  t0.dim = 4;
+  t0.slots = {0};
+  t0.placement = "dispatch";
+  t0.key_bound = 10;
+  CollectionTableConfig t1 = t0;
+  t1.name = "second";
+  t1.slots = {1};
+  cfg.tables = {t0, t1};
+  PlannerOptions po;
+  po.world = w.size;
+  Plan plan = make_plan(cfg, po, {});
+  EmbeddingCollection coll(w.comm, w.communicator.get(), w.dev, cfg, plan);
+  BOOST_CHECK_EQUAL(coll.groups(), 1);
+  const bool last = w.rank == w.size - 1;
+  for (int64_t bad : {int64_t(10), int64_t(-3), int64_t(1) << 56}) {
+    for (LookupMode mode : {LookupMode::train, LookupMode::eval}) {
+      std::vector<int64_t> off{0, 1, 3, 4, 5};
+      std::vector<int64_t> keys{1, 2, last ? bad : 9, 0, 3};
+      Buffer<int64_t> o(w.dev, off), k(w.dev, keys);
+      Buffer<float> out(w.dev, size_t(2 * coll.output_width()));
+      std::string e = error_of([&] { coll.forward(o.data(), k.data(), 2, out.data(), mode); });
+      BOOST_CHECK_MESSAGE(e.find("table 'second'") != std::string::npos &&
+                              e.find("key " + std::to_string(bad)) != std::string::npos &&
+                              e.find("[0, 10)") != std::string::npos &&
+                              e.find("rank " + std::to_string(w.size - 1)) != std::string::npos,
+                          "rank " << w.rank << ": " << e);
+    }
+  }
+  // keys within their bounds go through
+  std::vector<int64_t> off{0, 1, 2}, keys{9, 0};
+  Buffer<int64_t> o(w.dev, off), k(w.dev, keys);
+  Buffer<float> out(w.dev, size_t(coll.output_width()));
+  BOOST_CHECK_EQUAL(error_of([&] { coll.forward(o.data(), k.data(), 1, out.data()); }), "");
+}
+SPARTA_MPI_BACKEND_CASES(key_outside_its_bound_is_an_error_on_every_rank, key_outside_bound)
+
+// The learning-rate factor: 0 leaves the tables as the forward made them; 0.5 equals a table of half the lr.
+void lr_scale_applies(Backend backend) {
+  const uint64_t seed = shared_seed();
+  World w(backend, testing::world_size());
+  std::vector<TableDef> defs;
+  for (TableDef d : kTables)
+    if (d.opt == OptimizerKind::sgd) defs.push_back(d);
+  std::vector<TableDef> grouped;  // grouped too: a, b and d, e
+  for (TableDef d : kGrouped)
+    if (d.opt == OptimizerKind::sgd) grouped.push_back(d);
+  for (const std::vector<TableDef>& ds : {defs, grouped}) {
+    // the sgd tables, their slots renumbered densely
+    std::vector<TableDef> used = ds;
+    int slots = 0;
+    for (TableDef& d : used)
+      for (int& s : d.slots) s = slots++;
+    CollectionConfig cfg = make_config(seed, {"dispatch", "replicated", "hybrid"}, used, slots);
+    CollectionConfig half = cfg;
+    for (CollectionTableConfig& t : half.tables) t.optimizer.lr = t.optimizer.lr * 0.5f;
+    Data data(seed ^ 0x1a, used, slots);
+    Data sample = data;
+    Plan plan = plan_for(cfg, w, sample);
+    EmbeddingCollection zero(w.comm, w.communicator.get(), w.dev, cfg, plan);
+    EmbeddingCollection scaled(w.comm, w.communicator.get(), w.dev, cfg, plan);
+    EmbeddingCollection halved(w.comm, w.communicator.get(), w.dev, half, plan);
+    Reference ref(cfg);
+    for (int step = 1; step <= 3; ++step) {
+      Batch b = data.next(3 * w.size + 1);
+      Slice s = slice_of(b.samples, w.rank, w.size);
+      LocalBatch lb(w.dev, b, s);
+      const int64_t width = zero.output_width();
+      Buffer<float> out(w.dev, size_t(std::max<int64_t>(1, s.count * width)));
+      std::vector<float> grad(size_t(b.samples * width));  // the global batch's: every rank draws alike
+      for (float& x : grad) x = std::uniform_real_distribution<float>(-1, 1)(data.g);
+      std::vector<float> mine(grad.begin() + s.first * width, grad.begin() + (s.first + s.count) * width);
+      if (mine.empty()) mine.push_back(0.f);
+      Buffer<float> g(w.dev, mine);
+      ref.forward(b, true);  // inserts the rows; no update
+      for (auto [c, scale] : {std::pair<EmbeddingCollection*, float>{&zero, 0.f}, {&scaled, 0.5f}, {&halved, 1.f}}) {
+        c->forward(lb.offsets.data(), lb.keys.data(), s.count, out.data());
+        c->backward(g.data(), step, scale);
+      }
+    }
+    compare_tables(zero, ref, w.comm, "lr_scale 0");
+    for (size_t t = 0; t < cfg.tables.size(); ++t) {
+      TableRows a = scaled.held_rows(int(t)), h = halved.held_rows(int(t)), z = zero.held_rows(int(t));
+      BOOST_CHECK(a.keys == h.keys);
+      BOOST_CHECK_MESSAGE(a.values == h.values, "table " << cfg.tables[t].name << ": lr_scale 0.5 != half the lr");
+      BOOST_CHECK_MESSAGE(a.values != z.values || a.values.empty(), "table " << cfg.tables[t].name << " never moved");
+    }
+  }
+}
+SPARTA_MPI_BACKEND_CASES(lr_scale_scales_every_tables_learning_rate, lr_scale_applies)
 
 // count_keys merges every rank's counts: the same statistics as counting the global sample by hand.
 BOOST_AUTO_TEST_CASE(key_statistics_merge_every_rank) {

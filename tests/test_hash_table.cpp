@@ -421,6 +421,34 @@ void initial_values(Backend b) {
   BOOST_CHECK_CLOSE(sum_sq / n, 0.0625 / 3, 5.0);
 }
 
+// Tagged keys (several tables in one hash table): a tagged key's row gets the bits of the untagged key's row of
+// its own table, whatever the KeyInit's table_id; keys of different tables differ.
+void tagged_initial_values(Backend b) {
+  std::vector<int64_t> plain = power_law_keys(600, 500, 0.5, false);
+  for (int64_t& k : plain) k = int64_t(uint64_t(k) & kKeyTagMask);
+  plain.push_back(int64_t(kKeyTagMask));  // the largest taggable key
+  const int tables[] = {0, 5, 126};
+  KeyInit tagged{testing::seed(), 99, 0.5f, true};
+  std::vector<int64_t> keys;
+  for (int t : tables)
+    for (int64_t k : plain) keys.push_back(tag_key(t, k));
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  auto got = inserted_values(b, keys, tagged, true);
+  size_t wrong = 0, same_across = 0;
+  for (int t : tables) {
+    KeyInit untagged{tagged.seed, uint32_t(t), tagged.scale};
+    auto want = inserted_values(b, plain, untagged, false);
+    for (const auto& [key, v] : want) {
+      wrong += got.at(tag_key(t, key)) != v;
+      if (t != 0) same_across += got.at(tag_key(0, key)) == v;
+    }
+  }
+  BOOST_CHECK_EQUAL(wrong, 0u);
+  BOOST_CHECK_EQUAL(same_across, 0u);
+  BOOST_CHECK_EQUAL(tag_key(3, 7), (int64_t(3) << 56) | 7);
+}
+
 }  // namespace
 
 SPARTA_BACKEND_CASES(get_insert_find_contains_match_a_map, insert_find_contains_cases)
@@ -430,6 +458,7 @@ SPARTA_BACKEND_CASES(nearly_full_table_finds_every_key, nearly_full_table)
 SPARTA_BACKEND_CASES(export_load_round_trip, export_load)
 SPARTA_BACKEND_CASES(marker_key_is_a_key_like_any_other, marker_key)
 SPARTA_BACKEND_CASES(initial_values_follow_the_documented_formula, initial_values)
+SPARTA_BACKEND_CASES(tagged_keys_get_their_tables_initial_values, tagged_initial_values)
 
 // The cpu and cuda backends write the same bits for every key.
 BOOST_AUTO_TEST_CASE(initial_values_same_bits_on_cpu_and_cuda, *testing::needs_gpu()) {

@@ -298,4 +298,76 @@ void check_slots(Backend backend) {
 }
 SPARTA_BACKEND_CASES(select_put_take_slots, check_slots)
 
+// Tagged selection: keys of slot slots[j] tagged with tags[j]; the first key outside its slot's bound is reported
+// by its index in the batch's keys (and only lowers the value it finds). The offsets check finds the first bad row.
+void check_tagged_slots_and_offsets(Backend backend) {
+  Device dev = backend == Backend::cuda ? open_device(Backend::cuda, 0) : Device();
+  const int S = 4;
+  for (int64_t batch : {int64_t(1), int64_t(40)}) {
+    std::vector<int64_t> off = random_offsets(batch * S, 3);
+    std::vector<int64_t> bounds{50, 1000, int64_t(1) << 56};  // per table slot
+    std::vector<int32_t> slots{2, 0, 3}, tags{7, 0, 126};
+    const int ts = 3;
+    std::vector<int64_t> keys(size_t(off.back()));
+    for (int64_t r = 0; r < batch * S; ++r) {
+      const int slot = int(r % S);
+      const int64_t bound = slot == 2 ? 50 : slot == 0 ? 1000 : slot == 3 ? (int64_t(1) << 56) : 5;
+      for (int64_t i = off[size_t(r)]; i < off[size_t(r) + 1]; ++i)
+        keys[size_t(i)] = testing::random_ints(1, 0, bound - 1)[0];
+    }
+    for (bool plant : {false, true}) {
+      std::vector<int64_t> k = keys;
+      int64_t want_bad = INT64_MAX;
+      if (plant) {  // two bad keys in slot 2's rows: the first by index is reported
+        std::vector<int64_t> idx;
+        for (int64_t r = 0; r < batch * S; ++r)
+          if (r % S == 2)
+            for (int64_t i = off[size_t(r)]; i < off[size_t(r) + 1]; ++i) idx.push_back(i);
+        if (idx.size() < 2) continue;
+        k[size_t(idx[1])] = 50;
+        k[size_t(idx.back())] = -1;
+        want_bad = idx[1];
+      }
+      Buffer<int64_t> o(dev, off), kb(dev, k), bb(dev, bounds);
+      Buffer<int32_t> sl(dev, slots), tg(dev, tags);
+      auto to = poisoned<int64_t>(dev, size_t(batch * ts) + 1);
+      RouteScratch scratch;
+      route_select_slot_offsets(dev, o.data(), batch, S, sl.data(), ts, to.data(), scratch, dev.stream);
+      std::vector<int64_t> want_keys;
+      for (int64_t s = 0; s < batch; ++s)
+        for (int j = 0; j < ts; ++j) {
+          int64_t r = s * S + slots[size_t(j)];
+          for (int64_t i = off[size_t(r)]; i < off[size_t(r) + 1]; ++i)
+            want_keys.push_back(int64_t((uint64_t(tags[size_t(j)]) << 56) | uint64_t(k[size_t(i)])));
+        }
+      auto tk = poisoned<int64_t>(dev, want_keys.size());
+      Buffer<int64_t> bad(dev, std::vector<int64_t>{123});
+      route_fill_i64(dev, bad.data(), 1, INT64_MAX, dev.stream);
+      route_select_slot_keys_tagged(dev, o.data(), kb.data(), batch, S, sl.data(), ts, to.data(), tg.data(),
+                                    bb.data(), tk.data(), bad.data(), dev.stream);
+      std::vector<int64_t> tkh = tk.download();
+      BOOST_CHECK(std::equal(want_keys.begin(), want_keys.end(), tkh.begin()));
+      BOOST_CHECK_EQUAL(bad.download()[0], want_bad);
+    }
+    // offsets: fine, then a decrease at row r, then offsets[0] != 0
+    Buffer<int64_t> first(dev, std::vector<int64_t>{0});
+    auto check = [&](const std::vector<int64_t>& o) {
+      Buffer<int64_t> ob(dev, o);
+      route_fill_i64(dev, first.data(), 1, INT64_MAX, dev.stream);
+      route_check_offsets(dev, ob.data(), int64_t(o.size()) - 1, first.data(), dev.stream);
+      return first.download()[0];
+    };
+    BOOST_CHECK_EQUAL(check(off), INT64_MAX);
+    std::vector<int64_t> dec = off;
+    const int64_t r = int64_t(dec.size()) / 2 + 1;
+    dec[size_t(r)] = dec[size_t(r) - 1] - 1;
+    if (r + 5 < int64_t(dec.size())) dec[size_t(r + 5)] = -7;  // a later one too
+    BOOST_CHECK_EQUAL(check(dec), r);
+    dec[0] = 1;
+    BOOST_CHECK_EQUAL(check(dec), 0);
+  }
+  if (dev.is_cuda()) close_device(dev);
+}
+SPARTA_BACKEND_CASES(tagged_slot_keys_and_offsets_check, check_tagged_slots_and_offsets)
+
 }  // namespace
