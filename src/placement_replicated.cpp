@@ -16,10 +16,18 @@ class ReplicatedTable : public PlacedTable {
 
   void forward(const TableBatch& in, LookupMode mode, float* out) override {
     in_ = in;
-    table_lookup_pooled(replica_.table(), in.offsets, in.keys, in.bags, combiner_, mode, out, nullptr);
+    // One rank: the rows of the keys are kept for a backward straight from the bags' gradients.
+    int64_t* rows = ex_.world() == 1 ? grow(rows_, ex_.device(), size_t(in.nnz)) : nullptr;
+    table_lookup_pooled(replica_.table(), in.offsets, in.keys, in.bags, combiner_, mode, out, rows);
   }
 
   void backward(const float* grad, int64_t step, float lr_scale) override {
+    if (ex_.world() == 1) {
+      // The only copy: its update is the batch's own (the same sums, in the same key order, as the all-gathered
+      // path below with one rank), without spreading the gradients per key or looking the keys up again.
+      table_update(replica_.table(), in_.offsets, rows_.data(), in_.bags, in_.nnz, grad, combiner_, step, lr_scale);
+      return;
+    }
     float* key_grads = grow(key_grads_, ex_.device(), size_t(in_.nnz) * dim_);
     route_spread_bag_grads(ex_.device(), in_.offsets, grad, in_.bags, dim_, combiner_, key_grads, ex_.device().stream);
     replica_.update_from_all(in_.keys, key_grads, in_.nnz, step, lr_scale);
@@ -43,6 +51,7 @@ class ReplicatedTable : public PlacedTable {
   ReplicaShard replica_;
   TableBatch in_;
   Buffer<float> key_grads_;  // [nnz, dim]
+  Buffer<int64_t> rows_;     // one rank: [nnz] rows of the last forward's keys
 };
 
 }  // namespace
