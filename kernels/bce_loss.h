@@ -18,10 +18,10 @@ namespace sparta {
 // dlogits[i] = (sigmoid(logits[i]) - labels[i]) / mean_over when dlogits != nullptr. i < n.
 // Throws sparta::Error naming the loss unless 0 <= n <= mean_over and mean_over >= 1.
 void bce_with_logits(const Device& dev, const float* logits, const float* labels, float* loss, float* dlogits,
-                     int64_t n, int64_t mean_over);
+                     int64_t n, int64_t mean_over, Stream stream);
 
 // probs[i] = sigmoid(logits[i]), i < n.
-void sigmoid(const Device& dev, const float* logits, float* probs, int64_t n);
+void sigmoid(const Device& dev, const float* logits, float* probs, int64_t n, Stream stream);
 
 void bce_with_logits_cpu(const float* logits, const float* labels, float* loss, float* dlogits, int64_t n,
                          int64_t mean_over);

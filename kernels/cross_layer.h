@@ -30,9 +30,9 @@ namespace sparta {
 // (DCNv2: a the bottom MLP's output, b the pooled embeddings [batch, slots * dim]); split_columns is its
 // backward, da and db from dx0. cuda: two strided device copies each.
 void concat_columns(const Device& dev, const char* layer, int64_t batch, const float* a, int a_cols, const float* b,
-                    int b_cols, float* out);
+                    int b_cols, float* out, Stream stream);
 void split_columns(const Device& dev, const char* layer, int64_t batch, const float* in, float* a, int a_cols,
-                   float* b, int b_cols);
+                   float* b, int b_cols, Stream stream);
 
 // Copies rows x cols floats from src (row pitch src_ld floats) to dst (row pitch dst_ld floats).
 void copy_columns_cpu(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows, int64_t cols);
@@ -44,13 +44,13 @@ void copy_columns_cuda(const float* src, int64_t src_ld, float* dst, int64_t dst
 
 // out = x0 ⊙ z + xl; out16 (bf16 copy of out) when not nullptr.
 void cross_forward_elementwise(const Device& dev, const LinearDims& d, const float* x0, const float* z,
-                               const float* xl, float* out, uint16_t* out16);
+                               const float* xl, float* out, uint16_t* out16, Stream stream);
 
 // dz = g ⊙ x0 (dz16: its bf16 copy when not nullptr); db [D] = Σ_batch dz;
 // dx0 = (accumulate ? dx0 : 0) + g ⊙ z + (identity ? g : 0);  g_copy = g when not nullptr.
 void cross_backward_elementwise(const Device& dev, const LinearDims& d, const float* g, const float* x0,
                                 const float* z, float* dz, uint16_t* dz16, float* db, float* dx0, bool accumulate,
-                                bool identity, float* g_copy);
+                                bool identity, float* g_copy, Stream stream);
 
 struct CrossElementwise {  // the backward step's arguments, for the backends
   const float* g;
@@ -96,10 +96,10 @@ class CrossNet {
 
   // x0 [batch, D] → x_L [batch, D], held by the network until the next forward. x0 must stay unchanged until
   // backward. Throws sparta::Error naming the network when batch is not in [0, max_batch].
-  const float* forward(const float* params, const float* x0, int64_t batch);
+  const float* forward(const float* params, const float* x0, int64_t batch, Stream stream);
 
   // From dxL [batch, D]: grads [param_count] and dx0 [batch, D] are overwritten.
-  void backward(const float* params, const float* dxL, float* grads, float* dx0);
+  void backward(const float* params, const float* dxL, float* grads, float* dx0, Stream stream);
 
   // DCNv2's initialization on the host, deterministic by seed: U and V uniform in ±sqrt(6 / (fan_in +
   // fan_out)) (Glorot), b zero.

@@ -68,7 +68,7 @@ const void* Mlp::gemm_weight(const float* params, int l) const {
   return params + weight_offset(l);
 }
 
-const float* Mlp::forward(const float* params, const float* x, int64_t batch) {
+const float* Mlp::forward(const float* params, const float* x, int64_t batch, Stream stream) {
   SPARTA_REQUIRE(batch >= 0 && batch <= max_batch_, "MLP '%s': batch must be in [0, %lld] (max_batch), found %lld",
                  cfg_.name.c_str(), (long long)max_batch_, (long long)batch);
   batch_ = batch;
@@ -76,20 +76,20 @@ const float* Mlp::forward(const float* params, const float* x, int64_t batch) {
   const bool bf16 = cfg_.precision == GemmType::bf16;
   if (bf16) {
     for (int l = 0; l < layers(); ++l)
-      to_bf16(dev_, params + weight_offset(l), w16_[l].data(), size_t(cfg_.sizes[l]) * cfg_.sizes[l + 1]);
-    to_bf16(dev_, x, acts16_[0].data(), size_t(batch) * in_width());
+      to_bf16(dev_, params + weight_offset(l), w16_[l].data(), size_t(cfg_.sizes[l]) * cfg_.sizes[l + 1], stream);
+    to_bf16(dev_, x, acts16_[0].data(), size_t(batch) * in_width(), stream);
   }
   const int L = layers();
   for (int l = 0; l < L; ++l) {
     const Activation act = l < L - 1 || cfg_.relu_last ? Activation::relu : Activation::none;
     linear_forward(dev_, dims(l), cfg_.precision, act, gemm_input(l), gemm_weight(params, l), params + bias_offset(l),
-                   acts_[l].data());
-    if (bf16 && l + 1 < L) to_bf16(dev_, acts_[l].data(), acts16_[l + 1].data(), size_t(batch) * cfg_.sizes[l + 1]);
+                   acts_[l].data(), stream);
+    if (bf16 && l + 1 < L) to_bf16(dev_, acts_[l].data(), acts16_[l + 1].data(), size_t(batch) * cfg_.sizes[l + 1], stream);
   }
   return acts_[L - 1].data();
 }
 
-void Mlp::backward(const float* params, const float* dy, float* grads, float* dx) {
+void Mlp::backward(const float* params, const float* dy, float* grads, float* dx, Stream stream) {
   SPARTA_REQUIRE(batch_ >= 0, "MLP '%s': backward before any forward", cfg_.name.c_str());
   const bool bf16 = cfg_.precision == GemmType::bf16;
   const int L = layers();
@@ -98,15 +98,15 @@ void Mlp::backward(const float* params, const float* dy, float* grads, float* dx
     const LinearDims d = dims(l);
     const Activation act = l < L - 1 || cfg_.relu_last ? Activation::relu : Activation::none;
     activation_bias_backward(dev_, d, act, acts_[l].data(), g, dpre_.data(), bf16 ? dpre16_.data() : nullptr,
-                             grads + bias_offset(l));
+                             grads + bias_offset(l), stream);
     const void* dpre = bf16 ? static_cast<const void*>(dpre16_.data()) : static_cast<const void*>(dpre_.data());
     const void* w = gemm_weight(params, l);
-    linear_backward_weight(dev_, d, cfg_.precision, dpre, gemm_input(l), grads + weight_offset(l));
+    linear_backward_weight(dev_, d, cfg_.precision, dpre, gemm_input(l), grads + weight_offset(l), stream);
     if (l > 0) {
-      linear_backward_data(dev_, d, cfg_.precision, dpre, w, grad_.data(), false);
+      linear_backward_data(dev_, d, cfg_.precision, dpre, w, grad_.data(), false, stream);
       g = grad_.data();
     } else if (dx) {
-      linear_backward_data(dev_, d, cfg_.precision, dpre, w, dx, false);
+      linear_backward_data(dev_, d, cfg_.precision, dpre, w, dx, false, stream);
     }
   }
 }

@@ -48,11 +48,11 @@ class Mlp {
 
   // x [batch, in_width] → the output [batch, out_width], held by the MLP until the next forward. x must stay
   // unchanged until backward. Throws sparta::Error naming the MLP when batch is not in [0, max_batch].
-  const float* forward(const float* params, const float* x, int64_t batch);
+  const float* forward(const float* params, const float* x, int64_t batch, Stream stream);
 
   // From dy [batch, out_width] (the batch of the last forward): grads [param_count] are overwritten, and
   // dx [batch, in_width] too when dx != nullptr. params must be those of the forward.
-  void backward(const float* params, const float* dy, float* grads, float* dx);
+  void backward(const float* params, const float* dy, float* grads, float* dx, Stream stream);
 
   // DLRM's initialization on the host, deterministic by seed: weights N(0, sqrt(2 / (in + out))), biases
   // N(0, sqrt(1 / out)).

@@ -32,7 +32,7 @@ void dense_optimizer_init_state(const Device& dev, const OptimizerConfig& cfg, f
 // One step on params [n] with grads [n] and state [dense_optimizer_state_size(kind, n)]. lr replaces cfg.lr.
 // Throws sparta::Error for lazy_adam, a step outside [1, 2^31 - 1] or betas outside [0, 1).
 void dense_optimizer_update(const Device& dev, const OptimizerConfig& cfg, int64_t step, float lr, float* params,
-                            const float* grads, float* state, size_t n);
+                            const float* grads, float* state, size_t n, Stream stream);
 
 void dense_optimizer_update_cpu(const OptimizerStep& c, float* params, const float* grads, float* state, size_t n);
 void dense_optimizer_update_cuda(const OptimizerStep& c, float* params, const float* grads, float* state, size_t n,

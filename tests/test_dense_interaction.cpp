@@ -21,8 +21,8 @@ Result run(const Device& dev, const InteractionDims& d, const std::vector<float>
   Buffer<float> b(dev, bottom), e(dev, emb), g(dev, dout);
   Buffer<float> out = dense_test::poisoned(dev, size_t(d.batch) * interaction_dot_width(d.slots, d.dim));
   Buffer<float> db = dense_test::poisoned(dev, bottom.size()), de = dense_test::poisoned(dev, emb.size());
-  interaction_dot_forward(dev, d, b.data(), e.data(), out.data());
-  interaction_dot_backward(dev, d, g.data(), b.data(), e.data(), db.data(), de.data());
+  interaction_dot_forward(dev, d, b.data(), e.data(), out.data(), dev.stream);
+  interaction_dot_backward(dev, d, g.data(), b.data(), e.data(), db.data(), de.data(), dev.stream);
   return {out.download(), db.download(), de.download()};
 }
 
@@ -121,7 +121,7 @@ void too_large_for_shared_memory(Backend be) {
   const InteractionDims d{"huge_interaction", 1, 4000, 256};
   Buffer<float> bottom(dev, 256), emb(dev, size_t(4000) * 256);
   Buffer<float> out(dev, size_t(interaction_dot_width(4000, 256)));
-  BOOST_CHECK_EXCEPTION(interaction_dot_forward(dev, d, bottom.data(), emb.data(), out.data()), Error,
+  BOOST_CHECK_EXCEPTION(interaction_dot_forward(dev, d, bottom.data(), emb.data(), out.data(), dev.stream), Error,
                         (dense_test::Names{"huge_interaction", "shared memory", "expected at most"}));
   close_device(dev);
 }
@@ -144,11 +144,11 @@ BOOST_AUTO_TEST_CASE(cpu_interaction_backward_matches_finite_differences) {
   const std::vector<float> r = testing::random_floats(size_t(d.batch) * width);
   auto loss = [&] {
     std::vector<float> out(size_t(d.batch) * width);
-    interaction_dot_forward(dev, d, bottom.data(), emb.data(), out.data());
+    interaction_dot_forward(dev, d, bottom.data(), emb.data(), out.data(), dev.stream);
     return dense_test::weighted_sum(out, r);
   };
   std::vector<float> db(bottom.size()), de(emb.size());
-  interaction_dot_backward(dev, d, r.data(), bottom.data(), emb.data(), db.data(), de.data());
+  interaction_dot_backward(dev, d, r.data(), bottom.data(), emb.data(), db.data(), de.data(), dev.stream);
   // quadratic in every input: central differences are exact up to rounding
   BOOST_CHECK_EQUAL(dense_test::mismatches(db, dense_test::central_differences(bottom, loss, 1e-2), 1e-3, 1e-3, "dbottom"), 0u);
   BOOST_CHECK_EQUAL(dense_test::mismatches(de, dense_test::central_differences(emb, loss, 1e-2), 1e-3, 1e-3, "demb"), 0u);
@@ -157,12 +157,12 @@ BOOST_AUTO_TEST_CASE(cpu_interaction_backward_matches_finite_differences) {
 BOOST_AUTO_TEST_CASE(bad_interaction_shapes_name_the_layer) {
   Device dev = dense_test::device_for(Backend::cpu);
   std::vector<float> buf(64);
-  auto fwd = [&](InteractionDims d) { interaction_dot_forward(dev, d, buf.data(), buf.data(), buf.data()); };
+  auto fwd = [&](InteractionDims d) { interaction_dot_forward(dev, d, buf.data(), buf.data(), buf.data(), dev.stream); };
   BOOST_CHECK_EXCEPTION(fwd({"dot", 2, 0, 4}), Error, (dense_test::Names{"dot", "slots", "found 0"}));
   BOOST_CHECK_EXCEPTION(fwd({"dot", 2, 3, 0}), Error, (dense_test::Names{"dot", "dim", "found 0"}));
   BOOST_CHECK_EXCEPTION(fwd({"dot", -1, 3, 4}), Error, (dense_test::Names{"dot", "batch", "found -1"}));
   BOOST_CHECK_EXCEPTION(interaction_dot_backward(dev, {"dot_bwd", 1, 5000, 4}, buf.data(), buf.data(), buf.data(),
-                                                 buf.data(), buf.data()),
+                                                 buf.data(), buf.data(), dev.stream),
                         Error, (dense_test::Names{"dot_bwd", "slots", "found 5000"}));
   BOOST_CHECK_EQUAL(interaction_dot_width(26, 128), 128 + 351);  // MLPerf DLRM: 479
 }

@@ -38,25 +38,25 @@ StepOutputs run_steps(const Device& dev, const LinearDims& d, GemmType t, Activa
   Typed xd(dev, t, x), wd(dev, t, w);
   Buffer<float> bd(dev, b), dyd(dev, dy);
   Buffer<float> y = poisoned(dev, size_t(d.batch) * d.out);
-  linear_forward(dev, d, t, act, xd.data(), wd.data(), bd.data(), y.data());
+  linear_forward(dev, d, t, act, xd.data(), wd.data(), bd.data(), y.data(), dev.stream);
   o.y = y.download();
 
   Buffer<float> dpre = poisoned(dev, size_t(d.batch) * d.out), db = poisoned(dev, d.out);
   Buffer<uint16_t> dpre16(dev, t == GemmType::bf16 ? size_t(d.batch) * d.out : 0);
   dpre16.fill_bytes(0xFF);
   activation_bias_backward(dev, d, act, y.data(), dyd.data(), dpre.data(), dpre16.empty() ? nullptr : dpre16.data(),
-                           db.data());
+                           db.data(), dev.stream);
   o.dpre = dpre.download();
   o.db = db.download();
   o.dpre16 = dpre16.download();
   const void* g = t == GemmType::bf16 ? static_cast<const void*>(dpre16.data()) : dpre.data();
 
   Buffer<float> dw = poisoned(dev, size_t(d.out) * d.in), dx = poisoned(dev, size_t(d.batch) * d.in);
-  linear_backward_weight(dev, d, t, g, xd.data(), dw.data());
-  linear_backward_data(dev, d, t, g, wd.data(), dx.data(), false);
+  linear_backward_weight(dev, d, t, g, xd.data(), dw.data(), dev.stream);
+  linear_backward_data(dev, d, t, g, wd.data(), dx.data(), false, dev.stream);
   o.dw = dw.download();
   o.dx = dx.download();
-  linear_backward_data(dev, d, t, g, wd.data(), dx.data(), true);  // dx += the same: twice the product
+  linear_backward_data(dev, d, t, g, wd.data(), dx.data(), true, dev.stream);  // dx += the same: twice the product
   o.dx2 = dx.download();
   return o;
 }
@@ -185,7 +185,7 @@ void bf16_conversion_rounds_to_nearest_even(Backend be) {
   Buffer<float> src(dev, v);
   Buffer<uint16_t> dst(dev, v.size());
   dst.fill_bytes(0xFF);
-  to_bf16(dev, src.data(), dst.data(), v.size());
+  to_bf16(dev, src.data(), dst.data(), v.size(), dev.stream);
   std::vector<uint16_t> got = dst.download();
   BOOST_CHECK_EQUAL(got[0], 0x3f80);
   BOOST_CHECK_EQUAL(got[1], 0x3f82);
@@ -217,7 +217,7 @@ BOOST_AUTO_TEST_CASE(cpu_linear_backward_matches_finite_differences) {
       w = testing::random_floats(size_t(d.out) * d.in);
       b = testing::random_floats(d.out);
       std::vector<float> pre(size_t(d.batch) * d.out);
-      linear_forward(dev, d, GemmType::f32, Activation::none, x.data(), w.data(), b.data(), pre.data());
+      linear_forward(dev, d, GemmType::f32, Activation::none, x.data(), w.data(), b.data(), pre.data(), dev.stream);
       bool clear = true;
       for (float p : pre) clear = clear && std::fabs(p) > 4 * h;
       if (clear || act == Activation::none) break;
@@ -225,14 +225,14 @@ BOOST_AUTO_TEST_CASE(cpu_linear_backward_matches_finite_differences) {
     const std::vector<float> r = testing::random_floats(size_t(d.batch) * d.out);
     auto loss = [&] {
       std::vector<float> y(size_t(d.batch) * d.out);
-      linear_forward(dev, d, GemmType::f32, act, x.data(), w.data(), b.data(), y.data());
+      linear_forward(dev, d, GemmType::f32, act, x.data(), w.data(), b.data(), y.data(), dev.stream);
       return dense_test::weighted_sum(y, r);
     };
     std::vector<float> y(size_t(d.batch) * d.out), dpre(y.size()), db(d.out), dw(w.size()), dx(x.size());
-    linear_forward(dev, d, GemmType::f32, act, x.data(), w.data(), b.data(), y.data());
-    activation_bias_backward(dev, d, act, y.data(), r.data(), dpre.data(), nullptr, db.data());
-    linear_backward_weight(dev, d, GemmType::f32, dpre.data(), x.data(), dw.data());
-    linear_backward_data(dev, d, GemmType::f32, dpre.data(), w.data(), dx.data(), false);
+    linear_forward(dev, d, GemmType::f32, act, x.data(), w.data(), b.data(), y.data(), dev.stream);
+    activation_bias_backward(dev, d, act, y.data(), r.data(), dpre.data(), nullptr, db.data(), dev.stream);
+    linear_backward_weight(dev, d, GemmType::f32, dpre.data(), x.data(), dw.data(), dev.stream);
+    linear_backward_data(dev, d, GemmType::f32, dpre.data(), w.data(), dx.data(), false, dev.stream);
     BOOST_TEST_CONTEXT(activation_name(act)) {
       BOOST_CHECK_EQUAL(dense_test::mismatches(dx, dense_test::central_differences(x, loss, h), 1e-3, 1e-3, "dx"), 0u);
       BOOST_CHECK_EQUAL(dense_test::mismatches(dw, dense_test::central_differences(w, loss, h), 1e-3, 1e-3, "dw"), 0u);
@@ -245,13 +245,13 @@ BOOST_AUTO_TEST_CASE(bad_linear_shapes_name_the_layer) {
   Device dev = dense_test::device_for(Backend::cpu);
   std::vector<float> buf(64, 0.f);
   auto forward = [&](LinearDims d) {
-    linear_forward(dev, d, GemmType::f32, Activation::none, buf.data(), buf.data(), nullptr, buf.data());
+    linear_forward(dev, d, GemmType::f32, Activation::none, buf.data(), buf.data(), nullptr, buf.data(), dev.stream);
   };
   BOOST_CHECK_EXCEPTION(forward({"top_mlp.2", 4, 0, 3}), Error, (dense_test::Names{"top_mlp.2", "in", "found in 0"}));
   BOOST_CHECK_EXCEPTION(forward({"top_mlp.2", 4, 3, -1}), Error, (dense_test::Names{"top_mlp.2", "out -1"}));
   BOOST_CHECK_EXCEPTION(forward({"bottom_mlp.0", -2, 3, 3}), Error, (dense_test::Names{"bottom_mlp.0", "found -2"}));
   BOOST_CHECK_EXCEPTION(forward({"wide", int64_t(1) << 30, 4, 4}), Error, (dense_test::Names{"wide", "at most"}));
   BOOST_CHECK_EXCEPTION(activation_bias_backward(dev, {"act", 1, 1, 0}, Activation::relu, buf.data(), buf.data(),
-                                                 buf.data(), nullptr, nullptr),
+                                                 buf.data(), nullptr, nullptr, dev.stream),
                         Error, (dense_test::Names{"act", "found in 1, out 0"}));
 }
