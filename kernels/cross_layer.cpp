@@ -37,7 +37,7 @@ void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise&
       const float dz = g * a.x0[i];
       float dx0 = a.accumulate ? a.dx0[i] + g * a.z[i] : g * a.z[i];
       if (a.identity) dx0 += g;
-      a.dz[i] = dz;
+      if (a.dz) a.dz[i] = dz;
       if (a.dz16) a.dz16[i] = float_to_bf16(dz);
       a.dx0[i] = dx0;
       if (a.g_copy) a.g_copy[i] = g;
@@ -216,7 +216,8 @@ void CrossNet::backward(const float* params, const float* dxL, float* grads, flo
   for (int l = L - 1; l >= 0; --l) {
     // at l == 0, x_l is x0: its gradient g + dh V_0 goes to dx0 directly; above, to g_ (a copy of g first)
     const bool top = l == L - 1, bottom = l == 0;
-    cross_backward_elementwise(dev_, x_dims(), g, x0_, zs_[l].data(), dz_.data(), bf16 ? dz16_.data() : nullptr,
+    cross_backward_elementwise(dev_, x_dims(), g, x0_, zs_[l].data(), bf16 ? nullptr : dz_.data(),
+                               bf16 ? dz16_.data() : nullptr,
                                grads + b_offset(l), dx0, !top, bottom, top && !bottom ? g_.data() : nullptr, stream);
     const void* dz = bf16 ? static_cast<const void*>(dz16_.data()) : static_cast<const void*>(dz_.data());
     const void* h = bf16 ? static_cast<const void*>(hs16_[l].data()) : static_cast<const void*>(hs_[l].data());

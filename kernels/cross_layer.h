@@ -46,7 +46,7 @@ void copy_columns_cuda(const float* src, int64_t src_ld, float* dst, int64_t dst
 void cross_forward_elementwise(const Device& dev, const LinearDims& d, const float* x0, const float* z,
                                const float* xl, float* out, uint16_t* out16, Stream stream);
 
-// dz = g ⊙ x0 (dz16: its bf16 copy when not nullptr); db [D] = Σ_batch dz;
+// dz = g ⊙ x0 (dz16: its bf16 copy when not nullptr; dz may be nullptr when dz16 is not); db [D] = Σ_batch dz;
 // dx0 = (accumulate ? dx0 : 0) + g ⊙ z + (identity ? g : 0);  g_copy = g when not nullptr.
 void cross_backward_elementwise(const Device& dev, const LinearDims& d, const float* g, const float* x0,
                                 const float* z, float* dz, uint16_t* dz16, float* db, float* dx0, bool accumulate,

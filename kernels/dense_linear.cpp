@@ -74,7 +74,7 @@ void activation_bias_backward_cpu(const LinearDims& d, Activation act, const flo
     for (int c = 0; c < d.out; ++c) {
       const size_t i = size_t(r) * d.out + c;
       const float v = act == Activation::relu && !(y[i] > 0.f) ? 0.f : dy[i];
-      dpre[i] = v;
+      if (dpre) dpre[i] = v;
       if (dpre16) dpre16[i] = float_to_bf16(v);
       if (db) sum[c] += v;
     }
@@ -84,6 +84,11 @@ void activation_bias_backward_cpu(const LinearDims& d, Activation act, const flo
 
 void to_bf16_cpu(const float* src, uint16_t* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+}
+
+void to_bf16_padded_cpu(const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t dst_ld) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < dst_ld; ++c) dst[r * dst_ld + c] = c < cols ? float_to_bf16(src[r * cols + c]) : 0;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -151,6 +156,19 @@ void to_bf16(const Device& dev, const float* src, uint16_t* dst, size_t n, Strea
   to_bf16_cuda(src, dst, n, stream);
 #else
   SPARTA_FATAL("to_bf16 on %s in a CUDA=0 build", dev.name().c_str());
+#endif
+}
+
+void to_bf16_padded(const Device& dev, const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t dst_ld,
+                    Stream stream) {
+  SPARTA_REQUIRE(rows >= 0 && cols >= 1 && dst_ld >= cols,
+                 "to_bf16_padded: expected rows >= 0 and 1 <= cols <= dst_ld, found rows %lld, cols %lld, dst_ld %lld",
+                 (long long)rows, (long long)cols, (long long)dst_ld);
+  if (!dev.is_cuda()) return to_bf16_padded_cpu(src, rows, cols, dst, dst_ld);
+#if SPARTA_CUDA
+  to_bf16_padded_cuda(src, rows, cols, dst, dst_ld, stream);
+#else
+  SPARTA_FATAL("to_bf16_padded on %s in a CUDA=0 build", dev.name().c_str());
 #endif
 }
 

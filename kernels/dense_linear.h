@@ -51,7 +51,8 @@ void linear_forward(const Device& dev, const LinearDims& d, GemmType t, Activati
                     const void* w, const float* b, float* y, Stream stream);
 
 // dpre [batch, out] = dy ⊙ act'(y) (dy itself for none; 0 where y <= 0 for relu), and db [out] = Σ_batch dpre
-// when db != nullptr; dpre16 != nullptr also receives dpre in bf16 for bf16 GEMMs. dpre may be dy (in place).
+// when db != nullptr; dpre16 != nullptr also receives dpre in bf16 for bf16 GEMMs. dpre may be dy (in place), or
+// nullptr when dpre16 is not (bf16 training: only the bf16 copy is read).
 void activation_bias_backward(const Device& dev, const LinearDims& d, Activation act, const float* y,
                               const float* dy, float* dpre, uint16_t* dpre16, float* db, Stream stream);
 
@@ -65,6 +66,12 @@ void linear_backward_data(const Device& dev, const LinearDims& d, GemmType t, co
 
 // dst[i] = bf16(src[i]) rounded to nearest even, i < n.
 void to_bf16(const Device& dev, const float* src, uint16_t* dst, size_t n, Stream stream);
+
+// The rows x cols matrix src (row pitch cols) in bf16 into dst with row pitch dst_ld >= cols, zeros in columns
+// cols .. dst_ld - 1: a GEMM operand whose rows are padded to a multiple of 8 elements (16 bytes), so that
+// cuBLASLt can use its aligned kernels; the zero columns add exactly nothing to the products.
+void to_bf16_padded(const Device& dev, const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t dst_ld,
+                    Stream stream);
 
 // ---------------------------------------------------------------------------------------------------------
 // Backends. The GEMMs in column-major terms (what BLAS and cuBLASLt take): a row-major [r, c] matrix is a
@@ -97,5 +104,8 @@ void activation_bias_backward_cuda(const LinearDims& d, Activation act, const fl
 
 void to_bf16_cpu(const float* src, uint16_t* dst, size_t n);
 void to_bf16_cuda(const float* src, uint16_t* dst, size_t n, Stream stream);
+void to_bf16_padded_cpu(const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t dst_ld);
+void to_bf16_padded_cuda(const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t dst_ld,
+                         Stream stream);
 
 }  // namespace sparta

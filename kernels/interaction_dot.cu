@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(kTiledBlock)
     interaction_forward_tiled_kernel(const float* __restrict__ bottom, const float* __restrict__ emb,
                                      float* __restrict__ out, int64_t batch, int slots, int dim, int64_t width,
                                      int nb, int ld) {
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) float smem[];
   const int n = slots + 1, pairs = n * slots / 2, tiles = nb * (nb + 1) / 2, items = tiles * kKSplit;
   float* t = smem;                                // [4 nb][ld]
   float* part = smem + size_t(4) * nb * ld;       // [items][kPartStride]
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(kTiledBlock)
                                       const float* __restrict__ emb, float* __restrict__ dbottom,
                                       float* __restrict__ demb, int64_t batch, int slots, int dim, int64_t width,
                                       int ni, int ld) {
-  extern __shared__ float smem[];  // 16-byte aligned: ld and ni are multiples of 4
+  extern __shared__ __align__(16) float smem[];  // float4 reads: ld and ni are multiples of 4
   const int n = slots + 1, pairs = n * slots / 2;
   float* t = smem;                      // [n][ld], columns dim .. ld - 1 zero
   float* dzt = smem + size_t(n) * ld;   // [n][ni]: dzt[j][i] = dZ_ij; the diagonal and i >= n zero

@@ -2,6 +2,7 @@
 // double-precision computation in the test, cuda also against the cpu reference; the cpu reference against a
 // hand-computed sample and against central finite differences of its forward; shape errors naming the layer.
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/interaction_dot.h"
@@ -72,7 +73,17 @@ void interaction_matches_reference(Backend be) {
     int64_t batch;
     int slots, dim;
   };
-  const Shape shapes[] = {{1, 1, 1}, {37, 26, 128}, {5, 3, 17}, {0, 4, 8}, {300, 8, 64}, {3, 40, 33}, {2, 26, 16}};
+  // {2, 3, 4000} and {2, 120, 8} exceed the tiled cuda kernels' 48 KiB both ways (the general kernels run),
+  // the others fit (dims that are not multiples of 4 take their scalar loads)
+  const Shape shapes[] = {{1, 1, 1},   {37, 26, 128}, {5, 3, 17}, {0, 4, 8},  {300, 8, 64},
+                          {3, 40, 33}, {2, 26, 16},   {4, 7, 6},  {2, 3, 4000}, {2, 120, 8}};
+  const size_t tiled = 48 * 1024;
+  BOOST_CHECK_LE(interaction_dot_tiled_smem(26, 128, false), tiled);
+  BOOST_CHECK_LE(interaction_dot_tiled_smem(26, 128, true), tiled);
+  for (bool backward : {false, true}) {
+    BOOST_CHECK_GT(interaction_dot_tiled_smem(3, 4000, backward), tiled);
+    BOOST_CHECK_GT(interaction_dot_tiled_smem(120, 8, backward), tiled);
+  }
   for (const Shape& s : shapes) {
     const InteractionDims d{"interaction", s.batch, s.slots, s.dim};
     const std::vector<float> bottom = testing::random_floats(size_t(s.batch) * s.dim);
@@ -126,8 +137,45 @@ void too_large_for_shared_memory(Backend be) {
   close_device(dev);
 }
 
+// Two runs give the same bits, and so do inputs and outputs that are not 16-byte aligned (the kernels' scalar
+// loads and stores instead of float4: the same sums in the same order).
+void deterministic_and_alignment_independent(Backend be) {
+  Device dev = dense_test::device_for(be);
+  for (int dim : {128, 12}) {
+    const InteractionDims d{"interaction", 77, 26, dim};
+    const int64_t width = interaction_dot_width(d.slots, d.dim);
+    const std::vector<float> bottom = testing::random_floats(size_t(d.batch) * d.dim);
+    const std::vector<float> emb = testing::random_floats(size_t(d.batch) * d.slots * d.dim);
+    const std::vector<float> dout = testing::random_floats(size_t(d.batch) * width);
+    Result a = run(dev, d, bottom, emb, dout), b = run(dev, d, bottom, emb, dout);
+    BOOST_CHECK(a.out == b.out);
+    BOOST_CHECK(a.dbottom == b.dbottom);
+    BOOST_CHECK(a.demb == b.demb);
+    // every array one float past a 16-byte boundary
+    auto shifted = [&](const std::vector<float>& v) {
+      std::vector<float> s(v.size() + 1, 0.f);
+      std::copy(v.begin(), v.end(), s.begin() + 1);
+      return Buffer<float>(dev, s);
+    };
+    Buffer<float> bb = shifted(bottom), eb = shifted(emb), gb = shifted(dout);
+    Buffer<float> out = dense_test::poisoned(dev, size_t(d.batch) * width + 1);
+    Buffer<float> db = dense_test::poisoned(dev, bottom.size() + 1), de = dense_test::poisoned(dev, emb.size() + 1);
+    interaction_dot_forward(dev, d, bb.data() + 1, eb.data() + 1, out.data() + 1, dev.stream);
+    interaction_dot_backward(dev, d, gb.data() + 1, bb.data() + 1, eb.data() + 1, db.data() + 1, de.data() + 1,
+                             dev.stream);
+    const std::vector<float> o = out.download(), g0 = db.download(), g1 = de.download();
+    BOOST_TEST_CONTEXT(dev.name() << " dim " << dim) {
+      BOOST_CHECK(std::vector<float>(o.begin() + 1, o.end()) == a.out);
+      BOOST_CHECK(std::vector<float>(g0.begin() + 1, g0.end()) == a.dbottom);
+      BOOST_CHECK(std::vector<float>(g1.begin() + 1, g1.end()) == a.demb);
+    }
+  }
+  close_device(dev);
+}
+
 }  // namespace
 
+SPARTA_BACKEND_CASES(interaction_is_deterministic_and_alignment_independent, deterministic_and_alignment_independent)
 SPARTA_BACKEND_CASES(interaction_matches_a_double_precision_reference, interaction_matches_reference)
 SPARTA_BACKEND_CASES(interaction_matches_a_hand_computed_sample, hand_computed_sample)
 

@@ -196,8 +196,79 @@ void bf16_conversion_rounds_to_nearest_even(Backend be) {
   close_device(dev);
 }
 
+// The activation + bias gradient over many rows (the column sum's chunks and its unrolled loop, with a row
+// remainder) and column counts that are not powers of two: dpre, dpre16 and db against the formulas in double,
+// dpre == nullptr with dpre16 (what bf16 training passes), and two runs giving the same bits.
+void column_sums_over_many_rows(Backend be) {
+  Device dev = dense_test::device_for(be);
+  struct Shape {
+    int64_t rows;
+    int cols;
+  };
+  for (const Shape s : {Shape{70001, 1}, Shape{20003, 3}, Shape{9000, 33}, Shape{4099, 1000}, Shape{5, 1024}}) {
+    const LinearDims d{"colsum", s.rows, s.cols, s.cols};
+    const size_t n = size_t(s.rows) * s.cols;
+    const std::vector<float> y = testing::random_floats(n), dy = testing::random_floats(n);
+    Buffer<float> yd(dev, y), dyd(dev, dy);
+    std::vector<double> want(s.cols, 0.0);
+    for (size_t i = 0; i < n; ++i) want[i % s.cols] += y[i] > 0.f ? dy[i] : 0.0;
+    BOOST_TEST_CONTEXT(dev.name() << " rows " << s.rows << " cols " << s.cols) {
+      std::vector<float> first;
+      for (int run = 0; run < 2; ++run) {
+        Buffer<float> dpre = dense_test::poisoned(dev, n), db = dense_test::poisoned(dev, size_t(s.cols));
+        Buffer<uint16_t> dpre16(dev, n);
+        dpre16.fill_bytes(0xFF);
+        activation_bias_backward(dev, d, Activation::relu, yd.data(), dyd.data(), run == 0 ? dpre.data() : nullptr,
+                                 dpre16.data(), db.data(), dev.stream);
+        const std::vector<float> got_db = db.download();
+        const std::vector<uint16_t> got16 = dpre16.download();
+        size_t bad = 0;
+        for (size_t i = 0; i < n; ++i) bad += got16[i] != float_to_bf16(y[i] > 0.f ? dy[i] : 0.f);
+        BOOST_CHECK_EQUAL(bad, 0u);
+        if (run == 0) {
+          const std::vector<float> got = dpre.download();
+          bad = 0;
+          for (size_t i = 0; i < n; ++i) bad += got[i] != (y[i] > 0.f ? dy[i] : 0.f);
+          BOOST_CHECK_EQUAL(bad, 0u);
+          first = got_db;
+        } else {
+          BOOST_CHECK(got_db == first);  // deterministic
+        }
+        BOOST_CHECK_EQUAL(dense_test::mismatches(got_db, want, 1e-2, 1e-4, "db"), 0u);
+      }
+    }
+  }
+  close_device(dev);
+}
+
+// to_bf16_padded: the rows in bf16 (as to_bf16 rounds them), zeros in the padding.
+void bf16_padded_conversion(Backend be) {
+  Device dev = dense_test::device_for(be);
+  for (int64_t cols : {1, 13, 479, 512}) {
+    const int64_t rows = 37, ld = (cols + 7) / 8 * 8 + (cols == 512 ? 8 : 0);
+    const std::vector<float> v = testing::random_floats(size_t(rows * cols));
+    Buffer<float> src(dev, v);
+    Buffer<uint16_t> dst(dev, size_t(rows * ld));
+    dst.fill_bytes(0xFF);
+    to_bf16_padded(dev, src.data(), rows, cols, dst.data(), ld, dev.stream);
+    const std::vector<uint16_t> got = dst.download();
+    size_t bad = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < ld; ++c)
+        bad += got[r * ld + c] != (c < cols ? float_to_bf16(v[r * cols + c]) : uint16_t(0));
+    BOOST_TEST_CONTEXT(dev.name() << " cols " << cols << " ld " << ld) { BOOST_CHECK_EQUAL(bad, 0u); }
+  }
+  std::vector<float> f(4);
+  std::vector<uint16_t> h(4);
+  BOOST_CHECK_EXCEPTION(to_bf16_padded(dense_test::device_for(Backend::cpu), f.data(), 1, 4, h.data(), 3, nullptr),
+                        Error, (dense_test::Names{"to_bf16_padded", "dst_ld 3"}));
+  close_device(dev);
+}
+
 }  // namespace
 
+SPARTA_BACKEND_CASES(column_sums_match_over_many_rows_and_are_deterministic, column_sums_over_many_rows)
+SPARTA_BACKEND_CASES(to_bf16_padded_zeroes_the_padding, bf16_padded_conversion)
 SPARTA_BACKEND_CASES(linear_steps_match_a_double_precision_reference, steps_match_reference)
 SPARTA_BACKEND_CASES(linear_steps_match_a_hand_computed_layer, hand_computed_layer)
 SPARTA_BACKEND_CASES(to_bf16_matches_the_host_rounding, bf16_conversion_rounds_to_nearest_even)
