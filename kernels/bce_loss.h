@@ -6,6 +6,8 @@
 // The loss is the mean over `mean_over` samples: the local batch, or the global batch in data-parallel
 // training, where every rank passes the global count and the all-reduced sum of the ranks' losses is the mean.
 // cuda: one block sums the batch in a fixed order (in double), so the loss has the same bits on every run.
+// Every launcher takes the stream it runs on last (cuda: asynchronous on it, no host synchronization; cpu: runs
+// on the calling thread, the stream unused).
 #pragma once
 
 #include <cstdint>

@@ -12,6 +12,8 @@
 // parts are one kernel each way: forward x_{l+1} (and its bf16 copy); backward dz (and bf16), db (a
 // fixed-order column sum), the x0 gradient and the copy of g that dh V_l is then accumulated into.
 // concat_columns / split_columns build x0 from the bottom output and the embeddings, and split its gradient.
+// Every launcher takes the stream it runs on last (cuda: asynchronous on it, no host synchronization; cpu: runs
+// on the calling thread, the stream unused).
 #pragma once
 
 #include <cstddef>

@@ -123,6 +123,19 @@ __global__ void __launch_bounds__(256) to_bf16_kernel(const float* src, __nv_bfl
     dst[i] = __float2bfloat16_rn(src[i]);
 }
 
+// The same over n4 groups of four: a float4 read and an 8-byte write each (src 16-byte, dst 8-byte aligned).
+__global__ void __launch_bounds__(256) to_bf16_vec_kernel(const float4* __restrict__ src, uint2* __restrict__ dst,
+                                                          size_t n4) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n4; i += size_t(gridDim.x) * blockDim.x) {
+    const float4 v = src[i];
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+    uint2 bits;
+    bits.x = *reinterpret_cast<const unsigned*>(&lo);
+    bits.y = *reinterpret_cast<const unsigned*>(&hi);
+    dst[i] = bits;
+  }
+}
+
 // dst [rows, ld] = bf16(src [rows, cols]), zeros in columns cols .. ld - 1. Thread per destination element.
 __global__ void __launch_bounds__(256) to_bf16_padded_kernel(const float* src, int64_t rows, int64_t cols,
                                                              __nv_bfloat16* dst, int64_t ld) {
@@ -280,9 +293,19 @@ void activation_bias_backward_cuda(const LinearDims& d, Activation act, const fl
 void to_bf16_cuda(const float* src, uint16_t* dst, size_t n, Stream stream) {
   if (n == 0) return;
   const int block = 256;
-  const size_t blocks = (n + block - 1) / block;
-  const int grid = static_cast<int>(blocks < size_t(dense::sm_count()) * 16 ? blocks : size_t(dense::sm_count()) * 16);
-  to_bf16_kernel<<<grid, block, 0, stream>>>(src, reinterpret_cast<__nv_bfloat16*>(dst), n);
+  const size_t cap = size_t(dense::sm_count()) * 16;
+  size_t done = 0;
+  if ((reinterpret_cast<uintptr_t>(src) & 15) == 0 && (reinterpret_cast<uintptr_t>(dst) & 7) == 0 && n >= 4) {
+    const size_t n4 = n / 4, blocks = (n4 + block - 1) / block;
+    to_bf16_vec_kernel<<<int(blocks < cap ? blocks : cap), block, 0, stream>>>(
+        reinterpret_cast<const float4*>(src), reinterpret_cast<uint2*>(dst), n4);
+    CUDA_CHECK_LAUNCH("to_bf16_vec_kernel");
+    done = n4 * 4;
+    if (done == n) return;
+  }
+  const size_t rest = n - done, blocks = (rest + block - 1) / block;
+  to_bf16_kernel<<<int(blocks < cap ? blocks : cap), block, 0, stream>>>(
+      src + done, reinterpret_cast<__nv_bfloat16*>(dst) + done, rest);
   CUDA_CHECK_LAUNCH("to_bf16_kernel");
 }
 

@@ -12,6 +12,8 @@
 // lazy_adam is a sparse optimizer (rows a batch did not touch); on dense parameters it is an error.
 // State, for n parameters: momentum, nesterov, adagrad: s[n]; adam: m[n] then v[n]; sgd: none.
 // Both backends round every operation alike (no fused multiply-add): the same bits on cpu and cuda.
+// Every launcher takes the stream it runs on last (cuda: asynchronous on it, no host synchronization; cpu: runs
+// on the calling thread, the stream unused).
 #pragma once
 
 #include <cstddef>

@@ -193,6 +193,16 @@ void bf16_conversion_rounds_to_nearest_even(Backend be) {
   size_t bad = 0;
   for (size_t i = 0; i < v.size(); ++i) bad += got[i] != float_to_bf16(v[i]);
   BOOST_CHECK_EQUAL(bad, 0u);
+  // from one element in (the cuda conversion's scalar kernel: no 16-byte alignment) and over a few elements
+  for (size_t n : {size_t(10006), size_t(3), size_t(1)}) {
+    dst.fill_bytes(0xFF);
+    to_bf16(dev, src.data() + 1, dst.data() + 1, n, dev.stream);
+    got = dst.download();
+    bad = got[0] != 0xFFFF;
+    for (size_t i = 1; i <= n; ++i) bad += got[i] != float_to_bf16(v[i]);
+    for (size_t i = n + 1; i < v.size(); ++i) bad += got[i] != 0xFFFF;
+    BOOST_CHECK_EQUAL(bad, 0u);
+  }
   close_device(dev);
 }
 
