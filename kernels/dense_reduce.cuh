@@ -78,10 +78,14 @@ void column_sums(Op op, int64_t rows, int cols, float* sums, Stream stream, cons
   while (tc < cols && tc < 32) tc *= 2, log2_tc += 1;
   const int lanes = kSumBlock / tc;
   const int64_t col_blocks = (cols + tc - 1) / tc;
-  // enough blocks for every SM to hold 8, in chunks of at least one row per lane
-  const int64_t want = int64_t(sm_count()) * 8;
-  int64_t chunks = (want + col_blocks - 1) / col_blocks;
-  const int64_t most = (rows + lanes - 1) / lanes;
+  // about four full waves of blocks (few blocks left for a last partial wave), in chunks of at least kSumUnroll
+  // rows per lane; the count depends on the GPU and the compiled kernel alone, never on timing
+  int per_sm = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, column_sum_kernel<Op>, kSumBlock, 0));
+  if (per_sm < 1) per_sm = 1;
+  const int64_t want = int64_t(sm_count()) * per_sm * 4;
+  int64_t chunks = want / col_blocks;
+  const int64_t most = (rows + int64_t(lanes) * kSumUnroll - 1) / (int64_t(lanes) * kSumUnroll);
   if (chunks > most) chunks = most;
   if (chunks > 4096) chunks = 4096;
   if (chunks < 1) chunks = 1;
