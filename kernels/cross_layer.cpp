@@ -147,7 +147,7 @@ CrossNet::CrossNet(const Device& dev, CrossConfig cfg, int64_t max_batch)
       v16_.emplace_back(dev_, size_t(cfg_.rank) * cfg_.dim), u16_.emplace_back(dev_, size_t(cfg_.rank) * cfg_.dim);
     }
   }
-  dz_ = Buffer<float>(dev_, bd);
+  if (!bf16) dz_ = Buffer<float>(dev_, bd);  // bf16: the GEMMs read dz16_ alone
   g_ = Buffer<float>(dev_, bd);
   dh_ = Buffer<float>(dev_, br);
   if (bf16) {

@@ -128,7 +128,7 @@ class CrossNet {
   std::vector<Buffer<uint16_t>> xs16_;    // bf16: x_l [max_batch, D], l < layers (x_0 included)
   std::vector<Buffer<uint16_t>> hs16_;    // bf16: h_l
   std::vector<Buffer<uint16_t>> v16_, u16_;  // bf16 copies of V_l and U_l, each its own aligned buffer
-  Buffer<float> dz_, g_, dh_;             // [max_batch, D], [max_batch, D], [max_batch, rank]
+  Buffer<float> dz_, g_, dh_;             // [max_batch, D] (fp32 only), [max_batch, D], [max_batch, rank]
   Buffer<uint16_t> dz16_, dh16_;
 };
 

@@ -55,9 +55,9 @@ Mlp::Mlp(const Device& dev, MlpConfig cfg, int64_t max_batch) : dev_(dev), cfg_(
     acts_.emplace_back(dev_, size_t(max_batch_) * cfg_.sizes[l + 1]);
   }
   const size_t rows = size_t(max_batch_) * widest;
-  dpre_ = Buffer<float>(dev_, rows);
-  grad_ = Buffer<float>(dev_, rows);
   const bool bf16 = cfg_.precision == GemmType::bf16;
+  if (!bf16) dpre_ = Buffer<float>(dev_, rows);  // bf16: the GEMMs read dpre16_ alone
+  grad_ = Buffer<float>(dev_, rows);
   size_t dw_pad = 0, dx_pad = 0;
   for (int l = 0; l < L; ++l) {
     const int in = cfg_.sizes[l];

@@ -85,7 +85,8 @@ class Mlp {
   std::vector<Buffer<uint16_t>> w16_;   // bf16: layer l's weights [out, gemm_in_[l]], each its own (256-byte aligned)
                                          // buffer, zeros in the padding
   Buffer<float> dw_pad_, dx_pad_;        // a padded layer's weight and input gradients, before their copy
-  Buffer<float> dpre_, grad_;            // [max_batch, widest]: a layer's pre-activation gradient, the next one's dy
+  Buffer<float> dpre_, grad_;            // [max_batch, widest]: a layer's pre-activation gradient (fp32 only: bf16
+                                         // reads dpre16_), the next one's dy
   Buffer<uint16_t> dpre16_;
 };
 
