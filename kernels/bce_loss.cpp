@@ -32,23 +32,23 @@ void sigmoid_cpu(const float* logits, float* probs, int64_t n) {
 }
 
 void bce_with_logits(const Device& dev, const float* logits, const float* labels, float* loss, float* dlogits,
-                     int64_t n, int64_t mean_over) {
+                     int64_t n, int64_t mean_over, Stream stream) {
   SPARTA_REQUIRE(mean_over >= 1 && n >= 0 && n <= mean_over,
                  "bce loss: expected 0 <= n <= mean_over and mean_over >= 1, found n %lld, mean_over %lld",
                  (long long)n, (long long)mean_over);
   if (!dev.is_cuda()) return bce_with_logits_cpu(logits, labels, loss, dlogits, n, mean_over);
 #if SPARTA_CUDA
-  bce_with_logits_cuda(logits, labels, loss, dlogits, n, mean_over, dev.stream);
+  bce_with_logits_cuda(logits, labels, loss, dlogits, n, mean_over, stream);
 #else
   SPARTA_FATAL("bce loss on %s in a CUDA=0 build", dev.name().c_str());
 #endif
 }
 
-void sigmoid(const Device& dev, const float* logits, float* probs, int64_t n) {
+void sigmoid(const Device& dev, const float* logits, float* probs, int64_t n, Stream stream) {
   SPARTA_REQUIRE(n >= 0, "sigmoid: n must be >= 0, found %lld", (long long)n);
   if (!dev.is_cuda()) return sigmoid_cpu(logits, probs, n);
 #if SPARTA_CUDA
-  sigmoid_cuda(logits, probs, n, dev.stream);
+  sigmoid_cuda(logits, probs, n, stream);
 #else
   SPARTA_FATAL("sigmoid on %s in a CUDA=0 build", dev.name().c_str());
 #endif

@@ -6,6 +6,8 @@
 // The loss is the mean over `mean_over` samples: the local batch, or the global batch in data-parallel
 // training, where every rank passes the global count and the all-reduced sum of the ranks' losses is the mean.
 // cuda: one block sums the batch in a fixed order (in double), so the loss has the same bits on every run.
+// Every launcher takes the stream it runs on last (cuda: asynchronous on it, no host synchronization; cpu: runs
+// on the calling thread, the stream unused).
 #pragma once
 
 #include <cstdint>
@@ -18,10 +20,10 @@ namespace sparta {
 // dlogits[i] = (sigmoid(logits[i]) - labels[i]) / mean_over when dlogits != nullptr. i < n.
 // Throws sparta::Error naming the loss unless 0 <= n <= mean_over and mean_over >= 1.
 void bce_with_logits(const Device& dev, const float* logits, const float* labels, float* loss, float* dlogits,
-                     int64_t n, int64_t mean_over);
+                     int64_t n, int64_t mean_over, Stream stream);
 
 // probs[i] = sigmoid(logits[i]), i < n.
-void sigmoid(const Device& dev, const float* logits, float* probs, int64_t n);
+void sigmoid(const Device& dev, const float* logits, float* probs, int64_t n, Stream stream);
 
 void bce_with_logits_cpu(const float* logits, const float* labels, float* loss, float* dlogits, int64_t n,
                          int64_t mean_over);

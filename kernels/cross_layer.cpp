@@ -37,7 +37,7 @@ void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise&
       const float dz = g * a.x0[i];
       float dx0 = a.accumulate ? a.dx0[i] + g * a.z[i] : g * a.z[i];
       if (a.identity) dx0 += g;
-      a.dz[i] = dz;
+      if (a.dz) a.dz[i] = dz;
       if (a.dz16) a.dz16[i] = float_to_bf16(dz);
       a.dx0[i] = dx0;
       if (a.g_copy) a.g_copy[i] = g;
@@ -48,11 +48,11 @@ void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise&
 }
 
 void cross_forward_elementwise(const Device& dev, const LinearDims& d, const float* x0, const float* z,
-                               const float* xl, float* out, uint16_t* out16) {
+                               const float* xl, float* out, uint16_t* out16, Stream stream) {
   check_square(d);
   if (!dev.is_cuda()) return cross_forward_elementwise_cpu(d, x0, z, xl, out, out16);
 #if SPARTA_CUDA
-  cross_forward_elementwise_cuda(d, x0, z, xl, out, out16, dev.stream);
+  cross_forward_elementwise_cuda(d, x0, z, xl, out, out16, stream);
 #else
   SPARTA_FATAL("cross layer '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
 #endif
@@ -60,12 +60,12 @@ void cross_forward_elementwise(const Device& dev, const LinearDims& d, const flo
 
 void cross_backward_elementwise(const Device& dev, const LinearDims& d, const float* g, const float* x0,
                                 const float* z, float* dz, uint16_t* dz16, float* db, float* dx0, bool accumulate,
-                                bool identity, float* g_copy) {
+                                bool identity, float* g_copy, Stream stream) {
   check_square(d);
   const CrossElementwise a{g, x0, z, dz, dz16, db, dx0, accumulate, identity, g_copy};
   if (!dev.is_cuda()) return cross_backward_elementwise_cpu(d, a);
 #if SPARTA_CUDA
-  cross_backward_elementwise_cuda(d, a, dev.stream);
+  cross_backward_elementwise_cuda(d, a, stream);
 #else
   SPARTA_FATAL("cross layer '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
 #endif
@@ -83,10 +83,10 @@ void check_columns(const char* layer, int64_t batch, int a_cols, int b_cols) {
                  layer, (long long)batch, a_cols, b_cols);
 }
 void copy_columns(const Device& dev, const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows,
-                  int64_t cols) {
+                  int64_t cols, Stream stream) {
   if (!dev.is_cuda()) return copy_columns_cpu(src, src_ld, dst, dst_ld, rows, cols);
 #if SPARTA_CUDA
-  copy_columns_cuda(src, src_ld, dst, dst_ld, rows, cols, dev.stream);
+  copy_columns_cuda(src, src_ld, dst, dst_ld, rows, cols, stream);
 #else
   SPARTA_FATAL("copy_columns on %s in a CUDA=0 build", dev.name().c_str());
 #endif
@@ -94,19 +94,19 @@ void copy_columns(const Device& dev, const float* src, int64_t src_ld, float* ds
 }  // namespace
 
 void concat_columns(const Device& dev, const char* layer, int64_t batch, const float* a, int a_cols, const float* b,
-                    int b_cols, float* out) {
+                    int b_cols, float* out, Stream stream) {
   check_columns(layer, batch, a_cols, b_cols);
   const int64_t width = int64_t(a_cols) + b_cols;
-  copy_columns(dev, a, a_cols, out, width, batch, a_cols);
-  copy_columns(dev, b, b_cols, out + a_cols, width, batch, b_cols);
+  copy_columns(dev, a, a_cols, out, width, batch, a_cols, stream);
+  copy_columns(dev, b, b_cols, out + a_cols, width, batch, b_cols, stream);
 }
 
 void split_columns(const Device& dev, const char* layer, int64_t batch, const float* in, float* a, int a_cols,
-                   float* b, int b_cols) {
+                   float* b, int b_cols, Stream stream) {
   check_columns(layer, batch, a_cols, b_cols);
   const int64_t width = int64_t(a_cols) + b_cols;
-  copy_columns(dev, in, width, a, a_cols, batch, a_cols);
-  copy_columns(dev, in + a_cols, width, b, b_cols, batch, b_cols);
+  copy_columns(dev, in, width, a, a_cols, batch, a_cols, stream);
+  copy_columns(dev, in + a_cols, width, b, b_cols, batch, b_cols, stream);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -147,7 +147,7 @@ CrossNet::CrossNet(const Device& dev, CrossConfig cfg, int64_t max_batch)
       v16_.emplace_back(dev_, size_t(cfg_.rank) * cfg_.dim), u16_.emplace_back(dev_, size_t(cfg_.rank) * cfg_.dim);
     }
   }
-  dz_ = Buffer<float>(dev_, bd);
+  if (!bf16) dz_ = Buffer<float>(dev_, bd);  // bf16: the GEMMs read dz16_ alone
   g_ = Buffer<float>(dev_, bd);
   dh_ = Buffer<float>(dev_, br);
   if (bf16) {
@@ -175,7 +175,7 @@ const void* CrossNet::u_gemm(const float* params, int l) const {
   return params + u_offset(l);
 }
 
-const float* CrossNet::forward(const float* params, const float* x0, int64_t batch) {
+const float* CrossNet::forward(const float* params, const float* x0, int64_t batch, Stream stream) {
   SPARTA_REQUIRE(batch >= 0 && batch <= max_batch_,
                  "cross network '%s': batch must be in [0, %lld] (max_batch), found %lld", cfg_.name.c_str(),
                  (long long)max_batch_, (long long)batch);
@@ -186,29 +186,29 @@ const float* CrossNet::forward(const float* params, const float* x0, int64_t bat
   if (bf16) {
     const size_t rd = size_t(cfg_.rank) * cfg_.dim;
     for (int l = 0; l < cfg_.layers; ++l) {
-      to_bf16(dev_, params + v_offset(l), v16_[l].data(), rd);
-      to_bf16(dev_, params + u_offset(l), u16_[l].data(), rd);
+      to_bf16(dev_, params + v_offset(l), v16_[l].data(), rd, stream);
+      to_bf16(dev_, params + u_offset(l), u16_[l].data(), rd, stream);
     }
-    to_bf16(dev_, x0, xs16_[0].data(), bd);
+    to_bf16(dev_, x0, xs16_[0].data(), bd, stream);
   }
   for (int l = 0; l < cfg_.layers; ++l) {
     const void* xl = bf16 ? static_cast<const void*>(xs16_[l].data()) : static_cast<const void*>(x_in(l));
     const void* v = v_gemm(params, l);
     const void* u = u_gemm(params, l);
-    linear_forward(dev_, v_dims(l), cfg_.precision, Activation::none, xl, v, nullptr, hs_[l].data());
+    linear_forward(dev_, v_dims(l), cfg_.precision, Activation::none, xl, v, nullptr, hs_[l].data(), stream);
     const void* h = hs_[l].data();
     if (bf16) {
-      to_bf16(dev_, hs_[l].data(), hs16_[l].data(), size_t(batch) * cfg_.rank);
+      to_bf16(dev_, hs_[l].data(), hs16_[l].data(), size_t(batch) * cfg_.rank, stream);
       h = hs16_[l].data();
     }
-    linear_forward(dev_, u_dims(l), cfg_.precision, Activation::none, h, u, params + b_offset(l), zs_[l].data());
+    linear_forward(dev_, u_dims(l), cfg_.precision, Activation::none, h, u, params + b_offset(l), zs_[l].data(), stream);
     uint16_t* next16 = bf16 && l + 1 < cfg_.layers ? xs16_[l + 1].data() : nullptr;
-    cross_forward_elementwise(dev_, x_dims(), x0, zs_[l].data(), x_in(l), xs_[l].data(), next16);
+    cross_forward_elementwise(dev_, x_dims(), x0, zs_[l].data(), x_in(l), xs_[l].data(), next16, stream);
   }
   return xs_[cfg_.layers - 1].data();
 }
 
-void CrossNet::backward(const float* params, const float* dxL, float* grads, float* dx0) {
+void CrossNet::backward(const float* params, const float* dxL, float* grads, float* dx0, Stream stream) {
   SPARTA_REQUIRE(batch_ >= 0, "cross network '%s': backward before any forward", cfg_.name.c_str());
   const bool bf16 = cfg_.precision == GemmType::bf16;
   const int L = cfg_.layers;
@@ -216,22 +216,23 @@ void CrossNet::backward(const float* params, const float* dxL, float* grads, flo
   for (int l = L - 1; l >= 0; --l) {
     // at l == 0, x_l is x0: its gradient g + dh V_0 goes to dx0 directly; above, to g_ (a copy of g first)
     const bool top = l == L - 1, bottom = l == 0;
-    cross_backward_elementwise(dev_, x_dims(), g, x0_, zs_[l].data(), dz_.data(), bf16 ? dz16_.data() : nullptr,
-                               grads + b_offset(l), dx0, !top, bottom, top && !bottom ? g_.data() : nullptr);
+    cross_backward_elementwise(dev_, x_dims(), g, x0_, zs_[l].data(), bf16 ? nullptr : dz_.data(),
+                               bf16 ? dz16_.data() : nullptr,
+                               grads + b_offset(l), dx0, !top, bottom, top && !bottom ? g_.data() : nullptr, stream);
     const void* dz = bf16 ? static_cast<const void*>(dz16_.data()) : static_cast<const void*>(dz_.data());
     const void* h = bf16 ? static_cast<const void*>(hs16_[l].data()) : static_cast<const void*>(hs_[l].data());
     const void* xl = bf16 ? static_cast<const void*>(xs16_[l].data()) : static_cast<const void*>(x_in(l));
     const void* u = u_gemm(params, l);
     const void* v = v_gemm(params, l);
-    linear_backward_weight(dev_, u_dims(l), cfg_.precision, dz, h, grads + u_offset(l));
-    linear_backward_data(dev_, u_dims(l), cfg_.precision, dz, u, dh_.data(), false);
+    linear_backward_weight(dev_, u_dims(l), cfg_.precision, dz, h, grads + u_offset(l), stream);
+    linear_backward_data(dev_, u_dims(l), cfg_.precision, dz, u, dh_.data(), false, stream);
     const void* dh = dh_.data();
     if (bf16) {
-      to_bf16(dev_, dh_.data(), dh16_.data(), size_t(batch_) * cfg_.rank);
+      to_bf16(dev_, dh_.data(), dh16_.data(), size_t(batch_) * cfg_.rank, stream);
       dh = dh16_.data();
     }
-    linear_backward_weight(dev_, v_dims(l), cfg_.precision, dh, xl, grads + v_offset(l));
-    linear_backward_data(dev_, v_dims(l), cfg_.precision, dh, v, bottom ? dx0 : g_.data(), true);
+    linear_backward_weight(dev_, v_dims(l), cfg_.precision, dh, xl, grads + v_offset(l), stream);
+    linear_backward_data(dev_, v_dims(l), cfg_.precision, dh, v, bottom ? dx0 : g_.data(), true, stream);
     g = g_.data();
   }
 }

@@ -12,6 +12,8 @@
 // parts are one kernel each way: forward x_{l+1} (and its bf16 copy); backward dz (and bf16), db (a
 // fixed-order column sum), the x0 gradient and the copy of g that dh V_l is then accumulated into.
 // concat_columns / split_columns build x0 from the bottom output and the embeddings, and split its gradient.
+// Every launcher takes the stream it runs on last (cuda: asynchronous on it, no host synchronization; cpu: runs
+// on the calling thread, the stream unused).
 #pragma once
 
 #include <cstddef>
@@ -30,9 +32,9 @@ namespace sparta {
 // (DCNv2: a the bottom MLP's output, b the pooled embeddings [batch, slots * dim]); split_columns is its
 // backward, da and db from dx0. cuda: two strided device copies each.
 void concat_columns(const Device& dev, const char* layer, int64_t batch, const float* a, int a_cols, const float* b,
-                    int b_cols, float* out);
+                    int b_cols, float* out, Stream stream);
 void split_columns(const Device& dev, const char* layer, int64_t batch, const float* in, float* a, int a_cols,
-                   float* b, int b_cols);
+                   float* b, int b_cols, Stream stream);
 
 // Copies rows x cols floats from src (row pitch src_ld floats) to dst (row pitch dst_ld floats).
 void copy_columns_cpu(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows, int64_t cols);
@@ -44,13 +46,13 @@ void copy_columns_cuda(const float* src, int64_t src_ld, float* dst, int64_t dst
 
 // out = x0 ⊙ z + xl; out16 (bf16 copy of out) when not nullptr.
 void cross_forward_elementwise(const Device& dev, const LinearDims& d, const float* x0, const float* z,
-                               const float* xl, float* out, uint16_t* out16);
+                               const float* xl, float* out, uint16_t* out16, Stream stream);
 
-// dz = g ⊙ x0 (dz16: its bf16 copy when not nullptr); db [D] = Σ_batch dz;
+// dz = g ⊙ x0 (dz16: its bf16 copy when not nullptr; dz may be nullptr when dz16 is not); db [D] = Σ_batch dz;
 // dx0 = (accumulate ? dx0 : 0) + g ⊙ z + (identity ? g : 0);  g_copy = g when not nullptr.
 void cross_backward_elementwise(const Device& dev, const LinearDims& d, const float* g, const float* x0,
                                 const float* z, float* dz, uint16_t* dz16, float* db, float* dx0, bool accumulate,
-                                bool identity, float* g_copy);
+                                bool identity, float* g_copy, Stream stream);
 
 struct CrossElementwise {  // the backward step's arguments, for the backends
   const float* g;
@@ -96,10 +98,10 @@ class CrossNet {
 
   // x0 [batch, D] → x_L [batch, D], held by the network until the next forward. x0 must stay unchanged until
   // backward. Throws sparta::Error naming the network when batch is not in [0, max_batch].
-  const float* forward(const float* params, const float* x0, int64_t batch);
+  const float* forward(const float* params, const float* x0, int64_t batch, Stream stream);
 
   // From dxL [batch, D]: grads [param_count] and dx0 [batch, D] are overwritten.
-  void backward(const float* params, const float* dxL, float* grads, float* dx0);
+  void backward(const float* params, const float* dxL, float* grads, float* dx0, Stream stream);
 
   // DCNv2's initialization on the host, deterministic by seed: U and V uniform in ±sqrt(6 / (fan_in +
   // fan_out)) (Glorot), b zero.
@@ -126,7 +128,7 @@ class CrossNet {
   std::vector<Buffer<uint16_t>> xs16_;    // bf16: x_l [max_batch, D], l < layers (x_0 included)
   std::vector<Buffer<uint16_t>> hs16_;    // bf16: h_l
   std::vector<Buffer<uint16_t>> v16_, u16_;  // bf16 copies of V_l and U_l, each its own aligned buffer
-  Buffer<float> dz_, g_, dh_;             // [max_batch, D], [max_batch, D], [max_batch, rank]
+  Buffer<float> dz_, g_, dh_;             // [max_batch, D] (fp32 only), [max_batch, D], [max_batch, rank]
   Buffer<uint16_t> dz16_, dh16_;
 };
 

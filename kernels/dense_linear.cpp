@@ -74,7 +74,7 @@ void activation_bias_backward_cpu(const LinearDims& d, Activation act, const flo
     for (int c = 0; c < d.out; ++c) {
       const size_t i = size_t(r) * d.out + c;
       const float v = act == Activation::relu && !(y[i] > 0.f) ? 0.f : dy[i];
-      dpre[i] = v;
+      if (dpre) dpre[i] = v;
       if (dpre16) dpre16[i] = float_to_bf16(v);
       if (db) sum[c] += v;
     }
@@ -86,15 +86,20 @@ void to_bf16_cpu(const float* src, uint16_t* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
 }
 
+void to_bf16_padded_cpu(const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t dst_ld) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < dst_ld; ++c) dst[r * dst_ld + c] = c < cols ? float_to_bf16(src[r * cols + c]) : 0;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // dispatch
 
 namespace {
 
-void run_gemm(const Device& dev, const GemmCall& g) {
+void run_gemm(const Device& dev, const GemmCall& g, Stream stream) {
   if (!dev.is_cuda()) return gemm_cpu(g);
 #if SPARTA_CUDA
-  gemm_cuda(g, dev.stream);
+  gemm_cuda(g, stream);
 #else
   SPARTA_FATAL("dense layer '%s' on %s in a CUDA=0 build", g.layer, dev.name().c_str());
 #endif
@@ -103,54 +108,67 @@ void run_gemm(const Device& dev, const GemmCall& g) {
 }  // namespace
 
 void linear_forward(const Device& dev, const LinearDims& d, GemmType t, Activation act, const void* x,
-                    const void* w, const float* b, float* y) {
+                    const void* w, const float* b, float* y, Stream stream) {
   check_linear_dims(d);
   GemmCall g;  // y^T [out, batch] = w [out, in] · x^T [in, batch]
   g.layer = d.layer, g.type = t, g.trans_a = true, g.trans_b = false;
   g.m = d.out, g.n = d.batch, g.k = d.in;
   g.a = w, g.lda = d.in, g.b = x, g.ldb = d.in, g.d = y, g.ldd = d.out;
   g.bias = b, g.relu = act == Activation::relu;
-  run_gemm(dev, g);
+  run_gemm(dev, g, stream);
 }
 
 void linear_backward_weight(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* x,
-                            float* dw) {
+                            float* dw, Stream stream) {
   check_linear_dims(d);
   GemmCall g;  // dw^T [in, out] = x^T [in, batch] · dpre [batch, out]
   g.layer = d.layer, g.type = t, g.trans_a = false, g.trans_b = true;
   g.m = d.in, g.n = d.out, g.k = d.batch;
   g.a = x, g.lda = d.in, g.b = dpre, g.ldb = d.out, g.d = dw, g.ldd = d.in;
-  run_gemm(dev, g);
+  run_gemm(dev, g, stream);
 }
 
 void linear_backward_data(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
-                          float* dx, bool accumulate) {
+                          float* dx, bool accumulate, Stream stream) {
   check_linear_dims(d);
   GemmCall g;  // dx^T [in, batch] = w^T [in, out] · dpre^T [out, batch]
   g.layer = d.layer, g.type = t, g.trans_a = false, g.trans_b = false;
   g.m = d.in, g.n = d.batch, g.k = d.out;
   g.a = w, g.lda = d.in, g.b = dpre, g.ldb = d.out, g.d = dx, g.ldd = d.in;
   g.beta = accumulate ? 1.f : 0.f;
-  run_gemm(dev, g);
+  run_gemm(dev, g, stream);
 }
 
 void activation_bias_backward(const Device& dev, const LinearDims& d, Activation act, const float* y,
-                              const float* dy, float* dpre, uint16_t* dpre16, float* db) {
+                              const float* dy, float* dpre, uint16_t* dpre16, float* db, Stream stream) {
   check_linear_dims(d);
   if (!dev.is_cuda()) return activation_bias_backward_cpu(d, act, y, dy, dpre, dpre16, db);
 #if SPARTA_CUDA
-  activation_bias_backward_cuda(d, act, y, dy, dpre, dpre16, db, dev.stream);
+  activation_bias_backward_cuda(d, act, y, dy, dpre, dpre16, db, stream);
 #else
   SPARTA_FATAL("dense layer '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
 #endif
 }
 
-void to_bf16(const Device& dev, const float* src, uint16_t* dst, size_t n) {
+void to_bf16(const Device& dev, const float* src, uint16_t* dst, size_t n, Stream stream) {
   if (!dev.is_cuda()) return to_bf16_cpu(src, dst, n);
 #if SPARTA_CUDA
-  to_bf16_cuda(src, dst, n, dev.stream);
+  to_bf16_cuda(src, dst, n, stream);
 #else
   SPARTA_FATAL("to_bf16 on %s in a CUDA=0 build", dev.name().c_str());
+#endif
+}
+
+void to_bf16_padded(const Device& dev, const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t dst_ld,
+                    Stream stream) {
+  SPARTA_REQUIRE(rows >= 0 && cols >= 1 && dst_ld >= cols,
+                 "to_bf16_padded: expected rows >= 0 and 1 <= cols <= dst_ld, found rows %lld, cols %lld, dst_ld %lld",
+                 (long long)rows, (long long)cols, (long long)dst_ld);
+  if (!dev.is_cuda()) return to_bf16_padded_cpu(src, rows, cols, dst, dst_ld);
+#if SPARTA_CUDA
+  to_bf16_padded_cuda(src, rows, cols, dst, dst_ld, stream);
+#else
+  SPARTA_FATAL("to_bf16_padded on %s in a CUDA=0 build", dev.name().c_str());
 #endif
 }
 

@@ -13,7 +13,8 @@
 // cuda: cuBLASLt with the bias (+ReLU) fused into the forward GEMM as its epilogue; the activation gradient
 // and the bias gradient are one fused kernel (a column sum in fixed order: two runs give the same bits).
 // cpu: cblas_sgemm (OpenBLAS), bf16 inputs widened to fp32 first (exact), so both backends multiply the same
-// numbers. Every launcher is asynchronous on dev.stream for cuda.
+// numbers. Every launcher takes the stream it runs on last; for cuda it is asynchronous on that stream (no
+// host synchronization); for cpu it runs on the calling thread and the stream is not used.
 //
 // Shapes are checked: a batch < 0, a width < 1 or a product beyond 2^31 - 1 elements per matrix throws
 // sparta::Error naming the layer, what was expected and what was found.
@@ -47,23 +48,30 @@ void check_linear_dims(const LinearDims& d);
 // y [batch, out] = act(x [batch, in] · w [out, in]^T + b [out]); b == nullptr: no bias.
 // x and w are fp32 (GemmType::f32) or bf16 bits (GemmType::bf16), y is fp32.
 void linear_forward(const Device& dev, const LinearDims& d, GemmType t, Activation act, const void* x,
-                    const void* w, const float* b, float* y);
+                    const void* w, const float* b, float* y, Stream stream);
 
 // dpre [batch, out] = dy ⊙ act'(y) (dy itself for none; 0 where y <= 0 for relu), and db [out] = Σ_batch dpre
-// when db != nullptr; dpre16 != nullptr also receives dpre in bf16 for bf16 GEMMs. dpre may be dy (in place).
+// when db != nullptr; dpre16 != nullptr also receives dpre in bf16 for bf16 GEMMs. dpre may be dy (in place), or
+// nullptr when dpre16 is not (bf16 training: only the bf16 copy is read).
 void activation_bias_backward(const Device& dev, const LinearDims& d, Activation act, const float* y,
-                              const float* dy, float* dpre, uint16_t* dpre16, float* db);
+                              const float* dy, float* dpre, uint16_t* dpre16, float* db, Stream stream);
 
 // dw [out, in] = dpre [batch, out]^T · x [batch, in]   (dpre and x of type t)
 void linear_backward_weight(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* x,
-                            float* dw);
+                            float* dw, Stream stream);
 
 // dx [batch, in] = dpre [batch, out] · w [out, in], or dx += that when accumulate   (dpre and w of type t)
 void linear_backward_data(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
-                          float* dx, bool accumulate);
+                          float* dx, bool accumulate, Stream stream);
 
 // dst[i] = bf16(src[i]) rounded to nearest even, i < n.
-void to_bf16(const Device& dev, const float* src, uint16_t* dst, size_t n);
+void to_bf16(const Device& dev, const float* src, uint16_t* dst, size_t n, Stream stream);
+
+// The rows x cols matrix src (row pitch cols) in bf16 into dst with row pitch dst_ld >= cols, zeros in columns
+// cols .. dst_ld - 1: a GEMM operand whose rows are padded to a multiple of 8 elements (16 bytes), so that
+// cuBLASLt can use its aligned kernels; the zero columns add exactly nothing to the products.
+void to_bf16_padded(const Device& dev, const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t dst_ld,
+                    Stream stream);
 
 // ---------------------------------------------------------------------------------------------------------
 // Backends. The GEMMs in column-major terms (what BLAS and cuBLASLt take): a row-major [r, c] matrix is a
@@ -96,5 +104,8 @@ void activation_bias_backward_cuda(const LinearDims& d, Activation act, const fl
 
 void to_bf16_cpu(const float* src, uint16_t* dst, size_t n);
 void to_bf16_cuda(const float* src, uint16_t* dst, size_t n, Stream stream);
+void to_bf16_padded_cpu(const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t dst_ld);
+void to_bf16_padded_cuda(const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t dst_ld,
+                         Stream stream);
 
 }  // namespace sparta

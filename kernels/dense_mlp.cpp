@@ -2,13 +2,30 @@
 #include "kernels/dense_mlp.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <utility>
 
 #include "src/base/check.h"
 #include "src/base/random.h"
+#include "kernels/cross_layer.h"
 
 namespace sparta {
+
+namespace {
+
+// Copies rows x cols floats from src (row pitch src_ld) to dst (row pitch cols).
+void copy_unpadded(const Device& dev, const float* src, int64_t src_ld, float* dst, int64_t rows, int64_t cols,
+                   Stream stream) {
+  if (!dev.is_cuda()) return copy_columns_cpu(src, src_ld, dst, cols, rows, cols);
+#if SPARTA_CUDA
+  copy_columns_cuda(src, src_ld, dst, cols, rows, cols, stream);
+#else
+  SPARTA_FATAL("MLP on %s in a CUDA=0 build", dev.name().c_str());
+#endif
+}
+
+}  // namespace
 
 size_t Mlp::param_count(const std::vector<int>& sizes) {
   size_t n = 0;
@@ -38,12 +55,27 @@ Mlp::Mlp(const Device& dev, MlpConfig cfg, int64_t max_batch) : dev_(dev), cfg_(
     acts_.emplace_back(dev_, size_t(max_batch_) * cfg_.sizes[l + 1]);
   }
   const size_t rows = size_t(max_batch_) * widest;
-  dpre_ = Buffer<float>(dev_, rows);
+  const bool bf16 = cfg_.precision == GemmType::bf16;
+  if (!bf16) dpre_ = Buffer<float>(dev_, rows);  // bf16: the GEMMs read dpre16_ alone
   grad_ = Buffer<float>(dev_, rows);
-  if (cfg_.precision == GemmType::bf16) {
+  size_t dw_pad = 0, dx_pad = 0;
+  for (int l = 0; l < L; ++l) {
+    const int in = cfg_.sizes[l];
+    gemm_in_.push_back(bf16 && in % 8 != 0 && in <= INT_MAX - 7 ? (in + 7) / 8 * 8 : in);
+    if (gemm_in_[l] != in) {
+      LinearDims full = gemm_dims(l);
+      full.batch = max_batch_;
+      check_linear_dims(full);
+      dw_pad = std::max(dw_pad, size_t(gemm_in_[l]) * cfg_.sizes[l + 1]);
+      dx_pad = std::max(dx_pad, size_t(max_batch_) * gemm_in_[l]);
+    }
+  }
+  if (dw_pad > 0) dw_pad_ = Buffer<float>(dev_, dw_pad);
+  if (dx_pad > 0) dx_pad_ = Buffer<float>(dev_, dx_pad);
+  if (bf16) {
     for (int l = 0; l < L; ++l) {
-      acts16_.emplace_back(dev_, size_t(max_batch_) * cfg_.sizes[l]);
-      w16_.emplace_back(dev_, size_t(cfg_.sizes[l]) * cfg_.sizes[l + 1]);
+      acts16_.emplace_back(dev_, size_t(max_batch_) * gemm_in_[l]);
+      w16_.emplace_back(dev_, size_t(gemm_in_[l]) * cfg_.sizes[l + 1]);
     }
     dpre16_ = Buffer<uint16_t>(dev_, rows);
   }
@@ -58,6 +90,12 @@ LinearDims Mlp::dims(int l) const {
   return d;
 }
 
+LinearDims Mlp::gemm_dims(int l) const {
+  LinearDims d = dims(l);
+  d.in = gemm_in_[l];
+  return d;
+}
+
 const void* Mlp::gemm_input(int l) const {
   if (cfg_.precision == GemmType::bf16) return acts16_[l].data();
   return l == 0 ? x_ : acts_[l - 1].data();
@@ -68,28 +106,33 @@ const void* Mlp::gemm_weight(const float* params, int l) const {
   return params + weight_offset(l);
 }
 
-const float* Mlp::forward(const float* params, const float* x, int64_t batch) {
+const float* Mlp::forward(const float* params, const float* x, int64_t batch, Stream stream) {
   SPARTA_REQUIRE(batch >= 0 && batch <= max_batch_, "MLP '%s': batch must be in [0, %lld] (max_batch), found %lld",
                  cfg_.name.c_str(), (long long)max_batch_, (long long)batch);
   batch_ = batch;
   x_ = x;
   const bool bf16 = cfg_.precision == GemmType::bf16;
+  // the bf16 copy of a rows x cols fp32 matrix with rows padded to ld
+  auto convert = [&](const float* src, int64_t rows, int cols, int ld, uint16_t* dst) {
+    if (ld == cols) return to_bf16(dev_, src, dst, size_t(rows) * cols, stream);
+    to_bf16_padded(dev_, src, rows, cols, dst, ld, stream);
+  };
   if (bf16) {
     for (int l = 0; l < layers(); ++l)
-      to_bf16(dev_, params + weight_offset(l), w16_[l].data(), size_t(cfg_.sizes[l]) * cfg_.sizes[l + 1]);
-    to_bf16(dev_, x, acts16_[0].data(), size_t(batch) * in_width());
+      convert(params + weight_offset(l), cfg_.sizes[l + 1], cfg_.sizes[l], gemm_in_[l], w16_[l].data());
+    convert(x, batch, in_width(), gemm_in_[0], acts16_[0].data());
   }
   const int L = layers();
   for (int l = 0; l < L; ++l) {
     const Activation act = l < L - 1 || cfg_.relu_last ? Activation::relu : Activation::none;
-    linear_forward(dev_, dims(l), cfg_.precision, act, gemm_input(l), gemm_weight(params, l), params + bias_offset(l),
-                   acts_[l].data());
-    if (bf16 && l + 1 < L) to_bf16(dev_, acts_[l].data(), acts16_[l + 1].data(), size_t(batch) * cfg_.sizes[l + 1]);
+    linear_forward(dev_, gemm_dims(l), cfg_.precision, act, gemm_input(l), gemm_weight(params, l),
+                   params + bias_offset(l), acts_[l].data(), stream);
+    if (bf16 && l + 1 < L) convert(acts_[l].data(), batch, cfg_.sizes[l + 1], gemm_in_[l + 1], acts16_[l + 1].data());
   }
   return acts_[L - 1].data();
 }
 
-void Mlp::backward(const float* params, const float* dy, float* grads, float* dx) {
+void Mlp::backward(const float* params, const float* dy, float* grads, float* dx, Stream stream) {
   SPARTA_REQUIRE(batch_ >= 0, "MLP '%s': backward before any forward", cfg_.name.c_str());
   const bool bf16 = cfg_.precision == GemmType::bf16;
   const int L = layers();
@@ -97,16 +140,21 @@ void Mlp::backward(const float* params, const float* dy, float* grads, float* dx
   for (int l = L - 1; l >= 0; --l) {
     const LinearDims d = dims(l);
     const Activation act = l < L - 1 || cfg_.relu_last ? Activation::relu : Activation::none;
-    activation_bias_backward(dev_, d, act, acts_[l].data(), g, dpre_.data(), bf16 ? dpre16_.data() : nullptr,
-                             grads + bias_offset(l));
+    activation_bias_backward(dev_, d, act, acts_[l].data(), g, bf16 ? nullptr : dpre_.data(),
+                             bf16 ? dpre16_.data() : nullptr,
+                             grads + bias_offset(l), stream);
     const void* dpre = bf16 ? static_cast<const void*>(dpre16_.data()) : static_cast<const void*>(dpre_.data());
     const void* w = gemm_weight(params, l);
-    linear_backward_weight(dev_, d, cfg_.precision, dpre, gemm_input(l), grads + weight_offset(l));
-    if (l > 0) {
-      linear_backward_data(dev_, d, cfg_.precision, dpre, w, grad_.data(), false);
-      g = grad_.data();
-    } else if (dx) {
-      linear_backward_data(dev_, d, cfg_.precision, dpre, w, dx, false);
+    const LinearDims gd = gemm_dims(l);
+    const bool padded = gd.in != d.in;  // the gradients come out padded: computed aside, then copied
+    float* dw = grads + weight_offset(l);
+    linear_backward_weight(dev_, gd, cfg_.precision, dpre, gemm_input(l), padded ? dw_pad_.data() : dw, stream);
+    if (padded) copy_unpadded(dev_, dw_pad_.data(), gd.in, dw, d.out, d.in, stream);
+    float* dx_l = l > 0 ? grad_.data() : dx;
+    if (dx_l) {
+      linear_backward_data(dev_, gd, cfg_.precision, dpre, w, padded ? dx_pad_.data() : dx_l, false, stream);
+      if (padded) copy_unpadded(dev_, dx_pad_.data(), gd.in, dx_l, d.batch, d.in, stream);
+      g = dx_l;
     }
   }
 }

@@ -32,13 +32,13 @@ void dense_optimizer_update_cpu(const OptimizerStep& c, float* params, const flo
 }
 
 void dense_optimizer_update(const Device& dev, const OptimizerConfig& cfg, int64_t step, float lr, float* params,
-                            const float* grads, float* state, size_t n) {
+                            const float* grads, float* state, size_t n, Stream stream) {
   dense_optimizer_state_size(cfg.kind, n);  // rejects lazy_adam
   OptimizerStep c = optimizer_step(cfg, step);
   c.lr = lr;
   if (!dev.is_cuda()) return dense_optimizer_update_cpu(c, params, grads, state, n);
 #if SPARTA_CUDA
-  dense_optimizer_update_cuda(c, params, grads, state, n, dev.stream);
+  dense_optimizer_update_cuda(c, params, grads, state, n, stream);
 #else
   SPARTA_FATAL("dense optimizer on %s in a CUDA=0 build", dev.name().c_str());
 #endif

@@ -12,6 +12,8 @@
 // lazy_adam is a sparse optimizer (rows a batch did not touch); on dense parameters it is an error.
 // State, for n parameters: momentum, nesterov, adagrad: s[n]; adam: m[n] then v[n]; sgd: none.
 // Both backends round every operation alike (no fused multiply-add): the same bits on cpu and cuda.
+// Every launcher takes the stream it runs on last (cuda: asynchronous on it, no host synchronization; cpu: runs
+// on the calling thread, the stream unused).
 #pragma once
 
 #include <cstddef>
@@ -32,7 +34,7 @@ void dense_optimizer_init_state(const Device& dev, const OptimizerConfig& cfg, f
 // One step on params [n] with grads [n] and state [dense_optimizer_state_size(kind, n)]. lr replaces cfg.lr.
 // Throws sparta::Error for lazy_adam, a step outside [1, 2^31 - 1] or betas outside [0, 1).
 void dense_optimizer_update(const Device& dev, const OptimizerConfig& cfg, int64_t step, float lr, float* params,
-                            const float* grads, float* state, size_t n);
+                            const float* grads, float* state, size_t n, Stream stream);
 
 void dense_optimizer_update_cpu(const OptimizerStep& c, float* params, const float* grads, float* state, size_t n);
 void dense_optimizer_update_cuda(const OptimizerStep& c, float* params, const float* grads, float* state, size_t n,

@@ -5,6 +5,8 @@
 // The column sum is deterministic: rows are cut into a fixed number of chunks (by the GPU's SM count and the
 // shape, never by timing), each block sums its rows of its columns in a fixed order and a tree in shared
 // memory, and a second pass adds the chunks' partial sums in chunk order. No atomics: two runs, same bits.
+// Reads are coalesced (a warp reads 32 adjacent columns of a row) and each thread has kSumUnroll rows of loads
+// in flight, which the pass needs to run at the memory's bandwidth.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,8 +27,12 @@ int sm_count();
 
 constexpr int kSumBlock = 256;
 
+constexpr int kSumUnroll = 4;  // rows each thread loads before it finishes any: memory requests in flight
+
 // Column c < cols of rows [chunk * rows_per_chunk, ...): tc columns side by side, kSumBlock / tc row lanes.
-// op(r, c) computes element (r, c) (writing whatever outputs it has) and returns what column c sums.
+// op.load(i) reads what element i = r * cols + c needs; op.finish(in, i) computes it (writing whatever outputs it
+// has) and returns what column c sums. A thread loads kSumUnroll rows before it finishes them (in row order):
+// an element's outputs are written by the thread that read its inputs, so outputs may alias inputs.
 template <class Op>
 __global__ void __launch_bounds__(kSumBlock)
     column_sum_kernel(Op op, int64_t rows, int cols, int tc, int log2_tc, int64_t rows_per_chunk,
@@ -37,8 +43,20 @@ __global__ void __launch_bounds__(kSumBlock)
   const int64_t begin = int64_t(blockIdx.y) * rows_per_chunk;
   const int64_t end = min(rows, begin + rows_per_chunk);
   float acc = 0.f;
-  if (c < cols)
-    for (int64_t r = begin + ty; r < end; r += lanes) acc += op(r, c);
+  if (c < cols) {
+    int64_t r = begin + ty;
+    for (; r + int64_t(kSumUnroll - 1) * lanes < end; r += int64_t(kSumUnroll) * lanes) {
+      typename Op::In in[kSumUnroll];
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u) in[u] = op.load((r + int64_t(u) * lanes) * cols + c);
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u) acc += op.finish(in[u], (r + int64_t(u) * lanes) * cols + c);
+    }
+    for (; r < end; r += lanes) {
+      const int64_t i = r * cols + c;
+      acc += op.finish(op.load(i), i);
+    }
+  }
   if (!partial) return;
   part[threadIdx.x] = acc;
   __syncthreads();
@@ -60,10 +78,14 @@ void column_sums(Op op, int64_t rows, int cols, float* sums, Stream stream, cons
   while (tc < cols && tc < 32) tc *= 2, log2_tc += 1;
   const int lanes = kSumBlock / tc;
   const int64_t col_blocks = (cols + tc - 1) / tc;
-  // enough blocks for every SM to hold 8, in chunks of at least one row per lane
-  const int64_t want = int64_t(sm_count()) * 8;
-  int64_t chunks = (want + col_blocks - 1) / col_blocks;
-  const int64_t most = (rows + lanes - 1) / lanes;
+  // about four full waves of blocks (few blocks left for a last partial wave), in chunks of at least kSumUnroll
+  // rows per lane; the count depends on the GPU and the compiled kernel alone, never on timing
+  int per_sm = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, column_sum_kernel<Op>, kSumBlock, 0));
+  if (per_sm < 1) per_sm = 1;
+  const int64_t want = int64_t(sm_count()) * per_sm * 4;
+  int64_t chunks = want / col_blocks;
+  const int64_t most = (rows + int64_t(lanes) * kSumUnroll - 1) / (int64_t(lanes) * kSumUnroll);
   if (chunks > most) chunks = most;
   if (chunks > 4096) chunks = 4096;
   if (chunks < 1) chunks = 1;

@@ -9,6 +9,16 @@ namespace sparta {
 
 int64_t interaction_dot_width(int slots, int dim) { return dim + int64_t(slots + 1) * slots / 2; }
 
+size_t interaction_dot_tiled_smem(int slots, int dim, bool backward) {
+  const size_t n = size_t(slots) + 1;
+  if (backward) {  // T [n][dim rounded up to 4], dZ^T [n][n rounded up to 8]
+    return (n * ((size_t(dim) + 3) / 4 * 4) + n * ((n + 7) / 8 * 8)) * sizeof(float);
+  }
+  // T [4 nb][ld] with ld the smallest >= dim that is 1 mod 32, nb = ceil(n / 4); 17 floats per tile and k lane
+  const size_t nb = (n + 3) / 4, ld = size_t(dim) + size_t((33 - dim % 32) % 32);
+  return (4 * nb * ld + nb * (nb + 1) / 2 * 4 * 17) * sizeof(float);
+}
+
 void check_interaction_dims(const InteractionDims& d) {
   const char* layer = d.layer ? d.layer : "interaction";
   SPARTA_REQUIRE(d.batch >= 0, "interaction '%s': batch must be >= 0, found %lld", layer, (long long)d.batch);
@@ -68,22 +78,22 @@ void interaction_dot_backward_cpu(const InteractionDims& d, const float* dout, c
 }
 
 void interaction_dot_forward(const Device& dev, const InteractionDims& d, const float* bottom, const float* emb,
-                             float* out) {
+                             float* out, Stream stream) {
   check_interaction_dims(d);
   if (!dev.is_cuda()) return interaction_dot_forward_cpu(d, bottom, emb, out);
 #if SPARTA_CUDA
-  interaction_dot_forward_cuda(d, bottom, emb, out, dev.stream);
+  interaction_dot_forward_cuda(d, bottom, emb, out, stream);
 #else
   SPARTA_FATAL("interaction '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
 #endif
 }
 
 void interaction_dot_backward(const Device& dev, const InteractionDims& d, const float* dout, const float* bottom,
-                              const float* emb, float* dbottom, float* demb) {
+                              const float* emb, float* dbottom, float* demb, Stream stream) {
   check_interaction_dims(d);
   if (!dev.is_cuda()) return interaction_dot_backward_cpu(d, dout, bottom, emb, dbottom, demb);
 #if SPARTA_CUDA
-  interaction_dot_backward_cuda(d, dout, bottom, emb, dbottom, demb, dev.stream);
+  interaction_dot_backward_cuda(d, dout, bottom, emb, dbottom, demb, stream);
 #else
   SPARTA_FATAL("interaction '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
 #endif

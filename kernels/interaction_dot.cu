@@ -1,8 +1,13 @@
-// interaction_dot.cu: CUDA version of interaction_dot.h. One block per sample (grid-stride beyond the grid)
-// copies the sample's S + 1 vectors (two contiguous spans: the bottom row and the S embedding rows) into
-// shared memory; the forward computes each pair's dot product with one warp (lanes over dim, conflict-free
-// shared reads, a shuffle reduction), the backward each element of dT with one thread.
+// interaction_dot.cu: CUDA version of interaction_dot.h. A block takes a sample at a time and copies its S + 1
+// vectors (two contiguous spans: the bottom row and the S embedding rows) into shared memory.
+//
+// Where the sample's vectors and the kernel's partial sums fit in 48 KiB (MLPerf DLRM: 27 x 128 floats, 22 KiB
+// forward, 17 KiB backward), the tiled kernels below compute register tiles of T T^T (forward) and of dZ T
+// (backward), which keeps them bound by the memory traffic. Larger samples take the general kernels: the
+// forward computes each pair's dot product with one warp (lanes over dim, a shuffle reduction), the backward
+// each element of dT with one thread. Every sum has a fixed order: two runs give the same bits.
 #include <cmath>
+#include <cstdint>
 
 #include "src/base/check.h"
 #include "kernels/interaction_dot.h"
@@ -93,11 +98,218 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 // ----------------------------------------------------------------------------
+// the tiled kernels (the common sizes: a sample's vectors and the partial sums fit in 48 KiB)
+//
+// Forward: the Gram matrix T T^T of the sample, in 4 x 4 tiles of its lower block triangle (nb = ceil(n / 4)
+// block rows, nb (nb + 1) / 2 tiles). Work item (tile, q) sums k = q, q + 4, q + 8, ... < dim for the tile's 16
+// entries in registers (8 shared loads per 16 FMAs); an output entry is then the four items' partial sums
+// added in q order. Rows of t have stride ld ≡ 1 (mod 32), so the rows a warp reads at one k fall in different
+// banks. Rows n .. 4 nb - 1 of t are zeros.
+//
+// Backward: dT = dZ T per sample (dZ symmetric, zero diagonal), each work item 8 rows x 4 adjacent columns of
+// dT in registers, j from 0 to n - 1 in order (a float4 of dZ^T's column j and one of T's row j per step).
+
+namespace {
+constexpr int kTiledBlock = 128;
+constexpr int kKSplit = 4;            // forward: k interleaved over four items per tile
+constexpr int kPartStride = 17;       // forward: floats per item's 16 partial sums (odd: fewer bank conflicts)
+constexpr int kRowsPerItem = 8;       // backward: rows of dT per item
+constexpr size_t kTiledSmemLimit = 48 * 1024;
+
+struct ForwardLayout {
+  int n, nb, tiles, ld;
+  size_t t_floats, part_floats;
+  size_t bytes() const { return (t_floats + part_floats) * sizeof(float); }
+};
+ForwardLayout forward_layout(int slots, int dim) {
+  ForwardLayout l;
+  l.n = slots + 1;
+  l.nb = (l.n + 3) / 4;
+  l.tiles = l.nb * (l.nb + 1) / 2;
+  l.ld = dim + ((33 - dim % 32) % 32);  // the smallest ld >= dim with ld % 32 == 1
+  l.t_floats = size_t(4) * l.nb * l.ld;
+  l.part_floats = size_t(l.tiles) * kKSplit * kPartStride;
+  return l;
+}
+
+struct BackwardLayout {
+  int n, ni, ld;
+  size_t t_floats, dz_floats;
+  size_t bytes() const { return (t_floats + dz_floats) * sizeof(float); }
+};
+BackwardLayout backward_layout(int slots, int dim) {
+  BackwardLayout l;
+  l.n = slots + 1;
+  l.ni = (l.n + kRowsPerItem - 1) / kRowsPerItem * kRowsPerItem;
+  l.ld = (dim + 3) / 4 * 4;
+  l.t_floats = size_t(l.n) * l.ld;
+  l.dz_floats = size_t(l.n) * l.ni;
+  return l;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+}  // namespace
+
+// Copies sample b's vectors into t (row stride ld): float4 global loads when vec (dim % 4 == 0, 16-byte aligned
+// arrays), scalar shared stores (ld may be odd).
+template <bool kVec>
+__device__ __forceinline__ void load_sample_rows(float* t, int ld, const float* bottom, const float* emb, int64_t b,
+                                                 int slots, int dim) {
+  const float* bot = bottom + b * dim;
+  const float* em = emb + b * int64_t(slots) * dim;
+  if (kVec) {
+    const int q4 = dim / 4, total = (slots + 1) * q4;
+    for (int e = threadIdx.x; e < total; e += blockDim.x) {
+      const int row = e / q4, k = (e - row * q4) * 4;
+      const float4 v = row == 0 ? __ldg(reinterpret_cast<const float4*>(bot) + e)
+                                : __ldg(reinterpret_cast<const float4*>(em) + (e - q4));
+      float* dst = t + row * ld + k;
+      dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
+    }
+  } else {
+    const int total = (slots + 1) * dim;
+    for (int e = threadIdx.x; e < total; e += blockDim.x) {
+      const int row = e / dim, k = e - row * dim;
+      t[row * ld + k] = row == 0 ? __ldg(bot + k) : __ldg(em + (e - dim));
+    }
+  }
+}
+
+// Tile index → its block row bi and block column bj <= bi (tiles in row-major order of the lower triangle).
+__device__ __forceinline__ void tile_of(int tile, int& bi, int& bj) {
+  bi = static_cast<int>((sqrtf(8.0f * float(tile) + 1.0f) - 1.0f) * 0.5f);
+  while (bi * (bi + 1) / 2 > tile) --bi;
+  while ((bi + 1) * (bi + 2) / 2 <= tile) ++bi;
+  bj = tile - bi * (bi + 1) / 2;
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(kTiledBlock)
+    interaction_forward_tiled_kernel(const float* __restrict__ bottom, const float* __restrict__ emb,
+                                     float* __restrict__ out, int64_t batch, int slots, int dim, int64_t width,
+                                     int nb, int ld) {
+  extern __shared__ __align__(16) float smem[];
+  const int n = slots + 1, pairs = n * slots / 2, tiles = nb * (nb + 1) / 2, items = tiles * kKSplit;
+  float* t = smem;                                // [4 nb][ld]
+  float* part = smem + size_t(4) * nb * ld;       // [items][kPartStride]
+  for (int e = threadIdx.x + n * ld; e < 4 * nb * ld; e += blockDim.x) t[e] = 0.f;  // the rows past n
+  for (int64_t b = blockIdx.x; b < batch; b += gridDim.x) {
+    __syncthreads();  // the previous sample's reads of t and part are done
+    load_sample_rows<kVec>(t, ld, bottom, emb, b, slots, dim);
+    __syncthreads();
+    for (int w = threadIdx.x; w < items; w += blockDim.x) {
+      const int tile = w / kKSplit, q = w - tile * kKSplit;
+      int bi, bj;
+      tile_of(tile, bi, bj);
+      const float* ti = t + (4 * bi) * ld;
+      const float* tj = t + (4 * bj) * ld;
+      float acc[4][4];
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[a][c] = 0.f;
+      for (int k = q; k < dim; k += kKSplit) {
+        float x[4], y[4];
+#pragma unroll
+        for (int a = 0; a < 4; ++a) x[a] = ti[a * ld + k], y[a] = tj[a * ld + k];
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[a][c] = fmaf(x[a], y[c], acc[a][c]);
+      }
+      float* pp = part + w * kPartStride;
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) pp[a * 4 + c] = acc[a][c];
+    }
+    __syncthreads();
+    float* o = out + b * width;
+    for (int k = threadIdx.x; k < dim; k += blockDim.x) o[k] = t[k];
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+      int i, j;
+      pair_of(p, i, j);
+      const int bi = i >> 2, bj = j >> 2;
+      const float* pp = part + ((bi * (bi + 1) / 2 + bj) * kKSplit) * kPartStride + (i & 3) * 4 + (j & 3);
+      float s = pp[0];
+#pragma unroll
+      for (int q = 1; q < kKSplit; ++q) s += pp[q * kPartStride];
+      o[dim + p] = s;
+    }
+  }
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(kTiledBlock)
+    interaction_backward_tiled_kernel(const float* __restrict__ dout, const float* __restrict__ bottom,
+                                      const float* __restrict__ emb, float* __restrict__ dbottom,
+                                      float* __restrict__ demb, int64_t batch, int slots, int dim, int64_t width,
+                                      int ni, int ld) {
+  extern __shared__ __align__(16) float smem[];  // float4 reads: ld and ni are multiples of 4
+  const int n = slots + 1, pairs = n * slots / 2;
+  float* t = smem;                      // [n][ld], columns dim .. ld - 1 zero
+  float* dzt = smem + size_t(n) * ld;   // [n][ni]: dzt[j][i] = dZ_ij; the diagonal and i >= n zero
+  const int groups = ni / kRowsPerItem, quads = ld / 4, items = groups * quads;
+  for (int e = threadIdx.x; e < n * ni; e += blockDim.x) dzt[e] = 0.f;
+  for (int e = threadIdx.x; e < n * (ld - dim); e += blockDim.x) t[(e / (ld - dim)) * ld + dim + e % (ld - dim)] = 0.f;
+  for (int64_t b = blockIdx.x; b < batch; b += gridDim.x) {
+    __syncthreads();
+    load_sample_rows<kVec>(t, ld, bottom, emb, b, slots, dim);
+    const float* g = dout + b * width;
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+      int i, j;
+      pair_of(p, i, j);
+      const float v = __ldg(g + dim + p);
+      dzt[j * ni + i] = v;
+      dzt[i * ni + j] = v;
+    }
+    __syncthreads();
+    for (int w = threadIdx.x; w < items; w += blockDim.x) {
+      const int grp = w / quads, k0 = (w - grp * quads) * 4, i0 = grp * kRowsPerItem;
+      float acc[kRowsPerItem][4];
+#pragma unroll
+      for (int a = 0; a < kRowsPerItem; ++a)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[a][c] = 0.f;
+      if (i0 == 0) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[0][c] = k0 + c < dim ? __ldg(g + k0 + c) : 0.f;
+      }
+      for (int j = 0; j < n; ++j) {
+        const float4 tv = *reinterpret_cast<const float4*>(t + j * ld + k0);
+        const float4 z0 = *reinterpret_cast<const float4*>(dzt + j * ni + i0);
+        const float4 z1 = *reinterpret_cast<const float4*>(dzt + j * ni + i0 + 4);
+        const float zs[kRowsPerItem] = {z0.x, z0.y, z0.z, z0.w, z1.x, z1.y, z1.z, z1.w};
+        const float ts[4] = {tv.x, tv.y, tv.z, tv.w};
+#pragma unroll
+        for (int a = 0; a < kRowsPerItem; ++a)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[a][c] = fmaf(zs[a], ts[c], acc[a][c]);
+      }
+#pragma unroll
+      for (int a = 0; a < kRowsPerItem; ++a) {
+        const int i = i0 + a;
+        if (i >= n) break;
+        float* dst = i == 0 ? dbottom + b * dim : demb + (b * slots + (i - 1)) * int64_t(dim);
+        if (kVec) {
+          *reinterpret_cast<float4*>(dst + k0) = make_float4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
+        } else {
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            if (k0 + c < dim) dst[k0 + c] = acc[a][c];
+        }
+      }
+    }
+  }
+}
+
+// ----------------------------------------------------------------------------
 // launchers
 
 namespace {
 
-// Blocks for one sample each, grid-stride beyond; the dynamic shared memory opted in when above 48 KiB.
+// The general kernels: blocks for one sample each, grid-stride beyond; the dynamic shared memory opted in when
+// above 48 KiB.
 template <class Kernel>
 int prepare(Kernel kernel, const InteractionDims& d, size_t smem, const char* what) {
   int device = 0, optin = 0;
@@ -112,26 +324,62 @@ int prepare(Kernel kernel, const InteractionDims& d, size_t smem, const char* wh
   return static_cast<int>(d.batch < cap ? d.batch : cap);
 }
 
+// The tiled kernels: a grid of at most 32 blocks per SM, each taking samples grid-stride.
+int tiled_grid(int64_t batch) {
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t cap = int64_t(sms) * 32;
+  return static_cast<int>(batch < cap ? batch : cap);
+}
+
 }  // namespace
 
 void interaction_dot_forward_cuda(const InteractionDims& d, const float* bottom, const float* emb, float* out,
                                   Stream stream) {
+  if (d.batch == 0) return;
+  const int64_t width = interaction_dot_width(d.slots, d.dim);
+  const ForwardLayout l = forward_layout(d.slots, d.dim);
+  SPARTA_ASSERT(l.bytes() == interaction_dot_tiled_smem(d.slots, d.dim, false), "interaction: tiled layout");
+  if (l.bytes() <= kTiledSmemLimit) {
+    const int grid = tiled_grid(d.batch);
+    if (d.dim % 4 == 0 && aligned16(bottom) && aligned16(emb))
+      interaction_forward_tiled_kernel<true><<<grid, kTiledBlock, l.bytes(), stream>>>(bottom, emb, out, d.batch,
+                                                                                        d.slots, d.dim, width, l.nb, l.ld);
+    else
+      interaction_forward_tiled_kernel<false><<<grid, kTiledBlock, l.bytes(), stream>>>(bottom, emb, out, d.batch,
+                                                                                         d.slots, d.dim, width, l.nb, l.ld);
+    CUDA_CHECK_LAUNCH("interaction_forward_tiled_kernel");
+    return;
+  }
   const size_t smem = size_t(d.slots + 1) * d.dim * sizeof(float);
   const int grid = prepare(interaction_forward_kernel, d, smem, "the forward");
-  if (grid == 0) return;
-  interaction_forward_kernel<<<grid, kBlock, smem, stream>>>(bottom, emb, out, d.batch, d.slots, d.dim,
-                                                             interaction_dot_width(d.slots, d.dim));
+  interaction_forward_kernel<<<grid, kBlock, smem, stream>>>(bottom, emb, out, d.batch, d.slots, d.dim, width);
   CUDA_CHECK_LAUNCH("interaction_forward_kernel");
 }
 
 void interaction_dot_backward_cuda(const InteractionDims& d, const float* dout, const float* bottom,
                                    const float* emb, float* dbottom, float* demb, Stream stream) {
+  if (d.batch == 0) return;
+  const int64_t width = interaction_dot_width(d.slots, d.dim);
+  const BackwardLayout l = backward_layout(d.slots, d.dim);
+  SPARTA_ASSERT(l.bytes() == interaction_dot_tiled_smem(d.slots, d.dim, true), "interaction: tiled layout");
+  if (l.bytes() <= kTiledSmemLimit) {
+    const int grid = tiled_grid(d.batch);
+    if (d.dim % 4 == 0 && aligned16(bottom) && aligned16(emb) && aligned16(dbottom) && aligned16(demb))
+      interaction_backward_tiled_kernel<true><<<grid, kTiledBlock, l.bytes(), stream>>>(
+          dout, bottom, emb, dbottom, demb, d.batch, d.slots, d.dim, width, l.ni, l.ld);
+    else
+      interaction_backward_tiled_kernel<false><<<grid, kTiledBlock, l.bytes(), stream>>>(
+          dout, bottom, emb, dbottom, demb, d.batch, d.slots, d.dim, width, l.ni, l.ld);
+    CUDA_CHECK_LAUNCH("interaction_backward_tiled_kernel");
+    return;
+  }
   const size_t pairs = size_t(d.slots + 1) * d.slots / 2;
   const size_t smem = (size_t(d.slots + 1) * d.dim + pairs) * sizeof(float);
   const int grid = prepare(interaction_backward_kernel, d, smem, "the backward");
-  if (grid == 0) return;
   interaction_backward_kernel<<<grid, kBlock, smem, stream>>>(dout, bottom, emb, dbottom, demb, d.batch, d.slots,
-                                                              d.dim, interaction_dot_width(d.slots, d.dim));
+                                                              d.dim, width);
   CUDA_CHECK_LAUNCH("interaction_backward_kernel");
 }
 

@@ -6,11 +6,16 @@
 // Backward, from dout: dT_i = Σ_{j != i} dZ_ij T_j (dZ symmetric, from the pairs' gradients), then
 //   dbottom = dout[:, :dim] + dT_0,   demb_s = dT_{s+1}.
 //
-// cuda: one block per sample holds its S + 1 vectors in shared memory; the forward gives each warp whole pairs
-// (lanes over dim, a shuffle reduction), the backward gives each thread one element of dT and sums over j in
-// order. No atomics: the results do not depend on scheduling. cpu: the reference, the same sums in loops.
+// cuda: a block holds a sample's S + 1 vectors in shared memory at a time. Where they fit with the kernel's
+// partial sums in 48 KiB (interaction_dot_tiled_smem; MLPerf DLRM's 27 x 128 does), the tiled kernels compute
+// register tiles of T T^T (each dot product as four interleaved partial sums over k, added in order) and of
+// dT = dZ T (j in order); otherwise the forward gives each warp whole pairs (lanes over dim, a shuffle
+// reduction) and the backward each thread one element of dT (j in order). No atomics: two runs give the same
+// bits. cpu: the reference, the same sums in loops (in another order: the backends agree to rounding).
+// Every launcher takes the stream it runs on last (cuda: asynchronous on it; cpu: runs on the calling thread).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "src/base/device.h"
@@ -32,15 +37,19 @@ void check_interaction_dims(const InteractionDims& d);
 
 // bottom [batch, dim], emb [batch, S, dim] → out [batch, interaction_dot_width(S, dim)]
 void interaction_dot_forward(const Device& dev, const InteractionDims& d, const float* bottom, const float* emb,
-                             float* out);
+                             float* out, Stream stream);
 
 // dout [batch, width] → dbottom [batch, dim], demb [batch, S, dim] (overwritten)
 void interaction_dot_backward(const Device& dev, const InteractionDims& d, const float* dout, const float* bottom,
-                              const float* emb, float* dbottom, float* demb);
+                              const float* emb, float* dbottom, float* demb, Stream stream);
 
 void interaction_dot_forward_cpu(const InteractionDims& d, const float* bottom, const float* emb, float* out);
 void interaction_dot_backward_cpu(const InteractionDims& d, const float* dout, const float* bottom,
                                   const float* emb, float* dbottom, float* demb);
+// Bytes of shared memory a block of the tiled cuda kernels takes (backward or forward); they run where this is
+// at most 48 KiB, the general kernels elsewhere.
+size_t interaction_dot_tiled_smem(int slots, int dim, bool backward);
+
 // Throws sparta::Error naming the layer when the sample's vectors do not fit in a block's shared memory.
 void interaction_dot_forward_cuda(const InteractionDims& d, const float* bottom, const float* emb, float* out,
                                   Stream stream);

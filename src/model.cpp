@@ -199,39 +199,39 @@ const float* DenseModel::forward(const float* params, const float* dense, const 
                  (long long)max_batch_, (long long)batch);
   batch_ = batch;
   emb_ = emb;
-  const float* b = bottom_out_ = bottom_.forward(params + bottom_offset(), dense, batch);
+  const float* b = bottom_out_ = bottom_.forward(params + bottom_offset(), dense, batch, dev_.stream);
   const float* top_in = nullptr;
   if (cfg_.interaction == Interaction::dot) {
     InteractionDims d{"interaction", batch, cfg_.num_slots, cfg_.embedding_dim};
-    interaction_dot_forward(dev_, d, b, emb, z_.data());
+    interaction_dot_forward(dev_, d, b, emb, z_.data(), dev_.stream);
     top_in = z_.data();
   } else {
-    concat_columns(dev_, "cross.x0", batch, b, cfg_.bottom_mlp.back(), emb, cfg_.embedding_width(), z_.data());
-    top_in = cross_->forward(params + cross_offset(), z_.data(), batch);
+    concat_columns(dev_, "cross.x0", batch, b, cfg_.bottom_mlp.back(), emb, cfg_.embedding_width(), z_.data(), dev_.stream);
+    top_in = cross_->forward(params + cross_offset(), z_.data(), batch, dev_.stream);
   }
-  logits_ = top_.forward(params + top_offset(), top_in, batch);
+  logits_ = top_.forward(params + top_offset(), top_in, batch, dev_.stream);
   return logits_;
 }
 
 void DenseModel::loss(const float* labels, int64_t mean_over, float* loss) {
   SPARTA_ASSERT(batch_ >= 0, "model: loss before forward");
-  bce_with_logits(dev_, logits_, labels, loss, dlogits_.data(), batch_, mean_over);
+  bce_with_logits(dev_, logits_, labels, loss, dlogits_.data(), batch_, mean_over, dev_.stream);
 }
 
 void DenseModel::backward(const float* params, float* grads, float* demb, const GradsReady& ready) {
   SPARTA_ASSERT(batch_ >= 0, "model: backward before forward");
-  top_.backward(params + top_offset(), dlogits_.data(), grads + top_offset(), dz_.data());
+  top_.backward(params + top_offset(), dlogits_.data(), grads + top_offset(), dz_.data(), dev_.stream);
   if (ready) ready(top_offset(), top_count_);
   if (cfg_.interaction == Interaction::dot) {
     InteractionDims d{"interaction", batch_, cfg_.num_slots, cfg_.embedding_dim};
-    interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb_, dbottom_.data(), demb);
+    interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb_, dbottom_.data(), demb, dev_.stream);
   } else {
-    cross_->backward(params + cross_offset(), dz_.data(), grads + cross_offset(), dx0_.data());
+    cross_->backward(params + cross_offset(), dz_.data(), grads + cross_offset(), dx0_.data(), dev_.stream);
     if (ready) ready(cross_offset(), cross_count_);
     split_columns(dev_, "cross.x0", batch_, dx0_.data(), dbottom_.data(), cfg_.bottom_mlp.back(), demb,
-                  cfg_.embedding_width());
+                  cfg_.embedding_width(), dev_.stream);
   }
-  bottom_.backward(params + bottom_offset(), dbottom_.data(), grads + bottom_offset(), nullptr);
+  bottom_.backward(params + bottom_offset(), dbottom_.data(), grads + bottom_offset(), nullptr, dev_.stream);
   if (ready) ready(bottom_offset(), bottom_count_);
 }
 

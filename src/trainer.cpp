@@ -353,7 +353,7 @@ void Trainer::train_step(const Batch& b, int64_t step, float* loss_slot) {
   }
 #endif
   dense_optimizer_update(dev_, cfg_.dense, step, learning_rate(cfg_.schedule, step), params_.data(), grads_.data(),
-                         state_.data(), params_.size());
+                         state_.data(), params_.size(), dev_.stream);
 }
 
 Trainer::StepTimes Trainer::timed_step(const Batch& b, int64_t global_batch) {
@@ -379,7 +379,7 @@ Trainer::StepTimes Trainer::timed_step(const Batch& b, int64_t global_batch) {
   collection_->backward(demb_.data(), s, learning_rate_factor(cfg_.schedule, s));
   st.embedding_ms += ms_since(t);
   dense_optimizer_update(dev_, cfg_.dense, s, learning_rate(cfg_.schedule, s), params_.data(), grads_.data(),
-                         state_.data(), params_.size());
+                         state_.data(), params_.size(), dev_.stream);
   st.dense_ms += ms_since(t);
   step_ = s;
   return st;
@@ -411,7 +411,7 @@ Predictions Trainer::predict_local() {
     upload(*b);
     collection_->forward(offsets_.data(), keys_.data(), b->size, emb_.data(), LookupMode::eval);
     const float* logits = model_->forward(params_.data(), dense_.data(), emb_.data(), b->size);
-    sigmoid(dev_, logits, probs_.data(), b->size);
+    sigmoid(dev_, logits, probs_.data(), b->size, dev_.stream);
     comm_->synchronize(dev_.stream);
     std::vector<float> p(size_t(b->size));
     copy_to_host(dev_, p.data(), probs_.data(), p.size() * sizeof(float), dev_.stream);

@@ -23,8 +23,8 @@ Result run(const Device& dev, const std::vector<float>& logits, const std::vecto
   Buffer<float> z(dev, logits), y(dev, labels);
   Buffer<float> loss = dense_test::poisoned(dev, 1), d = dense_test::poisoned(dev, logits.size()),
                 p = dense_test::poisoned(dev, logits.size());
-  bce_with_logits(dev, z.data(), y.data(), loss.data(), d.data(), n, mean_over);
-  sigmoid(dev, z.data(), p.data(), n);
+  bce_with_logits(dev, z.data(), y.data(), loss.data(), d.data(), n, mean_over, dev.stream);
+  sigmoid(dev, z.data(), p.data(), n, dev.stream);
   return {loss.download()[0], d.download(), p.download()};
 }
 
@@ -45,7 +45,7 @@ void hand_computed_values(Backend be) {
   BOOST_CHECK_CLOSE(half.dlogits[1], 0.14679951299631372 / 2, 1e-4);
   // an empty batch: zero loss
   Buffer<float> loss = dense_test::poisoned(dev, 1);
-  bce_with_logits(dev, nullptr, nullptr, loss.data(), nullptr, 0, 1);
+  bce_with_logits(dev, nullptr, nullptr, loss.data(), nullptr, 0, 1, dev.stream);
   BOOST_CHECK_EQUAL(loss.download()[0], 0.f);
   close_device(dev);
 }
@@ -94,21 +94,21 @@ BOOST_AUTO_TEST_CASE(cpu_bce_gradient_matches_finite_differences) {
   std::vector<float> z = testing::random_floats(20, -6, 6), y = testing::random_floats(20, 0, 1);
   auto loss = [&] {
     float l = 0;
-    bce_with_logits(dev, z.data(), y.data(), &l, nullptr, 20, 20);
+    bce_with_logits(dev, z.data(), y.data(), &l, nullptr, 20, 20, dev.stream);
     return double(l);
   };
   std::vector<float> d(20);
   float l = 0;
-  bce_with_logits(dev, z.data(), y.data(), &l, d.data(), 20, 20);
+  bce_with_logits(dev, z.data(), y.data(), &l, d.data(), 20, 20, dev.stream);
   BOOST_CHECK_EQUAL(dense_test::mismatches(d, dense_test::central_differences(z, loss, 1e-2), 2e-4, 1e-3, "dlogits"), 0u);
 }
 
 BOOST_AUTO_TEST_CASE(bce_rejects_bad_counts) {
   Device dev = dense_test::device_for(Backend::cpu);
   float buf[4] = {0, 0, 0, 0};
-  BOOST_CHECK_EXCEPTION(bce_with_logits(dev, buf, buf, buf, buf, 4, 3), Error,
+  BOOST_CHECK_EXCEPTION(bce_with_logits(dev, buf, buf, buf, buf, 4, 3, dev.stream), Error,
                         (dense_test::Names{"bce loss", "n <= mean_over", "found n 4, mean_over 3"}));
-  BOOST_CHECK_EXCEPTION(bce_with_logits(dev, buf, buf, buf, buf, 0, 0), Error,
+  BOOST_CHECK_EXCEPTION(bce_with_logits(dev, buf, buf, buf, buf, 0, 0, dev.stream), Error,
                         (dense_test::Names{"bce loss", "mean_over 0"}));
-  BOOST_CHECK_EXCEPTION(sigmoid(dev, buf, buf, -1), Error, (dense_test::Names{"sigmoid", "found -1"}));
+  BOOST_CHECK_EXCEPTION(sigmoid(dev, buf, buf, -1, dev.stream), Error, (dense_test::Names{"sigmoid", "found -1"}));
 }

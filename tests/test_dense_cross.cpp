@@ -23,11 +23,11 @@ NetResult run_net(const Device& dev, const CrossConfig& cfg, int64_t max_batch, 
   Buffer<float> p(dev, params), xd(dev, x0), dxd(dev, dx);
   Buffer<float> grads = dense_test::poisoned(dev, net.param_count());
   Buffer<float> dx0 = dense_test::poisoned(dev, x0.size());
-  const float* out = net.forward(p.data(), xd.data(), batch);
+  const float* out = net.forward(p.data(), xd.data(), batch, dev.stream);
   NetResult r;
   r.x.resize(size_t(batch) * cfg.dim);
   copy_to_host(dev, r.x.data(), out, r.x.size() * sizeof(float));
-  net.backward(p.data(), dxd.data(), grads.data(), dx0.data());
+  net.backward(p.data(), dxd.data(), grads.data(), dx0.data(), dev.stream);
   r.grads = grads.download();
   r.dx0 = dx0.download();
   return r;
@@ -149,10 +149,11 @@ void hand_computed_layer(Backend be) {
   close_device(dev);
 }
 
-// The elementwise steps alone, every flag, against their formulas.
+// The elementwise steps alone, every flag, against their formulas (dz also as nullptr beside dz16).
 void elementwise_steps(Backend be) {
   Device dev = dense_test::device_for(be);
-  const LinearDims d{"cross.elementwise", 45, 70, 70};
+  // 45 x 70 elements take the cuda forward's scalar kernel, 64 x 72 its float4 one
+  for (const LinearDims d : {LinearDims{"cross.elementwise", 45, 70, 70}, LinearDims{"cross.elementwise", 64, 72, 72}}) {
   const size_t n = size_t(d.batch) * d.out;
   const std::vector<float> x0 = testing::random_floats(n), z = testing::random_floats(n),
                            xl = testing::random_floats(n), g = testing::random_floats(n),
@@ -161,7 +162,7 @@ void elementwise_steps(Backend be) {
   Buffer<float> out = dense_test::poisoned(dev, n);
   Buffer<uint16_t> out16(dev, n);
   out16.fill_bytes(0xFF);
-  cross_forward_elementwise(dev, d, x0d.data(), zd.data(), xld.data(), out.data(), out16.data());
+  cross_forward_elementwise(dev, d, x0d.data(), zd.data(), xld.data(), out.data(), out16.data(), dev.stream);
   std::vector<float> o = out.download();
   std::vector<uint16_t> o16 = out16.download();
   size_t bad = 0;
@@ -177,7 +178,16 @@ void elementwise_steps(Backend be) {
       Buffer<uint16_t> dz16(dev, n);
       dz16.fill_bytes(0xFF);
       cross_backward_elementwise(dev, d, gd.data(), x0d.data(), zd.data(), dz.data(), dz16.data(), db.data(),
-                                 dx0.data(), accumulate, identity, copy.data());
+                                 dx0.data(), accumulate, identity, copy.data(), dev.stream);
+      {  // without the fp32 dz: the same bf16 copy and bias gradient
+        Buffer<float> db2(dev, size_t(d.out)), dx2(dev, prior);
+        Buffer<uint16_t> dz16b(dev, n);
+        cross_backward_elementwise(dev, d, gd.data(), x0d.data(), zd.data(), nullptr, dz16b.data(), db2.data(),
+                                   dx2.data(), accumulate, identity, nullptr, dev.stream);
+        BOOST_CHECK(dz16b.download() == dz16.download());
+        BOOST_CHECK(db2.download() == db.download());
+        BOOST_CHECK(dx2.download() == dx0.download());
+      }
       std::vector<double> want_db(d.out, 0.0), want_dx0(n), want_dz(n);
       for (size_t i = 0; i < n; ++i) {
         want_dz[i] = double(g[i]) * x0[i];
@@ -196,6 +206,7 @@ void elementwise_steps(Backend be) {
         BOOST_CHECK_EQUAL(bad16, 0u);
       }
     }
+  }
   close_device(dev);
 }
 
@@ -207,7 +218,7 @@ void concat_and_split(Backend be) {
     const std::vector<float> a = testing::random_floats(size_t(batch) * a_cols),
                              b = testing::random_floats(size_t(batch) * b_cols);
     Buffer<float> ad(dev, a), bd(dev, b), x0 = dense_test::poisoned(dev, size_t(batch) * (a_cols + b_cols));
-    concat_columns(dev, "cross_input", batch, ad.data(), a_cols, bd.data(), b_cols, x0.data());
+    concat_columns(dev, "cross_input", batch, ad.data(), a_cols, bd.data(), b_cols, x0.data(), dev.stream);
     std::vector<float> got = x0.download(), want(got.size());
     for (int64_t r = 0; r < batch; ++r) {
       for (int c = 0; c < a_cols; ++c) want[r * (a_cols + b_cols) + c] = a[r * a_cols + c];
@@ -215,7 +226,7 @@ void concat_and_split(Backend be) {
     }
     BOOST_CHECK(got == want);
     Buffer<float> a2 = dense_test::poisoned(dev, a.size()), b2 = dense_test::poisoned(dev, b.size());
-    split_columns(dev, "cross_input", batch, x0.data(), a2.data(), a_cols, b2.data(), b_cols);
+    split_columns(dev, "cross_input", batch, x0.data(), a2.data(), a_cols, b2.data(), b_cols, dev.stream);
     BOOST_CHECK(a2.download() == a);
     BOOST_CHECK(b2.download() == b);
   }
@@ -239,12 +250,12 @@ BOOST_AUTO_TEST_CASE(cpu_cross_backward_matches_finite_differences) {
   const std::vector<float> r = testing::random_floats(size_t(B) * 5);
   CrossNet net(dev, cfg, B);
   auto loss = [&] {
-    const float* out = net.forward(params.data(), x0.data(), B);
+    const float* out = net.forward(params.data(), x0.data(), B, dev.stream);
     return dense_test::weighted_sum(std::vector<float>(out, out + B * 5), r);
   };
   std::vector<float> grads(net.param_count()), dx0(x0.size());
-  net.forward(params.data(), x0.data(), B);
-  net.backward(params.data(), r.data(), grads.data(), dx0.data());
+  net.forward(params.data(), x0.data(), B, dev.stream);
+  net.backward(params.data(), r.data(), grads.data(), dx0.data(), dev.stream);
   const double h = 3e-3;  // cubic in x0 over two layers: O(h^2) truncation stays below the tolerance
   BOOST_CHECK_EQUAL(dense_test::mismatches(grads, dense_test::central_differences(params, loss, h), 2e-3, 2e-3, "grads"), 0u);
   BOOST_CHECK_EQUAL(dense_test::mismatches(dx0, dense_test::central_differences(x0, loss, h), 2e-3, 2e-3, "dx0"), 0u);
@@ -273,12 +284,12 @@ BOOST_AUTO_TEST_CASE(cross_layout_and_errors) {
                         (dense_test::Names{"dcn", "max_batch", "found 0"}));
   CrossNet small(dev, CrossConfig{"dcn_small", 4, 2, 1, GemmType::f32}, 2);
   std::vector<float> p(small.param_count()), x(12), g(small.param_count());
-  BOOST_CHECK_EXCEPTION(small.backward(p.data(), x.data(), g.data(), x.data()), Error,
+  BOOST_CHECK_EXCEPTION(small.backward(p.data(), x.data(), g.data(), x.data(), dev.stream), Error,
                         (dense_test::Names{"dcn_small", "before any forward"}));
-  BOOST_CHECK_EXCEPTION(small.forward(p.data(), x.data(), 3), Error, (dense_test::Names{"dcn_small", "found 3"}));
-  BOOST_CHECK_EXCEPTION(concat_columns(dev, "dcn_input", 2, x.data(), 0, x.data(), 3, x.data()), Error,
+  BOOST_CHECK_EXCEPTION(small.forward(p.data(), x.data(), 3, dev.stream), Error, (dense_test::Names{"dcn_small", "found 3"}));
+  BOOST_CHECK_EXCEPTION(concat_columns(dev, "dcn_input", 2, x.data(), 0, x.data(), 3, x.data(), dev.stream), Error,
                         (dense_test::Names{"dcn_input", "widths 0 and 3"}));
   BOOST_CHECK_EXCEPTION(cross_forward_elementwise(dev, LinearDims{"cross.x", 1, 4, 5}, x.data(), x.data(), x.data(),
-                                                  x.data(), nullptr),
+                                                  x.data(), nullptr, dev.stream),
                         Error, (dense_test::Names{"cross.x", "in == out", "found in 4, out 5"}));
 }

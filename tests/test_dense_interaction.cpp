@@ -2,6 +2,7 @@
 // double-precision computation in the test, cuda also against the cpu reference; the cpu reference against a
 // hand-computed sample and against central finite differences of its forward; shape errors naming the layer.
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/interaction_dot.h"
@@ -21,8 +22,8 @@ Result run(const Device& dev, const InteractionDims& d, const std::vector<float>
   Buffer<float> b(dev, bottom), e(dev, emb), g(dev, dout);
   Buffer<float> out = dense_test::poisoned(dev, size_t(d.batch) * interaction_dot_width(d.slots, d.dim));
   Buffer<float> db = dense_test::poisoned(dev, bottom.size()), de = dense_test::poisoned(dev, emb.size());
-  interaction_dot_forward(dev, d, b.data(), e.data(), out.data());
-  interaction_dot_backward(dev, d, g.data(), b.data(), e.data(), db.data(), de.data());
+  interaction_dot_forward(dev, d, b.data(), e.data(), out.data(), dev.stream);
+  interaction_dot_backward(dev, d, g.data(), b.data(), e.data(), db.data(), de.data(), dev.stream);
   return {out.download(), db.download(), de.download()};
 }
 
@@ -72,7 +73,17 @@ void interaction_matches_reference(Backend be) {
     int64_t batch;
     int slots, dim;
   };
-  const Shape shapes[] = {{1, 1, 1}, {37, 26, 128}, {5, 3, 17}, {0, 4, 8}, {300, 8, 64}, {3, 40, 33}, {2, 26, 16}};
+  // {2, 3, 4000} and {2, 120, 8} exceed the tiled cuda kernels' 48 KiB both ways (the general kernels run),
+  // the others fit (dims that are not multiples of 4 take their scalar loads)
+  const Shape shapes[] = {{1, 1, 1},   {37, 26, 128}, {5, 3, 17}, {0, 4, 8},  {300, 8, 64},
+                          {3, 40, 33}, {2, 26, 16},   {4, 7, 6},  {2, 3, 4000}, {2, 120, 8}};
+  const size_t tiled = 48 * 1024;
+  BOOST_CHECK_LE(interaction_dot_tiled_smem(26, 128, false), tiled);
+  BOOST_CHECK_LE(interaction_dot_tiled_smem(26, 128, true), tiled);
+  for (bool backward : {false, true}) {
+    BOOST_CHECK_GT(interaction_dot_tiled_smem(3, 4000, backward), tiled);
+    BOOST_CHECK_GT(interaction_dot_tiled_smem(120, 8, backward), tiled);
+  }
   for (const Shape& s : shapes) {
     const InteractionDims d{"interaction", s.batch, s.slots, s.dim};
     const std::vector<float> bottom = testing::random_floats(size_t(s.batch) * s.dim);
@@ -121,13 +132,50 @@ void too_large_for_shared_memory(Backend be) {
   const InteractionDims d{"huge_interaction", 1, 4000, 256};
   Buffer<float> bottom(dev, 256), emb(dev, size_t(4000) * 256);
   Buffer<float> out(dev, size_t(interaction_dot_width(4000, 256)));
-  BOOST_CHECK_EXCEPTION(interaction_dot_forward(dev, d, bottom.data(), emb.data(), out.data()), Error,
+  BOOST_CHECK_EXCEPTION(interaction_dot_forward(dev, d, bottom.data(), emb.data(), out.data(), dev.stream), Error,
                         (dense_test::Names{"huge_interaction", "shared memory", "expected at most"}));
+  close_device(dev);
+}
+
+// Two runs give the same bits, and so do inputs and outputs that are not 16-byte aligned (the kernels' scalar
+// loads and stores instead of float4: the same sums in the same order).
+void deterministic_and_alignment_independent(Backend be) {
+  Device dev = dense_test::device_for(be);
+  for (int dim : {128, 12}) {
+    const InteractionDims d{"interaction", 77, 26, dim};
+    const int64_t width = interaction_dot_width(d.slots, d.dim);
+    const std::vector<float> bottom = testing::random_floats(size_t(d.batch) * d.dim);
+    const std::vector<float> emb = testing::random_floats(size_t(d.batch) * d.slots * d.dim);
+    const std::vector<float> dout = testing::random_floats(size_t(d.batch) * width);
+    Result a = run(dev, d, bottom, emb, dout), b = run(dev, d, bottom, emb, dout);
+    BOOST_CHECK(a.out == b.out);
+    BOOST_CHECK(a.dbottom == b.dbottom);
+    BOOST_CHECK(a.demb == b.demb);
+    // every array one float past a 16-byte boundary
+    auto shifted = [&](const std::vector<float>& v) {
+      std::vector<float> s(v.size() + 1, 0.f);
+      std::copy(v.begin(), v.end(), s.begin() + 1);
+      return Buffer<float>(dev, s);
+    };
+    Buffer<float> bb = shifted(bottom), eb = shifted(emb), gb = shifted(dout);
+    Buffer<float> out = dense_test::poisoned(dev, size_t(d.batch) * width + 1);
+    Buffer<float> db = dense_test::poisoned(dev, bottom.size() + 1), de = dense_test::poisoned(dev, emb.size() + 1);
+    interaction_dot_forward(dev, d, bb.data() + 1, eb.data() + 1, out.data() + 1, dev.stream);
+    interaction_dot_backward(dev, d, gb.data() + 1, bb.data() + 1, eb.data() + 1, db.data() + 1, de.data() + 1,
+                             dev.stream);
+    const std::vector<float> o = out.download(), g0 = db.download(), g1 = de.download();
+    BOOST_TEST_CONTEXT(dev.name() << " dim " << dim) {
+      BOOST_CHECK(std::vector<float>(o.begin() + 1, o.end()) == a.out);
+      BOOST_CHECK(std::vector<float>(g0.begin() + 1, g0.end()) == a.dbottom);
+      BOOST_CHECK(std::vector<float>(g1.begin() + 1, g1.end()) == a.demb);
+    }
+  }
   close_device(dev);
 }
 
 }  // namespace
 
+SPARTA_BACKEND_CASES(interaction_is_deterministic_and_alignment_independent, deterministic_and_alignment_independent)
 SPARTA_BACKEND_CASES(interaction_matches_a_double_precision_reference, interaction_matches_reference)
 SPARTA_BACKEND_CASES(interaction_matches_a_hand_computed_sample, hand_computed_sample)
 
@@ -144,11 +192,11 @@ BOOST_AUTO_TEST_CASE(cpu_interaction_backward_matches_finite_differences) {
   const std::vector<float> r = testing::random_floats(size_t(d.batch) * width);
   auto loss = [&] {
     std::vector<float> out(size_t(d.batch) * width);
-    interaction_dot_forward(dev, d, bottom.data(), emb.data(), out.data());
+    interaction_dot_forward(dev, d, bottom.data(), emb.data(), out.data(), dev.stream);
     return dense_test::weighted_sum(out, r);
   };
   std::vector<float> db(bottom.size()), de(emb.size());
-  interaction_dot_backward(dev, d, r.data(), bottom.data(), emb.data(), db.data(), de.data());
+  interaction_dot_backward(dev, d, r.data(), bottom.data(), emb.data(), db.data(), de.data(), dev.stream);
   // quadratic in every input: central differences are exact up to rounding
   BOOST_CHECK_EQUAL(dense_test::mismatches(db, dense_test::central_differences(bottom, loss, 1e-2), 1e-3, 1e-3, "dbottom"), 0u);
   BOOST_CHECK_EQUAL(dense_test::mismatches(de, dense_test::central_differences(emb, loss, 1e-2), 1e-3, 1e-3, "demb"), 0u);
@@ -157,12 +205,12 @@ BOOST_AUTO_TEST_CASE(cpu_interaction_backward_matches_finite_differences) {
 BOOST_AUTO_TEST_CASE(bad_interaction_shapes_name_the_layer) {
   Device dev = dense_test::device_for(Backend::cpu);
   std::vector<float> buf(64);
-  auto fwd = [&](InteractionDims d) { interaction_dot_forward(dev, d, buf.data(), buf.data(), buf.data()); };
+  auto fwd = [&](InteractionDims d) { interaction_dot_forward(dev, d, buf.data(), buf.data(), buf.data(), dev.stream); };
   BOOST_CHECK_EXCEPTION(fwd({"dot", 2, 0, 4}), Error, (dense_test::Names{"dot", "slots", "found 0"}));
   BOOST_CHECK_EXCEPTION(fwd({"dot", 2, 3, 0}), Error, (dense_test::Names{"dot", "dim", "found 0"}));
   BOOST_CHECK_EXCEPTION(fwd({"dot", -1, 3, 4}), Error, (dense_test::Names{"dot", "batch", "found -1"}));
   BOOST_CHECK_EXCEPTION(interaction_dot_backward(dev, {"dot_bwd", 1, 5000, 4}, buf.data(), buf.data(), buf.data(),
-                                                 buf.data(), buf.data()),
+                                                 buf.data(), buf.data(), dev.stream),
                         Error, (dense_test::Names{"dot_bwd", "slots", "found 5000"}));
   BOOST_CHECK_EQUAL(interaction_dot_width(26, 128), 128 + 351);  // MLPerf DLRM: 479
 }

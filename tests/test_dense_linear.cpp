@@ -38,25 +38,25 @@ StepOutputs run_steps(const Device& dev, const LinearDims& d, GemmType t, Activa
   Typed xd(dev, t, x), wd(dev, t, w);
   Buffer<float> bd(dev, b), dyd(dev, dy);
   Buffer<float> y = poisoned(dev, size_t(d.batch) * d.out);
-  linear_forward(dev, d, t, act, xd.data(), wd.data(), bd.data(), y.data());
+  linear_forward(dev, d, t, act, xd.data(), wd.data(), bd.data(), y.data(), dev.stream);
   o.y = y.download();
 
   Buffer<float> dpre = poisoned(dev, size_t(d.batch) * d.out), db = poisoned(dev, d.out);
   Buffer<uint16_t> dpre16(dev, t == GemmType::bf16 ? size_t(d.batch) * d.out : 0);
   dpre16.fill_bytes(0xFF);
   activation_bias_backward(dev, d, act, y.data(), dyd.data(), dpre.data(), dpre16.empty() ? nullptr : dpre16.data(),
-                           db.data());
+                           db.data(), dev.stream);
   o.dpre = dpre.download();
   o.db = db.download();
   o.dpre16 = dpre16.download();
   const void* g = t == GemmType::bf16 ? static_cast<const void*>(dpre16.data()) : dpre.data();
 
   Buffer<float> dw = poisoned(dev, size_t(d.out) * d.in), dx = poisoned(dev, size_t(d.batch) * d.in);
-  linear_backward_weight(dev, d, t, g, xd.data(), dw.data());
-  linear_backward_data(dev, d, t, g, wd.data(), dx.data(), false);
+  linear_backward_weight(dev, d, t, g, xd.data(), dw.data(), dev.stream);
+  linear_backward_data(dev, d, t, g, wd.data(), dx.data(), false, dev.stream);
   o.dw = dw.download();
   o.dx = dx.download();
-  linear_backward_data(dev, d, t, g, wd.data(), dx.data(), true);  // dx += the same: twice the product
+  linear_backward_data(dev, d, t, g, wd.data(), dx.data(), true, dev.stream);  // dx += the same: twice the product
   o.dx2 = dx.download();
   return o;
 }
@@ -185,7 +185,7 @@ void bf16_conversion_rounds_to_nearest_even(Backend be) {
   Buffer<float> src(dev, v);
   Buffer<uint16_t> dst(dev, v.size());
   dst.fill_bytes(0xFF);
-  to_bf16(dev, src.data(), dst.data(), v.size());
+  to_bf16(dev, src.data(), dst.data(), v.size(), dev.stream);
   std::vector<uint16_t> got = dst.download();
   BOOST_CHECK_EQUAL(got[0], 0x3f80);
   BOOST_CHECK_EQUAL(got[1], 0x3f82);
@@ -193,11 +193,92 @@ void bf16_conversion_rounds_to_nearest_even(Backend be) {
   size_t bad = 0;
   for (size_t i = 0; i < v.size(); ++i) bad += got[i] != float_to_bf16(v[i]);
   BOOST_CHECK_EQUAL(bad, 0u);
+  // from one element in (the cuda conversion's scalar kernel: no 16-byte alignment) and over a few elements
+  for (size_t n : {size_t(10006), size_t(3), size_t(1)}) {
+    dst.fill_bytes(0xFF);
+    to_bf16(dev, src.data() + 1, dst.data() + 1, n, dev.stream);
+    got = dst.download();
+    bad = got[0] != 0xFFFF;
+    for (size_t i = 1; i <= n; ++i) bad += got[i] != float_to_bf16(v[i]);
+    for (size_t i = n + 1; i < v.size(); ++i) bad += got[i] != 0xFFFF;
+    BOOST_CHECK_EQUAL(bad, 0u);
+  }
+  close_device(dev);
+}
+
+// The activation + bias gradient over many rows (the column sum's chunks and its unrolled loop, with a row
+// remainder) and column counts that are not powers of two: dpre, dpre16 and db against the formulas in double,
+// dpre == nullptr with dpre16 (what bf16 training passes), and two runs giving the same bits.
+void column_sums_over_many_rows(Backend be) {
+  Device dev = dense_test::device_for(be);
+  struct Shape {
+    int64_t rows;
+    int cols;
+  };
+  for (const Shape s : {Shape{70001, 1}, Shape{20003, 3}, Shape{9000, 33}, Shape{4099, 1000}, Shape{5, 1024}}) {
+    const LinearDims d{"colsum", s.rows, s.cols, s.cols};
+    const size_t n = size_t(s.rows) * s.cols;
+    const std::vector<float> y = testing::random_floats(n), dy = testing::random_floats(n);
+    Buffer<float> yd(dev, y), dyd(dev, dy);
+    std::vector<double> want(s.cols, 0.0);
+    for (size_t i = 0; i < n; ++i) want[i % s.cols] += y[i] > 0.f ? dy[i] : 0.0;
+    BOOST_TEST_CONTEXT(dev.name() << " rows " << s.rows << " cols " << s.cols) {
+      std::vector<float> first;
+      for (int run = 0; run < 2; ++run) {
+        Buffer<float> dpre = dense_test::poisoned(dev, n), db = dense_test::poisoned(dev, size_t(s.cols));
+        Buffer<uint16_t> dpre16(dev, n);
+        dpre16.fill_bytes(0xFF);
+        activation_bias_backward(dev, d, Activation::relu, yd.data(), dyd.data(), run == 0 ? dpre.data() : nullptr,
+                                 dpre16.data(), db.data(), dev.stream);
+        const std::vector<float> got_db = db.download();
+        const std::vector<uint16_t> got16 = dpre16.download();
+        size_t bad = 0;
+        for (size_t i = 0; i < n; ++i) bad += got16[i] != float_to_bf16(y[i] > 0.f ? dy[i] : 0.f);
+        BOOST_CHECK_EQUAL(bad, 0u);
+        if (run == 0) {
+          const std::vector<float> got = dpre.download();
+          bad = 0;
+          for (size_t i = 0; i < n; ++i) bad += got[i] != (y[i] > 0.f ? dy[i] : 0.f);
+          BOOST_CHECK_EQUAL(bad, 0u);
+          first = got_db;
+        } else {
+          BOOST_CHECK(got_db == first);  // deterministic
+        }
+        BOOST_CHECK_EQUAL(dense_test::mismatches(got_db, want, 1e-2, 1e-4, "db"), 0u);
+      }
+    }
+  }
+  close_device(dev);
+}
+
+// to_bf16_padded: the rows in bf16 (as to_bf16 rounds them), zeros in the padding.
+void bf16_padded_conversion(Backend be) {
+  Device dev = dense_test::device_for(be);
+  for (int64_t cols : {1, 13, 479, 512}) {
+    const int64_t rows = 37, ld = (cols + 7) / 8 * 8 + (cols == 512 ? 8 : 0);
+    const std::vector<float> v = testing::random_floats(size_t(rows * cols));
+    Buffer<float> src(dev, v);
+    Buffer<uint16_t> dst(dev, size_t(rows * ld));
+    dst.fill_bytes(0xFF);
+    to_bf16_padded(dev, src.data(), rows, cols, dst.data(), ld, dev.stream);
+    const std::vector<uint16_t> got = dst.download();
+    size_t bad = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < ld; ++c)
+        bad += got[r * ld + c] != (c < cols ? float_to_bf16(v[r * cols + c]) : uint16_t(0));
+    BOOST_TEST_CONTEXT(dev.name() << " cols " << cols << " ld " << ld) { BOOST_CHECK_EQUAL(bad, 0u); }
+  }
+  std::vector<float> f(4);
+  std::vector<uint16_t> h(4);
+  BOOST_CHECK_EXCEPTION(to_bf16_padded(dense_test::device_for(Backend::cpu), f.data(), 1, 4, h.data(), 3, nullptr),
+                        Error, (dense_test::Names{"to_bf16_padded", "dst_ld 3"}));
   close_device(dev);
 }
 
 }  // namespace
 
+SPARTA_BACKEND_CASES(column_sums_match_over_many_rows_and_are_deterministic, column_sums_over_many_rows)
+SPARTA_BACKEND_CASES(to_bf16_padded_zeroes_the_padding, bf16_padded_conversion)
 SPARTA_BACKEND_CASES(linear_steps_match_a_double_precision_reference, steps_match_reference)
 SPARTA_BACKEND_CASES(linear_steps_match_a_hand_computed_layer, hand_computed_layer)
 SPARTA_BACKEND_CASES(to_bf16_matches_the_host_rounding, bf16_conversion_rounds_to_nearest_even)
@@ -217,7 +298,7 @@ BOOST_AUTO_TEST_CASE(cpu_linear_backward_matches_finite_differences) {
       w = testing::random_floats(size_t(d.out) * d.in);
       b = testing::random_floats(d.out);
       std::vector<float> pre(size_t(d.batch) * d.out);
-      linear_forward(dev, d, GemmType::f32, Activation::none, x.data(), w.data(), b.data(), pre.data());
+      linear_forward(dev, d, GemmType::f32, Activation::none, x.data(), w.data(), b.data(), pre.data(), dev.stream);
       bool clear = true;
       for (float p : pre) clear = clear && std::fabs(p) > 4 * h;
       if (clear || act == Activation::none) break;
@@ -225,14 +306,14 @@ BOOST_AUTO_TEST_CASE(cpu_linear_backward_matches_finite_differences) {
     const std::vector<float> r = testing::random_floats(size_t(d.batch) * d.out);
     auto loss = [&] {
       std::vector<float> y(size_t(d.batch) * d.out);
-      linear_forward(dev, d, GemmType::f32, act, x.data(), w.data(), b.data(), y.data());
+      linear_forward(dev, d, GemmType::f32, act, x.data(), w.data(), b.data(), y.data(), dev.stream);
       return dense_test::weighted_sum(y, r);
     };
     std::vector<float> y(size_t(d.batch) * d.out), dpre(y.size()), db(d.out), dw(w.size()), dx(x.size());
-    linear_forward(dev, d, GemmType::f32, act, x.data(), w.data(), b.data(), y.data());
-    activation_bias_backward(dev, d, act, y.data(), r.data(), dpre.data(), nullptr, db.data());
-    linear_backward_weight(dev, d, GemmType::f32, dpre.data(), x.data(), dw.data());
-    linear_backward_data(dev, d, GemmType::f32, dpre.data(), w.data(), dx.data(), false);
+    linear_forward(dev, d, GemmType::f32, act, x.data(), w.data(), b.data(), y.data(), dev.stream);
+    activation_bias_backward(dev, d, act, y.data(), r.data(), dpre.data(), nullptr, db.data(), dev.stream);
+    linear_backward_weight(dev, d, GemmType::f32, dpre.data(), x.data(), dw.data(), dev.stream);
+    linear_backward_data(dev, d, GemmType::f32, dpre.data(), w.data(), dx.data(), false, dev.stream);
     BOOST_TEST_CONTEXT(activation_name(act)) {
       BOOST_CHECK_EQUAL(dense_test::mismatches(dx, dense_test::central_differences(x, loss, h), 1e-3, 1e-3, "dx"), 0u);
       BOOST_CHECK_EQUAL(dense_test::mismatches(dw, dense_test::central_differences(w, loss, h), 1e-3, 1e-3, "dw"), 0u);
@@ -245,13 +326,13 @@ BOOST_AUTO_TEST_CASE(bad_linear_shapes_name_the_layer) {
   Device dev = dense_test::device_for(Backend::cpu);
   std::vector<float> buf(64, 0.f);
   auto forward = [&](LinearDims d) {
-    linear_forward(dev, d, GemmType::f32, Activation::none, buf.data(), buf.data(), nullptr, buf.data());
+    linear_forward(dev, d, GemmType::f32, Activation::none, buf.data(), buf.data(), nullptr, buf.data(), dev.stream);
   };
   BOOST_CHECK_EXCEPTION(forward({"top_mlp.2", 4, 0, 3}), Error, (dense_test::Names{"top_mlp.2", "in", "found in 0"}));
   BOOST_CHECK_EXCEPTION(forward({"top_mlp.2", 4, 3, -1}), Error, (dense_test::Names{"top_mlp.2", "out -1"}));
   BOOST_CHECK_EXCEPTION(forward({"bottom_mlp.0", -2, 3, 3}), Error, (dense_test::Names{"bottom_mlp.0", "found -2"}));
   BOOST_CHECK_EXCEPTION(forward({"wide", int64_t(1) << 30, 4, 4}), Error, (dense_test::Names{"wide", "at most"}));
   BOOST_CHECK_EXCEPTION(activation_bias_backward(dev, {"act", 1, 1, 0}, Activation::relu, buf.data(), buf.data(),
-                                                 buf.data(), nullptr, nullptr),
+                                                 buf.data(), nullptr, nullptr, dev.stream),
                         Error, (dense_test::Names{"act", "found in 1, out 0"}));
 }

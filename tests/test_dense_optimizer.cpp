@@ -38,7 +38,7 @@ State run_steps(const Device& dev, const OptimizerConfig& cfg, const std::vector
   dense_optimizer_init_state(dev, cfg, s.data(), n, dev.stream);
   for (size_t t = 0; t < lrs.size(); ++t) {
     Buffer<float> g(dev, grads[t]);
-    dense_optimizer_update(dev, cfg, int64_t(t + 1), lrs[t], w.data(), g.data(), s.data(), n);
+    dense_optimizer_update(dev, cfg, int64_t(t + 1), lrs[t], w.data(), g.data(), s.data(), n, dev.stream);
   }
   return {w.download(), s.download()};
 }
@@ -148,11 +148,11 @@ BOOST_AUTO_TEST_CASE(dense_optimizer_state_and_errors) {
   Device dev = dense_test::device_for(Backend::cpu);
   std::vector<float> w(4, 1.f), g(4, 1.f), s(8, 0.f);
   BOOST_CHECK_EXCEPTION(dense_optimizer_update(dev, config_for(OptimizerKind::adam), 0, 0.1f, w.data(), g.data(),
-                                               s.data(), 4),
+                                               s.data(), 4, dev.stream),
                         Error, (dense_test::Names{"step", "found 0"}));
   OptimizerConfig bad = config_for(OptimizerKind::adam);
   bad.beta2 = 1.f;
-  BOOST_CHECK_EXCEPTION(dense_optimizer_update(dev, bad, 3, 0.1f, w.data(), g.data(), s.data(), 4), Error,
+  BOOST_CHECK_EXCEPTION(dense_optimizer_update(dev, bad, 3, 0.1f, w.data(), g.data(), s.data(), 4, dev.stream), Error,
                         (dense_test::Names{"beta1 and beta2"}));
   BOOST_CHECK(w == std::vector<float>(4, 1.f));  // a refused step changes nothing
 }
