@@ -24,6 +24,8 @@
 // there is no measured figure (JSON "MB_moved_measured": null). mem_GB: the shards of the fullest rank
 // (EmbeddingCollection::memory_bytes, which is what the planner estimated); on GPUs the JSON also has the
 // device memory in use (cudaMemGetInfo) on the fullest rank, step buffers and the CUDA context included.
+// JSON ms_step_planned: the planner's time estimate of the step (the plan's est. ms/step), with the rates it used
+// (--planner-link-gbps, --planner-hbm-gbps, --planner-collective-us, --planner-group-us: src/planner.h).
 // A placement that does not fit --memory-budget (GiB per rank; 0: no limit) is skipped with the planner's message.
 //
 // Options, MPI and device set-up, the check's verdict and the JSON lines (every parameter and the provenance)
@@ -45,6 +47,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -77,6 +80,7 @@ struct Args {
   int64_t row_cap = 4000000;
   int dim = 128, warmup = 5, iters = 20, check_samples = 64;  // warmup, iters: the driver's --warmup, --iters
   double alpha = 0, memory_budget_gib = 0, timeout = 300;
+  PlannerRates rates;  // --planner-link-gbps, --planner-hbm-gbps, --planner-collective-us, --planner-group-us
   float lr = 0.01f;
   unsigned long long seed = 1;
 };
@@ -449,6 +453,14 @@ int main(int argc, char** argv) {
       "lr", po::value(&a.lr)->default_value(a.lr), "learning rate")(
       "memory-budget", po::value(&a.memory_budget_gib)->default_value(0),
       "device GiB per rank the planner may fill with tables (0: no limit)")(
+      "planner-link-gbps", po::value(&a.rates.link_GBps)->default_value(a.rates.link_GBps),
+      "the planner's link rate: GB/s one rank sends plus receives in an all-to-all")(
+      "planner-hbm-gbps", po::value(&a.rates.hbm_GBps)->default_value(a.rates.hbm_GBps),
+      "the planner's effective GB/s of local device passes")(
+      "planner-collective-us", po::value(&a.rates.collective_us)->default_value(a.rates.collective_us),
+      "the planner's fixed cost of one collective, microseconds")(
+      "planner-group-us", po::value(&a.rates.group_us)->default_value(a.rates.group_us),
+      "the planner's fixed cost per step of one group of tables, microseconds")(
       "comm-mode", po::value(&a.comm_mode), "nccl | mpi | hier (default: nccl on GPUs, mpi on cpu)")(
       "timeout", po::value(&a.timeout)->default_value(a.timeout), "seconds without progress before the job ends")(
       "check-samples", po::value(&a.check_samples)->default_value(a.check_samples), "samples per rank of the check")(
@@ -464,6 +476,11 @@ int main(int argc, char** argv) {
       SPARTA_REQUIRE(a.check_samples >= 1, "--check-samples must be >= 1, found %d", a.check_samples);
       SPARTA_REQUIRE(a.alpha >= 0, "--alpha must be >= 0, found %g", a.alpha);
       SPARTA_REQUIRE(a.memory_budget_gib >= 0, "--memory-budget must be >= 0 GiB, found %g", a.memory_budget_gib);
+      for (const auto& r : {std::make_pair("--planner-link-gbps", a.rates.link_GBps),
+                            std::make_pair("--planner-hbm-gbps", a.rates.hbm_GBps),
+                            std::make_pair("--planner-collective-us", a.rates.collective_us),
+                            std::make_pair("--planner-group-us", a.rates.group_us)})
+        SPARTA_REQUIRE(r.second > 0 && std::isfinite(r.second), "%s must be > 0, found %g", r.first, r.second);
       SPARTA_REQUIRE(a.optimizer == "sgd" || a.optimizer == "adagrad", "--optimizer: sgd or adagrad, found '%s'",
                      a.optimizer.c_str());
       if (!a.comm_mode.empty()) parse_comm_mode(a.comm_mode);
@@ -531,6 +548,7 @@ int main(int argc, char** argv) {
         po.world = world;
         po.global_batch = batch * world;
         po.memory_budget = size_t(a.memory_budget_gib * 1073741824.0);
+        po.rates = a.rates;
         Plan plan;
         try {  // the same statistics everywhere: every rank gets the same plan, or the same error
           agree_on_error(MPI_COMM_WORLD, guarded([&] { plan = make_plan(cfg, po, stats); }));
@@ -549,6 +567,8 @@ int main(int argc, char** argv) {
         if (rank == 0) d.add_wrong(r.check.wrong);  // already the sum over the ranks
         const double msps = double(batch * world) / r.ms_step / 1e3;
         if (rank != 0) continue;
+        double ms_planned = 0;  // the planner's estimate of the step
+        for (const TablePlan& tp : plan.tables) ms_planned += tp.seconds_per_step * 1e3;
         std::printf("  %-11s %-9s %7lld %5d | %9.3f %9.3f %9.3f | %10.3f | %10.1f %7.3f | %6lld\n", placement.c_str(),
                     a.tables.c_str(), (long long)batch, world, r.ms_step, r.ms_fwd, r.ms_bwd, msps, r.mb_planned,
                     r.mem_bytes / 1e9, (long long)r.check.wrong);
@@ -567,6 +587,9 @@ int main(int argc, char** argv) {
           << ",\"seed\":" << a.seed << ",\"ms_step\":" << r.ms_step << ",\"ms_step_min\":" << r.ms_step_min
           << ",\"ms_fwd\":" << r.ms_fwd << ",\"ms_bwd\":" << r.ms_bwd << ",\"samples_per_s\":" << msps * 1e6
           << ",\"MB_moved_planned\":" << r.mb_planned << ",\"MB_moved_measured\":null"
+          << ",\"ms_step_planned\":" << ms_planned << ",\"planner_link_GBps\":" << a.rates.link_GBps
+          << ",\"planner_hbm_GBps\":" << a.rates.hbm_GBps << ",\"planner_collective_us\":" << a.rates.collective_us
+          << ",\"planner_group_us\":" << a.rates.group_us
           << ",\"mem_GB\":" << r.mem_bytes / 1e9 << ",\"device_used_GB\":";
         if (r.dev_used >= 0) f << r.dev_used / 1e9;
         else f << "null";

@@ -75,9 +75,11 @@ struct TablePlan {
   int owner = 0;                  // localized: the rank that holds the table
   std::vector<int64_t> hot_keys;  // hybrid: the replicated keys, ascending, distinct
   // The planner's estimates (format_plan prints them): device bytes on the busiest rank, bytes this table moves
-  // per step on the busiest rank (sent + received, forward + backward).
+  // per step on the busiest rank (sent + received, forward + backward), and the seconds of a step this table
+  // adds (src/planner.h: its group's fixed cost included when it is the group's first table).
   size_t memory_bytes = 0;
   double bytes_per_step = 0;
+  double seconds_per_step = 0;
 };
 struct Plan {
   std::vector<TablePlan> tables;  // in CollectionConfig::tables order

@@ -118,47 +118,125 @@ double expected_distinct(const TableKeyStats& st, double draws, size_t skip) {
 }
 }  // namespace
 
+void check_planner_rates(const PlannerRates& r) {
+  auto ok = [](double x) { return x > 0 && std::isfinite(x); };
+  SPARTA_REQUIRE(ok(r.link_GBps), "planner: link_GBps must be > 0, found %g", r.link_GBps);
+  SPARTA_REQUIRE(ok(r.hbm_GBps), "planner: hbm_GBps must be > 0, found %g", r.hbm_GBps);
+  SPARTA_REQUIRE(ok(r.collective_us), "planner: collective_us must be > 0, found %g", r.collective_us);
+  SPARTA_REQUIRE(ok(r.group_us), "planner: group_us must be > 0, found %g", r.group_us);
+}
+
+// The local passes, in device bytes read plus written (README: the cost model). n keys, p bags, r rows.
+namespace {
+constexpr double kKeyPass = 16;           // one pass over n 8-byte keys or indices: read and written
+constexpr double kSort = 4 * kKeyPass;    // a sort of n keys (or row ids) with their positions
+struct Local {
+  double v, s;  // bytes of a vector, of a row's optimizer state
+  double lookup_pooled(double n, double p) const { return kKeyPass * n + n * v + p * v; }  // probe, rows, out
+  double lookup_keys(double n) const { return kKeyPass * n + 2 * n * v; }                 // probe, rows, out
+  // backward_and_update: the rows sorted, each key's gradient read, the touched rows' values and state updated
+  double update(double n, double r) const { return kSort * n + n * v + r * (2 * v + 2 * s); }
+};
+}  // namespace
+
 PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const PlannerOptions& opt,
                              const TableKeyStats& stats, int64_t hot_rows, double shard_slack) {
+  check_planner_rates(opt.rates);
   const double W = opt.world;
   const double b = std::ceil(double(opt.global_batch) / W);                  // local samples
   const double S = double(t.slots.size());                                   // bags per sample
   const double h = stats.samples > 0 ? stats.keys_per_sample() : S;          // keys per sample (hotness)
   const double K = b * h;                                                    // local keys
+  const double P = b * S;                                                    // local bags
   const double v = 4.0 * t.dim;                                              // bytes of a vector
   const double f = (W - 1) / W;                                              // share of keys owned elsewhere
+  const double R = double(t.rows);
+  const Local L{v, 4.0 * optimizer_state_width(t.optimizer.kind, t.dim)};
+  const double U = std::min(R, expected_distinct(stats, K, 0));               // distinct keys of a rank
+  const double Ug = std::min(R, expected_distinct(stats, W * K, 0));          // distinct keys of the global batch
+  const double k = kKeyPass;
   auto mem = [&](int64_t rows) { return table_memory_bytes(rows, t.dim, t.optimizer.kind, t.max_load_factor); };
   const int64_t shard = modulo_shard_rows(t.rows, opt.world, shard_slack);
   PlacementCost c;
+  double copied = 0;  // bytes one rank's exchanges carry: with one rank, copied locally instead
   switch (p) {
     case Placement::replicated:
       c.memory_busiest = c.memory_every = mem(t.rows);
       c.bytes_per_step = 2 * (W - 1) * K * (8 + v);  // all-gather of keys and per-key gradients
+      // forward: a pooled lookup; backward: bag gradients spread to keys, every rank's keys looked up in this
+      // copy (their rows), every key's gradient applied
+      c.local_bytes = L.lookup_pooled(K, P) + (P + K) * v + L.lookup_keys(W * K) + L.update(W * K, Ug);
+      c.collectives = 4;  // counts, all-gather keys, all-gather gradients, the agreement on full tables
+      copied = 8 * K + K * v;
       break;
     case Placement::localized:
       c.memory_busiest = mem(t.rows);
       c.memory_every = opt.world == 1 ? c.memory_busiest : 0;
       // the owner receives every rank's lengths and keys and their gradients, and sends the pooled vectors
       c.bytes_per_step = (W - 1) * (b * S * 8 + K * 8 + 2 * b * S * v);
+      // lengths, the owner's offsets and pooled lookup of the global batch; its update
+      c.local_bytes = k * P + k * W * P + L.lookup_pooled(W * K, W * P) + L.update(W * K, Ug);
+      c.collectives = 6;  // two count exchanges, all-to-all of lengths, keys, pooled vectors, gradients
+      copied = 8 * P + 8 * K + 2 * P * v;
       break;
     case Placement::dispatch:
       c.memory_busiest = c.memory_every = mem(shard);
       // distinct keys out, their vectors back, their gradient sums out
-      c.bytes_per_step = 2 * f * expected_distinct(stats, K, 0) * (8 + 2 * v);
+      c.bytes_per_step = 2 * f * U * (8 + 2 * v);
+      // forward: sort, unique, bucket by owner (3 passes over the distinct keys), the owner's lookup of the U keys
+      // it receives, vectors scattered to distinct order, gathered to sorted order, scattered to key order,
+      // pooled; backward: spread to keys, gathered to sorted order, summed per distinct key, gathered by owner,
+      // the owner's update of its share Ug / W of the rows
+      c.local_bytes = kSort * K + k * K + 3 * k * U + L.lookup_keys(U) + 2 * U * v + 2 * K * v + 2 * K * v +
+                      (K + P) * v + (P + K) * v + 2 * K * v + (K + U) * v + 2 * U * v + L.update(U, Ug / W);
+      c.collectives = 4;  // count exchange, all-to-all of keys, vectors, gradients
+      copied = 8 * U + 2 * U * v;
       break;
     case Placement::distributed:
       c.memory_busiest = c.memory_every = mem(shard);
       c.bytes_per_step = 2 * f * K * 16 + 4 * (W - 1) * b * S * v;  // keys and bag ids; reduce-scatter; all-gather
+      // forward: bag ids, bucket by owner (2), keys and bag ids gathered (2), the owner's offsets, its pooled
+      // lookup of the K keys it receives into partial sums of all W P bags, this rank's share copied out;
+      // backward: bag gradients scaled, the owner's update
+      c.local_bytes = k * K + 2 * k * K + 2 * k * K + k * K + L.lookup_pooled(K, W * P) + 2 * P * v + 2 * P * v +
+                      L.update(K, Ug / W);
+      c.collectives = 5;  // count exchange, all-to-all of keys and bag ids, reduce-scatter, all-gather
+      copied = 16 * K + 2 * P * v;
       break;
     case Placement::hybrid: {
       // the hot keys: an all-reduce of their [hot_rows, dim] gradient and counts; the rest: dispatch
       c.memory_busiest = c.memory_every = mem(std::max<int64_t>(1, hot_rows)) + mem(shard);
-      c.bytes_per_step = 4 * f * double(hot_rows) * (v + 8) +
-                         2 * f * expected_distinct(stats, K, size_t(hot_rows)) * (8 + 2 * v);
+      const double H = double(hot_rows);
+      double covered = 0;  // share of lookups the hot keys take
+      for (size_t i = 0; i < size_t(hot_rows) && i < stats.top.size() && stats.keys > 0; ++i)
+        covered += double(stats.top[i].second) / double(stats.keys);
+      const double Kh = K * std::min(1.0, covered), Kc = K - Kh;
+      const double Uc = std::min(R, expected_distinct(stats, K, size_t(hot_rows)));
+      const double Ucg = std::min(R, expected_distinct(stats, W * K, size_t(hot_rows)));
+      c.bytes_per_step = 4 * f * H * (v + 8) + 2 * f * Uc * (8 + 2 * v);
+      // forward: hot or cold (3 key passes), the hot lookup, the cold keys dispatched (as dispatch, less its
+      // pooling), vectors scattered to key order, pooled; backward: spread, gathered hot then cold, the hot
+      // keys summed per hot key into [H, dim] (2 key passes, gather, pool), the touched hot keys found (3 key
+      // passes over H), gathered, looked up and updated on every copy; the cold ones as dispatch
+      const double fwd = 3 * k * K + L.lookup_keys(Kh) + kSort * Kc + k * Kc + 3 * k * Uc + L.lookup_keys(Uc) +
+                         2 * Uc * v + 2 * Kc * v + 2 * Kc * v + 2 * K * v + (K + P) * v;
+      const double bwd = (P + K) * v + 2 * K * v + 2 * k * Kh + 2 * Kh * v + (Kh + H) * v + 3 * k * H + 2 * H * v +
+                         L.lookup_keys(H) + L.update(H, H) + 2 * Kc * v + (Kc + Uc) * v + 2 * Uc * v +
+                         L.update(Uc, Ucg / W);
+      c.local_bytes = fwd + bwd;
+      c.collectives = 6;  // count exchange, all-to-all of keys, vectors, gradients, all-reduce of sums and counts
+      copied = 8 * Uc + 2 * Uc * v;
       break;
     }
   }
-  if (opt.world == 1) c.bytes_per_step = 0;  // one rank: nothing moves
+  if (opt.world == 1) {  // one rank: nothing moves and nothing waits on a peer; the exchanges copy locally
+    c.bytes_per_step = 0;
+    c.collectives = 0;
+    c.local_bytes += 2 * copied;
+  }
+  const PlannerRates& r = opt.rates;
+  c.seconds_group = c.collectives * r.collective_us * 1e-6 + r.group_us * 1e-6;
+  c.seconds_per_step = c.bytes_per_step / (r.link_GBps * 1e9) + c.local_bytes / (r.hbm_GBps * 1e9) + c.seconds_group;
   return c;
 }
 
@@ -198,6 +276,16 @@ Request parse_request(const CollectionTableConfig& t, int world) {
   return r;
 }
 
+// The tables that run one lookup together: same placement (and localized owner), dim, combiner, optimizer,
+// init_scale and max_load_factor.
+std::string group_key(const CollectionTableConfig& t, Placement p, int owner) {
+  const OptimizerConfig& o = t.optimizer;
+  return strprintf("%s:%d:%d:%d:%d:%a:%a:%a:%a:%a:%a:%a:%a", placement_name(p), p == Placement::localized ? owner : 0,
+                   t.dim, int(t.combiner), int(o.kind), double(o.lr), double(o.momentum), double(o.beta1),
+                   double(o.beta2), double(o.epsilon), double(o.initial_accumulator), double(t.init_scale),
+                   t.max_load_factor);
+}
+
 std::string mib(double bytes) { return strprintf("%.2f MiB", bytes / (1024.0 * 1024.0)); }
 
 // Bytes in the unit that reads best: B, KiB, MiB, GiB.
@@ -216,6 +304,7 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
                  opt.world, (long long)opt.global_batch);
   SPARTA_REQUIRE(stats.empty() || stats.size() == cfg.tables.size(), "planner: key statistics of %zu tables for %zu",
                  stats.size(), cfg.tables.size());
+  check_planner_rates(opt.rates);
   const size_t T = cfg.tables.size();
   const int W = opt.world;
   Plan plan;
@@ -233,6 +322,7 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return size_of(a) > size_of(b); });
 
   std::vector<size_t> used(size_t(W), 0);
+  std::set<std::string> groups;  // the groups opened so far (group_key)
   const size_t budget = opt.memory_budget;
   const TableKeyStats none;
   for (size_t i : order) {
@@ -240,7 +330,7 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
     const TableKeyStats& st = stats.empty() ? none : stats[i];
     const int64_t hot_rows =
         std::min<int64_t>({t.hot_rows > 0 ? t.hot_rows : opt.default_hot_rows, t.rows, int64_t(st.top.size())});
-    // Candidates in order of preference where the costs tie (one rank: nothing moves, keep it simple).
+    // Candidates in order of preference where the times tie.
     std::vector<Placement> cands;
     if (req[i].automatic) {
       cands = {Placement::replicated, Placement::localized, Placement::dispatch, Placement::distributed};
@@ -253,14 +343,16 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
       PlacementCost cost;
       int owner;
       size_t shortfall;  // bytes over the budget on the fullest rank (0: fits)
+      double seconds;    // what the table adds to the step: its group's fixed cost unless the group is open
     };
     std::vector<Option> opts;
     for (Placement p : cands) {
-      Option o{p, placement_cost(t, p, opt, st, hot_rows, cfg.shard_slack), 0, 0};
+      Option o{p, placement_cost(t, p, opt, st, hot_rows, cfg.shard_slack), 0, 0, 0};
       if (p == Placement::localized) {
         o.owner = req[i].owner;
         if (o.owner < 0) o.owner = int(std::min_element(used.begin(), used.end()) - used.begin());
       }
+      o.seconds = o.cost.seconds_per_step - (groups.count(group_key(t, p, o.owner)) ? o.cost.seconds_group : 0.0);
       if (budget > 0)
         for (int r = 0; r < W; ++r) {
           const bool holder = p == Placement::localized && r == o.owner;
@@ -270,7 +362,7 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
       opts.push_back(o);
     }
     std::stable_sort(opts.begin(), opts.end(),
-                     [](const Option& a, const Option& b) { return a.cost.bytes_per_step < b.cost.bytes_per_step; });
+                     [](const Option& a, const Option& b) { return a.seconds < b.seconds; });
     const Option* pick = nullptr;
     for (const Option& o : opts)
       if (o.shortfall == 0) {
@@ -293,6 +385,8 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
     tp.owner = pick->p == Placement::localized ? pick->owner : 0;
     tp.memory_bytes = pick->cost.memory_busiest;
     tp.bytes_per_step = pick->cost.bytes_per_step;
+    tp.seconds_per_step = pick->seconds;
+    groups.insert(group_key(t, pick->p, tp.owner));
     if (pick->p == Placement::hybrid) {
       for (int64_t k = 0; k < hot_rows; ++k) tp.hot_keys.push_back(st.top[size_t(k)].first);
       std::sort(tp.hot_keys.begin(), tp.hot_keys.end());
@@ -305,8 +399,10 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
 }
 
 std::string format_plan(const CollectionConfig& cfg, const Plan& plan) {
-  std::string out = strprintf("%-16s %12s %5s %-12s %10s %16s %18s\n", "table", "rows", "dim", "placement", "owner",
-                              "memory/rank", "bytes/step");
+  std::string out = strprintf("%-16s %12s %5s %-12s %10s %16s %18s %14s\n", "table", "rows", "dim", "placement",
+                              "owner", "memory/rank", "bytes/step", "est. ms/step");
+  double every = 0, bytes = 0, seconds = 0;  // memory on every rank, bytes and seconds per step
+  std::map<int, double> owned;                // localized owner → its tables' memory
   for (size_t i = 0; i < cfg.tables.size() && i < plan.tables.size(); ++i) {
     const CollectionTableConfig& t = cfg.tables[i];
     const TablePlan& p = plan.tables[i];
@@ -316,9 +412,17 @@ std::string format_plan(const CollectionConfig& cfg, const Plan& plan) {
                                                                : "key%W";
     std::string name = placement_name(p.placement);
     if (p.placement == Placement::hybrid) name += strprintf("(%zu)", p.hot_keys.size());
-    out += strprintf("%-16s %12lld %5d %-12s %10s %16s %18s\n", t.name.c_str(), (long long)t.rows, t.dim, name.c_str(),
-                     owner.c_str(), human(double(p.memory_bytes)).c_str(), human(p.bytes_per_step).c_str());
+    out += strprintf("%-16s %12lld %5d %-12s %10s %16s %18s %14.3f\n", t.name.c_str(), (long long)t.rows, t.dim,
+                     name.c_str(), owner.c_str(), human(double(p.memory_bytes)).c_str(), human(p.bytes_per_step).c_str(),
+                     p.seconds_per_step * 1e3);
+    (p.placement == Placement::localized ? owned[p.owner] : every) += double(p.memory_bytes);
+    bytes += p.bytes_per_step, seconds += p.seconds_per_step;
   }
+  // the total's memory: the fullest rank's; bytes: the tables' busiest ranks' summed
+  double memory = every;
+  for (const auto& o : owned) memory = std::max(memory, every + o.second);
+  out += strprintf("%-16s %12s %5s %-12s %10s %16s %18s %14.3f\n", "total", "", "", "", "", human(memory).c_str(),
+                   human(bytes).c_str(), seconds * 1e3);
   return out;
 }
 

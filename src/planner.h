@@ -1,7 +1,8 @@
-// planner.h: picks where each table of a collection lives. `auto` tables get the placement that moves the fewest
-// bytes per step among those that fit the device memory budget; explicit placements are honoured (and must fit
-// too). A plan that does not fit is a sparta::Error naming the table and the shortfall, raised before anything
-// is allocated. The cost model is written out in README.md ("Embedding collection and placements").
+// planner.h: picks where each table of a collection lives. `auto` tables get the placement with the smallest
+// estimated step time among those that fit the device memory budget; explicit placements are honoured (and must
+// fit too). A plan that does not fit is a sparta::Error naming the table and the shortfall, raised before anything
+// is allocated. The cost model (bytes on the link, local device traffic, collectives, a fixed cost per group of
+// tables that run one lookup together) is written out in README.md ("Embedding collection and placements").
 //
 // Key statistics come from a sample of the data: keys per sample of each table (its hotness) and the most
 // frequent keys (the hybrid placement's replicated set, and the share of lookups it covers).
@@ -35,27 +36,63 @@ struct TableKeyStats {
 std::vector<TableKeyStats> count_keys(MPI_Comm comm, const CollectionConfig& cfg, const std::vector<int64_t>& offsets,
                                       const std::vector<int64_t>& keys, int64_t batch, size_t max_top);
 
+// The rates that turn the cost model's counts into seconds (README: the cost model). The defaults are for
+// H100/H200-class GPUs over NVLink, from experiments/scaling_model_h200.json and the measurements it was fitted
+// on (experiments/measured/h200_cbfa9e5.jsonl: bench_collection, MLPerf v1 tables, 2 H200s):
+//   link_GBps      sent + received bytes per second of one rank in an all-to-all: twice the 330 GB/s NCCL
+//                  all-to-all bus bandwidth measured on 2 H200s (scaling_model.json links.nvlink_GBps); over
+//                  InfiniBand take about twice the NIC's bytes per second per GPU (e.g. 85 for 400 Gb/s);
+//   hbm_GBps       effective rate of the local passes counted (hash-table lookups of random rows, sorts,
+//                  gathers, scatters, pooling, optimizer updates): well below the HBM's peak. 420 fits that run
+//                  best with the other defaults (each table its own group, as there): the five placements' step
+//                  times within 15% on average (dispatch 36.8 ms estimated / 35.6 measured, localized 24.6 /
+//                  21.8, replicated 31.7 / 21.0, distributed 29.3 / 29.6, hybrid 44.7 / 49.1), so localized is
+//                  picked there, not dispatch; scaling_model_h200.json's fit likewise runs its 616/500 GB/s
+//                  lookup/backward rates about 2x slower;
+//   collective_us  fixed cost of one collective (scaling_model.json links.nvlink_latency_us);
+//   group_us       fixed cost of one placement group per step (kernel launches, host waits for counts).
+struct PlannerRates {
+  double link_GBps = 660;
+  double hbm_GBps = 420;
+  double collective_us = 20;
+  double group_us = 100;
+};
+// Throws sparta::Error naming the rate unless every rate is > 0 (and finite).
+void check_planner_rates(const PlannerRates& r);
+
 struct PlannerOptions {
   int world = 1;
   int64_t global_batch = 1;       // samples per step over all ranks
   size_t memory_budget = 0;       // device bytes per rank for the tables (0: no limit)
   int64_t default_hot_rows = 1024;  // hybrid tables with hot_rows 0
+  PlannerRates rates;
 };
 
-// Estimates of one table under one placement (README: the cost model).
+// Estimates of one table under one placement (README: the cost model), on the busiest rank.
 struct PlacementCost {
   size_t memory_busiest = 0;      // device bytes on the rank that holds the most of the table
   size_t memory_every = 0;        // device bytes on every rank (memory_busiest on every rank but a localized owner)
   double bytes_per_step = 0;      // bytes the busiest rank sends plus receives in one forward and backward
+  double local_bytes = 0;         // device memory bytes read plus written by its local passes
+  int collectives = 0;            // collectives of the table's group per step (0 with one rank)
+  double seconds_group = 0;       // the group's fixed cost: collectives x collective_us + group_us
+  // The step time of the table as a group of its own: link + local + seconds_group. A table that joins a group
+  // another table of the plan opened adds seconds_per_step - seconds_group.
+  double seconds_per_step = 0;
 };
 PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const PlannerOptions& opt,
                              const TableKeyStats& stats, int64_t hot_rows, double shard_slack);
 
 // The plan: every table's placement, owner and (hybrid) hot keys. stats: per table (empty: one key per slot and
-// no frequent keys known). Throws sparta::Error for a bad configuration or a plan that does not fit.
+// no frequent keys known). Tables are placed largest first; each `auto` table gets the fitting placement whose
+// time it adds is the smallest: seconds_per_step, less seconds_group where a table placed before it already opened
+// that group (same placement, localized owner, dim, combiner, optimizer, init_scale and max_load_factor: the
+// tables that run one lookup together). Ties: replicated, localized, dispatch, distributed, hybrid. Throws
+// sparta::Error for a bad configuration, bad rates or a plan that does not fit.
 Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std::vector<TableKeyStats>& stats);
 
-// The table rank 0 prints: table, rows, dim, placement, owner, memory per rank, bytes moved per step.
+// The table rank 0 prints: table, rows, dim, placement, owner, memory per rank, bytes moved per step, estimated
+// ms per step; then the plan's totals.
 std::string format_plan(const CollectionConfig& cfg, const Plan& plan);
 // One line "name:placement[:owner] ..." (checkpoint metadata).
 std::string plan_summary(const CollectionConfig& cfg, const Plan& plan);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <utility>
 
 #include "src/base/check.h"
 #include "src/placement.h"
@@ -111,6 +112,12 @@ void check_train_config(const TrainConfig& c) {
   SPARTA_REQUIRE(c.init_scale >= 0, "embedding.init_scale: expected >= 0, found %g", c.init_scale);
   SPARTA_REQUIRE(c.hot_rows >= 0, "embedding.hot_rows: expected >= 0, found %lld", (long long)c.hot_rows);
   SPARTA_REQUIRE(c.memory_mb >= 0, "embedding.memory_mb: expected >= 0 (0: no limit), found %g", c.memory_mb);
+  const PlannerRates& pr = c.planner_rates;
+  for (const auto& r : {std::make_pair("embedding.planner_link_gbps", pr.link_GBps),
+                        std::make_pair("embedding.planner_hbm_gbps", pr.hbm_GBps),
+                        std::make_pair("embedding.planner_collective_us", pr.collective_us),
+                        std::make_pair("embedding.planner_group_us", pr.group_us)})
+    SPARTA_REQUIRE(r.second > 0 && std::isfinite(r.second), "%s: expected > 0, found %g", r.first, r.second);
   check_optimizer("optimizer", c.dense);
   SPARTA_REQUIRE(c.dense.kind != OptimizerKind::lazy_adam,
                  "optimizer.kind: lazy_adam is a sparse optimizer (embedding.kind); the dense parameters take "
@@ -160,7 +167,10 @@ std::string TrainConfig::to_ini() const {
     << "\nprecision = " << (model.precision == GemmType::bf16 ? "bf16" : "fp32") << "\nseed = " << seed << "\n\n";
   s << "[embedding]\nrows = " << rows << "\nplacement = " << placement << "\ncombiner = " << combiner << "\n";
   opt(sparse);
-  s << "init_scale = " << init_scale << "\nhot_rows = " << hot_rows << "\nmemory_mb = " << memory_mb << "\n\n";
+  s << "init_scale = " << init_scale << "\nhot_rows = " << hot_rows << "\nmemory_mb = " << memory_mb
+    << "\nplanner_link_gbps = " << planner_rates.link_GBps << "\nplanner_hbm_gbps = " << planner_rates.hbm_GBps
+    << "\nplanner_collective_us = " << planner_rates.collective_us
+    << "\nplanner_group_us = " << planner_rates.group_us << "\n\n";
   s << "[optimizer]\n";
   opt(dense);
   s << "warmup_steps = " << schedule.warmup_steps << "\ndecay_start = " << schedule.decay_start

@@ -15,6 +15,7 @@
 #include "kernels/embedding_types.h"
 #include "src/context.h"
 #include "src/model.h"
+#include "src/planner.h"
 
 namespace sparta {
 
@@ -67,6 +68,8 @@ struct TrainConfig {
   float init_scale = 0.05f;
   int64_t hot_rows = 0;          // hybrid: replicated frequent rows per table (0: the planner's default)
   double memory_mb = 0;          // device memory per rank for the tables (0: no limit)
+  // The planner's rates (planner_link_gbps, planner_hbm_gbps, planner_collective_us, planner_group_us; each > 0)
+  PlannerRates planner_rates;
 
   // [optimizer]: the dense optimizer and its schedule
   OptimizerConfig dense;

@@ -76,7 +76,16 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
       "embedding.init_scale", po::value<float>(&c.init_scale)->default_value(0.05f, "0.05"),
       "a row's first values are uniform in +-init_scale, drawn from (seed, table, key)")(
       "embedding.hot_rows", po::value<int64_t>(&c.hot_rows)->default_value(0), "hybrid: replicated frequent rows per table (0: the planner's default)")(
-      "embedding.memory_mb", po::value<double>(&c.memory_mb)->default_value(0), "device memory per rank for the tables, MiB (0: no limit); the planner must fit it");
+      "embedding.memory_mb", po::value<double>(&c.memory_mb)->default_value(0), "device memory per rank for the tables, MiB (0: no limit); the planner must fit it")(
+      "embedding.planner_link_gbps", po::value<double>(&c.planner_rates.link_GBps)->default_value(PlannerRates().link_GBps),
+      "the planner's link rate: GB/s one rank sends plus receives in an all-to-all (NVLink H100/H200; lower it "
+      "across nodes, e.g. 85 for one 400 Gb/s NIC per GPU)")(
+      "embedding.planner_hbm_gbps", po::value<double>(&c.planner_rates.hbm_GBps)->default_value(PlannerRates().hbm_GBps),
+      "the planner's effective GB/s of local device passes (lookups, sorts, gathers, updates)")(
+      "embedding.planner_collective_us", po::value<double>(&c.planner_rates.collective_us)->default_value(PlannerRates().collective_us),
+      "the planner's fixed cost of one collective, microseconds")(
+      "embedding.planner_group_us", po::value<double>(&c.planner_rates.group_us)->default_value(PlannerRates().group_us),
+      "the planner's fixed cost per step of one group of tables looked up together, microseconds");
   add_optimizer(emb, "embedding", c.sparse, t.sparse_kind, "the tables'", "adagrad", 0.05f);
   add_optimizer(opt, "optimizer", c.dense, t.dense_kind, "the dense parameters'", "adam", 1e-3f);
   opt.add_options()("optimizer.warmup_steps", po::value<int64_t>(&c.schedule.warmup_steps)->default_value(0),

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "src/planner.h"
 #include "tests/testing.h"
 
 namespace {
@@ -119,6 +120,10 @@ void run_and_check(const Expect& x, const std::string& extra) {
         if (x.ranks == 1) BOOST_CHECK_EQUAL(moved, 0.0);
         else BOOST_CHECK(moved > 0);
         BOOST_CHECK_EQUAL(field(l, "MB_moved_measured"), "null");
+        // the planner's estimate: every table adds local work at least (with the default rates recorded)
+        BOOST_CHECK(number(l, "ms_step_planned") > 0);
+        BOOST_CHECK_EQUAL(number(l, "planner_link_GBps"), sparta::PlannerRates().link_GBps);
+        BOOST_CHECK_EQUAL(number(l, "planner_group_us"), sparta::PlannerRates().group_us);
         BOOST_CHECK(number(l, "mem_GB") > 0);
         BOOST_CHECK_EQUAL(field(l, "device_used_GB"), "null");  // cpu
         // two forwards (fresh keys, then after the update) of every rank's check samples, every column
@@ -172,6 +177,8 @@ BOOST_AUTO_TEST_CASE(bad_options_end_every_rank_with_a_message) {
       {"--batch 8 --optimizer adam", "--optimizer"},
       {"--batch 8,0", "--batch"},
       {"--batch 8 --comm-mode pigeon", "pigeon"},
+      {"--batch 8 --planner-link-gbps 0", "--planner-link-gbps must be > 0"},
+      {"--batch 8 --planner-group-us -2", "--planner-group-us must be > 0"},
   };
   for (const Case& c : cases) {
     testing::CommandResult r = bench(2, c.args + " --row-cap 100 --dim 4 --iters 1 --warmup 0");
