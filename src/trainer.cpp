@@ -226,6 +226,7 @@ void Trainer::build_collection(const Batch& b, int64_t global_batch) {
   po.world = world_;
   po.global_batch = global_batch;
   po.memory_budget = size_t(cfg_.memory_mb * 1024 * 1024);
+  po.rates = cfg_.planner_rates;
   const size_t max_top = size_t(std::max<int64_t>(cfg_.hot_rows, po.default_hot_rows));
   std::vector<TableKeyStats> stats = count_keys(world_comm_, c, offsets, keys, b.size, max_top);
   agree(guarded([&] { plan_ = make_plan(c, po, stats); }));
