@@ -3,7 +3,8 @@
 // rank its pooled vectors by all-to-all; the bags arrive, and go back, in each rank's sample order. The backward
 // sends the bag gradients to the owner, whose backward sums each row over the global batch in its order.
 //
-// Forward equals a single-rank pooled lookup bit for bit (the same fused lookup over the same bags).
+// Forward equals a single-rank pooled lookup bit for bit (the same fused lookup over the same bags). With one rank
+// the bags are looked up where they are and the gradient is applied straight from the output's gradient.
 #include "src/placement_common.h"
 
 namespace sparta {
@@ -23,6 +24,10 @@ class LocalizedTable : public PlacedTable {
     const Device& dev = ex_.device();
     const size_t world = size_t(ex_.world());
     in_ = in;
+    if (world == 1) {  // the owner's own bags: looked up in place, nothing routed or copied
+      table_lookup_pooled(*table_, in.offsets, in.keys, in.bags, combiner_, mode, out, grow(rows_, dev, in.nnz));
+      return;
+    }
     int64_t* lengths = grow(lengths_, dev, in.bags);
     route_lengths(dev, in.offsets, in.bags, lengths, dev.stream);
     std::vector<size_t> send_bags(world, 0), send_keys(world, 0);
@@ -49,6 +54,10 @@ class LocalizedTable : public PlacedTable {
 
   void backward(const float* grad, int64_t step, float lr_scale) override {
     const Device& dev = ex_.device();
+    if (ex_.world() == 1) {
+      table_update(*table_, in_.offsets, rows_.data(), in_.bags, in_.nnz, grad, combiner_, step, lr_scale);
+      return;
+    }
     float* all_grads = grow(pooled_, dev, size_t(all_bags_) * dim_);
     ex_.all_to_all_v(grad, times_dim(send_bags_), all_grads, times_dim(recv_bags_), DataType::f32);
     if (table_) table_update(*table_, offsets_.data(), rows_.data(), all_bags_, all_keys_, all_grads, combiner_, step, lr_scale);

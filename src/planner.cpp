@@ -229,10 +229,13 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       break;
     }
   }
-  if (opt.world == 1) {  // one rank: nothing moves and nothing waits on a peer; the exchanges copy locally
+  if (opt.world == 1) {  // one rank: nothing moves and nothing waits on a peer
     c.bytes_per_step = 0;
     c.collectives = 0;
-    c.local_bytes += 2 * copied;
+    if (p == Placement::replicated || p == Placement::localized)
+      c.local_bytes = L.lookup_pooled(K, P) + L.update(K, Ug);  // looked up in place, updated from the bags
+    else
+      c.local_bytes += 2 * copied;  // the exchanges copy locally
   }
   const PlannerRates& r = opt.rates;
   c.seconds_group = c.collectives * r.collective_us * 1e-6 + r.group_us * 1e-6;

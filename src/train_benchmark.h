@@ -1,10 +1,11 @@
 // train_benchmark.h: the training step's throughput on synthetic batches held in memory (no files), in the MLPerf
 // shapes by default: sparta-train --benchmark and experiments/bench_train run it. Each rank generates its slice
 // of one global batch (io/synthetic.h, the sample stream's samples [rank * batch, (rank + 1) * batch)), the
-// trainer is built on it (the planner sees its keys), then `warmup` untimed steps (they insert the keys) and
-// `steps` timed ones (Trainer::timed_step: the host waits after every phase, so the step splits into data,
-// embedding, dense and comm; the phases do not overlap, so the rate is a lower bound of training's). Each
-// phase's time is the slowest rank's; the figures are medians over the timed steps.
+// trainer is built on it (the planner sees its keys), then `warmup` untimed steps (they insert the keys), then
+// `steps` steps exactly as training takes them (Trainer::plain_steps: phases overlapping, the host waiting only
+// at the end), which give ms_step and samples/s (the slowest rank's mean), then `steps` more with the host
+// waiting after every phase (Trainer::timed_step), which split the step into data, embedding, dense and comm
+// (medians, the slowest rank's; their sum, ms_phases, exceeds ms_step by the waits and the lost overlap).
 #pragma once
 
 #include <mpi.h>
@@ -23,7 +24,7 @@ struct BenchmarkResult {
   int64_t global_batch = 0;
   std::string placement;          // the plan's placement when every table has the same one, else "mixed"
   std::string model_shape;        // ModelConfig::describe() with the data's shapes
-  double samples_per_s = 0, ms_step = 0, ms_data = 0, ms_embedding = 0, ms_dense = 0, ms_comm = 0;
+  double samples_per_s = 0, ms_step = 0, ms_phases = 0, ms_data = 0, ms_embedding = 0, ms_dense = 0, ms_comm = 0;
   int64_t wrong = 0;              // dense parameters that are not finite after the run (the run's own check)
   // The '#'-headed table rank 0 prints, and the record's fields ("key":value,... without braces) with every
   // parameter of the run but the rank count (the caller's provenance has it). run_keys false leaves out

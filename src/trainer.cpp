@@ -338,11 +338,11 @@ void Trainer::reduce_bucket(size_t offset, size_t count) {
   comm_->all_reduce(grads_.data() + offset, grads_.data() + offset, count, DataType::f32, s);
 }
 
-void Trainer::train_step(const Batch& b, int64_t step, float* loss_slot) {
+void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, float* loss_slot) {
   upload(b);
   collection_->forward(offsets_.data(), keys_.data(), b.size, emb_.data(), LookupMode::train);
   model_->forward(params_.data(), dense_.data(), emb_.data(), b.size);
-  model_->loss(labels_.data(), train_->global_batch_size(b.index), loss_slot);
+  model_->loss(labels_.data(), global_batch, loss_slot);
   model_->backward(params_.data(), grads_.data(), demb_.data(),
                    [this](size_t offset, size_t count) { reduce_bucket(offset, count); });
   collection_->backward(demb_.data(), step, learning_rate_factor(cfg_.schedule, step));
@@ -355,6 +355,17 @@ void Trainer::train_step(const Batch& b, int64_t step, float* loss_slot) {
 #endif
   dense_optimizer_update(dev_, cfg_.dense, step, learning_rate(cfg_.schedule, step), params_.data(), grads_.data(),
                          state_.data(), params_.size(), dev_.stream);
+}
+
+double Trainer::plain_steps(const Batch& b, int64_t global_batch, int64_t n) {
+  comm_->synchronize(dev_.stream);
+  const double t = now_s();
+  for (int64_t i = 0; i < n; ++i) {
+    train_step(b, step_ + 1, global_batch, losses_.data());
+    ++step_;
+  }
+  comm_->synchronize(dev_.stream);
+  return (now_s() - t) * 1e3 / double(n > 0 ? n : 1);
 }
 
 Trainer::StepTimes Trainer::timed_step(const Batch& b, int64_t global_batch) {
@@ -498,7 +509,7 @@ TrainResult Trainer::run() {
     }));
     SPARTA_ASSERT(b != nullptr, "an epoch of %lld batches delivered none", (long long)bpe);
     const int64_t s = step_ + 1;
-    train_step(*b, s, losses_.data() + (s - interval_first));
+    train_step(*b, s, train_->global_batch_size(b->index), losses_.data() + (s - interval_first));
     interval_samples += train_->global_batch_size(b->index);
     step_ = s;
     const bool last = step_ == total;

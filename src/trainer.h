@@ -100,6 +100,9 @@ class Trainer {
     double total_ms() const { return data_ms + embedding_ms + dense_ms + comm_ms; }
   };
   StepTimes timed_step(const Batch& b, int64_t global_batch);
+  // Benchmarks: n training steps on b exactly as run() takes them (phases overlapping, the dense gradients
+  // all-reduced in buckets behind the backward), the host waiting only at the end. Milliseconds per step.
+  double plain_steps(const Batch& b, int64_t global_batch, int64_t n);
 
   // The configuration with the dataset's shapes filled in (what checkpoints record).
   const TrainConfig& config() const { return cfg_; }
@@ -121,7 +124,8 @@ class Trainer {
   void load(const std::string& path);
   std::string save();
   void upload(const Batch& b);
-  void train_step(const Batch& b, int64_t step, float* loss_slot);
+  // One training step on b, a slice of a global batch of global_batch samples; its loss goes to loss_slot.
+  void train_step(const Batch& b, int64_t step, int64_t global_batch, float* loss_slot);
   void reduce_bucket(size_t offset, size_t count);
   EvalMetrics evaluate_now();
   Predictions predict_local();

@@ -378,7 +378,7 @@ BOOST_AUTO_TEST_CASE(readme_cpu_figures_reproduce, *boost::unit_test::timeout(90
   const std::string gpu_table = readme.substr(readme.find("### Figures"), a - readme.find("### Figures"));
   for (const auto& e : fs::directory_iterator("experiments/sweeps")) {
     const std::string name = e.path().stem().string();
-    if (e.path().extension() != ".json" || name.size() > 4 && name.substr(name.size() - 4) == "_cpu") continue;
+    if (e.path().extension() != ".json" || (name.size() > 4 && name.substr(name.size() - 4) == "_cpu")) continue;
     BOOST_CHECK_MESSAGE(contains(gpu_table, "experiments/sweeps/" + name + ".json"), name << ".json has no figure");
     BOOST_CHECK_MESSAGE(contains(readme.substr(a, b - a), "experiments/sweeps/" + name + "_cpu.json"),
                         name << ".json has no _cpu twin in README's CPU figures");
