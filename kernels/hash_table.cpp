@@ -22,13 +22,10 @@ CpuState cpu_probe(const HashTableView& t, uint64_t key, bool insert, HashSlot**
     t.meta->marker.key = 0;
     return CpuState::inserted;
   }
-  const uint64_t h = hash_key(key);
-  const int home = home_slot(h);
-  uint64_t b = h & t.bucket_mask;
+  uint64_t b = hash_key(key) & t.bucket_mask;
   for (uint64_t n = 0; n <= t.bucket_mask; ++n, b = (b + 1) & t.bucket_mask) {
     HashSlot* bucket = t.slots + b * kBucketSlots;
-    for (int p = 0; p < kBucketSlots; ++p) {
-      const int l = (home + p) % kBucketSlots;
+    for (int l = 0; l < kBucketSlots; ++l) {
       if (bucket[l].key == key) {
         *slot = bucket + l;
         return bucket[l].row >= 0 ? CpuState::found : (insert ? CpuState::refused : CpuState::absent);

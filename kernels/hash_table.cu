@@ -67,8 +67,7 @@ __device__ __forceinline__ void write_new_row(const Tile& tile, const RowInit& i
 
 // get_insert for bulk calls (the fused kernels keep hashdev::resolve_rows, tuned for their hit path).
 // A tile takes a batch of 8 consecutive keys, lane j owning key j; the batch's round trips are shared:
-//   1. the first buckets of all 8 keys are loaded at once; a ballot per key finds it or its first empty slot
-//      in probe order;
+//   1. the first buckets of all 8 keys are loaded at once; a ballot per key finds it or its first empty slot;
 //   2. every lane with an empty slot CASes it at the same time (one round trip for the batch, not one per key);
 //   3. keys the fast path could not settle (CAS lost to another key, full first bucket, a pending row, the
 //      marker key) go through the general probe, one at a time;
@@ -122,7 +121,7 @@ __global__ void __launch_bounds__(kGetInsertBlock, 7)
       if (j >= cnt) break;
       unsigned hit = tile.ballot(snap[j].key == k[j]);
       unsigned empty = tile.ballot(snap[j].key == kEmptyKey);
-      int l = hit ? __ffs(hit) - 1 : empty ? hashdev::first_in_probe(empty, home_slot(hash_key(k[j]))) : -1;
+      int l = __ffs(hit ? hit : empty) - 1;
       int64_t r = tile.shfl(snap[j].row, l < 0 ? 0 : l);
       if (lane == j && l >= 0) {
         if (hit && r >= 0) state = kFound, row = r;

@@ -3,11 +3,7 @@
 //
 // Layout: open addressing over buckets of 8 slots of 16 bytes {uint64 key, int64 row} (one 128-byte line,
 // loaded by a tile of 8 lanes, one 16-byte slot each); bucket = hash(key) & mask, then linear probing over
-// buckets. Within every bucket of its probe a key visits the slots from its home sector on: slot
-// home_slot(hash) (even: a 32-byte sector of 2 slots), then the following slots, wrapping around the bucket.
-// A lookup of a present key thus usually reads one 32-byte sector, not the 128-byte line; a sector holding
-// neither the key nor an empty slot sends it to the whole bucket, then to the next ones. Slot count = next
-// power of two of capacity_rows / max_load_factor, rounded up to whole buckets.
+// buckets. Slot count = next power of two of capacity_rows / max_load_factor, rounded up to whole buckets.
 // get_insert: the first empty slot along the probe is claimed with atomicCAS on the key; the winner takes a
 // row from a counter (atomicAdd, aggregated over the warp), writes the row's initial values, fences, then
 // publishes the row; losers (the same key elsewhere in the batch) wait for the row word. Rows are handed
@@ -123,10 +119,6 @@ SPARTA_HD uint64_t hash_key(uint64_t key) {
   key *= 0xC4CEB9FE1A85EC53ull;
   return key ^ (key >> 33);
 }
-
-// First slot a key visits in each bucket of its probe: the even slot of its home sector (bits of the hash
-// above any bucket index). Position p of the probe within a bucket is slot (home_slot + p) % kBucketSlots.
-SPARTA_HD int home_slot(uint64_t hash) { return static_cast<int>((hash >> 56) & 3) * 2; }
 
 // ---- the owning table ----
 

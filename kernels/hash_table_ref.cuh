@@ -2,11 +2,11 @@
 // lookup with their own work (hash_table.cu, pooled_forward.cu).
 //
 // Unit of work: a tile of 8 lanes (one lane per slot of a 128-byte bucket) resolves a batch of up to 8 keys:
-// the home sectors of all keys are loaded at once (one 32-byte read per key, by the two lanes of its home
-// slots), each key is then matched with a tile ballot; only a sector without the key and without an empty
-// slot costs a load of its whole bucket, and only a bucket without either the next bucket. Empty slots are
-// claimed in probe order (first_in_probe), the order every lookup follows. In insert mode winners of a CAS
-// take rows, write the initial values, fence and publish; keys that another tile is inserting are waited for only after this tile published its own, so a winner never waits: no deadlock.
+// the first buckets of all keys are loaded at once (one independent 16-byte load per key per lane), each
+// key is then matched with a tile ballot; only a bucket without the key and without an empty slot costs
+// another load. In insert mode winners of a CAS take rows, write the initial values, fence and publish;
+// keys that another tile is
+// inserting are waited for only after this tile published its own, so a winner never waits: no deadlock.
 // Winners take rows with one atomicAdd per tile (not per key): the row counter is the one shared address.
 //
 // Coherence: slots are read with ld.global.cg (L2; L1 is not coherent across SMs) and the row word that is
@@ -33,44 +33,24 @@ __device__ __forceinline__ HashSlot load_slot(const HashSlot* p) {
   return HashSlot{v.x, static_cast<int64_t>(v.y)};
 }
 
-// Where a key's probe starts: its first bucket and its home slot (hash_table.h), or the marker slot for
-// kEmptyKey (stored there as 0).
+// Where a key's probe starts: its first bucket, or the marker slot for kEmptyKey (stored there as 0).
 struct Start {
   HashSlot* bucket;
   uint64_t bucket_index;
   uint64_t stored;  // the key word searched for
-  int home;         // the key's first slot in every bucket of its probe
   bool marker;
-  bool sector;      // the snapshot holds the home sector only (load_home)
 };
 
 __device__ __forceinline__ Start probe_start(const HashTableView& t, uint64_t key) {
-  if (key == kEmptyKey) return Start{&t.meta->marker, 0, 0, 0, true, false};
-  const uint64_t h = hash_key(key);
-  const uint64_t b = h & t.bucket_mask;
-  return Start{t.slots + b * kBucketSlots, b, key, home_slot(h), false, false};
+  if (key == kEmptyKey) return Start{&t.meta->marker, 0, 0, true};
+  uint64_t b = hash_key(key) & t.bucket_mask;
+  return Start{t.slots + b * kBucketSlots, b, key, false};
 }
 
 // This lane's slot of the start bucket (lanes past the marker's single slot see a slot that never matches).
 __device__ __forceinline__ HashSlot load_lane(const Start& s, int lane) {
   if (s.marker) return lane == 0 ? load_slot(s.bucket) : HashSlot{1, kRowPending};
   return load_slot(s.bucket + lane);
-}
-
-// The home sector of the start bucket only: one 32-byte read by the two lanes of the key's first slots; the
-// other lanes hold a slot that is neither the key nor empty. probe() reads the rest of the bucket only when
-// the sector settles nothing (it holds neither the key nor an empty slot).
-__device__ __forceinline__ HashSlot load_home(Start& s, int lane) {
-  if (s.marker) return load_lane(s, lane);
-  s.sector = true;
-  if (lane == s.home || lane == s.home + 1) return load_slot(s.bucket + lane);
-  return HashSlot{s.stored == 0 ? 1ull : 0ull, kRowPending};
-}
-
-// The lane among `mask` (nonzero) that comes first in a probe starting at slot `home`.
-__device__ __forceinline__ int first_in_probe(unsigned mask, int home) {
-  const unsigned r = ((mask >> home) | (mask << (kTile - home))) & ((1u << kTile) - 1);
-  return (__ffs(r) - 1 + home) & (kTile - 1);
 }
 
 struct Probe {
@@ -99,7 +79,7 @@ __device__ Probe probe(const Tile& tile, const HashTableView& t, Start s, HashSl
       if (empty) return Probe{kAbsent, -1, nullptr};
     } else {
       while (empty) {
-        int l = first_in_probe(empty, s.home);
+        int l = __ffs(empty) - 1;
         unsigned long long old = 0;
         if (lane == l)
           old = atomicCAS(reinterpret_cast<unsigned long long*>(&s.bucket[l].key), kEmptyKey, s.stored);
@@ -108,11 +88,6 @@ __device__ Probe probe(const Tile& tile, const HashTableView& t, Start s, HashSl
         if (old == s.stored) return Probe{kPending, -1, s.bucket + l};  // its row may already be published
         empty &= ~(1u << l);
       }
-    }
-    if (s.sector) {  // the home sector holds other keys only: the whole bucket, from the same probe position
-      s.sector = false;
-      snap = load_slot(s.bucket + lane);
-      continue;
     }
     if (s.marker || ++n > t.bucket_mask) return Probe{kInsert ? kRefused : kAbsent, -1, nullptr};
     s.bucket_index = (s.bucket_index + 1) & t.bucket_mask;
@@ -142,7 +117,7 @@ __device__ __forceinline__ void resolve_rows(const Tile& tile, const HashTableVi
   for (int j = 0; j < B; ++j)
     if (j < cnt) {
       s[j] = probe_start(t, k[j]);
-      snap[j] = load_home(s[j], lane);
+      snap[j] = load_lane(s[j], lane);
     }
   Probe p[B];
 #pragma unroll

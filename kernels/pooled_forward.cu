@@ -2,10 +2,10 @@
 // in one kernel.
 //
 // A tile of 8 lanes takes a span of 4 consecutive bags (their keys are contiguous in the CSR) and walks its
-// keys in batches of 2: the batch's rows are resolved together (hash_table_ref.cuh: the keys' home-sector
-// loads in flight together), then the rows are gathered with all loads issued before the first add (lane l
-// holds elements (c*8 + l)*VEC .. +VEC: 8 lanes read 128 contiguous bytes per chunk), and added to the current
-// bag's accumulator in key order; a bag is written when the walk passes its end. One-hot bags thus get the same
+// keys in batches of 2: the batch's rows are resolved together (hash_table_ref.cuh: both bucket loads in
+// flight), then both rows are gathered with all loads issued before the first add (lane l holds elements
+// (c*8 + l)*VEC .. +VEC: 8 lanes read 128 contiguous bytes per chunk), and added to the current bag's
+// accumulator in key order; a bag is written when the walk passes its end. One-hot bags thus get the same
 // lookups in flight per tile as multi-hot ones. Persistent grid, grid-stride over spans.
 //
 // Occupancy over batch width: the memory in flight comes from resident warps, not from wide batches. With 4
@@ -27,10 +27,7 @@ using hashdev::kTile;
 using hashdev::Tile;
 
 constexpr int kSpan = 4;  // bags per tile task
-// Keys resolved together, then rows gathered together. (4 for short rows compiled, but the kernel with 4 and
-// the home-sector probe did no work on an H100 — no key inserted, no output written, no launch error — while
-// each change alone passed: kept at 2 until that is understood.)
-constexpr int kBatch = 2;
+constexpr int kBatch = 2;  // keys resolved together, then rows gathered together
 
 // 256-thread blocks per SM the kernel is compiled for, by the floats a lane holds per row (C*VEC): 1, 4 or 8
 // → 3 (at most 80 registers; 8 spills a little and was still the fastest measured), 16 → 2, 32 → 1.
