@@ -37,25 +37,19 @@ std::vector<TableKeyStats> count_keys(MPI_Comm comm, const CollectionConfig& cfg
                                       const std::vector<int64_t>& keys, int64_t batch, size_t max_top);
 
 // The rates that turn the cost model's counts into seconds (README: the cost model). The defaults are for
-// H100/H200-class GPUs over NVLink, from experiments/scaling_model_h200.json and the measurements it was fitted
-// on (experiments/measured/h200_cbfa9e5.jsonl: bench_collection, MLPerf v1 tables, 2 H200s):
-//   link_GBps      sent + received bytes per second of one rank in an all-to-all: twice the 330 GB/s NCCL
-//                  all-to-all bus bandwidth measured on 2 H200s (scaling_model.json links.nvlink_GBps); over
-//                  InfiniBand take about twice the NIC's bytes per second per GPU (e.g. 85 for 400 Gb/s);
-//   hbm_GBps       effective rate of the local passes counted (hash-table lookups of random rows, sorts,
-//                  gathers, scatters, pooling, optimizer updates): well below the HBM's peak. 420 fits that run
-//                  best with the other defaults (each table its own group, as there): the five placements' step
-//                  times within 15% on average (dispatch 36.8 ms estimated / 35.6 measured, localized 24.6 /
-//                  21.8, replicated 31.7 / 21.0, distributed 29.3 / 29.6, hybrid 44.7 / 49.1), so localized is
-//                  picked there, not dispatch; scaling_model_h200.json's fit likewise runs its 616/500 GB/s
-//                  lookup/backward rates about 2x slower;
-//   collective_us  fixed cost of one collective (scaling_model.json links.nvlink_latency_us);
-//   group_us       fixed cost of one placement group per step (kernel launches, host waits for counts).
+// H100/H200-class GPUs over NVLink: effective rates fitted to ten step times of one bench_collection run on 1 and
+// 2 H200s (26 MLPerf v1 tables of dim 128 capped at 4M rows, 65536 samples per GPU, sgd, one group per
+// placement); README ("Planner") gives the points and the error (13% on average). Not hardware figures:
+//   link_GBps      bytes sent + received per rank per second on the link;
+//   hbm_GBps       rate of the local passes counted (hash-table lookups of random rows, sorts, gathers, scatters,
+//                  pooling, optimizer updates);
+//   collective_us  fixed cost of one collective, with the host waits for counts it brings;
+//   group_us       fixed cost of one placement group per step (kernel launches).
 struct PlannerRates {
-  double link_GBps = 660;
-  double hbm_GBps = 420;
-  double collective_us = 20;
-  double group_us = 100;
+  double link_GBps = 1300;
+  double hbm_GBps = 1950;
+  double collective_us = 600;
+  double group_us = 90;
 };
 // Throws sparta::Error naming the rate unless every rate is > 0 (and finite).
 void check_planner_rates(const PlannerRates& r);

@@ -130,6 +130,7 @@ BOOST_AUTO_TEST_CASE(time_model_by_hand) {
   PlannerOptions o;
   o.world = 4;
   o.global_batch = 400;
+  o.rates = {660, 420, 20, 100};  // the rates the sums below are written with
   const double W = 4, K = 100, P = 100, U = 100, Ug = 400, v = 64, s = 0, row = 2 * v + 2 * s;
   struct Want {
     Placement p;
@@ -178,7 +179,7 @@ BOOST_AUTO_TEST_CASE(time_model_by_hand) {
   // out, U gradients back, each read and written), and the global batch is the local one (Ug = U = 100)
   o.world = 1;
   o.global_batch = 100;
-  o.rates = PlannerRates();
+  o.rates = {660, 420, 20, 100};
   PlacementCost one = placement_cost(t, Placement::dispatch, o, none, 0, 1.25);
   BOOST_CHECK_EQUAL(one.bytes_per_step, 0.0);
   BOOST_CHECK_EQUAL(one.collectives, 0);
@@ -266,6 +267,7 @@ BOOST_AUTO_TEST_CASE(a_group_pays_its_fixed_cost_once) {
   PlannerOptions o;
   o.world = 2;
   o.global_batch = 64;
+  o.rates = {660, 420, 20, 100};
   Plan p = make_plan(c, o, {});
   std::vector<PlacementCost> cost;
   for (const CollectionTableConfig& t : c.tables) cost.push_back(placement_cost(t, Placement::dispatch, o, {}, 0, 1.25));
@@ -283,47 +285,40 @@ BOOST_AUTO_TEST_CASE(a_group_pays_its_fixed_cost_once) {
   for (const TablePlan& t : p.tables) BOOST_CHECK(t.placement == Placement::replicated);
 }
 
-BOOST_AUTO_TEST_CASE(mlperf_v1_on_two_ranks_is_not_dispatch) {
-  // The measured case of the default rates (src/planner.h): 26 tables of dim 128, the MLPerf v1 cardinalities
-  // capped at 4M rows, one uniform key per slot, 65536 samples per rank on 2 ranks, sgd. Measured on 2 H200s,
-  // ms per step: replicated 21.0, localized 21.8, distributed 29.6, dispatch 35.6, hybrid 49.1; the
-  // byte-minimizing planner picked dispatch. The time model picks localized and puts dispatch and hybrid last.
+BOOST_AUTO_TEST_CASE(mlperf_v1_default_rates_follow_their_measurement) {
+  // The measurement the default rates were fitted on (src/planner.h): bench_collection on 1 and 2 H200s, 26
+  // tables of dim 128 (the MLPerf v1 cardinalities capped at 4M rows, plus 64 rows for its check keys), one
+  // uniform key per slot, 65536 samples per rank, sgd, every table in one group per placement. Measured ms per
+  // step, dispatch, localized, replicated, distributed, hybrid: 1 rank 9.70, 1.93, 1.93, 4.06, 12.48; 2 ranks
+  // 11.07, 11.88, 8.43, 10.35, 13.53. The model with the default rates is within 40% of each (2 ranks: 20%),
+  // and the planner picks replicated, the fastest measured, on both.
   const int64_t card[] = {4000000, 39043, 17289, 7420, 20263, 3,       7120,    1543,    63,
                           4000000, 2953546, 403346, 10,  2208, 11938, 155,     4,       976,
                           14,      4000000, 4000000, 4000000, 585935, 12972, 108,     36};
   CollectionConfig c;
   c.num_slots = 26;
-  std::vector<TableKeyStats> stats;
   for (int i = 0; i < 26; ++i) {
-    c.tables.push_back(table("t" + std::to_string(i), card[i], 128, {i}));
-    c.tables.back().init_scale = 0.05f + 0.001f * float(i);  // each table its own group, as measured
-    TableKeyStats st;  // the counts of a 2 x 65536 sample of uniform keys: its 1024 first keys
-    st.samples = st.keys = 131072;
-    for (int64_t k = 0; k < std::min<int64_t>(card[i], 1024); ++k)
-      st.top.push_back({k, std::max<int64_t>(1, st.keys / card[i])});
-    stats.push_back(st);
+    c.tables.push_back(table("t" + std::to_string(i), card[i] + 64, 128, {i}));
+    c.tables.back().key_bound = card[i] + 64;
   }
-  PlannerOptions o;
-  o.world = 2;
-  o.global_batch = 131072;
-  auto total_ms = [&](const char* placement) {
-    CollectionConfig e = c;
-    for (CollectionTableConfig& t : e.tables) t.placement = placement;
-    double ms = 0;
-    for (const TablePlan& t : make_plan(e, o, stats).tables) ms += t.seconds_per_step * 1e3;
-    return ms;
-  };
-  const double loc = total_ms("localized"), rep = total_ms("replicated"), dist = total_ms("distributed"),
-               disp = total_ms("dispatch"), hyb = total_ms("hybrid");
-  BOOST_TEST_MESSAGE("estimated ms: localized " << loc << " replicated " << rep << " distributed " << dist
-                                                 << " dispatch " << disp << " hybrid " << hyb);
-  BOOST_CHECK_LT(loc, std::min({rep, dist, disp, hyb}));
-  BOOST_CHECK_LT(std::max({loc, rep, dist}), std::min(disp, hyb));
-  // within 20% of each measurement but replicated's, which the model puts half again above it (its backward's
-  // second lookup of every rank's keys costs less than counted)
-  const double measured[] = {21.8, 21.0, 29.6, 35.6, 49.1}, est[] = {loc, rep, dist, disp, hyb};
-  for (int i = 0; i < 5; ++i) BOOST_CHECK_LT(std::fabs(est[i] / measured[i] - 1), i == 1 ? 0.6 : 0.2);
-  for (const TablePlan& t : make_plan(c, o, stats).tables) BOOST_CHECK(t.placement != Placement::dispatch);
+  const Placement order[] = {Placement::dispatch, Placement::localized, Placement::replicated,
+                             Placement::distributed, Placement::hybrid};
+  const double measured[2][5] = {{9.70, 1.93, 1.93, 4.06, 12.48}, {11.07, 11.88, 8.43, 10.35, 13.53}};
+  for (int W : {1, 2}) {
+    PlannerOptions o;
+    o.world = W;
+    o.global_batch = 65536 * int64_t(W);
+    for (int i = 0; i < 5; ++i) {
+      CollectionConfig e = c;
+      for (CollectionTableConfig& t : e.tables) t.placement = placement_name(order[i]);
+      double ms = 0;
+      for (const TablePlan& t : make_plan(e, o, {}).tables) ms += t.seconds_per_step * 1e3;
+      BOOST_TEST_MESSAGE(W << " rank(s), " << placement_name(order[i]) << ": estimated " << ms << " ms, measured "
+                           << measured[W - 1][i]);
+      BOOST_CHECK_LT(std::fabs(ms / measured[W - 1][i] - 1), W == 1 ? 0.4 : 0.2);
+    }
+    for (const TablePlan& t : make_plan(c, o, {}).tables) BOOST_CHECK(t.placement == Placement::replicated);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(bad_rates_are_errors) {
