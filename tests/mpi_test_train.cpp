@@ -30,7 +30,7 @@ using namespace sparta;
 namespace {
 
 constexpr double kTrajectoryTol = 1e-5;  // relative, per step (observed: about 1e-7, float rounding)
-constexpr double kAucGap = 0.04;         // planted task: eval AUC >= teacher - this (observed gaps 0.01-0.035 over seeds)
+constexpr double kAucGap = 0.04;         // planted task: eval AUC >= teacher - this (observed gaps 0.007-0.019 over 8 seeds)
 
 // The first `ranks` ranks of the job as a world of their own, with topology and device.
 struct SubWorld {
@@ -188,16 +188,20 @@ BOOST_AUTO_TEST_CASE(same_rank_count_and_plan_give_the_same_bits) {
   BOOST_TEST(testing::all_ranks(c.result.losses != a.result.losses));
 }
 
-// Bitwise for dispatch and hybrid, whose gradients are summed per distinct key in key order. localized,
-// replicated and distributed sum a row's gradients in blocks of the row-sorted sequence
+// Bitwise for dispatch and hybrid on 1 and 2 ranks: their gradients are summed per distinct key in key order on
+// each rank, and the owner adds at most two such sums per row, which gives the same bits however the row-sorted
+// sequence is cut into blocks. Otherwise a row's gradients are summed in blocks of the row-sorted sequence
 // (kernels/embedding_backward.h), whose boundaries depend on the row ids, i.e. on the order keys were inserted:
-// a loaded table inserts them in key order, so their resumed runs agree within kTrajectoryTol, not bit for bit.
+// a loaded table inserts them in key order, so those resumed runs (localized, replicated, distributed, and
+// dispatch and hybrid from 3 ranks on, where an owner adds three or more sums per row) agree within
+// kTrajectoryTol, not bit for bit.
 BOOST_AUTO_TEST_CASE(resume_continues_the_trajectory) {
   const Data data;
   testing::SharedTempPath dir("mpi_test_train", "resume");
   const int W = testing::world_size();
   for (const char* placement : {"dispatch", "hybrid", "localized", "replicated", "distributed"}) {
-    const bool bitwise = std::string(placement) == "dispatch" || std::string(placement) == "hybrid";
+    const bool routed = std::string(placement) == "dispatch" || std::string(placement) == "hybrid";
+    const bool bitwise = routed && W <= 2;
     TrainConfig cfg = base_config(data);
     cfg.eval_path.clear();
     cfg.placement = placement;
@@ -232,7 +236,7 @@ BOOST_AUTO_TEST_CASE(resume_continues_the_trajectory) {
     BOOST_TEST(testing::all_ranks(ok), placement);
 
     // Resumed with another rank count (1 rank, or 2 when the job has more) and another plan: within tolerance.
-    if (W > 1 && bitwise) {
+    if (W > 1 && routed) {
       TrainConfig other = second;
       other.placement = "replicated";
       other.checkpoint_dir = dir.path + "/other_" + placement;
@@ -260,11 +264,11 @@ BOOST_AUTO_TEST_CASE(planted_task_is_learned) {
     cfg.model.cross_rank = 8;
     cfg.global_batch = 1024;
     cfg.steps = 0;
-    cfg.epochs = 4;
+    cfg.epochs = 6;
     cfg.log_every = 64;
-    cfg.eval_every = 128;
+    cfg.eval_every = 192;
     cfg.dense.lr = cfg.schedule.lr = 0.02f;
-    cfg.schedule.decay_start = 128;
+    cfg.schedule.decay_start = 256;
     cfg.schedule.decay_steps = 128;
     const Run r = train_on(testing::world_size(), cfg);
     const double auc = r.result.evals.empty() ? 0 : r.result.evals.back().second.auc;
