@@ -473,9 +473,8 @@ def calibrate(cfg, rows):
 
 # ---------------------------------------------------------------------------------------------------------
 # Measured steps: bench_collection (the embedding collection's forward + backward) and bench_train (the whole
-# training step, split into data, embedding, dense and comm). Each record names its own shapes; the model's
-# variable time of the embedding part (lookups at the config's rates, its collectives on the config's links) is
-# scaled by a per-placement factor plus a per-placement fixed cost, fitted from measurements (--fit).
+# training step, split into data, embedding, dense and comm). Each record names its own shapes; the embedding
+# part is embedding_terms at the rates fit_params fits (--fit), the dense part fitted per (model, precision).
 
 
 def _ints(text):
