@@ -204,6 +204,174 @@ def memory_per_gpu(cfg, placement, W):
     return total / W + sum(min(r, hr) for r in rows) * per_row
 
 
+# ---------------------------------------------------------------------------------------------------------
+# The collection's embedding step, structured as the C++ planner's cost model (src/planner.cpp placement_cost;
+# README "Planner"): per table the device bytes of its local passes, per group (the tables of one placement, and
+# one owner for localized) a fixed cost and its collectives, and the bytes the collectives carry (here timed on
+# the links above). On one rank nothing moves: replicated and localized look the bags up in place and update
+# the rows from the bags' gradients; dispatch, distributed and hybrid keep their routing passes and copy their
+# buffers instead of exchanging them. The fit (fit_params) gives four rates over these terms.
+
+KEY_PASS = 16.0  # one pass over n 8-byte keys or indices, read and written
+SORT = 4 * KEY_PASS
+GROUP_COLLECTIVES = {"replicated": 4, "localized": 6, "dispatch": 4, "distributed": 5, "hybrid": 6}
+EMB_TERMS = ("comm", "local_GB", "collectives", "groups")
+
+
+def expected_distinct(rows, draws, alpha, skip=0):
+    """Expected distinct keys among draws lookups of a table whose key ranks follow r^-alpha (uniform at 0), the
+    skip most frequent left out: sum over rows of 1 - (1 - p_r)^draws, summed over geometric buckets of ranks."""
+    rows = int(rows)
+    if rows <= 0 or draws <= 0:
+        return 0.0
+    if alpha == 0:
+        p = 1.0 / rows
+        return (rows - skip) * -math.expm1(draws * math.log1p(-p)) if p < 1 else float(rows - skip > 0)
+    norm = _zipf_norm(rows, alpha)
+    total, r = 0.0, skip + 1
+    while r <= rows:
+        r1 = min(rows, max(r, int(r * 1.05)))
+        n = r1 - r + 1
+        p = ((r + r1) / 2) ** -alpha / norm
+        total += n * (-math.expm1(draws * math.log1p(-min(p, 1 - 1e-15))))
+        r = r1 + 1
+    return total
+
+
+def _zipf_norm(rows, alpha):
+    total, r = 0.0, 1
+    while r <= rows:
+        r1 = min(rows, max(r, int(r * 1.05)))
+        total += (r1 - r + 1) * ((r + r1) / 2) ** -alpha
+        r = r1 + 1
+    return total
+
+
+def table_local_bytes(placement, R, h, b, W, v, s, alpha, hot_rows):
+    """(device bytes of the table's local passes on one rank, bytes copied locally on one rank): placement_cost's
+    formulas, one slot per table (P = b bags), K = b h keys."""
+    k = KEY_PASS
+    K, P = b * h, b
+    U, Ug = min(R, expected_distinct(R, K, alpha)), min(R, expected_distinct(R, W * K, alpha))
+
+    def pooled(n, p):
+        return k * n + n * v + p * v
+
+    def keys(n):
+        return k * n + 2 * n * v
+
+    def update(n, r):
+        return SORT * n + n * v + r * (2 * v + 2 * s)
+
+    if W == 1 and placement in ("replicated", "localized"):
+        return pooled(K, P) + update(K, U)
+    if placement == "replicated":
+        local, copied = pooled(K, P) + (P + K) * v + keys(W * K) + update(W * K, Ug), 8 * K + K * v
+    elif placement == "localized":  # the owner's share
+        local, copied = k * P + k * W * P + pooled(W * K, W * P) + update(W * K, Ug), 8 * P + 8 * K + 2 * P * v
+    elif placement == "dispatch":
+        local = (SORT * K + k * K + 3 * k * U + keys(U) + 2 * U * v + 2 * K * v + 2 * K * v + (K + P) * v
+                 + (P + K) * v + 2 * K * v + (K + U) * v + 2 * U * v + update(U, Ug / W))
+        copied = 8 * U + 2 * U * v
+    elif placement == "distributed":
+        local = (k * K + 2 * k * K + 2 * k * K + k * K + pooled(K, W * P) + 2 * P * v + 2 * P * v
+                 + update(K, Ug / W))
+        copied = 16 * K + 2 * P * v
+    elif placement == "hybrid":
+        H = min(R, hot_rows)
+        x = hot_fraction(R, H, alpha) if alpha else H / R
+        Kh = K * x
+        Kc = K - Kh
+        Uc = min(R, expected_distinct(R, Kc, alpha, int(H)) if alpha else (R - H) * -math.expm1(-Kc / max(R - H, 1)))
+        Ucg = min(R, expected_distinct(R, W * Kc, alpha, int(H)) if alpha else
+                  (R - H) * -math.expm1(-W * Kc / max(R - H, 1)))
+        fwd = (3 * k * K + keys(Kh) + SORT * Kc + k * Kc + 3 * k * Uc + keys(Uc) + 2 * Uc * v + 2 * Kc * v
+               + 2 * Kc * v + 2 * K * v + (K + P) * v)
+        bwd = ((P + K) * v + 2 * K * v + 2 * k * Kh + 2 * Kh * v + (Kh + H) * v + 3 * k * H + 2 * H * v + keys(H)
+               + update(H, H) + 2 * Kc * v + (Kc + Uc) * v + 2 * Uc * v + update(Uc, Ucg / W))
+        local, copied = fwd + bwd, 8 * Uc + 2 * Uc * v
+    else:
+        fail(f"unknown placement '{placement}' (expected {', '.join(PLACEMENTS)})")
+    return local + (2 * copied if W == 1 else 0.0)
+
+
+def embedding_terms(cfg, placement, mode, N, G, b):
+    """The terms of one step's embedding time on the busiest rank: comm (s: the placement's collectives on the
+    links), local_GB (device bytes of its local passes, GB), collectives and groups (each a fixed cost)."""
+    m = cfg["model"]
+    rows, hot, d, e, _ = shapes(cfg)
+    W = N * G
+    v = d * e
+    s = v * m.get("optimizer_state_per_value", 0)
+    alpha = m.get("key_alpha", 0.0) or 0.0
+    hr = cfg.get("hybrid_hot_rows", 65536)
+    per_table = [table_local_bytes(placement, R, h, b, W, v, s, alpha, hr) for R, h in zip(rows, hot)]
+    if placement == "localized" and W > 1:
+        owners = m.get("owners")
+        if owners and len(owners) == len(rows) and max(owners) < W:
+            load = [0.0] * W
+            for o, x in zip(owners, per_table):
+                load[o] += x
+        else:
+            load = localized_assignment(per_table, W)
+        local = max(load)
+        groups = sum(1 for x in load if x > 0)
+    else:
+        local = sum(per_table)
+        groups = 1
+    L = link(cfg)
+    colls, _ = collectives(cfg, placement, b, N, G)
+    comm = sum(COLLECTIVES[c](S, N, G, mode, L) for c, S in colls) if W > 1 else 0.0
+    ncoll = GROUP_COLLECTIVES[placement] * groups if W > 1 else 0
+    return {"comm": comm, "local_GB": local / 1e9, "collectives": ncoll, "groups": groups}
+
+
+def embedding_ms(terms, rates):
+    """The embedding step (ms) from its terms and fitted rates: comm_scale (x the links' time), hbm_GBps,
+    collective_us, group_us."""
+    return 1e3 * (terms["comm"] * rates["comm_scale"] + terms["local_GB"] / rates["hbm_GBps"]
+                  + 1e-6 * (terms["collectives"] * rates["collective_us"] + terms["groups"] * rates["group_us"]))
+
+
+def _solve(A, y):
+    """Least squares A x = y (normal equations, Gaussian elimination); None when singular."""
+    n = len(A[0])
+    M = [[sum(a[i] * a[j] for a in A) for j in range(n)] + [sum(a[i] * t for a, t in zip(A, y))] for i in range(n)]
+    for c in range(n):
+        p = max(range(c, n), key=lambda r: abs(M[r][c]))
+        if abs(M[p][c]) < 1e-12 * max(1.0, max(abs(M[r][r]) for r in range(n))):
+            return None
+        M[c], M[p] = M[p], M[c]
+        for r in range(n):
+            if r != c:
+                f = M[r][c] / M[c][c]
+                M[r] = [a - f * bb for a, bb in zip(M[r], M[c])]
+    return [M[i][n] / M[i][i] for i in range(n)]
+
+
+def nnls_relative(X, y):
+    """Non-negative least squares on relative error (each row divided by its y) over every subset of the columns
+    (few columns): the coefficients with the smallest residual, 0 where a column is left out."""
+    n = len(X[0])
+    A = [[x / t for x in row] for row, t in zip(X, y)]
+    ones = [1.0] * len(y)
+    best, best_res = [0.0] * n, float("inf")
+    for mask in range(1, 1 << n):
+        cols = [j for j in range(n) if mask >> j & 1 and any(a[j] for a in A)]
+        if not cols or len(cols) != bin(mask).count("1"):
+            continue
+        sol = _solve([[a[j] for j in cols] for a in A], ones)
+        if sol is None or min(sol) < 0:
+            continue
+        coef = [0.0] * n
+        for j, c in zip(cols, sol):
+            coef[j] = c
+        res = sum((sum(c * a[j] for j, c in enumerate(coef)) - 1) ** 2 for a in A)
+        if res < best_res - 1e-12:
+            best, best_res = coef, res
+    return best
+
+
 def lookup_s(cfg, keys, bags, rates):
     _, _, d, e, _ = shapes(cfg)
     fwd = (keys * d * e + bags * d * e) / (rates["lookup_GBps"] * 1e9)
@@ -221,14 +389,17 @@ def predict(cfg, placement, mode, N, G, b, rates=None):
     comm = sum(COLLECTIVES[c](S, N, G, mode, L) for c, S in colls)
     flops, params = dense_flops_per_sample(cfg["model"])
     dense = b * flops / (rates["dense_TFLOPs"] * 1e12)
+    if cfg.get("fit", {}).get("dense_ms_per_sample"):  # fitted per (model, precision)
+        m = dict(cfg["model"], dense_model=cfg["model"].get("dense_model", "dot"))
+        dense = 1e-3 * dense_ms(cfg, m, b, cfg["model"].get("precision", "bf16"))
     dense_ar = all_reduce_s(params * 4, N, G, mode, L)
     dense_part = max(dense, dense_ar) if cfg.get("overlap_dense_allreduce", True) else dense + dense_ar
     over = rates.get("step_overhead_us", 0) * 1e-6
-    emb_fit = embedding_fit(cfg, placement)
-    if emb_fit:  # measured: the embedding part (lookups and their collectives) scaled, plus a fixed cost
-        scaled = (emb_fit["fixed_ms"] * 1e-3 + emb_fit["scale"] * (fwd + bwd + comm))
-        share = scaled / (fwd + bwd + comm) if fwd + bwd + comm > 0 else 1.0
-        fwd, bwd, comm = fwd * share, bwd * share, comm * share
+    er = embedding_rates(cfg)
+    if er:  # fitted: the planner-structured terms (local passes, groups, collectives) at the fitted rates
+        t = embedding_terms(cfg, placement, mode, N, G, b)
+        comm = t["comm"] * er["comm_scale"] + 1e-6 * t["collectives"] * er["collective_us"]
+        fwd, bwd = t["local_GB"] / er["hbm_GBps"], 1e-6 * t["groups"] * er["group_us"]
     total = fwd + bwd + comm + dense_part + over
     mem = memory_per_gpu(cfg, placement, W)
     fits = mem <= cfg.get("gpu_memory_GB", 80) * 1e9 * cfg.get("memory_fraction", 0.8)
@@ -302,9 +473,8 @@ def calibrate(cfg, rows):
 
 # ---------------------------------------------------------------------------------------------------------
 # Measured steps: bench_collection (the embedding collection's forward + backward) and bench_train (the whole
-# training step, split into data, embedding, dense and comm). Each record names its own shapes; the model's
-# variable time of the embedding part (lookups at the config's rates, its collectives on the config's links) is
-# scaled by a per-placement factor plus a per-placement fixed cost, fitted from measurements (--fit).
+# training step, split into data, embedding, dense and comm). Each record names its own shapes; the embedding
+# part is embedding_terms at the rates fit_params fits (--fit), the dense part fitted per (model, precision).
 
 
 def _ints(text):
@@ -334,6 +504,10 @@ def record_shape(cfg, r):
         dims = r.get("dims") or [r.get("dim", m["dim"])]
         m.update(cardinalities=list(rows), hotness=list(hot), max_rows=0, dim=statistics.mean(dims),
                  key_alpha=r.get("alpha", 0.0))
+        owners = [int(t.split(":")[2]) for t in str(r.get("plan", "")).split() if t.count(":") == 2
+                  and t.split(":")[1] == "localized" and t.split(":")[2].isdigit()]
+        if owners:
+            m["owners"] = owners
         b = r.get("batch") or r["global_batch"] / W
     else:
         if r.get("rows"):
@@ -355,9 +529,18 @@ def record_shape(cfg, r):
             bw, tw = _ints(bottom.group(1)), _ints(top.group(1))
             m.update(dense_features=bw[0], bottom_mlp=bw[1:], top_mlp=tw[1:], top_input=tw[0])
         b = r.get("batch_per_rank") or r["global_batch"] / W
+        m["dense_model"] = r.get("model", "dot")
     if len(m["cardinalities"]) != len(m["hotness"]):
         m["hotness"] = [statistics.mean(m["hotness"])] * len(m["cardinalities"])
-    return dict(cfg, model=m), placement, N, G, b, bench
+    opt = r.get("optimizer") or r.get("sparse_optimizer") or ("adagrad" if bench == "train" else "sgd")
+    m["optimizer_state_per_value"] = OPTIMIZER_STATE.get(opt, 1)
+    c = dict(cfg, model=m)
+    if bench == "collection":
+        c["hybrid_hot_rows"] = r.get("hot_rows", 1024)  # the collection's default hot set
+    return c, placement, N, G, b, bench
+
+
+OPTIMIZER_STATE = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2, "lazy_adam": 2}
 
 
 def comm_mode_of(r):
@@ -395,22 +578,35 @@ def measured_parts(r):
     return r.get("ms_embedding"), None
 
 
-def fit_key(r, placement):
-    """Embedding fits are per placement and sparse optimizer (Adagrad's backward does more than SGD's):
-    bench_collection names its optimizer, bench_train trains with Adagrad."""
-    opt = r.get("optimizer") or r.get("sparse_optimizer") or ("adagrad" if r.get("bench") == "train" else "sgd")
-    return f"{placement}/{opt}"
+def dense_key(m, prec):
+    return f"{m.get('dense_model', 'dot')}/{prec}"
 
 
-def embedding_fit(cfg, placement, key=None):
-    """The fitted (scale, fixed) of a placement: the key's, else the first fit of the placement, else None."""
-    fits = cfg.get("fit", {}).get("embedding", {})
-    if key in fits:
-        return fits[key]
-    for k in sorted(fits):
-        if k.split("/")[0] == placement:
-            return fits[k]
-    return None
+def dense_ms(cfg, m, b, prec):
+    """The dense part's forward + backward of b samples (ms). Fitted per (model, precision) as ms per sample: the
+    models differ in more than FLOPs (DCNv2's cross network is bound by memory traffic, not the tensor cores).
+    A pair without a measurement: the same model at the other precision times the ratio of the two precisions
+    on a model measured at both; else FLOPs at the precision's fitted (or the config's) TFLOP/s."""
+    fit = cfg.get("fit", {})
+    per = fit.get("dense_ms_per_sample", {})
+    key = dense_key(m, prec)
+    if key in per:
+        return per[key] * b
+    model = m.get("dense_model", "dot")
+    for other in sorted({k.split("/")[1] for k in per} - {prec}):
+        if f"{model}/{other}" in per:
+            ratios = [per[f"{x}/{prec}"] / per[f"{x}/{other}"] for x in {k.split("/")[0] for k in per}
+                      if f"{x}/{prec}" in per and f"{x}/{other}" in per]
+            if ratios:
+                return per[f"{model}/{other}"] * statistics.median(ratios) * b
+    flops, _ = dense_flops(m, b)
+    tf = fit.get("dense_TFLOPs", {}).get(prec) or cfg["rates"]["dense_TFLOPs"]
+    return 1e3 * flops / (tf * 1e12)
+
+
+def embedding_rates(cfg):
+    """The fitted rates of the embedding terms, or None before a fit."""
+    return cfg.get("fit", {}).get("embedding_rates")
 
 
 def predict_record(cfg, r):
@@ -421,20 +617,19 @@ def predict_record(cfg, r):
     c, placement, N, G, b, bench = shape
     mode = comm_mode_of(r)
     fit = cfg.get("fit", {})
-    emb_fit = embedding_fit(cfg, placement, fit_key(r, placement))
-    x = embedding_variable_ms(c, placement, mode, N, G, b)
-    if emb_fit:
-        emb = emb_fit["fixed_ms"] + emb_fit["scale"] * x
+    rates = embedding_rates(cfg)
+    if rates:
+        emb = embedding_ms(embedding_terms(c, placement, mode, N, G, b), rates)
+        if bench == "train":
+            emb *= fit.get("train_embedding_scale", 1.0)
     else:
-        emb = fit.get("embedding_scale", 1.0) * x
+        emb = embedding_variable_ms(c, placement, mode, N, G, b)
     parts = {"ms_embedding": emb}
     W = N * G
     if bench == "train":
         m = c["model"]
-        flops, params = dense_flops(m, b)
-        prec = r.get("precision", "fp32")
-        tf = fit.get("dense_TFLOPs", {}).get(prec) or c["rates"]["dense_TFLOPs"]
-        parts["ms_dense"] = 1e3 * flops / (tf * 1e12)
+        _, params = dense_flops(m, b)
+        parts["ms_dense"] = dense_ms(cfg, m, b, r.get("precision", "fp32"))
         parts["ms_comm"] = 1e3 * all_reduce_s(params * 4, N, G, mode, link(c)) + (fit.get("comm_fixed_ms", 0.0) if W > 1 else 0.0)
         parts["ms_data"] = 1e3 * data_bytes(m, b) / (fit.get("data_GBps", 25.0) * 1e9)
     total = sum(parts.values())
@@ -445,58 +640,56 @@ def predict_record(cfg, r):
 
 
 def fit_params(cfg, rows):
-    """The fitted part of the config from collection and train records: per placement the embedding time's
-    scale and fixed cost (least squares on the model's variable time when a placement has two or more distinct
-    points, else the ratio alone), the global scale (median ratio: placements without points), dense TFLOP/s per
-    precision (train records: flops / ms_dense, median), host-to-device GB/s (train records' ms_data) and the
-    fixed cost of the dense all-reduce on more than one rank (median of ms_comm minus the model's)."""
-    by_key, ratios, dense, data, comm = {}, [], {}, [], []
+    """The fitted part of the config from collection and train records:
+    - embedding_rates: comm_scale, hbm_GBps, collective_us, group_us over embedding_terms (non-negative least
+      squares on relative error) on the bench_collection steps (without any: the train records' ms_embedding);
+    - train_embedding_scale: the training step's embedding phase over the collection's model of it (median);
+    - dense_ms_per_sample per (model, precision), and dense TFLOP/s per precision (the fallback; medians);
+    - data_GBps (train records' ms_data) and comm_fixed_ms (the dense all-reduce's fixed cost on more than one
+      rank: median of ms_comm minus the model's)."""
+    coll, train, dense, tflops, data, comm = [], [], {}, {}, [], []
     for r in rows:
         shape = record_shape(cfg, r)
         if not shape:
             continue
         c, placement, N, G, b, bench = shape
-        emb, _ = measured_parts(r)
-        if not emb:
+        terms = embedding_terms(c, placement, comm_mode_of(r), N, G, b)
+        if bench == "collection":
+            coll.append((terms, r.get("ms_step") or r.get("step_ms")))
             continue
-        x = embedding_variable_ms(c, placement, comm_mode_of(r), N, G, b)
-        if x <= 0:
-            continue
-        by_key.setdefault(fit_key(r, placement), []).append((x, emb))
-        ratios.append(emb / x)
-        if bench == "train":
-            m = c["model"]
-            flops, params = dense_flops(m, b)
-            if r.get("ms_dense"):
-                dense.setdefault(r.get("precision", "fp32"), []).append(flops / (r["ms_dense"] * 1e-3) / 1e12)
-            if r.get("ms_data"):
-                data.append(data_bytes(m, b) / (r["ms_data"] * 1e-3) / 1e9)
-            if N * G > 1 and r.get("ms_comm") is not None:
-                comm.append(max(0.0, r["ms_comm"] - 1e3 * all_reduce_s(params * 4, N, G, comm_mode_of(r), link(c))))
-    emb_fit = {}
-    for key, pts in by_key.items():
-        xs = [x for x, _ in pts]
-        ys = [y for _, y in pts]
-        if len(set(round(x, 9) for x in xs)) >= 2:
-            mx, my = statistics.mean(xs), statistics.mean(ys)
-            sxx = sum((x - mx) ** 2 for x in xs)
-            scale = sum((x - mx) * (y - my) for x, y in pts) / sxx
-            fixed = my - scale * mx
-            if scale <= 0 or fixed < 0:  # not a line through these points: the ratio alone
-                scale, fixed = statistics.median(y / x for x, y in pts), 0.0
-        else:
-            scale, fixed = statistics.median(y / x for x, y in pts), 0.0
-        emb_fit[key] = {"scale": scale, "fixed_ms": fixed, "points": len(pts)}
-    out = {"embedding": emb_fit}
-    if ratios:
-        out["embedding_scale"] = statistics.median(ratios)
+        if r.get("ms_embedding"):
+            train.append((terms, r["ms_embedding"]))
+        m = c["model"]
+        flops, params = dense_flops(m, b)
+        if r.get("ms_dense"):
+            prec = r.get("precision", "fp32")
+            dense.setdefault(dense_key(m, prec), []).append(r["ms_dense"] / b)
+            tflops.setdefault(prec, []).append(flops / (r["ms_dense"] * 1e-3) / 1e12)
+        if r.get("ms_data"):
+            data.append(data_bytes(m, b) / (r["ms_data"] * 1e-3) / 1e9)
+        if N * G > 1 and r.get("ms_comm") is not None:
+            comm.append(max(0.0, r["ms_comm"] - 1e3 * all_reduce_s(params * 4, N, G, comm_mode_of(r), link(c))))
+    out = {}
+    pts = [(t, y) for t, y in (coll or train) if y and y > 0]
+    if pts:
+        X = [[1e3 * t["comm"], 1e3 * t["local_GB"], 1e-3 * t["collectives"], 1e-3 * t["groups"]] for t, _ in pts]
+        a, h, cu, gu = nnls_relative(X, [y for _, y in pts])
+        # a: ms per ms of link time; h: s per GB (1 / GB/s); cu, gu: us
+        out["embedding_rates"] = {"comm_scale": a, "hbm_GBps": 1 / h if h > 0 else 1e9, "collective_us": cu,
+                                  "group_us": gu, "points": len(pts),
+                                  "from": "collection" if coll else "train"}
+        if coll and train:
+            out["train_embedding_scale"] = statistics.median(
+                y / embedding_ms(t, out["embedding_rates"]) for t, y in train if embedding_ms(t, out["embedding_rates"]) > 0)
     if dense:
-        out["dense_TFLOPs"] = {k: statistics.median(v) for k, v in dense.items()}
+        out["dense_ms_per_sample"] = {k: statistics.median(v) for k, v in dense.items()}
+        out["dense_TFLOPs"] = {k: statistics.median(v) for k, v in tflops.items()}
     if data:
         out["data_GBps"] = statistics.median(data)
     if comm:
         out["comm_fixed_ms"] = statistics.median(comm)
     return out
+
 
 
 def fit(cfg, rows, sources=()):
@@ -622,9 +815,12 @@ def main(argv=None):
         f = cfg["fit"]
         print(f"fitted from {f['source']['records']} record(s) of {', '.join(a.fit)} "
               f"(revisions {', '.join(f['source']['revisions']) or 'unknown'}):")
-        for key, e in sorted(f["embedding"].items()):
-            print(f"  embedding {key:<12} scale {e['scale']:.4g}, fixed {e['fixed_ms']:.4g} ms ({e['points']} point(s))")
-        for k in ("embedding_scale", "dense_TFLOPs", "data_GBps", "comm_fixed_ms"):
+        e = f.get("embedding_rates")
+        if e:
+            print(f"  embedding ({e['points']} {e['from']} point(s)): links' time x {e['comm_scale']:.4g}, local "
+                  f"{e['hbm_GBps']:.4g} GB/s, {e['collective_us']:.4g} us per collective, {e['group_us']:.4g} us "
+                  f"per group")
+        for k in ("train_embedding_scale", "dense_ms_per_sample", "dense_TFLOPs", "data_GBps", "comm_fixed_ms"):
             if k in f:
                 print(f"  {k} {f[k]}")
     if a.write_config:
@@ -653,6 +849,11 @@ def main(argv=None):
             errs.append(abs(err))
             print(f"{desc:<64} {meas:>9.4g}{unit:>2} {pred:>9.4g}{unit:>2} {err:>7.1f}%")
         print(f"check: {len(rows)} point(s), mean |error| {statistics.mean(errs):.1f}%, max {max(errs):.1f}%")
+        steps = [e for (desc, _, _, _), e in zip(rows, errs) if desc.startswith(("collection ", "train "))]
+        if steps:
+            print(f"collection/train steps: {len(steps)} point(s), mean |error| {statistics.mean(steps):.1f}%, "
+                  f"max {max(steps):.1f}%, {sum(1 for e in steps if e <= 20)} within 20%"
+                  + (" (leave one out)" if a.loo else ""))
         return 0
     sizes = cfg.get("sizes", {})
     nodes = [int(x) for x in a.nodes.split(",")] if a.nodes else sizes.get("nodes", [1])

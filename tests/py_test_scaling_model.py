@@ -164,34 +164,42 @@ class Cli(unittest.TestCase):
 
 
 class FitAndCheck(unittest.TestCase):
-    """--fit recovers a per-placement line planted in bench_collection-shaped records, dense TFLOP/s from
-    bench_train-shaped ones; --check predicts them back, and --loo predicts each from the others."""
+    """--fit recovers the embedding rates planted in bench_collection-shaped records (the planner-structured terms:
+    links' time, local bytes, collectives, groups), the train embedding scale and the dense time per (model,
+    precision) from bench_train-shaped ones; --check predicts them back, and --loo predicts each from the others."""
 
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="sparta_py_test_fit_")
         self.cfg = tiny_config()
-        self.scale, self.fixed = random.uniform(1.5, 4), random.uniform(0.5, 3)
-        self.tflops = random.uniform(0.5, 5)
+        self.rates = {"comm_scale": random.uniform(0.5, 3), "hbm_GBps": random.uniform(0.5, 5),
+                      "collective_us": random.uniform(10, 900), "group_us": random.uniform(50, 500)}
+        self.train_scale = random.uniform(0.4, 0.9)
+        self.per_sample = {"dot/fp32": random.uniform(1e-4, 1e-3), "dot/bf16": random.uniform(1e-5, 1e-4),
+                           "dcnv2/bf16": random.uniform(1e-4, 1e-3)}
         self.rows = []
-        for placement in ("dispatch", "localized"):
-            for b in (100, 200, 400):
+        for placement in ("dispatch", "localized", "replicated"):
+            for b, ranks in ((100, 2), (400, 2), (200, 1)):
                 r = {"bench": "collection", "placement": placement, "rows": [10, 20], "hotness": [1, 2],
-                     "dims": [4, 4], "dim": 4, "alpha": 0, "batch": b, "global_batch": 2 * b, "ranks": 2, "nodes": 1,
-                     "ranks_per_node": 2, "comm_mode": "nccl", "optimizer": "sgd", "git": "abc", "backend": "cpu"}
+                     "dims": [4, 4], "dim": 4, "alpha": 0, "batch": b, "global_batch": ranks * b, "ranks": ranks,
+                     "nodes": 1, "ranks_per_node": ranks, "comm_mode": "nccl", "optimizer": "sgd", "git": "abc",
+                     "backend": "cpu"}
                 c, pl, N, G, bb, _ = sm.record_shape(self.cfg, dict(r, ms_step=1))
-                r["ms_step"] = self.fixed + self.scale * sm.embedding_variable_ms(c, pl, "nccl", N, G, bb)
+                r["ms_step"] = sm.embedding_ms(sm.embedding_terms(c, pl, "nccl", N, G, bb), self.rates)
                 self.rows.append(r)
-        # one train record: its dense part at self.tflops, the embedding on the dispatch line (adagrad: own key)
-        t = {"bench": "train", "placement": "dispatch", "model": "dot", "precision": "fp32", "preset": "small",
-             "rows": [10, 20], "mean_hotness": [1, 2], "key_alpha": [1.1, 1.1], "embedding_dim": 4,
-             "model_shape": "dot, bottom MLP 3-4, 2 x 4 embeddings, top MLP 7-2-1, f32", "batch_per_rank": 300,
-             "global_batch": 300, "ranks": 1, "nodes": 1, "ranks_per_node": 1, "comm_mode": "hier",
-             "ms_embedding": 2.0, "ms_data": 0.1, "ms_comm": 0.0}
-        c, _, _, _, b, _ = sm.record_shape(self.cfg, dict(t, ms_step=1))
-        flops, _ = sm.dense_flops(c["model"], b)
-        t["ms_dense"] = flops / (self.tflops * 1e12) * 1e3
-        t["ms_step"] = t["ms_embedding"] + t["ms_dense"] + t["ms_data"]
-        self.rows.append(t)
+        # train records: the embedding phase at train_scale x the collection's model (adagrad), dense per model
+        for model, prec, b in (("dot", "fp32", 300), ("dot", "bf16", 300), ("dcnv2", "bf16", 300), ("dot", "fp32", 600)):
+            t = {"bench": "train", "placement": "replicated", "model": model, "precision": prec, "preset": "small",
+                 "rows": [10, 20], "mean_hotness": [1, 2], "key_alpha": [1.1, 1.1], "embedding_dim": 4,
+                 "model_shape": f"{model}, bottom MLP 3-4, 2 x 4 embeddings, top MLP 7-2-1, f32", "batch_per_rank": b,
+                 "global_batch": b, "ranks": 1, "nodes": 1, "ranks_per_node": 1, "comm_mode": "hier",
+                 "ms_data": 0.1 * b / 300, "ms_comm": 0.0}
+            c, pl, N, G, bb, _ = sm.record_shape(self.cfg, dict(t, ms_step=1))
+            self.assertEqual(c["model"]["optimizer_state_per_value"], 1)  # adagrad
+            t["ms_embedding"] = self.train_scale * sm.embedding_ms(sm.embedding_terms(c, pl, "hier", N, G, bb),
+                                                                   self.rates)
+            t["ms_dense"] = self.per_sample[f"{model}/{prec}"] * b
+            t["ms_step"] = t["ms_embedding"] + t["ms_dense"] + t["ms_data"]
+            self.rows.append(t)
         self.path = os.path.join(self.dir, "m.jsonl")
         with open(self.path, "w") as f:
             for r in self.rows:
@@ -199,26 +207,60 @@ class FitAndCheck(unittest.TestCase):
         with open(os.path.join(self.dir, "cfg.json"), "w") as f:
             json.dump(self.cfg, f)
 
-    def test_fit_recovers_the_planted_line(self):
+    def test_one_rank_terms(self):
+        # one rank: nothing moves; replicated and localized look up in place (one pooled lookup, one update of
+        # the bags' keys), dispatch keeps its routing passes and copies its buffers
+        c = sm.record_shape(self.cfg, dict(self.rows[2], ms_step=1))[0]
+        rep = sm.embedding_terms(c, "replicated", "nccl", 1, 1, 200)
+        loc = sm.embedding_terms(c, "localized", "nccl", 1, 1, 200)
+        self.assertEqual(rep, loc)
+        self.assertEqual((rep["comm"], rep["collectives"], rep["groups"]), (0.0, 0, 1))
+        v, k = 16, 16  # 4 floats; a key pass
+        want = 0
+        for R, h in ((10, 1), (20, 2)):
+            K, P = 200 * h, 200
+            U = R * (1 - (1 - 1 / R) ** K)
+            want += (k * K + K * v + P * v) + (4 * k * K + K * v + U * 2 * v)
+        self.assertAlmostEqual(rep["local_GB"] * 1e9, want, places=3)
+        self.assertGreater(sm.embedding_terms(c, "dispatch", "nccl", 1, 1, 200)["local_GB"], rep["local_GB"])
+        # two ranks: localized is one group per owner, the others one group
+        two = sm.embedding_terms(c, "localized", "nccl", 1, 2, 200)
+        self.assertEqual((two["groups"], two["collectives"]), (2, 12))
+        self.assertEqual(sm.embedding_terms(c, "dispatch", "nccl", 1, 2, 200)["groups"], 1)
+
+    def test_expected_distinct(self):
+        self.assertAlmostEqual(sm.expected_distinct(10, 1e6, 0), 10)
+        self.assertAlmostEqual(sm.expected_distinct(1000, 1, 0), 1, places=6)
+        # skewed keys: fewer distinct than uniform, at least one
+        self.assertLess(sm.expected_distinct(10 ** 6, 10 ** 5, 1.1), sm.expected_distinct(10 ** 6, 10 ** 5, 0))
+
+    def test_fit_recovers_the_planted_rates(self):
         f = sm.fit(self.cfg, self.rows)["fit"]
-        for placement in ("dispatch", "localized"):
-            e = f["embedding"][placement + "/sgd"]
-            self.assertAlmostEqual(e["scale"], self.scale, places=6)
-            self.assertAlmostEqual(e["fixed_ms"], self.fixed, places=6)
-            self.assertEqual(e["points"], 3)
-        self.assertAlmostEqual(f["dense_TFLOPs"]["fp32"], self.tflops, places=6)
-        self.assertEqual(f["embedding"]["dispatch/adagrad"]["points"], 1)
+        e = f["embedding_rates"]
+        for k, want in self.rates.items():
+            self.assertAlmostEqual(e[k] / want, 1.0, places=5, msg=k)
+        self.assertEqual(e["points"], 9)
+        self.assertAlmostEqual(f["train_embedding_scale"], self.train_scale, places=6)
+        for k, want in self.per_sample.items():
+            self.assertAlmostEqual(f["dense_ms_per_sample"][k], want, places=12)
         self.assertEqual(f["source"]["revisions"], ["abc"])
+
+    def test_dense_of_an_unmeasured_pair(self):
+        # dcnv2 fp32 was not measured: dcnv2 bf16 times dot's fp32 / bf16 ratio
+        cfg = sm.fit(self.cfg, self.rows)
+        m = {"dense_model": "dcnv2"}
+        want = self.per_sample["dcnv2/bf16"] * self.per_sample["dot/fp32"] / self.per_sample["dot/bf16"] * 50
+        self.assertAlmostEqual(sm.dense_ms(cfg, m, 50, "fp32"), want, places=9)
 
     def test_check_and_leave_one_out(self):
         cfg = sm.fit(self.cfg, self.rows)
         for desc, meas, pred, unit in sm.check(cfg, self.rows):
             self.assertAlmostEqual(pred, meas, delta=1e-6 * meas, msg=desc)
-        # leave one out: a collection point is on its placement's line through the two others
+        # leave one out: each collection point from the eight others, each train point from the rest
         loo = sm.check(self.cfg, self.rows, loo=True)
-        self.assertEqual(len(loo), 7)
-        for desc, meas, pred, unit in loo[:6]:
-            self.assertAlmostEqual(pred, meas, delta=1e-6 * meas, msg=desc)
+        self.assertEqual(len(loo), 13)
+        for desc, meas, pred, unit in loo[:10] + loo[12:]:  # bf16 dot and dcnv2 are each the only one of its pair
+            self.assertAlmostEqual(pred, meas, delta=1e-5 * meas, msg=desc)
 
     def test_cli_fit_writes_config_and_check_prints_errors(self):
         cfg_path, out = os.path.join(self.dir, "cfg.json"), os.path.join(self.dir, "fitted.json")
@@ -226,10 +268,10 @@ class FitAndCheck(unittest.TestCase):
         r = subprocess.run([sys.executable, script, "--config", cfg_path, "--fit", self.path, "--write-config", out,
                             "--check", self.path], capture_output=True, text=True, timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("check: 7 point(s), mean |error| 0.0%", r.stdout)
+        self.assertIn("check: 13 point(s), mean |error| 0.0%", r.stdout)
         with open(out) as f:
             written = json.load(f)
-        self.assertAlmostEqual(written["fit"]["embedding"]["localized/sgd"]["scale"], self.scale, places=6)
+        self.assertAlmostEqual(written["fit"]["embedding_rates"]["hbm_GBps"], self.rates["hbm_GBps"], places=5)
         # the written config predicts the same without refitting
         r = subprocess.run([sys.executable, script, "--config", out, "--check", self.path], capture_output=True,
                            text=True, timeout=120)
