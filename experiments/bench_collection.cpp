@@ -37,7 +37,8 @@
 // Then a backward with a known gradient and an eval forward of the same samples, against the host's update of
 // those initial values by the gradient summed over every rank's check samples: a key routed to the wrong rank, a
 // gradient summed into the wrong row or a vector returned to the wrong bag fails. The check keys are shared by
-// the ranks (a small pool per table), so the distinct-key and cross-rank paths are exercised.
+// the ranks (a small pool per table), so the distinct-key and cross-rank paths are exercised. Under hybrid, half
+// of a table's pool is added to its hot set, so both the hot and the cold path are checked.
 #include <mpi.h>
 
 #include <algorithm>
@@ -557,6 +558,15 @@ int main(int argc, char** argv) {
                                      (long long)batch, world, e.what());
           ++skipped;
           continue;
+        }
+        // The check step's keys take both of hybrid's paths: half of each hybrid table's check pool joins its hot
+        // set (replicated rows, gradients all-reduced), the other half stays cold (dispatched).
+        for (size_t t = 0; t < plan.tables.size(); ++t) {
+          TablePlan& tp = plan.tables[t];
+          if (tp.placement != Placement::hybrid) continue;
+          for (int64_t i = 0; i < kg.tables[t].pool; i += 2) tp.hot_keys.push_back(kg.tables[t].card + i);
+          std::sort(tp.hot_keys.begin(), tp.hot_keys.end());
+          tp.hot_keys.erase(std::unique(tp.hot_keys.begin(), tp.hot_keys.end()), tp.hot_keys.end());
         }
         if (rank == 0 && placement == "plan") {
           std::printf("# the planner's plan, local batch %lld:\n", (long long)batch);
