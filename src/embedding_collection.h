@@ -27,7 +27,8 @@
 // placement sums a row's gradients over the global batch in a fixed order (that of the global batch, or per rank
 // and then over ranks), deterministically.
 //
-// With one rank nothing goes through the communicator (Exchange copies on the device instead).
+// With one rank nothing goes through the communicator: replicated and localized look the bags up in place and
+// update from the bags' gradients; the other placements' exchanges copy on the device instead.
 //
 // ---- Streams and events (the order the placements use now, and the overlap they are built for) ----
 //
@@ -36,9 +37,10 @@
 // collective (events, no host wait), so every collective is a fence between the kernels before and after it.
 // Host synchronizations happen where the host needs a count: the offsets check with every group's key count (one
 // download), the distinct keys and bucket sizes of a route (send counts), the hybrid's touched hot rows, and the
-// key-bound and lookup error check after the forward; reads behind a collective go through Exchange::download, whose wait
-// polls for a failed peer instead of hanging. Step buffers grow by reallocation (grow(): the old memory is freed
-// only after the compute stream that used it is synchronized, never relying on cudaFree synchronizing).
+// key-bound and lookup error check after the forward; reads behind a collective go through Exchange::download,
+// whose wait polls for a failed peer instead of hanging. Step buffers grow by reallocation (grow(): the old
+// memory is freed only after the compute stream that used it is synchronized, never relying on cudaFree
+// synchronizing).
 //
 // The overlap to build, per step (c = compute stream, m = communication stream, h2d/d2h = copy streams):
 // (t below is a placement group.)
