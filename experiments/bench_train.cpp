@@ -11,7 +11,7 @@
 // Records carry what experiments/scaling_model.py --check reads: placement (the plan's, when every table has the
 // same), ms_step, global_batch, comm_mode, nodes, and the provenance's ranks.
 //   mpiexec -n 8 bench_train [--batch 65536] [--max-rows 4000000] [--model dot|dcnv2] [--placement auto]
-//                            [--precision fp32|bf16] [--warmup 3] [--steps 10] [--out results/bench_train.jsonl]
+//                            [--exchange fp32|bf16] [--precision fp32|bf16] [--warmup 3] [--steps 10] [--out results/bench_train.jsonl]
 #include <mpi.h>
 
 #include <cstdio>
@@ -28,7 +28,7 @@
 int main(int argc, char** argv) {
   using namespace sparta;
   std::string preset = "mlperf", hotness = "1", interaction = "dot", placement = "auto", precision = "fp32",
-              comm_mode = "hier", bottom_mlp, top_mlp;
+              exchange = "fp32", comm_mode = "hier", bottom_mlp, top_mlp;
   int64_t batch = 65536, max_rows = 4000000;
   int dim = 128;
   bench::DriverDefaults dd;
@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
       "dot (DLRM: MLPerf v1 MLPs) | dcnv2 (the cross network; MLPerf DCNv2 MLPs)")(
       "embedding-dim", po::value(&dim)->default_value(dim), "embedding width (dot: also the bottom MLP's output)")(
       "placement", po::value(&placement)->default_value(placement), "embedding.placement")(
+      "exchange", po::value(&exchange)->default_value(exchange), "embedding.exchange: fp32 | bf16")(
       "comm-mode", po::value(&comm_mode)->default_value(comm_mode), "comm.mode: hier | mpi | nccl")(
       "precision", po::value(&precision)->default_value(precision), "fp32 | bf16")(
       "bottom-mlp", po::value(&bottom_mlp), "widths after the dense features (comma list; default the model's)")(
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
       if (cfg.model.interaction == Interaction::dot) cfg.model.bottom_mlp.back() = dim;
       cfg.model.precision = precision == "bf16" ? GemmType::bf16 : GemmType::f32;
       cfg.placement = placement;
+      cfg.exchange = exchange;
       cfg.comm_mode = comm_mode;
       cfg.sparse.kind = OptimizerKind::adagrad;
       cfg.log_every = 1;

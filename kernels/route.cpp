@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/key_init.h"
+#include "src/base/half.h"
 #include "src/base/check.h"
 
 namespace sparta {
@@ -200,6 +201,14 @@ void route_check_offsets_cpu(const int64_t* offsets, int64_t rows, int64_t* firs
 }
 
 void route_fill_i64_cpu(int64_t* out, int64_t n, int64_t value) { std::fill(out, out + n, value); }
+
+void route_to_bf16_cpu(const float* in, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = float_to_bf16(in[i]);
+}
+
+void route_from_bf16_cpu(const uint16_t* in, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(in[i]);
+}
 
 void route_put_slots_cpu(const float* pooled, int64_t batch, int table_slots, int dim, const int32_t* cols,
                          int64_t row_floats, float* out) {
@@ -418,6 +427,18 @@ void route_check_offsets(const Device& dev, const int64_t* offsets, int64_t rows
 void route_fill_i64(const Device& dev, int64_t* out, int64_t n, int64_t value, Stream stream) {
   if (n == 0) return;
   ROUTE_DISPATCH("route_fill_i64", route_fill_i64_cpu(out, n, value), route_fill_i64_cuda(out, n, value, stream));
+}
+
+void route_to_bf16(const Device& dev, const float* in, int64_t n, uint16_t* out, Stream stream) {
+  SPARTA_ASSERT(n >= 0, "route_to_bf16: n %lld", (long long)n);
+  if (n == 0) return;
+  ROUTE_DISPATCH("route_to_bf16", route_to_bf16_cpu(in, n, out), route_to_bf16_cuda(in, n, out, stream));
+}
+
+void route_from_bf16(const Device& dev, const uint16_t* in, int64_t n, float* out, Stream stream) {
+  SPARTA_ASSERT(n >= 0, "route_from_bf16: n %lld", (long long)n);
+  if (n == 0) return;
+  ROUTE_DISPATCH("route_from_bf16", route_from_bf16_cpu(in, n, out), route_from_bf16_cuda(in, n, out, stream));
 }
 
 void route_put_slots(const Device& dev, const float* pooled, int64_t batch, int table_slots, int dim,

@@ -4,6 +4,7 @@
 // the bits of the part count, stable) and the scans from lengths to offsets.
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
+#include <cuda_bf16.h>
 
 #include "src/base/check.h"
 #include "kernels/key_init.h"
@@ -247,6 +248,24 @@ __global__ void __launch_bounds__(kBlock) fill_i64_kernel(int64_t* out, int64_t 
   GRID_STRIDE(i, n) out[i] = value;
 }
 
+// Round to nearest even (__float2bfloat16_rn); a NaN becomes half.h's quiet NaN (its top bits with the quiet bit
+// set) rather than the canonical one, so both backends give the same bits.
+__global__ void __launch_bounds__(kBlock) to_bf16_kernel(const float* in, int64_t n, uint16_t* out) {
+  GRID_STRIDE(i, n) {
+    const float f = in[i];
+    const uint32_t x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) {
+      out[i] = static_cast<uint16_t>((x >> 16) | 0x40u);
+    } else {
+      out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(f));
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) from_bf16_kernel(const uint16_t* in, int64_t n, float* out) {
+  GRID_STRIDE(i, n) out[i] = __uint_as_float(static_cast<uint32_t>(in[i]) << 16);
+}
+
 __global__ void __launch_bounds__(kBlock) put_slots_kernel(const float* pooled, int64_t batch, int table_slots,
                                                            int dim, const int32_t* cols, int64_t row_floats,
                                                            float* out) {
@@ -452,6 +471,14 @@ void route_check_offsets_cuda(const int64_t* offsets, int64_t rows, int64_t* fir
 
 void route_fill_i64_cuda(int64_t* out, int64_t n, int64_t value, Stream s) {
   LAUNCH(fill_i64_kernel, n, s, out, n, value);
+}
+
+void route_to_bf16_cuda(const float* in, int64_t n, uint16_t* out, Stream s) {
+  LAUNCH(to_bf16_kernel, n, s, in, n, out);
+}
+
+void route_from_bf16_cuda(const uint16_t* in, int64_t n, float* out, Stream s) {
+  LAUNCH(from_bf16_kernel, n, s, in, n, out);
 }
 
 void route_put_slots_cuda(const float* pooled, int64_t batch, int table_slots, int dim, const int32_t* cols,

@@ -134,6 +134,14 @@ void route_select_slot_keys_tagged(const Device& dev, const int64_t* offsets, co
 void route_check_offsets(const Device& dev, const int64_t* offsets, int64_t rows, int64_t* first_bad, Stream stream);
 // out[i] = value for i < n.
 void route_fill_i64(const Device& dev, int64_t* out, int64_t n, int64_t value, Stream stream);
+
+// ---- the bf16 wire format (src/placement_common.h Exchange)
+
+// out[i] = in[i] rounded to bf16, nearest even (src/base/half.h float_to_bf16: infinities stay infinite, a NaN
+// becomes the quiet NaN half.h gives, the same bits on both backends). in, out: [n]; n = 0 does nothing.
+void route_to_bf16(const Device& dev, const float* in, int64_t n, uint16_t* out, Stream stream);
+// out[i] = in[i] widened to float (exact). in, out: [n]; n = 0 does nothing.
+void route_from_bf16(const Device& dev, const uint16_t* in, int64_t n, float* out, Stream stream);
 // out[s, cols[j] .. cols[j] + dim) = pooled[s * table_slots + j, :] for s < batch, j < table_slots.
 // pooled: [batch, table_slots, dim]; out: [batch, row_floats]; cols: [table_slots] int32 device array.
 void route_put_slots(const Device& dev, const float* pooled, int64_t batch, int table_slots, int dim,
@@ -177,6 +185,8 @@ void route_select_slot_keys_tagged_cpu(const int64_t* offsets, const int64_t* ke
                                        int64_t* first_bad);
 void route_check_offsets_cpu(const int64_t* offsets, int64_t rows, int64_t* first_bad);
 void route_fill_i64_cpu(int64_t* out, int64_t n, int64_t value);
+void route_to_bf16_cpu(const float* in, int64_t n, uint16_t* out);
+void route_from_bf16_cpu(const uint16_t* in, int64_t n, float* out);
 void route_put_slots_cpu(const float* pooled, int64_t batch, int table_slots, int dim, const int32_t* cols,
                          int64_t row_floats, float* out);
 void route_take_slots_cpu(const float* grad, int64_t batch, int table_slots, int dim, const int32_t* cols,
@@ -222,6 +232,8 @@ void route_select_slot_keys_tagged_cuda(const int64_t* offsets, const int64_t* k
                                         int64_t* first_bad, Stream s);
 void route_check_offsets_cuda(const int64_t* offsets, int64_t rows, int64_t* first_bad, Stream s);
 void route_fill_i64_cuda(int64_t* out, int64_t n, int64_t value, Stream s);
+void route_to_bf16_cuda(const float* in, int64_t n, uint16_t* out, Stream s);
+void route_from_bf16_cuda(const uint16_t* in, int64_t n, float* out, Stream s);
 void route_put_slots_cuda(const float* pooled, int64_t batch, int table_slots, int dim, const int32_t* cols,
                           int64_t row_floats, float* out, Stream s);
 void route_take_slots_cuda(const float* grad, int64_t batch, int table_slots, int dim, const int32_t* cols,

@@ -73,7 +73,7 @@ EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, con
     SPARTA_REQUIRE(plan_.tables.size() == cfg_.tables.size(), "embedding collection: a plan of %zu tables for %zu",
                    plan_.tables.size(), cfg_.tables.size());
   }));
-  ex_ = std::make_unique<Exchange>(comm, dev_, world_);
+  ex_ = std::make_unique<Exchange>(comm, dev_, world_, cfg_.exchange);
   const int S = cfg_.num_slots;
   slot_cols_.assign(size_t(S), 0);
   table_of_slot_.assign(size_t(S), 0);

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/dtype.h"
 #include "io/table_rows.h"
 #include "kernels/embedding_types.h"
 #include "kernels/pooled_forward.h"
@@ -63,6 +64,9 @@ struct CollectionConfig {
   // A key % world shard holds min(rows, ceil(rows * shard_slack / world) + kShardHeadroom) rows: keys do not
   // split evenly, and a table with fewer rows than ranks must still fit its keys wherever they land.
   double shard_slack = 1.25;
+  // The wire type of the vectors and gradients moved between ranks (src/placement_common.h Exchange): f32, or bf16
+  // (half the bytes; each value rounded to bf16 once on its way, arithmetic in float). One rank: no effect.
+  DataType exchange = DataType::f32;
 };
 constexpr int64_t kShardHeadroom = 64;
 

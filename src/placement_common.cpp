@@ -10,6 +10,16 @@
 
 namespace sparta {
 
+namespace {
+std::vector<size_t> times(const std::vector<size_t>& v, size_t k) {
+  std::vector<size_t> r(v);
+  for (size_t& x : r) x *= k;
+  return r;
+}
+size_t total(const std::vector<size_t>& v) { return std::accumulate(v.begin(), v.end(), size_t(0)); }
+}  // namespace
+
+
 // ----------------------------------------------------------------------------
 // names, shard sizes, the factory
 
@@ -51,8 +61,9 @@ std::unique_ptr<PlacedTable> make_placed_table(const PlacedTableSetup& s, Exchan
 // ----------------------------------------------------------------------------
 // Exchange: every call into the Communicator
 
-Exchange::Exchange(Communicator* comm, const Device& dev, MPI_Comm mpi_world)
-    : comm_(comm), dev_(dev), mpi_(mpi_world) {
+Exchange::Exchange(Communicator* comm, const Device& dev, MPI_Comm mpi_world, DataType wire)
+    : comm_(comm), dev_(dev), mpi_(mpi_world), wire_(wire) {
+  SPARTA_ASSERT(wire_ == DataType::f32 || wire_ == DataType::bf16, "exchange: wire type %s", dtype_name(wire_));
   MPI_CHECK(MPI_Comm_rank(mpi_, &rank_));
   MPI_CHECK(MPI_Comm_size(mpi_, &world_));
   SPARTA_ASSERT(world_ == 1 || comm_, "an exchange over %d ranks needs a communicator", world_);
@@ -97,6 +108,27 @@ void Exchange::all_gather_v(const void* send, void* recv, const std::vector<size
     return;
   }
   comm_->all_gather_v(send, recv, counts, type, dev_.stream);
+}
+
+void Exchange::all_to_all_v_floats(const float* send, const std::vector<size_t>& send_counts, float* recv,
+                                   const std::vector<size_t>& recv_counts) {
+  if (world_ == 1 || wire_ == DataType::f32) return all_to_all_v(send, send_counts, recv, recv_counts, DataType::f32);
+  const size_t ns = total(send_counts), nr = total(recv_counts);
+  uint16_t* s16 = grow(send16_, dev_, ns);
+  uint16_t* r16 = grow(recv16_, dev_, nr);
+  route_to_bf16(dev_, send, int64_t(ns), s16, dev_.stream);
+  comm_->all_to_all_v(s16, send_counts, r16, recv_counts, DataType::bf16, dev_.stream);
+  route_from_bf16(dev_, r16, int64_t(nr), recv, dev_.stream);
+}
+
+void Exchange::all_gather_v_floats(const float* send, float* recv, const std::vector<size_t>& counts) {
+  if (world_ == 1 || wire_ == DataType::f32) return all_gather_v(send, recv, counts, DataType::f32);
+  const size_t ns = counts[size_t(rank_)], nr = total(counts);
+  uint16_t* s16 = grow(send16_, dev_, ns);
+  uint16_t* r16 = grow(recv16_, dev_, nr);
+  route_to_bf16(dev_, send, int64_t(ns), s16, dev_.stream);
+  comm_->all_gather_v(s16, r16, counts, DataType::bf16, dev_.stream);
+  route_from_bf16(dev_, r16, int64_t(nr), recv, dev_.stream);
 }
 
 void Exchange::agree(const std::string& error) { agree_on_error(mpi_, error); }
@@ -185,15 +217,6 @@ TableRows select_rows(const TableRows& t, const std::vector<bool>& keep) {
   return s;
 }
 
-namespace {
-std::vector<size_t> times(const std::vector<size_t>& v, size_t k) {
-  std::vector<size_t> r(v);
-  for (size_t& x : r) x *= k;
-  return r;
-}
-size_t total(const std::vector<size_t>& v) { return std::accumulate(v.begin(), v.end(), size_t(0)); }
-}  // namespace
-
 // ----------------------------------------------------------------------------
 // DispatchShard
 
@@ -236,7 +259,7 @@ void DispatchShard::forward(const int64_t* keys, int64_t n, LookupMode mode, flo
   float* recv_vecs = grow(recv_vecs_, dev, size_t(n_recv_) * dim_);
   table_lookup_keys(*table_, recv_keys, n_recv_, mode, recv_vecs, grow(rows_, dev, n_recv_));
   float* send_vecs = grow(send_vecs_, dev, size_t(u) * dim_);
-  ex_.all_to_all_v(recv_vecs, times(recv_counts_, dim_), send_vecs, times(send_counts_, dim_), DataType::f32);
+  ex_.all_to_all_v_floats(recv_vecs, times(recv_counts_, dim_), send_vecs, times(send_counts_, dim_));
   // back to every occurrence: distinct order, then sorted key order, then the keys' own order
   float* uniq_vecs = grow(uniq_vecs_, dev, size_t(u) * dim_);
   route_scatter_rows(dev, send_vecs, perm, u, dim_, uniq_vecs, dev.stream);
@@ -255,7 +278,7 @@ void DispatchShard::backward(const float* key_grads, int64_t step, float lr_scal
   float* send = send_vecs_.data();
   route_gather_rows(dev, sums, perm_.data(), unique_, dim_, send, dev.stream);
   float* recv = recv_vecs_.data();
-  ex_.all_to_all_v(send, times(send_counts_, dim_), recv, times(recv_counts_, dim_), DataType::f32);
+  ex_.all_to_all_v_floats(send, times(send_counts_, dim_), recv, times(recv_counts_, dim_));
   int64_t* iota = grow(iota_, dev, n_recv_ + 1);
   route_iota(dev, n_recv_ + 1, iota, dev.stream);
   // one bag per received key: the owner sums each row's keys in the order they arrived
@@ -278,7 +301,7 @@ void ReplicaShard::update_from_all(const int64_t* keys, const float* key_grads, 
   int64_t* all_keys = grow(all_keys_, dev, all);
   float* all_grads = grow(all_grads_, dev, size_t(all) * dim_);
   ex_.all_gather_v(keys, all_keys, counts, DataType::i64);
-  ex_.all_gather_v(key_grads, all_grads, times(counts, dim_), DataType::f32);
+  ex_.all_gather_v_floats(key_grads, all_grads, times(counts, dim_));
   // Rows of every rank's keys in this copy (inserting those only other ranks had seen: values by key, so every
   // copy inserts the same values), then one bag per key in the global batch's order.
   int64_t* rows = grow(rows_, dev, all);

@@ -24,14 +24,27 @@ namespace sparta {
 
 // The collectives of the placements. world == 1 never touches the communicator (copies on the device instead).
 // Results are visible to work queued after the call on the compute stream (each call joins).
+//
+// The wire type (CollectionConfig::exchange) applies to the *_floats calls only: the per-key vectors and
+// gradients and the pooled vectors and gradients that dispatch, localized, replicated and hybrid's cold keys move.
+// With bf16 the sender rounds them to nearest even into a staging buffer and the receiver widens them exactly to
+// float (every rank's own block included, so all ranks see the same values); all arithmetic stays float. The sums
+// (distributed's reduce-scatter, hybrid's hot all-reduce) stay float: a sum rounded to bf16 at every addition
+// would lose far more than the one rounding of a payload. With one rank nothing is rounded.
 class Exchange {
  public:
   // comm may be null when world == 1. mpi_world: for agree() (host-side agreement on errors).
-  Exchange(Communicator* comm, const Device& dev, MPI_Comm mpi_world);
+  // wire: f32 or bf16 (check_collection_config's rule).
+  Exchange(Communicator* comm, const Device& dev, MPI_Comm mpi_world, DataType wire = DataType::f32);
   const Device& device() const { return dev_; }
   int rank() const { return rank_; }
   int world() const { return world_; }
   MPI_Comm mpi_world() const { return mpi_; }
+  DataType wire() const { return wire_; }
+  // all_to_all_v / all_gather_v of float payloads (counts in floats), sent in the wire type.
+  void all_to_all_v_floats(const float* send, const std::vector<size_t>& send_counts, float* recv,
+                           const std::vector<size_t>& recv_counts);
+  void all_gather_v_floats(const float* send, float* recv, const std::vector<size_t>& counts);
 
   // recv_counts[p] = what rank p sends to this rank (host counts).
   std::vector<size_t> counts(const std::vector<size_t>& send_counts);
@@ -53,6 +66,8 @@ class Exchange {
   Device dev_;
   MPI_Comm mpi_;
   int rank_ = 0, world_ = 1;
+  DataType wire_ = DataType::f32;
+  Buffer<uint16_t> send16_, recv16_;  // bf16 staging (grown)
 };
 
 // ---- calls into EmbeddingTable (one place for each)

@@ -49,7 +49,7 @@ class LocalizedTable : public PlacedTable {
       table_lookup_pooled(*table_, offsets, keys, all_bags_, combiner_, mode, pooled, grow(rows_, dev, all_keys_));
     }
     send_bags_ = send_bags;
-    ex_.all_to_all_v(pooled, times_dim(recv_bags_), out, times_dim(send_bags_), DataType::f32);
+    ex_.all_to_all_v_floats(pooled, times_dim(recv_bags_), out, times_dim(send_bags_));
   }
 
   void backward(const float* grad, int64_t step, float lr_scale) override {
@@ -59,7 +59,7 @@ class LocalizedTable : public PlacedTable {
       return;
     }
     float* all_grads = grow(pooled_, dev, size_t(all_bags_) * dim_);
-    ex_.all_to_all_v(grad, times_dim(send_bags_), all_grads, times_dim(recv_bags_), DataType::f32);
+    ex_.all_to_all_v_floats(grad, times_dim(send_bags_), all_grads, times_dim(recv_bags_));
     if (table_) table_update(*table_, offsets_.data(), rows_.data(), all_bags_, all_keys_, all_grads, combiner_, step, lr_scale);
   }
 

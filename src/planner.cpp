@@ -16,6 +16,8 @@ void check_collection_config(const CollectionConfig& cfg) {
   SPARTA_REQUIRE(cfg.num_slots >= 1, "embedding collection: num_slots must be >= 1, found %d", cfg.num_slots);
   SPARTA_REQUIRE(!cfg.tables.empty(), "embedding collection: no tables");
   SPARTA_REQUIRE(cfg.shard_slack >= 1.0, "embedding collection: shard_slack must be >= 1, found %g", cfg.shard_slack);
+  SPARTA_REQUIRE(cfg.exchange == DataType::f32 || cfg.exchange == DataType::bf16,
+                 "embedding collection: exchange must be float32 or bfloat16, found %s", dtype_name(cfg.exchange));
   std::vector<int> served(size_t(cfg.num_slots), -1);
   std::set<std::string> names;
   for (size_t i = 0; i < cfg.tables.size(); ++i) {

@@ -112,6 +112,8 @@ void check_train_config(const TrainConfig& c) {
   SPARTA_REQUIRE(c.init_scale >= 0, "embedding.init_scale: expected >= 0, found %g", c.init_scale);
   SPARTA_REQUIRE(c.hot_rows >= 0, "embedding.hot_rows: expected >= 0, found %lld", (long long)c.hot_rows);
   SPARTA_REQUIRE(c.memory_mb >= 0, "embedding.memory_mb: expected >= 0 (0: no limit), found %g", c.memory_mb);
+  SPARTA_REQUIRE(c.exchange == "fp32" || c.exchange == "bf16", "embedding.exchange: expected fp32 or bf16, found '%s'",
+                 c.exchange.c_str());
   const PlannerRates& pr = c.planner_rates;
   for (const auto& r : {std::make_pair("embedding.planner_link_gbps", pr.link_GBps),
                         std::make_pair("embedding.planner_hbm_gbps", pr.hbm_GBps),
@@ -168,6 +170,7 @@ std::string TrainConfig::to_ini() const {
   s << "[embedding]\nrows = " << rows << "\nplacement = " << placement << "\ncombiner = " << combiner << "\n";
   opt(sparse);
   s << "init_scale = " << init_scale << "\nhot_rows = " << hot_rows << "\nmemory_mb = " << memory_mb
+    << "\nexchange = " << exchange
     << "\nplanner_link_gbps = " << planner_rates.link_GBps << "\nplanner_hbm_gbps = " << planner_rates.hbm_GBps
     << "\nplanner_collective_us = " << planner_rates.collective_us
     << "\nplanner_group_us = " << planner_rates.group_us << "\n\n";

@@ -68,6 +68,7 @@ struct TrainConfig {
   float init_scale = 0.05f;
   int64_t hot_rows = 0;          // hybrid: replicated frequent rows per table (0: the planner's default)
   double memory_mb = 0;          // device memory per rank for the tables (0: no limit)
+  std::string exchange = "fp32";  // fp32 | bf16: the wire type of vectors and gradients between ranks
   // The planner's rates (planner_link_gbps, planner_hbm_gbps, planner_collective_us, planner_group_us; each > 0)
   PlannerRates planner_rates;
 
