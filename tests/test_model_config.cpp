@@ -46,7 +46,7 @@ BOOST_AUTO_TEST_CASE(config_file_and_command_line) {
              "# a comment\n[data]\ntrain = a.h5\nglobal_batch = 2048\n[model]\ninteraction = dcnv2\n"
              "bottom_mlp = 32, 16\ntop_mlp = 8,1\ncross_rank = 4\nprecision = bf16\nseed = 18446744073709551615\n"
              "[embedding]\nkind = lazy_adam\nlr = 0.5\nplacement = hybrid,dispatch\nplanner_link_gbps = 85\n"
-             "planner_group_us = 250\n[optimizer]\nlr = 0.25\n"
+             "planner_group_us = 250\nexchange = bf16\n[optimizer]\nlr = 0.25\n"
              "warmup_steps = 10\n[train]\nresume = true\ncheckpoint_dir = ck\n");
   // The command line overrides the file; what neither gives keeps its default.
   TrainConfig c = parse({"--config", ini.path, "--data.global_batch", "512", "--optimizer.kind", "sgd",
@@ -67,6 +67,7 @@ BOOST_AUTO_TEST_CASE(config_file_and_command_line) {
   BOOST_TEST(c.planner_rates.hbm_GBps == 1500);
   BOOST_TEST(c.planner_rates.collective_us == PlannerRates().collective_us);
   BOOST_TEST(c.planner_rates.group_us == 250);
+  BOOST_TEST(c.exchange == "bf16");
   BOOST_TEST((c.dense.kind == OptimizerKind::sgd));
   BOOST_TEST(c.schedule.lr == 0.25f);
   BOOST_TEST(c.schedule.warmup_steps == 10);
@@ -83,6 +84,8 @@ BOOST_AUTO_TEST_CASE(config_file_and_command_line) {
   BOOST_TEST(back.global_batch == 512);
   BOOST_TEST(back.planner_rates.link_GBps == 85);
   BOOST_TEST(back.planner_rates.hbm_GBps == 1500);
+  BOOST_TEST(back.exchange == "bf16");
+  BOOST_TEST(parse({"--data.train", "a.h5"}).exchange == "fp32");  // the default
 }
 
 BOOST_AUTO_TEST_CASE(bad_options_name_what_is_wrong) {
@@ -121,6 +124,7 @@ BOOST_AUTO_TEST_CASE(bad_options_name_what_is_wrong) {
   fails({"--data.train", "a.h5", "--embedding.planner_collective_us", "fast"},
         {"embedding.planner_collective_us", "fast"});
   fails({"--data.train", "a.h5", "--embedding.planner_group_us", "0"}, {"embedding.planner_group_us", "> 0"});
+  fails({"--data.train", "a.h5", "--embedding.exchange", "fp16"}, {"embedding.exchange", "fp16"});
   fails({"--data.train", "a.h5", "--device", "tpu"}, {"--device", "tpu"});
   fails({"--config", ini.path + ".missing"}, {ini.path + ".missing"});
   write_file(ini.path, "[data]\ntrain = a.h5\n[model]\nwidth = 3\n");

@@ -370,4 +370,58 @@ void check_tagged_slots_and_offsets(Backend backend) {
 }
 SPARTA_BACKEND_CASES(tagged_slot_keys_and_offsets_check, check_tagged_slots_and_offsets)
 
+// The bf16 wire format: every 16-bit pattern widened, and floats rounded, against bits computed here: the upper
+// half, plus one when the lower half is above 0x8000 or exactly 0x8000 with the upper half odd (ties to even; a
+// carry into the exponent is the right answer, up to infinity); a NaN keeps its upper half with the quiet bit
+// (0x40) set, as src/base/half.h defines.
+uint16_t expected_bf16(uint32_t x) {
+  const uint32_t hi = x >> 16, lo = x & 0xffffu;
+  if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu) != 0) return uint16_t(hi | 0x40u);
+  return uint16_t(hi + ((lo > 0x8000u || (lo == 0x8000u && (hi & 1u))) ? 1u : 0u));
+}
+
+void check_bf16(Backend backend) {
+  Device dev = backend == Backend::cuda ? open_device(Backend::cuda, 0) : Device();
+  std::vector<uint32_t> bits = {
+      0x00000000u, 0x80000000u,                            // zeros
+      0x3f800000u, 0xbf800000u,                            // +-1
+      0x3f808000u, 0x3f818000u, 0xbf808000u, 0xbf818000u,  // ties: down to even, up to even, negatives too
+      0x3f808001u, 0x3f807fffu, 0xbf808001u,               // just above and below a tie
+      0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u, 0x7f7e8000u,  // the largest finite: rounds to infinity; ties there
+      0x7f800000u, 0xff800000u,                            // infinities
+      0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u, 0x7fbfffffu, 0x7fffffffu,  // NaNs, signaling ones too
+      0x00000001u, 0x00008000u, 0x00018000u, 0x00008001u, 0x007fffffu, 0x807fffffu, 0x80008000u,  // subnormals
+      0x007f8000u, 0x007fc000u,                            // subnormal rounding up to the smallest normal
+  };
+  for (uint32_t x : testing::random_ints(5000, 0, 0xffffffffLL)) bits.push_back(uint32_t(x));
+  for (int64_t n : {int64_t(0), int64_t(1), int64_t(bits.size())}) {
+    std::vector<float> in(size_t(n));
+    std::memcpy(in.data(), bits.data(), size_t(n) * 4);
+    Buffer<float> ib(dev, std::max<size_t>(size_t(n), 1));
+    if (n > 0) ib.upload(in);
+    auto out = poisoned<uint16_t>(dev, size_t(n));
+    route_to_bf16(dev, ib.data(), n, out.data(), dev.stream);
+    std::vector<uint16_t> got = out.download();
+    size_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i) wrong += got[size_t(i)] != expected_bf16(bits[size_t(i)]);
+    if (n == 0) BOOST_CHECK_EQUAL(got[0], 0xffffu);  // untouched
+    BOOST_CHECK_EQUAL(wrong, 0u);
+  }
+  // widening: every pattern, exactly its bits in the upper half
+  std::vector<uint16_t> all(65536);
+  for (uint32_t i = 0; i < 65536; ++i) all[i] = uint16_t(i);
+  Buffer<uint16_t> ab(dev, all);
+  for (int64_t n : {int64_t(0), int64_t(1), int64_t(65536)}) {
+    auto out = poisoned<uint32_t>(dev, size_t(n));
+    route_from_bf16(dev, ab.data(), n, reinterpret_cast<float*>(out.data()), dev.stream);
+    std::vector<uint32_t> got = out.download();
+    size_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i) wrong += got[size_t(i)] != (uint32_t(i) << 16);
+    if (n == 0) BOOST_CHECK_EQUAL(got[0], 0xffffffffu);
+    BOOST_CHECK_EQUAL(wrong, 0u);
+  }
+  if (dev.is_cuda()) close_device(dev);
+}
+SPARTA_BACKEND_CASES(bf16_wire_conversions, check_bf16)
+
 }  // namespace
