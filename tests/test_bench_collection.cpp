@@ -97,6 +97,7 @@ void run_and_check(const Expect& x, const std::string& extra) {
       BOOST_TEST_CONTEXT(l.substr(0, 300)) {
         BOOST_CHECK_EQUAL(text(l, "bench"), "collection");
         BOOST_CHECK_EQUAL(text(l, "placement"), p);
+        BOOST_CHECK_EQUAL(text(l, "exchange"), extra.find("--exchange bf16") != std::string::npos ? "bf16" : "fp32");
         BOOST_CHECK_EQUAL(text(l, "tables"), x.tables);
         BOOST_CHECK_EQUAL(number(l, "batch"), double(batch));
         BOOST_CHECK_EQUAL(number(l, "global_batch"), double(batch * x.ranks));
@@ -165,6 +166,11 @@ BOOST_AUTO_TEST_CASE(custom_tables_two_ranks) {
                 "--rows-list 1,5000,300 --dims 8,4,16 --hotness-list 2,1,5 --row-cap 2000");
 }
 
+BOOST_AUTO_TEST_CASE(bf16_exchange_every_placement_two_ranks) {
+  // the check (within the bf16 tolerance) must still find no wrong value, and the JSON says bf16
+  run_and_check(Expect{2, "mlperf-v1", kAll, {256}, 26 * 16, 26, 16}, "--row-cap 10000 --dim 16 --exchange bf16");
+}
+
 BOOST_AUTO_TEST_CASE(bad_options_end_every_rank_with_a_message) {
   struct Case {
     std::string args, says;
@@ -177,6 +183,7 @@ BOOST_AUTO_TEST_CASE(bad_options_end_every_rank_with_a_message) {
       {"--batch 8 --optimizer adam", "--optimizer"},
       {"--batch 8,0", "--batch"},
       {"--batch 8 --comm-mode pigeon", "pigeon"},
+      {"--batch 8 --exchange fp16", "--exchange"},
       {"--batch 8 --planner-link-gbps 0", "--planner-link-gbps must be > 0"},
       {"--batch 8 --planner-group-us -2", "--planner-group-us must be > 0"},
   };
