@@ -395,7 +395,7 @@ void check_bf16(Backend backend) {
   };
   for (uint32_t x : testing::random_ints(5000, 0, 0xffffffffLL)) bits.push_back(uint32_t(x));
   for (int64_t n : {int64_t(0), int64_t(1), int64_t(bits.size())}) {
-    std::vector<float> in(size_t(n));
+    std::vector<float> in(static_cast<size_t>(n));
     std::memcpy(in.data(), bits.data(), size_t(n) * 4);
     Buffer<float> ib(dev, std::max<size_t>(size_t(n), 1));
     if (n > 0) ib.upload(in);
