@@ -151,6 +151,8 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
   const double K = b * h;                                                    // local keys
   const double P = b * S;                                                    // local bags
   const double v = 4.0 * t.dim;                                              // bytes of a vector
+  SPARTA_REQUIRE(opt.wire_bytes > 0, "planner: wire bytes per value must be > 0, found %g", opt.wire_bytes);
+  const double vw = opt.wire_bytes * t.dim;                                  // bytes of a vector on the wire
   const double f = (W - 1) / W;                                              // share of keys owned elsewhere
   const double R = double(t.rows);
   const Local L{v, 4.0 * optimizer_state_width(t.optimizer.kind, t.dim)};
@@ -164,7 +166,7 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
   switch (p) {
     case Placement::replicated:
       c.memory_busiest = c.memory_every = mem(t.rows);
-      c.bytes_per_step = 2 * (W - 1) * K * (8 + v);  // all-gather of keys and per-key gradients
+      c.bytes_per_step = 2 * (W - 1) * K * (8 + vw);  // all-gather of keys and per-key gradients
       // forward: a pooled lookup; backward: bag gradients spread to keys, every rank's keys looked up in this
       // copy (their rows), every key's gradient applied
       c.local_bytes = L.lookup_pooled(K, P) + (P + K) * v + L.lookup_keys(W * K) + L.update(W * K, Ug);
@@ -175,7 +177,7 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       c.memory_busiest = mem(t.rows);
       c.memory_every = opt.world == 1 ? c.memory_busiest : 0;
       // the owner receives every rank's lengths and keys and their gradients, and sends the pooled vectors
-      c.bytes_per_step = (W - 1) * (b * S * 8 + K * 8 + 2 * b * S * v);
+      c.bytes_per_step = (W - 1) * (b * S * 8 + K * 8 + 2 * b * S * vw);
       // lengths, the owner's offsets and pooled lookup of the global batch; its update
       c.local_bytes = k * P + k * W * P + L.lookup_pooled(W * K, W * P) + L.update(W * K, Ug);
       c.collectives = 6;  // two count exchanges, all-to-all of lengths, keys, pooled vectors, gradients
@@ -184,7 +186,7 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
     case Placement::dispatch:
       c.memory_busiest = c.memory_every = mem(shard);
       // distinct keys out, their vectors back, their gradient sums out
-      c.bytes_per_step = 2 * f * U * (8 + 2 * v);
+      c.bytes_per_step = 2 * f * U * (8 + 2 * vw);
       // forward: sort, unique, bucket by owner (3 passes over the distinct keys), the owner's lookup of the U keys
       // it receives, vectors scattered to distinct order, gathered to sorted order, scattered to key order,
       // pooled; backward: spread to keys, gathered to sorted order, summed per distinct key, gathered by owner,
@@ -215,7 +217,7 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       const double Kh = K * std::min(1.0, covered), Kc = K - Kh;
       const double Uc = std::min(R, expected_distinct(stats, K, size_t(hot_rows)));
       const double Ucg = std::min(R, expected_distinct(stats, W * K, size_t(hot_rows)));
-      c.bytes_per_step = 4 * f * H * (v + 8) + 2 * f * Uc * (8 + 2 * v);
+      c.bytes_per_step = 4 * f * H * (v + 8) + 2 * f * Uc * (8 + 2 * vw);
       // forward: hot or cold (3 key passes), the hot lookup, the cold keys dispatched (as dispatch, less its
       // pooling), vectors scattered to key order, pooled; backward: spread, gathered hot then cold, the hot
       // keys summed per hot key into [H, dim] (2 key passes, gather, pool), the touched hot keys found (3 key
@@ -310,6 +312,8 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
   SPARTA_REQUIRE(stats.empty() || stats.size() == cfg.tables.size(), "planner: key statistics of %zu tables for %zu",
                  stats.size(), cfg.tables.size());
   check_planner_rates(opt.rates);
+  PlannerOptions wire_opt = opt;  // the exchanges' wire type is the configuration's
+  wire_opt.wire_bytes = double(dtype_size(cfg.exchange));
   const size_t T = cfg.tables.size();
   const int W = opt.world;
   Plan plan;
@@ -352,7 +356,7 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
     };
     std::vector<Option> opts;
     for (Placement p : cands) {
-      Option o{p, placement_cost(t, p, opt, st, hot_rows, cfg.shard_slack), 0, 0, 0};
+      Option o{p, placement_cost(t, p, wire_opt, st, hot_rows, cfg.shard_slack), 0, 0, 0};
       if (p == Placement::localized) {
         o.owner = req[i].owner;
         if (o.owner < 0) o.owner = int(std::min_element(used.begin(), used.end()) - used.begin());

@@ -60,6 +60,10 @@ struct PlannerOptions {
   size_t memory_budget = 0;       // device bytes per rank for the tables (0: no limit)
   int64_t default_hot_rows = 1024;  // hybrid tables with hot_rows 0
   PlannerRates rates;
+  // Bytes per value of the vectors and gradients the exchanges carry between ranks (4, or 2 with
+  // CollectionConfig::exchange = bf16; make_plan takes it from the configuration). Distributed's reduce-scatter
+  // and all-gather and hybrid's hot all-reduce stay fp32.
+  double wire_bytes = 4;
 };
 
 // Estimates of one table under one placement (README: the cost model), on the busiest rank.

@@ -321,6 +321,39 @@ BOOST_AUTO_TEST_CASE(mlperf_v1_default_rates_follow_their_measurement) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_bf16_exchange_halves_the_vectors_on_the_link) {
+  // W = 2, 100 samples per rank, one slot, one key each, dim 16, no statistics: K = P = U = 100. The vectors and
+  // gradients that replicated, localized and dispatch move travel as 2 bytes per value under exchange = bf16;
+  // the keys stay 8 bytes, and distributed's reduce-scatter and all-gather stay fp32. Local bytes do not change.
+  CollectionTableConfig t = table("t", 1000, 16, {0});
+  PlannerOptions o;
+  o.world = 2;
+  o.global_batch = 200;
+  PlannerOptions h = o;
+  h.wire_bytes = 2;
+  const double K = 100, P = 100, U = 100, v = 64, vh = 32, f = 0.5;
+  auto link = [&](Placement p, const PlannerOptions& x) {
+    return placement_cost(t, p, x, {}, 0, 1.25).bytes_per_step;
+  };
+  BOOST_CHECK_CLOSE(link(Placement::replicated, o), 2 * K * (8 + v), 1e-9);
+  BOOST_CHECK_CLOSE(link(Placement::replicated, h), 2 * K * (8 + vh), 1e-9);
+  BOOST_CHECK_CLOSE(link(Placement::localized, h), P * 8 + K * 8 + 2 * P * vh, 1e-9);
+  BOOST_CHECK_CLOSE(link(Placement::dispatch, h), 2 * f * U * (8 + 2 * vh), 1e-9);
+  BOOST_CHECK_CLOSE(link(Placement::distributed, h), link(Placement::distributed, o), 1e-9);
+  for (Placement p : {Placement::replicated, Placement::localized, Placement::dispatch})
+    BOOST_CHECK_CLOSE(placement_cost(t, p, h, {}, 0, 1.25).local_bytes,
+                      placement_cost(t, p, o, {}, 0, 1.25).local_bytes, 1e-9);
+  // make_plan takes the wire type from the configuration
+  CollectionConfig c;
+  c.num_slots = 1;
+  c.tables = {t};
+  c.tables[0].placement = "replicated";
+  c.exchange = DataType::bf16;
+  BOOST_CHECK_CLOSE(make_plan(c, o, {}).tables[0].bytes_per_step, 2 * K * (8 + vh), 1e-9);
+  h.wire_bytes = 0;
+  BOOST_CHECK_THROW(placement_cost(t, Placement::replicated, h, {}, 0, 1.25), Error);
+}
+
 BOOST_AUTO_TEST_CASE(bad_rates_are_errors) {
   CollectionConfig c;
   c.num_slots = 1;
