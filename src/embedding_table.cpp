@@ -172,6 +172,33 @@ void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* 
   }
 }
 
+void EmbeddingTable::row_gradients(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
+                                   const float* grad, Combiner combiner, int64_t* unique_rows, float* row_grads,
+                                   int32_t* num_unique, Stream stream) {
+  SPARTA_REQUIRE(nnz >= 0 && bags >= 0, "embedding table '%s': backward of %lld bags, %lld keys", cfg_.name.c_str(),
+                 (long long)bags, (long long)nnz);
+  check_keys_per_call(cfg_.name, "keys", nnz);
+  check_keys_per_call(cfg_.name, "bags", bags);
+  BackwardBatch b;
+  b.offsets = offsets;
+  b.rows = rows;
+  b.grad = grad;
+  b.bags = bags;
+  b.nnz = nnz;
+  b.combiner = combiner;
+  try {
+    embedding_backward(dev_, b, workspace(nnz, stream), unique_rows, row_grads, num_unique, stream);
+  } catch (const Error& e) {
+    throw Error(strprintf("embedding table '%s': %s", cfg_.name.c_str(), e.what()));
+  }
+}
+
+void EmbeddingTable::insert_rows(const int64_t* keys, int64_t n, int64_t* rows, Stream stream) {
+  check_keys_per_call(cfg_.name, "keys", n);
+  ForwardArgs a = forward_args(LookupMode::train, nullptr, OutputType::f32, rows);
+  hash_.get_insert(keys, n, rows, a.rows_init, stream);
+}
+
 int64_t EmbeddingTable::rows_updated(Stream stream) {
   return workspace_ ? read_count(dev_, workspace_->num_unique(), stream) : 0;
 }

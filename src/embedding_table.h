@@ -123,6 +123,16 @@ class EmbeddingTable {
   // schedule (lr_scale 1 is the call above).
   void backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, const float* grad,
                            Combiner combiner, int64_t step, float lr_scale, Stream stream);
+  // The gradient of every row the batch touched, summed in kernels/embedding_backward.h's fixed order, without
+  // applying it (a replica's share of an update that every copy applies): offsets, rows, bags, nnz, grad and
+  // combiner as for backward_and_update; unique_rows [nnz] ascending and row_grads [nnz, dim] are written for the
+  // first *num_unique ([1] int32, device memory) rows. Asynchronous on stream; the same errors as
+  // backward_and_update.
+  void row_gradients(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, const float* grad,
+                     Combiner combiner, int64_t* unique_rows, float* row_grads, int32_t* num_unique, Stream stream);
+  // rows[i] = row of keys[i], inserting absent keys with their initial values (a train lookup that writes no
+  // vectors). Refused keys (full table) get -1 and are reported by the next check_lookups. Asynchronous on stream.
+  void insert_rows(const int64_t* keys, int64_t n, int64_t* rows, Stream stream);
   // Rows the last backward_and_update changed. Synchronizes stream (give the stream of that backward).
   int64_t rows_updated(Stream stream);
   // Keys the backward workspace holds now (0 before the first backward unless cfg.max_batch_keys was set).

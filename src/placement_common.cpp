@@ -140,6 +140,11 @@ std::vector<int64_t> Exchange::download(const int64_t* p, size_t n) {
   return sparta::download(dev_, p, n);
 }
 
+int64_t Exchange::download_count(const int32_t* p) {
+  if (world_ > 1) comm_->synchronize(dev_.stream);
+  return read_count(dev_, p, dev_.stream);
+}
+
 // ----------------------------------------------------------------------------
 // every call into EmbeddingTable
 
@@ -293,22 +298,33 @@ ReplicaShard::ReplicaShard(Exchange& ex, const PlacedTableSetup& s, int64_t capa
 
 size_t ReplicaShard::memory_bytes() const { return table_memory_bytes(*table_); }
 
-void ReplicaShard::update_from_all(const int64_t* keys, const float* key_grads, int64_t n, int64_t step,
-                                   float lr_scale) {
+void ReplicaShard::update_from_all(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags,
+                                   int64_t nnz, const float* grad, Combiner combiner, int64_t step, float lr_scale) {
   const Device& dev = ex_.device();
-  std::vector<size_t> counts = ex_.counts(std::vector<size_t>(size_t(ex_.world()), size_t(n)));
+  // this rank's sum per touched row, and the key of each such row
+  int64_t* unique_rows = grow(unique_rows_, dev, nnz);
+  float* row_grads = grow(row_grads_, dev, size_t(nnz) * dim_);
+  int32_t* num_unique = grow(num_unique_, dev, 1);
+  table_->row_gradients(offsets, rows, bags, nnz, grad, combiner, unique_rows, row_grads, num_unique, dev.stream);
+  const int64_t u = ex_.download_count(num_unique);
+  int32_t* position = grow(position_, dev, nnz);
+  route_index_in_set(dev, rows, nnz, unique_rows, u, position, dev.stream);  // -1 for refused keys (row -1)
+  int64_t* unique_keys = grow(unique_keys_, dev, u);
+  route_scatter_keys(dev, keys, position, nnz, unique_keys, dev.stream);
+  // every rank's sums, in rank order
+  std::vector<size_t> counts = ex_.counts(std::vector<size_t>(size_t(ex_.world()), size_t(u)));
   const int64_t all = static_cast<int64_t>(total(counts));
   int64_t* all_keys = grow(all_keys_, dev, all);
   float* all_grads = grow(all_grads_, dev, size_t(all) * dim_);
-  ex_.all_gather_v(keys, all_keys, counts, DataType::i64);
-  ex_.all_gather_v_floats(key_grads, all_grads, times(counts, dim_));
-  // Rows of every rank's keys in this copy (inserting those only other ranks had seen: values by key, so every
-  // copy inserts the same values), then one bag per key in the global batch's order.
-  int64_t* rows = grow(rows_, dev, all);
-  table_lookup_keys(*table_, all_keys, all, LookupMode::train, grow(scratch_vecs_, dev, size_t(all) * dim_), rows);
+  ex_.all_gather_v(unique_keys, all_keys, counts, DataType::i64);
+  ex_.all_gather_v_floats(row_grads, all_grads, times(counts, dim_));
+  // their rows in this copy (inserting keys only other ranks had seen: values by key, so every copy inserts the
+  // same values), then one bag per sum: a row adds its ranks' sums in rank order
+  int64_t* all_rows = grow(rows_, dev, all);
+  table_->insert_rows(all_keys, all, all_rows, dev.stream);
   int64_t* iota = grow(iota_, dev, all + 1);
   route_iota(dev, all + 1, iota, dev.stream);
-  table_update(*table_, iota, rows, all, all, all_grads, Combiner::sum, step, lr_scale);
+  table_update(*table_, iota, all_rows, all, all, all_grads, Combiner::sum, step, lr_scale);
   ex_.agree(guarded([&] { table_check(*table_); }));
 }
 

@@ -60,6 +60,8 @@ class Exchange {
   void agree(const std::string& error);
   // Copies n device elements to the host once the collectives queued before are done (fault-aware wait).
   std::vector<int64_t> download(const int64_t* p, size_t n);
+  // The same for one int32 count (kernels/embedding_backward.h's counts).
+  int64_t download_count(const int32_t* p);
 
  private:
   Communicator* comm_;
@@ -136,22 +138,30 @@ class DispatchShard {
   Buffer<float> send_vecs_, recv_vecs_;
 };
 
-// A copy of a table on every rank. Lookups are local; an update all-gathers the keys and
-// gradients of every rank, so every copy applies the same update, summed in the order of the global batch.
+// A copy of a table on every rank. Lookups are local; an update sums this rank's gradient per touched row
+// (kernels/embedding_backward.h's fixed order), all-gathers those sums with their keys (one per distinct key, not
+// one per lookup: a hot key travels once per rank), and every copy applies every rank's sums, in rank order.
+// A row's gradient is thus summed per rank, then over ranks, the same on every copy: with one contribution per
+// rank, a row's sum over ranks is the same chain of additions on every copy (at 2 ranks always bit for bit; at 3
+// or more a row whose contributions straddle a block of the fixed order on one copy and not on another may
+// differ there in the last bit).
 class ReplicaShard {
  public:
   ReplicaShard(Exchange& ex, const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix);
   EmbeddingTable& table() { return *table_; }
-  // key_grads: [n, dim] of keys [n] (this rank's; device). Collective.
-  void update_from_all(const int64_t* keys, const float* key_grads, int64_t n, int64_t step, float lr_scale);
+  // This rank's bags of the last train forward: offsets [bags + 1], keys [nnz] and their rows in this copy,
+  // grad [bags, dim] the gradient of the pooled output, pooled with combiner. Device pointers. Collective.
+  void update_from_all(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags, int64_t nnz,
+                       const float* grad, Combiner combiner, int64_t step, float lr_scale);
   size_t memory_bytes() const;
 
  private:
   Exchange& ex_;
   int dim_;
   std::unique_ptr<EmbeddingTable> table_;
-  Buffer<int64_t> all_keys_, rows_, iota_;
-  Buffer<float> all_grads_, scratch_vecs_;
+  Buffer<int64_t> unique_rows_, unique_keys_, all_keys_, rows_, iota_;
+  Buffer<int32_t> num_unique_, position_;
+  Buffer<float> row_grads_, all_grads_;
 };
 
 std::unique_ptr<PlacedTable> make_dispatch(const PlacedTableSetup& s, Exchange& ex);

@@ -1,8 +1,8 @@
 // placement_replicated.cpp: a copy of the whole table on every rank. The forward is a local pooled lookup (no
-// communication); the backward all-gathers every rank's per-key gradients (with their keys), so that every copy
-// applies the same update, summed per row in the order of the global batch, and the copies stay identical.
-// (A sparse all-reduce: the rows a batch touches are few, and their ids differ between copies, so the keys travel
-// with the gradients rather than a dense [rows, dim] all-reduce.)
+// communication); the backward sums this rank's gradient per touched row and all-gathers those sums with their
+// keys (ReplicaShard), so that every copy applies the same update and the copies stay identical. (A sparse
+// all-reduce: the rows a batch touches are few, and their ids differ between copies, so the keys travel with the
+// gradients rather than a dense [rows, dim] all-reduce.)
 #include "src/placement_common.h"
 
 namespace sparta {
@@ -16,21 +16,19 @@ class ReplicatedTable : public PlacedTable {
 
   void forward(const TableBatch& in, LookupMode mode, float* out) override {
     in_ = in;
-    // One rank: the rows of the keys are kept for a backward straight from the bags' gradients.
-    int64_t* rows = ex_.world() == 1 ? grow(rows_, ex_.device(), size_t(in.nnz)) : nullptr;
+    // The rows of the keys are kept for a backward straight from the bags' gradients.
+    int64_t* rows = grow(rows_, ex_.device(), size_t(in.nnz));
     table_lookup_pooled(replica_.table(), in.offsets, in.keys, in.bags, combiner_, mode, out, rows);
   }
 
   void backward(const float* grad, int64_t step, float lr_scale) override {
     if (ex_.world() == 1) {
-      // The only copy: its update is the batch's own (the same sums, in the same key order, as the all-gathered
-      // path below with one rank), without spreading the gradients per key or looking the keys up again.
+      // The only copy: its update is the batch's own (the same row sums the gathered path below would apply with
+      // one rank), fused with the optimizer, without downloading a count or looking the keys up again.
       table_update(replica_.table(), in_.offsets, rows_.data(), in_.bags, in_.nnz, grad, combiner_, step, lr_scale);
       return;
     }
-    float* key_grads = grow(key_grads_, ex_.device(), size_t(in_.nnz) * dim_);
-    route_spread_bag_grads(ex_.device(), in_.offsets, grad, in_.bags, dim_, combiner_, key_grads, ex_.device().stream);
-    replica_.update_from_all(in_.keys, key_grads, in_.nnz, step, lr_scale);
+    replica_.update_from_all(in_.offsets, in_.keys, rows_.data(), in_.bags, in_.nnz, grad, combiner_, step, lr_scale);
   }
 
   void check_lookups() override { table_check(replica_.table()); }
@@ -50,8 +48,7 @@ class ReplicatedTable : public PlacedTable {
   Combiner combiner_;
   ReplicaShard replica_;
   TableBatch in_;
-  Buffer<float> key_grads_;  // [nnz, dim]
-  Buffer<int64_t> rows_;     // one rank: [nnz] rows of the last forward's keys
+  Buffer<int64_t> rows_;  // [nnz] rows of the last forward's keys
 };
 
 }  // namespace

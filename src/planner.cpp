@@ -166,12 +166,13 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
   switch (p) {
     case Placement::replicated:
       c.memory_busiest = c.memory_every = mem(t.rows);
-      c.bytes_per_step = 2 * (W - 1) * K * (8 + vw);  // all-gather of keys and per-key gradients
-      // forward: a pooled lookup; backward: bag gradients spread to keys, every rank's keys looked up in this
-      // copy (their rows), every key's gradient applied
-      c.local_bytes = L.lookup_pooled(K, P) + (P + K) * v + L.lookup_keys(W * K) + L.update(W * K, Ug);
-      c.collectives = 4;  // counts, all-gather keys, all-gather gradients, the agreement on full tables
-      copied = 8 * K + K * v;
+      c.bytes_per_step = 2 * (W - 1) * U * (8 + vw);  // all-gather of each rank's distinct keys and their sums
+      // forward: a pooled lookup; backward: this rank's rows sorted and each key's bag gradient summed per row (U
+      // sums written), the keys of those rows found (2 key passes), every rank's U keys looked up in this copy
+      // (rows only), their W U sums applied
+      c.local_bytes = L.lookup_pooled(K, P) + kSort * K + K * v + U * v + 2 * k * K + k * W * U + L.update(W * U, Ug);
+      c.collectives = 4;  // counts, all-gather keys, all-gather sums, the agreement on full tables
+      copied = 8 * U + U * v;
       break;
     case Placement::localized:
       c.memory_busiest = mem(t.rows);

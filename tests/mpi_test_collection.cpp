@@ -390,6 +390,36 @@ void compare_tables(EmbeddingCollection& coll, Reference& ref, MPI_Comm comm, co
   }
 }
 
+// Every replicated table's copy (keys, values, optimizer state) is the same bits on every rank: a row sums its
+// ranks' contributions in the same order on every copy (src/placement_common.h, ReplicaShard). Checked at up to 2
+// ranks, where that holds for any batch.
+void compare_replicas(EmbeddingCollection& coll, const Plan& plan, MPI_Comm comm, const std::string& what) {
+  int world = 1;
+  MPI_Comm_size(comm, &world);
+  if (world > 2) return;
+  for (size_t t = 0; t < plan.tables.size(); ++t) {
+    if (plan.tables[t].placement != Placement::replicated) continue;
+    TableRows r = coll.held_rows(int(t));
+    std::vector<size_t> order(r.rows());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return r.keys[a] < r.keys[b]; });
+    std::vector<char> bytes;
+    auto put = [&](const void* p, size_t n) { bytes.insert(bytes.end(), (const char*)p, (const char*)p + n); };
+    for (size_t i : order) {
+      put(&r.keys[i], sizeof(int64_t));
+      put(&r.values[i * r.dim], sizeof(float) * size_t(r.dim));
+      if (r.state_width > 0) put(&r.state[i * size_t(r.state_width)], sizeof(float) * size_t(r.state_width));
+    }
+    int64_t n = int64_t(bytes.size()), n0 = n;
+    MPI_Bcast(&n0, 1, MPI_INT64_T, 0, comm);
+    std::vector<char> first = bytes;
+    first.resize(size_t(n0));
+    MPI_Bcast(first.data(), int(n0), MPI_CHAR, 0, comm);
+    BOOST_CHECK_MESSAGE(n == n0 && first == bytes, what << " table " << r.name << ": this rank's replica ("
+                                                       << r.rows() << " rows) differs from rank 0's");
+  }
+}
+
 // Train `steps` steps on w (forward compared, random gradient, backward), reference alongside.
 void train(EmbeddingCollection& coll, Reference& ref, Data& data, const World& w, int steps, int64_t first_step,
            const std::string& what) {
@@ -471,6 +501,7 @@ void check_placements(Backend backend, const std::vector<std::string>& placement
   std::string what = "placements " + placements[0] + (placements.size() > 1 ? "+..." : "");
   train(coll, ref, data, w, 4, 1, what);
   compare_tables(coll, ref, w.comm, what, tol);
+  compare_replicas(coll, plan, w.comm, what);
   // eval: keys never trained give zeros, nothing is inserted
   Batch b = data.next(2 * w.size + 1);
   Slice s = slice_of(b.samples, w.rank, w.size);
