@@ -13,6 +13,7 @@
 #include "src/base/check.h"
 #include "src/base/device.h"
 #include "src/base/half.h"
+#include "kernels/dense_linear.h"
 #include "tests/testing.h"
 
 namespace dense_test {
