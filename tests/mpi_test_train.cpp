@@ -15,6 +15,7 @@
 
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -470,13 +471,16 @@ void fp16_overflow_skips_steps(Backend backend) {
     cfg.loss_scale_init = std::ldexp(1.0, 40);
     cfg.loss_scale_window = 2000;
     cfg.steps = 40;
-    cfg.log_every = 8;
+    cfg.log_every = 40;
+    testing::SharedTempPath metrics("mpi_test_train", "fp16_metrics.jsonl");
+    cfg.metrics_path = metrics.path;
     SubWorld w(ranks, backend);
     bool ok = true;
     if (w.in()) {
       Trainer t(w.comm, w.topo, w.dev, cfg);
       const std::vector<float> p0 = t.dense_params();
       const TrainResult r = t.run();
+      cfg.metrics_path.clear();
       const std::vector<int64_t>& s = r.skipped_steps;
       const int64_t k = int64_t(s.size());
       for (int64_t i = 0; i < k; ++i) ok = ok && s[size_t(i)] == i + 1;  // the first k steps, and only those
@@ -488,6 +492,16 @@ void fp16_overflow_skips_steps(Backend backend) {
       MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT64_T, MPI_MIN, w.comm);
       MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT64_T, MPI_MAX, w.comm);
       ok = ok && lo == hi;
+      if (testing::world_rank() == 0) {  // the train metrics line reports the scale and the skipped steps
+        std::ifstream in(metrics.path);
+        std::string line, train;
+        while (std::getline(in, line))
+          if (line.find("\"train\"") != std::string::npos) train = line;
+        const std::string want = "\"skipped_steps\":" + std::to_string(k);
+        const bool reported = train.find(want) != std::string::npos && train.find("\"loss_scale\":") != std::string::npos;
+        if (!reported) BOOST_TEST_MESSAGE("train metrics '" << train << "' do not hold " << want);
+        ok = ok && reported;
+      }
       const auto trained = rows_by_key(t);
 
       cfg.steps = k;  // the overflowing steps alone
