@@ -11,7 +11,7 @@
 // Records carry what experiments/scaling_model.py --check reads: placement (the plan's, when every table has the
 // same), ms_step, global_batch, comm_mode, nodes, and the provenance's ranks.
 //   mpiexec -n 8 bench_train [--batch 65536] [--max-rows 4000000] [--model dot|dcnv2] [--placement auto]
-//                            [--exchange fp32|bf16] [--precision fp32|bf16] [--warmup 3] [--steps 10] [--out results/bench_train.jsonl]
+//                            [--exchange fp32|bf16] [--precision fp32|bf16|fp16] [--warmup 3] [--steps 10] [--out results/bench_train.jsonl]
 #include <mpi.h>
 
 #include <cstdio>
@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
       "placement", po::value(&placement)->default_value(placement), "embedding.placement")(
       "exchange", po::value(&exchange)->default_value(exchange), "embedding.exchange: fp32 | bf16")(
       "comm-mode", po::value(&comm_mode)->default_value(comm_mode), "comm.mode: hier | mpi | nccl")(
-      "precision", po::value(&precision)->default_value(precision), "fp32 | bf16")(
+      "precision", po::value(&precision)->default_value(precision),
+      "fp32 | bf16 | fp16 (fp16: dynamic loss scaling from 2^16)")(
       "bottom-mlp", po::value(&bottom_mlp), "widths after the dense features (comma list; default the model's)")(
       "top-mlp", po::value(&top_mlp), "widths of the top MLP, ending in 1 (comma list; default the model's)");
   return d.run("usage: mpiexec -n N bench_train [options]", [&] {
@@ -56,8 +57,8 @@ int main(int argc, char** argv) {
     // Every rank checks the same options: a bad one ends every rank with the same message.
     agree_on_error(MPI_COMM_WORLD, guarded([&] {
       SPARTA_REQUIRE(batch >= 1, "--batch: expected >= 1, found %lld", (long long)batch);
-      SPARTA_REQUIRE(precision == "fp32" || precision == "bf16", "--precision: expected fp32 or bf16, found '%s'",
-                     precision.c_str());
+      SPARTA_REQUIRE(precision == "fp32" || precision == "bf16" || precision == "fp16",
+                     "--precision: expected fp32, bf16 or fp16, found '%s'", precision.c_str());
       cfg.train_path = "(in memory)";
       cfg.model.interaction = parse_interaction(interaction);
       cfg.model.embedding_dim = dim;
@@ -74,7 +75,7 @@ int main(int argc, char** argv) {
       if (!bottom_mlp.empty()) cfg.model.bottom_mlp = widths(bottom_mlp, "bottom-mlp");
       if (!top_mlp.empty()) cfg.model.top_mlp = widths(top_mlp, "top-mlp");
       if (cfg.model.interaction == Interaction::dot) cfg.model.bottom_mlp.back() = dim;
-      cfg.model.precision = precision == "bf16" ? GemmType::bf16 : GemmType::f32;
+      cfg.model.precision = precision == "bf16" ? GemmType::bf16 : precision == "fp16" ? GemmType::f16 : GemmType::f32;
       cfg.placement = placement;
       cfg.exchange = exchange;
       cfg.comm_mode = comm_mode;

@@ -19,16 +19,18 @@ void check_square(const LinearDims& d) {
 }
 }  // namespace
 
-void cross_forward_elementwise_cpu(const LinearDims& d, const float* x0, const float* z, const float* xl,
+void cross_forward_elementwise_cpu(const LinearDims& d, GemmType t, const float* x0, const float* z, const float* xl,
                                    float* out, uint16_t* out16) {
+  const HalfFromFloat round16 = out16 ? half_from_float(t) : nullptr;
   const size_t n = size_t(d.batch) * d.out;
   for (size_t i = 0; i < n; ++i) {
     out[i] = x0[i] * z[i] + xl[i];
-    if (out16) out16[i] = float_to_bf16(out[i]);
+    if (out16) out16[i] = round16(out[i]);
   }
 }
 
 void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise& a) {
+  const HalfFromFloat round16 = a.dz16 ? half_from_float(a.half) : nullptr;
   std::vector<double> sum(a.db ? d.out : 0, 0.0);
   for (int64_t r = 0; r < d.batch; ++r) {
     for (int c = 0; c < d.out; ++c) {
@@ -38,7 +40,7 @@ void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise&
       float dx0 = a.accumulate ? a.dx0[i] + g * a.z[i] : g * a.z[i];
       if (a.identity) dx0 += g;
       if (a.dz) a.dz[i] = dz;
-      if (a.dz16) a.dz16[i] = float_to_bf16(dz);
+      if (a.dz16) a.dz16[i] = round16(dz);
       a.dx0[i] = dx0;
       if (a.g_copy) a.g_copy[i] = g;
       if (a.db) sum[c] += dz;
@@ -47,22 +49,29 @@ void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise&
   for (int c = 0; a.db && c < d.out; ++c) a.db[c] = static_cast<float>(sum[c]);
 }
 
-void cross_forward_elementwise(const Device& dev, const LinearDims& d, const float* x0, const float* z,
+static void check_half(const LinearDims& d, GemmType t, const uint16_t* copy16) {
+  SPARTA_REQUIRE(!copy16 || is_half(t), "cross layer '%s': a 16-bit copy needs bf16 or f16, found %s", d.layer,
+                 gemm_type_name(t));
+}
+
+void cross_forward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const float* x0, const float* z,
                                const float* xl, float* out, uint16_t* out16, Stream stream) {
   check_square(d);
-  if (!dev.is_cuda()) return cross_forward_elementwise_cpu(d, x0, z, xl, out, out16);
+  check_half(d, t, out16);
+  if (!dev.is_cuda()) return cross_forward_elementwise_cpu(d, t, x0, z, xl, out, out16);
 #if SPARTA_CUDA
-  cross_forward_elementwise_cuda(d, x0, z, xl, out, out16, stream);
+  cross_forward_elementwise_cuda(d, t, x0, z, xl, out, out16, stream);
 #else
   SPARTA_FATAL("cross layer '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
 #endif
 }
 
-void cross_backward_elementwise(const Device& dev, const LinearDims& d, const float* g, const float* x0,
+void cross_backward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const float* g, const float* x0,
                                 const float* z, float* dz, uint16_t* dz16, float* db, float* dx0, bool accumulate,
                                 bool identity, float* g_copy, Stream stream) {
   check_square(d);
-  const CrossElementwise a{g, x0, z, dz, dz16, db, dx0, accumulate, identity, g_copy};
+  check_half(d, t, dz16);
+  const CrossElementwise a{g, x0, z, dz, dz16, db, dx0, accumulate, identity, g_copy, t};
   if (!dev.is_cuda()) return cross_backward_elementwise_cpu(d, a);
 #if SPARTA_CUDA
   cross_backward_elementwise_cuda(d, a, stream);
@@ -137,20 +146,20 @@ CrossNet::CrossNet(const Device& dev, CrossConfig cfg, int64_t max_batch)
     batch_ = keep;
   }
   const size_t bd = size_t(max_batch_) * cfg_.dim, br = size_t(max_batch_) * cfg_.rank;
-  const bool bf16 = cfg_.precision == GemmType::bf16;
+  const bool half = is_half(cfg_.precision);
   for (int l = 0; l < cfg_.layers; ++l) {
     xs_.emplace_back(dev_, bd);
     hs_.emplace_back(dev_, br);
     zs_.emplace_back(dev_, bd);
-    if (bf16) {
+    if (half) {
       xs16_.emplace_back(dev_, bd), hs16_.emplace_back(dev_, br);
       v16_.emplace_back(dev_, size_t(cfg_.rank) * cfg_.dim), u16_.emplace_back(dev_, size_t(cfg_.rank) * cfg_.dim);
     }
   }
-  if (!bf16) dz_ = Buffer<float>(dev_, bd);  // bf16: the GEMMs read dz16_ alone
+  if (!half) dz_ = Buffer<float>(dev_, bd);  // 16-bit: the GEMMs read dz16_ alone
   g_ = Buffer<float>(dev_, bd);
   dh_ = Buffer<float>(dev_, br);
-  if (bf16) {
+  if (half) {
     dz16_ = Buffer<uint16_t>(dev_, bd);
     dh16_ = Buffer<uint16_t>(dev_, br);
   }
@@ -167,11 +176,11 @@ LinearDims CrossNet::x_dims() const {
 }
 
 const void* CrossNet::v_gemm(const float* params, int l) const {
-  if (cfg_.precision == GemmType::bf16) return v16_[l].data();
+  if (is_half(cfg_.precision)) return v16_[l].data();
   return params + v_offset(l);
 }
 const void* CrossNet::u_gemm(const float* params, int l) const {
-  if (cfg_.precision == GemmType::bf16) return u16_[l].data();
+  if (is_half(cfg_.precision)) return u16_[l].data();
   return params + u_offset(l);
 }
 
@@ -181,54 +190,54 @@ const float* CrossNet::forward(const float* params, const float* x0, int64_t bat
                  (long long)max_batch_, (long long)batch);
   batch_ = batch;
   x0_ = x0;
-  const bool bf16 = cfg_.precision == GemmType::bf16;
+  const bool half = is_half(cfg_.precision);
   const size_t bd = size_t(batch) * cfg_.dim;
-  if (bf16) {
+  if (half) {
     const size_t rd = size_t(cfg_.rank) * cfg_.dim;
     for (int l = 0; l < cfg_.layers; ++l) {
-      to_bf16(dev_, params + v_offset(l), v16_[l].data(), rd, stream);
-      to_bf16(dev_, params + u_offset(l), u16_[l].data(), rd, stream);
+      to_half(dev_, cfg_.precision, params + v_offset(l), v16_[l].data(), rd, stream);
+      to_half(dev_, cfg_.precision, params + u_offset(l), u16_[l].data(), rd, stream);
     }
-    to_bf16(dev_, x0, xs16_[0].data(), bd, stream);
+    to_half(dev_, cfg_.precision, x0, xs16_[0].data(), bd, stream);
   }
   for (int l = 0; l < cfg_.layers; ++l) {
-    const void* xl = bf16 ? static_cast<const void*>(xs16_[l].data()) : static_cast<const void*>(x_in(l));
+    const void* xl = half ? static_cast<const void*>(xs16_[l].data()) : static_cast<const void*>(x_in(l));
     const void* v = v_gemm(params, l);
     const void* u = u_gemm(params, l);
     linear_forward(dev_, v_dims(l), cfg_.precision, Activation::none, xl, v, nullptr, hs_[l].data(), stream);
     const void* h = hs_[l].data();
-    if (bf16) {
-      to_bf16(dev_, hs_[l].data(), hs16_[l].data(), size_t(batch) * cfg_.rank, stream);
+    if (half) {
+      to_half(dev_, cfg_.precision, hs_[l].data(), hs16_[l].data(), size_t(batch) * cfg_.rank, stream);
       h = hs16_[l].data();
     }
     linear_forward(dev_, u_dims(l), cfg_.precision, Activation::none, h, u, params + b_offset(l), zs_[l].data(), stream);
-    uint16_t* next16 = bf16 && l + 1 < cfg_.layers ? xs16_[l + 1].data() : nullptr;
-    cross_forward_elementwise(dev_, x_dims(), x0, zs_[l].data(), x_in(l), xs_[l].data(), next16, stream);
+    uint16_t* next16 = half && l + 1 < cfg_.layers ? xs16_[l + 1].data() : nullptr;
+    cross_forward_elementwise(dev_, x_dims(), cfg_.precision, x0, zs_[l].data(), x_in(l), xs_[l].data(), next16, stream);
   }
   return xs_[cfg_.layers - 1].data();
 }
 
 void CrossNet::backward(const float* params, const float* dxL, float* grads, float* dx0, Stream stream) {
   SPARTA_REQUIRE(batch_ >= 0, "cross network '%s': backward before any forward", cfg_.name.c_str());
-  const bool bf16 = cfg_.precision == GemmType::bf16;
+  const bool half = is_half(cfg_.precision);
   const int L = cfg_.layers;
   const float* g = dxL;  // dL/dx_{l+1}
   for (int l = L - 1; l >= 0; --l) {
     // at l == 0, x_l is x0: its gradient g + dh V_0 goes to dx0 directly; above, to g_ (a copy of g first)
     const bool top = l == L - 1, bottom = l == 0;
-    cross_backward_elementwise(dev_, x_dims(), g, x0_, zs_[l].data(), bf16 ? nullptr : dz_.data(),
-                               bf16 ? dz16_.data() : nullptr,
+    cross_backward_elementwise(dev_, x_dims(), cfg_.precision, g, x0_, zs_[l].data(), half ? nullptr : dz_.data(),
+                               half ? dz16_.data() : nullptr,
                                grads + b_offset(l), dx0, !top, bottom, top && !bottom ? g_.data() : nullptr, stream);
-    const void* dz = bf16 ? static_cast<const void*>(dz16_.data()) : static_cast<const void*>(dz_.data());
-    const void* h = bf16 ? static_cast<const void*>(hs16_[l].data()) : static_cast<const void*>(hs_[l].data());
-    const void* xl = bf16 ? static_cast<const void*>(xs16_[l].data()) : static_cast<const void*>(x_in(l));
+    const void* dz = half ? static_cast<const void*>(dz16_.data()) : static_cast<const void*>(dz_.data());
+    const void* h = half ? static_cast<const void*>(hs16_[l].data()) : static_cast<const void*>(hs_[l].data());
+    const void* xl = half ? static_cast<const void*>(xs16_[l].data()) : static_cast<const void*>(x_in(l));
     const void* u = u_gemm(params, l);
     const void* v = v_gemm(params, l);
     linear_backward_weight(dev_, u_dims(l), cfg_.precision, dz, h, grads + u_offset(l), stream);
     linear_backward_data(dev_, u_dims(l), cfg_.precision, dz, u, dh_.data(), false, stream);
     const void* dh = dh_.data();
-    if (bf16) {
-      to_bf16(dev_, dh_.data(), dh16_.data(), size_t(batch_) * cfg_.rank, stream);
+    if (half) {
+      to_half(dev_, cfg_.precision, dh_.data(), dh16_.data(), size_t(batch_) * cfg_.rank, stream);
       dh = dh16_.data();
     }
     linear_backward_weight(dev_, v_dims(l), cfg_.precision, dh, xl, grads + v_offset(l), stream);

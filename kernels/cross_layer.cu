@@ -1,29 +1,31 @@
 // cross_layer.cu: CUDA version of cross_layer.h's elementwise steps. The forward is one grid-stride pass; the
 // backward is an op of dense_reduce.cuh's column sum, so the bias gradient comes out of the same pass that
 // writes dz, the x0 gradient and the copy of g (deterministic: no atomics).
-#include <cuda_bf16.h>
-
 #include <cstdint>
 
 #include "src/base/check.h"
 #include "kernels/cross_layer.h"
 #include "kernels/dense_reduce.cuh"
+#include "kernels/half16.cuh"
 
 namespace sparta {
 
 // ----------------------------------------------------------------------------
 // kernels
 
+// out16 (when not nullptr) in the 16-bit type H (half16.cuh).
+template <class H>
 __global__ void __launch_bounds__(256) cross_forward_kernel(const float* x0, const float* z, const float* xl,
-                                                            float* out, __nv_bfloat16* out16, size_t n) {
+                                                            float* out, uint16_t* out16, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const float v = __fadd_rn(__fmul_rn(x0[i], z[i]), xl[i]);  // no FMA: the CPU reference rounds twice too
     out[i] = v;
-    if (out16) out16[i] = __float2bfloat16_rn(v);
+    if (out16) out16[i] = H::bits(v);
   }
 }
 
 // The same over n4 groups of four elements: float4 loads and stores (every array 16-byte aligned, out16 8-byte).
+template <class H>
 __global__ void __launch_bounds__(256) cross_forward_vec_kernel(const float4* __restrict__ x0,
                                                                 const float4* __restrict__ z,
                                                                 const float4* __restrict__ xl, float4* __restrict__ out,
@@ -37,10 +39,9 @@ __global__ void __launch_bounds__(256) cross_forward_vec_kernel(const float4* __
     v.w = __fadd_rn(__fmul_rn(a.w, b.w), c.w);
     out[i] = v;
     if (out16) {
-      const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
       uint2 bits;
-      bits.x = *reinterpret_cast<const unsigned*>(&lo);
-      bits.y = *reinterpret_cast<const unsigned*>(&hi);
+      bits.x = H::pair(v.x, v.y);
+      bits.y = H::pair(v.z, v.w);
       out16[i] = bits;
     }
   }
@@ -48,13 +49,14 @@ __global__ void __launch_bounds__(256) cross_forward_vec_kernel(const float4* __
 
 namespace {
 
-// Element i of the backward step; dz may be nullptr (bf16 training reads dz16 alone).
+// Element i of the backward step; dz may be nullptr (16-bit training reads dz16, of type H, alone).
+template <class H>
 struct CrossGrad {
   const float* g;
   const float* x0;
   const float* z;
   float* dz;
-  __nv_bfloat16* dz16;
+  uint16_t* dz16;
   float* dx0;
   float* g_copy;
   bool accumulate, identity;
@@ -68,7 +70,7 @@ struct CrossGrad {
     float x = accumulate ? __fadd_rn(in.dx0, gz) : gz;
     if (identity) x = __fadd_rn(x, in.g);
     if (dz) dz[i] = d;
-    if (dz16) dz16[i] = __float2bfloat16_rn(d);
+    if (dz16) dz16[i] = H::bits(d);
     dx0[i] = x;
     if (g_copy) g_copy[i] = in.g;
     return d;
@@ -80,26 +82,29 @@ struct CrossGrad {
 // ----------------------------------------------------------------------------
 // launchers
 
-void cross_forward_elementwise_cuda(const LinearDims& d, const float* x0, const float* z, const float* xl,
-                                    float* out, uint16_t* out16, Stream stream) {
+void cross_forward_elementwise_cuda(const LinearDims& d, GemmType t, const float* x0, const float* z,
+                                    const float* xl, float* out, uint16_t* out16, Stream stream) {
   const size_t n = size_t(d.batch) * d.out;
   if (n == 0) return;
   const int block = 256;
   const size_t cap = size_t(dense::sm_count()) * 16;
   auto aligned = [](const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; };
-  if (n % 4 == 0 && aligned(x0, 16) && aligned(z, 16) && aligned(xl, 16) && aligned(out, 16) &&
-      (!out16 || aligned(out16, 8))) {
-    const size_t n4 = n / 4, blocks = (n4 + block - 1) / block;
-    cross_forward_vec_kernel<<<int(blocks < cap ? blocks : cap), block, 0, stream>>>(
-        reinterpret_cast<const float4*>(x0), reinterpret_cast<const float4*>(z), reinterpret_cast<const float4*>(xl),
-        reinterpret_cast<float4*>(out), reinterpret_cast<uint2*>(out16), n4);
-    CUDA_CHECK_LAUNCH("cross_forward_vec_kernel");
-    return;
-  }
-  const size_t blocks = (n + block - 1) / block;
-  cross_forward_kernel<<<int(blocks < cap ? blocks : cap), block, 0, stream>>>(
-      x0, z, xl, out, reinterpret_cast<__nv_bfloat16*>(out16), n);
-  CUDA_CHECK_LAUNCH("cross_forward_kernel");
+  // without a 16-bit copy the type is not read: the bf16 instance serves fp32
+  dense::with_half(out16 ? t : GemmType::bf16, [&](auto h) {
+    using H = decltype(h);
+    if (n % 4 == 0 && aligned(x0, 16) && aligned(z, 16) && aligned(xl, 16) && aligned(out, 16) &&
+        (!out16 || aligned(out16, 8))) {
+      const size_t n4 = n / 4, blocks = (n4 + block - 1) / block;
+      cross_forward_vec_kernel<H><<<int(blocks < cap ? blocks : cap), block, 0, stream>>>(
+          reinterpret_cast<const float4*>(x0), reinterpret_cast<const float4*>(z),
+          reinterpret_cast<const float4*>(xl), reinterpret_cast<float4*>(out), reinterpret_cast<uint2*>(out16), n4);
+      CUDA_CHECK_LAUNCH("cross_forward_vec_kernel");
+      return;
+    }
+    const size_t blocks = (n + block - 1) / block;
+    cross_forward_kernel<H><<<int(blocks < cap ? blocks : cap), block, 0, stream>>>(x0, z, xl, out, out16, n);
+    CUDA_CHECK_LAUNCH("cross_forward_kernel");
+  });
 }
 
 void copy_columns_cuda(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows, int64_t cols,
@@ -110,9 +115,10 @@ void copy_columns_cuda(const float* src, int64_t src_ld, float* dst, int64_t dst
 }
 
 void cross_backward_elementwise_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream) {
-  CrossGrad op{a.g, a.x0, a.z, a.dz, reinterpret_cast<__nv_bfloat16*>(a.dz16), a.dx0, a.g_copy, a.accumulate,
-               a.identity};
-  dense::column_sums(op, d.batch, d.out, a.db, stream, "cross_backward (column_sum_kernel)");
+  dense::with_half(a.dz16 ? a.half : GemmType::bf16, [&](auto h) {
+    CrossGrad<decltype(h)> op{a.g, a.x0, a.z, a.dz, a.dz16, a.dx0, a.g_copy, a.accumulate, a.identity};
+    dense::column_sums(op, d.batch, d.out, a.db, stream, "cross_backward (column_sum_kernel)");
+  });
 }
 
 }  // namespace sparta

@@ -9,7 +9,7 @@
 //   dz = g ⊙ x0,  db_l = Σ_batch dz,  dU_l = dz^T h_l,  dh = dz U_l,  dV_l = dh^T x_l,
 //   dx_l = g + dh V_l,  and x0 collects g ⊙ z_l from every layer (plus, at l = 0 where x_l is x0, dx_0).
 // The GEMMs are dense_linear.h's steps (cuBLASLt on cuda, the bias fused into the z GEMM); the elementwise
-// parts are one kernel each way: forward x_{l+1} (and its bf16 copy); backward dz (and bf16), db (a
+// parts are one kernel each way: forward x_{l+1} (and its 16-bit copy); backward dz (and 16-bit), db (a
 // fixed-order column sum), the x0 gradient and the copy of g that dh V_l is then accumulated into.
 // concat_columns / split_columns build x0 from the bottom output and the embeddings, and split its gradient.
 // Every launcher takes the stream it runs on last (cuda: asynchronous on it, no host synchronization; cpu: runs
@@ -44,13 +44,14 @@ void copy_columns_cuda(const float* src, int64_t src_ld, float* dst, int64_t dst
 // ---------------------------------------------------------------------------------------------------------
 // The elementwise steps (shapes [batch, D]; d.in == d.out == D).
 
-// out = x0 ⊙ z + xl; out16 (bf16 copy of out) when not nullptr.
-void cross_forward_elementwise(const Device& dev, const LinearDims& d, const float* x0, const float* z,
+// out = x0 ⊙ z + xl; out16 (the copy of out in the 16-bit type t: bf16 or f16) when not nullptr (t is read only
+// then).
+void cross_forward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const float* x0, const float* z,
                                const float* xl, float* out, uint16_t* out16, Stream stream);
 
-// dz = g ⊙ x0 (dz16: its bf16 copy when not nullptr; dz may be nullptr when dz16 is not); db [D] = Σ_batch dz;
-// dx0 = (accumulate ? dx0 : 0) + g ⊙ z + (identity ? g : 0);  g_copy = g when not nullptr.
-void cross_backward_elementwise(const Device& dev, const LinearDims& d, const float* g, const float* x0,
+// dz = g ⊙ x0 (dz16: its copy in the 16-bit type t when not nullptr; dz may be nullptr when dz16 is not);
+// db [D] = Σ_batch dz; dx0 = (accumulate ? dx0 : 0) + g ⊙ z + (identity ? g : 0);  g_copy = g when not nullptr.
+void cross_backward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const float* g, const float* x0,
                                 const float* z, float* dz, uint16_t* dz16, float* db, float* dx0, bool accumulate,
                                 bool identity, float* g_copy, Stream stream);
 
@@ -64,11 +65,12 @@ struct CrossElementwise {  // the backward step's arguments, for the backends
   float* dx0;
   bool accumulate, identity;
   float* g_copy;
+  GemmType half;  // dz16's type
 };
-void cross_forward_elementwise_cpu(const LinearDims& d, const float* x0, const float* z, const float* xl,
+void cross_forward_elementwise_cpu(const LinearDims& d, GemmType t, const float* x0, const float* z, const float* xl,
                                    float* out, uint16_t* out16);
-void cross_forward_elementwise_cuda(const LinearDims& d, const float* x0, const float* z, const float* xl,
-                                    float* out, uint16_t* out16, Stream stream);
+void cross_forward_elementwise_cuda(const LinearDims& d, GemmType t, const float* x0, const float* z,
+                                    const float* xl, float* out, uint16_t* out16, Stream stream);
 void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise& a);
 void cross_backward_elementwise_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream);
 
@@ -113,7 +115,7 @@ class CrossNet {
   LinearDims u_dims(int l) const;  // z = h U^T + b: in rank, out D
   LinearDims x_dims() const;       // the elementwise steps: D by D
   const float* x_in(int l) const { return l == 0 ? x0_ : xs_[l - 1].data(); }
-  // V_l and U_l as the GEMMs read them: in the parameters (fp32) or their bf16 copies
+  // V_l and U_l as the GEMMs read them: in the parameters (fp32) or their 16-bit copies
   const void* v_gemm(const float* params, int l) const;
   const void* u_gemm(const float* params, int l) const;
 
@@ -125,9 +127,9 @@ class CrossNet {
   const float* x0_ = nullptr;
   std::vector<Buffer<float>> xs_;         // x_{l+1} [max_batch, D], l < layers
   std::vector<Buffer<float>> hs_, zs_;    // h_l [max_batch, rank], z_l [max_batch, D]
-  std::vector<Buffer<uint16_t>> xs16_;    // bf16: x_l [max_batch, D], l < layers (x_0 included)
-  std::vector<Buffer<uint16_t>> hs16_;    // bf16: h_l
-  std::vector<Buffer<uint16_t>> v16_, u16_;  // bf16 copies of V_l and U_l, each its own aligned buffer
+  std::vector<Buffer<uint16_t>> xs16_;    // 16-bit: x_l [max_batch, D], l < layers (x_0 included)
+  std::vector<Buffer<uint16_t>> hs16_;    // 16-bit: h_l
+  std::vector<Buffer<uint16_t>> v16_, u16_;  // 16-bit copies of V_l and U_l, each its own aligned buffer
   Buffer<float> dz_, g_, dh_;             // [max_batch, D] (fp32 only), [max_batch, D], [max_batch, rank]
   Buffer<uint16_t> dz16_, dh16_;
 };

@@ -12,8 +12,19 @@
 namespace sparta {
 
 const char* activation_name(Activation a) { return a == Activation::relu ? "relu" : "none"; }
-const char* gemm_type_name(GemmType t) { return t == GemmType::bf16 ? "bf16" : "f32"; }
-size_t gemm_type_bytes(GemmType t) { return t == GemmType::bf16 ? 2 : 4; }
+const char* gemm_type_name(GemmType t) {
+  return t == GemmType::bf16 ? "bf16" : t == GemmType::f16 ? "f16" : "f32";
+}
+size_t gemm_type_bytes(GemmType t) { return is_half(t) ? 2 : 4; }
+
+HalfFromFloat half_from_float(GemmType t) {
+  SPARTA_ASSERT(is_half(t), "half_from_float of %s", gemm_type_name(t));
+  return t == GemmType::f16 ? float_to_f16 : float_to_bf16;
+}
+HalfToFloat half_to_float(GemmType t) {
+  SPARTA_ASSERT(is_half(t), "half_to_float of %s", gemm_type_name(t));
+  return t == GemmType::f16 ? f16_to_float : bf16_to_float;
+}
 
 void check_linear_dims(const LinearDims& d) {
   const char* layer = d.layer ? d.layer : "linear";
@@ -39,7 +50,8 @@ const float* as_floats(GemmType t, const void* p, int64_t rows, int64_t cols, in
   const size_t n = cols == 0 ? 0 : size_t((cols - 1) * ld + rows);
   tmp.resize(n);
   const uint16_t* h = static_cast<const uint16_t*>(p);
-  for (size_t i = 0; i < n; ++i) tmp[i] = bf16_to_float(h[i]);
+  const HalfToFloat widen = half_to_float(t);
+  for (size_t i = 0; i < n; ++i) tmp[i] = widen(h[i]);
   return tmp.data();
 }
 
@@ -67,28 +79,31 @@ void gemm_cpu(const GemmCall& g) {
   }
 }
 
-void activation_bias_backward_cpu(const LinearDims& d, Activation act, const float* y, const float* dy,
+void activation_bias_backward_cpu(const LinearDims& d, GemmType t, Activation act, const float* y, const float* dy,
                                   float* dpre, uint16_t* dpre16, float* db) {
+  const HalfFromFloat round16 = dpre16 ? half_from_float(t) : nullptr;
   std::vector<double> sum(db ? d.out : 0, 0.0);
   for (int64_t r = 0; r < d.batch; ++r) {
     for (int c = 0; c < d.out; ++c) {
       const size_t i = size_t(r) * d.out + c;
       const float v = act == Activation::relu && !(y[i] > 0.f) ? 0.f : dy[i];
       if (dpre) dpre[i] = v;
-      if (dpre16) dpre16[i] = float_to_bf16(v);
+      if (dpre16) dpre16[i] = round16(v);
       if (db) sum[c] += v;
     }
   }
   for (int c = 0; db && c < d.out; ++c) db[c] = static_cast<float>(sum[c]);
 }
 
-void to_bf16_cpu(const float* src, uint16_t* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+void to_half_cpu(GemmType t, const float* src, uint16_t* dst, size_t n) {
+  const HalfFromFloat round16 = half_from_float(t);
+  for (size_t i = 0; i < n; ++i) dst[i] = round16(src[i]);
 }
 
-void to_bf16_padded_cpu(const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t dst_ld) {
+void to_half_padded_cpu(GemmType t, const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t dst_ld) {
+  const HalfFromFloat round16 = half_from_float(t);
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < dst_ld; ++c) dst[r * dst_ld + c] = c < cols ? float_to_bf16(src[r * cols + c]) : 0;
+    for (int64_t c = 0; c < dst_ld; ++c) dst[r * dst_ld + c] = c < cols ? round16(src[r * cols + c]) : 0;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -139,36 +154,40 @@ void linear_backward_data(const Device& dev, const LinearDims& d, GemmType t, co
   run_gemm(dev, g, stream);
 }
 
-void activation_bias_backward(const Device& dev, const LinearDims& d, Activation act, const float* y,
+void activation_bias_backward(const Device& dev, const LinearDims& d, GemmType t, Activation act, const float* y,
                               const float* dy, float* dpre, uint16_t* dpre16, float* db, Stream stream) {
   check_linear_dims(d);
-  if (!dev.is_cuda()) return activation_bias_backward_cpu(d, act, y, dy, dpre, dpre16, db);
+  SPARTA_REQUIRE(!dpre16 || is_half(t), "dense layer '%s': a 16-bit gradient copy needs bf16 or f16, found %s",
+                 d.layer, gemm_type_name(t));
+  if (!dev.is_cuda()) return activation_bias_backward_cpu(d, t, act, y, dy, dpre, dpre16, db);
 #if SPARTA_CUDA
-  activation_bias_backward_cuda(d, act, y, dy, dpre, dpre16, db, stream);
+  activation_bias_backward_cuda(d, t, act, y, dy, dpre, dpre16, db, stream);
 #else
   SPARTA_FATAL("dense layer '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
 #endif
 }
 
-void to_bf16(const Device& dev, const float* src, uint16_t* dst, size_t n, Stream stream) {
-  if (!dev.is_cuda()) return to_bf16_cpu(src, dst, n);
+void to_half(const Device& dev, GemmType t, const float* src, uint16_t* dst, size_t n, Stream stream) {
+  SPARTA_REQUIRE(is_half(t), "to_half: expected bf16 or f16, found %s", gemm_type_name(t));
+  if (!dev.is_cuda()) return to_half_cpu(t, src, dst, n);
 #if SPARTA_CUDA
-  to_bf16_cuda(src, dst, n, stream);
+  to_half_cuda(t, src, dst, n, stream);
 #else
-  SPARTA_FATAL("to_bf16 on %s in a CUDA=0 build", dev.name().c_str());
+  SPARTA_FATAL("to_half on %s in a CUDA=0 build", dev.name().c_str());
 #endif
 }
 
-void to_bf16_padded(const Device& dev, const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t dst_ld,
-                    Stream stream) {
+void to_half_padded(const Device& dev, GemmType t, const float* src, int64_t rows, int64_t cols, uint16_t* dst,
+                    int64_t dst_ld, Stream stream) {
+  SPARTA_REQUIRE(is_half(t), "to_half_padded: expected bf16 or f16, found %s", gemm_type_name(t));
   SPARTA_REQUIRE(rows >= 0 && cols >= 1 && dst_ld >= cols,
-                 "to_bf16_padded: expected rows >= 0 and 1 <= cols <= dst_ld, found rows %lld, cols %lld, dst_ld %lld",
+                 "to_half_padded: expected rows >= 0 and 1 <= cols <= dst_ld, found rows %lld, cols %lld, dst_ld %lld",
                  (long long)rows, (long long)cols, (long long)dst_ld);
-  if (!dev.is_cuda()) return to_bf16_padded_cpu(src, rows, cols, dst, dst_ld);
+  if (!dev.is_cuda()) return to_half_padded_cpu(t, src, rows, cols, dst, dst_ld);
 #if SPARTA_CUDA
-  to_bf16_padded_cuda(src, rows, cols, dst, dst_ld, stream);
+  to_half_padded_cuda(t, src, rows, cols, dst, dst_ld, stream);
 #else
-  SPARTA_FATAL("to_bf16_padded on %s in a CUDA=0 build", dev.name().c_str());
+  SPARTA_FATAL("to_half_padded on %s in a CUDA=0 build", dev.name().c_str());
 #endif
 }
 

@@ -1,5 +1,5 @@
 // dense_linear.cu: CUDA version of dense_linear.h: GEMMs through cuBLASLt (bias and ReLU as the forward's
-// epilogue, fp32 compute: no TF32), the fused activation + bias gradient, the bf16 conversion, and the
+// epilogue, fp32 compute: no TF32), the fused activation + bias gradient, the 16-bit conversions, and the
 // per-stream cuBLASLt handle, workspace and scratch that dense_reduce.cuh declares.
 //
 // cuBLASLt chooses an algorithm per call from its heuristic; the answer is cached per (stream, shape, types,
@@ -17,6 +17,7 @@
 #include "src/base/check.h"
 #include "kernels/dense_linear.h"
 #include "kernels/dense_reduce.cuh"
+#include "kernels/half16.cuh"
 
 namespace sparta {
 
@@ -73,7 +74,9 @@ uint32_t alignment_of(const void* p) {
   return al;
 }
 
-cudaDataType_t cuda_type(GemmType t) { return t == GemmType::bf16 ? CUDA_R_16BF : CUDA_R_32F; }
+cudaDataType_t cuda_type(GemmType t) {
+  return t == GemmType::bf16 ? CUDA_R_16BF : t == GemmType::f16 ? CUDA_R_16F : CUDA_R_32F;
+}
 
 }  // namespace
 
@@ -118,31 +121,34 @@ __global__ void __launch_bounds__(256) add_chunks_kernel(const float* partial,  
   sums[c] = s;
 }
 
-__global__ void __launch_bounds__(256) to_bf16_kernel(const float* src, __nv_bfloat16* dst, size_t n) {
+// dst[i] = H(src[i]), H the 16-bit type (half16.cuh).
+template <class H>
+__global__ void __launch_bounds__(256) to_half_kernel(const float* src, uint16_t* dst, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    dst[i] = __float2bfloat16_rn(src[i]);
+    dst[i] = H::bits(src[i]);
 }
 
 // The same over n4 groups of four: a float4 read and an 8-byte write each (src 16-byte, dst 8-byte aligned).
-__global__ void __launch_bounds__(256) to_bf16_vec_kernel(const float4* __restrict__ src, uint2* __restrict__ dst,
+template <class H>
+__global__ void __launch_bounds__(256) to_half_vec_kernel(const float4* __restrict__ src, uint2* __restrict__ dst,
                                                           size_t n4) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n4; i += size_t(gridDim.x) * blockDim.x) {
     const float4 v = src[i];
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
     uint2 bits;
-    bits.x = *reinterpret_cast<const unsigned*>(&lo);
-    bits.y = *reinterpret_cast<const unsigned*>(&hi);
+    bits.x = H::pair(v.x, v.y);
+    bits.y = H::pair(v.z, v.w);
     dst[i] = bits;
   }
 }
 
-// dst [rows, ld] = bf16(src [rows, cols]), zeros in columns cols .. ld - 1. Thread per destination element.
-__global__ void __launch_bounds__(256) to_bf16_padded_kernel(const float* src, int64_t rows, int64_t cols,
-                                                             __nv_bfloat16* dst, int64_t ld) {
+// dst [rows, ld] = H(src [rows, cols]), zeros in columns cols .. ld - 1. Thread per destination element.
+template <class H>
+__global__ void __launch_bounds__(256) to_half_padded_kernel(const float* src, int64_t rows, int64_t cols,
+                                                             uint16_t* dst, int64_t ld) {
   const int64_t n = rows * ld;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = e / ld, c = e - r * ld;
-    dst[e] = c < cols ? __float2bfloat16_rn(src[r * cols + c]) : __float2bfloat16_rn(0.f);
+    dst[e] = c < cols ? H::bits(src[r * cols + c]) : uint16_t(0);
   }
 }
 
@@ -160,12 +166,13 @@ __global__ void __launch_bounds__(256)
 namespace {
 
 // Element i = r * out + c of the activation + bias gradient. dy and dpre may be the same array; dpre may be
-// nullptr (bf16 training reads dpre16 alone).
+// nullptr (16-bit training reads dpre16, of type H, alone).
+template <class H>
 struct ActivationGrad {
   const float* y;
   const float* dy;
   float* dpre;
-  __nv_bfloat16* dpre16;
+  uint16_t* dpre16;
   bool relu;
   struct In {
     float y, dy;
@@ -174,7 +181,7 @@ struct ActivationGrad {
   __device__ __forceinline__ float finish(const In& in, int64_t i) const {
     const float v = relu && !(in.y > 0.f) ? 0.f : in.dy;
     if (dpre) dpre[i] = v;
-    if (dpre16) dpre16[i] = __float2bfloat16_rn(v);
+    if (dpre16) dpre16[i] = H::bits(v);
     return v;
   }
 };
@@ -284,39 +291,46 @@ void gemm_cuda(const GemmCall& g, Stream stream) {
   CUBLAS_CHECK(cublasLtMatmulDescDestroy(op));
 }
 
-void activation_bias_backward_cuda(const LinearDims& d, Activation act, const float* y, const float* dy,
+void activation_bias_backward_cuda(const LinearDims& d, GemmType t, Activation act, const float* y, const float* dy,
                                    float* dpre, uint16_t* dpre16, float* db, Stream stream) {
-  ActivationGrad op{y, dy, dpre, reinterpret_cast<__nv_bfloat16*>(dpre16), act == Activation::relu};
-  dense::column_sums(op, d.batch, d.out, db, stream, "activation_bias_backward (column_sum_kernel)");
+  // without a 16-bit copy the type is not read: the bf16 instance serves fp32
+  dense::with_half(dpre16 ? t : GemmType::bf16, [&](auto h) {
+    ActivationGrad<decltype(h)> op{y, dy, dpre, dpre16, act == Activation::relu};
+    dense::column_sums(op, d.batch, d.out, db, stream, "activation_bias_backward (column_sum_kernel)");
+  });
 }
 
-void to_bf16_cuda(const float* src, uint16_t* dst, size_t n, Stream stream) {
+void to_half_cuda(GemmType t, const float* src, uint16_t* dst, size_t n, Stream stream) {
   if (n == 0) return;
   const int block = 256;
   const size_t cap = size_t(dense::sm_count()) * 16;
-  size_t done = 0;
-  if ((reinterpret_cast<uintptr_t>(src) & 15) == 0 && (reinterpret_cast<uintptr_t>(dst) & 7) == 0 && n >= 4) {
-    const size_t n4 = n / 4, blocks = (n4 + block - 1) / block;
-    to_bf16_vec_kernel<<<int(blocks < cap ? blocks : cap), block, 0, stream>>>(
-        reinterpret_cast<const float4*>(src), reinterpret_cast<uint2*>(dst), n4);
-    CUDA_CHECK_LAUNCH("to_bf16_vec_kernel");
-    done = n4 * 4;
-    if (done == n) return;
-  }
-  const size_t rest = n - done, blocks = (rest + block - 1) / block;
-  to_bf16_kernel<<<int(blocks < cap ? blocks : cap), block, 0, stream>>>(
-      src + done, reinterpret_cast<__nv_bfloat16*>(dst) + done, rest);
-  CUDA_CHECK_LAUNCH("to_bf16_kernel");
+  dense::with_half(t, [&](auto h) {
+    using H = decltype(h);
+    size_t done = 0;
+    if ((reinterpret_cast<uintptr_t>(src) & 15) == 0 && (reinterpret_cast<uintptr_t>(dst) & 7) == 0 && n >= 4) {
+      const size_t n4 = n / 4, blocks = (n4 + block - 1) / block;
+      to_half_vec_kernel<H><<<int(blocks < cap ? blocks : cap), block, 0, stream>>>(
+          reinterpret_cast<const float4*>(src), reinterpret_cast<uint2*>(dst), n4);
+      CUDA_CHECK_LAUNCH("to_half_vec_kernel");
+      done = n4 * 4;
+      if (done == n) return;
+    }
+    const size_t rest = n - done, blocks = (rest + block - 1) / block;
+    to_half_kernel<H><<<int(blocks < cap ? blocks : cap), block, 0, stream>>>(src + done, dst + done, rest);
+    CUDA_CHECK_LAUNCH("to_half_kernel");
+  });
 }
 
-void to_bf16_padded_cuda(const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t dst_ld,
+void to_half_padded_cuda(GemmType t, const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t dst_ld,
                          Stream stream) {
   const int64_t n = rows * dst_ld;
   if (n == 0) return;
   const int64_t blocks = (n + 255) / 256, cap = int64_t(dense::sm_count()) * 16;
-  to_bf16_padded_kernel<<<int(blocks < cap ? blocks : cap), 256, 0, stream>>>(
-      src, rows, cols, reinterpret_cast<__nv_bfloat16*>(dst), dst_ld);
-  CUDA_CHECK_LAUNCH("to_bf16_padded_kernel");
+  dense::with_half(t, [&](auto h) {
+    to_half_padded_kernel<decltype(h)><<<int(blocks < cap ? blocks : cap), 256, 0, stream>>>(src, rows, cols, dst,
+                                                                                             dst_ld);
+    CUDA_CHECK_LAUNCH("to_half_padded_kernel");
+  });
 }
 
 }  // namespace sparta

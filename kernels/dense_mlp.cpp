@@ -55,13 +55,13 @@ Mlp::Mlp(const Device& dev, MlpConfig cfg, int64_t max_batch) : dev_(dev), cfg_(
     acts_.emplace_back(dev_, size_t(max_batch_) * cfg_.sizes[l + 1]);
   }
   const size_t rows = size_t(max_batch_) * widest;
-  const bool bf16 = cfg_.precision == GemmType::bf16;
-  if (!bf16) dpre_ = Buffer<float>(dev_, rows);  // bf16: the GEMMs read dpre16_ alone
+  const bool half = is_half(cfg_.precision);
+  if (!half) dpre_ = Buffer<float>(dev_, rows);  // 16-bit: the GEMMs read dpre16_ alone
   grad_ = Buffer<float>(dev_, rows);
   size_t dw_pad = 0, dx_pad = 0;
   for (int l = 0; l < L; ++l) {
     const int in = cfg_.sizes[l];
-    gemm_in_.push_back(bf16 && in % 8 != 0 && in <= INT_MAX - 7 ? (in + 7) / 8 * 8 : in);
+    gemm_in_.push_back(half && in % 8 != 0 && in <= INT_MAX - 7 ? (in + 7) / 8 * 8 : in);
     if (gemm_in_[l] != in) {
       LinearDims full = gemm_dims(l);
       full.batch = max_batch_;
@@ -72,7 +72,7 @@ Mlp::Mlp(const Device& dev, MlpConfig cfg, int64_t max_batch) : dev_(dev), cfg_(
   }
   if (dw_pad > 0) dw_pad_ = Buffer<float>(dev_, dw_pad);
   if (dx_pad > 0) dx_pad_ = Buffer<float>(dev_, dx_pad);
-  if (bf16) {
+  if (half) {
     for (int l = 0; l < L; ++l) {
       acts16_.emplace_back(dev_, size_t(max_batch_) * gemm_in_[l]);
       w16_.emplace_back(dev_, size_t(gemm_in_[l]) * cfg_.sizes[l + 1]);
@@ -97,12 +97,12 @@ LinearDims Mlp::gemm_dims(int l) const {
 }
 
 const void* Mlp::gemm_input(int l) const {
-  if (cfg_.precision == GemmType::bf16) return acts16_[l].data();
+  if (is_half(cfg_.precision)) return acts16_[l].data();
   return l == 0 ? x_ : acts_[l - 1].data();
 }
 
 const void* Mlp::gemm_weight(const float* params, int l) const {
-  if (cfg_.precision == GemmType::bf16) return w16_[l].data();
+  if (is_half(cfg_.precision)) return w16_[l].data();
   return params + weight_offset(l);
 }
 
@@ -111,13 +111,13 @@ const float* Mlp::forward(const float* params, const float* x, int64_t batch, St
                  cfg_.name.c_str(), (long long)max_batch_, (long long)batch);
   batch_ = batch;
   x_ = x;
-  const bool bf16 = cfg_.precision == GemmType::bf16;
-  // the bf16 copy of a rows x cols fp32 matrix with rows padded to ld
+  const bool half = is_half(cfg_.precision);
+  // the 16-bit copy of a rows x cols fp32 matrix with rows padded to ld
   auto convert = [&](const float* src, int64_t rows, int cols, int ld, uint16_t* dst) {
-    if (ld == cols) return to_bf16(dev_, src, dst, size_t(rows) * cols, stream);
-    to_bf16_padded(dev_, src, rows, cols, dst, ld, stream);
+    if (ld == cols) return to_half(dev_, cfg_.precision, src, dst, size_t(rows) * cols, stream);
+    to_half_padded(dev_, cfg_.precision, src, rows, cols, dst, ld, stream);
   };
-  if (bf16) {
+  if (half) {
     for (int l = 0; l < layers(); ++l)
       convert(params + weight_offset(l), cfg_.sizes[l + 1], cfg_.sizes[l], gemm_in_[l], w16_[l].data());
     convert(x, batch, in_width(), gemm_in_[0], acts16_[0].data());
@@ -127,23 +127,23 @@ const float* Mlp::forward(const float* params, const float* x, int64_t batch, St
     const Activation act = l < L - 1 || cfg_.relu_last ? Activation::relu : Activation::none;
     linear_forward(dev_, gemm_dims(l), cfg_.precision, act, gemm_input(l), gemm_weight(params, l),
                    params + bias_offset(l), acts_[l].data(), stream);
-    if (bf16 && l + 1 < L) convert(acts_[l].data(), batch, cfg_.sizes[l + 1], gemm_in_[l + 1], acts16_[l + 1].data());
+    if (half && l + 1 < L) convert(acts_[l].data(), batch, cfg_.sizes[l + 1], gemm_in_[l + 1], acts16_[l + 1].data());
   }
   return acts_[L - 1].data();
 }
 
 void Mlp::backward(const float* params, const float* dy, float* grads, float* dx, Stream stream) {
   SPARTA_REQUIRE(batch_ >= 0, "MLP '%s': backward before any forward", cfg_.name.c_str());
-  const bool bf16 = cfg_.precision == GemmType::bf16;
+  const bool half = is_half(cfg_.precision);
   const int L = layers();
   const float* g = dy;
   for (int l = L - 1; l >= 0; --l) {
     const LinearDims d = dims(l);
     const Activation act = l < L - 1 || cfg_.relu_last ? Activation::relu : Activation::none;
-    activation_bias_backward(dev_, d, act, acts_[l].data(), g, bf16 ? nullptr : dpre_.data(),
-                             bf16 ? dpre16_.data() : nullptr,
+    activation_bias_backward(dev_, d, cfg_.precision, act, acts_[l].data(), g, half ? nullptr : dpre_.data(),
+                             half ? dpre16_.data() : nullptr,
                              grads + bias_offset(l), stream);
-    const void* dpre = bf16 ? static_cast<const void*>(dpre16_.data()) : static_cast<const void*>(dpre_.data());
+    const void* dpre = half ? static_cast<const void*>(dpre16_.data()) : static_cast<const void*>(dpre_.data());
     const void* w = gemm_weight(params, l);
     const LinearDims gd = gemm_dims(l);
     const bool padded = gd.in != d.in;  // the gradients come out padded: computed aside, then copied

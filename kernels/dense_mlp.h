@@ -6,10 +6,10 @@
 //
 // Parameters are not owned: the caller keeps every dense parameter of the model in one flat fp32 array (what
 // the optimizer steps and the data-parallel all-reduce moves), and passes this MLP's part of it, laid out
-// layer after layer as weight [out, in] then bias [out]; gradients have the same layout. In bf16 precision
-// the GEMMs read bf16 copies of the weights (made at every forward from the fp32 masters), of the input and
-// of the saved activations, and of the backward's intermediate gradients; everything else stays fp32. The bf16
-// copies of a layer's input and weight have rows padded with zeros to a multiple of 8 elements (DLRM's top MLP
+// layer after layer as weight [out, in] then bias [out]; gradients have the same layout. In 16-bit precision
+// (bf16 or fp16) the GEMMs read 16-bit copies of the weights (made at every forward from the fp32 masters), of
+// the input and of the saved activations, and of the backward's intermediate gradients; everything else stays
+// fp32. The 16-bit copies of a layer's input and weight have rows padded with zeros to a multiple of 8 elements (DLRM's top MLP
 // reads 479 = 128 + 351 interaction features, its bottom MLP 13 dense features) so that cuBLASLt can use its
 // 16-byte-aligned kernels; the GEMMs then run over the padded width, whose zero columns add exactly nothing,
 // and the weight and input gradients of a padded layer are computed padded and copied to their logical shape.
@@ -67,8 +67,8 @@ class Mlp {
 
  private:
   LinearDims dims(int l) const;       // the logical shape of layer l
-  LinearDims gemm_dims(int l) const;  // what its GEMMs run over: in = the padded width of its bf16 copies
-  const void* gemm_input(int l) const;  // what layer l's GEMMs read as x: fp32 or its bf16 copy
+  LinearDims gemm_dims(int l) const;  // what its GEMMs run over: in = the padded width of its 16-bit copies
+  const void* gemm_input(int l) const;  // what layer l's GEMMs read as x: fp32 or its 16-bit copy
   const void* gemm_weight(const float* params, int l) const;  // and as w
 
   Device dev_;
@@ -79,13 +79,13 @@ class Mlp {
   std::vector<std::string> layer_names_;
   const float* x_ = nullptr;             // the last forward's input
   std::vector<Buffer<float>> acts_;      // acts_[l]: layer l's output [max_batch, sizes[l+1]]
-  std::vector<int> gemm_in_;             // per layer: sizes[l], rounded up to a multiple of 8 for bf16
-  std::vector<Buffer<uint16_t>> acts16_; // bf16: acts16_[0] the input, acts16_[l+1] layer l's output (not the last),
+  std::vector<int> gemm_in_;             // per layer: sizes[l], rounded up to a multiple of 8 for 16-bit
+  std::vector<Buffer<uint16_t>> acts16_; // 16-bit: acts16_[0] the input, acts16_[l+1] layer l's output (not the last),
                                          // [max_batch, gemm_in_[l]] with zeros in the padding
-  std::vector<Buffer<uint16_t>> w16_;   // bf16: layer l's weights [out, gemm_in_[l]], each its own (256-byte aligned)
+  std::vector<Buffer<uint16_t>> w16_;   // 16-bit: layer l's weights [out, gemm_in_[l]], each its own (256-byte aligned)
                                          // buffer, zeros in the padding
   Buffer<float> dw_pad_, dx_pad_;        // a padded layer's weight and input gradients, before their copy
-  Buffer<float> dpre_, grad_;            // [max_batch, widest]: a layer's pre-activation gradient (fp32 only: bf16
+  Buffer<float> dpre_, grad_;            // [max_batch, widest]: a layer's pre-activation gradient (fp32 only: 16-bit
                                          // reads dpre16_), the next one's dy
   Buffer<uint16_t> dpre16_;
 };

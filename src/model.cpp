@@ -8,11 +8,16 @@
 #include "src/base/check.h"
 #include "src/base/random.h"
 #include "kernels/bce_loss.h"
+#include "kernels/grad_scale.h"
 #include "kernels/interaction_dot.h"
 
 namespace sparta {
 
 const char* interaction_name(Interaction i) { return i == Interaction::dot ? "dot" : "dcnv2"; }
+
+const char* precision_name(GemmType t) {
+  return t == GemmType::bf16 ? "bf16" : t == GemmType::f16 ? "fp16" : "fp32";
+}
 
 Interaction parse_interaction(const std::string& name) {
   if (name == "dot") return Interaction::dot;
@@ -185,13 +190,13 @@ DenseModel::DenseModel(const Device& dev, const ModelConfig& cfg, int64_t max_ba
     dx0_ = Buffer<float>(dev_, B * W);
   }
   // What the layers hold per sample: the MLPs' saved activations and scratch, the cross network's x, h, z per
-  // layer and its scratch; an estimate for the memory report, in fp32 (bf16 copies add about half again).
+  // layer and its scratch; an estimate for the memory report, in fp32 (16-bit copies add about half again).
   size_t per_sample = 4 * W + cfg_.bottom_mlp.back() + 1;
   for (int w : cfg_.bottom_mlp) per_sample += w;
   for (int w : cfg_.top_mlp) per_sample += w;
   if (cross_) per_sample += size_t(cfg_.cross_layers) * (2 * W + cfg_.cross_rank) + 2 * W + cfg_.cross_rank;
   workspace_bytes_ = per_sample * B * sizeof(float);
-  if (cfg_.precision == GemmType::bf16) workspace_bytes_ += workspace_bytes_ / 2;
+  if (is_half(cfg_.precision)) workspace_bytes_ += workspace_bytes_ / 2;
 }
 
 const float* DenseModel::forward(const float* params, const float* dense, const float* emb, int64_t batch) {
@@ -213,9 +218,10 @@ const float* DenseModel::forward(const float* params, const float* dense, const 
   return logits_;
 }
 
-void DenseModel::loss(const float* labels, int64_t mean_over, float* loss) {
+void DenseModel::loss(const float* labels, int64_t mean_over, float* loss, float grad_scale) {
   SPARTA_ASSERT(batch_ >= 0, "model: loss before forward");
   bce_with_logits(dev_, logits_, labels, loss, dlogits_.data(), batch_, mean_over, dev_.stream);
+  if (grad_scale != 1.f) scale_values(dev_, dlogits_.data(), size_t(batch_), grad_scale, dev_.stream);
 }
 
 void DenseModel::backward(const float* params, float* grads, float* demb, const GradsReady& ready) {

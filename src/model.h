@@ -10,8 +10,9 @@
 //
 // Parameters: one flat fp32 array [bottom MLP | cross network (dcnv2) | top MLP], each part laid out as its
 // layer class says (weights [out, in] then bias [out] per MLP layer; V, U, b per cross layer); gradients alike.
-// That array is what the dense optimizer steps and the data-parallel all-reduce moves, and in bf16 precision it
-// holds the fp32 masters: the layers make the bf16 copies their GEMMs read at every forward.
+// That array is what the dense optimizer steps and the data-parallel all-reduce moves, and in bf16 or fp16
+// precision it holds the fp32 masters: the layers make the 16-bit copies their GEMMs read at every forward
+// (fp16 training scales the loss gradient, loss()'s grad_scale, so that small gradients survive fp16's range).
 //
 // Every launch is asynchronous on the device's stream (Device::stream); nothing here synchronizes the host.
 #pragma once
@@ -35,6 +36,8 @@ enum class Interaction { dot, dcnv2 };
 // "dot" | "dcnv2"; parse throws sparta::Error naming the value otherwise.
 const char* interaction_name(Interaction i);
 Interaction parse_interaction(const std::string& name);
+// model.precision's name of a GEMM type: "fp32" | "bf16" | "fp16".
+const char* precision_name(GemmType t);
 
 struct ModelConfig {
   int num_dense = 13;                // dense features per sample
@@ -94,8 +97,8 @@ class DenseModel {
 
   // After forward: loss[0] (device) = Σ_i BCE(logit_i, labels[i]) / mean_over (the global batch in data-parallel
   // training: the all-reduced sum of the ranks' losses is then the mean), and the logits' gradient, kept for
-  // backward. mean_over >= batch.
-  void loss(const float* labels, int64_t mean_over, float* loss);
+  // backward, multiplied by grad_scale (fp16 loss scaling, src/loss_scale.h; 1: as is). mean_over >= batch.
+  void loss(const float* labels, int64_t mean_over, float* loss, float grad_scale = 1.f);
 
   // After loss: grads [param_count] (device) and demb [batch, embedding_width] (device) are overwritten.
   // ready(offset, count) is called, on the host, as soon as the launches that finish grads[offset,

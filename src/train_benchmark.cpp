@@ -98,7 +98,7 @@ std::string BenchmarkResult::table(const TrainConfig& cfg, const BenchmarkOption
                    "  %-6s %-5s %-11s %8lld %5d | %12.0f %9.2f | %9.2f %9.2f %9.2f %9.2f %9.2f %6lld\n",
                    "model", "prec", "placement", "batch", "ranks", "samples/s", "ms_step", "ms_phases", "ms_data",
                    "ms_emb", "ms_dense", "ms_comm", "#wrong", interaction_name(cfg.model.interaction),
-                   cfg.model.precision == GemmType::bf16 ? "bf16" : "fp32", placement.c_str(), (long long)o.batch,
+                   precision_name(cfg.model.precision), placement.c_str(), (long long)o.batch,
                    ranks, samples_per_s, ms_step, ms_phases, ms_data, ms_embedding, ms_dense, ms_comm,
                    (long long)wrong);
 }
@@ -113,7 +113,7 @@ std::string BenchmarkResult::json_fields(const TrainConfig& cfg, const Benchmark
       "\"embedding_dim\":%d,\"model_shape\":\"%s\",\"batch_per_rank\":%lld,\"global_batch\":%lld%s,"
       "\"samples_per_s\":%.1f,\"ms_step\":%.4f,\"ms_phases\":%.4f,\"ms_data\":%.4f,\"ms_embedding\":%.4f,"
       "\"ms_dense\":%.4f,\"ms_comm\":%.4f,\"wrong\":%lld",
-      interaction_name(cfg.model.interaction), cfg.model.precision == GemmType::bf16 ? "bf16" : "fp32",
+      interaction_name(cfg.model.interaction), precision_name(cfg.model.precision),
       placement.c_str(), cfg.placement.c_str(), cfg.exchange.c_str(), cfg.comm_mode.c_str(), o.preset.c_str(),
       (long long)o.max_rows, o.hotness.c_str(), cfg.model.embedding_dim, model_shape.c_str(),
       (long long)o.batch, (long long)global_batch, run.c_str(), samples_per_s, ms_step,

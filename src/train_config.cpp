@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "src/base/check.h"
+#include "src/loss_scale.h"
 #include "src/placement.h"
 
 namespace sparta {
@@ -147,6 +148,7 @@ void check_train_config(const TrainConfig& c) {
                  "train.target_auc: stopping at an AUC needs an evaluation set (data.eval)");
   SPARTA_REQUIRE(!c.resume || !c.checkpoint_dir.empty(),
                  "train.resume: resuming needs train.checkpoint_dir (the folder whose `latest` to continue from)");
+  LossScaler(c.loss_scale_init, c.loss_scale_window);  // throws naming the option
   SPARTA_REQUIRE(c.comm_mode == "hier" || c.comm_mode == "mpi" || c.comm_mode == "nccl",
                  "comm.mode: expected hier, mpi or nccl, found '%s'", c.comm_mode.c_str());
 }
@@ -166,7 +168,7 @@ std::string TrainConfig::to_ini() const {
     << "\nnum_slots = " << model.num_slots << "\nembedding_dim = " << model.embedding_dim
     << "\nbottom_mlp = " << widths_text(model.bottom_mlp) << "\ntop_mlp = " << widths_text(model.top_mlp)
     << "\ncross_layers = " << model.cross_layers << "\ncross_rank = " << model.cross_rank
-    << "\nprecision = " << (model.precision == GemmType::bf16 ? "bf16" : "fp32") << "\nseed = " << seed << "\n\n";
+    << "\nprecision = " << precision_name(model.precision) << "\nseed = " << seed << "\n\n";
   s << "[embedding]\nrows = " << rows << "\nplacement = " << placement << "\ncombiner = " << combiner << "\n";
   opt(sparse);
   s << "init_scale = " << init_scale << "\nhot_rows = " << hot_rows << "\nmemory_mb = " << memory_mb
@@ -182,6 +184,7 @@ std::string TrainConfig::to_ini() const {
   s << "[train]\nsteps = " << steps << "\nepochs = " << epochs << "\nlog_every = " << log_every
     << "\neval_every = " << eval_every << "\ntarget_auc = " << target_auc << "\ncheckpoint_dir = " << checkpoint_dir
     << "\ncheckpoint_every = " << checkpoint_every << "\nresume = " << resume << "\nmetrics = " << metrics_path
+    << "\nloss_scale_init = " << loss_scale_init << "\nloss_scale_window = " << loss_scale_window
     << "\n\n[comm]\nmode = " << comm_mode << "\n";
   return s.str();
 }

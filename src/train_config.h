@@ -86,6 +86,8 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;  // also every N steps (0: at the end only)
   bool resume = false;           // continue from checkpoint_dir/latest (any rank count, any plan)
   std::string metrics_path;      // JSON lines (rank 0); "": none
+  double loss_scale_init = 65536;     // fp16: the first loss scale (a power of two; src/loss_scale.h)
+  int64_t loss_scale_window = 2000;   // fp16: good steps in a row before the scale doubles
   std::string comm_mode = "hier";  // [comm] mode: hier | mpi | nccl
 
   // --benchmark: time the step on in-memory synthetic batches instead of training ([benchmark] section)

@@ -64,7 +64,8 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
       "model.cross_layers", po::value<int>(&c.model.cross_layers)->default_value(3), "dcnv2: cross layers")(
       "model.cross_rank", po::value<int>(&c.model.cross_rank)->default_value(512), "dcnv2: rank of each cross layer's U V")(
       "model.precision", po::value<std::string>(&t.precision)->default_value("fp32"),
-      "fp32 | bf16 (bf16 GEMM inputs, fp32 accumulation, fp32 master weights)")(
+      "fp32 | bf16 | fp16 (16-bit GEMM inputs, fp32 accumulation, fp32 master weights; fp16 with dynamic loss "
+      "scaling, train.loss_scale_*)")(
       "model.seed", po::value<unsigned long long>(&t.seed)->default_value(1),
       "seed of the initial dense parameters and embedding rows and of the shuffling");
   emb.add_options()("embedding.rows", po::value<int64_t>(&c.rows)->default_value(0),
@@ -106,7 +107,11 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
       "train.checkpoint_every", po::value<int64_t>(&c.checkpoint_every)->default_value(0), "a checkpoint every N steps besides the one at the end (0: the end only)")(
       "train.resume", po::value<bool>(&c.resume)->default_value(false)->implicit_value(true),
       "continue from train.checkpoint_dir's latest checkpoint (any rank count and plan)")(
-      "train.metrics", po::value<std::string>(&c.metrics_path)->default_value(""), "JSON lines of train and eval metrics (\"\": none)");
+      "train.metrics", po::value<std::string>(&c.metrics_path)->default_value(""), "JSON lines of train and eval metrics (\"\": none)")(
+      "train.loss_scale_init", po::value<double>(&c.loss_scale_init)->default_value(65536),
+      "fp16: the first loss scale, a power of two (halved at every overflowed step, which is skipped; not below 1)")(
+      "train.loss_scale_window", po::value<int64_t>(&c.loss_scale_window)->default_value(2000),
+      "fp16: good steps in a row after which the loss scale doubles");
   po::options_description bench("[benchmark] (with --benchmark: synthetic batches in memory, timed steps)");
   bench.add_options()("benchmark.preset", po::value<std::string>(&c.bench.preset)->default_value("mlperf"),
                       "mlperf (26 tables, 13 dense features) | small (8 tables)")(
@@ -125,7 +130,8 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
 GemmType parse_precision(const std::string& s) {
   if (s == "fp32") return GemmType::f32;
   if (s == "bf16") return GemmType::bf16;
-  throw Error("model.precision: expected fp32 or bf16, found '" + s + "'");
+  if (s == "fp16") return GemmType::f16;
+  throw Error("model.precision: expected fp32, bf16 or fp16, found '" + s + "'");
 }
 
 OptimizerKind optimizer_kind(const char* option, const std::string& name) {

@@ -10,6 +10,7 @@
 #include "io/dataset.h"
 #include "kernels/bce_loss.h"
 #include "kernels/dense_optimizer.h"
+#include "kernels/grad_scale.h"
 #include "src/base/agree.h"
 #include "src/base/check.h"
 #include "src/base/log.h"
@@ -104,6 +105,10 @@ void Trainer::build_rest(const std::string& load_from) {
   offsets_ = Buffer<int64_t>(dev_, B * m.num_slots + 1);
   keys_ = Buffer<int64_t>(dev_, std::max<size_t>(1, B * size_t(schema_.max_keys_per_sample())));
   losses_ = Buffer<float>(dev_, size_t(cfg_.log_every));
+  if (m.precision == GemmType::f16) {
+    scaler_ = std::make_unique<LossScaler>(cfg_.loss_scale_init, cfg_.loss_scale_window);
+    nonfinite_ = Buffer<int>(dev_, 1);
+  }
   if (dev_.is_cuda()) {
     grad_stream_ = create_stream(dev_);
 #if SPARTA_CUDA
@@ -339,14 +344,7 @@ void Trainer::reduce_bucket(size_t offset, size_t count) {
   comm_->all_reduce(grads_.data() + offset, grads_.data() + offset, count, DataType::f32, s);
 }
 
-void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, float* loss_slot) {
-  upload(b);
-  collection_->forward(offsets_.data(), keys_.data(), b.size, emb_.data(), LookupMode::train);
-  model_->forward(params_.data(), dense_.data(), emb_.data(), b.size);
-  model_->loss(labels_.data(), global_batch, loss_slot);
-  model_->backward(params_.data(), grads_.data(), demb_.data(),
-                   [this](size_t offset, size_t count) { reduce_bucket(offset, count); });
-  collection_->backward(demb_.data(), step, learning_rate_factor(cfg_.schedule, step));
+void Trainer::join_grad_stream() {
 #if SPARTA_CUDA
   if (grad_stream_ && world_ > 1) {
     cudaEvent_t e = static_cast<cudaEvent_t>(grad_event_);
@@ -354,8 +352,34 @@ void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, flo
     CUDA_CHECK(cudaStreamWaitEvent(dev_.stream, e, 0));
   }
 #endif
-  dense_optimizer_update(dev_, cfg_.dense, step, learning_rate(cfg_.schedule, step), params_.data(), grads_.data(),
-                         state_.data(), params_.size(), dev_.stream);
+}
+
+bool Trainer::unscale_gradients(int64_t batch) {
+  join_grad_stream();
+  unscale_and_check(dev_, grads_.data(), grads_.size(), demb_.data(), size_t(batch) * cfg_.model.embedding_width(),
+                    1.f / scaler_->scale(), nonfinite_.data(), dev_.stream);
+  comm_->synchronize(dev_.stream);
+  int bad = 0;
+  copy_to_host(dev_, &bad, nonfinite_.data(), sizeof(int), dev_.stream);
+  // the dense gradients are the same on every rank after the all-reduce, the embedding gradient is each rank's
+  if (world_ > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, world_comm_));
+  return scaler_->update(bad == 0);
+}
+
+void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, float* loss_slot) {
+  upload(b);
+  collection_->forward(offsets_.data(), keys_.data(), b.size, emb_.data(), LookupMode::train);
+  model_->forward(params_.data(), dense_.data(), emb_.data(), b.size);
+  model_->loss(labels_.data(), global_batch, loss_slot, scaler_ ? scaler_->scale() : 1.f);
+  model_->backward(params_.data(), grads_.data(), demb_.data(),
+                   [this](size_t offset, size_t count) { reduce_bucket(offset, count); });
+  const bool apply = !scaler_ || unscale_gradients(b.size);  // fp16: false for an overflowed step
+  if (!apply) skipped_.push_back(step);
+  if (apply) collection_->backward(demb_.data(), step, learning_rate_factor(cfg_.schedule, step));
+  join_grad_stream();
+  if (apply)
+    dense_optimizer_update(dev_, cfg_.dense, step, learning_rate(cfg_.schedule, step), params_.data(),
+                           grads_.data(), state_.data(), params_.size(), dev_.stream);
 }
 
 double Trainer::plain_steps(const Batch& b, int64_t global_batch, int64_t n) {
@@ -384,15 +408,19 @@ Trainer::StepTimes Trainer::timed_step(const Batch& b, int64_t global_batch) {
   collection_->forward(offsets_.data(), keys_.data(), b.size, emb_.data(), LookupMode::train);
   st.embedding_ms = ms_since(t);
   model_->forward(params_.data(), dense_.data(), emb_.data(), b.size);
-  model_->loss(labels_.data(), global_batch, losses_.data());
+  model_->loss(labels_.data(), global_batch, losses_.data(), scaler_ ? scaler_->scale() : 1.f);
   model_->backward(params_.data(), grads_.data(), demb_.data());
   st.dense_ms = ms_since(t);
   if (world_ > 1) comm_->all_reduce(grads_.data(), grads_.data(), grads_.size(), DataType::f32, dev_.stream);
   st.comm_ms = ms_since(t);
-  collection_->backward(demb_.data(), s, learning_rate_factor(cfg_.schedule, s));
+  const bool apply = !scaler_ || unscale_gradients(b.size);  // fp16 (counted as dense time)
+  if (!apply) skipped_.push_back(s);
+  st.dense_ms += ms_since(t);
+  if (apply) collection_->backward(demb_.data(), s, learning_rate_factor(cfg_.schedule, s));
   st.embedding_ms += ms_since(t);
-  dense_optimizer_update(dev_, cfg_.dense, s, learning_rate(cfg_.schedule, s), params_.data(), grads_.data(),
-                         state_.data(), params_.size(), dev_.stream);
+  if (apply)
+    dense_optimizer_update(dev_, cfg_.dense, s, learning_rate(cfg_.schedule, s), params_.data(), grads_.data(),
+                           state_.data(), params_.size(), dev_.stream);
   st.dense_ms += ms_since(t);
   step_ = s;
   return st;
@@ -523,17 +551,21 @@ TrainResult Trainer::run() {
       const double t = now_s(), rate = double(interval_samples) / std::max(t - interval_t0, 1e-9);
       const double eta = (t - start) / double(step_ - run_first) * double(total - step_);
       const float lr = learning_rate(cfg_.schedule, step_);
-      LOG_INFO("step %lld/%lld | loss %.5f | lr %.3g | %.0f samples/s | ETA %s", (long long)step_, (long long)total,
-               mean, lr, rate, duration_text(eta).c_str());
-      write_metrics(JsonLine("train")
-                        .add("split", "train")
-                        .add("step", step_)
-                        .add("epoch", epoch)
-                        .add("loss", mean)
-                        .add("lr", double(lr))
-                        .add("samples_per_s", rate)
-                        .add("elapsed_s", t - start)
-                        .str());
+      const std::string scaling =
+          scaler_ ? strprintf(" | loss scale %g, %lld skipped", double(scaler_->scale()), (long long)scaler_->skipped())
+                  : std::string();
+      LOG_INFO("step %lld/%lld | loss %.5f | lr %.3g | %.0f samples/s | ETA %s%s", (long long)step_, (long long)total,
+               mean, lr, rate, duration_text(eta).c_str(), scaling.c_str());
+      JsonLine line("train");
+      line.add("split", "train")
+          .add("step", step_)
+          .add("epoch", epoch)
+          .add("loss", mean)
+          .add("lr", double(lr))
+          .add("samples_per_s", rate)
+          .add("elapsed_s", t - start);
+      if (scaler_) line.add("loss_scale", double(scaler_->scale())).add("skipped_steps", scaler_->skipped());
+      write_metrics(line.str());
       interval_first = step_ + 1;
       interval_samples = 0;
       interval_t0 = now_s();
@@ -558,6 +590,8 @@ TrainResult Trainer::run() {
   if (!stop && do_eval()) r.reached_target = true;
   if (!cfg_.checkpoint_dir.empty() && step_ > run_first) r.checkpoint = save();
   r.last_step = step_;
+  r.skipped_steps = skipped_;
+  r.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   if (r.reached_target) LOG_INFO("reached train.target_auc %.4f at step %lld", cfg_.target_auc, (long long)step_);
   LOG_INFO("training done: %lld steps in %s", (long long)(step_ - run_first), duration_text(now_s() - start).c_str());
   return r;

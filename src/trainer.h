@@ -12,6 +12,10 @@
 //   5. embedding backward (collective): the pooled gradients travel back to the rows' owners, which update the
 //      touched rows with the sparse optimizer
 //   6. the compute stream waits for the all-reduce; the dense optimizer steps with the scheduled learning rate
+// fp16 precision adds dynamic loss scaling (src/loss_scale.h): the loss gradient is scaled before 4; after the
+// all-reduce one kernel unscales the dense gradients and the embedding gradient and flags any overflow, the
+// host reads the flag (one int, the step's one extra sync) and agrees it over ranks, and an overflowed step
+// skips 5 and the optimizer step on every rank (it still counts as a step).
 // Losses stay on the device and are all-reduced once per log interval, so a step syncs the host only where
 // the embedding exchange needs counts.
 //
@@ -38,6 +42,7 @@
 #include "io/reader.h"
 #include "src/base/buffer.h"
 #include "src/context.h"
+#include "src/loss_scale.h"
 #include "src/metrics.h"
 #include "src/model.h"
 #include "src/placement.h"
@@ -56,6 +61,8 @@ struct TrainResult {
   bool reached_target = false;       // stopped early at train.target_auc
   double teacher_auc = -1;           // the eval file's recorded teacher AUC (synthetic data), else -1
   std::string checkpoint;            // the last step directory written ("" when none)
+  std::vector<int64_t> skipped_steps;  // fp16: the steps skipped for an overflow, in order
+  double loss_scale = 1;             // fp16: the loss scale at the end (1 otherwise)
 };
 
 // What the trainer is built for: training (both readers), or predicting on the eval file (the model loaded
@@ -127,6 +134,10 @@ class Trainer {
   // One training step on b, a slice of a global batch of global_batch samples; its loss goes to loss_slot.
   void train_step(const Batch& b, int64_t step, int64_t global_batch, float* loss_slot);
   void reduce_bucket(size_t offset, size_t count);
+  void join_grad_stream();  // cuda, several ranks: the compute stream waits for the gradient all-reduce
+  // fp16, after backward: unscales grads_ and demb_ (batch rows), agrees over ranks whether any overflowed and
+  // updates the scaler. Returns whether the step's updates are applied. Synchronizes the host.
+  bool unscale_gradients(int64_t batch);
   EvalMetrics evaluate_now();
   Predictions predict_local();
   std::vector<DenseTensor> dense_tensors();
@@ -156,6 +167,9 @@ class Trainer {
   Stream grad_stream_ = nullptr;                  // cuda: where the gradient all-reduce runs
   void* grad_event_ = nullptr;                    // cuda: cudaEvent_t ordering the two streams
   std::ofstream metrics_;
+  std::unique_ptr<LossScaler> scaler_;            // fp16 only
+  Buffer<int> nonfinite_;                         // fp16: [1], the overflow flag
+  std::vector<int64_t> skipped_;                  // fp16: the steps skipped
 };
 
 }  // namespace sparta

@@ -15,6 +15,8 @@
 
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -379,3 +381,151 @@ void gpu_matches_cpu() {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(whole_model_on_gpu_matches_cpu, *testing::needs_gpu_per_rank()) { gpu_matches_cpu(); }
+
+// fp16 with dynamic loss scaling learns the planted task about as well as fp32 (within kFp16AucGap of the fp32
+// run's AUC, and within kAucGap of the teacher's), and every rank skips the same steps.
+BOOST_AUTO_TEST_CASE(fp16_planted_task_is_learned_like_fp32) {
+  constexpr double kFp16AucGap = 0.01;
+  const Data data(65536, 20, 4, 3);
+  for (const char* interaction : {"dot", "dcnv2"}) {
+    TrainConfig cfg = base_config(data);
+    cfg.model.interaction = parse_interaction(interaction);
+    cfg.model.cross_layers = 2;
+    cfg.model.cross_rank = 8;
+    cfg.global_batch = 1024;
+    cfg.steps = 0;
+    cfg.epochs = 6;
+    cfg.log_every = 64;
+    cfg.eval_every = 0;
+    cfg.dense.lr = cfg.schedule.lr = 0.02f;
+    cfg.schedule.decay_start = 256;
+    cfg.schedule.decay_steps = 128;
+    const Run f32 = train_on(testing::world_size(), cfg);
+    cfg.model.precision = GemmType::f16;
+    const Run f16 = train_on(testing::world_size(), cfg);
+    auto auc = [](const Run& r) { return r.result.evals.empty() ? 0.0 : r.result.evals.back().second.auc; };
+    BOOST_TEST_MESSAGE(interaction << ": fp16 eval AUC " << auc(f16) << ", fp32 " << auc(f32) << ", teacher "
+                                   << data.teacher_auc << "; fp16 skipped " << f16.result.skipped_steps.size()
+                                   << " step(s), final loss scale " << f16.result.loss_scale);
+    BOOST_TEST(auc(f16) >= auc(f32) - kFp16AucGap);
+    BOOST_TEST(auc(f16) >= data.teacher_auc - kAucGap);
+    BOOST_TEST(f32.result.skipped_steps.empty());
+    BOOST_TEST(f32.result.loss_scale == 1.0);
+    BOOST_TEST(f16.result.skipped_steps.size() < 8u);  // a handful at most, at the start
+    // the same skipped steps and scale on every rank: rank 0's, broadcast, against each rank's own
+    std::vector<int64_t> mine = f16.result.skipped_steps;
+    mine.push_back(int64_t(f16.result.loss_scale));
+    int64_t n = int64_t(mine.size());
+    MPI_Bcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    std::vector<int64_t> root = mine;
+    root.resize(size_t(n));
+    MPI_Bcast(root.data(), int(n), MPI_INT64_T, 0, MPI_COMM_WORLD);
+    BOOST_TEST(testing::all_ranks(root == mine));
+  }
+}
+
+namespace {
+
+// key → the row's values followed by its optimizer state, for every table (collective over the trainer's world)
+std::vector<std::map<int64_t, std::vector<float>>> rows_by_key(Trainer& t) {
+  std::vector<std::map<int64_t, std::vector<float>>> out;
+  for (int table = 0; table < t.config().model.num_slots; ++table) {
+    const TableRows r = t.held_rows(table);
+    std::map<int64_t, std::vector<float>> m;
+    for (size_t i = 0; i < r.rows(); ++i) {
+      std::vector<float> v(r.values.begin() + i * r.dim, r.values.begin() + (i + 1) * r.dim);
+      v.insert(v.end(), r.state.begin() + i * r.state_width, r.state.begin() + (i + 1) * r.state_width);
+      m[r.keys[i]] = v;
+    }
+    out.push_back(m);
+  }
+  return out;
+}
+
+// Rows of a and b under the same key: how many, and how many of them differ.
+std::pair<size_t, size_t> compare_rows(const std::vector<std::map<int64_t, std::vector<float>>>& a,
+                                       const std::vector<std::map<int64_t, std::vector<float>>>& b) {
+  size_t common = 0, differ = 0;
+  for (size_t t = 0; t < a.size() && t < b.size(); ++t)
+    for (const auto& kv : a[t]) {
+      auto it = b[t].find(kv.first);
+      if (it == b[t].end()) continue;
+      ++common;
+      differ += it->second != kv.second;
+    }
+  return {common, differ};
+}
+
+// fp16 from an absurd loss scale (2^40): the first steps overflow, and every rank skips them, halving the scale
+// each time, until the scale fits; then the run trains (its parameters move) with no further skips. A run of
+// just the overflowing steps changes nothing: its dense parameters are the initial ones, and its embedding rows
+// (written with their initial values at their first lookup, changed only by the sparse optimizer) and their
+// optimizer state equal those of a run whose only step overflowed, and differ from the trained run's.
+void fp16_overflow_skips_steps(Backend backend) {
+  const Data data;
+  for (int ranks : rank_counts()) {
+    if (ranks > 2) break;
+    TrainConfig cfg = base_config(data);
+    cfg.eval_path.clear();
+    cfg.model.precision = GemmType::f16;
+    cfg.loss_scale_init = std::ldexp(1.0, 40);
+    cfg.loss_scale_window = 2000;
+    cfg.steps = 40;
+    cfg.log_every = 40;
+    testing::SharedTempPath metrics("mpi_test_train", "fp16_metrics.jsonl");
+    cfg.metrics_path = metrics.path;
+    SubWorld w(ranks, backend);
+    bool ok = true;
+    if (w.in()) {
+      Trainer t(w.comm, w.topo, w.dev, cfg);
+      const std::vector<float> p0 = t.dense_params();
+      const TrainResult r = t.run();
+      cfg.metrics_path.clear();
+      const std::vector<int64_t>& s = r.skipped_steps;
+      const int64_t k = int64_t(s.size());
+      for (int64_t i = 0; i < k; ++i) ok = ok && s[size_t(i)] == i + 1;  // the first k steps, and only those
+      ok = ok && k >= 1 && k < cfg.steps && r.loss_scale == std::ldexp(1.0, 40 - int(k));
+      ok = ok && t.dense_params() != p0 && r.losses.size() == size_t(cfg.steps);
+      BOOST_TEST_MESSAGE(ranks << " rank(s): skipped " << k << " step(s), final scale " << r.loss_scale);
+      // every rank of the sub-world skipped the same number of steps
+      int64_t lo = k, hi = k;
+      MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT64_T, MPI_MIN, w.comm);
+      MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT64_T, MPI_MAX, w.comm);
+      ok = ok && lo == hi;
+      if (testing::world_rank() == 0) {  // the train metrics line reports the scale and the skipped steps
+        std::ifstream in(metrics.path);
+        std::string line, train;
+        while (std::getline(in, line))
+          if (line.find("\"train\"") != std::string::npos) train = line;
+        const std::string want = "\"skipped_steps\":" + std::to_string(k);
+        const bool reported = train.find(want) != std::string::npos && train.find("\"loss_scale\":") != std::string::npos;
+        if (!reported) BOOST_TEST_MESSAGE("train metrics '" << train << "' do not hold " << want);
+        ok = ok && reported;
+      }
+      const auto trained = rows_by_key(t);
+
+      cfg.steps = k;  // the overflowing steps alone
+      Trainer a(w.comm, w.topo, w.dev, cfg);
+      const std::vector<float> a0 = a.dense_params();
+      const TrainResult ra = a.run();
+      ok = ok && a.dense_params() == a0 && int64_t(ra.skipped_steps.size()) == k;
+      const auto skipped_rows = rows_by_key(a);
+
+      cfg.steps = 1;
+      cfg.loss_scale_init = std::ldexp(1.0, 60);  // its one step overflows too
+      Trainer b(w.comm, w.topo, w.dev, cfg);
+      const TrainResult rb = b.run();
+      ok = ok && rb.skipped_steps.size() == 1u;
+      const auto untouched = rows_by_key(b);
+      const auto same = compare_rows(skipped_rows, untouched), moved = compare_rows(trained, untouched);
+      BOOST_TEST_MESSAGE(ranks << " rank(s): " << same.first << " rows in common with an untouched run, " << same.second
+                               << " differ; the trained run: " << moved.second << " of " << moved.first << " differ");
+      ok = ok && same.first > 0 && same.second == 0 && moved.first > 0 && moved.second > 0;
+    }
+    BOOST_TEST(testing::all_ranks(ok));
+  }
+}
+
+}  // namespace
+
+SPARTA_MPI_BACKEND_CASES(fp16_overflow_skips_the_steps_on_every_rank, fp16_overflow_skips_steps)

@@ -37,12 +37,14 @@ struct Naive {
   std::vector<double> x, grads, dx0;
 };
 
-// The network in double from the formulas in cross_layer.h; R rounds what bf16 GEMMs read (x_l, h_l, dz, dh
-// and the weights), identity for fp32.
+// The network in double from the formulas in cross_layer.h; R rounds what 16-bit GEMMs read (x_l, h_l, dz, dh
+// and the weights) to bf16 or f16, identity for fp32.
 Naive naive_net(const CrossConfig& cfg, const std::vector<float>& params, const std::vector<float>& x0,
                 const std::vector<float>& dxL, int64_t B) {
-  const bool bf16 = cfg.precision == GemmType::bf16;
-  auto R = [&](double v) { return bf16 ? double(bf16_to_float(float_to_bf16(float(v)))) : double(float(v)); };
+  const GemmType t = cfg.precision;
+  auto R = [&](double v) {
+    return is_half(t) ? double(half_to_float(t)(half_from_float(t)(float(v)))) : double(float(v));
+  };
   const int D = cfg.dim, r = cfg.rank, L = cfg.layers;
   const size_t per = size_t(2) * r * D + D;
   auto V = [&](int l, int k, int i) { return R(params[l * per + size_t(k) * D + i]); };
@@ -106,7 +108,7 @@ void net_matches_reference(Backend be) {
     int64_t batch, max_batch;
   };
   const Case cases[] = {{13, 4, 3, 37, 40}, {2, 1, 1, 1, 1}, {64, 16, 2, 65, 65}, {129, 33, 3, 20, 32}, {8, 3, 2, 0, 4}};
-  for (GemmType t : {GemmType::f32, GemmType::bf16})
+  for (GemmType t : {GemmType::f32, GemmType::bf16, GemmType::f16})
     for (const Case& k : cases) {
       const CrossConfig cfg{"cross_under_test", k.dim, k.rank, k.layers, t};
       std::vector<float> params = CrossNet::initial_params(k.dim, k.rank, k.layers, testing::rng()());
@@ -119,7 +121,8 @@ void net_matches_reference(Backend be) {
       std::vector<float> dx = testing::random_floats(size_t(k.batch) * k.dim);
       NetResult got = run_net(dev, cfg, k.max_batch, params, x0, dx, k.batch);
       Naive want = naive_net(cfg, params, x0, dx, k.batch);
-      const double tol = t == GemmType::bf16 ? 2e-2 : 1e-4;
+      // 16-bit: the reference rounds where the layers do, but a value near a rounding boundary may fall either way
+      const double tol = t == GemmType::bf16 ? 2e-2 : t == GemmType::f16 ? 1e-2 : 1e-4;
       BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " dim " << k.dim << " rank " << k.rank
                                     << " layers " << k.layers << " batch " << k.batch) {
         BOOST_CHECK_EQUAL(dense_test::mismatches(got.x, want.x, tol, tol, "x_L"), 0u);
@@ -154,6 +157,8 @@ void elementwise_steps(Backend be) {
   Device dev = dense_test::device_for(be);
   // 45 x 70 elements take the cuda forward's scalar kernel, 64 x 72 its float4 one
   for (const LinearDims d : {LinearDims{"cross.elementwise", 45, 70, 70}, LinearDims{"cross.elementwise", 64, 72, 72}}) {
+  for (GemmType t : {GemmType::bf16, GemmType::f16}) {
+  BOOST_TEST_CONTEXT(gemm_type_name(t) << " batch " << d.batch) {
   const size_t n = size_t(d.batch) * d.out;
   const std::vector<float> x0 = testing::random_floats(n), z = testing::random_floats(n),
                            xl = testing::random_floats(n), g = testing::random_floats(n),
@@ -162,13 +167,13 @@ void elementwise_steps(Backend be) {
   Buffer<float> out = dense_test::poisoned(dev, n);
   Buffer<uint16_t> out16(dev, n);
   out16.fill_bytes(0xFF);
-  cross_forward_elementwise(dev, d, x0d.data(), zd.data(), xld.data(), out.data(), out16.data(), dev.stream);
+  cross_forward_elementwise(dev, d, t, x0d.data(), zd.data(), xld.data(), out.data(), out16.data(), dev.stream);
   std::vector<float> o = out.download();
   std::vector<uint16_t> o16 = out16.download();
   size_t bad = 0;
   for (size_t i = 0; i < n; ++i) {
     const float want = x0[i] * z[i] + xl[i];
-    bad += o[i] != want || o16[i] != float_to_bf16(want);
+    bad += o[i] != want || o16[i] != half_from_float(t)(want);
   }
   BOOST_CHECK_EQUAL(bad, 0u);
   for (bool accumulate : {false, true})
@@ -177,12 +182,12 @@ void elementwise_steps(Backend be) {
                     copy = dense_test::poisoned(dev, n), dx0(dev, prior);
       Buffer<uint16_t> dz16(dev, n);
       dz16.fill_bytes(0xFF);
-      cross_backward_elementwise(dev, d, gd.data(), x0d.data(), zd.data(), dz.data(), dz16.data(), db.data(),
+      cross_backward_elementwise(dev, d, t, gd.data(), x0d.data(), zd.data(), dz.data(), dz16.data(), db.data(),
                                  dx0.data(), accumulate, identity, copy.data(), dev.stream);
       {  // without the fp32 dz: the same bf16 copy and bias gradient
         Buffer<float> db2(dev, size_t(d.out)), dx2(dev, prior);
         Buffer<uint16_t> dz16b(dev, n);
-        cross_backward_elementwise(dev, d, gd.data(), x0d.data(), zd.data(), nullptr, dz16b.data(), db2.data(),
+        cross_backward_elementwise(dev, d, t, gd.data(), x0d.data(), zd.data(), nullptr, dz16b.data(), db2.data(),
                                    dx2.data(), accumulate, identity, nullptr, dev.stream);
         BOOST_CHECK(dz16b.download() == dz16.download());
         BOOST_CHECK(db2.download() == db.download());
@@ -202,10 +207,12 @@ void elementwise_steps(Backend be) {
         BOOST_CHECK(copy.download() == g);
         std::vector<uint16_t> got16 = dz16.download();
         size_t bad16 = 0;
-        for (size_t i = 0; i < n; ++i) bad16 += got16[i] != float_to_bf16(got_dz[i]);
+        for (size_t i = 0; i < n; ++i) bad16 += got16[i] != half_from_float(t)(got_dz[i]);
         BOOST_CHECK_EQUAL(bad16, 0u);
       }
     }
+  }
+  }
   }
   close_device(dev);
 }
@@ -289,7 +296,7 @@ BOOST_AUTO_TEST_CASE(cross_layout_and_errors) {
   BOOST_CHECK_EXCEPTION(small.forward(p.data(), x.data(), 3, dev.stream), Error, (dense_test::Names{"dcn_small", "found 3"}));
   BOOST_CHECK_EXCEPTION(concat_columns(dev, "dcn_input", 2, x.data(), 0, x.data(), 3, x.data(), dev.stream), Error,
                         (dense_test::Names{"dcn_input", "widths 0 and 3"}));
-  BOOST_CHECK_EXCEPTION(cross_forward_elementwise(dev, LinearDims{"cross.x", 1, 4, 5}, x.data(), x.data(), x.data(),
+  BOOST_CHECK_EXCEPTION(cross_forward_elementwise(dev, LinearDims{"cross.x", 1, 4, 5}, GemmType::f32, x.data(), x.data(), x.data(),
                                                   x.data(), nullptr, dev.stream),
                         Error, (dense_test::Names{"cross.x", "in == out", "found in 4, out 5"}));
 }

@@ -15,15 +15,15 @@ using dense_test::poisoned;
 
 namespace {
 
-// Inputs of one layer on a device: fp32, or bf16 bits when the GEMMs read bf16.
+// Inputs of one layer on a device: fp32, or 16-bit bits when the GEMMs read bf16 or f16.
 struct Typed {
   Buffer<float> f32;
-  Buffer<uint16_t> bf16;
+  Buffer<uint16_t> h16;
   Typed(const Device& dev, GemmType t, const std::vector<float>& v) {
     if (t == GemmType::f32) f32 = Buffer<float>(dev, v);
-    else bf16 = Buffer<uint16_t>(dev, dense_test::bf16_bits(v));
+    else h16 = Buffer<uint16_t>(dev, dense_test::half_bits(t, v));
   }
-  const void* data() const { return f32.empty() ? static_cast<const void*>(bf16.data()) : f32.data(); }
+  const void* data() const { return f32.empty() ? static_cast<const void*>(h16.data()) : f32.data(); }
 };
 
 struct StepOutputs {
@@ -42,14 +42,14 @@ StepOutputs run_steps(const Device& dev, const LinearDims& d, GemmType t, Activa
   o.y = y.download();
 
   Buffer<float> dpre = poisoned(dev, size_t(d.batch) * d.out), db = poisoned(dev, d.out);
-  Buffer<uint16_t> dpre16(dev, t == GemmType::bf16 ? size_t(d.batch) * d.out : 0);
+  Buffer<uint16_t> dpre16(dev, is_half(t) ? size_t(d.batch) * d.out : 0);
   dpre16.fill_bytes(0xFF);
-  activation_bias_backward(dev, d, act, y.data(), dyd.data(), dpre.data(), dpre16.empty() ? nullptr : dpre16.data(),
+  activation_bias_backward(dev, d, t, act, y.data(), dyd.data(), dpre.data(), dpre16.empty() ? nullptr : dpre16.data(),
                            db.data(), dev.stream);
   o.dpre = dpre.download();
   o.db = db.download();
   o.dpre16 = dpre16.download();
-  const void* g = t == GemmType::bf16 ? static_cast<const void*>(dpre16.data()) : dpre.data();
+  const void* g = is_half(t) ? static_cast<const void*>(dpre16.data()) : dpre.data();
 
   Buffer<float> dw = poisoned(dev, size_t(d.out) * d.in), dx = poisoned(dev, size_t(d.batch) * d.in);
   linear_backward_weight(dev, d, t, g, xd.data(), dw.data(), dev.stream);
@@ -61,13 +61,13 @@ StepOutputs run_steps(const Device& dev, const LinearDims& d, GemmType t, Activa
   return o;
 }
 
-// The expectations in double, from the numbers the GEMMs read (bf16-rounded inputs for bf16).
+// The expectations in double, from the numbers the GEMMs read (16-bit-rounded inputs for bf16 and f16).
 struct Expected {
   std::vector<double> y, dpre, db, dw, dx;
 };
 Expected expected(const LinearDims& d, GemmType t, Activation act, std::vector<float> x, std::vector<float> w,
                   const std::vector<float>& b, const std::vector<float>& y_dev, const std::vector<float>& dy) {
-  if (t == GemmType::bf16) x = dense_test::bf16_rounded(x), w = dense_test::bf16_rounded(w);
+  if (is_half(t)) x = dense_test::half_rounded(t, x), w = dense_test::half_rounded(t, w);
   Expected e;
   const int64_t B = d.batch;
   e.y.assign(size_t(B) * d.out, 0.0);
@@ -85,7 +85,7 @@ Expected expected(const LinearDims& d, GemmType t, Activation act, std::vector<f
     const float v = act == Activation::relu && !(y_dev[i] > 0.f) ? 0.f : dy[i];
     e.dpre[i] = v;
     e.db[i % d.out] += v;
-    g[i] = t == GemmType::bf16 ? bf16_to_float(float_to_bf16(v)) : v;
+    g[i] = is_half(t) ? half_to_float(t)(half_from_float(t)(v)) : v;
   }
   e.dw.assign(size_t(d.out) * d.in, 0.0);
   e.dx.assign(size_t(B) * d.in, 0.0);
@@ -111,9 +111,9 @@ void check_outputs(const StepOutputs& o, const Expected& e, GemmType t, double t
     BOOST_CHECK_EQUAL(dense_test::mismatches(o.dw, e.dw, tol, tol, "dw"), 0u);
     BOOST_CHECK_EQUAL(dense_test::mismatches(o.dx, e.dx, tol, tol, "dx"), 0u);
     BOOST_CHECK_EQUAL(dense_test::mismatches(o.dx2, twice(e.dx), 2 * tol, tol, "dx accumulated"), 0u);
-    if (t == GemmType::bf16) {
+    if (is_half(t)) {
       size_t bad = 0;
-      for (size_t i = 0; i < o.dpre16.size(); ++i) bad += o.dpre16[i] != float_to_bf16(o.dpre[i]);
+      for (size_t i = 0; i < o.dpre16.size(); ++i) bad += o.dpre16[i] != half_from_float(t)(o.dpre[i]);
       BOOST_CHECK_EQUAL(bad, 0u);
     }
   }
@@ -127,7 +127,7 @@ void steps_match_reference(Backend be) {
     int in, out;
   };
   const Shape shapes[] = {{1, 1, 1}, {37, 13, 64}, {64, 127, 33}, {0, 5, 3}, {300, 256, 1}, {129, 64, 512}};
-  for (GemmType t : {GemmType::f32, GemmType::bf16})
+  for (GemmType t : {GemmType::f32, GemmType::bf16, GemmType::f16})
     for (Activation act : {Activation::none, Activation::relu})
       for (const Shape& s : shapes) {
         const LinearDims d{"test_layer", s.batch, s.in, s.out};
@@ -185,7 +185,7 @@ void bf16_conversion_rounds_to_nearest_even(Backend be) {
   Buffer<float> src(dev, v);
   Buffer<uint16_t> dst(dev, v.size());
   dst.fill_bytes(0xFF);
-  to_bf16(dev, src.data(), dst.data(), v.size(), dev.stream);
+  to_half(dev, GemmType::bf16, src.data(), dst.data(), v.size(), dev.stream);
   std::vector<uint16_t> got = dst.download();
   BOOST_CHECK_EQUAL(got[0], 0x3f80);
   BOOST_CHECK_EQUAL(got[1], 0x3f82);
@@ -196,7 +196,7 @@ void bf16_conversion_rounds_to_nearest_even(Backend be) {
   // from one element in (the cuda conversion's scalar kernel: no 16-byte alignment) and over a few elements
   for (size_t n : {size_t(10006), size_t(3), size_t(1)}) {
     dst.fill_bytes(0xFF);
-    to_bf16(dev, src.data() + 1, dst.data() + 1, n, dev.stream);
+    to_half(dev, GemmType::bf16, src.data() + 1, dst.data() + 1, n, dev.stream);
     got = dst.download();
     bad = got[0] != 0xFFFF;
     for (size_t i = 1; i <= n; ++i) bad += got[i] != float_to_bf16(v[i]);
@@ -228,12 +228,13 @@ void column_sums_over_many_rows(Backend be) {
         Buffer<float> dpre = dense_test::poisoned(dev, n), db = dense_test::poisoned(dev, size_t(s.cols));
         Buffer<uint16_t> dpre16(dev, n);
         dpre16.fill_bytes(0xFF);
-        activation_bias_backward(dev, d, Activation::relu, yd.data(), dyd.data(), run == 0 ? dpre.data() : nullptr,
+        const GemmType t = run == 0 ? GemmType::bf16 : GemmType::f16;  // db the same whatever the copy's type
+        activation_bias_backward(dev, d, t, Activation::relu, yd.data(), dyd.data(), run == 0 ? dpre.data() : nullptr,
                                  dpre16.data(), db.data(), dev.stream);
         const std::vector<float> got_db = db.download();
         const std::vector<uint16_t> got16 = dpre16.download();
         size_t bad = 0;
-        for (size_t i = 0; i < n; ++i) bad += got16[i] != float_to_bf16(y[i] > 0.f ? dy[i] : 0.f);
+        for (size_t i = 0; i < n; ++i) bad += got16[i] != half_from_float(t)(y[i] > 0.f ? dy[i] : 0.f);
         BOOST_CHECK_EQUAL(bad, 0u);
         if (run == 0) {
           const std::vector<float> got = dpre.download();
@@ -251,37 +252,97 @@ void column_sums_over_many_rows(Backend be) {
   close_device(dev);
 }
 
-// to_bf16_padded: the rows in bf16 (as to_bf16 rounds them), zeros in the padding.
-void bf16_padded_conversion(Backend be) {
+// to_half_padded: the rows in bf16 or f16 (as the host reference rounds them), zeros in the padding.
+void half_padded_conversion(Backend be) {
   Device dev = dense_test::device_for(be);
+  for (GemmType t : {GemmType::bf16, GemmType::f16})
   for (int64_t cols : {1, 13, 479, 512}) {
     const int64_t rows = 37, ld = (cols + 7) / 8 * 8 + (cols == 512 ? 8 : 0);
     const std::vector<float> v = testing::random_floats(size_t(rows * cols));
     Buffer<float> src(dev, v);
     Buffer<uint16_t> dst(dev, size_t(rows * ld));
     dst.fill_bytes(0xFF);
-    to_bf16_padded(dev, src.data(), rows, cols, dst.data(), ld, dev.stream);
+    to_half_padded(dev, t, src.data(), rows, cols, dst.data(), ld, dev.stream);
     const std::vector<uint16_t> got = dst.download();
     size_t bad = 0;
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < ld; ++c)
-        bad += got[r * ld + c] != (c < cols ? float_to_bf16(v[r * cols + c]) : uint16_t(0));
-    BOOST_TEST_CONTEXT(dev.name() << " cols " << cols << " ld " << ld) { BOOST_CHECK_EQUAL(bad, 0u); }
+        bad += got[r * ld + c] != (c < cols ? half_from_float(t)(v[r * cols + c]) : uint16_t(0));
+    BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " cols " << cols << " ld " << ld) { BOOST_CHECK_EQUAL(bad, 0u); }
   }
   std::vector<float> f(4);
   std::vector<uint16_t> h(4);
-  BOOST_CHECK_EXCEPTION(to_bf16_padded(dense_test::device_for(Backend::cpu), f.data(), 1, 4, h.data(), 3, nullptr),
-                        Error, (dense_test::Names{"to_bf16_padded", "dst_ld 3"}));
+  BOOST_CHECK_EXCEPTION(to_half_padded(dense_test::device_for(Backend::cpu), GemmType::f16, f.data(), 1, 4, h.data(), 3,
+                                       nullptr),
+                        Error, (dense_test::Names{"to_half_padded", "dst_ld 3"}));
+  BOOST_CHECK_EXCEPTION(to_half(dense_test::device_for(Backend::cpu), GemmType::f32, f.data(), h.data(), 4, nullptr),
+                        Error, (dense_test::Names{"to_half", "f32"}));
+  close_device(dev);
+}
+
+// to_half to f16 against bits worked out by hand (IEEE binary16: 1 sign, 5 exponent, 10 fraction bits, bias 15),
+// then against the host reference over random values of every magnitude, through the vector and scalar kernels.
+void f16_conversion_known_values(Backend be) {
+  Device dev = dense_test::device_for(be);
+  struct Known {
+    float f;
+    uint16_t bits;
+  };
+  const Known known[] = {
+      {1.0f, 0x3c00},          {-2.0f, 0xc000},          {0.5f, 0x3800},          {-0.0f, 0x8000},
+      {0.0f, 0x0000},          {65504.0f, 0x7bff},       // the largest finite half
+      {65519.99f, 0x7bff},     // below the halfway point to 2^16: stays finite
+      {65520.0f, 0x7c00},      // halfway to 2^16, whose fraction would be odd: ties to even overflow to inf
+      {1e6f, 0x7c00},          {-1e6f, 0xfc00},          {INFINITY, 0x7c00},      {-INFINITY, 0xfc00},
+      {6.103515625e-05f, 0x0400},   // 2^-14: the smallest normal
+      {5.9604644775390625e-08f, 0x0001},  // 2^-24: the smallest subnormal
+      {2.98023223876953125e-08f, 0x0000}, // 2^-25: halfway to the smallest subnormal, ties to even (0)
+      {4.470348358154297e-08f, 0x0001},   // 1.5 x 2^-25: rounds up to 2^-24
+      {8.940696716308594e-08f, 0x0002},   // 1.5 x 2^-24: halfway between 1 and 2 subnormal units: to even (2)
+      {1e-9f, 0x0000},
+      {1.00048828125f, 0x3c00},  // 1 + 2^-11: halfway between 1 and 1 + 2^-10, ties to even (down)
+      {1.00146484375f, 0x3c02},  // 1 + 3 x 2^-11: halfway, ties to even (up)
+      {1.000732421875f, 0x3c01}, // 1 + 1.5 x 2^-11: above halfway, up
+      {3.140625f, 0x4248},       // pi to 10 bits: 1.5703125 x 2
+  };
+  const size_t nk = sizeof(known) / sizeof(known[0]);
+  std::vector<float> v = testing::random_floats(10007, -1.0f, 1.0f);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::ldexp(v[i], int(i % 50) - 30);  // 2^-30 .. 2^19: every range
+  for (size_t i = 0; i < nk; ++i) v[i] = known[i].f;
+  Buffer<float> src(dev, v);
+  Buffer<uint16_t> dst(dev, v.size());
+  for (size_t n : {v.size(), size_t(10006), size_t(3)}) {
+    const size_t off = n == v.size() ? 0 : 1;  // from one element in: the scalar kernel (no 16-byte alignment)
+    dst.fill_bytes(0xFF);
+    to_half(dev, GemmType::f16, src.data() + off, dst.data() + off, n, dev.stream);
+    const std::vector<uint16_t> got = dst.download();
+    BOOST_TEST_CONTEXT(dev.name() << " n " << n) {
+      for (size_t i = off; i < nk && i < off + n; ++i)
+        BOOST_CHECK_MESSAGE(got[i] == known[i].bits, "f16(" << known[i].f << ") = 0x" << std::hex << got[i]
+                                                               << ", expected 0x" << known[i].bits);
+      size_t bad = 0;
+      for (size_t i = off; i < off + n; ++i) bad += got[i] != float_to_f16(v[i]);
+      for (size_t i = 0; i < v.size(); ++i)
+        if (i < off || i >= off + n) bad += got[i] != 0xFFFF;
+      BOOST_CHECK_EQUAL(bad, 0u);
+    }
+  }
+  // the host reference widens back exactly: every finite half value round-trips
+  size_t bad = 0;
+  for (uint32_t h = 0; h < 0x10000; ++h)
+    if ((h & 0x7c00) != 0x7c00) bad += float_to_f16(f16_to_float(uint16_t(h))) != h;
+  BOOST_CHECK_EQUAL(bad, 0u);
   close_device(dev);
 }
 
 }  // namespace
 
 SPARTA_BACKEND_CASES(column_sums_match_over_many_rows_and_are_deterministic, column_sums_over_many_rows)
-SPARTA_BACKEND_CASES(to_bf16_padded_zeroes_the_padding, bf16_padded_conversion)
+SPARTA_BACKEND_CASES(to_half_padded_zeroes_the_padding, half_padded_conversion)
 SPARTA_BACKEND_CASES(linear_steps_match_a_double_precision_reference, steps_match_reference)
 SPARTA_BACKEND_CASES(linear_steps_match_a_hand_computed_layer, hand_computed_layer)
 SPARTA_BACKEND_CASES(to_bf16_matches_the_host_rounding, bf16_conversion_rounds_to_nearest_even)
+SPARTA_BACKEND_CASES(to_f16_gives_ieee_half_bits, f16_conversion_known_values)
 
 // The backward steps of the cpu reference against central differences of its forward: the scalar
 // Σ r ⊙ y (double) has gradient r with respect to y, so the backward from dy = r gives dL/dx, dL/dw, dL/db.
@@ -311,7 +372,7 @@ BOOST_AUTO_TEST_CASE(cpu_linear_backward_matches_finite_differences) {
     };
     std::vector<float> y(size_t(d.batch) * d.out), dpre(y.size()), db(d.out), dw(w.size()), dx(x.size());
     linear_forward(dev, d, GemmType::f32, act, x.data(), w.data(), b.data(), y.data(), dev.stream);
-    activation_bias_backward(dev, d, act, y.data(), r.data(), dpre.data(), nullptr, db.data(), dev.stream);
+    activation_bias_backward(dev, d, GemmType::f32, act, y.data(), r.data(), dpre.data(), nullptr, db.data(), dev.stream);
     linear_backward_weight(dev, d, GemmType::f32, dpre.data(), x.data(), dw.data(), dev.stream);
     linear_backward_data(dev, d, GemmType::f32, dpre.data(), w.data(), dx.data(), false, dev.stream);
     BOOST_TEST_CONTEXT(activation_name(act)) {
@@ -332,7 +393,7 @@ BOOST_AUTO_TEST_CASE(bad_linear_shapes_name_the_layer) {
   BOOST_CHECK_EXCEPTION(forward({"top_mlp.2", 4, 3, -1}), Error, (dense_test::Names{"top_mlp.2", "out -1"}));
   BOOST_CHECK_EXCEPTION(forward({"bottom_mlp.0", -2, 3, 3}), Error, (dense_test::Names{"bottom_mlp.0", "found -2"}));
   BOOST_CHECK_EXCEPTION(forward({"wide", int64_t(1) << 30, 4, 4}), Error, (dense_test::Names{"wide", "at most"}));
-  BOOST_CHECK_EXCEPTION(activation_bias_backward(dev, {"act", 1, 1, 0}, Activation::relu, buf.data(), buf.data(),
+  BOOST_CHECK_EXCEPTION(activation_bias_backward(dev, {"act", 1, 1, 0}, GemmType::f32, Activation::relu, buf.data(), buf.data(),
                                                  buf.data(), nullptr, nullptr, dev.stream),
                         Error, (dense_test::Names{"act", "found in 1, out 0"}));
 }

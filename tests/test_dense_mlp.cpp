@@ -36,12 +36,14 @@ struct Chain {
   std::vector<double> y, grads, dx;
 };
 
-// The MLP in double, from the layer formulas; R rounds what a bf16 GEMM reads (identity for fp32), at the
+// The MLP in double, from the layer formulas; R rounds what a 16-bit GEMM reads (identity for fp32), at the
 // places the MLP rounds: the input, the weights, each saved activation, each pre-activation gradient.
 Chain naive_mlp(const MlpConfig& cfg, const std::vector<float>& params, const std::vector<float>& x,
                 const std::vector<float>& dy, int64_t B) {
-  const bool bf16 = cfg.precision == GemmType::bf16;
-  auto R = [&](double v) { return bf16 ? double(bf16_to_float(float_to_bf16(float(v)))) : double(float(v)); };
+  const GemmType t = cfg.precision;
+  auto R = [&](double v) {
+    return is_half(t) ? double(half_to_float(t)(half_from_float(t)(float(v)))) : double(float(v));
+  };
   const int L = int(cfg.sizes.size()) - 1;
   std::vector<size_t> off(L);
   size_t at = 0;
@@ -103,7 +105,7 @@ void mlp_matches_reference(Backend be) {
                         {{13, 512, 256, 128}, true, 20, 33}, {{9, 4, 3}, false, 0, 5},
                         // DLRM's top MLP input width (bf16: its GEMMs run padded to 480, the gradients copied back)
                         {{479, 32, 1}, false, 70, 80}};
-  for (GemmType t : {GemmType::f32, GemmType::bf16})
+  for (GemmType t : {GemmType::f32, GemmType::bf16, GemmType::f16})
     for (const Case& k : cases) {
       MlpConfig cfg;
       cfg.name = "mlp_under_test";
@@ -115,7 +117,7 @@ void mlp_matches_reference(Backend be) {
       std::vector<float> dy = testing::random_floats(size_t(k.batch) * k.sizes.back());
       MlpResult got = run_mlp(dev, cfg, k.max_batch, params, x, dy, k.batch);
       Chain want = naive_mlp(cfg, params, x, dy, k.batch);
-      const double tol = t == GemmType::bf16 ? 1e-2 : 1e-4;
+      const double tol = is_half(t) ? 1e-2 : 1e-4;  // 16-bit: a value at a rounding boundary may fall either way
       BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " sizes[0] " << k.sizes[0] << " layers "
                                     << k.sizes.size() - 1 << " batch " << k.batch) {
         BOOST_CHECK_EQUAL(dense_test::mismatches(got.y, want.y, tol, tol, "y"), 0u);

@@ -13,6 +13,7 @@
 #include "src/base/check.h"
 #include "src/base/device.h"
 #include "src/base/half.h"
+#include "kernels/dense_linear.h"
 #include "tests/testing.h"
 
 namespace dense_test {
@@ -24,6 +25,18 @@ inline sparta::Device device_for(sparta::Backend b) {
 inline std::vector<uint16_t> bf16_bits(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) out[i] = sparta::float_to_bf16(v[i]);
+  return out;
+}
+// v in the 16-bit type t (bf16 or f16) of kernels/dense_linear.h, and rounded to it and back: the numbers a
+// 16-bit GEMM multiplies.
+inline std::vector<uint16_t> half_bits(sparta::GemmType t, const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = sparta::half_from_float(t)(v[i]);
+  return out;
+}
+inline std::vector<float> half_rounded(sparta::GemmType t, const std::vector<float>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = sparta::half_to_float(t)(sparta::half_from_float(t)(v[i]));
   return out;
 }
 // v rounded to bf16 and back: the numbers a bf16 GEMM multiplies.

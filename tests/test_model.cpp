@@ -148,14 +148,15 @@ struct Outputs {
   std::vector<float> logits, grads, demb;
 };
 
-Outputs run_model(const Device& dev, const ModelConfig& c, const Inputs& in, int64_t max_batch) {
+Outputs run_model(const Device& dev, const ModelConfig& c, const Inputs& in, int64_t max_batch,
+                  float grad_scale = 1.f) {
   DenseModel m(dev, c, max_batch);
   Buffer<float> p(dev, in.params), dense(dev, in.dense), emb(dev, in.emb), labels(dev, in.labels);
   Buffer<float> loss = dense_test::poisoned(dev, 1);
   Buffer<float> grads = dense_test::poisoned(dev, m.param_count());
   Buffer<float> demb = dense_test::poisoned(dev, size_t(in.B) * c.embedding_width());
   const float* lg = m.forward(p.data(), dense.data(), emb.data(), in.B);
-  m.loss(labels.data(), in.mean_over, loss.data());
+  m.loss(labels.data(), in.mean_over, loss.data(), grad_scale);
   std::vector<std::pair<size_t, size_t>> ready;
   m.backward(p.data(), grads.data(), demb.data(), [&](size_t o, size_t n) { ready.push_back({o, n}); });
   // The buckets backward announces tile the parameters, top first.
@@ -198,7 +199,7 @@ void check_against_reference(Backend backend, Interaction it) {
 void dot_against_reference(Backend b) { check_against_reference(b, Interaction::dot); }
 void dcnv2_against_reference(Backend b) { check_against_reference(b, Interaction::dcnv2); }
 
-// The cuda backend gives what the cpu backend gives, in fp32 and in bf16 (both multiply the same rounded numbers).
+// The cuda backend gives what the cpu backend gives, in fp32, bf16 and fp16 (both multiply the same rounded numbers).
 void cuda_matches_cpu(Interaction it, GemmType precision) {
   ModelConfig c = tiny(it);
   c.precision = precision;
@@ -210,7 +211,7 @@ void cuda_matches_cpu(Interaction it, GemmType precision) {
   Inputs in = random_inputs(c, 300, 300);
   Device cpu = dense_test::device_for(Backend::cpu), gpu = dense_test::device_for(Backend::cuda);
   Outputs a = run_model(cpu, c, in, 300), b = run_model(gpu, c, in, 300);
-  const double tol = precision == GemmType::bf16 ? 1e-3 : 1e-5;
+  const double tol = is_half(precision) ? 1e-3 : 1e-5;
   BOOST_TEST(std::fabs(a.loss - b.loss) <= tol);
   BOOST_TEST(testing::count_mismatches(b.logits, a.logits, tol, tol, "logits") == 0u);
   BOOST_TEST(testing::count_mismatches(b.grads, a.grads, tol, 1e-2, "gradients") == 0u);
@@ -230,6 +231,35 @@ BOOST_AUTO_TEST_CASE(cuda_matches_cpu_fp32, *testing::needs_gpu()) {
 BOOST_AUTO_TEST_CASE(cuda_matches_cpu_bf16, *testing::needs_gpu()) {
   cuda_matches_cpu(Interaction::dot, GemmType::bf16);
   cuda_matches_cpu(Interaction::dcnv2, GemmType::bf16);
+}
+BOOST_AUTO_TEST_CASE(cuda_matches_cpu_fp16, *testing::needs_gpu()) {
+  cuda_matches_cpu(Interaction::dot, GemmType::f16);
+  cuda_matches_cpu(Interaction::dcnv2, GemmType::f16);
+}
+
+// The loss gradient's scale (fp16 loss scaling) scales every gradient by exactly that power of two when nothing
+// rounds to 16 bits (fp32), and leaves the loss and the logits alone; in fp16 the scaled gradients, divided
+// back, stay within fp16 rounding of the unscaled ones.
+BOOST_AUTO_TEST_CASE(loss_scale_scales_the_gradients) {
+  for (Interaction it : {Interaction::dot, Interaction::dcnv2}) {
+    const Device dev = dense_test::device_for(Backend::cpu);
+    ModelConfig c = tiny(it);
+    Inputs in = random_inputs(c, 16, 16);
+    const float S = 1024.f;
+    Outputs plain = run_model(dev, c, in, 16), scaled = run_model(dev, c, in, 16, S);
+    BOOST_TEST(scaled.loss == plain.loss);
+    BOOST_TEST(scaled.logits == plain.logits);
+    size_t bad = 0;
+    for (size_t i = 0; i < plain.grads.size(); ++i) bad += scaled.grads[i] != S * plain.grads[i];
+    for (size_t i = 0; i < plain.demb.size(); ++i) bad += scaled.demb[i] != S * plain.demb[i];
+    BOOST_TEST(bad == 0u);
+    c.precision = GemmType::f16;
+    Outputs h = run_model(dev, c, in, 16), hs = run_model(dev, c, in, 16, S);
+    for (float& g : hs.grads) g /= S;
+    for (float& g : hs.demb) g /= S;
+    BOOST_TEST(testing::count_mismatches(hs.grads, h.grads, 1e-6, 1e-2, "fp16 unscaled gradients") == 0u);
+    BOOST_TEST(testing::count_mismatches(hs.demb, h.demb, 1e-6, 1e-2, "fp16 unscaled embedding gradients") == 0u);
+  }
 }
 
 // The model's backward against central differences of its own (float) forward and loss, on the cpu backend.
@@ -297,6 +327,13 @@ BOOST_AUTO_TEST_CASE(bf16_close_to_fp32) {
     BOOST_TEST(testing::count_mismatches(b16.logits, f32.logits, 3e-2, 3e-2, "bf16 logits") == 0u);
     // and bf16 does round: the logits are not the fp32 ones bit for bit
     BOOST_TEST(b16.logits != f32.logits);
+    // fp16 rounds the same places to 11 significant bits (bf16: 8): closer still
+    c.precision = GemmType::f16;
+    Outputs h16 = run_model(dev, c, in, 16);
+    BOOST_TEST(std::fabs(f32.loss - h16.loss) <= 5e-3 * std::fabs(f32.loss));
+    BOOST_TEST(testing::count_mismatches(h16.logits, f32.logits, 5e-3, 5e-3, "fp16 logits") == 0u);
+    BOOST_TEST(testing::count_mismatches(h16.grads, f32.grads, 1e-4, 5e-2, "fp16 gradients") == 0u);
+    BOOST_TEST(h16.logits != f32.logits);
   }
 }
 

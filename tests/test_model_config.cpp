@@ -86,6 +86,21 @@ BOOST_AUTO_TEST_CASE(config_file_and_command_line) {
   BOOST_TEST(back.planner_rates.hbm_GBps == 1500);
   BOOST_TEST(back.exchange == "bf16");
   BOOST_TEST(parse({"--data.train", "a.h5"}).exchange == "fp32");  // the default
+
+  // fp16 and its loss scaling options, through the checkpoint's INI text too
+  const TrainConfig h = parse({"--data.train", "a.h5", "--model.precision", "fp16", "--train.loss_scale_init", "1024",
+                               "--train.loss_scale_window", "50"});
+  BOOST_TEST((h.model.precision == GemmType::f16));
+  BOOST_TEST(h.loss_scale_init == 1024);
+  BOOST_TEST(h.loss_scale_window == 50);
+  const TrainConfig hb = parse_train_config_text(h.to_ini(), "test");
+  BOOST_TEST((hb.model.precision == GemmType::f16));
+  BOOST_TEST(hb.loss_scale_init == 1024);
+  BOOST_TEST(hb.loss_scale_window == 50);
+  const TrainConfig d = parse({"--data.train", "a.h5"});
+  BOOST_TEST((d.model.precision == GemmType::f32));
+  BOOST_TEST(d.loss_scale_init == 65536);
+  BOOST_TEST(d.loss_scale_window == 2000);
 }
 
 BOOST_AUTO_TEST_CASE(bad_options_name_what_is_wrong) {
@@ -110,7 +125,9 @@ BOOST_AUTO_TEST_CASE(bad_options_name_what_is_wrong) {
   fails({"--data.train", "a.h5", "--model.bottom_mlp", "64,x"}, {"model.bottom_mlp", "64,x"});
   fails({"--data.train", "a.h5", "--model.top_mlp", "64,2"}, {"model.top_mlp", "2"});
   fails({"--data.train", "a.h5", "--model.interaction", "cat"}, {"model.interaction", "cat"});
-  fails({"--data.train", "a.h5", "--model.precision", "fp8"}, {"model.precision", "fp8"});
+  fails({"--data.train", "a.h5", "--model.precision", "fp8"}, {"model.precision", "fp32, bf16 or fp16", "fp8"});
+  fails({"--data.train", "a.h5", "--train.loss_scale_init", "1000"}, {"train.loss_scale_init", "1000"});
+  fails({"--data.train", "a.h5", "--train.loss_scale_window", "0"}, {"train.loss_scale_window", "0"});
   fails({"--data.train", "a.h5", "--embedding.kind", "rmsprop"}, {"embedding.kind", "rmsprop"});
   fails({"--data.train", "a.h5", "--optimizer.kind", "lazy_adam"}, {"optimizer.kind", "lazy_adam"});
   fails({"--data.train", "a.h5", "--embedding.placement", "dispatch,spread"}, {"embedding.placement", "spread"});

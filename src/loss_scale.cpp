@@ -1,0 +1,31 @@
+// loss_scale.cpp: see loss_scale.h.
+#include "src/loss_scale.h"
+
+#include <cmath>
+
+#include "src/base/check.h"
+
+namespace sparta {
+
+LossScaler::LossScaler(double init, int64_t window) : scale_(init), window_(window) {
+  int e = 0;
+  SPARTA_REQUIRE(init >= 1 && init <= kMaxScale && std::frexp(init, &e) == 0.5,
+                 "train.loss_scale_init: expected a power of two in [1, 2^64], found %g", init);
+  SPARTA_REQUIRE(window >= 1, "train.loss_scale_window: expected >= 1, found %lld", (long long)window);
+}
+
+bool LossScaler::update(bool finite) {
+  if (!finite) {
+    ++skipped_;
+    good_run_ = 0;
+    scale_ = scale_ > 1 ? scale_ / 2 : 1;
+    return false;
+  }
+  if (++good_run_ >= window_) {
+    good_run_ = 0;
+    if (scale_ < kMaxScale) scale_ *= 2;
+  }
+  return true;
+}
+
+}  // namespace sparta
