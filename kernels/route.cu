@@ -119,10 +119,10 @@ __global__ void __launch_bounds__(kBlock) gather_keys_kernel(const int64_t* src,
   GRID_STRIDE(i, n) dst[i] = src[idx[i]];
 }
 
-__global__ void __launch_bounds__(kBlock) scatter_keys_kernel(const int64_t* src, const int32_t* idx, int64_t n,
+__global__ void __launch_bounds__(kBlock) scatter_keys_kernel(const int64_t* src, const int64_t* idx, int64_t n,
                                                               int64_t* dst) {
   GRID_STRIDE(i, n) {
-    int32_t j = idx[i];
+    int64_t j = idx[i];
     if (j >= 0) dst[j] = src[i];
   }
 }
@@ -406,7 +406,7 @@ void route_gather_keys_cuda(const int64_t* src, const int64_t* idx, int64_t n, i
   LAUNCH(gather_keys_kernel, n, s, src, idx, n, dst);
 }
 
-void route_scatter_keys_cuda(const int64_t* src, const int32_t* idx, int64_t n, int64_t* dst, Stream s) {
+void route_scatter_keys_cuda(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst, Stream s) {
   LAUNCH(scatter_keys_kernel, n, s, src, idx, n, dst);
 }
 

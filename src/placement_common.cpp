@@ -294,34 +294,58 @@ void DispatchShard::backward(const float* key_grads, int64_t step, float lr_scal
 // ReplicaShard
 
 ReplicaShard::ReplicaShard(Exchange& ex, const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix)
-    : ex_(ex), dim_(s.table.dim), table_(make_shard(ex.device(), s, capacity_rows, suffix)) {}
+    : ex_(ex), dim_(s.table.dim), table_(make_shard(ex.device(), s, capacity_rows, suffix)) {
+  if (ex.world() > 1) key_of_row_ = Buffer<int64_t>(ex.device(), size_t(std::max<int64_t>(1, capacity_rows)));
+}
 
-size_t ReplicaShard::memory_bytes() const { return table_memory_bytes(*table_); }
+size_t ReplicaShard::memory_bytes() const {
+  return table_memory_bytes(*table_) + key_of_row_.size() * sizeof(int64_t);
+}
 
 void ReplicaShard::update_from_all(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags,
                                    int64_t nnz, const float* grad, Combiner combiner, int64_t step, float lr_scale) {
   const Device& dev = ex_.device();
-  // this rank's sum per touched row, and the key of each such row
+  const int W = ex_.world();
+  // this rank's sum per touched row, and the key of each such row (refused keys, row -1, are left out)
   int64_t* unique_rows = grow(unique_rows_, dev, nnz);
   float* row_grads = grow(row_grads_, dev, size_t(nnz) * dim_);
   int32_t* num_unique = grow(num_unique_, dev, 1);
   table_->row_gradients(offsets, rows, bags, nnz, grad, combiner, unique_rows, row_grads, num_unique, dev.stream);
+  route_scatter_keys(dev, keys, rows, nnz, key_of_row_.data(), dev.stream);
   const int64_t u = ex_.download_count(num_unique);
-  int32_t* position = grow(position_, dev, nnz);
-  route_index_in_set(dev, rows, nnz, unique_rows, u, position, dev.stream);  // -1 for refused keys (row -1)
-  int64_t* unique_keys = grow(unique_keys_, dev, u);
-  route_scatter_keys(dev, keys, position, nnz, unique_keys, dev.stream);
-  // every rank's sums, in rank order
-  std::vector<size_t> counts = ex_.counts(std::vector<size_t>(size_t(ex_.world()), size_t(u)));
-  const int64_t all = static_cast<int64_t>(total(counts));
+  const std::vector<size_t> counts = ex_.counts(std::vector<size_t>(size_t(W), size_t(u)));
+  // Every rank's sums, in rank order. Blocks of equal size (the largest count; NCCL's all-gather moves them
+  // faster than the per-peer transfers of unequal blocks) when that pads by at most an eighth; a padding entry's
+  // row is -1, which the update skips.
+  const size_t most = *std::max_element(counts.begin(), counts.end()), sum = total(counts);
+  const bool padded = most * size_t(W) <= sum + sum / 8;
+  const std::vector<size_t> sent = padded ? std::vector<size_t>(size_t(W), most) : counts;
+  const size_t send = sent[size_t(ex_.rank())];
+  int64_t* unique_keys = grow(unique_keys_, dev, send);
+  route_gather_keys(dev, key_of_row_.data(), unique_rows, u, unique_keys, dev.stream);
+  if (row_grads_.size() < send * dim_) {  // a padded block longer than this rank's keys: the sums move over
+    Buffer<float> longer(dev, send * dim_);
+    copy_on_device(dev, longer.data(), row_grads, size_t(u) * dim_ * sizeof(float), dev.stream);
+    synchronize(dev, dev.stream);
+    row_grads_ = std::move(longer);
+    row_grads = row_grads_.data();
+  }
+  const int64_t all = static_cast<int64_t>(total(sent));
   int64_t* all_keys = grow(all_keys_, dev, all);
   float* all_grads = grow(all_grads_, dev, size_t(all) * dim_);
-  ex_.all_gather_v(unique_keys, all_keys, counts, DataType::i64);
-  ex_.all_gather_v_floats(row_grads, all_grads, times(counts, dim_));
+  ex_.all_gather_v(unique_keys, all_keys, sent, DataType::i64);
+  ex_.all_gather_v_floats(row_grads, all_grads, times(sent, dim_));
   // their rows in this copy (inserting keys only other ranks had seen: values by key, so every copy inserts the
   // same values), then one bag per sum: a row adds its ranks' sums in rank order
   int64_t* all_rows = grow(rows_, dev, all);
-  table_->insert_rows(all_keys, all, all_rows, dev.stream);
+  size_t at = 0;
+  for (int p = 0; p < W; ++p) {
+    table_->insert_rows(all_keys + at, int64_t(counts[size_t(p)]), all_rows + at, dev.stream);
+    if (sent[size_t(p)] > counts[size_t(p)])
+      route_fill_i64(dev, all_rows + at + counts[size_t(p)], int64_t(sent[size_t(p)] - counts[size_t(p)]), -1,
+                     dev.stream);
+    at += sent[size_t(p)];
+  }
   int64_t* iota = grow(iota_, dev, all + 1);
   route_iota(dev, all + 1, iota, dev.stream);
   table_update(*table_, iota, all_rows, all, all, all_grads, Combiner::sum, step, lr_scale);

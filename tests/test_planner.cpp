@@ -100,7 +100,8 @@ BOOST_AUTO_TEST_CASE(cost_model_by_hand) {
   BOOST_CHECK_CLOSE(cost(Placement::distributed), 2 * 0.75 * 100 * 16 + 4 * 3 * 100 * 64, 1e-9);
   // memory: a key % world shard holds ceil(1000 * 1.25 / 4) + 64 = 377 rows
   BOOST_CHECK_EQUAL(placement_cost(t, Placement::dispatch, o, none, 0, 1.25).memory_busiest, bytes(377, 16));
-  BOOST_CHECK_EQUAL(placement_cost(t, Placement::replicated, o, none, 0, 1.25).memory_every, bytes(1000, 16));
+  BOOST_CHECK_EQUAL(placement_cost(t, Placement::replicated, o, none, 0, 1.25).memory_every,
+                    bytes(1000, 16) + 1000 * 8);  // and a key per row
   PlacementCost loc = placement_cost(t, Placement::localized, o, none, 0, 1.25);
   BOOST_CHECK_EQUAL(loc.memory_busiest, bytes(1000, 16));
   BOOST_CHECK_EQUAL(loc.memory_every, 0u);
@@ -138,7 +139,7 @@ BOOST_AUTO_TEST_CASE(time_model_by_hand) {
     int collectives;
   };
   const Want want[] = {
-      {Placement::replicated, v * (2 * K + P + U + W * U) + 16 * (7 * K + 5 * W * U) + row * Ug, 4},
+      {Placement::replicated, v * (2 * K + P + U + W * U) + 16 * (6 * K + U + 5 * W * U) + row * Ug, 4},
       {Placement::localized, v * (2 * W * K + W * P) + 16 * (P + W * P + 5 * W * K) + row * Ug, 6},
       {Placement::dispatch, v * (2 * P + 9 * K + 8 * U) + 16 * (5 * K + 8 * U) + row * Ug / W, 4},
       {Placement::distributed, v * (2 * K + W * P + 4 * P) + 16 * (11 * K) + row * Ug / W, 5},

@@ -82,10 +82,10 @@ void check_buckets(Backend backend) {
   // the value carried is a function of the key, so duplicates agree
   std::vector<int64_t> vals(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) vals[i] = keys[i] * 3 + 1;
-  Buffer<int64_t> v(dev, vals);
+  Buffer<int64_t> v(dev, vals), idx64(dev, std::vector<int64_t>(ih.begin(), ih.end()));
   auto per_member = poisoned<int64_t>(dev, set.size());
   const int64_t poison = per_member.download()[0];
-  route_scatter_keys(dev, v.data(), idx.data(), int64_t(keys.size()), per_member.data(), dev.stream);
+  route_scatter_keys(dev, v.data(), idx64.data(), int64_t(keys.size()), per_member.data(), dev.stream);
   std::vector<int64_t> pm = per_member.download();
   size_t members_hit = 0;
   for (size_t j = 0; j < set.size(); ++j) {
