@@ -56,7 +56,10 @@ Mlp::Mlp(const Device& dev, MlpConfig cfg, int64_t max_batch) : dev_(dev), cfg_(
   }
   const size_t rows = size_t(max_batch_) * widest;
   const bool half = is_half(cfg_.precision);
-  if (!half) dpre_ = Buffer<float>(dev_, rows);  // 16-bit: the GEMMs read dpre16_ alone
+  for (int l = 0; l < L; ++l) {  // 16-bit: the GEMMs read dpre16_ alone
+    if (half) dpre16_.emplace_back(dev_, size_t(max_batch_) * cfg_.sizes[l + 1]);
+    else dpre_.emplace_back(dev_, size_t(max_batch_) * cfg_.sizes[l + 1]);
+  }
   grad_ = Buffer<float>(dev_, rows);
   size_t dw_pad = 0, dx_pad = 0;
   for (int l = 0; l < L; ++l) {
@@ -77,7 +80,6 @@ Mlp::Mlp(const Device& dev, MlpConfig cfg, int64_t max_batch) : dev_(dev), cfg_(
       acts16_.emplace_back(dev_, size_t(max_batch_) * gemm_in_[l]);
       w16_.emplace_back(dev_, size_t(gemm_in_[l]) * cfg_.sizes[l + 1]);
     }
-    dpre16_ = Buffer<uint16_t>(dev_, rows);
   }
 }
 
@@ -99,6 +101,11 @@ LinearDims Mlp::gemm_dims(int l) const {
 const void* Mlp::gemm_input(int l) const {
   if (is_half(cfg_.precision)) return acts16_[l].data();
   return l == 0 ? x_ : acts_[l - 1].data();
+}
+
+const void* Mlp::dpre(int l) const {
+  if (is_half(cfg_.precision)) return dpre16_[l].data();
+  return dpre_[l].data();
 }
 
 const void* Mlp::gemm_weight(const float* params, int l) const {
@@ -133,6 +140,11 @@ const float* Mlp::forward(const float* params, const float* x, int64_t batch, St
 }
 
 void Mlp::backward(const float* params, const float* dy, float* grads, float* dx, Stream stream) {
+  backward_data(params, dy, grads, dx, stream);
+  backward_weights(grads, stream);
+}
+
+void Mlp::backward_data(const float* params, const float* dy, float* grads, float* dx, Stream stream) {
   SPARTA_REQUIRE(batch_ >= 0, "MLP '%s': backward before any forward", cfg_.name.c_str());
   const bool half = is_half(cfg_.precision);
   const int L = layers();
@@ -140,22 +152,28 @@ void Mlp::backward(const float* params, const float* dy, float* grads, float* dx
   for (int l = L - 1; l >= 0; --l) {
     const LinearDims d = dims(l);
     const Activation act = l < L - 1 || cfg_.relu_last ? Activation::relu : Activation::none;
-    activation_bias_backward(dev_, d, cfg_.precision, act, acts_[l].data(), g, half ? nullptr : dpre_.data(),
-                             half ? dpre16_.data() : nullptr,
-                             grads + bias_offset(l), stream);
-    const void* dpre = half ? static_cast<const void*>(dpre16_.data()) : static_cast<const void*>(dpre_.data());
-    const void* w = gemm_weight(params, l);
-    const LinearDims gd = gemm_dims(l);
-    const bool padded = gd.in != d.in;  // the gradients come out padded: computed aside, then copied
-    float* dw = grads + weight_offset(l);
-    linear_backward_weight(dev_, gd, cfg_.precision, dpre, gemm_input(l), padded ? dw_pad_.data() : dw, stream);
-    if (padded) copy_unpadded(dev_, dw_pad_.data(), gd.in, dw, d.out, d.in, stream);
+    activation_bias_backward(dev_, d, cfg_.precision, act, acts_[l].data(), g, half ? nullptr : dpre_[l].data(),
+                             half ? dpre16_[l].data() : nullptr, grads + bias_offset(l), stream);
     float* dx_l = l > 0 ? grad_.data() : dx;
     if (dx_l) {
-      linear_backward_data(dev_, gd, cfg_.precision, dpre, w, padded ? dx_pad_.data() : dx_l, false, stream);
+      const LinearDims gd = gemm_dims(l);
+      const bool padded = gd.in != d.in;  // computed padded, then copied to the logical shape
+      linear_backward_data(dev_, gd, cfg_.precision, dpre(l), gemm_weight(params, l), padded ? dx_pad_.data() : dx_l,
+                           false, stream);
       if (padded) copy_unpadded(dev_, dx_pad_.data(), gd.in, dx_l, d.batch, d.in, stream);
       g = dx_l;
     }
+  }
+}
+
+void Mlp::backward_weights(float* grads, Stream stream) {
+  SPARTA_REQUIRE(batch_ >= 0, "MLP '%s': backward before any forward", cfg_.name.c_str());
+  for (int l = layers() - 1; l >= 0; --l) {
+    const LinearDims d = dims(l), gd = gemm_dims(l);
+    const bool padded = gd.in != d.in;  // computed padded, then copied to the logical shape
+    float* dw = grads + weight_offset(l);
+    linear_backward_weight(dev_, gd, cfg_.precision, dpre(l), gemm_input(l), padded ? dw_pad_.data() : dw, stream);
+    if (padded) copy_unpadded(dev_, dw_pad_.data(), gd.in, dw, d.out, d.in, stream);
   }
 }
 

@@ -60,6 +60,11 @@ class Mlp {
   // From dy [batch, out_width] (the batch of the last forward): grads [param_count] are overwritten, and
   // dx [batch, in_width] too when dx != nullptr. params must be those of the forward.
   void backward(const float* params, const float* dy, float* grads, float* dx, Stream stream);
+  // The same in two parts, so that work can be queued between dx and the weight gradients: backward_data writes
+  // the bias gradients and dx, and keeps every layer's pre-activation gradient; backward_weights then writes the
+  // weight gradients from them (the same values as backward).
+  void backward_data(const float* params, const float* dy, float* grads, float* dx, Stream stream);
+  void backward_weights(float* grads, Stream stream);
 
   // DLRM's initialization on the host, deterministic by seed: weights N(0, sqrt(2 / (in + out))), biases
   // N(0, sqrt(1 / out)).
@@ -85,9 +90,11 @@ class Mlp {
   std::vector<Buffer<uint16_t>> w16_;   // 16-bit: layer l's weights [out, gemm_in_[l]], each its own (256-byte aligned)
                                          // buffer, zeros in the padding
   Buffer<float> dw_pad_, dx_pad_;        // a padded layer's weight and input gradients, before their copy
-  Buffer<float> dpre_, grad_;            // [max_batch, widest]: a layer's pre-activation gradient (fp32 only: 16-bit
-                                         // reads dpre16_), the next one's dy
-  Buffer<uint16_t> dpre16_;
+  std::vector<Buffer<float>> dpre_;      // per layer [max_batch, sizes[l+1]]: its pre-activation gradient (fp32
+                                         // only: 16-bit GEMMs read dpre16_), kept for backward_weights
+  std::vector<Buffer<uint16_t>> dpre16_;
+  Buffer<float> grad_;                   // [max_batch, widest]: the next layer's dy
+  const void* dpre(int l) const;         // what layer l's backward GEMMs read: dpre_[l] or dpre16_[l]
 };
 
 }  // namespace sparta

@@ -189,11 +189,12 @@ DenseModel::DenseModel(const Device& dev, const ModelConfig& cfg, int64_t max_ba
     cross_count_ = cross_->param_count();
     dx0_ = Buffer<float>(dev_, B * W);
   }
-  // What the layers hold per sample: the MLPs' saved activations and scratch, the cross network's x, h, z per
-  // layer and its scratch; an estimate for the memory report, in fp32 (16-bit copies add about half again).
+  // What the layers hold per sample: the MLPs' saved activations, kept pre-activation gradients and scratch,
+  // the cross network's x, h, z per layer and its scratch; an estimate for the memory report, in fp32 (16-bit
+  // copies add about half again).
   size_t per_sample = 4 * W + cfg_.bottom_mlp.back() + 1;
-  for (int w : cfg_.bottom_mlp) per_sample += w;
-  for (int w : cfg_.top_mlp) per_sample += w;
+  for (int w : cfg_.bottom_mlp) per_sample += 2 * w;
+  for (int w : cfg_.top_mlp) per_sample += 2 * w;
   if (cross_) per_sample += size_t(cfg_.cross_layers) * (2 * W + cfg_.cross_rank) + 2 * W + cfg_.cross_rank;
   workspace_bytes_ = per_sample * B * sizeof(float);
   if (is_half(cfg_.precision)) workspace_bytes_ += workspace_bytes_ / 2;
@@ -224,10 +225,10 @@ void DenseModel::loss(const float* labels, int64_t mean_over, float* loss, float
   if (grad_scale != 1.f) scale_values(dev_, dlogits_.data(), size_t(batch_), grad_scale, dev_.stream);
 }
 
-void DenseModel::backward(const float* params, float* grads, float* demb, const GradsReady& ready) {
+void DenseModel::backward(const float* params, float* grads, float* demb, const GradsReady& ready,
+                          const std::function<void()>& demb_ready) {
   SPARTA_ASSERT(batch_ >= 0, "model: backward before forward");
-  top_.backward(params + top_offset(), dlogits_.data(), grads + top_offset(), dz_.data(), dev_.stream);
-  if (ready) ready(top_offset(), top_count_);
+  top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), dz_.data(), dev_.stream);
   if (cfg_.interaction == Interaction::dot) {
     InteractionDims d{"interaction", batch_, cfg_.num_slots, cfg_.embedding_dim};
     interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb_, dbottom_.data(), demb, dev_.stream);
@@ -237,6 +238,9 @@ void DenseModel::backward(const float* params, float* grads, float* demb, const 
     split_columns(dev_, "cross.x0", batch_, dx0_.data(), dbottom_.data(), cfg_.bottom_mlp.back(), demb,
                   cfg_.embedding_width(), dev_.stream);
   }
+  if (demb_ready) demb_ready();
+  top_.backward_weights(grads + top_offset(), dev_.stream);
+  if (ready) ready(top_offset(), top_count_);
   bottom_.backward(params + bottom_offset(), dbottom_.data(), grads + bottom_offset(), nullptr, dev_.stream);
   if (ready) ready(bottom_offset(), bottom_count_);
 }

@@ -86,7 +86,17 @@ void Trainer::build_rest(const std::string& load_from) {
                    "comm.mode: nccl needs the cuda backend, and this rank runs on %s", dev_.name().c_str());
   }));
   comm_ = std::make_unique<Communicator>(topo_, dev_, copt);
-  collection_ = std::make_unique<EmbeddingCollection>(world_comm_, comm_.get(), dev_, collection_cfg_, plan_);
+  emb_dev_ = dev_;
+  if (dev_.is_cuda()) {
+    emb_stream_ = create_stream(dev_);
+    emb_dev_.stream = emb_stream_;
+#if SPARTA_CUDA
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    emb_event_ = e;
+#endif
+  }
+  collection_ = std::make_unique<EmbeddingCollection>(world_comm_, comm_.get(), emb_dev_, collection_cfg_, plan_);
   const ModelConfig& m = cfg_.model;
   SPARTA_ASSERT(collection_->output_width() == m.embedding_width(), "collection width %lld, model expects %d",
                 (long long)collection_->output_width(), m.embedding_width());
@@ -130,11 +140,37 @@ void Trainer::build_rest(const std::string& load_from) {
 void Trainer::agree(const std::string& error) const { agree_on_error(world_comm_, error); }
 
 Trainer::~Trainer() {
-  if (comm_) comm_->synchronize(dev_.stream);
+  if (comm_) synchronize_all();
+  collection_.reset();  // its memory is freed while its stream still exists
 #if SPARTA_CUDA
   if (grad_event_) cudaEventDestroy(static_cast<cudaEvent_t>(grad_event_));
+  if (emb_event_) cudaEventDestroy(static_cast<cudaEvent_t>(emb_event_));
 #endif
   if (grad_stream_) destroy_stream(dev_, grad_stream_);
+  if (emb_stream_) destroy_stream(dev_, emb_stream_);
+}
+
+void Trainer::synchronize_all() {
+  comm_->synchronize(dev_.stream);
+  if (emb_stream_) comm_->synchronize(emb_stream_);
+}
+
+void Trainer::wait_for_embeddings() {
+#if SPARTA_CUDA
+  if (!emb_stream_) return;
+  cudaEvent_t e = static_cast<cudaEvent_t>(emb_event_);
+  CUDA_CHECK(cudaEventRecord(e, emb_stream_));
+  CUDA_CHECK(cudaStreamWaitEvent(dev_.stream, e, 0));
+#endif
+}
+
+void Trainer::embeddings_wait() {
+#if SPARTA_CUDA
+  if (!emb_stream_) return;
+  cudaEvent_t e = static_cast<cudaEvent_t>(emb_event_);
+  CUDA_CHECK(cudaEventRecord(e, dev_.stream));
+  CUDA_CHECK(cudaStreamWaitEvent(emb_stream_, e, 0));
+#endif
 }
 
 void Trainer::open_datasets(TrainerMode mode) {
@@ -270,7 +306,7 @@ ModelSpec Trainer::model_spec() const {
 }
 
 std::vector<DenseTensor> Trainer::dense_tensors() {
-  comm_->synchronize(dev_.stream);
+  synchronize_all();
   const std::vector<float> p = params_.download();
   std::vector<DenseTensor> out;
   for (const ParamPart& part : DenseModel::parts(cfg_.model))
@@ -322,11 +358,13 @@ void Trainer::load(const std::string& path) {
 
 void Trainer::upload(const Batch& b) {
   const size_t B = size_t(b.size), S = size_t(b.num_slots);
+  wait_for_embeddings();  // the collection's last work may still read the keys and offsets
   copy_to_device(dev_, labels_.data(), b.labels.data(), B * sizeof(float), dev_.stream);
   copy_to_device(dev_, dense_.data(), b.dense.data(), B * size_t(b.num_dense) * sizeof(float), dev_.stream);
   copy_to_device(dev_, offsets_.data(), b.offsets.data(), (B * S + 1) * sizeof(int64_t), dev_.stream);
   copy_to_device(dev_, keys_.data(), b.keys.data(), size_t(b.num_keys) * sizeof(int64_t), dev_.stream);
-  // The batch's pinned memory is the reader's again at the next next(): the copies must be done by then.
+  // The batch's pinned memory is the reader's again at the next next(): the copies must be done by then (and
+  // work queued on any stream from here on sees the batch).
   synchronize(dev_, dev_.stream);
 }
 
@@ -369,12 +407,19 @@ bool Trainer::unscale_gradients(int64_t batch) {
 void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, float* loss_slot) {
   upload(b);
   collection_->forward(offsets_.data(), keys_.data(), b.size, emb_.data(), LookupMode::train);
+  wait_for_embeddings();
   model_->forward(params_.data(), dense_.data(), emb_.data(), b.size);
   model_->loss(labels_.data(), global_batch, loss_slot, scaler_ ? scaler_->scale() : 1.f);
-  model_->backward(params_.data(), grads_.data(), demb_.data(),
-                   [this](size_t offset, size_t count) { reduce_bucket(offset, count); });
+  // The embeddings' backward starts as soon as demb is written (fp16: once it is unscaled), on their stream,
+  // while the dense stream computes the weight gradients.
+  model_->backward(
+      params_.data(), grads_.data(), demb_.data(), [this](size_t offset, size_t count) { reduce_bucket(offset, count); },
+      [this] {
+        if (!scaler_) embeddings_wait();
+      });
   const bool apply = !scaler_ || unscale_gradients(b.size);  // fp16: false for an overflowed step
   if (!apply) skipped_.push_back(step);
+  if (scaler_) embeddings_wait();
   if (apply) collection_->backward(demb_.data(), step, learning_rate_factor(cfg_.schedule, step));
   join_grad_stream();
   if (apply)
@@ -383,19 +428,19 @@ void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, flo
 }
 
 double Trainer::plain_steps(const Batch& b, int64_t global_batch, int64_t n) {
-  comm_->synchronize(dev_.stream);
+  synchronize_all();
   const double t = now_s();
   for (int64_t i = 0; i < n; ++i) {
     train_step(b, step_ + 1, global_batch, losses_.data());
     ++step_;
   }
-  comm_->synchronize(dev_.stream);
+  synchronize_all();
   return (now_s() - t) * 1e3 / double(n > 0 ? n : 1);
 }
 
 Trainer::StepTimes Trainer::timed_step(const Batch& b, int64_t global_batch) {
   auto ms_since = [this](double& t) {
-    comm_->synchronize(dev_.stream);
+    synchronize_all();
     const double now = now_s(), d = (now - t) * 1e3;
     t = now;
     return d;
@@ -407,6 +452,7 @@ Trainer::StepTimes Trainer::timed_step(const Batch& b, int64_t global_batch) {
   st.data_ms = ms_since(t);
   collection_->forward(offsets_.data(), keys_.data(), b.size, emb_.data(), LookupMode::train);
   st.embedding_ms = ms_since(t);
+  wait_for_embeddings();
   model_->forward(params_.data(), dense_.data(), emb_.data(), b.size);
   model_->loss(labels_.data(), global_batch, losses_.data(), scaler_ ? scaler_->scale() : 1.f);
   model_->backward(params_.data(), grads_.data(), demb_.data());
@@ -416,6 +462,7 @@ Trainer::StepTimes Trainer::timed_step(const Batch& b, int64_t global_batch) {
   const bool apply = !scaler_ || unscale_gradients(b.size);  // fp16 (counted as dense time)
   if (!apply) skipped_.push_back(s);
   st.dense_ms += ms_since(t);
+  embeddings_wait();
   if (apply) collection_->backward(demb_.data(), s, learning_rate_factor(cfg_.schedule, s));
   st.embedding_ms += ms_since(t);
   if (apply)
@@ -451,6 +498,7 @@ Predictions Trainer::predict_local() {
     if (!b || index * G >= limit) break;
     upload(*b);
     collection_->forward(offsets_.data(), keys_.data(), b->size, emb_.data(), LookupMode::eval);
+    wait_for_embeddings();
     const float* logits = model_->forward(params_.data(), dense_.data(), emb_.data(), b->size);
     sigmoid(dev_, logits, probs_.data(), b->size, dev_.stream);
     comm_->synchronize(dev_.stream);

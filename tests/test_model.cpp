@@ -158,10 +158,22 @@ Outputs run_model(const Device& dev, const ModelConfig& c, const Inputs& in, int
   const float* lg = m.forward(p.data(), dense.data(), emb.data(), in.B);
   m.loss(labels.data(), in.mean_over, loss.data(), grad_scale);
   std::vector<std::pair<size_t, size_t>> ready;
-  m.backward(p.data(), grads.data(), demb.data(), [&](size_t o, size_t n) { ready.push_back({o, n}); });
-  // The buckets backward announces tile the parameters, top first.
-  BOOST_TEST(ready.size() == (c.interaction == Interaction::dot ? 2u : 3u));
-  BOOST_TEST(ready.front().first == m.top_offset());
+  int demb_calls = 0;
+  size_t buckets_before_demb = 0;
+  m.backward(
+      p.data(), grads.data(), demb.data(), [&](size_t o, size_t n) { ready.push_back({o, n}); },
+      [&] {
+        ++demb_calls;
+        buckets_before_demb = ready.size();
+      });
+  // demb is announced once, before the top MLP's bucket (dcnv2: after the cross network's); the buckets tile
+  // the parameters, the bottom MLP's last.
+  const bool dot = c.interaction == Interaction::dot;
+  BOOST_TEST(demb_calls == 1);
+  BOOST_TEST(buckets_before_demb == (dot ? 0u : 1u));
+  BOOST_TEST(ready.size() == (dot ? 2u : 3u));
+  BOOST_TEST(ready.front().first == (dot ? m.top_offset() : m.cross_offset()));
+  BOOST_TEST(ready[dot ? 0 : 1].first == m.top_offset());
   BOOST_TEST(ready.back().first == 0u);
   size_t covered = 0;
   for (auto& r : ready) covered += r.second;
