@@ -206,12 +206,17 @@ int32_t reduce_rows_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, Sink&
 }  // namespace
 
 void embedding_backward_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
-                            float* row_grads, int32_t* num_unique) {
+                            float* row_grads, int32_t* num_unique, const int64_t* keys, int64_t* unique_keys) {
   const int dim = ws.dim();
   *num_unique = reduce_rows_cpu(batch, ws, [&](int32_t u, uint32_t row, const float* sum) {
     unique_rows[u] = row;
     std::memcpy(row_grads + int64_t(u) * dim, sum, dim * sizeof(float));
   });
+  if (!unique_keys) return;
+  for (int64_t i = 0; i < batch.nnz; ++i) {  // unique_rows ascend: each key's row found by bisection
+    const int64_t* at = std::lower_bound(unique_rows, unique_rows + *num_unique, batch.rows[i]);
+    if (at != unique_rows + *num_unique && *at == batch.rows[i]) unique_keys[at - unique_rows] = keys[i];
+  }
 }
 
 void backward_and_update_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, const OptimizerStep& c,
@@ -232,10 +237,17 @@ void backward_and_update_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, 
 
 void embedding_backward(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
                         float* row_grads, int32_t* num_unique, Stream stream) {
+  embedding_backward(dev, batch, ws, unique_rows, row_grads, num_unique, nullptr, nullptr, stream);
+}
+
+void embedding_backward(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
+                        float* row_grads, int32_t* num_unique, const int64_t* keys, int64_t* unique_keys,
+                        Stream stream) {
   check_batch(dev, batch, ws);
-  if (!dev.is_cuda()) return embedding_backward_cpu(batch, ws, unique_rows, row_grads, num_unique);
+  SPARTA_REQUIRE(!unique_keys || keys, "embedding backward: unique_keys asked for without the batch's keys");
+  if (!dev.is_cuda()) return embedding_backward_cpu(batch, ws, unique_rows, row_grads, num_unique, keys, unique_keys);
 #if SPARTA_CUDA
-  embedding_backward_cuda(batch, ws, unique_rows, row_grads, num_unique, stream);
+  embedding_backward_cuda(batch, ws, unique_rows, row_grads, num_unique, keys, unique_keys, stream);
 #else
   (void)stream;
   SPARTA_FATAL("embedding_backward on %s in a CUDA=0 build", dev.name().c_str());

@@ -57,6 +57,24 @@ struct HeadFlags {
 };
 using FlagIterator = thrust::transform_iterator<HeadFlags, thrust::counting_iterator<int32_t>, int64_t>;
 
+// The key of a row, found from its first sorted position j: a key of bag bags[j] (sorted) whose row is r (every
+// key of a row is the same key). unique_keys == nullptr: not asked for.
+struct KeyOfRow {
+  const uint32_t* bags = nullptr;  // [nnz] bag of each sorted position
+  const int64_t* offsets = nullptr;
+  const int64_t* rows = nullptr;
+  const int64_t* keys = nullptr;
+  int64_t nnz = 0;
+  int64_t* unique_keys = nullptr;
+  __device__ int64_t key(int32_t j, uint32_t r) const {
+    const int64_t b = bags[j];
+    const int64_t k0 = max(offsets[b], int64_t(0)), k1 = min(offsets[b + 1], nnz);  // clamped: never outside
+    for (int64_t k = k0; k < k1; ++k)
+      if (rows[k] == int64_t(r)) return keys[k];
+    return 0;  // not reached for a consistent batch
+  }
+};
+
 // Contributions handled per batch of loads: loads of the batch are issued together, then added in order.
 template <int V, int P>
 constexpr int batch_of() {
@@ -93,7 +111,7 @@ __global__ void __launch_bounds__(256)
 __global__ void __launch_bounds__(256)
     segments_kernel(const uint32_t* keys, const int64_t* scan, int32_t nnz, uint32_t sentinel, int32_t* item_start,
                     int32_t* item_u, int32_t* row_item_start, int32_t* block_first_item, int32_t* span_edges,
-                    int64_t* unique_rows, int32_t* num_unique, int32_t* counts) {
+                    int64_t* unique_rows, int32_t* num_unique, int32_t* counts, const KeyOfRow key_of) {
   for (int32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < nnz; j += gridDim.x * blockDim.x) {
     const uint32_t r = keys[j];
     const bool row_head = j == 0 || keys[j - 1] != r;
@@ -114,6 +132,7 @@ __global__ void __launch_bounds__(256)
       row_item_start[u] = items_before;
       if (r < sentinel) {
         if (unique_rows) unique_rows[u] = r;
+        if (key_of.unique_keys) key_of.unique_keys[u] = key_of.key(j, r);
       } else {  // dropped keys sort last: their run holds nnz - j keys, and u rows come before it
         counts[WS::kCountDropped] = nnz - j;
         num_unique[0] = u;
@@ -327,7 +346,7 @@ namespace {
 // Steps 1-4: sort, scan and the item tables. Returns the view kernels 5 and 6 read. unique_rows may be null;
 // num_unique receives the count (device memory).
 ReduceView prepare(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows, int32_t* num_unique,
-                   Stream stream) {
+                   const int64_t* batch_keys, int64_t* unique_keys, Stream stream) {
   const WS::Layout& l = ws.arrays();
   const int32_t nnz = static_cast<int32_t>(batch.nnz);
   const int block = 256;
@@ -349,10 +368,12 @@ ReduceView prepare(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* u
   temp_bytes = l.temp_bytes;
   CUDA_CHECK(cub::DeviceScan::ExclusiveSum(ws.at<void>(l.temp), temp_bytes, flags, ws.at<int64_t>(l.scan), nnz,
                                            stream));
+  KeyOfRow key_of;
+  if (unique_keys) key_of = KeyOfRow{bags.Current(), batch.offsets, batch.rows, batch_keys, batch.nnz, unique_keys};
   segments_kernel<<<rowvec::grid_for(nnz, 1, block), block, 0, stream>>>(
       sorted_keys, ws.at<int64_t>(l.scan), nnz, uint32_t(ws.capacity_rows()), ws.at<int32_t>(l.item_start),
       ws.at<int32_t>(l.item_u), ws.at<int32_t>(l.row_item_start), ws.at<int32_t>(l.block_first_item),
-      ws.at<int32_t>(l.span_edges), unique_rows, num_unique, ws.counts());
+      ws.at<int32_t>(l.span_edges), unique_rows, num_unique, ws.counts(), key_of);
   CUDA_CHECK_LAUNCH("segments_kernel");
 
   ReduceView v;
@@ -404,9 +425,10 @@ void zero_counts(BackwardWorkspace& ws, int32_t* num_unique, Stream stream) {
 }  // namespace
 
 void embedding_backward_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
-                             float* row_grads, int32_t* num_unique, Stream stream) {
+                             float* row_grads, int32_t* num_unique, const int64_t* keys, int64_t* unique_keys,
+                             Stream stream) {
   if (batch.nnz == 0) return zero_counts(ws, num_unique, stream);
-  ReduceView v = prepare(batch, ws, unique_rows, num_unique, stream);
+  ReduceView v = prepare(batch, ws, unique_rows, num_unique, keys, unique_keys, stream);
   const rowvec::RowShape shape = rowvec::row_shape(ws.dim(), aligned16(batch.grad) && aligned16(row_grads));
   rowvec::dispatch_shape(shape, [&](auto vv, auto pp) {
     constexpr int V = decltype(vv)::value, P = decltype(pp)::value;
@@ -418,7 +440,7 @@ void backward_and_update_cuda(const BackwardBatch& batch, BackwardWorkspace& ws,
                               float* values, float* state, Stream stream) {
   int32_t* num_unique = ws.counts() + WS::kCountUnique;
   if (batch.nnz == 0) return zero_counts(ws, num_unique, stream);
-  ReduceView v = prepare(batch, ws, nullptr, num_unique, stream);
+  ReduceView v = prepare(batch, ws, nullptr, num_unique, nullptr, nullptr, stream);
   const int dim = ws.dim();
   const int width = optimizer_state_width(c.kind, dim);
   const bool state_vec = width == 0 || c.kind == OptimizerKind::lazy_adam || aligned16(state);

@@ -123,6 +123,12 @@ class BackwardWorkspace {
 // workspace or the limits above.
 void embedding_backward(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
                         float* row_grads, int32_t* num_unique, Stream stream);
+// The same, and the key of every touched row: keys [nnz] are the batch's keys (rows[i] is the row of keys[i], so
+// the keys of one row are equal), unique_keys [ws.max_nnz()] receives the key of unique_rows[u] for the first
+// *num_unique u. (A caller that must name the rows to another table, e.g. a replica whose row ids differ.)
+void embedding_backward(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
+                        float* row_grads, int32_t* num_unique, const int64_t* keys, int64_t* unique_keys,
+                        Stream stream);
 
 // The backward, then the optimizer step `step` on the touched rows of values [capacity_rows, dim] and state
 // [capacity_rows, optimizer_state_width(cfg.kind, dim)]: the same result as embedding_backward followed by
@@ -135,11 +141,12 @@ void backward_and_update(const Device& dev, const BackwardBatch& batch, Backward
 int64_t read_count(const Device& dev, const int32_t* count, Stream stream);
 
 void embedding_backward_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
-                            float* row_grads, int32_t* num_unique);
+                            float* row_grads, int32_t* num_unique, const int64_t* keys, int64_t* unique_keys);
 void backward_and_update_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, const OptimizerStep& c,
                              float* values, float* state);
 void embedding_backward_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
-                             float* row_grads, int32_t* num_unique, Stream stream);
+                             float* row_grads, int32_t* num_unique, const int64_t* keys, int64_t* unique_keys,
+                             Stream stream);
 void backward_and_update_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, const OptimizerStep& c,
                               float* values, float* state, Stream stream);
 // CUB temporary storage for the sort and the scan of up to max_nnz pairs (cuda builds only).

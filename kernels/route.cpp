@@ -78,11 +78,6 @@ void route_gather_keys_cpu(const int64_t* src, const int64_t* idx, int64_t n, in
   for (int64_t i = 0; i < n; ++i) dst[i] = src[idx[i]];
 }
 
-void route_scatter_keys_cpu(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst) {
-  for (int64_t i = 0; i < n; ++i)
-    if (idx[i] >= 0) dst[idx[i]] = src[i];
-}
-
 void route_iota_cpu(int64_t n, int64_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = i;
 }
@@ -322,13 +317,6 @@ void route_gather_keys(const Device& dev, const int64_t* src, const int64_t* idx
   if (n == 0) return;
   ROUTE_DISPATCH("route_gather_keys", route_gather_keys_cpu(src, idx, n, dst),
                  route_gather_keys_cuda(src, idx, n, dst, stream));
-}
-
-void route_scatter_keys(const Device& dev, const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst,
-                        Stream stream) {
-  if (n == 0) return;
-  ROUTE_DISPATCH("route_scatter_keys", route_scatter_keys_cpu(src, idx, n, dst),
-                 route_scatter_keys_cuda(src, idx, n, dst, stream));
 }
 
 void route_iota(const Device& dev, int64_t n, int64_t* out, Stream stream) {

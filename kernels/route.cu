@@ -119,14 +119,6 @@ __global__ void __launch_bounds__(kBlock) gather_keys_kernel(const int64_t* src,
   GRID_STRIDE(i, n) dst[i] = src[idx[i]];
 }
 
-__global__ void __launch_bounds__(kBlock) scatter_keys_kernel(const int64_t* src, const int64_t* idx, int64_t n,
-                                                              int64_t* dst) {
-  GRID_STRIDE(i, n) {
-    int64_t j = idx[i];
-    if (j >= 0) dst[j] = src[i];
-  }
-}
-
 __global__ void __launch_bounds__(kBlock) lengths_kernel(const int64_t* offsets, int64_t bags, int64_t* lengths) {
   GRID_STRIDE(b, bags) lengths[b] = offsets[b + 1] - offsets[b];
 }
@@ -404,10 +396,6 @@ void route_scatter_rows_cuda(const float* src, const int64_t* idx, int64_t n, in
 
 void route_gather_keys_cuda(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst, Stream s) {
   LAUNCH(gather_keys_kernel, n, s, src, idx, n, dst);
-}
-
-void route_scatter_keys_cuda(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst, Stream s) {
-  LAUNCH(scatter_keys_kernel, n, s, src, idx, n, dst);
 }
 
 void route_iota_cuda(int64_t n, int64_t* out, Stream s) { LAUNCH(iota_kernel, n, s, n, out); }

@@ -77,10 +77,6 @@ void route_scatter_rows(const Device& dev, const float* src, const int64_t* idx,
 // dst[i] = src[idx[i]] for i < n.
 void route_gather_keys(const Device& dev, const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst,
                        Stream stream);
-// dst[idx[i]] = src[i] for i < n where idx[i] >= 0 (entries with equal idx must carry equal values: which one
-// lands is not specified), e.g. the key of each table row a batch's keys were found at.
-void route_scatter_keys(const Device& dev, const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst,
-                        Stream stream);
 // out[i] = i for i < n.
 void route_iota(const Device& dev, int64_t n, int64_t* out, Stream stream);
 
@@ -167,7 +163,6 @@ void route_unique_sorted_cpu(const int64_t* sorted, int64_t n, int64_t* unique, 
 void route_gather_rows_cpu(const float* src, const int64_t* idx, int64_t n, int dim, float* dst);
 void route_scatter_rows_cpu(const float* src, const int64_t* idx, int64_t n, int dim, float* dst);
 void route_gather_keys_cpu(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst);
-void route_scatter_keys_cpu(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst);
 void route_iota_cpu(int64_t n, int64_t* out);
 void route_lengths_cpu(const int64_t* offsets, int64_t bags, int64_t* lengths);
 void route_offsets_from_lengths_cpu(const int64_t* lengths, int64_t n, int64_t* offsets);
@@ -212,7 +207,6 @@ void route_unique_sorted_cuda(const Device& dev, const int64_t* sorted, int64_t 
 void route_gather_rows_cuda(const float* src, const int64_t* idx, int64_t n, int dim, float* dst, Stream s);
 void route_scatter_rows_cuda(const float* src, const int64_t* idx, int64_t n, int dim, float* dst, Stream s);
 void route_gather_keys_cuda(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst, Stream s);
-void route_scatter_keys_cuda(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst, Stream s);
 void route_iota_cuda(int64_t n, int64_t* out, Stream s);
 void route_lengths_cuda(const int64_t* offsets, int64_t bags, int64_t* lengths, Stream s);
 void route_offsets_from_lengths_cuda(const Device& dev, const int64_t* lengths, int64_t n, int64_t* offsets,

@@ -172,9 +172,9 @@ void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* 
   }
 }
 
-void EmbeddingTable::row_gradients(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
-                                   const float* grad, Combiner combiner, int64_t* unique_rows, float* row_grads,
-                                   int32_t* num_unique, Stream stream) {
+void EmbeddingTable::row_gradients(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags,
+                                   int64_t nnz, const float* grad, Combiner combiner, int64_t* unique_keys,
+                                   float* row_grads, int32_t* num_unique, Stream stream) {
   SPARTA_REQUIRE(nnz >= 0 && bags >= 0, "embedding table '%s': backward of %lld bags, %lld keys", cfg_.name.c_str(),
                  (long long)bags, (long long)nnz);
   check_keys_per_call(cfg_.name, "keys", nnz);
@@ -187,7 +187,11 @@ void EmbeddingTable::row_gradients(const int64_t* offsets, const int64_t* rows, 
   b.nnz = nnz;
   b.combiner = combiner;
   try {
-    embedding_backward(dev_, b, workspace(nnz, stream), unique_rows, row_grads, num_unique, stream);
+    const size_t n = size_t(std::max<int64_t>(1, nnz));
+    if (unique_rows_.empty()) unique_rows_ = Buffer<int64_t>(dev_, n);
+    else if (unique_rows_.size() < n) unique_rows_.resize(n, stream);  // synchronizes stream first
+    embedding_backward(dev_, b, workspace(nnz, stream), unique_rows_.data(), row_grads, num_unique, keys, unique_keys,
+                       stream);
   } catch (const Error& e) {
     throw Error(strprintf("embedding table '%s': %s", cfg_.name.c_str(), e.what()));
   }

@@ -124,12 +124,13 @@ class EmbeddingTable {
   void backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, const float* grad,
                            Combiner combiner, int64_t step, float lr_scale, Stream stream);
   // The gradient of every row the batch touched, summed in kernels/embedding_backward.h's fixed order, without
-  // applying it (a replica's share of an update that every copy applies): offsets, rows, bags, nnz, grad and
-  // combiner as for backward_and_update; unique_rows [nnz] ascending and row_grads [nnz, dim] are written for the
-  // first *num_unique ([1] int32, device memory) rows. Asynchronous on stream; the same errors as
-  // backward_and_update.
-  void row_gradients(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, const float* grad,
-                     Combiner combiner, int64_t* unique_rows, float* row_grads, int32_t* num_unique, Stream stream);
+  // applying it (a replica's share of an update that every copy applies), and the row's key: offsets, rows, bags,
+  // nnz, grad and combiner as for backward_and_update, keys [nnz] the lookup's keys; unique_keys [nnz] and
+  // row_grads [nnz, dim] are written for the first *num_unique ([1] int32, device memory) rows, in ascending row
+  // order. Asynchronous on stream; the same errors as backward_and_update.
+  void row_gradients(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags, int64_t nnz,
+                     const float* grad, Combiner combiner, int64_t* unique_keys, float* row_grads,
+                     int32_t* num_unique, Stream stream);
   // rows[i] = row of keys[i], inserting absent keys with their initial values (a train lookup that writes no
   // vectors). Refused keys (full table) get -1 and are reported by the next check_lookups. Asynchronous on stream.
   void insert_rows(const int64_t* keys, int64_t n, int64_t* rows, Stream stream);
@@ -162,6 +163,7 @@ class EmbeddingTable {
   Buffer<float> values_;  // [capacity_rows, dim]
   Buffer<float> state_;   // [capacity_rows, state_width]
   std::unique_ptr<BackwardWorkspace> workspace_;  // sort buffers of the backward, reused every step
+  Buffer<int64_t> unique_rows_;                   // row_gradients' rows (grown)
   Stream workspace_stream_ = nullptr;             // the stream of the last backward, which last used workspace_
 };
 

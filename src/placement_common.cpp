@@ -294,24 +294,20 @@ void DispatchShard::backward(const float* key_grads, int64_t step, float lr_scal
 // ReplicaShard
 
 ReplicaShard::ReplicaShard(Exchange& ex, const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix)
-    : ex_(ex), dim_(s.table.dim), table_(make_shard(ex.device(), s, capacity_rows, suffix)) {
-  if (ex.world() > 1) key_of_row_ = Buffer<int64_t>(ex.device(), size_t(std::max<int64_t>(1, capacity_rows)));
-}
+    : ex_(ex), dim_(s.table.dim), table_(make_shard(ex.device(), s, capacity_rows, suffix)) {}
 
-size_t ReplicaShard::memory_bytes() const {
-  return table_memory_bytes(*table_) + key_of_row_.size() * sizeof(int64_t);
-}
+size_t ReplicaShard::memory_bytes() const { return table_memory_bytes(*table_); }
 
 void ReplicaShard::update_from_all(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags,
                                    int64_t nnz, const float* grad, Combiner combiner, int64_t step, float lr_scale) {
   const Device& dev = ex_.device();
   const int W = ex_.world();
   // this rank's sum per touched row, and the key of each such row (refused keys, row -1, are left out)
-  int64_t* unique_rows = grow(unique_rows_, dev, nnz);
+  int64_t* unique_keys = grow(unique_keys_, dev, nnz);
   float* row_grads = grow(row_grads_, dev, size_t(nnz) * dim_);
   int32_t* num_unique = grow(num_unique_, dev, 1);
-  table_->row_gradients(offsets, rows, bags, nnz, grad, combiner, unique_rows, row_grads, num_unique, dev.stream);
-  route_scatter_keys(dev, keys, rows, nnz, key_of_row_.data(), dev.stream);
+  table_->row_gradients(offsets, keys, rows, bags, nnz, grad, combiner, unique_keys, row_grads, num_unique,
+                        dev.stream);
   const int64_t u = ex_.download_count(num_unique);
   const std::vector<size_t> counts = ex_.counts(std::vector<size_t>(size_t(W), size_t(u)));
   // Every rank's sums, in rank order. Blocks of equal size (the largest count; NCCL's all-gather moves them
@@ -321,13 +317,15 @@ void ReplicaShard::update_from_all(const int64_t* offsets, const int64_t* keys, 
   const bool padded = most * size_t(W) <= sum + sum / 8;
   const std::vector<size_t> sent = padded ? std::vector<size_t>(size_t(W), most) : counts;
   const size_t send = sent[size_t(ex_.rank())];
-  int64_t* unique_keys = grow(unique_keys_, dev, send);
-  route_gather_keys(dev, key_of_row_.data(), unique_rows, u, unique_keys, dev.stream);
-  if (row_grads_.size() < send * dim_) {  // a padded block longer than this rank's keys: the sums move over
-    Buffer<float> longer(dev, send * dim_);
-    copy_on_device(dev, longer.data(), row_grads, size_t(u) * dim_ * sizeof(float), dev.stream);
+  if (unique_keys_.size() < send) {  // a padded block longer than this rank's keys: keys and sums move over
+    Buffer<int64_t> keys_longer(dev, send);
+    Buffer<float> sums_longer(dev, send * dim_);
+    copy_on_device(dev, keys_longer.data(), unique_keys, size_t(u) * sizeof(int64_t), dev.stream);
+    copy_on_device(dev, sums_longer.data(), row_grads, size_t(u) * dim_ * sizeof(float), dev.stream);
     synchronize(dev, dev.stream);
-    row_grads_ = std::move(longer);
+    unique_keys_ = std::move(keys_longer);
+    row_grads_ = std::move(sums_longer);
+    unique_keys = unique_keys_.data();
     row_grads = row_grads_.data();
   }
   const int64_t all = static_cast<int64_t>(total(sent));
@@ -348,8 +346,10 @@ void ReplicaShard::update_from_all(const int64_t* offsets, const int64_t* keys, 
   }
   int64_t* iota = grow(iota_, dev, all + 1);
   route_iota(dev, all + 1, iota, dev.stream);
+  // A key this copy had no room for (row -1: skipped) is counted by the table: the next check_lookups (the
+  // collection's check after the next forward, agreed on by every rank) or a save reports it. Every copy holds
+  // the same keys after an update, so every copy runs out of room at the same step.
   table_update(*table_, iota, all_rows, all, all, all_grads, Combiner::sum, step, lr_scale);
-  ex_.agree(guarded([&] { table_check(*table_); }));
 }
 
 }  // namespace sparta

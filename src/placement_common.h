@@ -153,15 +153,13 @@ class ReplicaShard {
   // grad [bags, dim] the gradient of the pooled output, pooled with combiner. Device pointers. Collective.
   void update_from_all(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags, int64_t nnz,
                        const float* grad, Combiner combiner, int64_t step, float lr_scale);
-  // The table, and with several ranks a key per row (8 bytes a row) to find the keys of the rows touched.
   size_t memory_bytes() const;
 
  private:
   Exchange& ex_;
   int dim_;
   std::unique_ptr<EmbeddingTable> table_;
-  Buffer<int64_t> unique_rows_, unique_keys_, all_keys_, rows_, iota_;
-  Buffer<int64_t> key_of_row_;  // several ranks: [capacity_rows] the key of each row a step touched (scratch)
+  Buffer<int64_t> unique_keys_, all_keys_, rows_, iota_;
   Buffer<int32_t> num_unique_;
   Buffer<float> row_grads_, all_grads_;
 };

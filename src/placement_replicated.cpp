@@ -34,6 +34,7 @@ class ReplicatedTable : public PlacedTable {
   void check_lookups() override { table_check(replica_.table()); }
   int owner_of(int64_t) const override { return kAllRanks; }
   TableRows rows_to_save() override {
+    table_check(replica_.table());  // the last update's refused keys (ReplicaShard), on every rank alike
     TableRows r = table_export(replica_.table());
     if (ex_.rank() != 0) r = select_rows(r, std::vector<bool>(r.rows(), false));  // one writer per row
     return r;

@@ -165,13 +165,12 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
   double copied = 0;  // bytes one rank's exchanges carry: with one rank, copied locally instead
   switch (p) {
     case Placement::replicated:
-      // with several ranks, a key per row to find the keys of the rows a step touched
-      c.memory_busiest = c.memory_every = mem(t.rows) + (opt.world > 1 ? size_t(t.rows) * sizeof(int64_t) : 0);
+      c.memory_busiest = c.memory_every = mem(t.rows);
       c.bytes_per_step = 2 * (W - 1) * U * (8 + vw);  // all-gather of each rank's distinct keys and their sums
       // forward: a pooled lookup; backward: this rank's rows sorted and each key's bag gradient summed per row (U
-      // sums written), the keys of those rows found (a key per row scattered, then gathered), every rank's U keys
-      // looked up in this copy (rows only), their W U sums applied
-      c.local_bytes = L.lookup_pooled(K, P) + kSort * K + K * v + U * v + k * K + k * U + k * W * U + L.update(W * U, Ug);
+      // sums and their keys written), every rank's U keys looked up in this copy (rows only), their W U sums
+      // applied
+      c.local_bytes = L.lookup_pooled(K, P) + kSort * K + K * v + U * v + k * U + k * W * U + L.update(W * U, Ug);
       c.collectives = 4;  // counts, all-gather keys, all-gather sums, the agreement on full tables
       copied = 8 * U + U * v;
       break;

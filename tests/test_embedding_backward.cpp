@@ -99,16 +99,28 @@ Result run_backward(const Device& dev, const HostBatch& b, const Shape& s, Combi
   Buffer<int64_t> unique_rows(dev, size_t(max_nnz));
   Buffer<float> row_grads(dev, size_t(max_nnz) * s.dim);
   Buffer<int32_t> num_unique(dev, 1);
+  // every row's key: a function of the row (any key of a row names it), arbitrary for rows outside the table
+  auto key_of = [](int64_t row) { return int64_t(uint64_t(row) * 0x9E3779B97F4A7C15ull ^ 0x5bd1e995ull); };
+  std::vector<int64_t> keys(b.rows.size());
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = key_of(b.rows[i]);
+  Buffer<int64_t> dkeys(dev, std::max<size_t>(1, keys.size())), unique_keys(dev, size_t(max_nnz));
+  if (!keys.empty()) dkeys.upload(keys);
   unique_rows.fill_bytes(0xFF);  // poison: -1 and NaN where nothing is written
   row_grads.fill_bytes(0xFF);
   num_unique.fill_bytes(0xFF);
-  embedding_backward(dev, d.view, ws, unique_rows.data(), row_grads.data(), num_unique.data(), dev.stream);
+  unique_keys.fill_bytes(0xFF);
+  embedding_backward(dev, d.view, ws, unique_rows.data(), row_grads.data(), num_unique.data(), dkeys.data(),
+                     unique_keys.data(), dev.stream);
   Result r;
   r.num_unique = read_count(dev, num_unique.data(), dev.stream);
   r.dropped = ws.read_dropped_keys(dev.stream);
   BOOST_REQUIRE(r.num_unique >= 0 && r.num_unique <= max_nnz);
   r.unique_rows = unique_rows.download();
   r.unique_rows.resize(size_t(r.num_unique));
+  const std::vector<int64_t> uk = unique_keys.download();
+  size_t wrong_keys = 0;
+  for (int64_t u = 0; u < r.num_unique; ++u) wrong_keys += uk[size_t(u)] != key_of(r.unique_rows[size_t(u)]);
+  BOOST_CHECK_EQUAL(wrong_keys, 0u);
   r.row_grads = row_grads.download();
   r.row_grads.resize(size_t(r.num_unique) * s.dim);
   return r;
