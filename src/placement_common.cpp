@@ -301,7 +301,6 @@ size_t ReplicaShard::memory_bytes() const { return table_memory_bytes(*table_); 
 void ReplicaShard::update_from_all(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags,
                                    int64_t nnz, const float* grad, Combiner combiner, int64_t step, float lr_scale) {
   const Device& dev = ex_.device();
-  const int W = ex_.world();
   // this rank's sum per touched row, and the key of each such row (refused keys, row -1, are left out)
   int64_t* unique_keys = grow(unique_keys_, dev, nnz);
   float* row_grads = grow(row_grads_, dev, size_t(nnz) * dim_);
@@ -309,41 +308,17 @@ void ReplicaShard::update_from_all(const int64_t* offsets, const int64_t* keys, 
   table_->row_gradients(offsets, keys, rows, bags, nnz, grad, combiner, unique_keys, row_grads, num_unique,
                         dev.stream);
   const int64_t u = ex_.download_count(num_unique);
-  const std::vector<size_t> counts = ex_.counts(std::vector<size_t>(size_t(W), size_t(u)));
-  // Every rank's sums, in rank order. Blocks of equal size (the largest count; NCCL's all-gather moves them
-  // faster than the per-peer transfers of unequal blocks) when that pads by at most an eighth; a padding entry's
-  // row is -1, which the update skips.
-  const size_t most = *std::max_element(counts.begin(), counts.end()), sum = total(counts);
-  const bool padded = most * size_t(W) <= sum + sum / 8;
-  const std::vector<size_t> sent = padded ? std::vector<size_t>(size_t(W), most) : counts;
-  const size_t send = sent[size_t(ex_.rank())];
-  if (unique_keys_.size() < send) {  // a padded block longer than this rank's keys: keys and sums move over
-    Buffer<int64_t> keys_longer(dev, send);
-    Buffer<float> sums_longer(dev, send * dim_);
-    copy_on_device(dev, keys_longer.data(), unique_keys, size_t(u) * sizeof(int64_t), dev.stream);
-    copy_on_device(dev, sums_longer.data(), row_grads, size_t(u) * dim_ * sizeof(float), dev.stream);
-    synchronize(dev, dev.stream);
-    unique_keys_ = std::move(keys_longer);
-    row_grads_ = std::move(sums_longer);
-    unique_keys = unique_keys_.data();
-    row_grads = row_grads_.data();
-  }
-  const int64_t all = static_cast<int64_t>(total(sent));
+  const std::vector<size_t> counts = ex_.counts(std::vector<size_t>(size_t(ex_.world()), size_t(u)));
+  // every rank's sums, in rank order
+  const int64_t all = static_cast<int64_t>(total(counts));
   int64_t* all_keys = grow(all_keys_, dev, all);
   float* all_grads = grow(all_grads_, dev, size_t(all) * dim_);
-  ex_.all_gather_v(unique_keys, all_keys, sent, DataType::i64);
-  ex_.all_gather_v_floats(row_grads, all_grads, times(sent, dim_));
+  ex_.all_gather_v(unique_keys, all_keys, counts, DataType::i64);
+  ex_.all_gather_v_floats(row_grads, all_grads, times(counts, dim_));
   // their rows in this copy (inserting keys only other ranks had seen: values by key, so every copy inserts the
   // same values), then one bag per sum: a row adds its ranks' sums in rank order
   int64_t* all_rows = grow(rows_, dev, all);
-  size_t at = 0;
-  for (int p = 0; p < W; ++p) {
-    table_->insert_rows(all_keys + at, int64_t(counts[size_t(p)]), all_rows + at, dev.stream);
-    if (sent[size_t(p)] > counts[size_t(p)])
-      route_fill_i64(dev, all_rows + at + counts[size_t(p)], int64_t(sent[size_t(p)] - counts[size_t(p)]), -1,
-                     dev.stream);
-    at += sent[size_t(p)];
-  }
+  table_->insert_rows(all_keys, all, all_rows, dev.stream);
   int64_t* iota = grow(iota_, dev, all + 1);
   route_iota(dev, all + 1, iota, dev.stream);
   // A key this copy had no room for (row -1: skipped) is counted by the table: the next check_lookups (the
