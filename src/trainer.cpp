@@ -411,16 +411,20 @@ void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, flo
   model_->forward(params_.data(), dense_.data(), emb_.data(), b.size);
   model_->loss(labels_.data(), global_batch, loss_slot, scaler_ ? scaler_->scale() : 1.f);
   // The embeddings' backward starts as soon as demb is written (fp16: once it is unscaled), on their stream,
-  // while the dense stream computes the weight gradients.
-  model_->backward(
-      params_.data(), grads_.data(), demb_.data(), [this](size_t offset, size_t count) { reduce_bucket(offset, count); },
-      [this] {
-        if (!scaler_) embeddings_wait();
-      });
+  // while the dense stream computes the weight gradients. The dense gradients' all-reduce goes after the
+  // embeddings' exchange, which it would otherwise hold up (the communicator runs one collective at a time), and
+  // overlaps the embeddings' update; fp16 needs it before (the overflow check reads the reduced gradients), so
+  // there it runs per bucket during the backward.
+  DenseModel::GradsReady buckets;
+  if (scaler_) buckets = [this](size_t offset, size_t count) { reduce_bucket(offset, count); };
+  model_->backward(params_.data(), grads_.data(), demb_.data(), buckets, [this] {
+    if (!scaler_) embeddings_wait();
+  });
   const bool apply = !scaler_ || unscale_gradients(b.size);  // fp16: false for an overflowed step
   if (!apply) skipped_.push_back(step);
   if (scaler_) embeddings_wait();
   if (apply) collection_->backward(demb_.data(), step, learning_rate_factor(cfg_.schedule, step));
+  if (!scaler_) reduce_bucket(0, grads_.size());
   join_grad_stream();
   if (apply)
     dense_optimizer_update(dev_, cfg_.dense, step, learning_rate(cfg_.schedule, step), params_.data(),
