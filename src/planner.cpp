@@ -171,7 +171,7 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       // sums and their keys written), every rank's U keys looked up in this copy (rows only), their W U sums
       // applied
       c.local_bytes = L.lookup_pooled(K, P) + kSort * K + K * v + U * v + k * U + k * W * U + L.update(W * U, Ug);
-      c.collectives = 4;  // counts, all-gather keys, all-gather sums, the agreement on full tables
+      c.collectives = 3;  // counts, all-gather keys, all-gather sums
       copied = 8 * U + U * v;
       break;
     case Placement::localized:

@@ -347,9 +347,16 @@ BOOST_AUTO_TEST_CASE(bf16_close_to_fp32) {
     Outputs h16 = run_model(dev, c, in, 16);
     BOOST_TEST(std::fabs(f32.loss - h16.loss) <= 5e-3 * std::fabs(f32.loss));
     BOOST_TEST(testing::count_mismatches(h16.logits, f32.logits, 5e-3, 5e-3, "fp16 logits") == 0u);
-    // (a pre-activation within a rounding of 0 can land on the other side of its ReLU, which moves the gradients
-    // of the weights it feeds: a few of those, no more than 1 in 100)
-    BOOST_TEST(testing::count_mismatches(h16.grads, f32.grads, 1e-4, 5e-2, "fp16 gradients") <= h16.grads.size() / 100);
+    // The gradients as a whole (a pre-activation within a rounding of 0 can land on the other side of its ReLU,
+    // which moves the gradients of the weights it feeds by much more than a rounding: element-wise bounds depend on
+    // where the machine's BLAS rounds): their relative L2 distance, about 1e-3 for 11-bit operands.
+    double diff2 = 0, norm2 = 0;
+    for (size_t i = 0; i < f32.grads.size(); ++i) {
+      diff2 += std::pow(double(h16.grads[i]) - f32.grads[i], 2);
+      norm2 += std::pow(double(f32.grads[i]), 2);
+    }
+    BOOST_TEST_MESSAGE("fp16 gradients: relative L2 distance " << std::sqrt(diff2 / norm2));
+    BOOST_TEST(std::sqrt(diff2) <= 5e-2 * std::sqrt(norm2));
     BOOST_TEST(h16.logits != f32.logits);
   }
 }
