@@ -176,7 +176,10 @@ def collectives(cfg, placement, b, N, G):
         return ([("allgather", B * sum(hot) * k / 1), ("reducescatter", B * T * d * e), ("allgather", B * T * d * e)],
                 (nnz, B * T / 1))
     if placement == "replicated":
-        sparse = ("allgather", W * nnz * (k + d * e))  # keys + per-key gradients of every rank
+        # every rank's distinct keys and their gradient sums (one per touched row, not per lookup)
+        alpha = cfg["model"].get("key_alpha", 0.0) or 0.0
+        distinct = sum(min(r, expected_distinct(r, b * h, alpha)) for r, h in zip(rows, hot))
+        sparse = ("allgather", W * distinct * (k + d * e))
         dense_rows = sum(rows) * d * e
         return [sparse if sparse[1] <= 2 * dense_rows else ("allreduce", dense_rows)], (nnz, bags)
     if placement == "hybrid":
@@ -214,7 +217,7 @@ def memory_per_gpu(cfg, placement, W):
 
 KEY_PASS = 16.0  # one pass over n 8-byte keys or indices, read and written
 SORT = 4 * KEY_PASS
-GROUP_COLLECTIVES = {"replicated": 4, "localized": 6, "dispatch": 4, "distributed": 5, "hybrid": 6}
+GROUP_COLLECTIVES = {"replicated": 3, "localized": 6, "dispatch": 4, "distributed": 5, "hybrid": 6}
 EMB_TERMS = ("comm", "local_GB", "collectives", "groups")
 
 
@@ -266,7 +269,10 @@ def table_local_bytes(placement, R, h, b, W, v, s, alpha, hot_rows):
     if W == 1 and placement in ("replicated", "localized"):
         return pooled(K, P) + update(K, U)
     if placement == "replicated":
-        local, copied = pooled(K, P) + (P + K) * v + keys(W * K) + update(W * K, Ug), 8 * K + K * v
+        # this rank's rows sorted and summed (U sums and their keys written), every rank's U keys looked up in
+        # this copy (rows only), their W U sums applied
+        local = pooled(K, P) + SORT * K + K * v + U * v + k * U + k * W * U + update(W * U, Ug)
+        copied = 8 * U + U * v
     elif placement == "localized":  # the owner's share
         local, copied = k * P + k * W * P + pooled(W * K, W * P) + update(W * K, Ug), 8 * P + 8 * K + 2 * P * v
     elif placement == "dispatch":
