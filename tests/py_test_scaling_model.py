@@ -71,9 +71,17 @@ class Placements(unittest.TestCase):
         self.assertEqual(colls, [("allgather", 288), ("reducescatter", 384), ("allgather", 384)])
         self.assertEqual(work, (9, 24))
         colls, _ = sm.collectives(cfg, "replicated", b, 1, 4)
-        # sparse: 4 ranks x 9 keys x (8 + 16) = 864 bytes gathered; dense: 30 rows x 16 = 480, reduced twice
-        self.assertEqual(colls, [("allgather", 864)])
-        colls, _ = sm.collectives(cfg, "replicated", 10, 1, 4)  # 4 x 30 x 24 = 2880 > 2 x 480
+
+        def distinct(rows, draws, alpha=1.1):  # expected distinct keys, P(rank r) ~ r^-alpha, summed exactly
+            w = [r ** -alpha for r in range(1, rows + 1)]
+            return sum(1 - (1 - x / sum(w)) ** draws for x in w)
+
+        # sparse: 4 ranks x their distinct keys (3 and 6 lookups into 10 and 20 rows) x (8 + 16) bytes gathered;
+        # dense: 30 rows x 16 = 480, reduced twice
+        self.assertEqual([c for c, _ in colls], ["allgather"])
+        self.assertAlmostEqual(colls[0][1], 4 * (distinct(10, 3) + distinct(20, 6)) * 24)
+        self.assertLess(colls[0][1], 4 * 9 * 24)  # fewer than one per lookup
+        colls, _ = sm.collectives(cfg, "replicated", 10, 1, 4)  # 4 x (about 17 distinct) x 24 > 2 x 480
         self.assertEqual(colls, [("allreduce", 480)])
 
     def test_localized_assignment(self):
