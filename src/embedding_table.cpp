@@ -138,6 +138,22 @@ BackwardWorkspace& EmbeddingTable::workspace(int64_t nnz, Stream stream) {
   return *workspace_;
 }
 
+BackwardBatch EmbeddingTable::backward_batch(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
+                                             const float* grad, Combiner combiner) const {
+  SPARTA_REQUIRE(nnz >= 0 && bags >= 0, "embedding table '%s': backward of %lld bags, %lld keys", cfg_.name.c_str(),
+                 (long long)bags, (long long)nnz);
+  check_keys_per_call(cfg_.name, "keys", nnz);
+  check_keys_per_call(cfg_.name, "bags", bags);
+  BackwardBatch b;
+  b.offsets = offsets;
+  b.rows = rows;
+  b.grad = grad;
+  b.bags = bags;
+  b.nnz = nnz;
+  b.combiner = combiner;
+  return b;
+}
+
 void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
                                          const float* grad, Combiner combiner, int64_t step, Stream stream) {
   backward_and_update(offsets, rows, bags, nnz, grad, combiner, step, 1.0f, stream);
@@ -149,19 +165,9 @@ void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* 
   SPARTA_REQUIRE(std::isfinite(lr_scale) && lr_scale >= 0,
                  "embedding table '%s': learning-rate scale must be finite and >= 0, found %g", cfg_.name.c_str(),
                  double(lr_scale));
-  SPARTA_REQUIRE(nnz >= 0 && bags >= 0, "embedding table '%s': backward of %lld bags, %lld keys", cfg_.name.c_str(),
-                 (long long)bags, (long long)nnz);
-  check_keys_per_call(cfg_.name, "keys", nnz);
-  check_keys_per_call(cfg_.name, "bags", bags);
   SPARTA_REQUIRE(step >= 1, "embedding table '%s': optimizer step must be >= 1 (counted from 1), found %lld",
                  cfg_.name.c_str(), (long long)step);
-  BackwardBatch b;
-  b.offsets = offsets;
-  b.rows = rows;
-  b.grad = grad;
-  b.bags = bags;
-  b.nnz = nnz;
-  b.combiner = combiner;
+  const BackwardBatch b = backward_batch(offsets, rows, bags, nnz, grad, combiner);
   OptimizerConfig opt = cfg_.optimizer;
   if (lr_scale != 1.0f) opt.lr = opt.lr * lr_scale;
   try {
@@ -175,17 +181,7 @@ void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* 
 void EmbeddingTable::row_gradients(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags,
                                    int64_t nnz, const float* grad, Combiner combiner, int64_t* unique_keys,
                                    float* row_grads, int32_t* num_unique, Stream stream) {
-  SPARTA_REQUIRE(nnz >= 0 && bags >= 0, "embedding table '%s': backward of %lld bags, %lld keys", cfg_.name.c_str(),
-                 (long long)bags, (long long)nnz);
-  check_keys_per_call(cfg_.name, "keys", nnz);
-  check_keys_per_call(cfg_.name, "bags", bags);
-  BackwardBatch b;
-  b.offsets = offsets;
-  b.rows = rows;
-  b.grad = grad;
-  b.bags = bags;
-  b.nnz = nnz;
-  b.combiner = combiner;
+  const BackwardBatch b = backward_batch(offsets, rows, bags, nnz, grad, combiner);
   try {
     const size_t n = size_t(std::max<int64_t>(1, nnz));
     if (unique_rows_.empty()) unique_rows_ = Buffer<int64_t>(dev_, n);

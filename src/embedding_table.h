@@ -155,6 +155,9 @@ class EmbeddingTable {
   void check(LookupMode mode, MissingKey missing, Check when, Stream stream);
   void reset_state(Stream stream);
   BackwardWorkspace& workspace(int64_t nnz, Stream stream);
+  // The checked batch of a backward (sparta::Error naming the table on bad sizes).
+  BackwardBatch backward_batch(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
+                               const float* grad, Combiner combiner) const;
 
   Device dev_;
   EmbeddingTableConfig cfg_;

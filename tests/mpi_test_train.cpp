@@ -255,23 +255,29 @@ BOOST_AUTO_TEST_CASE(resume_continues_the_trajectory) {
   }
 }
 
+// The planted task's training: 6 epochs of 1024-sample batches, the schedule's decay in the last third.
+TrainConfig planted_config(const Data& data, const char* interaction) {
+  TrainConfig cfg = base_config(data);
+  cfg.model.interaction = parse_interaction(interaction);
+  cfg.model.cross_layers = 2;
+  cfg.model.cross_rank = 8;
+  cfg.global_batch = 1024;
+  cfg.steps = 0;
+  cfg.epochs = 6;
+  cfg.log_every = 64;
+  cfg.dense.lr = cfg.schedule.lr = 0.02f;
+  cfg.schedule.decay_start = 256;
+  cfg.schedule.decay_steps = 128;
+  return cfg;
+}
+
 BOOST_AUTO_TEST_CASE(planted_task_is_learned) {
   // 4 dense features, 3 slots of 20 rows (every key is seen often), 64 steps an epoch: a task the small model
   // learns in seconds.
   const Data data(65536, 20, 4, 3);
   for (const char* interaction : {"dot", "dcnv2"}) {
-    TrainConfig cfg = base_config(data);
-    cfg.model.interaction = parse_interaction(interaction);
-    cfg.model.cross_layers = 2;
-    cfg.model.cross_rank = 8;
-    cfg.global_batch = 1024;
-    cfg.steps = 0;
-    cfg.epochs = 6;
-    cfg.log_every = 64;
+    TrainConfig cfg = planted_config(data, interaction);
     cfg.eval_every = 192;
-    cfg.dense.lr = cfg.schedule.lr = 0.02f;
-    cfg.schedule.decay_start = 256;
-    cfg.schedule.decay_steps = 128;
     const Run r = train_on(testing::world_size(), cfg);
     const double auc = r.result.evals.empty() ? 0 : r.result.evals.back().second.auc;
     BOOST_TEST_MESSAGE(interaction << ": eval AUC " << auc << ", teacher " << data.teacher_auc);
@@ -390,18 +396,8 @@ BOOST_AUTO_TEST_CASE(fp16_planted_task_is_learned_like_fp32) {
   constexpr double kFp16AucGap = 0.025;
   const Data data(65536, 20, 4, 3);
   for (const char* interaction : {"dot", "dcnv2"}) {
-    TrainConfig cfg = base_config(data);
-    cfg.model.interaction = parse_interaction(interaction);
-    cfg.model.cross_layers = 2;
-    cfg.model.cross_rank = 8;
-    cfg.global_batch = 1024;
-    cfg.steps = 0;
-    cfg.epochs = 6;
-    cfg.log_every = 64;
+    TrainConfig cfg = planted_config(data, interaction);
     cfg.eval_every = 0;
-    cfg.dense.lr = cfg.schedule.lr = 0.02f;
-    cfg.schedule.decay_start = 256;
-    cfg.schedule.decay_steps = 128;
     const Run f32 = train_on(testing::world_size(), cfg);
     cfg.model.precision = GemmType::f16;
     const Run f16 = train_on(testing::world_size(), cfg);
