@@ -73,6 +73,9 @@ struct CheckpointMeta {
   std::string config;                    // model configuration text
   std::vector<int64_t> rng_state;
   std::vector<int64_t> reader_position;
+  // fp16 training's loss scale: {log2 of the scale, good steps since the scale last changed}; empty otherwise
+  // (and in checkpoints written before it was kept: the attribute is optional).
+  std::vector<int64_t> loss_scale;
 };
 
 // One file of a checkpoint as the manifest records it.

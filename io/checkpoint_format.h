@@ -4,7 +4,8 @@
 // manifest.h5
 //   / attributes   format="sparta-checkpoint", version=1, step, world_size (ranks that wrote it), plan (text),
 //                  config (text), rng_state int64[], reader_position int64[], checksum="xxh64", created_unix,
-//                  num_tables, num_dense, num_files
+//                  num_tables, num_dense, num_files; optional: loss_scale int64[2] (fp16 training: log2 of the
+//                  scale, good steps since it last changed; absent otherwise)
 //                  (every possibly empty int64[] attribute X comes with X_size; X itself only when X_size > 0)
 //   /tables/<i>    group per table i in the writers' order: name, dim, optimizer, state_width, rows (total),
 //                  shard_rows int64[world_size]

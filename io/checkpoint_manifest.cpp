@@ -29,6 +29,7 @@ void write_manifest(const std::string& path, const CheckpointMeta& meta, int wor
   h5::write_attr(f, "/", "config", meta.config);
   write_ints(f, "/", "rng_state", meta.rng_state);
   write_ints(f, "/", "reader_position", meta.reader_position);
+  if (!meta.loss_scale.empty()) write_ints(f, "/", "loss_scale", meta.loss_scale);
   h5::write_attr(f, "/", "checksum", std::string("xxh64"));
   h5::write_attr(f, "/", "created_unix", int64_t(std::time(nullptr)));
   h5::write_attr(f, "/", "num_tables", int64_t(tables.size()));
@@ -113,6 +114,7 @@ Manifest read_manifest(const std::string& step_dir) {
   m.meta.config = h5::read_attr_string(f, "/", "config");
   m.meta.rng_state = read_ints(f, "/", "rng_state");
   m.meta.reader_position = read_ints(f, "/", "reader_position");
+  if (h5::has_attr(f, "/", "loss_scale")) m.meta.loss_scale = read_ints(f, "/", "loss_scale");
   std::string algo = h5::read_attr_string(f, "/", "checksum");
   SPARTA_REQUIRE(algo == "xxh64", "%s: attribute 'checksum': expected 'xxh64', found '%s'", p, algo.c_str());
   int64_t num_tables = h5::read_attr_int(f, "/", "num_tables");

@@ -28,4 +28,20 @@ bool LossScaler::update(bool finite) {
   return true;
 }
 
+int LossScaler::log2_scale() const {
+  int e = 0;
+  std::frexp(scale_, &e);
+  return e - 1;
+}
+
+void LossScaler::restore(int64_t log2_scale, int64_t good_run) {
+  SPARTA_REQUIRE(log2_scale >= 0 && log2_scale <= 64,
+                 "checkpoint loss_scale: expected log2 of the scale in [0, 64], found %lld", (long long)log2_scale);
+  SPARTA_REQUIRE(good_run >= 0 && good_run < window_,
+                 "checkpoint loss_scale: expected good steps in [0, %lld) (train.loss_scale_window), found %lld",
+                 (long long)window_, (long long)good_run);
+  scale_ = std::ldexp(1.0, int(log2_scale));
+  good_run_ = good_run;
+}
+
 }  // namespace sparta

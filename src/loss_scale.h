@@ -26,6 +26,10 @@ class LossScaler {
 
   int64_t skipped() const { return skipped_; }     // overflowed steps so far
   int64_t good_run() const { return good_run_; }   // good steps since the last change of scale
+  int log2_scale() const;                           // the scale is 2^log2_scale()
+  // A checkpoint's state: scale 2^log2_scale, good_run good steps since it changed. Throws sparta::Error naming
+  // the value unless 0 <= log2_scale <= 64 and 0 <= good_run < window.
+  void restore(int64_t log2_scale, int64_t good_run);
 
  private:
   double scale_;

@@ -326,6 +326,7 @@ std::string Trainer::save() {
   meta.rng_state = {int64_t(cfg_.seed)};
   const int64_t bpe = train_->batches_per_epoch();
   meta.reader_position = {step_ / bpe, step_ % bpe, cfg_.global_batch};
+  if (scaler_) meta.loss_scale = {scaler_->log2_scale(), scaler_->good_run()};
   std::vector<DenseTensor> dense = dense_tensors();
   if (rank_ != 0) dense.clear();
   const std::string dir = save_checkpoint(world_comm_, cfg_.checkpoint_dir, meta, dense, collection_->rows_to_save());
@@ -345,6 +346,11 @@ void Trainer::load(const std::string& path) {
   params_.upload(p);
   if (state_.size() > 0) state_.upload(c.dense[parts.size()].data);
   step_ = c.manifest.meta.step;
+  // fp16: the scale goes on from where it was (a checkpoint without one, e.g. of another precision, keeps
+  // train.loss_scale_init); a good run longer than this run's window starts the window again
+  const std::vector<int64_t>& ls = c.manifest.meta.loss_scale;
+  if (scaler_ && ls.size() == 2)
+    agree(guarded([&] { scaler_->restore(ls[0], ls[1] < cfg_.loss_scale_window ? ls[1] : 0); }));
   const std::vector<int64_t>& pos = c.manifest.meta.reader_position;
   if (pos.size() == 3 && pos[2] != cfg_.global_batch)
     LOG_WARN("resume: the checkpoint was written with data.global_batch %lld, this run has %lld: the sample order "

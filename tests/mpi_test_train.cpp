@@ -255,6 +255,46 @@ BOOST_AUTO_TEST_CASE(resume_continues_the_trajectory) {
   }
 }
 
+// fp16: a resumed run goes on with the checkpoint's loss scale. From 2^40 the first steps overflow until the scale
+// fits; a run resumed at step 30 from a checkpoint then skips what the uninterrupted run skipped after step 30
+// (nothing, or a step near the limit) and ends at its scale; starting over from 2^40 it would skip its first
+// steps again and end at another scale. dispatch on at most 2 ranks: the resumed run is the uninterrupted one bit
+// for bit (resume_continues_the_trajectory), so a step that overflows near the limit does so in both.
+BOOST_AUTO_TEST_CASE(fp16_resume_keeps_the_loss_scale) {
+  const Data data;
+  testing::SharedTempPath dir("mpi_test_train", "fp16_resume");
+  const int W = std::min(2, testing::world_size());
+  TrainConfig cfg = base_config(data);
+  cfg.eval_path.clear();
+  cfg.placement = "dispatch";
+  cfg.model.precision = GemmType::f16;
+  cfg.loss_scale_init = std::ldexp(1.0, 40);
+  cfg.steps = 40;
+  const Run whole = train_on(W, cfg);
+  TrainConfig first = cfg;
+  first.steps = 30;
+  first.checkpoint_dir = dir.path;
+  first.checkpoint_every = 30;
+  const Run a = train_on(W, first);
+  TrainConfig second = first;
+  second.steps = 40;
+  second.resume = true;
+  const Run b = train_on(W, second);
+  bool ok = true;
+  if (testing::world_rank() == 0) {
+    std::vector<int64_t> late;
+    for (int64_t s : whole.result.skipped_steps)
+      if (s > 30) late.push_back(s);
+    ok = !a.result.skipped_steps.empty() && b.result.first_step == 30 && b.result.skipped_steps == late &&
+         b.result.loss_scale == whole.result.loss_scale;
+    BOOST_TEST_MESSAGE("fp16 resume: " << a.result.skipped_steps.size() << " skipped before the checkpoint, "
+                       << b.result.skipped_steps.size() << " after it (uninterrupted: " << late.size()
+                       << "); final scale " << b.result.loss_scale << " (uninterrupted " << whole.result.loss_scale
+                       << ")");
+  }
+  BOOST_TEST(testing::all_ranks(ok));
+}
+
 // The planted task's training: 6 epochs of 1024-sample batches, the schedule's decay in the last third.
 TrainConfig planted_config(const Data& data, const char* interaction) {
   TrainConfig cfg = base_config(data);

@@ -65,6 +65,25 @@ BOOST_AUTO_TEST_CASE(the_scale_stops_at_two_to_the_64) {
   BOOST_TEST(s.scale() == std::ldexp(1.f, 64));
 }
 
+// A checkpoint's state comes back: the scale and the good steps towards the next doubling.
+BOOST_AUTO_TEST_CASE(restore_takes_a_checkpoints_scale_and_window) {
+  LossScaler s(65536, 4);
+  BOOST_TEST(s.log2_scale() == 16);
+  s.restore(20, 3);
+  BOOST_TEST(s.scale() == std::ldexp(1.0f, 20));
+  BOOST_TEST(s.log2_scale() == 20);
+  BOOST_TEST(s.good_run() == 3);
+  BOOST_TEST(s.update(true));  // the 4th good step in a row: doubles
+  BOOST_TEST(s.log2_scale() == 21);
+  BOOST_TEST(s.good_run() == 0);
+  s.restore(0, 0);
+  BOOST_TEST(s.scale() == 1.0f);
+  BOOST_CHECK_THROW(s.restore(65, 0), Error);
+  BOOST_CHECK_THROW(s.restore(-1, 0), Error);
+  BOOST_CHECK_THROW(s.restore(10, 4), Error);  // not below the window
+  BOOST_CHECK_THROW(s.restore(10, -1), Error);
+}
+
 BOOST_AUTO_TEST_CASE(bad_settings_name_the_option) {
   BOOST_CHECK_EXCEPTION(LossScaler(3, 10), Error, (dense_test::Names{"train.loss_scale_init", "power of two", "3"}));
   BOOST_CHECK_EXCEPTION(LossScaler(0.5, 10), Error, (dense_test::Names{"train.loss_scale_init", "0.5"}));
