@@ -11,7 +11,8 @@
 #   comm        bench_alltoall (nccl, then hier and mpi) at 2 ranks; peer_a2a.py
 #   collection  bench_collection: MLPerf v1 one-hot and DCNv2 multi-hot tables, every placement and the plan, 1 and
 #               2 GPUs, 65536 samples per GPU
-#   train       bench_train: dot and dcnv2 at 65536 per GPU, 1 and 2 GPUs; peer_dlrm.py with and without --compile
+#   train       bench_train: dot and dcnv2 at 65536 per GPU, bf16 on 1 and 2 GPUs, fp16 and fp32 on 1; peer_dlrm.py
+#               with and without --compile
 # Logs and JSON lines go to OUT; the exit status is non-zero when any part failed.
 set -u -o pipefail
 build=${1:?build folder or bundle}
@@ -97,7 +98,10 @@ for part in "${parts[@]}"; do
     train)
       for n in 1 $([ "$two" = 1 ] && echo 2); do
         for m in dot dcnv2; do
-          run bench_train.log $mpiexec -n $n "$build/bin/bench_train" --model $m --batch 65536 --out "$out/bench.jsonl"
+          for p in bf16 $([ "$n" = 1 ] && echo fp16 fp32); do  # the targets are bf16's; fp16 and fp32 on one GPU
+            run bench_train.log $mpiexec -n $n "$build/bin/bench_train" --model $m --precision $p --batch 65536 \
+              --out "$out/bench.jsonl"
+          done
         done
       done
       for m in dot dcnv2; do
