@@ -190,6 +190,17 @@ BOOST_AUTO_TEST_CASE(same_rank_count_and_plan_give_the_same_bits) {
   BOOST_TEST(testing::all_ranks(c.result.losses != a.result.losses));
 }
 
+// cfg run to step `stop` (its checkpoints in cfg.checkpoint_dir), then resumed from there to cfg.steps.
+std::pair<Run, Run> stop_and_resume(int ranks, const TrainConfig& cfg, int64_t stop) {
+  TrainConfig first = cfg;
+  first.steps = stop;
+  Run a = train_on(ranks, first);
+  TrainConfig second = cfg;
+  second.resume = true;
+  Run b = train_on(ranks, second);
+  return {std::move(a), std::move(b)};
+}
+
 // Bitwise for dispatch and hybrid on 1 and 2 ranks: their gradients are summed per distinct key in key order on
 // each rank, and the owner adds at most two such sums per row, which gives the same bits however the row-sorted
 // sequence is cut into blocks. Otherwise a row's gradients are summed in blocks of the row-sorted sequence
@@ -212,14 +223,9 @@ BOOST_AUTO_TEST_CASE(resume_continues_the_trajectory) {
 
     // Stopped at step 40 (checkpoints at 20 and 40), then resumed to 60 with the same ranks.
     TrainConfig first = cfg;
-    first.steps = 40;
     first.checkpoint_dir = dir.path + "/" + placement;
     first.checkpoint_every = 20;
-    const Run a = train_on(W, first);
-    TrainConfig second = first;
-    second.steps = 60;
-    second.resume = true;
-    const Run b = train_on(W, second);
+    const auto [a, b] = stop_and_resume(W, first, 40);
     bool ok = true;
     if (testing::world_rank() == 0) {
       std::vector<double> joined = a.result.losses;
@@ -239,10 +245,9 @@ BOOST_AUTO_TEST_CASE(resume_continues_the_trajectory) {
 
     // Resumed with another rank count (1 rank, or 2 when the job has more) and another plan: within tolerance.
     if (W > 1 && routed) {
-      TrainConfig other = second;
+      TrainConfig other = first;
       other.placement = "replicated";
       other.checkpoint_dir = dir.path + "/other_" + placement;
-      other.resume = false;
       const Run c = train_on(W == 2 ? 1 : 2, other, Backend::cpu, first.checkpoint_dir + "/step-40");
       bool close = true;
       if (testing::world_rank() == 0) {
@@ -272,14 +277,9 @@ BOOST_AUTO_TEST_CASE(fp16_resume_keeps_the_loss_scale) {
   cfg.steps = 40;
   const Run whole = train_on(W, cfg);
   TrainConfig first = cfg;
-  first.steps = 30;
   first.checkpoint_dir = dir.path;
   first.checkpoint_every = 30;
-  const Run a = train_on(W, first);
-  TrainConfig second = first;
-  second.steps = 40;
-  second.resume = true;
-  const Run b = train_on(W, second);
+  const auto [a, b] = stop_and_resume(W, first, 30);
   bool ok = true;
   if (testing::world_rank() == 0) {
     std::vector<int64_t> late;
