@@ -163,32 +163,45 @@ def collectives(cfg, placement, b, N, G):
     B = b * W
     nnz = b * sum(hot)  # keys a rank reads from its slice of the batch
     bags = b * T
+    alpha = cfg["model"].get("key_alpha", 0.0) or 0.0
     if placement == "dispatch":
-        return [("alltoall", nnz * k), ("alltoall", nnz * d * e), ("alltoall", nnz * d * e)], (nnz, bags)
+        # DispatchShard: a rank's distinct keys to their owners, one vector per distinct key back, one gradient sum
+        # per distinct key to the owner
+        u = sum(min(r, expected_distinct(r, b * h, alpha)) for r, h in zip(rows, hot))
+        return [("alltoall", u * k), ("alltoall", u * d * e), ("alltoall", u * d * e)], (nnz, bags)
     if placement == "localized":
         load = localized_assignment([B * (h + 1) for h in hot], W)
         busiest = max(load)
-        # the busiest rank's keys and bags in proportion (h keys + 1 pooled row per bag of its tables)
-        return ([("alltoall", nnz * k), ("alltoall", bags * d * e), ("alltoall", bags * d * e)],
+        # one exchange per owner group, each lopsided: the owner receives every other rank's bags of its tables
+        # (lengths and keys) and sends back their pooled vectors, then receives their gradients. Summed over the
+        # groups, a rank's link carries (W - 1) b T vectors each way: the time of a balanced all-to-all of W times
+        # a rank's share.
+        return ([("alltoall", W * (nnz * k + bags * 8)), ("alltoall", W * bags * d * e), ("alltoall", W * bags * d * e)],
                 (busiest * sum(hot) / (sum(hot) + T), busiest * T / (sum(hot) + T)))
     if placement == "distributed":
-        # every owner sees every key of the global batch and pools partial sums for all B x T bags
-        return ([("allgather", B * sum(hot) * k / 1), ("reducescatter", B * T * d * e), ("allgather", B * T * d * e)],
-                (nnz, B * T / 1))
+        # a rank's keys and their bag ids to their owners; every owner pools partial sums for all B x T bags,
+        # reduce-scattered; the bags' gradients all-gathered
+        return ([("alltoall", nnz * k), ("alltoall", nnz * 8), ("reducescatter", B * T * d * e),
+                 ("allgather", B * T * d * e)], (nnz, B * T / 1))
     if placement == "replicated":
-        # every rank's distinct keys and their gradient sums (one per touched row, not per lookup)
-        alpha = cfg["model"].get("key_alpha", 0.0) or 0.0
-        distinct = sum(min(r, expected_distinct(r, b * h, alpha)) for r, h in zip(rows, hot))
-        sparse = ("allgather", W * distinct * (k + d * e))
-        dense_rows = sum(rows) * d * e
-        return [sparse if sparse[1] <= 2 * dense_rows else ("allreduce", dense_rows)], (nnz, bags)
+        # every rank's distinct keys and their gradient sums (one per touched row, not per lookup): replicated_step
+        colls = [replicated_step(r, h, b, W, d * e, 0, alpha)[1] for r, h in zip(rows, hot)]
+        if W == 1:
+            return [], (nnz, bags)
+        return [(c, sum(x[i][1] for x in colls)) for i, (c, _) in enumerate(colls[0])], (nnz, bags)
     if placement == "hybrid":
         hr = cfg.get("hybrid_hot_rows", 65536)
-        f = [hot_fraction(r, hr, cfg["model"].get("key_alpha", 1.1)) for r in rows]
-        cold = b * sum(h * (1 - fi) for h, fi in zip(hot, f))
-        hot_grad = sum(min(r, hr) for r in rows) * d * e
+        # the cold keys by dispatch (distinct cold keys); the hot rows' dense gradient sums and their counts
+        # all-reduced
+        cold = 0.0
+        for r, h in zip(rows, hot):
+            H = min(r, hr)
+            kc = b * h * (1 - (hot_fraction(r, H, alpha) if alpha else H / r))
+            cold += min(r, expected_distinct(r, kc, alpha, int(H)) if alpha else
+                        (r - H) * -math.expm1(-kc / max(r - H, 1)))
+        hot_rows = sum(min(r, hr) for r in rows)
         return ([("alltoall", cold * k), ("alltoall", cold * d * e), ("alltoall", cold * d * e),
-                 ("allreduce", hot_grad)], (nnz, bags))
+                 ("allreduce", hot_rows * d * e), ("allreduce", hot_rows * 8)], (nnz, bags))
     fail(f"unknown placement '{placement}' (expected {', '.join(PLACEMENTS)})")
 
 
@@ -208,17 +221,41 @@ def memory_per_gpu(cfg, placement, W):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The collection's embedding step, structured as the C++ planner's cost model (src/planner.cpp placement_cost;
-# README "Planner"): per table the device bytes of its local passes, per group (the tables of one placement, and
-# one owner for localized) a fixed cost and its collectives, and the bytes the collectives carry (here timed on
-# the links above). On one rank nothing moves: replicated and localized look the bags up in place and update
-# the rows from the bags' gradients; dispatch, distributed and hybrid keep their routing passes and copy their
-# buffers instead of exchanging them. The fit (fit_params) gives four rates over these terms.
+# The collection's embedding step, counted from what each placement runs per step (src/placement_*.cpp,
+# src/placement_common.cpp, kernels/route.cu), structured as the C++ planner's cost model (src/planner.cpp
+# placement_cost; README "Planner"): per table the device bytes of its local passes, per group (the tables of one
+# placement, and one owner for localized) a fixed cost, its host round trips (a count downloaded: the host waits
+# for the stream), its collectives (count exchanges over MPI and the data collectives), the bytes the collectives
+# carry (timed on the links above) and the longest serial sum of its route (route_pool_bags sums a run of equal
+# keys in one thread per value: a key looked up n times is n dependent adds). On one rank nothing moves:
+# replicated and localized look the bags up in place and update the rows from the bags' gradients; dispatch,
+# distributed and hybrid keep their routing passes, their downloads and their serial sums, and copy their buffers
+# instead of exchanging them. The fit (fit_params) gives one rate per term (EMB_TERMS).
 
-KEY_PASS = 16.0  # one pass over n 8-byte keys or indices, read and written
-SORT = 4 * KEY_PASS
-GROUP_COLLECTIVES = {"replicated": 3, "localized": 6, "dispatch": 4, "distributed": 5, "hybrid": 6}
-EMB_TERMS = ("comm", "local_GB", "collectives", "groups")
+KEY_PASS = 16.0  # one elementwise pass over n 8-byte keys or indices, read and written
+SORT = 4 * KEY_PASS  # the table's backward sort: (row, bag) 32-bit pairs on the rows' bits, 4 passes of 8 bits
+# route_sort_keys: (key, index) 64-bit pairs sorted on all 64 bits (tagged keys), 8 passes of 8 bits that each read
+# and write 16 bytes, plus the indices' iota and the histogram's read
+KEY_SORT = 8 * 32.0 + 16.0
+# per group: (count exchanges over MPI, data collectives, host round trips on more than one rank, on one rank)
+GROUP_WORK = {
+    # the distinct count and the send counts downloaded, the counts exchanged; keys, vectors, gradients
+    "dispatch": (1, 3, 2, 2),
+    # bag and key counts exchanged (no download); lengths, keys, pooled vectors, their gradients
+    "localized": (2, 4, 0, 0),
+    # the send counts downloaded and exchanged; keys, bag ids, the partial sums' reduce-scatter, the all-gather
+    "distributed": (1, 4, 1, 1),
+    # replicated_step: the distinct count downloaded and exchanged; the all-gathers of keys and of sums
+    "replicated": (1, 2, 1, 0),
+    # the hot/cold counts, the cold dispatch's two, the touched hot keys downloaded; the cold dispatch's count
+    # exchange and three collectives, the hot sums' and hot counts' all-reduces
+    "hybrid": (1, 5, 4, 4),
+}
+GROUP_COLLECTIVES = {p: w[0] + w[1] for p, w in GROUP_WORK.items()}
+EMB_TERMS = ("comm", "local_GB", "collectives", "groups", "round_trips", "serial")
+# A host round trip: an 8-byte device-to-host copy behind the stream's work, the host waiting for it, then the
+# next launch (its fixed cost, not fitted; a config's host_round_trip_us replaces it)
+HOST_ROUND_TRIP_US = 20.0
 
 
 def expected_distinct(rows, draws, alpha, skip=0):
@@ -250,40 +287,93 @@ def _zipf_norm(rows, alpha):
     return total
 
 
-def table_local_bytes(placement, R, h, b, W, v, s, alpha, hot_rows):
-    """(device bytes of the table's local passes on one rank, bytes copied locally on one rank): placement_cost's
-    formulas, one slot per table (P = b bags), K = b h keys."""
-    k = KEY_PASS
+def longest_run(rows, draws, alpha):
+    """Expected lookups of a table's most frequent key among draws: the longest run of equal sorted keys."""
+    rows = int(rows)
+    if rows <= 0 or draws <= 0:
+        return 0.0
+    p1 = 1.0 / rows if alpha == 0 else 1.0 / _zipf_norm(rows, alpha)
+    return max(1.0, draws * p1)
+
+
+def bucket_bytes(n, parts):
+    """route_bucket of n elements into parts: the indices' iota, the histogram's read, then one pass per 8 bits of
+    the largest part over (part, index) int32/int64 pairs, read and written."""
+    bits = max(1, math.ceil(math.log2(parts))) if parts > 1 else 1
+    return n * (8 + 4 + 24 * math.ceil(bits / 8))
+
+
+def _pooled(n, p, v):  # pooled lookup: each key's probe (key read, row written), its row read, the bags written
+    return KEY_PASS * n + n * v + p * v
+
+
+def _keys(n, v):  # unpooled lookup: probe, row read, vector written
+    return KEY_PASS * n + 2 * n * v
+
+
+def _update(n, r, v, s):  # the table's backward: sort, per-key gradient reads, the touched rows and state updated
+    return SORT * n + n * v + r * (2 * v + 2 * s)
+
+
+def _rows(n, v):  # route_gather_rows / route_scatter_rows: n rows moved through an index
+    return 2 * n * v + 8 * n
+
+
+def _dispatch_shard(K, U, Ur, Uo, v, s, W):
+    """DispatchShard forward + backward on K keys (U distinct, Ur received from every rank, Uo rows touched at the
+    owner), from the keys to their vectors in key order and back: (local bytes, bytes its exchanges copy on one
+    rank)."""
+    fwd = (KEY_SORT * K + 3 * KEY_PASS * K  # sorted (64-bit), unique (flags, scan, runs)
+           + 12 * U + bucket_bytes(U, W) + 24 * U  # owner, bucket, keys gathered in route order
+           + _keys(Ur, v)  # the owner's lookup of the keys it received
+           + _rows(U, v) + _rows(K, v) + _rows(K, v))  # back to distinct order, to sorted order, to key order
+    bwd = (_rows(K, v) + (K + U) * v + _rows(U, v)  # sorted, summed per distinct key (runs), gathered by owner
+           + 8 * Ur + _update(Ur, Uo, v, s))  # one bag per received key at the owner
+    return fwd + bwd, 16 * U + 2 * U * v + 2 * Ur * v
+
+
+def replicated_step(R, h, b, W, v, s, alpha):
+    """Replicated's work for one table (src/placement_replicated.cpp, ReplicaShard::update_from_all): (local bytes,
+    [(collective, bytes per rank)]). Forward: one pooled lookup. Backward on one rank: the bags' update straight
+    from their gradients. On more than one rank: this rank's per-row gradient sums (the table's sort and reduction
+    over all K lookups: U sums and their keys written), the U count downloaded and exchanged, the all-gathers of
+    every rank's distinct keys and of their sums (W U each), the gathered keys inserted in this copy (rows only),
+    and one update over the W U gathered sums (Ug rows touched). The counts: GROUP_WORK["replicated"]."""
+    K, P = b * h, b
+    U = min(R, expected_distinct(R, K, alpha))
+    if W == 1:
+        return _pooled(K, P, v) + _update(K, U, v, s), []
+    Ug = min(R, expected_distinct(R, W * K, alpha))
+    local = (_pooled(K, P, v) + SORT * K + K * v + U * v + 8 * U  # lookup; row sums and their keys
+             + KEY_PASS * W * U + 8 * W * U + _update(W * U, Ug, v, s))  # insert, iota, update of the gathered
+    return local, [("allgather", W * U * 8), ("allgather", W * U * v)]
+
+
+def table_work(placement, R, h, b, W, v, s, alpha, hot_rows):
+    """(device bytes of the table's local passes on one rank, the longest serial sum of its route, in adds): one slot
+    per table (P = b bags), K = b h keys."""
     K, P = b * h, b
     U, Ug = min(R, expected_distinct(R, K, alpha)), min(R, expected_distinct(R, W * K, alpha))
-
-    def pooled(n, p):
-        return k * n + n * v + p * v
-
-    def keys(n):
-        return k * n + 2 * n * v
-
-    def update(n, r):
-        return SORT * n + n * v + r * (2 * v + 2 * s)
-
-    if W == 1 and placement in ("replicated", "localized"):
-        return pooled(K, P) + update(K, U)
+    run = longest_run(R, K, alpha)
     if placement == "replicated":
-        # this rank's rows sorted and summed (U sums and their keys written), every rank's U keys looked up in
-        # this copy (rows only), their W U sums applied
-        local = pooled(K, P) + SORT * K + K * v + U * v + k * U + k * W * U + update(W * U, Ug)
-        copied = 8 * U + U * v
-    elif placement == "localized":  # the owner's share
-        local, copied = k * P + k * W * P + pooled(W * K, W * P) + update(W * K, Ug), 8 * P + 8 * K + 2 * P * v
-    elif placement == "dispatch":
-        local = (SORT * K + k * K + 3 * k * U + keys(U) + 2 * U * v + 2 * K * v + 2 * K * v + (K + P) * v
-                 + (P + K) * v + 2 * K * v + (K + U) * v + 2 * U * v + update(U, Ug / W))
-        copied = 8 * U + 2 * U * v
-    elif placement == "distributed":
-        local = (k * K + 2 * k * K + 2 * k * K + k * K + pooled(K, W * P) + 2 * P * v + 2 * P * v
-                 + update(K, Ug / W))
-        copied = 16 * K + 2 * P * v
-    elif placement == "hybrid":
+        return replicated_step(R, h, b, W, v, s, alpha)[0], 0.0
+    if W == 1 and placement == "localized":
+        return _pooled(K, P, v) + _update(K, U, v, s), 0.0
+    if placement == "localized":  # the owner's share: the global batch's bags of this table
+        local = 16 * P + 16 * W * P + _pooled(W * K, W * P, v) + _update(W * K, Ug, v, s)
+        return local, 0.0
+    if placement == "dispatch":
+        local, copied = _dispatch_shard(K, U, U, Ug / W, v, s, W)
+        local += (K + P) * v + (P + K) * v  # the bags pooled; their gradients spread over their keys
+        return local + (copied if W == 1 else 0.0), run
+    if placement == "distributed":
+        # bag ids, owners, bucket, keys and bag ids gathered by owner; the owner's CSR of the W P bags, its partial
+        # sums of them, this rank's sums copied out; backward: the bags' gradients scaled, the owner's update
+        local = (16 * K + 12 * K + bucket_bytes(K, W) + 2 * 24 * K + 8 * W * P + _pooled(K, W * P, v) + 2 * P * v
+                 + 2 * P * v + _update(K, Ug / W, v, s))
+        copied = 32 * K + 4 * P * v  # keys and bag ids; the reduce-scatter's and the all-gather's buffers
+        return local + (copied if W == 1 else 0.0), 0.0
+    if placement == "hybrid":
         H = min(R, hot_rows)
         x = hot_fraction(R, H, alpha) if alpha else H / R
         Kh = K * x
@@ -291,19 +381,25 @@ def table_local_bytes(placement, R, h, b, W, v, s, alpha, hot_rows):
         Uc = min(R, expected_distinct(R, Kc, alpha, int(H)) if alpha else (R - H) * -math.expm1(-Kc / max(R - H, 1)))
         Ucg = min(R, expected_distinct(R, W * Kc, alpha, int(H)) if alpha else
                   (R - H) * -math.expm1(-W * Kc / max(R - H, 1)))
-        fwd = (3 * k * K + keys(Kh) + SORT * Kc + k * Kc + 3 * k * Uc + keys(Uc) + 2 * Uc * v + 2 * Kc * v
-               + 2 * Kc * v + 2 * K * v + (K + P) * v)
-        bwd = ((P + K) * v + 2 * K * v + 2 * k * Kh + 2 * Kh * v + (Kh + H) * v + 3 * k * H + 2 * H * v + keys(H)
-               + update(H, H) + 2 * Kc * v + (Kc + Uc) * v + 2 * Uc * v + update(Uc, Ucg / W))
-        local, copied = fwd + bwd, 8 * Uc + 2 * Uc * v
-    else:
-        fail(f"unknown placement '{placement}' (expected {', '.join(PLACEMENTS)})")
-    return local + (2 * copied if W == 1 else 0.0)
+        Th = min(H, expected_distinct(R, W * Kh, alpha) if alpha else H * -math.expm1(-W * Kh / max(H, 1)))
+        cold, copied = _dispatch_shard(Kc, Uc, Uc, Ucg / W, v, s, W)
+        search = 8 * K * max(1.0, math.log2(max(H, 2)))  # binary search of the hot set per key
+        fwd = (search + 4 * K + bucket_bytes(K, 2) + 24 * K  # hot or cold, split, keys gathered
+               + _keys(Kh, v) + _rows(K, v) + (K + P) * v)  # hot lookup; back to key order; the bags pooled
+        bwd = ((P + K) * v + _rows(K, v)  # spread, split
+               + 8 * Kh * max(1.0, math.log2(max(H, 2))) + bucket_bytes(Kh, H) + _rows(Kh, v)  # by hot key
+               + 16 * H + (Kh + H) * v  # offsets, the sums per hot key (runs)
+               + 8 * H + 4 * H + bucket_bytes(H, 2) + 24 * Th + _rows(Th, v)  # touched hot keys and sums
+               + _keys(Th, v) + 8 * Th + _update(Th, Th, v, s))  # their rows looked up, one update each
+        # the cold path's runs skip the hot keys; the hot sums' runs are the hottest key's lookups
+        return fwd + bwd + cold + (copied if W == 1 else 0.0), run if H >= 1 else 0.0
+    fail(f"unknown placement '{placement}' (expected {', '.join(PLACEMENTS)})")
 
 
 def embedding_terms(cfg, placement, mode, N, G, b):
     """The terms of one step's embedding time on the busiest rank: comm (s: the placement's collectives on the
-    links), local_GB (device bytes of its local passes, GB), collectives and groups (each a fixed cost)."""
+    links), local_GB (device bytes of its local passes, GB), collectives, groups and round_trips (each a fixed
+    cost), serial (the longest serial sum of a group's route, in thousands of adds)."""
     m = cfg["model"]
     rows, hot, d, e, _ = shapes(cfg)
     W = N * G
@@ -311,7 +407,8 @@ def embedding_terms(cfg, placement, mode, N, G, b):
     s = v * m.get("optimizer_state_per_value", 0)
     alpha = m.get("key_alpha", 0.0) or 0.0
     hr = cfg.get("hybrid_hot_rows", 65536)
-    per_table = [table_local_bytes(placement, R, h, b, W, v, s, alpha, hr) for R, h in zip(rows, hot)]
+    work = [table_work(placement, R, h, b, W, v, s, alpha, hr) for R, h in zip(rows, hot)]
+    per_table = [x for x, _ in work]
     if placement == "localized" and W > 1:
         owners = m.get("owners")
         if owners and len(owners) == len(rows) and max(owners) < W:
@@ -328,15 +425,21 @@ def embedding_terms(cfg, placement, mode, N, G, b):
     L = link(cfg)
     colls, _ = collectives(cfg, placement, b, N, G)
     comm = sum(COLLECTIVES[c](S, N, G, mode, L) for c, S in colls) if W > 1 else 0.0
-    ncoll = GROUP_COLLECTIVES[placement] * groups if W > 1 else 0
-    return {"comm": comm, "local_GB": local / 1e9, "collectives": ncoll, "groups": groups}
+    ex, dc, rt, rt1 = GROUP_WORK[placement]
+    ncoll = (ex + dc) * groups if W > 1 else 0
+    trips = (rt if W > 1 else rt1) * groups
+    serial = max(r for _, r in work) if work else 0.0  # one kernel per group: its longest run
+    return {"comm": comm, "local_GB": local / 1e9, "collectives": ncoll, "groups": groups, "round_trips": trips,
+            "serial": serial / 1e3}
 
 
 def embedding_ms(terms, rates):
     """The embedding step (ms) from its terms and fitted rates: comm_scale (x the links' time), hbm_GBps,
-    collective_us, group_us."""
+    collective_us, group_us, round_trip_us, serial_us (per thousand serial adds; the last two 0 when absent)."""
     return 1e3 * (terms["comm"] * rates["comm_scale"] + terms["local_GB"] / rates["hbm_GBps"]
-                  + 1e-6 * (terms["collectives"] * rates["collective_us"] + terms["groups"] * rates["group_us"]))
+                  + 1e-6 * (terms["collectives"] * rates["collective_us"] + terms["groups"] * rates["group_us"]
+                            + terms.get("round_trips", 0) * rates.get("round_trip_us", 0.0)
+                            + terms.get("serial", 0) * rates.get("serial_us", 0.0)))
 
 
 def _solve(A, y):
@@ -355,12 +458,13 @@ def _solve(A, y):
     return [M[i][n] / M[i][i] for i in range(n)]
 
 
-def nnls_relative(X, y):
+def nnls_relative(X, y, fixed=None):
     """Non-negative least squares on relative error (each row divided by its y) over every subset of the columns
-    (few columns): the coefficients with the smallest residual, 0 where a column is left out."""
+    (few columns): the coefficients with the smallest residual, 0 where a column is left out. fixed: a known part
+    of each y (not fitted)."""
     n = len(X[0])
     A = [[x / t for x in row] for row, t in zip(X, y)]
-    ones = [1.0] * len(y)
+    ones = [1.0 - f / t for f, t in zip(fixed or [0.0] * len(y), y)]
     best, best_res = [0.0] * n, float("inf")
     for mask in range(1, 1 << n):
         cols = [j for j in range(n) if mask >> j & 1 and any(a[j] for a in A)]
@@ -372,7 +476,7 @@ def nnls_relative(X, y):
         coef = [0.0] * n
         for j, c in zip(cols, sol):
             coef[j] = c
-        res = sum((sum(c * a[j] for j, c in enumerate(coef)) - 1) ** 2 for a in A)
+        res = sum((sum(c * a[j] for j, c in enumerate(coef)) - o) ** 2 for a, o in zip(A, ones))
         if res < best_res - 1e-12:
             best, best_res = coef, res
     return best
@@ -678,11 +782,15 @@ def fit_params(cfg, rows):
     out = {}
     pts = [(t, y) for t, y in (coll or train) if y and y > 0]
     if pts:
-        X = [[1e3 * t["comm"], 1e3 * t["local_GB"], 1e-3 * t["collectives"], 1e-3 * t["groups"]] for t, _ in pts]
-        a, h, cu, gu = nnls_relative(X, [y for _, y in pts])
-        # a: ms per ms of link time; h: s per GB (1 / GB/s); cu, gu: us
+        # the host round trips at their fixed cost (not fitted: a few per step, tens of us, which 12 points cannot
+        # tell from the other fixed costs); the rest fitted
+        ru = cfg.get("host_round_trip_us", HOST_ROUND_TRIP_US)
+        X = [[1e3 * t["comm"], 1e3 * t["local_GB"], 1e-3 * t["collectives"], 1e-3 * t["groups"], 1e-3 * t["serial"]]
+             for t, _ in pts]
+        a, h, cu, gu, su = nnls_relative(X, [y for _, y in pts], [1e-3 * ru * t["round_trips"] for t, _ in pts])
+        # a: ms per ms of link time; h: s per GB (1 / GB/s); cu, gu: us; su: us per thousand serial adds
         out["embedding_rates"] = {"comm_scale": a, "hbm_GBps": 1 / h if h > 0 else 1e9, "collective_us": cu,
-                                  "group_us": gu, "points": len(pts),
+                                  "group_us": gu, "serial_us": su, "round_trip_us": ru, "points": len(pts),
                                   "from": "collection" if coll else "train"}
         if coll and train:
             out["train_embedding_scale"] = statistics.median(
@@ -825,7 +933,8 @@ def main(argv=None):
         if e:
             print(f"  embedding ({e['points']} {e['from']} point(s)): links' time x {e['comm_scale']:.4g}, local "
                   f"{e['hbm_GBps']:.4g} GB/s, {e['collective_us']:.4g} us per collective, {e['group_us']:.4g} us "
-                  f"per group")
+                  f"per group, {e.get('serial_us', 0):.4g} us per thousand serial adds ({e.get('round_trip_us', 0):.4g} "
+                  f"us per host round trip, fixed)")
         for k in ("train_embedding_scale", "dense_ms_per_sample", "dense_TFLOPs", "data_GBps", "comm_fixed_ms"):
             if k in f:
                 print(f"  {k} {f[k]}")

@@ -62,27 +62,32 @@ class Placements(unittest.TestCase):
     def test_bytes_per_placement(self):
         cfg = tiny_config()
         b = 3  # per rank: nnz = 3 * (1 + 2) = 9 keys, bags = 3 * 2 = 6
-        colls, work = sm.collectives(cfg, "dispatch", b, 1, 4)
-        self.assertEqual(colls, [("alltoall", 72), ("alltoall", 144), ("alltoall", 144)])
-        self.assertEqual(work, (9, 6))
-        colls, _ = sm.collectives(cfg, "localized", b, 1, 4)
-        self.assertEqual(colls, [("alltoall", 72), ("alltoall", 96), ("alltoall", 96)])
-        colls, work = sm.collectives(cfg, "distributed", b, 1, 4)  # global batch 12: 36 keys, 24 bags
-        self.assertEqual(colls, [("allgather", 288), ("reducescatter", 384), ("allgather", 384)])
-        self.assertEqual(work, (9, 24))
-        colls, _ = sm.collectives(cfg, "replicated", b, 1, 4)
 
         def distinct(rows, draws, alpha=1.1):  # expected distinct keys, P(rank r) ~ r^-alpha, summed exactly
             w = [r ** -alpha for r in range(1, rows + 1)]
             return sum(1 - (1 - x / sum(w)) ** draws for x in w)
 
-        # sparse: 4 ranks x their distinct keys (3 and 6 lookups into 10 and 20 rows) x (8 + 16) bytes gathered;
-        # dense: 30 rows x 16 = 480, reduced twice
-        self.assertEqual([c for c, _ in colls], ["allgather"])
-        self.assertAlmostEqual(colls[0][1], 4 * (distinct(10, 3) + distinct(20, 6)) * 24)
-        self.assertLess(colls[0][1], 4 * 9 * 24)  # fewer than one per lookup
-        colls, _ = sm.collectives(cfg, "replicated", 10, 1, 4)  # 4 x (about 17 distinct) x 24 > 2 x 480
-        self.assertEqual(colls, [("allreduce", 480)])
+        # dispatch: a rank's distinct keys (3 and 6 lookups into 10 and 20 rows) out, a vector each back, a
+        # gradient sum each out
+        u = distinct(10, 3) + distinct(20, 6)
+        colls, work = sm.collectives(cfg, "dispatch", b, 1, 4)
+        self.assertEqual([c for c, _ in colls], ["alltoall"] * 3)
+        for (_, got), want in zip(colls, (u * 8, u * 16, u * 16)):
+            self.assertAlmostEqual(got, want, places=6)
+        self.assertLess(u, 9)
+        self.assertEqual(work, (9, 6))
+        # localized: one lopsided exchange per owner: the time of a balanced all-to-all of 4 x a rank's share
+        colls, _ = sm.collectives(cfg, "localized", b, 1, 4)
+        self.assertEqual(colls, [("alltoall", 4 * (72 + 48)), ("alltoall", 4 * 96), ("alltoall", 4 * 96)])
+        colls, work = sm.collectives(cfg, "distributed", b, 1, 4)  # global batch 12: 36 keys, 24 bags
+        self.assertEqual(colls, [("alltoall", 72), ("alltoall", 72), ("reducescatter", 384), ("allgather", 384)])
+        self.assertEqual(work, (9, 24))
+        # replicated: 4 ranks x their distinct keys, then their sums (16 bytes each), all-gathered; one rank: none
+        colls, _ = sm.collectives(cfg, "replicated", b, 1, 4)
+        self.assertEqual([c for c, _ in colls], ["allgather", "allgather"])
+        self.assertAlmostEqual(colls[0][1], 4 * u * 8)
+        self.assertAlmostEqual(colls[1][1], 4 * u * 16)
+        self.assertEqual(sm.collectives(cfg, "replicated", b, 1, 1)[0], [])
 
     def test_localized_assignment(self):
         self.assertEqual(sm.localized_assignment([5, 3, 2, 2], 2), [7, 5])
@@ -95,7 +100,8 @@ class Placements(unittest.TestCase):
         cfg = tiny_config()
         p = sm.predict(cfg, "dispatch", "nccl", 1, 4, 3)
         L = sm.link(cfg)
-        comm = sm.all_to_all_s(72, 1, 4, "nccl", L) + 2 * sm.all_to_all_s(144, 1, 4, "nccl", L)
+        u = sum(min(r, sm.expected_distinct(r, 3 * h, 1.1)) for r, h in ((10, 1), (20, 2)))  # distinct keys
+        comm = sm.all_to_all_s(u * 8, 1, 4, "nccl", L) + 2 * sm.all_to_all_s(u * 16, 1, 4, "nccl", L)
         fwd = (9 * 16 + 6 * 16) / 1e9
         bwd = (2 * 9 * 16 + 6 * 16) / 2e9
         flops, params = sm.dense_flops_per_sample(cfg["model"])
@@ -180,7 +186,8 @@ class FitAndCheck(unittest.TestCase):
         self.dir = tempfile.mkdtemp(prefix="sparta_py_test_fit_")
         self.cfg = tiny_config()
         self.rates = {"comm_scale": random.uniform(0.5, 3), "hbm_GBps": random.uniform(0.5, 5),
-                      "collective_us": random.uniform(10, 900), "group_us": random.uniform(50, 500)}
+                      "collective_us": random.uniform(10, 900), "group_us": random.uniform(50, 500),
+                      "serial_us": random.uniform(10, 500), "round_trip_us": sm.HOST_ROUND_TRIP_US}
         self.train_scale = random.uniform(0.4, 0.9)
         self.per_sample = {"dot/fp32": random.uniform(1e-4, 1e-3), "dot/bf16": random.uniform(1e-5, 1e-4),
                            "dcnv2/bf16": random.uniform(1e-4, 1e-3)}
@@ -235,6 +242,22 @@ class FitAndCheck(unittest.TestCase):
         two = sm.embedding_terms(c, "localized", "nccl", 1, 2, 200)
         self.assertEqual((two["groups"], two["collectives"]), (2, 12))
         self.assertEqual(sm.embedding_terms(c, "dispatch", "nccl", 1, 2, 200)["groups"], 1)
+
+    def test_round_trips_and_serial_sums(self):
+        # what each placement runs per group (src/placement_*.cpp): count downloads (host round trips), on one rank
+        # too, and the route's longest serial sum (dispatch and hybrid sum a run of equal keys in one thread)
+        c = sm.record_shape(self.cfg, dict(self.rows[2], ms_step=1))[0]
+        b = 200
+        for pl, one, two in (("dispatch", 2, 2), ("localized", 0, 0), ("distributed", 1, 1), ("replicated", 0, 1),
+                             ("hybrid", 4, 4)):
+            t1 = sm.embedding_terms(c, pl, "nccl", 1, 1, b)
+            t2 = sm.embedding_terms(c, pl, "nccl", 1, 2, b)
+            self.assertEqual(t1["round_trips"], one, pl)
+            self.assertEqual(t2["round_trips"], two * t2["groups"], pl)
+        # 200 uniform lookups a table (keys alpha 0 in these records): 2 x 200 / 20 rows of the second table
+        self.assertAlmostEqual(sm.embedding_terms(c, "dispatch", "nccl", 1, 1, b)["serial"] * 1e3, 2 * b / 20)
+        self.assertEqual(sm.embedding_terms(c, "replicated", "nccl", 1, 2, b)["serial"], 0.0)
+        self.assertEqual(sm.longest_run(10, 5, 0.0), 1.0)
 
     def test_expected_distinct(self):
         self.assertAlmostEqual(sm.expected_distinct(10, 1e6, 0), 10)
