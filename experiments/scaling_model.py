@@ -509,7 +509,8 @@ def predict(cfg, placement, mode, N, G, b, rates=None):
     if er:  # fitted: the planner-structured terms (local passes, groups, collectives) at the fitted rates
         t = embedding_terms(cfg, placement, mode, N, G, b)
         comm = t["comm"] * er["comm_scale"] + 1e-6 * t["collectives"] * er["collective_us"]
-        fwd, bwd = t["local_GB"] / er["hbm_GBps"], 1e-6 * t["groups"] * er["group_us"]
+        fwd = t["local_GB"] / er["hbm_GBps"] + 1e-6 * t["serial"] * er.get("serial_us", 0.0)
+        bwd = 1e-6 * (t["groups"] * er["group_us"] + t["round_trips"] * er.get("round_trip_us", 0.0))
     total = fwd + bwd + comm + dense_part + over
     mem = memory_per_gpu(cfg, placement, W)
     fits = mem <= cfg.get("gpu_memory_GB", 80) * 1e9 * cfg.get("memory_fraction", 0.8)
