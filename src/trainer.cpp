@@ -17,10 +17,6 @@
 #include "src/embedding_collection.h"
 #include "src/planner.h"
 
-#if SPARTA_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 namespace sparta {
 
 namespace {
@@ -88,13 +84,8 @@ void Trainer::build_rest(const std::string& load_from) {
   comm_ = std::make_unique<Communicator>(topo_, dev_, copt);
   emb_dev_ = dev_;
   if (dev_.is_cuda()) {
-    emb_stream_ = create_stream(dev_);
-    emb_dev_.stream = emb_stream_;
-#if SPARTA_CUDA
-    cudaEvent_t e;
-    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    emb_event_ = e;
-#endif
+    emb_stream_ = SideStream(dev_);
+    emb_dev_.stream = emb_stream_.stream();
   }
   collection_ = std::make_unique<EmbeddingCollection>(world_comm_, comm_.get(), emb_dev_, collection_cfg_, plan_);
   const ModelConfig& m = cfg_.model;
@@ -119,14 +110,7 @@ void Trainer::build_rest(const std::string& load_from) {
     scaler_ = std::make_unique<LossScaler>(cfg_.loss_scale_init, cfg_.loss_scale_window);
     nonfinite_ = Buffer<int>(dev_, 1);
   }
-  if (dev_.is_cuda()) {
-    grad_stream_ = create_stream(dev_);
-#if SPARTA_CUDA
-    cudaEvent_t e;
-    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    grad_event_ = e;
-#endif
-  }
+  if (dev_.is_cuda()) grad_stream_ = SideStream(dev_);
   if (rank_ == 0) {
     LOG_INFO("model: %s; %zu dense parameters, dense optimizer %s", m.describe().c_str(), P,
              optimizer_name(cfg_.dense.kind));
@@ -141,37 +125,17 @@ void Trainer::agree(const std::string& error) const { agree_on_error(world_comm_
 
 Trainer::~Trainer() {
   if (comm_) synchronize_all();
-  collection_.reset();  // its memory is freed while its stream still exists
-#if SPARTA_CUDA
-  if (grad_event_) cudaEventDestroy(static_cast<cudaEvent_t>(grad_event_));
-  if (emb_event_) cudaEventDestroy(static_cast<cudaEvent_t>(emb_event_));
-#endif
-  if (grad_stream_) destroy_stream(dev_, grad_stream_);
-  if (emb_stream_) destroy_stream(dev_, emb_stream_);
+  collection_.reset();  // its memory is freed while its stream still exists (the streams are members below it)
 }
 
 void Trainer::synchronize_all() {
   comm_->synchronize(dev_.stream);
-  if (emb_stream_) comm_->synchronize(emb_stream_);
+  if (emb_stream_.stream()) comm_->synchronize(emb_stream_.stream());
 }
 
-void Trainer::wait_for_embeddings() {
-#if SPARTA_CUDA
-  if (!emb_stream_) return;
-  cudaEvent_t e = static_cast<cudaEvent_t>(emb_event_);
-  CUDA_CHECK(cudaEventRecord(e, emb_stream_));
-  CUDA_CHECK(cudaStreamWaitEvent(dev_.stream, e, 0));
-#endif
-}
+void Trainer::wait_for_embeddings() { emb_stream_.join_into(dev_.stream); }
 
-void Trainer::embeddings_wait() {
-#if SPARTA_CUDA
-  if (!emb_stream_) return;
-  cudaEvent_t e = static_cast<cudaEvent_t>(emb_event_);
-  CUDA_CHECK(cudaEventRecord(e, dev_.stream));
-  CUDA_CHECK(cudaStreamWaitEvent(emb_stream_, e, 0));
-#endif
-}
+void Trainer::embeddings_wait() { emb_stream_.wait_for(dev_.stream); }
 
 void Trainer::open_datasets(TrainerMode mode) {
   const bool training = mode == TrainerMode::train;
@@ -377,25 +341,15 @@ void Trainer::upload(const Batch& b) {
 void Trainer::reduce_bucket(size_t offset, size_t count) {
   if (world_ == 1 || count == 0) return;
   Stream s = dev_.stream;
-#if SPARTA_CUDA
-  if (grad_stream_) {
-    cudaEvent_t e = static_cast<cudaEvent_t>(grad_event_);
-    CUDA_CHECK(cudaEventRecord(e, dev_.stream));
-    CUDA_CHECK(cudaStreamWaitEvent(grad_stream_, e, 0));
-    s = grad_stream_;
+  if (grad_stream_.stream()) {
+    grad_stream_.wait_for(dev_.stream);
+    s = grad_stream_.stream();
   }
-#endif
   comm_->all_reduce(grads_.data() + offset, grads_.data() + offset, count, DataType::f32, s);
 }
 
 void Trainer::join_grad_stream() {
-#if SPARTA_CUDA
-  if (grad_stream_ && world_ > 1) {
-    cudaEvent_t e = static_cast<cudaEvent_t>(grad_event_);
-    CUDA_CHECK(cudaEventRecord(e, grad_stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(dev_.stream, e, 0));
-  }
-#endif
+  if (world_ > 1) grad_stream_.join_into(dev_.stream);
 }
 
 bool Trainer::unscale_gradients(int64_t batch) {

@@ -164,13 +164,11 @@ class Trainer {
   Buffer<int64_t> offsets_, keys_;                // [B*slots + 1], [most keys of a local batch]
   Buffer<float> losses_, probs_;                  // [log_every], [B]
   int64_t step_ = 0;
-  Stream grad_stream_ = nullptr;                  // cuda: where the gradient all-reduce runs
-  void* grad_event_ = nullptr;                    // cuda: cudaEvent_t ordering the two streams
+  SideStream grad_stream_;                        // cuda: where the gradient all-reduce runs
   // cuda: the embedding collection runs on its own stream, so that its backward (and the host waits inside it)
   // overlaps the dense model's weight gradients; emb_dev_ is dev_ with that stream (cpu: dev_ itself).
   Device emb_dev_;
-  Stream emb_stream_ = nullptr;
-  void* emb_event_ = nullptr;  // cuda: cudaEvent_t ordering emb_stream_ and dev_.stream
+  SideStream emb_stream_;
   void wait_for_embeddings();  // dev_.stream waits for the work queued on emb_stream_ so far
   void embeddings_wait();      // emb_stream_ waits for the work queued on dev_.stream so far
   void synchronize_all();      // both streams (fault-aware)

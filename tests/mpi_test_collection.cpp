@@ -320,15 +320,16 @@ std::vector<float> rows_of(const std::vector<float>& all, int64_t width, const S
 }
 
 // The tolerance of values that are not compared bit for bit: 1e-5 + 1e-5|ref| (summation order), or under
-// exchange = bf16 on more than one rank 2.5e-2 + 1e-2|ref|: every vector and gradient that crosses ranks is
+// exchange = bf16 on more than one rank 6e-2 + 1e-2|ref|: every vector and gradient that crosses ranks is
 // rounded to bf16 (relative error <= 2^-9), and the hot key's row takes some 10-40 gradients of magnitude < 1 a
-// step at lr 0.5, each off by up to 1e-3 after rounding, over 4 steps (observed: about 1e-2), while a key routed
-// to the wrong place or a lost gradient moves a value by order 0.1-1 (init_scale 0.5, SGD lr 0.5).
+// step at lr 0.5, each off by up to 2e-3 after rounding, over 4 steps. The errors add like a random walk: about
+// 1e-2 typically, 3.4e-2 seen in about one run of ten at 4 ranks (the bound, every error of one sign, is 0.16).
+// A key routed to the wrong place or a lost gradient moves a value by order 0.1-1 (init_scale 0.5, SGD lr 0.5).
 struct Tol {
   double abs = 1e-5, rel = 1e-5;
 };
 Tol tolerance_of(const CollectionConfig& cfg, int world) {
-  return cfg.exchange == DataType::bf16 && world > 1 ? Tol{2.5e-2, 1e-2} : Tol{};
+  return cfg.exchange == DataType::bf16 && world > 1 ? Tol{6e-2, 1e-2} : Tol{};
 }
 
 // Compares this rank's output with the reference's columns; exact for the slots of `exact` tables.

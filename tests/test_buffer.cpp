@@ -122,6 +122,59 @@ BOOST_AUTO_TEST_CASE(cuda_resize_waits_for_the_stream_that_used_the_memory, *tes
 #endif
 }
 
+// A SideStream's orderings: work queued on the side stream after wait_for(s) sees what s did before it, and
+// work queued on s after join_into(s) sees what the side stream did before it. Each producer first sleeps 300 ms
+// in a host function, so an ordering that is missing shows as the old values.
+BOOST_AUTO_TEST_CASE(cuda_side_stream_orders_both_ways, *testing::needs_gpu()) {
+#if SPARTA_CUDA
+  Device dev = open_device(Backend::cuda, 0);
+  {
+    const size_t n = size_t(1) << 20;
+    SideStream side(dev);
+    BOOST_REQUIRE(side.stream() != nullptr && side.stream() != dev.stream);
+    Buffer<float> a(dev, n), b(dev, n);
+    fill(dev, a.data(), n, 1.f, dev.stream);
+    fill(dev, b.data(), n, -1.f, dev.stream);
+    synchronize(dev, dev.stream);
+    // dev.stream produces, the side stream consumes
+    std::atomic<bool> slept{false};
+    BOOST_REQUIRE(cudaLaunchHostFunc(dev.stream, sleep_then_mark, &slept) == cudaSuccess);
+    fill(dev, a.data(), n, 2.f, dev.stream);
+    side.wait_for(dev.stream);
+    copy_on_device(dev, b.data(), a.data(), n * sizeof(float), side.stream());
+    std::vector<float> got(n, std::nanf(""));
+    copy_to_host(dev, got.data(), b.data(), n * sizeof(float), side.stream());
+    BOOST_CHECK(slept.load());
+    BOOST_CHECK_EQUAL(testing::count_mismatches(got, std::vector<float>(n, 2.f), 0, 0, "wait_for"), 0u);
+    // the side stream produces, dev.stream consumes
+    std::atomic<bool> slept2{false};
+    BOOST_REQUIRE(cudaLaunchHostFunc(side.stream(), sleep_then_mark, &slept2) == cudaSuccess);
+    fill(dev, b.data(), n, 3.f, side.stream());
+    side.join_into(dev.stream);
+    copy_on_device(dev, a.data(), b.data(), n * sizeof(float), dev.stream);
+    std::fill(got.begin(), got.end(), std::nanf(""));
+    copy_to_host(dev, got.data(), a.data(), n * sizeof(float), dev.stream);
+    BOOST_CHECK(slept2.load());
+    BOOST_CHECK_EQUAL(testing::count_mismatches(got, std::vector<float>(n, 3.f), 0, 0, "join_into"), 0u);
+    // moved-from objects hold nothing; the moved-to one keeps the stream
+    SideStream moved(std::move(side));
+    BOOST_CHECK(side.stream() == nullptr && moved.stream() != nullptr);
+  }
+  close_device(dev);
+#endif
+}
+
+// On the cpu backend a SideStream holds nothing and its orderings do nothing (cpu work is done when its call
+// returns).
+BOOST_AUTO_TEST_CASE(cpu_side_stream_is_empty) {
+  Device d = open_device(Backend::cpu, -1);
+  SideStream side(d);
+  BOOST_CHECK(side.stream() == nullptr);
+  side.wait_for(d.stream);
+  side.join_into(d.stream);
+  close_device(d);
+}
+
 BOOST_AUTO_TEST_CASE(device_choice_maps_local_rank_to_gpu) {
   // cpu always; cuda takes GPU = host-local rank; auto takes the GPUs only when every local rank gets one.
   BOOST_CHECK(choose_device("cpu", 1, 2, 8).backend == Backend::cpu);

@@ -48,6 +48,32 @@ void close_device(Device& dev);
 Stream create_stream(const Device& dev);
 void destroy_stream(const Device& dev, Stream stream);
 
+// A second stream of dev that owns its stream and one event to order it against others (cuda; on the cpu
+// backend it holds nothing and every call does nothing, since cpu work is done when its call returns). The
+// orderings are CUDA events, never a host wait. Destruction waits for the stream's work, then destroys it.
+class SideStream {
+ public:
+  SideStream() = default;
+  explicit SideStream(const Device& dev);
+  ~SideStream();
+  SideStream(SideStream&& o) noexcept;
+  SideStream& operator=(SideStream&& o) noexcept;
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
+  // The stream (nullptr on the cpu backend or when default-constructed).
+  Stream stream() const { return stream_; }
+  // Work queued on this stream from now on starts after the work queued on `other` so far.
+  void wait_for(Stream other);
+  // Work queued on `other` from now on starts after the work queued on this stream so far.
+  void join_into(Stream other);
+
+ private:
+  void release();
+  Device dev_;
+  Stream stream_ = nullptr;
+  void* event_ = nullptr;  // cudaEvent_t
+};
+
 // Raw memory. cpu: 256-byte aligned host memory; cuda: cudaMalloc. Zero bytes gives nullptr.
 // An allocation that fails ends the job with the bytes asked for and the device's free memory.
 void* device_alloc(const Device& dev, size_t bytes);
