@@ -111,7 +111,8 @@ class EmbeddingCollection {
   // keys outside a grouped table's key_bound and full tables throw sparta::Error on every rank.
   void forward(const int64_t* offsets, const int64_t* keys, int64_t local_batch, void* out,
                LookupMode mode = LookupMode::train);
-  // The same with a float output: config().output must be f32 (sparta::Error otherwise, on every rank).
+  // The same with a float output: config().output must be f32 (sparta::Error otherwise, on every rank). (A
+  // literal nullptr matches both overloads: cast it.)
   void forward(const int64_t* offsets, const int64_t* keys, int64_t local_batch, float* out,
                LookupMode mode = LookupMode::train);
   // Collective. grad [local_batch, output_width] of config().output, as forward's out (device): the gradient of
