@@ -31,6 +31,9 @@
 // Options, MPI and device set-up, the check's verdict and the JSON lines (every parameter and the provenance)
 // are bench::Driver's (experiments/support_bench.h), as in every bench; its timed repeats are the --iters steps.
 //
+// Output (--output fp32 | bf16 | fp16, CollectionConfig::output): the type of the pooled output the forward writes
+// and of the gradient the backward takes (the timed steps' gradient and the check's are rounded to it on the host).
+//
 // Check (#wrong; any wrong value fails the run, exit 1): after the timed steps, one more step on --check-samples
 // samples per rank whose keys lie outside every table's cardinality (each table's rows bound has room for them):
 // no step touched them, so the forward must equal their initial values (kernels/key_init.h) pooled on the host.
@@ -38,7 +41,8 @@
 // those initial values by the gradient summed over every rank's check samples: a key routed to the wrong rank, a
 // gradient summed into the wrong row or a vector returned to the wrong bag fails. The check keys are shared by
 // the ranks (a small pool per table), so the distinct-key and cross-rank paths are exercised. Under hybrid, half
-// of a table's pool is added to its hot set, so both the hot and the cold path are checked.
+// of a table's pool is added to its hot set, so both the hot and the cold path are checked. Under a 16-bit --output
+// the host's gradient is the rounded one the collection was given, and the output is widened to float to compare.
 #include <mpi.h>
 
 #include <algorithm>
@@ -56,6 +60,7 @@
 #include "kernels/key_init.h"
 #include "src/base/agree.h"
 #include "src/base/check.h"
+#include "src/base/half.h"
 #include "src/base/random.h"
 #include "src/context.h"
 #include "src/embedding_collection.h"
@@ -78,7 +83,7 @@ const std::vector<int> kDcnv2Hotness = {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6
 struct Args {
   std::string tables = "mlperf-v1", rows_list, dims, hotness_list, batch = "65536",
               placements = "dispatch,localized,replicated,distributed,hybrid,plan", optimizer = "sgd", comm_mode,
-              exchange = "fp32";
+              exchange = "fp32", output = "fp32";
   int64_t row_cap = 4000000;
   int dim = 128, warmup = 5, iters = 20, check_samples = 64;  // warmup, iters: the driver's --warmup, --iters
   double alpha = 0, memory_budget_gib = 0, timeout = 300;
@@ -177,6 +182,54 @@ std::vector<float> gradient(uint64_t salt, int64_t first_g, int64_t samples, int
   return g;
 }
 
+// ---- the output type
+
+OutputType output_type_of(const std::string& name) {
+  SPARTA_REQUIRE(name == "fp32" || name == "bf16" || name == "fp16", "--output: fp32, bf16 or fp16, found '%s'",
+                 name.c_str());
+  return name == "bf16" ? OutputType::bf16 : name == "fp16" ? OutputType::f16 : OutputType::f32;
+}
+
+// A float rounded to the output type and widened back (itself for f32): the value the collection sees.
+float in_type(OutputType t, float v) {
+  if (t == OutputType::bf16) return bf16_to_float(float_to_bf16(v));
+  if (t == OutputType::f16) return f16_to_float(float_to_f16(v));
+  return v;
+}
+
+// Device values of the output type: floats, or the 16-bit values' bits.
+struct Values {
+  OutputType type;
+  Buffer<float> f;
+  Buffer<uint16_t> h;
+  Values(const Device& dev, OutputType t, size_t n) : type(t) {
+    if (t == OutputType::f32) f = Buffer<float>(dev, n);
+    else h = Buffer<uint16_t>(dev, n);
+  }
+  // v rounded to the type (nearest even).
+  Values(const Device& dev, OutputType t, const std::vector<float>& v) : type(t) {
+    if (t == OutputType::f32) {
+      f = Buffer<float>(dev, v);
+      return;
+    }
+    std::vector<uint16_t> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = t == OutputType::bf16 ? float_to_bf16(v[i]) : float_to_f16(v[i]);
+    h = Buffer<uint16_t>(dev, b);
+  }
+  void* data() { return type == OutputType::f32 ? static_cast<void*>(f.data()) : static_cast<void*>(h.data()); }
+  void poison() {  // NaN in every type
+    if (type == OutputType::f32) f.fill_bytes(0xFF);
+    else h.fill_bytes(0xFF);
+  }
+  std::vector<float> download() const {  // widened to float (exact)
+    if (type == OutputType::f32) return f.download();
+    std::vector<uint16_t> b = h.download();
+    std::vector<float> v(b.size());
+    for (size_t i = 0; i < b.size(); ++i) v[i] = type == OutputType::bf16 ? bf16_to_float(b[i]) : f16_to_float(b[i]);
+    return v;
+  }
+};
+
 // ---- small helpers
 
 double max_over_ranks(double x) {
@@ -249,6 +302,7 @@ CollectionConfig make_config(const Args& a, const std::vector<Table>& tables, co
   c.num_slots = int(tables.size());
   c.seed = a.seed;
   c.exchange = a.exchange == "bf16" ? DataType::bf16 : DataType::f32;
+  c.output = output_type_of(a.output);
   for (size_t t = 0; t < tables.size(); ++t) {
     CollectionTableConfig tc;
     tc.name = "t" + std::to_string(t);
@@ -289,7 +343,8 @@ struct Check {
 // Compares got with want element by element within 1e-6 + rel * mag (mag: the sum of the magnitudes that went
 // into want, so a different summation order passes and a missing or foreign term does not). rel: 1e-5, or 1e-2
 // under --exchange bf16 (each vector and gradient is rounded to bf16, relative error <= 2^-9, once or twice on its
-// way; a missing or foreign term still moves a value by far more).
+// way; a missing or foreign term still moves a value by far more); plus, under a 16-bit --output, the output's
+// one rounding to nearest (relative error <= 2^-8 for bf16, 2^-11 for fp16; counted as 4e-3 and 5e-4).
 void compare(const std::vector<float>& got, const std::vector<float>& want, const std::vector<float>& mag, double rel,
              Check& c) {
   for (size_t i = 0; i < want.size(); ++i) {
@@ -311,9 +366,10 @@ Check run_check(EmbeddingCollection& coll, const KeyGen& kg, const Args& a, cons
         all[size_t(g * K + kg.first[t] + i)] = check_key(kg, t, g, kg.first[t] + i);
   std::vector<int64_t> mine(all.begin() + first_g * K, all.begin() + (first_g + cs) * K);
   const uint64_t salt = hash_mix(a.seed, 0xC4ECull);
+  const OutputType ot = cfg.output;
   std::vector<float> grad = gradient(salt, first_g, cs, width, 1);
   Buffer<int64_t> off(dev, fixed_offsets(kg, cs)), keys(dev, mine);
-  Buffer<float> out(dev, size_t(cs * width)), g(dev, grad);
+  Values out(dev, ot, size_t(cs * width)), g(dev, ot, grad);  // g: rounded to the output type
 
   // Initial values of a key, and the sum of its gradients over the global batch with their magnitudes.
   std::vector<KeyInit> ki(T);
@@ -332,7 +388,7 @@ Check run_check(EmbeddingCollection& coll, const KeyGen& kg, const Args& a, cons
       for (int i = 0; i < kg.tables[t].hot; ++i) {
         const int64_t p = all[size_t(gi * K + kg.first[t] + i)] - kg.tables[t].card;
         for (int e = 0; e < dim; ++e) {
-          const float x = grad_value(salt, gi, width, col + e);
+          const float x = in_type(ot, grad_value(salt, gi, width, col + e));
           gsum[t][size_t(p * dim + e)] += x;
           gabs[t][size_t(p * dim + e)] += std::fabs(x);
         }
@@ -372,13 +428,14 @@ Check run_check(EmbeddingCollection& coll, const KeyGen& kg, const Args& a, cons
   };
   Check c;
   std::vector<float> want, mag;
-  out.fill_bytes(0xFF);  // NaN: an element no route wrote fails
+  out.poison();  // NaN: an element no route wrote fails
   coll.forward(off.data(), keys.data(), cs, out.data(), LookupMode::train);
-  const double rel = cfg.exchange == DataType::bf16 && world > 1 ? 1e-2 : 1e-5;
+  const double rel = (cfg.exchange == DataType::bf16 && world > 1 ? 1e-2 : 1e-5) +
+                     (ot == OutputType::bf16 ? 4e-3 : ot == OutputType::f16 ? 5e-4 : 0.0);
   expect(false, want, mag);
   compare(out.download(), want, mag, rel, c);
   coll.backward(g.data(), int64_t(a.warmup + a.iters) + 1);
-  out.fill_bytes(0xFF);
+  out.poison();
   coll.forward(off.data(), keys.data(), cs, out.data(), LookupMode::eval);
   expect(true, want, mag);
   compare(out.download(), want, mag, rel, c);
@@ -405,8 +462,8 @@ Result run_point(Context& ctx, Communicator* comm, const Args& a, const KeyGen& 
   EmbeddingCollection coll(MPI_COMM_WORLD, comm, dev, cfg, plan);
   const int64_t width = coll.output_width();
   Buffer<int64_t> off(dev, fixed_offsets(kg, batch)), keys(dev, size_t(batch * kg.keys_per_sample));
-  Buffer<float> out(dev, size_t(batch * width));
-  Buffer<float> grad(dev, gradient(hash_mix(a.seed, 0x6EADull), int64_t(rank) * batch, batch, width, threads));
+  Values out(dev, cfg.output, size_t(batch * width));
+  Values grad(dev, cfg.output, gradient(hash_mix(a.seed, 0x6EADull), int64_t(rank) * batch, batch, width, threads));
   std::vector<int64_t> hk;
   bench::DeviceTimer timer(dev);
   std::vector<double> fwd, bwd, step;
@@ -470,6 +527,8 @@ int main(int argc, char** argv) {
       "the planner's fixed cost per step of one group of tables, microseconds")(
       "exchange", po::value(&a.exchange)->default_value(a.exchange),
       "fp32 | bf16: the wire type of vectors and gradients between ranks (CollectionConfig::exchange)")(
+      "output", po::value(&a.output)->default_value(a.output),
+      "fp32 | bf16 | fp16: the type of the pooled output and its gradient (CollectionConfig::output)")(
       "comm-mode", po::value(&a.comm_mode), "nccl | mpi | hier (default: nccl on GPUs, mpi on cpu)")(
       "timeout", po::value(&a.timeout)->default_value(a.timeout), "seconds without progress before the job ends")(
       "check-samples", po::value(&a.check_samples)->default_value(a.check_samples), "samples per rank of the check")(
@@ -495,6 +554,7 @@ int main(int argc, char** argv) {
       if (!a.comm_mode.empty()) parse_comm_mode(a.comm_mode);
       SPARTA_REQUIRE(a.exchange == "fp32" || a.exchange == "bf16", "--exchange: fp32 or bf16, found '%s'",
                      a.exchange.c_str());
+      output_type_of(a.output);
       tables = make_tables(a);
       for (double b : bench::parse_list(a.batch, "batch")) {
         SPARTA_REQUIRE(b >= 1, "--batch: local batches must be >= 1, found %g", b);
@@ -532,8 +592,10 @@ int main(int argc, char** argv) {
                   world > 1 ? comm->describe().c_str() : "none (one rank)", a.tables.c_str(), tables.size(),
                   kg.keys_per_sample, double(total_rows) / 1e6, (long long)a.row_cap,
                   a.dims.empty() ? std::to_string(a.dim).c_str() : a.dims.c_str());
-      std::printf("# alpha %g, %s lr %g, warmup %d, timed steps %d, check %d samples per rank, memory budget %g GiB\n",
-                  a.alpha, a.optimizer.c_str(), double(a.lr), a.warmup, a.iters, a.check_samples, a.memory_budget_gib);
+      std::printf("# alpha %g, %s lr %g, warmup %d, timed steps %d, check %d samples per rank, memory budget %g GiB, "
+                  "exchange %s, output %s\n",
+                  a.alpha, a.optimizer.c_str(), double(a.lr), a.warmup, a.iters, a.check_samples, a.memory_budget_gib,
+                  a.exchange.c_str(), a.output.c_str());
       std::printf("# ms: median over timed steps of the slowest rank; MB_moved: the planner's cost model (per table the "
                   "busiest rank's bytes sent + received per step, summed); mem_GB: shards on the fullest rank\n");
       std::printf("#\n# %-11s %-9s %7s %5s | %9s %9s %9s | %10s | %10s %7s | %6s\n", "placement", "tables", "batch",
@@ -596,7 +658,7 @@ int main(int argc, char** argv) {
         // The driver adds program, tag, backend, warmup, iters and the provenance (ranks, nodes, ...).
         std::ostringstream f;
         f << "\"bench\":\"collection\",\"placement\":\"" << placement << "\",\"plan\":\"" << bench::json_escape(r.plan)
-          << "\",\"exchange\":\"" << a.exchange << "\",\"tables\":\"" << a.tables << "\",\"num_tables\":" << tables.size()
+          << "\",\"exchange\":\"" << a.exchange << "\",\"output\":\"" << a.output << "\",\"tables\":\"" << a.tables << "\",\"num_tables\":" << tables.size()
           << ",\"rows\":" << json_array(rows_capped) << ",\"dims\":" << json_array(dims)
           << ",\"hotness\":" << json_array(hot) << ",\"keys_per_sample\":" << kg.keys_per_sample
           << ",\"row_cap\":" << a.row_cap << ",\"dim\":" << a.dim << ",\"batch\":" << batch

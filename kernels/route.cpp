@@ -224,6 +224,28 @@ void route_take_slots_cpu(const float* grad, int64_t batch, int table_slots, int
       std::memcpy(grad_table + (s * table_slots + j) * dim, grad + s * row_floats + cols[j], sizeof(float) * dim);
 }
 
+void route_put_slots_half_cpu(const float* pooled, int64_t batch, int table_slots, int dim, const int32_t* cols,
+                              int64_t row_elems, OutputType type, uint16_t* out) {
+  const bool f16 = type == OutputType::f16;
+  for (int64_t s = 0; s < batch; ++s)
+    for (int j = 0; j < table_slots; ++j) {
+      const float* src = pooled + (s * table_slots + j) * dim;
+      uint16_t* dst = out + s * row_elems + cols[j];
+      for (int e = 0; e < dim; ++e) dst[e] = f16 ? float_to_f16(src[e]) : float_to_bf16(src[e]);
+    }
+}
+
+void route_take_slots_half_cpu(const uint16_t* grad, int64_t batch, int table_slots, int dim, const int32_t* cols,
+                               int64_t row_elems, OutputType type, float* grad_table) {
+  const bool f16 = type == OutputType::f16;
+  for (int64_t s = 0; s < batch; ++s)
+    for (int j = 0; j < table_slots; ++j) {
+      const uint16_t* src = grad + s * row_elems + cols[j];
+      float* dst = grad_table + (s * table_slots + j) * dim;
+      for (int e = 0; e < dim; ++e) dst[e] = f16 ? f16_to_float(src[e]) : bf16_to_float(src[e]);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // dispatch
 
@@ -454,6 +476,27 @@ void route_take_slots(const Device& dev, const float* grad, int64_t batch, int t
   ROUTE_DISPATCH("route_take_slots",
                  route_take_slots_cpu(grad, batch, table_slots, dim, cols, row_floats, grad_table),
                  route_take_slots_cuda(grad, batch, table_slots, dim, cols, row_floats, grad_table, stream));
+}
+
+void route_put_slots_half(const Device& dev, const float* pooled, int64_t batch, int table_slots, int dim,
+                          const int32_t* cols, int64_t row_elems, OutputType type, uint16_t* out, Stream stream) {
+  SPARTA_ASSERT(type == OutputType::bf16 || type == OutputType::f16, "route_put_slots_half: output type %d",
+                int(type));
+  if (batch * table_slots == 0) return;
+  ROUTE_DISPATCH("route_put_slots_half",
+                 route_put_slots_half_cpu(pooled, batch, table_slots, dim, cols, row_elems, type, out),
+                 route_put_slots_half_cuda(pooled, batch, table_slots, dim, cols, row_elems, type, out, stream));
+}
+
+void route_take_slots_half(const Device& dev, const uint16_t* grad, int64_t batch, int table_slots, int dim,
+                           const int32_t* cols, int64_t row_elems, OutputType type, float* grad_table,
+                           Stream stream) {
+  SPARTA_ASSERT(type == OutputType::bf16 || type == OutputType::f16, "route_take_slots_half: gradient type %d",
+                int(type));
+  if (batch * table_slots == 0) return;
+  ROUTE_DISPATCH("route_take_slots_half",
+                 route_take_slots_half_cpu(grad, batch, table_slots, dim, cols, row_elems, type, grad_table),
+                 route_take_slots_half_cuda(grad, batch, table_slots, dim, cols, row_elems, type, grad_table, stream));
 }
 
 }  // namespace sparta

@@ -5,8 +5,10 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "src/base/check.h"
+#include "kernels/half16.cuh"
 #include "kernels/key_init.h"
 #include "kernels/route.h"
 
@@ -290,6 +292,35 @@ __global__ void __launch_bounds__(kBlock) take_slots_kernel(const float* grad, i
   }
 }
 
+// H: half16.cuh's Bf16 or F16 (round to nearest even).
+template <class H>
+__global__ void __launch_bounds__(kBlock) put_slots_half_kernel(const float* pooled, int64_t batch, int table_slots,
+                                                                int dim, const int32_t* cols, int64_t row_elems,
+                                                                uint16_t* out) {
+  GRID_STRIDE(t, batch * table_slots * dim) {
+    int64_t bag = t / dim;
+    int e = static_cast<int>(t - bag * dim);
+    int64_t s = bag / table_slots;
+    int j = static_cast<int>(bag - s * table_slots);
+    out[s * row_elems + cols[j] + e] = H::bits(pooled[t]);
+  }
+}
+
+// Widening is exact: bf16 is a float's upper half; f16 through __half2float.
+template <bool kF16>
+__global__ void __launch_bounds__(kBlock) take_slots_half_kernel(const uint16_t* grad, int64_t batch,
+                                                                 int table_slots, int dim, const int32_t* cols,
+                                                                 int64_t row_elems, float* grad_table) {
+  GRID_STRIDE(t, batch * table_slots * dim) {
+    int64_t bag = t / dim;
+    int e = static_cast<int>(t - bag * dim);
+    int64_t s = bag / table_slots;
+    int j = static_cast<int>(bag - s * table_slots);
+    const uint16_t h = grad[s * row_elems + cols[j] + e];
+    grad_table[t] = kF16 ? __half2float(__ushort_as_half(h)) : __uint_as_float(static_cast<uint32_t>(h) << 16);
+  }
+}
+
 int bits_for(int parts) {  // bits of the largest part, parts - 1
   int b = 1;
   while ((1ll << b) < parts) ++b;
@@ -490,6 +521,26 @@ void route_take_slots_cuda(const float* grad, int64_t batch, int table_slots, in
                            int64_t row_floats, float* grad_table, Stream s) {
   LAUNCH(take_slots_kernel, batch * table_slots * dim, s, grad, batch, table_slots, dim, cols, row_floats,
          grad_table);
+}
+
+void route_put_slots_half_cuda(const float* pooled, int64_t batch, int table_slots, int dim, const int32_t* cols,
+                               int64_t row_elems, OutputType type, uint16_t* out, Stream s) {
+  if (type == OutputType::f16)
+    LAUNCH(put_slots_half_kernel<dense::F16>, batch * table_slots * dim, s, pooled, batch, table_slots, dim, cols,
+           row_elems, out);
+  else
+    LAUNCH(put_slots_half_kernel<dense::Bf16>, batch * table_slots * dim, s, pooled, batch, table_slots, dim, cols,
+           row_elems, out);
+}
+
+void route_take_slots_half_cuda(const uint16_t* grad, int64_t batch, int table_slots, int dim, const int32_t* cols,
+                                int64_t row_elems, OutputType type, float* grad_table, Stream s) {
+  if (type == OutputType::f16)
+    LAUNCH(take_slots_half_kernel<true>, batch * table_slots * dim, s, grad, batch, table_slots, dim, cols, row_elems,
+           grad_table);
+  else
+    LAUNCH(take_slots_half_kernel<false>, batch * table_slots * dim, s, grad, batch, table_slots, dim, cols,
+           row_elems, grad_table);
 }
 
 }  // namespace sparta

@@ -18,6 +18,7 @@
 #include "src/base/buffer.h"
 #include "src/base/device.h"
 #include "kernels/embedding_types.h"
+#include "kernels/pooled_forward.h"  // OutputType
 
 namespace sparta {
 
@@ -149,6 +150,17 @@ void route_put_slots(const Device& dev, const float* pooled, int64_t batch, int 
 // The reverse: grad_table[s * table_slots + j, :] = grad[s, cols[j] .. cols[j] + dim).
 void route_take_slots(const Device& dev, const float* grad, int64_t batch, int table_slots, int dim,
                       const int32_t* cols, int64_t row_floats, float* grad_table, Stream stream);
+// route_put_slots into a 16-bit output: out[s, cols[j] + e] = pooled[s * table_slots + j, e] rounded to `type`
+// (OutputType::bf16 or ::f16, nearest even: src/base/half.h's float_to_bf16 / float_to_f16 on the cpu,
+// kernels/half16.cuh's Bf16 / F16 on the device; the same bits for every value but a NaN, which stays a NaN;
+// f16 overflows to +-inf). out: [batch, row_elems] of 16-bit values (uint16_t bits).
+void route_put_slots_half(const Device& dev, const float* pooled, int64_t batch, int table_slots, int dim,
+                          const int32_t* cols, int64_t row_elems, OutputType type, uint16_t* out, Stream stream);
+// route_take_slots from a 16-bit gradient: grad_table[s * table_slots + j, e] = grad[s, cols[j] + e] widened to
+// float (exact). grad: [batch, row_elems] of `type` (bf16 or f16).
+void route_take_slots_half(const Device& dev, const uint16_t* grad, int64_t batch, int table_slots, int dim,
+                           const int32_t* cols, int64_t row_elems, OutputType type, float* grad_table,
+                           Stream stream);
 
 // ---- backend versions (called by the launchers above)
 
@@ -191,6 +203,10 @@ void route_put_slots_cpu(const float* pooled, int64_t batch, int table_slots, in
                          int64_t row_floats, float* out);
 void route_take_slots_cpu(const float* grad, int64_t batch, int table_slots, int dim, const int32_t* cols,
                           int64_t row_floats, float* grad_table);
+void route_put_slots_half_cpu(const float* pooled, int64_t batch, int table_slots, int dim, const int32_t* cols,
+                              int64_t row_elems, OutputType type, uint16_t* out);
+void route_take_slots_half_cpu(const uint16_t* grad, int64_t batch, int table_slots, int dim, const int32_t* cols,
+                               int64_t row_elems, OutputType type, float* grad_table);
 
 void route_owner_by_key_cuda(const int64_t* keys, int64_t n, int world, int32_t* part, Stream s);
 void route_part_by_membership_cuda(const int64_t* keys, int64_t n, const int64_t* set, int64_t m, int32_t* part,
@@ -238,5 +254,9 @@ void route_put_slots_cuda(const float* pooled, int64_t batch, int table_slots, i
                           int64_t row_floats, float* out, Stream s);
 void route_take_slots_cuda(const float* grad, int64_t batch, int table_slots, int dim, const int32_t* cols,
                            int64_t row_floats, float* grad_table, Stream s);
+void route_put_slots_half_cuda(const float* pooled, int64_t batch, int table_slots, int dim, const int32_t* cols,
+                               int64_t row_elems, OutputType type, uint16_t* out, Stream s);
+void route_take_slots_half_cuda(const uint16_t* grad, int64_t batch, int table_slots, int dim, const int32_t* cols,
+                                int64_t row_elems, OutputType type, float* grad_table, Stream s);
 
 }  // namespace sparta

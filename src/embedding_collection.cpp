@@ -60,7 +60,7 @@ struct EmbeddingCollection::Group {
   Buffer<int64_t> bounds_dev;
   std::unique_ptr<PlacedTable> placed;
   Buffer<int64_t> offsets, keys;  // [bags + 1], [nnz]: the cut (or tagged) batch
-  Buffer<float> pooled;           // [bags, dim]: pooled vectors, then their gradients
+  Buffer<float> pooled;           // [bags, dim]: pooled vectors, then their gradients (float32 whatever the output)
   TableBatch batch;
   RouteScratch scratch;
 };
@@ -172,7 +172,17 @@ size_t EmbeddingCollection::memory_bytes() const {
 
 void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, int64_t local_batch, float* out,
                                   LookupMode mode) {
+  SPARTA_REQUIRE(cfg_.output == OutputType::f32,
+                 "embedding collection forward: a float output given to a collection whose output is %s (pass its "
+                 "values as void*)",
+                 output_type_name(cfg_.output));
+  forward(offsets, keys, local_batch, static_cast<void*>(out), mode);
+}
+
+void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, int64_t local_batch, void* out,
+                                  LookupMode mode) {
   const int S = cfg_.num_slots;
+  const bool f32 = cfg_.output == OutputType::f32;
   const size_t G = groups_.size();
   // The step status on the device: [0] the first bad offsets row, [1] the first key outside its table's bound,
   // [2 + g] the key count of group g; one download after the cuts, before any collective (a bad batch on one
@@ -242,10 +252,18 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
     tb.nnz = nnz;
     tb.table_slots = ts;
     tb.rank_batches = rank_batches;
-    float* pooled = gr.all_slots ? out : grow(gr.pooled, dev_, size_t(bags) * gr.dim);
+    // A float output of all slots is the group's own pooled output; otherwise the group pools into its buffer
+    // and its slots are put into the output (rounded there to a 16-bit output type).
+    const bool direct = f32 && gr.all_slots;
+    float* pooled = direct ? static_cast<float*>(out) : grow(gr.pooled, dev_, size_t(bags) * gr.dim);
     gr.placed->forward(tb, mode, pooled);
-    if (!gr.all_slots)
-      route_put_slots(dev_, pooled, local_batch, ts, gr.dim, gr.cols_dev.data(), width_, out, dev_.stream);
+    if (direct) continue;
+    if (f32)
+      route_put_slots(dev_, pooled, local_batch, ts, gr.dim, gr.cols_dev.data(), width_, static_cast<float*>(out),
+                      dev_.stream);
+    else
+      route_put_slots_half(dev_, pooled, local_batch, ts, gr.dim, gr.cols_dev.data(), width_, cfg_.output,
+                           static_cast<uint16_t*>(out), dev_.stream);
   }
   // Keys outside their table's bound and full tables: agreed on by every rank.
   if (mode == LookupMode::train || tagged) {
@@ -279,18 +297,33 @@ void EmbeddingCollection::check_key_bounds(const int64_t* offsets, const int64_t
 }
 
 void EmbeddingCollection::backward(const float* grad, int64_t step, float lr_scale) {
+  SPARTA_REQUIRE(cfg_.output == OutputType::f32,
+                 "embedding collection backward: a float gradient given to a collection whose output is %s (pass its "
+                 "values as const void*)",
+                 output_type_name(cfg_.output));
+  backward(static_cast<const void*>(grad), step, lr_scale);
+}
+
+void EmbeddingCollection::backward(const void* grad, int64_t step, float lr_scale) {
   SPARTA_REQUIRE(trained_, "embedding collection backward: no train forward right before it (each train forward "
                            "takes one backward, with no other forward in between)");
   SPARTA_REQUIRE(step >= 1, "embedding collection backward: step must be >= 1, found %lld", (long long)step);
   SPARTA_REQUIRE(std::isfinite(lr_scale) && lr_scale >= 0,
                  "embedding collection backward: lr_scale must be finite and >= 0, found %g", double(lr_scale));
+  const bool f32 = cfg_.output == OutputType::f32;
   for (auto& g : groups_) {
     Group& gr = *g;
     const int ts = static_cast<int>(gr.slots.size());
-    const float* gg = grad;
-    if (!gr.all_slots) {
+    const float* gg = f32 ? static_cast<const float*>(grad) : nullptr;
+    if (!(f32 && gr.all_slots)) {
+      // the group's slots of the gradient, widened to float from a 16-bit one, into the group's buffer (the
+      // forward sized it for this batch)
       float* cut = gr.pooled.data();
-      route_take_slots(dev_, grad, batch_, ts, gr.dim, gr.cols_dev.data(), width_, cut, dev_.stream);
+      if (f32)
+        route_take_slots(dev_, gg, batch_, ts, gr.dim, gr.cols_dev.data(), width_, cut, dev_.stream);
+      else
+        route_take_slots_half(dev_, static_cast<const uint16_t*>(grad), batch_, ts, gr.dim, gr.cols_dev.data(),
+                              width_, cfg_.output, cut, dev_.stream);
       gg = cut;
     }
     gr.placed->backward(gg, step, lr_scale);

@@ -5,8 +5,14 @@
 //
 // Input per rank (device memory): CSR offsets [local_batch * num_slots + 1] over rows sample * num_slots + slot,
 // and keys [offsets[last]]. Local batches may differ between ranks (the reader gives them by one); empty samples
-// and slots are fine. Output per rank: [local_batch, output_width] float32, where a sample's row holds its slots
-// in order, each slot the dim of its table: [local_batch, num_slots, dim] when the tables share one dim.
+// and slots are fine. Output per rank: [local_batch, output_width] of CollectionConfig::output (float32, bfloat16 or
+// float16), where a sample's row holds its slots in order, each slot the dim of its table: [local_batch, num_slots,
+// dim] when the tables share one dim. The gradient the backward takes has the output's type and shape. The
+// placements pool in float32 whatever the output type; a 16-bit output is their float result rounded to nearest
+// even once, as each group's slots are put into the output (kernels/route.h route_put_slots_half), and a 16-bit
+// gradient is widened to float32 (exact) as each group's slots are taken out of it. So a 16-bit collection's
+// output is its float32 output rounded, bit for bit, and its backward updates the tables exactly as a float32
+// backward fed the same gradient values widened.
 //
 // Placement groups. Tables that can be one physical table (the same placement, and owner for localized; dim,
 // combiner, optimizer settings, init_scale and max_load_factor) and whose keys are bounded (0 < key_bound <= 2^56,
@@ -18,8 +24,8 @@
 // keys. A key outside [0, key_bound) of a grouped table is an error (after the forward, on every rank).
 //
 // One step, per group: cut the group's slots out of the batch and tag its keys (kernels/route.h; a group of all
-// slots in order takes the batch's offsets as they are and writes the output directly), run the placement's
-// forward, put the pooled bags into the output. The offsets are checked on the device; the check and every
+// slots in order takes the batch's offsets as they are and, under a float32 output, writes the output directly),
+// run the placement's forward, put the pooled bags into the output (rounding them to a 16-bit output type). The offsets are checked on the device; the check and every
 // group's key count come to the host in one download. After the forward, keys outside their bounds and every
 // group's lookup errors (a full table) are agreed on by all ranks, so an error is thrown everywhere and no rank
 // waits in a collective. The backward goes the same way with the gradient. The model is the same whatever the
@@ -90,22 +96,31 @@ class EmbeddingCollection {
   const Plan& plan() const { return plan_; }
   int rank() const;
   int world() const;
-  // Floats per sample of the output and the gradient: the sum over slots of their table's dim.
+  // Values per sample of the output and the gradient: the sum over slots of their table's dim.
   int64_t output_width() const { return width_; }
+  // The type of the output's and the gradient's values: config().output.
+  OutputType output_type() const { return cfg_.output; }
   // Where slot s starts in a sample's output row.
   int64_t slot_column(int slot) const { return slot_cols_[size_t(slot)]; }
   // Device bytes this rank's shards take.
   size_t memory_bytes() const;
 
   // Collective. offsets [local_batch * num_slots + 1], keys [offsets[last]]: device; out [local_batch,
-  // output_width]: device. Train inserts unseen keys; eval gives zeros for keys never trained. Bad offsets, keys
-  // outside a grouped table's key_bound and full tables throw sparta::Error on every rank.
+  // output_width] of config().output: device, float values for f32, the 16-bit values' bits (uint16_t, bf16 or
+  // IEEE half) for bf16 and f16. Train inserts unseen keys; eval gives zeros for keys never trained. Bad offsets,
+  // keys outside a grouped table's key_bound and full tables throw sparta::Error on every rank.
+  void forward(const int64_t* offsets, const int64_t* keys, int64_t local_batch, void* out,
+               LookupMode mode = LookupMode::train);
+  // The same with a float output: config().output must be f32 (sparta::Error otherwise, on every rank). (A
+  // literal nullptr matches both overloads: cast it.)
   void forward(const int64_t* offsets, const int64_t* keys, int64_t local_batch, float* out,
                LookupMode mode = LookupMode::train);
-  // Collective. grad [local_batch, output_width] (device): the gradient of the last forward's output, which must
-  // have been a train forward (no other forward in between: the routes hold one batch). step: the global
-  // optimizer step, from 1. lr_scale (finite, >= 0): every table's configured learning rate is multiplied by it
-  // for this step (the trainer's learning-rate schedule).
+  // Collective. grad [local_batch, output_width] of config().output, as forward's out (device): the gradient of
+  // the last forward's output, which must have been a train forward (no other forward in between: the routes
+  // hold one batch). step: the global optimizer step, from 1. lr_scale (finite, >= 0): every table's configured
+  // learning rate is multiplied by it for this step (the trainer's learning-rate schedule).
+  void backward(const void* grad, int64_t step, float lr_scale = 1.0f);
+  // The same with a float gradient: config().output must be f32 (sparta::Error otherwise, on every rank).
   void backward(const float* grad, int64_t step, float lr_scale = 1.0f);
   // Placement groups (physical tables) the tables form.
   int groups() const;

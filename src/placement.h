@@ -67,6 +67,10 @@ struct CollectionConfig {
   // The wire type of the vectors and gradients moved between ranks (src/placement_common.h Exchange): f32, or bf16
   // (half the bytes; each value rounded to bf16 once on its way, arithmetic in float). One rank: no effect.
   DataType exchange = DataType::f32;
+  // The type of the collection's output and of the gradient its backward takes (src/embedding_collection.h):
+  // f32, or bf16 / f16 (each pooled value computed in float and rounded to nearest even once, as it is put into
+  // the output; the gradient widened to float before the placements see it).
+  OutputType output = OutputType::f32;
 };
 constexpr int64_t kShardHeadroom = 64;
 

@@ -18,6 +18,8 @@ void check_collection_config(const CollectionConfig& cfg) {
   SPARTA_REQUIRE(cfg.shard_slack >= 1.0, "embedding collection: shard_slack must be >= 1, found %g", cfg.shard_slack);
   SPARTA_REQUIRE(cfg.exchange == DataType::f32 || cfg.exchange == DataType::bf16,
                  "embedding collection: exchange must be float32 or bfloat16, found %s", dtype_name(cfg.exchange));
+  SPARTA_REQUIRE(cfg.output == OutputType::f32 || cfg.output == OutputType::bf16 || cfg.output == OutputType::f16,
+                 "embedding collection: output must be f32, bf16 or f16, found output type %d", int(cfg.output));
   std::vector<int> served(size_t(cfg.num_slots), -1);
   std::set<std::string> names;
   for (size_t i = 0; i < cfg.tables.size(); ++i) {

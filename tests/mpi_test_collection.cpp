@@ -26,6 +26,7 @@
 #include "comm/communicator.h"
 #include "kernels/key_init.h"
 #include "src/base/check.h"
+#include "src/base/half.h"
 #include "src/embedding_collection.h"
 #include "src/planner.h"
 #include "tests/testing.h"
@@ -624,6 +625,149 @@ void bad_exchange_type(Backend backend) {
 }
 SPARTA_MPI_BACKEND_CASES(an_exchange_type_other_than_f32_or_bf16_is_an_error, bad_exchange_type)
 
+// ---- output = bf16 / f16: a 16-bit collection beside a float32 one of the same configuration and plan, fed the
+// same batches. Its output (poisoned before every forward) is the float output rounded to the type (src/base/
+// half.h, nearest even), bit for bit; its backward with a 16-bit gradient leaves the same tables (values and
+// optimizer state, bit for bit, by key) as the float backward fed that gradient widened. Every placement alone
+// (each table a group of some slots: the slots put into the output), and one group of all slots (the float
+// output written by the placement directly, the 16-bit one through the group's buffer).
+
+uint16_t round_to(OutputType t, float v) { return t == OutputType::bf16 ? float_to_bf16(v) : float_to_f16(v); }
+float widen(OutputType t, uint16_t h) { return t == OutputType::bf16 ? bf16_to_float(h) : f16_to_float(h); }
+
+void half_against_f32(Backend backend, OutputType type, const std::vector<std::string>& placements,
+                      const std::vector<TableDef>& defs, int slots, int groups = 0) {
+  const uint64_t seed = shared_seed();
+  World w(backend, testing::world_size(), CommMode::mpi);
+  CollectionConfig cfg = make_config(seed, placements, defs, slots);
+  CollectionConfig half = cfg;
+  half.output = type;
+  Data data(seed ^ 0x4a1f, defs, slots);
+  Plan plan = plan_for(cfg, w, data);
+  EmbeddingCollection a(w.comm, w.communicator.get(), w.dev, cfg, plan);
+  EmbeddingCollection h(w.comm, w.communicator.get(), w.dev, half, plan);
+  BOOST_CHECK(a.output_type() == OutputType::f32 && h.output_type() == type);
+  BOOST_CHECK_EQUAL(h.groups(), groups > 0 ? groups : int(cfg.tables.size()));
+  const int64_t width = a.output_width();
+  BOOST_REQUIRE_EQUAL(h.output_width(), width);
+  const std::string what = std::string(output_type_name(type)) + " output, placements " + placements[0];
+  for (int step = 1; step <= 3; ++step) {
+    const bool eval = step == 3;  // two train steps, then an eval forward of trained and unseen keys
+    Batch b = data.next(3 * w.size + step);
+    Slice s = slice_of(b.samples, w.rank, w.size);
+    LocalBatch lb(w.dev, b, s);
+    const size_t n = size_t(s.count * width);
+    Buffer<float> out(w.dev, std::max<size_t>(n, 1));
+    Buffer<uint16_t> out16(w.dev, std::max<size_t>(n, 1));
+    out.fill_bytes(0xFF);
+    out16.fill_bytes(0xFF);
+    const LookupMode mode = eval ? LookupMode::eval : LookupMode::train;
+    a.forward(lb.offsets.data(), lb.keys.data(), s.count, out.data(), mode);
+    h.forward(lb.offsets.data(), lb.keys.data(), s.count, out16.data(), mode);
+    std::vector<float> got32 = out.download();
+    std::vector<uint16_t> got16 = out16.download();
+    size_t nan = 0, diff = 0;
+    for (size_t i = 0; i < n; ++i) {
+      nan += std::isnan(got32[i]);  // the float output was written everywhere (else the rounding of its poison
+                                    // could match the 16-bit poison)
+      diff += got16[i] != round_to(type, got32[i]);
+    }
+    BOOST_CHECK_MESSAGE(nan == 0, what << " step " << step << ": " << nan << " float outputs never written");
+    BOOST_CHECK_MESSAGE(diff == 0, what << " step " << step << ": " << diff << " of " << n
+                                        << " 16-bit outputs differ from the float output rounded");
+    if (eval) break;
+    // the global batch's gradient (every rank draws alike), in the output type, and widened for the float one
+    std::vector<uint16_t> grad16(size_t(b.samples * width));
+    for (uint16_t& x : grad16) x = round_to(type, std::uniform_real_distribution<float>(-1, 1)(data.g));
+    std::vector<uint16_t> mine16(grad16.begin() + s.first * width, grad16.begin() + (s.first + s.count) * width);
+    if (mine16.empty()) mine16.push_back(0);  // keeps the device pointer valid
+    std::vector<float> mine32;
+    for (uint16_t x : mine16) mine32.push_back(widen(type, x));
+    Buffer<uint16_t> g16(w.dev, mine16);
+    Buffer<float> g32(w.dev, mine32);
+    a.backward(g32.data(), step);
+    h.backward(g16.data(), step);
+  }
+  auto by_key = [](const TableRows& r) {  // row ids may differ between the collections (a GPU insert's order)
+    std::map<int64_t, std::pair<std::vector<float>, std::vector<float>>> m;
+    for (size_t i = 0; i < r.rows(); ++i)
+      m[r.keys[i]] = {std::vector<float>(r.values.begin() + i * r.dim, r.values.begin() + (i + 1) * r.dim),
+                      std::vector<float>(r.state.begin() + i * size_t(r.state_width),
+                                         r.state.begin() + (i + 1) * size_t(r.state_width))};
+    return m;
+  };
+  int64_t rows = 0;
+  for (size_t t = 0; t < cfg.tables.size(); ++t) {
+    auto ra = by_key(a.held_rows(int(t))), rh = by_key(h.held_rows(int(t)));
+    rows += int64_t(ra.size());
+    size_t diff = 0;  // keys held by one only, or any value or state bit apart
+    for (const auto& kv : ra) {
+      auto it = rh.find(kv.first);
+      diff += it == rh.end() || kv.second.first.size() != it->second.first.size() ||
+              kv.second.second.size() != it->second.second.size() ||
+              std::memcmp(kv.second.first.data(), it->second.first.data(), 4 * kv.second.first.size()) != 0 ||
+              std::memcmp(kv.second.second.data(), it->second.second.data(), 4 * kv.second.second.size()) != 0;
+    }
+    diff += rh.size() > ra.size() ? rh.size() - ra.size() : 0;
+    BOOST_CHECK_MESSAGE(diff == 0, what << " table " << cfg.tables[t].name << ": " << diff << " of " << ra.size()
+                                        << " rows differ after the 16-bit and the float backward");
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &rows, 1, MPI_INT64_T, MPI_SUM, w.comm);
+  BOOST_CHECK_MESSAGE(rows > 0, what << ": no rows compared");
+}
+
+void half_output_every_placement(Backend backend, OutputType type) {
+  const int world = testing::world_size();
+  std::vector<std::string> loc;
+  for (int i = 0; i < 5; ++i) loc.push_back("localized:" + std::to_string(i % world));
+  for (const std::vector<std::string>& p : std::vector<std::vector<std::string>>{
+           {"dispatch"}, loc, {"replicated"}, {"distributed"}, {"hybrid"}})
+    half_against_f32(backend, type, p, kTables, kSlots);
+  const std::vector<TableDef> all = {{"x", 300, 4, Combiner::sum, OptimizerKind::sgd, {0}, 120, 1000},
+                                     {"y", 300, 4, Combiner::sum, OptimizerKind::sgd, {1, 2}, 120, 1000}};
+  half_against_f32(backend, type, {"dispatch"}, all, 3, 1);  // one group of all slots
+}
+void bf16_output(Backend b) { half_output_every_placement(b, OutputType::bf16); }
+void f16_output(Backend b) { half_output_every_placement(b, OutputType::f16); }
+SPARTA_MPI_BACKEND_CASES(bf16_output_is_the_f32_output_rounded_and_its_backward_the_same, bf16_output)
+SPARTA_MPI_BACKEND_CASES(f16_output_is_the_f32_output_rounded_and_its_backward_the_same, f16_output)
+
+// A bad output type is refused by the configuration check and the constructor (on every rank); a float pointer
+// given to a 16-bit collection's forward or backward is refused too, naming the output type.
+void bad_output_type(Backend backend) {
+  World w(backend, testing::world_size());
+  CollectionConfig cfg = make_config(shared_seed(), {"dispatch"});
+  PlannerOptions po;
+  po.world = w.size;
+  Plan plan = make_plan(cfg, po, {});
+  CollectionConfig bad = cfg;
+  bad.output = static_cast<OutputType>(7);
+  std::string e = error_of([&] { check_collection_config(bad); });
+  BOOST_CHECK_MESSAGE(e.find("output must be f32, bf16 or f16") != std::string::npos && e.find("7") != std::string::npos,
+                      e);
+  e = error_of([&] { EmbeddingCollection coll(w.comm, w.communicator.get(), w.dev, bad, plan); });
+  BOOST_CHECK_MESSAGE(e.find("output") != std::string::npos, "rank " << w.rank << ": " << e);
+  for (OutputType t : {OutputType::bf16, OutputType::f16}) {
+    CollectionConfig half = cfg;
+    half.output = t;
+    EmbeddingCollection coll(w.comm, w.communicator.get(), w.dev, half, plan);
+    Data data(shared_seed());
+    Batch b = data.next(2 * w.size);
+    LocalBatch lb(w.dev, b, slice_of(b.samples, w.rank, w.size));
+    Buffer<float> out(w.dev, size_t(std::max<int64_t>(1, lb.count * coll.output_width())));
+    e = error_of([&] { coll.forward(lb.offsets.data(), lb.keys.data(), lb.count, out.data()); });
+    BOOST_CHECK_MESSAGE(e.find("float output") != std::string::npos && e.find(output_type_name(t)) != std::string::npos,
+                        e);
+    Buffer<uint16_t> out16(w.dev, out.size());
+    coll.forward(lb.offsets.data(), lb.keys.data(), lb.count, out16.data());
+    e = error_of([&] { coll.backward(out.data(), 1); });
+    BOOST_CHECK_MESSAGE(e.find("float gradient") != std::string::npos && e.find(output_type_name(t)) != std::string::npos,
+                        e);
+    coll.backward(out16.data(), 1);  // the train forward still waits for its backward, which goes through
+  }
+}
+SPARTA_MPI_BACKEND_CASES(an_output_type_other_than_f32_bf16_or_f16_is_an_error, bad_output_type)
+
 // ---------------------------------------------------------------------------------------------------------
 // Checkpoints: save on all ranks with one plan, load on 1..world ranks with another, continue: the same results
 // as the reference, which never went through a checkpoint.
@@ -705,7 +849,7 @@ void check_errors(Backend backend) {
   Plan plan = make_plan(cfg, po, {});
   EmbeddingCollection coll(w.comm, w.communicator.get(), w.dev, cfg, plan);
   // backward before any train forward
-  std::string e = error_of([&] { coll.backward(nullptr, 1); });
+  std::string e = error_of([&] { coll.backward(static_cast<const float*>(nullptr), 1); });
   BOOST_CHECK_MESSAGE(e.find("no train forward") != std::string::npos, e);
   // one sample per rank; rank r's slot-0 keys: r, r + 1, r + 2 → the whole world asks for 3+ distinct rows of 2
   std::vector<int64_t> off{0, 3, 4};

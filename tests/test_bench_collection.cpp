@@ -98,6 +98,9 @@ void run_and_check(const Expect& x, const std::string& extra) {
         BOOST_CHECK_EQUAL(text(l, "bench"), "collection");
         BOOST_CHECK_EQUAL(text(l, "placement"), p);
         BOOST_CHECK_EQUAL(text(l, "exchange"), extra.find("--exchange bf16") != std::string::npos ? "bf16" : "fp32");
+        BOOST_CHECK_EQUAL(text(l, "output"), extra.find("--output bf16") != std::string::npos   ? "bf16"
+                                             : extra.find("--output fp16") != std::string::npos ? "fp16"
+                                                                                                : "fp32");
         BOOST_CHECK_EQUAL(text(l, "tables"), x.tables);
         BOOST_CHECK_EQUAL(number(l, "batch"), double(batch));
         BOOST_CHECK_EQUAL(number(l, "global_batch"), double(batch * x.ranks));
@@ -171,6 +174,15 @@ BOOST_AUTO_TEST_CASE(bf16_exchange_every_placement_two_ranks) {
   run_and_check(Expect{2, "mlperf-v1", kAll, {256}, 26 * 16, 26, 16}, "--row-cap 10000 --dim 16 --exchange bf16");
 }
 
+BOOST_AUTO_TEST_CASE(bf16_and_fp16_output_two_ranks) {
+  // a 16-bit output and gradient: the check (the output widened, within its rounding) finds no wrong value, and
+  // the JSON says which type; bf16 together with the bf16 exchange once
+  run_and_check(Expect{2, "mlperf-v1", {"dispatch", "distributed", "hybrid"}, {64}, 26 * 8, 26, 16},
+                "--row-cap 10000 --dim 8 --output bf16 --exchange bf16");
+  run_and_check(Expect{2, "custom", {"localized", "replicated", "plan"}, {64}, 8 + 4 + 16, 2 + 1 + 5, 8},
+                "--rows-list 1,5000,300 --dims 8,4,16 --hotness-list 2,1,5 --row-cap 2000 --output fp16");
+}
+
 BOOST_AUTO_TEST_CASE(bad_options_end_every_rank_with_a_message) {
   struct Case {
     std::string args, says;
@@ -184,6 +196,7 @@ BOOST_AUTO_TEST_CASE(bad_options_end_every_rank_with_a_message) {
       {"--batch 8,0", "--batch"},
       {"--batch 8 --comm-mode pigeon", "pigeon"},
       {"--batch 8 --exchange fp16", "--exchange"},
+      {"--batch 8 --output f64", "--output: fp32, bf16 or fp16, found 'f64'"},
       {"--batch 8 --planner-link-gbps 0", "--planner-link-gbps must be > 0"},
       {"--batch 8 --planner-group-us -2", "--planner-group-us must be > 0"},
   };

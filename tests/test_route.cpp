@@ -1,12 +1,14 @@
 // Routing kernels (kernels/route.h) on every backend against expectations computed here from the inputs alone:
 // owners and stable buckets, permutations there and back, pooling and its reverse (bit for bit: the pooling
-// must equal a bag summed in key order from 0.0f), and cutting a table's slots out of a batch and back.
+// must equal a bag summed in key order from 0.0f), and cutting a table's slots out of a batch and back (in float,
+// and into a 16-bit output and from a 16-bit gradient).
 // Fresh random inputs, outputs poisoned before every call.
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cstring>
 
 #include "kernels/route.h"
+#include "src/base/half.h"
 #include "tests/testing.h"
 
 using namespace sparta;
@@ -423,5 +425,67 @@ void check_bf16(Backend backend) {
   if (dev.is_cuda()) close_device(dev);
 }
 SPARTA_BACKEND_CASES(bf16_wire_conversions, check_bf16)
+
+// Slots put into a 16-bit output (bf16: the bits expected_bf16 computes here; f16: src/base/half.h's
+// float_to_f16, nearest even, overflow to infinity, subnormals) with the other elements untouched, and a 16-bit
+// gradient's slots taken back widened (bf16: the upper half; f16: f16_to_float, exact). Ties, values that round
+// up across a binade, f16 overflow and f16 subnormals among random floats.
+void check_half_slots(Backend backend) {
+  Device dev = backend == Backend::cuda ? open_device(Backend::cuda, 0) : Device();
+  const std::vector<uint32_t> special = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x3f808001u, 0x7f7fffffu, 0x3f801000u,
+                                         0x3f803000u, 0x477fe000u, 0x477ff000u, 0x47800000u, 0xc7800000u, 0x33800000u,
+                                         0x33000000u, 0x33000001u, 0x387fc000u, 0x00000001u, 0x80000000u, 0x7f800000u};
+  for (OutputType type : {OutputType::bf16, OutputType::f16}) {
+    for (int64_t batch : {int64_t(0), int64_t(1), int64_t(33)}) {
+      std::vector<int32_t> cols{2, 9};  // a table serving two slots of dim 3 in rows of 12 elements
+      const int dim = 3, ts = 2;
+      const int64_t row = 12;
+      std::vector<float> pooled = testing::random_floats(size_t(batch * ts * dim));
+      for (size_t i = 0; i < pooled.size() && i < special.size(); ++i) std::memcpy(&pooled[i], &special[i], 4);
+      std::vector<uint16_t> base(size_t(std::max<int64_t>(1, batch * row)));
+      for (uint16_t& x : base) x = uint16_t(testing::rng()());
+      Buffer<float> p(dev, std::max<size_t>(pooled.size(), 1));
+      if (!pooled.empty()) p.upload(pooled);
+      Buffer<int32_t> cl(dev, cols);
+      Buffer<uint16_t> out(dev, base);
+      route_put_slots_half(dev, p.data(), batch, ts, dim, cl.data(), row, type, out.data(), dev.stream);
+      std::vector<uint16_t> want = base;
+      for (int64_t s = 0; s < batch; ++s)
+        for (int j = 0; j < ts; ++j)
+          for (int e = 0; e < dim; ++e) {
+            const float v = pooled[size_t((s * ts + j) * dim + e)];
+            uint32_t x;
+            std::memcpy(&x, &v, 4);
+            want[size_t(s * row + cols[size_t(j)] + e)] =
+                type == OutputType::bf16 ? expected_bf16(x) : float_to_f16(v);
+          }
+      std::vector<uint16_t> got = out.download();
+      size_t wrong = 0;
+      for (size_t i = 0; i < want.size(); ++i) wrong += got[i] != want[i];
+      BOOST_CHECK_MESSAGE(wrong == 0, output_type_name(type) << " batch " << batch << ": " << wrong << " of "
+                                                             << want.size() << " elements wrong");
+      // the gradient's slots back, from random 16-bit patterns (NaNs left out: their payload is not compared)
+      std::vector<uint16_t> grad(base.size());
+      for (uint16_t& x : grad) {
+        do x = uint16_t(testing::rng()());
+        while (type == OutputType::bf16 ? (x & 0x7f80u) == 0x7f80u && (x & 0x7fu) : (x & 0x7c00u) == 0x7c00u && (x & 0x3ffu));
+      }
+      Buffer<uint16_t> gb(dev, grad);
+      auto back = poisoned<float>(dev, pooled.size());
+      route_take_slots_half(dev, gb.data(), batch, ts, dim, cl.data(), row, type, back.data(), dev.stream);
+      std::vector<float> wb(pooled.size());
+      for (int64_t s = 0; s < batch; ++s)
+        for (int j = 0; j < ts; ++j)
+          for (int e = 0; e < dim; ++e) {
+            const uint16_t h = grad[size_t(s * row + cols[size_t(j)] + e)];
+            wb[size_t((s * ts + j) * dim + e)] = type == OutputType::bf16 ? bf16_to_float(h) : f16_to_float(h);
+          }
+      BOOST_CHECK_MESSAGE(same_bits(back.download(), wb, wb.size()),
+                          output_type_name(type) << " batch " << batch << ": gradient not widened exactly");
+    }
+  }
+  if (dev.is_cuda()) close_device(dev);
+}
+SPARTA_BACKEND_CASES(put_and_take_slots_in_16_bits, check_half_slots)
 
 }  // namespace
