@@ -161,12 +161,7 @@ void table_lookup_keys(EmbeddingTable& t, const int64_t* keys, int64_t n, Lookup
 
 void table_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
                   const float* grad, Combiner combiner, int64_t step, float lr_scale) {
-  table_update(t, offsets, rows, bags, nnz, grad, combiner, step, lr_scale, t.device().stream);
-}
-
-void table_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
-                  const float* grad, Combiner combiner, int64_t step, float lr_scale, Stream stream) {
-  t.backward_and_update(offsets, rows, bags, nnz, grad, combiner, step, lr_scale, stream);
+  t.backward_and_update(offsets, rows, bags, nnz, grad, combiner, step, lr_scale, t.device().stream);
 }
 
 void table_check(EmbeddingTable& t) { t.check_lookups(MissingKey::zeros, t.device().stream); }
@@ -299,16 +294,13 @@ void DispatchShard::backward(const float* key_grads, int64_t step, float lr_scal
 // ReplicaShard
 
 ReplicaShard::ReplicaShard(Exchange& ex, const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix)
-    : ex_(ex), dim_(s.table.dim), table_(make_shard(ex.device(), s, capacity_rows, suffix)) {
-  if (ex.world() > 1) side_ = SideStream(ex.device());
-}
+    : ex_(ex), dim_(s.table.dim), table_(make_shard(ex.device(), s, capacity_rows, suffix)) {}
 
 size_t ReplicaShard::memory_bytes() const { return table_memory_bytes(*table_); }
 
 void ReplicaShard::update_from_all(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags,
                                    int64_t nnz, const float* grad, Combiner combiner, int64_t step, float lr_scale) {
   const Device& dev = ex_.device();
-  const int W = ex_.world(), C = kReplicaChunks;
   // this rank's sum per touched row, and the key of each such row (refused keys, row -1, are left out)
   int64_t* unique_keys = grow(unique_keys_, dev, nnz);
   float* row_grads = grow(row_grads_, dev, size_t(nnz) * dim_);
@@ -316,57 +308,23 @@ void ReplicaShard::update_from_all(const int64_t* offsets, const int64_t* keys, 
   table_->row_gradients(offsets, keys, rows, bags, nnz, grad, combiner, unique_keys, row_grads, num_unique,
                         dev.stream);
   const int64_t u = ex_.download_count(num_unique);
-  // the chunks: the distinct keys bucketed (stably) by owner_of_key(key, C)
-  int32_t* part = grow(part_, dev, u);
-  int64_t* perm = grow(perm_, dev, u);
-  int64_t* chunk_counts = grow(chunk_counts_, dev, C);
-  int64_t* ckeys = grow(chunk_keys_, dev, u);
-  float* cgrads = grow(chunk_grads_, dev, size_t(u) * dim_);
-  route_owner_by_key(dev, unique_keys, u, C, part, dev.stream);
-  route_bucket(dev, part, u, C, perm, chunk_counts, scratch_, dev.stream);
-  route_gather_keys(dev, unique_keys, perm, u, ckeys, dev.stream);
-  route_gather_rows(dev, row_grads, perm, u, dim_, cgrads, dev.stream);
-  const std::vector<int64_t> mine = ex_.download(chunk_counts, size_t(C));
-  // every rank's count per chunk: counts[c][p]
-  const size_t nc = static_cast<size_t>(C);
-  std::vector<std::vector<size_t>> counts(nc);
-  std::vector<int64_t> all(nc), send_at(nc + 1, 0), recv_at(nc + 1, 0);
-  int64_t largest = 0;
-  for (int c = 0; c < C; ++c) {
-    counts[size_t(c)] = ex_.counts(std::vector<size_t>(size_t(W), size_t(mine[size_t(c)])));
-    all[size_t(c)] = static_cast<int64_t>(total(counts[size_t(c)]));
-    send_at[size_t(c) + 1] = send_at[size_t(c)] + mine[size_t(c)];
-    recv_at[size_t(c) + 1] = recv_at[size_t(c)] + all[size_t(c)];
-    largest = std::max(largest, all[size_t(c)]);
-  }
-  // every buffer at its size before the first chunk is queued (growing synchronizes the stream)
-  const int64_t n_all = recv_at[size_t(C)];
-  int64_t* all_keys = grow(all_keys_, dev, n_all);
-  float* all_grads = grow(all_grads_, dev, size_t(n_all) * dim_);
-  int64_t* all_rows = grow(rows_, dev, n_all);
-  int64_t* iota = grow(iota_, dev, largest + 1);
-  route_iota(dev, largest + 1, iota, dev.stream);
-  const Stream side = side_.stream() ? side_.stream() : dev.stream;
-  for (int c = 0; c < C; ++c) {
-    const int64_t n = all[size_t(c)];
-    if (n == 0) continue;
-    // chunk c, every rank's sums in rank order
-    int64_t* k = all_keys + recv_at[size_t(c)];
-    float* g = all_grads + size_t(recv_at[size_t(c)]) * dim_;
-    int64_t* r = all_rows + recv_at[size_t(c)];
-    ex_.all_gather_v(ckeys + send_at[size_t(c)], k, counts[size_t(c)], DataType::i64);
-    ex_.all_gather_v_floats(cgrads + size_t(send_at[size_t(c)]) * dim_, g, times(counts[size_t(c)], dim_));
-    // Its rows in this copy (inserting keys only other ranks had seen: values by key, so every copy inserts the
-    // same values), then one bag per sum: a row adds its ranks' sums in rank order. On the side stream, while
-    // the device's stream goes on to all-gather the next chunk. A key this copy had no room for (row -1:
-    // skipped) is counted by the table: the next check_lookups (the collection's check after the next
-    // forward, agreed on by every rank) or a save reports it. Every copy holds the same keys after an update,
-    // so every copy runs out of room at the same step.
-    side_.wait_for(dev.stream);
-    table_->insert_rows(k, n, r, side);
-    table_update(*table_, iota, r, n, n, g, Combiner::sum, step, lr_scale, side);
-  }
-  side_.join_into(dev.stream);
+  const std::vector<size_t> counts = ex_.counts(std::vector<size_t>(size_t(ex_.world()), size_t(u)));
+  // every rank's sums, in rank order
+  const int64_t all = static_cast<int64_t>(total(counts));
+  int64_t* all_keys = grow(all_keys_, dev, all);
+  float* all_grads = grow(all_grads_, dev, size_t(all) * dim_);
+  ex_.all_gather_v(unique_keys, all_keys, counts, DataType::i64);
+  ex_.all_gather_v_floats(row_grads, all_grads, times(counts, dim_));
+  // their rows in this copy (inserting keys only other ranks had seen: values by key, so every copy inserts the
+  // same values), then one bag per sum: a row adds its ranks' sums in rank order
+  int64_t* all_rows = grow(rows_, dev, all);
+  table_->insert_rows(all_keys, all, all_rows, dev.stream);
+  int64_t* iota = grow(iota_, dev, all + 1);
+  route_iota(dev, all + 1, iota, dev.stream);
+  // A key this copy had no room for (row -1: skipped) is counted by the table: the next check_lookups (the
+  // collection's check after the next forward, agreed on by every rank) or a save reports it. Every copy holds
+  // the same keys after an update, so every copy runs out of room at the same step.
+  table_update(*table_, iota, all_rows, all, all, all_grads, Combiner::sum, step, lr_scale);
 }
 
 }  // namespace sparta

@@ -79,9 +79,6 @@ void table_lookup_pooled(EmbeddingTable& t, const int64_t* offsets, const int64_
 void table_lookup_keys(EmbeddingTable& t, const int64_t* keys, int64_t n, LookupMode mode, float* out, int64_t* rows);
 void table_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
                   const float* grad, Combiner combiner, int64_t step, float lr_scale);
-// The same on another stream of the table's device.
-void table_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
-                  const float* grad, Combiner combiner, int64_t step, float lr_scale, Stream stream);
 void table_check(EmbeddingTable& t);
 TableRows table_export(EmbeddingTable& t);
 void table_load(EmbeddingTable& t, const TableRows& rows);
@@ -148,12 +145,6 @@ class DispatchShard {
 // rank, a row's sum over ranks is the same chain of additions on every copy (at 2 ranks always bit for bit; at 3
 // or more a row whose contributions straddle a block of the fixed order on one copy and not on another may
 // differ there in the last bit).
-//
-// Pipelined in kReplicaChunks chunks: the distinct keys are bucketed by owner_of_key(key, kReplicaChunks), so a
-// key's sums from every rank meet in the same chunk; chunk c is all-gathered on the device's stream while the
-// copy inserts and updates chunk c - 1 on a side stream (cuda), which the device's stream joins at the end.
-constexpr int kReplicaChunks = 4;
-
 class ReplicaShard {
  public:
   ReplicaShard(Exchange& ex, const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix);
@@ -168,11 +159,9 @@ class ReplicaShard {
   Exchange& ex_;
   int dim_;
   std::unique_ptr<EmbeddingTable> table_;
-  SideStream side_;  // cuda, more than one rank: where the chunks' inserts and updates run
-  RouteScratch scratch_;
-  Buffer<int32_t> num_unique_, part_;
-  Buffer<int64_t> unique_keys_, perm_, chunk_counts_, chunk_keys_, all_keys_, rows_, iota_;
-  Buffer<float> row_grads_, chunk_grads_, all_grads_;
+  Buffer<int64_t> unique_keys_, all_keys_, rows_, iota_;
+  Buffer<int32_t> num_unique_;
+  Buffer<float> row_grads_, all_grads_;
 };
 
 std::unique_ptr<PlacedTable> make_dispatch(const PlacedTableSetup& s, Exchange& ex);
