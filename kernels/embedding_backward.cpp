@@ -107,7 +107,7 @@ int64_t read_count(const Device& dev, const int32_t* count, Stream stream) {
 
 namespace {
 
-void check_batch(const Device& dev, const BackwardBatch& b, const BackwardWorkspace& ws) {
+void check_batch(const Device& dev, const BackwardBatch& b, const BackwardWorkspace& ws, bool needs_grad) {
   SPARTA_REQUIRE(dev.backend == ws.device().backend, "embedding backward on %s with a workspace made for %s",
                  dev.name().c_str(), ws.device().name().c_str());
   SPARTA_REQUIRE(b.nnz >= 0 && b.nnz <= ws.max_nnz(), "embedding backward: %lld keys, the workspace holds at most %lld",
@@ -117,40 +117,42 @@ void check_batch(const Device& dev, const BackwardBatch& b, const BackwardWorksp
   SPARTA_REQUIRE(b.offsets != nullptr, "embedding backward: no offsets given");
   SPARTA_REQUIRE(b.nnz == 0 || b.rows != nullptr, "embedding backward: %lld keys but no rows given",
                  static_cast<long long>(b.nnz));
-  SPARTA_REQUIRE(b.bags == 0 || b.grad != nullptr, "embedding backward: %lld bags but no gradient given",
+  SPARTA_REQUIRE(!needs_grad || b.bags == 0 || b.grad != nullptr, "embedding backward: %lld bags but no gradient given",
                  static_cast<long long>(b.bags));
 }
 
-// Sums the contributions of every unique row in the fixed order of embedding_backward.h and hands each sum to
-// sink(u, row, sum[dim]) in ascending row order. Returns the number of unique rows.
+// The finish's batch against the prepare the workspace holds: sparta::Error naming what differs.
+void check_prepared(const Device& dev, const BackwardBatch& b, const BackwardWorkspace& ws) {
+  SPARTA_REQUIRE(dev.backend == ws.device().backend, "embedding backward finish on %s with a workspace made for %s",
+                 dev.name().c_str(), ws.device().name().c_str());
+  const BackwardWorkspace::Prepared& p = ws.prepared();
+  SPARTA_REQUIRE(p.valid,
+                 "embedding backward finish: the workspace holds no prepared batch (no embedding_backward_prepare "
+                 "since its last finish, or the workspace was used for another backward in between)");
+  SPARTA_REQUIRE(b.nnz == p.nnz, "embedding backward finish: nnz is %lld, the prepared batch's is %lld",
+                 static_cast<long long>(b.nnz), static_cast<long long>(p.nnz));
+  SPARTA_REQUIRE(b.bags == p.bags, "embedding backward finish: bags is %lld, the prepared batch's is %lld",
+                 static_cast<long long>(b.bags), static_cast<long long>(p.bags));
+  SPARTA_REQUIRE(b.combiner == p.combiner, "embedding backward finish: combiner is %s, the prepared batch's is %s",
+                 combiner_name(b.combiner), combiner_name(p.combiner));
+  SPARTA_REQUIRE(b.offsets == p.offsets,
+                 "embedding backward finish: offsets pointer %p is not the prepared batch's (%p)",
+                 static_cast<const void*>(b.offsets), static_cast<const void*>(p.offsets));
+  SPARTA_REQUIRE(b.rows == p.rows, "embedding backward finish: rows pointer %p is not the prepared batch's (%p)",
+                 static_cast<const void*>(b.rows), static_cast<const void*>(p.rows));
+  SPARTA_REQUIRE(b.bags == 0 || b.grad != nullptr, "embedding backward finish: %lld bags but no gradient given",
+                 static_cast<long long>(b.bags));
+}
+
+// Sums the contributions of every unique row of the batch embedding_backward_prepare_cpu sorted into ws, in the
+// fixed order of embedding_backward.h, and hands each sum to sink(u, row, sum[dim]) in ascending row order.
 template <class Sink>
-int32_t reduce_rows_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, Sink&& sink) {
+void reduce_rows_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, Sink&& sink) {
   const int dim = ws.dim();
   const int64_t* offsets = batch.offsets;
-  SPARTA_REQUIRE(offsets[0] == 0 && offsets[batch.bags] == batch.nnz,
-                 "embedding backward: offsets must run from 0 to nnz = %lld, found %lld to %lld",
-                 static_cast<long long>(batch.nnz), static_cast<long long>(offsets[0]),
-                 static_cast<long long>(offsets[batch.bags]));
   const BackwardWorkspace::Layout& l = ws.arrays();
-  uint64_t* pairs = ws.at<uint64_t>(l.scan);  // [nnz] row << 32 | bag
-  int64_t n = 0, dropped = 0;
-  for (int64_t b = 0; b < batch.bags; ++b) {
-    SPARTA_REQUIRE(offsets[b] <= offsets[b + 1], "embedding backward: offsets decrease at bag %lld: %lld then %lld",
-                   static_cast<long long>(b), static_cast<long long>(offsets[b]),
-                   static_cast<long long>(offsets[b + 1]));
-    for (int64_t k = offsets[b]; k < offsets[b + 1]; ++k) {
-      int64_t row = batch.rows[k];
-      if (row < 0 || row >= ws.capacity_rows()) {
-        ++dropped;
-        continue;
-      }
-      pairs[n++] = (uint64_t(row) << 32) | uint64_t(b);
-    }
-  }
-  // (row, bag) order is (row, key position) order: bags ascend with the key position, and equal pairs (one
-  // row twice in a bag) contribute equal values
-  std::sort(pairs, pairs + n);
-
+  const uint64_t* pairs = ws.at<uint64_t>(l.scan);  // [n] row << 32 | bag, sorted
+  const int64_t n = ws.prepared().pairs;
   const bool mean = batch.combiner == Combiner::mean;
   float* partials = ws.at<float>(l.partials);  // [items of one row, dim]
   float* range_sum = ws.at<float>(l.temp);      // [dim]
@@ -199,36 +201,75 @@ int32_t reduce_rows_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, Sink&
     ++u;
     a = e;
   }
-  ws.counts()[BackwardWorkspace::kCountDropped] = static_cast<int32_t>(dropped);
-  return u;
 }
 
 }  // namespace
 
-void embedding_backward_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
-                            float* row_grads, int32_t* num_unique, const int64_t* keys, int64_t* unique_keys) {
+// Sorts the (row, bag) pairs of the kept keys into `scan` and lists the unique rows (and their keys) from them.
+void embedding_backward_prepare_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
+                                    int32_t* num_unique, const int64_t* keys, int64_t* unique_keys) {
+  const int64_t* offsets = batch.offsets;
+  SPARTA_REQUIRE(offsets[0] == 0 && offsets[batch.bags] == batch.nnz,
+                 "embedding backward: offsets must run from 0 to nnz = %lld, found %lld to %lld",
+                 static_cast<long long>(batch.nnz), static_cast<long long>(offsets[0]),
+                 static_cast<long long>(offsets[batch.bags]));
+  uint64_t* pairs = ws.at<uint64_t>(ws.arrays().scan);  // [nnz] row << 32 | bag
+  int64_t n = 0, dropped = 0;
+  for (int64_t b = 0; b < batch.bags; ++b) {
+    SPARTA_REQUIRE(offsets[b] <= offsets[b + 1], "embedding backward: offsets decrease at bag %lld: %lld then %lld",
+                   static_cast<long long>(b), static_cast<long long>(offsets[b]),
+                   static_cast<long long>(offsets[b + 1]));
+    for (int64_t k = offsets[b]; k < offsets[b + 1]; ++k) {
+      int64_t row = batch.rows[k];
+      if (row < 0 || row >= ws.capacity_rows()) {
+        ++dropped;
+        continue;
+      }
+      pairs[n++] = (uint64_t(row) << 32) | uint64_t(b);
+    }
+  }
+  // (row, bag) order is (row, key position) order: bags ascend with the key position, and equal pairs (one
+  // row twice in a bag) contribute equal values
+  std::sort(pairs, pairs + n);
+
+  int32_t u = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t row = int64_t(pairs[j] >> 32);
+    if (j > 0 && int64_t(pairs[j - 1] >> 32) == row) continue;
+    if (unique_rows) unique_rows[u] = row;
+    if (unique_keys) {  // a key of the row's first bag (every key of a row is the same key)
+      const int64_t b = int64_t(pairs[j] & 0xffffffffu);
+      for (int64_t k = offsets[b]; k < offsets[b + 1]; ++k) {
+        if (batch.rows[k] == row) {
+          unique_keys[u] = keys[k];
+          break;
+        }
+      }
+    }
+    ++u;
+  }
+  *num_unique = u;
+  ws.counts()[BackwardWorkspace::kCountDropped] = static_cast<int32_t>(dropped);
+  ws.prepared().pairs = n;
+}
+
+void embedding_backward_finish_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, float* row_grads) {
   const int dim = ws.dim();
-  *num_unique = reduce_rows_cpu(batch, ws, [&](int32_t u, uint32_t row, const float* sum) {
-    unique_rows[u] = row;
+  reduce_rows_cpu(batch, ws, [&](int32_t u, uint32_t, const float* sum) {
     std::memcpy(row_grads + int64_t(u) * dim, sum, dim * sizeof(float));
   });
-  if (!unique_keys) return;
-  for (int64_t i = 0; i < batch.nnz; ++i) {  // unique_rows ascend: each key's row found by bisection
-    const int64_t* at = std::lower_bound(unique_rows, unique_rows + *num_unique, batch.rows[i]);
-    if (at != unique_rows + *num_unique && *at == batch.rows[i]) unique_keys[at - unique_rows] = keys[i];
-  }
 }
 
 void backward_and_update_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, const OptimizerStep& c,
                              float* values, float* state) {
+  embedding_backward_prepare_cpu(batch, ws, nullptr, ws.counts() + BackwardWorkspace::kCountUnique, nullptr, nullptr);
   const int dim = ws.dim();
   const int width = optimizer_state_width(c.kind, dim);
   dispatch_optimizer(c.kind, [&](auto kind) {
     constexpr OptimizerKind K = decltype(kind)::value;
-    ws.counts()[BackwardWorkspace::kCountUnique] =
-        reduce_rows_cpu(batch, ws, [&](int32_t, uint32_t row, const float* sum) {
-          update_row_cpu<K>(c, sum, values + int64_t(row) * dim, state + int64_t(row) * width, dim);
-        });
+    reduce_rows_cpu(batch, ws, [&](int32_t, uint32_t row, const float* sum) {
+      update_row_cpu<K>(c, sum, values + int64_t(row) * dim, state + int64_t(row) * width, dim);
+    });
   });
 }
 
@@ -243,11 +284,46 @@ void embedding_backward(const Device& dev, const BackwardBatch& batch, BackwardW
 void embedding_backward(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
                         float* row_grads, int32_t* num_unique, const int64_t* keys, int64_t* unique_keys,
                         Stream stream) {
-  check_batch(dev, batch, ws);
+  ws.prepared() = BackwardWorkspace::Prepared{};
+  check_batch(dev, batch, ws, true);  // the gradient too, before the prepare runs
+  embedding_backward_prepare(dev, batch, ws, unique_rows, num_unique, keys, unique_keys, stream);
+  embedding_backward_finish(dev, batch, ws, row_grads, stream);
+}
+
+void embedding_backward_prepare(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws,
+                                int64_t* unique_rows, int32_t* num_unique, const int64_t* keys, int64_t* unique_keys,
+                                Stream stream) {
+  ws.prepared() = BackwardWorkspace::Prepared{};  // a prepare that throws leaves none
+  check_batch(dev, batch, ws, false);
   SPARTA_REQUIRE(!unique_keys || keys, "embedding backward: unique_keys asked for without the batch's keys");
-  if (!dev.is_cuda()) return embedding_backward_cpu(batch, ws, unique_rows, row_grads, num_unique, keys, unique_keys);
+  SPARTA_REQUIRE(num_unique != nullptr, "embedding backward: no num_unique given");
+  if (!dev.is_cuda()) {
+    embedding_backward_prepare_cpu(batch, ws, unique_rows, num_unique, keys, unique_keys);
+  } else {
 #if SPARTA_CUDA
-  embedding_backward_cuda(batch, ws, unique_rows, row_grads, num_unique, keys, unique_keys, stream);
+    embedding_backward_prepare_cuda(batch, ws, unique_rows, num_unique, keys, unique_keys, stream);
+#else
+    (void)stream;
+    SPARTA_FATAL("embedding_backward on %s in a CUDA=0 build", dev.name().c_str());
+#endif
+  }
+  BackwardWorkspace::Prepared& p = ws.prepared();
+  p.offsets = batch.offsets;
+  p.rows = batch.rows;
+  p.bags = batch.bags;
+  p.nnz = batch.nnz;
+  p.combiner = batch.combiner;
+  p.valid = true;
+}
+
+void embedding_backward_finish(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws,
+                               float* row_grads, Stream stream) {
+  check_prepared(dev, batch, ws);
+  SPARTA_REQUIRE(batch.nnz == 0 || row_grads != nullptr, "embedding backward finish: no row_grads given");
+  ws.prepared().valid = false;  // used up
+  if (!dev.is_cuda()) return embedding_backward_finish_cpu(batch, ws, row_grads);
+#if SPARTA_CUDA
+  embedding_backward_finish_cuda(batch, ws, row_grads, stream);
 #else
   (void)stream;
   SPARTA_FATAL("embedding_backward on %s in a CUDA=0 build", dev.name().c_str());
@@ -256,7 +332,8 @@ void embedding_backward(const Device& dev, const BackwardBatch& batch, BackwardW
 
 void backward_and_update(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws,
                          const OptimizerConfig& cfg, int64_t step, float* values, float* state, Stream stream) {
-  check_batch(dev, batch, ws);
+  ws.prepared() = BackwardWorkspace::Prepared{};  // the workspace now holds this batch, not a prepared one
+  check_batch(dev, batch, ws, true);
   OptimizerStep c = optimizer_step(cfg, step);
   if (!dev.is_cuda()) return backward_and_update_cpu(batch, ws, c, values, state);
 #if SPARTA_CUDA

@@ -10,6 +10,8 @@
 //                            and finishes the row; segments_kernel lists those rows (by the first block edge
 //                            each crosses), so with none (uniform keys) its blocks read a zero count and exit
 // Kernels 5 and 6 read their counts from device memory and grid-stride over an upper bound: no host sync.
+// embedding_backward_prepare runs steps 1-4 and embedding_backward_finish steps 5-6; the workspace keeps what
+// lies between (the sorted rows and bags, in the halves the sort chose, and the item tables).
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 #include <thrust/iterator/counting_iterator.h>
@@ -343,10 +345,17 @@ size_t backward_cub_temp_bytes(int64_t max_nnz, int end_bit) {
 
 namespace {
 
-// Steps 1-4: sort, scan and the item tables. Returns the view kernels 5 and 6 read. unique_rows may be null;
-// num_unique receives the count (device memory).
-ReduceView prepare(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows, int32_t* num_unique,
-                   const int64_t* batch_keys, int64_t* unique_keys, Stream stream) {
+// An empty batch: no rows, nothing dropped.
+void zero_counts(BackwardWorkspace& ws, int32_t* num_unique, Stream stream) {
+  CUDA_CHECK(cudaMemsetAsync(ws.counts(), 0, WS::kCounts * sizeof(int32_t), stream));
+  CUDA_CHECK(cudaMemsetAsync(num_unique, 0, sizeof(int32_t), stream));
+}
+
+// Steps 1-4: sort, scan and the item tables; records in ws.prepared() the halves the sort left its output in.
+// unique_rows may be null; num_unique receives the count (device memory).
+void sort_batch(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows, int32_t* num_unique,
+                const int64_t* batch_keys, int64_t* unique_keys, Stream stream) {
+  if (batch.nnz == 0) return zero_counts(ws, num_unique, stream);
   const WS::Layout& l = ws.arrays();
   const int32_t nnz = static_cast<int32_t>(batch.nnz);
   const int block = 256;
@@ -375,10 +384,17 @@ ReduceView prepare(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* u
       ws.at<int32_t>(l.item_u), ws.at<int32_t>(l.row_item_start), ws.at<int32_t>(l.block_first_item),
       ws.at<int32_t>(l.span_edges), unique_rows, num_unique, ws.counts(), key_of);
   CUDA_CHECK_LAUNCH("segments_kernel");
+  ws.prepared().keys_half = keys.selector;
+  ws.prepared().bags_half = bags.selector;
+}
 
+// The view kernels 5 and 6 read, of the batch sort_batch left in ws (batch.grad: the gradient to reduce).
+ReduceView reduce_view(const BackwardBatch& batch, const BackwardWorkspace& ws) {
+  const WS::Layout& l = ws.arrays();
+  const WS::Prepared& p = ws.prepared();
   ReduceView v;
-  v.keys = sorted_keys;
-  v.bags = bags.Current();
+  v.keys = ws.at<uint32_t>(p.keys_half ? l.keys_b : l.keys_a);
+  v.bags = ws.at<uint32_t>(p.bags_half ? l.bags_b : l.bags_a);
   v.item_start = ws.at<int32_t>(l.item_start);
   v.item_u = ws.at<int32_t>(l.item_u);
   v.row_item_start = ws.at<int32_t>(l.row_item_start);
@@ -388,11 +404,13 @@ ReduceView prepare(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* u
   v.offsets = batch.offsets;
   v.grad = batch.grad;
   v.partials = ws.at<float>(l.partials);
-  v.nnz = nnz;
+  v.nnz = static_cast<int32_t>(batch.nnz);
   v.bag_count = static_cast<int32_t>(batch.bags);
   v.dim = ws.dim();
   v.sentinel = uint32_t(ws.capacity_rows());
   v.mean = batch.combiner == Combiner::mean;
+  v.G = 0;
+  v.log2_G = 0;
   return v;
 }
 
@@ -416,19 +434,17 @@ void reduce(ReduceView v, const rowvec::RowShape& shape, const Op& op, Stream st
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// An empty batch: no rows, nothing dropped.
-void zero_counts(BackwardWorkspace& ws, int32_t* num_unique, Stream stream) {
-  CUDA_CHECK(cudaMemsetAsync(ws.counts(), 0, WS::kCounts * sizeof(int32_t), stream));
-  CUDA_CHECK(cudaMemsetAsync(num_unique, 0, sizeof(int32_t), stream));
-}
-
 }  // namespace
 
-void embedding_backward_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
-                             float* row_grads, int32_t* num_unique, const int64_t* keys, int64_t* unique_keys,
-                             Stream stream) {
-  if (batch.nnz == 0) return zero_counts(ws, num_unique, stream);
-  ReduceView v = prepare(batch, ws, unique_rows, num_unique, keys, unique_keys, stream);
+void embedding_backward_prepare_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
+                                     int32_t* num_unique, const int64_t* keys, int64_t* unique_keys, Stream stream) {
+  sort_batch(batch, ws, unique_rows, num_unique, keys, unique_keys, stream);
+}
+
+void embedding_backward_finish_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, float* row_grads,
+                                    Stream stream) {
+  if (batch.nnz == 0) return;
+  const ReduceView v = reduce_view(batch, ws);
   const rowvec::RowShape shape = rowvec::row_shape(ws.dim(), aligned16(batch.grad) && aligned16(row_grads));
   rowvec::dispatch_shape(shape, [&](auto vv, auto pp) {
     constexpr int V = decltype(vv)::value, P = decltype(pp)::value;
@@ -438,9 +454,9 @@ void embedding_backward_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, 
 
 void backward_and_update_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, const OptimizerStep& c,
                               float* values, float* state, Stream stream) {
-  int32_t* num_unique = ws.counts() + WS::kCountUnique;
-  if (batch.nnz == 0) return zero_counts(ws, num_unique, stream);
-  ReduceView v = prepare(batch, ws, nullptr, num_unique, nullptr, nullptr, stream);
+  sort_batch(batch, ws, nullptr, ws.counts() + WS::kCountUnique, nullptr, nullptr, stream);
+  if (batch.nnz == 0) return;
+  const ReduceView v = reduce_view(batch, ws);
   const int dim = ws.dim();
   const int width = optimizer_state_width(c.kind, dim);
   const bool state_vec = width == 0 || c.kind == OptimizerKind::lazy_adam || aligned16(state);

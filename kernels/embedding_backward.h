@@ -106,6 +106,23 @@ class BackwardWorkspace {
   const Layout& arrays() const { return layout_; }
   int32_t* counts() const { return at<int32_t>(layout_.counts); }
 
+  // The batch the last embedding_backward_prepare sorted into this workspace, which embedding_backward_finish
+  // reduces (valid until then). Any other call given the workspace replaces it (valid = false), even one that
+  // throws: embedding_backward, backward_and_update, another prepare; and a finish uses it up (a finish refused
+  // for a batch that differs leaves it).
+  struct Prepared {
+    bool valid = false;
+    const int64_t* offsets = nullptr;  // the prepared batch's pointers and sizes (the finish must name the same)
+    const int64_t* rows = nullptr;
+    int64_t bags = 0, nnz = 0;
+    Combiner combiner = Combiner::sum;
+    int keys_half = 0, bags_half = 0;  // cuda: the half (0: keys_a / bags_a, 1: keys_b / bags_b) the sort left
+                                       // the sorted rows / bags in
+    int64_t pairs = 0;                 // cpu: kept keys, sorted as (row << 32 | bag) in `scan`
+  };
+  const Prepared& prepared() const { return prepared_; }
+  Prepared& prepared() { return prepared_; }
+
  private:
   Device dev_;
   int64_t max_nnz_ = 0, capacity_rows_ = 0;
@@ -113,6 +130,7 @@ class BackwardWorkspace {
   Layout layout_{};
   Buffer<unsigned char> mem_;
   unsigned char* base_ = nullptr;  // mem_.data()
+  Prepared prepared_;
 };
 
 // The summed gradient of every row the batch touched:
@@ -120,7 +138,7 @@ class BackwardWorkspace {
 //   row_grads   [ws.max_nnz(), dim]   row_grads[u] = sum over the keys of row unique_rows[u] (fixed order above)
 //   num_unique  [1] int32, device memory (read it with read_count when the host needs it)
 // Asynchronous on stream (cuda): no host synchronization. Throws sparta::Error on sizes outside the
-// workspace or the limits above.
+// workspace or the limits above. It is embedding_backward_prepare followed by embedding_backward_finish (below).
 void embedding_backward(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
                         float* row_grads, int32_t* num_unique, Stream stream);
 // The same, and the key of every touched row: keys [nnz] are the batch's keys (rows[i] is the row of keys[i], so
@@ -129,6 +147,27 @@ void embedding_backward(const Device& dev, const BackwardBatch& batch, BackwardW
 void embedding_backward(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
                         float* row_grads, int32_t* num_unique, const int64_t* keys, int64_t* unique_keys,
                         Stream stream);
+
+// The same backward in two parts, so that the part that does not need the gradient (the sort of the batch's
+// rows and the tables of unique rows, steps 1-4 of embedding_backward.cu) can run right after the forward, while
+// other work (the model's backward) produces the gradient, and only the reduction (steps 5-6) waits for it.
+//
+// embedding_backward_prepare: reads batch.offsets, rows, bags, nnz and combiner (batch.grad is not read and may
+// be null) and writes unique_rows, *num_unique and unique_keys (keys / unique_keys may be null, as for
+// embedding_backward; unique_rows may be null) as embedding_backward writes them, and the dropped-key count. The
+// sorted batch stays in ws (ws.prepared()). Asynchronous on stream (cuda): no host synchronization. Throws
+// sparta::Error on sizes outside the workspace or the limits above (cpu: on bad offsets too).
+void embedding_backward_prepare(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws,
+                                int64_t* unique_rows, int32_t* num_unique, const int64_t* keys, int64_t* unique_keys,
+                                Stream stream);
+// embedding_backward_finish: row_grads [ws.max_nnz(), dim] of the prepared batch from batch.grad, with the same
+// bits as embedding_backward. batch must name the same offsets and rows pointers, bags, nnz and combiner as the
+// prepare (the caller keeps offsets and rows alive and unchanged in between), and ws must still hold that
+// prepare (see BackwardWorkspace::Prepared): otherwise sparta::Error, naming what differs, before anything runs.
+// Asynchronous on stream (cuda): queue it on the prepare's stream or on a stream ordered after the prepare (an
+// event); nothing else may use ws in between. The finish uses the prepare up: a second finish is an error.
+void embedding_backward_finish(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws,
+                               float* row_grads, Stream stream);
 
 // The backward, then the optimizer step `step` on the touched rows of values [capacity_rows, dim] and state
 // [capacity_rows, optimizer_state_width(cfg.kind, dim)]: the same result as embedding_backward followed by
@@ -140,13 +179,17 @@ void backward_and_update(const Device& dev, const BackwardBatch& batch, Backward
 // Copies a count from device memory to the host. Synchronizes stream (cuda).
 int64_t read_count(const Device& dev, const int32_t* count, Stream stream);
 
-void embedding_backward_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
-                            float* row_grads, int32_t* num_unique, const int64_t* keys, int64_t* unique_keys);
+// The backends, called by the launchers above once the batch is checked. A prepare records its backend's part
+// of ws.prepared() (the launcher the rest); a finish reads it.
+void embedding_backward_prepare_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
+                                    int32_t* num_unique, const int64_t* keys, int64_t* unique_keys);
+void embedding_backward_finish_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, float* row_grads);
 void backward_and_update_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, const OptimizerStep& c,
                              float* values, float* state);
-void embedding_backward_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
-                             float* row_grads, int32_t* num_unique, const int64_t* keys, int64_t* unique_keys,
-                             Stream stream);
+void embedding_backward_prepare_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
+                                     int32_t* num_unique, const int64_t* keys, int64_t* unique_keys, Stream stream);
+void embedding_backward_finish_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, float* row_grads,
+                                    Stream stream);
 void backward_and_update_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, const OptimizerStep& c,
                               float* values, float* state, Stream stream);
 // CUB temporary storage for the sort and the scan of up to max_nnz pairs (cuda builds only).

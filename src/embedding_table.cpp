@@ -178,16 +178,47 @@ void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* 
   }
 }
 
+int64_t* EmbeddingTable::unique_rows(int64_t nnz, Stream stream) {
+  const size_t n = size_t(std::max<int64_t>(1, nnz));
+  if (unique_rows_.empty()) unique_rows_ = Buffer<int64_t>(dev_, n);
+  else if (unique_rows_.size() < n) unique_rows_.resize(n, stream);  // synchronizes stream first
+  return unique_rows_.data();
+}
+
 void EmbeddingTable::row_gradients(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags,
                                    int64_t nnz, const float* grad, Combiner combiner, int64_t* unique_keys,
                                    float* row_grads, int32_t* num_unique, Stream stream) {
   const BackwardBatch b = backward_batch(offsets, rows, bags, nnz, grad, combiner);
   try {
-    const size_t n = size_t(std::max<int64_t>(1, nnz));
-    if (unique_rows_.empty()) unique_rows_ = Buffer<int64_t>(dev_, n);
-    else if (unique_rows_.size() < n) unique_rows_.resize(n, stream);  // synchronizes stream first
-    embedding_backward(dev_, b, workspace(nnz, stream), unique_rows_.data(), row_grads, num_unique, keys, unique_keys,
-                       stream);
+    int64_t* urows = unique_rows(nnz, stream);
+    embedding_backward(dev_, b, workspace(nnz, stream), urows, row_grads, num_unique, keys, unique_keys, stream);
+  } catch (const Error& e) {
+    throw Error(strprintf("embedding table '%s': %s", cfg_.name.c_str(), e.what()));
+  }
+}
+
+void EmbeddingTable::prepare_row_gradients(const int64_t* offsets, const int64_t* keys, const int64_t* rows,
+                                           int64_t bags, int64_t nnz, Combiner combiner, int64_t* unique_keys,
+                                           int32_t* num_unique, Stream stream) {
+  const BackwardBatch b = backward_batch(offsets, rows, bags, nnz, nullptr, combiner);
+  try {
+    int64_t* urows = unique_rows(nnz, stream);
+    embedding_backward_prepare(dev_, b, workspace(nnz, stream), urows, num_unique, keys, unique_keys, stream);
+  } catch (const Error& e) {
+    throw Error(strprintf("embedding table '%s': %s", cfg_.name.c_str(), e.what()));
+  }
+}
+
+void EmbeddingTable::finish_row_gradients(const float* grad, float* row_grads, Stream stream) {
+  SPARTA_REQUIRE(workspace_ && workspace_->prepared().valid,
+                 "embedding table '%s': embedding backward finish: the workspace holds no prepared batch (no "
+                 "prepare_row_gradients since the last finish, or another backward of the table in between)",
+                 cfg_.name.c_str());
+  const BackwardWorkspace::Prepared& p = workspace_->prepared();
+  const BackwardBatch b = backward_batch(p.offsets, p.rows, p.bags, p.nnz, grad, p.combiner);
+  try {
+    workspace_stream_ = stream;  // the last user of the workspace
+    embedding_backward_finish(dev_, b, *workspace_, row_grads, stream);
   } catch (const Error& e) {
     throw Error(strprintf("embedding table '%s': %s", cfg_.name.c_str(), e.what()));
   }

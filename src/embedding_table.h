@@ -131,6 +131,20 @@ class EmbeddingTable {
   void row_gradients(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags, int64_t nnz,
                      const float* grad, Combiner combiner, int64_t* unique_keys, float* row_grads,
                      int32_t* num_unique, Stream stream);
+  // row_gradients in two parts (kernels/embedding_backward.h: embedding_backward_prepare / _finish), so that the
+  // part that needs no gradient (the sort of the rows) runs right after the forward and only the reduction waits
+  // for grad. prepare_row_gradients takes offsets, keys, rows, bags, nnz and combiner as row_gradients does and
+  // writes unique_keys and *num_unique (readable once it is done; row_gradients writes the same). Asynchronous on
+  // stream; the same errors as row_gradients (grad aside).
+  void prepare_row_gradients(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags,
+                             int64_t nnz, Combiner combiner, int64_t* unique_keys, int32_t* num_unique,
+                             Stream stream);
+  // finish_row_gradients writes row_grads [nnz, dim] of the prepared batch from grad [bags, dim], with the bits of
+  // row_gradients. It reads the prepared batch's offsets (mean) and its sorted rows: the caller keeps offsets and
+  // rows alive and unchanged in between. Asynchronous on stream: the prepare's stream or one ordered after it.
+  // Any other backward of the table in between (backward_and_update, row_gradients, another prepare) replaces the
+  // prepared batch, and a finish uses it up: a finish with none prepared throws sparta::Error naming the table.
+  void finish_row_gradients(const float* grad, float* row_grads, Stream stream);
   // rows[i] = row of keys[i], inserting absent keys with their initial values (a train lookup that writes no
   // vectors). Refused keys (full table) get -1 and are reported by the next check_lookups. Asynchronous on stream.
   void insert_rows(const int64_t* keys, int64_t n, int64_t* rows, Stream stream);
@@ -155,6 +169,8 @@ class EmbeddingTable {
   void check(LookupMode mode, MissingKey missing, Check when, Stream stream);
   void reset_state(Stream stream);
   BackwardWorkspace& workspace(int64_t nnz, Stream stream);
+  // unique_rows_, grown to hold nnz rows.
+  int64_t* unique_rows(int64_t nnz, Stream stream);
   // The checked batch of a backward (sparta::Error naming the table on bad sizes).
   BackwardBatch backward_batch(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
                                const float* grad, Combiner combiner) const;

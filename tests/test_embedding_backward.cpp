@@ -1,13 +1,16 @@
 // kernels/embedding_backward: the cpu reference against a naive double-precision sum, bad input, and the
 // cuda version against the cpu reference (same bits: the same fixed order), its determinism and the fused
-// optimizer path, on fresh random batches: empty bags, duplicates in a bag and across the batch, power-law rows
-// with hot rows spread over many blocks, rows outside the table.
+// optimizer path, and the backward in two parts (prepare, then finish) against the whole one, on fresh random
+// batches: empty bags, duplicates in a bag and across the batch, power-law rows with hot rows spread over many
+// blocks, rows outside the table.
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
+#include <string>
 
 #include "src/base/buffer.h"
 #include "src/base/check.h"
@@ -537,3 +540,210 @@ BOOST_AUTO_TEST_CASE(cuda_backward_and_update_matches_cpu, *testing::needs_gpu()
   }
   close_device(gpu);
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// prepare and finish: the backward in two parts gives embedding_backward's bits, and refuses a finish that
+// does not follow its prepare
+
+namespace {
+
+// The outputs of one backward, poisoned, and what they hold after it (whole buffers: the unwritten tails too).
+struct Outputs {
+  Buffer<int64_t> unique_rows, unique_keys;
+  Buffer<float> row_grads;
+  Buffer<int32_t> num_unique;
+  Outputs(const Device& dev, int64_t max_nnz, int dim)
+      : unique_rows(dev, size_t(max_nnz)),
+        unique_keys(dev, size_t(max_nnz)),
+        row_grads(dev, size_t(max_nnz) * dim),
+        num_unique(dev, 1) {
+    unique_rows.fill_bytes(0xFF);
+    unique_keys.fill_bytes(0xFF);
+    row_grads.fill_bytes(0xFF);
+    num_unique.fill_bytes(0xFF);
+  }
+};
+
+// Keys of rows: a function of the row, as a lookup's keys are.
+std::vector<int64_t> keys_of(const HostBatch& b) {
+  std::vector<int64_t> keys(b.rows.size());
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = int64_t(uint64_t(b.rows[i]) * 0xff51afd7ed558ccdull + 7);
+  return keys;
+}
+
+void prepare_then_finish_equals_backward(Backend backend) {
+  Device dev = open_device(backend, backend == Backend::cuda ? 0 : -1);
+  {
+    std::vector<Shape> shapes;
+    for (int dim : {1, 5, 32, 128}) {
+      Shape small{64, 26, 0, 3};  // empty bags, duplicates in a bag and across the batch
+      small.dim = dim;
+      small.capacity = 2000;
+      small.dup = 0.2;
+      shapes.push_back(small);
+      Shape hot{3000, 26, 1, 1};  // power-law: the hottest rows over more than kCombineGroups blocks
+      hot.dim = dim;
+      hot.capacity = 1000000;
+      hot.power_law = true;
+      shapes.push_back(hot);
+      Shape dropped{200, 26, 0, 4};  // rows outside the table
+      dropped.dim = dim;
+      dropped.capacity = 5000;
+      dropped.bad = 0.05;
+      shapes.push_back(dropped);
+      Shape empty{8, 3, 0, 0};  // no keys
+      empty.dim = dim;
+      shapes.push_back(empty);
+    }
+    for (Combiner combiner : {Combiner::sum, Combiner::mean}) {
+      for (const Shape& s : shapes) {
+        HostBatch b = make_batch(s);
+        BOOST_TEST_CONTEXT(name(combiner) << " dim " << s.dim << " batch " << s.batch << " slots " << s.slots
+                                          << " hotness " << s.min_hot << ".." << s.max_hot << " nnz " << b.nnz()
+                                          << (s.power_law ? " power-law" : "") << (s.bad > 0 ? " dropped" : "")) {
+          const int64_t max_nnz = std::max<int64_t>(b.nnz(), 1);
+          BackwardWorkspace ws(dev, max_nnz, s.capacity, s.dim, dev.stream);
+          DeviceBatch d(dev, b, combiner);
+          const std::vector<int64_t> keys = keys_of(b);
+          Buffer<int64_t> dkeys(dev, std::max<size_t>(1, keys.size()));
+          if (!keys.empty()) dkeys.upload(keys);
+
+          Outputs want(dev, max_nnz, s.dim);
+          embedding_backward(dev, d.view, ws, want.unique_rows.data(), want.row_grads.data(), want.num_unique.data(),
+                             dkeys.data(), want.unique_keys.data(), dev.stream);
+          const int64_t want_dropped = ws.read_dropped_keys(dev.stream);
+
+          // The prepare without a gradient, while the gradient's buffer holds garbage; the gradient arrives after it.
+          Outputs got(dev, max_nnz, s.dim);
+          d.grad.fill_bytes(0xFF);
+          BackwardBatch early = d.view;
+          early.grad = nullptr;
+          embedding_backward_prepare(dev, early, ws, got.unique_rows.data(), got.num_unique.data(), dkeys.data(),
+                                     got.unique_keys.data(), dev.stream);
+          // its outputs are complete before the finish
+          BOOST_CHECK_EQUAL(read_count(dev, got.num_unique.data(), dev.stream),
+                            read_count(dev, want.num_unique.data(), dev.stream));
+          BOOST_CHECK(got.unique_rows.download() == want.unique_rows.download());
+          BOOST_CHECK(got.unique_keys.download() == want.unique_keys.download());
+          BOOST_CHECK_EQUAL(ws.read_dropped_keys(dev.stream), want_dropped);
+          if (!b.grad.empty()) d.grad.upload(b.grad);
+          embedding_backward_finish(dev, d.view, ws, got.row_grads.data(), dev.stream);
+
+          const int64_t num_unique = read_count(dev, got.num_unique.data(), dev.stream);
+          BOOST_CHECK_EQUAL(num_unique, read_count(dev, want.num_unique.data(), dev.stream));
+          if (b.nnz() == 0) BOOST_CHECK_EQUAL(num_unique, 0);
+          if (s.bad > 0) BOOST_CHECK_GT(want_dropped, 0);
+          if (s.power_law) {  // the shape covers a row over many blocks
+            std::map<int64_t, int64_t> count;
+            int64_t hottest = 0;
+            for (int64_t row : b.rows) hottest = std::max(hottest, ++count[row]);
+            BOOST_CHECK_GT(hottest, int64_t(kCombineGroups) * kBackwardChunk);
+          }
+          BOOST_CHECK(got.unique_rows.download() == want.unique_rows.download());
+          BOOST_CHECK(got.unique_keys.download() == want.unique_keys.download());
+          const std::vector<float> g = got.row_grads.download(), w = want.row_grads.download();
+          BOOST_CHECK_EQUAL(bitwise_differences(g, w), 0u);
+          // the rows were written (not left poisoned): every float of the first num_unique rows is a number
+          size_t unwritten = 0;
+          for (size_t i = 0; i < size_t(num_unique) * s.dim; ++i) unwritten += std::isnan(g[i]);
+          BOOST_CHECK_EQUAL(unwritten, 0u);
+          BOOST_CHECK_EQUAL(ws.read_dropped_keys(dev.stream), want_dropped);
+        }
+      }
+    }
+  }
+  close_device(dev);
+}
+
+// sparta::Error whose message holds `what`.
+void check_error(const std::function<void()>& f, const std::string& what) {
+  try {
+    f();
+    BOOST_ERROR("no error; expected one naming '" << what << "'");
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    BOOST_CHECK_MESSAGE(m.find(what) != std::string::npos, "'" << m << "' does not name '" << what << "'");
+  }
+}
+
+void finish_refuses_what_was_not_prepared(Backend backend) {
+  Device dev = open_device(backend, backend == Backend::cuda ? 0 : -1);
+  {
+    Shape s{100, 26, 0, 3};
+    s.dim = 5;
+    s.capacity = 3000;
+    s.dup = 0.1;
+    HostBatch b = make_batch(s);
+    HostBatch other = make_batch(s);
+    const int64_t max_nnz = std::max(b.nnz(), other.nnz());
+    BackwardWorkspace ws(dev, max_nnz, s.capacity, s.dim, dev.stream);
+    DeviceBatch d(dev, b, Combiner::mean), d2(dev, other, Combiner::mean);
+    Outputs out(dev, max_nnz, s.dim), ref(dev, max_nnz, s.dim);
+    Buffer<float> values(dev, testing::random_floats(size_t(s.capacity) * s.dim));
+    auto prepare = [&](const BackwardBatch& x) {
+      embedding_backward_prepare(dev, x, ws, out.unique_rows.data(), out.num_unique.data(), nullptr, nullptr,
+                                 dev.stream);
+    };
+    auto finish = [&](const BackwardBatch& x) { embedding_backward_finish(dev, x, ws, out.row_grads.data(), dev.stream); };
+    const std::string none = "holds no prepared batch";
+
+    check_error([&] { finish(d.view); }, none);  // a fresh workspace
+    prepare(d.view);
+    embedding_backward(dev, d.view, ws, ref.unique_rows.data(), ref.row_grads.data(), ref.num_unique.data(),
+                       dev.stream);
+    check_error([&] { finish(d.view); }, none);  // after an embedding_backward
+    prepare(d.view);
+    backward_and_update(dev, d.view, ws, OptimizerConfig(), 1, values.data(), nullptr, dev.stream);
+    check_error([&] { finish(d.view); }, none);  // after a backward_and_update
+    prepare(d.view);
+    BackwardBatch too_many = d.view;
+    too_many.nnz = max_nnz + 1;
+    BOOST_CHECK_THROW(prepare(too_many), Error);
+    check_error([&] { finish(d.view); }, none);  // after a prepare that was refused
+
+    // A batch that differs from the prepared one, each way; the prepare stays for the right finish.
+    prepare(d.view);
+    BackwardBatch x = d.view;
+    x.nnz -= 1;
+    check_error([&] { finish(x); }, "nnz");
+    x = d.view;
+    x.combiner = Combiner::sum;
+    check_error([&] { finish(x); }, "combiner");
+    x = d.view;
+    x.bags -= 1;
+    check_error([&] { finish(x); }, "bags");
+    Buffer<int64_t> same_offsets(dev, b.offsets);  // the same values elsewhere
+    x = d.view;
+    x.offsets = same_offsets.data();
+    check_error([&] { finish(x); }, "offsets");
+    x = d.view;
+    x.rows = d2.view.rows;
+    check_error([&] { finish(x); }, "rows");
+    x = d.view;
+    x.grad = nullptr;
+    check_error([&] { finish(x); }, "gradient");
+    finish(d.view);
+    BOOST_CHECK_EQUAL(read_count(dev, out.num_unique.data(), dev.stream),
+                      read_count(dev, ref.num_unique.data(), dev.stream));
+    BOOST_CHECK_EQUAL(bitwise_differences(out.row_grads.download(), ref.row_grads.download()), 0u);
+    check_error([&] { finish(d.view); }, none);  // used up
+
+    // Another prepare replaces the first: a finish of the first batch is refused, of the second one runs.
+    prepare(d.view);
+    prepare(d2.view);
+    check_error([&] { finish(d.view); }, "the prepared batch's");  // names what differs (nnz, bags or offsets)
+    finish(d2.view);
+    embedding_backward(dev, d2.view, ws, ref.unique_rows.data(), ref.row_grads.data(), ref.num_unique.data(),
+                       dev.stream);
+    BOOST_CHECK_EQUAL(read_count(dev, out.num_unique.data(), dev.stream),
+                      read_count(dev, ref.num_unique.data(), dev.stream));
+    BOOST_CHECK_EQUAL(bitwise_differences(out.row_grads.download(), ref.row_grads.download()), 0u);
+    synchronize(dev);
+  }
+  close_device(dev);
+}
+
+}  // namespace
+
+SPARTA_BACKEND_CASES(prepare_then_finish_equals_backward, prepare_then_finish_equals_backward)
+SPARTA_BACKEND_CASES(finish_refuses_what_was_not_prepared, finish_refuses_what_was_not_prepared)
