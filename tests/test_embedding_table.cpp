@@ -546,6 +546,90 @@ BOOST_AUTO_TEST_CASE(cuda_train_steps_match_cpu_table, *testing::needs_gpu()) {
   }
 }
 
+// ---- row gradients in two parts ----
+
+namespace {
+
+// prepare_row_gradients then finish_row_gradients (the gradient uploaded between them) gives row_gradients'
+// bits; a finish with no prepare before it is refused, naming the table.
+void row_gradients_in_two_parts(Backend backend) {
+  Device dev = open(backend);
+  for (int dim : {1, 20, 128}) {
+    for (Combiner comb : {Combiner::sum, Combiner::mean}) {
+      BOOST_TEST_CONTEXT("dim " << dim << " " << combiner_name(comb)) {
+        EmbeddingTable t(dev, step_config(dim, 5000, OptimizerKind::adam));
+        // 2048 bags of up to 6 keys over 3000 keys, squared: key 0 alone comes ~500 times (many items).
+        StepBatch b = random_batch(2048, 6, 3000, dim, comb, 1);
+        const int64_t nnz = int64_t(b.keys.size());
+        Buffer<int64_t> o(dev, b.offsets), k(dev, b.keys), rows(dev, size_t(nnz));
+        Buffer<float> out(dev, size_t(b.bags()) * dim), grad(dev, b.grad);
+        t.pooled_forward(o.data(), k.data(), b.bags(), comb, LookupMode::train, out.data(), OutputType::f32,
+                         rows.data(), MissingKey::zeros, Check::now, dev.stream);
+        Buffer<int64_t> want_keys(dev, size_t(nnz)), got_keys(dev, size_t(nnz));
+        Buffer<float> want_grads(dev, size_t(nnz) * dim), got_grads(dev, size_t(nnz) * dim);
+        Buffer<int32_t> want_n(dev, 1), got_n(dev, 1);
+        for (auto* p : {&want_keys, &got_keys}) p->fill_bytes(0xFF);
+        for (auto* p : {&want_grads, &got_grads}) p->fill_bytes(0xFF);
+        for (auto* p : {&want_n, &got_n}) p->fill_bytes(0xFF);
+        t.row_gradients(o.data(), k.data(), rows.data(), b.bags(), nnz, grad.data(), comb, want_keys.data(),
+                        want_grads.data(), want_n.data(), dev.stream);
+        const int64_t n = read_count(dev, want_n.data(), dev.stream);
+        BOOST_CHECK_GT(n, 0);
+
+        grad.fill_bytes(0xFF);  // the gradient arrives after the prepare
+        t.prepare_row_gradients(o.data(), k.data(), rows.data(), b.bags(), nnz, comb, got_keys.data(), got_n.data(),
+                                dev.stream);
+        BOOST_CHECK_EQUAL(read_count(dev, got_n.data(), dev.stream), n);
+        BOOST_CHECK(got_keys.download() == want_keys.download());
+        grad.upload(b.grad);
+        t.finish_row_gradients(grad.data(), got_grads.data(), dev.stream);
+        BOOST_CHECK_EQUAL(read_count(dev, got_n.data(), dev.stream), n);
+        BOOST_CHECK(got_keys.download() == want_keys.download());
+        const std::vector<float> g = got_grads.download(), w = want_grads.download();
+        BOOST_REQUIRE_EQUAL(g.size(), w.size());
+        size_t differ = 0, unwritten = 0;
+        for (size_t i = 0; i < g.size(); ++i) differ += std::memcmp(&g[i], &w[i], sizeof(float)) != 0;
+        for (size_t i = 0; i < size_t(n) * dim; ++i) unwritten += std::isnan(g[i]);
+        BOOST_CHECK_EQUAL(differ, 0u);
+        BOOST_CHECK_EQUAL(unwritten, 0u);
+
+        // used up; replaced by row_gradients and by backward_and_update
+        auto refused = [&](const char* what) {
+          try {
+            t.finish_row_gradients(grad.data(), got_grads.data(), dev.stream);
+            BOOST_ERROR("finish_row_gradients " << what << " ran");
+          } catch (const Error& e) {
+            const std::string m = e.what();
+            BOOST_CHECK_MESSAGE(m.find("'ads'") != std::string::npos && m.find("no prepared batch") != std::string::npos,
+                                m);
+          }
+        };
+        refused("after its finish");
+        t.prepare_row_gradients(o.data(), k.data(), rows.data(), b.bags(), nnz, comb, got_keys.data(), got_n.data(),
+                                dev.stream);
+        t.row_gradients(o.data(), k.data(), rows.data(), b.bags(), nnz, grad.data(), comb, want_keys.data(),
+                        want_grads.data(), want_n.data(), dev.stream);
+        refused("after a row_gradients");
+        t.prepare_row_gradients(o.data(), k.data(), rows.data(), b.bags(), nnz, comb, got_keys.data(), got_n.data(),
+                                dev.stream);
+        t.backward_and_update(o.data(), rows.data(), b.bags(), nnz, grad.data(), comb, 1, dev.stream);
+        refused("after a backward_and_update");
+        synchronize(dev);
+      }
+    }
+  }
+  {
+    EmbeddingTable fresh(dev, config(4, 100, OptimizerKind::sgd));
+    Buffer<float> g(dev, 4);
+    BOOST_CHECK_THROW(fresh.finish_row_gradients(g.data(), g.data(), dev.stream), Error);  // no workspace yet
+  }
+  close_device(dev);
+}
+
+}  // namespace
+
+SPARTA_BACKEND_CASES(row_gradients_in_two_parts_equal_row_gradients, row_gradients_in_two_parts)
+
 // ---- limits ----
 
 namespace {
