@@ -296,6 +296,11 @@ void EmbeddingCollection::check_key_bounds(const int64_t* offsets, const int64_t
                ex_->rank(), t.name.c_str(), (long long)t.key_bound, (long long)key, (long long)(r / S), slot));
 }
 
+void EmbeddingCollection::prepare_backward() {
+  SPARTA_REQUIRE(trained_, "embedding collection prepare_backward: no train forward right before it");
+  for (auto& g : groups_) g->placed->prepare_backward();
+}
+
 void EmbeddingCollection::backward(const float* grad, int64_t step, float lr_scale) {
   SPARTA_REQUIRE(cfg_.output == OutputType::f32,
                  "embedding collection backward: a float gradient given to a collection whose output is %s (pass its "

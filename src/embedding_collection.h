@@ -122,6 +122,11 @@ class EmbeddingCollection {
   void backward(const void* grad, int64_t step, float lr_scale = 1.0f);
   // The same with a float gradient: config().output must be f32 (sparta::Error otherwise, on every rank).
   void backward(const float* grad, int64_t step, float lr_scale = 1.0f);
+  // Optional, after a train forward whose output the caller has taken (e.g. its stream now waits for it): queues
+  // the backward's work that needs no gradient on the collection's stream (replicated tables on more than one
+  // rank sort their rows for the per-row gradient sums), to run while the caller computes the gradient.
+  // Asynchronous; no communication. The backward does that work itself when this was not called.
+  void prepare_backward();
   // Placement groups (physical tables) the tables form.
   int groups() const;
 

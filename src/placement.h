@@ -115,6 +115,10 @@ class PlacedTable {
   // grad: [bags, dim] of the last train forward's output; step: the global optimizer step (from 1); lr_scale:
   // the factor on the table's configured learning rate for this step (a schedule).
   virtual void backward(const float* grad, int64_t step, float lr_scale) = 0;
+  // After a train forward, once its output has been handed on: queues on the device's stream the part of the
+  // backward that needs no gradient (e.g. sorting the batch's rows), so that it runs while the caller computes
+  // the gradient. Optional (backward does it itself when it was not called); no communication, no host wait.
+  virtual void prepare_backward() {}
   // Throws sparta::Error (this rank only) when a lookup since the last check was refused (full table).
   virtual void check_lookups() = 0;
   // Owner of a key under this placement on this world: a rank or kAllRanks.

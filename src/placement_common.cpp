@@ -298,15 +298,25 @@ ReplicaShard::ReplicaShard(Exchange& ex, const PlacedTableSetup& s, int64_t capa
 
 size_t ReplicaShard::memory_bytes() const { return table_memory_bytes(*table_); }
 
+void ReplicaShard::prepare(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags,
+                           int64_t nnz, Combiner combiner) {
+  const Device& dev = ex_.device();
+  int64_t* unique_keys = grow(unique_keys_, dev, nnz);
+  int32_t* num_unique = grow(num_unique_, dev, 1);
+  table_->prepare_row_gradients(offsets, keys, rows, bags, nnz, combiner, unique_keys, num_unique, dev.stream);
+  prepared_ = true;
+}
+
 void ReplicaShard::update_from_all(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags,
                                    int64_t nnz, const float* grad, Combiner combiner, int64_t step, float lr_scale) {
   const Device& dev = ex_.device();
   // this rank's sum per touched row, and the key of each such row (refused keys, row -1, are left out)
-  int64_t* unique_keys = grow(unique_keys_, dev, nnz);
+  if (!prepared_) prepare(offsets, keys, rows, bags, nnz, combiner);
+  prepared_ = false;
+  int64_t* unique_keys = unique_keys_.data();
+  int32_t* num_unique = num_unique_.data();
   float* row_grads = grow(row_grads_, dev, size_t(nnz) * dim_);
-  int32_t* num_unique = grow(num_unique_, dev, 1);
-  table_->row_gradients(offsets, keys, rows, bags, nnz, grad, combiner, unique_keys, row_grads, num_unique,
-                        dev.stream);
+  table_->finish_row_gradients(grad, row_grads, dev.stream);
   const int64_t u = ex_.download_count(num_unique);
   const std::vector<size_t> counts = ex_.counts(std::vector<size_t>(size_t(ex_.world()), size_t(u)));
   // every rank's sums, in rank order

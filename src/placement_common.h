@@ -153,6 +153,12 @@ class ReplicaShard {
   // grad [bags, dim] the gradient of the pooled output, pooled with combiner. Device pointers. Collective.
   void update_from_all(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags, int64_t nnz,
                        const float* grad, Combiner combiner, int64_t step, float lr_scale);
+  // Optional, before update_from_all with the same offsets, keys, rows, bags, nnz and combiner (kept unchanged
+  // until then): the gradient-free part of its per-row sums (EmbeddingTable::prepare_row_gradients), queued now.
+  void prepare(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags, int64_t nnz,
+               Combiner combiner);
+  // A new forward: a prepare made for the previous batch no longer applies.
+  void forget_prepare() { prepared_ = false; }
   size_t memory_bytes() const;
 
  private:
@@ -162,6 +168,7 @@ class ReplicaShard {
   Buffer<int64_t> unique_keys_, all_keys_, rows_, iota_;
   Buffer<int32_t> num_unique_;
   Buffer<float> row_grads_, all_grads_;
+  bool prepared_ = false;  // prepare() ran for the coming update_from_all
 };
 
 std::unique_ptr<PlacedTable> make_dispatch(const PlacedTableSetup& s, Exchange& ex);

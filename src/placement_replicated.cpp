@@ -16,6 +16,7 @@ class ReplicatedTable : public PlacedTable {
 
   void forward(const TableBatch& in, LookupMode mode, float* out) override {
     in_ = in;
+    replica_.forget_prepare();
     // The rows of the keys are kept for a backward straight from the bags' gradients.
     int64_t* rows = grow(rows_, ex_.device(), size_t(in.nnz));
     table_lookup_pooled(replica_.table(), in.offsets, in.keys, in.bags, combiner_, mode, out, rows);
@@ -29,6 +30,10 @@ class ReplicatedTable : public PlacedTable {
       return;
     }
     replica_.update_from_all(in_.offsets, in_.keys, rows_.data(), in_.bags, in_.nnz, grad, combiner_, step, lr_scale);
+  }
+
+  void prepare_backward() override {
+    if (ex_.world() > 1) replica_.prepare(in_.offsets, in_.keys, rows_.data(), in_.bags, in_.nnz, combiner_);
   }
 
   void check_lookups() override { table_check(replica_.table()); }

@@ -368,6 +368,7 @@ void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, flo
   upload(b);
   collection_->forward(offsets_.data(), keys_.data(), b.size, emb_.data(), LookupMode::train);
   wait_for_embeddings();
+  collection_->prepare_backward();  // on the collection's stream, beside the dense forward
   model_->forward(params_.data(), dense_.data(), emb_.data(), b.size);
   model_->loss(labels_.data(), global_batch, loss_slot, scaler_ ? scaler_->scale() : 1.f);
   // The embeddings' backward starts as soon as demb is written (fp16: once it is unscaled), on their stream,

@@ -1029,6 +1029,75 @@ void lr_scale_applies(Backend backend) {
 }
 SPARTA_MPI_BACKEND_CASES(lr_scale_scales_every_tables_learning_rate, lr_scale_applies)
 
+// prepare_backward (the gradient-free part of the backward queued after the forward) changes no bit: a
+// collection that calls it trains as one that does not. At step 2 it also prepares a forward of an older batch
+// (whose keys are all held, so nothing new is inserted) and then forwards this step's batch without preparing:
+// the older batch's prepare must not be used by this step's backward.
+void prepared_backward_equals_backward(Backend backend) {
+  const uint64_t seed = shared_seed();
+  World w(backend, testing::world_size());
+  const std::vector<std::vector<std::string>> mixes = {
+      {"replicated"}, {"dispatch", "replicated", "hybrid", "distributed", "localized:" + std::to_string(w.size - 1)}};
+  for (const std::vector<std::string>& p : mixes) {
+    CollectionConfig cfg = make_config(seed, p);
+    Data data(seed ^ 0x9e9, kTables, kSlots);
+    Data sample = data;
+    Plan plan = plan_for(cfg, w, sample);
+    EmbeddingCollection plain(w.comm, w.communicator.get(), w.dev, cfg, plan);
+    EmbeddingCollection prep(w.comm, w.communicator.get(), w.dev, cfg, plan);
+    const int64_t width = plain.output_width();
+    Batch first = data.next(3 * w.size + 1);
+    for (int step = 1; step <= 3; ++step) {
+      Batch b = step == 1 ? first : data.next(3 * w.size + 2);
+      Slice s = slice_of(b.samples, w.rank, w.size);
+      LocalBatch lb(w.dev, b, s);
+      std::vector<float> grad(size_t(b.samples * width));
+      for (float& x : grad) x = std::uniform_real_distribution<float>(-1, 1)(data.g);
+      std::vector<float> mine(grad.begin() + s.first * width, grad.begin() + (s.first + s.count) * width);
+      if (mine.empty()) mine.push_back(0.f);
+      Buffer<float> g(w.dev, mine);
+      Buffer<float> out(w.dev, size_t(std::max<int64_t>(1, s.count * width)));
+      if (step == 2) {  // a prepared forward of the first batch, then this step's forward unprepared
+        Slice s1 = slice_of(first.samples, w.rank, w.size);
+        LocalBatch lb1(w.dev, first, s1);
+        Buffer<float> out1(w.dev, size_t(std::max<int64_t>(1, s1.count * width)));
+        prep.forward(lb1.offsets.data(), lb1.keys.data(), s1.count, out1.data());
+        prep.prepare_backward();
+        prep.forward(lb.offsets.data(), lb.keys.data(), s.count, out.data());
+      } else {
+        prep.forward(lb.offsets.data(), lb.keys.data(), s.count, out.data());
+        prep.prepare_backward();
+      }
+      prep.backward(g.data(), step);
+      plain.forward(lb.offsets.data(), lb.keys.data(), s.count, out.data());
+      plain.backward(g.data(), step);
+    }
+    int64_t diff = 0, compared = 0;
+    for (size_t t = 0; t < cfg.tables.size(); ++t) {
+      TableRows a = plain.held_rows(int(t)), c = prep.held_rows(int(t));
+      std::map<int64_t, size_t> at;
+      for (size_t i = 0; i < c.rows(); ++i) at[c.keys[i]] = i;
+      const int dim = cfg.tables[t].dim;
+      for (size_t i = 0; i < a.rows(); ++i) {
+        auto it = at.find(a.keys[i]);
+        if (it == at.end()) {
+          ++diff;
+          continue;
+        }
+        diff += std::memcmp(&a.values[i * dim], &c.values[it->second * dim], sizeof(float) * dim) != 0;
+        ++compared;
+      }
+      diff += int64_t(a.rows()) != int64_t(c.rows());
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &diff, 1, MPI_INT64_T, MPI_SUM, w.comm);
+    MPI_Allreduce(MPI_IN_PLACE, &compared, 1, MPI_INT64_T, MPI_SUM, w.comm);
+    BOOST_CHECK_GT(compared, 0);
+    BOOST_CHECK_MESSAGE(diff == 0, p[0] << (p.size() > 1 ? "+..." : "") << ": " << diff
+                                        << " rows differ with prepare_backward");
+  }
+}
+SPARTA_MPI_BACKEND_CASES(prepare_backward_changes_no_bit, prepared_backward_equals_backward)
+
 // count_keys merges every rank's counts: the same statistics as counting the global sample by hand.
 BOOST_AUTO_TEST_CASE(key_statistics_merge_every_rank) {
   const uint64_t seed = shared_seed();
