@@ -436,10 +436,19 @@ void check_half_slots(Backend backend) {
                                          0x3f803000u, 0x477fe000u, 0x477ff000u, 0x47800000u, 0xc7800000u, 0x33800000u,
                                          0x33000000u, 0x33000001u, 0x387fc000u, 0x00000001u, 0x80000000u, 0x7f800000u};
   for (OutputType type : {OutputType::bf16, OutputType::f16}) {
+    // A table serving two slots: dim 3 at columns 2 and 9 of rows of 12 elements (one element at a time); dim 4
+    // at 0 and 8 of 12 (four at a time, 8-byte stores); dim 8 at 2 and 10 of 20 (four at a time, the output
+    // positions not multiples of 4: element stores).
+    struct Shape {
+      int dim;
+      std::vector<int32_t> cols;
+      int64_t row;
+    };
+    for (const Shape& shape : {Shape{3, {2, 9}, 12}, Shape{4, {0, 8}, 12}, Shape{8, {2, 10}, 20}})
     for (int64_t batch : {int64_t(0), int64_t(1), int64_t(33)}) {
-      std::vector<int32_t> cols{2, 9};  // a table serving two slots of dim 3 in rows of 12 elements
-      const int dim = 3, ts = 2;
-      const int64_t row = 12;
+      const std::vector<int32_t>& cols = shape.cols;
+      const int dim = shape.dim, ts = 2;
+      const int64_t row = shape.row;
       std::vector<float> pooled = testing::random_floats(size_t(batch * ts * dim));
       for (size_t i = 0; i < pooled.size() && i < special.size(); ++i) std::memcpy(&pooled[i], &special[i], 4);
       std::vector<uint16_t> base(size_t(std::max<int64_t>(1, batch * row)));
