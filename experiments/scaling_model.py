@@ -85,6 +85,10 @@ def link(cfg):
     l = cfg["links"]
     return {"bnv": l["nvlink_GBps"] * 1e9, "anv": l["nvlink_latency_us"] * 1e-6,
             "bib": l["ib_Gbps_per_gpu"] / 8 * l.get("ib_efficiency", 1.0) * 1e9, "aib": l["ib_latency_us"] * 1e-6,
+            # reductions across nodes (all-reduce, reduce-scatter): the link, or what reducing on the way allows
+            # (ib_reduce_Gbps: an MPI that reduces in host memory reaches less than its link)
+            "bred": min(l["ib_Gbps_per_gpu"] / 8 * l.get("ib_efficiency", 1.0),
+                        l.get("ib_reduce_Gbps", float("inf")) / 8) * 1e9,
             "o": l.get("per_peer_us", 0.0) * 1e-6}
 
 
@@ -102,7 +106,9 @@ def all_to_all_s(S, N, G, mode, L):
     return lat + max(intra / L["bnv"], inter / L["bib"] if inter else 0.0) + L["o"] * (W - 1)
 
 
-def all_reduce_s(S, N, G, mode, L):
+def all_reduce_s(S, N, G, mode, L, inter="bred"):
+    """inter: the bandwidth across nodes, that of reductions (all-reduce, reduce-scatter) or the link's (bib:
+    an all-gather, which reduces nothing)."""
     W = N * G
     if W == 1 or S == 0:
         return 0.0
@@ -110,8 +116,8 @@ def all_reduce_s(S, N, G, mode, L):
         return L["anv"] + 2 * (W - 1) / W * S / L["bnv"]
     if mode == "hier":
         # reduce-scatter inside the node, all-reduce of 1/G across nodes, all-gather inside the node
-        return (2 * L["anv"] + L["aib"] + 2 * S * (G - 1) / G / L["bnv"] + 2 * (N - 1) / N * S / G / L["bib"])
-    return L["aib"] + 2 * (W - 1) / W * S / min(L["bnv"], L["bib"])  # one ring over every GPU, one NIC each
+        return (2 * L["anv"] + L["aib"] + 2 * S * (G - 1) / G / L["bnv"] + 2 * (N - 1) / N * S / G / L[inter])
+    return L["aib"] + 2 * (W - 1) / W * S / min(L["bnv"], L[inter])  # one ring over every GPU, one NIC each
 
 
 def reduce_scatter_s(S, N, G, mode, L):
@@ -119,7 +125,7 @@ def reduce_scatter_s(S, N, G, mode, L):
 
 
 def all_gather_s(S, N, G, mode, L):
-    return all_reduce_s(S, N, G, mode, L) / 2 if N * G > 1 else 0.0
+    return all_reduce_s(S, N, G, mode, L, inter="bib") / 2 if N * G > 1 else 0.0
 
 
 COLLECTIVES = {"alltoall": all_to_all_s, "allreduce": all_reduce_s, "reducescatter": reduce_scatter_s,
@@ -578,6 +584,24 @@ def calibrate(cfg, rows):
         links["nvlink_latency_us"] = min(r["time_us"] for r in a2a)
         notes.append(f"NVLink {links['nvlink_GBps']:.1f} GB/s, latency {links['nvlink_latency_us']:.1f} us "
                      f"({len(a2a)} nccl all-to-all records)")
+    # the link between nodes (real or emulated with --ranks-per-node): all-to-all records across nodes, the
+    # median bus bandwidth of the sizes from 4 MB (below, the latency dominates) and the smallest time
+    ib = [r for r in rows if r.get("bench") == "bench_alltoall" and r.get("op") == "alltoall"
+          and r.get("mode") in ("hier", "mpi") and int(r.get("nodes", 1)) > 1]
+    if ib:
+        big = [r["busbw_GBps"] for r in ib if r.get("bytes_per_rank", 0) >= (4 << 20)] or [r["busbw_GBps"] for r in ib]
+        links["ib_Gbps_per_gpu"] = statistics.median(big) * 8
+        links["ib_efficiency"] = 1.0
+        links["ib_latency_us"] = min(r["time_us"] for r in ib)
+        notes.append(f"between nodes {statistics.median(big):.2f} GB/s, latency {links['ib_latency_us']:.1f} us "
+                     f"({len(ib)} all-to-all records across nodes)")
+    red = [r for r in rows if r.get("bench") == "bench_alltoall" and r.get("op") == "allreduce"
+           and r.get("mode") in ("hier", "mpi") and int(r.get("nodes", 1)) > 1]
+    if red:  # the bandwidth-bound regime: the largest size measured
+        top = max(red, key=lambda r: r.get("bytes_per_rank", 0))
+        links["ib_reduce_Gbps"] = top["busbw_GBps"] * 8
+        notes.append(f"reductions between nodes {top['busbw_GBps']:.2f} GB/s (all-reduce of "
+                     f"{top.get('bytes_per_rank', 0) >> 20} MB, the largest of {len(red)} records)")
     out = dict(cfg, rates=rates, links=links)
     return out, notes
 

@@ -57,6 +57,16 @@ class Links(unittest.TestCase):
                                2 * S * 3 / 4 / 100e9 + 2 * 1 / 2 * S / 4 / 10e9)
         self.assertAlmostEqual(sm.reduce_scatter_s(S, 1, 4, "nccl", self.L), 3 / 4 * S / 100e9)
 
+    def test_reductions_across_nodes_at_their_own_rate(self):
+        S = random.uniform(1e6, 1e9)
+        L = sm.link({"links": dict(LINKS, ib_reduce_Gbps=16)})  # 2 GB/s for reductions, the link's 10 GB/s else
+        self.assertAlmostEqual(sm.all_reduce_s(S, 2, 4, "hier", L), 2 * S * 3 / 4 / 100e9 + 2 * 1 / 2 * S / 4 / 2e9)
+        self.assertAlmostEqual(sm.reduce_scatter_s(S, 2, 4, "hier", L), sm.all_reduce_s(S, 2, 4, "hier", L) / 2)
+        # an all-gather reduces nothing: the link's rate
+        self.assertAlmostEqual(sm.all_gather_s(S, 2, 4, "hier", L), sm.all_reduce_s(S, 2, 4, "hier", self.L) / 2)
+        # one node: NVLink alone, whatever the rate across nodes
+        self.assertAlmostEqual(sm.all_reduce_s(S, 1, 4, "hier", L), sm.all_reduce_s(S, 1, 4, "hier", self.L))
+
 
 class Placements(unittest.TestCase):
     def test_bytes_per_placement(self):
@@ -175,6 +185,24 @@ class Cli(unittest.TestCase):
         self.assertEqual(cfg["rates"]["lookup_GBps"], 200.0)  # median at the largest batch
         self.assertEqual(cfg["rates"]["backward_GBps"], 2)  # no step record: unchanged
         self.assertEqual(len(notes), 1)
+
+    def test_calibrate_links_between_nodes(self):
+        recs = os.path.join(self.dir, "n.jsonl")
+        with open(recs, "w") as f:
+            for op, size, busbw, t in (("alltoall", 1 << 20, 2.0, 40.0), ("alltoall", 8 << 20, 5.0, 900.0),
+                                       ("alltoall", 64 << 20, 4.0, 8000.0), ("alltoall", 256 << 20, 6.0, 9e4),
+                                       ("allreduce", 8 << 20, 2.5, 3e3), ("allreduce", 256 << 20, 1.2, 2e5)):
+                f.write(json.dumps({"bench": "bench_alltoall", "op": op, "mode": "hier", "nodes": 2, "ranks": 2,
+                                    "bytes_per_rank": size, "busbw_GBps": busbw, "time_us": t}) + "\n")
+            # one node: not the link between nodes
+            f.write(json.dumps({"bench": "bench_alltoall", "op": "alltoall", "mode": "hier", "nodes": 1, "ranks": 2,
+                                "bytes_per_rank": 8 << 20, "busbw_GBps": 300.0, "time_us": 10.0}) + "\n")
+        cfg, notes = sm.calibrate(tiny_config(), sm.read_jsonl([recs]))
+        self.assertAlmostEqual(cfg["links"]["ib_Gbps_per_gpu"], 5.0 * 8)  # median from 4 MB: 5, 4, 6
+        self.assertEqual(cfg["links"]["ib_efficiency"], 1.0)
+        self.assertEqual(cfg["links"]["ib_latency_us"], 40.0)
+        self.assertAlmostEqual(cfg["links"]["ib_reduce_Gbps"], 1.2 * 8)  # the largest all-reduce
+        self.assertEqual(len(notes), 2)
 
 
 class FitAndCheck(unittest.TestCase):
