@@ -268,15 +268,29 @@ __global__ void __launch_bounds__(kBlock) from_bf16_kernel(const uint16_t* in, i
   GRID_STRIDE(i, n) out[i] = __uint_as_float(static_cast<uint32_t>(in[i]) << 16);
 }
 
+// Element t of a table's [batch, table_slots, dim] bags: its position in the batch's rows of row_elems elements
+// (slot j of the table at column cols[j]).
+__device__ __forceinline__ int64_t slot_position(int64_t t, int dim, int table_slots, const int32_t* cols,
+                                                 int64_t row_elems) {
+  const int64_t bag = t / dim;
+  const int e = static_cast<int>(t - bag * dim);
+  const int64_t s = bag / table_slots;
+  const int j = static_cast<int>(bag - s * table_slots);
+  return s * row_elems + cols[j] + e;
+}
+
+// The same for the first of 4 elements t4 * 4 .. t4 * 4 + 3 (dim a multiple of 4, dim4 = dim / 4), in 32 bits.
+__device__ __forceinline__ int64_t slot_position4(uint32_t t4, uint32_t dim4, uint32_t table_slots, const int32_t* cols,
+                                                  int64_t row_elems) {
+  const uint32_t bag = t4 / dim4, e = (t4 - bag * dim4) * 4, s = bag / table_slots, j = bag - s * table_slots;
+  return int64_t(s) * row_elems + cols[j] + e;
+}
+
 __global__ void __launch_bounds__(kBlock) put_slots_kernel(const float* pooled, int64_t batch, int table_slots,
                                                            int dim, const int32_t* cols, int64_t row_floats,
                                                            float* out) {
   GRID_STRIDE(t, batch * table_slots * dim) {
-    int64_t bag = t / dim;
-    int e = static_cast<int>(t - bag * dim);
-    int64_t s = bag / table_slots;
-    int j = static_cast<int>(bag - s * table_slots);
-    out[s * row_floats + cols[j] + e] = pooled[t];
+    out[slot_position(t, dim, table_slots, cols, row_floats)] = pooled[t];
   }
 }
 
@@ -284,11 +298,7 @@ __global__ void __launch_bounds__(kBlock) take_slots_kernel(const float* grad, i
                                                             int dim, const int32_t* cols, int64_t row_floats,
                                                             float* grad_table) {
   GRID_STRIDE(t, batch * table_slots * dim) {
-    int64_t bag = t / dim;
-    int e = static_cast<int>(t - bag * dim);
-    int64_t s = bag / table_slots;
-    int j = static_cast<int>(bag - s * table_slots);
-    grad_table[t] = grad[s * row_floats + cols[j] + e];
+    grad_table[t] = grad[slot_position(t, dim, table_slots, cols, row_floats)];
   }
 }
 
@@ -298,26 +308,22 @@ __global__ void __launch_bounds__(kBlock) put_slots_half_kernel(const float* poo
                                                                 int dim, const int32_t* cols, int64_t row_elems,
                                                                 uint16_t* out) {
   GRID_STRIDE(t, batch * table_slots * dim) {
-    int64_t bag = t / dim;
-    int e = static_cast<int>(t - bag * dim);
-    int64_t s = bag / table_slots;
-    int j = static_cast<int>(bag - s * table_slots);
-    out[s * row_elems + cols[j] + e] = H::bits(pooled[t]);
+    out[slot_position(t, dim, table_slots, cols, row_elems)] = H::bits(pooled[t]);
   }
 }
 
 // Widening is exact: bf16 is a float's upper half; f16 through __half2float.
 template <bool kF16>
+__device__ __forceinline__ float widen(uint16_t h) {
+  return kF16 ? __half2float(__ushort_as_half(h)) : __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
+
+template <bool kF16>
 __global__ void __launch_bounds__(kBlock) take_slots_half_kernel(const uint16_t* grad, int64_t batch,
                                                                  int table_slots, int dim, const int32_t* cols,
                                                                  int64_t row_elems, float* grad_table) {
   GRID_STRIDE(t, batch * table_slots * dim) {
-    int64_t bag = t / dim;
-    int e = static_cast<int>(t - bag * dim);
-    int64_t s = bag / table_slots;
-    int j = static_cast<int>(bag - s * table_slots);
-    const uint16_t h = grad[s * row_elems + cols[j] + e];
-    grad_table[t] = kF16 ? __half2float(__ushort_as_half(h)) : __uint_as_float(static_cast<uint32_t>(h) << 16);
+    grad_table[t] = widen<kF16>(grad[slot_position(t, dim, table_slots, cols, row_elems)]);
   }
 }
 
@@ -330,12 +336,12 @@ __global__ void __launch_bounds__(kBlock) put_slots_half4_kernel(const float4* p
                                                                  uint32_t table_slots, const int32_t* cols,
                                                                  int64_t row_elems, uint16_t* out) {
   for (uint32_t t = blockIdx.x * kBlock + threadIdx.x; t < n4; t += gridDim.x * kBlock) {
-    const uint32_t bag = t / dim4, e = (t - bag * dim4) * 4, s = bag / table_slots, j = bag - s * table_slots;
     const float4 v = pooled[t];
-    const int64_t o = int64_t(s) * row_elems + cols[j] + e;
+    const int64_t o = slot_position4(t, dim4, table_slots, cols, row_elems);
     const uint16_t b0 = H::bits(v.x), b1 = H::bits(v.y), b2 = H::bits(v.z), b3 = H::bits(v.w);
     if ((o & 3) == 0) {
-      *reinterpret_cast<uint2*>(out + o) = make_uint2(uint32_t(b0) | uint32_t(b1) << 16, uint32_t(b2) | uint32_t(b3) << 16);
+      *reinterpret_cast<uint2*>(out + o) =
+          make_uint2(uint32_t(b0) | uint32_t(b1) << 16, uint32_t(b2) | uint32_t(b3) << 16);
     } else {
       out[o] = b0, out[o + 1] = b1, out[o + 2] = b2, out[o + 3] = b3;
     }
@@ -343,17 +349,11 @@ __global__ void __launch_bounds__(kBlock) put_slots_half4_kernel(const float4* p
 }
 
 template <bool kF16>
-__device__ __forceinline__ float widen(uint16_t h) {
-  return kF16 ? __half2float(__ushort_as_half(h)) : __uint_as_float(static_cast<uint32_t>(h) << 16);
-}
-
-template <bool kF16>
 __global__ void __launch_bounds__(kBlock) take_slots_half4_kernel(const uint16_t* grad, uint32_t n4, uint32_t dim4,
                                                                   uint32_t table_slots, const int32_t* cols,
                                                                   int64_t row_elems, float4* grad_table) {
   for (uint32_t t = blockIdx.x * kBlock + threadIdx.x; t < n4; t += gridDim.x * kBlock) {
-    const uint32_t bag = t / dim4, e = (t - bag * dim4) * 4, s = bag / table_slots, j = bag - s * table_slots;
-    const int64_t o = int64_t(s) * row_elems + cols[j] + e;
+    const int64_t o = slot_position4(t, dim4, table_slots, cols, row_elems);
     uint16_t h[4];
     if ((o & 3) == 0) {
       const uint2 w = *reinterpret_cast<const uint2*>(grad + o);
