@@ -25,8 +25,8 @@
 //
 // One step, per group: cut the group's slots out of the batch and tag its keys (kernels/route.h; a group of all
 // slots in order takes the batch's offsets as they are and, under a float32 output, writes the output directly),
-// run the placement's forward, put the pooled bags into the output (rounding them to a 16-bit output type). The offsets are checked on the device; the check and every
-// group's key count come to the host in one download. After the forward, keys outside their bounds and every
+// run the placement's forward, put the pooled bags into the output (rounding them to a 16-bit output type). The
+// offsets are checked on the device; the check and every group's key count come to the host in one download. After the forward, keys outside their bounds and every
 // group's lookup errors (a full table) are agreed on by all ranks, so an error is thrown everywhere and no rank
 // waits in a collective. The backward goes the same way with the gradient. The model is the same whatever the
 // placements and the world size: a row's initial values depend on (seed, table index, key) only, and every
