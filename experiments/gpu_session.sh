@@ -4,15 +4,20 @@
 # figure has its ratio from one run on the same GPUs).
 #   experiments/gpu_session.sh BUILD OUT [PART...]
 # BUILD is a `make gpu-bundle` folder (build/openmpi), or a .tar.xz of one (extracted under /tmp). PARTs, run in
-# the order given (default: all = tests kernels comm collection train):
+# the order given (default: all = tests kernels comm collection train sweeps emulated):
 #   tests       every suite (tests/run_all.sh) with 1 rank, and 2 when there are 2 GPUs
 #   kernels     bench_hashtable, bench_embedding; peer_torch.py (EmbeddingBag): one-hot (uniform, power-law),
 #               hot 8 at dims 16-128 and the DCNv2 hotness at dim 128
 #   comm        bench_alltoall (nccl, then hier and mpi) at 2 ranks; peer_a2a.py
 #   collection  bench_collection: MLPerf v1 one-hot and DCNv2 multi-hot tables, every placement and the plan, 1 and
 #               2 GPUs, 65536 samples per GPU
-#   train       bench_train: dot and dcnv2 at 65536 per GPU, bf16 on 1 and 2 GPUs, fp16 and fp32 on 1; peer_dlrm.py
-#               with and without --compile
+#   train       bench_train: dot and dcnv2 at 65536 per GPU, bf16 on 1 and 2 GPUs (three runs each, alternating, 50
+#               timed steps: launches of the same command differ by a few percent), fp16 and fp32 on 1;
+#               peer_dlrm.py with and without --compile
+#   sweeps      the README figures' sweeps (collection, train_weak, train_strong) at 1 and 2 GPUs (every GPU count
+#               up to the machine's, powers of 2), their results.jsonl copied to OUT/<sweep>.jsonl
+#   emulated    with 2 GPUs or more: 2 emulated nodes of 1 GPU (--ranks-per-node 1): bench_alltoall hier,
+#               bench_collection, bench_train dot and dcnv2 (the scaling model's --calibrate/--check input)
 # Logs and JSON lines go to OUT; the exit status is non-zero when any part failed.
 set -u -o pipefail
 build=${1:?build folder or bundle}
@@ -20,7 +25,7 @@ out=${2:?output folder}
 shift 2
 parts=("$@")
 [ ${#parts[@]} = 0 ] && parts=(all)
-[ "${parts[*]}" = all ] && parts=(tests kernels comm collection train)
+[ "${parts[*]}" = all ] && parts=(tests kernels comm collection train sweeps emulated)
 mkdir -p "$out"
 if [[ $build == *.tar.xz ]]; then
   mkdir -p /tmp/sparta_bundle && tar -xJf "$build" -C /tmp/sparta_bundle && build=/tmp/sparta_bundle/openmpi
@@ -96,12 +101,16 @@ for part in "${parts[@]}"; do
       done
       ;;
     train)
-      for n in 1 $([ "$two" = 1 ] && echo 2); do
-        for m in dot dcnv2; do
-          for p in bf16 $([ "$n" = 1 ] && echo fp16 fp32); do  # the targets are bf16's; fp16 and fp32 on one GPU
-            run bench_train.log $mpiexec -n $n "$build/bin/bench_train" --model $m --precision $p --batch 65536 \
-              --out "$out/bench.jsonl"
+      for m in dot dcnv2; do  # the targets are bf16's: 1 and 2 GPUs alternating, three times
+        for rep in 1 2 3; do
+          for n in 1 $([ "$two" = 1 ] && echo 2); do
+            run bench_train.log $mpiexec -n $n "$build/bin/bench_train" --model $m --precision bf16 --batch 65536 \
+              --steps 50 --tag rep$rep --out "$out/bench.jsonl"
           done
+        done
+        for p in fp16 fp32; do
+          run bench_train.log $mpiexec -n 1 "$build/bin/bench_train" --model $m --precision $p --batch 65536 \
+            --out "$out/bench.jsonl"
         done
       done
       for m in dot dcnv2; do
@@ -109,7 +118,31 @@ for part in "${parts[@]}"; do
         peer peer_dlrm.py --model $m --batches 65536 --compile
       done
       ;;
-    *) echo "unknown part '$part' (tests kernels comm collection train all)"; exit 2 ;;
+    sweeps)
+      ranks=1
+      for n in 2 4 8; do [ "$gpus" -ge $n ] && ranks=$ranks,$n; done
+      for sw in collection train_weak train_strong; do
+        extra=()
+        [ $sw != collection ] && extra=(--set placement=auto)
+        run sweeps.log python3 experiments/sweeps/sweep.py "experiments/sweeps/$sw.json" --build "$build" \
+          --mpiexec "$mpiexec" --results "/tmp/sparta_sweeps/$sw" --set ranks=$ranks "${extra[@]}"
+        cp "/tmp/sparta_sweeps/$sw/results.jsonl" "$out/$sw.jsonl" 2>/dev/null
+      done
+      ;;
+    emulated)
+      if [ "$two" = 1 ]; then
+        e=(--ranks-per-node 1)
+        run emulated.log $mpiexec -n 2 "$build/bin/bench_alltoall" "${e[@]}" --modes hier --ops alltoall,allreduce \
+          --min-bytes 64K --max-bytes 256M --step-factor 4 --iters 5 --repeats 3 --out "$out/emulated.jsonl"
+        run emulated.log $mpiexec -n 2 "$build/bin/bench_collection" "${e[@]}" --comm-mode hier --tables mlperf-v1 \
+          --batch 16384,65536 --iters 10 --warmup 3 --out "$out/emulated.jsonl"
+        for m in dot dcnv2; do
+          run emulated.log $mpiexec -n 2 "$build/bin/bench_train" "${e[@]}" --model $m --precision bf16 \
+            --out "$out/emulated.jsonl"
+        done
+      fi
+      ;;
+    *) echo "unknown part '$part' (tests kernels comm collection train sweeps emulated all)"; exit 2 ;;
   esac
 done
 exit $status
