@@ -67,12 +67,22 @@ def mlp_params(sizes_in, layers):
 
 
 def dense_flops_per_sample(m):
-    """Forward + backward flops of the dense part per sample: 3 x (2 x MLP weights + the pairwise dots)."""
+    """(forward + backward flops of the dense part per sample, its parameters). dot (m's dense_model, the default):
+    3 x (2 x MLP weights + the pairwise dots), the top MLP over the pairs and the bottom output. dcnv2: the low-rank
+    cross network over x0 = [bottom output, the tables' vectors] (cross_layers of V [rank, width], U [width, rank]
+    and a bias [width], as src/model.h lays them out; cross_rank 512, 3 layers by default), then the top MLP over
+    x0's width: 3 x 2 x every weight."""
     tables = len(m["cardinalities"])
     bottom = mlp_params(m["dense_features"], m["bottom_mlp"])
+    if m.get("dense_model") == "dcnv2":
+        width = m.get("top_input", m["bottom_mlp"][-1] + tables * m["dim"])
+        rank, layers = m.get("cross_rank", 512), m.get("cross_layers", 3)
+        cross = layers * (2 * rank * width + width)
+        top = mlp_params(width, m["top_mlp"])
+        return 3 * 2 * (bottom + cross + top), bottom + cross + top
     vectors = tables + 1
     pairs = vectors * (vectors - 1) // 2
-    top = mlp_params(pairs + m["bottom_mlp"][-1], m["top_mlp"])
+    top = mlp_params(m.get("top_input", pairs + m["bottom_mlp"][-1]), m["top_mlp"])
     return 3 * (2 * (bottom + top) + 2 * pairs * m["dim"]), bottom + top
 
 
@@ -663,6 +673,9 @@ def record_shape(cfg, r):
         if bottom and top:
             bw, tw = _ints(bottom.group(1)), _ints(top.group(1))
             m.update(dense_features=bw[0], bottom_mlp=bw[1:], top_mlp=tw[1:], top_input=tw[0])
+        cross = re.search(r"cross network (\d+) x rank (\d+)", shape)
+        if cross:
+            m.update(cross_layers=int(cross.group(1)), cross_rank=int(cross.group(2)))
         b = r.get("batch_per_rank") or r["global_batch"] / W
         m["dense_model"] = r.get("model", "dot")
     if len(m["cardinalities"]) != len(m["hotness"]):
@@ -693,12 +706,8 @@ def embedding_variable_ms(cfg, placement, mode, N, G, b):
 
 def dense_flops(m, b):
     """Forward + backward flops of the dense part of b samples, and its parameter count."""
-    tables = len(m["cardinalities"])
-    bottom = mlp_params(m["dense_features"], m["bottom_mlp"])
-    vectors = tables + 1
-    pairs = vectors * (vectors - 1) // 2
-    top = mlp_params(m.get("top_input", pairs + m["bottom_mlp"][-1]), m["top_mlp"])
-    return b * 3 * (2 * (bottom + top) + 2 * pairs * m["dim"]), bottom + top
+    flops, params = dense_flops_per_sample(m)
+    return b * flops, params
 
 
 def data_bytes(m, b):
