@@ -11,10 +11,13 @@ experiments/scaling_model.json.
 --calibrate takes rates from measured JSON lines: lookup GB/s (bench_embedding eval/train records: the median
 of GBps at the largest batch), backward GB/s (embedding_step records: backward bytes / backward_update_ms),
 NVLink bandwidth and latency (bench_alltoall nccl all-to-all on one node: the best busbw, the smallest time),
-dense TFLOP/s (records with dense_TFLOPs). --check predicts each measured record it understands and prints the
-error: bench_alltoall (the collective's time; mode hier as hier, nccl and mpi as the flat model),
-bench_embedding (the lookup, the step), and trainer records with placement, step_ms or ms_step, ranks, nodes,
-global_batch (or batch, read as global) and comm_mode (the whole step with the config's model shapes).
+the link between nodes (bench_alltoall hier or mpi records across nodes: the all-to-all's median busbw from 4 MB
+and smallest time; half duplex when every such record ran on one host, i.e. emulated nodes; the all-reduce's rate
+at each size measured, with one rank per node), dense TFLOP/s (records with dense_TFLOPs). --check predicts each
+measured record it understands and prints the error: bench_alltoall (the collective's time; mode hier as hier,
+nccl and mpi as the flat model), bench_embedding (the lookup, the step), and trainer records with placement,
+step_ms or ms_step, ranks, nodes, global_batch (or batch, read as global) and comm_mode (the whole step with the
+config's model shapes).
 """
 import argparse
 import json
@@ -88,37 +91,72 @@ def dense_flops_per_sample(m):
 
 # ---------------------------------------------------------------------------------------------------------
 # Links: collective times. S is bytes per rank (all-to-all: a rank's whole send buffer; all-reduce: the
-# buffer; reduce-scatter: the input; all-gather: the output). W = N * G ranks.
+# buffer; reduce-scatter: the input; all-gather: the output). W = N * G ranks. Across nodes, mode nccl is NCCL
+# over every GPU; mode hier is NCCL inside the node and MPI between nodes (comm/hierarchical.cpp; one rank per
+# node: flat MPI), whose collectives on device buffers go through pinned host memory (comm/flat_mpi.cpp).
 
 
 def link(cfg):
     l = cfg["links"]
+    bib = l["ib_Gbps_per_gpu"] / 8 * l.get("ib_efficiency", 1.0) * 1e9
     return {"bnv": l["nvlink_GBps"] * 1e9, "anv": l["nvlink_latency_us"] * 1e-6,
-            "bib": l["ib_Gbps_per_gpu"] / 8 * l.get("ib_efficiency", 1.0) * 1e9, "aib": l["ib_latency_us"] * 1e-6,
-            # reductions across nodes (all-reduce, reduce-scatter): the link, or what reducing on the way allows
-            # (ib_reduce_Gbps: an MPI that reduces in host memory reaches less than its link)
-            "bred": min(l["ib_Gbps_per_gpu"] / 8 * l.get("ib_efficiency", 1.0),
-                        l.get("ib_reduce_Gbps", float("inf")) / 8) * 1e9,
+            "bib": bib, "aib": l["ib_latency_us"] * 1e-6,
+            # MPI's reductions across nodes (all-reduce, reduce-scatter): the link, or what reducing on the way
+            # allows (ib_reduce_Gbps: an MPI that reduces in host memory reaches less than its link), or, calibrated,
+            # the all-reduce records' rate at each size (ib_reduce_curve: [bytes, GB/s] pairs, see reduce_rate)
+            "bred": min(bib, l.get("ib_reduce_Gbps", float("inf")) / 8 * 1e9),
+            "bred_curve": sorted((float(s), g * 1e9) for s, g in l.get("ib_reduce_curve", [])),
+            # inter_duplex "half": a rank's sent and received bytes share the link between nodes (emulated nodes of
+            # one host: see calibrate); "full" (InfiniBand): each direction has the bus bandwidth
+            "half": l.get("inter_duplex", "full") == "half",
             "o": l.get("per_peer_us", 0.0) * 1e-6}
 
 
-def all_to_all_s(S, N, G, mode, L):
+def reduce_rate(L, S):
+    """Bus bandwidth (bytes/s) of MPI's all-reduce across nodes on S bytes: the config's one rate, or the calibrated
+    curve at S, interpolated in log S between the sizes measured and flat beyond them (the emulated link's rate
+    falls from 2.5-2.8 GB/s up to 16 MB to 1.1-1.2 GB/s from 64 MB: no one rate covers both)."""
+    c = L.get("bred_curve")
+    if not c:
+        return L["bred"]
+    if S <= c[0][0]:
+        return c[0][1]
+    for (s0, r0), (s1, r1) in zip(c, c[1:]):
+        if S <= s1:
+            return r0 + (r1 - r0) * math.log(S / s0) / math.log(s1 / s0)
+    return c[-1][1]
+
+
+def all_to_all_s(S, N, G, mode, L, one_way=False):
+    """one_way: the bytes flow one way (every rank's share to one owner, or back from it: localized's exchanges).
+    The link between nodes then carries them in one direction only: on a full-duplex link at the bus bandwidth
+    of a balanced exchange (which sends and receives as much at once), on a half-duplex one at twice it."""
     W = N * G
     if W == 1 or S == 0:
         return 0.0
+    bib = L["bib"] * (2 if one_way and L["half"] else 1)
     if mode == "hier" and N > 1:
         # intra-node exchange of everything bound off this GPU's local peers, then the inter-node exchange
-        # among the ranks of equal local rank, the two pipelined
-        return (L["anv"] + L["aib"] + max(S * (G - 1) / G / L["bnv"], S * (N - 1) / N / L["bib"])
+        # among the ranks of equal local rank, the two pipelined (one rank per node: the MPI exchange alone)
+        return ((L["anv"] if G > 1 else 0.0) + L["aib"] + max(S * (G - 1) / G / L["bnv"], S * (N - 1) / N / bib)
                 + L["o"] * ((G - 1) + (N - 1)))
     intra, inter = S * (G - 1) / W, S * (W - G) / W
     lat = L["aib"] if N > 1 else L["anv"]
-    return lat + max(intra / L["bnv"], inter / L["bib"] if inter else 0.0) + L["o"] * (W - 1)
+    return lat + max(intra / L["bnv"], inter / bib if inter else 0.0) + L["o"] * (W - 1)
+
+
+def all_to_all_one_way_s(S, N, G, mode, L):
+    return all_to_all_s(S, N, G, mode, L, one_way=True)
+
+
+def mpi_all_reduce_s(s, N, L, inter="bred"):
+    """MPI's all-reduce of s bytes among N ranks, one per node (mode hier's cross group). inter: the bandwidth,
+    that of reductions (reduce_rate at s) or the link's (bib: an all-gather, which reduces nothing)."""
+    return L["aib"] + 2 * (N - 1) / N * s / (reduce_rate(L, s) if inter == "bred" else L["bib"])
 
 
 def all_reduce_s(S, N, G, mode, L, inter="bred"):
-    """inter: the bandwidth across nodes, that of reductions (all-reduce, reduce-scatter) or the link's (bib:
-    an all-gather, which reduces nothing)."""
+    """inter: as mpi_all_reduce_s's, for mode hier across nodes."""
     W = N * G
     if W == 1 or S == 0:
         return 0.0
@@ -126,20 +164,48 @@ def all_reduce_s(S, N, G, mode, L, inter="bred"):
         return L["anv"] + 2 * (W - 1) / W * S / L["bnv"]
     if mode == "hier":
         # reduce-scatter inside the node, all-reduce of 1/G across nodes, all-gather inside the node
-        return (2 * L["anv"] + L["aib"] + 2 * S * (G - 1) / G / L["bnv"] + 2 * (N - 1) / N * S / G / L[inter])
-    return L["aib"] + 2 * (W - 1) / W * S / min(L["bnv"], L[inter])  # one ring over every GPU, one NIC each
+        intra = 2 * L["anv"] + 2 * S * (G - 1) / G / L["bnv"] if G > 1 else 0.0
+        return intra + mpi_all_reduce_s(S / G, N, L, inter)
+    # one NCCL ring over every GPU, one NIC each; NCCL reduces on the GPUs, at the link's rate
+    return L["aib"] + 2 * (W - 1) / W * S / min(L["bnv"], L["bib"])
 
 
 def reduce_scatter_s(S, N, G, mode, L):
-    return all_reduce_s(S, N, G, mode, L) / 2 if N * G > 1 else 0.0
+    """NCCL's (one node, or mode nccl): half its ring all-reduce. Mode hier across nodes: NCCL's inside the node,
+    then MPI's across nodes of the node's partial blocks (S / G a rank). That one is Open MPI's non-blocking
+    reduce-scatter (libnbc, which the staged path calls: comm/flat_mpi.cpp add_reduce_scatter): it reduces the
+    whole buffer at one root, then scatters it, so it costs the MPI all-reduce of the buffer (whose reduction is
+    the same), less what its scatter saves on the root's link: it sends (N - 1)/N of the buffer where the
+    all-reduce broadcasts all of it. On a half-duplex link that is S / G / N at twice the bus bandwidth; on a
+    full-duplex one nothing (the root's sends run beside its receives, which are the same in both)."""
+    W = N * G
+    if W == 1 or S == 0:
+        return 0.0
+    if N == 1 or mode != "hier":
+        return all_reduce_s(S, N, G, mode, L) / 2
+    s = S / G
+    intra = L["anv"] + S * (G - 1) / G / L["bnv"] if G > 1 else 0.0
+    saved = s / N / (2 * L["bib"]) if L["half"] else 0.0
+    return intra + mpi_all_reduce_s(s, N, L) - saved
 
 
 def all_gather_s(S, N, G, mode, L):
     return all_reduce_s(S, N, G, mode, L, inter="bib") / 2 if N * G > 1 else 0.0
 
 
+def host_reduction_s(kind, S, N, G, mode, L):
+    """Of a collective's time, the part MPI's root spends reducing in host memory rather than moving bytes: mode
+    hier across nodes, the all-reduce's and the reduce-scatter's MPI part (S / G a rank; both reduce the whole
+    buffer at a root): its time at the reduction rate less the same bytes at the link's. 0 elsewhere (NCCL reduces
+    on the GPUs as the bytes arrive, an all-to-all or all-gather reduces nothing)."""
+    if kind not in ("allreduce", "reducescatter") or mode != "hier" or N == 1 or S == 0:
+        return 0.0
+    f = 2 * (N - 1) / N * S / G
+    return max(0.0, f / reduce_rate(L, S / G) - f / L["bib"])
+
+
 COLLECTIVES = {"alltoall": all_to_all_s, "allreduce": all_reduce_s, "reducescatter": reduce_scatter_s,
-               "allgather": all_gather_s}
+               "allgather": all_gather_s, "alltoall_one_way": all_to_all_one_way_s}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -188,11 +254,13 @@ def collectives(cfg, placement, b, N, G):
     if placement == "localized":
         load = localized_assignment([B * (h + 1) for h in hot], W)
         busiest = max(load)
-        # one exchange per owner group, each lopsided: the owner receives every other rank's bags of its tables
-        # (lengths and keys) and sends back their pooled vectors, then receives their gradients. Summed over the
-        # groups, a rank's link carries (W - 1) b T vectors each way: the time of a balanced all-to-all of W times
-        # a rank's share.
-        return ([("alltoall", W * (nnz * k + bags * 8)), ("alltoall", W * bags * d * e), ("alltoall", W * bags * d * e)],
+        # one exchange per owner group, each lopsided (src/placement_localized.cpp): the owner receives every other
+        # rank's bags of its tables (lengths and keys) and sends back their pooled vectors, then receives their
+        # gradients; nothing flows the other way. Summed over the groups (one after another), an owner's link
+        # carries (W - 1) b T vectors in one direction per exchange: timed as an all-to-all of W times a rank's
+        # share whose bytes flow one way.
+        return ([("alltoall_one_way", W * (nnz * k + bags * 8)), ("alltoall_one_way", W * bags * d * e),
+                 ("alltoall_one_way", W * bags * d * e)],
                 (busiest * sum(hot) / (sum(hot) + T), busiest * T / (sum(hot) + T)))
     if placement == "distributed":
         # a rank's keys and their bag ids to their owners; every owner pools partial sums for all B x T bags,
@@ -414,8 +482,9 @@ def table_work(placement, R, h, b, W, v, s, alpha, hot_rows):
 
 def embedding_terms(cfg, placement, mode, N, G, b):
     """The terms of one step's embedding time on the busiest rank: comm (s: the placement's collectives on the
-    links), local_GB (device bytes of its local passes, GB), collectives, groups and round_trips (each a fixed
-    cost), serial (the longest serial sum of a group's route, in thousands of adds)."""
+    links), reduce (s: their MPI roots' reductions in host memory, host_reduction_s: not link time), local_GB
+    (device bytes of its local passes, GB), collectives, groups and round_trips (each a fixed cost), serial (the
+    longest serial sum of a group's route, in thousands of adds)."""
     m = cfg["model"]
     rows, hot, d, e, _ = shapes(cfg)
     W = N * G
@@ -441,21 +510,32 @@ def embedding_terms(cfg, placement, mode, N, G, b):
     L = link(cfg)
     colls, _ = collectives(cfg, placement, b, N, G)
     comm = sum(COLLECTIVES[c](S, N, G, mode, L) for c, S in colls) if W > 1 else 0.0
+    reduce = sum(host_reduction_s(c, S, N, G, mode, L) for c, S in colls) if W > 1 else 0.0
     ex, dc, rt, rt1 = GROUP_WORK[placement]
     ncoll = (ex + dc) * groups if W > 1 else 0
     trips = (rt if W > 1 else rt1) * groups
     serial = max(r for _, r in work) if work else 0.0  # one kernel per group: its longest run
-    return {"comm": comm, "local_GB": local / 1e9, "collectives": ncoll, "groups": groups, "round_trips": trips,
-            "serial": serial / 1e3}
+    return {"comm": comm - reduce, "reduce": reduce, "local_GB": local / 1e9, "collectives": ncoll, "groups": groups,
+            "round_trips": trips, "serial": serial / 1e3}
 
 
-def embedding_ms(terms, rates):
+def link_ms(terms, rates):
+    """The collectives' part of the embedding step (ms): their bytes on the links times comm_scale (fitted on one
+    node, where every collective is NCCL's: it scales the time bytes spend on a link), and MPI's host reductions
+    across nodes (not link time: unscaled)."""
+    return 1e3 * (terms["comm"] * rates["comm_scale"] + terms.get("reduce", 0.0))
+
+
+def embedding_ms(terms, rates, scale=1.0):
     """The embedding step (ms) from its terms and fitted rates: comm_scale (x the links' time), hbm_GBps,
-    collective_us, group_us, round_trip_us, serial_us (per thousand serial adds; the last two 0 when absent)."""
-    return 1e3 * (terms["comm"] * rates["comm_scale"] + terms["local_GB"] / rates["hbm_GBps"]
-                  + 1e-6 * (terms["collectives"] * rates["collective_us"] + terms["groups"] * rates["group_us"]
-                            + terms.get("round_trips", 0) * rates.get("round_trip_us", 0.0)
-                            + terms.get("serial", 0) * rates.get("serial_us", 0.0)))
+    collective_us, group_us, round_trip_us, serial_us (per thousand serial adds; the last two 0 when absent).
+    scale: a factor on every term but the links' time (the training step's embedding phase, whose local work runs
+    at other rates than the collection's and whose collectives cross the same links)."""
+    return link_ms(terms, rates) + scale * 1e3 * (
+        terms["local_GB"] / rates["hbm_GBps"]
+        + 1e-6 * (terms["collectives"] * rates["collective_us"] + terms["groups"] * rates["group_us"]
+                  + terms.get("round_trips", 0) * rates.get("round_trip_us", 0.0)
+                  + terms.get("serial", 0) * rates.get("serial_us", 0.0)))
 
 
 def _solve(A, y):
@@ -524,7 +604,7 @@ def predict(cfg, placement, mode, N, G, b, rates=None):
     er = embedding_rates(cfg)
     if er:  # fitted: the planner-structured terms (local passes, groups, collectives) at the fitted rates
         t = embedding_terms(cfg, placement, mode, N, G, b)
-        comm = t["comm"] * er["comm_scale"] + 1e-6 * t["collectives"] * er["collective_us"]
+        comm = t["comm"] * er["comm_scale"] + t["reduce"] + 1e-6 * t["collectives"] * er["collective_us"]
         fwd = t["local_GB"] / er["hbm_GBps"] + 1e-6 * t["serial"] * er.get("serial_us", 0.0)
         bwd = 1e-6 * (t["groups"] * er["group_us"] + t["round_trips"] * er.get("round_trip_us", 0.0))
     total = fwd + bwd + comm + dense_part + over
@@ -603,15 +683,37 @@ def calibrate(cfg, rows):
         links["ib_Gbps_per_gpu"] = statistics.median(big) * 8
         links["ib_efficiency"] = 1.0
         links["ib_latency_us"] = min(r["time_us"] for r in ib)
+        # Nodes emulated on one host (--ranks-per-node): the "link" is MPI's shared-memory transport through that
+        # host's memory, which a rank's sends and receives share (half duplex); the all-to-all records, which send
+        # and receive as much, give its bus bandwidth with both directions busy.
+        hosts = {h for r in ib for h in (r.get("hosts") or [])}
+        links["inter_duplex"] = "half" if len(hosts) == 1 else "full"
         notes.append(f"between nodes {statistics.median(big):.2f} GB/s, latency {links['ib_latency_us']:.1f} us "
-                     f"({len(ib)} all-to-all records across nodes)")
+                     f"({len(ib)} all-to-all records across nodes"
+                     + (f", all on host {next(iter(hosts))}: emulated nodes, half duplex" if len(hosts) == 1 else "")
+                     + ")")
     red = [r for r in rows if r.get("bench") == "bench_alltoall" and r.get("op") == "allreduce"
            and r.get("mode") in ("hier", "mpi") and int(r.get("nodes", 1)) > 1]
     if red:  # the bandwidth-bound regime: the largest size measured
         top = max(red, key=lambda r: r.get("bytes_per_rank", 0))
         links["ib_reduce_Gbps"] = top["busbw_GBps"] * 8
+        # With one rank per node the record is MPI's all-reduce alone: its rate at each size, net of the latency
+        # (mpi_all_reduce_s adds it back), so that the model gives each record's time at its size
+        curve = {}
+        for r in red:
+            if int(r.get("ranks_per_node") or 0) != 1 or r.get("bytes_per_rank", 0) <= 0:
+                continue
+            N, S = int(r["nodes"]), r["bytes_per_rank"]
+            t = r["time_us"] - links["ib_latency_us"]
+            t = t if t > 0.1 * r["time_us"] else r["time_us"]
+            curve.setdefault(S, []).append(2 * (N - 1) / N * S / (t * 1e-6) / 1e9)
+        if curve:
+            links["ib_reduce_curve"] = [[S, statistics.median(v)] for S, v in sorted(curve.items())]
         notes.append(f"reductions between nodes {top['busbw_GBps']:.2f} GB/s (all-reduce of "
-                     f"{top.get('bytes_per_rank', 0) >> 20} MB, the largest of {len(red)} records)")
+                     f"{top.get('bytes_per_rank', 0) >> 20} MB, the largest of {len(red)} records)"
+                     + (f"; their rate at each of {len(curve)} sizes, "
+                        + ", ".join(f"{S / 2**20:g} MB {statistics.median(v):.2f}" for S, v in sorted(curve.items()))
+                        + " GB/s" if curve else ""))
     out = dict(cfg, rates=rates, links=links)
     return out, notes
 
@@ -763,9 +865,8 @@ def predict_record(cfg, r):
     fit = cfg.get("fit", {})
     rates = embedding_rates(cfg)
     if rates:
-        emb = embedding_ms(embedding_terms(c, placement, mode, N, G, b), rates)
-        if bench == "train":
-            emb *= fit.get("train_embedding_scale", 1.0)
+        scale = fit.get("train_embedding_scale", 1.0) if bench == "train" else 1.0
+        emb = embedding_ms(embedding_terms(c, placement, mode, N, G, b), rates, scale)
     else:
         emb = embedding_variable_ms(c, placement, mode, N, G, b)
     parts = {"ms_embedding": emb}
@@ -787,7 +888,8 @@ def fit_params(cfg, rows):
     """The fitted part of the config from collection and train records:
     - embedding_rates: comm_scale, hbm_GBps, collective_us, group_us over embedding_terms (non-negative least
       squares on relative error) on the bench_collection steps (without any: the train records' ms_embedding);
-    - train_embedding_scale: the training step's embedding phase over the collection's model of it (median);
+    - train_embedding_scale: the training step's embedding phase over the collection's model of it, the links'
+      time left out of both (median);
     - dense_ms_per_sample per (model, precision), and dense TFLOP/s per precision (the fallback; medians);
     - data_GBps (train records' ms_data) and comm_fixed_ms (the dense all-reduce's fixed cost on more than one
       rank: median of ms_comm minus the model's)."""
@@ -821,14 +923,17 @@ def fit_params(cfg, rows):
         ru = cfg.get("host_round_trip_us", HOST_ROUND_TRIP_US)
         X = [[1e3 * t["comm"], 1e3 * t["local_GB"], 1e-3 * t["collectives"], 1e-3 * t["groups"], 1e-3 * t["serial"]]
              for t, _ in pts]
-        a, h, cu, gu, su = nnls_relative(X, [y for _, y in pts], [1e-3 * ru * t["round_trips"] for t, _ in pts])
+        a, h, cu, gu, su = nnls_relative(X, [y for _, y in pts],
+                                         [1e-3 * ru * t["round_trips"] + 1e3 * t["reduce"] for t, _ in pts])
         # a: ms per ms of link time; h: s per GB (1 / GB/s); cu, gu: us; su: us per thousand serial adds
         out["embedding_rates"] = {"comm_scale": a, "hbm_GBps": 1 / h if h > 0 else 1e9, "collective_us": cu,
                                   "group_us": gu, "serial_us": su, "round_trip_us": ru, "points": len(pts),
                                   "from": "collection" if coll else "train"}
         if coll and train:
+            er = out["embedding_rates"]
             out["train_embedding_scale"] = statistics.median(
-                y / embedding_ms(t, out["embedding_rates"]) for t, y in train if embedding_ms(t, out["embedding_rates"]) > 0)
+                (y - link_ms(t, er)) / (embedding_ms(t, er) - link_ms(t, er)) for t, y in train
+                if embedding_ms(t, er) > link_ms(t, er))
     if dense:
         out["dense_ms_per_sample"] = {k: statistics.median(v) for k, v in dense.items()}
         out["dense_TFLOPs"] = {k: statistics.median(v) for k, v in tflops.items()}

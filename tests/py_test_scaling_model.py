@@ -61,11 +61,47 @@ class Links(unittest.TestCase):
         S = random.uniform(1e6, 1e9)
         L = sm.link({"links": dict(LINKS, ib_reduce_Gbps=16)})  # 2 GB/s for reductions, the link's 10 GB/s else
         self.assertAlmostEqual(sm.all_reduce_s(S, 2, 4, "hier", L), 2 * S * 3 / 4 / 100e9 + 2 * 1 / 2 * S / 4 / 2e9)
-        self.assertAlmostEqual(sm.reduce_scatter_s(S, 2, 4, "hier", L), sm.all_reduce_s(S, 2, 4, "hier", L) / 2)
+        # MPI's reduce-scatter across nodes reduces the whole S / 4 at a root, as the all-reduce does (Open MPI's
+        # libnbc), after NCCL's reduce-scatter in the node; a full-duplex link hides its smaller scatter
+        self.assertAlmostEqual(sm.reduce_scatter_s(S, 2, 4, "hier", L), S * 3 / 4 / 100e9 + 2 * 1 / 2 * S / 4 / 2e9)
+        # mode nccl: NCCL's ring reduce-scatter, half its all-reduce, which reduces on the GPUs at the link's rate
+        self.assertAlmostEqual(sm.reduce_scatter_s(S, 2, 4, "nccl", L), 7 / 8 * S / 10e9)
+        # of that, the root's reduction in host memory (not link time): the same bytes at 2 GB/s less at 10 GB/s
+        self.assertAlmostEqual(sm.host_reduction_s("reducescatter", S, 2, 4, "hier", L), S / 4 / 2e9 - S / 4 / 10e9)
+        self.assertAlmostEqual(sm.host_reduction_s("allreduce", S, 2, 4, "hier", L), S / 4 / 2e9 - S / 4 / 10e9)
+        for kind, mode, N in (("allreduce", "nccl", 2), ("allreduce", "hier", 1), ("allgather", "hier", 2)):
+            self.assertEqual(sm.host_reduction_s(kind, S, N, 4, mode, L), 0.0, (kind, mode, N))
         # an all-gather reduces nothing: the link's rate
         self.assertAlmostEqual(sm.all_gather_s(S, 2, 4, "hier", L), sm.all_reduce_s(S, 2, 4, "hier", self.L) / 2)
         # one node: NVLink alone, whatever the rate across nodes
         self.assertAlmostEqual(sm.all_reduce_s(S, 1, 4, "hier", L), sm.all_reduce_s(S, 1, 4, "hier", self.L))
+
+    def test_reduction_rate_follows_the_calibrated_sizes(self):
+        # 4 GB/s at 1 MB, 1 GB/s at 16 MB: interpolated in log size (4 MB: half way), flat beyond the ends
+        L = sm.link({"links": dict(LINKS, ib_reduce_curve=[[16 << 20, 1.0], [1 << 20, 4.0]])})
+        self.assertAlmostEqual(sm.reduce_rate(L, 4 << 20), 2.5e9)
+        self.assertAlmostEqual(sm.reduce_rate(L, 1 << 20), 4e9)
+        self.assertAlmostEqual(sm.reduce_rate(L, 1 << 10), 4e9)
+        self.assertAlmostEqual(sm.reduce_rate(L, 1 << 30), 1e9)
+        # one rank per node: MPI's all-reduce alone, at the rate of its size
+        for S, rate in ((1 << 10, 4e9), (4 << 20, 2.5e9), (1 << 30, 1e9)):
+            self.assertAlmostEqual(sm.all_reduce_s(S, 2, 1, "hier", L), S / rate)
+        self.assertEqual(sm.reduce_rate(self.L, 1 << 20), 10e9)  # no curve: the link's rate
+
+    def test_one_way_exchanges(self):
+        S = random.uniform(1e6, 1e9)
+        # full duplex: an owner's bytes in one direction take what a balanced exchange takes
+        for N, G, mode in ((2, 1, "hier"), (2, 4, "hier"), (2, 4, "nccl"), (1, 4, "nccl")):
+            self.assertAlmostEqual(sm.all_to_all_one_way_s(S, N, G, mode, self.L),
+                                   sm.all_to_all_s(S, N, G, mode, self.L))
+        # half duplex (a rank's sends and receives share the link between nodes): one way at twice the bus rate
+        H = sm.link({"links": dict(LINKS, inter_duplex="half")})
+        self.assertAlmostEqual(sm.all_to_all_one_way_s(S, 2, 1, "hier", H), S / 2 / 20e9)
+        self.assertAlmostEqual(sm.all_to_all_one_way_s(S, 2, 4, "hier", H), max(S * 3 / 4 / 100e9, S / 2 / 20e9))
+        self.assertAlmostEqual(sm.all_to_all_s(S, 2, 1, "hier", H), S / 2 / 10e9)  # balanced: unchanged
+        # and MPI's reduce-scatter saves what its scatter does not send: S / N of the root's bytes at 20 GB/s
+        R = sm.link({"links": dict(LINKS, inter_duplex="half", ib_reduce_Gbps=16)})
+        self.assertAlmostEqual(sm.reduce_scatter_s(S, 2, 1, "hier", R), S / 2e9 - S / 2 / 20e9)
 
 
 class Placements(unittest.TestCase):
@@ -86,9 +122,10 @@ class Placements(unittest.TestCase):
             self.assertAlmostEqual(got, want, places=6)
         self.assertLess(u, 9)
         self.assertEqual(work, (9, 6))
-        # localized: one lopsided exchange per owner: the time of a balanced all-to-all of 4 x a rank's share
+        # localized: one lopsided exchange per owner: an all-to-all of 4 x a rank's share whose bytes flow one way
         colls, _ = sm.collectives(cfg, "localized", b, 1, 4)
-        self.assertEqual(colls, [("alltoall", 4 * (72 + 48)), ("alltoall", 4 * 96), ("alltoall", 4 * 96)])
+        self.assertEqual(colls, [("alltoall_one_way", 4 * (72 + 48)), ("alltoall_one_way", 4 * 96),
+                                 ("alltoall_one_way", 4 * 96)])
         colls, work = sm.collectives(cfg, "distributed", b, 1, 4)  # global batch 12: 36 keys, 24 bags
         self.assertEqual(colls, [("alltoall", 72), ("alltoall", 72), ("reducescatter", 384), ("allgather", 384)])
         self.assertEqual(work, (9, 24))
@@ -203,6 +240,36 @@ class Cli(unittest.TestCase):
         self.assertEqual(cfg["links"]["ib_latency_us"], 40.0)
         self.assertAlmostEqual(cfg["links"]["ib_reduce_Gbps"], 1.2 * 8)  # the largest all-reduce
         self.assertEqual(len(notes), 2)
+        # records without hosts or ranks per node: a full-duplex link, no reduction curve
+        self.assertEqual(cfg["links"]["inter_duplex"], "full")
+        self.assertNotIn("ib_reduce_curve", cfg["links"])
+
+    def test_calibrate_emulated_nodes(self):
+        # 2 nodes of one rank on one host: half duplex, and the all-reduce's rate at each size net of the latency
+        recs = os.path.join(self.dir, "e.jsonl")
+        rows = [("alltoall", 64 << 10, 1.0, 30.0), ("alltoall", 16 << 20, 4.0, 2000.0),
+                ("allreduce", 1 << 20, 2.0, 530.0), ("allreduce", 64 << 20, 1.0, 70030.0)]
+        with open(recs, "w") as f:
+            for op, size, busbw, t in rows:
+                f.write(json.dumps({"bench": "bench_alltoall", "op": op, "mode": "hier", "nodes": 2, "ranks": 2,
+                                    "ranks_per_node": 1, "hosts": ["h"], "bytes_per_rank": size, "busbw_GBps": busbw,
+                                    "time_us": t}) + "\n")
+        cfg, notes = sm.calibrate(tiny_config(), sm.read_jsonl([recs]))
+        self.assertEqual(cfg["links"]["inter_duplex"], "half")
+        curve = cfg["links"]["ib_reduce_curve"]
+        self.assertEqual([s for s, _ in curve], [1 << 20, 64 << 20])
+        self.assertAlmostEqual(curve[0][1], (1 << 20) / 500e-6 / 1e9)  # 530 us less the 30 us latency
+        self.assertAlmostEqual(curve[1][1], (64 << 20) / 70000e-6 / 1e9)
+        # the model gives each all-reduce record its time back
+        for desc, meas, pred, unit in sm.check(cfg, sm.read_jsonl([recs])):
+            if desc.startswith("allreduce"):
+                self.assertAlmostEqual(pred, meas, delta=1e-6 * meas, msg=desc)
+        # ranks of two hosts: a real link, full duplex
+        with open(recs, "w") as f:
+            f.write(json.dumps({"bench": "bench_alltoall", "op": "alltoall", "mode": "hier", "nodes": 2, "ranks": 2,
+                                "hosts": ["a", "b"], "bytes_per_rank": 16 << 20, "busbw_GBps": 4.0,
+                                "time_us": 2000.0}) + "\n")
+        self.assertEqual(sm.calibrate(tiny_config(), sm.read_jsonl([recs]))[0]["links"]["inter_duplex"], "full")
 
 
 class FitAndCheck(unittest.TestCase):
@@ -303,6 +370,31 @@ class FitAndCheck(unittest.TestCase):
         for k, want in self.per_sample.items():
             self.assertAlmostEqual(f["dense_ms_per_sample"][k], want, places=12)
         self.assertEqual(f["source"]["revisions"], ["abc"])
+
+    def test_train_factor_leaves_the_links_alone(self):
+        # the train embedding factor scales the local work, not the links' time nor MPI's host reductions: a
+        # 2-rank train record across 2 emulated nodes, its parts computed here
+        cfg = sm.fit(self.cfg, self.rows)
+        cfg["links"] = dict(LINKS, inter_duplex="half", ib_reduce_Gbps=8)  # reductions at 1 GB/s
+        t = dict(self.rows[-1], ranks=2, nodes=2, ranks_per_node=1, global_batch=1200, batch_per_rank=600,
+                 ms_comm=0.0)
+        e, f = cfg["fit"]["embedding_rates"], cfg["fit"]["train_embedding_scale"]
+        c, pl, N, G, b, _ = sm.record_shape(cfg, dict(t, ms_step=1))
+        terms = sm.embedding_terms(c, pl, "hier", N, G, b)
+        self.assertGreater(terms["comm"], 0)
+        rest = (terms["local_GB"] / e["hbm_GBps"] + 1e-6 * (
+            terms["collectives"] * e["collective_us"] + terms["groups"] * e["group_us"]
+            + terms["round_trips"] * e["round_trip_us"] + terms["serial"] * e["serial_us"]))
+        got = sm.predict_record(cfg, t)[3]["ms_embedding"]
+        self.assertAlmostEqual(got, 1e3 * (terms["comm"] * e["comm_scale"] + terms["reduce"] + f * rest), places=9)
+        # distributed reduce-scatters: the root's reduction (1 GB/s less 10 GB/s on its B T d e bytes) is unscaled
+        d = sm.embedding_terms(c, "distributed", "hier", N, G, b)
+        B, T, v = 1200, 2, 16
+        self.assertAlmostEqual(d["reduce"], B * T * v / 1e9 - B * T * v / 10e9)
+        colls = sm.collectives(c, "distributed", b, N, G)[0]
+        link = sm.link(c)
+        self.assertAlmostEqual(d["comm"] + d["reduce"],
+                               sum(sm.COLLECTIVES[k](S, N, G, "hier", link) for k, S in colls))
 
     def test_dense_of_an_unmeasured_pair(self):
         # dcnv2 fp32 was not measured: dcnv2 bf16 times dot's fp32 / bf16 ratio
