@@ -104,26 +104,32 @@ __device__ __forceinline__ void write_initial_row(const Tile& tile, const RowIni
   for (int e = tile.thread_rank(); e < init.dim; e += kTile) v[e] = initial_value_at(stream, init.key_init.scale, e);
 }
 
-// Resolves rows[j] for keys k[j], j < cnt (tile-uniform). kInsert: get_insert (refused → -1, counted in
-// meta.refused); else find (absent → -1, counted in meta.missing).
-template <bool kInsert, int B>
-__device__ __forceinline__ void resolve_rows(const Tile& tile, const HashTableView& t, const RowInit& init,
-                                             const uint64_t (&k)[B], int cnt, int64_t (&rows)[B]) {
-  static_assert(B <= kTile, "one winner lane per key");
+// Issues the loads of the first buckets of keys k[j], j < cnt: this lane's slot of each, in snap[j]. Nothing
+// waits for them until resolve_loaded_rows reads snap, so a caller can issue other loads in between (the fused
+// forward gathers the previous batch's rows meanwhile).
+template <int B>
+__device__ __forceinline__ void load_first_buckets(const Tile& tile, const HashTableView& t, const uint64_t (&k)[B],
+                                                   int cnt, HashSlot (&snap)[B]) {
   const int lane = tile.thread_rank();
-  Start s[B];
-  HashSlot snap[B];
 #pragma unroll
   for (int j = 0; j < B; ++j)
-    if (j < cnt) {
-      s[j] = probe_start(t, k[j]);
-      snap[j] = load_lane(s[j], lane);
-    }
+    if (j < cnt) snap[j] = load_lane(probe_start(t, k[j]), lane);
+}
+
+// Resolves rows[j] for keys k[j], j < cnt (tile-uniform), from snap, which load_first_buckets filled for the same
+// keys. kInsert: get_insert (refused → -1, counted in meta.refused); else find (absent → -1, counted in
+// meta.missing).
+template <bool kInsert, int B>
+__device__ __forceinline__ void resolve_loaded_rows(const Tile& tile, const HashTableView& t, const RowInit& init,
+                                                    const uint64_t (&k)[B], int cnt, const HashSlot (&snap)[B],
+                                                    int64_t (&rows)[B]) {
+  static_assert(B <= kTile, "one winner lane per key");
+  const int lane = tile.thread_rank();
   Probe p[B];
 #pragma unroll
   for (int j = 0; j < B; ++j) {
     p[j] = Probe{kAbsent, -1, nullptr};
-    if (j < cnt) p[j] = probe<kInsert>(tile, t, s[j], snap[j]);
+    if (j < cnt) p[j] = probe<kInsert>(tile, t, probe_start(t, k[j]), snap[j]);
   }
   int bad = 0;  // refused (insert) or absent (find) keys of this batch
   if (kInsert) {
@@ -193,6 +199,15 @@ __device__ __forceinline__ void resolve_rows(const Tile& tile, const HashTableVi
     }
     if (bad && lane == 0) atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->missing), (unsigned long long)bad);
   }
+}
+
+// Both at once: all first-bucket loads of the batch in flight together, then the probes.
+template <bool kInsert, int B>
+__device__ __forceinline__ void resolve_rows(const Tile& tile, const HashTableView& t, const RowInit& init,
+                                             const uint64_t (&k)[B], int cnt, int64_t (&rows)[B]) {
+  HashSlot snap[B];
+  load_first_buckets<B>(tile, t, k, cnt, snap);
+  resolve_loaded_rows<kInsert, B>(tile, t, init, k, cnt, snap, rows);
 }
 
 // Loads keys [i0, i0 + cnt) of keys[] into every lane (one load per lane, then shuffles).

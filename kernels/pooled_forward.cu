@@ -2,17 +2,22 @@
 // in one kernel.
 //
 // A tile of 8 lanes takes a span of 4 consecutive bags (their keys are contiguous in the CSR) and walks its
-// keys in batches of 2: the batch's rows are resolved together (hash_table_ref.cuh: both bucket loads in
-// flight), then both rows are gathered with all loads issued before the first add (lane l holds elements
-// (c*8 + l)*VEC .. +VEC: 8 lanes read 128 contiguous bytes per chunk), and added to the current bag's
-// accumulator in key order; a bag is written when the walk passes its end. One-hot bags thus get the same
-// lookups in flight per tile as multi-hot ones. Persistent grid, grid-stride over spans.
+// keys in batches of 2, as a pipeline of three stages: while batch n's rows are gathered, batch n+1's first
+// buckets and batch n+2's keys are loaded (hash_table_ref.cuh: load_first_buckets, then resolve_loaded_rows),
+// so each step of the walk waits for one round trip to memory, not three. A batch's rows are gathered with all
+// loads issued before the first add (lane l holds elements (c*8 + l)*VEC .. +VEC: 8 lanes read 128 contiguous
+// bytes per chunk) and added to the current bag's accumulator in key order; a bag is written when the walk
+// passes its end. One-hot bags thus get the same lookups in flight per tile as multi-hot ones. Persistent grid,
+// grid-stride over spans.
 //
 // Occupancy over batch width: the memory in flight comes from resident warps, not from wide batches. With 4
 // keys and 4 rows per batch the kernel took 140-206 registers (one 256-thread block per SM); 2 and 2 fit in
 // 64-128 registers, and the blocks per SM below (by the floats a lane holds per row) were the fastest of the
 // settings measured. On one H100, 40M x 128 one-hot: eval 0.830 -> 0.737 ms, train 0.873 -> 0.740 ms;
-// 40M x 32 hot 8: train 3.41 -> 1.87 ms (experiments/NOTES_embedding.md, Run 8).
+// 40M x 32 hot 8: train 3.41 -> 1.87 ms (experiments/NOTES_embedding.md, Run 8). The pipeline keeps the
+// registers (the next batch's bucket slots instead of the probe state; 4 keys a batch spilled at 80 registers)
+// and took hot 8 on one H200 from 1.50 / 1.55 / 1.79 / 2.76 ms to 1.20 / 1.23 / 1.47 / 2.33 ms at dims 16 / 32
+// / 64 / 128 in eval (Run 11).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -113,6 +118,11 @@ __device__ __forceinline__ void write_bag(OutT* out, int64_t bag, int dim, int l
   }
 }
 
+// Keys of the span's batch that starts at key i (0 past the span's end).
+__device__ __forceinline__ int batch_count(int64_t i, int64_t k_end) {
+  return static_cast<int>(k_end - i < kBatch ? (k_end > i ? k_end - i : 0) : kBatch);
+}
+
 template <int VEC, int C, class OutT, bool kTrain>
 __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forward_kernel(ForwardArgs a) {
   Tile tile = cg::tiled_partition<kTile>(cg::this_thread_block());
@@ -138,12 +148,37 @@ __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forwar
 #pragma unroll
       for (int q = 0; q < VEC; ++q) acc[c][q] = 0.f;
 
-    for (int64_t i0 = bag_start; i0 < k_end; i0 += kBatch) {
-      int cnt = static_cast<int>(k_end - i0 < kBatch ? k_end - i0 : kBatch);
-      uint64_t k[kBatch];
-      hashdev::load_keys(tile, a.keys, i0, cnt, k);
-      int64_t r[kBatch];
-      hashdev::resolve_rows<kTrain, kBatch>(tile, a.table, a.rows_init, k, cnt, r);
+    // The walk is a pipeline of three stages: while batch n's rows are gathered, batch n+1's first buckets and
+    // batch n+2's keys are loaded, so an iteration waits for one round trip to memory instead of three (keys,
+    // then buckets, then rows). Lane j < count holds key j of the batch whose keys are in flight.
+    int64_t i0 = bag_start;
+    int cnt = batch_count(i0, k_end);
+    uint64_t k[kBatch];
+    int64_t r[kBatch];
+    HashSlot snap[kBatch];
+    {
+      uint64_t mine = lane < cnt ? static_cast<uint64_t>(a.keys[i0 + lane]) : 0;
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) k[j] = tile.shfl(mine, j);
+    }
+    uint64_t key_next = lane < batch_count(i0 + kBatch, k_end) ? static_cast<uint64_t>(a.keys[i0 + kBatch + lane]) : 0;
+    if (cnt > 0) {
+      hashdev::load_first_buckets<kBatch>(tile, a.table, k, cnt, snap);
+      hashdev::resolve_loaded_rows<kTrain, kBatch>(tile, a.table, a.rows_init, k, cnt, snap, r);
+    }
+    for (; i0 < k_end; i0 += kBatch) {
+      // Stage 3 of batch n: its rows' loads.
+      float v[kBatch][C][VEC];
+#pragma unroll
+      for (int g = 0; g < kBatch; ++g) load_row<VEC, C, kTrain>(values, g < cnt ? r[g] : -1, dim, lane, v[g]);
+      // Stage 2 of batch n+1: its first buckets' loads; stage 1 of batch n+2: its keys' loads.
+      const int64_t i1 = i0 + kBatch;
+      const int cnt1 = batch_count(i1, k_end);
+      uint64_t k1[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) k1[j] = tile.shfl(key_next, j);
+      if (cnt1 > 0) hashdev::load_first_buckets<kBatch>(tile, a.table, k1, cnt1, snap);
+      key_next = lane < batch_count(i1 + kBatch, k_end) ? static_cast<uint64_t>(a.keys[i1 + kBatch + lane]) : 0;
       if (a.rows) {
         int64_t mine = r[0];
 #pragma unroll
@@ -151,9 +186,7 @@ __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forwar
           if (lane == j) mine = r[j];
         if (lane < cnt) a.rows[i0 + lane] = mine;
       }
-      float v[kBatch][C][VEC];
-#pragma unroll
-      for (int g = 0; g < kBatch; ++g) load_row<VEC, C, kTrain>(values, g < cnt ? r[g] : -1, dim, lane, v[g]);
+      // Batch n's rows added to their bags in key order.
 #pragma unroll
       for (int g = 0; g < kBatch; ++g) {
         if (g >= cnt) break;
@@ -169,6 +202,11 @@ __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forwar
 #pragma unroll
           for (int q = 0; q < VEC; ++q) acc[c][q] += v[g][c][q];
       }
+      // Batch n+1's rows from its buckets.
+      if (cnt1 > 0) hashdev::resolve_loaded_rows<kTrain, kBatch>(tile, a.table, a.rows_init, k1, cnt1, snap, r);
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) k[j] = k1[j];
+      cnt = cnt1;
     }
     while (bag < nb) {
       write_bag<VEC, C, OutT>(out, b0 + bag, dim, lane, bag_end - bag_start, mean, acc);
