@@ -57,8 +57,7 @@ BackwardWorkspace::Layout BackwardWorkspace::layout(Backend backend, int64_t max
   l.item_start = place(c, cuda ? (n + 1) * sizeof(int32_t) : 0);
   l.item_u = place(c, n_gpu * sizeof(int32_t));
   l.row_item_start = place(c, cuda ? (n + 1) * sizeof(int32_t) : 0);
-  l.block_first_item = place(c, cuda ? nb * sizeof(int32_t) : 0);
-  l.span_edges = place(c, cuda ? nb * sizeof(int32_t) : 0);
+  l.multi_rows = place(c, cuda ? nb * sizeof(int32_t) : 0);
   l.partials = place(c, 2 * nb * size_t(dim) * sizeof(float));
   l.counts = place(c, kCounts * sizeof(int32_t));
   if (cuda) {
@@ -180,15 +179,11 @@ void reduce_rows_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, Sink&& s
     const uint32_t row = uint32_t(pairs[a] >> 32);
     int64_t e = a + 1;
     while (e < n && uint32_t(pairs[e] >> 32) == row) ++e;
-    if (a / C == (e - 1) / C) {
+    if (e - a <= C) {
       sum_positions(a, e, sum);  // one item
     } else {
-      int64_t m = 0;
-      for (int64_t s = a; s < e; ++m) {
-        const int64_t t = std::min(e, (s / C + 1) * C);
-        sum_positions(s, t, partials + m * dim);
-        s = t;
-      }
+      int64_t m = 0;  // items: C positions each from the row's first one, the last one the rest
+      for (int64_t s = a; s < e; s += C, ++m) sum_positions(s, std::min(e, s + C), partials + m * dim);
       const int64_t per_range = (m + kCombineGroups - 1) / kCombineGroups;
       std::fill(sum, sum + dim, 0.0f);
       for (int64_t lo = 0; lo < m; lo += per_range) {

@@ -1,14 +1,16 @@
 // embedding_backward.cu: CUDA version of embedding_backward.h. Sort-based and deterministic:
 //   1. bag_pairs_kernel      (row, bag) of every key; rows outside the table become `capacity_rows` (dropped)
 //   2. CUB radix sort        by row on end_bit bits only (26 for 40M rows); stable, so key order within a row
-//   3. CUB exclusive scan    of (row head, item head) flags, packed in one int64
+//   3. CUB inclusive scan    numbers the row and the item of every sorted position (RowItems): a row's items
+//                            start every kBackwardChunk positions from the row's first one, so the scan carries
+//                            the last row head along with the counts (one pass, no host sync)
 //   4. segments_kernel       item and unique-row tables from the scan; the counts, in device memory
 //   5. reduce_items_kernel   one group of lanes per item sums its contributions (float4 loads, fixed order);
 //                            a row within one item is finished here: its gradient written, or the optimizer
 //                            applied to it at once (fused), else the item's partial sum is kept
 //   6. combine_rows_kernel   one block per row over several items sums their partials in kCombineGroups ranges
-//                            and finishes the row; segments_kernel lists those rows (by the first block edge
-//                            each crosses), so with none (uniform keys) its blocks read a zero count and exit
+//                            and finishes the row; segments_kernel lists those rows, so with none (uniform keys)
+//                            its blocks read a zero count and exit
 // Kernels 5 and 6 read their counts from device memory and grid-stride over an upper bound: no host sync.
 // embedding_backward_prepare runs steps 1-4 and embedding_backward_finish steps 5-6; the workspace keeps what
 // lies between (the sorted rows and bags, in the halves the sort chose, and the item tables).
@@ -16,6 +18,7 @@
 #include <cub/device/device_scan.cuh>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
+#include <thrust/iterator/transform_output_iterator.h>
 
 #include "src/base/check.h"
 #include "kernels/embedding_backward.h"
@@ -27,6 +30,18 @@ namespace {
 constexpr int C = kBackwardChunk;
 using WS = BackwardWorkspace;
 
+// ceil(x / C) for 0 <= x <= INT32_MAX, without overflowing
+__host__ __device__ __forceinline__ int32_t chunks(int32_t x) { return x / C + int32_t(x % C != 0); }
+
+// Where reduce_items_kernel keeps the partial sum of item t of a row over m >= 2 items whose first position is a
+// (blocks = chunks(nnz)): item t < m - 1 holds C positions, [a + t*C, a + (t+1)*C), so it holds exactly one
+// multiple of C, (chunks(a) + t) * C, which no other item holds: slot chunks(a) + t < blocks. The last item may
+// hold none: slot blocks + chunks(a), unique as the row's first item (which holds chunks(a) * C) is. So the
+// partials of a row are slots chunks(a) .. chunks(a) + m - 2, then blocks + chunks(a): fewer than 2 * blocks.
+__host__ __device__ __forceinline__ int32_t partial_slot(int32_t a, int32_t t, int32_t m, int32_t blocks) {
+  return t < m - 1 ? chunks(a) + t : blocks + chunks(a);
+}
+
 // Everything kernels 5 and 6 read.
 struct ReduceView {
   const uint32_t* keys;              // [nnz] sorted rows (capacity_rows for dropped keys)
@@ -34,13 +49,13 @@ struct ReduceView {
   const int32_t* item_start;         // [items + 1]
   const int32_t* item_u;             // [items]
   const int32_t* row_item_start;     // [rows + 1]
-  const int32_t* block_first_item;   // [blocks]
-  const int32_t* span_edges;         // [counts[kCountSpans]] first edge crossed by each row over several blocks
+  const int32_t* multi_rows;         // [counts[kCountMultiRows]] unique row of each row over several items
   const int32_t* counts;             // [WS::kCounts]
   const int64_t* offsets;            // [bags + 1] (mean)
   const float* grad;                 // [bags, dim]
-  float* partials;                   // [2 * blocks, dim]
+  float* partials;                   // [2 * blocks, dim] (partial_slot)
   int32_t nnz;
+  int32_t blocks;                    // chunks(nnz)
   int32_t bag_count;
   int dim;
   uint32_t sentinel;                 // capacity_rows
@@ -48,16 +63,39 @@ struct ReduceView {
   int G, log2_G;                     // lanes per row
 };
 
-// Packs the head flags of sorted position j: (row head) << 32 | (item head).
-struct HeadFlags {
-  const uint32_t* keys;
-  __host__ __device__ int64_t operator()(int32_t j) const {
-    const bool row_head = j == 0 || keys[j] != keys[j - 1];
-    const bool item_head = row_head || j % C == 0;
-    return (int64_t(row_head) << 32) | int64_t(item_head);
+// The scan of step 3. An element stands for a span of sorted positions ending at `pos`: the `rows` row heads in
+// it, the first and the last of them, and the items of the rows from `first` up to the one at `last` (rows that
+// end inside the span). Two adjacent spans combine by closing the left one's last row at the right one's first
+// head: that row holds chunks(right.first - left.last) items. Associative, as a segmented scan is; the prefix
+// [0, j] (position 0 is a row head) gives the unique row of j, rows - 1, and the item of j,
+// items + (j - last) / C: the items before its row's, and those of its row up to j.
+struct RowItems {
+  int32_t rows, first, last, items, pos;
+};
+struct CombineRowItems {
+  __host__ __device__ RowItems operator()(const RowItems& l, const RowItems& r) const {
+    if (r.rows == 0) return {l.rows, l.first, l.last, l.items, r.pos};
+    if (l.rows == 0) return {r.rows, r.first, r.last, r.items, r.pos};
+    const int32_t closed = r.first > l.last ? chunks(r.first - l.last) : 0;  // 0: only in CUB's tile padding
+    return {l.rows + r.rows, l.first, r.last, l.items + closed + r.items, r.pos};
   }
 };
-using FlagIterator = thrust::transform_iterator<HeadFlags, thrust::counting_iterator<int32_t>, int64_t>;
+// Sorted position j as a span of its own.
+struct PositionRowItems {
+  const uint32_t* keys;
+  __host__ __device__ RowItems operator()(int32_t j) const {
+    const bool row_head = j == 0 || keys[j] != keys[j - 1];
+    return row_head ? RowItems{1, j, j, 0, j} : RowItems{0, 0, 0, 0, j};
+  }
+};
+// The prefix [0, j] as (unique row << 32 | item) of position j.
+struct PackRowItems {
+  __host__ __device__ int64_t operator()(const RowItems& p) const {
+    return (int64_t(p.rows - 1) << 32) | int64_t(uint32_t(p.items + (p.pos - p.last) / C));
+  }
+};
+using RowItemsIn = thrust::transform_iterator<PositionRowItems, thrust::counting_iterator<int32_t>, RowItems>;
+using RowItemsOut = thrust::transform_output_iterator<PackRowItems, int64_t*>;
 
 // The key of a row, found from its first sorted position j: a key of bag bags[j] (sorted) whose row is r (every
 // key of a row is the same key). unique_keys == nullptr: not asked for.
@@ -89,11 +127,11 @@ constexpr int batch_of() {
 // kernels
 
 // Every position k gets its key (so the sort never sees a stale key); bag b writes its bag id over its keys.
-// Also zeroes the span count that segments_kernel adds to.
+// Also zeroes the count of rows over several items that segments_kernel adds to.
 __global__ void __launch_bounds__(256)
     bag_pairs_kernel(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, int64_t capacity_rows,
                      uint32_t* keys, uint32_t* bag_of, int32_t* counts) {
-  if (blockIdx.x == 0 && threadIdx.x == 0) counts[WS::kCountSpans] = 0;
+  if (blockIdx.x == 0 && threadIdx.x == 0) counts[WS::kCountMultiRows] = 0;
   const int64_t n = nnz > bags ? nnz : bags;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     if (i < nnz) {
@@ -107,31 +145,28 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// One thread per sorted position: item and row tables. The scan gives the row and item heads before j.
-// A valid row that continues across edge b (between positions (b+1)*C - 1 and (b+1)*C) and did not cross edge
-// b - 1 is listed in span_edges (in no particular order: each listed row is finished by one block, alone).
+// One thread per sorted position: item and row tables, from the scan's unique row and item of each position.
+// A valid row's second item (its head C positions after the row's) lists the row in multi_rows (in no particular
+// order: each listed row is finished by one block, alone).
 __global__ void __launch_bounds__(256)
     segments_kernel(const uint32_t* keys, const int64_t* scan, int32_t nnz, uint32_t sentinel, int32_t* item_start,
-                    int32_t* item_u, int32_t* row_item_start, int32_t* block_first_item, int32_t* span_edges,
-                    int64_t* unique_rows, int32_t* num_unique, int32_t* counts, const KeyOfRow key_of) {
+                    int32_t* item_u, int32_t* row_item_start, int32_t* multi_rows, int64_t* unique_rows,
+                    int32_t* num_unique, int32_t* counts, const KeyOfRow key_of) {
   for (int32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < nnz; j += gridDim.x * blockDim.x) {
     const uint32_t r = keys[j];
     const bool row_head = j == 0 || keys[j - 1] != r;
-    const bool item_head = row_head || j % C == 0;
     const int64_t s = scan[j];
-    const int32_t rows_before = int32_t(s >> 32), items_before = int32_t(s & 0xffffffff);
-    const int32_t u = rows_before + int32_t(row_head) - 1;  // the unique row of position j
+    const int32_t u = int32_t(s >> 32), item = int32_t(s & 0xffffffff);  // the unique row and item of j
+    const bool item_head = j == 0 || int32_t(scan[j - 1] & 0xffffffff) != item;
     if (item_head) {
-      item_start[items_before] = j;
-      item_u[items_before] = u;
-      if (j % C == 0) block_first_item[j / C] = items_before;
-    }
-    if (j % C == 0 && !row_head && r < sentinel) {  // j > 0: row r crosses edge b = j / C - 1
-      const int32_t b = j / C - 1;
-      if (b == 0 || keys[b * C - 1] != r) span_edges[atomicAdd(&counts[WS::kCountSpans], 1)] = b;
+      item_start[item] = j;
+      item_u[item] = u;
+      // not a row head: j is C * t positions after its row's head, t >= 1 (so j >= C)
+      if (!row_head && r < sentinel && (j == C || keys[j - C - 1] != r))
+        multi_rows[atomicAdd(&counts[WS::kCountMultiRows], 1)] = u;
     }
     if (row_head) {
-      row_item_start[u] = items_before;
+      row_item_start[u] = item;
       if (r < sentinel) {
         if (unique_rows) unique_rows[u] = r;
         if (key_of.unique_keys) key_of.unique_keys[u] = key_of.key(j, r);
@@ -141,7 +176,7 @@ __global__ void __launch_bounds__(256)
       }
     }
     if (j == nnz - 1) {
-      const int32_t items = items_before + int32_t(item_head);
+      const int32_t items = item + 1;
       item_start[items] = nnz;
       row_item_start[u + 1] = items;
       counts[WS::kCountItems] = items;
@@ -240,9 +275,9 @@ __global__ void __launch_bounds__(256) reduce_items_kernel(ReduceView s, Op op) 
     if (whole) {
       op.finish(s.item_u[i], row, lane, s.G, acc);
     } else {
-      // a row over several blocks touches block edges: its item at the start of block q is slot 2q, the one
-      // ending block q (not starting it) is slot 2q + 1
-      const int32_t slot = a % C == 0 ? 2 * (a / C) : 2 * (a / C) + 1;
+      const int32_t u = s.item_u[i], first = s.row_item_start[u];
+      const int32_t slot = partial_slot(s.item_start[first], int32_t(i) - first, s.row_item_start[u + 1] - first,
+                                        s.blocks);
       float* out = s.partials + size_t(slot) * s.dim;
 #pragma unroll
       for (int p = 0; p < P; ++p) {
@@ -253,24 +288,22 @@ __global__ void __launch_bounds__(256) reduce_items_kernel(ReduceView s, Op op) 
   }
 }
 
-// One block of kCombineGroups groups per row over several items; the row is the one listed by the first block
-// edge b it crosses (edge b lies between positions (b+1)*C - 1 and (b+1)*C). Group g sums the g-th range of the
-// row's partials; group 0 adds the range sums in order and finishes the row.
+// One block of kCombineGroups groups per row over several items (listed in multi_rows). Group g sums the g-th
+// range of the row's partials; group 0 adds the range sums in order and finishes the row.
 template <int V, int P, class Op>
 __global__ void __launch_bounds__(kCombineGroups * 32) combine_rows_kernel(ReduceView s, Op op) {
   extern __shared__ float range_sums[];  // [kCombineGroups, dim]
   constexpr int U = batch_of<V, P>();
   const int g = threadIdx.x >> s.log2_G, lane = threadIdx.x & (s.G - 1);
   const int nv = s.dim / V;
-  const int32_t spans = s.counts[WS::kCountSpans];
-  for (int32_t t = blockIdx.x; t < spans; t += gridDim.x) {
+  const int32_t multi = min(s.counts[WS::kCountMultiRows], s.nnz);
+  for (int32_t t = blockIdx.x; t < multi; t += gridDim.x) {
     // the same values in every thread of the block: the branches below are uniform, so __syncthreads is safe
-    const int32_t b = s.span_edges[t];
-    const uint32_t row = s.keys[(b + 1) * C];
-    const int32_t i0 = s.block_first_item[b + 1] - 1;           // the row's first item ends block b
-    const int32_t u = s.item_u[i0];
-    const int32_t m = s.row_item_start[u + 1] - s.row_item_start[u];
-    const int32_t slot0 = s.item_start[i0] % C == 0 ? 2 * b : 2 * b + 1;
+    const int32_t u = s.multi_rows[t];
+    const int32_t first = s.row_item_start[u];
+    const int32_t m = s.row_item_start[u + 1] - first;
+    const int32_t a = s.item_start[first];  // the row's first position
+    const uint32_t row = s.keys[a];
     const int32_t per_range = (m + kCombineGroups - 1) / kCombineGroups;
     const int32_t lo = g * per_range, hi = min(m, lo + per_range);
     float acc[P * V];
@@ -281,8 +314,7 @@ __global__ void __launch_bounds__(kCombineGroups * 32) combine_rows_kernel(Reduc
 #pragma unroll
       for (int q = 0; q < U; ++q) {
         const int32_t kk = k + q;
-        const int32_t slot = kk == 0 ? slot0 : 2 * (b + kk);  // item kk >= 1 starts block b + kk
-        const float* src = s.partials + size_t(slot) * s.dim;
+        const float* src = s.partials + size_t(partial_slot(a, kk, m, s.blocks)) * s.dim;
 #pragma unroll
         for (int p = 0; p < P; ++p) {
           const int col = lane + p * s.G;
@@ -338,8 +370,9 @@ size_t backward_cub_temp_bytes(int64_t max_nnz, int end_bit) {
   size_t sort_bytes = 0, scan_bytes = 0;
   cub::DoubleBuffer<uint32_t> keys(nullptr, nullptr), bags(nullptr, nullptr);
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, bags, n, 0, end_bit));
-  FlagIterator flags(thrust::counting_iterator<int32_t>(0), HeadFlags{nullptr});
-  CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, flags, static_cast<int64_t*>(nullptr), n));
+  RowItemsIn in(thrust::counting_iterator<int32_t>(0), PositionRowItems{nullptr});
+  RowItemsOut out(static_cast<int64_t*>(nullptr), PackRowItems{});
+  CUDA_CHECK(cub::DeviceScan::InclusiveScan(nullptr, scan_bytes, in, out, CombineRowItems{}, n));
   return sort_bytes > scan_bytes ? sort_bytes : scan_bytes;
 }
 
@@ -373,16 +406,17 @@ void sort_batch(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* uniq
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws.at<void>(l.temp), temp_bytes, keys, bags, nnz, 0, ws.end_bit(),
                                              stream));
   const uint32_t* sorted_keys = keys.Current();
-  FlagIterator flags(thrust::counting_iterator<int32_t>(0), HeadFlags{sorted_keys});
+  RowItemsIn in(thrust::counting_iterator<int32_t>(0), PositionRowItems{sorted_keys});
+  RowItemsOut out(ws.at<int64_t>(l.scan), PackRowItems{});
   temp_bytes = l.temp_bytes;
-  CUDA_CHECK(cub::DeviceScan::ExclusiveSum(ws.at<void>(l.temp), temp_bytes, flags, ws.at<int64_t>(l.scan), nnz,
-                                           stream));
+  CUDA_CHECK(cub::DeviceScan::InclusiveScan(ws.at<void>(l.temp), temp_bytes, in, out, CombineRowItems{}, nnz,
+                                            stream));
   KeyOfRow key_of;
   if (unique_keys) key_of = KeyOfRow{bags.Current(), batch.offsets, batch.rows, batch_keys, batch.nnz, unique_keys};
   segments_kernel<<<rowvec::grid_for(nnz, 1, block), block, 0, stream>>>(
       sorted_keys, ws.at<int64_t>(l.scan), nnz, uint32_t(ws.capacity_rows()), ws.at<int32_t>(l.item_start),
-      ws.at<int32_t>(l.item_u), ws.at<int32_t>(l.row_item_start), ws.at<int32_t>(l.block_first_item),
-      ws.at<int32_t>(l.span_edges), unique_rows, num_unique, ws.counts(), key_of);
+      ws.at<int32_t>(l.item_u), ws.at<int32_t>(l.row_item_start), ws.at<int32_t>(l.multi_rows), unique_rows,
+      num_unique, ws.counts(), key_of);
   CUDA_CHECK_LAUNCH("segments_kernel");
   ws.prepared().keys_half = keys.selector;
   ws.prepared().bags_half = bags.selector;
@@ -398,13 +432,13 @@ ReduceView reduce_view(const BackwardBatch& batch, const BackwardWorkspace& ws) 
   v.item_start = ws.at<int32_t>(l.item_start);
   v.item_u = ws.at<int32_t>(l.item_u);
   v.row_item_start = ws.at<int32_t>(l.row_item_start);
-  v.block_first_item = ws.at<int32_t>(l.block_first_item);
-  v.span_edges = ws.at<int32_t>(l.span_edges);
+  v.multi_rows = ws.at<int32_t>(l.multi_rows);
   v.counts = ws.counts();
   v.offsets = batch.offsets;
   v.grad = batch.grad;
   v.partials = ws.at<float>(l.partials);
   v.nnz = static_cast<int32_t>(batch.nnz);
+  v.blocks = chunks(v.nnz);
   v.bag_count = static_cast<int32_t>(batch.bags);
   v.dim = ws.dim();
   v.sentinel = uint32_t(ws.capacity_rows());
@@ -422,11 +456,11 @@ void reduce(ReduceView v, const rowvec::RowShape& shape, const Op& op, Stream st
   const int block = 256;
   reduce_items_kernel<V, P, Op><<<rowvec::grid_for(v.nnz, shape.G, block), block, 0, stream>>>(v, op);
   CUDA_CHECK_LAUNCH("reduce_items_kernel");
-  const int32_t edges = (v.nnz + C - 1) / C - 1;
-  if (edges > 0) {
+  const int32_t most = v.nnz / (C + 1);  // rows over several items: each holds more than C positions
+  if (most > 0) {
     const int combine_block = kCombineGroups * shape.G;
     const size_t shared = size_t(kCombineGroups) * v.dim * sizeof(float);
-    combine_rows_kernel<V, P, Op><<<rowvec::grid_for(edges, combine_block, combine_block), combine_block, shared,
+    combine_rows_kernel<V, P, Op><<<rowvec::grid_for(most, combine_block, combine_block), combine_block, shared,
                                     stream>>>(v, op);
     CUDA_CHECK_LAUNCH("combine_rows_kernel");
   }

@@ -9,12 +9,16 @@
 // (mean, the scale computed as 1.0f / n and then multiplied in).
 //
 // The fixed order. The (row, key position) pairs are sorted by row, stably, so that position j of the sorted
-// sequence holds a row's contributions in key order. The sequence is cut into blocks of kBackwardChunk
-// positions; an item is a row's run within one block. A row whose run lies in one block (one item) sums its
-// contributions one after the other from 0.0f. A row over m >= 2 items sums each item so (its partial), then
-// splits its m partials into kCombineGroups ranges of ceil(m / kCombineGroups) consecutive partials, sums each
-// nonempty range from 0.0f, and adds the range sums from 0.0f in order. Hot rows (a power-law key seen 100K
-// times in a batch) are thus spread over many warps instead of one.
+// sequence holds a row's contributions in key order. Each row's run is cut into items of kBackwardChunk
+// positions counted from the row's first position (item t of a row whose run is [s, e): positions
+// [s + t*C, min(s + (t+1)*C, e))). A row of at most kBackwardChunk contributions (one item) sums them one after
+// the other from 0.0f. A row over m >= 2 items sums each item so (its partial), then splits its m partials into
+// kCombineGroups ranges of ceil(m / kCombineGroups) consecutive partials, sums each nonempty range from 0.0f,
+// and adds the range sums from 0.0f in order. Hot rows (a power-law key seen 100K times in a batch) are thus
+// spread over many warps instead of one. A row's gradient is so a function of its own contributions in key
+// order alone: neither its row id nor the other rows (how many positions precede it) change its bits, so a
+// table whose rows were inserted in another order (a loaded checkpoint, concurrent GPU inserts) gives the same
+// gradient bits, and so does a replica that holds the row under another id.
 //
 // Keys whose row is outside [0, capacity_rows) are dropped (they contribute nothing) and counted:
 // BackwardWorkspace::read_dropped_keys. The offsets must be a CSR of the nnz keys (the reader checks them; the
@@ -33,7 +37,7 @@
 
 namespace sparta {
 
-constexpr int kBackwardChunk = 128;  // positions of the sorted sequence per block (the unit of one item)
+constexpr int kBackwardChunk = 128;  // positions of a row's run per item (the unit one group of lanes sums)
 constexpr int kCombineGroups = 16;   // ranges the partials of a row over several items are summed in
 
 // Limits of one backward call, checked by BackwardWorkspace (and by EmbeddingTable when it is built):
@@ -82,17 +86,22 @@ class BackwardWorkspace {
   // Keys of the last call whose row was outside [0, capacity_rows). Synchronizes stream (that of the call).
   int64_t read_dropped_keys(Stream stream) const;
 
-  // The arrays inside (for embedding_backward.cu/.cpp). n = max_nnz, nb = blocks of kBackwardChunk in n.
-  enum Count { kCountItems = 0, kCountDropped = 1, kCountUnique = 2, kCountSpans = 3, kCounts = 4 };
+  // The arrays inside (for embedding_backward.cu/.cpp). n = max_nnz, nb = ceil(n / kBackwardChunk). Bounds, with
+  // C = kBackwardChunk: a row of L positions has ceil(L / C) items, so the items (the dropped keys' run counted as
+  // a row) number at most n (an item holds a position) and less than n / C + rows; a row over m >= 2 items holds
+  // L > C positions, so such rows number at most n / (C + 1) < nb, and their items ceil(L / C) < L / C + 1 <
+  // 2L / C add up to less than 2n / C <= 2 nb (the cuda partials: C positions of item t < m - 1 hold one multiple
+  // of C each, slots below nb; the last item of each such row gets a slot in [nb, 2 nb); the cpu reference keeps
+  // one row's at most nb partials).
+  enum Count { kCountItems = 0, kCountDropped = 1, kCountUnique = 2, kCountMultiRows = 3, kCounts = 4 };
   struct Layout {
     size_t keys_a, keys_b, bags_a, bags_b;  // uint32 [n] each: sort keys (rows) and values (bags), double-buffered
-    size_t scan;                            // int64 [n]: (row heads << 32 | item heads) before each position
+    size_t scan;                            // int64 [n]: (unique row << 32 | item) of each position
     size_t item_start;                      // int32 [n + 1]: first position of each item, then nnz
     size_t item_u;                          // int32 [n]: unique row of each item
     size_t row_item_start;                  // int32 [n + 1]: first item of each unique row, then the item count
-    size_t block_first_item;                // int32 [nb]: item at the start of each block
-    size_t span_edges;                      // int32 [nb]: first block edge of each row over several blocks
-    size_t partials;                        // float [2 * nb, dim]: partial sums of items of rows over blocks
+    size_t multi_rows;                      // int32 [nb]: unique row of each row over several items
+    size_t partials;                        // float [2 * nb, dim]: partial sums of items of rows over several items
     size_t counts;                          // int32 [kCounts]
     size_t temp;                            // CUB temporary storage (cuda) or a row's scratch (cpu)
     size_t temp_bytes;

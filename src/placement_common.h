@@ -142,9 +142,8 @@ class DispatchShard {
 // (kernels/embedding_backward.h's fixed order), all-gathers those sums with their keys (one per distinct key, not
 // one per lookup: a hot key travels once per rank), and every copy applies every rank's sums, in rank order.
 // A row's gradient is thus summed per rank, then over ranks, the same on every copy: with one contribution per
-// rank, a row's sum over ranks is the same chain of additions on every copy (at 2 ranks always bit for bit; at 3
-// or more a row whose contributions straddle a block of the fixed order on one copy and not on another may
-// differ there in the last bit).
+// rank, a row's sum over ranks is the same chain of additions on every copy, bit for bit, though the copies hold
+// the row under other ids (the fixed order depends on a row's own contributions only).
 class ReplicaShard {
  public:
   ReplicaShard(Exchange& ex, const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix);

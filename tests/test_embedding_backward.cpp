@@ -1,8 +1,8 @@
 // kernels/embedding_backward: the cpu reference against a naive double-precision sum, bad input, and the
 // cuda version against the cpu reference (same bits: the same fixed order), its determinism and the fused
-// optimizer path, and the backward in two parts (prepare, then finish) against the whole one, on fresh random
-// batches: empty bags, duplicates in a bag and across the batch, power-law rows with hot rows spread over many
-// blocks, rows outside the table.
+// optimizer path, the backward in two parts (prepare, then finish) against the whole one, and a row's gradient
+// bits independent of the row ids, on fresh random batches: empty bags, duplicates in a bag and across the
+// batch, power-law rows with hot rows spread over many items, rows outside the table.
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
@@ -216,7 +216,7 @@ BOOST_AUTO_TEST_CASE(cpu_backward_matches_naive_double_sum) {
   }
 }
 
-// Rows over many blocks: the hottest row covers more than kCombineGroups blocks, so its partials are summed
+// Rows over many items: the hottest row covers more than kCombineGroups items, so its partials are summed
 // in ranges of several.
 BOOST_AUTO_TEST_CASE(cpu_backward_hot_rows_match_naive_double_sum) {
   Device dev = cpu();
@@ -290,7 +290,7 @@ void workspace_covers_the_arrays(Backend backend) {
     for (int dim : {1, 16, 129}) {
       BOOST_TEST_CONTEXT("max_nnz " << n << " dim " << dim) {
         const int64_t capacity = 5000;
-        const size_t blocks = size_t((n + 127) / 128);  // blocks of 128 positions
+        const size_t blocks = size_t((n + 127) / 128);  // ceil(n / 128)
         const BackwardWorkspace::Layout l = BackwardWorkspace::layout(backend, n, capacity, dim);
         struct Array {
           const char* name;
@@ -306,8 +306,7 @@ void workspace_covers_the_arrays(Backend backend) {
             arrays.push_back({name, offset, size_t(n) * 4});
           arrays.push_back({"item_start", l.item_start, size_t(n + 1) * 4});
           arrays.push_back({"row_item_start", l.row_item_start, size_t(n + 1) * 4});
-          arrays.push_back({"block_first_item", l.block_first_item, blocks * 4});
-          arrays.push_back({"span_edges", l.span_edges, blocks * 4});
+          arrays.push_back({"multi_rows", l.multi_rows, blocks * 4});  // rows of more than 128 positions
           BOOST_CHECK_GT(l.temp_bytes, 0u);  // CUB's storage
         } else {
           BOOST_CHECK_GE(l.temp_bytes, size_t(17) * dim * 4);  // 16 range sums and the row's sum
@@ -436,7 +435,7 @@ BOOST_AUTO_TEST_CASE(cuda_backward_matches_cpu_large_and_power_law, *testing::ne
     one_hot.capacity = 40000000;
     compare_backends(one_hot, combiner);
     for (int dim : {3, 128}) {
-      Shape hot{8192, 26, 0, 3};  // hot rows over many blocks
+      Shape hot{8192, 26, 0, 3};  // hot rows over many items
       hot.dim = dim;
       hot.capacity = 4000000;
       hot.power_law = true;
@@ -479,6 +478,116 @@ BOOST_AUTO_TEST_CASE(cuda_backward_of_an_empty_batch_has_no_rows, *testing::need
   BOOST_CHECK_EQUAL(r.dropped, 0);
   close_device(gpu);
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// row ids: a row's gradient bits are a function of its own contributions in key order, not of its row id nor of
+// the other rows' ids (which depend on the order keys were inserted: a table loaded from a checkpoint inserts
+// in key order, concurrent GPU inserts in no fixed order)
+
+namespace {
+
+// Keys seen exactly so often: one item full or one position over, 16 and 17 items (ranges of one and of two).
+const std::vector<int64_t> kEdgeCounts{127, 128, 129, 256, 257, 2048, 2049};
+
+// A batch over keys 0..keys-1 (HostBatch::rows holds key ids): a hot key 0 seen some 2500 times (over more than
+// kCombineGroups items), warm keys 1..4 some 190 times each (two items), keys 5.. kEdgeCounts times each (in
+// bags of one key at the end), the rest a few times each; 0..5 keys per bag, so a key can repeat in a bag.
+HostBatch batch_of_keys(int64_t keys, int dim) {
+  auto& g = testing::rng();
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::uniform_int_distribution<int> hot(0, 5);
+  const int64_t edge = 5, cold0 = edge + int64_t(kEdgeCounts.size());
+  std::uniform_int_distribution<int64_t> warm(1, edge - 1), cold(cold0, keys - 1);
+  HostBatch b;
+  b.offsets.push_back(0);
+  for (int bag = 0; bag < 2000; ++bag) {
+    for (int k = hot(g); k > 0; --k) {
+      const double x = unit(g);
+      b.rows.push_back(x < 0.5 ? 0 : x < 0.65 ? warm(g) : cold(g));
+    }
+    b.offsets.push_back(int64_t(b.rows.size()));
+  }
+  for (size_t i = 0; i < kEdgeCounts.size(); ++i) {
+    for (int64_t k = 0; k < kEdgeCounts[i]; ++k) {
+      b.rows.push_back(edge + int64_t(i));
+      b.offsets.push_back(int64_t(b.rows.size()));
+    }
+  }
+  b.bags = int64_t(b.offsets.size()) - 1;
+  b.grad = testing::random_floats(size_t(b.bags) * dim);
+  return b;
+}
+
+// Distinct random table rows for keys 0..keys-1.
+std::vector<int64_t> random_rows(int64_t keys, int64_t capacity) {
+  std::uniform_int_distribution<int64_t> row(0, capacity - 1);
+  std::map<int64_t, bool> taken;
+  std::vector<int64_t> row_of;
+  while (int64_t(row_of.size()) < keys) {
+    const int64_t r = row(testing::rng());
+    if (!taken[r]) taken[r] = true, row_of.push_back(r);
+  }
+  return row_of;
+}
+
+// The backward of `by_key` with key k at table row row_of[k]: each key's gradient, [keys, dim] in key order (NaN
+// for a key the batch does not hold).
+std::vector<float> gradients_by_key(const Device& dev, const HostBatch& by_key, const std::vector<int64_t>& row_of,
+                                    const Shape& s, Combiner combiner) {
+  HostBatch b = by_key;
+  for (int64_t& r : b.rows) r = row_of[size_t(r)];
+  const Result r = run_backward(dev, b, s, combiner);
+  check_against_naive(b, s, combiner, r);
+  std::map<int64_t, size_t> key_of_row;
+  for (size_t k = 0; k < row_of.size(); ++k) key_of_row[row_of[k]] = k;
+  std::vector<float> out(row_of.size() * s.dim, std::nanf(""));
+  for (int64_t u = 0; u < r.num_unique; ++u) {
+    const auto it = key_of_row.find(r.unique_rows[size_t(u)]);
+    BOOST_REQUIRE(it != key_of_row.end());
+    std::copy_n(r.row_grads.begin() + u * s.dim, s.dim, out.begin() + it->second * s.dim);
+  }
+  return out;
+}
+
+// The same keys and contributions under several row-id assignments give the same bits per key, on `backend`,
+// and the cpu's bits (the first assignment on the cpu is the reference).
+void row_gradients_do_not_depend_on_row_ids(Backend backend) {
+  Device dev = open_device(backend, backend == Backend::cuda ? 0 : -1);
+  Device host = cpu();
+  const int64_t keys = 1000;
+  for (int dim : {5, 32}) {
+    for (Combiner combiner : {Combiner::sum, Combiner::mean}) {
+      Shape s;
+      s.dim = dim;
+      s.capacity = 1 << 20;
+      const HostBatch b = batch_of_keys(keys, dim);
+      int64_t hot = 0;
+      for (int64_t k : b.rows) hot += k == 0;
+      BOOST_TEST_CONTEXT(name(combiner) << " dim " << dim << " nnz " << b.nnz() << ", the hot key " << hot
+                                        << " times") {
+        BOOST_CHECK_GT(hot, int64_t(kCombineGroups) * kBackwardChunk);  // its partials are summed in ranges
+        std::vector<int64_t> row_of = random_rows(keys, s.capacity);
+        const std::vector<float> want = gradients_by_key(host, b, row_of, s, combiner);
+        std::map<int64_t, int> hot_offsets;  // positions before the hot row in row order, modulo the chunk
+        for (int t = 0; t < 6; ++t) {
+          if (t > 0) row_of = random_rows(keys, s.capacity);
+          int64_t before = 0;
+          for (int64_t k : b.rows) before += row_of[size_t(k)] < row_of[0];
+          ++hot_offsets[before % kBackwardChunk];
+          BOOST_TEST_CONTEXT("assignment " << t << ": " << before << " positions before the hot row") {
+            BOOST_CHECK_EQUAL(bitwise_differences(gradients_by_key(dev, b, row_of, s, combiner), want), 0u);
+          }
+        }
+        BOOST_CHECK_GT(hot_offsets.size(), 1u);  // the hot row's items did start at other offsets
+      }
+    }
+  }
+  close_device(dev);
+}
+
+}  // namespace
+
+SPARTA_BACKEND_CASES(row_gradients_do_not_depend_on_row_ids, row_gradients_do_not_depend_on_row_ids)
 
 // The fused update on the GPU against the cpu reference, every optimizer over several steps (values and state
 // compared after each), and against the GPU's own two-step path.
@@ -581,7 +690,7 @@ void prepare_then_finish_equals_backward(Backend backend) {
       small.capacity = 2000;
       small.dup = 0.2;
       shapes.push_back(small);
-      Shape hot{3000, 26, 1, 1};  // power-law: the hottest rows over more than kCombineGroups blocks
+      Shape hot{3000, 26, 1, 1};  // power-law: the hottest rows over more than kCombineGroups items
       hot.dim = dim;
       hot.capacity = 1000000;
       hot.power_law = true;
@@ -633,7 +742,7 @@ void prepare_then_finish_equals_backward(Backend backend) {
           BOOST_CHECK_EQUAL(num_unique, read_count(dev, want.num_unique.data(), dev.stream));
           if (b.nnz() == 0) BOOST_CHECK_EQUAL(num_unique, 0);
           if (s.bad > 0) BOOST_CHECK_GT(want_dropped, 0);
-          if (s.power_law) {  // the shape covers a row over many blocks
+          if (s.power_law) {  // the shape covers a row over many items
             std::map<int64_t, int64_t> count;
             int64_t hottest = 0;
             for (int64_t row : b.rows) hottest = std::max(hottest, ++count[row]);
