@@ -1,9 +1,9 @@
 // embedding_backward.cu: CUDA version of embedding_backward.h. Sort-based and deterministic:
 //   1. bag_pairs_kernel      (row, bag) of every key; rows outside the table become `capacity_rows` (dropped)
 //   2. CUB radix sort        by row on end_bit bits only (26 for 40M rows); stable, so key order within a row
-//   3. CUB inclusive scan    numbers the row and the item of every sorted position (RowItems): a row's items
-//                            start every kBackwardChunk positions from the row's first one, so the scan carries
-//                            the last row head along with the counts (one pass, no host sync)
+//   3. CUB inclusive sum     of (row head, item head) flags packed in one int64: the unique row and the item of
+//                            every sorted position; a row's items start every kBackwardChunk positions from the
+//                            row's first one (HeadFlags finds that position for rows over several items)
 //   4. segments_kernel       item and unique-row tables from the scan; the counts, in device memory
 //   5. reduce_items_kernel   one group of lanes per item sums its contributions (float4 loads, fixed order);
 //                            a row within one item is finished here: its gradient written, or the optimizer
@@ -63,39 +63,45 @@ struct ReduceView {
   int G, log2_G;                     // lanes per row
 };
 
-// The scan of step 3. An element stands for a span of sorted positions ending at `pos`: the `rows` row heads in
-// it, the first and the last of them, and the items of the rows from `first` up to the one at `last` (rows that
-// end inside the span). Two adjacent spans combine by closing the left one's last row at the right one's first
-// head: that row holds chunks(right.first - left.last) items. Associative, as a segmented scan is; the prefix
-// [0, j] (position 0 is a row head) gives the unique row of j, rows - 1, and the item of j,
-// items + (j - last) / C: the items before its row's, and those of its row up to j.
-struct RowItems {
-  int32_t rows, first, last, items, pos;
-};
-struct CombineRowItems {
-  __host__ __device__ RowItems operator()(const RowItems& l, const RowItems& r) const {
-    if (r.rows == 0) return {l.rows, l.first, l.last, l.items, r.pos};
-    if (l.rows == 0) return {r.rows, r.first, r.last, r.items, r.pos};
-    const int32_t closed = r.first > l.last ? chunks(r.first - l.last) : 0;  // 0: only in CUB's tile padding
-    return {l.rows + r.rows, l.first, r.last, l.items + closed + r.items, r.pos};
+// The first position of row r in the sorted rows, given that keys[hi] == r: gallops back from hi in growing steps
+// until it passes the row's start, then bisects. O(log of the row's length) loads, all from a row's neighbourhood.
+__host__ __device__ __forceinline__ int32_t row_start(const uint32_t* keys, int32_t hi, uint32_t r) {
+  int64_t step = C, lo = int64_t(hi) - step;  // invariant: keys[hi] == r; lo < 0 or keys[lo] < r once the gallop ends
+  while (lo >= 0 && keys[lo] == r) {
+    hi = static_cast<int32_t>(lo);
+    step *= 2;
+    lo = int64_t(hi) - step;
   }
-};
-// Sorted position j as a span of its own.
-struct PositionRowItems {
+  if (lo < -1) lo = -1;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (keys[mid] == r)
+      hi = static_cast<int32_t>(mid);
+    else
+      lo = mid;
+  }
+  return hi;
+}
+
+// Step 3's input: the head flags of sorted position j packed as (row head) << 32 | (item head), summed by the scan.
+// An item starts at a row's head and every C positions after it. Only a position whose row already held C
+// positions before it (keys[j - C] == keys[j]: a row over several items, rare but for hot keys) needs its row's
+// first position to know; every other position reads itself, its neighbour and keys[j - C].
+struct HeadFlags {
   const uint32_t* keys;
-  __host__ __device__ RowItems operator()(int32_t j) const {
-    const bool row_head = j == 0 || keys[j] != keys[j - 1];
-    return row_head ? RowItems{1, j, j, 0, j} : RowItems{0, 0, 0, 0, j};
+  __host__ __device__ int64_t operator()(int32_t j) const {
+    const uint32_t r = keys[j];
+    const bool row_head = j == 0 || keys[j - 1] != r;
+    const bool item_head = row_head || (j >= C && keys[j - C] == r && (j - row_start(keys, j - C, r)) % C == 0);
+    return (int64_t(row_head) << 32) | int64_t(item_head);
   }
 };
-// The prefix [0, j] as (unique row << 32 | item) of position j.
-struct PackRowItems {
-  __host__ __device__ int64_t operator()(const RowItems& p) const {
-    return (int64_t(p.rows - 1) << 32) | int64_t(uint32_t(p.items + (p.pos - p.last) / C));
-  }
+// The inclusive sum at j, (row heads << 32 | item heads) in [0, j], as (unique row << 32 | item) of j.
+struct HeadsToIndices {
+  __host__ __device__ int64_t operator()(int64_t heads) const { return heads - ((int64_t(1) << 32) | 1); }
 };
-using RowItemsIn = thrust::transform_iterator<PositionRowItems, thrust::counting_iterator<int32_t>, RowItems>;
-using RowItemsOut = thrust::transform_output_iterator<PackRowItems, int64_t*>;
+using FlagIterator = thrust::transform_iterator<HeadFlags, thrust::counting_iterator<int32_t>, int64_t>;
+using IndexOutput = thrust::transform_output_iterator<HeadsToIndices, int64_t*>;
 
 // The key of a row, found from its first sorted position j: a key of bag bags[j] (sorted) whose row is r (every
 // key of a row is the same key). unique_keys == nullptr: not asked for.
@@ -370,9 +376,9 @@ size_t backward_cub_temp_bytes(int64_t max_nnz, int end_bit) {
   size_t sort_bytes = 0, scan_bytes = 0;
   cub::DoubleBuffer<uint32_t> keys(nullptr, nullptr), bags(nullptr, nullptr);
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, bags, n, 0, end_bit));
-  RowItemsIn in(thrust::counting_iterator<int32_t>(0), PositionRowItems{nullptr});
-  RowItemsOut out(static_cast<int64_t*>(nullptr), PackRowItems{});
-  CUDA_CHECK(cub::DeviceScan::InclusiveScan(nullptr, scan_bytes, in, out, CombineRowItems{}, n));
+  FlagIterator flags(thrust::counting_iterator<int32_t>(0), HeadFlags{nullptr});
+  IndexOutput out(static_cast<int64_t*>(nullptr), HeadsToIndices{});
+  CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, flags, out, n));
   return sort_bytes > scan_bytes ? sort_bytes : scan_bytes;
 }
 
@@ -406,11 +412,10 @@ void sort_batch(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* uniq
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws.at<void>(l.temp), temp_bytes, keys, bags, nnz, 0, ws.end_bit(),
                                              stream));
   const uint32_t* sorted_keys = keys.Current();
-  RowItemsIn in(thrust::counting_iterator<int32_t>(0), PositionRowItems{sorted_keys});
-  RowItemsOut out(ws.at<int64_t>(l.scan), PackRowItems{});
+  FlagIterator flags(thrust::counting_iterator<int32_t>(0), HeadFlags{sorted_keys});
+  IndexOutput out(ws.at<int64_t>(l.scan), HeadsToIndices{});
   temp_bytes = l.temp_bytes;
-  CUDA_CHECK(cub::DeviceScan::InclusiveScan(ws.at<void>(l.temp), temp_bytes, in, out, CombineRowItems{}, nnz,
-                                            stream));
+  CUDA_CHECK(cub::DeviceScan::InclusiveSum(ws.at<void>(l.temp), temp_bytes, flags, out, nnz, stream));
   KeyOfRow key_of;
   if (unique_keys) key_of = KeyOfRow{bags.Current(), batch.offsets, batch.rows, batch_keys, batch.nnz, unique_keys};
   segments_kernel<<<rowvec::grid_for(nnz, 1, block), block, 0, stream>>>(
