@@ -1,9 +1,10 @@
 // embedding_backward.cu: CUDA version of embedding_backward.h. Sort-based and deterministic:
 //   1. bag_pairs_kernel      (row, bag) of every key; rows outside the table become `capacity_rows` (dropped)
 //   2. CUB radix sort        by row on end_bit bits only (26 for 40M rows); stable, so key order within a row
-//   3. CUB inclusive sum     of (row head, item head) flags packed in one int64: the unique row and the item of
-//                            every sorted position; a row's items start every kBackwardChunk positions from the
-//                            row's first one (HeadFlags finds that position for rows over several items)
+//   3. CUB scans             a running maximum of the row heads' positions (each position's row start, int32),
+//                            then the sum of (row head, item head) flags packed in one int64: the unique row and
+//                            the item of every sorted position; a row's items start every kBackwardChunk positions
+//                            from the row's first one
 //   4. segments_kernel       item and unique-row tables from the scan; the counts, in device memory
 //   5. reduce_items_kernel   one group of lanes per item sums its contributions (float4 loads, fixed order);
 //                            a row within one item is finished here: its gradient written, or the optimizer
@@ -14,6 +15,8 @@
 // Kernels 5 and 6 read their counts from device memory and grid-stride over an upper bound: no host sync.
 // embedding_backward_prepare runs steps 1-4 and embedding_backward_finish steps 5-6; the workspace keeps what
 // lies between (the sorted rows and bags, in the halves the sort chose, and the item tables).
+#include <algorithm>
+
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 #include <thrust/iterator/counting_iterator.h>
@@ -63,36 +66,25 @@ struct ReduceView {
   int G, log2_G;                     // lanes per row
 };
 
-// The first position of row r in the sorted rows, given that keys[hi] == r: gallops back from hi in growing steps
-// until it passes the row's start, then bisects. O(log of the row's length) loads, all from a row's neighbourhood.
-__host__ __device__ __forceinline__ int32_t row_start(const uint32_t* keys, int32_t hi, uint32_t r) {
-  int64_t step = C, lo = int64_t(hi) - step;  // invariant: keys[hi] == r; lo < 0 or keys[lo] < r once the gallop ends
-  while (lo >= 0 && keys[lo] == r) {
-    hi = static_cast<int32_t>(lo);
-    step *= 2;
-    lo = int64_t(hi) - step;
-  }
-  if (lo < -1) lo = -1;
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (keys[mid] == r)
-      hi = static_cast<int32_t>(mid);
-    else
-      lo = mid;
-  }
-  return hi;
-}
+// Step 3, first scan: the first position of the row of every sorted position, as the running maximum of the row
+// heads' positions (an int32 scan).
+struct RowHeadPosition {
+  const uint32_t* keys;
+  __host__ __device__ int32_t operator()(int32_t j) const { return j == 0 || keys[j] != keys[j - 1] ? j : 0; }
+};
+struct MaxPosition {
+  __host__ __device__ int32_t operator()(int32_t a, int32_t b) const { return a > b ? a : b; }
+};
+using HeadPositionIterator = thrust::transform_iterator<RowHeadPosition, thrust::counting_iterator<int32_t>, int32_t>;
 
-// Step 3's input: the head flags of sorted position j packed as (row head) << 32 | (item head), summed by the scan.
-// An item starts at a row's head and every C positions after it. Only a position whose row already held C
-// positions before it (keys[j - C] == keys[j]: a row over several items, rare but for hot keys) needs its row's
-// first position to know; every other position reads itself, its neighbour and keys[j - C].
+// Step 3, second scan: the head flags of sorted position j packed as (row head) << 32 | (item head), summed. An item
+// starts at a row's first position and every C positions after it.
 struct HeadFlags {
   const uint32_t* keys;
+  const int32_t* row_start;  // the first scan's output
   __host__ __device__ int64_t operator()(int32_t j) const {
-    const uint32_t r = keys[j];
-    const bool row_head = j == 0 || keys[j - 1] != r;
-    const bool item_head = row_head || (j >= C && keys[j - C] == r && (j - row_start(keys, j - C, r)) % C == 0);
+    const bool row_head = j == 0 || keys[j] != keys[j - 1];
+    const bool item_head = (j - row_start[j]) % C == 0;
     return (int64_t(row_head) << 32) | int64_t(item_head);
   }
 };
@@ -376,10 +368,13 @@ size_t backward_cub_temp_bytes(int64_t max_nnz, int end_bit) {
   size_t sort_bytes = 0, scan_bytes = 0;
   cub::DoubleBuffer<uint32_t> keys(nullptr, nullptr), bags(nullptr, nullptr);
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, bags, n, 0, end_bit));
-  FlagIterator flags(thrust::counting_iterator<int32_t>(0), HeadFlags{nullptr});
+  size_t start_bytes = 0;
+  HeadPositionIterator heads(thrust::counting_iterator<int32_t>(0), RowHeadPosition{nullptr});
+  CUDA_CHECK(cub::DeviceScan::InclusiveScan(nullptr, start_bytes, heads, static_cast<int32_t*>(nullptr), MaxPosition{}, n));
+  FlagIterator flags(thrust::counting_iterator<int32_t>(0), HeadFlags{nullptr, nullptr});
   IndexOutput out(static_cast<int64_t*>(nullptr), HeadsToIndices{});
   CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, flags, out, n));
-  return sort_bytes > scan_bytes ? sort_bytes : scan_bytes;
+  return std::max({sort_bytes, start_bytes, scan_bytes});
 }
 
 namespace {
@@ -412,7 +407,13 @@ void sort_batch(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* uniq
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws.at<void>(l.temp), temp_bytes, keys, bags, nnz, 0, ws.end_bit(),
                                              stream));
   const uint32_t* sorted_keys = keys.Current();
-  FlagIterator flags(thrust::counting_iterator<int32_t>(0), HeadFlags{sorted_keys});
+  // item_u is the first scan's output until segments_kernel writes the item tables (it reads only the second's).
+  int32_t* row_start = ws.at<int32_t>(l.item_u);
+  HeadPositionIterator heads(thrust::counting_iterator<int32_t>(0), RowHeadPosition{sorted_keys});
+  temp_bytes = l.temp_bytes;
+  CUDA_CHECK(cub::DeviceScan::InclusiveScan(ws.at<void>(l.temp), temp_bytes, heads, row_start, MaxPosition{}, nnz,
+                                            stream));
+  FlagIterator flags(thrust::counting_iterator<int32_t>(0), HeadFlags{sorted_keys, row_start});
   IndexOutput out(ws.at<int64_t>(l.scan), HeadsToIndices{});
   temp_bytes = l.temp_bytes;
   CUDA_CHECK(cub::DeviceScan::InclusiveSum(ws.at<void>(l.temp), temp_bytes, flags, out, nnz, stream));

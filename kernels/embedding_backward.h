@@ -98,7 +98,7 @@ class BackwardWorkspace {
     size_t keys_a, keys_b, bags_a, bags_b;  // uint32 [n] each: sort keys (rows) and values (bags), double-buffered
     size_t scan;                            // int64 [n]: (unique row << 32 | item) of each position
     size_t item_start;                      // int32 [n + 1]: first position of each item, then nnz
-    size_t item_u;                          // int32 [n]: unique row of each item
+    size_t item_u;                          // int32 [n]: unique row of each item (before: the row starts of step 3)
     size_t row_item_start;                  // int32 [n + 1]: first item of each unique row, then the item count
     size_t multi_rows;                      // int32 [nb]: unique row of each row over several items
     size_t partials;                        // float [2 * nb, dim]: partial sums of items of rows over several items
