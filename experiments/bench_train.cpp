@@ -11,7 +11,7 @@
 // Records carry what experiments/scaling_model.py --check reads: placement (the plan's, when every table has the
 // same), ms_step, global_batch, comm_mode, nodes, and the provenance's ranks.
 //   mpiexec -n 8 bench_train [--batch 65536] [--max-rows 4000000] [--model dot|dcnv2] [--placement auto]
-//                            [--exchange fp32|bf16] [--precision fp32|bf16|fp16] [--warmup 3] [--steps 10] [--out results/bench_train.jsonl]
+//                            [--exchange fp32|bf16] [--precision fp32|bf16|fp16] [--cuda-graphs 1|0] [--warmup 3] [--steps 10] [--out results/bench_train.jsonl]
 #include <mpi.h>
 
 #include <cstdio>
@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
               exchange = "fp32", comm_mode = "hier", bottom_mlp, top_mlp;
   int64_t batch = 65536, max_rows = 4000000;
   int dim = 128;
+  bool graphs = true;
   bench::DriverDefaults dd;
   dd.warmup = 3;  // untimed steps (they insert the batch's keys)
   dd.repeats = 10;
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
       "placement", po::value(&placement)->default_value(placement), "embedding.placement")(
       "exchange", po::value(&exchange)->default_value(exchange), "embedding.exchange: fp32 | bf16")(
       "comm-mode", po::value(&comm_mode)->default_value(comm_mode), "comm.mode: hier | mpi | nccl")(
+      "cuda-graphs", po::value(&graphs)->default_value(graphs), "train.cuda_graphs: 1 | 0")(
       "precision", po::value(&precision)->default_value(precision),
       "fp32 | bf16 | fp16 (fp16: dynamic loss scaling from 2^16)")(
       "bottom-mlp", po::value(&bottom_mlp), "widths after the dense features (comma list; default the model's)")(
@@ -79,6 +81,7 @@ int main(int argc, char** argv) {
       cfg.placement = placement;
       cfg.exchange = exchange;
       cfg.comm_mode = comm_mode;
+      cfg.cuda_graphs = graphs;
       cfg.sparse.kind = OptimizerKind::adagrad;
       cfg.log_every = 1;
       cfg.benchmark = true;

@@ -4,7 +4,7 @@
 # figure has its ratio from one run on the same GPUs).
 #   experiments/gpu_session.sh BUILD OUT [PART...]
 # BUILD is a `make gpu-bundle` folder (build/openmpi), or a .tar.xz of one (extracted under /tmp). PARTs, run in
-# the order given (default: all = tests kernels comm collection train sweeps emulated):
+# the order given (default: all = tests kernels comm collection train graphs sweeps emulated):
 #   tests       every suite (tests/run_all.sh) with 1 rank, and 2 when there are 2 GPUs
 #   kernels     bench_hashtable, bench_embedding; peer_torch.py (EmbeddingBag): one-hot (uniform, power-law),
 #               hot 8 at dims 16-128 and the DCNv2 hotness at dim 128
@@ -14,6 +14,8 @@
 #   train       bench_train: dot and dcnv2 at 65536 per GPU, bf16 on 1 and 2 GPUs (three runs each, alternating, 50
 #               timed steps: launches of the same command differ by a few percent), fp16 and fp32 on 1;
 #               peer_dlrm.py with and without --compile
+#   graphs      bench_train on 1 GPU, bf16, dot and dcnv2 at 16384 and 65536 samples: --cuda-graphs 1 and 0
+#               alternating (GRAPH_REPS times, default 2), 50 timed steps each
 #   sweeps      the README figures' sweeps (collection, train_weak, train_strong) at 1 and 2 GPUs (every GPU count
 #               up to the machine's, powers of 2), their results.jsonl copied to OUT/<sweep>.jsonl
 #   emulated    with 2 GPUs or more: 2 emulated nodes of 1 GPU (--ranks-per-node 1): bench_alltoall hier,
@@ -25,7 +27,7 @@ out=${2:?output folder}
 shift 2
 parts=("$@")
 [ ${#parts[@]} = 0 ] && parts=(all)
-[ "${parts[*]}" = all ] && parts=(tests kernels comm collection train sweeps emulated)
+[ "${parts[*]}" = all ] && parts=(tests kernels comm collection train graphs sweeps emulated)
 mkdir -p "$out"
 if [[ $build == *.tar.xz ]]; then
   mkdir -p /tmp/sparta_bundle && tar -xJf "$build" -C /tmp/sparta_bundle && build=/tmp/sparta_bundle/openmpi
@@ -118,6 +120,18 @@ for part in "${parts[@]}"; do
         peer peer_dlrm.py --model $m --batches 65536 --compile
       done
       ;;
+    graphs)
+      for rep in $(seq 1 "${GRAPH_REPS:-2}"); do
+        for m in dot dcnv2; do
+          for b in 16384 65536; do
+            for g in 1 0; do
+              run bench_train.log $mpiexec -n 1 "$build/bin/bench_train" --model $m --precision bf16 --batch $b \
+                --cuda-graphs $g --steps 50 --tag graphs$g-rep$rep --out "$out/bench.jsonl"
+            done
+          done
+        done
+      done
+      ;;
     sweeps)
       ranks=1
       for n in 2 4 8; do [ "$gpus" -ge $n ] && ranks=$ranks,$n; done
@@ -147,7 +161,7 @@ for part in "${parts[@]}"; do
         done
       fi
       ;;
-    *) echo "unknown part '$part' (tests kernels comm collection train sweeps emulated all)"; exit 2 ;;
+    *) echo "unknown part '$part' (tests kernels comm collection train graphs sweeps emulated all)"; exit 2 ;;
   esac
 done
 exit $status

@@ -167,6 +167,16 @@ void activation_bias_backward(const Device& dev, const LinearDims& d, GemmType t
 #endif
 }
 
+uint64_t scratch_epoch(const Device& dev, Stream stream) {
+  if (!dev.is_cuda()) return 0;
+#if SPARTA_CUDA
+  return scratch_epoch_cuda(stream);
+#else
+  (void)stream;
+  return 0;
+#endif
+}
+
 void to_half(const Device& dev, GemmType t, const float* src, uint16_t* dst, size_t n, Stream stream) {
   SPARTA_REQUIRE(is_half(t), "to_half: expected bf16 or f16, found %s", gemm_type_name(t));
   if (!dev.is_cuda()) return to_half_cpu(t, src, dst, n);

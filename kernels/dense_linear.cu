@@ -46,6 +46,7 @@ struct StreamContext {
   void* workspace = nullptr;
   float* scratch = nullptr;
   size_t scratch_floats = 0;
+  uint64_t scratch_epoch = 0;  // times scratch was made anew
   std::map<AlgoKey, GemmPlan> algos;
 };
 
@@ -92,8 +93,15 @@ float* stream_scratch(Stream stream, size_t floats) {
     }
     CUDA_CHECK(cudaMalloc(&ctx.scratch, floats * sizeof(float)));
     ctx.scratch_floats = floats;
+    ++ctx.scratch_epoch;
   }
   return ctx.scratch;
+}
+
+uint64_t scratch_epoch(Stream stream) {
+  StreamContext& ctx = context_for(stream);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return ctx.scratch_epoch;
 }
 
 int sm_count() {
@@ -197,6 +205,8 @@ void add_chunks(const float* partial, int chunks, int cols, float* sums, Stream 
   CUDA_CHECK_LAUNCH("add_chunks_kernel");
 }
 }  // namespace dense
+
+uint64_t scratch_epoch_cuda(Stream stream) { return dense::scratch_epoch(stream); }
 
 void gemm_cuda(const GemmCall& g, Stream stream) {
   if (g.m == 0 || g.n == 0) return;

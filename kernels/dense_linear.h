@@ -74,6 +74,10 @@ void linear_backward_weight(const Device& dev, const LinearDims& d, GemmType t, 
 void linear_backward_data(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
                           float* dx, bool accumulate, Stream stream);
 
+// A count of the times the layers' shared scratch on stream (the split reductions' partial sums) was made
+// anew at another address: a CUDA graph recorded before holds the old one (cpu: always 0).
+uint64_t scratch_epoch(const Device& dev, Stream stream);
+
 // dst[i] = src[i] in the 16-bit type t (bf16 or f16), rounded to nearest even, i < n.
 void to_half(const Device& dev, GemmType t, const float* src, uint16_t* dst, size_t n, Stream stream);
 
@@ -103,6 +107,8 @@ struct GemmCall {
   const float* bias = nullptr;  // [m] or nullptr
   bool relu = false;
 };
+
+uint64_t scratch_epoch_cuda(Stream stream);
 
 void gemm_cpu(const GemmCall& g);
 void gemm_cuda(const GemmCall& g, Stream stream);

@@ -184,6 +184,8 @@ DenseModel::DenseModel(const Device& dev, const ModelConfig& cfg, int64_t max_ba
   dz_ = Buffer<float>(dev_, B * W);
   dbottom_ = Buffer<float>(dev_, B * size_t(cfg_.bottom_mlp.back()));
   dlogits_ = Buffer<float>(dev_, B);
+  loss_ = Buffer<float>(dev_, 1);
+  graphs_ = StreamGraphs(dev_, kPieces, false);
   if (cfg_.interaction == Interaction::dcnv2) {
     cross_ = std::make_unique<CrossNet>(dev_, cross_config(cfg_), max_batch_);
     cross_count_ = cross_->param_count();
@@ -200,48 +202,73 @@ DenseModel::DenseModel(const Device& dev, const ModelConfig& cfg, int64_t max_ba
   if (is_half(cfg_.precision)) workspace_bytes_ += workspace_bytes_ / 2;
 }
 
+StreamGraphs::Key DenseModel::key(std::initializer_list<uint64_t> words) const {
+  StreamGraphs::Key k(words);
+  k.push_back(key_word(batch_));
+  k.push_back(scratch_epoch(dev_, dev_.stream));
+  return k;
+}
+
+void DenseModel::use_graphs(bool on) { graphs_ = StreamGraphs(dev_, kPieces, on); }
+
 const float* DenseModel::forward(const float* params, const float* dense, const float* emb, int64_t batch) {
   SPARTA_REQUIRE(batch >= 0 && batch <= max_batch_, "model: batch must be in [0, %lld], found %lld",
                  (long long)max_batch_, (long long)batch);
   batch_ = batch;
   emb_ = emb;
-  const float* b = bottom_out_ = bottom_.forward(params + bottom_offset(), dense, batch, dev_.stream);
-  const float* top_in = nullptr;
-  if (cfg_.interaction == Interaction::dot) {
-    InteractionDims d{"interaction", batch, cfg_.num_slots, cfg_.embedding_dim};
-    interaction_dot_forward(dev_, d, b, emb, z_.data(), dev_.stream);
-    top_in = z_.data();
-  } else {
-    concat_columns(dev_, "cross.x0", batch, b, cfg_.bottom_mlp.back(), emb, cfg_.embedding_width(), z_.data(), dev_.stream);
-    top_in = cross_->forward(params + cross_offset(), z_.data(), batch, dev_.stream);
-  }
-  logits_ = top_.forward(params + top_offset(), top_in, batch, dev_.stream);
+  graphs_.run(kForward, key({key_word(params), key_word(dense), key_word(emb)}), dev_.stream, [&] {
+    const float* b = bottom_out_ = bottom_.forward(params + bottom_offset(), dense, batch, dev_.stream);
+    const float* top_in = nullptr;
+    if (cfg_.interaction == Interaction::dot) {
+      InteractionDims d{"interaction", batch, cfg_.num_slots, cfg_.embedding_dim};
+      interaction_dot_forward(dev_, d, b, emb, z_.data(), dev_.stream);
+      top_in = z_.data();
+    } else {
+      concat_columns(dev_, "cross.x0", batch, b, cfg_.bottom_mlp.back(), emb, cfg_.embedding_width(), z_.data(),
+                     dev_.stream);
+      top_in = cross_->forward(params + cross_offset(), z_.data(), batch, dev_.stream);
+    }
+    logits_ = top_.forward(params + top_offset(), top_in, batch, dev_.stream);
+  });
   return logits_;
 }
 
 void DenseModel::loss(const float* labels, int64_t mean_over, float* loss, float grad_scale) {
   SPARTA_ASSERT(batch_ >= 0, "model: loss before forward");
-  bce_with_logits(dev_, logits_, labels, loss, dlogits_.data(), batch_, mean_over, dev_.stream);
-  if (grad_scale != 1.f) scale_values(dev_, dlogits_.data(), size_t(batch_), grad_scale, dev_.stream);
+  // into the model's own slot, then copied: a graph of the loss is the same whatever slot the caller gives
+  graphs_.run(kLoss, key({key_word(labels), key_word(mean_over), key_word(grad_scale)}), dev_.stream, [&] {
+    bce_with_logits(dev_, logits_, labels, loss_.data(), dlogits_.data(), batch_, mean_over, dev_.stream);
+    if (grad_scale != 1.f) scale_values(dev_, dlogits_.data(), size_t(batch_), grad_scale, dev_.stream);
+  });
+  copy_on_device(dev_, loss, loss_.data(), sizeof(float), dev_.stream);
 }
 
 void DenseModel::backward(const float* params, float* grads, float* demb, const GradsReady& ready,
                           const std::function<void()>& demb_ready) {
   SPARTA_ASSERT(batch_ >= 0, "model: backward before forward");
-  top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), dz_.data(), dev_.stream);
-  if (cfg_.interaction == Interaction::dot) {
-    InteractionDims d{"interaction", batch_, cfg_.num_slots, cfg_.embedding_dim};
-    interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb_, dbottom_.data(), demb, dev_.stream);
-  } else {
-    cross_->backward(params + cross_offset(), dz_.data(), grads + cross_offset(), dx0_.data(), dev_.stream);
+  const StreamGraphs::Key k = key({key_word(params), key_word(grads), key_word(demb)});
+  graphs_.run(kBackwardTop, k, dev_.stream, [&] {
+    top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), dz_.data(), dev_.stream);
+    if (cfg_.interaction == Interaction::dot) {
+      InteractionDims d{"interaction", batch_, cfg_.num_slots, cfg_.embedding_dim};
+      interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb_, dbottom_.data(), demb, dev_.stream);
+    } else {
+      cross_->backward(params + cross_offset(), dz_.data(), grads + cross_offset(), dx0_.data(), dev_.stream);
+    }
+  });
+  if (cfg_.interaction == Interaction::dcnv2) {
     if (ready) ready(cross_offset(), cross_count_);
-    split_columns(dev_, "cross.x0", batch_, dx0_.data(), dbottom_.data(), cfg_.bottom_mlp.back(), demb,
-                  cfg_.embedding_width(), dev_.stream);
+    graphs_.run(kBackwardSplit, k, dev_.stream, [&] {
+      split_columns(dev_, "cross.x0", batch_, dx0_.data(), dbottom_.data(), cfg_.bottom_mlp.back(), demb,
+                    cfg_.embedding_width(), dev_.stream);
+    });
   }
   if (demb_ready) demb_ready();
-  top_.backward_weights(grads + top_offset(), dev_.stream);
+  graphs_.run(kBackwardTopWeights, k, dev_.stream, [&] { top_.backward_weights(grads + top_offset(), dev_.stream); });
   if (ready) ready(top_offset(), top_count_);
-  bottom_.backward(params + bottom_offset(), dbottom_.data(), grads + bottom_offset(), nullptr, dev_.stream);
+  graphs_.run(kBackwardBottom, k, dev_.stream, [&] {
+    bottom_.backward(params + bottom_offset(), dbottom_.data(), grads + bottom_offset(), nullptr, dev_.stream);
+  });
   if (ready) ready(bottom_offset(), bottom_count_);
 }
 

@@ -20,12 +20,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "src/base/buffer.h"
 #include "src/base/device.h"
+#include "src/base/graph.h"
 #include "kernels/cross_layer.h"
 #include "kernels/dense_linear.h"
 #include "kernels/dense_mlp.h"
@@ -111,6 +113,12 @@ class DenseModel {
   void backward(const float* params, float* grads, float* demb, const GradsReady& ready = GradsReady(),
                 const std::function<void()>& demb_ready = std::function<void()>());
 
+  // CUDA graphs (src/base/graph.h) for the forward, the loss and the backward's pieces between its callbacks:
+  // each piece is recorded the second time it runs with the same pointers, batch, mean_over and grad_scale,
+  // and replayed from the third on. Off by default; the cpu backend ignores it. Resets the graphs held.
+  void use_graphs(bool on);
+  const StreamGraphs& graphs() const { return graphs_; }
+
   // Device bytes of the activations and scratch this model holds (not the parameters).
   size_t workspace_bytes() const { return workspace_bytes_; }
 
@@ -131,6 +139,12 @@ class DenseModel {
   Buffer<float> dbottom_;  // [max_batch, bottom output]
   Buffer<float> dx0_;      // dcnv2: [max_batch, D]
   Buffer<float> dlogits_;  // [max_batch]
+  Buffer<float> loss_;     // [1]: loss()'s sum, copied to the caller's slot
+
+  enum Piece { kForward, kLoss, kBackwardTop, kBackwardSplit, kBackwardTopWeights, kBackwardBottom, kPieces };
+  StreamGraphs graphs_;
+  // A piece's key: the given words, the batch and the epoch of the layers' shared scratch.
+  StreamGraphs::Key key(std::initializer_list<uint64_t> words) const;
 };
 
 }  // namespace sparta

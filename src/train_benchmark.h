@@ -25,6 +25,7 @@ struct BenchmarkResult {
   std::string placement;          // the plan's placement when every table has the same one, else "mixed"
   std::string model_shape;        // ModelConfig::describe() with the data's shapes
   double samples_per_s = 0, ms_step = 0, ms_phases = 0, ms_data = 0, ms_embedding = 0, ms_dense = 0, ms_comm = 0;
+  int64_t graph_replays = 0;      // rank 0's dense model pieces replayed as CUDA graphs (train.cuda_graphs)
   int64_t wrong = 0;              // dense parameters that are not finite after the run (the run's own check)
   // The '#'-headed table rank 0 prints, and the record's fields ("key":value,... without braces) with every
   // parameter of the run but the rank count (the caller's provenance has it). run_keys false leaves out

@@ -185,6 +185,7 @@ std::string TrainConfig::to_ini() const {
     << "\neval_every = " << eval_every << "\ntarget_auc = " << target_auc << "\ncheckpoint_dir = " << checkpoint_dir
     << "\ncheckpoint_every = " << checkpoint_every << "\nresume = " << resume << "\nmetrics = " << metrics_path
     << "\nloss_scale_init = " << loss_scale_init << "\nloss_scale_window = " << loss_scale_window
+    << "\ncuda_graphs = " << cuda_graphs
     << "\n\n[comm]\nmode = " << comm_mode << "\n";
   return s.str();
 }

@@ -88,6 +88,7 @@ struct TrainConfig {
   std::string metrics_path;      // JSON lines (rank 0); "": none
   double loss_scale_init = 65536;     // fp16: the first loss scale (a power of two; src/loss_scale.h)
   int64_t loss_scale_window = 2000;   // fp16: good steps in a row before the scale doubles
+  bool cuda_graphs = true;       // GPUs: the dense model's pieces replayed as CUDA graphs (src/model.h)
   std::string comm_mode = "hier";  // [comm] mode: hier | mpi | nccl
 
   // --benchmark: time the step on in-memory synthetic batches instead of training ([benchmark] section)

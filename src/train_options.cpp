@@ -111,7 +111,10 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
       "train.loss_scale_init", po::value<double>(&c.loss_scale_init)->default_value(65536),
       "fp16: the first loss scale, a power of two (halved at every overflowed step, which is skipped; not below 1)")(
       "train.loss_scale_window", po::value<int64_t>(&c.loss_scale_window)->default_value(2000),
-      "fp16: good steps in a row after which the loss scale doubles");
+      "fp16: good steps in a row after which the loss scale doubles")(
+      "train.cuda_graphs", po::value<bool>(&c.cuda_graphs)->default_value(true),
+      "GPUs: record the dense model's forward, loss and backward as CUDA graphs and replay them while batch and "
+      "buffers stay the same (one launch each instead of one per kernel and GEMM); no effect on the cpu backend");
   po::options_description bench("[benchmark] (with --benchmark: synthetic batches in memory, timed steps)");
   bench.add_options()("benchmark.preset", po::value<std::string>(&c.bench.preset)->default_value("mlperf"),
                       "mlperf (26 tables, 13 dense features) | small (8 tables)")(

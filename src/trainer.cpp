@@ -92,6 +92,7 @@ void Trainer::build_rest(const std::string& load_from) {
   SPARTA_ASSERT(collection_->output_width() == m.embedding_width(), "collection width %lld, model expects %d",
                 (long long)collection_->output_width(), m.embedding_width());
   agree(guarded([&] { model_ = std::make_unique<DenseModel>(dev_, m, max_batch_); }));
+  model_->use_graphs(cfg_.cuda_graphs);
   const size_t P = model_->param_count();
   params_ = Buffer<float>(dev_, DenseModel::initial_params(m, cfg_.seed));
   grads_ = Buffer<float>(dev_, P);
@@ -127,6 +128,9 @@ Trainer::~Trainer() {
   if (comm_) synchronize_all();
   collection_.reset();  // its memory is freed while its stream still exists (the streams are members below it)
 }
+
+int64_t Trainer::graph_replays() const { return model_->graphs().replays(); }
+int64_t Trainer::graph_captures() const { return model_->graphs().captures(); }
 
 void Trainer::synchronize_all() {
   comm_->synchronize(dev_.stream);

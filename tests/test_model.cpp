@@ -4,6 +4,7 @@
 // backward; the cuda backend against the cpu one; the parameter layout; errors naming the field.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <cstring>
 
 #include "src/model.h"
 #include "tests/test_dense_util.h"
@@ -250,6 +251,103 @@ BOOST_AUTO_TEST_CASE(cuda_matches_cpu_bf16, *testing::needs_gpu()) {
 BOOST_AUTO_TEST_CASE(cuda_matches_cpu_fp16, *testing::needs_gpu()) {
   cuda_matches_cpu(Interaction::dot, GemmType::f16);
   cuda_matches_cpu(Interaction::dcnv2, GemmType::f16);
+}
+
+// CUDA graphs (DenseModel::use_graphs) give the bits of the same launches made one by one: two models on one GPU,
+// one replaying graphs and one not, fed the same inputs, new contents every step in the same buffers, parameters
+// moved after each step, a smaller evaluation batch from other buffers in the middle (its forward runs as is and
+// makes the held graphs stale), a new loss scale, and the bucket callbacks on some steps; every step's loss,
+// logits, parameter and embedding gradients are compared bit for bit, and the graphs must have been replayed.
+void graphs_replay_the_direct_bits(const Device& dev, Interaction it, GemmType precision) {
+  ModelConfig c = tiny(it);
+  c.precision = precision;
+  c.bottom_mlp = {32, 16};
+  c.embedding_dim = 16;
+  c.num_slots = 5;
+  c.top_mlp = {64, 32, 1};
+  c.cross_rank = 24;
+  const int64_t B = 300, E = 200;
+  DenseModel direct(dev, c, B), graphed(dev, c, B);
+  graphed.use_graphs(true);
+  Inputs in = random_inputs(c, B, B);
+  struct State {
+    Buffer<float> p, dense, emb, labels, loss, grads, demb, eval_dense, eval_emb;
+  };
+  auto state = [&](const DenseModel& m) {
+    return State{Buffer<float>(dev, in.params), Buffer<float>(dev, in.dense), Buffer<float>(dev, in.emb),
+                 Buffer<float>(dev, in.labels), dense_test::poisoned(dev, 1), dense_test::poisoned(dev, m.param_count()),
+                 dense_test::poisoned(dev, size_t(B) * c.embedding_width()),
+                 Buffer<float>(dev, size_t(E) * c.num_dense), Buffer<float>(dev, size_t(E) * c.embedding_width())};
+  };
+  State a = state(direct), b = state(graphed);
+  size_t differing = 0;
+  auto same = [&](const std::vector<float>& x, const std::vector<float>& y, const char* what, int step) {
+    const bool eq = x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+    if (!eq) BOOST_TEST_MESSAGE("step " << step << ": " << what << " differ");
+    differing += !eq;
+  };
+  std::vector<float> params = in.params;
+  for (int step = 0; step < 8; ++step) {
+    const Inputs fresh = random_inputs(c, B, B);
+    const float scale = step < 5 ? 1.f : 4.f;
+    const bool buckets = step % 3 == 1;
+    std::vector<size_t> calls[2];
+    std::vector<float> logits[2], eval_logits[2];
+    int k = 0;
+    for (State* st : {&a, &b}) {
+      DenseModel& m = st == &a ? direct : graphed;
+      st->p.upload(params);
+      st->dense.upload(fresh.dense);
+      st->emb.upload(fresh.emb);
+      st->labels.upload(fresh.labels);
+      if (step == 3) {  // an evaluation batch between two training steps
+        st->eval_dense.upload(std::vector<float>(fresh.dense.begin(), fresh.dense.begin() + E * c.num_dense));
+        st->eval_emb.upload(std::vector<float>(fresh.emb.begin(), fresh.emb.begin() + E * c.embedding_width()));
+        const float* lg = m.forward(st->p.data(), st->eval_dense.data(), st->eval_emb.data(), E);
+        eval_logits[k].resize(E);
+        copy_to_host(dev, eval_logits[k].data(), lg, E * sizeof(float));
+      }
+      const float* lg = m.forward(st->p.data(), st->dense.data(), st->emb.data(), B);
+      m.loss(st->labels.data(), B, st->loss.data(), scale);
+      std::vector<size_t>& log = calls[k];
+      DenseModel::GradsReady ready;
+      if (buckets) ready = [&log](size_t o, size_t n) { log.push_back(o), log.push_back(n); };
+      m.backward(st->p.data(), st->grads.data(), st->demb.data(), ready, [&log] { log.push_back(size_t(-1)); });
+      logits[k].resize(B);
+      copy_to_host(dev, logits[k].data(), lg, B * sizeof(float));
+      ++k;
+    }
+    same(logits[0], logits[1], "logits", step);
+    same(eval_logits[0], eval_logits[1], "evaluation logits", step);
+    same(a.loss.download(), b.loss.download(), "losses", step);
+    const std::vector<float> g = a.grads.download();
+    same(g, b.grads.download(), "parameter gradients", step);
+    same(a.demb.download(), b.demb.download(), "embedding gradients", step);
+    BOOST_TEST(calls[0] == calls[1]);
+    for (size_t i = 0; i < params.size(); ++i) params[i] -= 0.05f * g[i];
+  }
+  BOOST_TEST(differing == 0u);
+  BOOST_TEST_MESSAGE(interaction_name(it) << " " << precision_name(precision) << ": " << graphed.graphs().replays()
+                     << " pieces replayed, " << graphed.graphs().captures() << " recorded, "
+                     << graphed.graphs().direct_runs() << " run as is");
+  // By graph.h's rules, with P pieces (dot 5, dcnv2 6 with the cross network's split): step 0 runs all as is,
+  // step 1 records all, step 2 replays all; step 3's evaluation forward runs as is and so does the training
+  // forward after it, the rest is recorded; step 4 records the forward and replays P - 1; step 5's new loss
+  // scale runs the loss as is after a replayed forward, and records the P - 2 backward pieces; step 6 records
+  // the forward and the loss and replays P - 2; step 7 replays all.
+  const int64_t P = it == Interaction::dot ? 5 : 6;
+  BOOST_TEST(graphed.graphs().replays() == P + (P - 1) + 1 + (P - 2) + P);
+  BOOST_TEST(graphed.graphs().captures() == P + (P - 1) + 1 + (P - 2) + 2);
+  BOOST_TEST(direct.graphs().replays() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(cuda_graphs_replay_the_direct_bits, *testing::needs_gpu()) {
+  for (Interaction it : {Interaction::dot, Interaction::dcnv2})
+    for (GemmType t : {GemmType::f32, GemmType::bf16}) {
+      Device dev = dense_test::device_for(Backend::cuda);
+      graphs_replay_the_direct_bits(dev, it, t);  // its models and buffers are gone before the device
+      close_device(dev);
+    }
 }
 
 // The loss gradient's scale (fp16 loss scaling) scales every gradient by exactly that power of two when nothing
