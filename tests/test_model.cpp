@@ -212,8 +212,8 @@ void check_against_reference(Backend backend, Interaction it) {
 void dot_against_reference(Backend b) { check_against_reference(b, Interaction::dot); }
 void dcnv2_against_reference(Backend b) { check_against_reference(b, Interaction::dcnv2); }
 
-// The cuda backend gives what the cpu backend gives, in fp32, bf16 and fp16 (both multiply the same rounded numbers).
-void cuda_matches_cpu(Interaction it, GemmType precision) {
+// A model a little larger than tiny(): wider layers, 5 slots of 16, a cross rank of 24.
+ModelConfig small(Interaction it, GemmType precision) {
   ModelConfig c = tiny(it);
   c.precision = precision;
   c.bottom_mlp = {32, 16};
@@ -221,6 +221,12 @@ void cuda_matches_cpu(Interaction it, GemmType precision) {
   c.num_slots = 5;
   c.top_mlp = {64, 32, 1};
   c.cross_rank = 24;
+  return c;
+}
+
+// The cuda backend gives what the cpu backend gives, in fp32, bf16 and fp16 (both multiply the same rounded numbers).
+void cuda_matches_cpu(Interaction it, GemmType precision) {
+  const ModelConfig c = small(it, precision);
   Inputs in = random_inputs(c, 300, 300);
   Device cpu = dense_test::device_for(Backend::cpu), gpu = dense_test::device_for(Backend::cuda);
   Outputs a = run_model(cpu, c, in, 300), b = run_model(gpu, c, in, 300);
@@ -259,13 +265,7 @@ BOOST_AUTO_TEST_CASE(cuda_matches_cpu_fp16, *testing::needs_gpu()) {
 // makes the held graphs stale), a new loss scale, and the bucket callbacks on some steps; every step's loss,
 // logits, parameter and embedding gradients are compared bit for bit, and the graphs must have been replayed.
 void graphs_replay_the_direct_bits(const Device& dev, Interaction it, GemmType precision) {
-  ModelConfig c = tiny(it);
-  c.precision = precision;
-  c.bottom_mlp = {32, 16};
-  c.embedding_dim = 16;
-  c.num_slots = 5;
-  c.top_mlp = {64, 32, 1};
-  c.cross_rank = 24;
+  const ModelConfig c = small(it, precision);
   const int64_t B = 300, E = 200;
   DenseModel direct(dev, c, B), graphed(dev, c, B);
   graphed.use_graphs(true);
