@@ -343,7 +343,7 @@ void graphs_replay_the_direct_bits(const Device& dev, Interaction it, GemmType p
 
 BOOST_AUTO_TEST_CASE(cuda_graphs_replay_the_direct_bits, *testing::needs_gpu()) {
   for (Interaction it : {Interaction::dot, Interaction::dcnv2})
-    for (GemmType t : {GemmType::f32, GemmType::bf16}) {
+    for (GemmType t : {GemmType::f32, GemmType::bf16, GemmType::f16}) {
       Device dev = dense_test::device_for(Backend::cuda);
       graphs_replay_the_direct_bits(dev, it, t);  // its models and buffers are gone before the device
       close_device(dev);
