@@ -98,12 +98,6 @@ float* stream_scratch(Stream stream, size_t floats) {
   return ctx.scratch;
 }
 
-uint64_t scratch_epoch(Stream stream) {
-  StreamContext& ctx = context_for(stream);
-  std::lock_guard<std::mutex> lock(g_mutex);
-  return ctx.scratch_epoch;
-}
-
 int sm_count() {
   static thread_local int sms = 0, sms_device = -1;
   int device = 0;
@@ -206,7 +200,11 @@ void add_chunks(const float* partial, int chunks, int cols, float* sums, Stream 
 }
 }  // namespace dense
 
-uint64_t scratch_epoch_cuda(Stream stream) { return dense::scratch_epoch(stream); }
+uint64_t scratch_epoch_cuda(Stream stream) {
+  StreamContext& ctx = context_for(stream);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return ctx.scratch_epoch;
+}
 
 void gemm_cuda(const GemmCall& g, Stream stream) {
   if (g.m == 0 || g.n == 0) return;

@@ -156,16 +156,9 @@ __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forwar
     uint64_t k[kBatch];
     int64_t r[kBatch];
     HashSlot snap[kBatch];
-    {
-      uint64_t mine = lane < cnt ? static_cast<uint64_t>(a.keys[i0 + lane]) : 0;
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) k[j] = tile.shfl(mine, j);
-    }
+    hashdev::load_keys(tile, a.keys, i0, cnt, k);
     uint64_t key_next = lane < batch_count(i0 + kBatch, k_end) ? static_cast<uint64_t>(a.keys[i0 + kBatch + lane]) : 0;
-    if (cnt > 0) {
-      hashdev::load_first_buckets<kBatch>(tile, a.table, k, cnt, snap);
-      hashdev::resolve_loaded_rows<kTrain, kBatch>(tile, a.table, a.rows_init, k, cnt, snap, r);
-    }
+    if (cnt > 0) hashdev::resolve_rows<kTrain, kBatch>(tile, a.table, a.rows_init, k, cnt, r);
     for (; i0 < k_end; i0 += kBatch) {
       // Stage 3 of batch n: its rows' loads.
       float v[kBatch][C][VEC];

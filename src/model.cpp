@@ -203,6 +203,7 @@ DenseModel::DenseModel(const Device& dev, const ModelConfig& cfg, int64_t max_ba
 }
 
 StreamGraphs::Key DenseModel::key(std::initializer_list<uint64_t> words) const {
+  if (!graphs_.enabled()) return {};  // every piece runs as is
   StreamGraphs::Key k(words);
   k.push_back(key_word(batch_));
   k.push_back(scratch_epoch(dev_, dev_.stream));
@@ -235,12 +236,14 @@ const float* DenseModel::forward(const float* params, const float* dense, const 
 
 void DenseModel::loss(const float* labels, int64_t mean_over, float* loss, float grad_scale) {
   SPARTA_ASSERT(batch_ >= 0, "model: loss before forward");
-  // into the model's own slot, then copied: a graph of the loss is the same whatever slot the caller gives
+  // with graphs, into the model's own slot, then copied: a graph of the loss is the same whatever slot the
+  // caller gives
+  float* sum = graphs_.enabled() ? loss_.data() : loss;
   graphs_.run(kLoss, key({key_word(labels), key_word(mean_over), key_word(grad_scale)}), dev_.stream, [&] {
-    bce_with_logits(dev_, logits_, labels, loss_.data(), dlogits_.data(), batch_, mean_over, dev_.stream);
+    bce_with_logits(dev_, logits_, labels, sum, dlogits_.data(), batch_, mean_over, dev_.stream);
     if (grad_scale != 1.f) scale_values(dev_, dlogits_.data(), size_t(batch_), grad_scale, dev_.stream);
   });
-  copy_on_device(dev_, loss, loss_.data(), sizeof(float), dev_.stream);
+  if (sum != loss) copy_on_device(dev_, loss, sum, sizeof(float), dev_.stream);
 }
 
 void DenseModel::backward(const float* params, float* grads, float* demb, const GradsReady& ready,

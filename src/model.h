@@ -139,7 +139,7 @@ class DenseModel {
   Buffer<float> dbottom_;  // [max_batch, bottom output]
   Buffer<float> dx0_;      // dcnv2: [max_batch, D]
   Buffer<float> dlogits_;  // [max_batch]
-  Buffer<float> loss_;     // [1]: loss()'s sum, copied to the caller's slot
+  Buffer<float> loss_;     // [1]: with graphs, loss()'s sum, copied to the caller's slot
 
   enum Piece { kForward, kLoss, kBackwardTop, kBackwardSplit, kBackwardTopWeights, kBackwardBottom, kPieces };
   StreamGraphs graphs_;

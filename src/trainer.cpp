@@ -130,7 +130,6 @@ Trainer::~Trainer() {
 }
 
 int64_t Trainer::graph_replays() const { return model_->graphs().replays(); }
-int64_t Trainer::graph_captures() const { return model_->graphs().captures(); }
 
 void Trainer::synchronize_all() {
   comm_->synchronize(dev_.stream);

@@ -115,9 +115,8 @@ class Trainer {
   const TrainConfig& config() const { return cfg_; }
   int64_t step() const { return step_; }
   const Plan& plan() const { return plan_; }
-  // The dense model's CUDA graphs so far (train.cuda_graphs; src/base/graph.h): replayed pieces, recorded ones.
+  // Pieces of the dense model replayed as CUDA graphs so far (train.cuda_graphs; src/base/graph.h).
   int64_t graph_replays() const;
-  int64_t graph_captures() const;
   double teacher_auc() const { return teacher_auc_; }
   // The dense parameters on the host (synchronizes).
   std::vector<float> dense_params();

@@ -2,7 +2,6 @@
 #include "src/base/graph.h"
 
 #include <cstring>
-#include <exception>
 #include <utility>
 
 #include "src/base/check.h"
