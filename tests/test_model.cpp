@@ -3,6 +3,7 @@
 // expected gradients are central differences of that reference); a finite-difference check of the model's own
 // backward; the cuda backend against the cpu one; the parameter layout; errors naming the field.
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -18,23 +19,40 @@ namespace {
 
 struct RefModel {
   ModelConfig c;
+  // Of the last loss() call: the smallest |pre-activation| of any ReLU (how far the inputs are from a kink), and
+  // the fewest ReLUs open in one layer of one sample (0: some sample's gradient stops there).
+  mutable double relu_margin = 0;
+  mutable int fewest_open = 0;
+  mutable std::vector<bool> open_relus;  // every ReLU's side, in evaluation order
   // dense [B, num_dense], emb [B, S*dim], labels [B] → mean BCE over mean_over; logits out.
   double loss(const std::vector<double>& p, const std::vector<double>& dense, const std::vector<double>& emb,
               const std::vector<float>& labels, int64_t B, int64_t mean_over, std::vector<double>* logits) const {
     size_t at = 0;
+    relu_margin = INFINITY;
+    fewest_open = INT32_MAX;
+    open_relus.clear();
     auto mlp = [&](std::vector<double> x, int in, const std::vector<int>& widths, bool relu_last) {
       for (size_t l = 0; l < widths.size(); ++l) {
         const int out = widths[l];
         const size_t w = at, b = at + size_t(out) * in;
         at = b + out;
         std::vector<double> y(size_t(B) * out);
-        for (int64_t r = 0; r < B; ++r)
+        const bool relu = l + 1 < widths.size() || relu_last;
+        for (int64_t r = 0; r < B; ++r) {
+          int open = 0;
           for (int o = 0; o < out; ++o) {
             double s = p[b + o];
             for (int i = 0; i < in; ++i) s += x[r * in + i] * p[w + size_t(o) * in + i];
-            if ((l + 1 < widths.size() || relu_last) && s < 0) s = 0;
+            if (relu) {
+              relu_margin = std::min(relu_margin, std::fabs(s));
+              open += s > 0;
+              open_relus.push_back(s > 0);
+              if (s < 0) s = 0;
+            }
             y[r * out + o] = s;
           }
+          if (relu) fewest_open = std::min(fewest_open, open);
+        }
         x = std::move(y);
         in = out;
       }
@@ -144,6 +162,26 @@ Inputs random_inputs(const ModelConfig& c, int64_t B, int64_t mean_over) {
   return in;
 }
 
+// Random inputs drawn again until every ReLU input of the double reference is at least `margin` from zero: a
+// finite difference or a 16-bit rounding then moves no sample across a kink (which changes a gradient by far more
+// than either). And every layer of every sample keeps a ReLU open, so no sample's gradient is zero (a margin
+// alone favours closed layers). With 4 samples about 1 draw in 10 to 100 qualifies at margins of 0.02 to 0.05.
+Inputs inputs_clear_of_kinks(const ModelConfig& c, int64_t B, double margin, int64_t mean_over = 0) {
+  const RefModel ref{c};
+  Inputs in;
+  int draws = 0;
+  do {
+    in = random_inputs(c, B, mean_over ? mean_over : B);
+    ++draws;
+    ref.loss(as_double(in.params), as_double(in.dense), as_double(in.emb), in.labels, in.B, in.mean_over, nullptr);
+  } while ((ref.relu_margin < margin || ref.fewest_open == 0) && draws < 10000);
+  BOOST_TEST_MESSAGE(interaction_name(c.interaction) << ": " << draws << " draws for a ReLU margin of "
+                                                     << ref.relu_margin << ", " << ref.fewest_open << "+ open per layer");
+  BOOST_REQUIRE(ref.relu_margin >= margin);
+  BOOST_REQUIRE(ref.fewest_open > 0);
+  return in;
+}
+
 struct Outputs {
   float loss;
   std::vector<float> logits, grads, demb;
@@ -192,7 +230,9 @@ void check_against_reference(Backend backend, Interaction it) {
   const Device dev = dense_test::device_for(backend);
   const ModelConfig c = tiny(it);
   const int64_t B = 7;
-  Inputs in = random_inputs(c, B, 11);  // a global batch of 11, of which this rank has 7
+  // a global batch of 11, of which this rank has 7; no ReLU input within 1e-4 of zero, where the float model
+  // and the double reference may take different sides
+  Inputs in = inputs_clear_of_kinks(c, B, 1e-4, 11);
   Outputs got = run_model(dev, c, in, 9);
 
   RefModel ref{c};
@@ -370,92 +410,144 @@ BOOST_AUTO_TEST_CASE(loss_scale_scales_the_gradients) {
     Outputs h = run_model(dev, c, in, 16), hs = run_model(dev, c, in, 16, S);
     for (float& g : hs.grads) g /= S;
     for (float& g : hs.demb) g /= S;
-    BOOST_TEST(testing::count_mismatches(hs.grads, h.grads, 1e-6, 1e-2, "fp16 unscaled gradients") == 0u);
-    BOOST_TEST(testing::count_mismatches(hs.demb, h.demb, 1e-6, 1e-2, "fp16 unscaled embedding gradients") == 0u);
+    // Unscaled, the fp16 backward rounds its smallest gradients into fp16's subnormals (under 6.1e-5), a few percent
+    // off now and then (the reason for loss scaling): entries are compared to 1e-3 of the largest one.
+    auto largest = [](const std::vector<float>& v) {
+      float m = 0;
+      for (float x : v) m = std::max(m, std::fabs(x));
+      return double(m);
+    };
+    BOOST_TEST(testing::count_mismatches(hs.grads, h.grads, 1e-3 * largest(h.grads), 1e-2, "fp16 unscaled gradients") == 0u);
+    BOOST_TEST(testing::count_mismatches(hs.demb, h.demb, 1e-3 * largest(h.demb), 1e-2, "fp16 unscaled embedding gradients") == 0u);
   }
 }
 
-// The model's backward against central differences of its own (float) forward and loss, on the cpu backend.
+// d loss / d x[i] as the least-squares slope of the loss at x[i] + k h, k = -4..4: the float forward's rounding
+// (a few ulps of the loss, ~1e-6 when the loss is 4) is noise that one central difference divides by 2h; the fit
+// averages it over 9 points (about 5x less).
+template <class Loss>
+std::vector<double> fitted_slopes(std::vector<float>& x, Loss loss, double h) {
+  std::vector<double> g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float v = x[i];
+    double sxy = 0, sxx = 0, sx = 0, sy = 0;
+    for (int k = -4; k <= 4; ++k) {
+      x[i] = static_cast<float>(v + k * h);
+      const double dx = double(x[i]) - double(v), y = loss();
+      sx += dx, sy += y, sxy += dx * y, sxx += dx * dx;
+    }
+    x[i] = v;
+    g[i] = (sxy - sx * sy / 9) / (sxx - sx * sx / 9);
+  }
+  return g;
+}
+
+// The model's backward against the slopes of its own (float) forward and loss, on the cpu backend. A slope is the
+// derivative only where the loss is smooth over [x - 4h, x + 4h]: a ReLU whose input crosses zero inside it
+// bends the line (and one pre-activation near zero moves every entry feeding it, up to a quarter of the embedding
+// gradients of a 4-sample batch). So the inputs are drawn again until every ReLU input of the double reference
+// is at least 0.05 from zero, which leaves only entries that move some pre-activation more than 12 times as far
+// as themselves (a cross weight of a large input, now and then): those whose ReLU sides in the reference differ
+// at x - 4h and x + 4h are left out, a few at most. Every other entry must match its slope.
 BOOST_AUTO_TEST_CASE(gradient_check_by_finite_differences) {
+  const double h = 1e-3, margin = 0.05;
   for (Interaction it : {Interaction::dot, Interaction::dcnv2}) {
     const Device dev = dense_test::device_for(Backend::cpu);
     const ModelConfig c = tiny(it);
-    Inputs in = random_inputs(c, 4, 4);
+    const Inputs in = inputs_clear_of_kinks(c, 4, margin);
     Outputs got = run_model(dev, c, in, 4);
     DenseModel m(dev, c, 4);
     Buffer<float> dense(dev, in.dense), labels(dev, in.labels), loss(dev, 1);
-    auto loss_of = [&](const std::vector<float>& p, const std::vector<float>& e) {
+    std::vector<float> p = in.params, e = in.emb;
+    auto loss_of = [&] {
       Buffer<float> pd(dev, p), ed(dev, e);
       m.forward(pd.data(), dense.data(), ed.data(), in.B);
       m.loss(labels.data(), in.B, loss.data());
       return double(loss.download()[0]);
     };
-    std::vector<float> p = in.params, e = in.emb;
-    // A central difference is the derivative only where the loss is smooth over [x - h, x + h]: a ReLU whose
-    // input crosses zero inside that interval (random draws put one there now and then) makes it the mean of the
-    // two one-sided slopes, while the backward takes one side. Such an entry must match one of the one-sided
-    // differences instead (a looser tolerance: they carry an O(h) error), and at most a few entries may be such.
-    const double h = 1e-3;
+    // The ReLU sides of the reference with x[i] moved by delta.
+    const RefModel ref{c};
+    auto sides = [&](const std::vector<float>& x, size_t i, double delta) {
+      std::vector<double> pd = as_double(p), ed = as_double(e);
+      (&x == &p ? pd : ed)[i] += delta;
+      ref.loss(pd, as_double(in.dense), ed, in.labels, in.B, in.mean_over, nullptr);
+      return ref.open_relus;
+    };
+    // The rounding noise is relative to the loss (random parameters put it anywhere from 0.5 to 10): so is atol.
+    const double atol = 2e-4 * std::max(1.0, loss_of() / 2);
     auto check = [&](std::vector<float>& x, const std::vector<float>& grad, const char* what) {
-      const double base = loss_of(p, e);
-      const std::vector<double> central = dense_test::central_differences(x, [&] { return loss_of(p, e); }, h);
-      size_t at_kink = 0, wrong = 0;
+      const std::vector<double> slope = fitted_slopes(x, loss_of, h);
+      size_t wrong = 0, at_kink = 0;
       for (size_t i = 0; i < x.size(); ++i) {
-        auto near = [&](double want, double atol, double rtol) { return std::fabs(grad[i] - want) <= atol + rtol * std::fabs(want); };
-        if (near(central[i], 2e-4, 2e-2)) continue;
-        const float v = x[i];
-        x[i] = static_cast<float>(v + h);
-        const double up = (loss_of(p, e) - base) / (double(x[i]) - double(v));
-        x[i] = static_cast<float>(v - h);
-        const double down = (base - loss_of(p, e)) / (double(v) - double(x[i]));
-        x[i] = v;
-        if (near(up, 5e-4, 5e-2) || near(down, 5e-4, 5e-2)) {
+        if (sides(x, i, -4 * h) != sides(x, i, 4 * h)) {
           ++at_kink;
-        } else {
+          continue;
+        }
+        if (std::fabs(grad[i] - slope[i]) > atol + 2e-2 * std::fabs(slope[i])) {
           ++wrong;
-          BOOST_TEST_MESSAGE(what << "[" << i << "] = " << grad[i] << ", central difference " << central[i]
-                                  << ", one-sided " << up << " and " << down);
+          BOOST_TEST_MESSAGE(what << "[" << i << "] = " << grad[i] << ", slope " << slope[i]);
         }
       }
-      BOOST_TEST_MESSAGE(interaction_name(it) << ": " << what << ": " << at_kink << " of " << x.size()
-                                              << " at a ReLU kink");
-      BOOST_TEST(wrong == 0u);
-      BOOST_TEST(at_kink <= x.size() / 10);
+      BOOST_TEST_MESSAGE(interaction_name(it) << ": " << at_kink << " of " << x.size() << " " << what
+                                              << " left out at a ReLU kink");
+      BOOST_TEST(at_kink <= x.size() / 20 + 2);
+      BOOST_TEST(wrong == 0u, interaction_name(it) << ": " << wrong << " of " << x.size() << " " << what
+                                                   << " off the slopes of the loss");
     };
     check(p, got.grads, "parameter gradients");
     check(e, got.demb, "embedding gradients");
   }
 }
 
-// bf16 GEMMs on the cpu backend stay near the fp32 model (the masters are fp32; only the GEMM inputs round).
+// bf16 and fp16 GEMMs on the cpu backend stay near the fp32 model (the masters are fp32; only the GEMM inputs
+// round), on inputs whose ReLU inputs are all at least 0.02 from zero (a 16-bit rounding moves them by ~3e-3; a
+// sample whose ReLU flips has gradients that differ by far more than a rounding). The error of one draw has a
+// long tail (a random model can be badly conditioned), so each error is the median of 9 draws. Its bounds are
+// about 1.5 times the 99th percentile of single draws out of 1000 (bf16 / fp16: loss 6.4e-3 / 7.0e-4 relative,
+// logits 1.1e-2 / 1.4e-3 relative to 1 + |logit|, gradients 1.7e-2 / 2.0e-3 and embedding gradients 9.5e-3 /
+// 1.4e-3 relative L2; the medians are 3 to 10 times less); a wrong term moves them by O(1).
 BOOST_AUTO_TEST_CASE(bf16_close_to_fp32) {
+  auto relative_l2 = [](const std::vector<float>& got, const std::vector<float>& want) {
+    double diff2 = 0, norm2 = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      diff2 += std::pow(double(got[i]) - want[i], 2);
+      norm2 += std::pow(double(want[i]), 2);
+    }
+    return std::sqrt(diff2 / norm2);
+  };
+  auto worst_logit = [](const std::vector<float>& got, const std::vector<float>& want) {
+    double m = 0;
+    for (size_t i = 0; i < want.size(); ++i) m = std::max(m, std::fabs(double(got[i]) - want[i]) / (1 + std::fabs(want[i])));
+    return m;
+  };
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
   for (Interaction it : {Interaction::dot, Interaction::dcnv2}) {
     const Device dev = dense_test::device_for(Backend::cpu);
-    ModelConfig c = tiny(it);
-    Inputs in = random_inputs(c, 16, 16);
-    Outputs f32 = run_model(dev, c, in, 16);
-    c.precision = GemmType::bf16;
-    Outputs b16 = run_model(dev, c, in, 16);
-    BOOST_TEST(std::fabs(f32.loss - b16.loss) <= 2e-2 * std::fabs(f32.loss));
-    BOOST_TEST(testing::count_mismatches(b16.logits, f32.logits, 3e-2, 3e-2, "bf16 logits") == 0u);
-    // and bf16 does round: the logits are not the fp32 ones bit for bit
-    BOOST_TEST(b16.logits != f32.logits);
-    // fp16 rounds the same places to 11 significant bits (bf16: 8): closer still
-    c.precision = GemmType::f16;
-    Outputs h16 = run_model(dev, c, in, 16);
-    BOOST_TEST(std::fabs(f32.loss - h16.loss) <= 5e-3 * std::fabs(f32.loss));
-    BOOST_TEST(testing::count_mismatches(h16.logits, f32.logits, 5e-3, 5e-3, "fp16 logits") == 0u);
-    // The gradients as a whole (a pre-activation within a rounding of 0 can land on the other side of its ReLU,
-    // which moves the gradients of the weights it feeds by much more than a rounding: element-wise bounds depend on
-    // where the machine's BLAS rounds): their relative L2 distance, about 1e-3 for 11-bit operands.
-    double diff2 = 0, norm2 = 0;
-    for (size_t i = 0; i < f32.grads.size(); ++i) {
-      diff2 += std::pow(double(h16.grads[i]) - f32.grads[i], 2);
-      norm2 += std::pow(double(f32.grads[i]), 2);
+    std::vector<double> err[2][4];  // [bf16, fp16][loss, logits, gradients, embedding gradients]
+    for (int draw = 0; draw < 9; ++draw) {
+      ModelConfig c = tiny(it);
+      const Inputs in = inputs_clear_of_kinks(c, 4, 0.02);
+      const Outputs f32 = run_model(dev, c, in, 4);
+      for (int k = 0; k < 2; ++k) {
+        c.precision = k == 0 ? GemmType::bf16 : GemmType::f16;
+        const Outputs o = run_model(dev, c, in, 4);
+        // and 16-bit does round: the logits are not the fp32 ones bit for bit
+        BOOST_TEST(o.logits != f32.logits);
+        err[k][0].push_back(std::fabs(o.loss - f32.loss) / std::fabs(f32.loss));
+        err[k][1].push_back(worst_logit(o.logits, f32.logits));
+        err[k][2].push_back(relative_l2(o.grads, f32.grads));
+        err[k][3].push_back(relative_l2(o.demb, f32.demb));
+      }
     }
-    BOOST_TEST_MESSAGE("fp16 gradients: relative L2 distance " << std::sqrt(diff2 / norm2));
-    BOOST_TEST(std::sqrt(diff2) <= 5e-2 * std::sqrt(norm2));
-    BOOST_TEST(h16.logits != f32.logits);
+    const double bound[2][4] = {{1e-2, 1.5e-2, 2.5e-2, 1.5e-2}, {1e-3, 2e-3, 3e-3, 2e-3}};
+    const char* name[4] = {"loss", "logits", "gradients", "embedding gradients"};
+    for (int k = 0; k < 2; ++k)
+      for (int q = 0; q < 4; ++q)
+        BOOST_TEST(median(err[k][q]) <= bound[k][q], interaction_name(it) << (k == 0 ? " bf16 " : " fp16 ") << name[q]
+                                                                           << ": median error " << median(err[k][q]));
   }
 }
 
