@@ -18,6 +18,7 @@ namespace {
 // ---- the reference: a tiny DLRM / DCNv2 in double, the parameter layout of model.h written out again
 
 struct RefModel {
+  explicit RefModel(const ModelConfig& config) : c(config) {}
   ModelConfig c;
   // Of the last loss() call: the smallest |pre-activation| of any ReLU (how far the inputs are from a kink), and
   // the fewest ReLUs open in one layer of one sample (0: some sample's gradient stops there).
