@@ -3,7 +3,8 @@
 // (EmbeddingTable: pooled_forward in train mode + backward_and_update with SGD).
 //
 //   bench_embedding [--rows 40000000] [--dims 128] [--batch 65536] [--slots 26] [--hot 1] [--alphas 0,1.1]
-//                   [--hotness 3,2,1,...] [--modes eval,train,step] [--out-types f32] [--lr 0.01] [--out f.jsonl]
+//                   [--hotness 3,2,1,...] [--modes eval,train,step] [--out-types f32] [--lr 0.01]
+//                   [--index hashed] [--out f.jsonl]
 //
 // The table holds `rows` keys (a bijection of 0..rows-1); each bag takes `hot` keys (hot = 1: one-hot) drawn
 // with P(rank) ~ rank^-alpha over a fixed random permutation of the held keys (alpha 0: uniform), the same
@@ -17,6 +18,8 @@
 // the rows, the upstream gradient and the values before the step), then timed steps (forward train with its
 // full-table check deferred, backward_and_update, then the check: one synchronization per step; the upstream
 // gradient is a fixed random [bags, dim] array) and timed backward_and_update alone on the same rows.
+// --index direct: the table has a direct index (EmbeddingTable direct_stride 1: row = key) and the keys are the
+// ranks' permuted indices themselves, 0..rows-1, instead of their hashes; hashed (the default): hash slots.
 // With no axis options the default points run: 40M x 128 one-hot (alpha 0 and 1.1), 40M x 32 hot 8, 10M x 16.
 #include <algorithm>
 #include <cmath>
@@ -68,7 +71,7 @@ uint64_t coprime_multiplier(uint64_t rows) {
 }
 
 // nnz keys: rank from a continuous power law (inverse CDF, as the peer), then a fixed permutation of ranks.
-std::vector<int64_t> draw_keys(const Point& p, int64_t nnz, double alpha, uint64_t salt) {
+std::vector<int64_t> draw_keys(const Point& p, int64_t nnz, double alpha, uint64_t salt, bool direct) {
   uint64_t mult = coprime_multiplier(uint64_t(p.rows));
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<double> u(0, 1);
@@ -82,7 +85,8 @@ std::vector<int64_t> draw_keys(const Point& p, int64_t nnz, double alpha, uint64
       rank = std::pow((std::pow(double(p.rows) + 1.0, a) - 1.0) * x + 1.0, 1.0 / a) - 1.0;
     }
     uint64_t r = std::min<uint64_t>(uint64_t(std::max(rank, 0.0)), uint64_t(p.rows) - 1);
-    k = key_of((r * mult) % uint64_t(p.rows), salt);
+    const uint64_t i = (r * mult) % uint64_t(p.rows);
+    k = direct ? int64_t(i) : key_of(i, salt);
   }
   return hk;
 }
@@ -102,7 +106,7 @@ std::vector<float> upstream_gradient(size_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string rows_s, dims_s, batch_s, slots_s, hot_s, hotness_s, alphas_s, modes_s, types_s, combiner_s;
+  std::string rows_s, dims_s, batch_s, slots_s, hot_s, hotness_s, alphas_s, modes_s, types_s, combiner_s, index_s;
   float lr = 0.01f;
   bench::Driver d("bench_embedding", argc, argv, {/*warmup*/ 5, /*repeats*/ 20});
   d.options().add_options()("rows", po::value(&rows_s), "table rows (list)")(
@@ -113,13 +117,16 @@ int main(int argc, char** argv) {
       "modes", po::value(&modes_s)->default_value("eval,train,step"), "eval | train | step (list)")(
       "out-types", po::value(&types_s)->default_value("f32"), "f32 | bf16 | f16 (list)")(
       "combiner", po::value(&combiner_s)->default_value("sum"), "sum | mean")(
-      "lr", po::value(&lr)->default_value(0.01f), "SGD learning rate of the step");
+      "lr", po::value(&lr)->default_value(0.01f), "SGD learning rate of the step")(
+      "index", po::value(&index_s)->default_value("hashed"), "hashed | direct (row = key)");
   // Each rank measures its own device; rank 0's measurements are recorded, every rank's results checked.
   return d.run("usage: [mpiexec -n N] bench_embedding [options]", [&] {
     const int repeats = d.repeats(), warmup = d.warmup();
     const Device& dev = d.device();
     const bool gpu = dev.is_cuda(), root = d.is_root();
     Combiner comb = parse_combiner(combiner_s);
+    SPARTA_REQUIRE(index_s == "hashed" || index_s == "direct", "--index: hashed or direct, found '%s'", index_s.c_str());
+    const bool direct = index_s == "direct";
     std::vector<std::string> modes = bench::split_list(modes_s);
     bool step_mode = false;
     std::vector<std::string> forward_modes;
@@ -170,8 +177,9 @@ int main(int argc, char** argv) {
     // Copy bandwidth, bytes read + written, in this run.
     double copy_gbps = bench::copy_bandwidth_gbps(dev, gpu ? (size_t(1) << 31) : (size_t(1) << 27), warmup, repeats);
     if (root)
-      std::printf("# bench_embedding on %s: fused lookup + pooled forward (%s), median of %d; copy bandwidth %.0f GB/s\n",
-                  devname.c_str(), combiner_name(comb), repeats, copy_gbps);
+      std::printf("# bench_embedding on %s: fused lookup + pooled forward (%s, %s index), median of %d; copy bandwidth "
+                  "%.0f GB/s\n",
+                  devname.c_str(), combiner_name(comb), index_s.c_str(), repeats, copy_gbps);
     const uint64_t salt = 0xABCDEFull;
     for (const Point& p : points) {
       EmbeddingTableConfig tc;
@@ -184,10 +192,11 @@ int main(int argc, char** argv) {
       tc.init_scale = 0.5f;
       tc.optimizer.kind = OptimizerKind::sgd;
       tc.optimizer.lr = lr;
+      tc.direct_stride = direct ? 1 : 0;
       EmbeddingTable table(dev, tc);
       const KeyInit ki = table.key_init();
       RowInit init{table.values(), p.dim, ki};
-      {
+      if (!direct) {  // a direct index holds every row from the start
         const int64_t chunk = int64_t(1) << 22;
         Buffer<int64_t> kb(dev, size_t(std::min(chunk, p.rows))), rb(dev, size_t(std::min(chunk, p.rows)));
         std::vector<int64_t> k;
@@ -212,7 +221,7 @@ int main(int argc, char** argv) {
                     "hot", "alpha", "mode", "out", "unique", "ms", "GB/s", "%copy", "floor", "nnz", "#wrong");
       }
       for (double alpha : forward_modes.empty() ? std::vector<double>() : alphas) {
-        std::vector<int64_t> hk = draw_keys(p, nnz, alpha, salt);
+        std::vector<int64_t> hk = draw_keys(p, nnz, alpha, salt, direct);
         int64_t unique = count_unique(hk);
         keys.upload(hk);
         for (const std::string& mode_s : forward_modes) {
@@ -271,11 +280,11 @@ int main(int argc, char** argv) {
             d.record(strprintf("\"bench\":\"embedding\",\"rows\":%lld,\"dim\":%d,\"batch\":%lld,\"slots\":%d,\"hot\":%d,\"hotness\":\"%s\","
                                 "\"alpha\":%g,\"mode\":\"%s\",\"out_type\":\"%s\",\"combiner\":\"%s\",\"unique_keys\":%lld,"
                                 "\"nnz\":%lld,\"ms\":%.5f,\"GBps\":%.2f,\"copy_GBps\":%.2f,"
-                                "\"fraction_of_copy\":%.4f,\"floor_ms\":%.5f,\"wrong\":%zu,\"device\":\"%s\"",
+                                "\"fraction_of_copy\":%.4f,\"floor_ms\":%.5f,\"wrong\":%zu,\"index\":\"%s\",\"device\":\"%s\"",
                                 (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, hot_s.c_str(), alpha,
                                 mode_s.c_str(),
                                 type_s, combiner_name(comb), (long long)unique, (long long)nnz, med, gbps,
-                                copy_gbps, gbps / copy_gbps, floor_ms, wrong, devname.c_str()));
+                                copy_gbps, gbps / copy_gbps, floor_ms, wrong, index_s.c_str(), devname.c_str()));
           }
         }
       }
@@ -290,7 +299,7 @@ int main(int argc, char** argv) {
       Buffer<float> grad(dev, hgrad), pooled(dev, size_t(bags) * p.dim);
       int64_t step = 1;
       for (double alpha : alphas) {
-        std::vector<int64_t> hk = draw_keys(p, nnz, alpha, salt);
+        std::vector<int64_t> hk = draw_keys(p, nnz, alpha, salt, direct);
         int64_t unique = count_unique(hk);
         keys.upload(hk);
         auto forward = [&] {
@@ -363,11 +372,11 @@ int main(int argc, char** argv) {
                             "\"hot\":%d,\"hotness\":\"%s\",\"alpha\":%g,\"combiner\":\"%s\",\"optimizer\":\"sgd\",\"lr\":%g,"
                             "\"unique_keys\":%lld,\"nnz\":%lld,\"step_ms\":%.5f,"
                             "\"backward_update_ms\":%.5f,\"rows_updated\":%lld,\"copy_GBps\":%.2f,\"wrong\":%zu,"
-                            "\"device\":\"%s\"",
+                            "\"index\":\"%s\",\"device\":\"%s\"",
                             (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, hot_s.c_str(), alpha,
                             combiner_name(comb),
                             double(lr), (long long)unique, (long long)nnz, med, bmed,
-                            (long long)updated, copy_gbps, wrong, devname.c_str()));
+                            (long long)updated, copy_gbps, wrong, index_s.c_str(), devname.c_str()));
       }
     }
   });

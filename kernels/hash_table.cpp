@@ -43,7 +43,19 @@ CpuState cpu_probe(const HashTableView& t, uint64_t key, bool insert, HashSlot**
 
 }  // namespace
 
+// A direct index: rows by arithmetic; keys outside it counted in *bad (refused or missing).
+static void direct_rows_cpu(const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows, uint8_t* found,
+                            int64_t* bad) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = direct_row(t, static_cast<uint64_t>(keys[i]));
+    if (row < 0) ++*bad;
+    if (rows) rows[i] = row;
+    if (found) found[i] = row >= 0;
+  }
+}
+
 void hash_get_insert_cpu(const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows, const RowInit& init) {
+  if (t.direct_stride > 0) return direct_rows_cpu(t, keys, n, rows, nullptr, &t.meta->refused);
   for (int64_t i = 0; i < n; ++i) {
     uint64_t key = static_cast<uint64_t>(keys[i]);
     HashSlot* slot = nullptr;
@@ -67,6 +79,7 @@ void hash_get_insert_cpu(const HashTableView& t, const int64_t* keys, int64_t n,
 }
 
 void hash_find_cpu(const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows, uint8_t* found) {
+  if (t.direct_stride > 0) return direct_rows_cpu(t, keys, n, rows, found, &t.meta->missing);
   for (int64_t i = 0; i < n; ++i) {
     HashSlot* slot = nullptr;
     CpuState s = cpu_probe(t, static_cast<uint64_t>(keys[i]), false, &slot);
@@ -78,6 +91,7 @@ void hash_find_cpu(const HashTableView& t, const int64_t* keys, int64_t n, int64
 }
 
 void hash_load_cpu(const HashTableView& t, const int64_t* keys, int64_t n, int64_t first_row) {
+  SPARTA_REQUIRE(t.direct_stride == 0, "hash_load: a direct index holds every row already");
   for (int64_t i = 0; i < n; ++i) {
     HashSlot* slot = nullptr;
     CpuState s = cpu_probe(t, static_cast<uint64_t>(keys[i]), true, &slot);
@@ -93,6 +107,10 @@ void hash_load_cpu(const HashTableView& t, const int64_t* keys, int64_t n, int64
 }
 
 void hash_export_cpu(const HashTableView& t, int64_t num_slots, int64_t* keys_by_row) {
+  if (t.direct_stride > 0) {
+    for (int64_t r = 0; r < t.capacity_rows; ++r) keys_by_row[r] = t.direct_offset + r * t.direct_stride;
+    return;
+  }
   for (int64_t i = 0; i <= num_slots; ++i) {
     const HashSlot& s = i < num_slots ? t.slots[i] : t.meta->marker;
     if (s.key != kEmptyKey && s.row >= 0 && s.row < t.capacity_rows)
@@ -175,19 +193,37 @@ HashTable::HashTable(const Device& dev, std::string name, int64_t capacity_rows,
   synchronize(dev_);  // ready for any stream: work on another stream is not ordered after dev.stream
 }
 
+HashTable::HashTable(const Device& dev, std::string name, int64_t capacity_rows, DirectIndex direct)
+    : dev_(dev), name_(std::move(name)), capacity_rows_(capacity_rows), max_load_factor_(1), direct_(direct) {
+  SPARTA_REQUIRE(capacity_rows >= 1, "hash table '%s': capacity_rows must be >= 1, found %lld", name_.c_str(),
+                 (long long)capacity_rows);
+  SPARTA_REQUIRE(direct.stride >= 1 && direct.offset >= 0 && direct.offset < direct.stride,
+                 "hash table '%s': a direct index needs stride >= 1 and offset in [0, stride), found stride %lld, "
+                 "offset %lld",
+                 name_.c_str(), (long long)direct.stride, (long long)direct.offset);
+  SPARTA_REQUIRE(capacity_rows - 1 <= (INT64_MAX - direct.offset) / direct.stride,
+                 "hash table '%s': a direct index of %lld rows with stride %lld passes the largest int64 key",
+                 name_.c_str(), (long long)capacity_rows, (long long)direct.stride);
+  meta_ = Buffer<HashTableMeta>(dev_, 1);
+  clear(dev_.stream);
+  synchronize(dev_);
+}
+
 HashTableView HashTable::view() {
   HashTableView v;
-  v.slots = slots_.data();
+  v.slots = slots_.empty() ? nullptr : slots_.data();
   v.meta = meta_.data();
-  v.bucket_mask = uint64_t(slots_.size() / kBucketSlots) - 1;
+  v.bucket_mask = slots_.empty() ? 0 : uint64_t(slots_.size() / kBucketSlots) - 1;
   v.capacity_rows = capacity_rows_;
+  v.direct_stride = direct_.stride;
+  v.direct_offset = direct_.offset;
   return v;
 }
 
 void HashTable::clear(Stream stream) {
   // Device-side sets only, no host source: nothing must outlive the call, so nothing waits.
   static_assert(kEmptyKey == ~0ull && kRowPending == -1, "an empty slot is all ones");
-  memset_device(dev_, slots_.data(), 0xFF, slots_.bytes(), stream);
+  if (!slots_.empty()) memset_device(dev_, slots_.data(), 0xFF, slots_.bytes(), stream);
   memset_device(dev_, meta_.data(), 0, sizeof(HashTableMeta), stream);
   memset_device(dev_, reinterpret_cast<char*>(meta_.data()) + offsetof(HashTableMeta, marker), 0xFF, sizeof(HashSlot),
                 stream);
@@ -200,6 +236,7 @@ HashTableMeta HashTable::read_meta(Stream stream) {
 }
 
 int64_t HashTable::size(Stream stream) {
+  if (is_direct()) return capacity_rows_;
   int64_t asked = read_meta(stream).next_row;
   return asked < capacity_rows_ ? asked : capacity_rows_;
 }
@@ -211,6 +248,15 @@ void HashTable::check_errors(bool missing_is_error, Stream stream) {
   // stream, from no host memory: work queued after it counts anew.
   memset_device(dev_, reinterpret_cast<char*>(meta_.data()) + offsetof(HashTableMeta, refused), 0, 3 * sizeof(int64_t),
                 stream);
+  if (is_direct()) {
+    const std::string keys = strprintf("keys %lld + row * %lld for row < %lld", (long long)direct_.offset,
+                                       (long long)direct_.stride, (long long)capacity_rows_);
+    SPARTA_REQUIRE(m.refused == 0, "table '%s' (a direct index of %s): %lld keys outside it", name_.c_str(),
+                   keys.c_str(), (long long)m.refused);
+    SPARTA_REQUIRE(!missing_is_error || m.missing == 0, "table '%s' (a direct index of %s): %lld keys not found",
+                   name_.c_str(), keys.c_str(), (long long)m.missing);
+    return;
+  }
   SPARTA_REQUIRE(m.refused == 0,
                  "hash table '%s' is full: capacity %lld rows (max load factor %g, %lld slots), %lld rows asked for; "
                  "%lld keys got no row",
@@ -235,6 +281,8 @@ void HashTable::contains(const int64_t* keys, int64_t n, uint8_t* found, Stream 
 }
 
 int64_t HashTable::load(const int64_t* keys, int64_t n, Stream stream) {
+  SPARTA_REQUIRE(!is_direct(), "table '%s': a direct index holds every row already; write rows by key (find, then by row)",
+                 name_.c_str());
   int64_t first = read_meta(stream).next_row;
   // Present keys are an error found before anything changes; duplicates inside `keys` are found during the
   // load and leave the table to be cleared (the message says so).

@@ -241,6 +241,26 @@ __global__ void __launch_bounds__(256) hash_load_kernel(HashTableView t, const i
   }
 }
 
+// A direct index: a thread per key, rows by arithmetic (and out, when set: the key's values, zeros outside the
+// index); keys outside it counted in *bad (meta.refused or meta.missing).
+__global__ void __launch_bounds__(256) direct_rows_kernel(HashTableView t, const int64_t* keys, int64_t n,
+                                                          int64_t* rows, uint8_t* found, unsigned long long* bad,
+                                                          const float* values, int dim, float* out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = direct_row(t, static_cast<uint64_t>(keys[i]));
+    if (row < 0) atomicAdd(bad, 1ull);
+    if (rows) rows[i] = row;
+    if (found) found[i] = row >= 0;
+    if (out)
+      for (int e = 0; e < dim; ++e) out[i * dim + e] = row >= 0 ? values[row * dim + e] : 0.f;
+  }
+}
+
+__global__ void __launch_bounds__(256) direct_export_kernel(HashTableView t, int64_t* keys_by_row) {
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < t.capacity_rows; r += int64_t(gridDim.x) * blockDim.x)
+    keys_by_row[r] = t.direct_offset + r * t.direct_stride;
+}
+
 // Rows are dense, so export is a scatter by row: no atomics, deterministic.
 __global__ void __launch_bounds__(256) hash_export_kernel(HashTableView t, int64_t num_slots, int64_t* keys_by_row) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i <= num_slots; i += int64_t(gridDim.x) * blockDim.x) {
@@ -255,9 +275,22 @@ __global__ void __launch_bounds__(256) hash_export_kernel(HashTableView t, int64
 
 using hashdev::resident_grid;
 
+namespace {
+void direct_rows_cuda(const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows, uint8_t* found,
+                      int64_t* bad, const float* values, int dim, float* out, Stream stream) {
+  const int block = 256;
+  int grid = resident_grid(direct_rows_kernel, block, (n + block - 1) / block);
+  direct_rows_kernel<<<grid, block, 0, stream>>>(t, keys, n, rows, found, reinterpret_cast<unsigned long long*>(bad),
+                                                 values, dim, out);
+  CUDA_CHECK_LAUNCH("direct_rows_kernel");
+}
+}  // namespace
+
 void hash_get_insert_copy_cuda(const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
                                const RowInit& init, float* out, Stream stream) {
   if (n == 0) return;
+  if (t.direct_stride > 0)
+    return direct_rows_cuda(t, keys, n, rows, nullptr, &t.meta->refused, init.values, init.dim, out, stream);
   const int block = kGetInsertBlock;
   int64_t batches = (n + kBatch - 1) / kBatch;
   bool vec4 = init.dim % 4 == 0 && reinterpret_cast<uintptr_t>(init.values) % 16 == 0 &&
@@ -275,6 +308,8 @@ void hash_get_insert_cuda(const HashTableView& t, const int64_t* keys, int64_t n
 void hash_find_cuda(const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows, uint8_t* found,
                     Stream stream) {
   if (n == 0) return;
+  if (t.direct_stride > 0)
+    return direct_rows_cuda(t, keys, n, rows, found, &t.meta->missing, nullptr, 0, nullptr, stream);
   const int block = 256;
   int64_t batches = (n + kBatch - 1) / kBatch;
   int grid = resident_grid(hash_find_kernel, block, (batches + block / kTile - 1) / (block / kTile));
@@ -283,6 +318,7 @@ void hash_find_cuda(const HashTableView& t, const int64_t* keys, int64_t n, int6
 }
 
 void hash_load_cuda(const HashTableView& t, const int64_t* keys, int64_t n, int64_t first_row, Stream stream) {
+  SPARTA_REQUIRE(t.direct_stride == 0, "hash_load: a direct index holds every row already");
   if (n == 0) return;
   const int block = 256;
   int grid = resident_grid(hash_load_kernel, block, (n + block / kTile - 1) / (block / kTile));
@@ -292,6 +328,12 @@ void hash_load_cuda(const HashTableView& t, const int64_t* keys, int64_t n, int6
 
 void hash_export_cuda(const HashTableView& t, int64_t num_slots, int64_t* keys_by_row, Stream stream) {
   const int block = 256;
+  if (t.direct_stride > 0) {
+    int grid = resident_grid(direct_export_kernel, block, (t.capacity_rows + block - 1) / block);
+    direct_export_kernel<<<grid, block, 0, stream>>>(t, keys_by_row);
+    CUDA_CHECK_LAUNCH("direct_export_kernel");
+    return;
+  }
   int grid = resident_grid(hash_export_kernel, block, (num_slots + 1 + block - 1) / block);
   hash_export_kernel<<<grid, block, 0, stream>>>(t, num_slots, keys_by_row);
   CUDA_CHECK_LAUNCH("hash_export_kernel");

@@ -20,6 +20,13 @@
 //
 // Row ids depend on the order in which concurrent inserts win (they differ between runs and backends);
 // keys and the values by key do not.
+//
+// A direct index instead (DirectIndex below): a table whose keys are bounded needs no slots. Key k is row
+// (k - offset) / stride, for k >= offset with (k - offset) % stride == 0 and the row < capacity_rows (stride 1,
+// offset 0: row = key; the shard of the keys with key % world == rank: stride world, offset rank). Every row
+// exists from the start (its owner writes all initial values up front: EmbeddingTable), so a lookup loads the
+// row and nothing else. Keys outside the index: get_insert refuses them (row -1, meta.refused), find counts them
+// in meta.missing; check_errors names the index.
 #pragma once
 
 #include <cstdint>
@@ -55,13 +62,30 @@ struct alignas(16) HashTableMeta {
 };
 static_assert(sizeof(HashTableMeta) == 64, "HashTableMeta is one 64-byte block");
 
+// The keys of a direct index: k = offset + row * stride for row in [0, capacity_rows).
+struct DirectIndex {
+  int64_t stride = 1;
+  int64_t offset = 0;
+};
+
 // What kernels need of a table: trivially copyable, passed by value (see hash_table_ref.cuh).
 struct HashTableView {
-  HashSlot* slots = nullptr;  // [num_buckets * kBucketSlots]
+  HashSlot* slots = nullptr;  // [num_buckets * kBucketSlots]; null for a direct index
   HashTableMeta* meta = nullptr;
   uint64_t bucket_mask = 0;   // num_buckets - 1
   int64_t capacity_rows = 0;
+  int64_t direct_stride = 0;  // > 0: a direct index (DirectIndex::stride), no slots
+  int64_t direct_offset = 0;
 };
+
+// The row of key in a direct index, or -1 when the index does not hold it.
+SPARTA_HD int64_t direct_row(const HashTableView& t, uint64_t key) {
+  const int64_t k = static_cast<int64_t>(key);
+  if (k < t.direct_offset) return -1;
+  const int64_t d = k - t.direct_offset;
+  const int64_t r = t.direct_stride == 1 ? d : d / t.direct_stride;
+  return r * t.direct_stride == d && r < t.capacity_rows ? r : -1;
+}
 
 // What get_insert writes into a new row: its initial values by key. values == nullptr: nothing.
 struct RowInit {
@@ -132,6 +156,9 @@ class HashTable {
   // allocating. The empty table is written on dev.stream, which is then synchronized: the table is ready for
   // work on any stream when the constructor returns.
   HashTable(const Device& dev, std::string name, int64_t capacity_rows, double max_load_factor = 0.5);
+  // A direct index of capacity_rows rows (no slots). Throws sparta::Error naming the table when stride < 1, offset
+  // is outside [0, stride) or the largest key overflows int64.
+  HashTable(const Device& dev, std::string name, int64_t capacity_rows, DirectIndex direct);
 
   // Slots for a table of capacity_rows at max_load_factor, and the bytes the table itself takes.
   static int64_t slot_count(int64_t capacity_rows, double max_load_factor);
@@ -141,7 +168,9 @@ class HashTable {
   const Device& device() const { return dev_; }
   int64_t capacity_rows() const { return capacity_rows_; }
   double max_load_factor() const { return max_load_factor_; }
-  int64_t num_slots() const { return static_cast<int64_t>(slots_.size()); }
+  int64_t num_slots() const { return static_cast<int64_t>(slots_.size()); }  // 0 for a direct index
+  bool is_direct() const { return direct_.stride > 0; }
+  DirectIndex direct_index() const { return direct_; }
   HashTableView view();
 
   // Device pointers; [n] each. Asynchronous: a full table (get_insert: refused keys get row -1) and missing
@@ -151,8 +180,9 @@ class HashTable {
   void contains(const int64_t* keys, int64_t n, uint8_t* found, Stream stream);  // 1/0
   // Appends keys with rows size(), size()+1, ...; returns the first row. Keys must be absent. Synchronizes
   // stream and checks: throws sparta::Error (changing nothing) when a key is present or the rows do not fit.
+  // A direct index holds every row already: sparta::Error (its rows are written by key: find, then by row).
   int64_t load(const int64_t* keys, int64_t n, Stream stream);
-  // Live rows: min(rows asked for, capacity). Synchronizes stream.
+  // Live rows: min(rows asked for, capacity); a direct index: capacity. Synchronizes stream.
   int64_t size(Stream stream);
   // keys_by_row[r] for r in [0, size()): keys_by_row is replaced by a buffer of size() keys (the old one is
   // freed after stream was synchronized); returns size(). Synchronizes stream to read the size; the export
@@ -171,6 +201,7 @@ class HashTable {
   std::string name_;
   int64_t capacity_rows_;
   double max_load_factor_;
+  DirectIndex direct_{0, 0};  // stride 0: hashed
   Buffer<HashSlot> slots_;
   Buffer<HashTableMeta> meta_;
 };

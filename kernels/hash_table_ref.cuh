@@ -210,6 +210,21 @@ __device__ __forceinline__ void resolve_rows(const Tile& tile, const HashTableVi
   resolve_loaded_rows<kInsert, B>(tile, t, init, k, cnt, snap, rows);
 }
 
+// A direct index's rows for keys k[j], j < cnt (tile-uniform): arithmetic, no load. Keys outside the index get -1
+// and count in meta.refused (kInsert) or meta.missing, as resolve_loaded_rows counts refused and absent keys.
+template <bool kInsert, int B>
+__device__ __forceinline__ void direct_rows(const Tile& tile, const HashTableView& t, const uint64_t (&k)[B], int cnt,
+                                            int64_t (&rows)[B]) {
+  int bad = 0;
+#pragma unroll
+  for (int j = 0; j < B; ++j) {
+    rows[j] = j < cnt ? direct_row(t, k[j]) : -1;
+    bad += j < cnt && rows[j] < 0;
+  }
+  if (bad && tile.thread_rank() == 0)
+    atomicAdd(reinterpret_cast<unsigned long long*>(kInsert ? &t.meta->refused : &t.meta->missing), (unsigned long long)bad);
+}
+
 // Loads keys [i0, i0 + cnt) of keys[] into every lane (one load per lane, then shuffles).
 template <int B>
 __device__ __forceinline__ void load_keys(const Tile& tile, const int64_t* keys, int64_t i0, int cnt,

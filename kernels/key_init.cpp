@@ -15,6 +15,24 @@ void init_rows_by_key_cpu(const int64_t* keys, const int64_t* rows, int64_t n, f
   }
 }
 
+void init_rows_strided_cpu(int64_t n, int64_t stride, int64_t offset, float* values, int dim, const KeyInit& init) {
+  for (int64_t r = 0; r < n; ++r) {
+    uint64_t stream = key_stream(init, static_cast<uint64_t>(offset + r * stride));
+    for (int e = 0; e < dim; ++e) values[r * dim + e] = initial_value_at(stream, init.scale, e);
+  }
+}
+
+void init_rows_strided(const Device& dev, int64_t n, int64_t stride, int64_t offset, float* values, int dim,
+                       const KeyInit& init, Stream stream) {
+  if (!dev.is_cuda()) return init_rows_strided_cpu(n, stride, offset, values, dim, init);
+#if SPARTA_CUDA
+  init_rows_strided_cuda(n, stride, offset, values, dim, init, stream);
+#else
+  (void)stream;
+  SPARTA_FATAL("init_rows_strided on %s in a CUDA=0 build", dev.name().c_str());
+#endif
+}
+
 void init_rows_by_key(const Device& dev, const int64_t* keys, const int64_t* rows, int64_t n, float* values,
                       int dim, const KeyInit& init, Stream stream) {
   if (!dev.is_cuda()) return init_rows_by_key_cpu(keys, rows, n, values, dim, init);

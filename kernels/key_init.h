@@ -56,8 +56,16 @@ SPARTA_HD float initial_value(const KeyInit& init, uint64_t key, uint32_t elem) 
 void init_rows_by_key(const Device& dev, const int64_t* keys, const int64_t* rows, int64_t n, float* values,
                       int dim, const KeyInit& init, Stream stream);
 
+// values[r, :] = initial values of key offset + r * stride, for r < n: every row of a direct index
+// (hash_table.h DirectIndex). Asynchronous on stream (cuda).
+void init_rows_strided(const Device& dev, int64_t n, int64_t stride, int64_t offset, float* values, int dim,
+                       const KeyInit& init, Stream stream);
+
 void init_rows_by_key_cpu(const int64_t* keys, const int64_t* rows, int64_t n, float* values, int dim,
                           const KeyInit& init);
+void init_rows_strided_cpu(int64_t n, int64_t stride, int64_t offset, float* values, int dim, const KeyInit& init);
+void init_rows_strided_cuda(int64_t n, int64_t stride, int64_t offset, float* values, int dim, const KeyInit& init,
+                            Stream stream);
 void init_rows_by_key_cuda(const int64_t* keys, const int64_t* rows, int64_t n, float* values, int dim,
                            const KeyInit& init, Stream stream);
 

@@ -123,7 +123,8 @@ __device__ __forceinline__ int batch_count(int64_t i, int64_t k_end) {
   return static_cast<int>(k_end - i < kBatch ? (k_end > i ? k_end - i : 0) : kBatch);
 }
 
-template <int VEC, int C, class OutT, bool kTrain>
+// kDirect: a direct index (hash_table.h): a batch's rows follow from its keys, so stage 2 has nothing to load.
+template <int VEC, int C, class OutT, bool kTrain, bool kDirect>
 __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forward_kernel(ForwardArgs a) {
   Tile tile = cg::tiled_partition<kTile>(cg::this_thread_block());
   const int lane = tile.thread_rank();
@@ -158,7 +159,10 @@ __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forwar
     HashSlot snap[kBatch];
     hashdev::load_keys(tile, a.keys, i0, cnt, k);
     uint64_t key_next = lane < batch_count(i0 + kBatch, k_end) ? static_cast<uint64_t>(a.keys[i0 + kBatch + lane]) : 0;
-    if (cnt > 0) hashdev::resolve_rows<kTrain, kBatch>(tile, a.table, a.rows_init, k, cnt, r);
+    if (cnt > 0) {
+      if constexpr (kDirect) hashdev::direct_rows<kTrain, kBatch>(tile, a.table, k, cnt, r);
+      else hashdev::resolve_rows<kTrain, kBatch>(tile, a.table, a.rows_init, k, cnt, r);
+    }
     for (; i0 < k_end; i0 += kBatch) {
       // Stage 3 of batch n: its rows' loads.
       float v[kBatch][C][VEC];
@@ -170,7 +174,8 @@ __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forwar
       uint64_t k1[kBatch];
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) k1[j] = tile.shfl(key_next, j);
-      if (cnt1 > 0) hashdev::load_first_buckets<kBatch>(tile, a.table, k1, cnt1, snap);
+      if constexpr (!kDirect)
+        if (cnt1 > 0) hashdev::load_first_buckets<kBatch>(tile, a.table, k1, cnt1, snap);
       key_next = lane < batch_count(i1 + kBatch, k_end) ? static_cast<uint64_t>(a.keys[i1 + kBatch + lane]) : 0;
       if (a.rows) {
         int64_t mine = r[0];
@@ -196,7 +201,10 @@ __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forwar
           for (int q = 0; q < VEC; ++q) acc[c][q] += v[g][c][q];
       }
       // Batch n+1's rows from its buckets.
-      if (cnt1 > 0) hashdev::resolve_loaded_rows<kTrain, kBatch>(tile, a.table, a.rows_init, k1, cnt1, snap, r);
+      if (cnt1 > 0) {
+        if constexpr (kDirect) hashdev::direct_rows<kTrain, kBatch>(tile, a.table, k1, cnt1, r);
+        else hashdev::resolve_loaded_rows<kTrain, kBatch>(tile, a.table, a.rows_init, k1, cnt1, snap, r);
+      }
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) k[j] = k1[j];
       cnt = cnt1;
@@ -219,7 +227,8 @@ template <int VEC, int C, class OutT, bool kTrain>
 void launch(const ForwardArgs& a, Stream stream) {
   const int block = 256;
   int64_t tasks = (a.bags + kSpan - 1) / kSpan;
-  auto kernel = embedding_forward_kernel<VEC, C, OutT, kTrain>;
+  auto kernel = a.table.direct_stride > 0 ? embedding_forward_kernel<VEC, C, OutT, kTrain, true>
+                                          : embedding_forward_kernel<VEC, C, OutT, kTrain, false>;
   int grid = hashdev::resident_grid(kernel, block, (tasks + block / kTile - 1) / (block / kTile));
   kernel<<<grid, block, 0, stream>>>(a);
   CUDA_CHECK_LAUNCH("embedding_forward_kernel");

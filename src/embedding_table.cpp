@@ -6,6 +6,8 @@
 
 #include "src/base/check.h"
 #include "kernels/fill.h"
+#include "kernels/key_init.h"
+#include "kernels/route.h"
 
 namespace sparta {
 
@@ -28,7 +30,18 @@ const EmbeddingTableConfig& checked(const EmbeddingTableConfig& c) {
   SPARTA_REQUIRE(c.table_id >= 0, "embedding table '%s': table_id must be >= 0, found %d", name, c.table_id);
   SPARTA_REQUIRE(c.init_scale >= 0, "embedding table '%s': init_scale must be >= 0, found %g", name,
                  double(c.init_scale));
+  SPARTA_REQUIRE(c.direct_stride >= 0, "embedding table '%s': direct_stride must be >= 0 (0: hashed), found %lld",
+                 name, (long long)c.direct_stride);
+  SPARTA_REQUIRE(c.direct_stride == 0 || !c.tagged_keys,
+                 "embedding table '%s': a direct index (direct_stride %lld) cannot take tagged keys", name,
+                 (long long)c.direct_stride);
   return c;
+}
+
+// The key index: hash slots, or a direct index (whose own checks name the table).
+HashTable make_index(const Device& dev, const EmbeddingTableConfig& c) {
+  if (c.direct_stride > 0) return HashTable(dev, c.name, c.capacity_rows, DirectIndex{c.direct_stride, c.direct_offset});
+  return HashTable(dev, c.name, c.capacity_rows, c.max_load_factor);
 }
 
 // The keys (and bags) of one backward, or of a train lookup whose rows feed one.
@@ -40,8 +53,9 @@ void check_keys_per_call(const std::string& table, const char* what, int64_t n) 
 
 }  // namespace
 
-size_t EmbeddingTable::memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimizer, double max_load_factor) {
-  return HashTable::memory_bytes(capacity_rows, max_load_factor) +
+size_t EmbeddingTable::memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimizer, double max_load_factor,
+                                   bool direct_index) {
+  return (direct_index ? sizeof(HashTableMeta) : HashTable::memory_bytes(capacity_rows, max_load_factor)) +
          size_t(capacity_rows) * size_t(dim + optimizer_state_width(optimizer, dim)) * sizeof(float);
 }
 
@@ -49,10 +63,11 @@ EmbeddingTable::EmbeddingTable(const Device& dev, const EmbeddingTableConfig& cf
     : dev_(dev),
       cfg_(checked(cfg)),
       state_width_(optimizer_state_width(cfg.optimizer.kind, cfg.dim)),
-      hash_(dev, cfg.name, cfg.capacity_rows, cfg.max_load_factor),
+      hash_(make_index(dev, cfg_)),
       values_(dev, size_t(cfg.capacity_rows) * cfg.dim),
       state_(dev, size_t(cfg.capacity_rows) * state_width_) {
   reset_state(dev_.stream);
+  init_direct_rows(dev_.stream);
   if (cfg.max_batch_keys > 0) workspace(cfg.max_batch_keys, dev_.stream);
   synchronize(dev_);  // ready for any stream: work on another stream is not ordered after dev.stream
 }
@@ -72,6 +87,12 @@ void EmbeddingTable::reset_state(Stream stream) {
   // adagrad's accumulator.
   float init = cfg_.optimizer.kind == OptimizerKind::adagrad ? cfg_.optimizer.initial_accumulator : 0.f;
   fill(dev_, state_.data(), state_.size(), init, stream);
+}
+
+void EmbeddingTable::init_direct_rows(Stream stream) {
+  if (!hash_.is_direct()) return;
+  init_rows_strided(dev_, cfg_.capacity_rows, cfg_.direct_stride, cfg_.direct_offset, values_.data(), cfg_.dim,
+                    key_init(), stream);
 }
 
 ForwardArgs EmbeddingTable::forward_args(LookupMode mode, void* out, OutputType out_type, int64_t* rows) {
@@ -271,6 +292,16 @@ void EmbeddingTable::load_rows(const TableRows& rows, Stream stream) {
   if (n == 0) return;
   Buffer<int64_t> keys(dev_, size_t(n));
   copy_to_device(dev_, keys.data(), rows.keys.data(), keys.bytes(), stream);
+  if (hash_.is_direct()) {  // every row exists: write the given ones by key, after every key was found
+    Buffer<int64_t> at(dev_, size_t(n));
+    hash_.find(keys.data(), n, at.data(), stream);
+    hash_.check_errors(true, stream);  // synchronizes; a key outside the index throws, nothing written
+    Buffer<float> v(dev_, rows.values), st(dev_, rows.state);
+    route_scatter_rows(dev_, v.data(), at.data(), n, cfg_.dim, values_.data(), stream);
+    if (state_width_ > 0) route_scatter_rows(dev_, st.data(), at.data(), n, state_width_, state_.data(), stream);
+    synchronize(dev_, stream);  // the buffers above are freed on return
+    return;
+  }
   int64_t first = hash_.load(keys.data(), n, stream);  // rows first .. first + n - 1, in the order given; synchronizes
   copy_to_device(dev_, values_.data() + first * cfg_.dim, rows.values.data(), rows.values.size() * sizeof(float),
                  stream);
@@ -283,6 +314,7 @@ void EmbeddingTable::load_rows(const TableRows& rows, Stream stream) {
 void EmbeddingTable::clear(Stream stream) {
   hash_.clear(stream);
   reset_state(stream);
+  init_direct_rows(stream);
 }
 
 }  // namespace sparta

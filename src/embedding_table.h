@@ -51,6 +51,16 @@ struct EmbeddingTableConfig {
   // key & (2^56 - 1)), so table_id is not used.
   bool tagged_keys = false;
   OptimizerConfig optimizer;
+  // A direct index instead of hash slots (kernels/hash_table.h, DirectIndex), for keys known to be bounded:
+  // direct_stride > 0 holds the keys direct_offset + row * direct_stride for row < capacity_rows (stride 1:
+  // keys 0 .. capacity_rows - 1; the shard of the keys with key % world == rank: stride world, offset rank).
+  // A lookup then loads the row and nothing else. Every row exists from the start with its initial values: an
+  // eval lookup of a key never trained gives them (not zeros), size() is capacity_rows, export_rows lists every
+  // row, and load_rows writes rows by key (one a key outside the index is an error). Keys outside the index are
+  // refused in train (an error at the check) and give zeros in eval. max_load_factor is not used; tagged_keys
+  // cannot be set.
+  int64_t direct_stride = 0;
+  int64_t direct_offset = 0;
   // Keys per batch the backward workspace is sized for at construction; 0: sized by the first
   // backward_and_update. A larger batch later grows it (one reallocation, then reused every step).
   // At most kBackwardMaxKeys.
@@ -73,8 +83,10 @@ class EmbeddingTable {
   // table is ready for work on any stream when the constructor returns.
   EmbeddingTable(const Device& dev, const EmbeddingTableConfig& cfg);
 
-  // Device bytes a table of these settings takes: hash slots, values and optimizer state.
-  static size_t memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimizer, double max_load_factor);
+  // Device bytes a table of these settings takes: hash slots (none with a direct index), values and optimizer
+  // state.
+  static size_t memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimizer, double max_load_factor,
+                             bool direct_index = false);
 
   const EmbeddingTableConfig& config() const { return cfg_; }
   const std::string& name() const { return cfg_.name; }
@@ -168,6 +180,7 @@ class EmbeddingTable {
   ForwardArgs forward_args(LookupMode mode, void* out, OutputType out_type, int64_t* rows);
   void check(LookupMode mode, MissingKey missing, Check when, Stream stream);
   void reset_state(Stream stream);
+  void init_direct_rows(Stream stream);  // every row's initial values (a direct index)
   BackwardWorkspace& workspace(int64_t nnz, Stream stream);
   // unique_rows_, grown to hold nnz rows.
   int64_t* unique_rows(int64_t nnz, Stream stream);

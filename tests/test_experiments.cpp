@@ -305,6 +305,9 @@ BOOST_AUTO_TEST_CASE(every_bench_json_line_carries_the_provenance, *boost::unit_
       {"bench_hashtable", 1, "--device cpu --rows 20000 --keys 256 --dims 4 --hit-fractions 0.5 --repeats 1 --warmup 0", ""},
       {"bench_embedding", 1, "--device cpu --rows 2000 --dims 4 --slots 2 --batch 16 --hot 2 --alphas 0 --modes eval "
                              "--repeats 1 --warmup 0", ""},
+      // the direct index, every mode (a wrong bag or row fails the run)
+      {"bench_embedding", 1, "--device cpu --index direct --rows 2000 --dims 4 --slots 2 --batch 16 --hot 2 --alphas 0 "
+                             "--modes eval,train,step --repeats 1 --warmup 0", ""},
       {"bench_reader", 1, "--samples 1000 --batch 128 --max-rows 1000 --repeats 1", ""},
       {"bench_collection", 2, "--device cpu --tables custom --rows-list 100,300 --dim 4 --placements dispatch,plan "
                               "--batch 32 --check-samples 4 --warmup 1 --iters 2", "iters"},
@@ -316,7 +319,7 @@ BOOST_AUTO_TEST_CASE(every_bench_json_line_carries_the_provenance, *boost::unit_
       "cuda_runtime,cuda_driver,nccl,mpi,hdf5,date";
   for (const Bench& b : benches) {
     BOOST_TEST_CONTEXT(b.name) {
-      const std::string out = dir.path + "/" + b.name + ".jsonl", tag = "p" + std::to_string(testing::rng()() % 100000);
+      const std::string out = dir.path + "/" + b.name + std::to_string(&b - benches.data()) + ".jsonl", tag = "p" + std::to_string(testing::rng()() % 100000);
       testing::CommandResult r = run(mpiexec() + " -n " + std::to_string(b.ranks) + " " + build_dir() + "/bin/" +
                                      b.name + " " + b.args + " --tag " + tag + " --out " + out, 300);
       BOOST_REQUIRE_MESSAGE(r.status == 0, b.name << ":\n" << r.output);
