@@ -83,7 +83,7 @@ const std::vector<int> kDcnv2Hotness = {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6
 struct Args {
   std::string tables = "mlperf-v1", rows_list, dims, hotness_list, batch = "65536",
               placements = "dispatch,localized,replicated,distributed,hybrid,plan", optimizer = "sgd", comm_mode,
-              exchange = "fp32", output = "fp32";
+              exchange = "fp32", output = "fp32", index = "hashed";
   int64_t row_cap = 4000000;
   int dim = 128, warmup = 5, iters = 20, check_samples = 64;  // warmup, iters: the driver's --warmup, --iters
   double alpha = 0, memory_budget_gib = 0, timeout = 300;
@@ -308,6 +308,7 @@ CollectionConfig make_config(const Args& a, const std::vector<Table>& tables, co
     tc.name = "t" + std::to_string(t);
     tc.rows = tables[t].card + tables[t].pool;  // room for the check keys
     tc.key_bound = tc.rows;  // keys (timed and check) lie in [0, rows): the tables can share one grouped lookup
+    tc.direct_index = a.index == "direct";  // then every table indexes its keys directly (and is not grouped)
     tc.dim = tables[t].dim;
     tc.combiner = Combiner::sum;
     tc.optimizer.kind = parse_optimizer(a.optimizer);
@@ -512,6 +513,8 @@ int main(int argc, char** argv) {
       "batch", po::value(&a.batch)->default_value(a.batch), "local batch per rank (comma list: a sweep)")(
       "placements", po::value(&a.placements)->default_value(a.placements),
       "comma list of dispatch, localized, replicated, distributed, hybrid, plan (the planner's own plan)")(
+      "index", po::value(&a.index)->default_value(a.index),
+      "hashed | direct: every table indexes its keys directly (hybrid, which cannot take it, is left out)")(
       "alpha", po::value(&a.alpha)->default_value(a.alpha), "power-law exponent of key frequencies (0: uniform)")(
       "optimizer", po::value(&a.optimizer)->default_value(a.optimizer), "sgd | adagrad")(
       "lr", po::value(&a.lr)->default_value(a.lr), "learning rate")(
@@ -560,7 +563,10 @@ int main(int argc, char** argv) {
         SPARTA_REQUIRE(b >= 1, "--batch: local batches must be >= 1, found %g", b);
         batches.push_back(int64_t(b));
       }
-      placements = bench::split_list(a.placements);
+      SPARTA_REQUIRE(a.index == "hashed" || a.index == "direct", "--index: hashed or direct, found '%s'",
+                     a.index.c_str());
+      for (const std::string& p : bench::split_list(a.placements))
+        if (a.index != "direct" || p != "hybrid") placements.push_back(p);  // hybrid takes no direct index
       SPARTA_REQUIRE(!placements.empty(), "--placements: no placement given");
       for (const std::string& p : placements)
         if (p != "plan") parse_placement(p);
@@ -657,7 +663,7 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
         // The driver adds program, tag, backend, warmup, iters and the provenance (ranks, nodes, ...).
         std::ostringstream f;
-        f << "\"bench\":\"collection\",\"placement\":\"" << placement << "\",\"plan\":\"" << bench::json_escape(r.plan)
+        f << "\"bench\":\"collection\",\"index\":\"" << a.index << "\",\"placement\":\"" << placement << "\",\"plan\":\"" << bench::json_escape(r.plan)
           << "\",\"exchange\":\"" << a.exchange << "\",\"output\":\"" << a.output << "\",\"tables\":\"" << a.tables << "\",\"num_tables\":" << tables.size()
           << ",\"rows\":" << json_array(rows_capped) << ",\"dims\":" << json_array(dims)
           << ",\"hotness\":" << json_array(hot) << ",\"keys_per_sample\":" << kg.keys_per_sample

@@ -7,10 +7,11 @@
 # the order given (default: all = tests kernels comm collection train graphs sweeps emulated):
 #   tests       every suite (tests/run_all.sh) with 1 rank, and 2 when there are 2 GPUs
 #   kernels     bench_hashtable, bench_embedding; peer_torch.py (EmbeddingBag): one-hot (uniform, power-law),
-#               hot 8 at dims 16-128 and the DCNv2 hotness at dim 128
+#               hot 8 at dims 16-128 and the DCNv2 hotness at dim 128 (bench_embedding with the hashed and the
+#               direct index)
 #   comm        bench_alltoall (nccl, then hier and mpi) at 2 ranks; peer_a2a.py
 #   collection  bench_collection: MLPerf v1 one-hot and DCNv2 multi-hot tables, every placement and the plan, 1 and
-#               2 GPUs, 65536 samples per GPU
+#               2 GPUs, 65536 samples per GPU, hashed and direct index
 #   train       bench_train: dot and dcnv2 at 65536 per GPU, bf16 on 1 and 2 GPUs (three runs each, alternating, 50
 #               timed steps: launches of the same command differ by a few percent), fp16 and fp32 on 1;
 #               peer_dlrm.py with and without --compile
@@ -76,10 +77,12 @@ for part in "${parts[@]}"; do
       peer peer_torch.py --rows 40000000 --dim 128 --batch 65536 --slots 26 --hot 1 --alpha 0
       peer peer_torch.py --rows 40000000 --dim 128 --batch 65536 --slots 26 --hot 1 --alpha 1.1
       # multi-hot: hot 8 at dims 16-128 and the MLPerf DLRM-DCNv2 hotness at dim 128, uniform keys
-      run bench_embedding.log "$build/bin/bench_embedding" --rows 40000000 --dims 16,64,128 --hot 8 --alphas 0 \
-        --out "$out/bench.jsonl"
-      run bench_embedding.log "$build/bin/bench_embedding" --rows 40000000 --dims 128 --hotness "$dcnv2_hotness" \
-        --alphas 0 --out "$out/bench.jsonl"
+      for index in hashed direct; do
+        run bench_embedding.log "$build/bin/bench_embedding" --index $index --rows 40000000 --dims 16,32,64,128 \
+          --hot 8 --alphas 0 --out "$out/bench.jsonl"
+        run bench_embedding.log "$build/bin/bench_embedding" --index $index --rows 40000000 --dims 128 \
+          --hotness "$dcnv2_hotness" --alphas 0 --out "$out/bench.jsonl"
+      done
       for d in 16 32 64 128; do
         peer peer_torch.py --rows 40000000 --dim $d --batch 65536 --slots 26 --hot 8 --alpha 0
       done
@@ -97,8 +100,10 @@ for part in "${parts[@]}"; do
     collection)
       for n in 1 $([ "$two" = 1 ] && echo 2); do
         for t in mlperf-v1 dcnv2; do
-          run bench_collection.log $mpiexec -n $n "$build/bin/bench_collection" --tables $t --batch 65536 \
-            --out "$out/bench.jsonl"
+          for index in hashed direct; do
+            run bench_collection.log $mpiexec -n $n "$build/bin/bench_collection" --tables $t --batch 65536 \
+              --index $index --out "$out/bench.jsonl"
+          done
         done
       done
       ;;

@@ -22,7 +22,7 @@ constexpr int kMaxTag = 126;
 
 // Whether table i may share a physical table with others: its keys are known to fit under a tag.
 bool groupable(const CollectionTableConfig& t, size_t i) {
-  return t.key_bound > 0 && t.key_bound <= (int64_t(1) << kKeyTagShift) && i <= size_t(kMaxTag);
+  return t.key_bound > 0 && t.key_bound <= (int64_t(1) << kKeyTagShift) && i <= size_t(kMaxTag) && !t.direct_index;
 }
 
 bool same_optimizer(const OptimizerConfig& a, const OptimizerConfig& b) {

@@ -53,6 +53,11 @@ struct CollectionTableConfig {
   // may share one physical table with others (src/embedding_collection.h); a key outside is an error then.
   int64_t key_bound = 0;
   int64_t hot_rows = 0;        // hybrid: size of the replicated frequent set (0: the planner's default)
+  // Every shard indexes its keys directly (src/embedding_table.h direct_stride) instead of hashing them: a lookup
+  // loads the row and nothing else. Needs key_bound > 0 and rows == key_bound (the table holds every key of
+  // [0, key_bound) from the start: an eval lookup of an untrained key gives its initial values, checkpoints list
+  // every row); such a table shares no physical table with others, and hybrid cannot take it.
+  bool direct_index = false;
   float init_scale = 0.05f;
   double max_load_factor = 0.5;
 };
@@ -76,6 +81,8 @@ constexpr int64_t kShardHeadroom = 64;
 
 // Rows one rank holds of a table of `rows` under a key % world placement.
 int64_t modulo_shard_rows(int64_t rows, int world, double shard_slack);
+// The same with a direct index: the keys k < key_bound with k % world == rank, at least 1.
+int64_t direct_shard_rows(int64_t key_bound, int world, int rank);
 
 // Where one table lives (the planner's answer, or an explicit plan).
 struct TablePlan {

@@ -47,7 +47,14 @@ int64_t modulo_shard_rows(int64_t rows, int world, double shard_slack) {
   return std::min<int64_t>(rows, static_cast<int64_t>(share) + kShardHeadroom);
 }
 
+int64_t direct_shard_rows(int64_t key_bound, int world, int rank) {
+  return std::max<int64_t>(1, (key_bound - rank + world - 1) / world);
+}
+
 std::unique_ptr<PlacedTable> make_placed_table(const PlacedTableSetup& s, Exchange& ex) {
+  SPARTA_REQUIRE(!s.table.direct_index || s.plan.placement != Placement::hybrid,
+                 "table '%s': hybrid cannot take a direct index (its frequent keys would be held twice)",
+                 s.table.name.c_str());
   switch (s.plan.placement) {
     case Placement::dispatch: return make_dispatch(s, ex);
     case Placement::localized: return make_localized(s, ex);
@@ -170,17 +177,21 @@ TableRows table_export(EmbeddingTable& t) { return t.export_rows(t.device().stre
 
 void table_load(EmbeddingTable& t, const TableRows& rows) { t.load_rows(rows, t.device().stream); }
 
-size_t table_memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimizer, double max_load_factor) {
-  return EmbeddingTable::memory_bytes(capacity_rows, dim, optimizer, max_load_factor);
+size_t table_memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimizer, double max_load_factor,
+                          bool direct_index) {
+  return EmbeddingTable::memory_bytes(capacity_rows, dim, optimizer, max_load_factor, direct_index);
 }
 
 size_t table_memory_bytes(const EmbeddingTable& t) {
   const EmbeddingTableConfig& c = t.config();
-  return table_memory_bytes(c.capacity_rows, c.dim, c.optimizer.kind, c.max_load_factor);
+  return table_memory_bytes(c.capacity_rows, c.dim, c.optimizer.kind, c.max_load_factor, c.direct_stride > 0);
 }
 
-EmbeddingTableConfig shard_config(const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix) {
+EmbeddingTableConfig shard_config(const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix,
+                                  DirectIndex direct) {
   EmbeddingTableConfig c;
+  c.direct_stride = direct.stride;
+  c.direct_offset = direct.offset;
   c.name = s.table.name + suffix;
   c.table_id = s.table_id;
   c.tagged_keys = s.tagged_keys;
@@ -196,6 +207,19 @@ EmbeddingTableConfig shard_config(const PlacedTableSetup& s, int64_t capacity_ro
 std::unique_ptr<EmbeddingTable> make_shard(const Device& dev, const PlacedTableSetup& s, int64_t capacity_rows,
                                            const std::string& suffix) {
   return std::make_unique<EmbeddingTable>(dev, shard_config(s, capacity_rows, suffix));
+}
+
+std::unique_ptr<EmbeddingTable> make_whole_shard(const Device& dev, const PlacedTableSetup& s,
+                                                 const std::string& suffix) {
+  const DirectIndex direct = s.table.direct_index ? DirectIndex{1, 0} : DirectIndex{0, 0};
+  return std::make_unique<EmbeddingTable>(dev, shard_config(s, s.table.rows, suffix, direct));
+}
+
+std::unique_ptr<EmbeddingTable> make_modulo_shard(const Device& dev, const PlacedTableSetup& s, int world, int rank,
+                                                  const std::string& suffix) {
+  if (!s.table.direct_index) return make_shard(dev, s, modulo_shard_rows(s.table.rows, world, s.shard_slack), suffix);
+  return std::make_unique<EmbeddingTable>(
+      dev, shard_config(s, direct_shard_rows(s.table.key_bound, world, rank), suffix, DirectIndex{world, rank}));
 }
 
 // ----------------------------------------------------------------------------
@@ -228,7 +252,7 @@ TableRows select_rows(const TableRows& t, const std::vector<bool>& keep) {
 DispatchShard::DispatchShard(Exchange& ex, const PlacedTableSetup& s, const std::string& suffix)
     : ex_(ex),
       dim_(s.table.dim),
-      table_(make_shard(ex.device(), s, modulo_shard_rows(s.table.rows, ex.world(), s.shard_slack), suffix)) {}
+      table_(make_modulo_shard(ex.device(), s, ex.world(), ex.rank(), suffix)) {}
 
 size_t DispatchShard::memory_bytes() const { return table_memory_bytes(*table_); }
 
@@ -293,8 +317,8 @@ void DispatchShard::backward(const float* key_grads, int64_t step, float lr_scal
 // ----------------------------------------------------------------------------
 // ReplicaShard
 
-ReplicaShard::ReplicaShard(Exchange& ex, const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix)
-    : ex_(ex), dim_(s.table.dim), table_(make_shard(ex.device(), s, capacity_rows, suffix)) {}
+ReplicaShard::ReplicaShard(Exchange& ex, const PlacedTableSetup& s, const std::string& suffix)
+    : ex_(ex), dim_(s.table.dim), table_(make_whole_shard(ex.device(), s, suffix)) {}
 
 size_t ReplicaShard::memory_bytes() const { return table_memory_bytes(*table_); }
 

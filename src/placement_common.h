@@ -82,12 +82,23 @@ void table_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows
 void table_check(EmbeddingTable& t);
 TableRows table_export(EmbeddingTable& t);
 void table_load(EmbeddingTable& t, const TableRows& rows);
-size_t table_memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimizer, double max_load_factor);
+size_t table_memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimizer, double max_load_factor,
+                          bool direct_index = false);
 size_t table_memory_bytes(const EmbeddingTable& t);
-// The EmbeddingTable config of one shard of a collection table.
-EmbeddingTableConfig shard_config(const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix);
+// The EmbeddingTable config of one shard of a collection table: hashed with capacity_rows, or (direct.stride > 0)
+// a direct index of capacity_rows rows.
+EmbeddingTableConfig shard_config(const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix,
+                                  DirectIndex direct = DirectIndex{0, 0});
+// A hashed shard of capacity_rows (hybrid's hot keys).
 std::unique_ptr<EmbeddingTable> make_shard(const Device& dev, const PlacedTableSetup& s, int64_t capacity_rows,
                                            const std::string& suffix);
+// A shard of the whole table (localized, replicated): s.table.rows rows, a direct index when the table has one.
+std::unique_ptr<EmbeddingTable> make_whole_shard(const Device& dev, const PlacedTableSetup& s,
+                                                 const std::string& suffix);
+// This rank's key % world shard (dispatch, distributed, hybrid's other keys): modulo_shard_rows hashed, or the
+// direct index of the keys with key % world == rank.
+std::unique_ptr<EmbeddingTable> make_modulo_shard(const Device& dev, const PlacedTableSetup& s, int world, int rank,
+                                                  const std::string& suffix);
 
 // A device array that grows (never shrinks) to what a step needs; at least one element, so pointers are not null.
 template <class T>
@@ -146,7 +157,7 @@ class DispatchShard {
 // the row under other ids (the fixed order depends on a row's own contributions only).
 class ReplicaShard {
  public:
-  ReplicaShard(Exchange& ex, const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix);
+  ReplicaShard(Exchange& ex, const PlacedTableSetup& s, const std::string& suffix);  // a whole-table shard
   EmbeddingTable& table() { return *table_; }
   // This rank's bags of the last train forward: offsets [bags + 1], keys [nnz] and their rows in this copy,
   // grad [bags, dim] the gradient of the pooled output, pooled with combiner. Device pointers. Collective.

@@ -22,7 +22,7 @@ class DistributedTable : public PlacedTable {
       : ex_(ex),
         dim_(s.table.dim),
         combiner_(s.table.combiner),
-        table_(make_shard(ex.device(), s, modulo_shard_rows(s.table.rows, ex.world(), s.shard_slack), "")) {}
+        table_(make_modulo_shard(ex.device(), s, ex.world(), ex.rank(), "")) {}
 
   void forward(const TableBatch& in, LookupMode mode, float* out) override {
     const Device& dev = ex_.device();

@@ -17,7 +17,7 @@ class LocalizedTable : public PlacedTable {
       : ex_(ex), dim_(s.table.dim), combiner_(s.table.combiner), owner_(s.plan.owner) {
     SPARTA_REQUIRE(owner_ >= 0 && owner_ < ex.world(), "table '%s': localized owner rank %d outside the %d ranks",
                    s.table.name.c_str(), owner_, ex.world());
-    if (ex.rank() == owner_) table_ = make_shard(ex.device(), s, s.table.rows, "");
+    if (ex.rank() == owner_) table_ = make_whole_shard(ex.device(), s, "");
   }
 
   void forward(const TableBatch& in, LookupMode mode, float* out) override {

@@ -12,7 +12,7 @@ namespace {
 class ReplicatedTable : public PlacedTable {
  public:
   ReplicatedTable(const PlacedTableSetup& s, Exchange& ex)
-      : ex_(ex), dim_(s.table.dim), combiner_(s.table.combiner), replica_(ex, s, s.table.rows, "") {}
+      : ex_(ex), dim_(s.table.dim), combiner_(s.table.combiner), replica_(ex, s, "") {}
 
   void forward(const TableBatch& in, LookupMode mode, float* out) override {
     in_ = in;

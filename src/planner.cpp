@@ -33,6 +33,12 @@ void check_collection_config(const CollectionConfig& cfg) {
     SPARTA_REQUIRE(t.key_bound >= 0, "table '%s': key_bound must be >= 0 (0: unbounded), found %lld", n,
                    (long long)t.key_bound);
     SPARTA_REQUIRE(t.hot_rows >= 0, "table '%s': hot_rows must be >= 0, found %lld", n, (long long)t.hot_rows);
+    SPARTA_REQUIRE(!t.direct_index || (t.key_bound > 0 && t.rows == t.key_bound),
+                   "table '%s': a direct index holds every key of [0, key_bound): it needs key_bound > 0 and rows == "
+                   "key_bound, found key_bound %lld and rows %lld",
+                   n, (long long)t.key_bound, (long long)t.rows);
+    SPARTA_REQUIRE(!t.direct_index || t.placement != "hybrid",
+                   "table '%s': hybrid cannot take a direct index (its frequent keys would be held twice)", n);
     SPARTA_REQUIRE(!t.slots.empty(), "table '%s': serves no slot", n);
     for (int s : t.slots) {
       SPARTA_REQUIRE(s >= 0 && s < cfg.num_slots, "table '%s': slot %d outside [0, %d)", n, s, cfg.num_slots);
@@ -161,8 +167,12 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
   const double U = std::min(R, expected_distinct(stats, K, 0));               // distinct keys of a rank
   const double Ug = std::min(R, expected_distinct(stats, W * K, 0));          // distinct keys of the global batch
   const double k = kKeyPass;
-  auto mem = [&](int64_t rows) { return table_memory_bytes(rows, t.dim, t.optimizer.kind, t.max_load_factor); };
-  const int64_t shard = modulo_shard_rows(t.rows, opt.world, shard_slack);
+  auto mem = [&](int64_t rows) {
+    return table_memory_bytes(rows, t.dim, t.optimizer.kind, t.max_load_factor, t.direct_index);
+  };
+  // a key % world shard (direct: rank 0's, the largest)
+  const int64_t shard = t.direct_index ? direct_shard_rows(t.key_bound, opt.world, 0)
+                                       : modulo_shard_rows(t.rows, opt.world, shard_slack);
   PlacementCost c;
   double copied = 0;  // bytes one rank's exchanges carry: with one rank, copied locally instead
   switch (p) {
@@ -329,7 +339,7 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
   for (size_t i = 0; i < T; ++i) order[i] = i;
   auto size_of = [&](size_t i) {
     const CollectionTableConfig& t = cfg.tables[i];
-    return table_memory_bytes(t.rows, t.dim, t.optimizer.kind, t.max_load_factor);
+    return table_memory_bytes(t.rows, t.dim, t.optimizer.kind, t.max_load_factor, t.direct_index);
   };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return size_of(a) > size_of(b); });
 
@@ -346,7 +356,7 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
     std::vector<Placement> cands;
     if (req[i].automatic) {
       cands = {Placement::replicated, Placement::localized, Placement::dispatch, Placement::distributed};
-      if (hot_rows > 0) cands.push_back(Placement::hybrid);
+      if (hot_rows > 0 && !t.direct_index) cands.push_back(Placement::hybrid);  // hybrid takes no direct index
     } else {
       cands = {req[i].placement};
     }

@@ -115,6 +115,11 @@ void check_train_config(const TrainConfig& c) {
   SPARTA_REQUIRE(c.memory_mb >= 0, "embedding.memory_mb: expected >= 0 (0: no limit), found %g", c.memory_mb);
   SPARTA_REQUIRE(c.exchange == "fp32" || c.exchange == "bf16", "embedding.exchange: expected fp32 or bf16, found '%s'",
                  c.exchange.c_str());
+  SPARTA_REQUIRE(c.index == "hashed" || c.index == "direct", "embedding.index: expected hashed or direct, found '%s'",
+                 c.index.c_str());
+  SPARTA_REQUIRE(c.index != "direct" || c.rows == 0,
+                 "embedding.index: direct holds every key of a slot's cardinality, so embedding.rows must be 0 (found "
+                 "%lld)", (long long)c.rows);
   const PlannerRates& pr = c.planner_rates;
   for (const auto& r : {std::make_pair("embedding.planner_link_gbps", pr.link_GBps),
                         std::make_pair("embedding.planner_hbm_gbps", pr.hbm_GBps),
@@ -172,7 +177,7 @@ std::string TrainConfig::to_ini() const {
   s << "[embedding]\nrows = " << rows << "\nplacement = " << placement << "\ncombiner = " << combiner << "\n";
   opt(sparse);
   s << "init_scale = " << init_scale << "\nhot_rows = " << hot_rows << "\nmemory_mb = " << memory_mb
-    << "\nexchange = " << exchange
+    << "\nexchange = " << exchange << "\nindex = " << index
     << "\nplanner_link_gbps = " << planner_rates.link_GBps << "\nplanner_hbm_gbps = " << planner_rates.hbm_GBps
     << "\nplanner_collective_us = " << planner_rates.collective_us
     << "\nplanner_group_us = " << planner_rates.group_us << "\n\n";

@@ -218,6 +218,10 @@ void Trainer::build_collection(const Batch& b, int64_t global_batch) {
       t.name = "table" + std::to_string(s);
       t.rows = cfg_.rows > 0 ? cfg_.rows : schema_.cardinality[s];
       t.key_bound = schema_.cardinality[s];  // keys in [0, cardinality); 0: unbounded
+      t.direct_index = cfg_.index == "direct";
+      SPARTA_REQUIRE(!t.direct_index || t.key_bound > 0,
+                     "embedding.index: direct needs every slot's cardinality; slot %d of the training data has none "
+                     "(unbounded keys)", s);
       t.dim = m.embedding_dim;
       t.combiner = parse_combiner(cfg_.combiner);
       t.optimizer = cfg_.sparse;

@@ -192,6 +192,29 @@ BOOST_AUTO_TEST_CASE(same_rank_count_and_plan_give_the_same_bits) {
   BOOST_TEST(testing::all_ranks(c.result.losses != a.result.losses));
 }
 
+// embedding.index = direct trains as hashed does, bit for bit, at every rank count and placement but hybrid: a
+// train lookup finds a key's initial values either way, and the backward's sums do not depend on row ids. (Their
+// eval differs where a key was never trained: zeros hashed, its initial values direct.)
+BOOST_AUTO_TEST_CASE(direct_index_trains_like_hashed) {
+  const Data data;
+  TrainConfig cfg = base_config(data);
+  cfg.eval_path.clear();
+  bool ok = true;
+  for (int ranks : rank_counts())
+    for (const char* placement : {"dispatch", "localized", "replicated", "distributed", "localized:0,replicated,distributed,dispatch"}) {
+      cfg.placement = placement;
+      cfg.index = "hashed";
+      const Run h = train_on(ranks, cfg);
+      cfg.index = "direct";
+      const Run d = train_on(ranks, cfg);
+      if (testing::world_rank() < ranks && !(d.result.losses == h.result.losses && d.params == h.params)) {
+        ok = false;
+        BOOST_TEST_MESSAGE(ranks << " ranks, " << placement << ": direct and hashed differ");
+      }
+    }
+  BOOST_TEST(testing::all_ranks(ok));
+}
+
 // cfg run to step `stop` (its checkpoints in cfg.checkpoint_dir), then resumed from there to cfg.steps.
 std::pair<Run, Run> stop_and_resume(int ranks, const TrainConfig& cfg, int64_t stop, Backend backend = Backend::cpu) {
   TrainConfig first = cfg;
@@ -383,6 +406,13 @@ void expect_error(const TrainConfig& cfg, std::vector<std::string> words) {
 BOOST_AUTO_TEST_CASE(misconfigurations_are_errors_on_every_rank) {
   const Data data;
   TrainConfig c = base_config(data);
+  c.index = "direct";  // direct index: no hybrid table, no embedding.rows
+  c.placement = "hybrid";
+  expect_error(c, {"table0", "hybrid", "direct index"});
+  c.placement = "auto";
+  c.rows = 50;
+  expect_error(c, {"embedding.index", "embedding.rows", "50"});
+  c = base_config(data);
   c.model.num_slots = 5;
   expect_error(c, {"model.num_slots", "4", "5", data.train});
   c = base_config(data);

@@ -311,6 +311,10 @@ BOOST_AUTO_TEST_CASE(every_bench_json_line_carries_the_provenance, *boost::unit_
       {"bench_reader", 1, "--samples 1000 --batch 128 --max-rows 1000 --repeats 1", ""},
       {"bench_collection", 2, "--device cpu --tables custom --rows-list 100,300 --dim 4 --placements dispatch,plan "
                               "--batch 32 --check-samples 4 --warmup 1 --iters 2", "iters"},
+      // direct-index tables, every placement (hybrid left out), checked
+      {"bench_collection", 2, "--device cpu --index direct --tables custom --rows-list 100,300 --dim 4 --placements "
+                              "dispatch,localized,replicated,distributed,hybrid,plan --batch 32 --check-samples 4 "
+                              "--warmup 1 --iters 2", "iters"},
       {"bench_train", 2, "--device cpu --preset small --max-rows 500 --embedding-dim 4 --bottom-mlp 8,4 --top-mlp 8,1 "
                          "--batch 32 --warmup 1 --steps 2", "steps"},
   };
