@@ -1,5 +1,7 @@
 // pooled_forward.cu: CUDA version of pooled_forward.h: hash lookup (get_insert or find), gather and pooling
-// in one kernel.
+// in one kernel. A direct index (hash_table.h) takes the same walk without the bucket stage: a batch's rows
+// follow from its keys (40M rows, hot 8, one H200: eval 0.61 / 0.64 / 1.03 / 1.93 ms at dims 16 / 32 / 64 / 128,
+// against 1.21 / 1.24 / 1.52 / 2.39 hashed; NOTES_embedding.md run 13).
 //
 // A tile of 8 lanes takes a span of 4 consecutive bags (their keys are contiguous in the CSR) and walks its
 // keys in batches of 2, as a pipeline of three stages: while batch n's rows are gathered, batch n+1's first

@@ -1,9 +1,10 @@
-// embedding_table.h: one embedding table of a rank: a GPU hash table (keys → rows), the values
-// [capacity_rows, dim] and the optimizer state [capacity_rows, optimizer_state_width] (layout in
-// kernels/embedding_types.h), with the lookups the placements call and the export/load that checkpoints use.
+// embedding_table.h: one embedding table of a rank: a GPU hash table (keys → rows) or a direct index (row by
+// arithmetic, for bounded keys: direct_stride below), the values [capacity_rows, dim] and the optimizer state
+// [capacity_rows, optimizer_state_width] (layout in kernels/embedding_types.h), with the lookups the placements
+// call and the export/load that checkpoints use.
 //
-// Rows are handed out densely (0, 1, 2, ...) and never freed, so values[0:size) and state[0:size) are the
-// live rows, in the order export_rows() lists their keys. A new row's values come from (seed, table_id, key)
+// Hashed, rows are handed out densely (0, 1, 2, ...) and never freed, so values[0:size) and state[0:size) are the
+// live rows, in the order export_rows() lists their keys (a direct index: every row, from the start). A new row's values come from (seed, table_id, key)
 // (kernels/key_init.h); its state starts at the optimizer's initial state (set for all rows up front, and again
 // by clear(): zeros, adagrad's initial_accumulator, lazy_adam's last step 0), which is what
 // kernels/sparse_optimizer.h requires of a row it has never updated.
