@@ -514,7 +514,7 @@ int main(int argc, char** argv) {
       "placements", po::value(&a.placements)->default_value(a.placements),
       "comma list of dispatch, localized, replicated, distributed, hybrid, plan (the planner's own plan)")(
       "index", po::value(&a.index)->default_value(a.index),
-      "hashed | direct: every table indexes its keys directly (hybrid, which cannot take it, is left out)")(
+      "hashed | direct: every table indexes its keys directly (hybrid: its cold shard)")(
       "alpha", po::value(&a.alpha)->default_value(a.alpha), "power-law exponent of key frequencies (0: uniform)")(
       "optimizer", po::value(&a.optimizer)->default_value(a.optimizer), "sgd | adagrad")(
       "lr", po::value(&a.lr)->default_value(a.lr), "learning rate")(
@@ -565,8 +565,7 @@ int main(int argc, char** argv) {
       }
       SPARTA_REQUIRE(a.index == "hashed" || a.index == "direct", "--index: hashed or direct, found '%s'",
                      a.index.c_str());
-      for (const std::string& p : bench::split_list(a.placements))
-        if (a.index != "direct" || p != "hybrid") placements.push_back(p);  // hybrid takes no direct index
+      placements = bench::split_list(a.placements);
       SPARTA_REQUIRE(!placements.empty(), "--placements: no placement given");
       for (const std::string& p : placements)
         if (p != "plan") parse_placement(p);

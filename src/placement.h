@@ -56,7 +56,8 @@ struct CollectionTableConfig {
   // Every shard indexes its keys directly (src/embedding_table.h direct_stride) instead of hashing them: a lookup
   // loads the row and nothing else. Needs key_bound > 0 and rows == key_bound (the table holds every key of
   // [0, key_bound) from the start: an eval lookup of an untrained key gives its initial values, checkpoints list
-  // every row); such a table shares no physical table with others, and hybrid cannot take it.
+  // every row); such a table shares no physical table with others. Under hybrid the cold shard is direct and the
+  // hot copy hashed, holding its keys from the start.
   bool direct_index = false;
   float init_scale = 0.05f;
   double max_load_factor = 0.5;

@@ -52,9 +52,6 @@ int64_t direct_shard_rows(int64_t key_bound, int world, int rank) {
 }
 
 std::unique_ptr<PlacedTable> make_placed_table(const PlacedTableSetup& s, Exchange& ex) {
-  SPARTA_REQUIRE(!s.table.direct_index || s.plan.placement != Placement::hybrid,
-                 "table '%s': hybrid cannot take a direct index (its frequent keys would be held twice)",
-                 s.table.name.c_str());
   switch (s.plan.placement) {
     case Placement::dispatch: return make_dispatch(s, ex);
     case Placement::localized: return make_localized(s, ex);

@@ -26,6 +26,7 @@ class HybridTable : public PlacedTable {
       : ex_(ex),
         dim_(s.table.dim),
         combiner_(s.table.combiner),
+        direct_(s.table.direct_index),
         hot_keys_(s.plan.hot_keys),
         hot_table_(make_shard(ex.device(), s, std::max<int64_t>(1, int64_t(s.plan.hot_keys.size())), "/hot")),
         cold_(ex, s, "") {
@@ -35,6 +36,9 @@ class HybridTable : public PlacedTable {
     SPARTA_REQUIRE(int64_t(hot_keys_.size()) <= s.table.rows, "table '%s': %zu hot keys for a table of %lld rows",
                    s.table.name.c_str(), hot_keys_.size(), (long long)s.table.rows);
     if (!hot_keys_.empty()) hot_set_ = Buffer<int64_t>(ex.device(), hot_keys_);
+    // A direct index holds every key from the start: so does the hot copy (its keys' initial values), and the
+    // cold shard's rows of the hot keys are never used (nor saved).
+    if (direct_) insert_hot_keys();
   }
 
   void forward(const TableBatch& in, LookupMode mode, float* out) override {
@@ -78,17 +82,19 @@ class HybridTable : public PlacedTable {
   TableRows rows_to_save() override {
     TableRows hot = table_export(*hot_table_);
     if (ex_.rank() != 0) hot = select_rows(hot, std::vector<bool>(hot.rows(), false));  // one writer per row
-    return concat(hot, table_export(cold_.table()));
+    return concat(hot, cold_rows());
   }
-  TableRows held_rows() override { return concat(table_export(*hot_table_), table_export(cold_.table())); }
+  TableRows held_rows() override { return concat(table_export(*hot_table_), cold_rows()); }
   void load_rows(const TableRows& rows) override {
     std::vector<bool> hot(rows.rows()), cold(rows.rows());
     for (size_t i = 0; i < rows.rows(); ++i) {
       hot[i] = std::binary_search(hot_keys_.begin(), hot_keys_.end(), rows.keys[i]);
       cold[i] = !hot[i];
     }
+    if (direct_) hot_table_->clear(ex_.device().stream);  // it held every hot key: the loaded rows replace them
     table_load(*hot_table_, select_rows(rows, hot));
     table_load(cold_.table(), select_rows(rows, cold));
+    if (direct_) insert_hot_keys();  // hot keys the checkpoint lacks: their initial values
   }
   size_t memory_bytes() const override { return table_memory_bytes(*hot_table_) + cold_.memory_bytes(); }
 
@@ -131,6 +137,24 @@ class HybridTable : public PlacedTable {
     table_update(*hot_table_, iota, rows, touched, touched, grads, Combiner::sum, step, lr_scale);
   }
 
+  // Every hot key into the hot copy (the absent ones with their initial values). Synchronizes.
+  void insert_hot_keys() {
+    if (hot_keys_.empty()) return;
+    const Device& dev = ex_.device();
+    Buffer<int64_t> rows(dev, hot_keys_.size());
+    hot_table_->insert_rows(hot_set_.data(), int64_t(hot_keys_.size()), rows.data(), dev.stream);
+    table_check(*hot_table_);  // synchronizes: `rows` may go
+  }
+
+  // The cold shard's rows; with a direct index, without its (unused) rows of the hot keys.
+  TableRows cold_rows() {
+    TableRows c = table_export(cold_.table());
+    if (!direct_) return c;
+    std::vector<bool> keep(c.rows());
+    for (size_t i = 0; i < c.rows(); ++i) keep[i] = !std::binary_search(hot_keys_.begin(), hot_keys_.end(), c.keys[i]);
+    return select_rows(c, keep);
+  }
+
   static TableRows concat(TableRows a, const TableRows& b) {
     a.keys.insert(a.keys.end(), b.keys.begin(), b.keys.end());
     a.values.insert(a.values.end(), b.values.begin(), b.values.end());
@@ -141,6 +165,7 @@ class HybridTable : public PlacedTable {
   Exchange& ex_;
   int dim_;
   Combiner combiner_;
+  bool direct_;                    // the table has a direct index (the cold shard's; the hot copy is hashed)
   std::vector<int64_t> hot_keys_;  // ascending
   Buffer<int64_t> hot_set_;        // the same on the device
   std::unique_ptr<EmbeddingTable> hot_table_;  // the copy of the hot rows, [H] rows

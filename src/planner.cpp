@@ -37,8 +37,6 @@ void check_collection_config(const CollectionConfig& cfg) {
                    "table '%s': a direct index holds every key of [0, key_bound): it needs key_bound > 0 and rows == "
                    "key_bound, found key_bound %lld and rows %lld",
                    n, (long long)t.key_bound, (long long)t.rows);
-    SPARTA_REQUIRE(!t.direct_index || t.placement != "hybrid",
-                   "table '%s': hybrid cannot take a direct index (its frequent keys would be held twice)", n);
     SPARTA_REQUIRE(!t.slots.empty(), "table '%s': serves no slot", n);
     for (int s : t.slots) {
       SPARTA_REQUIRE(s >= 0 && s < cfg.num_slots, "table '%s': slot %d outside [0, %d)", n, s, cfg.num_slots);
@@ -222,7 +220,9 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       break;
     case Placement::hybrid: {
       // the hot keys: an all-reduce of their [hot_rows, dim] gradient and counts; the rest: dispatch
-      c.memory_busiest = c.memory_every = mem(std::max<int64_t>(1, hot_rows)) + mem(shard);
+      // the hot copy is hashed (with a direct index too: only the cold shard is direct)
+      c.memory_busiest = c.memory_every =
+          table_memory_bytes(std::max<int64_t>(1, hot_rows), t.dim, t.optimizer.kind, t.max_load_factor) + mem(shard);
       const double H = double(hot_rows);
       double covered = 0;  // share of lookups the hot keys take
       for (size_t i = 0; i < size_t(hot_rows) && i < stats.top.size() && stats.keys > 0; ++i)
@@ -356,7 +356,7 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
     std::vector<Placement> cands;
     if (req[i].automatic) {
       cands = {Placement::replicated, Placement::localized, Placement::dispatch, Placement::distributed};
-      if (hot_rows > 0 && !t.direct_index) cands.push_back(Placement::hybrid);  // hybrid takes no direct index
+      if (hot_rows > 0) cands.push_back(Placement::hybrid);
     } else {
       cands = {req[i].placement};
     }

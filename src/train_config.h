@@ -70,7 +70,7 @@ struct TrainConfig {
   double memory_mb = 0;          // device memory per rank for the tables (0: no limit)
   std::string exchange = "fp32";  // fp32 | bf16: the wire type of vectors and gradients between ranks
   // hashed | direct: direct indexes every table's keys by value (src/placement.h direct_index): every slot needs
-  // a cardinality and its table that many rows (embedding.rows 0), and no table can be hybrid
+  // a cardinality and its table that many rows (embedding.rows 0)
   std::string index = "hashed";
   // The planner's rates (planner_link_gbps, planner_hbm_gbps, planner_collective_us, planner_group_us; each > 0)
   PlannerRates planner_rates;

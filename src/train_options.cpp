@@ -79,8 +79,8 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
       "embedding.hot_rows", po::value<int64_t>(&c.hot_rows)->default_value(0), "hybrid: replicated frequent rows per table (0: the planner's default)")(
       "embedding.memory_mb", po::value<double>(&c.memory_mb)->default_value(0), "device memory per rank for the tables, MiB (0: no limit); the planner must fit it")(
       "embedding.index", po::value<std::string>(&c.index)->default_value("hashed"),
-      "hashed | direct: direct indexes keys by value (a lookup reads the row only); every slot needs a cardinality, "
-      "embedding.rows 0, no hybrid table")(
+      "hashed | direct: direct indexes keys by value (a lookup reads the row only); every slot needs a cardinality "
+      "and embedding.rows 0")(
       "embedding.exchange", po::value<std::string>(&c.exchange)->default_value("fp32"),
       "fp32 | bf16: bf16 halves the bytes between ranks; vectors and gradients rounded to bf16 on the way, sums in fp32")(
       "embedding.planner_link_gbps", po::value<double>(&c.planner_rates.link_GBps)->default_value(PlannerRates().link_GBps),

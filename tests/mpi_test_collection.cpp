@@ -553,8 +553,7 @@ void mixed(Backend b) {
 }
 void mixed_auto(Backend b) { check_placements(b, {"auto", "dispatch", "auto", "hybrid", "auto"}, CommMode::mpi); }
 
-// The same tables with a direct index (keys in [0, rows)): every placement but hybrid, alone and mixed, and the
-// planner's choice.
+// The same tables with a direct index (keys in [0, rows)): every placement alone, mixed, and the planner's choice.
 std::vector<TableDef> direct_tables() {
   std::vector<TableDef> d = kTables;
   for (TableDef& t : d) t.key_bound = t.rows, t.direct = true;
@@ -563,7 +562,8 @@ std::vector<TableDef> direct_tables() {
 void direct_each(Backend b) {
   const std::string owner = "localized:" + std::to_string(testing::world_size() - 1);
   for (const std::vector<std::string>& p : std::vector<std::vector<std::string>>{
-           {"dispatch"}, {"distributed"}, {"replicated"}, {owner}, {"distributed", owner, "replicated", "dispatch", "auto"}})
+           {"dispatch"}, {"distributed"}, {"replicated"}, {owner}, {"hybrid"},
+           {"hybrid", "distributed", owner, "replicated", "auto"}})
     check_placements(b, p, CommMode::mpi, 0, direct_tables());
 }
 SPARTA_MPI_BACKEND_CASES(direct_index_tables_match_reference, direct_each)
@@ -854,10 +854,10 @@ void check_checkpoint(Backend backend) {
 SPARTA_MPI_BACKEND_CASES(checkpoint_reshards_to_other_world_sizes_and_plans, check_checkpoint)
 // Direct-index tables (every row saved) to other world sizes and plans.
 void check_direct_checkpoint(Backend backend) {
-  check_checkpoint_of(backend, {"dispatch", "localized:0", "replicated", "distributed", "dispatch"}, direct_tables(),
+  check_checkpoint_of(backend, {"hybrid", "localized:0", "replicated", "distributed", "dispatch"}, direct_tables(),
                       kSlots, [](int world) {
                         return std::vector<std::string>{"distributed", "localized:" + std::to_string(world - 1),
-                                                        "dispatch", "replicated", "distributed"};
+                                                        "hybrid", "replicated", "dispatch"};
                       });
 }
 SPARTA_MPI_BACKEND_CASES(direct_index_checkpoint_reshards_to_other_world_sizes_and_plans, check_direct_checkpoint)

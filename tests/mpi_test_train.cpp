@@ -192,16 +192,17 @@ BOOST_AUTO_TEST_CASE(same_rank_count_and_plan_give_the_same_bits) {
   BOOST_TEST(testing::all_ranks(c.result.losses != a.result.losses));
 }
 
-// embedding.index = direct trains as hashed does, bit for bit, at every rank count and placement but hybrid: a
-// train lookup finds a key's initial values either way, and the backward's sums do not depend on row ids. (Their
-// eval differs where a key was never trained: zeros hashed, its initial values direct.)
+// embedding.index = direct trains as hashed does, bit for bit, at every rank count and placement: a train lookup
+// finds a key's initial values either way, and the backward's sums do not depend on row ids. (Their eval differs
+// where a key was never trained: zeros hashed, its initial values direct.)
 BOOST_AUTO_TEST_CASE(direct_index_trains_like_hashed) {
   const Data data;
   TrainConfig cfg = base_config(data);
   cfg.eval_path.clear();
   bool ok = true;
   for (int ranks : rank_counts())
-    for (const char* placement : {"dispatch", "localized", "replicated", "distributed", "localized:0,replicated,distributed,dispatch"}) {
+    for (const char* placement : {"dispatch", "localized", "replicated", "distributed", "hybrid",
+                                  "localized:0,replicated,distributed,hybrid"}) {
       cfg.placement = placement;
       cfg.index = "hashed";
       const Run h = train_on(ranks, cfg);
@@ -406,10 +407,7 @@ void expect_error(const TrainConfig& cfg, std::vector<std::string> words) {
 BOOST_AUTO_TEST_CASE(misconfigurations_are_errors_on_every_rank) {
   const Data data;
   TrainConfig c = base_config(data);
-  c.index = "direct";  // direct index: no hybrid table, no embedding.rows
-  c.placement = "hybrid";
-  expect_error(c, {"table0", "hybrid", "direct index"});
-  c.placement = "auto";
+  c.index = "direct";  // a direct index takes no embedding.rows
   c.rows = 50;
   expect_error(c, {"embedding.index", "embedding.rows", "50"});
   c = base_config(data);

@@ -67,8 +67,8 @@ BOOST_AUTO_TEST_CASE(bad_configurations_name_the_table) {
   BOOST_CHECK_MESSAGE(has(e, "'a'") && has(e, "owner") && has(e, "'5'"), e);
 }
 
-// A direct index: key_bound > 0 and rows == key_bound, never hybrid; its memory has no hash slots, and a key % world
-// shard holds ceil(key_bound / world) rows.
+// A direct index: key_bound > 0 and rows == key_bound; its memory has no hash slots, a key % world shard holds
+// ceil(key_bound / world) rows, and hybrid's hot copy stays hashed.
 BOOST_AUTO_TEST_CASE(direct_index_tables) {
   CollectionConfig c;
   c.num_slots = 1;
@@ -81,15 +81,21 @@ BOOST_AUTO_TEST_CASE(direct_index_tables) {
   e = error_of([&] { check_collection_config(c); });
   BOOST_CHECK_MESSAGE(has(e, "'d'") && has(e, "rows 1000"), e);
   c.tables[0].key_bound = 1000;
-  c.tables[0].placement = "hybrid";
-  e = error_of([&] { check_collection_config(c); });
-  BOOST_CHECK_MESSAGE(has(e, "'d'") && has(e, "hybrid"), e);
   c.tables[0].placement = "dispatch";
   PlannerOptions o;
   o.world = 3;
   o.global_batch = 96;
   Plan p = make_plan(c, o, {});
   BOOST_CHECK_EQUAL(p.tables[0].memory_bytes, EmbeddingTable::memory_bytes(334, 8, OptimizerKind::sgd, 0.5, true));
+  c.tables[0].placement = "hybrid";
+  c.tables[0].hot_rows = 5;
+  TableKeyStats st;
+  st.samples = 10;
+  st.keys = 50;
+  for (int64_t k = 0; k < 5; ++k) st.top.push_back({k, 10});
+  p = make_plan(c, o, {st});
+  BOOST_CHECK_EQUAL(p.tables[0].memory_bytes, EmbeddingTable::memory_bytes(5, 8, OptimizerKind::sgd, 0.5) +
+                                                  EmbeddingTable::memory_bytes(334, 8, OptimizerKind::sgd, 0.5, true));
 }
 
 BOOST_AUTO_TEST_CASE(explicit_plans_are_honoured) {
