@@ -177,7 +177,8 @@ int64_t HashTable::slot_count(int64_t capacity_rows, double max_load_factor) {
   return slots;
 }
 
-size_t HashTable::memory_bytes(int64_t capacity_rows, double max_load_factor) {
+size_t HashTable::memory_bytes(int64_t capacity_rows, double max_load_factor, bool direct) {
+  if (direct) return sizeof(HashTableMeta);
   return size_t(slot_count(capacity_rows, max_load_factor)) * sizeof(HashSlot) + sizeof(HashTableMeta);
 }
 

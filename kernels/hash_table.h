@@ -160,9 +160,10 @@ class HashTable {
   // is outside [0, stride) or the largest key overflows int64.
   HashTable(const Device& dev, std::string name, int64_t capacity_rows, DirectIndex direct);
 
-  // Slots for a table of capacity_rows at max_load_factor, and the bytes the table itself takes.
+  // Slots for a table of capacity_rows at max_load_factor, and the bytes the table itself takes (a direct index:
+  // its counters only).
   static int64_t slot_count(int64_t capacity_rows, double max_load_factor);
-  static size_t memory_bytes(int64_t capacity_rows, double max_load_factor);
+  static size_t memory_bytes(int64_t capacity_rows, double max_load_factor, bool direct = false);
 
   const std::string& name() const { return name_; }
   const Device& device() const { return dev_; }

@@ -61,8 +61,8 @@ void check_args(const ForwardArgs& a, const char* what) {
   SPARTA_REQUIRE(a.rows_init.dim >= 1 && a.rows_init.dim <= 256, "%s: dim must be in 1..256, found %d", what,
                  a.rows_init.dim);
   SPARTA_REQUIRE(a.bags >= 0, "%s: bags must be >= 0, found %lld", what, (long long)a.bags);
-  SPARTA_REQUIRE(a.bags == 0 || (a.out && a.rows_init.values && (a.table.slots || a.table.direct_stride > 0)), "%s: null output, values or table",
-                 what);
+  SPARTA_REQUIRE(a.bags == 0 || (a.out && a.rows_init.values && (a.table.slots || a.table.direct_stride > 0)),
+                 "%s: null output, values or table", what);
 }
 
 void dispatch(const Device& dev, const ForwardArgs& a, const char* what, Stream stream) {

@@ -55,7 +55,7 @@ void check_keys_per_call(const std::string& table, const char* what, int64_t n) 
 
 size_t EmbeddingTable::memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimizer, double max_load_factor,
                                    bool direct_index) {
-  return (direct_index ? sizeof(HashTableMeta) : HashTable::memory_bytes(capacity_rows, max_load_factor)) +
+  return HashTable::memory_bytes(capacity_rows, max_load_factor, direct_index) +
          size_t(capacity_rows) * size_t(dim + optimizer_state_width(optimizer, dim)) * sizeof(float);
 }
 

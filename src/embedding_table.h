@@ -3,11 +3,11 @@
 // [capacity_rows, optimizer_state_width] (layout in kernels/embedding_types.h), with the lookups the placements
 // call and the export/load that checkpoints use.
 //
-// Hashed, rows are handed out densely (0, 1, 2, ...) and never freed, so values[0:size) and state[0:size) are the
-// live rows, in the order export_rows() lists their keys (a direct index: every row, from the start). A new row's values come from (seed, table_id, key)
-// (kernels/key_init.h); its state starts at the optimizer's initial state (set for all rows up front, and again
-// by clear(): zeros, adagrad's initial_accumulator, lazy_adam's last step 0), which is what
-// kernels/sparse_optimizer.h requires of a row it has never updated.
+// Hashed, rows are handed out densely (0, 1, 2, ...) and never freed, so values[0:size) and state[0:size) are
+// the live rows, in the order export_rows() lists their keys (a direct index: every row, from the start). A new
+// row's values come from (seed, table_id, key) (kernels/key_init.h); its state starts at the optimizer's initial
+// state (set for all rows up front, and again by clear(): zeros, adagrad's initial_accumulator, lazy_adam's last
+// step 0), which is what kernels/sparse_optimizer.h requires of a row it has never updated.
 //
 // A train step: pooled_forward (train, rows out) → the model's gradient of the pooled output →
 // backward_and_update (kernels/embedding_backward.h), which sums each touched row's gradient in a fixed order
@@ -57,7 +57,7 @@ struct EmbeddingTableConfig {
   // keys 0 .. capacity_rows - 1; the shard of the keys with key % world == rank: stride world, offset rank).
   // A lookup then loads the row and nothing else. Every row exists from the start with its initial values: an
   // eval lookup of a key never trained gives them (not zeros), size() is capacity_rows, export_rows lists every
-  // row, and load_rows writes rows by key (one a key outside the index is an error). Keys outside the index are
+  // row, and load_rows writes rows by key (a key outside the index is an error). Keys outside the index are
   // refused in train (an error at the check) and give zeros in eval. max_load_factor is not used; tagged_keys
   // cannot be set.
   int64_t direct_stride = 0;

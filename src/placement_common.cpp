@@ -202,21 +202,19 @@ EmbeddingTableConfig shard_config(const PlacedTableSetup& s, int64_t capacity_ro
 }
 
 std::unique_ptr<EmbeddingTable> make_shard(const Device& dev, const PlacedTableSetup& s, int64_t capacity_rows,
-                                           const std::string& suffix) {
-  return std::make_unique<EmbeddingTable>(dev, shard_config(s, capacity_rows, suffix));
+                                           const std::string& suffix, DirectIndex direct) {
+  return std::make_unique<EmbeddingTable>(dev, shard_config(s, capacity_rows, suffix, direct));
 }
 
 std::unique_ptr<EmbeddingTable> make_whole_shard(const Device& dev, const PlacedTableSetup& s,
                                                  const std::string& suffix) {
-  const DirectIndex direct = s.table.direct_index ? DirectIndex{1, 0} : DirectIndex{0, 0};
-  return std::make_unique<EmbeddingTable>(dev, shard_config(s, s.table.rows, suffix, direct));
+  return make_shard(dev, s, s.table.rows, suffix, s.table.direct_index ? DirectIndex{1, 0} : DirectIndex{0, 0});
 }
 
 std::unique_ptr<EmbeddingTable> make_modulo_shard(const Device& dev, const PlacedTableSetup& s, int world, int rank,
                                                   const std::string& suffix) {
   if (!s.table.direct_index) return make_shard(dev, s, modulo_shard_rows(s.table.rows, world, s.shard_slack), suffix);
-  return std::make_unique<EmbeddingTable>(
-      dev, shard_config(s, direct_shard_rows(s.table.key_bound, world, rank), suffix, DirectIndex{world, rank}));
+  return make_shard(dev, s, direct_shard_rows(s.table.key_bound, world, rank), suffix, DirectIndex{world, rank});
 }
 
 // ----------------------------------------------------------------------------

@@ -89,9 +89,9 @@ size_t table_memory_bytes(const EmbeddingTable& t);
 // a direct index of capacity_rows rows.
 EmbeddingTableConfig shard_config(const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix,
                                   DirectIndex direct = DirectIndex{0, 0});
-// A hashed shard of capacity_rows (hybrid's hot keys).
+// A shard of capacity_rows: hashed (hybrid's hot keys), or a direct index when direct.stride > 0.
 std::unique_ptr<EmbeddingTable> make_shard(const Device& dev, const PlacedTableSetup& s, int64_t capacity_rows,
-                                           const std::string& suffix);
+                                           const std::string& suffix, DirectIndex direct = DirectIndex{0, 0});
 // A shard of the whole table (localized, replicated): s.table.rows rows, a direct index when the table has one.
 std::unique_ptr<EmbeddingTable> make_whole_shard(const Device& dev, const PlacedTableSetup& s,
                                                  const std::string& suffix);
