@@ -4,7 +4,7 @@
 //
 //   bench_embedding [--rows 40000000] [--dims 128] [--batch 65536] [--slots 26] [--hot 1] [--alphas 0,1.1]
 //                   [--hotness 3,2,1,...] [--modes eval,train,step] [--out-types f32] [--lr 0.01]
-//                   [--index hashed] [--out f.jsonl]
+//                   [--index hashed] [--update sorted] [--out f.jsonl]
 //
 // The table holds `rows` keys (a bijection of 0..rows-1); each bag takes `hot` keys (hot = 1: one-hot) drawn
 // with P(rank) ~ rank^-alpha over a fixed random permutation of the held keys (alpha 0: uniform), the same
@@ -20,6 +20,9 @@
 // gradient is a fixed random [bags, dim] array) and timed backward_and_update alone on the same rows.
 // --index direct: the table has a direct index (EmbeddingTable direct_stride 1: row = key) and the keys are the
 // ranks' permuted indices themselves, 0..rows-1, instead of their hashes; hashed (the default): hash slots.
+// --update atomic: the step's SGD update key by key with float atomics (OptimizerConfig::atomic_update,
+// kernels/atomic_sgd.h: no sort, not bitwise reproducible; rows_updated is then not counted and recorded null);
+// sorted (the default): the fixed-order backward.
 // With no axis options the default points run: 40M x 128 one-hot (alpha 0 and 1.1), 40M x 32 hot 8, 10M x 16.
 #include <algorithm>
 #include <cmath>
@@ -106,7 +109,7 @@ std::vector<float> upstream_gradient(size_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string rows_s, dims_s, batch_s, slots_s, hot_s, hotness_s, alphas_s, modes_s, types_s, combiner_s, index_s;
+  std::string rows_s, dims_s, batch_s, slots_s, hot_s, hotness_s, alphas_s, modes_s, types_s, combiner_s, index_s, update_s;
   float lr = 0.01f;
   bench::Driver d("bench_embedding", argc, argv, {/*warmup*/ 5, /*repeats*/ 20});
   d.options().add_options()("rows", po::value(&rows_s), "table rows (list)")(
@@ -118,7 +121,8 @@ int main(int argc, char** argv) {
       "out-types", po::value(&types_s)->default_value("f32"), "f32 | bf16 | f16 (list)")(
       "combiner", po::value(&combiner_s)->default_value("sum"), "sum | mean")(
       "lr", po::value(&lr)->default_value(0.01f), "SGD learning rate of the step")(
-      "index", po::value(&index_s)->default_value("hashed"), "hashed | direct (row = key)");
+      "index", po::value(&index_s)->default_value("hashed"), "hashed | direct (row = key)")(
+      "update", po::value(&update_s)->default_value("sorted"), "sorted | atomic (the step's SGD update)");
   // Each rank measures its own device; rank 0's measurements are recorded, every rank's results checked.
   return d.run("usage: [mpiexec -n N] bench_embedding [options]", [&] {
     const int repeats = d.repeats(), warmup = d.warmup();
@@ -127,6 +131,9 @@ int main(int argc, char** argv) {
     Combiner comb = parse_combiner(combiner_s);
     SPARTA_REQUIRE(index_s == "hashed" || index_s == "direct", "--index: hashed or direct, found '%s'", index_s.c_str());
     const bool direct = index_s == "direct";
+    SPARTA_REQUIRE(update_s == "sorted" || update_s == "atomic", "--update: sorted or atomic, found '%s'",
+                   update_s.c_str());
+    const bool atomic = update_s == "atomic";
     std::vector<std::string> modes = bench::split_list(modes_s);
     bool step_mode = false;
     std::vector<std::string> forward_modes;
@@ -192,6 +199,7 @@ int main(int argc, char** argv) {
       tc.init_scale = 0.5f;
       tc.optimizer.kind = OptimizerKind::sgd;
       tc.optimizer.lr = lr;
+      tc.optimizer.atomic_update = atomic;
       tc.direct_stride = direct ? 1 : 0;
       EmbeddingTable table(dev, tc);
       const KeyInit ki = table.key_init();
@@ -346,15 +354,16 @@ int main(int argc, char** argv) {
         }
         backward();
         table.check_lookups(MissingKey::zeros, dev.stream);
-        int64_t updated = table.rows_updated(dev.stream);
-        wrong += updated != unique;
+        const int64_t updated = atomic ? -1 : table.rows_updated(dev.stream);  // -1: not counted
+        wrong += !atomic && updated != unique;
         std::vector<float> after(size_t(p.dim));
         for (const auto& [r, s] : sum) {
           copy_to_host(dev, after.data(), table.values() + size_t(r) * p.dim, sizeof(float) * p.dim);
           const std::vector<float>& w0 = before[r];
           for (int e = 0; e < p.dim; ++e) {
             float want = w0[e] - lr * s[e];
-            // Summation order differs for rows over several blocks of the sorted keys: float rounding only.
+            // Summation order differs for rows over several blocks of the sorted keys, and for every row several
+            // keys touch with --update atomic: float rounding only.
             float tol = 1e-6f + 1e-5f * (std::fabs(w0[e]) + lr * abs_sum[r][e]);
             wrong += !(std::fabs(after[e] - want) <= tol);
           }
@@ -371,12 +380,13 @@ int main(int argc, char** argv) {
         d.record(strprintf("\"bench\":\"embedding_step\",\"rows\":%lld,\"dim\":%d,\"batch\":%lld,\"slots\":%d,"
                             "\"hot\":%d,\"hotness\":\"%s\",\"alpha\":%g,\"combiner\":\"%s\",\"optimizer\":\"sgd\",\"lr\":%g,"
                             "\"unique_keys\":%lld,\"nnz\":%lld,\"step_ms\":%.5f,"
-                            "\"backward_update_ms\":%.5f,\"rows_updated\":%lld,\"copy_GBps\":%.2f,\"wrong\":%zu,"
-                            "\"index\":\"%s\",\"device\":\"%s\"",
+                            "\"backward_update_ms\":%.5f,\"rows_updated\":%s,\"copy_GBps\":%.2f,\"wrong\":%zu,"
+                            "\"index\":\"%s\",\"update\":\"%s\",\"device\":\"%s\"",
                             (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, hot_s.c_str(), alpha,
                             combiner_name(comb),
                             double(lr), (long long)unique, (long long)nnz, med, bmed,
-                            (long long)updated, copy_gbps, wrong, index_s.c_str(), devname.c_str()));
+                            updated < 0 ? "null" : std::to_string(updated).c_str(), copy_gbps, wrong,
+                            index_s.c_str(), update_s.c_str(), devname.c_str()));
       }
     }
   });

@@ -8,7 +8,7 @@
 #   tests       every suite (tests/run_all.sh) with 1 rank, and 2 when there are 2 GPUs
 #   kernels     bench_hashtable, bench_embedding; peer_torch.py (EmbeddingBag): one-hot (uniform, power-law),
 #               hot 8 at dims 16-128 and the DCNv2 hotness at dim 128 (bench_embedding with the hashed and the
-#               direct index)
+#               direct index, the step with the sorted and the atomic SGD update)
 #   comm        bench_alltoall (nccl, then hier and mpi) at 2 ranks; peer_a2a.py
 #   collection  bench_collection: MLPerf v1 one-hot and DCNv2 multi-hot tables, every placement and the plan, 1 and
 #               2 GPUs, 65536 samples per GPU, hashed and direct index
@@ -82,6 +82,10 @@ for part in "${parts[@]}"; do
           --hot 8 --alphas 0 --out "$out/bench.jsonl"
         run bench_embedding.log "$build/bin/bench_embedding" --index $index --rows 40000000 --dims 128 \
           --hotness "$dcnv2_hotness" --alphas 0 --out "$out/bench.jsonl"
+        run bench_embedding.log "$build/bin/bench_embedding" --index $index --update atomic --rows 40000000 \
+          --dims 16,32,64,128 --hot 8 --alphas 0 --modes step --out "$out/bench.jsonl"
+        run bench_embedding.log "$build/bin/bench_embedding" --index $index --update atomic --rows 40000000 \
+          --dims 128 --hotness "$dcnv2_hotness" --alphas 0 --modes step --out "$out/bench.jsonl"
       done
       for d in 16 32 64 128; do
         peer peer_torch.py --rows 40000000 --dim $d --batch 65536 --slots 26 --hot 8 --alpha 0

@@ -25,6 +25,10 @@ struct OptimizerConfig {
   float beta2 = 0.999f;        // adam, lazy_adam
   float epsilon = 1e-8f;       // adagrad, adam, lazy_adam
   float initial_accumulator = 0.0f;  // adagrad
+  // sgd only: the backward and update applied key by key with float atomics (kernels/atomic_sgd.h, HugeCTR's
+  // atomic_update): no sort, much faster with many keys per step, but a row several keys touch is not
+  // reproducible bit for bit. false: the sorted, fixed-order backward (kernels/embedding_backward.h).
+  bool atomic_update = false;
 };
 
 inline int optimizer_state_width(OptimizerKind kind, int dim) {

@@ -220,6 +220,88 @@ __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forwar
   }
 }
 
+// A direct index with rows of at most 16 floats (dim % 4 == 0): a quad of 4 lanes per span of kQuadSpan bags, one
+// float4 of the row per lane, walking the span's keys kQuadBatch at a time: each lane turns 2 of the batch's keys
+// into rows (arithmetic), all kQuadBatch rows are loaded before the first add, then added to their bags in key
+// order (the sums and the rows out are those of embedding_forward_kernel, bit for bit). The 8-lane tile of that
+// kernel keeps half its lanes idle on a 64-byte row and has 2 rows in flight per tile; here 8 quads of a warp
+// keep 8 rows each in flight (hot 8, dim 16, one H200: NOTES_embedding.md run 14).
+constexpr int kQuad = 4;
+constexpr int kQuadSpan = 4;   // bags per quad task (lane j < nb + 1 loads offsets[b0 + j], the last by all)
+constexpr int kQuadBatch = 8;  // keys per batch: 2 per lane
+
+template <class OutT, bool kTrain>
+__global__ void __launch_bounds__(256) direct_quad_kernel(ForwardArgs a) {
+  auto quad = cg::tiled_partition<kQuad>(cg::this_thread_block());
+  const int lane = quad.thread_rank();
+  const int dim = a.rows_init.dim;
+  const int e = lane * 4;  // this lane's float4 of a row
+  const bool active = e < dim;
+  const float* values = a.rows_init.values;
+  const bool mean = a.combiner == Combiner::mean;
+  OutT* out = static_cast<OutT*>(a.out);
+  const int64_t tasks = (a.bags + kQuadSpan - 1) / kQuadSpan;
+  const int64_t quads = int64_t(gridDim.x) * (blockDim.x / kQuad);
+  for (int64_t task = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / kQuad; task < tasks; task += quads) {
+    const int64_t b0 = task * kQuadSpan;
+    const int nb = static_cast<int>(a.bags - b0 < kQuadSpan ? a.bags - b0 : kQuadSpan);
+    const int64_t off = lane < nb ? (a.offsets ? a.offsets[b0 + lane] : b0 + lane) : 0;
+    const int64_t k_end = a.offsets ? a.offsets[b0 + nb] : b0 + nb;
+    int bag = 0;
+    int64_t bag_start = quad.shfl(off, 0);
+    int64_t bag_end = nb > 1 ? quad.shfl(off, 1) : k_end;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    auto write = [&]() {  // the current bag out, then the next bag's bounds
+      if (active) {
+        const float n = static_cast<float>(bag_end - bag_start);
+        if (mean && bag_end > bag_start)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) acc[q] = acc[q] / n;
+        store_out<OutT>(out + (b0 + bag) * dim + e, acc);
+      }
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[q] = 0.f;
+      ++bag;
+      bag_start = bag_end;
+      const int64_t next = quad.shfl(off, bag + 1 < kQuadSpan ? bag + 1 : 0);
+      bag_end = bag + 1 < nb ? next : k_end;
+    };
+    for (int64_t i0 = bag_start; i0 < k_end; i0 += kQuadBatch) {
+      const int cnt = static_cast<int>(k_end - i0 < kQuadBatch ? k_end - i0 : kQuadBatch);
+      // Lane l resolves keys l and l + 4 of the batch.
+      int64_t mine[2];
+      int bad = 0;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int j = h * kQuad + lane;
+        mine[h] = j < cnt ? direct_row(a.table, static_cast<uint64_t>(a.keys[i0 + j])) : -1;
+        bad += j < cnt && mine[h] < 0;
+        if (a.rows && j < cnt) a.rows[i0 + j] = mine[h];
+      }
+      if (bad)
+        atomicAdd(reinterpret_cast<unsigned long long*>(kTrain ? &a.table.meta->refused : &a.table.meta->missing),
+                  (unsigned long long)bad);
+      float4 v[kQuadBatch];
+#pragma unroll
+      for (int j = 0; j < kQuadBatch; ++j) {
+        const int64_t r = quad.shfl(mine[j / kQuad], j % kQuad);
+        v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (j < cnt && r >= 0 && active) {
+          const float4* p = reinterpret_cast<const float4*>(values + r * dim + e);
+          v[j] = kTrain ? __ldcg(p) : __ldg(p);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kQuadBatch; ++j) {
+        if (j >= cnt) break;
+        while (i0 + j >= bag_end) write();  // the walk passed the end of `bag` (and of any empty bags after it)
+        acc[0] += v[j].x, acc[1] += v[j].y, acc[2] += v[j].z, acc[3] += v[j].w;
+      }
+    }
+    while (bag < nb) write();
+  }
+}
+
 // ----------------------------------------------------------------------------
 // launchers
 
@@ -237,8 +319,19 @@ void launch(const ForwardArgs& a, Stream stream) {
 }
 
 template <class OutT, bool kTrain>
+void launch_quad(const ForwardArgs& a, Stream stream) {
+  const int block = 256;
+  const int64_t tasks = (a.bags + kQuadSpan - 1) / kQuadSpan;
+  auto kernel = direct_quad_kernel<OutT, kTrain>;
+  int grid = hashdev::resident_grid(kernel, block, (tasks + block / kQuad - 1) / (block / kQuad));
+  kernel<<<grid, block, 0, stream>>>(a);
+  CUDA_CHECK_LAUNCH("direct_quad_kernel");
+}
+
+template <class OutT, bool kTrain>
 void launch_for_dim(const ForwardArgs& a, bool vec4, Stream stream) {
   int dim = a.rows_init.dim;
+  if (vec4 && dim <= 16 && a.table.direct_stride > 0) return launch_quad<OutT, kTrain>(a, stream);
   if (vec4) {  // lane chunks of 4 floats: C = dim / 32 rounded up to a power of two
     if (dim <= 32) return launch<4, 1, OutT, kTrain>(a, stream);
     if (dim <= 64) return launch<4, 2, OutT, kTrain>(a, stream);

@@ -27,7 +27,8 @@ bool groupable(const CollectionTableConfig& t, size_t i) {
 
 bool same_optimizer(const OptimizerConfig& a, const OptimizerConfig& b) {
   return a.kind == b.kind && a.lr == b.lr && a.momentum == b.momentum && a.beta1 == b.beta1 && a.beta2 == b.beta2 &&
-         a.epsilon == b.epsilon && a.initial_accumulator == b.initial_accumulator;
+         a.epsilon == b.epsilon && a.initial_accumulator == b.initial_accumulator &&
+         a.atomic_update == b.atomic_update;
 }
 
 // Whether two groupable tables can be one physical table under their plans.

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "src/base/check.h"
+#include "kernels/atomic_sgd.h"
 #include "kernels/fill.h"
 #include "kernels/key_init.h"
 #include "kernels/route.h"
@@ -35,6 +36,9 @@ const EmbeddingTableConfig& checked(const EmbeddingTableConfig& c) {
   SPARTA_REQUIRE(c.direct_stride == 0 || !c.tagged_keys,
                  "embedding table '%s': a direct index (direct_stride %lld) cannot take tagged keys", name,
                  (long long)c.direct_stride);
+  SPARTA_REQUIRE(!c.optimizer.atomic_update || c.optimizer.kind == OptimizerKind::sgd,
+                 "embedding table '%s': atomic_update applies to sgd only, the optimizer is %s", name,
+                 optimizer_name(c.optimizer.kind));
   return c;
 }
 
@@ -192,6 +196,10 @@ void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* 
   OptimizerConfig opt = cfg_.optimizer;
   if (lr_scale != 1.0f) opt.lr = opt.lr * lr_scale;
   try {
+    if (opt.atomic_update) {  // no sort, no workspace: key by key (kernels/atomic_sgd.h)
+      atomic_sgd_update(dev_, b, opt.lr, values_.data(), cfg_.capacity_rows, cfg_.dim, stream);
+      return;
+    }
     sparta::backward_and_update(dev_, b, workspace(nnz, stream), opt, step, values_.data(), state_.data(),
                                 stream);
   } catch (const Error& e) {
@@ -252,6 +260,9 @@ void EmbeddingTable::insert_rows(const int64_t* keys, int64_t n, int64_t* rows, 
 }
 
 int64_t EmbeddingTable::rows_updated(Stream stream) {
+  SPARTA_REQUIRE(!cfg_.optimizer.atomic_update,
+                 "embedding table '%s': rows_updated is not counted with atomic_update (the update runs key by key)",
+                 cfg_.name.c_str());
   return workspace_ ? read_count(dev_, workspace_->num_unique(), stream) : 0;
 }
 

@@ -11,7 +11,9 @@
 //
 // A train step: pooled_forward (train, rows out) → the model's gradient of the pooled output →
 // backward_and_update (kernels/embedding_backward.h), which sums each touched row's gradient in a fixed order
-// and applies the table's optimizer to it.
+// and applies the table's optimizer to it; or, with sgd's atomic_update, adds each key's step to its row
+// with float atomics (kernels/atomic_sgd.h: no sort, not bitwise reproducible). row_gradients and its two
+// parts always take the fixed order.
 //
 // Streams: every operation takes the stream it runs on as its last parameter (the cpu backend ignores it), and
 // says whether it synchronizes the host. Operations on different streams are not ordered by the table: the
@@ -161,7 +163,8 @@ class EmbeddingTable {
   // rows[i] = row of keys[i], inserting absent keys with their initial values (a train lookup that writes no
   // vectors). Refused keys (full table) get -1 and are reported by the next check_lookups. Asynchronous on stream.
   void insert_rows(const int64_t* keys, int64_t n, int64_t* rows, Stream stream);
-  // Rows the last backward_and_update changed. Synchronizes stream (give the stream of that backward).
+  // Rows the last backward_and_update changed. Synchronizes stream (give the stream of that backward). Not
+  // counted with the optimizer's atomic_update (sparta::Error).
   int64_t rows_updated(Stream stream);
   // Keys the backward workspace holds now (0 before the first backward unless cfg.max_batch_keys was set).
   int64_t backward_capacity() const { return workspace_ ? workspace_->max_nnz() : 0; }

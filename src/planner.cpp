@@ -140,10 +140,11 @@ constexpr double kKeyPass = 16;           // one pass over n 8-byte keys or indi
 constexpr double kSort = 4 * kKeyPass;    // a sort of n keys (or row ids) with their positions
 struct Local {
   double v, s;  // bytes of a vector, of a row's optimizer state
+  bool atomic;  // sgd's atomic_update: no sort; each key's row read and written by its atomic add
   double lookup_pooled(double n, double p) const { return kKeyPass * n + n * v + p * v; }  // probe, rows, out
   double lookup_keys(double n) const { return kKeyPass * n + 2 * n * v; }                 // probe, rows, out
   // backward_and_update: the rows sorted, each key's gradient read, the touched rows' values and state updated
-  double update(double n, double r) const { return kSort * n + n * v + r * (2 * v + 2 * s); }
+  double update(double n, double r) const { return atomic ? 3 * n * v : kSort * n + n * v + r * (2 * v + 2 * s); }
 };
 }  // namespace
 
@@ -161,7 +162,7 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
   const double vw = opt.wire_bytes * t.dim;                                  // bytes of a vector on the wire
   const double f = (W - 1) / W;                                              // share of keys owned elsewhere
   const double R = double(t.rows);
-  const Local L{v, 4.0 * optimizer_state_width(t.optimizer.kind, t.dim)};
+  const Local L{v, 4.0 * optimizer_state_width(t.optimizer.kind, t.dim), t.optimizer.atomic_update};
   const double U = std::min(R, expected_distinct(stats, K, 0));               // distinct keys of a rank
   const double Ug = std::min(R, expected_distinct(stats, W * K, 0));          // distinct keys of the global batch
   const double k = kKeyPass;
@@ -300,8 +301,9 @@ Request parse_request(const CollectionTableConfig& t, int world) {
 // init_scale and max_load_factor.
 std::string group_key(const CollectionTableConfig& t, Placement p, int owner) {
   const OptimizerConfig& o = t.optimizer;
-  return strprintf("%s:%d:%d:%d:%d:%a:%a:%a:%a:%a:%a:%a:%a", placement_name(p), p == Placement::localized ? owner : 0,
-                   t.dim, int(t.combiner), int(o.kind), double(o.lr), double(o.momentum), double(o.beta1),
+  return strprintf("%s:%d:%d:%d:%d:%d:%a:%a:%a:%a:%a:%a:%a:%a", placement_name(p),
+                   p == Placement::localized ? owner : 0, t.dim, int(t.combiner), int(o.kind), int(o.atomic_update),
+                   double(o.lr), double(o.momentum), double(o.beta1),
                    double(o.beta2), double(o.epsilon), double(o.initial_accumulator), double(t.init_scale),
                    t.max_load_factor);
 }

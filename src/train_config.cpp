@@ -110,6 +110,8 @@ void check_train_config(const TrainConfig& c) {
     throw Error(std::string("embedding.combiner: ") + e.what());
   }
   check_optimizer("embedding", c.sparse);
+  SPARTA_REQUIRE(!c.sparse.atomic_update || c.sparse.kind == OptimizerKind::sgd,
+                 "embedding.atomic_update: applies to embedding.kind sgd only, found %s", optimizer_name(c.sparse.kind));
   SPARTA_REQUIRE(c.init_scale >= 0, "embedding.init_scale: expected >= 0, found %g", c.init_scale);
   SPARTA_REQUIRE(c.hot_rows >= 0, "embedding.hot_rows: expected >= 0, found %lld", (long long)c.hot_rows);
   SPARTA_REQUIRE(c.memory_mb >= 0, "embedding.memory_mb: expected >= 0 (0: no limit), found %g", c.memory_mb);
@@ -176,7 +178,7 @@ std::string TrainConfig::to_ini() const {
     << "\nprecision = " << precision_name(model.precision) << "\nseed = " << seed << "\n\n";
   s << "[embedding]\nrows = " << rows << "\nplacement = " << placement << "\ncombiner = " << combiner << "\n";
   opt(sparse);
-  s << "init_scale = " << init_scale << "\nhot_rows = " << hot_rows << "\nmemory_mb = " << memory_mb
+  s << "atomic_update = " << sparse.atomic_update << "\ninit_scale = " << init_scale << "\nhot_rows = " << hot_rows << "\nmemory_mb = " << memory_mb
     << "\nexchange = " << exchange << "\nindex = " << index
     << "\nplanner_link_gbps = " << planner_rates.link_GBps << "\nplanner_hbm_gbps = " << planner_rates.hbm_GBps
     << "\nplanner_collective_us = " << planner_rates.collective_us

@@ -216,6 +216,30 @@ BOOST_AUTO_TEST_CASE(direct_index_trains_like_hashed) {
   BOOST_TEST(testing::all_ranks(ok));
 }
 
+// embedding.atomic_update (sgd, each key's step added to its row by itself) follows the sorted update's
+// trajectory within float rounding at every placement: a row several keys touch takes w - a - b instead of
+// w - (a + b); the replicated copies' sums keep the fixed order either way.
+BOOST_AUTO_TEST_CASE(atomic_update_trains_like_sorted) {
+  const Data data;
+  TrainConfig cfg = base_config(data);
+  cfg.eval_path.clear();
+  cfg.sparse.kind = OptimizerKind::sgd;
+  cfg.sparse.lr = 0.5f;
+  bool ok = true;
+  const int ranks = testing::world_size();
+  for (const char* placement : {"dispatch", "localized", "distributed", "hybrid", "localized:0,replicated,distributed,hybrid"}) {
+    cfg.placement = placement;
+    cfg.sparse.atomic_update = false;
+    const Run sorted = train_on(ranks, cfg);
+    cfg.sparse.atomic_update = true;
+    const Run atomic = train_on(ranks, cfg);
+    if (testing::world_rank() == 0)
+      ok = close_trajectory(atomic.result.losses, sorted.result.losses, kTrajectoryTol,
+                            std::to_string(ranks) + " ranks, " + placement + ", atomic against sorted") && ok;
+  }
+  BOOST_TEST(testing::all_ranks(ok));
+}
+
 // cfg run to step `stop` (its checkpoints in cfg.checkpoint_dir), then resumed from there to cfg.steps.
 std::pair<Run, Run> stop_and_resume(int ranks, const TrainConfig& cfg, int64_t stop, Backend backend = Backend::cpu) {
   TrainConfig first = cfg;
@@ -410,6 +434,9 @@ BOOST_AUTO_TEST_CASE(misconfigurations_are_errors_on_every_rank) {
   c.index = "direct";  // a direct index takes no embedding.rows
   c.rows = 50;
   expect_error(c, {"embedding.index", "embedding.rows", "50"});
+  c = base_config(data);
+  c.sparse.atomic_update = true;  // sgd only; the base config's tables take adagrad
+  expect_error(c, {"embedding.atomic_update", "adagrad"});
   c = base_config(data);
   c.model.num_slots = 5;
   expect_error(c, {"model.num_slots", "4", "5", data.train});

@@ -308,6 +308,9 @@ BOOST_AUTO_TEST_CASE(every_bench_json_line_carries_the_provenance, *boost::unit_
       // the direct index, every mode (a wrong bag or row fails the run)
       {"bench_embedding", 1, "--device cpu --index direct --rows 2000 --dims 4 --slots 2 --batch 16 --hot 2 --alphas 0 "
                              "--modes eval,train,step --repeats 1 --warmup 0", ""},
+      // the step with the atomic update (a wrong updated row fails the run)
+      {"bench_embedding", 1, "--device cpu --update atomic --rows 2000 --dims 4 --slots 2 --batch 16 --hot 3 "
+                             "--alphas 1.1 --modes step --repeats 1 --warmup 0", ""},
       {"bench_reader", 1, "--samples 1000 --batch 128 --max-rows 1000 --repeats 1", ""},
       {"bench_collection", 2, "--device cpu --tables custom --rows-list 100,300 --dim 4 --placements dispatch,plan "
                               "--batch 32 --check-samples 4 --warmup 1 --iters 2", "iters"},

@@ -1,0 +1,71 @@
+// atomic_sgd.cpp: CPU version of atomic_sgd.h (the keys in key order), the checks and the backend dispatch.
+#include "kernels/atomic_sgd.h"
+
+#include <cmath>
+
+#include "src/base/check.h"
+#include "kernels/sparse_optimizer.h"
+
+namespace sparta {
+
+namespace {
+
+void check_offsets(const BackwardBatch& b) {
+  SPARTA_REQUIRE(b.offsets[0] == 0, "atomic sgd update: offsets[0] must be 0, found %lld",
+                 static_cast<long long>(b.offsets[0]));
+  for (int64_t i = 0; i < b.bags; ++i)
+    SPARTA_REQUIRE(b.offsets[i + 1] >= b.offsets[i], "atomic sgd update: offsets decrease at bag %lld (%lld > %lld)",
+                   static_cast<long long>(i), static_cast<long long>(b.offsets[i]),
+                   static_cast<long long>(b.offsets[i + 1]));
+  SPARTA_REQUIRE(b.offsets[b.bags] == b.nnz, "atomic sgd update: offsets end at %lld, the batch has %lld keys",
+                 static_cast<long long>(b.offsets[b.bags]), static_cast<long long>(b.nnz));
+}
+
+}  // namespace
+
+void atomic_sgd_update_cpu(const BackwardBatch& b, float lr, float* values, int64_t capacity_rows, int dim) {
+  check_offsets(b);
+  for (int64_t bag = 0; bag < b.bags; ++bag) {
+    const int64_t s = b.offsets[bag], e = b.offsets[bag + 1];
+    const float scale = 1.0f / static_cast<float>(e - s);
+    const float* g = b.grad + bag * dim;
+    for (int64_t k = s; k < e; ++k) {
+      const int64_t row = b.rows[k];
+      if (row < 0 || row >= capacity_rows) continue;
+      float* w = values + row * dim;
+      for (int d = 0; d < dim; ++d) {
+        const float gd = b.combiner == Combiner::mean ? rn::mul(g[d], scale) : g[d];
+        w[d] = rn::add(w[d], -rn::mul(lr, gd));
+      }
+    }
+  }
+}
+
+void atomic_sgd_update(const Device& dev, const BackwardBatch& batch, float lr, float* values, int64_t capacity_rows,
+                       int dim, Stream stream) {
+  SPARTA_REQUIRE(dim >= 1 && dim <= 256, "atomic sgd update: dim must be in [1, 256], found %d", dim);
+  SPARTA_REQUIRE(std::isfinite(lr), "atomic sgd update: the learning rate must be finite, found %g", double(lr));
+  SPARTA_REQUIRE(capacity_rows >= 0, "atomic sgd update: capacity_rows must be >= 0, found %lld",
+                 static_cast<long long>(capacity_rows));
+  SPARTA_REQUIRE(batch.nnz >= 0 && batch.nnz <= kBackwardMaxKeys,
+                 "atomic sgd update: keys must be in [0, %lld], found %lld", static_cast<long long>(kBackwardMaxKeys),
+                 static_cast<long long>(batch.nnz));
+  SPARTA_REQUIRE(batch.bags >= 0 && batch.bags <= kBackwardMaxKeys,
+                 "atomic sgd update: bags must be in [0, %lld], found %lld", static_cast<long long>(kBackwardMaxKeys),
+                 static_cast<long long>(batch.bags));
+  SPARTA_REQUIRE(batch.offsets != nullptr, "atomic sgd update: no offsets given");
+  SPARTA_REQUIRE(batch.nnz == 0 || batch.rows != nullptr, "atomic sgd update: %lld keys but no rows given",
+                 static_cast<long long>(batch.nnz));
+  SPARTA_REQUIRE(batch.bags == 0 || batch.grad != nullptr, "atomic sgd update: %lld bags but no gradient given",
+                 static_cast<long long>(batch.bags));
+  SPARTA_REQUIRE(batch.nnz == 0 || values != nullptr, "atomic sgd update: no values given");
+  if (!dev.is_cuda()) return atomic_sgd_update_cpu(batch, lr, values, capacity_rows, dim);
+#if SPARTA_CUDA
+  atomic_sgd_update_cuda(batch, lr, values, capacity_rows, dim, stream);
+#else
+  (void)stream;
+  SPARTA_FATAL("atomic_sgd_update on %s in a CUDA=0 build", dev.name().c_str());
+#endif
+}
+
+}  // namespace sparta
