@@ -308,7 +308,7 @@ CollectionConfig make_config(const Args& a, const std::vector<Table>& tables, co
     tc.name = "t" + std::to_string(t);
     tc.rows = tables[t].card + tables[t].pool;  // room for the check keys
     tc.key_bound = tc.rows;  // keys (timed and check) lie in [0, rows): the tables can share one grouped lookup
-    tc.direct_index = a.index == "direct";  // then every table indexes its keys directly (and is not grouped)
+    tc.direct_index = a.index == "direct";  // then every table indexes its keys directly
     tc.dim = tables[t].dim;
     tc.combiner = Combiner::sum;
     tc.optimizer.kind = parse_optimizer(a.optimizer);

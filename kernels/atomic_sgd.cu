@@ -20,6 +20,8 @@ __device__ __forceinline__ void add_row(float* p, float4 v) {
 #endif
 }
 
+constexpr int kRows = 8;  // keys of a bag whose rows are loaded together
+
 // VEC 4: lane l holds floats [4 (l + c L), 4 (l + c L) + 4) for c < C; VEC 1: floats l + c L.
 template <int VEC, int L, int C>
 __global__ void __launch_bounds__(256) atomic_sgd_kernel(BackwardBatch b, float lr, float* values,
@@ -44,17 +46,23 @@ __global__ void __launch_bounds__(256) atomic_sgd_kernel(BackwardBatch b, float 
         u[c][q] = -__fmul_rn(lr, g);
       }
     }
-#pragma unroll 4
-    for (int64_t k = s; k < e; ++k) {
-      const int64_t row = b.rows[k];
-      if (row < 0 || row >= capacity_rows) continue;
-      float* w = values + row * dim;
+    // kRows keys at a time: their rows loaded before the first add (an atomic may alias rows[] for the
+    // compiler, so a load after it would wait for it)
+    for (int64_t k0 = s; k0 < e; k0 += kRows) {
+      int64_t row[kRows];
 #pragma unroll
-      for (int c = 0; c < C; ++c) {
-        const int el = (lane + c * L) * VEC;
-        if (el >= dim) continue;
-        if constexpr (VEC == 4) add_row(w + el, make_float4(u[c][0], u[c][1], u[c][2], u[c][3]));
-        else atomicAdd(w + el, u[c][0]);
+      for (int j = 0; j < kRows; ++j) row[j] = k0 + j < e ? __ldg(b.rows + k0 + j) : -1;
+#pragma unroll
+      for (int j = 0; j < kRows; ++j) {
+        if (row[j] < 0 || row[j] >= capacity_rows) continue;
+        float* w = values + row[j] * dim;
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          const int el = (lane + c * L) * VEC;
+          if (el >= dim) continue;
+          if constexpr (VEC == 4) add_row(w + el, make_float4(u[c][0], u[c][1], u[c][2], u[c][3]));
+          else atomicAdd(w + el, u[c][0]);
+        }
       }
     }
   }

@@ -56,6 +56,14 @@ SPARTA_HD float initial_value(const KeyInit& init, uint64_t key, uint32_t elem) 
 void init_rows_by_key(const Device& dev, const int64_t* keys, const int64_t* rows, int64_t n, float* values,
                       int dim, const KeyInit& init, Stream stream);
 
+// One table of several whose keys lie end to end in one direct index (src/embedding_collection.cpp groups them
+// so): the keys from key_begin on, up to the next segment's key_begin, are table table_id's keys key - key_begin,
+// and take that table's initial values of that key.
+struct DirectSegment {
+  int64_t key_begin = 0;
+  int table_id = 0;
+};
+
 // values[r, :] = initial values of key offset + r * stride, for r < n: every row of a direct index
 // (hash_table.h DirectIndex). Asynchronous on stream (cuda).
 void init_rows_strided(const Device& dev, int64_t n, int64_t stride, int64_t offset, float* values, int dim,

@@ -175,9 +175,9 @@ void route_select_slot_keys_cpu(const int64_t* offsets, const int64_t* keys, int
     }
 }
 
-void route_select_slot_keys_tagged_cpu(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
+void route_select_group_keys_cpu(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
                                        const int32_t* slots, int table_slots, const int64_t* out_offsets,
-                                       const int32_t* tags, const int64_t* bounds, int64_t* out_keys,
+                                       const int64_t* bases, const int64_t* bounds, int64_t* out_keys,
                                        int64_t* first_bad) {
   for (int64_t s = 0; s < batch; ++s)
     for (int j = 0; j < table_slots; ++j) {
@@ -186,7 +186,7 @@ void route_select_slot_keys_tagged_cpu(const int64_t* offsets, const int64_t* ke
       for (int64_t i = offsets[row]; i < offsets[row + 1]; ++i) {
         const int64_t k = keys[i];
         if (k < 0 || k >= bounds[j]) *first_bad = std::min(*first_bad, i);
-        out_keys[at++] = tag_key(tags[j], k);
+        out_keys[at++] = bases[j] + k;
       }
     }
 }
@@ -429,16 +429,16 @@ void route_select_slot_keys(const Device& dev, const int64_t* offsets, const int
                                   stream));
 }
 
-void route_select_slot_keys_tagged(const Device& dev, const int64_t* offsets, const int64_t* keys, int64_t batch,
+void route_select_group_keys(const Device& dev, const int64_t* offsets, const int64_t* keys, int64_t batch,
                                    int num_slots, const int32_t* slots, int table_slots, const int64_t* out_offsets,
-                                   const int32_t* tags, const int64_t* bounds, int64_t* out_keys, int64_t* first_bad,
+                                   const int64_t* bases, const int64_t* bounds, int64_t* out_keys, int64_t* first_bad,
                                    Stream stream) {
   if (batch * table_slots == 0) return;
-  ROUTE_DISPATCH("route_select_slot_keys_tagged",
-                 route_select_slot_keys_tagged_cpu(offsets, keys, batch, num_slots, slots, table_slots, out_offsets,
-                                                   tags, bounds, out_keys, first_bad),
-                 route_select_slot_keys_tagged_cuda(offsets, keys, batch, num_slots, slots, table_slots, out_offsets,
-                                                    tags, bounds, out_keys, first_bad, stream));
+  ROUTE_DISPATCH("route_select_group_keys",
+                 route_select_group_keys_cpu(offsets, keys, batch, num_slots, slots, table_slots, out_offsets,
+                                                   bases, bounds, out_keys, first_bad),
+                 route_select_group_keys_cuda(offsets, keys, batch, num_slots, slots, table_slots, out_offsets,
+                                                    bases, bounds, out_keys, first_bad, stream));
 }
 
 void route_check_offsets(const Device& dev, const int64_t* offsets, int64_t rows, int64_t* first_bad, Stream stream) {

@@ -219,21 +219,21 @@ __global__ void __launch_bounds__(kBlock) select_slot_keys_kernel(const int64_t*
   }
 }
 
-__global__ void __launch_bounds__(kBlock) select_slot_keys_tagged_kernel(
+__global__ void __launch_bounds__(kBlock) select_group_keys_kernel(
     const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots, const int32_t* slots, int table_slots,
-    const int64_t* out_offsets, const int32_t* tags, const int64_t* bounds, int64_t* out_keys, int64_t* first_bad) {
+    const int64_t* out_offsets, const int64_t* bases, const int64_t* bounds, int64_t* out_keys, int64_t* first_bad) {
   GRID_STRIDE(t, batch * table_slots) {
     int64_t s = t / table_slots;
     int j = static_cast<int>(t - s * table_slots);
     int64_t row = s * num_slots + slots[j];
     int64_t at = out_offsets[t];
-    const int tag = tags[j];
+    const int64_t base = bases[j];
     const int64_t bound = bounds[j];
     for (int64_t i = offsets[row]; i < offsets[row + 1]; ++i) {
       const int64_t k = keys[i];
       if (k < 0 || k >= bound)  // indices are >= 0: their unsigned order is theirs
         atomicMin(reinterpret_cast<unsigned long long*>(first_bad), static_cast<unsigned long long>(i));
-      out_keys[at++] = tag_key(tag, k);
+      out_keys[at++] = base + k;
     }
   }
 }
@@ -534,12 +534,12 @@ void route_select_slot_keys_cuda(const int64_t* offsets, const int64_t* keys, in
          out_offsets, out_keys);
 }
 
-void route_select_slot_keys_tagged_cuda(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
+void route_select_group_keys_cuda(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
                                         const int32_t* slots, int table_slots, const int64_t* out_offsets,
-                                        const int32_t* tags, const int64_t* bounds, int64_t* out_keys,
+                                        const int64_t* bases, const int64_t* bounds, int64_t* out_keys,
                                         int64_t* first_bad, Stream s) {
-  LAUNCH(select_slot_keys_tagged_kernel, batch * table_slots, s, offsets, keys, batch, num_slots, slots, table_slots,
-         out_offsets, tags, bounds, out_keys, first_bad);
+  LAUNCH(select_group_keys_kernel, batch * table_slots, s, offsets, keys, batch, num_slots, slots, table_slots,
+         out_offsets, bases, bounds, out_keys, first_bad);
 }
 
 void route_check_offsets_cuda(const int64_t* offsets, int64_t rows, int64_t* first_bad, Stream s) {

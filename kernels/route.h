@@ -120,15 +120,17 @@ void route_select_slot_offsets(const Device& dev, const int64_t* offsets, int64_
 void route_select_slot_keys(const Device& dev, const int64_t* offsets, const int64_t* keys, int64_t batch,
                             int num_slots, const int32_t* slots, int table_slots, const int64_t* out_offsets,
                             int64_t* out_keys, Stream stream);
-// Step 2 for tables that share one hash table by tagged keys (kernels/key_init.h): as route_select_slot_keys,
-// and the key k of slot slots[j] becomes (tags[j] << kKeyTagShift) | k. A key outside [0, bounds[j]) (it would
-// not be injective) lowers *first_bad to its index in keys (atomically); *first_bad is not written otherwise, so
-// fill it first (route_fill_i64). tags: [table_slots] int32 in [0, 127], bounds: [table_slots] int64 in
-// [1, 2^kKeyTagShift]; device arrays. out_offsets may be offsets itself when slots are 0..num_slots-1.
-void route_select_slot_keys_tagged(const Device& dev, const int64_t* offsets, const int64_t* keys, int64_t batch,
-                                   int num_slots, const int32_t* slots, int table_slots, const int64_t* out_offsets,
-                                   const int32_t* tags, const int64_t* bounds, int64_t* out_keys, int64_t* first_bad,
-                                   Stream stream);
+// Step 2 for tables that share one physical table (src/embedding_collection.cpp's groups): as
+// route_select_slot_keys, and the key k of slot slots[j] is moved into the group's key space: bases[j] + k
+// (tagged keys, kernels/key_init.h: bases[j] = tag << kKeyTagShift; a direct index: the key offset of the slot's
+// table). A key outside [0, bounds[j]) (it would land in another table's keys) lowers *first_bad to its index in
+// keys (atomically); *first_bad is not written otherwise, so fill it first (route_fill_i64). bases, bounds:
+// [table_slots] int64 device arrays, bounds[j] >= 1 and bases[j] + bounds[j] - 1 representable. out_offsets may
+// be offsets itself when slots are 0..num_slots-1.
+void route_select_group_keys(const Device& dev, const int64_t* offsets, const int64_t* keys, int64_t batch,
+                             int num_slots, const int32_t* slots, int table_slots, const int64_t* out_offsets,
+                             const int64_t* bases, const int64_t* bounds, int64_t* out_keys, int64_t* first_bad,
+                             Stream stream);
 // The check of a batch's CSR offsets [rows + 1] on the device: *first_bad = min(*first_bad, r) for the smallest
 // bad r, where r = 0 is bad when offsets[0] != 0 and r in [1, rows] when offsets[r - 1] > offsets[r]. As above,
 // *first_bad is not written when every r is fine: fill it first.
@@ -191,9 +193,9 @@ void route_select_slot_lengths_cpu(const int64_t* offsets, int64_t batch, int nu
                                    int table_slots, int64_t* lengths);
 void route_select_slot_keys_cpu(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
                                 const int32_t* slots, int table_slots, const int64_t* out_offsets, int64_t* out_keys);
-void route_select_slot_keys_tagged_cpu(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
+void route_select_group_keys_cpu(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
                                        const int32_t* slots, int table_slots, const int64_t* out_offsets,
-                                       const int32_t* tags, const int64_t* bounds, int64_t* out_keys,
+                                       const int64_t* bases, const int64_t* bounds, int64_t* out_keys,
                                        int64_t* first_bad);
 void route_check_offsets_cpu(const int64_t* offsets, int64_t rows, int64_t* first_bad);
 void route_fill_i64_cpu(int64_t* out, int64_t n, int64_t value);
@@ -242,9 +244,9 @@ void route_select_slot_lengths_cuda(const int64_t* offsets, int64_t batch, int n
 void route_select_slot_keys_cuda(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
                                  const int32_t* slots, int table_slots, const int64_t* out_offsets,
                                  int64_t* out_keys, Stream s);
-void route_select_slot_keys_tagged_cuda(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
+void route_select_group_keys_cuda(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
                                         const int32_t* slots, int table_slots, const int64_t* out_offsets,
-                                        const int32_t* tags, const int64_t* bounds, int64_t* out_keys,
+                                        const int64_t* bases, const int64_t* bounds, int64_t* out_keys,
                                         int64_t* first_bad, Stream s);
 void route_check_offsets_cuda(const int64_t* offsets, int64_t rows, int64_t* first_bad, Stream s);
 void route_fill_i64_cuda(int64_t* out, int64_t n, int64_t value, Stream s);

@@ -22,7 +22,7 @@ constexpr int kMaxTag = 126;
 
 // Whether table i may share a physical table with others: its keys are known to fit under a tag.
 bool groupable(const CollectionTableConfig& t, size_t i) {
-  return t.key_bound > 0 && t.key_bound <= (int64_t(1) << kKeyTagShift) && i <= size_t(kMaxTag) && !t.direct_index;
+  return t.key_bound > 0 && t.key_bound <= (int64_t(1) << kKeyTagShift) && i <= size_t(kMaxTag);
 }
 
 bool same_optimizer(const OptimizerConfig& a, const OptimizerConfig& b) {
@@ -34,6 +34,9 @@ bool same_optimizer(const OptimizerConfig& a, const OptimizerConfig& b) {
 // Whether two groupable tables can be one physical table under their plans.
 bool compatible(const CollectionTableConfig& a, const TablePlan& pa, const CollectionTableConfig& b,
                 const TablePlan& pb) {
+  // direct-index tables group among themselves (keys end to end), except under hybrid, whose hashed hot copy
+  // takes a key's initial values from its tag
+  if (a.direct_index != b.direct_index || (a.direct_index && pa.placement == Placement::hybrid)) return false;
   return pa.placement == pb.placement && (pa.placement != Placement::localized || pa.owner == pb.owner) &&
          a.dim == b.dim && a.combiner == b.combiner && same_optimizer(a.optimizer, b.optimizer) &&
          a.init_scale == b.init_scale && a.max_load_factor == b.max_load_factor;
@@ -44,21 +47,37 @@ int64_t untag(int64_t tagged_key) { return static_cast<int64_t>(uint64_t(tagged_
 
 }  // namespace
 
-// One placement group: tables placed as one physical table (tagged keys), or one table alone (its keys as they
-// are). Its slots in concatenation order (table order, each table's slots in its order), where they go in a
+// One placement group: tables placed as one physical table, or one table alone (its keys as they are). A
+// group's keys: a hashed group tags each table's keys (kernels/key_init.h tag_key), a direct-index group lays
+// them end to end (table t's key k is key_begin[t] + k, its direct_segments). Its slots in concatenation order (table order, each table's slots in its order), where they go in a
 // sample's output row, and the group's cut of the current batch (kept until the backward).
 struct EmbeddingCollection::Group {
   std::vector<int> tables;  // indices in the configuration, ascending
-  bool tagged = false;
+  bool tagged = false;        // keys moved into the group's key space (hashed: tags; direct: end to end)
+  bool direct = false;        // a direct-index group
+  std::vector<int64_t> key_begin;  // direct: each member table's first group key
   std::string name;         // for messages: "table 'a'" or "tables a, b, c"
   int dim = 0;
   // The group serves slots 0..num_slots-1 in order: the batch's offsets are its own, and its pooled
   // [batch, num_slots, dim] is the collection's output (no cut, no put or take).
   bool all_slots = false;
-  std::vector<int32_t> slots, cols, tags;
-  std::vector<int64_t> bounds;
-  Buffer<int32_t> slots_dev, cols_dev, tags_dev;
-  Buffer<int64_t> bounds_dev;
+  std::vector<int32_t> slots, cols;
+  std::vector<int64_t> bases, bounds;  // per slot: its table's move into the group's keys, its key bound
+  Buffer<int32_t> slots_dev, cols_dev;
+  Buffer<int64_t> bases_dev, bounds_dev;
+
+  // The group key of key k of member table t, and back.
+  int64_t group_key(int t, int64_t k) const {
+    if (!tagged) return k;
+    return direct ? key_begin[member(t)] + k : tag_key(t, k);
+  }
+  std::pair<int, int64_t> table_key(int64_t gk) const {
+    if (!tagged) return {tables[0], gk};
+    if (!direct) return {tag_of(gk), untag(gk)};
+    const size_t m = size_t(std::upper_bound(key_begin.begin(), key_begin.end(), gk) - key_begin.begin()) - 1;
+    return {tables[m], gk - key_begin[m]};
+  }
+  size_t member(int t) const { return size_t(std::find(tables.begin(), tables.end(), t) - tables.begin()); }
   std::unique_ptr<PlacedTable> placed;
   Buffer<int64_t> offsets, keys;  // [bags + 1], [nnz]: the cut (or tagged) batch
   Buffer<float> pooled;           // [bags, dim]: pooled vectors, then their gradients (float32 whatever the output)
@@ -112,10 +131,20 @@ EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, con
       gr->tables = members[g];
       gr->tagged = tagged[g];
       const int first = members[g][0];
+      gr->direct = cfg_.tables[size_t(first)].direct_index;
       PlacedTableSetup s;
       s.table = cfg_.tables[size_t(first)];
       s.table_id = first;
-      s.tagged_keys = gr->tagged;
+      s.tagged_keys = gr->tagged && !gr->direct;
+      if (gr->direct && gr->tagged) {  // end to end: each table's keys after the previous ones
+        int64_t begin = 0;
+        for (int i : members[g]) {
+          gr->key_begin.push_back(begin);
+          s.direct_segments.push_back({begin, i});
+          begin += cfg_.tables[size_t(i)].key_bound;
+        }
+        s.table.key_bound = begin;
+      }
       s.seed = cfg_.seed;
       s.shard_slack = cfg_.shard_slack;
       s.plan = plan_.tables[size_t(first)];
@@ -130,7 +159,7 @@ EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, con
         for (int slot : t.slots) {
           gr->slots.push_back(slot);
           gr->cols.push_back(static_cast<int32_t>(slot_cols_[size_t(slot)]));
-          gr->tags.push_back(i);
+          gr->bases.push_back(gr->group_key(i, 0));
           gr->bounds.push_back(t.key_bound);
           s.table.slots.push_back(slot);
         }
@@ -138,7 +167,7 @@ EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, con
           if (gr->tagged) {
             SPARTA_REQUIRE(k >= 0 && k < t.key_bound, "table '%s': hot key %lld outside [0, %lld) (its key_bound)",
                            t.name.c_str(), (long long)k, (long long)t.key_bound);
-            k = tag_key(i, k);
+            k = gr->group_key(i, k);
           }
           s.plan.hot_keys.push_back(k);  // ascending: tags ascend with the tables
         }
@@ -150,7 +179,7 @@ EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, con
       for (int j = 0; j < S && gr->all_slots; ++j) gr->all_slots = gr->slots[size_t(j)] == j;
       gr->slots_dev = Buffer<int32_t>(dev_, gr->slots);
       gr->cols_dev = Buffer<int32_t>(dev_, gr->cols);
-      gr->tags_dev = Buffer<int32_t>(dev_, gr->tags);
+      gr->bases_dev = Buffer<int64_t>(dev_, gr->bases);
       gr->bounds_dev = Buffer<int64_t>(dev_, gr->bounds);
       gr->placed = make_placed_table(s, *ex_);
       groups_.push_back(std::move(gr));
@@ -236,8 +265,8 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
     const int64_t* t_keys = keys;
     if (gr.tagged) {
       int64_t* k = grow(gr.keys, dev_, size_t(nnz));
-      route_select_slot_keys_tagged(dev_, offsets, keys, local_batch, S, gr.slots_dev.data(), ts, t_offsets,
-                                    gr.tags_dev.data(), gr.bounds_dev.data(), k, st + 1, dev_.stream);
+      route_select_group_keys(dev_, offsets, keys, local_batch, S, gr.slots_dev.data(), ts, t_offsets,
+                                    gr.bases_dev.data(), gr.bounds_dev.data(), k, st + 1, dev_.stream);
       t_keys = k;
       tagged = true;
     } else if (!gr.all_slots) {
@@ -364,9 +393,9 @@ std::vector<TableRows> EmbeddingCollection::split_rows(const Group& g, const Tab
     TableRows x;
     if (g.tagged) {
       std::vector<bool> keep(r.rows());
-      for (size_t i = 0; i < r.rows(); ++i) keep[i] = tag_of(r.keys[i]) == t;
+      for (size_t i = 0; i < r.rows(); ++i) keep[i] = g.table_key(r.keys[i]).first == t;
       x = select_rows(r, keep);
-      for (int64_t& k : x.keys) k = untag(k);
+      for (int64_t& k : x.keys) k = g.table_key(k).second;
     } else {
       x = r;
     }
@@ -396,7 +425,7 @@ TableRows EmbeddingCollection::held_rows(int table) {
 
 int EmbeddingCollection::owner_of(int table, int64_t key) const {
   const Group& g = *groups_.at(size_t(group_of_.at(size_t(table))));
-  return g.placed->owner_of(g.tagged ? tag_key(table, key) : key);
+  return g.placed->owner_of(g.group_key(table, key));
 }
 
 void EmbeddingCollection::load_rows(const std::vector<TableRows>& tables) {
@@ -424,7 +453,7 @@ void EmbeddingCollection::load_rows(const std::vector<TableRows>& tables) {
         SPARTA_REQUIRE(o == rank() || o == kAllRanks, "table '%s': rank %d was given key %lld, which rank %d owns",
                        c.name.c_str(), rank(), (long long)k, o);
       }
-      for (int64_t k : r.keys) merged.keys.push_back(g->tagged ? tag_key(t, k) : k);
+      for (int64_t k : r.keys) merged.keys.push_back(g->group_key(t, k));
       merged.values.insert(merged.values.end(), r.values.begin(), r.values.end());
       merged.state.insert(merged.state.end(), r.state.begin(), r.state.end());
     }

@@ -36,6 +36,16 @@ const EmbeddingTableConfig& checked(const EmbeddingTableConfig& c) {
   SPARTA_REQUIRE(c.direct_stride == 0 || !c.tagged_keys,
                  "embedding table '%s': a direct index (direct_stride %lld) cannot take tagged keys", name,
                  (long long)c.direct_stride);
+  SPARTA_REQUIRE(c.direct_segments.empty() || c.direct_stride > 0,
+                 "embedding table '%s': direct_segments need a direct index (direct_stride > 0)", name);
+  for (size_t i = 0; i < c.direct_segments.size(); ++i) {
+    const DirectSegment& d = c.direct_segments[i];
+    SPARTA_REQUIRE(i > 0 ? d.key_begin > c.direct_segments[i - 1].key_begin : d.key_begin == 0,
+                   "embedding table '%s': direct segment %zu begins at key %lld; segments must begin at 0 and "
+                   "ascend", name, i, (long long)d.key_begin);
+    SPARTA_REQUIRE(d.table_id >= 0, "embedding table '%s': direct segment %zu has table_id %d (must be >= 0)", name,
+                   i, d.table_id);
+  }
   SPARTA_REQUIRE(!c.optimizer.atomic_update || c.optimizer.kind == OptimizerKind::sgd,
                  "embedding table '%s': atomic_update applies to sgd only, the optimizer is %s", name,
                  optimizer_name(c.optimizer.kind));
@@ -95,8 +105,20 @@ void EmbeddingTable::reset_state(Stream stream) {
 
 void EmbeddingTable::init_direct_rows(Stream stream) {
   if (!hash_.is_direct()) return;
-  init_rows_strided(dev_, cfg_.capacity_rows, cfg_.direct_stride, cfg_.direct_offset, values_.data(), cfg_.dim,
-                    key_init(), stream);
+  const int64_t stride = cfg_.direct_stride, offset = cfg_.direct_offset, rows = cfg_.capacity_rows;
+  const std::vector<DirectSegment>& seg = cfg_.direct_segments;
+  if (seg.empty())
+    return init_rows_strided(dev_, rows, stride, offset, values_.data(), cfg_.dim, key_init(), stream);
+  // row r holds key offset + r * stride: the first row whose key is >= k
+  auto first_row = [&](int64_t k) { return k <= offset ? 0 : std::min(rows, (k - offset + stride - 1) / stride); };
+  for (size_t i = 0; i < seg.size(); ++i) {
+    const int64_t r0 = first_row(seg[i].key_begin), r1 = i + 1 < seg.size() ? first_row(seg[i + 1].key_begin) : rows;
+    if (r1 <= r0) continue;
+    KeyInit ki = key_init();
+    ki.table_id = static_cast<uint32_t>(seg[i].table_id);
+    init_rows_strided(dev_, r1 - r0, stride, offset + r0 * stride - seg[i].key_begin,
+                      values_.data() + r0 * cfg_.dim, cfg_.dim, ki, stream);
+  }
 }
 
 ForwardArgs EmbeddingTable::forward_args(LookupMode mode, void* out, OutputType out_type, int64_t* rows) {

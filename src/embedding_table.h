@@ -38,6 +38,7 @@
 #include "kernels/embedding_backward.h"
 #include "kernels/embedding_types.h"
 #include "kernels/hash_table.h"
+#include "kernels/key_init.h"
 #include "kernels/pooled_forward.h"
 
 namespace sparta {
@@ -64,6 +65,9 @@ struct EmbeddingTableConfig {
   // cannot be set.
   int64_t direct_stride = 0;
   int64_t direct_offset = 0;
+  // A direct index over several tables' keys (kernels/key_init.h DirectSegment): key_begin ascending from 0. A row's initial values then come
+  // from (seed, table_id, key - key_begin) of its key's segment. Empty: (seed, table_id, key).
+  std::vector<DirectSegment> direct_segments;
   // Keys per batch the backward workspace is sized for at construction; 0: sized by the first
   // backward_and_update. A larger batch later grows it (one reallocation, then reused every step).
   // At most kBackwardMaxKeys.

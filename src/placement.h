@@ -28,6 +28,7 @@
 #include "comm/dtype.h"
 #include "io/table_rows.h"
 #include "kernels/embedding_types.h"
+#include "kernels/key_init.h"
 #include "kernels/pooled_forward.h"
 
 namespace sparta {
@@ -148,6 +149,9 @@ struct PlacedTableSetup {
   CollectionTableConfig table;
   int table_id = 0;
   bool tagged_keys = false;
+  // A group of direct-index tables: their keys end to end (kernels/key_init.h), each segment's initial values
+  // its own table's. Empty: one table.
+  std::vector<DirectSegment> direct_segments;
   uint64_t seed = 0;
   double shard_slack = 1.25;
   TablePlan plan;

@@ -298,14 +298,16 @@ Request parse_request(const CollectionTableConfig& t, int world) {
 }
 
 // The tables that run one lookup together: same placement (and localized owner), dim, combiner, optimizer,
-// init_scale and max_load_factor.
+// init_scale, max_load_factor and index kind (a direct-index table under hybrid alone).
 std::string group_key(const CollectionTableConfig& t, Placement p, int owner) {
   const OptimizerConfig& o = t.optimizer;
   return strprintf("%s:%d:%d:%d:%d:%d:%a:%a:%a:%a:%a:%a:%a:%a", placement_name(p),
                    p == Placement::localized ? owner : 0, t.dim, int(t.combiner), int(o.kind), int(o.atomic_update),
                    double(o.lr), double(o.momentum), double(o.beta1),
                    double(o.beta2), double(o.epsilon), double(o.initial_accumulator), double(t.init_scale),
-                   t.max_load_factor);
+                   t.max_load_factor) +
+         // direct-index tables group among themselves, and not under hybrid (src/embedding_collection.cpp)
+         (t.direct_index ? (p == Placement::hybrid ? ":direct:" + t.name : std::string(":direct")) : std::string());
 }
 
 std::string mib(double bytes) { return strprintf("%.2f MiB", bytes / (1024.0 * 1024.0)); }

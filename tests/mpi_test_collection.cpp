@@ -966,6 +966,29 @@ void grouped_checkpoint(Backend b) {
 }
 SPARTA_MPI_BACKEND_CASES(grouped_checkpoint_reshards, grouped_checkpoint)
 
+// Direct-index tables group too, their keys end to end in one direct index (each segment's initial values its
+// own table's): a, b and c (dim 4, sum, sgd), d and e; f alone. Under hybrid none groups (its hashed hot copy
+// takes a key's initial values from a tag). Saved grouped, loaded grouped otherwise.
+std::vector<TableDef> grouped_direct() {
+  std::vector<TableDef> d = kGrouped;
+  for (TableDef& t : d) t.key_bound = t.rows, t.direct = true;
+  return d;
+}
+void grouped_direct_placements(Backend b) {
+  const std::string owner = "localized:" + std::to_string(testing::world_size() - 1);
+  for (const std::string& p : {std::string("dispatch"), std::string("replicated"), std::string("distributed"), owner})
+    check_placements(b, {p}, CommMode::mpi, 0, grouped_direct(), kGroupedSlots, 3);
+  check_placements(b, {"hybrid"}, CommMode::mpi, 0, grouped_direct(), kGroupedSlots, 6);
+  // a and b (replicated), d and e (distributed) group; c and f alone
+  check_placements(b, {"replicated", "replicated", "dispatch", "distributed", "distributed", "replicated"},
+                   CommMode::mpi, 0, grouped_direct(), kGroupedSlots, 4);
+  check_checkpoint_of(b, {"dispatch"}, grouped_direct(), kGroupedSlots, [](int ranks) {
+    return std::vector<std::string>{"replicated", "hybrid", "distributed", "localized:" + std::to_string(ranks - 1),
+                                    "distributed", "hybrid"};
+  });
+}
+SPARTA_MPI_BACKEND_CASES(grouped_direct_index_tables_match_reference, grouped_direct_placements)
+
 // A key outside its table's key_bound (on the last rank only) is an error on every rank, naming table and key.
 void key_outside_bound(Backend backend) {
   World w(backend, testing::world_size());

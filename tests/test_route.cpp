@@ -300,8 +300,9 @@ void check_slots(Backend backend) {
 }
 SPARTA_BACKEND_CASES(select_put_take_slots, check_slots)
 
-// Tagged selection: keys of slot slots[j] tagged with tags[j]; the first key outside its slot's bound is reported
-// by its index in the batch's keys (and only lowers the value it finds). The offsets check finds the first bad row.
+// A group's selection: keys of slot slots[j] moved by bases[j] (tags << 56 as tagged groups use, or key offsets
+// as direct-index groups do); the first key outside its slot's bound is reported by its index in the batch's
+// keys (and only lowers the value it finds). The offsets check finds the first bad row.
 void check_tagged_slots_and_offsets(Backend backend) {
   Device dev = backend == Backend::cuda ? open_device(Backend::cuda, 0) : Device();
   const int S = 4;
@@ -309,6 +310,11 @@ void check_tagged_slots_and_offsets(Backend backend) {
     std::vector<int64_t> off = random_offsets(batch * S, 3);
     std::vector<int64_t> bounds{50, 1000, int64_t(1) << 56};  // per table slot
     std::vector<int32_t> slots{2, 0, 3}, tags{7, 0, 126};
+    const bool offsets_as_bases = batch > 1;  // tags the first time, key offsets the second
+    std::vector<int64_t> bases;
+    for (int j = 0; j < 3; ++j)
+      bases.push_back(offsets_as_bases ? std::vector<int64_t>{1000, 0, 1050}[size_t(j)]
+                                       : int64_t(uint64_t(tags[size_t(j)]) << 56));
     const int ts = 3;
     std::vector<int64_t> keys(size_t(off.back()));
     for (int64_t r = 0; r < batch * S; ++r) {
@@ -331,7 +337,8 @@ void check_tagged_slots_and_offsets(Backend backend) {
         want_bad = idx[1];
       }
       Buffer<int64_t> o(dev, off), kb(dev, k), bb(dev, bounds);
-      Buffer<int32_t> sl(dev, slots), tg(dev, tags);
+      Buffer<int32_t> sl(dev, slots);
+      Buffer<int64_t> tg(dev, bases);
       auto to = poisoned<int64_t>(dev, size_t(batch * ts) + 1);
       RouteScratch scratch;
       route_select_slot_offsets(dev, o.data(), batch, S, sl.data(), ts, to.data(), scratch, dev.stream);
@@ -340,12 +347,13 @@ void check_tagged_slots_and_offsets(Backend backend) {
         for (int j = 0; j < ts; ++j) {
           int64_t r = s * S + slots[size_t(j)];
           for (int64_t i = off[size_t(r)]; i < off[size_t(r) + 1]; ++i)
-            want_keys.push_back(int64_t((uint64_t(tags[size_t(j)]) << 56) | uint64_t(k[size_t(i)])));
+            want_keys.push_back(offsets_as_bases ? bases[size_t(j)] + k[size_t(i)]
+                                                 : int64_t((uint64_t(tags[size_t(j)]) << 56) | uint64_t(k[size_t(i)])));
         }
       auto tk = poisoned<int64_t>(dev, want_keys.size());
       Buffer<int64_t> bad(dev, std::vector<int64_t>{123});
       route_fill_i64(dev, bad.data(), 1, INT64_MAX, dev.stream);
-      route_select_slot_keys_tagged(dev, o.data(), kb.data(), batch, S, sl.data(), ts, to.data(), tg.data(),
+      route_select_group_keys(dev, o.data(), kb.data(), batch, S, sl.data(), ts, to.data(), tg.data(),
                                     bb.data(), tk.data(), bad.data(), dev.stream);
       std::vector<int64_t> tkh = tk.download();
       BOOST_CHECK(std::equal(want_keys.begin(), want_keys.end(), tkh.begin()));
