@@ -12,6 +12,7 @@
 // same), ms_step, global_batch, comm_mode, nodes, and the provenance's ranks.
 //   mpiexec -n 8 bench_train [--batch 65536] [--max-rows 4000000] [--model dot|dcnv2] [--placement auto]
 //                            [--exchange fp32|bf16] [--precision fp32|bf16|fp16] [--cuda-graphs 1|0] [--warmup 3] [--steps 10] [--out results/bench_train.jsonl]
+//                            [--index hashed|direct] [--sparse-optimizer adagrad|sgd] [--atomic-update 0|1]
 #include <mpi.h>
 
 #include <cstdio>
@@ -28,7 +29,8 @@
 int main(int argc, char** argv) {
   using namespace sparta;
   std::string preset = "mlperf", hotness = "1", interaction = "dot", placement = "auto", precision = "fp32",
-              exchange = "fp32", comm_mode = "hier", bottom_mlp, top_mlp;
+              exchange = "fp32", comm_mode = "hier", bottom_mlp, top_mlp, index = "hashed", sparse = "adagrad";
+  bool atomic_update = false;
   int64_t batch = 65536, max_rows = 4000000;
   int dim = 128;
   bool graphs = true;
@@ -52,7 +54,10 @@ int main(int argc, char** argv) {
       "precision", po::value(&precision)->default_value(precision),
       "fp32 | bf16 | fp16 (fp16: dynamic loss scaling from 2^16)")(
       "bottom-mlp", po::value(&bottom_mlp), "widths after the dense features (comma list; default the model's)")(
-      "top-mlp", po::value(&top_mlp), "widths of the top MLP, ending in 1 (comma list; default the model's)");
+      "top-mlp", po::value(&top_mlp), "widths of the top MLP, ending in 1 (comma list; default the model's)")(
+      "index", po::value(&index)->default_value(index), "embedding.index: hashed | direct")(
+      "sparse-optimizer", po::value(&sparse)->default_value(sparse), "embedding.kind (the tables' optimizer)")(
+      "atomic-update", po::value(&atomic_update)->default_value(atomic_update), "embedding.atomic_update (sgd): 1 | 0");
   return d.run("usage: mpiexec -n N bench_train [options]", [&] {
     TrainConfig cfg;
     BenchmarkOptions bo;
@@ -82,7 +87,9 @@ int main(int argc, char** argv) {
       cfg.exchange = exchange;
       cfg.comm_mode = comm_mode;
       cfg.cuda_graphs = graphs;
-      cfg.sparse.kind = OptimizerKind::adagrad;
+      cfg.index = index;
+      cfg.sparse.kind = parse_optimizer(sparse);
+      cfg.sparse.atomic_update = atomic_update;
       cfg.log_every = 1;
       cfg.benchmark = true;
       check_train_config(cfg);
@@ -114,7 +121,8 @@ int main(int argc, char** argv) {
     }
     // The driver's head has warmup and steps, the provenance ranks and nodes.
     d.record(r.json_fields(cfg, bo, /*run_keys=*/false) + ",\"rows\":[" + rows + "],\"mean_hotness\":[" + hot +
-             "],\"key_alpha\":[" + alpha + "],\"sparse_optimizer\":\"adagrad\"");
+             "],\"key_alpha\":[" + alpha + "],\"sparse_optimizer\":\"" + sparse + "\",\"atomic_update\":" +
+             (atomic_update ? "true" : "false") + ",\"index\":\"" + index + "\"");
     d.add_wrong(d.is_root() ? r.wrong : 0);  // r.wrong is already the sum over the ranks
   });
 }

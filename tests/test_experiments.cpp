@@ -320,6 +320,10 @@ BOOST_AUTO_TEST_CASE(every_bench_json_line_carries_the_provenance, *boost::unit_
                               "--warmup 1 --iters 2", "iters"},
       {"bench_train", 2, "--device cpu --preset small --max-rows 500 --embedding-dim 4 --bottom-mlp 8,4 --top-mlp 8,1 "
                          "--batch 32 --warmup 1 --steps 2", "steps"},
+      // the direct index with sgd's atomic update
+      {"bench_train", 2, "--device cpu --preset small --max-rows 500 --embedding-dim 4 --bottom-mlp 8,4 --top-mlp 8,1 "
+                         "--batch 32 --warmup 1 --steps 2 --index direct --sparse-optimizer sgd --atomic-update 1",
+       "steps"},
   };
   const std::string keys =
       "program,tag,backend,warmup,repeats,git,command,host,hosts,devices,gpus,ranks,nodes,ranks_per_node,"
