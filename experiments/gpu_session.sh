@@ -13,7 +13,8 @@
 #   collection  bench_collection: MLPerf v1 one-hot and DCNv2 multi-hot tables, every placement and the plan, 1 and
 #               2 GPUs, 65536 samples per GPU, hashed and direct index
 #   train       bench_train: dot and dcnv2 at 65536 per GPU, bf16 on 1 and 2 GPUs (three runs each, alternating, 50
-#               timed steps: launches of the same command differ by a few percent), fp16 and fp32 on 1;
+#               timed steps: launches of the same command differ by a few percent), fp16 and fp32 on 1, sgd
+#               hashed / direct / direct with the atomic update on 1;
 #               peer_dlrm.py with and without --compile
 #   graphs      bench_train on 1 GPU, bf16, dot and dcnv2 at 16384 and 65536 samples: --cuda-graphs 1 and 0
 #               alternating (GRAPH_REPS times, default 2), 50 timed steps each
@@ -122,6 +123,11 @@ for part in "${parts[@]}"; do
         for p in fp16 fp32; do
           run bench_train.log $mpiexec -n 1 "$build/bin/bench_train" --model $m --precision $p --batch 65536 \
             --out "$out/bench.jsonl"
+        done
+        # the direct index (sgd, sorted and atomic update) beside hashed sgd, bf16 on 1 GPU
+        for v in "--index hashed" "--index direct" "--index direct --atomic-update 1"; do
+          run bench_train.log $mpiexec -n 1 "$build/bin/bench_train" --model $m --precision bf16 --batch 65536 \
+            --sparse-optimizer sgd $v --out "$out/bench.jsonl"
         done
       done
       for m in dot dcnv2; do
