@@ -22,6 +22,14 @@ SPARTA_HD int64_t tag_key(int table_id, int64_t key) {
   return static_cast<int64_t>((uint64_t(table_id) << kKeyTagShift) | uint64_t(key));
 }
 
+// One table of several whose keys lie end to end in one physical table (src/embedding_collection.cpp groups
+// direct-index tables so): the keys from key_begin on, up to the next segment's key_begin, are table table_id's
+// keys key - key_begin, and take that table's initial values of that key.
+struct KeySegment {
+  int64_t key_begin = 0;
+  int table_id = 0;
+};
+
 // How a table draws the initial values of new rows: uniform in [-scale, scale).
 struct KeyInit {
   uint64_t seed = 0;
@@ -30,12 +38,27 @@ struct KeyInit {
   // The keys are tagged: table_id = key >> kKeyTagShift and key = key & kKeyTagMask before the formula, so a
   // tagged key's row has the bits of the untagged key's row of its own table (table_id above is ignored).
   bool tagged = false;
+  // Keys end to end (KeySegment): the last segment whose key_begin is <= the key gives the table id and the key
+  // within it (table_id above is ignored). segments: memory of the table's backend (device memory on cuda),
+  // key_begin ascending from 0; num_segments 0: not used. Not with tagged.
+  const KeySegment* segments = nullptr;
+  int num_segments = 0;
 };
 
 // The per-key stream: distinct keys give distinct streams (splitmix64 is a bijection).
 SPARTA_HD uint64_t key_stream(const KeyInit& init, uint64_t key) {
-  const uint64_t id = init.tagged ? (key >> kKeyTagShift) : uint64_t(init.table_id);
+  uint64_t id = init.tagged ? (key >> kKeyTagShift) : uint64_t(init.table_id);
   if (init.tagged) key &= kKeyTagMask;
+  if (init.num_segments > 0) {  // the last segment beginning at or before the key (binary search)
+    int lo = 0, hi = init.num_segments - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (uint64_t(init.segments[mid].key_begin) <= key) lo = mid;
+      else hi = mid - 1;
+    }
+    id = uint64_t(init.segments[lo].table_id);
+    key -= uint64_t(init.segments[lo].key_begin);
+  }
   return splitmix64(splitmix64(init.seed ^ splitmix64(id + 0x5851F42D4C957F2Dull)) ^ key);
 }
 
@@ -55,14 +78,6 @@ SPARTA_HD float initial_value(const KeyInit& init, uint64_t key, uint32_t elem) 
 // keys, rows: [n]; values: [capacity_rows, dim]. Asynchronous on stream (cuda).
 void init_rows_by_key(const Device& dev, const int64_t* keys, const int64_t* rows, int64_t n, float* values,
                       int dim, const KeyInit& init, Stream stream);
-
-// One table of several whose keys lie end to end in one direct index (src/embedding_collection.cpp groups them
-// so): the keys from key_begin on, up to the next segment's key_begin, are table table_id's keys key - key_begin,
-// and take that table's initial values of that key.
-struct DirectSegment {
-  int64_t key_begin = 0;
-  int table_id = 0;
-};
 
 // values[r, :] = initial values of key offset + r * stride, for r < n: every row of a direct index
 // (hash_table.h DirectIndex). Asynchronous on stream (cuda).

@@ -34,9 +34,7 @@ bool same_optimizer(const OptimizerConfig& a, const OptimizerConfig& b) {
 // Whether two groupable tables can be one physical table under their plans.
 bool compatible(const CollectionTableConfig& a, const TablePlan& pa, const CollectionTableConfig& b,
                 const TablePlan& pb) {
-  // direct-index tables group among themselves (keys end to end), except under hybrid, whose hashed hot copy
-  // takes a key's initial values from its tag
-  if (a.direct_index != b.direct_index || (a.direct_index && pa.placement == Placement::hybrid)) return false;
+  if (a.direct_index != b.direct_index) return false;  // direct-index tables group among themselves (keys end to end)
   return pa.placement == pb.placement && (pa.placement != Placement::localized || pa.owner == pb.owner) &&
          a.dim == b.dim && a.combiner == b.combiner && same_optimizer(a.optimizer, b.optimizer) &&
          a.init_scale == b.init_scale && a.max_load_factor == b.max_load_factor;
@@ -49,7 +47,7 @@ int64_t untag(int64_t tagged_key) { return static_cast<int64_t>(uint64_t(tagged_
 
 // One placement group: tables placed as one physical table, or one table alone (its keys as they are). A
 // group's keys: a hashed group tags each table's keys (kernels/key_init.h tag_key), a direct-index group lays
-// them end to end (table t's key k is key_begin[t] + k, its direct_segments). Its slots in concatenation order (table order, each table's slots in its order), where they go in a
+// them end to end (table t's key k is key_begin[t] + k, its key_segments). Its slots in concatenation order (table order, each table's slots in its order), where they go in a
 // sample's output row, and the group's cut of the current batch (kept until the backward).
 struct EmbeddingCollection::Group {
   std::vector<int> tables;  // indices in the configuration, ascending
@@ -140,7 +138,7 @@ EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, con
         int64_t begin = 0;
         for (int i : members[g]) {
           gr->key_begin.push_back(begin);
-          s.direct_segments.push_back({begin, i});
+          s.key_segments.push_back({begin, i});
           begin += cfg_.tables[size_t(i)].key_bound;
         }
         s.table.key_bound = begin;

@@ -18,9 +18,10 @@
 // combiner, optimizer settings, init_scale and max_load_factor) and whose keys are bounded (0 < key_bound <= 2^56,
 // table index <= 126) form a group: their keys are tagged, key k of table i becoming (i << 56) | k
 // (kernels/key_init.h), and the group is placed as one table over the union of its tables' slots (table order,
-// each table's slots in its order), with the sum of their rows. Direct-index tables group among themselves (not
-// under hybrid), their keys end to end instead: key k of table i becomes begin_i + k, begin_i the sum of the
-// earlier members' key_bound, in one direct index over them all (EmbeddingTableConfig::direct_segments). Any
+// each table's slots in its order), with the sum of their rows. Direct-index tables group among themselves,
+// their keys end to end instead: key k of table i becomes begin_i + k, begin_i the sum of the earlier members'
+// key_bound, in one direct index over them all (hybrid: its hot copy hashed over the same keys), a key's initial
+// values given by its segment (EmbeddingTableConfig::key_segments). Any
 // other table is a group of its own, its keys as they are. A grouped row's initial values are those of (seed,
 // table index, key) as for a table alone, so
 // the model does not depend on the grouping; checkpoints, held_rows and owner_of speak of tables and untagged

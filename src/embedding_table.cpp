@@ -36,11 +36,11 @@ const EmbeddingTableConfig& checked(const EmbeddingTableConfig& c) {
   SPARTA_REQUIRE(c.direct_stride == 0 || !c.tagged_keys,
                  "embedding table '%s': a direct index (direct_stride %lld) cannot take tagged keys", name,
                  (long long)c.direct_stride);
-  SPARTA_REQUIRE(c.direct_segments.empty() || c.direct_stride > 0,
-                 "embedding table '%s': direct_segments need a direct index (direct_stride > 0)", name);
-  for (size_t i = 0; i < c.direct_segments.size(); ++i) {
-    const DirectSegment& d = c.direct_segments[i];
-    SPARTA_REQUIRE(i > 0 ? d.key_begin > c.direct_segments[i - 1].key_begin : d.key_begin == 0,
+  SPARTA_REQUIRE(c.key_segments.empty() || !c.tagged_keys,
+                 "embedding table '%s': key_segments and tagged_keys exclude each other", name);
+  for (size_t i = 0; i < c.key_segments.size(); ++i) {
+    const KeySegment& d = c.key_segments[i];
+    SPARTA_REQUIRE(i > 0 ? d.key_begin > c.key_segments[i - 1].key_begin : d.key_begin == 0,
                    "embedding table '%s': direct segment %zu begins at key %lld; segments must begin at 0 and "
                    "ascend", name, i, (long long)d.key_begin);
     SPARTA_REQUIRE(d.table_id >= 0, "embedding table '%s': direct segment %zu has table_id %d (must be >= 0)", name,
@@ -79,7 +79,8 @@ EmbeddingTable::EmbeddingTable(const Device& dev, const EmbeddingTableConfig& cf
       state_width_(optimizer_state_width(cfg.optimizer.kind, cfg.dim)),
       hash_(make_index(dev, cfg_)),
       values_(dev, size_t(cfg.capacity_rows) * cfg.dim),
-      state_(dev, size_t(cfg.capacity_rows) * state_width_) {
+      state_(dev, size_t(cfg.capacity_rows) * state_width_),
+      segments_(dev, cfg_.key_segments) {
   reset_state(dev_.stream);
   init_direct_rows(dev_.stream);
   if (cfg.max_batch_keys > 0) workspace(cfg.max_batch_keys, dev_.stream);
@@ -92,6 +93,8 @@ KeyInit EmbeddingTable::key_init() const {
   k.table_id = static_cast<uint32_t>(cfg_.table_id);
   k.scale = cfg_.init_scale;
   k.tagged = cfg_.tagged_keys;
+  k.segments = segments_.data();
+  k.num_segments = static_cast<int>(cfg_.key_segments.size());
   return k;
 }
 
@@ -105,20 +108,8 @@ void EmbeddingTable::reset_state(Stream stream) {
 
 void EmbeddingTable::init_direct_rows(Stream stream) {
   if (!hash_.is_direct()) return;
-  const int64_t stride = cfg_.direct_stride, offset = cfg_.direct_offset, rows = cfg_.capacity_rows;
-  const std::vector<DirectSegment>& seg = cfg_.direct_segments;
-  if (seg.empty())
-    return init_rows_strided(dev_, rows, stride, offset, values_.data(), cfg_.dim, key_init(), stream);
-  // row r holds key offset + r * stride: the first row whose key is >= k
-  auto first_row = [&](int64_t k) { return k <= offset ? 0 : std::min(rows, (k - offset + stride - 1) / stride); };
-  for (size_t i = 0; i < seg.size(); ++i) {
-    const int64_t r0 = first_row(seg[i].key_begin), r1 = i + 1 < seg.size() ? first_row(seg[i + 1].key_begin) : rows;
-    if (r1 <= r0) continue;
-    KeyInit ki = key_init();
-    ki.table_id = static_cast<uint32_t>(seg[i].table_id);
-    init_rows_strided(dev_, r1 - r0, stride, offset + r0 * stride - seg[i].key_begin,
-                      values_.data() + r0 * cfg_.dim, cfg_.dim, ki, stream);
-  }
+  init_rows_strided(dev_, cfg_.capacity_rows, cfg_.direct_stride, cfg_.direct_offset, values_.data(), cfg_.dim,
+                    key_init(), stream);
 }
 
 ForwardArgs EmbeddingTable::forward_args(LookupMode mode, void* out, OutputType out_type, int64_t* rows) {

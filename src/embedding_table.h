@@ -65,9 +65,10 @@ struct EmbeddingTableConfig {
   // cannot be set.
   int64_t direct_stride = 0;
   int64_t direct_offset = 0;
-  // A direct index over several tables' keys (kernels/key_init.h DirectSegment): key_begin ascending from 0. A row's initial values then come
-  // from (seed, table_id, key - key_begin) of its key's segment. Empty: (seed, table_id, key).
-  std::vector<DirectSegment> direct_segments;
+  // Several tables' keys end to end (kernels/key_init.h KeySegment; a group of direct-index tables, hashed for
+  // hybrid's hot copy): key_begin ascending from 0. A row's initial values then come from (seed, table_id,
+  // key - key_begin) of its key's segment. Empty: (seed, table_id, key). Not with tagged_keys.
+  std::vector<KeySegment> key_segments;
   // Keys per batch the backward workspace is sized for at construction; 0: sized by the first
   // backward_and_update. A larger batch later grows it (one reallocation, then reused every step).
   // At most kBackwardMaxKeys.
@@ -202,6 +203,7 @@ class EmbeddingTable {
   HashTable hash_;
   Buffer<float> values_;  // [capacity_rows, dim]
   Buffer<float> state_;   // [capacity_rows, state_width]
+  Buffer<KeySegment> segments_;  // cfg.key_segments on the device (key_init() points at them)
   std::unique_ptr<BackwardWorkspace> workspace_;  // sort buffers of the backward, reused every step
   Buffer<int64_t> unique_rows_;                   // row_gradients' rows (grown)
   Stream workspace_stream_ = nullptr;             // the stream of the last backward, which last used workspace_

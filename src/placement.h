@@ -151,7 +151,7 @@ struct PlacedTableSetup {
   bool tagged_keys = false;
   // A group of direct-index tables: their keys end to end (kernels/key_init.h), each segment's initial values
   // its own table's. Empty: one table.
-  std::vector<DirectSegment> direct_segments;
+  std::vector<KeySegment> key_segments;
   uint64_t seed = 0;
   double shard_slack = 1.25;
   TablePlan plan;

@@ -189,7 +189,7 @@ EmbeddingTableConfig shard_config(const PlacedTableSetup& s, int64_t capacity_ro
   EmbeddingTableConfig c;
   c.direct_stride = direct.stride;
   c.direct_offset = direct.offset;
-  if (direct.stride > 0) c.direct_segments = s.direct_segments;
+  c.key_segments = s.key_segments;
   c.name = s.table.name + suffix;
   c.table_id = s.table_id;
   c.tagged_keys = s.tagged_keys;

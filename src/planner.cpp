@@ -298,7 +298,7 @@ Request parse_request(const CollectionTableConfig& t, int world) {
 }
 
 // The tables that run one lookup together: same placement (and localized owner), dim, combiner, optimizer,
-// init_scale, max_load_factor and index kind (a direct-index table under hybrid alone).
+// init_scale, max_load_factor and index kind.
 std::string group_key(const CollectionTableConfig& t, Placement p, int owner) {
   const OptimizerConfig& o = t.optimizer;
   return strprintf("%s:%d:%d:%d:%d:%d:%a:%a:%a:%a:%a:%a:%a:%a", placement_name(p),
@@ -306,8 +306,7 @@ std::string group_key(const CollectionTableConfig& t, Placement p, int owner) {
                    double(o.lr), double(o.momentum), double(o.beta1),
                    double(o.beta2), double(o.epsilon), double(o.initial_accumulator), double(t.init_scale),
                    t.max_load_factor) +
-         // direct-index tables group among themselves, and not under hybrid (src/embedding_collection.cpp)
-         (t.direct_index ? (p == Placement::hybrid ? ":direct:" + t.name : std::string(":direct")) : std::string());
+         std::string(t.direct_index ? ":direct" : "");  // direct-index tables group among themselves
 }
 
 std::string mib(double bytes) { return strprintf("%.2f MiB", bytes / (1024.0 * 1024.0)); }

@@ -967,8 +967,8 @@ void grouped_checkpoint(Backend b) {
 SPARTA_MPI_BACKEND_CASES(grouped_checkpoint_reshards, grouped_checkpoint)
 
 // Direct-index tables group too, their keys end to end in one direct index (each segment's initial values its
-// own table's): a, b and c (dim 4, sum, sgd), d and e; f alone. Under hybrid none groups (its hashed hot copy
-// takes a key's initial values from a tag). Saved grouped, loaded grouped otherwise.
+// own table's; hybrid's hot copy hashed over the same keys): a, b and c (dim 4, sum, sgd), d and e; f alone.
+// Saved grouped, loaded grouped otherwise.
 std::vector<TableDef> grouped_direct() {
   std::vector<TableDef> d = kGrouped;
   for (TableDef& t : d) t.key_bound = t.rows, t.direct = true;
@@ -976,9 +976,9 @@ std::vector<TableDef> grouped_direct() {
 }
 void grouped_direct_placements(Backend b) {
   const std::string owner = "localized:" + std::to_string(testing::world_size() - 1);
-  for (const std::string& p : {std::string("dispatch"), std::string("replicated"), std::string("distributed"), owner})
+  for (const std::string& p : {std::string("dispatch"), std::string("replicated"), std::string("distributed"), owner,
+                               std::string("hybrid")})
     check_placements(b, {p}, CommMode::mpi, 0, grouped_direct(), kGroupedSlots, 3);
-  check_placements(b, {"hybrid"}, CommMode::mpi, 0, grouped_direct(), kGroupedSlots, 6);
   // a and b (replicated), d and e (distributed) group; c and f alone
   check_placements(b, {"replicated", "replicated", "dispatch", "distributed", "distributed", "replicated"},
                    CommMode::mpi, 0, grouped_direct(), kGroupedSlots, 4);

@@ -314,4 +314,44 @@ BOOST_AUTO_TEST_CASE(direct_index_settings_are_checked) {
   tagged.tagged_keys = true;
   throws_naming(tagged, "tagged");
   throws_naming(config(4, int64_t(1) << 31, OptimizerKind::sgd, int64_t(1) << 33, 0), "largest int64 key");
+  EmbeddingTableConfig seg = config(4, 10, OptimizerKind::sgd, 1, 0);
+  seg.key_segments = {{0, 1}, {5, 2}, {5, 3}};
+  throws_naming(seg, "segment 2 begins at key 5");
+  seg.key_segments = {{1, 1}};
+  throws_naming(seg, "segment 0 begins at key 1");
+  seg = config(4, 10, OptimizerKind::sgd, 0, 0);
+  seg.key_segments = {{0, 1}};
+  seg.tagged_keys = true;
+  throws_naming(seg, "key_segments and tagged_keys");
 }
+
+// Several tables' keys end to end (key_segments), hashed and direct (stride 2, offset 1): a row's initial values
+// are those of its segment's table at the key within the segment, computed here with that table's own KeyInit.
+void segments_give_each_table_its_initial_values(Backend backend) {
+  Device dev = open(backend);
+  const std::vector<KeySegment> segs = {{0, 5}, {10, 9}, {11, 0}, {25, 2}};
+  for (int64_t stride : {0, 2}) {
+    EmbeddingTableConfig c = config(6, 30, OptimizerKind::adagrad, stride, stride ? 1 : 0);
+    c.key_segments = segs;
+    EmbeddingTable t(dev, c);
+    std::vector<int64_t> keys;
+    for (int64_t k = 1; k < 61; k += 2) keys.push_back(k);  // the direct table's keys; the hashed table inserts them
+    Buffer<int64_t> k(dev, keys), rows(dev, keys.size());
+    if (!stride) t.insert_rows(k.data(), int64_t(keys.size()), rows.data(), dev.stream);
+    t.check_lookups(MissingKey::zeros, dev.stream);
+    Rows got = rows_by_key(t);
+    BOOST_TEST(got.size() == keys.size());
+    size_t bad = 0;
+    for (int64_t key : keys) {
+      size_t i = segs.size() - 1;
+      while (segs[i].key_begin > key) --i;
+      KeyInit own{c.seed, uint32_t(segs[i].table_id), c.init_scale};
+      std::vector<float> want;
+      for (int e = 0; e < c.dim; ++e) want.push_back(initial_value(own, uint64_t(key - segs[i].key_begin), e));
+      bad += got[key].first != want;
+    }
+    BOOST_TEST(bad == 0u, "stride " << stride);
+  }
+  close_device(dev);
+}
+SPARTA_BACKEND_CASES(key_segments_give_each_table_its_initial_values, segments_give_each_table_its_initial_values)
