@@ -220,18 +220,20 @@ __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forwar
   }
 }
 
-// A direct index with rows of at most 16 floats (dim % 4 == 0): a quad of 4 lanes per span of kQuadSpan bags, one
-// float4 of the row per lane, walking the span's keys kQuadBatch at a time: each lane turns 2 of the batch's keys
-// into rows (arithmetic), all kQuadBatch rows are loaded before the first add, then added to their bags in key
+// A direct index with rows of at most 4 G floats (dim % 4 == 0; G = 4 up to dim 16, 8 up to dim 32): a group of G
+// lanes per span of kQuadSpan bags, one float4 of the row per lane, walking the span's keys kQuadBatch at a time:
+// each lane turns kQuadBatch / G of the batch's keys into rows (arithmetic), all kQuadBatch rows are loaded before
+// the first add, then added to their bags in key
 // order (the sums and the rows out are those of embedding_forward_kernel, bit for bit). The 8-lane tile of that
 // kernel keeps half its lanes idle on a 64-byte row and has 2 rows in flight per tile; here 8 quads of a warp
 // keep 8 rows each in flight (hot 8, dim 16, one H200: NOTES_embedding.md run 14).
-constexpr int kQuad = 4;
 constexpr int kQuadSpan = 4;   // bags per quad task (lane j < nb + 1 loads offsets[b0 + j], the last by all)
-constexpr int kQuadBatch = 8;  // keys per batch: 2 per lane
+constexpr int kQuadBatch = 8;  // keys per batch: 8 / G per lane
 
-template <class OutT, bool kTrain>
+template <int G, class OutT, bool kTrain>
 __global__ void __launch_bounds__(256) direct_quad_kernel(ForwardArgs a) {
+  constexpr int kQuad = G;
+  constexpr int kPerLane = kQuadBatch / G;
   auto quad = cg::tiled_partition<kQuad>(cg::this_thread_block());
   const int lane = quad.thread_rank();
   const int dim = a.rows_init.dim;
@@ -268,11 +270,11 @@ __global__ void __launch_bounds__(256) direct_quad_kernel(ForwardArgs a) {
     };
     for (int64_t i0 = bag_start; i0 < k_end; i0 += kQuadBatch) {
       const int cnt = static_cast<int>(k_end - i0 < kQuadBatch ? k_end - i0 : kQuadBatch);
-      // Lane l resolves keys l and l + 4 of the batch.
-      int64_t mine[2];
+      // Lane l resolves keys l, l + G, ... of the batch.
+      int64_t mine[kPerLane];
       int bad = 0;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < kPerLane; ++h) {
         const int j = h * kQuad + lane;
         mine[h] = j < cnt ? direct_row(a.table, static_cast<uint64_t>(a.keys[i0 + j])) : -1;
         bad += j < cnt && mine[h] < 0;
@@ -318,12 +320,12 @@ void launch(const ForwardArgs& a, Stream stream) {
   CUDA_CHECK_LAUNCH("embedding_forward_kernel");
 }
 
-template <class OutT, bool kTrain>
+template <int G, class OutT, bool kTrain>
 void launch_quad(const ForwardArgs& a, Stream stream) {
   const int block = 256;
   const int64_t tasks = (a.bags + kQuadSpan - 1) / kQuadSpan;
-  auto kernel = direct_quad_kernel<OutT, kTrain>;
-  int grid = hashdev::resident_grid(kernel, block, (tasks + block / kQuad - 1) / (block / kQuad));
+  auto kernel = direct_quad_kernel<G, OutT, kTrain>;
+  int grid = hashdev::resident_grid(kernel, block, (tasks + block / G - 1) / (block / G));
   kernel<<<grid, block, 0, stream>>>(a);
   CUDA_CHECK_LAUNCH("direct_quad_kernel");
 }
@@ -331,7 +333,8 @@ void launch_quad(const ForwardArgs& a, Stream stream) {
 template <class OutT, bool kTrain>
 void launch_for_dim(const ForwardArgs& a, bool vec4, Stream stream) {
   int dim = a.rows_init.dim;
-  if (vec4 && dim <= 16 && a.table.direct_stride > 0) return launch_quad<OutT, kTrain>(a, stream);
+  if (vec4 && dim <= 16 && a.table.direct_stride > 0) return launch_quad<4, OutT, kTrain>(a, stream);
+  if (vec4 && dim <= 32 && a.table.direct_stride > 0) return launch_quad<8, OutT, kTrain>(a, stream);
   if (vec4) {  // lane chunks of 4 floats: C = dim / 32 rounded up to a power of two
     if (dim <= 32) return launch<4, 1, OutT, kTrain>(a, stream);
     if (dim <= 64) return launch<4, 2, OutT, kTrain>(a, stream);
