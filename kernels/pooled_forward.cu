@@ -225,14 +225,15 @@ __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forwar
 // each lane turns kQuadBatch / G of the batch's keys into rows (arithmetic), all kQuadBatch rows are loaded before
 // the first add, then added to their bags in key
 // order (the sums and the rows out are those of embedding_forward_kernel, bit for bit). The 8-lane tile of that
-// kernel keeps half its lanes idle on a 64-byte row and has 2 rows in flight per tile; here 8 quads of a warp
-// keep 8 rows each in flight (hot 8, dim 16, one H200: NOTES_embedding.md run 14).
+// kernel keeps half its lanes idle on a 64-byte row and has 2 rows in flight per tile; here every group keeps 8
+// in flight (hot 8, one H200: dim 16 0.61 -> 0.45 ms, dim 32 0.64 -> 0.56 ms; NOTES_embedding.md run 14).
 constexpr int kQuadSpan = 4;   // bags per quad task (lane j < nb + 1 loads offsets[b0 + j], the last by all)
-constexpr int kQuadBatch = 8;  // keys per batch: 8 / G per lane
 
-template <int G, class OutT, bool kTrain>
+// B: keys per batch (B / G per lane)
+template <int G, int B, class OutT, bool kTrain>
 __global__ void __launch_bounds__(256) direct_quad_kernel(ForwardArgs a) {
   constexpr int kQuad = G;
+  constexpr int kQuadBatch = B;
   constexpr int kPerLane = kQuadBatch / G;
   auto quad = cg::tiled_partition<kQuad>(cg::this_thread_block());
   const int lane = quad.thread_rank();
@@ -320,11 +321,11 @@ void launch(const ForwardArgs& a, Stream stream) {
   CUDA_CHECK_LAUNCH("embedding_forward_kernel");
 }
 
-template <int G, class OutT, bool kTrain>
+template <int G, int B, class OutT, bool kTrain>
 void launch_quad(const ForwardArgs& a, Stream stream) {
   const int block = 256;
   const int64_t tasks = (a.bags + kQuadSpan - 1) / kQuadSpan;
-  auto kernel = direct_quad_kernel<G, OutT, kTrain>;
+  auto kernel = direct_quad_kernel<G, B, OutT, kTrain>;
   int grid = hashdev::resident_grid(kernel, block, (tasks + block / G - 1) / (block / G));
   kernel<<<grid, block, 0, stream>>>(a);
   CUDA_CHECK_LAUNCH("direct_quad_kernel");
@@ -333,8 +334,9 @@ void launch_quad(const ForwardArgs& a, Stream stream) {
 template <class OutT, bool kTrain>
 void launch_for_dim(const ForwardArgs& a, bool vec4, Stream stream) {
   int dim = a.rows_init.dim;
-  if (vec4 && dim <= 16 && a.table.direct_stride > 0) return launch_quad<4, OutT, kTrain>(a, stream);
-  if (vec4 && dim <= 32 && a.table.direct_stride > 0) return launch_quad<8, OutT, kTrain>(a, stream);
+  // 8 keys a batch: 16 was slower (dim 16 / 32, hot 8: 0.49 / 0.71 ms against 0.45 / 0.56; run 14)
+  if (vec4 && dim <= 16 && a.table.direct_stride > 0) return launch_quad<4, 8, OutT, kTrain>(a, stream);
+  if (vec4 && dim <= 32 && a.table.direct_stride > 0) return launch_quad<8, 8, OutT, kTrain>(a, stream);
   if (vec4) {  // lane chunks of 4 floats: C = dim / 32 rounded up to a power of two
     if (dim <= 32) return launch<4, 1, OutT, kTrain>(a, stream);
     if (dim <= 64) return launch<4, 2, OutT, kTrain>(a, stream);
