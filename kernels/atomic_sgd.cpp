@@ -8,23 +8,8 @@
 
 namespace sparta {
 
-namespace {
-
-void check_offsets(const BackwardBatch& b) {
-  SPARTA_REQUIRE(b.offsets[0] == 0, "atomic sgd update: offsets[0] must be 0, found %lld",
-                 static_cast<long long>(b.offsets[0]));
-  for (int64_t i = 0; i < b.bags; ++i)
-    SPARTA_REQUIRE(b.offsets[i + 1] >= b.offsets[i], "atomic sgd update: offsets decrease at bag %lld (%lld > %lld)",
-                   static_cast<long long>(i), static_cast<long long>(b.offsets[i]),
-                   static_cast<long long>(b.offsets[i + 1]));
-  SPARTA_REQUIRE(b.offsets[b.bags] == b.nnz, "atomic sgd update: offsets end at %lld, the batch has %lld keys",
-                 static_cast<long long>(b.offsets[b.bags]), static_cast<long long>(b.nnz));
-}
-
-}  // namespace
-
 void atomic_sgd_update_cpu(const BackwardBatch& b, float lr, float* values, int64_t capacity_rows, int dim) {
-  check_offsets(b);
+  check_backward_offsets(b, "atomic sgd update");
   for (int64_t bag = 0; bag < b.bags; ++bag) {
     const int64_t s = b.offsets[bag], e = b.offsets[bag + 1];
     const float scale = 1.0f / static_cast<float>(e - s);

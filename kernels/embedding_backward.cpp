@@ -200,20 +200,26 @@ void reduce_rows_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, Sink&& s
 
 }  // namespace
 
+void check_backward_offsets(const BackwardBatch& batch, const char* what) {
+  const int64_t* offsets = batch.offsets;
+  for (int64_t b = 0; b < batch.bags; ++b)
+    SPARTA_REQUIRE(offsets[b] <= offsets[b + 1], "%s: offsets decrease at bag %lld: %lld then %lld", what,
+                   static_cast<long long>(b), static_cast<long long>(offsets[b]),
+                   static_cast<long long>(offsets[b + 1]));
+  SPARTA_REQUIRE(offsets[0] == 0 && offsets[batch.bags] == batch.nnz,
+                 "%s: offsets must run from 0 to nnz = %lld, found %lld to %lld", what,
+                 static_cast<long long>(batch.nnz), static_cast<long long>(offsets[0]),
+                 static_cast<long long>(offsets[batch.bags]));
+}
+
 // Sorts the (row, bag) pairs of the kept keys into `scan` and lists the unique rows (and their keys) from them.
 void embedding_backward_prepare_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
                                     int32_t* num_unique, const int64_t* keys, int64_t* unique_keys) {
+  check_backward_offsets(batch, "embedding backward");
   const int64_t* offsets = batch.offsets;
-  SPARTA_REQUIRE(offsets[0] == 0 && offsets[batch.bags] == batch.nnz,
-                 "embedding backward: offsets must run from 0 to nnz = %lld, found %lld to %lld",
-                 static_cast<long long>(batch.nnz), static_cast<long long>(offsets[0]),
-                 static_cast<long long>(offsets[batch.bags]));
   uint64_t* pairs = ws.at<uint64_t>(ws.arrays().scan);  // [nnz] row << 32 | bag
   int64_t n = 0, dropped = 0;
   for (int64_t b = 0; b < batch.bags; ++b) {
-    SPARTA_REQUIRE(offsets[b] <= offsets[b + 1], "embedding backward: offsets decrease at bag %lld: %lld then %lld",
-                   static_cast<long long>(b), static_cast<long long>(offsets[b]),
-                   static_cast<long long>(offsets[b + 1]));
     for (int64_t k = offsets[b]; k < offsets[b + 1]; ++k) {
       int64_t row = batch.rows[k];
       if (row < 0 || row >= ws.capacity_rows()) {

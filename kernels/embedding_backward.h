@@ -185,6 +185,10 @@ void embedding_backward_finish(const Device& dev, const BackwardBatch& batch, Ba
 void backward_and_update(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws,
                          const OptimizerConfig& cfg, int64_t step, float* values, float* state, Stream stream);
 
+// The cpu backends' check of a batch's offsets (host memory) as a CSR of its nnz keys: sparta::Error beginning
+// with `what` otherwise.
+void check_backward_offsets(const BackwardBatch& batch, const char* what);
+
 // Copies a count from device memory to the host. Synchronizes stream (cuda).
 int64_t read_count(const Device& dev, const int32_t* count, Stream stream);
 

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/key_init.h"
 #include "src/base/half.h"
 #include "src/base/check.h"
 
@@ -176,9 +175,9 @@ void route_select_slot_keys_cpu(const int64_t* offsets, const int64_t* keys, int
 }
 
 void route_select_group_keys_cpu(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
-                                       const int32_t* slots, int table_slots, const int64_t* out_offsets,
-                                       const int64_t* bases, const int64_t* bounds, int64_t* out_keys,
-                                       int64_t* first_bad) {
+                                 const int32_t* slots, int table_slots, const int64_t* out_offsets,
+                                 const int64_t* bases, const int64_t* bounds, int64_t* out_keys,
+                                 int64_t* first_bad) {
   for (int64_t s = 0; s < batch; ++s)
     for (int j = 0; j < table_slots; ++j) {
       int64_t row = s * num_slots + slots[j];
@@ -430,15 +429,15 @@ void route_select_slot_keys(const Device& dev, const int64_t* offsets, const int
 }
 
 void route_select_group_keys(const Device& dev, const int64_t* offsets, const int64_t* keys, int64_t batch,
-                                   int num_slots, const int32_t* slots, int table_slots, const int64_t* out_offsets,
-                                   const int64_t* bases, const int64_t* bounds, int64_t* out_keys, int64_t* first_bad,
-                                   Stream stream) {
+                             int num_slots, const int32_t* slots, int table_slots, const int64_t* out_offsets,
+                             const int64_t* bases, const int64_t* bounds, int64_t* out_keys, int64_t* first_bad,
+                             Stream stream) {
   if (batch * table_slots == 0) return;
   ROUTE_DISPATCH("route_select_group_keys",
                  route_select_group_keys_cpu(offsets, keys, batch, num_slots, slots, table_slots, out_offsets,
-                                                   bases, bounds, out_keys, first_bad),
+                                             bases, bounds, out_keys, first_bad),
                  route_select_group_keys_cuda(offsets, keys, batch, num_slots, slots, table_slots, out_offsets,
-                                                    bases, bounds, out_keys, first_bad, stream));
+                                              bases, bounds, out_keys, first_bad, stream));
 }
 
 void route_check_offsets(const Device& dev, const int64_t* offsets, int64_t rows, int64_t* first_bad, Stream stream) {

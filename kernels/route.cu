@@ -9,7 +9,6 @@
 
 #include "src/base/check.h"
 #include "kernels/half16.cuh"
-#include "kernels/key_init.h"
 #include "kernels/route.h"
 
 namespace sparta {
@@ -535,9 +534,9 @@ void route_select_slot_keys_cuda(const int64_t* offsets, const int64_t* keys, in
 }
 
 void route_select_group_keys_cuda(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
-                                        const int32_t* slots, int table_slots, const int64_t* out_offsets,
-                                        const int64_t* bases, const int64_t* bounds, int64_t* out_keys,
-                                        int64_t* first_bad, Stream s) {
+                                  const int32_t* slots, int table_slots, const int64_t* out_offsets,
+                                  const int64_t* bases, const int64_t* bounds, int64_t* out_keys,
+                                  int64_t* first_bad, Stream s) {
   LAUNCH(select_group_keys_kernel, batch * table_slots, s, offsets, keys, batch, num_slots, slots, table_slots,
          out_offsets, bases, bounds, out_keys, first_bad);
 }

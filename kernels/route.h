@@ -194,9 +194,9 @@ void route_select_slot_lengths_cpu(const int64_t* offsets, int64_t batch, int nu
 void route_select_slot_keys_cpu(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
                                 const int32_t* slots, int table_slots, const int64_t* out_offsets, int64_t* out_keys);
 void route_select_group_keys_cpu(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
-                                       const int32_t* slots, int table_slots, const int64_t* out_offsets,
-                                       const int64_t* bases, const int64_t* bounds, int64_t* out_keys,
-                                       int64_t* first_bad);
+                                 const int32_t* slots, int table_slots, const int64_t* out_offsets,
+                                 const int64_t* bases, const int64_t* bounds, int64_t* out_keys,
+                                 int64_t* first_bad);
 void route_check_offsets_cpu(const int64_t* offsets, int64_t rows, int64_t* first_bad);
 void route_fill_i64_cpu(int64_t* out, int64_t n, int64_t value);
 void route_to_bf16_cpu(const float* in, int64_t n, uint16_t* out);
@@ -245,9 +245,9 @@ void route_select_slot_keys_cuda(const int64_t* offsets, const int64_t* keys, in
                                  const int32_t* slots, int table_slots, const int64_t* out_offsets,
                                  int64_t* out_keys, Stream s);
 void route_select_group_keys_cuda(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
-                                        const int32_t* slots, int table_slots, const int64_t* out_offsets,
-                                        const int64_t* bases, const int64_t* bounds, int64_t* out_keys,
-                                        int64_t* first_bad, Stream s);
+                                  const int32_t* slots, int table_slots, const int64_t* out_offsets,
+                                  const int64_t* bases, const int64_t* bounds, int64_t* out_keys,
+                                  int64_t* first_bad, Stream s);
 void route_check_offsets_cuda(const int64_t* offsets, int64_t rows, int64_t* first_bad, Stream s);
 void route_fill_i64_cuda(int64_t* out, int64_t n, int64_t value, Stream s);
 void route_to_bf16_cuda(const float* in, int64_t n, uint16_t* out, Stream s);

@@ -47,8 +47,9 @@ int64_t untag(int64_t tagged_key) { return static_cast<int64_t>(uint64_t(tagged_
 
 // One placement group: tables placed as one physical table, or one table alone (its keys as they are). A
 // group's keys: a hashed group tags each table's keys (kernels/key_init.h tag_key), a direct-index group lays
-// them end to end (table t's key k is key_begin[t] + k, its key_segments). Its slots in concatenation order (table order, each table's slots in its order), where they go in a
-// sample's output row, and the group's cut of the current batch (kept until the backward).
+// them end to end (table t's key k is key_begin[t] + k, its key_segments). Its slots in concatenation order
+// (table order, each table's slots in its order), where they go in a sample's output row, and the group's cut
+// of the current batch (kept until the backward).
 struct EmbeddingCollection::Group {
   std::vector<int> tables;  // indices in the configuration, ascending
   bool tagged = false;        // keys moved into the group's key space (hashed: tags; direct: end to end)
@@ -264,7 +265,7 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
     if (gr.tagged) {
       int64_t* k = grow(gr.keys, dev_, size_t(nnz));
       route_select_group_keys(dev_, offsets, keys, local_batch, S, gr.slots_dev.data(), ts, t_offsets,
-                                    gr.bases_dev.data(), gr.bounds_dev.data(), k, st + 1, dev_.stream);
+                              gr.bases_dev.data(), gr.bounds_dev.data(), k, st + 1, dev_.stream);
       t_keys = k;
       tagged = true;
     } else if (!gr.all_slots) {

@@ -41,9 +41,9 @@ const EmbeddingTableConfig& checked(const EmbeddingTableConfig& c) {
   for (size_t i = 0; i < c.key_segments.size(); ++i) {
     const KeySegment& d = c.key_segments[i];
     SPARTA_REQUIRE(i > 0 ? d.key_begin > c.key_segments[i - 1].key_begin : d.key_begin == 0,
-                   "embedding table '%s': direct segment %zu begins at key %lld; segments must begin at 0 and "
+                   "embedding table '%s': key segment %zu begins at key %lld; segments must begin at 0 and "
                    "ascend", name, i, (long long)d.key_begin);
-    SPARTA_REQUIRE(d.table_id >= 0, "embedding table '%s': direct segment %zu has table_id %d (must be >= 0)", name,
+    SPARTA_REQUIRE(d.table_id >= 0, "embedding table '%s': key segment %zu has table_id %d (must be >= 0)", name,
                    i, d.table_id);
   }
   SPARTA_REQUIRE(!c.optimizer.atomic_update || c.optimizer.kind == OptimizerKind::sgd,
