@@ -313,8 +313,17 @@ void DispatchShard::backward(const float* key_grads, int64_t step, float lr_scal
 // ----------------------------------------------------------------------------
 // ReplicaShard
 
+namespace {
+// A copy that applies every rank's sums of a row: in the fixed order, so that the copies stay identical (sgd's
+// atomic update would add a row's sums in any order). The only copy (one rank) keeps the table's update.
+PlacedTableSetup replica_setup(PlacedTableSetup s, int world) {
+  if (world > 1) s.table.optimizer.atomic_update = false;
+  return s;
+}
+}  // namespace
+
 ReplicaShard::ReplicaShard(Exchange& ex, const PlacedTableSetup& s, const std::string& suffix)
-    : ex_(ex), dim_(s.table.dim), table_(make_whole_shard(ex.device(), s, suffix)) {}
+    : ex_(ex), dim_(s.table.dim), table_(make_whole_shard(ex.device(), replica_setup(s, ex.world()), suffix)) {}
 
 size_t ReplicaShard::memory_bytes() const { return table_memory_bytes(*table_); }
 

@@ -154,7 +154,8 @@ class DispatchShard {
 // one per lookup: a hot key travels once per rank), and every copy applies every rank's sums, in rank order.
 // A row's gradient is thus summed per rank, then over ranks, the same on every copy: with one contribution per
 // rank, a row's sum over ranks is the same chain of additions on every copy, bit for bit, though the copies hold
-// the row under other ids (the fixed order depends on a row's own contributions only).
+// the row under other ids (the fixed order depends on a row's own contributions only). With more than one rank
+// the copy takes that fixed order even when the table's sgd asks for the atomic update.
 class ReplicaShard {
  public:
   ReplicaShard(Exchange& ex, const PlacedTableSetup& s, const std::string& suffix);  // a whole-table shard

@@ -94,8 +94,9 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
       "the planner's fixed cost per step of one group of tables looked up together, microseconds");
   add_optimizer(emb, "embedding", c.sparse, t.sparse_kind, "the tables'", "adagrad", 0.05f);
   emb.add_options()("embedding.atomic_update", po::value<bool>(&c.sparse.atomic_update)->default_value(false),
-                    "sgd only: each key's update added to its row with float atomics (no sort; faster with many keys, "
-                    "not bitwise reproducible); tables updated by replicated or hybrid's hot copy stay sorted");
+                    "sgd only: each key's update added to its row with float atomics (no sort; faster with many "
+                    "keys, not bitwise reproducible); replicated tables on more than one rank stay sorted (their "
+                    "copies must agree)");
   add_optimizer(opt, "optimizer", c.dense, t.dense_kind, "the dense parameters'", "adam", 1e-3f);
   opt.add_options()("optimizer.warmup_steps", po::value<int64_t>(&c.schedule.warmup_steps)->default_value(0),
                     "linear warm-up of the learning rate over N steps")(
