@@ -86,6 +86,7 @@ struct Args {
               exchange = "fp32", output = "fp32", index = "hashed";
   int64_t row_cap = 4000000;
   int dim = 128, warmup = 5, iters = 20, check_samples = 64;  // warmup, iters: the driver's --warmup, --iters
+  int overlap = 1;
   double alpha = 0, memory_budget_gib = 0, timeout = 300;
   PlannerRates rates;  // --planner-link-gbps, --planner-hbm-gbps, --planner-collective-us, --planner-group-us
   float lr = 0.01f;
@@ -303,6 +304,7 @@ CollectionConfig make_config(const Args& a, const std::vector<Table>& tables, co
   c.seed = a.seed;
   c.exchange = a.exchange == "bf16" ? DataType::bf16 : DataType::f32;
   c.output = output_type_of(a.output);
+  c.overlap = a.overlap != 0;
   for (size_t t = 0; t < tables.size(); ++t) {
     CollectionTableConfig tc;
     tc.name = "t" + std::to_string(t);
@@ -533,6 +535,8 @@ int main(int argc, char** argv) {
       "output", po::value(&a.output)->default_value(a.output),
       "fp32 | bf16 | fp16: the type of the pooled output and its gradient (CollectionConfig::output)")(
       "comm-mode", po::value(&a.comm_mode), "nccl | mpi | hier (default: nccl on GPUs, mpi on cpu)")(
+      "overlap", po::value(&a.overlap)->default_value(a.overlap),
+      "1: exchanges overlap other tables' work; 0: one table after the other (CollectionConfig::overlap)")(
       "timeout", po::value(&a.timeout)->default_value(a.timeout), "seconds without progress before the job ends")(
       "check-samples", po::value(&a.check_samples)->default_value(a.check_samples), "samples per rank of the check")(
       "seed", po::value(&a.seed)->default_value(a.seed), "seed of keys, gradients and initial values");
@@ -545,6 +549,7 @@ int main(int argc, char** argv) {
     // Every rank checks the same options: agreeing on the verdict lets a bad one end the job with status 1.
     agree_on_error(MPI_COMM_WORLD, guarded([&] {
       SPARTA_REQUIRE(a.check_samples >= 1, "--check-samples must be >= 1, found %d", a.check_samples);
+      SPARTA_REQUIRE(a.overlap == 0 || a.overlap == 1, "--overlap: 0 or 1, found %d", a.overlap);
       SPARTA_REQUIRE(a.alpha >= 0, "--alpha must be >= 0, found %g", a.alpha);
       SPARTA_REQUIRE(a.memory_budget_gib >= 0, "--memory-budget must be >= 0 GiB, found %g", a.memory_budget_gib);
       for (const auto& r : {std::make_pair("--planner-link-gbps", a.rates.link_GBps),
@@ -598,9 +603,9 @@ int main(int argc, char** argv) {
                   kg.keys_per_sample, double(total_rows) / 1e6, (long long)a.row_cap,
                   a.dims.empty() ? std::to_string(a.dim).c_str() : a.dims.c_str());
       std::printf("# alpha %g, %s lr %g, warmup %d, timed steps %d, check %d samples per rank, memory budget %g GiB, "
-                  "exchange %s, output %s\n",
+                  "exchange %s, output %s, overlap %d\n",
                   a.alpha, a.optimizer.c_str(), double(a.lr), a.warmup, a.iters, a.check_samples, a.memory_budget_gib,
-                  a.exchange.c_str(), a.output.c_str());
+                  a.exchange.c_str(), a.output.c_str(), a.overlap);
       std::printf("# ms: median over timed steps of the slowest rank; MB_moved: the planner's cost model (per table the "
                   "busiest rank's bytes sent + received per step, summed); mem_GB: shards on the fullest rank\n");
       std::printf("#\n# %-11s %-9s %7s %5s | %9s %9s %9s | %10s | %10s %7s | %6s\n", "placement", "tables", "batch",
@@ -663,7 +668,7 @@ int main(int argc, char** argv) {
         // The driver adds program, tag, backend, warmup, iters and the provenance (ranks, nodes, ...).
         std::ostringstream f;
         f << "\"bench\":\"collection\",\"index\":\"" << a.index << "\",\"placement\":\"" << placement << "\",\"plan\":\"" << bench::json_escape(r.plan)
-          << "\",\"exchange\":\"" << a.exchange << "\",\"output\":\"" << a.output << "\",\"tables\":\"" << a.tables << "\",\"num_tables\":" << tables.size()
+          << "\",\"overlap\":" << a.overlap << ",\"exchange\":\"" << a.exchange << "\",\"output\":\"" << a.output << "\",\"tables\":\"" << a.tables << "\",\"num_tables\":" << tables.size()
           << ",\"rows\":" << json_array(rows_capped) << ",\"dims\":" << json_array(dims)
           << ",\"hotness\":" << json_array(hot) << ",\"keys_per_sample\":" << kg.keys_per_sample
           << ",\"row_cap\":" << a.row_cap << ",\"dim\":" << a.dim << ",\"batch\":" << batch

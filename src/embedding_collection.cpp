@@ -285,14 +285,19 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
     // and its slots are put into the output (rounded there to a 16-bit output type).
     const bool direct = f32 && gr.all_slots;
     float* pooled = direct ? static_cast<float*>(out) : grow(gr.pooled, dev_, size_t(bags) * gr.dim);
-    gr.placed->forward(tb, mode, pooled);
-    if (direct) continue;
-    if (f32)
-      route_put_slots(dev_, pooled, local_batch, ts, gr.dim, gr.cols_dev.data(), width_, static_cast<float*>(out),
-                      dev_.stream);
-    else
-      route_put_slots_half(dev_, pooled, local_batch, ts, gr.dim, gr.cols_dev.data(), width_, cfg_.output,
-                           static_cast<uint16_t*>(out), dev_.stream);
+    if (!cfg_.overlap) {
+      gr.placed->forward(tb, mode, pooled);
+      if (!direct) put_slots(gr, pooled, local_batch, out);
+      continue;
+    }
+    gr.placed->begin_forward(tb, mode, pooled);
+  }
+  if (cfg_.overlap) {
+    for (auto& g : groups_) g->placed->lookup();
+    for (auto& g : groups_) {
+      g->placed->finish_forward();
+      if (!(f32 && g->all_slots)) put_slots(*g, g->pooled.data(), local_batch, out);
+    }
   }
   // Keys outside their table's bound and full tables: agreed on by every rank.
   if (mode == LookupMode::train || tagged) {
@@ -308,6 +313,16 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
   } else {
     trained_ = false;  // the placements' routes now hold this batch's: the train batch's backward cannot follow
   }
+}
+
+void EmbeddingCollection::put_slots(const Group& gr, const float* pooled, int64_t local_batch, void* out) {
+  const int ts = static_cast<int>(gr.slots.size());
+  if (cfg_.output == OutputType::f32)
+    route_put_slots(dev_, pooled, local_batch, ts, gr.dim, gr.cols_dev.data(), width_, static_cast<float*>(out),
+                    dev_.stream);
+  else
+    route_put_slots_half(dev_, pooled, local_batch, ts, gr.dim, gr.cols_dev.data(), width_, cfg_.output,
+                         static_cast<uint16_t*>(out), dev_.stream);
 }
 
 void EmbeddingCollection::check_key_bounds(const int64_t* offsets, const int64_t* keys, int64_t local_batch) {
@@ -360,8 +375,13 @@ void EmbeddingCollection::backward(const void* grad, int64_t step, float lr_scal
                               width_, cfg_.output, cut, dev_.stream);
       gg = cut;
     }
-    gr.placed->backward(gg, step, lr_scale);
+    if (cfg_.overlap)
+      gr.placed->begin_backward(gg);
+    else
+      gr.placed->backward(gg, step, lr_scale);
   }
+  if (cfg_.overlap)
+    for (auto& g : groups_) g->placed->update(step, lr_scale);
   trained_ = false;
 }
 

@@ -40,34 +40,32 @@
 // With one rank nothing goes through the communicator: replicated and localized look the bags up in place and
 // update from the bags' gradients; the other placements' exchanges copy on the device instead.
 //
-// ---- Streams and events (the order the placements use now, and the overlap they are built for) ----
+// ---- Streams and overlap (c = the compute stream, Device::stream; m = the exchange's communication stream) ----
 //
-// Now: everything is queued on the compute stream (Device::stream). Each communicator call takes that stream:
-// the communicator orders its work after the stream's earlier work and the stream's later work after the
-// collective (events, no host wait), so every collective is a fence between the kernels before and after it.
-// Host synchronizations happen where the host needs a count: the offsets check with every group's key count (one
-// download), the distinct keys and bucket sizes of a route (send counts), the hybrid's touched hot rows, and the
-// key-bound and lookup error check after the forward; reads behind a collective go through Exchange::download,
-// whose wait polls for a failed peer instead of hanging. Step buffers grow by reallocation (grow(): the old
-// memory is freed only after the compute stream that used it is synchronized, never relying on cudaFree
-// synchronizing).
-//
-// The overlap to build, per step (c = compute stream, m = communication stream, h2d/d2h = copy streams):
-// (t below is a placement group.)
-//   1. c: cut slots, bucket keys by owner for table t           → event keys_ready[t]
-//   2. d2h: send counts of t (pinned), after keys_ready[t]       → host posts the key all-to-all of t on m
-//      (c goes on with table t+1's step 1 meanwhile: the routes of all tables are built before any lookup waits)
-//   3. m: keys all-to-all of t                                  → event keys_arrived[t]
-//   4. c waits keys_arrived[t]: lookup (get_insert) of t         → event vectors_ready[t]
-//   5. m waits vectors_ready[t]: vectors / pooled all-to-all or reduce-scatter of t → event vectors_arrived[t]
-//   6. c waits vectors_arrived[t]: unpermute and pool into the output; the dense forward starts after the last t
-//      (replicated tables and hybrid hot keys need no step 3-5, so c pools them while m moves the others)
-//   Backward: c cuts the gradient of table t and records grads_ready[t]; m sends it (all-to-all back, all-gather
-//   for replicated, hybrid hot and distributed) and records grads_arrived[t]; c waits it and runs t's sorted
-//   backward and optimizer while m moves table t+1's gradients; the dense all-reduce shares m with them, after
-//   the embedding gradients (they gate the next step's lookups).
-//   Buffers a route reuses (send keys, received vectors) are released by events, not host syncs: the next
-//   step's step 1 of table t waits the event that ended this step's backward of t.
+// Every collective of the placements runs on m (src/placement_common.h Exchange; the communicator orders its own
+// work after m's), after the work queued on c so far (an event). With CollectionConfig::overlap (the default) a
+// step runs each part of the placements' work (src/placement.h PlacedTable) for every group before the next
+// part of any group, and c does not wait for a group's exchange until that group's next part (events, no host
+// wait):
+//   forward   1. for every group t: cut its slots and keys (c), build its route (c; the host reads its counts),
+//                post its keys' exchange on m                                  → event posted[t]
+//             2. for every t: c waits posted[t]; the lookup (c); post what it found (per-key vectors, pooled
+//                bags, partial sums) on m                                      → posted[t]
+//                (replicated tables and hybrid's hot keys look up on c alone while m moves other groups' data)
+//             3. for every t: c waits posted[t]; unpermute, pool, put the group's slots into the output.
+//   backward  1. for every t: cut its gradient, the gradient sums it sends (c); post their exchange on m
+//             2. for every t: c waits posted[t]; the update (c), while m still moves later groups' gradients.
+// So group t's lookup runs while m moves group t-1's vectors, and group t's update while m moves group t+1's
+// gradients. A group's buffers are written only by its own parts, each of which first waits for its last post;
+// collectives on m run one after the other in the order they were posted, the same order on every rank. Where
+// the host needs a count it synchronizes c (Exchange::download, whose wait polls for a failed peer instead of
+// hanging): the offsets check with every group's key count (one download), the distinct keys and bucket sizes of
+// a route (in part 1, while c holds only route work), replicated's distinct rows (backward part 1), hybrid's
+// touched hot rows (backward part 2), and the key-bound and lookup error check after the forward. On the cpu
+// backend, and with one rank, every exchange is done when its call returns (one rank: copies on c). Without
+// overlap each group's forward (backward) runs whole before the next group's, every collective a fence: the same
+// results bit for bit (mpi_test_collection overlap_changes_no_bit). Step buffers grow by reallocation (grow():
+// the old memory is freed only after c, which has waited for every post of this group, is synchronized).
 #pragma once
 
 #include <mpi.h>
@@ -158,6 +156,8 @@ class EmbeddingCollection {
   struct Group;
   std::vector<TableRows> split_rows(const Group& g, const TableRows& r) const;
   void check_key_bounds(const int64_t* offsets, const int64_t* keys, int64_t local_batch);
+  // A group's pooled [local_batch, its slots, dim] into its columns of the output (rounded to a 16-bit output).
+  void put_slots(const Group& gr, const float* pooled, int64_t local_batch, void* out);
 
   MPI_Comm world_;
   Device dev_;

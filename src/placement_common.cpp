@@ -74,6 +74,20 @@ Exchange::Exchange(Communicator* comm, const Device& dev, MPI_Comm mpi_world, Da
   SPARTA_ASSERT(!comm_ || (comm_->size() == world_ && comm_->rank() == rank_),
                 "communicator rank %d of %d, MPI rank %d of %d", comm_ ? comm_->rank() : -1,
                 comm_ ? comm_->size() : -1, rank_, world_);
+  side_dev_ = dev_;
+  if (world_ > 1 && dev_.is_cuda()) {
+    side_ = SideStream(dev_);
+    side_dev_.stream = side_.stream();
+  }
+}
+
+Stream Exchange::begin_collective() {
+  side_.wait_for(dev_.stream);
+  return side_dev_.stream;
+}
+
+void Exchange::end_collective() {
+  if (!posting_) side_.join_into(dev_.stream);
 }
 
 std::vector<size_t> Exchange::counts(const std::vector<size_t>& send_counts) {
@@ -87,7 +101,8 @@ void Exchange::all_to_all_v(const void* send, const std::vector<size_t>& send_co
     if (send_counts[0] > 0) copy_on_device(dev_, recv, send, send_counts[0] * dtype_size(type));
     return;
   }
-  comm_->all_to_all_v(send, send_counts, recv, recv_counts, type, dev_.stream);
+  comm_->all_to_all_v(send, send_counts, recv, recv_counts, type, begin_collective());
+  end_collective();
 }
 
 void Exchange::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type) {
@@ -95,7 +110,8 @@ void Exchange::reduce_scatter(const void* send, void* recv, size_t recv_count, D
     if (recv_count > 0) copy_on_device(dev_, recv, send, recv_count * dtype_size(type));
     return;
   }
-  comm_->reduce_scatter(send, recv, recv_count, type, dev_.stream);
+  comm_->reduce_scatter(send, recv, recv_count, type, begin_collective());
+  end_collective();
 }
 
 void Exchange::all_reduce(const void* send, void* recv, size_t count, DataType type) {
@@ -103,7 +119,8 @@ void Exchange::all_reduce(const void* send, void* recv, size_t count, DataType t
     if (count > 0 && send != recv) copy_on_device(dev_, recv, send, count * dtype_size(type));
     return;
   }
-  comm_->all_reduce(send, recv, count, type, dev_.stream);
+  comm_->all_reduce(send, recv, count, type, begin_collective());
+  end_collective();
 }
 
 void Exchange::all_gather_v(const void* send, void* recv, const std::vector<size_t>& counts, DataType type) {
@@ -111,28 +128,35 @@ void Exchange::all_gather_v(const void* send, void* recv, const std::vector<size
     if (counts[0] > 0 && send != recv) copy_on_device(dev_, recv, send, counts[0] * dtype_size(type));
     return;
   }
-  comm_->all_gather_v(send, recv, counts, type, dev_.stream);
+  comm_->all_gather_v(send, recv, counts, type, begin_collective());
+  end_collective();
 }
 
+// The bf16 wire: the rounding, the collective and the widening all run on the communication stream, so the staging
+// buffers are never used by two collectives at once (and grow on that stream).
 void Exchange::all_to_all_v_floats(const float* send, const std::vector<size_t>& send_counts, float* recv,
                                    const std::vector<size_t>& recv_counts) {
   if (world_ == 1 || wire_ == DataType::f32) return all_to_all_v(send, send_counts, recv, recv_counts, DataType::f32);
   const size_t ns = total(send_counts), nr = total(recv_counts);
-  uint16_t* s16 = grow(send16_, dev_, ns);
-  uint16_t* r16 = grow(recv16_, dev_, nr);
-  route_to_bf16(dev_, send, int64_t(ns), s16, dev_.stream);
-  comm_->all_to_all_v(s16, send_counts, r16, recv_counts, DataType::bf16, dev_.stream);
-  route_from_bf16(dev_, r16, int64_t(nr), recv, dev_.stream);
+  const Stream s = begin_collective();
+  uint16_t* s16 = grow(send16_, side_dev_, ns);
+  uint16_t* r16 = grow(recv16_, side_dev_, nr);
+  route_to_bf16(dev_, send, int64_t(ns), s16, s);
+  comm_->all_to_all_v(s16, send_counts, r16, recv_counts, DataType::bf16, s);
+  route_from_bf16(dev_, r16, int64_t(nr), recv, s);
+  end_collective();
 }
 
 void Exchange::all_gather_v_floats(const float* send, float* recv, const std::vector<size_t>& counts) {
   if (world_ == 1 || wire_ == DataType::f32) return all_gather_v(send, recv, counts, DataType::f32);
   const size_t ns = counts[size_t(rank_)], nr = total(counts);
-  uint16_t* s16 = grow(send16_, dev_, ns);
-  uint16_t* r16 = grow(recv16_, dev_, nr);
-  route_to_bf16(dev_, send, int64_t(ns), s16, dev_.stream);
-  comm_->all_gather_v(s16, r16, counts, DataType::bf16, dev_.stream);
-  route_from_bf16(dev_, r16, int64_t(nr), recv, dev_.stream);
+  const Stream s = begin_collective();
+  uint16_t* s16 = grow(send16_, side_dev_, ns);
+  uint16_t* r16 = grow(recv16_, side_dev_, nr);
+  route_to_bf16(dev_, send, int64_t(ns), s16, s);
+  comm_->all_gather_v(s16, r16, counts, DataType::bf16, s);
+  route_from_bf16(dev_, r16, int64_t(nr), recv, s);
+  end_collective();
 }
 
 void Exchange::agree(const std::string& error) { agree_on_error(mpi_, error); }
@@ -248,11 +272,12 @@ TableRows select_rows(const TableRows& t, const std::vector<bool>& keep) {
 DispatchShard::DispatchShard(Exchange& ex, const PlacedTableSetup& s, const std::string& suffix)
     : ex_(ex),
       dim_(s.table.dim),
-      table_(make_modulo_shard(ex.device(), s, ex.world(), ex.rank(), suffix)) {}
+      table_(make_modulo_shard(ex.device(), s, ex.world(), ex.rank(), suffix)),
+      posted_(ex.device()) {}
 
 size_t DispatchShard::memory_bytes() const { return table_memory_bytes(*table_); }
 
-void DispatchShard::forward(const int64_t* keys, int64_t n, LookupMode mode, float* vecs) {
+void DispatchShard::route(const int64_t* keys, int64_t n) {
   const Device& dev = ex_.device();
   const int world = ex_.world();
   n_ = n;
@@ -279,21 +304,32 @@ void DispatchShard::forward(const int64_t* keys, int64_t n, LookupMode mode, flo
   recv_counts_ = ex_.counts(send_counts_);
   n_recv_ = static_cast<int64_t>(total(recv_counts_));
   int64_t* recv_keys = grow(recv_keys_, dev, n_recv_);
-  ex_.all_to_all_v(send_keys, send_counts_, recv_keys, recv_counts_, DataType::i64);
-
-  float* recv_vecs = grow(recv_vecs_, dev, size_t(n_recv_) * dim_);
-  table_lookup_keys(*table_, recv_keys, n_recv_, mode, recv_vecs, grow(rows_, dev, n_recv_));
-  float* send_vecs = grow(send_vecs_, dev, size_t(u) * dim_);
-  ex_.all_to_all_v_floats(recv_vecs, times(recv_counts_, dim_), send_vecs, times(send_counts_, dim_));
-  // back to every occurrence: distinct order, then sorted key order, then the keys' own order
-  float* uniq_vecs = grow(uniq_vecs_, dev, size_t(u) * dim_);
-  route_scatter_rows(dev, send_vecs, perm, u, dim_, uniq_vecs, dev.stream);
-  float* key_vecs = grow(key_vecs_, dev, size_t(n) * dim_);
-  route_gather_rows(dev, uniq_vecs, uid, n, dim_, key_vecs, dev.stream);
-  route_scatter_rows(dev, key_vecs, key_perm, n, dim_, vecs, dev.stream);
+  ex_.post(posted_, [&] { ex_.all_to_all_v(send_keys, send_counts_, recv_keys, recv_counts_, DataType::i64); });
 }
 
-void DispatchShard::backward(const float* key_grads, int64_t step, float lr_scale) {
+void DispatchShard::lookup(LookupMode mode) {
+  const Device& dev = ex_.device();
+  ex_.join(posted_);
+  float* recv_vecs = grow(recv_vecs_, dev, size_t(n_recv_) * dim_);
+  table_lookup_keys(*table_, recv_keys_.data(), n_recv_, mode, recv_vecs, grow(rows_, dev, n_recv_));
+  float* send_vecs = grow(send_vecs_, dev, size_t(unique_) * dim_);
+  ex_.post(posted_, [&] {
+    ex_.all_to_all_v_floats(recv_vecs, times(recv_counts_, dim_), send_vecs, times(send_counts_, dim_));
+  });
+}
+
+void DispatchShard::finish(float* vecs) {
+  const Device& dev = ex_.device();
+  ex_.join(posted_);
+  // back to every occurrence: distinct order, then sorted key order, then the keys' own order
+  float* uniq_vecs = grow(uniq_vecs_, dev, size_t(unique_) * dim_);
+  route_scatter_rows(dev, send_vecs_.data(), perm_.data(), unique_, dim_, uniq_vecs, dev.stream);
+  float* key_vecs = grow(key_vecs_, dev, size_t(n_) * dim_);
+  route_gather_rows(dev, uniq_vecs, uid_.data(), n_, dim_, key_vecs, dev.stream);
+  route_scatter_rows(dev, key_vecs, key_perm_.data(), n_, dim_, vecs, dev.stream);
+}
+
+void DispatchShard::send(const float* key_grads) {
   const Device& dev = ex_.device();
   // each distinct key's gradient: its occurrences in key order (sorted stably), summed from 0.0f
   float* sorted = key_vecs_.data();
@@ -303,11 +339,16 @@ void DispatchShard::backward(const float* key_grads, int64_t step, float lr_scal
   float* send = send_vecs_.data();
   route_gather_rows(dev, sums, perm_.data(), unique_, dim_, send, dev.stream);
   float* recv = recv_vecs_.data();
-  ex_.all_to_all_v_floats(send, times(send_counts_, dim_), recv, times(recv_counts_, dim_));
+  ex_.post(posted_, [&] { ex_.all_to_all_v_floats(send, times(send_counts_, dim_), recv, times(recv_counts_, dim_)); });
+}
+
+void DispatchShard::update(int64_t step, float lr_scale) {
+  const Device& dev = ex_.device();
+  ex_.join(posted_);
   int64_t* iota = grow(iota_, dev, n_recv_ + 1);
   route_iota(dev, n_recv_ + 1, iota, dev.stream);
   // one bag per received key: the owner sums each row's keys in the order they arrived
-  table_update(*table_, iota, rows_.data(), n_recv_, n_recv_, recv, Combiner::sum, step, lr_scale);
+  table_update(*table_, iota, rows_.data(), n_recv_, n_recv_, recv_vecs_.data(), Combiner::sum, step, lr_scale);
 }
 
 // ----------------------------------------------------------------------------
@@ -323,7 +364,10 @@ PlacedTableSetup replica_setup(PlacedTableSetup s, int world) {
 }  // namespace
 
 ReplicaShard::ReplicaShard(Exchange& ex, const PlacedTableSetup& s, const std::string& suffix)
-    : ex_(ex), dim_(s.table.dim), table_(make_whole_shard(ex.device(), replica_setup(s, ex.world()), suffix)) {}
+    : ex_(ex),
+      dim_(s.table.dim),
+      table_(make_whole_shard(ex.device(), replica_setup(s, ex.world()), suffix)),
+      posted_(ex.device()) {}
 
 size_t ReplicaShard::memory_bytes() const { return table_memory_bytes(*table_); }
 
@@ -336,8 +380,8 @@ void ReplicaShard::prepare(const int64_t* offsets, const int64_t* keys, const in
   prepared_ = true;
 }
 
-void ReplicaShard::update_from_all(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags,
-                                   int64_t nnz, const float* grad, Combiner combiner, int64_t step, float lr_scale) {
+void ReplicaShard::send(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags, int64_t nnz,
+                        const float* grad, Combiner combiner) {
   const Device& dev = ex_.device();
   // this rank's sum per touched row, and the key of each such row (refused keys, row -1, are left out)
   if (!prepared_) prepare(offsets, keys, rows, bags, nnz, combiner);
@@ -349,21 +393,28 @@ void ReplicaShard::update_from_all(const int64_t* offsets, const int64_t* keys, 
   const int64_t u = ex_.download_count(num_unique);
   const std::vector<size_t> counts = ex_.counts(std::vector<size_t>(size_t(ex_.world()), size_t(u)));
   // every rank's sums, in rank order
-  const int64_t all = static_cast<int64_t>(total(counts));
-  int64_t* all_keys = grow(all_keys_, dev, all);
-  float* all_grads = grow(all_grads_, dev, size_t(all) * dim_);
-  ex_.all_gather_v(unique_keys, all_keys, counts, DataType::i64);
-  ex_.all_gather_v_floats(row_grads, all_grads, times(counts, dim_));
+  all_ = static_cast<int64_t>(total(counts));
+  int64_t* all_keys = grow(all_keys_, dev, all_);
+  float* all_grads = grow(all_grads_, dev, size_t(all_) * dim_);
+  ex_.post(posted_, [&] {
+    ex_.all_gather_v(unique_keys, all_keys, counts, DataType::i64);
+    ex_.all_gather_v_floats(row_grads, all_grads, times(counts, dim_));
+  });
+}
+
+void ReplicaShard::update(int64_t step, float lr_scale) {
+  const Device& dev = ex_.device();
+  ex_.join(posted_);
   // their rows in this copy (inserting keys only other ranks had seen: values by key, so every copy inserts the
   // same values), then one bag per sum: a row adds its ranks' sums in rank order
-  int64_t* all_rows = grow(rows_, dev, all);
-  table_->insert_rows(all_keys, all, all_rows, dev.stream);
-  int64_t* iota = grow(iota_, dev, all + 1);
-  route_iota(dev, all + 1, iota, dev.stream);
+  int64_t* all_rows = grow(rows_, dev, all_);
+  table_->insert_rows(all_keys_.data(), all_, all_rows, dev.stream);
+  int64_t* iota = grow(iota_, dev, all_ + 1);
+  route_iota(dev, all_ + 1, iota, dev.stream);
   // A key this copy had no room for (row -1: skipped) is counted by the table: the next check_lookups (the
   // collection's check after the next forward, agreed on by every rank) or a save reports it. Every copy holds
   // the same keys after an update, so every copy runs out of room at the same step.
-  table_update(*table_, iota, all_rows, all, all, all_grads, Combiner::sum, step, lr_scale);
+  table_update(*table_, iota, all_rows, all_, all_, all_grads_.data(), Combiner::sum, step, lr_scale);
 }
 
 }  // namespace sparta

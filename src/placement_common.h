@@ -23,7 +23,15 @@
 namespace sparta {
 
 // The collectives of the placements. world == 1 never touches the communicator (copies on the device instead).
-// Results are visible to work queued after the call on the compute stream (each call joins).
+//
+// Streams. With more than one rank on the cuda backend, every collective runs on the exchange's own stream (the
+// communication stream; the communicator orders its work after that stream's), which first waits for the work
+// queued on the compute stream (Device::stream) so far. A plain call then makes the compute stream wait for the
+// collective: work queued on it afterwards sees the results. A call made inside post(done, f) does not: `done`
+// marks the end of f's collectives, and the compute stream waits for them only at join(done), so that it runs
+// other tables' work meanwhile. Between post and join the call's inputs must stay unchanged and its outputs
+// unread. Collectives run on the communication stream one after the other, in the order they were called. With
+// one rank, or on the cpu backend, post runs f as it is and join does nothing.
 //
 // The wire type (CollectionConfig::exchange) applies to the *_floats calls only: the per-key vectors and
 // gradients and the pooled vectors and gradients that dispatch, localized, replicated and hybrid's cold keys move.
@@ -41,6 +49,23 @@ class Exchange {
   int world() const { return world_; }
   MPI_Comm mpi_world() const { return mpi_; }
   DataType wire() const { return wire_; }
+
+  // Runs f, whose collectives the compute stream does not wait for until join(done) (see above).
+  template <class F>
+  void post(StreamEvent& done, F&& f) {
+    posting_ = true;
+    try {
+      f();
+    } catch (...) {
+      posting_ = false;
+      throw;
+    }
+    posting_ = false;
+    if (side_.stream()) done.record(side_.stream());
+  }
+  // The compute stream's later work waits for the collectives of the post that recorded `done`.
+  void join(StreamEvent& done) { done.wait_in(dev_.stream); }
+
   // all_to_all_v / all_gather_v of float payloads (counts in floats), sent in the wire type.
   void all_to_all_v_floats(const float* send, const std::vector<size_t>& send_counts, float* recv,
                            const std::vector<size_t>& recv_counts);
@@ -58,18 +83,29 @@ class Exchange {
   void all_gather_v(const void* send, void* recv, const std::vector<size_t>& counts, DataType type);
   // Every rank throws the lowest failing rank's message when any rank's error is not empty.
   void agree(const std::string& error);
-  // Copies n device elements to the host once the collectives queued before are done (fault-aware wait).
+  // Copies n device elements to the host once the work queued on the compute stream before is done
+  // (fault-aware wait).
   std::vector<int64_t> download(const int64_t* p, size_t n);
   // The same for one int32 count (kernels/embedding_backward.h's counts).
   int64_t download_count(const int32_t* p);
 
  private:
+  // The stream a collective runs on, after the compute stream's work so far; then, outside a post, the compute
+  // stream waits for it.
+  Stream begin_collective();
+  void end_collective();
+
   Communicator* comm_;
   Device dev_;
   MPI_Comm mpi_;
   int rank_ = 0, world_ = 1;
   DataType wire_ = DataType::f32;
-  Buffer<uint16_t> send16_, recv16_;  // bf16 staging (grown)
+  Buffer<uint16_t> send16_, recv16_;  // bf16 staging (grown; used on the communication stream only)
+  // The communication stream (cuda, world > 1); declared last, so that its destruction waits for its work
+  // before the staging buffers go.
+  SideStream side_;
+  Device side_dev_;       // dev_ with the communication stream (the staging buffers grow on it)
+  bool posting_ = false;
 };
 
 // ---- calls into EmbeddingTable (one place for each)
@@ -127,10 +163,16 @@ TableRows select_rows(const TableRows& t, const std::vector<bool>& keep);
 class DispatchShard {
  public:
   DispatchShard(Exchange& ex, const PlacedTableSetup& s, const std::string& suffix);
-  // vecs: [n, dim] of keys [n] (device), in their order.
-  void forward(const int64_t* keys, int64_t n, LookupMode mode, float* vecs);
-  // key_grads: [n, dim] for the keys of the last train forward, in their order.
-  void backward(const float* key_grads, int64_t step, float lr_scale);
+  // The vectors of keys [n] (device) in three parts (PlacedTable's forward): route posts the distinct keys'
+  // exchange, lookup looks up the keys that arrived and posts their vectors' exchange, finish leaves vecs
+  // [n, dim], one per key in their order. keys stays unchanged until finish.
+  void route(const int64_t* keys, int64_t n);
+  void lookup(LookupMode mode);
+  void finish(float* vecs);
+  // key_grads: [n, dim] for the keys of the last train forward, in their order. send posts the sums' exchange
+  // (key_grads may change once it returns); update joins it and updates the rows.
+  void send(const float* key_grads);
+  void update(int64_t step, float lr_scale);
   EmbeddingTable& table() { return *table_; }
   size_t memory_bytes() const;
 
@@ -147,6 +189,7 @@ class DispatchShard {
   Buffer<float> key_vecs_;   // [n, dim] in sorted key order: vectors, then gradients
   Buffer<float> uniq_vecs_;  // [unique, dim]: vectors, then gradient sums
   Buffer<float> send_vecs_, recv_vecs_;
+  StreamEvent posted_;  // the end of the last posted exchange
 };
 
 // A copy of a table on every rank. Lookups are local; an update sums this rank's gradient per touched row
@@ -161,10 +204,13 @@ class ReplicaShard {
   ReplicaShard(Exchange& ex, const PlacedTableSetup& s, const std::string& suffix);  // a whole-table shard
   EmbeddingTable& table() { return *table_; }
   // This rank's bags of the last train forward: offsets [bags + 1], keys [nnz] and their rows in this copy,
-  // grad [bags, dim] the gradient of the pooled output, pooled with combiner. Device pointers. Collective.
-  void update_from_all(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags, int64_t nnz,
-                       const float* grad, Combiner combiner, int64_t step, float lr_scale);
-  // Optional, before update_from_all with the same offsets, keys, rows, bags, nnz and combiner (kept unchanged
+  // grad [bags, dim] the gradient of the pooled output, pooled with combiner. Device pointers. Collective, in
+  // two parts (PlacedTable's backward): send posts the all-gather of this rank's sums (the arrays may change
+  // once it returns), update joins it and applies every rank's sums.
+  void send(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags, int64_t nnz,
+            const float* grad, Combiner combiner);
+  void update(int64_t step, float lr_scale);
+  // Optional, before send with the same offsets, keys, rows, bags, nnz and combiner (kept unchanged
   // until then): the gradient-free part of its per-row sums (EmbeddingTable::prepare_row_gradients), queued now.
   void prepare(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags, int64_t nnz,
                Combiner combiner);
@@ -179,7 +225,9 @@ class ReplicaShard {
   Buffer<int64_t> unique_keys_, all_keys_, rows_, iota_;
   Buffer<int32_t> num_unique_;
   Buffer<float> row_grads_, all_grads_;
-  bool prepared_ = false;  // prepare() ran for the coming update_from_all
+  int64_t all_ = 0;        // every rank's sums: their count
+  bool prepared_ = false;  // prepare() ran for the coming send
+  StreamEvent posted_;
 };
 
 std::unique_ptr<PlacedTable> make_dispatch(const PlacedTableSetup& s, Exchange& ex);

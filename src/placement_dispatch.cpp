@@ -16,19 +16,29 @@ class DispatchTable : public PlacedTable {
   DispatchTable(const PlacedTableSetup& s, Exchange& ex)
       : ex_(ex), dim_(s.table.dim), combiner_(s.table.combiner), shard_(ex, s, "") {}
 
-  void forward(const TableBatch& in, LookupMode mode, float* out) override {
-    const Device& dev = ex_.device();
+  void begin_forward(const TableBatch& in, LookupMode mode, float* out) override {
     in_ = in;
-    float* vecs = grow(vecs_, dev, size_t(in.nnz) * dim_);
-    shard_.forward(in.keys, in.nnz, mode, vecs);
-    route_pool_bags(dev, in.offsets, vecs, in.bags, dim_, combiner_, out, dev.stream);
+    mode_ = mode;
+    out_ = out;
+    shard_.route(in.keys, in.nnz);
   }
 
-  void backward(const float* grad, int64_t step, float lr_scale) override {
+  void lookup() override { shard_.lookup(mode_); }
+
+  void finish_forward() override {
+    const Device& dev = ex_.device();
+    float* vecs = grow(vecs_, dev, size_t(in_.nnz) * dim_);
+    shard_.finish(vecs);
+    route_pool_bags(dev, in_.offsets, vecs, in_.bags, dim_, combiner_, out_, dev.stream);
+  }
+
+  void begin_backward(const float* grad) override {
     float* key_grads = grow(vecs_, ex_.device(), size_t(in_.nnz) * dim_);
     route_spread_bag_grads(ex_.device(), in_.offsets, grad, in_.bags, dim_, combiner_, key_grads, ex_.device().stream);
-    shard_.backward(key_grads, step, lr_scale);
+    shard_.send(key_grads);
   }
+
+  void update(int64_t step, float lr_scale) override { shard_.update(step, lr_scale); }
 
   void check_lookups() override { table_check(shard_.table()); }
   int owner_of(int64_t key) const override { return owner_of_key(key, ex_.world()); }
@@ -43,6 +53,8 @@ class DispatchTable : public PlacedTable {
   Combiner combiner_;
   DispatchShard shard_;
   TableBatch in_;
+  LookupMode mode_ = LookupMode::train;
+  float* out_ = nullptr;
   Buffer<float> vecs_;  // [nnz, dim]: per-key vectors in the forward, per-key gradients in the backward
 };
 

@@ -22,12 +22,15 @@ class DistributedTable : public PlacedTable {
       : ex_(ex),
         dim_(s.table.dim),
         combiner_(s.table.combiner),
-        table_(make_modulo_shard(ex.device(), s, ex.world(), ex.rank(), "")) {}
+        table_(make_modulo_shard(ex.device(), s, ex.world(), ex.rank(), "")),
+        posted_(ex.device()) {}
 
-  void forward(const TableBatch& in, LookupMode mode, float* out) override {
+  void begin_forward(const TableBatch& in, LookupMode mode, float* out) override {
     const Device& dev = ex_.device();
     const int world = ex_.world();
     in_ = in;
+    mode_ = mode;
+    out_ = out;
     max_bags_ = 0;
     for (int64_t b : in.rank_batches) max_bags_ = std::max(max_bags_, b * in.table_slots);
     global_bags_ = max_bags_ * world;
@@ -50,29 +53,48 @@ class DistributedTable : public PlacedTable {
     for (size_t x : recv_counts) n_recv_ += int64_t(x);
     int64_t* keys = grow(recv_keys_, dev, n_recv_);
     int64_t* bags = grow(recv_bags_, dev, n_recv_);
-    ex_.all_to_all_v(send_keys, send_counts, keys, recv_counts, DataType::i64);
-    ex_.all_to_all_v(send_bags, send_counts, bags, recv_counts, DataType::i64);
-
-    // Sources arrive in rank order and each keeps its bag order, so the bag ids are ascending: a CSR.
-    int64_t* offsets = grow(owner_offsets_, dev, global_bags_ + 1);
-    route_offsets_from_sorted_bags(dev, bags, n_recv_, global_bags_, offsets, dev.stream);
-    float* partial = grow(partial_, dev, size_t(global_bags_) * dim_);
-    table_lookup_pooled(*table_, offsets, keys, global_bags_, Combiner::sum, mode, partial, grow(rows_, dev, n_recv_));
-    float* mine = grow(mine_, dev, size_t(max_bags_) * dim_);
-    ex_.reduce_scatter(partial, mine, size_t(max_bags_) * dim_, DataType::f32);
-    if (in.bags > 0) copy_on_device(dev, out, mine, sizeof(float) * size_t(in.bags) * dim_);
-    if (combiner_ == Combiner::mean) route_divide_by_lengths(dev, in.offsets, in.bags, dim_, out, dev.stream);
+    ex_.post(posted_, [&] {
+      ex_.all_to_all_v(send_keys, send_counts, keys, recv_counts, DataType::i64);
+      ex_.all_to_all_v(send_bags, send_counts, bags, recv_counts, DataType::i64);
+    });
   }
 
-  void backward(const float* grad, int64_t step, float lr_scale) override {
+  void lookup() override {
+    const Device& dev = ex_.device();
+    ex_.join(posted_);
+    // Sources arrive in rank order and each keeps its bag order, so the bag ids are ascending: a CSR.
+    int64_t* offsets = grow(owner_offsets_, dev, global_bags_ + 1);
+    route_offsets_from_sorted_bags(dev, recv_bags_.data(), n_recv_, global_bags_, offsets, dev.stream);
+    float* partial = grow(partial_, dev, size_t(global_bags_) * dim_);
+    table_lookup_pooled(*table_, offsets, recv_keys_.data(), global_bags_, Combiner::sum, mode_, partial,
+                        grow(rows_, dev, n_recv_));
+    float* mine = grow(mine_, dev, size_t(max_bags_) * dim_);
+    ex_.post(posted_, [&] { ex_.reduce_scatter(partial, mine, size_t(max_bags_) * dim_, DataType::f32); });
+  }
+
+  void finish_forward() override {
+    const Device& dev = ex_.device();
+    ex_.join(posted_);
+    if (in_.bags > 0) copy_on_device(dev, out_, mine_.data(), sizeof(float) * size_t(in_.bags) * dim_);
+    if (combiner_ == Combiner::mean) route_divide_by_lengths(dev, in_.offsets, in_.bags, dim_, out_, dev.stream);
+  }
+
+  void begin_backward(const float* grad) override {
     const Device& dev = ex_.device();
     const int world = ex_.world();
     float* mine = grow(mine_, dev, size_t(max_bags_) * dim_);
     // the padding bags hold no keys: their gradient rows are never read
     route_scale_bag_grads(dev, in_.offsets, grad, in_.bags, dim_, combiner_, mine, dev.stream);
     float* all = grow(partial_, dev, size_t(global_bags_) * dim_);
-    ex_.all_gather_v(mine, all, std::vector<size_t>(size_t(world), size_t(max_bags_) * dim_), DataType::f32);
-    table_update(*table_, owner_offsets_.data(), rows_.data(), global_bags_, n_recv_, all, Combiner::sum, step, lr_scale);
+    ex_.post(posted_, [&] {
+      ex_.all_gather_v(mine, all, std::vector<size_t>(size_t(world), size_t(max_bags_) * dim_), DataType::f32);
+    });
+  }
+
+  void update(int64_t step, float lr_scale) override {
+    ex_.join(posted_);
+    table_update(*table_, owner_offsets_.data(), rows_.data(), global_bags_, n_recv_, partial_.data(), Combiner::sum,
+                 step, lr_scale);
   }
 
   void check_lookups() override { table_check(*table_); }
@@ -89,6 +111,9 @@ class DistributedTable : public PlacedTable {
   std::unique_ptr<EmbeddingTable> table_;
   RouteScratch scratch_;
   TableBatch in_;
+  LookupMode mode_ = LookupMode::train;
+  float* out_ = nullptr;
+  StreamEvent posted_;  // the end of the last posted exchange
   int64_t max_bags_ = 0, global_bags_ = 0, n_recv_ = 0;
   Buffer<int32_t> part_;
   Buffer<int64_t> bag_of_key_, perm_, counts_, send_keys_, send_bags_, recv_keys_, recv_bags_, owner_offsets_, rows_;

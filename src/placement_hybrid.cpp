@@ -29,7 +29,8 @@ class HybridTable : public PlacedTable {
         direct_(s.table.direct_index),
         hot_keys_(s.plan.hot_keys),
         hot_table_(make_shard(ex.device(), s, std::max<int64_t>(1, int64_t(s.plan.hot_keys.size())), "/hot")),
-        cold_(ex, s, "") {
+        cold_(ex, s, ""),
+        hot_posted_(ex.device()) {
     for (size_t i = 1; i < hot_keys_.size(); ++i)
       SPARTA_REQUIRE(hot_keys_[i - 1] < hot_keys_[i], "table '%s': hybrid hot keys must be ascending and distinct",
                      s.table.name.c_str());
@@ -41,9 +42,11 @@ class HybridTable : public PlacedTable {
     if (direct_) insert_hot_keys();
   }
 
-  void forward(const TableBatch& in, LookupMode mode, float* out) override {
+  void begin_forward(const TableBatch& in, LookupMode mode, float* out) override {
     const Device& dev = ex_.device();
     in_ = in;
+    mode_ = mode;
+    out_ = out;
     int32_t* part = grow(part_, dev, in.nnz);
     int64_t* perm = grow(perm_, dev, in.nnz);
     int64_t* counts = grow(counts_, dev, 2);
@@ -53,23 +56,37 @@ class HybridTable : public PlacedTable {
     hot_ = c[0], cold_n_ = c[1];
     int64_t* keys = grow(split_keys_, dev, in.nnz);  // hot keys, then cold keys
     route_gather_keys(dev, in.keys, perm, in.nnz, keys, dev.stream);
-
-    float* split = grow(split_vecs_, dev, size_t(in.nnz) * dim_);
-    table_lookup_keys(*hot_table_, keys, hot_, mode, split, nullptr);
-    cold_.forward(keys + hot_, cold_n_, mode, split + size_t(hot_) * dim_);
-    float* vecs = grow(vecs_, dev, size_t(in.nnz) * dim_);
-    route_scatter_rows(dev, split, perm, in.nnz, dim_, vecs, dev.stream);
-    route_pool_bags(dev, in.offsets, vecs, in.bags, dim_, combiner_, out, dev.stream);
+    cold_.route(keys + hot_, cold_n_);
   }
 
-  void backward(const float* grad, int64_t step, float lr_scale) override {
+  void lookup() override {
+    // the hot keys in the local copy while the cold ones travel
+    float* split = grow(split_vecs_, ex_.device(), size_t(in_.nnz) * dim_);
+    table_lookup_keys(*hot_table_, split_keys_.data(), hot_, mode_, split, nullptr);
+    cold_.lookup(mode_);
+  }
+
+  void finish_forward() override {
+    const Device& dev = ex_.device();
+    cold_.finish(split_vecs_.data() + size_t(hot_) * dim_);
+    float* vecs = grow(vecs_, dev, size_t(in_.nnz) * dim_);
+    route_scatter_rows(dev, split_vecs_.data(), perm_.data(), in_.nnz, dim_, vecs, dev.stream);
+    route_pool_bags(dev, in_.offsets, vecs, in_.bags, dim_, combiner_, out_, dev.stream);
+  }
+
+  void begin_backward(const float* grad) override {
     const Device& dev = ex_.device();
     float* key_grads = grow(vecs_, dev, size_t(in_.nnz) * dim_);
     route_spread_bag_grads(dev, in_.offsets, grad, in_.bags, dim_, combiner_, key_grads, dev.stream);
     float* split = grow(split_vecs_, dev, size_t(in_.nnz) * dim_);
     route_gather_rows(dev, key_grads, perm_.data(), in_.nnz, dim_, split, dev.stream);
-    if (!hot_keys_.empty()) update_hot(split, step, lr_scale);
-    cold_.backward(split + size_t(hot_) * dim_, step, lr_scale);
+    if (!hot_keys_.empty()) send_hot(split);
+    cold_.send(split + size_t(hot_) * dim_);
+  }
+
+  void update(int64_t step, float lr_scale) override {
+    if (!hot_keys_.empty()) update_hot(step, lr_scale);
+    cold_.update(step, lr_scale);
   }
 
   void check_lookups() override {
@@ -99,8 +116,9 @@ class HybridTable : public PlacedTable {
   size_t memory_bytes() const override { return table_memory_bytes(*hot_table_) + cold_.memory_bytes(); }
 
  private:
-  // hot_grads: [hot_, dim], the gradients of this rank's hot keys (split_keys_[0, hot_)) in their order.
-  void update_hot(const float* hot_grads, int64_t step, float lr_scale) {
+  // hot_grads: [hot_, dim], the gradients of this rank's hot keys (split_keys_[0, hot_)) in their order. Posts the
+  // all-reduce of every rank's sums and counts per hot key.
+  void send_hot(const float* hot_grads) {
     const Device& dev = ex_.device();
     const int64_t H = int64_t(hot_keys_.size());
     // this rank's sum per hot key, in key order: bucket by position in the hot set, pool each bucket
@@ -116,9 +134,20 @@ class HybridTable : public PlacedTable {
     float* dense = grow(hot_dense_, dev, size_t(H) * dim_);  // [H, dim]
     route_pool_bags(dev, offsets, sorted, H, dim_, Combiner::sum, dense, dev.stream);
     // every rank's sums and counts
-    ex_.all_reduce(dense, dense, size_t(H) * dim_, DataType::f32);
-    ex_.all_reduce(counts, counts, size_t(H), DataType::i64);
-    // the touched hot keys (count > 0), the same on every rank, get one update each
+    ex_.post(hot_posted_, [&] {
+      ex_.all_reduce(dense, dense, size_t(H) * dim_, DataType::f32);
+      ex_.all_reduce(counts, counts, size_t(H), DataType::i64);
+    });
+  }
+
+  // The touched hot keys (count > 0), the same on every rank, get one update each.
+  void update_hot(int64_t step, float lr_scale) {
+    const Device& dev = ex_.device();
+    const int64_t H = int64_t(hot_keys_.size());
+    ex_.join(hot_posted_);
+    const int64_t* counts = hot_counts_.data();
+    const float* dense = hot_dense_.data();
+    int64_t* perm = hot_perm_.data();
     int32_t* part = grow(hot_part_, dev, H);
     route_part_nonzero(dev, counts, H, part, dev.stream);
     int64_t* two = grow(counts_, dev, 2);
@@ -172,6 +201,9 @@ class HybridTable : public PlacedTable {
   DispatchShard cold_;
   RouteScratch scratch_;
   TableBatch in_;
+  LookupMode mode_ = LookupMode::train;
+  float* out_ = nullptr;
+  StreamEvent hot_posted_;  // the end of the hot all-reduce
   int64_t hot_ = 0, cold_n_ = 0;
   Buffer<int32_t> part_, hot_idx_, hot_part_;
   Buffer<int64_t> perm_, counts_, split_keys_;

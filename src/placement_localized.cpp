@@ -18,16 +18,16 @@ class LocalizedTable : public PlacedTable {
     SPARTA_REQUIRE(owner_ >= 0 && owner_ < ex.world(), "table '%s': localized owner rank %d outside the %d ranks",
                    s.table.name.c_str(), owner_, ex.world());
     if (ex.rank() == owner_) table_ = make_whole_shard(ex.device(), s, "");
+    posted_ = StreamEvent(ex.device());
   }
 
-  void forward(const TableBatch& in, LookupMode mode, float* out) override {
+  void begin_forward(const TableBatch& in, LookupMode mode, float* out) override {
     const Device& dev = ex_.device();
     const size_t world = size_t(ex_.world());
     in_ = in;
-    if (world == 1) {  // the owner's own bags: looked up in place, nothing routed or copied
-      table_lookup_pooled(*table_, in.offsets, in.keys, in.bags, combiner_, mode, out, grow(rows_, dev, in.nnz));
-      return;
-    }
+    mode_ = mode;
+    out_ = out;
+    if (world == 1) return;  // the owner's own bags: looked up in place, nothing routed or copied
     int64_t* lengths = grow(lengths_, dev, in.bags);
     route_lengths(dev, in.offsets, in.bags, lengths, dev.stream);
     std::vector<size_t> send_bags(world, 0), send_keys(world, 0);
@@ -39,28 +39,49 @@ class LocalizedTable : public PlacedTable {
     for (size_t p = 0; p < world; ++p) all_bags_ += int64_t(recv_bags_[p]), all_keys_ += int64_t(recv_keys[p]);
     int64_t* all_lengths = grow(all_lengths_, dev, all_bags_);
     int64_t* keys = grow(keys_, dev, all_keys_);
-    ex_.all_to_all_v(lengths, send_bags, all_lengths, recv_bags_, DataType::i64);
-    ex_.all_to_all_v(in.keys, send_keys, keys, recv_keys, DataType::i64);
+    send_bags_ = send_bags;
+    ex_.post(posted_, [&] {
+      ex_.all_to_all_v(lengths, send_bags, all_lengths, recv_bags_, DataType::i64);
+      ex_.all_to_all_v(in.keys, send_keys, keys, recv_keys, DataType::i64);
+    });
+  }
 
+  void lookup() override {
+    const Device& dev = ex_.device();
+    if (ex_.world() == 1) {
+      table_lookup_pooled(*table_, in_.offsets, in_.keys, in_.bags, combiner_, mode_, out_, grow(rows_, dev, in_.nnz));
+      return;
+    }
+    ex_.join(posted_);
     float* pooled = grow(pooled_, dev, size_t(all_bags_) * dim_);
     if (table_) {
       int64_t* offsets = grow(offsets_, dev, all_bags_ + 1);
-      route_offsets_from_lengths(dev, all_lengths, all_bags_, offsets, scratch_, dev.stream);
-      table_lookup_pooled(*table_, offsets, keys, all_bags_, combiner_, mode, pooled, grow(rows_, dev, all_keys_));
+      route_offsets_from_lengths(dev, all_lengths_.data(), all_bags_, offsets, scratch_, dev.stream);
+      table_lookup_pooled(*table_, offsets, keys_.data(), all_bags_, combiner_, mode_, pooled,
+                          grow(rows_, dev, all_keys_));
     }
-    send_bags_ = send_bags;
-    ex_.all_to_all_v_floats(pooled, times_dim(recv_bags_), out, times_dim(send_bags_));
+    ex_.post(posted_, [&] { ex_.all_to_all_v_floats(pooled, times_dim(recv_bags_), out_, times_dim(send_bags_)); });
   }
 
-  void backward(const float* grad, int64_t step, float lr_scale) override {
+  void finish_forward() override { ex_.join(posted_); }
+
+  void begin_backward(const float* grad) override {
     const Device& dev = ex_.device();
+    grad_ = grad;
+    if (ex_.world() == 1) return;
+    float* all_grads = grow(pooled_, dev, size_t(all_bags_) * dim_);
+    ex_.post(posted_, [&] { ex_.all_to_all_v_floats(grad, times_dim(send_bags_), all_grads, times_dim(recv_bags_)); });
+  }
+
+  void update(int64_t step, float lr_scale) override {
     if (ex_.world() == 1) {
-      table_update(*table_, in_.offsets, rows_.data(), in_.bags, in_.nnz, grad, combiner_, step, lr_scale);
+      table_update(*table_, in_.offsets, rows_.data(), in_.bags, in_.nnz, grad_, combiner_, step, lr_scale);
       return;
     }
-    float* all_grads = grow(pooled_, dev, size_t(all_bags_) * dim_);
-    ex_.all_to_all_v_floats(grad, times_dim(send_bags_), all_grads, times_dim(recv_bags_));
-    if (table_) table_update(*table_, offsets_.data(), rows_.data(), all_bags_, all_keys_, all_grads, combiner_, step, lr_scale);
+    ex_.join(posted_);
+    if (table_)
+      table_update(*table_, offsets_.data(), rows_.data(), all_bags_, all_keys_, pooled_.data(), combiner_, step,
+                   lr_scale);
   }
 
   void check_lookups() override {
@@ -95,6 +116,10 @@ class LocalizedTable : public PlacedTable {
   std::unique_ptr<EmbeddingTable> table_;  // on the owner only
   RouteScratch scratch_;
   TableBatch in_;
+  LookupMode mode_ = LookupMode::train;
+  float* out_ = nullptr;
+  const float* grad_ = nullptr;  // one rank: the gradient begin_backward was given
+  StreamEvent posted_;           // the end of the last posted exchange
   std::vector<size_t> send_bags_, recv_bags_;
   int64_t all_bags_ = 0, all_keys_ = 0;   // the owner's: bags and keys of the global batch
   Buffer<int64_t> lengths_, all_lengths_, keys_, offsets_, rows_;

@@ -14,22 +14,35 @@ class ReplicatedTable : public PlacedTable {
   ReplicatedTable(const PlacedTableSetup& s, Exchange& ex)
       : ex_(ex), dim_(s.table.dim), combiner_(s.table.combiner), replica_(ex, s, "") {}
 
-  void forward(const TableBatch& in, LookupMode mode, float* out) override {
+  void begin_forward(const TableBatch& in, LookupMode mode, float* out) override {
     in_ = in;
+    mode_ = mode;
+    out_ = out;
     replica_.forget_prepare();
-    // The rows of the keys are kept for a backward straight from the bags' gradients.
-    int64_t* rows = grow(rows_, ex_.device(), size_t(in.nnz));
-    table_lookup_pooled(replica_.table(), in.offsets, in.keys, in.bags, combiner_, mode, out, rows);
   }
 
-  void backward(const float* grad, int64_t step, float lr_scale) override {
+  void lookup() override {
+    // The rows of the keys are kept for a backward straight from the bags' gradients.
+    int64_t* rows = grow(rows_, ex_.device(), size_t(in_.nnz));
+    table_lookup_pooled(replica_.table(), in_.offsets, in_.keys, in_.bags, combiner_, mode_, out_, rows);
+  }
+
+  void finish_forward() override {}
+
+  void begin_backward(const float* grad) override {
+    grad_ = grad;
+    if (ex_.world() > 1)
+      replica_.send(in_.offsets, in_.keys, rows_.data(), in_.bags, in_.nnz, grad, combiner_);
+  }
+
+  void update(int64_t step, float lr_scale) override {
     if (ex_.world() == 1) {
-      // The only copy: its update is the batch's own (the same row sums the gathered path below would apply with
-      // one rank), fused with the optimizer, without downloading a count or looking the keys up again.
-      table_update(replica_.table(), in_.offsets, rows_.data(), in_.bags, in_.nnz, grad, combiner_, step, lr_scale);
+      // The only copy: its update is the batch's own (the same row sums the gathered path would apply with one
+      // rank), fused with the optimizer, without downloading a count or looking the keys up again.
+      table_update(replica_.table(), in_.offsets, rows_.data(), in_.bags, in_.nnz, grad_, combiner_, step, lr_scale);
       return;
     }
-    replica_.update_from_all(in_.offsets, in_.keys, rows_.data(), in_.bags, in_.nnz, grad, combiner_, step, lr_scale);
+    replica_.update(step, lr_scale);
   }
 
   void prepare_backward() override {
@@ -54,6 +67,9 @@ class ReplicatedTable : public PlacedTable {
   Combiner combiner_;
   ReplicaShard replica_;
   TableBatch in_;
+  LookupMode mode_ = LookupMode::train;
+  float* out_ = nullptr;
+  const float* grad_ = nullptr;  // one rank: the gradient begin_backward was given
   Buffer<int64_t> rows_;  // [nnz] rows of the last forward's keys
 };
 

@@ -83,6 +83,9 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
       "and embedding.rows 0")(
       "embedding.exchange", po::value<std::string>(&c.exchange)->default_value("fp32"),
       "fp32 | bf16: bf16 halves the bytes between ranks; vectors and gradients rounded to bf16 on the way, sums in fp32")(
+      "embedding.overlap", po::value<bool>(&c.overlap)->default_value(true),
+      "true: one table's exchanges overlap other tables' lookups and updates; false: one table after the other "
+      "(the same results, bit for bit)")(
       "embedding.planner_link_gbps", po::value<double>(&c.planner_rates.link_GBps)->default_value(PlannerRates().link_GBps),
       "the planner's link rate: GB/s one rank sends plus receives in an all-to-all (NVLink H100/H200; lower it "
       "across nodes, e.g. 85 for one 400 Gb/s NIC per GPU)")(

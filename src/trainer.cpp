@@ -209,6 +209,7 @@ void Trainer::build_collection(const Batch& b, int64_t global_batch) {
     c.num_slots = m.num_slots;
     c.seed = cfg_.seed;
     c.exchange = cfg_.exchange == "bf16" ? DataType::bf16 : DataType::f32;
+    c.overlap = cfg_.overlap;
     const std::vector<std::string> placements = split_list(cfg_.placement);
     SPARTA_REQUIRE(placements.size() == 1 || placements.size() == size_t(m.num_slots),
                    "embedding.placement: expected one placement for every table or a list of %d (one per table), "

@@ -35,6 +35,9 @@ using namespace sparta;
 
 namespace {
 
+// SPARTA_TEST_SHARED_GPU=1 lets the cuda cases run more ranks than there are GPUs (tests/testing.h).
+const bool kSharesGpus = testing::accept_shared_gpus();
+
 // ---------------------------------------------------------------------------------------------------------
 // A world (a sub-communicator of the first `ranks` ranks) with its device and communicator.
 
@@ -54,8 +57,11 @@ struct World {
     MPI_Comm_size(comm, &size);
     topo = make_topology(comm, ranks_per_node);
     if (backend == Backend::cuda) {
-      dev = open_device(Backend::cuda, topo.host_rank);
-      if (mode == CommMode::mpi) mode = CommMode::nccl;
+      dev = open_device(Backend::cuda, testing::gpu_of_local_rank(topo.host_rank));
+      if (testing::shared_gpus())
+        mode = CommMode::mpi;  // NCCL takes one rank per GPU
+      else if (mode == CommMode::mpi)
+        mode = CommMode::nccl;
     }
     if (size > 1) {  // one rank: the collection must not need a communicator at all
       CommOptions o;
@@ -1093,6 +1099,32 @@ void lr_scale_applies(Backend backend) {
 }
 SPARTA_MPI_BACKEND_CASES(lr_scale_scales_every_tables_learning_rate, lr_scale_applies)
 
+// Rows that differ in any bit between two collections of the same tables (a row one holds and the other lacks
+// counts), and the rows compared, over every rank.
+std::pair<int64_t, int64_t> differing_rows(EmbeddingCollection& x, EmbeddingCollection& y, const CollectionConfig& cfg,
+                                           MPI_Comm comm) {
+  int64_t diff = 0, compared = 0;
+  for (size_t t = 0; t < cfg.tables.size(); ++t) {
+    TableRows a = x.held_rows(int(t)), c = y.held_rows(int(t));
+    std::map<int64_t, size_t> at;
+    for (size_t i = 0; i < c.rows(); ++i) at[c.keys[i]] = i;
+    const int dim = cfg.tables[t].dim;
+    for (size_t i = 0; i < a.rows(); ++i) {
+      auto it = at.find(a.keys[i]);
+      if (it == at.end()) {
+        ++diff;
+        continue;
+      }
+      diff += std::memcmp(&a.values[i * dim], &c.values[it->second * dim], sizeof(float) * dim) != 0;
+      ++compared;
+    }
+    diff += int64_t(a.rows()) != int64_t(c.rows());
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &diff, 1, MPI_INT64_T, MPI_SUM, comm);
+  MPI_Allreduce(MPI_IN_PLACE, &compared, 1, MPI_INT64_T, MPI_SUM, comm);
+  return {diff, compared};
+}
+
 // prepare_backward (the gradient-free part of the backward queued after the forward) changes no bit: a
 // collection that calls it trains as one that does not. At step 2 it also prepares a forward of an older batch
 // (whose keys are all held, so nothing new is inserted) and then forwards this step's batch without preparing:
@@ -1136,31 +1168,80 @@ void prepared_backward_equals_backward(Backend backend) {
       plain.forward(lb.offsets.data(), lb.keys.data(), s.count, out.data());
       plain.backward(g.data(), step);
     }
-    int64_t diff = 0, compared = 0;
-    for (size_t t = 0; t < cfg.tables.size(); ++t) {
-      TableRows a = plain.held_rows(int(t)), c = prep.held_rows(int(t));
-      std::map<int64_t, size_t> at;
-      for (size_t i = 0; i < c.rows(); ++i) at[c.keys[i]] = i;
-      const int dim = cfg.tables[t].dim;
-      for (size_t i = 0; i < a.rows(); ++i) {
-        auto it = at.find(a.keys[i]);
-        if (it == at.end()) {
-          ++diff;
-          continue;
-        }
-        diff += std::memcmp(&a.values[i * dim], &c.values[it->second * dim], sizeof(float) * dim) != 0;
-        ++compared;
-      }
-      diff += int64_t(a.rows()) != int64_t(c.rows());
-    }
-    MPI_Allreduce(MPI_IN_PLACE, &diff, 1, MPI_INT64_T, MPI_SUM, w.comm);
-    MPI_Allreduce(MPI_IN_PLACE, &compared, 1, MPI_INT64_T, MPI_SUM, w.comm);
+    auto [diff, compared] = differing_rows(plain, prep, cfg, w.comm);
     BOOST_CHECK_GT(compared, 0);
     BOOST_CHECK_MESSAGE(diff == 0, p[0] << (p.size() > 1 ? "+..." : "") << ": " << diff
                                         << " rows differ with prepare_backward");
   }
 }
 SPARTA_MPI_BACKEND_CASES(prepare_backward_changes_no_bit, prepared_backward_equals_backward)
+
+// The overlapped order (each part of a step for every table before the next part of any, exchanges on the
+// communication stream) changes no bit against one table after the other: forward outputs at every step and the
+// tables after three steps, for the five placements in one collection, with f32 and with a bf16 wire and output
+// (whose staging runs on the communication stream), and for grouped tables.
+void overlap_equals_sequential(Backend backend) {
+  const uint64_t seed = shared_seed();
+  World w(backend, testing::world_size());
+  const std::string last = "localized:" + std::to_string(w.size - 1);
+  struct Case {
+    std::vector<std::string> placements;
+    std::vector<TableDef> defs;
+    int slots;
+    DataType wire;
+    OutputType output;
+  };
+  const std::vector<Case> cases = {
+      {{"dispatch", "replicated", "hybrid", "distributed", last}, kTables, kSlots, DataType::f32, OutputType::f32},
+      {{"hybrid", last, "distributed", "dispatch", "replicated"}, kTables, kSlots, DataType::bf16, OutputType::bf16},
+      {{"hybrid", "hybrid", last, "distributed", "distributed", "dispatch"}, kGrouped, kGroupedSlots, DataType::f32,
+       OutputType::f32}};
+  for (const Case& k : cases) {
+    CollectionConfig cfg = make_config(seed, k.placements, k.defs, k.slots);
+    cfg.exchange = k.wire;
+    cfg.output = k.output;
+    Data data(seed ^ 0x0e1a, k.defs, k.slots);
+    Data sample = data;
+    Plan plan = plan_for(cfg, w, sample);
+    EmbeddingCollection overlapped(w.comm, w.communicator.get(), w.dev, cfg, plan);
+    cfg.overlap = false;
+    EmbeddingCollection sequential(w.comm, w.communicator.get(), w.dev, cfg, plan);
+    const int64_t width = overlapped.output_width();
+    const size_t value_bytes = k.output == OutputType::f32 ? 4 : 2;
+    int64_t out_diff = 0;
+    for (int step = 1; step <= 3; ++step) {
+      Batch b = data.next(3 * w.size + 2);
+      Slice s = slice_of(b.samples, w.rank, w.size);
+      LocalBatch lb(w.dev, b, s);
+      const size_t n = size_t(std::max<int64_t>(1, s.count * width));
+      std::vector<uint16_t> grad(n * value_bytes / 2);
+      for (size_t i = 0; i < n; ++i) {
+        const float x = std::uniform_real_distribution<float>(-1, 1)(data.g);
+        if (value_bytes == 4)
+          std::memcpy(&grad[2 * i], &x, 4);
+        else
+          grad[i] = float_to_bf16(x);
+      }
+      Buffer<uint16_t> g(w.dev, grad);
+      std::vector<std::vector<uint16_t>> outs;
+      for (EmbeddingCollection* c : {&overlapped, &sequential}) {
+        Buffer<uint16_t> out(w.dev, n * value_bytes / 2);
+        out.fill_bytes(0xFF);
+        c->forward(lb.offsets.data(), lb.keys.data(), s.count, static_cast<void*>(out.data()));
+        outs.push_back(out.download());
+        c->backward(static_cast<const void*>(g.data()), step);
+      }
+      out_diff += outs[0] != outs[1];
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &out_diff, 1, MPI_INT64_T, MPI_SUM, w.comm);
+    auto [diff, compared] = differing_rows(overlapped, sequential, cfg, w.comm);
+    const std::string what = k.placements[0] + "+... (" + dtype_name(k.wire) + ")";
+    BOOST_CHECK_GT(compared, 0);
+    BOOST_CHECK_MESSAGE(out_diff == 0, what << ": " << out_diff << " forward outputs differ with overlap");
+    BOOST_CHECK_MESSAGE(diff == 0, what << ": " << diff << " rows differ with overlap");
+  }
+}
+SPARTA_MPI_BACKEND_CASES(overlap_changes_no_bit, overlap_equals_sequential)
 
 // count_keys merges every rank's counts: the same statistics as counting the global sample by hand.
 BOOST_AUTO_TEST_CASE(key_statistics_merge_every_rank) {

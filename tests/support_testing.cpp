@@ -34,7 +34,7 @@ boost::test_tools::assertion_result GpuPerRank::operator()(boost::unit_test::tes
   MPI_Comm_size(node, &local);
   MPI_Comm_free(&node);
   const int gpus = sparta::visible_gpu_count();
-  int ok = gpus >= local ? 1 : 0, all = 0;
+  int ok = gpus >= (shared_gpus() ? 1 : local) ? 1 : 0, all = 0;
   MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (all) return true;
   boost::test_tools::assertion_result r(false);
@@ -48,6 +48,25 @@ boost::test_tools::assertion_result GpuPerRank::operator()(boost::unit_test::tes
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 boost::unit_test::precondition needs_gpu_per_rank() { return boost::unit_test::precondition(GpuPerRank()); }
 #pragma GCC diagnostic pop
+
+namespace {
+bool& shared_gpus_accepted() {
+  static bool accepted = false;
+  return accepted;
+}
+}  // namespace
+
+bool accept_shared_gpus() { return shared_gpus_accepted() = true; }
+
+bool shared_gpus() {
+  const char* v = std::getenv("SPARTA_TEST_SHARED_GPU");
+  return shared_gpus_accepted() && v && std::string(v) == "1";
+}
+
+int gpu_of_local_rank(int r) {
+  const int gpus = sparta::visible_gpu_count();
+  return shared_gpus() && gpus > 0 ? r % gpus : r;
+}
 
 std::string python() {
   if (const char* p = std::getenv("SPARTA_PYTHON"); p && *p) return p;

@@ -175,6 +175,55 @@ BOOST_AUTO_TEST_CASE(cpu_side_stream_is_empty) {
   close_device(d);
 }
 
+// A StreamEvent orders a later point: work queued on t after wait_in(t) sees what s did before record(s), even
+// when s goes on with other work (here a second sleep and a fill that t must not see), and a second record moves
+// the point. The producer first sleeps 300 ms in a host function, so a missing ordering shows as the old values.
+BOOST_AUTO_TEST_CASE(cuda_stream_event_orders_a_recorded_point, *testing::needs_gpu()) {
+#if SPARTA_CUDA
+  Device dev = open_device(Backend::cuda, 0);
+  {
+    const size_t n = size_t(1) << 20;
+    SideStream side(dev);
+    StreamEvent ev(dev);
+    BOOST_CHECK(!ev.recorded());
+    ev.wait_in(dev.stream);  // never recorded: nothing to wait for
+    Buffer<float> a(dev, n), b(dev, n);
+    fill(dev, a.data(), n, 1.f, dev.stream);
+    synchronize(dev, dev.stream);
+    std::atomic<bool> slept{false};
+    BOOST_REQUIRE(cudaLaunchHostFunc(side.stream(), sleep_then_mark, &slept) == cudaSuccess);
+    fill(dev, a.data(), n, 2.f, side.stream());
+    ev.record(side.stream());
+    BOOST_CHECK(ev.recorded());
+    std::atomic<bool> slept2{false};
+    BOOST_REQUIRE(cudaLaunchHostFunc(side.stream(), sleep_then_mark, &slept2) == cudaSuccess);
+    fill(dev, a.data(), n, 3.f, side.stream());  // after the recorded point
+    ev.wait_in(dev.stream);
+    copy_on_device(dev, b.data(), a.data(), n * sizeof(float), dev.stream);
+    std::vector<float> got(n, std::nanf(""));
+    copy_to_host(dev, got.data(), b.data(), n * sizeof(float), dev.stream);
+    BOOST_CHECK(slept.load());
+    BOOST_CHECK_EQUAL(testing::count_mismatches(got, std::vector<float>(n, 2.f), 0, 0, "recorded point"), 0u);
+    synchronize(dev, side.stream());
+    BOOST_CHECK(slept2.load());
+    // moved: the event goes with it
+    StreamEvent moved(std::move(ev));
+    BOOST_CHECK(moved.recorded() && !ev.recorded());
+  }
+  close_device(dev);
+#endif
+}
+
+// On the cpu backend a StreamEvent holds nothing and does nothing.
+BOOST_AUTO_TEST_CASE(cpu_stream_event_is_empty) {
+  Device d = open_device(Backend::cpu, -1);
+  StreamEvent ev(d);
+  ev.record(d.stream);
+  ev.wait_in(d.stream);
+  BOOST_CHECK(!ev.recorded());
+  close_device(d);
+}
+
 BOOST_AUTO_TEST_CASE(device_choice_maps_local_rank_to_gpu) {
   // cpu always; cuda takes GPU = host-local rank; auto takes the GPUs only when every local rank gets one.
   BOOST_CHECK(choose_device("cpu", 1, 2, 8).backend == Backend::cpu);

@@ -24,6 +24,15 @@ struct GpuPerRank {
   boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const;
 };
 boost::unit_test::precondition needs_gpu_per_rank();
+// SPARTA_TEST_SHARED_GPU=1: the ranks of a node share its GPUs (local rank r drives GPU r % gpus), so that an MPI
+// suite's cuda cases run with more ranks than a machine has GPUs (needs_gpu_per_rank then asks for one GPU per
+// node). It applies to a suite that opens its devices with gpu_of_local_rank and communicates through MPI when
+// shared_gpus() (NCCL takes one rank per GPU), and says so by calling accept_shared_gpus() at static
+// initialization; in other suites the variable changes nothing.
+bool accept_shared_gpus();
+bool shared_gpus();
+// The GPU local rank r drives: r, or r % visible GPUs when they are shared.
+int gpu_of_local_rank(int r);
 
 
 // A generator seeded from the clock (fresh inputs every run), with the seed printed so a failure can be

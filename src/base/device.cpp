@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "src/base/check.h"
 
@@ -146,6 +147,53 @@ void SideStream::join_into(Stream other) {
   CUDA_CHECK(cudaStreamWaitEvent(other, static_cast<cudaEvent_t>(event_), 0));
 #else
   (void)other;
+#endif
+}
+
+StreamEvent::StreamEvent(const Device& dev) {
+  if (!dev.is_cuda()) return;
+#if SPARTA_CUDA
+  cudaEvent_t e;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  event_ = e;
+#endif
+}
+
+StreamEvent::~StreamEvent() {
+#if SPARTA_CUDA
+  if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+#endif
+}
+
+StreamEvent::StreamEvent(StreamEvent&& o) noexcept : event_(o.event_), recorded_(o.recorded_) {
+  o.event_ = nullptr;
+  o.recorded_ = false;
+}
+
+StreamEvent& StreamEvent::operator=(StreamEvent&& o) noexcept {
+  if (this != &o) {
+    std::swap(event_, o.event_);
+    std::swap(recorded_, o.recorded_);
+  }
+  return *this;
+}
+
+void StreamEvent::record(Stream s) {
+  if (!event_) return;
+#if SPARTA_CUDA
+  CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), s));
+  recorded_ = true;
+#else
+  (void)s;
+#endif
+}
+
+void StreamEvent::wait_in(Stream t) {
+  if (!event_ || !recorded_) return;
+#if SPARTA_CUDA
+  CUDA_CHECK(cudaStreamWaitEvent(t, static_cast<cudaEvent_t>(event_), 0));
+#else
+  (void)t;
 #endif
 }
 

@@ -74,6 +74,27 @@ class SideStream {
   void* event_ = nullptr;  // cudaEvent_t
 };
 
+// A point in one stream's work that other streams can wait for: a CUDA event (cuda; on the cpu backend it holds
+// nothing and every call does nothing). record(s) marks the work queued on s so far; wait_in(t) makes the work
+// queued on t from now on start after the last recorded point (nothing when never recorded). Never a host wait.
+class StreamEvent {
+ public:
+  StreamEvent() = default;
+  explicit StreamEvent(const Device& dev);
+  ~StreamEvent();
+  StreamEvent(StreamEvent&& o) noexcept;
+  StreamEvent& operator=(StreamEvent&& o) noexcept;
+  StreamEvent(const StreamEvent&) = delete;
+  StreamEvent& operator=(const StreamEvent&) = delete;
+  void record(Stream s);
+  void wait_in(Stream t);
+  bool recorded() const { return recorded_; }
+
+ private:
+  void* event_ = nullptr;  // cudaEvent_t
+  bool recorded_ = false;
+};
+
 // Raw memory. cpu: 256-byte aligned host memory; cuda: cudaMalloc. Zero bytes gives nullptr.
 // An allocation that fails ends the job with the bytes asked for and the device's free memory.
 void* device_alloc(const Device& dev, size_t bytes);
