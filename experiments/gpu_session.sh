@@ -5,13 +5,15 @@
 #   experiments/gpu_session.sh BUILD OUT [PART...]
 # BUILD is a `make gpu-bundle` folder (build/openmpi), or a .tar.xz of one (extracted under /tmp). PARTs, run in
 # the order given (default: all = tests kernels comm collection train graphs sweeps emulated):
-#   tests       every suite (tests/run_all.sh) with 1 rank, and 2 when there are 2 GPUs
+#   tests       every suite (tests/run_all.sh) with 1 rank, and 2 when there are 2 GPUs; with one GPU,
+#               mpi_test_collection again with 2 ranks sharing it (SPARTA_TEST_SHARED_GPU=1, MPI communication: the
+#               overlap's streams with more than one rank)
 #   kernels     bench_hashtable, bench_embedding; peer_torch.py (EmbeddingBag): one-hot (uniform, power-law),
 #               hot 8 at dims 16-128 and the DCNv2 hotness at dim 128 (bench_embedding with the hashed and the
 #               direct index, the step with the sorted and the atomic SGD update)
 #   comm        bench_alltoall (nccl, then hier and mpi) at 2 ranks; peer_a2a.py
 #   collection  bench_collection: MLPerf v1 one-hot and DCNv2 multi-hot tables, every placement and the plan, 1 and
-#               2 GPUs, 65536 samples per GPU, hashed and direct index
+#               2 GPUs, 65536 samples per GPU, hashed and direct index; on 2 GPUs also without the overlap
 #   train       bench_train: dot and dcnv2 at 65536 per GPU, bf16 on 1 and 2 GPUs (three runs each, alternating, 50
 #               timed steps: launches of the same command differ by a few percent), fp16 and fp32 on 1, sgd
 #               hashed / direct / direct with the atomic update on 1;
@@ -71,6 +73,8 @@ for part in "${parts[@]}"; do
       ranks="1"
       [ "$two" = 1 ] && ranks="1 2"
       run tests.log bash tests/run_all.sh "$build" "$mpiexec" "$ranks" 600
+      [ "$two" = 0 ] && run tests.log env SPARTA_TEST_SHARED_GPU=1 SPARTA_SUITES=mpi_test_collection \
+        bash tests/run_all.sh "$build" "$mpiexec" 2 600
       ;;
     kernels)
       run bench_hashtable.log "$build/bin/bench_hashtable" --out "$out/bench.jsonl"
@@ -108,6 +112,9 @@ for part in "${parts[@]}"; do
           for index in hashed direct; do
             run bench_collection.log $mpiexec -n $n "$build/bin/bench_collection" --tables $t --batch 65536 \
               --index $index --out "$out/bench.jsonl"
+            # one rank exchanges nothing: both orders queue the same work
+            [ $n = 2 ] && run bench_collection.log $mpiexec -n $n "$build/bin/bench_collection" --tables $t \
+              --batch 65536 --index $index --overlap 0 --out "$out/bench.jsonl"
           done
         done
       done
