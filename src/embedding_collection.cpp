@@ -213,6 +213,7 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
   const int S = cfg_.num_slots;
   const bool f32 = cfg_.output == OutputType::f32;
   const size_t G = groups_.size();
+  ex_->join_all();  // a step left by an error may have posted exchanges no part waited for
   // The step status on the device: [0] the first bad offsets row, [1] the first key outside its table's bound,
   // [2 + g] the key count of group g; one download after the cuts, before any collective (a bad batch on one
   // rank fails every rank there).
@@ -357,6 +358,7 @@ void EmbeddingCollection::backward(const void* grad, int64_t step, float lr_scal
   SPARTA_REQUIRE(trained_, "embedding collection backward: no train forward right before it (each train forward "
                            "takes one backward, with no other forward in between)");
   SPARTA_REQUIRE(step >= 1, "embedding collection backward: step must be >= 1, found %lld", (long long)step);
+  ex_->join_all();
   SPARTA_REQUIRE(std::isfinite(lr_scale) && lr_scale >= 0,
                  "embedding collection backward: lr_scale must be finite and >= 0, found %g", double(lr_scale));
   const bool f32 = cfg_.output == OutputType::f32;

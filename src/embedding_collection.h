@@ -163,8 +163,10 @@ class EmbeddingCollection {
   Device dev_;
   CollectionConfig cfg_;
   Plan plan_;
-  std::unique_ptr<Exchange> ex_;
   std::vector<std::unique_ptr<Group>> groups_;  // the placement groups, each with its placed table and cut batch
+  // Declared after the groups, so destroyed before them: its communication stream's work is done (its
+  // destruction waits for it) before the groups' buffers go.
+  std::unique_ptr<Exchange> ex_;
   std::vector<int> group_of_;                    // per table: its group
   std::vector<int> table_of_slot_;
   Buffer<int64_t> status_;                       // [2 + groups]: the step's checks and key counts (forward)

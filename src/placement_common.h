@@ -65,6 +65,8 @@ class Exchange {
   }
   // The compute stream's later work waits for the collectives of the post that recorded `done`.
   void join(StreamEvent& done) { done.wait_in(dev_.stream); }
+  // The compute stream's later work waits for every collective posted so far.
+  void join_all() { side_.join_into(dev_.stream); }
 
   // all_to_all_v / all_gather_v of float payloads (counts in floats), sent in the wire type.
   void all_to_all_v_floats(const float* send, const std::vector<size_t>& send_counts, float* recv,
