@@ -18,6 +18,7 @@
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -107,6 +108,8 @@ CollectionConfig make_config(uint64_t seed, const std::vector<std::string>& plac
   CollectionConfig c;
   c.num_slots = slots;
   c.seed = seed;
+  // SPARTA_TEST_OVERLAP=0 runs every case in the sequential order (to tell an overlap fault from another)
+  if (const char* o = std::getenv("SPARTA_TEST_OVERLAP")) c.overlap = std::string(o) != "0";
   for (size_t i = 0; i < defs.size(); ++i) {
     const TableDef& d = defs[i];
     CollectionTableConfig t;
