@@ -42,6 +42,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # NVLink multicast stays off on shared machines.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
+# A test case that runs longer than this prints every rank's stack (tests/main_mpi.cpp); the suites' communicator
+# timeouts (120 s) name a wait inside the communicator first.
+export SPARTA_TEST_STACKS_AFTER=${SPARTA_TEST_STACKS_AFTER:-180}
 # The python3 on the PATH is the one with h5py and matplotlib there; nothing can be installed, so cases needing
 # HDF5's command-line tools are reported as skipped when h5dump is absent.
 export SPARTA_PYTHON=${SPARTA_PYTHON:-$(command -v python3)}
