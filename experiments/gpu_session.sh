@@ -13,7 +13,8 @@
 #               direct index, the step with the sorted and the atomic SGD update)
 #   comm        bench_alltoall (nccl, then hier and mpi) at 2 ranks; peer_a2a.py
 #   collection  bench_collection: MLPerf v1 one-hot and DCNv2 multi-hot tables, every placement and the plan, 1 and
-#               2 GPUs, 65536 samples per GPU, hashed and direct index; on 2 GPUs also without the overlap
+#               2 GPUs, 65536 samples per GPU, hashed and direct index; on 2 GPUs also without the overlap;
+#               MLPerf v1 with power-law keys (alpha 1.1), and on 2 GPUs the bf16 wire
 #   train       bench_train: dot and dcnv2 at 65536 per GPU, bf16 on 1 and 2 GPUs (three runs each, alternating, 50
 #               timed steps: launches of the same command differ by a few percent), fp16 and fp32 on 1, sgd
 #               hashed / direct / direct with the atomic update on 1;
@@ -119,6 +120,11 @@ for part in "${parts[@]}"; do
             [ $n = 2 ] && run bench_collection.log $mpiexec -n $n "$build/bin/bench_collection" --tables $t \
               --batch 65536 --index $index --overlap 0 --out "$out/bench.jsonl"
           done
+        done
+        # power-law keys (fewer distinct rows to exchange), fp32 and bf16 on the wire
+        for x in fp32 $([ $n = 2 ] && echo bf16); do
+          run bench_collection.log $mpiexec -n $n "$build/bin/bench_collection" --tables mlperf-v1 --batch 65536 \
+            --index direct --alpha 1.1 --exchange $x --out "$out/bench.jsonl"
         done
       done
       ;;
