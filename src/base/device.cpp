@@ -95,18 +95,13 @@ void destroy_stream(const Device& dev, Stream stream) {
 SideStream::SideStream(const Device& dev) : dev_(dev) {
   if (!dev.is_cuda()) return;
   stream_ = create_stream(dev);
-#if SPARTA_CUDA
-  cudaEvent_t e;
-  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  event_ = e;
-#endif
+  event_ = StreamEvent(dev);
 }
 
 SideStream::~SideStream() { release(); }
 
-SideStream::SideStream(SideStream&& o) noexcept : dev_(o.dev_), stream_(o.stream_), event_(o.event_) {
+SideStream::SideStream(SideStream&& o) noexcept : dev_(o.dev_), stream_(o.stream_), event_(std::move(o.event_)) {
   o.stream_ = nullptr;
-  o.event_ = nullptr;
 }
 
 SideStream& SideStream::operator=(SideStream&& o) noexcept {
@@ -114,40 +109,28 @@ SideStream& SideStream::operator=(SideStream&& o) noexcept {
     release();
     dev_ = o.dev_;
     stream_ = o.stream_;
-    event_ = o.event_;
+    event_ = std::move(o.event_);
     o.stream_ = nullptr;
-    o.event_ = nullptr;
   }
   return *this;
 }
 
 void SideStream::release() {
-#if SPARTA_CUDA
   if (stream_) destroy_stream(dev_, stream_);
-  if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
-#endif
   stream_ = nullptr;
-  event_ = nullptr;
+  event_ = StreamEvent();
 }
 
 void SideStream::wait_for(Stream other) {
-#if SPARTA_CUDA
   if (!stream_ || other == stream_) return;
-  CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), other));
-  CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(event_), 0));
-#else
-  (void)other;
-#endif
+  event_.record(other);
+  event_.wait_in(stream_);
 }
 
 void SideStream::join_into(Stream other) {
-#if SPARTA_CUDA
   if (!stream_ || other == stream_) return;
-  CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), stream_));
-  CUDA_CHECK(cudaStreamWaitEvent(other, static_cast<cudaEvent_t>(event_), 0));
-#else
-  (void)other;
-#endif
+  event_.record(stream_);
+  event_.wait_in(other);
 }
 
 StreamEvent::StreamEvent(const Device& dev) {

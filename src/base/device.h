@@ -48,6 +48,27 @@ void close_device(Device& dev);
 Stream create_stream(const Device& dev);
 void destroy_stream(const Device& dev, Stream stream);
 
+// A point in one stream's work that other streams can wait for: a CUDA event (cuda; on the cpu backend it holds
+// nothing and every call does nothing). record(s) marks the work queued on s so far; wait_in(t) makes the work
+// queued on t from now on start after the last recorded point (nothing when never recorded). Never a host wait.
+class StreamEvent {
+ public:
+  StreamEvent() = default;
+  explicit StreamEvent(const Device& dev);
+  ~StreamEvent();
+  StreamEvent(StreamEvent&& o) noexcept;
+  StreamEvent& operator=(StreamEvent&& o) noexcept;
+  StreamEvent(const StreamEvent&) = delete;
+  StreamEvent& operator=(const StreamEvent&) = delete;
+  void record(Stream s);
+  void wait_in(Stream t);
+  bool recorded() const { return recorded_; }
+
+ private:
+  void* event_ = nullptr;  // cudaEvent_t
+  bool recorded_ = false;
+};
+
 // A second stream of dev that owns its stream and one event to order it against others (cuda; on the cpu
 // backend it holds nothing and every call does nothing, since cpu work is done when its call returns). The
 // orderings are CUDA events, never a host wait. Destruction waits for the stream's work, then destroys it.
@@ -71,28 +92,7 @@ class SideStream {
   void release();
   Device dev_;
   Stream stream_ = nullptr;
-  void* event_ = nullptr;  // cudaEvent_t
-};
-
-// A point in one stream's work that other streams can wait for: a CUDA event (cuda; on the cpu backend it holds
-// nothing and every call does nothing). record(s) marks the work queued on s so far; wait_in(t) makes the work
-// queued on t from now on start after the last recorded point (nothing when never recorded). Never a host wait.
-class StreamEvent {
- public:
-  StreamEvent() = default;
-  explicit StreamEvent(const Device& dev);
-  ~StreamEvent();
-  StreamEvent(StreamEvent&& o) noexcept;
-  StreamEvent& operator=(StreamEvent&& o) noexcept;
-  StreamEvent(const StreamEvent&) = delete;
-  StreamEvent& operator=(const StreamEvent&) = delete;
-  void record(Stream s);
-  void wait_in(Stream t);
-  bool recorded() const { return recorded_; }
-
- private:
-  void* event_ = nullptr;  // cudaEvent_t
-  bool recorded_ = false;
+  StreamEvent event_;
 };
 
 // Raw memory. cpu: 256-byte aligned host memory; cuda: cudaMalloc. Zero bytes gives nullptr.
