@@ -121,6 +121,8 @@ struct Communicator::Impl {
   // ---- set-up (setup.cpp)
 #if SPARTA_CUDA
   NcclComm make_nccl(const Group& g, const char* name);
+  // eager_connect: a one-byte exchange with every member of g, waited for (see communicator.h, "Connections").
+  void connect_peers(const Group& g);
   ncclDataType_t nccl_type(DataType t) const;
 #endif
   MPI_Datatype mpi_type(DataType t) const;

@@ -67,6 +67,16 @@
 // Before a host sync of the stream by other means (a download, cudaStreamSynchronize), call synchronize:
 // it is the wait that notices a failed peer and ends the job instead of hanging.
 //
+// Connections (cuda backend; NCCL communicators): with eager_connect (the default) every connection a later
+// operation can need is made while the communicator is built, when all ranks are there and no NCCL work is in
+// flight: the rings and trees of the collectives (NCCL_RUNTIME_CONNECT=0, set for the process unless the
+// environment already sets it; NCCL reads it once per process) and the point-to-point channels to every peer (one
+// small exchange with each). Made on first use instead, a connection is set up inside a later operation while
+// the peer may already run its NCCL kernels for it and for operations queued earlier; setting up means
+// allocating and mapping memory, on this rank and through the peer's NCCL proxy thread, and that can wait for
+// the kernels the peer is running, which wait for this rank: a hang that depends on timing. The cost is memory:
+// the buffers of every algorithm and peer (some hundreds of MiB per GPU at 8 ranks) and a longer set-up.
+//
 // Faults: NCCL communicators are non-blocking; every wait (CUDA events, NCCL's ncclInProgress, MPI
 // requests) polls ncclCommGetAsyncError and gives up after timeout_s without progress: it then aborts the
 // NCCL communicators and ends the job (MPI_Abort) with a message naming the operation, the mode, this rank
@@ -98,6 +108,8 @@ struct CommOptions {
   std::string staging = "auto";     // auto: stage device buffers when MPI is not CUDA-aware (or for bf16/fp16
                                     // sums); always: stage every MPI transfer, host buffers too (tests the
                                     // pipeline on the cpu backend)
+  // NCCL connects at construction (true) rather than on first use (false). See "Connections" above.
+  bool eager_connect = true;
 };
 
 class Communicator {

@@ -7,6 +7,7 @@
 #include <mpi-ext.h>  // Open MPI: MPIX_Query_cuda_support
 #endif
 
+#include <cstdlib>
 #include <cstring>
 
 namespace sparta {
@@ -123,8 +124,13 @@ Communicator::Impl::Impl(const Topology& topo, const Device& d, const CommOption
     copy_stream = s;
     for (CudaEvent* e : {&input_ev, &done_ev, &stage_free_ev, &sync_ev})
       CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    if (opt.eager_connect) setenv("NCCL_RUNTIME_CONNECT", "0", 0);  // keeps a value the environment sets
     if (opt.mode == CommMode::nccl) world.nccl = make_nccl(world, "sparta-world");
     if (opt.mode == CommMode::hier && local_size > 1) node_group.nccl = make_nccl(node_group, "sparta-node");
+    if (opt.eager_connect) {
+      if (world.nccl) connect_peers(world);
+      if (node_group.nccl) connect_peers(node_group);
+    }
   }
 #endif
   op_name = "the first operation";
@@ -175,6 +181,22 @@ NcclComm Communicator::Impl::make_nccl(const Group& g, const char* name) {
   touch();
   nccl_settle(r, comm, [&] { return strprintf("ncclCommInitRankConfig (%d ranks)", g.size); });
   return comm;
+}
+
+void Communicator::Impl::connect_peers(const Group& g) {
+  // One byte to and from every member (this rank too): NCCL connects all of a peer's point-to-point channels on
+  // the first transfer with it, whatever its size.
+  op_name = strprintf("connecting to every peer of the %s group", g.name);
+  Buffer<char> bytes(dev, 2 * size_t(g.size));
+  CUDA_CHECK(cudaMemsetAsync(bytes.data(), 0, bytes.bytes(), comm_stream));
+  std::vector<P2p> sends, recvs;
+  for (int p = 0; p < g.size; ++p) {
+    sends.push_back({bytes.data() + p, 1, p});
+    recvs.push_back({bytes.data() + g.size + p, 1, p});
+  }
+  group_p2p(g, sends, recvs, 0);
+  CUDA_CHECK(cudaEventRecord(done_ev, comm_stream));
+  wait_event(done_ev, "the first exchange with every peer of " + members(g));
 }
 
 ncclDataType_t Communicator::Impl::nccl_type(DataType t) const {

@@ -419,7 +419,7 @@ void route_bucket_cuda(const Device& dev, const int32_t* part, int64_t n, int pa
                                              static_cast<int64_t*>(nullptr), static_cast<int>(n), 0, end_bit, s));
   const size_t parts_at = 0, index_at = align256(sizeof(int32_t) * n);
   const size_t temp_at = index_at + align256(sizeof(int64_t) * n);
-  auto* base = static_cast<unsigned char*>(scratch.get(dev, temp_at + temp_bytes));
+  auto* base = static_cast<unsigned char*>(scratch.get(dev, temp_at + temp_bytes, s));
   auto* sorted_parts = reinterpret_cast<int32_t*>(base + parts_at);
   auto* index = reinterpret_cast<int64_t*>(base + index_at);
   LAUNCH(iota_kernel, n, s, n, index);
@@ -438,7 +438,7 @@ void route_sort_keys_cuda(const Device& dev, const int64_t* keys, int64_t n, int
                                              static_cast<uint64_t*>(nullptr), static_cast<const int64_t*>(nullptr),
                                              static_cast<int64_t*>(nullptr), static_cast<int>(n), 0, 64, s));
   const size_t temp_at = align256(sizeof(int64_t) * n);
-  auto* base = static_cast<unsigned char*>(scratch.get(dev, temp_at + temp_bytes));
+  auto* base = static_cast<unsigned char*>(scratch.get(dev, temp_at + temp_bytes, s));
   auto* index = reinterpret_cast<int64_t*>(base);
   LAUNCH(iota_kernel, n, s, n, index);
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + temp_at, temp_bytes, reinterpret_cast<const uint64_t*>(keys),
@@ -457,7 +457,7 @@ void route_unique_sorted_cuda(const Device& dev, const int64_t* sorted, int64_t 
   LAUNCH(head_flags_kernel, n, s, sorted, n, uid);
   size_t temp_bytes = 0;
   CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, temp_bytes, uid, uid, static_cast<int>(n), s));
-  void* temp = scratch.get(dev, temp_bytes);
+  void* temp = scratch.get(dev, temp_bytes, s);
   CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, temp_bytes, uid, uid, static_cast<int>(n), s));
   LAUNCH(unique_runs_kernel, n, s, sorted, n, uid, unique, runs, num_unique);
 }
@@ -489,7 +489,7 @@ void route_offsets_from_lengths_cuda(const Device& dev, const int64_t* lengths, 
     CUDA_CHECK(cudaMemcpyAsync(offsets + 1, lengths, sizeof(int64_t) * n, cudaMemcpyDeviceToDevice, s));
   size_t temp_bytes = 0;
   CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, temp_bytes, offsets + 1, offsets + 1, static_cast<int>(n), s));
-  void* temp = scratch.get(dev, temp_bytes);
+  void* temp = scratch.get(dev, temp_bytes, s);
   CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, temp_bytes, offsets + 1, offsets + 1, static_cast<int>(n), s));
 }
 

@@ -22,11 +22,14 @@
 
 namespace sparta {
 
-// Scratch the cuda launchers that sort or scan keep between calls (grown when a call needs more).
+// Scratch the cuda launchers that sort or scan keep between calls (grown when a call needs more; the old memory
+// is freed once `stream`, the stream of the calls that used it, is synchronized).
 struct RouteScratch {
   Buffer<unsigned char> bytes;
-  void* get(const Device& dev, size_t n) {
-    if (bytes.size() < n) bytes = Buffer<unsigned char>(dev, n);
+  void* get(const Device& dev, size_t n, Stream stream) {
+    if (bytes.size() >= n) return bytes.data();
+    if (bytes.empty()) bytes = Buffer<unsigned char>(dev, n);
+    else bytes.resize(n, stream);
     return bytes.data();
   }
 };

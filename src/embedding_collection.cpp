@@ -231,7 +231,7 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
       const int64_t bags = local_batch * ts;
       const int64_t* last = offsets + rows;
       if (!gr.all_slots) {
-        int64_t* t_offsets = grow(gr.offsets, dev_, size_t(bags) + 1);
+        int64_t* t_offsets = grow(gr.offsets, *ex_, size_t(bags) + 1);
         route_select_slot_offsets(dev_, offsets, local_batch, S, gr.slots_dev.data(), ts, t_offsets, gr.scratch,
                                   dev_.stream);
         last = t_offsets + bags;
@@ -264,13 +264,13 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
     const int64_t* t_offsets = gr.all_slots ? offsets : gr.offsets.data();
     const int64_t* t_keys = keys;
     if (gr.tagged) {
-      int64_t* k = grow(gr.keys, dev_, size_t(nnz));
+      int64_t* k = grow(gr.keys, *ex_, size_t(nnz));
       route_select_group_keys(dev_, offsets, keys, local_batch, S, gr.slots_dev.data(), ts, t_offsets,
                               gr.bases_dev.data(), gr.bounds_dev.data(), k, st + 1, dev_.stream);
       t_keys = k;
       tagged = true;
     } else if (!gr.all_slots) {
-      int64_t* k = grow(gr.keys, dev_, size_t(nnz));
+      int64_t* k = grow(gr.keys, *ex_, size_t(nnz));
       route_select_slot_keys(dev_, offsets, keys, local_batch, S, gr.slots_dev.data(), ts, t_offsets, k,
                              dev_.stream);
       t_keys = k;
@@ -285,7 +285,7 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
     // A float output of all slots is the group's own pooled output; otherwise the group pools into its buffer
     // and its slots are put into the output (rounded there to a 16-bit output type).
     const bool direct = f32 && gr.all_slots;
-    float* pooled = direct ? static_cast<float*>(out) : grow(gr.pooled, dev_, size_t(bags) * gr.dim);
+    float* pooled = direct ? static_cast<float*>(out) : grow(gr.pooled, *ex_, size_t(bags) * gr.dim);
     if (!cfg_.overlap) {
       gr.placed->forward(tb, mode, pooled);
       if (!direct) put_slots(gr, pooled, local_batch, out);

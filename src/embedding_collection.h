@@ -65,7 +65,8 @@
 // backend, and with one rank, every exchange is done when its call returns (one rank: copies on c). Without
 // overlap each group's forward (backward) runs whole before the next group's, every collective a fence: the same
 // results bit for bit (mpi_test_collection overlap_changes_no_bit). Step buffers grow by reallocation (grow():
-// the old memory is freed only after c, which has waited for every post of this group, is synchronized).
+// the old memory is freed only after c and m are synchronized with the communicator's wait, Exchange::settle, so
+// no free runs under a collective; after the first steps of a shape nothing grows and nothing is waited for).
 #pragma once
 
 #include <mpi.h>

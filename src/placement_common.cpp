@@ -74,16 +74,12 @@ Exchange::Exchange(Communicator* comm, const Device& dev, MPI_Comm mpi_world, Da
   SPARTA_ASSERT(!comm_ || (comm_->size() == world_ && comm_->rank() == rank_),
                 "communicator rank %d of %d, MPI rank %d of %d", comm_ ? comm_->rank() : -1,
                 comm_ ? comm_->size() : -1, rank_, world_);
-  side_dev_ = dev_;
-  if (world_ > 1 && dev_.is_cuda()) {
-    side_ = SideStream(dev_);
-    side_dev_.stream = side_.stream();
-  }
+  if (world_ > 1 && dev_.is_cuda()) side_ = SideStream(dev_);
 }
 
 Stream Exchange::begin_collective() {
   side_.wait_for(dev_.stream);
-  return side_dev_.stream;
+  return side_.stream() ? side_.stream() : dev_.stream;
 }
 
 void Exchange::end_collective() {
@@ -139,8 +135,8 @@ void Exchange::all_to_all_v_floats(const float* send, const std::vector<size_t>&
   if (world_ == 1 || wire_ == DataType::f32) return all_to_all_v(send, send_counts, recv, recv_counts, DataType::f32);
   const size_t ns = total(send_counts), nr = total(recv_counts);
   const Stream s = begin_collective();
-  uint16_t* s16 = grow(send16_, side_dev_, ns);
-  uint16_t* r16 = grow(recv16_, side_dev_, nr);
+  uint16_t* s16 = grow(send16_, *this, ns);
+  uint16_t* r16 = grow(recv16_, *this, nr);
   route_to_bf16(dev_, send, int64_t(ns), s16, s);
   comm_->all_to_all_v(s16, send_counts, r16, recv_counts, DataType::bf16, s);
   route_from_bf16(dev_, r16, int64_t(nr), recv, s);
@@ -151,8 +147,8 @@ void Exchange::all_gather_v_floats(const float* send, float* recv, const std::ve
   if (world_ == 1 || wire_ == DataType::f32) return all_gather_v(send, recv, counts, DataType::f32);
   const size_t ns = counts[size_t(rank_)], nr = total(counts);
   const Stream s = begin_collective();
-  uint16_t* s16 = grow(send16_, side_dev_, ns);
-  uint16_t* r16 = grow(recv16_, side_dev_, nr);
+  uint16_t* s16 = grow(send16_, *this, ns);
+  uint16_t* r16 = grow(recv16_, *this, nr);
   route_to_bf16(dev_, send, int64_t(ns), s16, s);
   comm_->all_gather_v(s16, r16, counts, DataType::bf16, s);
   route_from_bf16(dev_, r16, int64_t(nr), recv, s);
@@ -171,6 +167,12 @@ std::vector<int64_t> Exchange::download(const int64_t* p, size_t n) {
 int64_t Exchange::download_count(const int32_t* p) {
   if (world_ > 1) comm_->synchronize(dev_.stream);
   return read_count(dev_, p, dev_.stream);
+}
+
+void Exchange::settle() {
+  if (world_ == 1) return synchronize(dev_, dev_.stream);
+  if (side_.stream()) comm_->synchronize(side_.stream());
+  comm_->synchronize(dev_.stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -282,37 +284,36 @@ void DispatchShard::route(const int64_t* keys, int64_t n) {
   const int world = ex_.world();
   n_ = n;
   // the distinct keys (a hot key travels once per rank, not once per lookup)
-  int64_t* sorted = grow(sorted_, dev, n);
-  int64_t* key_perm = grow(key_perm_, dev, n);
+  int64_t* sorted = grow(sorted_, ex_, n);
+  int64_t* key_perm = grow(key_perm_, ex_, n);
   route_sort_keys(dev, keys, n, sorted, key_perm, scratch_, dev.stream);
-  int64_t* distinct = grow(distinct_, dev, n);
-  int64_t* runs = grow(runs_, dev, n + 1);
-  int64_t* uid = grow(uid_, dev, n);
-  int64_t* num_unique = grow(num_unique_, dev, 1);
+  int64_t* distinct = grow(distinct_, ex_, n);
+  int64_t* runs = grow(runs_, ex_, n + 1);
+  int64_t* uid = grow(uid_, ex_, n);
+  int64_t* num_unique = grow(num_unique_, ex_, 1);
   route_unique_sorted(dev, sorted, n, distinct, runs, uid, num_unique, scratch_, dev.stream);
   const int64_t u = unique_ = ex_.download(num_unique, 1)[0];
   // their route: stable buckets by owner
-  int32_t* part = grow(part_, dev, u);
-  int64_t* perm = grow(perm_, dev, u);
-  int64_t* counts = grow(counts_, dev, world);
+  int32_t* part = grow(part_, ex_, u);
+  int64_t* perm = grow(perm_, ex_, u);
+  int64_t* counts = grow(counts_, ex_, world);
   route_owner_by_key(dev, distinct, u, world, part, dev.stream);
   route_bucket(dev, part, u, world, perm, counts, scratch_, dev.stream);
   std::vector<int64_t> c = ex_.download(counts, world);
   send_counts_.assign(c.begin(), c.end());
-  int64_t* send_keys = grow(send_keys_, dev, u);
+  int64_t* send_keys = grow(send_keys_, ex_, u);
   route_gather_keys(dev, distinct, perm, u, send_keys, dev.stream);
   recv_counts_ = ex_.counts(send_counts_);
   n_recv_ = static_cast<int64_t>(total(recv_counts_));
-  int64_t* recv_keys = grow(recv_keys_, dev, n_recv_);
+  int64_t* recv_keys = grow(recv_keys_, ex_, n_recv_);
   ex_.post(posted_, [&] { ex_.all_to_all_v(send_keys, send_counts_, recv_keys, recv_counts_, DataType::i64); });
 }
 
 void DispatchShard::lookup(LookupMode mode) {
-  const Device& dev = ex_.device();
   ex_.join(posted_);
-  float* recv_vecs = grow(recv_vecs_, dev, size_t(n_recv_) * dim_);
-  table_lookup_keys(*table_, recv_keys_.data(), n_recv_, mode, recv_vecs, grow(rows_, dev, n_recv_));
-  float* send_vecs = grow(send_vecs_, dev, size_t(unique_) * dim_);
+  float* recv_vecs = grow(recv_vecs_, ex_, size_t(n_recv_) * dim_);
+  table_lookup_keys(*table_, recv_keys_.data(), n_recv_, mode, recv_vecs, grow(rows_, ex_, n_recv_));
+  float* send_vecs = grow(send_vecs_, ex_, size_t(unique_) * dim_);
   ex_.post(posted_, [&] {
     ex_.all_to_all_v_floats(recv_vecs, times(recv_counts_, dim_), send_vecs, times(send_counts_, dim_));
   });
@@ -322,9 +323,9 @@ void DispatchShard::finish(float* vecs) {
   const Device& dev = ex_.device();
   ex_.join(posted_);
   // back to every occurrence: distinct order, then sorted key order, then the keys' own order
-  float* uniq_vecs = grow(uniq_vecs_, dev, size_t(unique_) * dim_);
+  float* uniq_vecs = grow(uniq_vecs_, ex_, size_t(unique_) * dim_);
   route_scatter_rows(dev, send_vecs_.data(), perm_.data(), unique_, dim_, uniq_vecs, dev.stream);
-  float* key_vecs = grow(key_vecs_, dev, size_t(n_) * dim_);
+  float* key_vecs = grow(key_vecs_, ex_, size_t(n_) * dim_);
   route_gather_rows(dev, uniq_vecs, uid_.data(), n_, dim_, key_vecs, dev.stream);
   route_scatter_rows(dev, key_vecs, key_perm_.data(), n_, dim_, vecs, dev.stream);
 }
@@ -345,7 +346,7 @@ void DispatchShard::send(const float* key_grads) {
 void DispatchShard::update(int64_t step, float lr_scale) {
   const Device& dev = ex_.device();
   ex_.join(posted_);
-  int64_t* iota = grow(iota_, dev, n_recv_ + 1);
+  int64_t* iota = grow(iota_, ex_, n_recv_ + 1);
   route_iota(dev, n_recv_ + 1, iota, dev.stream);
   // one bag per received key: the owner sums each row's keys in the order they arrived
   table_update(*table_, iota, rows_.data(), n_recv_, n_recv_, recv_vecs_.data(), Combiner::sum, step, lr_scale);
@@ -374,8 +375,8 @@ size_t ReplicaShard::memory_bytes() const { return table_memory_bytes(*table_); 
 void ReplicaShard::prepare(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags,
                            int64_t nnz, Combiner combiner) {
   const Device& dev = ex_.device();
-  int64_t* unique_keys = grow(unique_keys_, dev, nnz);
-  int32_t* num_unique = grow(num_unique_, dev, 1);
+  int64_t* unique_keys = grow(unique_keys_, ex_, nnz);
+  int32_t* num_unique = grow(num_unique_, ex_, 1);
   table_->prepare_row_gradients(offsets, keys, rows, bags, nnz, combiner, unique_keys, num_unique, dev.stream);
   prepared_ = true;
 }
@@ -388,14 +389,14 @@ void ReplicaShard::send(const int64_t* offsets, const int64_t* keys, const int64
   prepared_ = false;
   int64_t* unique_keys = unique_keys_.data();
   int32_t* num_unique = num_unique_.data();
-  float* row_grads = grow(row_grads_, dev, size_t(nnz) * dim_);
+  float* row_grads = grow(row_grads_, ex_, size_t(nnz) * dim_);
   table_->finish_row_gradients(grad, row_grads, dev.stream);
   const int64_t u = ex_.download_count(num_unique);
   const std::vector<size_t> counts = ex_.counts(std::vector<size_t>(size_t(ex_.world()), size_t(u)));
   // every rank's sums, in rank order
   all_ = static_cast<int64_t>(total(counts));
-  int64_t* all_keys = grow(all_keys_, dev, all_);
-  float* all_grads = grow(all_grads_, dev, size_t(all_) * dim_);
+  int64_t* all_keys = grow(all_keys_, ex_, all_);
+  float* all_grads = grow(all_grads_, ex_, size_t(all_) * dim_);
   ex_.post(posted_, [&] {
     ex_.all_gather_v(unique_keys, all_keys, counts, DataType::i64);
     ex_.all_gather_v_floats(row_grads, all_grads, times(counts, dim_));
@@ -407,9 +408,9 @@ void ReplicaShard::update(int64_t step, float lr_scale) {
   ex_.join(posted_);
   // their rows in this copy (inserting keys only other ranks had seen: values by key, so every copy inserts the
   // same values), then one bag per sum: a row adds its ranks' sums in rank order
-  int64_t* all_rows = grow(rows_, dev, all_);
+  int64_t* all_rows = grow(rows_, ex_, all_);
   table_->insert_rows(all_keys_.data(), all_, all_rows, dev.stream);
-  int64_t* iota = grow(iota_, dev, all_ + 1);
+  int64_t* iota = grow(iota_, ex_, all_ + 1);
   route_iota(dev, all_ + 1, iota, dev.stream);
   // A key this copy had no room for (row -1: skipped) is counted by the table: the next check_lookups (the
   // collection's check after the next forward, agreed on by every rank) or a save reports it. Every copy holds

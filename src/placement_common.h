@@ -90,6 +90,9 @@ class Exchange {
   std::vector<int64_t> download(const int64_t* p, size_t n);
   // The same for one int32 count (kernels/embedding_backward.h's counts).
   int64_t download_count(const int32_t* p);
+  // The host waits until the work this rank queued is done: the compute stream's and every collective's, posted
+  // ones included (with more than one rank, the communicator's wait, which notices a failed peer).
+  void settle();
 
  private:
   // The stream a collective runs on, after the compute stream's work so far; then, outside a post, the compute
@@ -106,7 +109,6 @@ class Exchange {
   // The communication stream (cuda, world > 1); declared last, so that its destruction waits for its work
   // before the staging buffers go.
   SideStream side_;
-  Device side_dev_;       // dev_ with the communication stream (the staging buffers grow on it)
   bool posting_ = false;
 };
 
@@ -139,15 +141,15 @@ std::unique_ptr<EmbeddingTable> make_modulo_shard(const Device& dev, const Place
                                                   const std::string& suffix);
 
 // A device array that grows (never shrinks) to what a step needs; at least one element, so pointers are not null.
+// Growing frees the old memory once this rank's queued work is done (Exchange::settle: the compute stream and
+// every posted collective, waited for with the communicator's fault-aware wait), so nothing is freed under a
+// running collective and no free waits behind one where a failed peer could leave it hanging.
 template <class T>
-T* grow(Buffer<T>& b, const Device& dev, size_t n) {
+T* grow(Buffer<T>& b, Exchange& ex, size_t n) {
   if (n == 0) n = 1;
   if (b.size() >= n) return b.data();
-  if (b.empty()) {
-    b = Buffer<T>(dev, n);  // a default buffer has no device yet
-  } else {
-    b.resize(n, dev.stream);  // the old memory may still be read by queued work: synchronizes dev.stream first
-  }
+  if (!b.empty()) ex.settle();
+  b = Buffer<T>(ex.device(), n);
   return b.data();
 }
 // Copies n device elements to a host vector (synchronizes).

@@ -27,13 +27,13 @@ class DispatchTable : public PlacedTable {
 
   void finish_forward() override {
     const Device& dev = ex_.device();
-    float* vecs = grow(vecs_, dev, size_t(in_.nnz) * dim_);
+    float* vecs = grow(vecs_, ex_, size_t(in_.nnz) * dim_);
     shard_.finish(vecs);
     route_pool_bags(dev, in_.offsets, vecs, in_.bags, dim_, combiner_, out_, dev.stream);
   }
 
   void begin_backward(const float* grad) override {
-    float* key_grads = grow(vecs_, ex_.device(), size_t(in_.nnz) * dim_);
+    float* key_grads = grow(vecs_, ex_, size_t(in_.nnz) * dim_);
     route_spread_bag_grads(ex_.device(), in_.offsets, grad, in_.bags, dim_, combiner_, key_grads, ex_.device().stream);
     shard_.send(key_grads);
   }

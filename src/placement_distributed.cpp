@@ -35,24 +35,24 @@ class DistributedTable : public PlacedTable {
     for (int64_t b : in.rank_batches) max_bags_ = std::max(max_bags_, b * in.table_slots);
     global_bags_ = max_bags_ * world;
 
-    int64_t* bag_of_key = grow(bag_of_key_, dev, in.nnz);
+    int64_t* bag_of_key = grow(bag_of_key_, ex_, in.nnz);
     route_key_bags(dev, in.offsets, in.bags, int64_t(ex_.rank()) * max_bags_, bag_of_key, dev.stream);
-    int32_t* part = grow(part_, dev, in.nnz);
-    int64_t* perm = grow(perm_, dev, in.nnz);
-    int64_t* counts = grow(counts_, dev, world);
+    int32_t* part = grow(part_, ex_, in.nnz);
+    int64_t* perm = grow(perm_, ex_, in.nnz);
+    int64_t* counts = grow(counts_, ex_, world);
     route_owner_by_key(dev, in.keys, in.nnz, world, part, dev.stream);
     route_bucket(dev, part, in.nnz, world, perm, counts, scratch_, dev.stream);
     std::vector<int64_t> c = ex_.download(counts, world);
     std::vector<size_t> send_counts(c.begin(), c.end());
-    int64_t* send_keys = grow(send_keys_, dev, in.nnz);
-    int64_t* send_bags = grow(send_bags_, dev, in.nnz);
+    int64_t* send_keys = grow(send_keys_, ex_, in.nnz);
+    int64_t* send_bags = grow(send_bags_, ex_, in.nnz);
     route_gather_keys(dev, in.keys, perm, in.nnz, send_keys, dev.stream);
     route_gather_keys(dev, bag_of_key, perm, in.nnz, send_bags, dev.stream);
     std::vector<size_t> recv_counts = ex_.counts(send_counts);
     n_recv_ = 0;
     for (size_t x : recv_counts) n_recv_ += int64_t(x);
-    int64_t* keys = grow(recv_keys_, dev, n_recv_);
-    int64_t* bags = grow(recv_bags_, dev, n_recv_);
+    int64_t* keys = grow(recv_keys_, ex_, n_recv_);
+    int64_t* bags = grow(recv_bags_, ex_, n_recv_);
     ex_.post(posted_, [&] {
       ex_.all_to_all_v(send_keys, send_counts, keys, recv_counts, DataType::i64);
       ex_.all_to_all_v(send_bags, send_counts, bags, recv_counts, DataType::i64);
@@ -63,12 +63,12 @@ class DistributedTable : public PlacedTable {
     const Device& dev = ex_.device();
     ex_.join(posted_);
     // Sources arrive in rank order and each keeps its bag order, so the bag ids are ascending: a CSR.
-    int64_t* offsets = grow(owner_offsets_, dev, global_bags_ + 1);
+    int64_t* offsets = grow(owner_offsets_, ex_, global_bags_ + 1);
     route_offsets_from_sorted_bags(dev, recv_bags_.data(), n_recv_, global_bags_, offsets, dev.stream);
-    float* partial = grow(partial_, dev, size_t(global_bags_) * dim_);
+    float* partial = grow(partial_, ex_, size_t(global_bags_) * dim_);
     table_lookup_pooled(*table_, offsets, recv_keys_.data(), global_bags_, Combiner::sum, mode_, partial,
-                        grow(rows_, dev, n_recv_));
-    float* mine = grow(mine_, dev, size_t(max_bags_) * dim_);
+                        grow(rows_, ex_, n_recv_));
+    float* mine = grow(mine_, ex_, size_t(max_bags_) * dim_);
     ex_.post(posted_, [&] { ex_.reduce_scatter(partial, mine, size_t(max_bags_) * dim_, DataType::f32); });
   }
 
@@ -82,10 +82,10 @@ class DistributedTable : public PlacedTable {
   void begin_backward(const float* grad) override {
     const Device& dev = ex_.device();
     const int world = ex_.world();
-    float* mine = grow(mine_, dev, size_t(max_bags_) * dim_);
+    float* mine = grow(mine_, ex_, size_t(max_bags_) * dim_);
     // the padding bags hold no keys: their gradient rows are never read
     route_scale_bag_grads(dev, in_.offsets, grad, in_.bags, dim_, combiner_, mine, dev.stream);
-    float* all = grow(partial_, dev, size_t(global_bags_) * dim_);
+    float* all = grow(partial_, ex_, size_t(global_bags_) * dim_);
     ex_.post(posted_, [&] {
       ex_.all_gather_v(mine, all, std::vector<size_t>(size_t(world), size_t(max_bags_) * dim_), DataType::f32);
     });

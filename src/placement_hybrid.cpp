@@ -47,21 +47,21 @@ class HybridTable : public PlacedTable {
     in_ = in;
     mode_ = mode;
     out_ = out;
-    int32_t* part = grow(part_, dev, in.nnz);
-    int64_t* perm = grow(perm_, dev, in.nnz);
-    int64_t* counts = grow(counts_, dev, 2);
+    int32_t* part = grow(part_, ex_, in.nnz);
+    int64_t* perm = grow(perm_, ex_, in.nnz);
+    int64_t* counts = grow(counts_, ex_, 2);
     route_part_by_membership(dev, in.keys, in.nnz, hot_set_.data(), int64_t(hot_keys_.size()), part, dev.stream);
     route_bucket(dev, part, in.nnz, 2, perm, counts, scratch_, dev.stream);
     std::vector<int64_t> c = ex_.download(counts, 2);
     hot_ = c[0], cold_n_ = c[1];
-    int64_t* keys = grow(split_keys_, dev, in.nnz);  // hot keys, then cold keys
+    int64_t* keys = grow(split_keys_, ex_, in.nnz);  // hot keys, then cold keys
     route_gather_keys(dev, in.keys, perm, in.nnz, keys, dev.stream);
     cold_.route(keys + hot_, cold_n_);
   }
 
   void lookup() override {
     // the hot keys in the local copy while the cold ones travel
-    float* split = grow(split_vecs_, ex_.device(), size_t(in_.nnz) * dim_);
+    float* split = grow(split_vecs_, ex_, size_t(in_.nnz) * dim_);
     table_lookup_keys(*hot_table_, split_keys_.data(), hot_, mode_, split, nullptr);
     cold_.lookup(mode_);
   }
@@ -69,16 +69,16 @@ class HybridTable : public PlacedTable {
   void finish_forward() override {
     const Device& dev = ex_.device();
     cold_.finish(split_vecs_.data() + size_t(hot_) * dim_);
-    float* vecs = grow(vecs_, dev, size_t(in_.nnz) * dim_);
+    float* vecs = grow(vecs_, ex_, size_t(in_.nnz) * dim_);
     route_scatter_rows(dev, split_vecs_.data(), perm_.data(), in_.nnz, dim_, vecs, dev.stream);
     route_pool_bags(dev, in_.offsets, vecs, in_.bags, dim_, combiner_, out_, dev.stream);
   }
 
   void begin_backward(const float* grad) override {
     const Device& dev = ex_.device();
-    float* key_grads = grow(vecs_, dev, size_t(in_.nnz) * dim_);
+    float* key_grads = grow(vecs_, ex_, size_t(in_.nnz) * dim_);
     route_spread_bag_grads(dev, in_.offsets, grad, in_.bags, dim_, combiner_, key_grads, dev.stream);
-    float* split = grow(split_vecs_, dev, size_t(in_.nnz) * dim_);
+    float* split = grow(split_vecs_, ex_, size_t(in_.nnz) * dim_);
     route_gather_rows(dev, key_grads, perm_.data(), in_.nnz, dim_, split, dev.stream);
     if (!hot_keys_.empty()) send_hot(split);
     cold_.send(split + size_t(hot_) * dim_);
@@ -122,16 +122,16 @@ class HybridTable : public PlacedTable {
     const Device& dev = ex_.device();
     const int64_t H = int64_t(hot_keys_.size());
     // this rank's sum per hot key, in key order: bucket by position in the hot set, pool each bucket
-    int32_t* idx = grow(hot_idx_, dev, hot_);
+    int32_t* idx = grow(hot_idx_, ex_, hot_);
     route_index_in_set(dev, split_keys_.data(), hot_, hot_set_.data(), H, idx, dev.stream);
-    int64_t* perm = grow(hot_perm_, dev, std::max(hot_, H));
-    int64_t* counts = grow(hot_counts_, dev, H);
+    int64_t* perm = grow(hot_perm_, ex_, std::max(hot_, H));
+    int64_t* counts = grow(hot_counts_, ex_, H);
     route_bucket(dev, idx, hot_, int(H), perm, counts, scratch_, dev.stream);
-    float* sorted = grow(hot_sorted_, dev, size_t(hot_) * dim_);
+    float* sorted = grow(hot_sorted_, ex_, size_t(hot_) * dim_);
     route_gather_rows(dev, hot_grads, perm, hot_, dim_, sorted, dev.stream);
-    int64_t* offsets = grow(hot_offsets_, dev, H + 1);
+    int64_t* offsets = grow(hot_offsets_, ex_, H + 1);
     route_offsets_from_lengths(dev, counts, H, offsets, scratch_, dev.stream);
-    float* dense = grow(hot_dense_, dev, size_t(H) * dim_);  // [H, dim]
+    float* dense = grow(hot_dense_, ex_, size_t(H) * dim_);  // [H, dim]
     route_pool_bags(dev, offsets, sorted, H, dim_, Combiner::sum, dense, dev.stream);
     // every rank's sums and counts
     ex_.post(hot_posted_, [&] {
@@ -148,20 +148,20 @@ class HybridTable : public PlacedTable {
     const int64_t* counts = hot_counts_.data();
     const float* dense = hot_dense_.data();
     int64_t* perm = hot_perm_.data();
-    int32_t* part = grow(hot_part_, dev, H);
+    int32_t* part = grow(hot_part_, ex_, H);
     route_part_nonzero(dev, counts, H, part, dev.stream);
-    int64_t* two = grow(counts_, dev, 2);
+    int64_t* two = grow(counts_, ex_, 2);
     route_bucket(dev, part, H, 2, perm, two, scratch_, dev.stream);
     const int64_t touched = ex_.download(two, 1)[0];
-    int64_t* keys = grow(hot_touched_keys_, dev, touched);
+    int64_t* keys = grow(hot_touched_keys_, ex_, touched);
     route_gather_keys(dev, hot_set_.data(), perm, touched, keys, dev.stream);
-    float* grads = grow(hot_touched_grads_, dev, size_t(touched) * dim_);
+    float* grads = grow(hot_touched_grads_, ex_, size_t(touched) * dim_);
     route_gather_rows(dev, dense, perm, touched, dim_, grads, dev.stream);
     // rows in this copy (inserting keys only other ranks had looked up: values by key, the same everywhere)
-    int64_t* rows = grow(hot_rows_, dev, touched);
-    float* unused = grow(hot_scratch_vecs_, dev, size_t(touched) * dim_);
+    int64_t* rows = grow(hot_rows_, ex_, touched);
+    float* unused = grow(hot_scratch_vecs_, ex_, size_t(touched) * dim_);
     table_lookup_keys(*hot_table_, keys, touched, LookupMode::train, unused, rows);
-    int64_t* iota = grow(hot_iota_, dev, touched + 1);
+    int64_t* iota = grow(hot_iota_, ex_, touched + 1);
     route_iota(dev, touched + 1, iota, dev.stream);
     table_update(*hot_table_, iota, rows, touched, touched, grads, Combiner::sum, step, lr_scale);
   }

@@ -28,7 +28,7 @@ class LocalizedTable : public PlacedTable {
     mode_ = mode;
     out_ = out;
     if (world == 1) return;  // the owner's own bags: looked up in place, nothing routed or copied
-    int64_t* lengths = grow(lengths_, dev, in.bags);
+    int64_t* lengths = grow(lengths_, ex_, in.bags);
     route_lengths(dev, in.offsets, in.bags, lengths, dev.stream);
     std::vector<size_t> send_bags(world, 0), send_keys(world, 0);
     send_bags[owner_] = size_t(in.bags);
@@ -37,8 +37,8 @@ class LocalizedTable : public PlacedTable {
     std::vector<size_t> recv_keys = ex_.counts(send_keys);
     all_bags_ = 0, all_keys_ = 0;
     for (size_t p = 0; p < world; ++p) all_bags_ += int64_t(recv_bags_[p]), all_keys_ += int64_t(recv_keys[p]);
-    int64_t* all_lengths = grow(all_lengths_, dev, all_bags_);
-    int64_t* keys = grow(keys_, dev, all_keys_);
+    int64_t* all_lengths = grow(all_lengths_, ex_, all_bags_);
+    int64_t* keys = grow(keys_, ex_, all_keys_);
     send_bags_ = send_bags;
     ex_.post(posted_, [&] {
       ex_.all_to_all_v(lengths, send_bags, all_lengths, recv_bags_, DataType::i64);
@@ -49,16 +49,16 @@ class LocalizedTable : public PlacedTable {
   void lookup() override {
     const Device& dev = ex_.device();
     if (ex_.world() == 1) {
-      table_lookup_pooled(*table_, in_.offsets, in_.keys, in_.bags, combiner_, mode_, out_, grow(rows_, dev, in_.nnz));
+      table_lookup_pooled(*table_, in_.offsets, in_.keys, in_.bags, combiner_, mode_, out_, grow(rows_, ex_, in_.nnz));
       return;
     }
     ex_.join(posted_);
-    float* pooled = grow(pooled_, dev, size_t(all_bags_) * dim_);
+    float* pooled = grow(pooled_, ex_, size_t(all_bags_) * dim_);
     if (table_) {
-      int64_t* offsets = grow(offsets_, dev, all_bags_ + 1);
+      int64_t* offsets = grow(offsets_, ex_, all_bags_ + 1);
       route_offsets_from_lengths(dev, all_lengths_.data(), all_bags_, offsets, scratch_, dev.stream);
       table_lookup_pooled(*table_, offsets, keys_.data(), all_bags_, combiner_, mode_, pooled,
-                          grow(rows_, dev, all_keys_));
+                          grow(rows_, ex_, all_keys_));
     }
     ex_.post(posted_, [&] { ex_.all_to_all_v_floats(pooled, times_dim(recv_bags_), out_, times_dim(send_bags_)); });
   }
@@ -66,10 +66,9 @@ class LocalizedTable : public PlacedTable {
   void finish_forward() override { ex_.join(posted_); }
 
   void begin_backward(const float* grad) override {
-    const Device& dev = ex_.device();
     grad_ = grad;
     if (ex_.world() == 1) return;
-    float* all_grads = grow(pooled_, dev, size_t(all_bags_) * dim_);
+    float* all_grads = grow(pooled_, ex_, size_t(all_bags_) * dim_);
     ex_.post(posted_, [&] { ex_.all_to_all_v_floats(grad, times_dim(send_bags_), all_grads, times_dim(recv_bags_)); });
   }
 

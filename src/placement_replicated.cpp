@@ -23,7 +23,7 @@ class ReplicatedTable : public PlacedTable {
 
   void lookup() override {
     // The rows of the keys are kept for a backward straight from the bags' gradients.
-    int64_t* rows = grow(rows_, ex_.device(), size_t(in_.nnz));
+    int64_t* rows = grow(rows_, ex_, size_t(in_.nnz));
     table_lookup_pooled(replica_.table(), in_.offsets, in_.keys, in_.bags, combiner_, mode_, out_, rows);
   }
 
