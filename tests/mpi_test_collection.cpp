@@ -68,6 +68,9 @@ struct World {
       CommOptions o;
       o.mode = mode;
       o.timeout_s = 120;
+      // SPARTA_TEST_LAZY_CONNECT=1: NCCL connects on first use (set NCCL_RUNTIME_CONNECT=1 too), to compare with
+      // the eager connections of the default (comm/communicator.h, "Connections")
+      if (const char* l = std::getenv("SPARTA_TEST_LAZY_CONNECT")) o.eager_connect = std::string(l) != "1";
       communicator = std::make_unique<Communicator>(topo, dev, o);
     }
   }
