@@ -9,6 +9,7 @@
 //   flat_mpi.cpp       the MPI pipeline (direct or staged through pinned host memory), flat MPI algorithms
 //   hierarchical.cpp   the hierarchical algorithms (mode hier)
 //   dispatch.cpp       the public operations: argument checks and dispatch by mode
+//   check_calls.cpp    the optional check that every rank makes the same call (CommOptions::check_calls)
 #pragma once
 
 #include <mpi.h>
@@ -149,6 +150,16 @@ struct Communicator::Impl {
   char* scratch_bytes(size_t bytes);
   // The pinned staging buffer, at least `bytes`, once the previous staged transfer no longer reads it.
   char* staging_bytes(size_t bytes);
+
+  // ---- call checks (check_calls.cpp; communicator.h "Call checks")
+  bool check = false;      // check_calls or SPARTA_COMM_CHECK=1 on any rank
+  uint64_t calls = 0;      // calls checked so far (their number in messages)
+  // Every rank compares (op, type, count, counts, root) with every other's; a difference fails the job. type: a
+  // DataType, or -1 (exchange_counts, barrier); count: what must agree (0 where counts may differ by rank).
+  void check_call(const char* op, int type, size_t count, const std::vector<size_t>* counts = nullptr,
+                  int root = -1);
+  // all_to_all_v with known counts: what each peer sends this rank equals recv_counts (after check_call).
+  void check_counts(const std::vector<size_t>& send_counts, const std::vector<size_t>& recv_counts);
 
   // ---- fault-aware waits and the abort (wait_abort.cpp)
   void touch() { last_progress = std::chrono::steady_clock::now(); }

@@ -77,6 +77,14 @@
 // the kernels the peer is running, which wait for this rank: a hang that depends on timing. The cost is memory:
 // the buffers of every algorithm and peer (some hundreds of MiB per GPU at 8 ranks) and a longer set-up.
 //
+// Call checks (check_calls, or SPARTA_COMM_CHECK=1; for debugging a job that hangs or computes garbage): before
+// each call (every operation, exchange_counts and barrier included) the ranks compare, over MPI on the host, what
+// they are about to call: the operation, the element type, the count (all-reduce, reduce-scatter, fixed
+// all-to-all, broadcast and its root), the counts of all_gather_v, and for all_to_all_v with known counts what
+// every peer sends this rank against what this rank expects. Any difference ends the job on every rank with a
+// message naming the call's number, and both ranks' calls (or the peer's count and this rank's), instead of the
+// hang or the corrupt data it leads to. Costs a host round trip per call.
+//
 // Faults: NCCL communicators are non-blocking; every wait (CUDA events, NCCL's ncclInProgress, MPI
 // requests) polls ncclCommGetAsyncError and gives up after timeout_s without progress: it then aborts the
 // NCCL communicators and ends the job (MPI_Abort) with a message naming the operation, the mode, this rank
@@ -110,6 +118,9 @@ struct CommOptions {
                                     // pipeline on the cpu backend)
   // NCCL connects at construction (true) rather than on first use (false). See "Connections" above.
   bool eager_connect = true;
+  // Checks every call against the other ranks' before it starts (see "Call checks" above); also turned on by the
+  // environment variable SPARTA_COMM_CHECK=1. On for the communicator when any rank asks for it.
+  bool check_calls = false;
 };
 
 class Communicator {

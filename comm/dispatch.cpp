@@ -78,6 +78,7 @@ std::vector<size_t> Communicator::exchange_counts(const std::vector<size_t>& sen
   if (static_cast<int>(send_counts.size()) != m.size)
     m.fail_args("exchange_counts", strprintf("send_counts holds %zu entries, expected one per rank (%d)",
                                              send_counts.size(), m.size));
+  m.check_call("exchange_counts", -1, 0);
   std::vector<uint64_t> out(send_counts.begin(), send_counts.end()), in(m.size);
   std::vector<MPI_Request> req(1);
   m.check_mpi(MPI_Ialltoall(out.data(), 1, MPI_UINT64_T, in.data(), 1, MPI_UINT64_T, m.world.mpi, req.data()),
@@ -95,6 +96,8 @@ void Communicator::all_to_all_v(const void* send, const std::vector<size_t>& sen
                 strprintf("send_counts and recv_counts hold %zu and %zu entries, expected one per rank (%d)",
                           send_counts.size(), recv_counts.size(), m.size));
   }
+  m.check_call("all_to_all_v", int(type), 0);
+  m.check_counts(send_counts, recv_counts);
   m.begin_op("all_to_all_v", stream, total(send_counts) * es, total(recv_counts) * es);
   const char* s = static_cast<const char*>(send);
   char* r = static_cast<char*>(recv);
@@ -124,6 +127,7 @@ std::vector<size_t> Communicator::all_to_all_v(const void* send, const std::vect
 void Communicator::all_to_all(const void* send, void* recv, size_t count, DataType type, Stream stream) {
   Impl& m = *impl_;
   const size_t bytes = count * dtype_size(type) * m.size;
+  m.check_call("all_to_all", int(type), count);
   m.begin_op("all_to_all", stream, bytes, bytes);
   std::vector<size_t> counts(m.size, count);
   const char* s = static_cast<const char*>(send);
@@ -139,6 +143,7 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
 void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, Stream stream) {
   Impl& m = *impl_;
   const size_t bytes = recv_count * dtype_size(type);
+  m.check_call("reduce_scatter", int(type), recv_count);
   m.begin_op("reduce_scatter", stream, bytes * m.size, bytes);
   const char* s = static_cast<const char*>(send);
   char* r = static_cast<char*>(recv);
@@ -153,6 +158,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
 void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType type, Stream stream) {
   Impl& m = *impl_;
   const size_t bytes = count * dtype_size(type);
+  m.check_call("all_reduce", int(type), count);
   m.begin_op("all_reduce", stream, bytes, bytes);
   const char* s = static_cast<const char*>(send);
   char* r = static_cast<char*>(recv);
@@ -176,6 +182,7 @@ void Communicator::all_gather_v(const void* send, void* recv, const std::vector<
     m.fail_args("all_gather_v",
                 strprintf("counts holds %zu entries, expected one per rank (%d)", counts.size(), m.size));
   }
+  m.check_call("all_gather_v", int(type), 0, &counts);
   m.begin_op("all_gather", stream, counts[m.rank] * es * (m.size - 1), total(counts) * es);
   const char* s = static_cast<const char*>(send);
   char* r = static_cast<char*>(recv);
@@ -193,6 +200,7 @@ void Communicator::broadcast(void* buf, size_t count, DataType type, int root, S
   if (root < 0 || root >= m.size) {
     m.fail_args("broadcast", strprintf("root %d is not a rank (0 to %d)", root, m.size - 1));
   }
+  m.check_call("broadcast", int(type), count, nullptr, root);
   m.begin_op("broadcast", stream, m.rank == root ? bytes : 0, m.rank == root ? 0 : bytes, root);
   char* b = static_cast<char*>(buf);
   switch (m.opt.mode) {
@@ -209,6 +217,7 @@ void Communicator::barrier() {
   m.op_framed = false;
   m.op_detail = strprintf("peers: all %d ranks", m.size);
   m.touch();
+  m.check_call("barrier", -1, 0);
   std::vector<MPI_Request> req(1);
   m.check_mpi(MPI_Ibarrier(m.world.mpi, req.data()), "MPI_Ibarrier");
   m.wait_requests(req, "every rank to reach the barrier");

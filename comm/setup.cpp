@@ -63,9 +63,12 @@ Communicator::Impl::Impl(const Topology& topo, const Device& d, const CommOption
   touch();
 
   // What every rank must agree on is gathered first, so that a bad set-up throws the same error everywhere.
-  int lo[2] = {cuda ? 1 : 0, local_size}, hi[2] = {cuda ? 1 : 0, local_size};
+  const char* env_check = std::getenv("SPARTA_COMM_CHECK");
+  const int check_me = opt.check_calls || (env_check && std::string(env_check) == "1");
+  int lo[2] = {cuda ? 1 : 0, local_size}, hi[3] = {cuda ? 1 : 0, local_size, check_me};
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, lo, 2, MPI_INT, MPI_MIN, topo.world));
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, hi, 2, MPI_INT, MPI_MAX, topo.world));
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, hi, 3, MPI_INT, MPI_MAX, topo.world));
+  check = hi[2] != 0;
   SPARTA_REQUIRE(opt.timeout_s > 0, "communicator timeout: expected seconds > 0, found %g", opt.timeout_s);
   SPARTA_REQUIRE(opt.chunk_bytes > 0 && opt.chunk_bytes <= kDirectChunk,
                  "communicator chunk_bytes: expected 1 to %zu, found %zu", kDirectChunk, opt.chunk_bytes);

@@ -107,6 +107,22 @@ BOOST_AUTO_TEST_CASE(dying_rank_is_named_by_the_survivor_hier_inside_node_cpu) {
   expect_survivor("hier", "cpu", 0, "from rank 1");
 }
 
+// Call checks (CommOptions::check_calls): ranks that call different operations, or disagree on an all-to-all's
+// counts, end the job with both sides named instead of hanging.
+void expect_mismatch(const std::string& mode, const std::string& device) {
+  Outcome o = run_tool("mismatch " + mode + " " + device + " 0 5");
+  expect(o, "communication failed in ");
+  expect(o, "differs between ranks");
+  expect(o, "calls all_reduce of 65536 float32");
+  expect(o, "calls all_gather_v of float32 (counts hash");
+  BOOST_CHECK_MESSAGE(o.output.find("no progress for") == std::string::npos, "timed out instead:\n" << o.output);
+  Outcome c = run_tool("counts " + mode + " " + device + " 0 5");
+  expect(c, "communication failed in all_to_all_v");
+  expect(c, "rank 1 sends 2 elements to rank 0, which expects 1");
+}
+BOOST_AUTO_TEST_CASE(mismatched_calls_are_named_mpi_cpu) { expect_mismatch("mpi", "cpu"); }
+BOOST_AUTO_TEST_CASE(mismatched_calls_are_named_hier_cpu) { expect_mismatch("hier", "cpu"); }
+
 BOOST_AUTO_TEST_CASE(absent_rank_aborts_nccl, *two_gpus()) {
   // NCCL waits on the device: synchronize polls, times out, aborts the NCCL communicator, then MPI_Abort.
   expect_timeout("nccl", "cuda", 0);
@@ -124,6 +140,8 @@ BOOST_AUTO_TEST_CASE(dying_rank_is_named_by_the_survivor_nccl_gpu, *two_gpus()) 
 BOOST_AUTO_TEST_CASE(dying_rank_is_named_by_the_survivor_hier_nccl_inside_node_gpu, *two_gpus()) {
   expect_survivor("hier", "cuda", 0, "world ranks 0,1");
 }
+
+BOOST_AUTO_TEST_CASE(mismatched_calls_are_named_nccl_gpu, *two_gpus()) { expect_mismatch("nccl", "cuda"); }
 
 BOOST_AUTO_TEST_CASE(dying_rank_is_named_by_the_survivor_mpi_gpu, *two_gpus()) {
   expect_survivor("mpi", "cuda", 0, "from rank 1");

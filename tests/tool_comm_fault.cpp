@@ -2,7 +2,10 @@
 // prove that the communicator ends the job with a message naming the operation instead of hanging.
 //   mpiexec -n 2 tool_comm_fault HOW MODE DEVICE [RANKS_PER_NODE] [TIMEOUT_S] [FAILING_RANK]
 //     HOW     absent: the failing rank never arrives at the all-reduce (the others time out);
-//             die: the failing rank exits while the others are in the all-to-all
+//             die: the failing rank exits while the others are in the all-to-all;
+//             mismatch: with call checks on, the failing rank calls an all-gather where the others all-reduce;
+//             counts: with call checks on, an all-to-all-v in which the failing rank sends one element more to
+//             rank 0 than rank 0 expects
 //     MODE    nccl | mpi | hier        DEVICE  cpu | cuda | auto
 // After one good all-reduce, every rank but the failing one calls the faulty operation.
 #include <unistd.h>
@@ -34,6 +37,7 @@ int main(int argc, char** argv) {
     SPARTA_FATAL("%s", e.what());
   }
   opt.timeout_s = timeout;
+  opt.check_calls = how == "mismatch" || how == "counts";
   Communicator comm(ctx.topo(), ctx.device(), opt);
   const int rank = ctx.rank(), size = ctx.world();
   const size_t n = 1 << 16;
@@ -43,6 +47,21 @@ int main(int argc, char** argv) {
   comm.all_reduce(a.data(), a.data(), n, DataType::f32, stream);  // one good round: the failure is mid-job
   comm.synchronize(stream);
 
+  if (how == "mismatch" || how == "counts") {
+    const bool odd = rank == failing % size;
+    if (how == "mismatch" && odd) comm.all_gather(a.data(), b.data(), n / size, DataType::f32, stream);
+    if (how == "mismatch" && !odd) comm.all_reduce(a.data(), a.data(), n, DataType::f32, stream);
+    if (how == "counts") {
+      // every rank sends 1 element to each rank and expects 1 from each; the failing rank sends 2 to rank 0
+      std::vector<size_t> sc(size, 1), rc(size, 1);
+      if (odd) sc[0] = 2;
+      comm.all_to_all_v(a.data(), sc, b.data(), rc, DataType::f32, stream);
+    }
+    comm.synchronize(stream);
+    comm.barrier();
+    std::printf("tool_comm_fault: rank %d finished the faulty operation, which it must not\n", rank);
+    return 0;
+  }
   if (rank == failing % size) {
     if (how == "die") {
       std::fprintf(stderr, "tool_comm_fault: rank %d exits in the middle of the all-to-all\n", rank);
