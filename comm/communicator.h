@@ -55,7 +55,9 @@
 //
 // Host waits (cuda backend; on the cpu backend every operation is complete when it returns):
 //   - NCCL (mode nccl; mode hier on one node): the call queues the work and returns. The host waits only
-//     while a non-blocking NCCL call reports ncclInProgress (connections made on first use).
+//     while a non-blocking NCCL call reports ncclInProgress (NCCL may hand a call's launch to a thread of its
+//     own and report ncclInProgress until that thread has queued the work). With nccl_blocking the launch runs
+//     in the calling thread instead; with eager connections it never waits for a peer.
 //   - MPI (mode mpi; mode hier between nodes): the host drives MPI inside the call and returns once this
 //     rank's transfers are complete, i.e. after its peers took part. Before that it waits for what MPI
 //     reads: staged, the device-to-host copies of the input (queued after the stream's earlier work);
@@ -118,6 +120,10 @@ struct CommOptions {
                                     // pipeline on the cpu backend)
   // NCCL connects at construction (true) rather than on first use (false). See "Connections" above.
   bool eager_connect = true;
+  // NCCL communicators in NCCL's blocking mode (config.blocking = 1): each call launches its work in the calling
+  // thread and returns when it is queued; creation waits for the peers without the timeout. The default is
+  // non-blocking (every NCCL call, creation included, waited for with the timeout). See "Host waits".
+  bool nccl_blocking = false;
   // Checks every call against the other ranks' before it starts (see "Call checks" above); also turned on by the
   // environment variable SPARTA_COMM_CHECK=1. On for the communicator when any rank asks for it.
   bool check_calls = false;

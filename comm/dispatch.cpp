@@ -59,10 +59,13 @@ bool Communicator::cuda_aware_mpi() const { return impl_->cuda_aware; }
 std::string Communicator::describe() const {
   const Impl& m = *impl_;
   return strprintf("communicator: mode %s, %s backend, %d node(s) x %d rank(s)%s, MPI CUDA-aware: %s, staging %s "
-                   "(chunks of %.3g MiB), timeout %g s",
+                   "(chunks of %.3g MiB), timeout %g s%s%s%s",
                    comm_mode_name(m.opt.mode), m.cuda ? "cuda" : "cpu", m.num_nodes, m.local_size,
                    m.uniform ? "" : " (not uniform)", m.cuda_aware ? "yes" : "no", m.opt.staging.c_str(),
-                   m.opt.chunk_bytes / 1048576.0, m.opt.timeout_s);
+                   m.opt.chunk_bytes / 1048576.0, m.opt.timeout_s,
+                   m.nccl_comms.empty() ? "" : (m.opt.nccl_blocking ? ", NCCL blocking" : ", NCCL non-blocking"),
+                   m.nccl_comms.empty() ? "" : (m.opt.eager_connect ? ", eager connections" : ", lazy connections"),
+                   m.check ? ", calls checked" : "");
 }
 
 namespace {

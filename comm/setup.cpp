@@ -176,7 +176,8 @@ NcclComm Communicator::Impl::make_nccl(const Group& g, const char* name) {
   op_name = strprintf("creating the NCCL communicator of the %s group", g.name);
   wait_requests(req, "the NCCL unique id from the group's first rank");
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // every call returns at once; waits poll ncclCommGetAsyncError against the timeout
+  // non-blocking: every call returns at once and waits poll ncclCommGetAsyncError against the timeout
+  config.blocking = opt.nccl_blocking ? 1 : 0;
   config.commName = name;
   ncclComm_t comm = nullptr;
   ncclResult_t r = ncclCommInitRankConfig(&comm, g.size, id, g.rank, &config);

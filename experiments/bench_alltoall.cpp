@@ -38,6 +38,7 @@ struct Args {
   double factor = 2, timeout = 300;
   int iters = 20, warmup = 5, repeats = 5;  // the driver's --iters, --warmup, --repeats
   std::string chunk = "8M";
+  int nccl_blocking = 0;
 };
 
 size_t parse_size(const std::string& s, const char* what) {
@@ -170,7 +171,9 @@ int main(int argc, char** argv) {
       "type", po::value(&a.type)->default_value(a.type), "float32 | bfloat16 | float16")(
       "staging", po::value(&a.staging)->default_value(a.staging), "auto | always (MPI through pinned host memory)")(
       "chunk-bytes", po::value(&a.chunk)->default_value(a.chunk), "staging and hierarchical pipeline chunk")(
-      "timeout", po::value(&a.timeout)->default_value(a.timeout), "seconds without progress before the job ends");
+      "timeout", po::value(&a.timeout)->default_value(a.timeout), "seconds without progress before the job ends")(
+      "nccl-blocking", po::value(&a.nccl_blocking)->default_value(a.nccl_blocking),
+      "1: NCCL communicators in NCCL's blocking mode (launches in the calling thread), 0: non-blocking");
   return d.run("mpiexec -n N bench_alltoall [options]", [&] {
   a.iters = d.iters();
   a.warmup = d.warmup();
@@ -211,6 +214,7 @@ int main(int argc, char** argv) {
     co.timeout_s = a.timeout;
     co.staging = a.staging;
     co.chunk_bytes = chunk;
+    co.nccl_blocking = a.nccl_blocking != 0;
     std::unique_ptr<Communicator> comm;
     try {
       comm = std::make_unique<Communicator>(ctx.topo(), ctx.device(), co);
@@ -243,6 +247,7 @@ int main(int argc, char** argv) {
           << ",\"ranks_per_node_option\":" << ctx.options().ranks_per_node << ",\"staging\":\"" << a.staging
           << "\",\"chunk_bytes\":" << chunk << ",\"cuda_aware_mpi\":" << (comm->cuda_aware_mpi() ? "true" : "false")
           << ",\"timeout_s\":" << a.timeout << ",\"step_factor\":" << a.factor
+          << ",\"nccl_blocking\":" << a.nccl_blocking
           << ",\"timing\":\"" << (cuda ? "cuda events, median of repeats, slowest rank" : "steady clock, median of repeats, slowest rank")
           << "\"";
         d.record(f.str());

@@ -309,9 +309,12 @@ class CommSet {
       o.staging = c.staging;
       o.chunk_bytes = c.chunk_bytes;
       o.timeout_s = 120;
-      // one node per rank: every call first checked against the other ranks' (the check finds nothing wrong)
+      // one node per rank: every call first checked against the other ranks' (the check finds nothing wrong);
+      // nodes of two ranks: NCCL in its blocking mode
       o.check_calls = c.ranks_per_node == 1;
-      comms_.push_back({c.name() + (o.check_calls ? ", calls checked" : ""), std::make_unique<Communicator>(topo, dev, o)});
+      o.nccl_blocking = c.ranks_per_node == 2;
+      comms_.push_back({c.name() + (o.check_calls ? ", calls checked" : "") + (o.nccl_blocking ? ", NCCL blocking" : ""),
+                        std::make_unique<Communicator>(topo, dev, o)});
     }
   }
   ~CommSet() {
