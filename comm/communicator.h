@@ -54,10 +54,10 @@
 // on the communication stream, in the order they were called.
 //
 // Host waits (cuda backend; on the cpu backend every operation is complete when it returns):
-//   - NCCL (mode nccl; mode hier on one node): the call queues the work and returns. The host waits only
-//     while a non-blocking NCCL call reports ncclInProgress (NCCL may hand a call's launch to a thread of its
-//     own and report ncclInProgress until that thread has queued the work). With nccl_blocking the launch runs
-//     in the calling thread instead; with eager connections it never waits for a peer.
+//   - NCCL (mode nccl; mode hier on one node): the call queues the work and returns. With nccl_blocking (the
+//     default) NCCL launches in the calling thread, which with eager connections never waits for a peer; a
+//     non-blocking communicator reports ncclInProgress until NCCL's own thread has queued the work, and the host
+//     waits for that.
 //   - MPI (mode mpi; mode hier between nodes): the host drives MPI inside the call and returns once this
 //     rank's transfers are complete, i.e. after its peers took part. Before that it waits for what MPI
 //     reads: staged, the device-to-host copies of the input (queued after the stream's earlier work);
@@ -87,12 +87,16 @@
 // message naming the call's number, and both ranks' calls (or the peer's count and this rank's), instead of the
 // hang or the corrupt data it leads to. Costs a host round trip per call.
 //
-// Faults: NCCL communicators are non-blocking; every wait (CUDA events, NCCL's ncclInProgress, MPI
-// requests) polls ncclCommGetAsyncError and gives up after timeout_s without progress: it then aborts the
-// NCCL communicators and ends the job (MPI_Abort) with a message naming the operation, the mode, this rank
-// and its peers, and the bytes this rank sends and receives. MPI calls return codes, which are checked.
-// Inconsistent counts between peers (what p says it sends to q ≠ what q expects from p) are a caller's bug
-// that ends the same way. Operations are collective over the world: every rank calls them in the same order.
+// Faults: every wait (CUDA events, a non-blocking NCCL call's ncclInProgress, MPI requests) polls
+// ncclCommGetAsyncError and gives up after timeout_s without progress: it then aborts the NCCL communicators
+// and ends the job (MPI_Abort) with a message naming the operation, the mode, this rank and its peers, and the
+// bytes this rank sends and receives. MPI calls return codes, which are checked. With blocking NCCL
+// communicators (the default) the NCCL calls themselves are not under the timeout: creation waits for every
+// rank of the group (all of which have just answered over MPI), and a launch waits only for NCCL's queue of
+// work to the GPU, which the host's regular waits keep short; the device work they queue is waited for like any
+// other. Inconsistent counts between peers (what p says it sends to q ≠ what q expects from p) are a caller's
+// bug: under call checks it ends the job naming both; otherwise it ends by the timeout at the latest.
+// Operations are collective over the world: every rank calls them in the same order.
 #pragma once
 
 #include <cstddef>
@@ -120,10 +124,11 @@ struct CommOptions {
                                     // pipeline on the cpu backend)
   // NCCL connects at construction (true) rather than on first use (false). See "Connections" above.
   bool eager_connect = true;
-  // NCCL communicators in NCCL's blocking mode (config.blocking = 1): each call launches its work in the calling
-  // thread and returns when it is queued; creation waits for the peers without the timeout. The default is
-  // non-blocking (every NCCL call, creation included, waited for with the timeout). See "Host waits".
-  bool nccl_blocking = false;
+  // NCCL communicators in NCCL's blocking mode (config.blocking = 1, the default): each call launches its work in
+  // the calling thread and returns once it is queued. false: non-blocking, where NCCL hands each call's launch to
+  // a thread of its own (about 15 us more per call, measured) and every NCCL call, creation included, is waited
+  // for with the timeout. See "Host waits" and "Faults".
+  bool nccl_blocking = true;
   // Checks every call against the other ranks' before it starts (see "Call checks" above); also turned on by the
   // environment variable SPARTA_COMM_CHECK=1. On for the communicator when any rank asks for it.
   bool check_calls = false;

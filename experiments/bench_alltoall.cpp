@@ -38,7 +38,7 @@ struct Args {
   double factor = 2, timeout = 300;
   int iters = 20, warmup = 5, repeats = 5;  // the driver's --iters, --warmup, --repeats
   std::string chunk = "8M";
-  int nccl_blocking = 0;
+  int nccl_blocking = 1;  // CommOptions' default
 };
 
 size_t parse_size(const std::string& s, const char* what) {

@@ -11,7 +11,8 @@
 #   kernels     bench_hashtable, bench_embedding; peer_torch.py (EmbeddingBag): one-hot (uniform, power-law),
 #               hot 8 at dims 16-128 and the DCNv2 hotness at dim 128 (bench_embedding with the hashed and the
 #               direct index, the step with the sorted and the atomic SGD update)
-#   comm        bench_alltoall (nccl, then hier and mpi) at 2 ranks; peer_a2a.py
+#   comm        bench_alltoall (nccl, then hier and mpi) at 2 ranks; peer_a2a.py; nccl at 4 KiB-16 MiB with NCCL's
+#               non-blocking mode and the default blocking one
 #   collection  bench_collection: MLPerf v1 one-hot and DCNv2 multi-hot tables, every placement and the plan, 1 and
 #               2 GPUs, 65536 samples per GPU, hashed and direct index; on 2 GPUs also without the overlap;
 #               MLPerf v1 with power-law keys (alpha 1.1), and on 2 GPUs the bf16 wire
@@ -106,6 +107,11 @@ for part in "${parts[@]}"; do
         run bench_alltoall.log $mpiexec -n 2 "$build/bin/bench_alltoall" --modes nccl --ops alltoall,allreduce \
           --min-bytes 1K --max-bytes 1G --step-factor 4 --out "$out/bench.jsonl"
         peer peer_a2a.py --sizes-mb 1,16,64,256,1024
+        # the host's cost per call: NCCL's non-blocking mode (a launch thread per call) against the default
+        for nb in 0 1; do
+          run bench_alltoall.log $mpiexec -n 2 "$build/bin/bench_alltoall" --modes nccl --ops alltoall,allreduce \
+            --min-bytes 4K --max-bytes 16M --step-factor 4 --nccl-blocking $nb --out "$out/bench.jsonl"
+        done
         run bench_alltoall.log $mpiexec -n 2 "$build/bin/bench_alltoall" --modes hier,mpi --max-bytes 64M \
           --step-factor 4 --iters 5 --repeats 3 --out "$out/bench.jsonl"
       fi

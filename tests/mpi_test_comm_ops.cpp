@@ -310,10 +310,11 @@ class CommSet {
       o.chunk_bytes = c.chunk_bytes;
       o.timeout_s = 120;
       // one node per rank: every call first checked against the other ranks' (the check finds nothing wrong);
-      // nodes of two ranks: NCCL in its blocking mode
+      // nodes of two ranks: NCCL in its non-blocking mode
       o.check_calls = c.ranks_per_node == 1;
-      o.nccl_blocking = c.ranks_per_node == 2;
-      comms_.push_back({c.name() + (o.check_calls ? ", calls checked" : "") + (o.nccl_blocking ? ", NCCL blocking" : ""),
+      o.nccl_blocking = c.ranks_per_node != 2;
+      comms_.push_back({c.name() + (o.check_calls ? ", calls checked" : "") +
+                            (o.nccl_blocking ? "" : ", NCCL non-blocking"),
                         std::make_unique<Communicator>(topo, dev, o)});
     }
   }
