@@ -158,6 +158,7 @@ void check_train_config(const TrainConfig& c) {
   LossScaler(c.loss_scale_init, c.loss_scale_window);  // throws naming the option
   SPARTA_REQUIRE(c.comm_mode == "hier" || c.comm_mode == "mpi" || c.comm_mode == "nccl",
                  "comm.mode: expected hier, mpi or nccl, found '%s'", c.comm_mode.c_str());
+  SPARTA_REQUIRE(c.comm_timeout_s > 0, "comm.timeout: expected seconds > 0, found %g", c.comm_timeout_s);
 }
 
 std::string TrainConfig::to_ini() const {
@@ -193,7 +194,8 @@ std::string TrainConfig::to_ini() const {
     << "\ncheckpoint_every = " << checkpoint_every << "\nresume = " << resume << "\nmetrics = " << metrics_path
     << "\nloss_scale_init = " << loss_scale_init << "\nloss_scale_window = " << loss_scale_window
     << "\ncuda_graphs = " << cuda_graphs
-    << "\n\n[comm]\nmode = " << comm_mode << "\n";
+    << "\n\n[comm]\nmode = " << comm_mode << "\ntimeout = " << comm_timeout_s << "\ncheck_calls = " << comm_check_calls
+    << "\n";
   return s.str();
 }
 

@@ -94,6 +94,8 @@ struct TrainConfig {
   int64_t loss_scale_window = 2000;   // fp16: good steps in a row before the scale doubles
   bool cuda_graphs = true;       // GPUs: the dense model's pieces replayed as CUDA graphs (src/model.h)
   std::string comm_mode = "hier";  // [comm] mode: hier | mpi | nccl
+  double comm_timeout_s = 300;     // [comm] timeout: seconds without progress before the job ends
+  bool comm_check_calls = false;   // [comm] check_calls: every rank's calls compared before they start
 
   // --benchmark: time the step on in-memory synthetic batches instead of training ([benchmark] section)
   bool benchmark = false;

@@ -134,7 +134,12 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
       "benchmark.warmup", po::value<int64_t>(&c.bench.warmup)->default_value(3), "untimed steps (they insert the keys)")(
       "benchmark.steps", po::value<int64_t>(&c.bench.steps)->default_value(10), "timed steps (medians reported)");
   comm.add_options()("comm.mode", po::value<std::string>(&c.comm_mode)->default_value("hier"),
-                     "hier (NCCL in a node, MPI between nodes) | mpi | nccl (comm/communicator.h)");
+                     "hier (NCCL in a node, MPI between nodes) | mpi | nccl (comm/communicator.h)")(
+      "comm.timeout", po::value<double>(&c.comm_timeout_s)->default_value(300),
+      "seconds a wait may make no progress before the job ends, naming the operation and its peers")(
+      "comm.check_calls", po::value<bool>(&c.comm_check_calls)->default_value(false),
+      "every rank's calls compared before they start; a difference ends the job naming both (debugging a hang; "
+      "also SPARTA_COMM_CHECK=1)");
   po::options_description all;
   all.add(data).add(model).add(emb).add(opt).add(train).add(comm).add(bench);
   return all;

@@ -78,6 +78,8 @@ void Trainer::build_rest(const std::string& load_from) {
   CommOptions copt;
   agree(guarded([&] {
     copt.mode = parse_comm_mode(cfg_.comm_mode);
+    copt.timeout_s = cfg_.comm_timeout_s;
+    copt.check_calls = cfg_.comm_check_calls;
     SPARTA_REQUIRE(!(copt.mode == CommMode::nccl && !dev_.is_cuda()),
                    "comm.mode: nccl needs the cuda backend, and this rank runs on %s", dev_.name().c_str());
   }));
@@ -117,6 +119,7 @@ void Trainer::build_rest(const std::string& load_from) {
              optimizer_name(cfg_.dense.kind));
     LOG_INFO("embedding plan (%d rank(s), global batch %lld):\n%s", world_, (long long)cfg_.global_batch,
              format_plan(collection_cfg_, plan_).c_str());
+    LOG_INFO("%s", comm_->describe().c_str());
   }
   report_memory();
   if (!load_from.empty()) load(load_from);

@@ -194,11 +194,13 @@ BOOST_AUTO_TEST_CASE(same_rank_count_and_plan_give_the_same_bits) {
 
 // embedding.index = direct trains as hashed does, bit for bit, at every rank count and placement: a train lookup
 // finds a key's initial values either way, and the backward's sums do not depend on row ids. (Their eval differs
-// where a key was never trained: zeros hashed, its initial values direct.)
+// where a key was never trained: zeros hashed, its initial values direct.) Every communicator call is checked
+// against the other ranks' (comm.check_calls): a rank whose calls differ would end the run naming both.
 BOOST_AUTO_TEST_CASE(direct_index_trains_like_hashed) {
   const Data data;
   TrainConfig cfg = base_config(data);
   cfg.eval_path.clear();
+  cfg.comm_check_calls = true;
   bool ok = true;
   const int ranks = testing::world_size();  // the suite runs at 1-4 ranks: each rank count once
   for (const char* placement : {"dispatch", "localized", "replicated", "distributed", "hybrid",

@@ -97,6 +97,16 @@ BOOST_AUTO_TEST_CASE(config_file_and_command_line) {
   BOOST_TEST((hb.model.precision == GemmType::f16));
   BOOST_TEST(hb.loss_scale_init == 1024);
   BOOST_TEST(hb.loss_scale_window == 50);
+
+  // the communicator's options, through the INI text too
+  const TrainConfig cc = parse({"--data.train", "a.h5", "--comm.timeout", "42.5", "--comm.check_calls", "1"});
+  BOOST_TEST(cc.comm_timeout_s == 42.5);
+  BOOST_TEST(cc.comm_check_calls);
+  const TrainConfig ccb = parse_train_config_text(cc.to_ini(), "test");
+  BOOST_TEST(ccb.comm_timeout_s == 42.5);
+  BOOST_TEST(ccb.comm_check_calls);
+  BOOST_TEST(parse({"--data.train", "a.h5"}).comm_timeout_s == 300);
+  BOOST_TEST(!parse({"--data.train", "a.h5"}).comm_check_calls);
   const TrainConfig d = parse({"--data.train", "a.h5"});
   BOOST_TEST((d.model.precision == GemmType::f32));
   BOOST_TEST(d.loss_scale_init == 65536);
@@ -136,6 +146,7 @@ BOOST_AUTO_TEST_CASE(bad_options_name_what_is_wrong) {
   fails({"--data.train", "a.h5", "--optimizer.decay_steps", "5", "--optimizer.warmup_steps", "9"},
         {"optimizer.decay_start", "9"});
   fails({"--data.train", "a.h5", "--comm.mode", "smoke"}, {"comm.mode", "smoke"});
+  fails({"--data.train", "a.h5", "--comm.timeout", "0"}, {"comm.timeout", "> 0", "0"});
   fails({"--data.train", "a.h5", "--embedding.planner_link_gbps", "0"}, {"embedding.planner_link_gbps", "> 0", "0"});
   fails({"--data.train", "a.h5", "--embedding.planner_hbm_gbps", "-3"}, {"embedding.planner_hbm_gbps", "-3"});
   fails({"--data.train", "a.h5", "--embedding.planner_collective_us", "fast"},
