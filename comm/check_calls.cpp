@@ -27,10 +27,10 @@ uint64_t hash_counts(const std::vector<size_t>& v) {
 
 std::string call_text(const CallSig& s) {
   std::string d = s.op;
-  if (s.type >= 0 && s.counts_hash) d += strprintf(" of %s (counts hash %016llx)", dtype_name(DataType(s.type)),
-                                                   (unsigned long long)s.counts_hash);
-  else if (s.type >= 0 && s.count) d += strprintf(" of %llu %s", (unsigned long long)s.count, dtype_name(DataType(s.type)));
-  else if (s.type >= 0) d += strprintf(" of %s", dtype_name(DataType(s.type)));
+  const char* type = s.type >= 0 ? dtype_name(DataType(s.type)) : nullptr;
+  if (type && s.counts_hash) d += strprintf(" of %s (counts hash %016llx)", type, (unsigned long long)s.counts_hash);
+  else if (type && s.count) d += strprintf(" of %llu %s", (unsigned long long)s.count, type);
+  else if (type) d += strprintf(" of %s", type);
   if (s.root >= 0) d += strprintf(" from root %d", s.root);
   return d;
 }

@@ -175,7 +175,7 @@ struct Communicator::Impl {
   bool event_done(CudaEvent ev);
   void wait_event(CudaEvent ev, const std::string& what);
   // An NCCL call's result: ncclSuccess returns at once; ncclInProgress (a non-blocking communicator still
-  // working, e.g. connecting on first use) is waited for; anything else fails. `what` is a callable giving
+  // working: its launch thread, or creation) is waited for; anything else fails. `what` is a callable giving
   // the call's description, formatted only when needed.
   template <class What>
   void nccl_settle(ncclResult_t r, NcclComm comm, const What& what) {

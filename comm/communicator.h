@@ -137,7 +137,8 @@ struct CommOptions {
 class Communicator {
  public:
   // Collective over topo.world. Creates the NCCL communicators the mode needs (node: hier; all ranks: nccl),
-  // non-blocking, with the unique id made on the group's first rank and broadcast over MPI.
+  // blocking or not (nccl_blocking), connected (eager_connect), with the unique id made on the group's first rank
+  // and broadcast over MPI.
   // Throws sparta::Error (on every rank alike) for: mode nccl on the cpu backend, hier on nodes of different
   // sizes, ranks with different backends, timeout_s <= 0, chunk_bytes == 0, an unknown staging value.
   // dev gives the backend and the GPU; its stream plays no part (each operation names its own).

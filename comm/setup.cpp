@@ -1,5 +1,5 @@
 // setup.cpp: building and tearing down a communicator: the MPI groups (world, node, cross) and what every
-// rank must agree on, the NCCL communicators (non-blocking, unique id broadcast over MPI), the communication
+// rank must agree on, the NCCL communicators (unique id broadcast over MPI, connected at once), the communication
 // and copy streams and their events; and the mapping of element types to NCCL and MPI.
 #include "comm/comm_impl.h"
 
