@@ -4,10 +4,12 @@
 # figure has its ratio from one run on the same GPUs).
 #   experiments/gpu_session.sh BUILD OUT [PART...]
 # BUILD is a `make gpu-bundle` folder (build/openmpi), or a .tar.xz of one (extracted under /tmp). PARTs, run in
-# the order given (default: all = tests kernels comm collection train graphs sweeps emulated):
+# the order given (default: all = tests repeat kernels comm collection train graphs sweeps emulated):
 #   tests       every suite (tests/run_all.sh) with 1 rank, and 2 when there are 2 GPUs; with one GPU,
 #               mpi_test_collection again with 2 ranks sharing it (SPARTA_TEST_SHARED_GPU=1, MPI communication: the
 #               overlap's streams with more than one rank)
+#   repeat      with 2 GPUs: mpi_test_collection at 2 ranks six times, NCCL's connections made at creation (the
+#               default) and on first use (SPARTA_TEST_LAZY_CONNECT=1) alternating, each stopped after 90 s
 #   kernels     bench_hashtable, bench_embedding; peer_torch.py (EmbeddingBag): one-hot (uniform, power-law),
 #               hot 8 at dims 16-128 and the DCNv2 hotness at dim 128 (bench_embedding with the hashed and the
 #               direct index, the step with the sorted and the atomic SGD update)
@@ -33,7 +35,7 @@ out=${2:?output folder}
 shift 2
 parts=("$@")
 [ ${#parts[@]} = 0 ] && parts=(all)
-[ "${parts[*]}" = all ] && parts=(tests kernels comm collection train graphs sweeps emulated)
+[ "${parts[*]}" = all ] && parts=(tests repeat kernels comm collection train graphs sweeps emulated)
 mkdir -p "$out"
 if [[ $build == *.tar.xz ]]; then
   mkdir -p /tmp/sparta_bundle && tar -xJf "$build" -C /tmp/sparta_bundle && build=/tmp/sparta_bundle/openmpi
@@ -80,6 +82,21 @@ for part in "${parts[@]}"; do
       run tests.log bash tests/run_all.sh "$build" "$mpiexec" "$ranks" 600
       [ "$two" = 0 ] && run tests.log env SPARTA_TEST_SHARED_GPU=1 SPARTA_SUITES=mpi_test_collection \
         bash tests/run_all.sh "$build" "$mpiexec" 2 600
+      ;;
+    repeat)
+      # an intermittent stop shows only over several runs: connections made at creation (the default) against
+      # connections made on first use, alternating; each run stopped after 90 s, stacks of a case past 60 s
+      if [ "$two" = 1 ]; then
+        for i in 1 2 3; do
+          for lazy in 0 1; do
+            log="repeat_${i}_lazy${lazy}.log"
+            run "$log" timeout -k 5 90 $mpiexec -n 2 -x SPARTA_TEST_STACKS_AFTER=60 -x SPARTA_TEST_LAZY_CONNECT=$lazy \
+              -x NCCL_RUNTIME_CONNECT=$lazy "$build/tests/mpi_test_collection"
+            pkill -9 -f "$build/tests/mpi_test_collection" 2>/dev/null  # ranks a stopped launcher left behind
+            grep -E "mpi verdict|has run for" "$out/$log" | sed "s/^/[run $i, lazy $lazy] /"
+          done
+        done
+      fi
       ;;
     kernels)
       run bench_hashtable.log "$build/bin/bench_hashtable" --out "$out/bench.jsonl"
@@ -198,7 +215,7 @@ for part in "${parts[@]}"; do
         done
       fi
       ;;
-    *) echo "unknown part '$part' (tests kernels comm collection train graphs sweeps emulated all)"; exit 2 ;;
+    *) echo "unknown part '$part' (tests repeat kernels comm collection train graphs sweeps emulated all)"; exit 2 ;;
   esac
 done
 exit $status
