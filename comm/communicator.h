@@ -142,7 +142,8 @@ class Communicator {
   // Throws sparta::Error (on every rank alike) for: mode nccl on the cpu backend, hier on nodes of different
   // sizes, ranks with different backends, timeout_s <= 0, chunk_bytes == 0, an unknown staging value.
   // dev gives the backend and the GPU; its stream plays no part (each operation names its own).
-  // The destructor waits (host, fault-aware) for every operation's device work.
+  // The destructor waits (host, fault-aware) for every operation's device work; with NCCL communicators it is
+  // collective: the ranks meet in a barrier (under the timeout) before NCCL is finalized.
   Communicator(const Topology& topo, const Device& dev, const CommOptions& opt = CommOptions());
   ~Communicator();
   Communicator(const Communicator&) = delete;

@@ -148,6 +148,13 @@ Communicator::Impl::~Impl() {
     // the operation), so done_ev covers all of it: after it, the streams, the scratch and the staging buffer
     // (freed after this body) are no longer used.
     wait_event(done_ev, "operations still queued on the communication stream");
+    if (!nccl_comms.empty()) {
+      // Every rank is here, done with its work and alive, before NCCL tears down what peers may still touch: a
+      // blocking communicator's finalize is not under the timeout, this barrier is.
+      std::vector<MPI_Request> req(1);
+      check_mpi(MPI_Ibarrier(world.mpi, req.data()), "MPI_Ibarrier before the NCCL communicators' finalize");
+      wait_requests(req, "every rank to reach the communicator's shutdown");
+    }
     for (NcclComm c : nccl_comms) {
       touch();
       nccl_settle(ncclCommFinalize(c), c, [] { return std::string("ncclCommFinalize"); });
