@@ -183,7 +183,8 @@ NcclComm Communicator::Impl::make_nccl(const Group& g, const char* name) {
   op_name = strprintf("creating the NCCL communicator of the %s group", g.name);
   wait_requests(req, "the NCCL unique id from the group's first rank");
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  // non-blocking: every call returns at once and waits poll ncclCommGetAsyncError against the timeout
+  // blocking (the default): calls launch in this thread; non-blocking: every call returns at once and the waits
+  // poll ncclCommGetAsyncError against the timeout (CommOptions::nccl_blocking)
   config.blocking = opt.nccl_blocking ? 1 : 0;
   config.commName = name;
   ncclComm_t comm = nullptr;
