@@ -23,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <tuple>
 
 #include "comm/communicator.h"
 #include "kernels/key_init.h"
@@ -41,19 +42,25 @@ const bool kSharesGpus = testing::accept_shared_gpus();
 
 // ---------------------------------------------------------------------------------------------------------
 // A world (a sub-communicator of the first `ranks` ranks) with its device and communicator.
+//
+// A cuda world is built once per (ranks, mode, ranks per node) and kept for the later cases: an NCCL communicator
+// connects every algorithm and peer when it is built (comm/communicator.h, "Connections"), which takes seconds on
+// two GPUs, more than a check's training. A case leaves nothing behind in its world: the collection's errors are
+// agreed on and thrown on every rank at the same point, so every rank's communicator has made the same calls; and
+// every rank runs the same cases, so the worlds are built in the same order everywhere. cpu worlds are built per check, as they
+// cost nothing. WorldsFixture drops the kept ones before MPI ends.
 
-struct World {
+struct WorldState {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0, size = 1;
   Topology topo;
   Device dev;
   std::unique_ptr<Communicator> communicator;
-  bool in() const { return comm != MPI_COMM_NULL; }
 
   // ranks_per_node > 0 cuts the host into emulated nodes, so that hier takes its inter-node path here too.
-  World(Backend backend, int ranks, CommMode mode = CommMode::mpi, int ranks_per_node = 0) {
+  WorldState(Backend backend, int ranks, CommMode mode, int ranks_per_node) {
     MPI_Comm_split(MPI_COMM_WORLD, testing::world_rank() < ranks ? 0 : MPI_UNDEFINED, testing::world_rank(), &comm);
-    if (!in()) return;
+    if (comm == MPI_COMM_NULL) return;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
     topo = make_topology(comm, ranks_per_node);
@@ -74,13 +81,49 @@ struct World {
       communicator = std::make_unique<Communicator>(topo, dev, o);
     }
   }
-  ~World() {
-    if (!in()) return;
+  ~WorldState() {
+    if (comm == MPI_COMM_NULL) return;
     communicator.reset();
     if (dev.is_cuda()) close_device(dev);
     free_topology(topo);
     MPI_Comm_free(&comm);
   }
+};
+
+std::map<std::tuple<int, int, int>, std::shared_ptr<WorldState>>& kept_cuda_worlds() {
+  static std::map<std::tuple<int, int, int>, std::shared_ptr<WorldState>> kept;
+  return kept;
+}
+
+std::shared_ptr<WorldState> world_state(Backend backend, int ranks, CommMode mode, int ranks_per_node) {
+  if (backend != Backend::cuda) return std::make_shared<WorldState>(backend, ranks, mode, ranks_per_node);
+  std::shared_ptr<WorldState>& w = kept_cuda_worlds()[{ranks, int(mode), ranks_per_node}];
+  if (!w) w = std::make_shared<WorldState>(backend, ranks, mode, ranks_per_node);
+  return w;
+}
+
+struct WorldsFixture {
+  ~WorldsFixture() { kept_cuda_worlds().clear(); }
+};
+BOOST_TEST_GLOBAL_FIXTURE(WorldsFixture);
+
+struct World {
+  std::shared_ptr<WorldState> state;
+  const MPI_Comm& comm;
+  const int &rank, &size;
+  const Topology& topo;
+  const Device& dev;
+  const std::unique_ptr<Communicator>& communicator;
+  bool in() const { return comm != MPI_COMM_NULL; }
+
+  World(Backend backend, int ranks, CommMode mode = CommMode::mpi, int ranks_per_node = 0)
+      : state(world_state(backend, ranks, mode, ranks_per_node)),
+        comm(state->comm),
+        rank(state->rank),
+        size(state->size),
+        topo(state->topo),
+        dev(state->dev),
+        communicator(state->communicator) {}
 };
 
 // ---------------------------------------------------------------------------------------------------------
