@@ -77,6 +77,10 @@ void route_gather_keys_cpu(const int64_t* src, const int64_t* idx, int64_t n, in
   for (int64_t i = 0; i < n; ++i) dst[i] = src[idx[i]];
 }
 
+void route_scatter_keys_cpu(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[idx[i]] = src[i];
+}
+
 void route_iota_cpu(int64_t n, int64_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = i;
 }
@@ -105,13 +109,15 @@ void route_offsets_from_sorted_bags_cpu(const int64_t* bag_ids, int64_t n, int64
   for (int64_t b = 0; b <= bags; ++b) offsets[b] = std::lower_bound(bag_ids, bag_ids + n, b) - bag_ids;
 }
 
-void route_pool_bags_cpu(const int64_t* offsets, const float* vecs, int64_t bags, int dim, Combiner combiner,
-                         float* out) {
+void route_pool_bags_cpu(const int64_t* offsets, const float* vecs, const int64_t* idx, int64_t bags, int dim,
+                         Combiner combiner, float* out) {
   for (int64_t b = 0; b < bags; ++b) {
     float* o = out + b * dim;
     for (int e = 0; e < dim; ++e) o[e] = 0.f;
-    for (int64_t i = offsets[b]; i < offsets[b + 1]; ++i)
-      for (int e = 0; e < dim; ++e) o[e] += vecs[i * dim + e];
+    for (int64_t i = offsets[b]; i < offsets[b + 1]; ++i) {
+      const float* v = vecs + (idx ? idx[i] : i) * dim;
+      for (int e = 0; e < dim; ++e) o[e] += v[e];
+    }
     int64_t n = offsets[b + 1] - offsets[b];
     if (combiner == Combiner::mean && n > 0)
       for (int e = 0; e < dim; ++e) o[e] = o[e] / static_cast<float>(n);
@@ -123,17 +129,6 @@ float bag_scale(Combiner combiner, int64_t n) {
   return combiner == Combiner::mean && n > 0 ? 1.0f / static_cast<float>(n) : 1.0f;
 }
 }  // namespace
-
-void route_spread_bag_grads_cpu(const int64_t* offsets, const float* grad, int64_t bags, int dim, Combiner combiner,
-                                float* out) {
-  for (int64_t b = 0; b < bags; ++b) {
-    const int64_t n = offsets[b + 1] - offsets[b];
-    const float s = bag_scale(combiner, n);
-    for (int64_t i = offsets[b]; i < offsets[b + 1]; ++i)
-      for (int e = 0; e < dim; ++e)
-        out[i * dim + e] = combiner == Combiner::mean ? grad[b * dim + e] * s : grad[b * dim + e];
-  }
-}
 
 void route_scale_bag_grads_cpu(const int64_t* offsets, const float* grad, int64_t bags, int dim, Combiner combiner,
                                float* out) {
@@ -340,6 +335,13 @@ void route_gather_keys(const Device& dev, const int64_t* src, const int64_t* idx
                  route_gather_keys_cuda(src, idx, n, dst, stream));
 }
 
+void route_scatter_keys(const Device& dev, const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst,
+                        Stream stream) {
+  if (n == 0) return;
+  ROUTE_DISPATCH("route_scatter_keys", route_scatter_keys_cpu(src, idx, n, dst),
+                 route_scatter_keys_cuda(src, idx, n, dst, stream));
+}
+
 void route_iota(const Device& dev, int64_t n, int64_t* out, Stream stream) {
   if (n == 0) return;
   ROUTE_DISPATCH("route_iota", route_iota_cpu(n, out), route_iota_cuda(n, out, stream));
@@ -371,18 +373,11 @@ void route_offsets_from_sorted_bags(const Device& dev, const int64_t* bag_ids, i
                  route_offsets_from_sorted_bags_cuda(bag_ids, n, bags, offsets, stream));
 }
 
-void route_pool_bags(const Device& dev, const int64_t* offsets, const float* vecs, int64_t bags, int dim,
-                     Combiner combiner, float* out, Stream stream) {
+void route_pool_bags(const Device& dev, const int64_t* offsets, const float* vecs, const int64_t* idx, int64_t bags,
+                     int dim, Combiner combiner, float* out, Stream stream) {
   if (bags == 0) return;
-  ROUTE_DISPATCH("route_pool_bags", route_pool_bags_cpu(offsets, vecs, bags, dim, combiner, out),
-                 route_pool_bags_cuda(offsets, vecs, bags, dim, combiner, out, stream));
-}
-
-void route_spread_bag_grads(const Device& dev, const int64_t* offsets, const float* grad, int64_t bags, int dim,
-                            Combiner combiner, float* out, Stream stream) {
-  if (bags == 0) return;
-  ROUTE_DISPATCH("route_spread_bag_grads", route_spread_bag_grads_cpu(offsets, grad, bags, dim, combiner, out),
-                 route_spread_bag_grads_cuda(offsets, grad, bags, dim, combiner, out, stream));
+  ROUTE_DISPATCH("route_pool_bags", route_pool_bags_cpu(offsets, vecs, idx, bags, dim, combiner, out),
+                 route_pool_bags_cuda(offsets, vecs, idx, bags, dim, combiner, out, stream));
 }
 
 void route_scale_bag_grads(const Device& dev, const int64_t* offsets, const float* grad, int64_t bags, int dim,

@@ -120,6 +120,11 @@ __global__ void __launch_bounds__(kBlock) gather_keys_kernel(const int64_t* src,
   GRID_STRIDE(i, n) dst[i] = src[idx[i]];
 }
 
+__global__ void __launch_bounds__(kBlock) scatter_keys_kernel(const int64_t* src, const int64_t* idx, int64_t n,
+                                                              int64_t* dst) {
+  GRID_STRIDE(i, n) dst[idx[i]] = src[i];
+}
+
 __global__ void __launch_bounds__(kBlock) lengths_kernel(const int64_t* offsets, int64_t bags, int64_t* lengths) {
   GRID_STRIDE(b, bags) lengths[b] = offsets[b + 1] - offsets[b];
 }
@@ -144,13 +149,14 @@ __global__ void __launch_bounds__(kBlock) offsets_from_sorted_bags_kernel(const 
 }
 
 // One thread per (bag, element): the bag's keys are added in order from 0.0f, as the cpu reference does.
-__global__ void __launch_bounds__(kBlock) pool_bags_kernel(const int64_t* offsets, const float* vecs, int64_t bags,
-                                                           int dim, bool mean, float* out) {
+__global__ void __launch_bounds__(kBlock) pool_bags_kernel(const int64_t* offsets, const float* vecs,
+                                                           const int64_t* idx, int64_t bags, int dim, bool mean,
+                                                           float* out) {
   GRID_STRIDE(t, bags * dim) {
     int64_t b = t / dim;
     int e = static_cast<int>(t - b * dim);
     float acc = 0.f;
-    for (int64_t i = offsets[b]; i < offsets[b + 1]; ++i) acc = __fadd_rn(acc, vecs[i * dim + e]);
+    for (int64_t i = offsets[b]; i < offsets[b + 1]; ++i) acc = __fadd_rn(acc, vecs[(idx ? idx[i] : i) * dim + e]);
     int64_t n = offsets[b + 1] - offsets[b];
     if (mean && n > 0) acc = __fdiv_rn(acc, static_cast<float>(n));
     out[t] = acc;
@@ -159,17 +165,6 @@ __global__ void __launch_bounds__(kBlock) pool_bags_kernel(const int64_t* offset
 
 __device__ __forceinline__ float bag_scale(bool mean, int64_t n) {
   return mean && n > 0 ? __fdiv_rn(1.0f, static_cast<float>(n)) : 1.0f;
-}
-
-__global__ void __launch_bounds__(kBlock) spread_bag_grads_kernel(const int64_t* offsets, const float* grad,
-                                                                  int64_t bags, int dim, bool mean, float* out) {
-  GRID_STRIDE(t, bags * dim) {
-    int64_t b = t / dim;
-    int e = static_cast<int>(t - b * dim);
-    float g = grad[t];
-    if (mean) g = __fmul_rn(g, bag_scale(true, offsets[b + 1] - offsets[b]));
-    for (int64_t i = offsets[b]; i < offsets[b + 1]; ++i) out[i * dim + e] = g;
-  }
 }
 
 __global__ void __launch_bounds__(kBlock) scale_bag_grads_kernel(const int64_t* offsets, const float* grad,
@@ -474,6 +469,10 @@ void route_gather_keys_cuda(const int64_t* src, const int64_t* idx, int64_t n, i
   LAUNCH(gather_keys_kernel, n, s, src, idx, n, dst);
 }
 
+void route_scatter_keys_cuda(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst, Stream s) {
+  LAUNCH(scatter_keys_kernel, n, s, src, idx, n, dst);
+}
+
 void route_iota_cuda(int64_t n, int64_t* out, Stream s) { LAUNCH(iota_kernel, n, s, n, out); }
 
 void route_lengths_cuda(const int64_t* offsets, int64_t bags, int64_t* lengths, Stream s) {
@@ -502,14 +501,9 @@ void route_offsets_from_sorted_bags_cuda(const int64_t* bag_ids, int64_t n, int6
   LAUNCH(offsets_from_sorted_bags_kernel, bags + 1, s, bag_ids, n, bags, offsets);
 }
 
-void route_pool_bags_cuda(const int64_t* offsets, const float* vecs, int64_t bags, int dim, Combiner combiner,
-                          float* out, Stream s) {
-  LAUNCH(pool_bags_kernel, bags * dim, s, offsets, vecs, bags, dim, combiner == Combiner::mean, out);
-}
-
-void route_spread_bag_grads_cuda(const int64_t* offsets, const float* grad, int64_t bags, int dim,
-                                 Combiner combiner, float* out, Stream s) {
-  LAUNCH(spread_bag_grads_kernel, bags * dim, s, offsets, grad, bags, dim, combiner == Combiner::mean, out);
+void route_pool_bags_cuda(const int64_t* offsets, const float* vecs, const int64_t* idx, int64_t bags, int dim,
+                          Combiner combiner, float* out, Stream s) {
+  LAUNCH(pool_bags_kernel, bags * dim, s, offsets, vecs, idx, bags, dim, combiner == Combiner::mean, out);
 }
 
 void route_scale_bag_grads_cuda(const int64_t* offsets, const float* grad, int64_t bags, int dim, Combiner combiner,

@@ -1,6 +1,6 @@
 // route.h: the routing kernels of the embedding placements: which rank (or part) each key goes to, a stable
-// bucketing by it, permuting rows there and back, pooling per-key vectors into (sample, slot) bags, spreading
-// bag gradients back onto keys, and cutting a table's slots out of a batch's CSR and putting them back.
+// bucketing by it, permuting rows there and back, pooling per-key vectors into (sample, slot) bags, scaling
+// bag gradients into per-key ones, and cutting a table's slots out of a batch's CSR and putting them back.
 //
 // Every launcher takes the device and runs on its backend: the cpu reference (route.cpp) or the CUDA version
 // (route.cu), asynchronous on `stream`, its last parameter (the cpu backend ignores it; none synchronizes the
@@ -9,7 +9,7 @@
 //   pool:   a bag sums its vectors in key order from 0.0f; mean then divides the sum by the key count (one
 //           float division, as kernels/pooled_forward does), so pooling looked-up vectors equals the fused
 //           pooled_forward bit for bit.
-//   spread: key i of bag b gets grad[b] (sum) or grad[b] * (1.0f / n_b) (mean), the scaling
+//   scale:  each key of bag b has the gradient grad[b] (sum) or grad[b] * (1.0f / n_b) (mean), the scaling
 //           kernels/embedding_backward applies, so a per-key gradient equals what the fused backward adds.
 #pragma once
 
@@ -81,6 +81,9 @@ void route_scatter_rows(const Device& dev, const float* src, const int64_t* idx,
 // dst[i] = src[idx[i]] for i < n.
 void route_gather_keys(const Device& dev, const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst,
                        Stream stream);
+// dst[idx[i]] = src[i] for i < n (idx distinct).
+void route_scatter_keys(const Device& dev, const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst,
+                        Stream stream);
 // out[i] = i for i < n.
 void route_iota(const Device& dev, int64_t n, int64_t* out, Stream stream);
 
@@ -97,13 +100,11 @@ void route_key_bags(const Device& dev, const int64_t* offsets, int64_t bags, int
 // The CSR of keys whose bag ids are sorted ascending: offsets[b] = keys with bag id < b, for b <= bags.
 void route_offsets_from_sorted_bags(const Device& dev, const int64_t* bag_ids, int64_t n, int64_t bags,
                                     int64_t* offsets, Stream stream);
-// out[b, :] = the vectors vecs[offsets[b] .. offsets[b+1]) combined (sum or mean; zeros when empty), in the
-// fixed order above. vecs: [offsets[bags], dim], out: [bags, dim].
-void route_pool_bags(const Device& dev, const int64_t* offsets, const float* vecs, int64_t bags, int dim,
-                     Combiner combiner, float* out, Stream stream);
-// out[i, :] = grad[b, :] (sum) or grad[b, :] * (1.0f / n_b) (mean) for every key i of bag b. out: [nnz, dim].
-void route_spread_bag_grads(const Device& dev, const int64_t* offsets, const float* grad, int64_t bags, int dim,
-                            Combiner combiner, float* out, Stream stream);
+// out[b, :] = the vectors of keys offsets[b] .. offsets[b+1] combined (sum or mean; zeros when empty), in the
+// fixed order above; key i's vector is vecs[idx[i], :], or vecs[i, :] when idx is null (so a key's vector can be
+// read where it arrived, without first copying every key's own). out: [bags, dim].
+void route_pool_bags(const Device& dev, const int64_t* offsets, const float* vecs, const int64_t* idx, int64_t bags,
+                     int dim, Combiner combiner, float* out, Stream stream);
 // out[b, :] = grad[b, :] (sum) or grad[b, :] * (1.0f / n_b) (mean; zeros for an empty bag): the gradient of one
 // key of each bag. grad, out: [bags, dim]; in place allowed.
 void route_scale_bag_grads(const Device& dev, const int64_t* offsets, const float* grad, int64_t bags, int dim,
@@ -180,15 +181,14 @@ void route_unique_sorted_cpu(const int64_t* sorted, int64_t n, int64_t* unique, 
 void route_gather_rows_cpu(const float* src, const int64_t* idx, int64_t n, int dim, float* dst);
 void route_scatter_rows_cpu(const float* src, const int64_t* idx, int64_t n, int dim, float* dst);
 void route_gather_keys_cpu(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst);
+void route_scatter_keys_cpu(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst);
 void route_iota_cpu(int64_t n, int64_t* out);
 void route_lengths_cpu(const int64_t* offsets, int64_t bags, int64_t* lengths);
 void route_offsets_from_lengths_cpu(const int64_t* lengths, int64_t n, int64_t* offsets);
 void route_key_bags_cpu(const int64_t* offsets, int64_t bags, int64_t base, int64_t* bag_of_key);
 void route_offsets_from_sorted_bags_cpu(const int64_t* bag_ids, int64_t n, int64_t bags, int64_t* offsets);
-void route_pool_bags_cpu(const int64_t* offsets, const float* vecs, int64_t bags, int dim, Combiner combiner,
-                         float* out);
-void route_spread_bag_grads_cpu(const int64_t* offsets, const float* grad, int64_t bags, int dim, Combiner combiner,
-                                float* out);
+void route_pool_bags_cpu(const int64_t* offsets, const float* vecs, const int64_t* idx, int64_t bags, int dim,
+                         Combiner combiner, float* out);
 void route_scale_bag_grads_cpu(const int64_t* offsets, const float* grad, int64_t bags, int dim, Combiner combiner,
                                float* out);
 void route_divide_by_lengths_cpu(const int64_t* offsets, int64_t bags, int dim, float* x);
@@ -228,6 +228,7 @@ void route_unique_sorted_cuda(const Device& dev, const int64_t* sorted, int64_t 
 void route_gather_rows_cuda(const float* src, const int64_t* idx, int64_t n, int dim, float* dst, Stream s);
 void route_scatter_rows_cuda(const float* src, const int64_t* idx, int64_t n, int dim, float* dst, Stream s);
 void route_gather_keys_cuda(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst, Stream s);
+void route_scatter_keys_cuda(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst, Stream s);
 void route_iota_cuda(int64_t n, int64_t* out, Stream s);
 void route_lengths_cuda(const int64_t* offsets, int64_t bags, int64_t* lengths, Stream s);
 void route_offsets_from_lengths_cuda(const Device& dev, const int64_t* lengths, int64_t n, int64_t* offsets,
@@ -235,10 +236,8 @@ void route_offsets_from_lengths_cuda(const Device& dev, const int64_t* lengths, 
 void route_key_bags_cuda(const int64_t* offsets, int64_t bags, int64_t base, int64_t* bag_of_key, Stream s);
 void route_offsets_from_sorted_bags_cuda(const int64_t* bag_ids, int64_t n, int64_t bags, int64_t* offsets,
                                          Stream s);
-void route_pool_bags_cuda(const int64_t* offsets, const float* vecs, int64_t bags, int dim, Combiner combiner,
-                          float* out, Stream s);
-void route_spread_bag_grads_cuda(const int64_t* offsets, const float* grad, int64_t bags, int dim,
-                                 Combiner combiner, float* out, Stream s);
+void route_pool_bags_cuda(const int64_t* offsets, const float* vecs, const int64_t* idx, int64_t bags, int dim,
+                          Combiner combiner, float* out, Stream s);
 void route_scale_bag_grads_cuda(const int64_t* offsets, const float* grad, int64_t bags, int dim, Combiner combiner,
                                 float* out, Stream s);
 void route_divide_by_lengths_cuda(const int64_t* offsets, int64_t bags, int dim, float* x, Stream s);

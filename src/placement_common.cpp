@@ -303,6 +303,15 @@ void DispatchShard::route(const int64_t* keys, int64_t n) {
   send_counts_.assign(c.begin(), c.end());
   int64_t* send_keys = grow(send_keys_, ex_, u);
   route_gather_keys(dev, distinct, perm, u, send_keys, dev.stream);
+  // where each key's vector will arrive: distinct key perm[p] at row p of the vectors sent back, so key
+  // key_perm[j] (sorted position j, distinct key uid[j]) at row pos[uid[j]]
+  int64_t* pos = grow(pos_, ex_, u);
+  int64_t* iota = grow(iota_, ex_, u);
+  route_iota(dev, u, iota, dev.stream);
+  route_scatter_keys(dev, iota, perm, u, pos, dev.stream);
+  int64_t* at_sorted = sorted;  // (the sorted keys are done with)
+  route_gather_keys(dev, pos, uid, n, at_sorted, dev.stream);
+  route_scatter_keys(dev, at_sorted, key_perm, n, grow(key_src_, ex_, n), dev.stream);
   recv_counts_ = ex_.counts(send_counts_);
   n_recv_ = static_cast<int64_t>(total(recv_counts_));
   int64_t* recv_keys = grow(recv_keys_, ex_, n_recv_);
@@ -319,24 +328,15 @@ void DispatchShard::lookup(LookupMode mode) {
   });
 }
 
-void DispatchShard::finish(float* vecs) {
-  const Device& dev = ex_.device();
-  ex_.join(posted_);
-  // back to every occurrence: distinct order, then sorted key order, then the keys' own order
-  float* uniq_vecs = grow(uniq_vecs_, ex_, size_t(unique_) * dim_);
-  route_scatter_rows(dev, send_vecs_.data(), perm_.data(), unique_, dim_, uniq_vecs, dev.stream);
-  float* key_vecs = grow(key_vecs_, ex_, size_t(n_) * dim_);
-  route_gather_rows(dev, uniq_vecs, uid_.data(), n_, dim_, key_vecs, dev.stream);
-  route_scatter_rows(dev, key_vecs, key_perm_.data(), n_, dim_, vecs, dev.stream);
-}
+void DispatchShard::finish() { ex_.join(posted_); }
 
-void DispatchShard::send(const float* key_grads) {
+void DispatchShard::send(const float* grads, const int64_t* grad_of_key) {
   const Device& dev = ex_.device();
   // each distinct key's gradient: its occurrences in key order (sorted stably), summed from 0.0f
-  float* sorted = key_vecs_.data();
-  route_gather_rows(dev, key_grads, key_perm_.data(), n_, dim_, sorted, dev.stream);
-  float* sums = uniq_vecs_.data();
-  route_pool_bags(dev, runs_.data(), sorted, unique_, dim_, Combiner::sum, sums, dev.stream);
+  int64_t* grad_idx = grow(grad_idx_, ex_, n_);
+  route_gather_keys(dev, grad_of_key, key_perm_.data(), n_, grad_idx, dev.stream);
+  float* sums = grow(uniq_sums_, ex_, size_t(unique_) * dim_);
+  route_pool_bags(dev, runs_.data(), grads, grad_idx, unique_, dim_, Combiner::sum, sums, dev.stream);
   float* send = send_vecs_.data();
   route_gather_rows(dev, sums, perm_.data(), unique_, dim_, send, dev.stream);
   float* recv = recv_vecs_.data();

@@ -168,14 +168,19 @@ class DispatchShard {
  public:
   DispatchShard(Exchange& ex, const PlacedTableSetup& s, const std::string& suffix);
   // The vectors of keys [n] (device) in three parts (PlacedTable's forward): route posts the distinct keys'
-  // exchange, lookup looks up the keys that arrived and posts their vectors' exchange, finish leaves vecs
-  // [n, dim], one per key in their order. keys stays unchanged until finish.
+  // exchange, lookup looks up the keys that arrived and posts their vectors' exchange, finish joins it. Then key
+  // i's vector is row vector_of_key()[i] of vectors() ([distinct keys, dim], each distinct key's once, as they
+  // arrived): callers pool or copy from there (route_pool_bags with an index), without a per-key copy. keys
+  // stays unchanged until finish; vectors() until the next send.
   void route(const int64_t* keys, int64_t n);
   void lookup(LookupMode mode);
-  void finish(float* vecs);
-  // key_grads: [n, dim] for the keys of the last train forward, in their order. send posts the sums' exchange
-  // (key_grads may change once it returns); update joins it and updates the rows.
-  void send(const float* key_grads);
+  void finish();
+  const float* vectors() const { return send_vecs_.data(); }
+  const int64_t* vector_of_key() const { return key_src_.data(); }
+  // The keys of the last train forward have their gradients in grads: key i's is row grad_of_key[i] of grads
+  // (device; a bag's gradient, shared by its keys). send sums them per distinct key, in key order from 0.0f, and
+  // posts the sums' exchange (the arrays may change once it returns); update joins it and updates the rows.
+  void send(const float* grads, const int64_t* grad_of_key);
   void update(int64_t step, float lr_scale);
   EmbeddingTable& table() { return *table_; }
   size_t memory_bytes() const;
@@ -190,8 +195,10 @@ class DispatchShard {
   Buffer<int32_t> part_;
   Buffer<int64_t> sorted_, key_perm_, distinct_, runs_, uid_, num_unique_;  // [n]: the keys' distinct set
   Buffer<int64_t> perm_, counts_, send_keys_, recv_keys_, rows_, iota_;   // the route of the distinct keys
-  Buffer<float> key_vecs_;   // [n, dim] in sorted key order: vectors, then gradients
-  Buffer<float> uniq_vecs_;  // [unique, dim]: vectors, then gradient sums
+  Buffer<int64_t> pos_;      // [unique]: where each distinct key's vector arrives in send_vecs_
+  Buffer<int64_t> key_src_;  // [n]: the row of send_vecs_ holding key i's vector
+  Buffer<int64_t> grad_idx_;  // [n]: in sorted key order, the row of the gradients holding each key's
+  Buffer<float> uniq_sums_;   // [unique, dim]: the gradient sums, distinct key order
   Buffer<float> send_vecs_, recv_vecs_;
   StreamEvent posted_;  // the end of the last posted exchange
 };

@@ -1,7 +1,7 @@
 // placement_hybrid.cpp: HugeCTR's HybridSparseEmbedding: the most frequent keys (the plan's hot set of H keys,
 // from counts over a sample of the data) are replicated on every rank; the rest are placed by dispatch. A batch's
 // keys are split stably into hot and cold; the hot ones are looked up in the local copy, the cold ones dispatched
-// to their owners; the per-key vectors are put back in key order and pooled at the requester.
+// to their owners; the bags are pooled at the requester from the split vectors, each key's read where it lies.
 //
 // Backward: the cold keys' gradients go back to their owners (dispatch). The hot keys' gradients are summed per
 // hot key on each rank (in key order), into a dense [H, dim] gradient with a count per hot key, and both are
@@ -57,6 +57,15 @@ class HybridTable : public PlacedTable {
     int64_t* keys = grow(split_keys_, ex_, in.nnz);  // hot keys, then cold keys
     route_gather_keys(dev, in.keys, perm, in.nnz, keys, dev.stream);
     cold_.route(keys + hot_, cold_n_);
+    // key i's place among the split keys (the forward's pooling), and in the backward each split key's bag
+    int64_t* iota = grow(iota_, ex_, in.nnz);
+    route_iota(dev, in.nnz, iota, dev.stream);
+    route_scatter_keys(dev, iota, perm, in.nnz, grow(split_of_key_, ex_, in.nnz), dev.stream);
+    if (mode == LookupMode::train) {
+      int64_t* bag_of_key = grow(bag_of_key_, ex_, in.nnz);
+      route_key_bags(dev, in.offsets, in.bags, 0, bag_of_key, dev.stream);
+      route_gather_keys(dev, bag_of_key, perm, in.nnz, grow(bag_of_split_, ex_, in.nnz), dev.stream);
+    }
   }
 
   void lookup() override {
@@ -68,20 +77,24 @@ class HybridTable : public PlacedTable {
 
   void finish_forward() override {
     const Device& dev = ex_.device();
-    cold_.finish(split_vecs_.data() + size_t(hot_) * dim_);
-    float* vecs = grow(vecs_, ex_, size_t(in_.nnz) * dim_);
-    route_scatter_rows(dev, split_vecs_.data(), perm_.data(), in_.nnz, dim_, vecs, dev.stream);
-    route_pool_bags(dev, in_.offsets, vecs, in_.bags, dim_, combiner_, out_, dev.stream);
+    cold_.finish();
+    float* split = split_vecs_.data();
+    route_gather_rows(dev, cold_.vectors(), cold_.vector_of_key(), cold_n_, dim_, split + size_t(hot_) * dim_,
+                      dev.stream);
+    route_pool_bags(dev, in_.offsets, split, split_of_key_.data(), in_.bags, dim_, combiner_, out_, dev.stream);
   }
 
   void begin_backward(const float* grad) override {
     const Device& dev = ex_.device();
-    float* key_grads = grow(vecs_, ex_, size_t(in_.nnz) * dim_);
-    route_spread_bag_grads(dev, in_.offsets, grad, in_.bags, dim_, combiner_, key_grads, dev.stream);
-    float* split = grow(split_vecs_, ex_, size_t(in_.nnz) * dim_);
-    route_gather_rows(dev, key_grads, perm_.data(), in_.nnz, dim_, split, dev.stream);
-    if (!hot_keys_.empty()) send_hot(split);
-    cold_.send(split + size_t(hot_) * dim_);
+    // a key's gradient is its bag's (divided by the bag's length for mean)
+    const float* key_grads = grad;
+    if (combiner_ == Combiner::mean) {
+      float* scaled = grow(scaled_, ex_, size_t(in_.bags) * dim_);
+      route_scale_bag_grads(dev, in_.offsets, grad, in_.bags, dim_, combiner_, scaled, dev.stream);
+      key_grads = scaled;
+    }
+    if (!hot_keys_.empty()) send_hot(key_grads, bag_of_split_.data());
+    cold_.send(key_grads, bag_of_split_.data() + hot_);
   }
 
   void update(int64_t step, float lr_scale) override {
@@ -116,9 +129,9 @@ class HybridTable : public PlacedTable {
   size_t memory_bytes() const override { return table_memory_bytes(*hot_table_) + cold_.memory_bytes(); }
 
  private:
-  // hot_grads: [hot_, dim], the gradients of this rank's hot keys (split_keys_[0, hot_)) in their order. Posts the
-  // all-reduce of every rank's sums and counts per hot key.
-  void send_hot(const float* hot_grads) {
+  // This rank's hot keys (split_keys_[0, hot_)) have their gradients in grads: hot key i's is row
+  // grad_of_hot_key[i]. Posts the all-reduce of every rank's sums and counts per hot key.
+  void send_hot(const float* grads, const int64_t* grad_of_hot_key) {
     const Device& dev = ex_.device();
     const int64_t H = int64_t(hot_keys_.size());
     // this rank's sum per hot key, in key order: bucket by position in the hot set, pool each bucket
@@ -127,12 +140,12 @@ class HybridTable : public PlacedTable {
     int64_t* perm = grow(hot_perm_, ex_, std::max(hot_, H));
     int64_t* counts = grow(hot_counts_, ex_, H);
     route_bucket(dev, idx, hot_, int(H), perm, counts, scratch_, dev.stream);
-    float* sorted = grow(hot_sorted_, ex_, size_t(hot_) * dim_);
-    route_gather_rows(dev, hot_grads, perm, hot_, dim_, sorted, dev.stream);
+    int64_t* sorted = grow(hot_grad_idx_, ex_, hot_);  // the gradient row of each hot key, bucketed
+    route_gather_keys(dev, grad_of_hot_key, perm, hot_, sorted, dev.stream);
     int64_t* offsets = grow(hot_offsets_, ex_, H + 1);
     route_offsets_from_lengths(dev, counts, H, offsets, scratch_, dev.stream);
     float* dense = grow(hot_dense_, ex_, size_t(H) * dim_);  // [H, dim]
-    route_pool_bags(dev, offsets, sorted, H, dim_, Combiner::sum, dense, dev.stream);
+    route_pool_bags(dev, offsets, grads, sorted, H, dim_, Combiner::sum, dense, dev.stream);
     // every rank's sums and counts
     ex_.post(hot_posted_, [&] {
       ex_.all_reduce(dense, dense, size_t(H) * dim_, DataType::f32);
@@ -206,11 +219,13 @@ class HybridTable : public PlacedTable {
   StreamEvent hot_posted_;  // the end of the hot all-reduce
   int64_t hot_ = 0, cold_n_ = 0;
   Buffer<int32_t> part_, hot_idx_, hot_part_;
-  Buffer<int64_t> perm_, counts_, split_keys_;
-  Buffer<int64_t> hot_perm_, hot_counts_, hot_offsets_, hot_touched_keys_, hot_rows_, hot_iota_;
-  Buffer<float> split_vecs_;  // [nnz, dim] hot then cold: vectors, then gradients
-  Buffer<float> vecs_;        // [nnz, dim] in key order: vectors, then gradients
-  Buffer<float> hot_sorted_, hot_dense_, hot_touched_grads_, hot_scratch_vecs_;
+  Buffer<int64_t> perm_, counts_, split_keys_, iota_;
+  Buffer<int64_t> split_of_key_;  // [nnz]: key i's place among the split keys
+  Buffer<int64_t> bag_of_key_, bag_of_split_;  // [nnz]: each key's bag, in key order and in split order
+  Buffer<int64_t> hot_perm_, hot_counts_, hot_offsets_, hot_grad_idx_, hot_touched_keys_, hot_rows_, hot_iota_;
+  Buffer<float> split_vecs_;  // [nnz, dim] the vectors of the hot keys, then of the cold ones
+  Buffer<float> scaled_;      // [bags, dim]: mean's gradient per key of each bag
+  Buffer<float> hot_dense_, hot_touched_grads_, hot_scratch_vecs_;
 };
 
 }  // namespace

@@ -124,6 +124,13 @@ void check_permutations(Backend backend) {
   route_gather_keys(dev, k.data(), ix.data(), n, gk.data(), dev.stream);
   std::vector<int64_t> gkh = gk.download();
   for (int64_t i = 0; i < n; ++i) wrong += gkh[size_t(i)] != keys[size_t(idx[size_t(i)])];
+  // scatter the first n keys into a poisoned [m]: the places named by idx hold them, the others keep the poison
+  auto sk = poisoned<int64_t>(dev, size_t(m));
+  const std::vector<int64_t> poison = sk.download();
+  route_scatter_keys(dev, k.data(), ix.data(), n, sk.data(), dev.stream);
+  std::vector<int64_t> skh = sk.download(), want_sk = poison;
+  for (int64_t i = 0; i < n; ++i) want_sk[size_t(idx[size_t(i)])] = keys[size_t(i)];
+  for (int64_t x = 0; x < m; ++x) wrong += skh[size_t(x)] != want_sk[size_t(x)];
   auto io = poisoned<int64_t>(dev, size_t(n));
   route_iota(dev, n, io.data(), dev.stream);
   std::vector<int64_t> ioh = io.download();
@@ -188,8 +195,8 @@ void check_bags(Backend backend) {
     Buffer<float> v(dev, vecs), gr(dev, grad);
     for (Combiner c : {Combiner::sum, Combiner::mean}) {
       auto out = poisoned<float>(dev, size_t(bags) * dim);
-      route_pool_bags(dev, o.data(), v.data(), bags, dim, c, out.data(), dev.stream);
-      std::vector<float> want(size_t(bags) * dim), spread(size_t(nnz) * dim), scaled(size_t(bags) * dim);
+      route_pool_bags(dev, o.data(), v.data(), nullptr, bags, dim, c, out.data(), dev.stream);
+      std::vector<float> want(size_t(bags) * dim), scaled(size_t(bags) * dim);
       for (int64_t b = 0; b < bags; ++b) {
         int64_t len = off[size_t(b) + 1] - off[size_t(b)];
         for (int e = 0; e < dim; ++e) {
@@ -199,14 +206,33 @@ void check_bags(Backend backend) {
           want[size_t(b * dim + e)] = acc;
           float g = grad[size_t(b * dim + e)];
           float kg = c == Combiner::mean && len > 0 ? g * (1.0f / float(len)) : g;
-          for (int64_t i = off[size_t(b)]; i < off[size_t(b) + 1]; ++i) spread[size_t(i * dim + e)] = kg;
           scaled[size_t(b * dim + e)] = c == Combiner::mean && len == 0 ? 0.f : kg;
         }
       }
       BOOST_CHECK_MESSAGE(same_bits(out.download(), want, want.size()), "pool dim " << dim);
-      auto sp = poisoned<float>(dev, size_t(nnz) * dim);
-      route_spread_bag_grads(dev, o.data(), gr.data(), bags, dim, c, sp.data(), dev.stream);
-      BOOST_CHECK_MESSAGE(same_bits(sp.download(), spread, spread.size()), "spread dim " << dim);
+      // the keys' vectors read through an index (repeats and rows no key names included): the same as the
+      // vectors copied out first and pooled
+      const int64_t m = 40;
+      std::vector<int64_t> idx = testing::random_ints(size_t(nnz), 0, m - 1);
+      std::vector<float> rows = testing::random_floats(size_t(m) * dim), copied(size_t(nnz) * dim);
+      for (int64_t i = 0; i < nnz; ++i)
+        for (int e = 0; e < dim; ++e) copied[size_t(i * dim + e)] = rows[size_t(idx[size_t(i)] * dim + e)];
+      std::vector<float> want_idx(size_t(bags) * dim);
+      for (int64_t b = 0; b < bags; ++b) {
+        int64_t len = off[size_t(b) + 1] - off[size_t(b)];
+        for (int e = 0; e < dim; ++e) {
+          float acc = 0.f;
+          for (int64_t i = off[size_t(b)]; i < off[size_t(b) + 1]; ++i) acc += copied[size_t(i * dim + e)];
+          if (c == Combiner::mean && len > 0) acc /= float(len);
+          want_idx[size_t(b * dim + e)] = acc;
+        }
+      }
+      Buffer<int64_t> ix(dev, idx);
+      Buffer<float> r(dev, rows);
+      auto out_idx = poisoned<float>(dev, size_t(bags) * dim);
+      route_pool_bags(dev, o.data(), r.data(), ix.data(), bags, dim, c, out_idx.data(), dev.stream);
+      BOOST_CHECK_MESSAGE(same_bits(out_idx.download(), want_idx, want_idx.size()),
+                          "pool through an index, dim " << dim);
       auto sc = poisoned<float>(dev, size_t(bags) * dim);
       route_scale_bag_grads(dev, o.data(), gr.data(), bags, dim, c, sc.data(), dev.stream);
       BOOST_CHECK_MESSAGE(same_bits(sc.download(), scaled, scaled.size()), "scale dim " << dim);
@@ -252,7 +278,7 @@ void check_bags(Backend backend) {
   }
   if (dev.is_cuda()) close_device(dev);
 }
-SPARTA_BACKEND_CASES(pool_spread_and_offsets, check_bags)
+SPARTA_BACKEND_CASES(pool_scale_and_offsets, check_bags)
 
 void check_slots(Backend backend) {
   Device dev = backend == Backend::cuda ? open_device(Backend::cuda, 0) : Device();
