@@ -199,12 +199,13 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       c.memory_busiest = c.memory_every = mem(shard);
       // distinct keys out, their vectors back, their gradient sums out
       c.bytes_per_step = 2 * f * U * (8 + 2 * vw);
-      // forward: sort, unique, bucket by owner (3 passes over the distinct keys), the owner's lookup of the U keys
-      // it receives, vectors scattered to distinct order, gathered to sorted order, scattered to key order,
-      // pooled; backward: spread to keys, gathered to sorted order, summed per distinct key, gathered by owner,
-      // the owner's update of its share Ug / W of the rows
-      c.local_bytes = kSort * K + k * K + 3 * k * U + L.lookup_keys(U) + 2 * U * v + 2 * K * v + 2 * K * v +
-                      (K + P) * v + (P + K) * v + 2 * K * v + (K + U) * v + 2 * U * v + L.update(U, Ug / W);
+      // forward: sort, unique, bucket by owner (3 passes over the distinct keys), where each key's vector will
+      // arrive (2 passes over the distinct keys, 2 over the keys), the owner's lookup of the U keys it receives,
+      // the bags pooled from the arrived vectors; backward: each key's bag and its sorted place (2 key passes),
+      // each distinct key's gradient summed from its bags' gradients, gathered by owner, the owner's update of
+      // its share Ug / W of the rows
+      c.local_bytes = kSort * K + k * K + 3 * k * U + 2 * k * U + 2 * k * K + L.lookup_keys(U) + (K + P) * v +
+                      2 * k * K + (K + U) * v + 2 * U * v + L.update(U, Ug / W);
       c.collectives = 4;  // count exchange, all-to-all of keys, vectors, gradients
       copied = 8 * U + 2 * U * v;
       break;
@@ -232,15 +233,15 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       const double Uc = std::min(R, expected_distinct(stats, K, size_t(hot_rows)));
       const double Ucg = std::min(R, expected_distinct(stats, W * K, size_t(hot_rows)));
       c.bytes_per_step = 4 * f * H * (v + 8) + 2 * f * Uc * (8 + 2 * vw);
-      // forward: hot or cold (3 key passes), the hot lookup, the cold keys dispatched (as dispatch, less its
-      // pooling), vectors scattered to key order, pooled; backward: spread, gathered hot then cold, the hot
-      // keys summed per hot key into [H, dim] (2 key passes, gather, pool), the touched hot keys found (3 key
-      // passes over H), gathered, looked up and updated on every copy; the cold ones as dispatch
-      const double fwd = 3 * k * K + L.lookup_keys(Kh) + kSort * Kc + k * Kc + 3 * k * Uc + L.lookup_keys(Uc) +
-                         2 * Uc * v + 2 * Kc * v + 2 * Kc * v + 2 * K * v + (K + P) * v;
-      const double bwd = (P + K) * v + 2 * K * v + 2 * k * Kh + 2 * Kh * v + (Kh + H) * v + 3 * k * H + 2 * H * v +
-                         L.lookup_keys(H) + L.update(H, H) + 2 * Kc * v + (Kc + Uc) * v + 2 * Uc * v +
-                         L.update(Uc, Ucg / W);
+      // forward: hot or cold (3 key passes), each key's place among them and its bag (4), the hot lookup, the
+      // cold keys dispatched (as dispatch, less its pooling and bag ids), their vectors gathered after the hot
+      // ones, the bags pooled from there; backward: the hot keys' gradients summed per hot key into [H, dim]
+      // from their bags' (3 key passes, pool), the touched hot keys found (3 key passes over H), gathered,
+      // looked up and updated on every copy; the cold ones as dispatch
+      const double fwd = 3 * k * K + 4 * k * K + L.lookup_keys(Kh) + kSort * Kc + k * Kc + 3 * k * Uc +
+                         2 * k * Uc + 2 * k * Kc + L.lookup_keys(Uc) + 2 * Kc * v + (K + P) * v;
+      const double bwd = 3 * k * Kh + (Kh + H) * v + 3 * k * H + 2 * H * v + L.lookup_keys(H) + L.update(H, H) +
+                         k * Kc + (Kc + Uc) * v + 2 * Uc * v + L.update(Uc, Ucg / W);
       c.local_bytes = fwd + bwd;
       c.collectives = 6;  // count exchange, all-to-all of keys, vectors, gradients, all-reduce of sums and counts
       copied = 8 * Uc + 2 * Uc * v;
