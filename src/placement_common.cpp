@@ -275,6 +275,7 @@ DispatchShard::DispatchShard(Exchange& ex, const PlacedTableSetup& s, const std:
     : ex_(ex),
       dim_(s.table.dim),
       table_(make_modulo_shard(ex.device(), s, ex.world(), ex.rank(), suffix)),
+      sums_(ex, s.table.dim),
       posted_(ex.device()) {}
 
 size_t DispatchShard::memory_bytes() const { return table_memory_bytes(*table_); }
@@ -312,6 +313,7 @@ void DispatchShard::route(const int64_t* keys, int64_t n) {
   int64_t* at_sorted = sorted;  // (the sorted keys are done with)
   route_gather_keys(dev, pos, uid, n, at_sorted, dev.stream);
   route_scatter_keys(dev, at_sorted, key_perm, n, grow(key_src_, ex_, n), dev.stream);
+  route_scatter_keys(dev, uid, key_perm, n, grow(uid_of_key_, ex_, n), dev.stream);
   recv_counts_ = ex_.counts(send_counts_);
   n_recv_ = static_cast<int64_t>(total(recv_counts_));
   int64_t* recv_keys = grow(recv_keys_, ex_, n_recv_);
@@ -330,15 +332,15 @@ void DispatchShard::lookup(LookupMode mode) {
 
 void DispatchShard::finish() { ex_.join(posted_); }
 
-void DispatchShard::send(const float* grads, const int64_t* grad_of_key) {
+void DispatchShard::send(const int64_t* offsets, int64_t bags, const float* grad, Combiner combiner) {
   const Device& dev = ex_.device();
-  // each distinct key's gradient: its occurrences in key order (sorted stably), summed from 0.0f
-  int64_t* grad_idx = grow(grad_idx_, ex_, n_);
-  route_gather_keys(dev, grad_of_key, key_perm_.data(), n_, grad_idx, dev.stream);
-  float* sums = grow(uniq_sums_, ex_, size_t(unique_) * dim_);
-  route_pool_bags(dev, runs_.data(), grads, grad_idx, unique_, dim_, Combiner::sum, sums, dev.stream);
+  // each distinct key's gradient (every distinct key has keys: the sums come in distinct key order), in the
+  // order the keys were sent
   float* send = send_vecs_.data();
-  route_gather_rows(dev, sums, perm_.data(), unique_, dim_, send, dev.stream);
+  if (n_ > 0) {
+    sums_.sum(offsets, bags, uid_of_key_.data(), n_, unique_, grad, combiner);
+    route_gather_rows(dev, sums_.sums(), perm_.data(), unique_, dim_, send, dev.stream);
+  }
   float* recv = recv_vecs_.data();
   ex_.post(posted_, [&] { ex_.all_to_all_v_floats(send, times(send_counts_, dim_), recv, times(recv_counts_, dim_)); });
 }
@@ -350,6 +352,31 @@ void DispatchShard::update(int64_t step, float lr_scale) {
   route_iota(dev, n_recv_ + 1, iota, dev.stream);
   // one bag per received key: the owner sums each row's keys in the order they arrived
   table_update(*table_, iota, rows_.data(), n_recv_, n_recv_, recv_vecs_.data(), Combiner::sum, step, lr_scale);
+}
+
+// ----------------------------------------------------------------------------
+// GroupSums
+
+void GroupSums::sum(const int64_t* offsets, int64_t bags, const int64_t* ids, int64_t nnz, int64_t groups,
+                    const float* grad, Combiner combiner) {
+  const Device& dev = ex_.device();
+  const int64_t n = std::max<int64_t>(1, std::max(nnz, groups));
+  if (!ws_ || ws_->max_nnz() < n || ws_->capacity_rows() < n) {
+    if (ws_) ex_.settle();
+    ws_.reset();
+    ws_ = std::make_unique<BackwardWorkspace>(dev, n, n, dim_, dev.stream);
+  }
+  int64_t* out_groups = grow(groups_, ex_, size_t(ws_->max_nnz()));
+  int32_t* count = grow(count_, ex_, 1);
+  float* sums = grow(sums_, ex_, size_t(ws_->max_nnz()) * dim_);
+  BackwardBatch b;
+  b.offsets = offsets;
+  b.rows = ids;
+  b.grad = grad;
+  b.bags = bags;
+  b.nnz = nnz;
+  b.combiner = combiner;
+  embedding_backward(dev, b, *ws_, out_groups, sums, count, dev.stream);
 }
 
 // ----------------------------------------------------------------------------

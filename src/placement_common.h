@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "kernels/embedding_backward.h"
 #include "kernels/route.h"
 #include "src/base/buffer.h"
 #include "src/embedding_table.h"
@@ -155,6 +156,31 @@ T* grow(Buffer<T>& b, Exchange& ex, size_t n) {
 // Copies n device elements to a host vector (synchronizes).
 std::vector<int64_t> download(const Device& dev, const int64_t* p, size_t n);
 
+// Gradients summed per group of keys, in the fixed order of kernels/embedding_backward.h (a group's keys in key
+// order; a group of many keys, such as a power-law key's occurrences, spread over many warps): keys [nnz] in
+// bags offsets [bags + 1] (a CSR over them, in their order), key i in group ids[i] of [0, groups); each key's
+// gradient is its bag's row of grad [bags, dim] (mean: divided by the bag's length). Asynchronous on the
+// device's stream; the workspace grows (after Exchange::settle) to the largest batch seen.
+class GroupSums {
+ public:
+  GroupSums(Exchange& ex, int dim) : ex_(ex), dim_(dim) {}
+  void sum(const int64_t* offsets, int64_t bags, const int64_t* ids, int64_t nnz, int64_t groups, const float* grad,
+           Combiner combiner);
+  // After sum: the groups with keys, ascending ([nnz] device; *count() of them, device memory), and their sums
+  // ([nnz, dim], in that order).
+  const int64_t* groups() const { return groups_.data(); }
+  const int32_t* count() const { return count_.data(); }
+  const float* sums() const { return sums_.data(); }
+
+ private:
+  Exchange& ex_;
+  int dim_;
+  std::unique_ptr<BackwardWorkspace> ws_;
+  Buffer<int64_t> groups_;
+  Buffer<int32_t> count_;
+  Buffer<float> sums_;
+};
+
 // TableRows of the keys for which keep(key) holds (order kept).
 TableRows select_rows(const TableRows& t, const std::vector<bool>& keep);
 
@@ -177,10 +203,11 @@ class DispatchShard {
   void finish();
   const float* vectors() const { return send_vecs_.data(); }
   const int64_t* vector_of_key() const { return key_src_.data(); }
-  // The keys of the last train forward have their gradients in grads: key i's is row grad_of_key[i] of grads
-  // (device; a bag's gradient, shared by its keys). send sums them per distinct key, in key order from 0.0f, and
-  // posts the sums' exchange (the arrays may change once it returns); update joins it and updates the rows.
-  void send(const float* grads, const int64_t* grad_of_key);
+  // The keys of the last train forward, in bags: offsets [bags + 1] a CSR over them in their order, grad
+  // [bags, dim] (device). send sums each distinct key's gradients (GroupSums: its keys in key order, in
+  // kernels/embedding_backward.h's fixed order) and posts the sums' exchange (the arrays may change once it
+  // returns); update joins it and updates the rows.
+  void send(const int64_t* offsets, int64_t bags, const float* grad, Combiner combiner);
   void update(int64_t step, float lr_scale);
   EmbeddingTable& table() { return *table_; }
   size_t memory_bytes() const;
@@ -196,9 +223,9 @@ class DispatchShard {
   Buffer<int64_t> sorted_, key_perm_, distinct_, runs_, uid_, num_unique_;  // [n]: the keys' distinct set
   Buffer<int64_t> perm_, counts_, send_keys_, recv_keys_, rows_, iota_;   // the route of the distinct keys
   Buffer<int64_t> pos_;      // [unique]: where each distinct key's vector arrives in send_vecs_
-  Buffer<int64_t> key_src_;  // [n]: the row of send_vecs_ holding key i's vector
-  Buffer<int64_t> grad_idx_;  // [n]: in sorted key order, the row of the gradients holding each key's
-  Buffer<float> uniq_sums_;   // [unique, dim]: the gradient sums, distinct key order
+  Buffer<int64_t> key_src_;     // [n]: the row of send_vecs_ holding key i's vector
+  Buffer<int64_t> uid_of_key_;  // [n]: key i's distinct key
+  GroupSums sums_;              // the gradient sums, distinct key order
   Buffer<float> send_vecs_, recv_vecs_;
   StreamEvent posted_;  // the end of the last posted exchange
 };

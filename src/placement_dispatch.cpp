@@ -6,7 +6,7 @@
 // Forward equals a single-rank pooled lookup bit for bit: the vectors are copies of the owner's rows and a bag
 // is summed in key order (kernels/route.h). Neither direction copies a vector per key: the bags are pooled
 // straight from the distinct keys' vectors as they arrived, and each distinct key's gradient is summed straight
-// from its bags' gradients.
+// from its bags' gradients (in kernels/embedding_backward.h's fixed order, a hot key over many warps).
 #include "src/placement_common.h"
 
 namespace sparta {
@@ -23,10 +23,6 @@ class DispatchTable : public PlacedTable {
     mode_ = mode;
     out_ = out;
     shard_.route(in.keys, in.nnz);
-    // each key's bag: the row of the bags' gradient that is the key's (backward)
-    if (mode == LookupMode::train)
-      route_key_bags(ex_.device(), in.offsets, in.bags, 0, grow(bag_of_key_, ex_, size_t(in.nnz)),
-                     ex_.device().stream);
   }
 
   void lookup() override { shard_.lookup(mode_); }
@@ -38,17 +34,7 @@ class DispatchTable : public PlacedTable {
                     dev.stream);
   }
 
-  void begin_backward(const float* grad) override {
-    const Device& dev = ex_.device();
-    // a key's gradient is its bag's (divided by the bag's length for mean)
-    const float* key_grads = grad;
-    if (combiner_ == Combiner::mean) {
-      float* scaled = grow(scaled_, ex_, size_t(in_.bags) * dim_);
-      route_scale_bag_grads(dev, in_.offsets, grad, in_.bags, dim_, combiner_, scaled, dev.stream);
-      key_grads = scaled;
-    }
-    shard_.send(key_grads, bag_of_key_.data());
-  }
+  void begin_backward(const float* grad) override { shard_.send(in_.offsets, in_.bags, grad, combiner_); }
 
   void update(int64_t step, float lr_scale) override { shard_.update(step, lr_scale); }
 
@@ -67,8 +53,6 @@ class DispatchTable : public PlacedTable {
   TableBatch in_;
   LookupMode mode_ = LookupMode::train;
   float* out_ = nullptr;
-  Buffer<int64_t> bag_of_key_;  // [nnz]
-  Buffer<float> scaled_;        // [bags, dim]: mean's gradient per key of each bag
 };
 
 }  // namespace

@@ -4,16 +4,18 @@
 // to their owners; the bags are pooled at the requester from the split vectors, each key's read where it lies.
 //
 // Backward: the cold keys' gradients go back to their owners (dispatch). The hot keys' gradients are summed per
-// hot key on each rank (in key order), into a dense [H, dim] gradient with a count per hot key, and both are
-// all-reduced: every copy then updates the same rows (those with a count) with the same sums, so the copies stay
-// identical. The bytes of the hot backward depend on H, not on the batch: the replication pays when the hot keys
-// are looked up more often per step than there are of them.
+// hot key on each rank (its keys in key order, in kernels/embedding_backward.h's fixed order), into a dense
+// [H, dim] gradient with a count per hot key, and both are all-reduced: every copy then updates the same rows
+// (those with a count) with the same sums, so the copies stay identical. The bytes of the hot backward depend on
+// H, not on the batch: the replication pays when the hot keys are looked up more often per step than there are of
+// them.
 //
 // Each row lives in exactly one of the two shards and is updated once per step it is touched, so every optimizer
 // and any hotness work as in one table. The forward equals a single-rank pooled lookup bit for bit; a hot row's
 // gradient is added per rank, then over ranks (equal to the single-rank sum within rounding).
 #include <algorithm>
 
+#include "kernels/fill.h"
 #include "src/placement_common.h"
 
 namespace sparta {
@@ -30,7 +32,8 @@ class HybridTable : public PlacedTable {
         hot_keys_(s.plan.hot_keys),
         hot_table_(make_shard(ex.device(), s, std::max<int64_t>(1, int64_t(s.plan.hot_keys.size())), "/hot")),
         cold_(ex, s, ""),
-        hot_posted_(ex.device()) {
+        hot_posted_(ex.device()),
+        hot_sums_(ex, s.table.dim) {
     for (size_t i = 1; i < hot_keys_.size(); ++i)
       SPARTA_REQUIRE(hot_keys_[i - 1] < hot_keys_[i], "table '%s': hybrid hot keys must be ascending and distinct",
                      s.table.name.c_str());
@@ -86,15 +89,21 @@ class HybridTable : public PlacedTable {
 
   void begin_backward(const float* grad) override {
     const Device& dev = ex_.device();
-    // a key's gradient is its bag's (divided by the bag's length for mean)
+    // a key's gradient is its bag's, divided for mean by the whole bag's length (the hot keys and the cold ones
+    // each hold part of a bag)
     const float* key_grads = grad;
     if (combiner_ == Combiner::mean) {
       float* scaled = grow(scaled_, ex_, size_t(in_.bags) * dim_);
       route_scale_bag_grads(dev, in_.offsets, grad, in_.bags, dim_, combiner_, scaled, dev.stream);
       key_grads = scaled;
     }
-    if (!hot_keys_.empty()) send_hot(key_grads, bag_of_split_.data());
-    cold_.send(key_grads, bag_of_split_.data() + hot_);
+    // the hot keys and the cold ones each in their bags (their bag ids ascend in the split order)
+    int64_t* hot_offsets = grow(hot_bag_offsets_, ex_, size_t(in_.bags) + 1);
+    route_offsets_from_sorted_bags(dev, bag_of_split_.data(), hot_, in_.bags, hot_offsets, dev.stream);
+    int64_t* cold_offsets = grow(cold_bag_offsets_, ex_, size_t(in_.bags) + 1);
+    route_offsets_from_sorted_bags(dev, bag_of_split_.data() + hot_, cold_n_, in_.bags, cold_offsets, dev.stream);
+    if (!hot_keys_.empty()) send_hot(hot_offsets, key_grads);
+    cold_.send(cold_offsets, in_.bags, key_grads, Combiner::sum);
   }
 
   void update(int64_t step, float lr_scale) override {
@@ -129,9 +138,9 @@ class HybridTable : public PlacedTable {
   size_t memory_bytes() const override { return table_memory_bytes(*hot_table_) + cold_.memory_bytes(); }
 
  private:
-  // This rank's hot keys (split_keys_[0, hot_)) have their gradients in grads: hot key i's is row
-  // grad_of_hot_key[i]. Posts the all-reduce of every rank's sums and counts per hot key.
-  void send_hot(const float* grads, const int64_t* grad_of_hot_key) {
+  // This rank's hot keys (split_keys_[0, hot_)) in bags (offsets [bags + 1]), each key's gradient its bag's row
+  // of grads. Posts the all-reduce of every rank's sums and counts per hot key.
+  void send_hot(const int64_t* offsets, const float* grads) {
     const Device& dev = ex_.device();
     const int64_t H = int64_t(hot_keys_.size());
     // this rank's sum per hot key, in key order: bucket by position in the hot set, pool each bucket
@@ -140,12 +149,22 @@ class HybridTable : public PlacedTable {
     int64_t* perm = grow(hot_perm_, ex_, std::max(hot_, H));
     int64_t* counts = grow(hot_counts_, ex_, H);
     route_bucket(dev, idx, hot_, int(H), perm, counts, scratch_, dev.stream);
-    int64_t* sorted = grow(hot_grad_idx_, ex_, hot_);  // the gradient row of each hot key, bucketed
-    route_gather_keys(dev, grad_of_hot_key, perm, hot_, sorted, dev.stream);
-    int64_t* offsets = grow(hot_offsets_, ex_, H + 1);
-    route_offsets_from_lengths(dev, counts, H, offsets, scratch_, dev.stream);
-    float* dense = grow(hot_dense_, ex_, size_t(H) * dim_);  // [H, dim]
-    route_pool_bags(dev, offsets, grads, sorted, H, dim_, Combiner::sum, dense, dev.stream);
+    // each hot key's place in the hot set as an int64 id: the bucket each position lies in, back in split order
+    int64_t* bucket_offsets = grow(hot_offsets_, ex_, H + 1);
+    route_offsets_from_lengths(dev, counts, H, bucket_offsets, scratch_, dev.stream);
+    int64_t* of_bucket = grow(hot_of_bucket_, ex_, hot_);
+    route_key_bags(dev, bucket_offsets, H, 0, of_bucket, dev.stream);
+    int64_t* ids = grow(hot_ids_, ex_, hot_);
+    route_scatter_keys(dev, of_bucket, perm, hot_, ids, dev.stream);
+    // this rank's sum per hot key (GroupSums' fixed order: the hottest keys over many warps), into [H, dim] with
+    // zeros for the hot keys it did not look up
+    float* dense = grow(hot_dense_, ex_, size_t(H) * dim_);
+    fill(dev, dense, size_t(H) * dim_, 0.f, dev.stream);
+    if (hot_ > 0) {
+      hot_sums_.sum(offsets, in_.bags, ids, hot_, H, grads, Combiner::sum);
+      const int64_t seen = ex_.download_count(hot_sums_.count());
+      route_scatter_rows(dev, hot_sums_.sums(), hot_sums_.groups(), seen, dim_, dense, dev.stream);
+    }
     // every rank's sums and counts
     ex_.post(hot_posted_, [&] {
       ex_.all_reduce(dense, dense, size_t(H) * dim_, DataType::f32);
@@ -222,7 +241,10 @@ class HybridTable : public PlacedTable {
   Buffer<int64_t> perm_, counts_, split_keys_, iota_;
   Buffer<int64_t> split_of_key_;  // [nnz]: key i's place among the split keys
   Buffer<int64_t> bag_of_key_, bag_of_split_;  // [nnz]: each key's bag, in key order and in split order
-  Buffer<int64_t> hot_perm_, hot_counts_, hot_offsets_, hot_grad_idx_, hot_touched_keys_, hot_rows_, hot_iota_;
+  Buffer<int64_t> hot_bag_offsets_, cold_bag_offsets_;  // [bags + 1]: the hot keys' and the cold keys' bags
+  Buffer<int64_t> hot_perm_, hot_counts_, hot_offsets_, hot_of_bucket_, hot_ids_, hot_touched_keys_, hot_rows_,
+      hot_iota_;
+  GroupSums hot_sums_;  // this rank's sum per hot key
   Buffer<float> split_vecs_;  // [nnz, dim] the vectors of the hot keys, then of the cold ones
   Buffer<float> scaled_;      // [bags, dim]: mean's gradient per key of each bag
   Buffer<float> hot_dense_, hot_touched_grads_, hot_scratch_vecs_;

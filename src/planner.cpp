@@ -200,12 +200,12 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       // distinct keys out, their vectors back, their gradient sums out
       c.bytes_per_step = 2 * f * U * (8 + 2 * vw);
       // forward: sort, unique, bucket by owner (3 passes over the distinct keys), where each key's vector will
-      // arrive (2 passes over the distinct keys, 2 over the keys), the owner's lookup of the U keys it receives,
-      // the bags pooled from the arrived vectors; backward: each key's bag and its sorted place (2 key passes),
-      // each distinct key's gradient summed from its bags' gradients, gathered by owner, the owner's update of
-      // its share Ug / W of the rows
-      c.local_bytes = kSort * K + k * K + 3 * k * U + 2 * k * U + 2 * k * K + L.lookup_keys(U) + (K + P) * v +
-                      2 * k * K + (K + U) * v + 2 * U * v + L.update(U, Ug / W);
+      // arrive and its distinct key (2 passes over the distinct keys, 3 over the keys), the owner's lookup of the
+      // U keys it receives, the bags pooled from the arrived vectors; backward: each distinct key's gradient
+      // summed from its bags' gradients (a sort of the keys by distinct key, each key's bag gradient read, U
+      // sums written), gathered by owner, the owner's update of its share Ug / W of the rows
+      c.local_bytes = kSort * K + k * K + 3 * k * U + 2 * k * U + 3 * k * K + L.lookup_keys(U) + (K + P) * v +
+                      kSort * K + (K + U) * v + 2 * U * v + L.update(U, Ug / W);
       c.collectives = 4;  // count exchange, all-to-all of keys, vectors, gradients
       copied = 8 * U + 2 * U * v;
       break;
@@ -234,14 +234,16 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       const double Ucg = std::min(R, expected_distinct(stats, W * K, size_t(hot_rows)));
       c.bytes_per_step = 4 * f * H * (v + 8) + 2 * f * Uc * (8 + 2 * vw);
       // forward: hot or cold (3 key passes), each key's place among them and its bag (4), the hot lookup, the
-      // cold keys dispatched (as dispatch, less its pooling and bag ids), their vectors gathered after the hot
-      // ones, the bags pooled from there; backward: the hot keys' gradients summed per hot key into [H, dim]
-      // from their bags' (3 key passes, pool), the touched hot keys found (3 key passes over H), gathered,
-      // looked up and updated on every copy; the cold ones as dispatch
+      // cold keys dispatched (as dispatch, less its pooling), their vectors gathered after the hot ones, the bags
+      // pooled from there; backward: the hot and the cold keys' bags (2 passes over the bags), each hot key's id
+      // in the hot set (4 key passes), its gradients summed per hot key (sorted, read, H sums written) into a
+      // zeroed [H, dim], the touched hot keys found (3 key passes over H), gathered, looked up and updated on
+      // every copy; the cold ones as dispatch
       const double fwd = 3 * k * K + 4 * k * K + L.lookup_keys(Kh) + kSort * Kc + k * Kc + 3 * k * Uc +
-                         2 * k * Uc + 2 * k * Kc + L.lookup_keys(Uc) + 2 * Kc * v + (K + P) * v;
-      const double bwd = 3 * k * Kh + (Kh + H) * v + 3 * k * H + 2 * H * v + L.lookup_keys(H) + L.update(H, H) +
-                         k * Kc + (Kc + Uc) * v + 2 * Uc * v + L.update(Uc, Ucg / W);
+                         2 * k * Uc + 3 * k * Kc + L.lookup_keys(Uc) + 2 * Kc * v + (K + P) * v;
+      const double bwd = 2 * k * P + 4 * k * Kh + kSort * Kh + (Kh + H) * v + 3 * H * v + 3 * k * H + 2 * H * v +
+                         L.lookup_keys(H) + L.update(H, H) + kSort * Kc + (Kc + Uc) * v + 2 * Uc * v +
+                         L.update(Uc, Ucg / W);
       c.local_bytes = fwd + bwd;
       c.collectives = 6;  // count exchange, all-to-all of keys, vectors, gradients, all-reduce of sums and counts
       copied = 8 * Uc + 2 * Uc * v;
