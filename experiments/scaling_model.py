@@ -310,11 +310,11 @@ def memory_per_gpu(cfg, placement, W):
 # placement_cost; README "Planner"): per table the device bytes of its local passes, per group (the tables of one
 # placement, and one owner for localized) a fixed cost, its host round trips (a count downloaded: the host waits
 # for the stream), its collectives (count exchanges over MPI and the data collectives), the bytes the collectives
-# carry (timed on the links above) and the longest serial sum of its route (route_pool_bags sums a run of equal
-# keys in one thread per value: a key looked up n times is n dependent adds). On one rank nothing moves:
-# replicated and localized look the bags up in place and update the rows from the bags' gradients; dispatch,
-# distributed and hybrid keep their routing passes, their downloads and their serial sums, and copy their buffers
-# instead of exchanging them. The fit (fit_params) gives one rate per term (EMB_TERMS).
+# carry (timed on the links above). Every per-key gradient sum runs in the table backward's fixed order
+# (kernels/embedding_backward.h: a hot key's lookups over many warps), so no route has a long serial sum. On one
+# rank nothing moves: replicated and localized look the bags up in place and update the rows from the bags'
+# gradients; dispatch, distributed and hybrid keep their routing passes and their downloads, and copy their
+# buffers instead of exchanging them. The fit (fit_params) gives one rate per term (EMB_TERMS).
 
 KEY_PASS = 16.0  # one elementwise pass over n 8-byte keys or indices, read and written
 SORT = 4 * KEY_PASS  # the table's backward sort: (row, bag) 32-bit pairs on the rows' bits, 4 passes of 8 bits
@@ -331,12 +331,12 @@ GROUP_WORK = {
     "distributed": (1, 4, 1, 1),
     # replicated_step: the distinct count downloaded and exchanged; the all-gathers of keys and of sums
     "replicated": (1, 2, 1, 0),
-    # the hot/cold counts, the cold dispatch's two, the touched hot keys downloaded; the cold dispatch's count
-    # exchange and three collectives, the hot sums' and hot counts' all-reduces
-    "hybrid": (1, 5, 4, 4),
+    # the hot/cold counts, the cold dispatch's two, the hot keys' sums and the touched hot keys downloaded; the
+    # cold dispatch's count exchange and three collectives, the hot sums' and hot counts' all-reduces
+    "hybrid": (1, 5, 5, 5),
 }
 GROUP_COLLECTIVES = {p: w[0] + w[1] for p, w in GROUP_WORK.items()}
-EMB_TERMS = ("comm", "local_GB", "collectives", "groups", "round_trips", "serial")
+EMB_TERMS = ("comm", "local_GB", "collectives", "groups", "round_trips")
 # A host round trip: an 8-byte device-to-host copy behind the stream's work, the host waiting for it, then the
 # next launch (its fixed cost, not fitted; a config's host_round_trip_us replaces it)
 HOST_ROUND_TRIP_US = 20.0
@@ -371,15 +371,6 @@ def _zipf_norm(rows, alpha):
     return total
 
 
-def longest_run(rows, draws, alpha):
-    """Expected lookups of a table's most frequent key among draws: the longest run of equal sorted keys."""
-    rows = int(rows)
-    if rows <= 0 or draws <= 0:
-        return 0.0
-    p1 = 1.0 / rows if alpha == 0 else 1.0 / _zipf_norm(rows, alpha)
-    return max(1.0, draws * p1)
-
-
 def bucket_bytes(n, parts):
     """route_bucket of n elements into parts: the indices' iota, the histogram's read, then one pass per 8 bits of
     the largest part over (part, index) int32/int64 pairs, read and written."""
@@ -405,13 +396,13 @@ def _rows(n, v):  # route_gather_rows / route_scatter_rows: n rows moved through
 
 def _dispatch_shard(K, U, Ur, Uo, v, s, W):
     """DispatchShard forward + backward on K keys (U distinct, Ur received from every rank, Uo rows touched at the
-    owner), from the keys to their vectors in key order and back: (local bytes, bytes its exchanges copy on one
-    rank)."""
+    owner), up to the distinct keys' vectors as they arrived and from the keys' bag gradients back: (local bytes,
+    bytes its exchanges copy on one rank). The caller pools the bags from the arrived vectors."""
     fwd = (KEY_SORT * K + 3 * KEY_PASS * K  # sorted (64-bit), unique (flags, scan, runs)
            + 12 * U + bucket_bytes(U, W) + 24 * U  # owner, bucket, keys gathered in route order
-           + _keys(Ur, v)  # the owner's lookup of the keys it received
-           + _rows(U, v) + _rows(K, v) + _rows(K, v))  # back to distinct order, to sorted order, to key order
-    bwd = (_rows(K, v) + (K + U) * v + _rows(U, v)  # sorted, summed per distinct key (runs), gathered by owner
+           + 2 * KEY_PASS * U + 3 * KEY_PASS * K  # where each key's vector arrives, each key's distinct key
+           + _keys(Ur, v))  # the owner's lookup of the keys it received
+    bwd = (SORT * K + (K + U) * v + _rows(U, v)  # summed per distinct key from the bags' gradients, gathered by owner
            + 8 * Ur + _update(Ur, Uo, v, s))  # one bag per received key at the owner
     return fwd + bwd, 16 * U + 2 * U * v + 2 * Ur * v
 
@@ -434,29 +425,26 @@ def replicated_step(R, h, b, W, v, s, alpha):
 
 
 def table_work(placement, R, h, b, W, v, s, alpha, hot_rows):
-    """(device bytes of the table's local passes on one rank, the longest serial sum of its route, in adds): one slot
-    per table (P = b bags), K = b h keys."""
+    """Device bytes of the table's local passes on one rank: one slot per table (P = b bags), K = b h keys."""
     K, P = b * h, b
     U, Ug = min(R, expected_distinct(R, K, alpha)), min(R, expected_distinct(R, W * K, alpha))
-    run = longest_run(R, K, alpha)
     if placement == "replicated":
-        return replicated_step(R, h, b, W, v, s, alpha)[0], 0.0
+        return replicated_step(R, h, b, W, v, s, alpha)[0]
     if W == 1 and placement == "localized":
-        return _pooled(K, P, v) + _update(K, U, v, s), 0.0
+        return _pooled(K, P, v) + _update(K, U, v, s)
     if placement == "localized":  # the owner's share: the global batch's bags of this table
-        local = 16 * P + 16 * W * P + _pooled(W * K, W * P, v) + _update(W * K, Ug, v, s)
-        return local, 0.0
+        return 16 * P + 16 * W * P + _pooled(W * K, W * P, v) + _update(W * K, Ug, v, s)
     if placement == "dispatch":
         local, copied = _dispatch_shard(K, U, U, Ug / W, v, s, W)
-        local += (K + P) * v + (P + K) * v  # the bags pooled; their gradients spread over their keys
-        return local + (copied if W == 1 else 0.0), run
+        local += (K + P) * v  # the bags pooled from the arrived vectors
+        return local + (copied if W == 1 else 0.0)
     if placement == "distributed":
         # bag ids, owners, bucket, keys and bag ids gathered by owner; the owner's CSR of the W P bags, its partial
         # sums of them, this rank's sums copied out; backward: the bags' gradients scaled, the owner's update
         local = (16 * K + 12 * K + bucket_bytes(K, W) + 2 * 24 * K + 8 * W * P + _pooled(K, W * P, v) + 2 * P * v
                  + 2 * P * v + _update(K, Ug / W, v, s))
         copied = 32 * K + 4 * P * v  # keys and bag ids; the reduce-scatter's and the all-gather's buffers
-        return local + (copied if W == 1 else 0.0), 0.0
+        return local + (copied if W == 1 else 0.0)
     if placement == "hybrid":
         H = min(R, hot_rows)
         x = hot_fraction(R, H, alpha) if alpha else H / R
@@ -469,22 +457,22 @@ def table_work(placement, R, h, b, W, v, s, alpha, hot_rows):
         cold, copied = _dispatch_shard(Kc, Uc, Uc, Ucg / W, v, s, W)
         search = 8 * K * max(1.0, math.log2(max(H, 2)))  # binary search of the hot set per key
         fwd = (search + 4 * K + bucket_bytes(K, 2) + 24 * K  # hot or cold, split, keys gathered
-               + _keys(Kh, v) + _rows(K, v) + (K + P) * v)  # hot lookup; back to key order; the bags pooled
-        bwd = ((P + K) * v + _rows(K, v)  # spread, split
-               + 8 * Kh * max(1.0, math.log2(max(H, 2))) + bucket_bytes(Kh, H) + _rows(Kh, v)  # by hot key
-               + 16 * H + (Kh + H) * v  # offsets, the sums per hot key (runs)
+               + 4 * KEY_PASS * K  # each key's place among the split keys, its bag in split order
+               + _keys(Kh, v) + _rows(Kc, v) + (K + P) * v)  # hot lookup; cold vectors after it; the bags pooled
+        bwd = (2 * 8 * P  # the hot and the cold keys' bags
+               + 8 * Kh * max(1.0, math.log2(max(H, 2))) + bucket_bytes(Kh, H)  # by hot key
+               + 16 * H + 3 * KEY_PASS * Kh  # offsets; each hot key's id in the hot set
+               + SORT * Kh + (Kh + H) * v + 3 * H * v  # the sums per hot key into a zeroed [H, dim]
                + 8 * H + 4 * H + bucket_bytes(H, 2) + 24 * Th + _rows(Th, v)  # touched hot keys and sums
                + _keys(Th, v) + 8 * Th + _update(Th, Th, v, s))  # their rows looked up, one update each
-        # the cold path's runs skip the hot keys; the hot sums' runs are the hottest key's lookups
-        return fwd + bwd + cold + (copied if W == 1 else 0.0), run if H >= 1 else 0.0
+        return fwd + bwd + cold + (copied if W == 1 else 0.0)
     fail(f"unknown placement '{placement}' (expected {', '.join(PLACEMENTS)})")
 
 
 def embedding_terms(cfg, placement, mode, N, G, b):
     """The terms of one step's embedding time on the busiest rank: comm (s: the placement's collectives on the
     links), reduce (s: their MPI roots' reductions in host memory, host_reduction_s: not link time), local_GB
-    (device bytes of its local passes, GB), collectives, groups and round_trips (each a fixed cost), serial (the
-    longest serial sum of a group's route, in thousands of adds)."""
+    (device bytes of its local passes, GB), collectives, groups and round_trips (each a fixed cost)."""
     m = cfg["model"]
     rows, hot, d, e, _ = shapes(cfg)
     W = N * G
@@ -492,8 +480,7 @@ def embedding_terms(cfg, placement, mode, N, G, b):
     s = v * m.get("optimizer_state_per_value", 0)
     alpha = m.get("key_alpha", 0.0) or 0.0
     hr = cfg.get("hybrid_hot_rows", 65536)
-    work = [table_work(placement, R, h, b, W, v, s, alpha, hr) for R, h in zip(rows, hot)]
-    per_table = [x for x, _ in work]
+    per_table = [table_work(placement, R, h, b, W, v, s, alpha, hr) for R, h in zip(rows, hot)]
     if placement == "localized" and W > 1:
         owners = m.get("owners")
         if owners and len(owners) == len(rows) and max(owners) < W:
@@ -514,9 +501,8 @@ def embedding_terms(cfg, placement, mode, N, G, b):
     ex, dc, rt, rt1 = GROUP_WORK[placement]
     ncoll = (ex + dc) * groups if W > 1 else 0
     trips = (rt if W > 1 else rt1) * groups
-    serial = max(r for _, r in work) if work else 0.0  # one kernel per group: its longest run
     return {"comm": comm - reduce, "reduce": reduce, "local_GB": local / 1e9, "collectives": ncoll, "groups": groups,
-            "round_trips": trips, "serial": serial / 1e3}
+            "round_trips": trips}
 
 
 def link_ms(terms, rates):
@@ -528,14 +514,13 @@ def link_ms(terms, rates):
 
 def embedding_ms(terms, rates, scale=1.0):
     """The embedding step (ms) from its terms and fitted rates: comm_scale (x the links' time), hbm_GBps,
-    collective_us, group_us, round_trip_us, serial_us (per thousand serial adds; the last two 0 when absent).
+    collective_us, group_us, round_trip_us (0 when absent).
     scale: a factor on every term but the links' time (the training step's embedding phase, whose local work runs
     at other rates than the collection's and whose collectives cross the same links)."""
     return link_ms(terms, rates) + scale * 1e3 * (
         terms["local_GB"] / rates["hbm_GBps"]
         + 1e-6 * (terms["collectives"] * rates["collective_us"] + terms["groups"] * rates["group_us"]
-                  + terms.get("round_trips", 0) * rates.get("round_trip_us", 0.0)
-                  + terms.get("serial", 0) * rates.get("serial_us", 0.0)))
+                  + terms.get("round_trips", 0) * rates.get("round_trip_us", 0.0)))
 
 
 def _solve(A, y):
@@ -605,7 +590,7 @@ def predict(cfg, placement, mode, N, G, b, rates=None):
     if er:  # fitted: the planner-structured terms (local passes, groups, collectives) at the fitted rates
         t = embedding_terms(cfg, placement, mode, N, G, b)
         comm = t["comm"] * er["comm_scale"] + t["reduce"] + 1e-6 * t["collectives"] * er["collective_us"]
-        fwd = t["local_GB"] / er["hbm_GBps"] + 1e-6 * t["serial"] * er.get("serial_us", 0.0)
+        fwd = t["local_GB"] / er["hbm_GBps"]
         bwd = 1e-6 * (t["groups"] * er["group_us"] + t["round_trips"] * er.get("round_trip_us", 0.0))
     total = fwd + bwd + comm + dense_part + over
     mem = memory_per_gpu(cfg, placement, W)
@@ -921,13 +906,12 @@ def fit_params(cfg, rows):
         # the host round trips at their fixed cost (not fitted: a few per step, tens of us, which 12 points cannot
         # tell from the other fixed costs); the rest fitted
         ru = cfg.get("host_round_trip_us", HOST_ROUND_TRIP_US)
-        X = [[1e3 * t["comm"], 1e3 * t["local_GB"], 1e-3 * t["collectives"], 1e-3 * t["groups"], 1e-3 * t["serial"]]
-             for t, _ in pts]
-        a, h, cu, gu, su = nnls_relative(X, [y for _, y in pts],
-                                         [1e-3 * ru * t["round_trips"] + 1e3 * t["reduce"] for t, _ in pts])
-        # a: ms per ms of link time; h: s per GB (1 / GB/s); cu, gu: us; su: us per thousand serial adds
+        X = [[1e3 * t["comm"], 1e3 * t["local_GB"], 1e-3 * t["collectives"], 1e-3 * t["groups"]] for t, _ in pts]
+        a, h, cu, gu = nnls_relative(X, [y for _, y in pts],
+                                     [1e-3 * ru * t["round_trips"] + 1e3 * t["reduce"] for t, _ in pts])
+        # a: ms per ms of link time; h: s per GB (1 / GB/s); cu, gu: us
         out["embedding_rates"] = {"comm_scale": a, "hbm_GBps": 1 / h if h > 0 else 1e9, "collective_us": cu,
-                                  "group_us": gu, "serial_us": su, "round_trip_us": ru, "points": len(pts),
+                                  "group_us": gu, "round_trip_us": ru, "points": len(pts),
                                   "from": "collection" if coll else "train"}
         if coll and train:
             er = out["embedding_rates"]
@@ -1072,8 +1056,7 @@ def main(argv=None):
         if e:
             print(f"  embedding ({e['points']} {e['from']} point(s)): links' time x {e['comm_scale']:.4g}, local "
                   f"{e['hbm_GBps']:.4g} GB/s, {e['collective_us']:.4g} us per collective, {e['group_us']:.4g} us "
-                  f"per group, {e.get('serial_us', 0):.4g} us per thousand serial adds ({e.get('round_trip_us', 0):.4g} "
-                  f"us per host round trip, fixed)")
+                  f"per group ({e.get('round_trip_us', 0):.4g} us per host round trip, fixed)")
         for k in ("train_embedding_scale", "dense_ms_per_sample", "dense_TFLOPs", "data_GBps", "comm_fixed_ms"):
             if k in f:
                 print(f"  {k} {f[k]}")

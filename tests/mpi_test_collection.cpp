@@ -47,8 +47,8 @@ const bool kSharesGpus = testing::accept_shared_gpus();
 // connects every algorithm and peer when it is built (comm/communicator.h, "Connections"), which takes seconds on
 // two GPUs, more than a check's training. A case leaves nothing behind in its world: the collection's errors are
 // agreed on and thrown on every rank at the same point, so every rank's communicator has made the same calls; and
-// every rank runs the same cases, so the worlds are built in the same order everywhere. cpu worlds are built per check, as they
-// cost nothing. WorldsFixture drops the kept ones before MPI ends.
+// every rank runs the same cases, so the worlds are built in the same order everywhere. cpu worlds are built per
+// check, as they cost nothing. WorldsFixture drops the kept ones before MPI ends.
 
 struct WorldState {
   MPI_Comm comm = MPI_COMM_NULL;
