@@ -369,13 +369,7 @@ void GroupSums::sum(const int64_t* offsets, int64_t bags, const int64_t* ids, in
   int64_t* out_groups = grow(groups_, ex_, size_t(ws_->max_nnz()));
   int32_t* count = grow(count_, ex_, 1);
   float* sums = grow(sums_, ex_, size_t(ws_->max_nnz()) * dim_);
-  BackwardBatch b;
-  b.offsets = offsets;
-  b.rows = ids;
-  b.grad = grad;
-  b.bags = bags;
-  b.nnz = nnz;
-  b.combiner = combiner;
+  const BackwardBatch b{offsets, ids, grad, bags, nnz, combiner};  // a group id stands where a row id would
   embedding_backward(dev, b, *ws_, out_groups, sums, count, dev.stream);
 }
 
