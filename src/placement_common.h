@@ -187,9 +187,9 @@ TableRows select_rows(const TableRows& t, const std::vector<bool>& keep);
 // ---- routes shared by several placements
 
 // A table's key % world shard reached by dispatch (after SOK): each rank sends its distinct keys to their owners
-// (stable buckets), gets one vector per distinct key back and hands it to every occurrence; the backward sums
-// each distinct key's gradients in key order, sends the sums back the same way, and the owner adds them in rank
-// order (so a row's gradient is the global batch's, summed per rank, then over ranks).
+// (stable buckets), gets one vector per distinct key back, from which every occurrence reads its own; the
+// backward sums each distinct key's gradients (GroupSums), sends the sums back the same way, and the owner adds
+// them in rank order (so a row's gradient is the global batch's, summed per rank, then over ranks).
 class DispatchShard {
  public:
   DispatchShard(Exchange& ex, const PlacedTableSetup& s, const std::string& suffix);
