@@ -143,7 +143,7 @@ class HybridTable : public PlacedTable {
   void send_hot(const int64_t* offsets, const float* grads) {
     const Device& dev = ex_.device();
     const int64_t H = int64_t(hot_keys_.size());
-    // this rank's sum per hot key, in key order: bucket by position in the hot set, pool each bucket
+    // the hot keys bucketed by their place in the hot set: how many of each (the counts all-reduced below)
     int32_t* idx = grow(hot_idx_, ex_, hot_);
     route_index_in_set(dev, split_keys_.data(), hot_, hot_set_.data(), H, idx, dev.stream);
     int64_t* perm = grow(hot_perm_, ex_, std::max(hot_, H));
