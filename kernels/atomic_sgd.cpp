@@ -1,6 +1,7 @@
 // atomic_sgd.cpp: CPU version of atomic_sgd.h (the keys in key order), the checks and the backend dispatch.
 #include "kernels/atomic_sgd.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "src/base/check.h"
@@ -26,8 +27,12 @@ void atomic_sgd_update_cpu(const BackwardBatch& b, float lr, float* values, int6
   }
 }
 
+int64_t atomic_sgd_mark_words(int64_t capacity_rows, int dim) {
+  return dim >= kAtomicSgdMarkedDim ? 2 * ((std::max<int64_t>(capacity_rows, 0) + 31) / 32) : 0;
+}
+
 void atomic_sgd_update(const Device& dev, const BackwardBatch& batch, float lr, float* values, int64_t capacity_rows,
-                       int dim, Stream stream) {
+                       int dim, uint32_t* marks, Stream stream) {
   SPARTA_REQUIRE(dim >= 1 && dim <= 256, "atomic sgd update: dim must be in [1, 256], found %d", dim);
   SPARTA_REQUIRE(std::isfinite(lr), "atomic sgd update: the learning rate must be finite, found %g", double(lr));
   SPARTA_REQUIRE(capacity_rows >= 0, "atomic sgd update: capacity_rows must be >= 0, found %lld",
@@ -46,9 +51,9 @@ void atomic_sgd_update(const Device& dev, const BackwardBatch& batch, float lr, 
   SPARTA_REQUIRE(batch.nnz == 0 || values != nullptr, "atomic sgd update: no values given");
   if (!dev.is_cuda()) return atomic_sgd_update_cpu(batch, lr, values, capacity_rows, dim);
 #if SPARTA_CUDA
-  atomic_sgd_update_cuda(batch, lr, values, capacity_rows, dim, stream);
+  atomic_sgd_update_cuda(batch, lr, values, capacity_rows, dim, marks, stream);
 #else
-  (void)stream;
+  (void)marks, (void)stream;
   SPARTA_FATAL("atomic_sgd_update on %s in a CUDA=0 build", dev.name().c_str());
 #endif
 }

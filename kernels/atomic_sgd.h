@@ -1,7 +1,16 @@
-// atomic_sgd.h: the backward of a pooled lookup and an SGD step in one pass, key by key, with float atomics
-// (HugeCTR's SGD `atomic_update`): every key k of bag b adds -(lr * g) to its row, where g is grad[b] (sum) or
-// grad[b] * (1.0f / n) (mean over the bag's n keys). No sort and no per-row sum: one read of the bag's gradient
-// and one vector atomic per key, so the update costs about what the forward does.
+// atomic_sgd.h: the backward of a pooled lookup and an SGD step in one pass over the keys (HugeCTR's SGD
+// `atomic_update`): every key k of bag b adds -(lr * g) to its row, where g is grad[b] (sum) or grad[b] * (1.0f / n)
+// (mean over the bag's n keys). No sort and no per-row sum: one read of the bag's gradient and one vector float
+// atomic per key, so the update costs about what the forward does.
+//
+// Rows of 32 floats or more, given `marks` (cuda): a marking pass first sets two bits per row, "seen" and
+// "repeated" (atomicOr on a bitmap of atomic_sgd_mark_words words, cleared by the call), then a row that one key
+// of the batch touches is read, added to and written with plain loads and stores, and only rows that several keys
+// touch take the atomics. The L2 applies vector atomics at a rate that rows of 128 bytes and more exceed: on one
+// H200, 13.6M uniform keys over 40M rows, the atomics alone take 1.51 / 5.17 ms at dims 32 / 128 against 1.11 /
+// 3.65 ms for a plain read and write of the same rows (experiments/NOTES_embedding.md run 19). The marking pass
+// costs about 0.28 ms; at dim 16 it costs more than the plain stores save, so narrower rows take the atomics
+// alone. Same bits either way: a row one key touches gets w + (-(lr * g)), one rounded add.
 //
 // Not reproducible bit for bit: a row that several keys touch takes their adds in whatever order the device
 // runs them (w - a - b, not w - (a + b) as embedding_backward.h's fixed order gives), so two runs may differ in
@@ -19,15 +28,24 @@
 
 namespace sparta {
 
-// values [capacity_rows, dim] -= lr * (each key's gradient), as above. Asynchronous on stream (cuda). Throws
+// The narrowest rows that take the marking pass.
+constexpr int kAtomicSgdMarkedDim = 32;
+
+// Words of marks the cuda update uses for a table of these rows: two bits per row at dims of at least
+// kAtomicSgdMarkedDim, none below.
+int64_t atomic_sgd_mark_words(int64_t capacity_rows, int dim);
+
+// values [capacity_rows, dim] -= lr * (each key's gradient), as above. marks: device memory of
+// atomic_sgd_mark_words(capacity_rows, dim) uint32 words (contents need not be anything; overwritten), or nullptr
+// for the atomics alone at every dim; the cpu backend ignores it. Asynchronous on stream (cuda). Throws
 // sparta::Error, before anything changes, on bad sizes, a learning rate that is not finite or a missing pointer;
-// the cpu backend also on offsets that are not a CSR of the nnz keys (the cuda kernel never reads or writes
-// outside its arrays with such offsets).
+// the cpu backend also on offsets that are not a CSR of the nnz keys (the cuda kernels never read or write
+// outside their arrays with such offsets).
 void atomic_sgd_update(const Device& dev, const BackwardBatch& batch, float lr, float* values,
-                       int64_t capacity_rows, int dim, Stream stream);
+                       int64_t capacity_rows, int dim, uint32_t* marks, Stream stream);
 
 void atomic_sgd_update_cpu(const BackwardBatch& batch, float lr, float* values, int64_t capacity_rows, int dim);
 void atomic_sgd_update_cuda(const BackwardBatch& batch, float lr, float* values, int64_t capacity_rows, int dim,
-                            Stream stream);
+                            uint32_t* marks, Stream stream);
 
 }  // namespace sparta

@@ -80,7 +80,10 @@ EmbeddingTable::EmbeddingTable(const Device& dev, const EmbeddingTableConfig& cf
       hash_(make_index(dev, cfg_)),
       values_(dev, size_t(cfg.capacity_rows) * cfg.dim),
       state_(dev, size_t(cfg.capacity_rows) * state_width_),
-      segments_(dev, cfg_.key_segments) {
+      segments_(dev, cfg_.key_segments),
+      marks_(dev, size_t(cfg.optimizer.atomic_update && dev.is_cuda()
+                             ? atomic_sgd_mark_words(cfg.capacity_rows, cfg.dim)
+                             : 0)) {
   reset_state(dev_.stream);
   init_direct_rows(dev_.stream);
   if (cfg.max_batch_keys > 0) workspace(cfg.max_batch_keys, dev_.stream);
@@ -210,7 +213,8 @@ void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* 
   if (lr_scale != 1.0f) opt.lr = opt.lr * lr_scale;
   try {
     if (opt.atomic_update) {  // no sort, no workspace: key by key (kernels/atomic_sgd.h)
-      atomic_sgd_update(dev_, b, opt.lr, values_.data(), cfg_.capacity_rows, cfg_.dim, stream);
+      atomic_sgd_update(dev_, b, opt.lr, values_.data(), cfg_.capacity_rows, cfg_.dim,
+                        marks_.empty() ? nullptr : marks_.data(), stream);
       return;
     }
     sparta::backward_and_update(dev_, b, workspace(nnz, stream), opt, step, values_.data(), state_.data(),

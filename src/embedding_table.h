@@ -87,7 +87,8 @@ class EmbeddingTable {
  public:
   // Checks the config (sparta::Error naming the table, the setting, its limit and the value found) before
   // allocating anything, then allocates everything up front (memory_bytes tells how much; plus the backward
-  // workspace when cfg.max_batch_keys > 0) and initializes it on dev.stream, which is then synchronized: the
+  // workspace when cfg.max_batch_keys > 0, and with sgd's atomic_update at dims >= 32 on cuda two bits of row marks
+  // per row, capacity_rows / 4 bytes) and initializes it on dev.stream, which is then synchronized: the
   // table is ready for work on any stream when the constructor returns.
   EmbeddingTable(const Device& dev, const EmbeddingTableConfig& cfg);
 
@@ -204,6 +205,7 @@ class EmbeddingTable {
   Buffer<float> values_;  // [capacity_rows, dim]
   Buffer<float> state_;   // [capacity_rows, state_width]
   Buffer<KeySegment> segments_;  // cfg.key_segments on the device (key_init() points at them)
+  Buffer<uint32_t> marks_;       // the atomic update's row marks (kernels/atomic_sgd.h; cuda, dims >= 32)
   std::unique_ptr<BackwardWorkspace> workspace_;  // sort buffers of the backward, reused every step
   Buffer<int64_t> unique_rows_;                   // row_gradients' rows (grown)
   Stream workspace_stream_ = nullptr;             // the stream of the last backward, which last used workspace_
