@@ -23,31 +23,56 @@ __device__ __forceinline__ void add_row(float* p, float4 v) {
 #endif
 }
 
-// Lane l of a group holds floats (l + c G) V .. + V for c < P.
+template <int V>
+__device__ __forceinline__ void add_atomic(float* p, const float* u) {
+  if constexpr (V == 4) add_row(p, make_float4(u[0], u[1], u[2], u[3]));
+  else atomicAdd(p, u[0]);
+}
+
+// Without atomics: for a row no other key of the batch touches.
+template <int V>
+__device__ __forceinline__ void add_plain(float* p, const float* u) {
+  float w[V];
+  rowvec::load<V>(p, w);
+#pragma unroll
+  for (int q = 0; q < V; ++q) w[q] = __fadd_rn(w[q], u[q]);
+  rowvec::store<V>(p, w);
+}
+
+// Bag `bag`'s keys [s, e), clamped into rows[] (offsets that are not a CSR never reach outside it), and this lane's
+// -(lr * g) (lane l of a group holds floats (l + c G) V .. + V for c < P). False for an empty bag.
+template <int V, int P>
+__device__ __forceinline__ bool bag_step(const BackwardBatch& b, int64_t bag, float lr, int lane, int G, int dim,
+                                         int64_t& s, int64_t& e, float (&u)[P][V]) {
+  s = b.offsets[bag], e = b.offsets[bag + 1];
+  if (s < 0) s = 0;
+  if (e > b.nnz) e = b.nnz;
+  if (e <= s) return false;
+  const bool mean = b.combiner == Combiner::mean;
+  const float scale = 1.0f / static_cast<float>(e - s);
+#pragma unroll
+  for (int c = 0; c < P; ++c) {
+    const int el = (lane + c * G) * V;
+#pragma unroll
+    for (int q = 0; q < V; ++q) {
+      float g = el + q < dim ? b.grad[bag * dim + el + q] : 0.f;
+      if (mean) g = __fmul_rn(g, scale);
+      u[c][q] = -__fmul_rn(lr, g);
+    }
+  }
+  return true;
+}
+
 template <int V, int P>
 __global__ void __launch_bounds__(256) atomic_sgd_kernel(BackwardBatch b, float lr, float* values,
                                                          int64_t capacity_rows, int dim, rowvec::RowShape shape) {
   const int G = shape.G;
   const int lane = threadIdx.x & (G - 1);
   const int64_t groups = (int64_t(gridDim.x) * blockDim.x) >> shape.log2_G;
-  const bool mean = b.combiner == Combiner::mean;
   for (int64_t bag = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> shape.log2_G; bag < b.bags; bag += groups) {
-    int64_t s = b.offsets[bag], e = b.offsets[bag + 1];
-    if (s < 0) s = 0;  // offsets that are not a CSR: never outside rows[]
-    if (e > b.nnz) e = b.nnz;
-    if (e <= s) continue;
-    const float scale = 1.0f / static_cast<float>(e - s);
+    int64_t s, e;
     float u[P][V];  // -(lr * g) for this lane's elements
-#pragma unroll
-    for (int c = 0; c < P; ++c) {
-      const int el = (lane + c * G) * V;
-#pragma unroll
-      for (int q = 0; q < V; ++q) {
-        float g = el + q < dim ? b.grad[bag * dim + el + q] : 0.f;
-        if (mean) g = __fmul_rn(g, scale);
-        u[c][q] = -__fmul_rn(lr, g);
-      }
-    }
+    if (!bag_step<V, P>(b, bag, lr, lane, G, dim, s, e, u)) continue;
     for (int64_t k = s; k < e; ++k) {
       const int64_t row = b.rows[k];
       if (row < 0 || row >= capacity_rows) continue;
@@ -56,8 +81,7 @@ __global__ void __launch_bounds__(256) atomic_sgd_kernel(BackwardBatch b, float 
       for (int c = 0; c < P; ++c) {
         const int el = (lane + c * G) * V;
         if (el >= dim) continue;
-        if constexpr (V == 4) add_row(w + el, make_float4(u[c][0], u[c][1], u[c][2], u[c][3]));
-        else atomicAdd(w + el, u[c][0]);
+        add_atomic<V>(w + el, u[c]);
       }
     }
   }
@@ -81,15 +105,6 @@ __global__ void __launch_bounds__(256) mark_rows(const int64_t* rows, int64_t nn
   }
 }
 
-template <int V>
-__device__ __forceinline__ void add_plain(float* p, const float* u) {
-  float w[V];
-  rowvec::load<V>(p, w);
-#pragma unroll
-  for (int q = 0; q < V; ++q) w[q] = __fadd_rn(w[q], u[q]);
-  rowvec::store<V>(p, w);
-}
-
 template <int V, int P>
 __global__ void __launch_bounds__(256) marked_sgd_kernel(BackwardBatch b, float lr, float* values,
                                                          int64_t capacity_rows, int dim, rowvec::RowShape shape,
@@ -98,24 +113,10 @@ __global__ void __launch_bounds__(256) marked_sgd_kernel(BackwardBatch b, float 
   const int lane = threadIdx.x & (G - 1);
   const unsigned mask = rowvec::group_mask(G);
   const int64_t groups = (int64_t(gridDim.x) * blockDim.x) >> shape.log2_G;
-  const bool mean = b.combiner == Combiner::mean;
   for (int64_t bag = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> shape.log2_G; bag < b.bags; bag += groups) {
-    int64_t s = b.offsets[bag], e = b.offsets[bag + 1];
-    if (s < 0) s = 0;  // offsets that are not a CSR: never outside rows[]
-    if (e > b.nnz) e = b.nnz;
-    if (e <= s) continue;
-    const float scale = 1.0f / static_cast<float>(e - s);
+    int64_t s, e;
     float u[P][V];  // -(lr * g) for this lane's elements
-#pragma unroll
-    for (int c = 0; c < P; ++c) {
-      const int el = (lane + c * G) * V;
-#pragma unroll
-      for (int q = 0; q < V; ++q) {
-        float g = el + q < dim ? b.grad[bag * dim + el + q] : 0.f;
-        if (mean) g = __fmul_rn(g, scale);
-        u[c][q] = -__fmul_rn(lr, g);
-      }
-    }
+    if (!bag_step<V, P>(b, bag, lr, lane, G, dim, s, e, u)) continue;
     for (int64_t k0 = s; k0 < e; k0 += G) {
       // lane j: key k0 + j's row (-1: skipped) and whether other keys touch it
       int64_t my_row = -1;
@@ -137,12 +138,8 @@ __global__ void __launch_bounds__(256) marked_sgd_kernel(BackwardBatch b, float 
         for (int c = 0; c < P; ++c) {
           const int el = (lane + c * G) * V;
           if (el >= dim) continue;
-          if (rep) {
-            if constexpr (V == 4) add_row(w + el, make_float4(u[c][0], u[c][1], u[c][2], u[c][3]));
-            else atomicAdd(w + el, u[c][0]);
-          } else {
-            add_plain<V>(w + el, u[c]);
-          }
+          if (rep) add_atomic<V>(w + el, u[c]);
+          else add_plain<V>(w + el, u[c]);
         }
       }
     }
