@@ -196,14 +196,25 @@ void check_bags(Backend backend) {
     for (Combiner c : {Combiner::sum, Combiner::mean}) {
       auto out = poisoned<float>(dev, size_t(bags) * dim);
       route_pool_bags(dev, o.data(), v.data(), nullptr, bags, dim, c, out.data(), dev.stream);
-      std::vector<float> want(size_t(bags) * dim), scaled(size_t(bags) * dim);
+      // each bag's keys' vectors (src [nnz, dim]) added in key order, divided by the length for mean
+      auto pooled = [&](const std::vector<float>& src) {
+        std::vector<float> p(size_t(bags) * dim);
+        for (int64_t b = 0; b < bags; ++b) {
+          int64_t len = off[size_t(b) + 1] - off[size_t(b)];
+          for (int e = 0; e < dim; ++e) {
+            float acc = 0.f;
+            for (int64_t i = off[size_t(b)]; i < off[size_t(b) + 1]; ++i) acc += src[size_t(i * dim + e)];
+            if (c == Combiner::mean && len > 0) acc /= float(len);
+            p[size_t(b * dim + e)] = acc;
+          }
+        }
+        return p;
+      };
+      const std::vector<float> want = pooled(vecs);
+      std::vector<float> scaled(size_t(bags) * dim);
       for (int64_t b = 0; b < bags; ++b) {
         int64_t len = off[size_t(b) + 1] - off[size_t(b)];
         for (int e = 0; e < dim; ++e) {
-          float acc = 0.f;
-          for (int64_t i = off[size_t(b)]; i < off[size_t(b) + 1]; ++i) acc += vecs[size_t(i * dim + e)];
-          if (c == Combiner::mean && len > 0) acc /= float(len);
-          want[size_t(b * dim + e)] = acc;
           float g = grad[size_t(b * dim + e)];
           float kg = c == Combiner::mean && len > 0 ? g * (1.0f / float(len)) : g;
           scaled[size_t(b * dim + e)] = c == Combiner::mean && len == 0 ? 0.f : kg;
@@ -217,16 +228,7 @@ void check_bags(Backend backend) {
       std::vector<float> rows = testing::random_floats(size_t(m) * dim), copied(size_t(nnz) * dim);
       for (int64_t i = 0; i < nnz; ++i)
         for (int e = 0; e < dim; ++e) copied[size_t(i * dim + e)] = rows[size_t(idx[size_t(i)] * dim + e)];
-      std::vector<float> want_idx(size_t(bags) * dim);
-      for (int64_t b = 0; b < bags; ++b) {
-        int64_t len = off[size_t(b) + 1] - off[size_t(b)];
-        for (int e = 0; e < dim; ++e) {
-          float acc = 0.f;
-          for (int64_t i = off[size_t(b)]; i < off[size_t(b) + 1]; ++i) acc += copied[size_t(i * dim + e)];
-          if (c == Combiner::mean && len > 0) acc /= float(len);
-          want_idx[size_t(b * dim + e)] = acc;
-        }
-      }
+      const std::vector<float> want_idx = pooled(copied);
       Buffer<int64_t> ix(dev, idx);
       Buffer<float> r(dev, rows);
       auto out_idx = poisoned<float>(dev, size_t(bags) * dim);
