@@ -85,6 +85,10 @@ void route_iota_cpu(int64_t n, int64_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = i;
 }
 
+void route_widen_cpu(const int32_t* in, int64_t n, int64_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = in[i];
+}
+
 void route_lengths_cpu(const int64_t* offsets, int64_t bags, int64_t* lengths) {
   for (int64_t b = 0; b < bags; ++b) lengths[b] = offsets[b + 1] - offsets[b];
 }
@@ -345,6 +349,11 @@ void route_scatter_keys(const Device& dev, const int64_t* src, const int64_t* id
 void route_iota(const Device& dev, int64_t n, int64_t* out, Stream stream) {
   if (n == 0) return;
   ROUTE_DISPATCH("route_iota", route_iota_cpu(n, out), route_iota_cuda(n, out, stream));
+}
+
+void route_widen(const Device& dev, const int32_t* in, int64_t n, int64_t* out, Stream stream) {
+  if (n == 0) return;
+  ROUTE_DISPATCH("route_widen", route_widen_cpu(in, n, out), route_widen_cuda(in, n, out, stream));
 }
 
 void route_lengths(const Device& dev, const int64_t* offsets, int64_t bags, int64_t* lengths, Stream stream) {

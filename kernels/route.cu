@@ -63,6 +63,10 @@ __global__ void __launch_bounds__(kBlock) part_nonzero_kernel(const int64_t* cou
 
 __global__ void __launch_bounds__(kBlock) iota_kernel(int64_t n, int64_t* out) { GRID_STRIDE(i, n) out[i] = i; }
 
+__global__ void __launch_bounds__(kBlock) widen_kernel(const int32_t* in, int64_t n, int64_t* out) {
+  GRID_STRIDE(i, n) out[i] = in[i];
+}
+
 // counts[p] = elements of part p among the sorted parts: the distance between the first positions of p and p+1.
 __global__ void __launch_bounds__(kBlock) bucket_counts_kernel(const int32_t* sorted, int64_t n, int parts,
                                                                int64_t* counts) {
@@ -474,6 +478,8 @@ void route_scatter_keys_cuda(const int64_t* src, const int64_t* idx, int64_t n, 
 }
 
 void route_iota_cuda(int64_t n, int64_t* out, Stream s) { LAUNCH(iota_kernel, n, s, n, out); }
+
+void route_widen_cuda(const int32_t* in, int64_t n, int64_t* out, Stream s) { LAUNCH(widen_kernel, n, s, in, n, out); }
 
 void route_lengths_cuda(const int64_t* offsets, int64_t bags, int64_t* lengths, Stream s) {
   LAUNCH(lengths_kernel, bags, s, offsets, bags, lengths);

@@ -86,6 +86,8 @@ void route_scatter_keys(const Device& dev, const int64_t* src, const int64_t* id
                         Stream stream);
 // out[i] = i for i < n.
 void route_iota(const Device& dev, int64_t n, int64_t* out, Stream stream);
+// out[i] = in[i], widened to int64 (e.g. route_index_in_set's positions as ids), for i < n.
+void route_widen(const Device& dev, const int32_t* in, int64_t n, int64_t* out, Stream stream);
 
 // ---- bags
 
@@ -183,6 +185,7 @@ void route_scatter_rows_cpu(const float* src, const int64_t* idx, int64_t n, int
 void route_gather_keys_cpu(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst);
 void route_scatter_keys_cpu(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst);
 void route_iota_cpu(int64_t n, int64_t* out);
+void route_widen_cpu(const int32_t* in, int64_t n, int64_t* out);
 void route_lengths_cpu(const int64_t* offsets, int64_t bags, int64_t* lengths);
 void route_offsets_from_lengths_cpu(const int64_t* lengths, int64_t n, int64_t* offsets);
 void route_key_bags_cpu(const int64_t* offsets, int64_t bags, int64_t base, int64_t* bag_of_key);
@@ -230,6 +233,7 @@ void route_scatter_rows_cuda(const float* src, const int64_t* idx, int64_t n, in
 void route_gather_keys_cuda(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst, Stream s);
 void route_scatter_keys_cuda(const int64_t* src, const int64_t* idx, int64_t n, int64_t* dst, Stream s);
 void route_iota_cuda(int64_t n, int64_t* out, Stream s);
+void route_widen_cuda(const int32_t* in, int64_t n, int64_t* out, Stream s);
 void route_lengths_cuda(const int64_t* offsets, int64_t bags, int64_t* lengths, Stream s);
 void route_offsets_from_lengths_cuda(const Device& dev, const int64_t* lengths, int64_t n, int64_t* offsets,
                                      RouteScratch& scratch, Stream s);

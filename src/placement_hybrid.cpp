@@ -149,13 +149,9 @@ class HybridTable : public PlacedTable {
     int64_t* perm = grow(hot_perm_, ex_, std::max(hot_, H));
     int64_t* counts = grow(hot_counts_, ex_, H);
     route_bucket(dev, idx, hot_, int(H), perm, counts, scratch_, dev.stream);
-    // each hot key's place in the hot set as an int64 id: the bucket each position lies in, back in split order
-    int64_t* bucket_offsets = grow(hot_offsets_, ex_, H + 1);
-    route_offsets_from_lengths(dev, counts, H, bucket_offsets, scratch_, dev.stream);
-    int64_t* of_bucket = grow(hot_of_bucket_, ex_, hot_);
-    route_key_bags(dev, bucket_offsets, H, 0, of_bucket, dev.stream);
+    // each hot key's place in the hot set, as the int64 id GroupSums groups by
     int64_t* ids = grow(hot_ids_, ex_, hot_);
-    route_scatter_keys(dev, of_bucket, perm, hot_, ids, dev.stream);
+    route_widen(dev, idx, hot_, ids, dev.stream);
     // this rank's sum per hot key (GroupSums' fixed order: the hottest keys over many warps), into [H, dim] with
     // zeros for the hot keys it did not look up
     float* dense = grow(hot_dense_, ex_, size_t(H) * dim_);
@@ -242,8 +238,7 @@ class HybridTable : public PlacedTable {
   Buffer<int64_t> split_of_key_;  // [nnz]: key i's place among the split keys
   Buffer<int64_t> bag_of_key_, bag_of_split_;  // [nnz]: each key's bag, in key order and in split order
   Buffer<int64_t> hot_bag_offsets_, cold_bag_offsets_;  // [bags + 1]: the hot keys' and the cold keys' bags
-  Buffer<int64_t> hot_perm_, hot_counts_, hot_offsets_, hot_of_bucket_, hot_ids_, hot_touched_keys_, hot_rows_,
-      hot_iota_;
+  Buffer<int64_t> hot_perm_, hot_counts_, hot_ids_, hot_touched_keys_, hot_rows_, hot_iota_;
   GroupSums hot_sums_;  // this rank's sum per hot key
   Buffer<float> split_vecs_;  // [nnz, dim] the vectors of the hot keys, then of the cold ones
   Buffer<float> scaled_;      // [bags, dim]: mean's gradient per key of each bag

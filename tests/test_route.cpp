@@ -135,6 +135,16 @@ void check_permutations(Backend backend) {
   route_iota(dev, n, io.data(), dev.stream);
   std::vector<int64_t> ioh = io.download();
   for (int64_t i = 0; i < n; ++i) wrong += ioh[size_t(i)] != i;
+  // int32 values (negative and large ones too) widened into a poisoned int64 array; the place past n keeps the poison
+  std::vector<int32_t> narrow(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) narrow[size_t(i)] = int32_t(keys[size_t(i)] % 2000000000) * (i % 2 ? -1 : 1);
+  Buffer<int32_t> nw(dev, narrow);
+  auto wide = poisoned<int64_t>(dev, size_t(n) + 1);
+  const int64_t past = wide.download()[size_t(n)];
+  route_widen(dev, nw.data(), n, wide.data(), dev.stream);
+  std::vector<int64_t> wh = wide.download();
+  for (int64_t i = 0; i < n; ++i) wrong += wh[size_t(i)] != int64_t(narrow[size_t(i)]);
+  wrong += wh[size_t(n)] != past;
   BOOST_CHECK_EQUAL(wrong, 0u);
   if (dev.is_cuda()) close_device(dev);
 }
