@@ -49,6 +49,8 @@ void atomic_sgd_update(const Device& dev, const BackwardBatch& batch, float lr, 
   SPARTA_REQUIRE(batch.bags == 0 || batch.grad != nullptr, "atomic sgd update: %lld bags but no gradient given",
                  static_cast<long long>(batch.bags));
   SPARTA_REQUIRE(batch.nnz == 0 || values != nullptr, "atomic sgd update: no values given");
+  SPARTA_REQUIRE(reinterpret_cast<uintptr_t>(marks) % 8 == 0,
+                 "atomic sgd update: the row marks must be 8-byte aligned, found address %p", static_cast<void*>(marks));
   if (!dev.is_cuda()) return atomic_sgd_update_cpu(batch, lr, values, capacity_rows, dim);
 #if SPARTA_CUDA
   atomic_sgd_update_cuda(batch, lr, values, capacity_rows, dim, marks, state, stream);

@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(256) mark_rows(const int64_t* rows, int64_t nn
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < nnz; k += stride) {
     const int64_t row = rows[k];
-    if (row >= 0 && row < capacity_rows) rowmarks::mark(marks, rowmarks::half(capacity_rows), row);
+    if (row >= 0 && row < capacity_rows) rowmarks::mark(marks, row);
   }
 }
 
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(256) marked_sgd_kernel(BackwardBatch b, float 
         const int64_t row = b.rows[k0 + lane];
         if (row >= 0 && row < capacity_rows) {
           my_row = row;
-          my_shared = !rowmarks::single(marks, rowmarks::half(capacity_rows), row);
+          my_shared = !rowmarks::single(marks, row);
         }
       }
       const int n = static_cast<int>(e - k0 < G ? e - k0 : G);

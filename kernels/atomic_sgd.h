@@ -48,7 +48,7 @@ enum class RowMarks {
 };
 
 // values [capacity_rows, dim] -= lr * (each key's gradient), as above. marks: device memory of
-// atomic_sgd_mark_words(capacity_rows, dim) uint32 words, standing as `state` says; or nullptr
+// atomic_sgd_mark_words(capacity_rows, dim) uint32 words, 8-byte aligned, standing as `state` says; or nullptr
 // for the atomics alone at every dim; the cpu backend ignores them. The update leaves them zero (ready for the
 // next lookups to mark). Asynchronous on stream (cuda). Throws sparta::Error, before anything changes, on bad
 // sizes, a learning rate that is not finite or a missing pointer; the cpu backend also on offsets that are not a

@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forwar
         if (lane < cnt) {
           a.rows[i0 + lane] = mine;
           if constexpr (kTrain)
-            if (a.marks && mine >= 0) rowmarks::mark(a.marks, rowmarks::half(a.table.capacity_rows), mine);
+            if (a.marks && mine >= 0) rowmarks::mark(a.marks, mine);
         }
       }
       // Batch n's rows added to their bags in key order.
@@ -304,8 +304,7 @@ __global__ void __launch_bounds__(256) direct_quad_kernel(ForwardArgs a) {
         if (a.rows && a.marks)
 #pragma unroll
           for (int h = 0; h < kPerLane; ++h)
-            if (h * kQuad + lane < cnt && mine[h] >= 0)
-              rowmarks::mark(a.marks, rowmarks::half(a.table.capacity_rows), mine[h]);
+            if (h * kQuad + lane < cnt && mine[h] >= 0) rowmarks::mark(a.marks, mine[h]);
 #pragma unroll
       for (int j = 0; j < kQuadBatch; ++j) {
         if (j >= cnt) break;
