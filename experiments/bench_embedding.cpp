@@ -21,8 +21,7 @@
 // --index direct: the table has a direct index (EmbeddingTable direct_stride 1: row = key) and the keys are the
 // ranks' permuted indices themselves, 0..rows-1, instead of their hashes; hashed (the default): hash slots.
 // --update atomic: the step's SGD update key by key with float atomics (OptimizerConfig::atomic_update,
-// kernels/atomic_sgd.h: no sort, not bitwise reproducible; rows_updated is then not counted and recorded null; at
-// dims >= 32 the step's update takes the row marks its forward set, the update timed alone marks its rows itself);
+// kernels/atomic_sgd.h: no sort, not bitwise reproducible; rows_updated is then not counted and recorded null);
 // sorted (the default): the fixed-order backward.
 // With no axis options the default points run: 40M x 128 one-hot (alpha 0 and 1.1), 40M x 32 hot 8, 10M x 16.
 #include <algorithm>

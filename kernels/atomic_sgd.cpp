@@ -32,7 +32,7 @@ int64_t atomic_sgd_mark_words(int64_t capacity_rows, int dim) {
 }
 
 void atomic_sgd_update(const Device& dev, const BackwardBatch& batch, float lr, float* values, int64_t capacity_rows,
-                       int dim, uint32_t* marks, RowMarks state, Stream stream) {
+                       int dim, uint32_t* marks, Stream stream) {
   SPARTA_REQUIRE(dim >= 1 && dim <= 256, "atomic sgd update: dim must be in [1, 256], found %d", dim);
   SPARTA_REQUIRE(std::isfinite(lr), "atomic sgd update: the learning rate must be finite, found %g", double(lr));
   SPARTA_REQUIRE(capacity_rows >= 0, "atomic sgd update: capacity_rows must be >= 0, found %lld",
@@ -49,13 +49,11 @@ void atomic_sgd_update(const Device& dev, const BackwardBatch& batch, float lr, 
   SPARTA_REQUIRE(batch.bags == 0 || batch.grad != nullptr, "atomic sgd update: %lld bags but no gradient given",
                  static_cast<long long>(batch.bags));
   SPARTA_REQUIRE(batch.nnz == 0 || values != nullptr, "atomic sgd update: no values given");
-  SPARTA_REQUIRE(reinterpret_cast<uintptr_t>(marks) % 8 == 0,
-                 "atomic sgd update: the row marks must be 8-byte aligned, found address %p", static_cast<void*>(marks));
   if (!dev.is_cuda()) return atomic_sgd_update_cpu(batch, lr, values, capacity_rows, dim);
 #if SPARTA_CUDA
-  atomic_sgd_update_cuda(batch, lr, values, capacity_rows, dim, marks, state, stream);
+  atomic_sgd_update_cuda(batch, lr, values, capacity_rows, dim, marks, stream);
 #else
-  (void)marks, (void)state, (void)stream;
+  (void)marks, (void)stream;
   SPARTA_FATAL("atomic_sgd_update on %s in a CUDA=0 build", dev.name().c_str());
 #endif
 }

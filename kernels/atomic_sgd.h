@@ -3,16 +3,14 @@
 // (mean over the bag's n keys). No sort and no per-row sum: one read of the bag's gradient and one vector float
 // atomic per key, so the update costs about what the forward does.
 //
-// Rows of 32 floats or more, given `marks` (cuda): two bits per row, "seen" and "repeated" (kernels/row_marks.cuh),
-// tell the rows that one key of the batch touches; such a row is read, added to and written with plain loads and
-// stores, and only rows that several keys touch (or that the marks never saw) take the atomics. The L2 applies
-// vector atomics at a rate that rows of 128 bytes and more exceed: on one H200, 13.6M uniform keys over 40M rows,
-// the atomics alone take 1.51 / 5.17 ms at dims 32 / 128 against 1.11 / 3.65 ms for a plain read and write of the
-// same rows (experiments/NOTES_embedding.md run 19). The marks come from the train lookups that gave the batch its
-// rows (pooled_forward.h, ForwardArgs::marks: set as each row is written, at no extra pass), or from a marking pass
-// over the batch's rows here (one L2 atomic or two per key, about 0.28 ms for those 13.6M keys). Below dim 32 the
-// marks cost more than the plain stores save, so narrower rows take the atomics alone. Same bits either way: a row
-// one key touches gets w + (-(lr * g)), one rounded add.
+// Rows of 32 floats or more, given `marks` (cuda): a marking pass first sets two bits per row, "seen" and
+// "repeated" (atomicOr on a bitmap of atomic_sgd_mark_words words, cleared by the call), then a row that one key
+// of the batch touches is read, added to and written with plain loads and stores, and only rows that several keys
+// touch take the atomics. The L2 applies vector atomics at a rate that rows of 128 bytes and more exceed: on one
+// H200, 13.6M uniform keys over 40M rows, the atomics alone take 1.51 / 5.17 ms at dims 32 / 128 against 1.11 /
+// 3.65 ms for a plain read and write of the same rows (experiments/NOTES_embedding.md run 19). The marking pass
+// costs about 0.28 ms; at dim 16 it costs more than the plain stores save, so narrower rows take the atomics
+// alone. Same bits either way: a row one key touches gets w + (-(lr * g)), one rounded add.
 //
 // Not reproducible bit for bit: a row that several keys touch takes their adds in whatever order the device
 // runs them (w - a - b, not w - (a + b) as embedding_backward.h's fixed order gives), so two runs may differ in
@@ -30,34 +28,24 @@
 
 namespace sparta {
 
-// The narrowest rows that take the marks.
+// The narrowest rows that take the marking pass.
 constexpr int kAtomicSgdMarkedDim = 32;
 
 // Words of marks the cuda update uses for a table of these rows: two bits per row at dims of at least
 // kAtomicSgdMarkedDim, none below.
 int64_t atomic_sgd_mark_words(int64_t capacity_rows, int dim);
 
-// How the marks given to the update stand.
-enum class RowMarks {
-  // Anything (e.g. poisoned): the update clears them and marks the batch's rows itself first.
-  unset,
-  // Zero, then set by the train lookups whose rows the batch holds, and by nothing else, since: every row the
-  // batch repeats must have been repeated in those lookups (a row they gave once but the batch holds twice would
-  // take two plain updates at once, one lost). Rows the lookups never gave take the atomics.
-  from_lookups,
-};
-
 // values [capacity_rows, dim] -= lr * (each key's gradient), as above. marks: device memory of
-// atomic_sgd_mark_words(capacity_rows, dim) uint32 words, 8-byte aligned, standing as `state` says; or nullptr
-// for the atomics alone at every dim; the cpu backend ignores them. The update leaves them zero (ready for the
-// next lookups to mark). Asynchronous on stream (cuda). Throws sparta::Error, before anything changes, on bad
-// sizes, a learning rate that is not finite or a missing pointer; the cpu backend also on offsets that are not a
-// CSR of the nnz keys (the cuda kernels never read or write outside their arrays with such offsets).
+// atomic_sgd_mark_words(capacity_rows, dim) uint32 words (contents need not be anything; overwritten), or nullptr
+// for the atomics alone at every dim; the cpu backend ignores it. Asynchronous on stream (cuda). Throws
+// sparta::Error, before anything changes, on bad sizes, a learning rate that is not finite or a missing pointer;
+// the cpu backend also on offsets that are not a CSR of the nnz keys (the cuda kernels never read or write
+// outside their arrays with such offsets).
 void atomic_sgd_update(const Device& dev, const BackwardBatch& batch, float lr, float* values,
-                       int64_t capacity_rows, int dim, uint32_t* marks, RowMarks state, Stream stream);
+                       int64_t capacity_rows, int dim, uint32_t* marks, Stream stream);
 
 void atomic_sgd_update_cpu(const BackwardBatch& batch, float lr, float* values, int64_t capacity_rows, int dim);
 void atomic_sgd_update_cuda(const BackwardBatch& batch, float lr, float* values, int64_t capacity_rows, int dim,
-                            uint32_t* marks, RowMarks state, Stream stream);
+                            uint32_t* marks, Stream stream);
 
 }  // namespace sparta

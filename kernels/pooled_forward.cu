@@ -26,7 +26,6 @@
 #include "src/base/check.h"
 #include "kernels/hash_table_ref.cuh"
 #include "kernels/pooled_forward.h"
-#include "kernels/row_marks.cuh"
 
 namespace sparta {
 
@@ -185,11 +184,7 @@ __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forwar
 #pragma unroll
         for (int j = 1; j < kBatch; ++j)
           if (lane == j) mine = r[j];
-        if (lane < cnt) {
-          a.rows[i0 + lane] = mine;
-          if constexpr (kTrain)
-            if (a.marks && mine >= 0) rowmarks::mark(a.marks, mine);
-        }
+        if (lane < cnt) a.rows[i0 + lane] = mine;
       }
       // Batch n's rows added to their bags in key order.
 #pragma unroll
@@ -299,12 +294,6 @@ __global__ void __launch_bounds__(256) direct_quad_kernel(ForwardArgs a) {
           v[j] = kTrain ? __ldcg(p) : __ldg(p);
         }
       }
-      // The marks while the rows are in flight (each mark waits on L2 atomics, not on them).
-      if constexpr (kTrain)
-        if (a.rows && a.marks)
-#pragma unroll
-          for (int h = 0; h < kPerLane; ++h)
-            if (h * kQuad + lane < cnt && mine[h] >= 0) rowmarks::mark(a.marks, mine[h]);
 #pragma unroll
       for (int j = 0; j < kQuadBatch; ++j) {
         if (j >= cnt) break;

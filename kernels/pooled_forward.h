@@ -40,10 +40,6 @@ struct ForwardArgs {
   void* out = nullptr;               // [bags, dim] of out_type (16-byte aligned for the fast path)
   OutputType out_type = OutputType::f32;
   int64_t* rows = nullptr;           // [nnz], may be null
-  // Train, with rows (cuda): each row written to rows[] is also marked here (kernels/row_marks.cuh: seen, and
-  // repeated when it was seen before), for the atomic SGD update of the rows (atomic_sgd.h, RowMarks::from_lookups).
-  // Null: no marks. The cpu backend ignores it.
-  uint32_t* marks = nullptr;
 };
 
 // out[b] = combiner over keys[offsets[b] .. offsets[b+1]) of values[row(key)]. Asynchronous on stream (cuda):

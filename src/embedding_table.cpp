@@ -86,7 +86,6 @@ EmbeddingTable::EmbeddingTable(const Device& dev, const EmbeddingTableConfig& cf
                              : 0)) {
   reset_state(dev_.stream);
   init_direct_rows(dev_.stream);
-  if (!marks_.empty()) marks_.fill_bytes(0);  // the first lookups mark from zero
   if (cfg.max_batch_keys > 0) workspace(cfg.max_batch_keys, dev_.stream);
   synchronize(dev_);  // ready for any stream: work on another stream is not ordered after dev.stream
 }
@@ -129,16 +128,6 @@ ForwardArgs EmbeddingTable::forward_args(LookupMode mode, void* out, OutputType 
   return a;
 }
 
-uint32_t* EmbeddingTable::lookup_marks(bool marks_rows, const int64_t* rows) {
-  if (marks_.empty() || rows == nullptr) return nullptr;
-  if (!marks_rows) {
-    marks_spoiled_ = true;
-    return nullptr;
-  }
-  marks_from_lookups_ = true;
-  return marks_.data();
-}
-
 void EmbeddingTable::check(LookupMode mode, MissingKey missing, Check when, Stream stream) {
   if (when == Check::now && (mode == LookupMode::train || missing == MissingKey::error)) check_lookups(missing, stream);
 }
@@ -152,7 +141,6 @@ void EmbeddingTable::pooled_forward(const int64_t* offsets, const int64_t* keys,
                                     MissingKey missing, Check when, Stream stream) {
   if (mode == LookupMode::train) check_keys_per_call(cfg_.name, "bags", bags);
   ForwardArgs a = forward_args(mode, out, out_type, rows);
-  a.marks = lookup_marks(mode == LookupMode::train, rows);
   a.offsets = offsets;
   a.keys = keys;
   a.bags = bags;
@@ -165,7 +153,6 @@ void EmbeddingTable::unpooled_forward(const int64_t* keys, int64_t nnz, LookupMo
                                       int64_t* rows, MissingKey missing, Check when, Stream stream) {
   if (mode == LookupMode::train) check_keys_per_call(cfg_.name, "keys", nnz);
   ForwardArgs a = forward_args(mode, out, out_type, rows);
-  a.marks = lookup_marks(mode == LookupMode::train, rows);
   a.keys = keys;
   a.bags = nnz;
   sparta::unpooled_forward(dev_, a, stream);
@@ -173,7 +160,6 @@ void EmbeddingTable::unpooled_forward(const int64_t* keys, int64_t nnz, LookupMo
 }
 
 void EmbeddingTable::find(const int64_t* keys, int64_t n, int64_t* rows, Stream stream) {
-  lookup_marks(false, rows);
   hash_.find(keys, n, rows, stream);
 }
 
@@ -227,10 +213,8 @@ void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* 
   if (lr_scale != 1.0f) opt.lr = opt.lr * lr_scale;
   try {
     if (opt.atomic_update) {  // no sort, no workspace: key by key (kernels/atomic_sgd.h)
-      const RowMarks marks = marks_from_lookups_ && !marks_spoiled_ ? RowMarks::from_lookups : RowMarks::unset;
       atomic_sgd_update(dev_, b, opt.lr, values_.data(), cfg_.capacity_rows, cfg_.dim,
-                        marks_.empty() ? nullptr : marks_.data(), marks, stream);
-      marks_from_lookups_ = marks_spoiled_ = false;  // the update left them zero
+                        marks_.empty() ? nullptr : marks_.data(), stream);
       return;
     }
     sparta::backward_and_update(dev_, b, workspace(nnz, stream), opt, step, values_.data(), state_.data(),
@@ -288,7 +272,6 @@ void EmbeddingTable::finish_row_gradients(const float* grad, float* row_grads, S
 
 void EmbeddingTable::insert_rows(const int64_t* keys, int64_t n, int64_t* rows, Stream stream) {
   check_keys_per_call(cfg_.name, "keys", n);
-  lookup_marks(false, rows);
   ForwardArgs a = forward_args(LookupMode::train, nullptr, OutputType::f32, rows);
   hash_.get_insert(keys, n, rows, a.rows_init, stream);
 }
@@ -357,7 +340,6 @@ void EmbeddingTable::load_rows(const TableRows& rows, Stream stream) {
 }
 
 void EmbeddingTable::clear(Stream stream) {
-  marks_spoiled_ = !marks_.empty();  // rows handed out before no longer hold their keys
   hash_.clear(stream);
   reset_state(stream);
   init_direct_rows(stream);

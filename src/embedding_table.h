@@ -15,13 +15,6 @@
 // with float atomics (kernels/atomic_sgd.h: no sort, not bitwise reproducible). row_gradients and its two
 // parts always take the fixed order.
 //
-// The atomic update's row marks (cuda, dims >= 32; kernels/atomic_sgd.h): the train lookups that write rows
-// (pooled_forward, unpooled_forward) mark them as they go, and backward_and_update takes those marks instead of a
-// marking pass of its own, when no other call handed out rows since the last update (insert_rows, find, an eval
-// lookup with rows, clear: then it marks the batch's rows itself). Either way its rows must be rows those calls
-// gave (as below: the rows of the lookups, or fewer of them), so that a row the batch holds twice was looked up
-// twice.
-//
 // Streams: every operation takes the stream it runs on as its last parameter (the cpu backend ignores it), and
 // says whether it synchronizes the host. Operations on different streams are not ordered by the table: the
 // caller orders them (an event, or a synchronization), as for any CUDA work. A step on one stream
@@ -141,8 +134,6 @@ class EmbeddingTable {
   // The backward of a pooled train forward and optimizer step `step` (the global step, from 1) on the rows the
   // batch touched. offsets [bags + 1] and rows [nnz] are those of the pooled_forward (rows < 0 — refused or
   // missing keys — contribute nothing), grad [bags, dim] is the gradient of its output, combiner its combiner.
-  // Any bags over rows that this table's lookups or insert_rows gave since the last update will do (the dispatch
-  // owner's one bag per key); with atomic_update those rows must not repeat more than they did there (above).
   // Device pointers; asynchronous on stream: no synchronization and no allocation once the workspace holds
   // nnz keys (growing it synchronizes the stream of the previous backward, then frees the old workspace).
   // Throws sparta::Error naming the table, before anything runs, on bad sizes, on nnz or bags above
@@ -198,9 +189,6 @@ class EmbeddingTable {
  private:
   ForwardArgs forward_args(LookupMode mode, void* out, OutputType out_type, int64_t* rows);
   void check(LookupMode mode, MissingKey missing, Check when, Stream stream);
-  // The marks a lookup writing rows (null: none) sets, marks_rows or not: a lookup that hands out rows without
-  // marking them spoils the marks until the next update.
-  uint32_t* lookup_marks(bool marks_rows, const int64_t* rows);
   void reset_state(Stream stream);
   void init_direct_rows(Stream stream);  // every row's initial values (a direct index)
   BackwardWorkspace& workspace(int64_t nnz, Stream stream);
@@ -218,8 +206,6 @@ class EmbeddingTable {
   Buffer<float> state_;   // [capacity_rows, state_width]
   Buffer<KeySegment> segments_;  // cfg.key_segments on the device (key_init() points at them)
   Buffer<uint32_t> marks_;       // the atomic update's row marks (kernels/atomic_sgd.h; cuda, dims >= 32)
-  bool marks_from_lookups_ = false;  // train lookups marked their rows since the last update
-  bool marks_spoiled_ = false;       // another call handed out rows since then
   std::unique_ptr<BackwardWorkspace> workspace_;  // sort buffers of the backward, reused every step
   Buffer<int64_t> unique_rows_;                   // row_gradients' rows (grown)
   Stream workspace_stream_ = nullptr;             // the stream of the last backward, which last used workspace_

@@ -9,6 +9,7 @@
 #include "src/base/agree.h"
 #include "src/base/check.h"
 #include "src/placement_common.h"
+#include "kernels/atomic_sgd.h"
 
 namespace sparta {
 
@@ -140,13 +141,13 @@ constexpr double kKeyPass = 16;           // one pass over n 8-byte keys or indi
 constexpr double kSort = 4 * kKeyPass;    // a sort of n keys (or row ids) with their positions
 struct Local {
   double v, s;  // bytes of a vector, of a row's optimizer state
-  bool atomic;  // sgd's atomic_update: no sort; each key's row read and written by its add (the rows marked by
-                // the lookup that gave them: L2 atomics, no device bytes)
+  bool atomic;  // sgd's atomic_update: no sort; each key's row read and written by its atomic add
+  bool marked;  // ... after a marking pass over the keys' rows (dims >= kAtomicSgdMarkedDim)
   double lookup_pooled(double n, double p) const { return kKeyPass * n + n * v + p * v; }  // probe, rows, out
   double lookup_keys(double n) const { return kKeyPass * n + 2 * n * v; }                 // probe, rows, out
   // backward_and_update: the rows sorted, each key's gradient read, the touched rows' values and state updated
   double update(double n, double r) const {
-    return atomic ? 3 * n * v : kSort * n + n * v + r * (2 * v + 2 * s);
+    return atomic ? 3 * n * v + (marked ? kKeyPass * n : 0) : kSort * n + n * v + r * (2 * v + 2 * s);
   }
 };
 }  // namespace
@@ -166,7 +167,8 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
   const double f = (W - 1) / W;                                              // share of keys owned elsewhere
   const double R = double(t.rows);
   const bool atomic = t.optimizer.atomic_update;
-  const Local L{v, 4.0 * optimizer_state_width(t.optimizer.kind, t.dim), atomic};
+  const Local L{v, 4.0 * optimizer_state_width(t.optimizer.kind, t.dim), atomic,
+                atomic && t.dim >= kAtomicSgdMarkedDim};
   const double U = std::min(R, expected_distinct(stats, K, 0));               // distinct keys of a rank
   const double Ug = std::min(R, expected_distinct(stats, W * K, 0));          // distinct keys of the global batch
   const double k = kKeyPass;

@@ -2,9 +2,7 @@
 // written here (the keys applied one by one in key order, float arithmetic): bit for bit on the cpu backend;
 // on the cuda backend bit for bit for rows one key touches and within float rounding for rows several keys
 // touch (their adds land in any order); untouched rows and rows outside the table never change. An
-// EmbeddingTable with atomic_update against one with the sorted backward (its lookups' marks), and after calls
-// that hand out rows without marking them; the settings' and inputs' errors.
-#include <algorithm>
+// EmbeddingTable with atomic_update against one with the sorted backward; the settings' and inputs' errors.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <map>
@@ -74,10 +72,7 @@ void matches_key_order_reference(Backend backend) {
   for (int dim : {1, 3, 4, 8, 12, 16, 20, 32, 64, 128, 256})
     for (Combiner comb : {Combiner::sum, Combiner::mean})
       for (int shift : {0, 1})  // values at a 16-byte boundary (vector atomics) or 4 bytes past it (scalar)
-        // 0: atomics alone; 1: the marking pass (dims >= 32; poisoned marks); 2: marks said to come from the
-        // lookups but zero (no row seen: every row must take the atomics)
-        for (int mode : {0, 1, 2}) {
-          const bool marked = mode > 0;
+        for (bool marked : {false, true}) {  // the marking pass (dims >= 32; poisoned marks) or atomics alone
           if (marked && atomic_sgd_mark_words(capacity, dim) == 0) continue;
           Batch b = random_batch(53, 11, capacity, dim);
           const float lr = 0.37f;
@@ -94,14 +89,9 @@ void matches_key_order_reference(Backend backend) {
           bb.bags = b.bags();
           bb.nnz = int64_t(b.rows.size());
           bb.combiner = comb;
-          marks.fill_bytes(mode == 2 ? 0 : 0xA5);
+          marks.fill_bytes(0xA5);
           atomic_sgd_update(dev, bb, lr, values.data() + shift, capacity, dim, marked ? marks.data() : nullptr,
-                            mode == 2 ? RowMarks::from_lookups : RowMarks::unset, dev.stream);
-          if (marked && backend == Backend::cuda) {  // left zero for the next lookups
-            const std::vector<uint32_t> m = marks.download();
-            BOOST_TEST(std::count(m.begin(), m.begin() + atomic_sgd_mark_words(capacity, dim), 0u) ==
-                       atomic_sgd_mark_words(capacity, dim));
-          }
+                            dev.stream);
           std::vector<float> got(v0.size());
           copy_to_host(dev, got.data(), values.data() + shift, got.size() * sizeof(float), dev.stream);
           const Want want = expected(b, v0, capacity, dim, lr, comb);
@@ -119,11 +109,11 @@ void matches_key_order_reference(Backend backend) {
                                      << want.touches[size_t(row)] << " times)");
               }
             }
-          BOOST_TEST(bad == 0u, "dim " << dim << ", marks " << mode);
+          BOOST_TEST(bad == 0u, "dim " << dim << (marked ? ", marked" : ""));
           marked_runs += marked;
           if (backend == Backend::cuda) BOOST_TEST(several > 0u, "no row touched twice: the batch tests nothing");
         }
-  BOOST_TEST(marked_runs == 32);  // dims 32, 64, 128, 256: two combiners, two shifts, two marks' modes
+  BOOST_TEST(marked_runs == 16);  // dims 32, 64, 128, 256: two combiners, two shifts
   close_device(dev);
 }
 
@@ -132,7 +122,7 @@ void matches_key_order_reference(Backend backend) {
 void table_matches_sorted_table(Backend backend) {
   Device dev = open(backend);
   for (int64_t stride : {0, 1})  // hashed, direct
-    for (int dim : {16, 32, 64}) {  // atomics alone; from 32 the lookup's marks (cuda: quad and 8-lane walks)
+    for (int dim : {16, 32}) {  // atomics alone; the marking pass first (cuda)
       EmbeddingTableConfig c;
       c.name = "views";
       c.dim = dim;
@@ -187,54 +177,6 @@ void table_matches_sorted_table(Backend backend) {
   close_device(dev);
 }
 
-// The table's marks (cuda, dims >= 32) come from its train lookups; a call that hands out rows without marking
-// them (insert_rows, find, an eval lookup with rows) makes the next update mark its batch itself. Here the
-// update's rows come from such a call after a train lookup that gave each key once, and hold one row 300 times:
-// trusting the lookup's marks, those 300 keys would read, add to and write that row at once, and steps would be
-// lost (each step is at least 0.05 here; float rounding of the sums stays far below).
-void spoiled_marks_take_a_pass(Backend backend) {
-  Device dev = open(backend);
-  for (int spoiler : {0, 1, 2}) {  // insert_rows, find, an eval lookup
-    EmbeddingTableConfig c;
-    c.name = "clicks";
-    c.dim = 32;
-    c.capacity_rows = 256;
-    c.seed = testing::seed();
-    c.optimizer.kind = OptimizerKind::sgd;
-    c.optimizer.lr = 0.1f;
-    c.direct_stride = 1;
-    EmbeddingTable sorted(dev, c);
-    c.optimizer.atomic_update = true;
-    EmbeddingTable atomic(dev, c);
-    std::vector<int64_t> keys_a(128), keys_x(300, 5), offsets_x;
-    for (int64_t k = 0; k < 128; ++k) keys_a[size_t(k)] = k;
-    for (int64_t k = 200; k < 220; ++k) keys_x.push_back(k);
-    const int64_t nx = int64_t(keys_x.size());
-    for (int64_t i = 0; i <= nx; ++i) offsets_x.push_back(i);
-    Buffer<int64_t> oa(dev, std::vector<int64_t>{0, 128}), ka(dev, keys_a), ra(dev, 128), ox(dev, offsets_x),
-        kx(dev, keys_x), rx(dev, size_t(nx));
-    Buffer<float> out(dev, size_t(nx) * c.dim), g(dev, testing::random_floats(size_t(nx) * c.dim, 0.5f, 1.f));
-    for (EmbeddingTable* t : {&sorted, &atomic}) {
-      t->pooled_forward(oa.data(), ka.data(), 1, Combiner::sum, LookupMode::train, out.data(), OutputType::f32,
-                        ra.data(), MissingKey::zeros, Check::deferred, dev.stream);
-      if (spoiler == 0) t->insert_rows(kx.data(), nx, rx.data(), dev.stream);
-      if (spoiler == 1) t->find(kx.data(), nx, rx.data(), dev.stream);
-      if (spoiler == 2)
-        t->unpooled_forward(kx.data(), nx, LookupMode::eval, out.data(), OutputType::f32, rx.data(), MissingKey::zeros,
-                            Check::deferred, dev.stream);
-      t->backward_and_update(ox.data(), rx.data(), nx, nx, g.data(), Combiner::sum, 1, dev.stream);
-      t->check_lookups(MissingKey::zeros, dev.stream);
-    }
-    const TableRows s = sorted.export_rows(dev.stream), a = atomic.export_rows(dev.stream);
-    BOOST_TEST(a.keys == s.keys);
-    size_t bad = 0;
-    for (size_t i = 0; i < a.values.size() && a.keys == s.keys; ++i)
-      bad += !(std::fabs(a.values[i] - s.values[i]) <= 2e-3f);
-    BOOST_TEST(bad == 0u, "spoiler " << spoiler);
-  }
-  close_device(dev);
-}
-
 // Bad settings and inputs: an error naming what was wrong, and nothing changed.
 void errors_change_nothing(Backend backend) {
   Device dev = open(backend);
@@ -267,7 +209,7 @@ void errors_change_nothing(Backend backend) {
     const float lr = which == 0 ? std::nanf("") : 0.1f;
     if (which == 1) bb.grad = nullptr;
     try {
-      atomic_sgd_update(dev, bb, lr, values.data(), 8, 4, nullptr, RowMarks::unset, dev.stream);
+      atomic_sgd_update(dev, bb, lr, values.data(), 8, 4, nullptr, dev.stream);
       BOOST_ERROR("case " << which << ": no error");
     } catch (const Error& e) {
       const std::string m = e.what();
@@ -283,5 +225,4 @@ void errors_change_nothing(Backend backend) {
 
 SPARTA_BACKEND_CASES(atomic_sgd_matches_the_key_order_reference, matches_key_order_reference)
 SPARTA_BACKEND_CASES(atomic_update_table_matches_the_sorted_table, table_matches_sorted_table)
-SPARTA_BACKEND_CASES(atomic_update_after_rows_it_did_not_mark_marks_its_batch, spoiled_marks_take_a_pass)
 SPARTA_BACKEND_CASES(atomic_update_errors_change_nothing, errors_change_nothing)
