@@ -4,30 +4,36 @@
 # figure has its ratio from one run on the same GPUs).
 #   experiments/gpu_session.sh BUILD OUT [PART...]
 # BUILD is a `make gpu-bundle` folder (build/openmpi), or a .tar.xz of one (extracted under /tmp). PARTs, run in
-# the order given (default: all = tests repeat kernels comm collection train graphs sweeps emulated):
-#   tests       every suite (tests/run_all.sh) with 1 rank, and 2 when there are 2 GPUs; with one GPU,
-#               mpi_test_collection again with 2 ranks sharing it (SPARTA_TEST_SHARED_GPU=1, MPI communication: the
-#               overlap's streams with more than one rank)
-#   repeat      with 2 GPUs: mpi_test_collection at 2 ranks six times, NCCL's connections made at creation (the
-#               default) and on first use (SPARTA_TEST_LAZY_CONNECT=1) alternating, each stopped after 90 s
+# the order given (default: all = tests repeat kernels comm collection train graphs sweeps emulated model). GPU
+# counts: 1 and every power of 2 up to the machine's GPUs (1 2 4 8 on 8), or SPARTA_GPU_COUNTS="2 4 8" (a part
+# that runs too long for one call can be split by counts across calls); "multi" below: those counts from 2 up.
+#   tests       every suite (tests/run_all.sh) at each count; with one GPU, mpi_test_collection again with 2 ranks
+#               sharing it (SPARTA_TEST_SHARED_GPU=1, MPI communication: the overlap's streams with more than one
+#               rank)
+#   repeat      with 2 GPUs or more: mpi_test_collection at 2 ranks six times, NCCL's connections made at creation
+#               (the default) and on first use (SPARTA_TEST_LAZY_CONNECT=1) alternating, each stopped after 90 s
 #   kernels     bench_hashtable, bench_embedding; peer_torch.py (EmbeddingBag): one-hot (uniform, power-law),
 #               hot 8 at dims 16-128 and the DCNv2 hotness at dim 128 (bench_embedding with the hashed and the
 #               direct index, the step with the sorted and the atomic SGD update)
-#   comm        bench_alltoall (nccl, then hier and mpi) at 2 ranks; peer_a2a.py; nccl at 4 KiB-16 MiB with NCCL's
-#               non-blocking mode and the default blocking one
-#   collection  bench_collection: MLPerf v1 one-hot and DCNv2 multi-hot tables, every placement and the plan, 1 and
-#               2 GPUs, 65536 samples per GPU, hashed and direct index; on 2 GPUs also without the overlap;
-#               MLPerf v1 with power-law keys (alpha 1.1), and on 2 GPUs the bf16 wire
-#   train       bench_train: dot and dcnv2 at 65536 per GPU, bf16 on 1 and 2 GPUs (three runs each, alternating, 50
-#               timed steps: launches of the same command differ by a few percent), fp16 and fp32 on 1, sgd
-#               hashed / direct / direct with the atomic update on 1;
-#               peer_dlrm.py with and without --compile
+#   comm        at each multi count: bench_alltoall (nccl 1 KiB-1 GiB, then hier and mpi) beside peer_a2a.py on
+#               as many GPUs; nccl at 4 KiB-16 MiB with NCCL's non-blocking mode and the default blocking one
+#   collection  bench_collection: MLPerf v1 one-hot and DCNv2 multi-hot tables, every placement and the plan, at
+#               each count, 65536 samples per GPU, hashed and direct index; on 2 GPUs and more also without the
+#               overlap; MLPerf v1 with power-law keys (alpha 1.1), and from 2 GPUs the bf16 wire
+#   train       bench_train: dot and dcnv2 at 65536 per GPU (weak scaling), bf16 at each count (three runs each,
+#               alternating, 50 timed steps: launches of the same command differ by a few percent), fp16 and
+#               fp32 on 1, sgd hashed / direct / direct with the atomic update on 1; peer_dlrm.py with and without
+#               --compile
 #   graphs      bench_train on 1 GPU, bf16, dot and dcnv2 at 16384 and 65536 samples: --cuda-graphs 1 and 0
 #               alternating (GRAPH_REPS times, default 2), 50 timed steps each
-#   sweeps      the README figures' sweeps (collection, train_weak, train_strong) at 1 and 2 GPUs (every GPU count
-#               up to the machine's, powers of 2), their results.jsonl copied to OUT/<sweep>.jsonl
+#   sweeps      the README figures' sweeps (collection, train_weak, train_strong: the planner's plan and fixed
+#               placements at a fixed batch per GPU and a fixed global batch) at the counts, their results.jsonl
+#               copied to OUT/<sweep>.jsonl
 #   emulated    with 2 GPUs or more: 2 emulated nodes of 1 GPU (--ranks-per-node 1): bench_alltoall hier,
-#               bench_collection, bench_train dot and dcnv2 (the scaling model's --calibrate/--check input)
+#               bench_collection, bench_train dot and dcnv2 (the scaling model's --calibrate/--check input); with 4
+#               GPUs or more also 2 nodes of half the GPUs each
+#   model       the scaling model's prediction beside every all-to-all, collection and training record in OUT
+#               (scaling_model.py --check with the fitted H200 config): OUT/model_check.txt
 # Logs and JSON lines go to OUT; the exit status is non-zero when any part failed.
 set -u -o pipefail
 build=${1:?build folder or bundle}
@@ -35,7 +41,7 @@ out=${2:?output folder}
 shift 2
 parts=("$@")
 [ ${#parts[@]} = 0 ] && parts=(all)
-[ "${parts[*]}" = all ] && parts=(tests repeat kernels comm collection train graphs sweeps emulated)
+[ "${parts[*]}" = all ] && parts=(tests repeat kernels comm collection train graphs sweeps emulated model)
 mkdir -p "$out"
 if [[ $build == *.tar.xz ]]; then
   mkdir -p /tmp/sparta_bundle && tar -xJf "$build" -C /tmp/sparta_bundle && build=/tmp/sparta_bundle/openmpi
@@ -72,14 +78,20 @@ peer() {
   fi
 }
 two=$([ "$gpus" -ge 2 ] && echo 1 || echo 0)
+# GPU counts to run at: 1 and the powers of 2 up to the machine's GPUs, or SPARTA_GPU_COUNTS
+counts=${SPARTA_GPU_COUNTS:-$(for n in 1 2 4 8 16; do [ "$gpus" -ge $n ] && echo -n "$n "; done)}
+multi=$(for n in $counts; do [ "$n" -ge 2 ] && echo -n "$n "; done)
+for n in $counts; do
+  [ "$n" -le "$gpus" ] || { echo "SPARTA_GPU_COUNTS asks for $n GPUs; this machine has $gpus"; exit 2; }
+done
+echo "GPU counts: $counts"
+visible() { seq -s, 0 $(($1 - 1)); }  # CUDA_VISIBLE_DEVICES for the first n GPUs
 dcnv2_hotness=3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1  # keys per slot, MLPerf DLRM-DCNv2
 
 for part in "${parts[@]}"; do
   case $part in
     tests)
-      ranks="1"
-      [ "$two" = 1 ] && ranks="1 2"
-      run tests.log bash tests/run_all.sh "$build" "$mpiexec" "$ranks" 600
+      run tests.log bash tests/run_all.sh "$build" "$mpiexec" "$counts" 600
       [ "$two" = 0 ] && run tests.log env SPARTA_TEST_SHARED_GPU=1 SPARTA_SUITES=mpi_test_collection \
         bash tests/run_all.sh "$build" "$mpiexec" 2 600
       ;;
@@ -120,32 +132,33 @@ for part in "${parts[@]}"; do
       peer peer_torch.py --rows 40000000 --dim 128 --batch 65536 --hotness "$dcnv2_hotness" --alpha 0
       ;;
     comm)
-      if [ "$two" = 1 ]; then
-        run bench_alltoall.log $mpiexec -n 2 "$build/bin/bench_alltoall" --modes nccl --ops alltoall,allreduce \
+      for n in $multi; do
+        run bench_alltoall.log $mpiexec -n $n "$build/bin/bench_alltoall" --modes nccl --ops alltoall,allreduce \
           --min-bytes 1K --max-bytes 1G --step-factor 4 --out "$out/bench.jsonl"
-        peer peer_a2a.py --sizes-mb 1,16,64,256,1024
+        # the peer spawns one process per visible GPU: as many as our ranks
+        CUDA_VISIBLE_DEVICES=$(visible $n) peer peer_a2a.py --sizes-mb 0.00390625,0.0625,1,16,64,256,1024
         # the host's cost per call: NCCL's non-blocking mode (a launch thread per call) against the default
         for nb in 0 1; do
-          run bench_alltoall.log $mpiexec -n 2 "$build/bin/bench_alltoall" --modes nccl --ops alltoall,allreduce \
+          run bench_alltoall.log $mpiexec -n $n "$build/bin/bench_alltoall" --modes nccl --ops alltoall,allreduce \
             --min-bytes 4K --max-bytes 16M --step-factor 4 --nccl-blocking $nb --out "$out/bench.jsonl"
         done
-        run bench_alltoall.log $mpiexec -n 2 "$build/bin/bench_alltoall" --modes hier,mpi --max-bytes 64M \
+        run bench_alltoall.log $mpiexec -n $n "$build/bin/bench_alltoall" --modes hier,mpi --max-bytes 64M \
           --step-factor 4 --iters 5 --repeats 3 --out "$out/bench.jsonl"
-      fi
+      done
       ;;
     collection)
-      for n in 1 $([ "$two" = 1 ] && echo 2); do
+      for n in $counts; do
         for t in mlperf-v1 dcnv2; do
           for index in hashed direct; do
             run bench_collection.log $mpiexec -n $n "$build/bin/bench_collection" --tables $t --batch 65536 \
               --index $index --out "$out/bench.jsonl"
             # one rank exchanges nothing: both orders queue the same work
-            [ $n = 2 ] && run bench_collection.log $mpiexec -n $n "$build/bin/bench_collection" --tables $t \
+            [ $n -ge 2 ] && run bench_collection.log $mpiexec -n $n "$build/bin/bench_collection" --tables $t \
               --batch 65536 --index $index --overlap 0 --out "$out/bench.jsonl"
           done
         done
         # power-law keys (fewer distinct rows to exchange), fp32 and bf16 on the wire
-        for x in fp32 $([ $n = 2 ] && echo bf16); do
+        for x in fp32 $([ $n -ge 2 ] && echo bf16); do
           run bench_collection.log $mpiexec -n $n "$build/bin/bench_collection" --tables mlperf-v1 --batch 65536 \
             --index direct --alpha 1.1 --exchange $x --out "$out/bench.jsonl"
         done
@@ -154,7 +167,7 @@ for part in "${parts[@]}"; do
     train)
       for m in dot dcnv2; do  # the targets are bf16's: 1 and 2 GPUs alternating, three times
         for rep in 1 2 3; do
-          for n in 1 $([ "$two" = 1 ] && echo 2); do
+          for n in $counts; do
             run bench_train.log $mpiexec -n $n "$build/bin/bench_train" --model $m --precision bf16 --batch 65536 \
               --steps 50 --tag rep$rep --out "$out/bench.jsonl"
           done
@@ -187,8 +200,7 @@ for part in "${parts[@]}"; do
       done
       ;;
     sweeps)
-      ranks=1
-      for n in 2 4 8; do [ "$gpus" -ge $n ] && ranks=$ranks,$n; done
+      ranks=$(echo $counts | tr ' ' ,)
       for sw in collection train_weak train_strong; do
         extra=()
         [ $sw != collection ] && extra=(--set placement=auto)
@@ -214,8 +226,33 @@ for part in "${parts[@]}"; do
             --out "$out/emulated.jsonl"
         done
       fi
+      if [ "$gpus" -ge 4 ]; then  # 2 nodes of half the GPUs: NVLink inside a node, MPI between the two
+        e=(--ranks-per-node $((gpus / 2)))
+        run emulated.log $mpiexec -n $gpus "$build/bin/bench_alltoall" "${e[@]}" --modes hier --ops alltoall,allreduce \
+          --min-bytes 64K --max-bytes 256M --step-factor 4 --iters 5 --repeats 3 --out "$out/emulated.jsonl"
+        run emulated.log $mpiexec -n $gpus "$build/bin/bench_collection" "${e[@]}" --comm-mode hier \
+          --tables mlperf-v1 --batch 65536 --iters 10 --warmup 3 --out "$out/emulated.jsonl"
+        for m in dot dcnv2; do
+          run emulated.log $mpiexec -n $gpus "$build/bin/bench_train" "${e[@]}" --model $m --precision bf16 \
+            --out "$out/emulated.jsonl"
+        done
+      fi
       ;;
-    *) echo "unknown part '$part' (tests repeat kernels comm collection train graphs sweeps emulated all)"; exit 2 ;;
+    model)
+      # the all-to-all, collection and training records of this visit, each predicted by the fitted model beside
+      # its measurement (the kernel benchmarks' lines are left out: the model times a step, not one kernel)
+      cat "$out"/*.jsonl 2>/dev/null | grep -v -E '"bench": *"(embedding|embedding_step|hashtable)"' \
+        | grep '"bench"' > "$out/model_input.jsonl"
+      if [ -s "$out/model_input.jsonl" ]; then
+        run model.log python3 experiments/scaling_model.py --config experiments/scaling_model_h200_grouped.json \
+          --check "$out/model_input.jsonl"
+        grep -v '^== ' "$out/model.log" > "$out/model_check.txt"
+      else
+        echo "(no all-to-all, collection or training records in $out yet: model skipped)"
+      fi
+      rm -f "$out/model_input.jsonl"
+      ;;
+    *) echo "unknown part '$part' (tests repeat kernels comm collection train graphs sweeps emulated model all)"; exit 2 ;;
   esac
 done
 exit $status
