@@ -1,6 +1,7 @@
 // hash_table.cu: CUDA version of the hash-table operations of hash_table.h (the probing itself lives in
 // hash_table_ref.cuh, shared with the fused lookup kernels).
 #include <cuda/atomic>
+#include <cooperative_groups/scan.h>
 
 #include "src/base/check.h"
 #include "kernels/hash_table.h"
@@ -142,7 +143,16 @@ __global__ void __launch_bounds__(kGetInsertBlock, 7)
     // 4. Rows for the winners, their values.
     unsigned won = tile.ballot(state == kWon);
     if (won) {
-      const unsigned long long base = hashdev::take_rows(tile, t, won);  // one atomic for the converged tiles
+      // One atomicAdd per group of converged tiles (usually the warp's 4): tile leaders scan their winner
+      // counts. Any grouping is correct: a tile's base is its lane 0's, and a group without a leader adds 0.
+      cg::coalesced_group g = cg::coalesced_threads();
+      const unsigned long long mine = lane == 0 ? (unsigned long long)__popc(won) : 0ull;
+      const unsigned long long incl = cg::inclusive_scan(g, mine);
+      unsigned long long group_base = 0;
+      if (g.thread_rank() == g.num_threads() - 1)
+        group_base = atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->next_row), incl);
+      group_base = g.shfl(group_base, g.num_threads() - 1);
+      const unsigned long long base = tile.shfl(group_base + incl - mine, 0);
       if (state == kWon) {
         row = static_cast<int64_t>(base) + __popc(won & below);
         if (row >= t.capacity_rows) row = kRowRefused;

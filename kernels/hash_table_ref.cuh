@@ -7,15 +7,13 @@
 // another load. In insert mode winners of a CAS take rows, write the initial values, fence and publish;
 // keys that another tile is
 // inserting are waited for only after this tile published its own, so a winner never waits: no deadlock.
-// Winners take rows with one atomicAdd per group of converged tiles (take_rows; usually a warp's 4 tiles, not one
-// per key or tile): the row counter is the one address every insert hits.
+// Winners take rows with one atomicAdd per tile (not per key): the row counter is the one shared address.
 //
 // Coherence: slots are read with ld.global.cg (L2; L1 is not coherent across SMs) and the row word that is
 // waited for with volatile loads; a stale "empty" only makes the CAS fail, which the code handles.
 #pragma once
 
 #include <cooperative_groups.h>
-#include <cooperative_groups/scan.h>
 
 #include "src/base/check.h"
 #include "kernels/hash_table.h"
@@ -98,22 +96,6 @@ __device__ Probe probe(const Tile& tile, const HashTableView& t, Start s, HashSl
   }
 }
 
-// The first of the rows for this tile's winners (won: the tile's ballot of lanes whose key won a slot; call from
-// every lane of the tile, with won != 0); tile-uniform. One atomicAdd on the row counter per group of converged
-// tiles (usually the warp's 4), whose leaders scan their winner counts. Any grouping is correct: a tile's base is
-// its lane 0's, and a group without a leader adds 0. Bulk get_insert (H100, 64M rows, dim 32, every key new):
-// 2.18 G keys/s with one atomic per tile, 2.33-2.37 per warp (NOTES_embedding.md Run 9).
-__device__ __forceinline__ unsigned long long take_rows(const Tile& tile, const HashTableView& t, unsigned won) {
-  cg::coalesced_group g = cg::coalesced_threads();
-  const unsigned long long mine = tile.thread_rank() == 0 ? (unsigned long long)__popc(won) : 0ull;
-  const unsigned long long incl = cg::inclusive_scan(g, mine);
-  unsigned long long group_base = 0;
-  if (g.thread_rank() == g.num_threads() - 1)
-    group_base = atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->next_row), incl);
-  group_base = g.shfl(group_base, g.num_threads() - 1);
-  return tile.shfl(group_base + incl - mine, 0);
-}
-
 // Writes the initial values of a new row (the whole tile, elements strided by lane).
 __device__ __forceinline__ void write_initial_row(const Tile& tile, const RowInit& init, uint64_t key, int64_t row) {
   if (init.values == nullptr) return;
@@ -151,15 +133,20 @@ __device__ __forceinline__ void resolve_loaded_rows(const Tile& tile, const Hash
   }
   int bad = 0;  // refused (insert) or absent (find) keys of this batch
   if (kInsert) {
-    // Lane j takes the row of key j when the tile won its slot (take_rows: one atomic for the converged tiles'
-    // winners; a counter shared by every insert would otherwise serialize them).
+    // Lane j takes the row of key j when the tile won its slot; one atomicAdd per tile for all its winners
+    // (a counter shared by every insert would otherwise serialize them).
     bool wins = false;
 #pragma unroll
     for (int j = 0; j < B; ++j)
       if (lane == j) wins = p[j].state == kWon;
     unsigned won = tile.ballot(wins);
     int64_t mine = -1;
-    if (won) mine = static_cast<int64_t>(take_rows(tile, t, won)) + __popc(won & ((1u << lane) - 1));
+    if (won) {
+      unsigned long long base = 0;
+      if (lane == 0) base = atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->next_row), (unsigned long long)__popc(won));
+      base = tile.shfl(base, 0);
+      mine = static_cast<int64_t>(base) + __popc(won & ((1u << lane) - 1));
+    }
     bool any_won = false;
 #pragma unroll
     for (int j = 0; j < B; ++j) {
