@@ -153,18 +153,17 @@ void atomic_sgd_update_cuda(const BackwardBatch& b, float lr, float* values, int
   if (b.bags == 0 || b.nnz == 0) return;
   const rowvec::RowShape shape = rowvec::row_shape(dim, reinterpret_cast<uintptr_t>(values) % 16 == 0);
   const int block = 256;
-  const int64_t words = atomic_sgd_mark_words(capacity_rows, dim);
-  uint32_t* seen = marks;
-  uint32_t* repeated = marks + words / 2;
-  if (marks != nullptr && words > 0) {
+  const int64_t words = marks != nullptr ? atomic_sgd_mark_words(capacity_rows, dim) : 0;
+  uint32_t* repeated = words > 0 ? marks + words / 2 : nullptr;  // after the seen bits
+  if (words > 0) {
     CUDA_CHECK(cudaMemsetAsync(marks, 0, size_t(words) * sizeof(uint32_t), stream));
-    mark_rows<<<rowvec::grid_for(b.nnz, 1, block), block, 0, stream>>>(b.rows, b.nnz, capacity_rows, seen, repeated);
+    mark_rows<<<rowvec::grid_for(b.nnz, 1, block), block, 0, stream>>>(b.rows, b.nnz, capacity_rows, marks, repeated);
     CUDA_CHECK_LAUNCH("mark_rows");
   }
   rowvec::dispatch_shape(shape, [&](auto vv, auto pp) {
     constexpr int V = decltype(vv)::value, P = decltype(pp)::value;
     const int grid = rowvec::grid_for(b.bags, shape.G, block);
-    if (marks != nullptr && words > 0) {
+    if (words > 0) {
       marked_sgd_kernel<V, P><<<grid, block, 0, stream>>>(b, lr, values, capacity_rows, dim, shape, repeated);
       CUDA_CHECK_LAUNCH("marked_sgd_kernel");
     } else {
