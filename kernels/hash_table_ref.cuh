@@ -116,119 +116,89 @@ __device__ __forceinline__ void load_first_buckets(const Tile& tile, const HashT
     if (j < cnt) snap[j] = load_lane(probe_start(t, k[j]), lane);
 }
 
-// The insert path of resolve_loaded_rows: rows[j] for keys k[j], j < cnt, by the general probe, claiming slots and
-// rows for new keys (their initial values written, then published); refused → -1, counted in meta.refused. Out of
-// line: inlined at both of a walker's call sites and unrolled per key it made the fused train forward 76 KB of code
-// (41 KB in eval), and while tables filled, its warps waited for instruction fetch 72% of the time
-// (NOTES_embedding.md run 21). Called by all lanes of a tile (the tile is this thread's 8-lane tile of its block).
-template <int B>
-__device__ __noinline__ void insert_batch(const HashTableView& t, const RowInit& init, const uint64_t (&k)[B],
-                                          int cnt, const HashSlot (&snap)[B], int64_t (&rows)[B]) {
-  const Tile tile = cg::tiled_partition<kTile>(cg::this_thread_block());
-  const int lane = tile.thread_rank();
-  Probe p[B];
-#pragma unroll
-  for (int j = 0; j < B; ++j) {
-    p[j] = Probe{kAbsent, -1, nullptr};
-    if (j < cnt) p[j] = probe<true>(tile, t, probe_start(t, k[j]), snap[j]);
-  }
-  int bad = 0;  // refused keys of this batch
-  // Lane j takes the row of key j when the tile won its slot; one atomicAdd per tile for all its winners
-  // (a counter shared by every insert would otherwise serialize them).
-  bool wins = false;
-#pragma unroll
-  for (int j = 0; j < B; ++j)
-    if (lane == j) wins = p[j].state == kWon;
-  unsigned won = tile.ballot(wins);
-  int64_t mine = -1;
-  if (won) {
-    unsigned long long base = 0;
-    if (lane == 0) base = atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->next_row), (unsigned long long)__popc(won));
-    base = tile.shfl(base, 0);
-    mine = static_cast<int64_t>(base) + __popc(won & ((1u << lane) - 1));
-  }
-  bool any_won = false;
-#pragma unroll
-  for (int j = 0; j < B; ++j) {
-    if (p[j].state != kWon) continue;
-    any_won = true;
-    int64_t row = tile.shfl(mine, j);
-    if (row < t.capacity_rows) {
-      write_initial_row(tile, init, k[j], row);
-      p[j].row = row;
-    } else {
-      p[j].row = kRowRefused;
-    }
-  }
-  if (any_won) {
-    __threadfence();  // the initial values are visible before the row that points at them,
-    tile.sync();      // in every lane (lanes run independently between collectives)
-#pragma unroll
-    for (int j = 0; j < B; ++j)
-      if (p[j].state == kWon && lane == 0)
-        atomicExch(reinterpret_cast<unsigned long long*>(&p[j].slot->row), (unsigned long long)p[j].row);
-    tile.sync();
-  }
-#pragma unroll
-  for (int j = 0; j < B; ++j) {
-    int64_t row = p[j].row;
-    if (p[j].state == kPending) {
-      if (lane == 0) {
-        volatile const long long* w = reinterpret_cast<volatile const long long*>(&p[j].slot->row);
-        while ((row = *w) == kRowPending) {
-        }
-      }
-      row = tile.shfl(row, 0);
-      __threadfence();
-    }
-    if (p[j].state == kRefused || row < 0) row = -1, bad += j < cnt;
-    rows[j] = row;
-  }
-  if (bad && lane == 0) {
-    atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->refused), (unsigned long long)bad);
-    int slotless = 0;  // keys that found no free slot asked for a row all the same
-#pragma unroll
-    for (int j = 0; j < B; ++j) slotless += j < cnt && p[j].state == kRefused && p[j].slot == nullptr;
-    if (slotless) atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->slotless), (unsigned long long)slotless);
-  }
-}
-
 // Resolves rows[j] for keys k[j], j < cnt (tile-uniform), from snap, which load_first_buckets filled for the same
-// keys. kInsert: get_insert (refused → -1, counted in meta.refused): a batch whose keys all have published rows in
-// their first buckets is settled here, any other takes insert_batch; else find (absent → -1, counted in
+// keys. kInsert: get_insert (refused → -1, counted in meta.refused); else find (absent → -1, counted in
 // meta.missing).
 template <bool kInsert, int B>
 __device__ __forceinline__ void resolve_loaded_rows(const Tile& tile, const HashTableView& t, const RowInit& init,
                                                     const uint64_t (&k)[B], int cnt, const HashSlot (&snap)[B],
                                                     int64_t (&rows)[B]) {
   static_assert(B <= kTile, "one winner lane per key");
-  if constexpr (kInsert) {
-    bool settled = true;
-#pragma unroll
-    for (int j = 0; j < B; ++j) {
-      rows[j] = -1;
-      if (j >= cnt) continue;
-      const unsigned hit = tile.ballot(snap[j].key == probe_start(t, k[j]).stored);
-      if (hit) rows[j] = tile.shfl(snap[j].row, __ffs(hit) - 1);
-      settled = settled && rows[j] >= 0;
-    }
-    if (!settled) insert_batch<B>(t, init, k, cnt, snap, rows);
-    return;
-  }
+  const int lane = tile.thread_rank();
   Probe p[B];
 #pragma unroll
   for (int j = 0; j < B; ++j) {
     p[j] = Probe{kAbsent, -1, nullptr};
-    if (j < cnt) p[j] = probe<false>(tile, t, probe_start(t, k[j]), snap[j]);
+    if (j < cnt) p[j] = probe<kInsert>(tile, t, probe_start(t, k[j]), snap[j]);
   }
-  int bad = 0;  // absent keys of this batch
+  int bad = 0;  // refused (insert) or absent (find) keys of this batch
+  if (kInsert) {
+    // Lane j takes the row of key j when the tile won its slot; one atomicAdd per tile for all its winners
+    // (a counter shared by every insert would otherwise serialize them).
+    bool wins = false;
 #pragma unroll
-  for (int j = 0; j < B; ++j) {
-    rows[j] = p[j].state == kFound ? p[j].row : -1;
-    bad += j < cnt && p[j].state != kFound;
+    for (int j = 0; j < B; ++j)
+      if (lane == j) wins = p[j].state == kWon;
+    unsigned won = tile.ballot(wins);
+    int64_t mine = -1;
+    if (won) {
+      unsigned long long base = 0;
+      if (lane == 0) base = atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->next_row), (unsigned long long)__popc(won));
+      base = tile.shfl(base, 0);
+      mine = static_cast<int64_t>(base) + __popc(won & ((1u << lane) - 1));
+    }
+    bool any_won = false;
+#pragma unroll
+    for (int j = 0; j < B; ++j) {
+      if (p[j].state != kWon) continue;
+      any_won = true;
+      int64_t row = tile.shfl(mine, j);
+      if (row < t.capacity_rows) {
+        write_initial_row(tile, init, k[j], row);
+        p[j].row = row;
+      } else {
+        p[j].row = kRowRefused;
+      }
+    }
+    if (any_won) {
+      __threadfence();  // the initial values are visible before the row that points at them,
+      tile.sync();      // in every lane (lanes run independently between collectives)
+#pragma unroll
+      for (int j = 0; j < B; ++j)
+        if (p[j].state == kWon && lane == 0)
+          atomicExch(reinterpret_cast<unsigned long long*>(&p[j].slot->row), (unsigned long long)p[j].row);
+      tile.sync();
+    }
+#pragma unroll
+    for (int j = 0; j < B; ++j) {
+      int64_t row = p[j].row;
+      if (p[j].state == kPending) {
+        if (lane == 0) {
+          volatile const long long* w = reinterpret_cast<volatile const long long*>(&p[j].slot->row);
+          while ((row = *w) == kRowPending) {
+          }
+        }
+        row = tile.shfl(row, 0);
+        __threadfence();
+      }
+      if (p[j].state == kRefused || row < 0) row = -1, bad += j < cnt;
+      rows[j] = row;
+    }
+    if (bad && lane == 0) {
+      atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->refused), (unsigned long long)bad);
+      int slotless = 0;  // keys that found no free slot asked for a row all the same
+#pragma unroll
+      for (int j = 0; j < B; ++j) slotless += j < cnt && p[j].state == kRefused && p[j].slot == nullptr;
+      if (slotless) atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->slotless), (unsigned long long)slotless);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < B; ++j) {
+      rows[j] = p[j].state == kFound ? p[j].row : -1;
+      bad += j < cnt && p[j].state != kFound;
+    }
+    if (bad && lane == 0) atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->missing), (unsigned long long)bad);
   }
-  if (bad && tile.thread_rank() == 0)
-    atomicAdd(reinterpret_cast<unsigned long long*>(&t.meta->missing), (unsigned long long)bad);
 }
 
 // Both at once: all first-bucket loads of the batch in flight together, then the probes.
