@@ -15,8 +15,13 @@
 // permutation of the table's keys, so the frequent keys spread over the owners. The planner's key statistics
 // come from a sample batch of the same generator.
 //
-// A point: a fresh collection, warm-up steps (they also insert the keys), then timed steps of forward (train)
-// and backward with the optimizer's update. Each part is timed with support_bench's DeviceTimer (CUDA events on
+// A point: a fresh collection; with --prefill 1 (the default) and hashed tables, train-mode forwards over every key
+// of every table (no backward: the keys inserted with their initial values, JSON prefill_forwards), so that the
+// steps time full tables as late in a long run, not their filling (uniform keys on a 4M-row table insert most of a
+// step's keys for hundreds of steps); then warm-up steps and timed steps of forward (train) and backward with the
+// optimizer's update. JSON rows_in_use: the rows the ranks' shards hold after the timed steps
+// (EmbeddingCollection::rows_in_use, summed over ranks); new_rows_per_step: the rows the timed steps inserted, per
+// step (0 with --prefill 1 and uniform or power-law keys in [0, cardinality)). Each part is timed with support_bench's DeviceTimer (CUDA events on
 // the compute stream; the steady clock on cpu) after an MPI_Barrier; per step the slowest rank's times count,
 // and the medians over steps are reported. Samples/s: the global batch over the step time. MB_moved: what the
 // planner's cost model predicts (README, "Embedding collection and placements"): per table the busiest rank's
@@ -86,7 +91,7 @@ struct Args {
               exchange = "fp32", output = "fp32", index = "hashed";
   int64_t row_cap = 4000000;
   int dim = 128, warmup = 5, iters = 20, check_samples = 64;  // warmup, iters: the driver's --warmup, --iters
-  int overlap = 1;
+  int overlap = 1, prefill = 1;
   double alpha = 0, memory_budget_gib = 0, timeout = 300;
   PlannerRates rates;  // --planner-link-gbps, --planner-hbm-gbps, --planner-collective-us, --planner-group-us
   float lr = 0.01f;
@@ -161,6 +166,25 @@ void timed_keys(const KeyGen& kg, int64_t step, int64_t first_g, int64_t samples
         }
     }
   });
+}
+
+// Keys of prefill forward `round`: sample g's j-th key of table t is key ((round * samples + g) * hot + j) mod card, so
+// rounds 0 .. prefill_rounds() - 1 look up every key of [0, card) of every table. Every rank takes the same keys
+// (each replicated copy then holds them all).
+void prefill_keys(const KeyGen& kg, int64_t round, int64_t samples, std::vector<int64_t>& keys) {
+  const int K = kg.keys_per_sample;
+  keys.resize(size_t(samples * K));
+  for (int64_t g = 0; g < samples; ++g)
+    for (size_t t = 0; t < kg.tables.size(); ++t) {
+      const int64_t hot = kg.tables[t].hot;
+      for (int64_t j = 0; j < hot; ++j)
+        keys[size_t(g * K + kg.first[t] + j)] = ((round * samples + g) * hot + j) % kg.tables[t].card;
+    }
+}
+int64_t prefill_rounds(const KeyGen& kg, int64_t samples) {
+  int64_t n = 0;
+  for (const Table& t : kg.tables) n = std::max(n, (t.card + samples * t.hot - 1) / (samples * t.hot));
+  return n;
 }
 
 // A check key: outside [0, card), from a pool the ranks share.
@@ -451,6 +475,8 @@ Check run_check(EmbeddingCollection& coll, const KeyGen& kg, const Args& a, cons
 
 struct Result {
   double ms_step = 0, ms_fwd = 0, ms_bwd = 0, ms_step_min = 0, mb_planned = 0, mem_bytes = 0, dev_used = -1;
+  int64_t prefill_forwards = 0;  // train forwards over every key before the steps (--prefill 1, hashed tables)
+  int64_t rows_timed_start = 0, rows_timed_end = 0;  // rows the ranks' shards hold (summed) before / after the timed steps
   Check check;
   std::string plan;
 };
@@ -468,9 +494,23 @@ Result run_point(Context& ctx, Communicator* comm, const Args& a, const KeyGen& 
   Values out(dev, cfg.output, size_t(batch * width));
   Values grad(dev, cfg.output, gradient(hash_mix(a.seed, 0x6EADull), int64_t(rank) * batch, batch, width, threads));
   std::vector<int64_t> hk;
+  auto rows_held = [&] {  // summed over the ranks (waits for each rank's stream)
+    int64_t n = coll.rows_in_use();
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &n, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+    return n;
+  };
+  if (a.prefill && a.index == "hashed") {  // a direct index holds every row from the start
+    r.prefill_forwards = prefill_rounds(kg, batch);
+    for (int64_t round = 0; round < r.prefill_forwards; ++round) {
+      prefill_keys(kg, round, batch, hk);
+      keys.upload(hk);
+      coll.forward(off.data(), keys.data(), batch, out.data(), LookupMode::train);
+    }
+  }
   bench::DeviceTimer timer(dev);
   std::vector<double> fwd, bwd, step;
   for (int i = 0; i < a.warmup + a.iters; ++i) {
+    if (i == a.warmup) r.rows_timed_start = rows_held();
     timed_keys(kg, i, int64_t(rank) * batch, batch, threads, hk);
     keys.upload(hk);
     MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
@@ -486,6 +526,7 @@ Result run_point(Context& ctx, Communicator* comm, const Args& a, const KeyGen& 
     if (i < a.warmup) continue;
     fwd.push_back(t[0]), bwd.push_back(t[1]), step.push_back(t[2]);
   }
+  r.rows_timed_end = rows_held();
   r.ms_fwd = bench::median(fwd);
   r.ms_bwd = bench::median(bwd);
   r.ms_step = bench::median(step);
@@ -538,6 +579,10 @@ int main(int argc, char** argv) {
       "overlap", po::value(&a.overlap)->default_value(a.overlap),
       "1: exchanges overlap other tables' work; 0: one table after the other (CollectionConfig::overlap)")(
       "timeout", po::value(&a.timeout)->default_value(a.timeout), "seconds without progress before the job ends")(
+      "prefill", po::value(&a.prefill)->default_value(a.prefill),
+      "1: before a point's steps, train-mode forwards over every key of every hashed table (the steps then time full "
+      "tables, as late in a long run); 0: the tables fill during the steps (uniform keys on large tables: mostly new "
+      "keys, each inserted with its initial values)")(
       "check-samples", po::value(&a.check_samples)->default_value(a.check_samples), "samples per rank of the check")(
       "seed", po::value(&a.seed)->default_value(a.seed), "seed of keys, gradients and initial values");
   return d.run("usage: mpiexec -n N bench_collection [options]", [&] {
@@ -550,6 +595,7 @@ int main(int argc, char** argv) {
     agree_on_error(MPI_COMM_WORLD, guarded([&] {
       SPARTA_REQUIRE(a.check_samples >= 1, "--check-samples must be >= 1, found %d", a.check_samples);
       SPARTA_REQUIRE(a.overlap == 0 || a.overlap == 1, "--overlap: 0 or 1, found %d", a.overlap);
+      SPARTA_REQUIRE(a.prefill == 0 || a.prefill == 1, "--prefill: 0 or 1, found %d", a.prefill);
       SPARTA_REQUIRE(a.alpha >= 0, "--alpha must be >= 0, found %g", a.alpha);
       SPARTA_REQUIRE(a.memory_budget_gib >= 0, "--memory-budget must be >= 0 GiB, found %g", a.memory_budget_gib);
       for (const auto& r : {std::make_pair("--planner-link-gbps", a.rates.link_GBps),
@@ -675,7 +721,10 @@ int main(int argc, char** argv) {
           << ",\"global_batch\":" << batch * world << ",\"alpha\":" << a.alpha
           << ",\"optimizer\":\"" << a.optimizer << "\",\"lr\":" << a.lr << ",\"combiner\":\"sum\""
           << ",\"memory_budget_GiB\":" << a.memory_budget_gib << ",\"comm_mode\":\"" << (world > 1 ? a.comm_mode : "none")
-          << "\",\"check_samples\":" << a.check_samples
+          << "\",\"prefill\":" << a.prefill << ",\"prefill_forwards\":" << r.prefill_forwards
+          << ",\"rows_in_use\":" << r.rows_timed_end
+          << ",\"new_rows_per_step\":" << double(r.rows_timed_end - r.rows_timed_start) / std::max(1, a.iters)
+          << ",\"check_samples\":" << a.check_samples
           << ",\"seed\":" << a.seed << ",\"ms_step\":" << r.ms_step << ",\"ms_step_min\":" << r.ms_step_min
           << ",\"ms_fwd\":" << r.ms_fwd << ",\"ms_bwd\":" << r.ms_bwd << ",\"samples_per_s\":" << msps * 1e6
           << ",\"MB_moved_planned\":" << r.mb_planned << ",\"MB_moved_measured\":null"

@@ -199,6 +199,12 @@ size_t EmbeddingCollection::memory_bytes() const {
   return b;
 }
 
+int64_t EmbeddingCollection::rows_in_use() {
+  int64_t n = 0;
+  for (const auto& g : groups_) n += g->placed->rows_in_use();
+  return n;
+}
+
 void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, int64_t local_batch, float* out,
                                   LookupMode mode) {
   SPARTA_REQUIRE(cfg_.output == OutputType::f32,

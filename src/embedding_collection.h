@@ -107,6 +107,9 @@ class EmbeddingCollection {
   int64_t slot_column(int slot) const { return slot_cols_[size_t(slot)]; }
   // Device bytes this rank's shards take.
   size_t memory_bytes() const;
+  // Rows this rank's shards hold (PlacedTable::rows_in_use summed over the groups): how full its hash tables
+  // are. Waits for the device's stream; no communication.
+  int64_t rows_in_use();
 
   // Collective. offsets [local_batch * num_slots + 1], keys [offsets[last]]: device; out [local_batch,
   // output_width] of config().output: device, float values for f32, the 16-bit values' bits (uint16_t, bf16 or

@@ -165,6 +165,9 @@ class PlacedTable {
   virtual void load_rows(const TableRows& rows) = 0;
   // Device bytes this rank's shards take.
   virtual size_t memory_bytes() const = 0;
+  // Rows this rank's shards hold: the keys a hash table took so far (replicas and hot copies included), or every
+  // row of a direct index. Waits for the device's stream.
+  virtual int64_t rows_in_use() = 0;
 };
 
 // What make_placed_table needs beside the exchange: the table, its index (the key-init table id) and its plan.

@@ -278,6 +278,8 @@ DispatchShard::DispatchShard(Exchange& ex, const PlacedTableSetup& s, const std:
       sums_(ex, s.table.dim),
       posted_(ex.device()) {}
 
+int64_t table_rows_in_use(EmbeddingTable& t, const Device& dev) { return t.size(dev.stream); }
+
 size_t DispatchShard::memory_bytes() const { return table_memory_bytes(*table_); }
 
 void DispatchShard::route(const int64_t* keys, int64_t n) {

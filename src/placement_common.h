@@ -126,6 +126,8 @@ void table_load(EmbeddingTable& t, const TableRows& rows);
 size_t table_memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimizer, double max_load_factor,
                           bool direct_index = false);
 size_t table_memory_bytes(const EmbeddingTable& t);
+// Rows the table holds (EmbeddingTable::size on dev's stream; waits for it).
+int64_t table_rows_in_use(EmbeddingTable& t, const Device& dev);
 // The EmbeddingTable config of one shard of a collection table: hashed with capacity_rows, or (direct.stride > 0)
 // a direct index of capacity_rows rows.
 EmbeddingTableConfig shard_config(const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix,

@@ -103,6 +103,7 @@ class DistributedTable : public PlacedTable {
   TableRows held_rows() override { return table_export(*table_); }
   void load_rows(const TableRows& rows) override { table_load(*table_, rows); }
   size_t memory_bytes() const override { return table_memory_bytes(*table_); }
+  int64_t rows_in_use() override { return table_rows_in_use(*table_, ex_.device()); }
 
  private:
   Exchange& ex_;

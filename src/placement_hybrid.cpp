@@ -136,6 +136,12 @@ class HybridTable : public PlacedTable {
     if (direct_) insert_hot_keys();  // hot keys the checkpoint lacks: their initial values
   }
   size_t memory_bytes() const override { return table_memory_bytes(*hot_table_) + cold_.memory_bytes(); }
+  int64_t rows_in_use() override {  // a direct cold shard's rows of hot keys are not in use (the hot copy has them)
+    int64_t unused = 0;
+    if (direct_)
+      for (int64_t k : hot_keys_) unused += owner_of_key(k, ex_.world()) == ex_.rank();
+    return table_rows_in_use(*hot_table_, ex_.device()) + table_rows_in_use(cold_.table(), ex_.device()) - unused;
+  }
 
  private:
   // This rank's hot keys (split_keys_[0, hot_)) in bags (offsets [bags + 1]), each key's gradient its bag's row

@@ -100,6 +100,7 @@ class LocalizedTable : public PlacedTable {
                    rows.rows(), ex_.rank());
   }
   size_t memory_bytes() const override { return table_ ? table_memory_bytes(*table_) : 0; }
+  int64_t rows_in_use() override { return table_ ? table_rows_in_use(*table_, ex_.device()) : 0; }
 
  private:
   std::vector<size_t> times_dim(const std::vector<size_t>& v) const {

@@ -539,6 +539,14 @@ Plan plan_for(const CollectionConfig& cfg, const World& w, Data& data) {
 }
 
 // Every placement alone, and all five in one collection: forward, tables after several steps, and an eval pass.
+// rows_in_use counts the rows held_rows lists.
+void compare_rows_in_use(EmbeddingCollection& coll, const CollectionConfig& cfg, const std::string& what) {
+  int64_t want = 0;
+  for (size_t t = 0; t < cfg.tables.size(); ++t) want += int64_t(coll.held_rows(int(t)).rows());
+  BOOST_CHECK_MESSAGE(coll.rows_in_use() == want,
+                      what << ": rows_in_use " << coll.rows_in_use() << ", the held rows count " << want);
+}
+
 void check_placements(Backend backend, const std::vector<std::string>& placements, CommMode mode,
                       int ranks_per_node = 0, const std::vector<TableDef>& defs = kTables, int slots = kSlots,
                       int groups = 0, DataType exchange = DataType::f32) {
@@ -573,6 +581,7 @@ void check_placements(Backend backend, const std::vector<std::string>& placement
   train(coll, ref, data, w, 4, 1, what);
   compare_tables(coll, ref, w.comm, what, tol);
   compare_replicas(coll, plan, w.comm, what);
+  compare_rows_in_use(coll, cfg, what);
   // eval: keys never trained give zeros (a direct index: their initial values), nothing is inserted
   Batch b = data.next(2 * w.size + 1);
   Slice s = slice_of(b.samples, w.rank, w.size);
@@ -584,6 +593,7 @@ void check_placements(Backend backend, const std::vector<std::string>& placement
   got.resize(want.size());
   compare_output(got, want, cfg, ref, std::vector<bool>(cfg.tables.size(), false), what + " eval", tol);
   compare_tables(coll, ref, w.comm, what + " after eval", tol);
+  compare_rows_in_use(coll, cfg, what + " after eval");
   // the routes now hold the eval batch: a backward is refused (on every rank alike)
   Buffer<float> g(w.dev, size_t(std::max<int64_t>(1, s.count * coll.output_width())));
   std::string e = error_of([&] { coll.backward(g.data(), 5); });

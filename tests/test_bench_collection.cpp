@@ -133,6 +133,28 @@ void run_and_check(const Expect& x, const std::string& extra) {
         // two forwards (fresh keys, then after the update) of every rank's check samples, every column
         BOOST_CHECK_EQUAL(number(l, "checked_values"), double(2LL * x.ranks * x.check_samples * x.width));
         BOOST_CHECK_EQUAL(number(l, "wrong"), 0.0);
+        // rows held after the timed steps: with the prefill every key of [0, cardinality) once per owner (every
+        // rank for a replicated table, hot keys too under hybrid), and nothing new while timed; without it the
+        // tables fill during the steps
+        const bool prefill = extra.find("--prefill 0") == std::string::npos;
+        BOOST_CHECK_EQUAL(number(l, "prefill"), prefill ? 1.0 : 0.0);
+        const std::string rows = field(l, "rows");
+        double keys = 0;
+        for (size_t q = 1; q < rows.size(); q = rows.find(',', q) + 1) {
+          keys += std::strtod(rows.c_str() + q, nullptr);
+          if (rows.find(',', q) == std::string::npos) break;
+        }
+        const double held = number(l, "rows_in_use"), fresh = number(l, "new_rows_per_step");
+        if (prefill) {
+          BOOST_CHECK_GE(number(l, "prefill_forwards"), 1.0);
+          BOOST_CHECK_EQUAL(fresh, 0.0);
+          if (p == "dispatch" || p == "localized" || p == "distributed") BOOST_CHECK_EQUAL(held, keys);
+          if (p == "replicated") BOOST_CHECK_EQUAL(held, keys * x.ranks);
+          BOOST_CHECK(held >= keys && held <= keys * x.ranks);
+        } else {
+          BOOST_CHECK_EQUAL(number(l, "prefill_forwards"), 0.0);
+          BOOST_CHECK(fresh > 0 && held < keys * x.ranks);
+        }
         // provenance
         BOOST_CHECK(!text(l, "git").empty());
         BOOST_CHECK(text(l, "command").find("bench_collection") != std::string::npos);
@@ -161,6 +183,12 @@ BOOST_AUTO_TEST_CASE(dcnv2_multi_hot_skewed_adagrad_two_ranks_batch_sweep) {
   // 214 keys a sample (PERF.md's DCNv2 hotness), power-law keys, Adagrad, two local batches
   run_and_check(Expect{2, "dcnv2", kAll, {128, 64}, 26 * 8, 214, 8},
                 "--row-cap 10000 --dim 8 --alpha 1.1 --optimizer adagrad --lr 0.05");
+}
+
+BOOST_AUTO_TEST_CASE(without_the_prefill_the_steps_insert_keys) {
+  // 10000-row tables, 2 x 256 uniform keys a step: most keys of the timed steps are new
+  run_and_check(Expect{2, "mlperf-v1", {"dispatch", "replicated", "plan"}, {256}, 26 * 8, 26, 8},
+                "--row-cap 10000 --dim 8 --prefill 0");
 }
 
 BOOST_AUTO_TEST_CASE(custom_tables_two_ranks) {
