@@ -18,8 +18,9 @@
 #   comm        at each multi count: bench_alltoall (nccl 1 KiB-1 GiB, then hier and mpi) beside peer_a2a.py on
 #               as many GPUs; nccl at 4 KiB-16 MiB with NCCL's non-blocking mode and the default blocking one
 #   collection  bench_collection: MLPerf v1 one-hot and DCNv2 multi-hot tables, every placement and the plan, at
-#               each count, 65536 samples per GPU, hashed and direct index; on 2 GPUs and more also without the
-#               overlap; MLPerf v1 with power-law keys (alpha 1.1), and from 2 GPUs the bf16 wire
+#               each count, 65536 samples per GPU, hashed (every key inserted first: --prefill 1) and direct
+#               index; on 2 GPUs and more also without the overlap; MLPerf v1 hashed while its tables fill
+#               (--prefill 0); MLPerf v1 with power-law keys (alpha 1.1), and from 2 GPUs the bf16 wire
 #   train       bench_train: dot and dcnv2 at 65536 per GPU (weak scaling), bf16 at each count (three runs each,
 #               alternating, 50 timed steps: launches of the same command differ by a few percent), fp16 and
 #               fp32 on 1, sgd hashed / direct / direct with the atomic update on 1; peer_dlrm.py with and without
@@ -157,6 +158,9 @@ for part in "${parts[@]}"; do
               --batch 65536 --index $index --overlap 0 --out "$out/bench.jsonl"
           done
         done
+        # hashed tables filling during the steps (no prefill): most keys of a step new, each inserted
+        run bench_collection.log $mpiexec -n $n "$build/bin/bench_collection" --tables mlperf-v1 --batch 65536 \
+          --index hashed --prefill 0 --out "$out/bench.jsonl"
         # power-law keys (fewer distinct rows to exchange), fp32 and bf16 on the wire
         for x in fp32 $([ $n -ge 2 ] && echo bf16); do
           run bench_collection.log $mpiexec -n $n "$build/bin/bench_collection" --tables mlperf-v1 --batch 65536 \
