@@ -317,6 +317,10 @@ def memory_per_gpu(cfg, placement, W):
 # buffers instead of exchanging them. The fit (fit_params) gives one rate per term (EMB_TERMS).
 
 KEY_PASS = 16.0  # one elementwise pass over n 8-byte keys or indices, read and written
+BUCKET = 128.0  # a hash table's probe reads the key's first bucket: 8 slots of 16 bytes (kernels/hash_table_ref.cuh)
+# a lookup's probe per key: the key read and its row written, and with hash slots their bucket (a direct index
+# computes the row: kernels/hash_table.h DirectIndex)
+PROBE = {"hashed": KEY_PASS + BUCKET, "direct": KEY_PASS}
 SORT = 4 * KEY_PASS  # the table's backward sort: (row, bag) 32-bit pairs on the rows' bits, 4 passes of 8 bits
 # route_sort_keys: (key, index) 64-bit pairs sorted on all 64 bits (tagged keys), 8 passes of 8 bits that each read
 # and write 16 bytes, plus the indices' iota and the histogram's read
@@ -378,12 +382,12 @@ def bucket_bytes(n, parts):
     return n * (8 + 4 + 24 * math.ceil(bits / 8))
 
 
-def _pooled(n, p, v):  # pooled lookup: each key's probe (key read, row written), its row read, the bags written
-    return KEY_PASS * n + n * v + p * v
+def _pooled(n, p, v, q):  # pooled lookup: each key's probe (q bytes: PROBE), its row read, the bags written
+    return q * n + n * v + p * v
 
 
-def _keys(n, v):  # unpooled lookup: probe, row read, vector written
-    return KEY_PASS * n + 2 * n * v
+def _keys(n, v, q):  # unpooled lookup: probe, row read, vector written
+    return q * n + 2 * n * v
 
 
 def _update(n, r, v, s):  # the table's backward: sort, per-key gradient reads, the touched rows and state updated
@@ -394,20 +398,20 @@ def _rows(n, v):  # route_gather_rows / route_scatter_rows: n rows moved through
     return 2 * n * v + 8 * n
 
 
-def _dispatch_shard(K, U, Ur, Uo, v, s, W):
+def _dispatch_shard(K, U, Ur, Uo, v, s, W, q):
     """DispatchShard forward + backward on K keys (U distinct, Ur received from every rank, Uo rows touched at the
     owner), up to the distinct keys' vectors as they arrived and from the keys' bag gradients back: (local bytes,
     bytes its exchanges copy on one rank). The caller pools the bags from the arrived vectors."""
     fwd = (KEY_SORT * K + 3 * KEY_PASS * K  # sorted (64-bit), unique (flags, scan, runs)
            + 12 * U + bucket_bytes(U, W) + 24 * U  # owner, bucket, keys gathered in route order
            + 2 * KEY_PASS * U + 3 * KEY_PASS * K  # where each key's vector arrives, each key's distinct key
-           + _keys(Ur, v))  # the owner's lookup of the keys it received
+           + _keys(Ur, v, q))  # the owner's lookup of the keys it received
     bwd = (SORT * K + (K + U) * v + _rows(U, v)  # summed per distinct key from the bags' gradients, gathered by owner
            + 8 * Ur + _update(Ur, Uo, v, s))  # one bag per received key at the owner
     return fwd + bwd, 16 * U + 2 * U * v + 2 * Ur * v
 
 
-def replicated_step(R, h, b, W, v, s, alpha):
+def replicated_step(R, h, b, W, v, s, alpha, q=PROBE["hashed"]):
     """Replicated's work for one table (src/placement_replicated.cpp, ReplicaShard::update_from_all): (local bytes,
     [(collective, bytes per rank)]). Forward: one pooled lookup. Backward on one rank: the bags' update straight
     from their gradients. On more than one rank: this rank's per-row gradient sums (the table's sort and reduction
@@ -417,31 +421,33 @@ def replicated_step(R, h, b, W, v, s, alpha):
     K, P = b * h, b
     U = min(R, expected_distinct(R, K, alpha))
     if W == 1:
-        return _pooled(K, P, v) + _update(K, U, v, s), []
+        return _pooled(K, P, v, q) + _update(K, U, v, s), []
     Ug = min(R, expected_distinct(R, W * K, alpha))
-    local = (_pooled(K, P, v) + SORT * K + K * v + U * v + 8 * U  # lookup; row sums and their keys
+    local = (_pooled(K, P, v, q) + SORT * K + K * v + U * v + 8 * U  # lookup; row sums and their keys
              + KEY_PASS * W * U + 8 * W * U + _update(W * U, Ug, v, s))  # insert, iota, update of the gathered
     return local, [("allgather", W * U * 8), ("allgather", W * U * v)]
 
 
-def table_work(placement, R, h, b, W, v, s, alpha, hot_rows):
-    """Device bytes of the table's local passes on one rank: one slot per table (P = b bags), K = b h keys."""
+def table_work(placement, R, h, b, W, v, s, alpha, hot_rows, index="hashed"):
+    """Device bytes of the table's local passes on one rank: one slot per table (P = b bags), K = b h keys; index:
+    hashed or direct (the probe, PROBE; a hybrid table's hot copy is hashed either way)."""
+    q = PROBE[index]
     K, P = b * h, b
     U, Ug = min(R, expected_distinct(R, K, alpha)), min(R, expected_distinct(R, W * K, alpha))
     if placement == "replicated":
-        return replicated_step(R, h, b, W, v, s, alpha)[0]
+        return replicated_step(R, h, b, W, v, s, alpha, q)[0]
     if W == 1 and placement == "localized":
-        return _pooled(K, P, v) + _update(K, U, v, s)
+        return _pooled(K, P, v, q) + _update(K, U, v, s)
     if placement == "localized":  # the owner's share: the global batch's bags of this table
-        return 16 * P + 16 * W * P + _pooled(W * K, W * P, v) + _update(W * K, Ug, v, s)
+        return 16 * P + 16 * W * P + _pooled(W * K, W * P, v, q) + _update(W * K, Ug, v, s)
     if placement == "dispatch":
-        local, copied = _dispatch_shard(K, U, U, Ug / W, v, s, W)
+        local, copied = _dispatch_shard(K, U, U, Ug / W, v, s, W, q)
         local += (K + P) * v  # the bags pooled from the arrived vectors
         return local + (copied if W == 1 else 0.0)
     if placement == "distributed":
         # bag ids, owners, bucket, keys and bag ids gathered by owner; the owner's CSR of the W P bags, its partial
         # sums of them, this rank's sums copied out; backward: the bags' gradients scaled, the owner's update
-        local = (16 * K + 12 * K + bucket_bytes(K, W) + 2 * 24 * K + 8 * W * P + _pooled(K, W * P, v) + 2 * P * v
+        local = (16 * K + 12 * K + bucket_bytes(K, W) + 2 * 24 * K + 8 * W * P + _pooled(K, W * P, v, q) + 2 * P * v
                  + 2 * P * v + _update(K, Ug / W, v, s))
         copied = 32 * K + 4 * P * v  # keys and bag ids; the reduce-scatter's and the all-gather's buffers
         return local + (copied if W == 1 else 0.0)
@@ -454,17 +460,17 @@ def table_work(placement, R, h, b, W, v, s, alpha, hot_rows):
         Ucg = min(R, expected_distinct(R, W * Kc, alpha, int(H)) if alpha else
                   (R - H) * -math.expm1(-W * Kc / max(R - H, 1)))
         Th = min(H, expected_distinct(R, W * Kh, alpha) if alpha else H * -math.expm1(-W * Kh / max(H, 1)))
-        cold, copied = _dispatch_shard(Kc, Uc, Uc, Ucg / W, v, s, W)
+        cold, copied = _dispatch_shard(Kc, Uc, Uc, Ucg / W, v, s, W, q)
         search = 8 * K * max(1.0, math.log2(max(H, 2)))  # binary search of the hot set per key
         fwd = (search + 4 * K + bucket_bytes(K, 2) + 24 * K  # hot or cold, split, keys gathered
                + 4 * KEY_PASS * K  # each key's place among the split keys, its bag in split order
-               + _keys(Kh, v) + _rows(Kc, v) + (K + P) * v)  # hot lookup; cold vectors after it; the bags pooled
+               + _keys(Kh, v, PROBE["hashed"]) + _rows(Kc, v) + (K + P) * v)  # hot lookup; cold vectors; bags pooled
         bwd = (2 * 8 * P  # the hot and the cold keys' bags
                + 8 * Kh * max(1.0, math.log2(max(H, 2))) + bucket_bytes(Kh, H)  # by hot key
                + 16 * H + 3 * KEY_PASS * Kh  # offsets; each hot key's id in the hot set
                + SORT * Kh + (Kh + H) * v + 3 * H * v  # the sums per hot key into a zeroed [H, dim]
                + 8 * H + 4 * H + bucket_bytes(H, 2) + 24 * Th + _rows(Th, v)  # touched hot keys and sums
-               + _keys(Th, v) + 8 * Th + _update(Th, Th, v, s))  # their rows looked up, one update each
+               + _keys(Th, v, PROBE["hashed"]) + 8 * Th + _update(Th, Th, v, s))  # their rows looked up, one update each
         return fwd + bwd + cold + (copied if W == 1 else 0.0)
     fail(f"unknown placement '{placement}' (expected {', '.join(PLACEMENTS)})")
 
@@ -472,7 +478,8 @@ def table_work(placement, R, h, b, W, v, s, alpha, hot_rows):
 def embedding_terms(cfg, placement, mode, N, G, b):
     """The terms of one step's embedding time on the busiest rank: comm (s: the placement's collectives on the
     links), reduce (s: their MPI roots' reductions in host memory, host_reduction_s: not link time), local_GB
-    (device bytes of its local passes, GB), collectives, groups and round_trips (each a fixed cost)."""
+    (device bytes of its local passes, GB), collectives, groups and round_trips (each a fixed cost), new_rows (rows
+    a rank's hash tables insert per step: model.new_rows_per_rank, 0 for tables that hold every key)."""
     m = cfg["model"]
     rows, hot, d, e, _ = shapes(cfg)
     W = N * G
@@ -480,7 +487,8 @@ def embedding_terms(cfg, placement, mode, N, G, b):
     s = v * m.get("optimizer_state_per_value", 0)
     alpha = m.get("key_alpha", 0.0) or 0.0
     hr = cfg.get("hybrid_hot_rows", 65536)
-    per_table = [table_work(placement, R, h, b, W, v, s, alpha, hr) for R, h in zip(rows, hot)]
+    index = m.get("index", "hashed")
+    per_table = [table_work(placement, R, h, b, W, v, s, alpha, hr, index) for R, h in zip(rows, hot)]
     if placement == "localized" and W > 1:
         owners = m.get("owners")
         if owners and len(owners) == len(rows) and max(owners) < W:
@@ -502,7 +510,7 @@ def embedding_terms(cfg, placement, mode, N, G, b):
     ncoll = (ex + dc) * groups if W > 1 else 0
     trips = (rt if W > 1 else rt1) * groups
     return {"comm": comm - reduce, "reduce": reduce, "local_GB": local / 1e9, "collectives": ncoll, "groups": groups,
-            "round_trips": trips}
+            "round_trips": trips, "new_rows": m.get("new_rows_per_rank", 0.0)}
 
 
 def link_ms(terms, rates):
@@ -520,7 +528,8 @@ def embedding_ms(terms, rates, scale=1.0):
     return link_ms(terms, rates) + scale * 1e3 * (
         terms["local_GB"] / rates["hbm_GBps"]
         + 1e-6 * (terms["collectives"] * rates["collective_us"] + terms["groups"] * rates["group_us"]
-                  + terms.get("round_trips", 0) * rates.get("round_trip_us", 0.0)))
+                  + terms.get("round_trips", 0) * rates.get("round_trip_us", 0.0))
+        + 1e-9 * terms.get("new_rows", 0.0) * rates.get("new_row_ns", 0.0))
 
 
 def _solve(A, y):
@@ -735,7 +744,7 @@ def record_shape(cfg, r):
             return None
         dims = r.get("dims") or [r.get("dim", m["dim"])]
         m.update(cardinalities=list(rows), hotness=list(hot), max_rows=0, dim=statistics.mean(dims),
-                 key_alpha=r.get("alpha", 0.0))
+                 key_alpha=r.get("alpha", 0.0), index=r.get("index", "hashed"))
         owners = [int(t.split(":")[2]) for t in str(r.get("plan", "")).split() if t.count(":") == 2
                   and t.split(":")[1] == "localized" and t.split(":")[2].isdigit()]
         if owners:
@@ -772,7 +781,26 @@ def record_shape(cfg, r):
     c = dict(cfg, model=m)
     if bench == "collection":
         c["hybrid_hot_rows"] = r.get("hot_rows", 1024)  # the collection's default hot set
+        m["new_rows_per_rank"] = new_rows_per_rank(r, m, placement, W, b)
     return c, placement, N, G, b, bench
+
+
+def new_rows_per_rank(r, m, placement, W, b):
+    """Rows a rank's hash tables inserted per timed step of a bench_collection record: its new_rows_per_step (all
+    ranks) over W; records from before it (no "prefill" field) filled their hashed tables during the steps, so the
+    expected new keys of the median timed step (uniform or power-law keys in [0, rows), the global batch's draws per
+    step), every copy inserting them under replicated. 0 for a direct index."""
+    if "new_rows_per_step" in r:
+        return r["new_rows_per_step"] / W
+    if "prefill" in r or m.get("index", "hashed") != "hashed":
+        return 0.0
+    step = r.get("warmup", 5) + (r.get("iters", 20) - 1) / 2  # steps before the median timed one
+    alpha = m.get("key_alpha", 0.0) or 0.0
+    new = 0.0
+    for R, h in zip(m["cardinalities"], m["hotness"]):
+        draws = W * b * h
+        new += expected_distinct(R, (step + 1) * draws, alpha) - expected_distinct(R, step * draws, alpha)
+    return new * (W if placement == "replicated" else 1) / W
 
 
 OPTIMIZER_STATE = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2, "lazy_adam": 2}
@@ -906,12 +934,13 @@ def fit_params(cfg, rows):
         # the host round trips at their fixed cost (not fitted: a few per step, tens of us, which 12 points cannot
         # tell from the other fixed costs); the rest fitted
         ru = cfg.get("host_round_trip_us", HOST_ROUND_TRIP_US)
-        X = [[1e3 * t["comm"], 1e3 * t["local_GB"], 1e-3 * t["collectives"], 1e-3 * t["groups"]] for t, _ in pts]
-        a, h, cu, gu = nnls_relative(X, [y for _, y in pts],
-                                     [1e-3 * ru * t["round_trips"] + 1e3 * t["reduce"] for t, _ in pts])
-        # a: ms per ms of link time; h: s per GB (1 / GB/s); cu, gu: us
+        X = [[1e3 * t["comm"], 1e3 * t["local_GB"], 1e-3 * t["collectives"], 1e-3 * t["groups"],
+              1e-6 * t.get("new_rows", 0.0)] for t, _ in pts]
+        a, h, cu, gu, nr = nnls_relative(X, [y for _, y in pts],
+                                         [1e-3 * ru * t["round_trips"] + 1e3 * t["reduce"] for t, _ in pts])
+        # a: ms per ms of link time; h: s per GB (1 / GB/s); cu, gu: us; nr: ns per new row
         out["embedding_rates"] = {"comm_scale": a, "hbm_GBps": 1 / h if h > 0 else 1e9, "collective_us": cu,
-                                  "group_us": gu, "round_trip_us": ru, "points": len(pts),
+                                  "group_us": gu, "round_trip_us": ru, "new_row_ns": nr, "points": len(pts),
                                   "from": "collection" if coll else "train"}
         if coll and train:
             er = out["embedding_rates"]

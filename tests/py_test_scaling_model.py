@@ -282,7 +282,7 @@ class FitAndCheck(unittest.TestCase):
         self.cfg = tiny_config()
         self.rates = {"comm_scale": random.uniform(0.5, 3), "hbm_GBps": random.uniform(0.5, 5),
                       "collective_us": random.uniform(10, 900), "group_us": random.uniform(50, 500),
-                      "round_trip_us": sm.HOST_ROUND_TRIP_US}
+                      "round_trip_us": sm.HOST_ROUND_TRIP_US, "new_row_ns": random.uniform(1, 20)}
         self.train_scale = random.uniform(0.4, 0.9)
         self.per_sample = {"dot/fp32": random.uniform(1e-4, 1e-3), "dot/bf16": random.uniform(1e-5, 1e-4),
                            "dcnv2/bf16": random.uniform(1e-4, 1e-3)}
@@ -292,7 +292,8 @@ class FitAndCheck(unittest.TestCase):
                 r = {"bench": "collection", "placement": placement, "rows": [10, 20], "hotness": [1, 2],
                      "dims": [4, 4], "dim": 4, "alpha": 0, "batch": b, "global_batch": ranks * b, "ranks": ranks,
                      "nodes": 1, "ranks_per_node": ranks, "comm_mode": "nccl", "optimizer": "sgd", "git": "abc",
-                     "backend": "cpu"}
+                     "backend": "cpu", "prefill": 1,
+                     "new_rows_per_step": [0, 4e4, 9e4][len(self.rows) % 3] * random.uniform(0.5, 1.5)}
                 c, pl, N, G, bb, _ = sm.record_shape(self.cfg, dict(r, ms_step=1))
                 r["ms_step"] = sm.embedding_ms(sm.embedding_terms(c, pl, "nccl", N, G, bb), self.rates)
                 self.rows.append(r)
@@ -326,12 +327,18 @@ class FitAndCheck(unittest.TestCase):
         self.assertEqual(rep, loc)
         self.assertEqual((rep["comm"], rep["collectives"], rep["groups"]), (0.0, 0, 1))
         v, k = 16, 16  # 4 floats; a key pass
-        want = 0
-        for R, h in ((10, 1), (20, 2)):
-            K, P = 200 * h, 200
-            U = R * (1 - (1 - 1 / R) ** K)
-            want += (k * K + K * v + P * v) + (4 * k * K + K * v + U * 2 * v)
-        self.assertAlmostEqual(rep["local_GB"] * 1e9, want, places=3)
+
+        def by_hand(q):  # q: a lookup's probe per key (hash slots: the key pass and a 128-byte bucket)
+            want = 0
+            for R, h in ((10, 1), (20, 2)):
+                K, P = 200 * h, 200
+                U = R * (1 - (1 - 1 / R) ** K)
+                want += (q * K + K * v + P * v) + (4 * k * K + K * v + U * 2 * v)
+            return want
+        self.assertAlmostEqual(rep["local_GB"] * 1e9, by_hand(k + 128), places=3)
+        d = sm.record_shape(self.cfg, dict(self.rows[2], ms_step=1, index="direct"))[0]
+        self.assertAlmostEqual(sm.embedding_terms(d, "replicated", "nccl", 1, 1, 200)["local_GB"] * 1e9, by_hand(k),
+                               places=3)
         self.assertGreater(sm.embedding_terms(c, "dispatch", "nccl", 1, 1, 200)["local_GB"], rep["local_GB"])
         # two ranks: localized is one group per owner, the others one group
         two = sm.embedding_terms(c, "localized", "nccl", 1, 2, 200)
@@ -349,6 +356,31 @@ class FitAndCheck(unittest.TestCase):
             t2 = sm.embedding_terms(c, pl, "nccl", 1, 2, b)
             self.assertEqual(t1["round_trips"], one, pl)
             self.assertEqual(t2["round_trips"], two * t2["groups"], pl)
+
+    def test_new_rows(self):
+        # a record's new rows per step (all ranks) per rank; records from before the prefill (no such field) with
+        # hashed tables filled during their steps: the new keys of the median timed step, computed here for
+        # uniform keys, every copy inserting them under replicated; none with a direct index or the prefill
+        r = dict(self.rows[0], ms_step=1)  # dispatch, 2 ranks, batch 100
+        self.assertEqual(sm.record_shape(self.cfg, r)[0]["model"]["new_rows_per_rank"], r["new_rows_per_step"] / 2)
+        old = {k: v for k, v in r.items() if k not in ("prefill", "new_rows_per_step")}
+        old.update(warmup=2, iters=5)
+        s = 2 + (5 - 1) / 2
+        want = sum(R * ((1 - 1 / R) ** (s * 200 * h) - (1 - 1 / R) ** ((s + 1) * 200 * h))
+                   for R, h in ((10, 1), (20, 2)))
+        for pl, copies in (("dispatch", 1), ("replicated", 2)):
+            got = sm.record_shape(self.cfg, dict(old, placement=pl))[0]["model"]["new_rows_per_rank"]
+            self.assertAlmostEqual(got, want * copies / 2, places=9)
+        big = dict(old, rows=[10 ** 6], hotness=[1])  # far from full: nearly every key of a step is new
+        self.assertAlmostEqual(sm.record_shape(self.cfg, big)[0]["model"]["new_rows_per_rank"], 100, delta=0.1)
+        self.assertEqual(sm.record_shape(self.cfg, dict(big, index="direct"))[0]["model"]["new_rows_per_rank"], 0)
+        self.assertEqual(sm.record_shape(self.cfg, dict(big, prefill=1))[0]["model"]["new_rows_per_rank"], 0)
+        # each new row adds new_row_ns
+        c = sm.record_shape(self.cfg, big)[0]
+        t = sm.embedding_terms(c, "dispatch", "nccl", 1, 2, 100)
+        t0 = dict(t, new_rows=0)
+        self.assertAlmostEqual(sm.embedding_ms(t, self.rates) - sm.embedding_ms(t0, self.rates),
+                               1e-6 * t["new_rows"] * self.rates["new_row_ns"], places=12)
 
     def test_expected_distinct(self):
         self.assertAlmostEqual(sm.expected_distinct(10, 1e6, 0), 10)
