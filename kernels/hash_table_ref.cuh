@@ -96,12 +96,18 @@ __device__ Probe probe(const Tile& tile, const HashTableView& t, Start s, HashSl
   }
 }
 
-// Writes the initial values of a new row (the whole tile, elements strided by lane).
+// The initial values of a new row, elements strided by lane. Out of line: one copy of the per-element hashing,
+// not one per key of every caller's unrolled batch (the insert path's code is what a lookup's warps fetch while
+// tables fill). Scalars only: nothing goes through the stack.
+__device__ __noinline__ void write_initial_values(float* v, int dim, KeyInit key_init, uint64_t key, int lane) {
+  const uint64_t stream = key_stream(key_init, key);
+  for (int e = lane; e < dim; e += kTile) v[e] = initial_value_at(stream, key_init.scale, e);
+}
+
+// Writes the initial values of a new row (the whole tile).
 __device__ __forceinline__ void write_initial_row(const Tile& tile, const RowInit& init, uint64_t key, int64_t row) {
   if (init.values == nullptr) return;
-  uint64_t stream = key_stream(init.key_init, key);
-  float* v = init.values + row * init.dim;
-  for (int e = tile.thread_rank(); e < init.dim; e += kTile) v[e] = initial_value_at(stream, init.key_init.scale, e);
+  write_initial_values(init.values + row * init.dim, init.dim, init.key_init, key, tile.thread_rank());
 }
 
 // Issues the loads of the first buckets of keys k[j], j < cnt: this lane's slot of each, in snap[j]. Nothing
