@@ -99,7 +99,7 @@ __device__ Probe probe(const Tile& tile, const HashTableView& t, Start s, HashSl
 // The initial values of a new row, elements strided by lane. Out of line: one copy of the per-element hashing,
 // not one per key of every caller's unrolled batch (the insert path's code is what a lookup's warps fetch while
 // tables fill). Scalars only: nothing goes through the stack.
-__device__ __noinline__ void write_initial_values(float* v, int dim, KeyInit key_init, uint64_t key, int lane) {
+inline __device__ __noinline__ void write_initial_values(float* v, int dim, KeyInit key_init, uint64_t key, int lane) {
   const uint64_t stream = key_stream(key_init, key);
   for (int e = lane; e < dim; e += kTile) v[e] = initial_value_at(stream, key_init.scale, e);
 }
