@@ -99,19 +99,9 @@ __device__ Probe probe(const Tile& tile, const HashTableView& t, Start s, HashSl
 // The initial values of a new row, elements strided by lane. Out of line: one copy of the per-element hashing,
 // not one per key of every caller's unrolled batch (the insert path's code is what a lookup's warps fetch while
 // tables fill). Scalars only: nothing goes through the stack.
-// Rows of 4k floats at 16-byte addresses take one float4 store per 4 elements (lane l: elements 4l..4l+3, then
-// 32 further on), others one store per element.
 inline __device__ __noinline__ void write_initial_values(float* v, int dim, KeyInit key_init, uint64_t key, int lane) {
   const uint64_t stream = key_stream(key_init, key);
-  const float scale = key_init.scale;
-  if (dim % 4 == 0 && reinterpret_cast<uintptr_t>(v) % 16 == 0) {
-    for (int e = 4 * lane; e < dim; e += 4 * kTile)
-      *reinterpret_cast<float4*>(v + e) =
-          make_float4(initial_value_at(stream, scale, e), initial_value_at(stream, scale, e + 1),
-                      initial_value_at(stream, scale, e + 2), initial_value_at(stream, scale, e + 3));
-    return;
-  }
-  for (int e = lane; e < dim; e += kTile) v[e] = initial_value_at(stream, scale, e);
+  for (int e = lane; e < dim; e += kTile) v[e] = initial_value_at(stream, key_init.scale, e);
 }
 
 // Writes the initial values of a new row (the whole tile).
