@@ -5,7 +5,7 @@
 //   - the same rank count and plan: the same bits, run twice;
 //   - resume: a run stopped at a checkpoint and resumed continues the uninterrupted run's trajectory, bitwise
 //     at the same rank count for every placement (losses and final dense parameters), within kTrajectoryTol at
-//     another rank count;
+//     another rank count for its first kResumedTight steps and within kResumedLoose for all;
 //   - the planted task (synthetic data from a teacher) is learned: the eval AUC comes within kAucGap of the
 //     teacher's, for dot and dcnv2;
 //   - misconfigurations (a dataset that does not match, impossible sizes, a missing file, a plan that does not
@@ -34,6 +34,8 @@ using namespace sparta;
 namespace {
 
 constexpr double kTrajectoryTol = 1e-5;  // relative, per step (observed: about 1e-7, float rounding)
+constexpr size_t kResumedTight = 10;     // a resharded resume: steps held to kTrajectoryTol (of 20)
+constexpr double kResumedLoose = 1e-3;   // ... and every step's bound
 constexpr double kAucGap = 0.04;         // planted task: eval AUC >= teacher - this (observed gaps 0.008-0.025 over 51 seeds)
 
 // The first `ranks` ranks of the job as a world of their own, with topology and device.
@@ -302,11 +304,20 @@ BOOST_AUTO_TEST_CASE(resume_continues_the_trajectory) {
       other.placement = "replicated";
       other.checkpoint_dir = dir.path + "/other_" + placement;
       const Run c = train_on(W == 2 ? 1 : 2, other, Backend::cpu, first.checkpoint_dir + "/step-40");
+      // The sums' other order is amplified as training goes on: rarely a step turns a difference of rounding into
+      // a growing one (seed 8101864851929 at 4 ranks, dispatch: no visible difference for 12 resumed steps, then
+      // 2.9e-6, 9.8e-6, 6.9e-5). What the load got wrong shows from the first resumed steps (the loss of the
+      // loaded rows, then of their optimizer state), so the first kResumedTight steps are held to kTrajectoryTol,
+      // all of them to kResumedLoose.
       bool close = true;
       if (testing::world_rank() == 0) {
         const std::vector<double> tail(whole.result.losses.begin() + 40, whole.result.losses.end());
-        close = c.result.first_step == 40 &&
-                close_trajectory(c.result.losses, tail, kTrajectoryTol, std::string("resharded resume of ") + placement);
+        const std::string what = std::string("resharded resume of ") + placement;
+        const size_t n = std::min<size_t>(kResumedTight, c.result.losses.size());
+        close = c.result.first_step == 40 && c.result.losses.size() == tail.size() &&
+                close_trajectory({c.result.losses.begin(), c.result.losses.begin() + n},
+                                 {tail.begin(), tail.begin() + n}, kTrajectoryTol, what + ", first steps") &&
+                close_trajectory(c.result.losses, tail, kResumedLoose, what);
       }
       BOOST_TEST(testing::all_ranks(close));
     }
