@@ -171,15 +171,17 @@ void timed_keys(const KeyGen& kg, int64_t step, int64_t first_g, int64_t samples
 // Keys of prefill forward `round`: sample g's j-th key of table t is key ((round * samples + g) * hot + j) mod card, so
 // rounds 0 .. prefill_rounds() - 1 look up every key of [0, card) of every table. Every rank takes the same keys
 // (each replicated copy then holds them all).
-void prefill_keys(const KeyGen& kg, int64_t round, int64_t samples, std::vector<int64_t>& keys) {
+void prefill_keys(const KeyGen& kg, int64_t round, int64_t samples, int threads, std::vector<int64_t>& keys) {
   const int K = kg.keys_per_sample;
   keys.resize(size_t(samples * K));
-  for (int64_t g = 0; g < samples; ++g)
-    for (size_t t = 0; t < kg.tables.size(); ++t) {
-      const int64_t hot = kg.tables[t].hot;
-      for (int64_t j = 0; j < hot; ++j)
-        keys[size_t(g * K + kg.first[t] + j)] = ((round * samples + g) * hot + j) % kg.tables[t].card;
-    }
+  parallel_for(samples, threads, [&](int64_t lo, int64_t hi) {
+    for (int64_t g = lo; g < hi; ++g)
+      for (size_t t = 0; t < kg.tables.size(); ++t) {
+        const int64_t hot = kg.tables[t].hot;
+        for (int64_t j = 0; j < hot; ++j)
+          keys[size_t(g * K + kg.first[t] + j)] = ((round * samples + g) * hot + j) % kg.tables[t].card;
+      }
+  });
 }
 int64_t prefill_rounds(const KeyGen& kg, int64_t samples) {
   int64_t n = 0;
@@ -502,7 +504,7 @@ Result run_point(Context& ctx, Communicator* comm, const Args& a, const KeyGen& 
   if (a.prefill && a.index == "hashed") {  // a direct index holds every row from the start
     r.prefill_forwards = prefill_rounds(kg, batch);
     for (int64_t round = 0; round < r.prefill_forwards; ++round) {
-      prefill_keys(kg, round, batch, hk);
+      prefill_keys(kg, round, batch, threads, hk);
       keys.upload(hk);
       coll.forward(off.data(), keys.data(), batch, out.data(), LookupMode::train);
     }
