@@ -23,6 +23,12 @@
 // --update atomic: the step's SGD update key by key with float atomics (OptimizerConfig::atomic_update,
 // kernels/atomic_sgd.h: no sort, not bitwise reproducible; rows_updated is then not counted and recorded null);
 // sorted (the default): the fixed-order backward.
+// floor: the least traffic of a step on the same keys, by the simplest kernels that make it (kernels/row_traffic.h),
+// on the rows the train lookup gives the keys: `gather` (each bag's rows read and summed, [bags, dim] written),
+// `read_write` (each key's row read and written back, + 0, with plain loads and stores) and `atomic` (each key's row
+// + 0 by vector float atomics); step_floor_ms = gather + read_write: a step that reads each key's row for the
+// forward and reads and writes it again for an in-place update takes at least that. Checked: a sample of bags
+// against the keys' initial values pooled on the host, and a sample of rows unchanged bit for bit.
 // With no axis options the default points run: 40M x 128 one-hot (alpha 0 and 1.1), 40M x 32 hot 8, 10M x 16.
 #include <algorithm>
 #include <cmath>
@@ -40,6 +46,7 @@
 #include "kernels/key_init.h"
 #include "src/options.h"
 #include "kernels/pooled_forward.h"
+#include "kernels/row_traffic.h"
 #include "experiments/support_bench.h"
 
 using namespace sparta;
@@ -117,7 +124,7 @@ int main(int argc, char** argv) {
       "slots", po::value(&slots_s), "slots per sample (list)")("hot", po::value(&hot_s), "keys per bag (list)")(
       "hotness", po::value(&hotness_s), "keys of each slot, one number per slot (overrides --slots and --hot)")(
       "alphas", po::value(&alphas_s)->default_value("0,1.1"), "power-law exponents (list; 0 uniform)")(
-      "modes", po::value(&modes_s)->default_value("eval,train,step"), "eval | train | step (list)")(
+      "modes", po::value(&modes_s)->default_value("eval,train,step"), "eval | train | step | floor (list)")(
       "out-types", po::value(&types_s)->default_value("f32"), "f32 | bf16 | f16 (list)")(
       "combiner", po::value(&combiner_s)->default_value("sum"), "sum | mean")(
       "lr", po::value(&lr)->default_value(0.01f), "SGD learning rate of the step")(
@@ -135,11 +142,13 @@ int main(int argc, char** argv) {
                    update_s.c_str());
     const bool atomic = update_s == "atomic";
     std::vector<std::string> modes = bench::split_list(modes_s);
-    bool step_mode = false;
+    bool step_mode = false, floor_mode = false;
     std::vector<std::string> forward_modes;
     for (const std::string& m : modes) {
-      SPARTA_REQUIRE(m == "eval" || m == "train" || m == "step", "--modes: eval, train or step, found '%s'", m.c_str());
+      SPARTA_REQUIRE(m == "eval" || m == "train" || m == "step" || m == "floor",
+                     "--modes: eval, train, step or floor, found '%s'", m.c_str());
       if (m == "step") step_mode = true;
+      else if (m == "floor") floor_mode = true;
       else forward_modes.push_back(m);
     }
     std::vector<OutputType> out_types;
@@ -294,6 +303,74 @@ int main(int argc, char** argv) {
                                 type_s, combiner_name(comb), (long long)unique, (long long)nnz, med, gbps,
                                 copy_gbps, gbps / copy_gbps, floor_ms, wrong, index_s.c_str(), devname.c_str()));
           }
+        }
+      }
+      if (floor_mode) {  // before the step, which changes the values the checks rely on
+        if (root) std::printf("# floor: the row traffic of a step by the simplest kernels, median of %d\n"
+                              "# %9s %4s %6s %5s %3s %5s %8s %10s %10s %10s %10s %9s %6s\n",
+                              repeats, "rows", "dim", "batch", "slots", "hot", "alpha", "unique", "gather_ms",
+                              "rw_ms", "atomic_ms", "step_floor", "nnz", "#wrong");
+        Buffer<float> gathered(dev, size_t(bags) * p.dim);
+        for (double alpha : alphas) {
+          std::vector<int64_t> hk = draw_keys(p, nnz, alpha, salt, direct);
+          const int64_t unique = count_unique(hk);
+          keys.upload(hk);
+          rows.fill_bytes(0xFF);
+          gathered.fill_bytes(0xFF);
+          table.pooled_forward(off.data(), keys.data(), bags, comb, LookupMode::train, gathered.data(),
+                               OutputType::f32, rows.data(), MissingKey::zeros, Check::deferred, dev.stream);
+          table.check_lookups(MissingKey::zeros, dev.stream);  // every key held: its row given
+          gathered.fill_bytes(0xFF);
+          const int64_t cap = table.capacity_rows();
+          float* values = table.values();
+          std::vector<double> gather_ms = d.time([&] {
+            row_traffic_gather(dev, off.data(), rows.data(), bags, values, cap, p.dim, gathered.data(), dev.stream);
+          });
+          std::vector<double> rw_ms = d.time([&] {
+            row_traffic_read_write(dev, rows.data(), nnz, values, cap, p.dim, 0.f, dev.stream);
+          });
+          std::vector<double> atomic_ms = d.time([&] {
+            row_traffic_atomic(dev, rows.data(), nnz, values, cap, p.dim, 0.f, dev.stream);
+          });
+          // A sample of bags (sums of the keys' initial values) and of the keys' rows (still their initial values).
+          const std::vector<int64_t> hrows = rows.download();
+          size_t wrong = 0;
+          std::vector<float> got(size_t(p.dim));
+          for (int64_t b = 0; b < bags; b += std::max<int64_t>(1, bags / 256)) {
+            copy_to_host(dev, got.data(), gathered.data() + size_t(b) * p.dim, sizeof(float) * p.dim);
+            for (int e = 0; e < p.dim; ++e) {
+              float acc = 0;
+              for (int64_t i = offsets[size_t(b)]; i < offsets[size_t(b) + 1]; ++i)
+                acc += initial_value(ki, uint64_t(hk[size_t(i)]), e);
+              wrong += !(std::fabs(got[size_t(e)] - acc) <= 1e-6f + 1e-6f * std::fabs(acc));
+            }
+          }
+          for (int64_t i = 0; i < nnz; i += std::max<int64_t>(1, nnz / 256)) {
+            const int64_t r = hrows[size_t(i)];
+            if (r < 0 || r >= cap) {
+              ++wrong;
+              continue;
+            }
+            copy_to_host(dev, got.data(), values + size_t(r) * p.dim, sizeof(float) * p.dim);
+            for (int e = 0; e < p.dim; ++e) wrong += got[size_t(e)] != initial_value(ki, uint64_t(hk[size_t(i)]), e);
+          }
+          d.add_wrong((long long)wrong);
+          if (!root) continue;
+          const double g = median(gather_ms), rw = median(rw_ms), at = median(atomic_ms);
+          const double gather_bytes = (double(nnz) + double(bags)) * p.dim * 4, row_bytes = 2.0 * double(nnz) * p.dim * 4;
+          std::printf("  %9lld %4d %6lld %5d %3s %5.2f %8lld %10.4f %10.4f %10.4f %10.4f %9lld %6zu\n",
+                      (long long)p.rows, p.dim, (long long)p.batch, p.slots, hot_col, alpha, (long long)unique, g, rw,
+                      at, g + rw, (long long)nnz, wrong);
+          std::fflush(stdout);
+          d.record(strprintf("\"bench\":\"embedding_floor\",\"rows\":%lld,\"dim\":%d,\"batch\":%lld,\"slots\":%d,"
+                             "\"hot\":%d,\"hotness\":\"%s\",\"alpha\":%g,\"unique_keys\":%lld,\"nnz\":%lld,"
+                             "\"gather_ms\":%.5f,\"read_write_ms\":%.5f,\"atomic_ms\":%.5f,\"step_floor_ms\":%.5f,"
+                             "\"gather_GBps\":%.2f,\"read_write_GBps\":%.2f,\"atomic_GBps\":%.2f,\"copy_GBps\":%.2f,"
+                             "\"wrong\":%zu,\"index\":\"%s\",\"device\":\"%s\"",
+                             (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, hot_s.c_str(), alpha,
+                             (long long)unique, (long long)nnz, g, rw, at, g + rw, gather_bytes / g / 1e6,
+                             row_bytes / rw / 1e6, row_bytes / at / 1e6, copy_gbps, wrong, index_s.c_str(),
+                             devname.c_str()));
         }
       }
       if (!step_mode) continue;

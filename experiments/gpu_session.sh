@@ -14,7 +14,7 @@
 #               (the default) and on first use (SPARTA_TEST_LAZY_CONNECT=1) alternating, each stopped after 90 s
 #   kernels     bench_hashtable, bench_embedding; peer_torch.py (EmbeddingBag): one-hot (uniform, power-law),
 #               hot 8 at dims 16-128 and the DCNv2 hotness at dim 128 (bench_embedding with the hashed and the
-#               direct index, the step with the sorted and the atomic SGD update)
+#               direct index, the step with the sorted and the atomic SGD update, and the step's traffic floor)
 #   comm        at each multi count: bench_alltoall (nccl 1 KiB-1 GiB, then hier and mpi) beside peer_a2a.py on
 #               as many GPUs; nccl at 4 KiB-16 MiB with NCCL's non-blocking mode and the default blocking one
 #   collection  bench_collection: MLPerf v1 one-hot and DCNv2 multi-hot tables, every placement and the plan, at
@@ -127,6 +127,11 @@ for part in "${parts[@]}"; do
         run bench_embedding.log "$build/bin/bench_embedding" --index $index --update atomic --rows 40000000 \
           --dims 128 --hotness "$dcnv2_hotness" --alphas 0 --modes step --out "$out/bench.jsonl"
       done
+      # the least traffic of a step on the same keys (gather + read and write of each key's row): the floor ratio
+      run bench_embedding.log "$build/bin/bench_embedding" --index direct --rows 40000000 --dims 16,32,64,128 \
+        --hot 8 --alphas 0 --modes floor --out "$out/bench.jsonl"
+      run bench_embedding.log "$build/bin/bench_embedding" --index direct --rows 40000000 --dims 128 \
+        --hotness "$dcnv2_hotness" --alphas 0 --modes floor --out "$out/bench.jsonl"
       for d in 16 32 64 128; do
         peer peer_torch.py --rows 40000000 --dim $d --batch 65536 --slots 26 --hot 8 --alpha 0
       done

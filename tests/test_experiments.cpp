@@ -308,6 +308,9 @@ BOOST_AUTO_TEST_CASE(every_bench_json_line_carries_the_provenance, *boost::unit_
       // the direct index, every mode (a wrong bag or row fails the run)
       {"bench_embedding", 1, "--device cpu --index direct --rows 2000 --dims 4 --slots 2 --batch 16 --hot 2 --alphas 0 "
                              "--modes eval,train,step --repeats 1 --warmup 0", ""},
+      // the traffic floors before the step, hashed (a wrong bag sum or a changed row fails the run)
+      {"bench_embedding", 1, "--device cpu --rows 2000 --dims 4,5 --slots 2 --batch 16 --hot 3 --alphas 0,1.1 "
+                             "--modes floor,step --repeats 1 --warmup 0", ""},
       // the step with the atomic update (a wrong updated row fails the run)
       {"bench_embedding", 1, "--device cpu --update atomic --rows 2000 --dims 4 --slots 2 --batch 16 --hot 3 "
                              "--alphas 1.1 --modes step --repeats 1 --warmup 0", ""},
