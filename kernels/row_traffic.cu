@@ -1,7 +1,6 @@
 // row_traffic.cu: CUDA version of row_traffic.h. A row is L = dim / V lanes of V floats (V = 4: float4 loads and
-// stores); a thread takes one (bag, lane) or (key, lane) item, grid-stride. The gather loads a bag's rows 8 at a
-// time before adding them (8 loads in flight per thread), in key order; the updates take 4 keys per thread, their
-// loads first.
+// stores). The gather: a thread per (bag, lane), grid-stride, loading a bag's rows 8 at a time before adding them
+// (8 loads in flight per thread), in key order. The updates: a group of L lanes per kWalk keys (update_kernel).
 #include <cuda_runtime.h>
 
 #include "src/base/check.h"
@@ -14,7 +13,7 @@ namespace {
 
 constexpr int kBlock = 256;
 constexpr int kGatherBatch = 8;  // rows a gather thread loads before it adds them
-constexpr int kUpdateBatch = 4;  // keys an update thread loads before it stores them
+constexpr int kWalk = 8;         // keys an update group walks
 
 template <int V>
 __global__ void __launch_bounds__(kBlock) gather_kernel(const int64_t* offsets, const int64_t* rows, int64_t bags,
@@ -65,41 +64,40 @@ __device__ __forceinline__ void atomic_add(float* p, float add) {
   }
 }
 
+// A group of dim / V lanes walks kWalk consecutive keys one by one: each row read, added to and written back before
+// the next key's (or, atomic, its adds issued). The read and write took longer every other way tried: on one H200
+// (13.6M uniform keys over 40M rows) this walk 1.09 / 3.58 ms at dims 32 / 128, one key a thread 1.28 / 3.65, the
+// rows of 4 keys a thread loaded before they were stored 1.36 / 4.17, of 8 keys 1.42 / 4.44
+// (experiments/NOTES_embedding.md run 22).
 template <int V, bool Atomic>
 __global__ void __launch_bounds__(kBlock) update_kernel(const int64_t* rows, int64_t nnz, float* values,
                                                         int64_t capacity_rows, int dim, float add) {
   const int lanes = dim / V;
-  const int64_t items = nnz * lanes, stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; first < items;
-       first += stride * kUpdateBatch) {
-    float* p[kUpdateBatch];
-    float w[kUpdateBatch][V];
-#pragma unroll
-    for (int j = 0; j < kUpdateBatch; ++j) {
-      const int64_t item = first + j * stride;
-      p[j] = nullptr;
-      if (item >= items) continue;
-      const int64_t r = rows[item / lanes];
+  const int64_t step = (int64_t(gridDim.x) * blockDim.x / lanes) * lanes;  // the threads of whole groups
+  const int64_t t0 = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (t0 >= step) return;
+  const int lane = int(t0 % lanes);
+  for (int64_t first = t0 / lanes * kWalk; first < nnz; first += step / lanes * kWalk) {
+    const int64_t end = first + kWalk < nnz ? first + kWalk : nnz;
+    for (int64_t k = first; k < end; ++k) {
+      const int64_t r = rows[k];
       if (r < 0 || r >= capacity_rows) continue;
-      p[j] = values + r * dim + int(item % lanes) * V;
-      if constexpr (!Atomic) rowvec::load<V>(p[j], w[j]);
-    }
-#pragma unroll
-    for (int j = 0; j < kUpdateBatch; ++j) {
-      if (p[j] == nullptr) continue;
+      float* p = values + r * dim + lane * V;
       if constexpr (Atomic) {
-        atomic_add<V>(p[j], add);
+        atomic_add<V>(p, add);
       } else {
+        float w[V];
+        rowvec::load<V>(p, w);
 #pragma unroll
-        for (int q = 0; q < V; ++q) w[j][q] = __fadd_rn(w[j][q], add);
-        rowvec::store<V>(p[j], w[j]);
+        for (int q = 0; q < V; ++q) w[q] = __fadd_rn(w[q], add);
+        rowvec::store<V>(p, w);
       }
     }
   }
 }
 
-int grid_for(int64_t items, int64_t per_thread) {
-  const int64_t blocks = (items + kBlock * per_thread - 1) / (kBlock * per_thread);
+int grid_for(int64_t threads) {
+  const int64_t blocks = (threads + kBlock - 1) / kBlock;
   return static_cast<int>(blocks < 65535 * 8 ? blocks : 65535 * 8);  // grid-stride beyond that
 }
 
@@ -112,12 +110,13 @@ template <bool Atomic>
 void launch_update(const int64_t* rows, int64_t nnz, float* values, int64_t capacity_rows, int dim, float add,
                    Stream stream) {
   if (nnz == 0) return;
+  const int64_t groups = (nnz + kWalk - 1) / kWalk;
   if (vectors(dim, values)) {
-    update_kernel<4, Atomic><<<grid_for(nnz * (dim / 4), kUpdateBatch), kBlock, 0, stream>>>(
-        rows, nnz, values, capacity_rows, dim, add);
+    update_kernel<4, Atomic><<<grid_for(groups * (dim / 4)), kBlock, 0, stream>>>(rows, nnz, values,
+                                                                                    capacity_rows, dim, add);
   } else {
-    update_kernel<1, Atomic><<<grid_for(nnz * dim, kUpdateBatch), kBlock, 0, stream>>>(rows, nnz, values,
-                                                                                       capacity_rows, dim, add);
+    update_kernel<1, Atomic><<<grid_for(groups * dim), kBlock, 0, stream>>>(rows, nnz, values, capacity_rows,
+                                                                              dim, add);
   }
   CUDA_CHECK_LAUNCH(Atomic ? "row_traffic update_kernel (atomic)" : "row_traffic update_kernel (read_write)");
 }
@@ -128,10 +127,10 @@ void row_traffic_gather_cuda(const int64_t* offsets, const int64_t* rows, int64_
                              int64_t capacity_rows, int dim, float* out, Stream stream) {
   if (bags == 0) return;
   if (vectors(dim, values, out)) {
-    gather_kernel<4><<<grid_for(bags * (dim / 4), 1), kBlock, 0, stream>>>(offsets, rows, bags, values,
+    gather_kernel<4><<<grid_for(bags * (dim / 4)), kBlock, 0, stream>>>(offsets, rows, bags, values,
                                                                            capacity_rows, dim, out);
   } else {
-    gather_kernel<1><<<grid_for(bags * dim, 1), kBlock, 0, stream>>>(offsets, rows, bags, values, capacity_rows,
+    gather_kernel<1><<<grid_for(bags * dim), kBlock, 0, stream>>>(offsets, rows, bags, values, capacity_rows,
                                                                      dim, out);
   }
   CUDA_CHECK_LAUNCH("row_traffic gather_kernel");
