@@ -11,7 +11,8 @@
 // shape as peers/peer_torch.py (--hotness: the keys of each slot instead, one number per slot, overriding
 // --slots and --hot, e.g. MLPerf DLRM-DCNv2's 3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1). Bytes moved: nnz * dim * 4 gathered + bags * dim * out_bytes written (hash
 // buckets and keys not counted, as for the peer); GB/s and the fraction of the copy bandwidth. train runs
-// the get_insert path on held keys (steady state: nothing new). A sample of bags is checked against the CPU
+// the get_insert path on held keys (steady state: nothing new) and writes each key's row for the backward; eval
+// writes no rows (since 2026-11-24: before, eval wrote them too, 8 bytes a key no evaluation needs). A sample of bags is checked against the CPU
 // reference (the keys' initial values pooled on the host).
 // step: after the forward modes of a point (the step changes the values the forward checks rely on), per alpha:
 // one checked step (a sample of updated rows against w - lr * the summed gradient, computed on the host from
@@ -255,7 +256,7 @@ int main(int argc, char** argv) {
             a.combiner = comb;
             a.out = pooled.data();
             a.out_type = ot;
-            a.rows = rows.data();
+            a.rows = mode == LookupMode::train ? rows.data() : nullptr;  // an eval forward needs no rows
             pooled.fill_bytes(0xFF);
             std::vector<double> ms = d.time([&] { pooled_forward(dev, a, dev.stream); });
             HashTableMeta m = table.hash().read_meta(dev.stream);

@@ -180,13 +180,14 @@ void Exchange::settle() {
 
 void table_lookup_pooled(EmbeddingTable& t, const int64_t* offsets, const int64_t* keys, int64_t bags,
                          Combiner combiner, LookupMode mode, float* out, int64_t* rows) {
-  t.pooled_forward(offsets, keys, bags, combiner, mode, out, OutputType::f32, rows, MissingKey::zeros,
-                   Check::deferred, t.device().stream);
+  int64_t* kept = mode == LookupMode::train ? rows : nullptr;
+  t.pooled_forward(offsets, keys, bags, combiner, mode, out, OutputType::f32, kept, MissingKey::zeros, Check::deferred,
+                   t.device().stream);
 }
 
 void table_lookup_keys(EmbeddingTable& t, const int64_t* keys, int64_t n, LookupMode mode, float* out, int64_t* rows) {
-  t.unpooled_forward(keys, n, mode, out, OutputType::f32, rows, MissingKey::zeros, Check::deferred,
-                     t.device().stream);
+  int64_t* kept = mode == LookupMode::train ? rows : nullptr;
+  t.unpooled_forward(keys, n, mode, out, OutputType::f32, kept, MissingKey::zeros, Check::deferred, t.device().stream);
 }
 
 void table_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,

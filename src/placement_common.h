@@ -115,6 +115,8 @@ class Exchange {
 
 // ---- calls into EmbeddingTable (one place for each)
 
+// rows: the keys' rows for the backward, written in train mode only (no backward follows an eval forward:
+// EmbeddingCollection::backward refuses it), so an eval lookup writes no 8 bytes per key.
 void table_lookup_pooled(EmbeddingTable& t, const int64_t* offsets, const int64_t* keys, int64_t bags,
                          Combiner combiner, LookupMode mode, float* out, int64_t* rows);
 void table_lookup_keys(EmbeddingTable& t, const int64_t* keys, int64_t n, LookupMode mode, float* out, int64_t* rows);
