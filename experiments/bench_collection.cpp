@@ -707,8 +707,16 @@ int main(int argc, char** argv) {
         if (rank == 0) d.add_wrong(r.check.wrong);  // already the sum over the ranks
         const double msps = double(batch * world) / r.ms_step / 1e3;
         if (rank != 0) continue;
-        double ms_planned = 0;  // the planner's estimate of the step
-        for (const TablePlan& tp : plan.tables) ms_planned += tp.seconds_per_step * 1e3;
+        // The planner's estimate of the step, and its terms (experiments/fit_planner.py fits the rates to them):
+        // ms = MB_moved_planned / link_GBps + planned_local_MB / hbm_GBps + (planned_collectives x collective_us +
+        // planned_groups x group_us) / 1000.
+        double ms_planned = 0, local_mb = 0;
+        int collectives = 0, groups = 0;
+        for (const TablePlan& tp : plan.tables) {
+          ms_planned += tp.seconds_per_step * 1e3;
+          local_mb += tp.local_bytes / 1e6;
+          if (tp.opens_group) collectives += tp.collectives, ++groups;
+        }
         std::printf("  %-11s %-9s %7lld %5d | %9.3f %9.3f %9.3f | %10.3f | %10.1f %7.3f | %6lld\n", placement.c_str(),
                     a.tables.c_str(), (long long)batch, world, r.ms_step, r.ms_fwd, r.ms_bwd, msps, r.mb_planned,
                     r.mem_bytes / 1e9, (long long)r.check.wrong);
@@ -730,7 +738,9 @@ int main(int argc, char** argv) {
           << ",\"seed\":" << a.seed << ",\"ms_step\":" << r.ms_step << ",\"ms_step_min\":" << r.ms_step_min
           << ",\"ms_fwd\":" << r.ms_fwd << ",\"ms_bwd\":" << r.ms_bwd << ",\"samples_per_s\":" << msps * 1e6
           << ",\"MB_moved_planned\":" << r.mb_planned << ",\"MB_moved_measured\":null"
-          << ",\"ms_step_planned\":" << ms_planned << ",\"planner_link_GBps\":" << a.rates.link_GBps
+          << ",\"ms_step_planned\":" << ms_planned << ",\"planned_local_MB\":" << local_mb
+          << ",\"planned_collectives\":" << collectives << ",\"planned_groups\":" << groups
+          << ",\"planner_link_GBps\":" << a.rates.link_GBps
           << ",\"planner_hbm_GBps\":" << a.rates.hbm_GBps << ",\"planner_collective_us\":" << a.rates.collective_us
           << ",\"planner_group_us\":" << a.rates.group_us
           << ",\"mem_GB\":" << r.mem_bytes / 1e9 << ",\"device_used_GB\":";

@@ -101,6 +101,11 @@ struct TablePlan {
   size_t memory_bytes = 0;
   double bytes_per_step = 0;
   double seconds_per_step = 0;
+  // The terms of seconds_per_step (src/planner.h PlannerRates): bytes_per_step / link_GBps + local_bytes /
+  // hbm_GBps, plus, for the group's first table (opens_group), collectives x collective_us + group_us.
+  double local_bytes = 0;
+  int collectives = 0;      // the collectives of the table's group per step
+  bool opens_group = false;
 };
 struct Plan {
   std::vector<TablePlan> tables;  // in CollectionConfig::tables order

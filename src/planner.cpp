@@ -420,7 +420,9 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
     tp.memory_bytes = pick->cost.memory_busiest;
     tp.bytes_per_step = pick->cost.bytes_per_step;
     tp.seconds_per_step = pick->seconds;
-    groups.insert(group_key(t, pick->p, tp.owner));
+    tp.local_bytes = pick->cost.local_bytes;
+    tp.collectives = pick->cost.collectives;
+    tp.opens_group = groups.insert(group_key(t, pick->p, tp.owner)).second;
     if (pick->p == Placement::hybrid) {
       for (int64_t k = 0; k < hot_rows; ++k) tp.hot_keys.push_back(st.top[size_t(k)].first);
       std::sort(tp.hot_keys.begin(), tp.hot_keys.end());

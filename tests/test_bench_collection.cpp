@@ -128,6 +128,17 @@ void run_and_check(const Expect& x, const std::string& extra) {
         BOOST_CHECK(number(l, "ms_step_planned") > 0);
         BOOST_CHECK_EQUAL(number(l, "planner_link_GBps"), sparta::PlannerRates().link_GBps);
         BOOST_CHECK_EQUAL(number(l, "planner_group_us"), sparta::PlannerRates().group_us);
+        // its terms give it back at the recorded rates (experiments/fit_planner.py fits the rates to them): a group
+        // opened by at least one table and at most by each, every group's collectives (3 to 6) with more than one rank
+        const sparta::PlannerRates rates;
+        const double groups = number(l, "planned_groups"), collectives = number(l, "planned_collectives");
+        const double terms = moved / rates.link_GBps + number(l, "planned_local_MB") / rates.hbm_GBps +
+                             (collectives * rates.collective_us + groups * rates.group_us) / 1e3;
+        BOOST_CHECK_CLOSE(terms, number(l, "ms_step_planned"), 1e-3);
+        BOOST_CHECK(number(l, "planned_local_MB") > 0);
+        BOOST_CHECK(groups >= 1 && groups <= number(l, "num_tables"));
+        if (x.ranks == 1) BOOST_CHECK_EQUAL(collectives, 0.0);
+        else BOOST_CHECK(collectives >= 3 * groups && collectives <= 6 * groups);
         BOOST_CHECK(number(l, "mem_GB") > 0);
         BOOST_CHECK_EQUAL(field(l, "device_used_GB"), "null");  // cpu
         // two forwards (fresh keys, then after the update) of every rank's check samples, every column

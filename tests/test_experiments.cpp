@@ -420,3 +420,4 @@ static void python_suite(const std::string& file) {
 BOOST_AUTO_TEST_CASE(python_plots) { python_suite("tests/py_test_plots.py"); }
 BOOST_AUTO_TEST_CASE(python_ckpt_analysis) { python_suite("tests/py_test_ckpt_analysis.py"); }
 BOOST_AUTO_TEST_CASE(python_scaling_model) { python_suite("tests/py_test_scaling_model.py"); }
+BOOST_AUTO_TEST_CASE(python_fit_planner) { python_suite("tests/py_test_fit_planner.py"); }
