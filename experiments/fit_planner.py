@@ -26,6 +26,7 @@ record has the terms (bench_collection before they were recorded) or an argument
 import argparse
 import itertools
 import json
+import signal
 import sys
 
 import numpy as np
@@ -122,6 +123,7 @@ def estimate(r, rates):
 
 
 def main(argv=None):
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the listing quietly
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("files", nargs="+", help="bench_collection JSON lines")
     ap.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
