@@ -34,7 +34,8 @@
 #               bench_collection, bench_train dot and dcnv2 (the scaling model's --calibrate/--check input); with 4
 #               GPUs or more also 2 nodes of half the GPUs each
 #   model       the scaling model's prediction beside every all-to-all, collection and training record in OUT
-#               (scaling_model.py --check with the fitted H200 config): OUT/model_check.txt
+#               (scaling_model.py --check with the fitted H200 config): OUT/model_check.txt; the planner's rates
+#               fitted to the one-node collection records (experiments/fit_planner.py): OUT/planner_fit.txt
 # Logs and JSON lines go to OUT; the exit status is non-zero when any part failed.
 set -u -o pipefail
 build=${1:?build folder or bundle}
@@ -250,7 +251,7 @@ for part in "${parts[@]}"; do
     model)
       # the all-to-all, collection and training records of this visit, each predicted by the fitted model beside
       # its measurement (the kernel benchmarks' lines are left out: the model times a step, not one kernel)
-      cat "$out"/*.jsonl 2>/dev/null | grep -v -E '"bench": *"(embedding|embedding_step|hashtable)"' \
+      cat "$out"/*.jsonl 2>/dev/null | grep -v -E '"bench": *"(embedding|embedding_step|embedding_floor|hashtable)"' \
         | grep '"bench"' > "$out/model_input.jsonl"
       if [ -s "$out/model_input.jsonl" ]; then
         run model.log python3 experiments/scaling_model.py --config experiments/scaling_model_h200_grouped.json \
@@ -260,6 +261,11 @@ for part in "${parts[@]}"; do
         echo "(no all-to-all, collection or training records in $out yet: model skipped)"
       fi
       rm -f "$out/model_input.jsonl"
+      # the planner's rates fitted to this visit's one-node collection steps (bench.jsonl and the sweeps' files)
+      if cat "$out"/*.jsonl 2>/dev/null | grep -q '"planned_local_MB"'; then
+        run planner_fit.log python3 experiments/fit_planner.py "$out"/*.jsonl --where nodes=1
+        grep -v '^== ' "$out/planner_fit.log" > "$out/planner_fit.txt"
+      fi
       ;;
     *) echo "unknown part '$part' (tests repeat kernels comm collection train graphs sweeps emulated model all)"; exit 2 ;;
   esac
