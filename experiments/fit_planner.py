@@ -40,7 +40,14 @@ BENCH_OPTIONS = {"link_GBps": "--planner-link-gbps", "hbm_GBps": "--planner-hbm-
                  "collective_us": "--planner-collective-us", "group_us": "--planner-group-us"}
 
 
+def as_text(v):
+    """A field as --where compares it: whole floats without their ".0" (2.0 reads "2")."""
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
 def load(files, where):
+    """The bench_collection records of the files that have the planner's terms and match where. (Not
+    plots/results_io.py's reader: that module loads matplotlib, which fitting needs not.)"""
     rows = []
     for f in files:
         with open(f) as fh:
@@ -56,7 +63,7 @@ def load(files, where):
                     continue
                 if any(not isinstance(r.get(t), (int, float)) for t in TERMS):
                     continue
-                if all(str(r.get(k)) == v for k, v in where):
+                if all(k in r and as_text(r[k]) == v for k, v in where):
                     rows.append(r)
     return rows
 

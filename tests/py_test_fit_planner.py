@@ -101,6 +101,10 @@ class Fit(unittest.TestCase):
         j = run(["--json", "--where", "placement=hybrid", "--where", "placement=hybrid"], lines)
         self.assertEqual(j.returncode, 0, j.stderr)
         self.assertEqual(json.loads(j.stdout)["records"], 1)
+        lines[0]["nodes"] = 1.0  # a whole float matches its integer text
+        j = run(["--json", "--where", "nodes=1"], lines)
+        self.assertEqual(j.returncode, 0, j.stderr)
+        self.assertEqual(json.loads(j.stdout)["records"], 1)
 
     def test_errors(self):
         r = run([], [json.dumps({"bench": "collection", "ms_step": 2.0})])
