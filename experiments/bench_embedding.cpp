@@ -3,7 +3,7 @@
 // (EmbeddingTable: pooled_forward in train mode + backward_and_update with SGD).
 //
 //   bench_embedding [--rows 40000000] [--dims 128] [--batch 65536] [--slots 26] [--hot 1] [--alphas 0,1.1]
-//                   [--hotness 3,2,1,...] [--modes eval,train,step] [--out-types f32] [--lr 0.01]
+//                   [--hotness 3,2,1,...] [--modes eval,train,step,floor] [--out-types f32] [--lr 0.01]
 //                   [--index hashed] [--update sorted] [--out f.jsonl]
 //
 // The table holds `rows` keys (a bijection of 0..rows-1); each bag takes `hot` keys (hot = 1: one-hot) drawn
