@@ -12,8 +12,8 @@
 // --slots and --hot, e.g. MLPerf DLRM-DCNv2's 3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1). Bytes moved: nnz * dim * 4 gathered + bags * dim * out_bytes written (hash
 // buckets and keys not counted, as for the peer); GB/s and the fraction of the copy bandwidth. train runs
 // the get_insert path on held keys (steady state: nothing new) and writes each key's row for the backward; eval
-// writes no rows (since 2026-11-24: before, eval wrote them too, 8 bytes a key no evaluation needs). A sample of bags is checked against the CPU
-// reference (the keys' initial values pooled on the host).
+// writes no rows (since 2026-11-24: before, eval wrote them too, 8 bytes a key no evaluation needs). A sample of
+// bags is checked against the CPU reference (the keys' initial values pooled on the host).
 // step: after the forward modes of a point (the step changes the values the forward checks rely on), per alpha:
 // one checked step (a sample of updated rows against w - lr * the summed gradient, computed on the host from
 // the rows, the upstream gradient and the values before the step), then timed steps (forward train with its
@@ -100,6 +100,16 @@ std::vector<int64_t> draw_keys(const Point& p, int64_t nnz, double alpha, uint64
     k = direct ? int64_t(i) : key_of(i, salt);
   }
   return hk;
+}
+
+// Element e of bag b's keys' initial values summed on the host, in key order: what a forward or a gather of
+// untrained rows gives that bag (before a mean's division).
+float initial_bag_sum(const KeyInit& ki, const std::vector<int64_t>& offsets, const std::vector<int64_t>& keys,
+                      int64_t b, int e) {
+  float acc = 0;
+  for (int64_t i = offsets[size_t(b)]; i < offsets[size_t(b) + 1]; ++i)
+    acc += initial_value(ki, uint64_t(keys[size_t(i)]), e);
+  return acc;
 }
 
 int64_t count_unique(std::vector<int64_t> v) {
@@ -268,9 +278,7 @@ int main(int argc, char** argv) {
             for (int64_t b = 0; b < bags; b += std::max<int64_t>(1, bags / 256)) {
               copy_to_host(dev, got.data(), pooled.data() + size_t(b) * p.dim * ob, got.size());
               for (int e = 0; e < p.dim; ++e) {
-                float acc = 0;
-                for (int64_t i = offsets[size_t(b)]; i < offsets[size_t(b) + 1]; ++i)
-                  acc += initial_value(ki, uint64_t(hk[size_t(i)]), e);
+                float acc = initial_bag_sum(ki, offsets, hk, b, e);
                 if (comb == Combiner::mean) acc /= float(p.bag_keys(b));
                 float g;
                 if (ot == OutputType::f32) {
@@ -317,7 +325,6 @@ int main(int argc, char** argv) {
           const int64_t unique = count_unique(hk);
           keys.upload(hk);
           rows.fill_bytes(0xFF);
-          gathered.fill_bytes(0xFF);
           table.pooled_forward(off.data(), keys.data(), bags, comb, LookupMode::train, gathered.data(),
                                OutputType::f32, rows.data(), MissingKey::zeros, Check::deferred, dev.stream);
           table.check_lookups(MissingKey::zeros, dev.stream);  // every key held: its row given
@@ -340,9 +347,7 @@ int main(int argc, char** argv) {
           for (int64_t b = 0; b < bags; b += std::max<int64_t>(1, bags / 256)) {
             copy_to_host(dev, got.data(), gathered.data() + size_t(b) * p.dim, sizeof(float) * p.dim);
             for (int e = 0; e < p.dim; ++e) {
-              float acc = 0;
-              for (int64_t i = offsets[size_t(b)]; i < offsets[size_t(b) + 1]; ++i)
-                acc += initial_value(ki, uint64_t(hk[size_t(i)]), e);
+              const float acc = initial_bag_sum(ki, offsets, hk, b, e);
               wrong += !(std::fabs(got[size_t(e)] - acc) <= 1e-6f + 1e-6f * std::fabs(acc));
             }
           }
