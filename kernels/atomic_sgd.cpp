@@ -32,7 +32,7 @@ int64_t atomic_sgd_mark_words(int64_t capacity_rows, int dim) {
 }
 
 void atomic_sgd_update(const Device& dev, const BackwardBatch& batch, float lr, float* values, int64_t capacity_rows,
-                       int dim, uint32_t* marks, bool marks_set, Stream stream) {
+                       int dim, uint32_t* marks, Stream stream) {
   SPARTA_REQUIRE(dim >= 1 && dim <= 256, "atomic sgd update: dim must be in [1, 256], found %d", dim);
   SPARTA_REQUIRE(std::isfinite(lr), "atomic sgd update: the learning rate must be finite, found %g", double(lr));
   SPARTA_REQUIRE(capacity_rows >= 0, "atomic sgd update: capacity_rows must be >= 0, found %lld",
@@ -51,26 +51,10 @@ void atomic_sgd_update(const Device& dev, const BackwardBatch& batch, float lr, 
   SPARTA_REQUIRE(batch.nnz == 0 || values != nullptr, "atomic sgd update: no values given");
   if (!dev.is_cuda()) return atomic_sgd_update_cpu(batch, lr, values, capacity_rows, dim);
 #if SPARTA_CUDA
-  atomic_sgd_update_cuda(batch, lr, values, capacity_rows, dim, marks, marks_set, stream);
+  atomic_sgd_update_cuda(batch, lr, values, capacity_rows, dim, marks, stream);
 #else
-  (void)marks, (void)marks_set, (void)stream;
+  (void)marks, (void)stream;
   SPARTA_FATAL("atomic_sgd_update on %s in a CUDA=0 build", dev.name().c_str());
-#endif
-}
-
-void atomic_sgd_mark_direct(const Device& dev, const int64_t* keys, int64_t nnz, const int64_t* nnz_at,
-                            const HashTableView& index, int dim, uint32_t* marks, bool clear, Stream stream) {
-  SPARTA_REQUIRE(dev.is_cuda(), "atomic sgd marks: a cuda device only, found %s", dev.name().c_str());
-  SPARTA_REQUIRE(index.direct_stride > 0, "atomic sgd marks: a direct index only");
-  SPARTA_REQUIRE(nnz >= 0, "atomic sgd marks: keys must be >= 0, found %lld", static_cast<long long>(nnz));
-  SPARTA_REQUIRE(atomic_sgd_mark_words(index.capacity_rows, dim) == 0 || marks != nullptr,
-                 "atomic sgd marks: no marks given");
-  SPARTA_REQUIRE(keys != nullptr || (nnz == 0 && nnz_at == nullptr), "atomic sgd marks: no keys given");
-#if SPARTA_CUDA
-  atomic_sgd_mark_direct_cuda(keys, nnz, nnz_at, index, dim, marks, clear, stream);
-#else
-  (void)keys, (void)nnz, (void)nnz_at, (void)index, (void)dim, (void)marks, (void)clear, (void)stream;
-  SPARTA_FATAL("atomic_sgd_mark_direct on %s in a CUDA=0 build", dev.name().c_str());
 #endif
 }
 

@@ -7,9 +7,6 @@
 // taking a plain load, add and store, the others the atomics.
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <cstdlib>
-
 #include "src/base/check.h"
 #include "kernels/atomic_sgd.h"
 #include "kernels/sparse_optimizer.h"
@@ -95,48 +92,16 @@ __global__ void __launch_bounds__(256) atomic_sgd_kernel(BackwardBatch b, float 
 // a hot row's keys would otherwise queue one atomic each at the same word (on one H200, 13.6M keys at alpha 1.1:
 // 1.12 ms for this pass against 0.27 with the read first; uniform keys 0.25 against 0.28). A stale clear bit only
 // costs the atomics it would have cost anyway.
-__device__ __forceinline__ void mark_row(int64_t row, int64_t capacity_rows, uint32_t* seen, uint32_t* repeated) {
-  if (row < 0 || row >= capacity_rows) return;
-  const int64_t w = row >> 5;
-  const uint32_t bit = 1u << (row & 31);
-  if (__ldcg(repeated + w) & bit) return;
-  if (atomicOr(seen + w, bit) & bit) atomicOr(repeated + w, bit);
-}
-
 __global__ void __launch_bounds__(256) mark_rows(const int64_t* rows, int64_t nnz, int64_t capacity_rows,
                                                  uint32_t* seen, uint32_t* repeated) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < nnz; k += stride)
-    mark_row(rows[k], capacity_rows, seen, repeated);
-}
-
-// The same marks from a direct index's keys, K keys a thread at a time (few blocks run beside the lookup: each
-// thread keeps K loads and K atomics in flight). The keys' count is *nnz_at when given (a lookup's offsets[bags],
-// on the device), else nnz.
-template <int K>
-__global__ void __launch_bounds__(256) mark_direct_keys(const int64_t* keys, int64_t nnz, const int64_t* nnz_at,
-                                                        HashTableView index, uint32_t* seen, uint32_t* repeated) {
-  const int64_t n = nnz_at != nullptr ? *nnz_at : nnz;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t k0 = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k0 < n; k0 += K * stride) {
-    int64_t row[K];
-#pragma unroll
-    for (int j = 0; j < K; ++j) {
-      const int64_t k = k0 + j * stride;
-      row[j] = k < n ? direct_row(index, static_cast<uint64_t>(keys[k])) : -1;
-    }
-    // The K rows' repeated bits read first, then their atomics issued together (mark_row's steps, K at a time).
-    uint32_t bit[K], rep[K], old[K];
-#pragma unroll
-    for (int j = 0; j < K; ++j) {
-      bit[j] = row[j] >= 0 ? 1u << (row[j] & 31) : 0u;
-      rep[j] = row[j] >= 0 ? __ldcg(repeated + (row[j] >> 5)) : 0u;
-    }
-#pragma unroll
-    for (int j = 0; j < K; ++j) old[j] = bit[j] != 0 && !(rep[j] & bit[j]) ? atomicOr(seen + (row[j] >> 5), bit[j]) : 0u;
-#pragma unroll
-    for (int j = 0; j < K; ++j)
-      if (old[j] & bit[j]) atomicOr(repeated + (row[j] >> 5), bit[j]);
+  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < nnz; k += stride) {
+    const int64_t row = rows[k];
+    if (row < 0 || row >= capacity_rows) continue;
+    const int64_t w = row >> 5;
+    const uint32_t bit = 1u << (row & 31);
+    if (__ldcg(repeated + w) & bit) continue;
+    if (atomicOr(seen + w, bit) & bit) atomicOr(repeated + w, bit);
   }
 }
 
@@ -183,36 +148,14 @@ __global__ void __launch_bounds__(256) marked_sgd_kernel(BackwardBatch b, float 
 
 }  // namespace
 
-void atomic_sgd_mark_direct_cuda(const int64_t* keys, int64_t nnz, const int64_t* nnz_at, const HashTableView& index,
-                                 int dim, uint32_t* marks, bool clear, Stream stream) {
-  const int64_t words = atomic_sgd_mark_words(index.capacity_rows, dim);
-  if (words == 0) return;
-  if (clear) CUDA_CHECK(cudaMemsetAsync(marks, 0, size_t(words) * sizeof(uint32_t), stream));
-  if (nnz_at == nullptr && nnz == 0) return;
-  int device = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const char* e = std::getenv("SPARTA_MARK_BPS");
-  const char* ek = std::getenv("SPARTA_MARK_K");
-  const char* eb = std::getenv("SPARTA_MARK_BLOCK");
-  const int bps = e ? std::atoi(e) : 1;
-  const int block = eb ? std::atoi(eb) : 128;
-  const int grid = std::max(1, sms * bps);
-  if (ek && std::atoi(ek) == 1)
-    mark_direct_keys<1><<<grid, block, 0, stream>>>(keys, nnz, nnz_at, index, marks, marks + words / 2);
-  else
-    mark_direct_keys<4><<<grid, block, 0, stream>>>(keys, nnz, nnz_at, index, marks, marks + words / 2);
-  CUDA_CHECK_LAUNCH("mark_direct_keys");
-}
-
 void atomic_sgd_update_cuda(const BackwardBatch& b, float lr, float* values, int64_t capacity_rows, int dim,
-                            uint32_t* marks, bool marks_set, Stream stream) {
+                            uint32_t* marks, Stream stream) {
   if (b.bags == 0 || b.nnz == 0) return;
   const rowvec::RowShape shape = rowvec::row_shape(dim, reinterpret_cast<uintptr_t>(values) % 16 == 0);
   const int block = 256;
   const int64_t words = marks != nullptr ? atomic_sgd_mark_words(capacity_rows, dim) : 0;
   uint32_t* repeated = words > 0 ? marks + words / 2 : nullptr;  // after the seen bits
-  if (words > 0 && !marks_set) {
+  if (words > 0) {
     CUDA_CHECK(cudaMemsetAsync(marks, 0, size_t(words) * sizeof(uint32_t), stream));
     mark_rows<<<rowvec::grid_for(b.nnz, 1, block), block, 0, stream>>>(b.rows, b.nnz, capacity_rows, marks, repeated);
     CUDA_CHECK_LAUNCH("mark_rows");

@@ -25,7 +25,6 @@
 
 #include "src/base/device.h"
 #include "kernels/embedding_backward.h"
-#include "kernels/hash_table.h"
 
 namespace sparta {
 
@@ -43,21 +42,10 @@ int64_t atomic_sgd_mark_words(int64_t capacity_rows, int dim);
 // the cpu backend also on offsets that are not a CSR of the nnz keys (the cuda kernels never read or write
 // outside their arrays with such offsets).
 void atomic_sgd_update(const Device& dev, const BackwardBatch& batch, float lr, float* values,
-                       int64_t capacity_rows, int dim, uint32_t* marks, bool marks_set, Stream stream);
-
-// The marks of the rows of a direct index's keys (row = direct_row(index, key); keys the index does not hold are
-// skipped), set ahead of the update, on a stream of their own beside the lookup of the same keys: the update then
-// runs with marks_set. keys [n] where n = *nnz_at when nnz_at is given (device memory: a pooled lookup's
-// offsets[bags]), else nnz. clear: the marks are zeroed first (the first lookup after an update); without it, these
-// keys' marks add to those already set, which only turns more rows to the atomics. cuda only, dims >=
-// kAtomicSgdMarkedDim (nothing below). Asynchronous on stream.
-void atomic_sgd_mark_direct(const Device& dev, const int64_t* keys, int64_t nnz, const int64_t* nnz_at,
-                            const HashTableView& index, int dim, uint32_t* marks, bool clear, Stream stream);
+                       int64_t capacity_rows, int dim, uint32_t* marks, Stream stream);
 
 void atomic_sgd_update_cpu(const BackwardBatch& batch, float lr, float* values, int64_t capacity_rows, int dim);
 void atomic_sgd_update_cuda(const BackwardBatch& batch, float lr, float* values, int64_t capacity_rows, int dim,
-                            uint32_t* marks, bool marks_set, Stream stream);
-void atomic_sgd_mark_direct_cuda(const int64_t* keys, int64_t nnz, const int64_t* nnz_at, const HashTableView& index,
-                                 int dim, uint32_t* marks, bool clear, Stream stream);
+                            uint32_t* marks, Stream stream);
 
 }  // namespace sparta

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "src/base/check.h"
 #include "kernels/atomic_sgd.h"
@@ -84,8 +83,7 @@ EmbeddingTable::EmbeddingTable(const Device& dev, const EmbeddingTableConfig& cf
       segments_(dev, cfg_.key_segments),
       marks_(dev, size_t(cfg.optimizer.atomic_update && dev.is_cuda()
                              ? atomic_sgd_mark_words(cfg.capacity_rows, cfg.dim)
-                             : 0)),
-      mark_stream_(marks_.empty() || cfg_.direct_stride == 0 ? SideStream() : SideStream(dev)) {
+                             : 0)) {
   reset_state(dev_.stream);
   init_direct_rows(dev_.stream);
   if (cfg.max_batch_keys > 0) workspace(cfg.max_batch_keys, dev_.stream);
@@ -147,9 +145,7 @@ void EmbeddingTable::pooled_forward(const int64_t* offsets, const int64_t* keys,
   a.keys = keys;
   a.bags = bags;
   a.combiner = combiner;
-  const bool marking = begin_marks(mode, keys, 0, offsets + bags, rows, stream);
   sparta::pooled_forward(dev_, a, stream);
-  if (marking) mark_stream_.join_into(stream);
   check(mode, missing, when, stream);
 }
 
@@ -159,32 +155,11 @@ void EmbeddingTable::unpooled_forward(const int64_t* keys, int64_t nnz, LookupMo
   ForwardArgs a = forward_args(mode, out, out_type, rows);
   a.keys = keys;
   a.bags = nnz;
-  const bool marking = begin_marks(mode, keys, nnz, nullptr, rows, stream);
   sparta::unpooled_forward(dev_, a, stream);
-  if (marking) mark_stream_.join_into(stream);
   check(mode, missing, when, stream);
 }
 
-bool EmbeddingTable::begin_marks(LookupMode mode, const int64_t* keys, int64_t nnz, const int64_t* nnz_at,
-                                 const int64_t* rows, Stream stream) {
-  if (marks_.empty()) return false;
-  static const bool overlap = [] {
-    const char* e = std::getenv("SPARTA_MARK_OVERLAP");
-    return !(e && e[0] == '0');
-  }();
-  if (mode != LookupMode::train || !hash_.is_direct() || !overlap) {
-    if (rows != nullptr) rows_unmarked_ = true;
-    return false;
-  }
-  mark_stream_.wait_for(stream);
-  atomic_sgd_mark_direct(dev_, keys, nnz, nnz_at, hash_.view(), cfg_.dim, marks_.data(), !marks_by_lookup_,
-                         mark_stream_.stream());
-  marks_by_lookup_ = true;
-  return true;
-}
-
 void EmbeddingTable::find(const int64_t* keys, int64_t n, int64_t* rows, Stream stream) {
-  if (!marks_.empty()) rows_unmarked_ = true;
   hash_.find(keys, n, rows, stream);
 }
 
@@ -238,10 +213,8 @@ void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* 
   if (lr_scale != 1.0f) opt.lr = opt.lr * lr_scale;
   try {
     if (opt.atomic_update) {  // no sort, no workspace: key by key (kernels/atomic_sgd.h)
-      const bool marks_set = marks_by_lookup_ && !rows_unmarked_;
-      marks_by_lookup_ = rows_unmarked_ = false;
       atomic_sgd_update(dev_, b, opt.lr, values_.data(), cfg_.capacity_rows, cfg_.dim,
-                        marks_.empty() ? nullptr : marks_.data(), marks_set, stream);
+                        marks_.empty() ? nullptr : marks_.data(), stream);
       return;
     }
     sparta::backward_and_update(dev_, b, workspace(nnz, stream), opt, step, values_.data(), state_.data(),
@@ -299,7 +272,6 @@ void EmbeddingTable::finish_row_gradients(const float* grad, float* row_grads, S
 
 void EmbeddingTable::insert_rows(const int64_t* keys, int64_t n, int64_t* rows, Stream stream) {
   check_keys_per_call(cfg_.name, "keys", n);
-  if (!marks_.empty()) rows_unmarked_ = true;
   ForwardArgs a = forward_args(LookupMode::train, nullptr, OutputType::f32, rows);
   hash_.get_insert(keys, n, rows, a.rows_init, stream);
 }

@@ -189,11 +189,6 @@ class EmbeddingTable {
  private:
   ForwardArgs forward_args(LookupMode mode, void* out, OutputType out_type, int64_t* rows);
   void check(LookupMode mode, MissingKey missing, Check when, Stream stream);
-  // Before a lookup of keys on stream that writes rows: with marks_ and a direct index, in train, the marks of
-  // those keys on mark_stream_ (after stream's work so far; true: join it into stream after the lookup). Otherwise
-  // false, and the rows, if any, are noted as unmarked (the update then marks the rows it is given itself).
-  bool begin_marks(LookupMode mode, const int64_t* keys, int64_t nnz, const int64_t* nnz_at, const int64_t* rows,
-                   Stream stream);
   void reset_state(Stream stream);
   void init_direct_rows(Stream stream);  // every row's initial values (a direct index)
   BackwardWorkspace& workspace(int64_t nnz, Stream stream);
@@ -211,9 +206,6 @@ class EmbeddingTable {
   Buffer<float> state_;   // [capacity_rows, state_width]
   Buffer<KeySegment> segments_;  // cfg.key_segments on the device (key_init() points at them)
   Buffer<uint32_t> marks_;       // the atomic update's row marks (kernels/atomic_sgd.h; cuda, dims >= 32)
-  SideStream mark_stream_;       // where a direct index's train lookups set marks_, beside the lookup
-  bool marks_by_lookup_ = false;  // train lookups since the last update set marks_ (cleared by the first)
-  bool rows_unmarked_ = false;    // a call since the last update handed out rows that it did not mark
   std::unique_ptr<BackwardWorkspace> workspace_;  // sort buffers of the backward, reused every step
   Buffer<int64_t> unique_rows_;                   // row_gradients' rows (grown)
   Stream workspace_stream_ = nullptr;             // the stream of the last backward, which last used workspace_

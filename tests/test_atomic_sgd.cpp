@@ -90,7 +90,7 @@ void matches_key_order_reference(Backend backend) {
           bb.nnz = int64_t(b.rows.size());
           bb.combiner = comb;
           marks.fill_bytes(0xA5);
-          atomic_sgd_update(dev, bb, lr, values.data() + shift, capacity, dim, marked ? marks.data() : nullptr, false,
+          atomic_sgd_update(dev, bb, lr, values.data() + shift, capacity, dim, marked ? marks.data() : nullptr,
                             dev.stream);
           std::vector<float> got(v0.size());
           copy_to_host(dev, got.data(), values.data() + shift, got.size() * sizeof(float), dev.stream);
@@ -209,7 +209,7 @@ void errors_change_nothing(Backend backend) {
     const float lr = which == 0 ? std::nanf("") : 0.1f;
     if (which == 1) bb.grad = nullptr;
     try {
-      atomic_sgd_update(dev, bb, lr, values.data(), 8, 4, nullptr, false, dev.stream);
+      atomic_sgd_update(dev, bb, lr, values.data(), 8, 4, nullptr, dev.stream);
       BOOST_ERROR("case " << which << ": no error");
     } catch (const Error& e) {
       const std::string m = e.what();
