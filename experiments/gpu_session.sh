@@ -20,7 +20,8 @@
 #   collection  bench_collection: MLPerf v1 one-hot and DCNv2 multi-hot tables, every placement and the plan, at
 #               each count, 65536 samples per GPU, hashed (every key inserted first: --prefill 1) and direct
 #               index; on 2 GPUs and more also without the overlap; MLPerf v1 hashed while its tables fill
-#               (--prefill 0); MLPerf v1 with power-law keys (alpha 1.1), and from 2 GPUs the bf16 wire
+#               (--prefill 0); MLPerf v1 with power-law keys (alpha 1.1), and from 2 GPUs the bf16 wire; the
+#               same shapes' step in plain PyTorch on one GPU (experiments/torch_collection.py)
 #   train       bench_train: dot and dcnv2 at 65536 per GPU (weak scaling), bf16 at each count (three runs each,
 #               alternating, 50 timed steps: launches of the same command differ by a few percent), fp16 and
 #               fp32 on 1, sgd hashed / direct / direct with the atomic update on 1; peer_dlrm.py with and without
@@ -173,6 +174,16 @@ for part in "${parts[@]}"; do
             --index direct --alpha 1.1 --exchange $x --out "$out/bench.jsonl"
         done
       done
+      # the same shapes in plain PyTorch on one GPU (26 EmbeddingBags, and one fused), beside the runs above
+      if python3 -c "import torch" 2>/dev/null; then
+        for shape in "mlperf-v1 0" "dcnv2 0" "mlperf-v1 1.1"; do
+          read -r tables alpha <<< "$shape"
+          run peers.log python3 experiments/torch_collection.py --like "$out/bench.jsonl" --tables $tables --alpha $alpha \
+            --out "$out/peers.jsonl"
+        done
+      else
+        echo "(no PyTorch: torch_collection.py skipped)"
+      fi
       ;;
     train)
       for m in dot dcnv2; do  # the targets are bf16's: 1 and 2 GPUs alternating, three times
