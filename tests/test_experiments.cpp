@@ -3,7 +3,8 @@
 // bench_embedding, a failing point, a second run that skips finished points, sbatch scripts run through a fake
 // srun), every plot script on the sweeps' output, the provenance keys of every bench binary's JSON lines, README's
 // CPU figures block run as written (its sweeps, its plots, the scaling model's fit and check on their output), and the python suites of the plots, the checkpoint analysis
-// (on tool_ckpt_writer checkpoints) and the scaling model. Runs from the repository root (make test).
+// (on tool_ckpt_writer checkpoints) and the scaling model; where PyTorch has a GPU, the collection's PyTorch
+// baseline (experiments/torch_collection.py). Runs from the repository root (make test).
 #include <hdf5.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -421,3 +422,45 @@ BOOST_AUTO_TEST_CASE(python_plots) { python_suite("tests/py_test_plots.py"); }
 BOOST_AUTO_TEST_CASE(python_ckpt_analysis) { python_suite("tests/py_test_ckpt_analysis.py"); }
 BOOST_AUTO_TEST_CASE(python_scaling_model) { python_suite("tests/py_test_scaling_model.py"); }
 BOOST_AUTO_TEST_CASE(python_fit_planner) { python_suite("tests/py_test_fit_planner.py"); }
+
+// experiments/torch_collection.py, the collection's PyTorch baseline, needs PyTorch with a GPU (the GPU machine):
+// skipped elsewhere.
+struct TorchGpu {
+  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
+    return run(python() + " -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'", 120).status == 0;
+  }
+};
+
+// On a small shape taken from a bench_collection record: its own checks (both layouts' forwards agree, one SGD
+// update equals the host's) pass and it writes a line per layout; adagrad runs without the SGD check; a record of
+// mixed dims and a missing record are errors naming what was wrong.
+BOOST_AUTO_TEST_CASE(torch_collection_baseline, *boost::unit_test::precondition(TorchGpu())) {
+  require_repo_root();
+  testing::ScopedPath dir("experiments", "torch_collection");
+  fs::create_directories(dir.path);
+  auto record = [](const std::string& dims, const std::string& optimizer) {
+    return "{\"program\":\"bench_collection\",\"tables\":\"custom\",\"alpha\":0,\"rows\":[1000,50,7],"
+           "\"dims\":" + dims + ",\"hotness\":[1,3,2],\"batch\":64,\"optimizer\":\"" + optimizer +
+           "\",\"lr\":0.1}\n";
+  };
+  const std::string like = dir.path + "/like.jsonl", out = dir.path + "/out.jsonl";
+  const std::string cmd = python() + " experiments/torch_collection.py --iters 2 --warmup 1 --like " + like;
+  write_file(like, "not json\n" + record("[16,16,16]", "sgd"));
+  testing::CommandResult r = run(cmd + " --tables custom --alpha 0 --out " + out, 300);
+  BOOST_CHECK_MESSAGE(r.status == 0, r.output);
+  std::vector<std::string> got = lines_of(read_file(out));
+  BOOST_CHECK_EQUAL(got.size(), 2u);
+  for (const std::string& l : got)
+    BOOST_CHECK_MESSAGE(contains(l, "\"forward_layouts_agree\": true, \"update_matches_host\": true") &&
+                            contains(l, "\"batch\": 64"),
+                        l);
+  write_file(like, record("[16,16,16]", "adagrad"));
+  r = run(cmd + " --tables custom --alpha 0", 300);
+  BOOST_CHECK_MESSAGE(r.status == 0 && contains(r.output, "\"update_matches_host\": null"), r.output);
+  write_file(like, record("[16,8,16]", "sgd"));
+  r = run(cmd + " --tables custom --alpha 0", 300);
+  BOOST_CHECK_MESSAGE(r.status != 0 && contains(r.output, "one dim only, found [8, 16]"), r.output);
+  r = run(cmd + " --tables custom --alpha 1.1", 300);
+  BOOST_CHECK_MESSAGE(r.status != 0 && contains(r.output, "no bench_collection record of --tables custom --alpha 1.1"),
+                      r.output);
+}
