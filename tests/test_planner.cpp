@@ -334,16 +334,18 @@ BOOST_AUTO_TEST_CASE(a_group_pays_its_fixed_cost_once) {
   for (const TablePlan& t : p.tables) BOOST_CHECK(t.placement == Placement::replicated);
 }
 
-BOOST_AUTO_TEST_CASE(mlperf_v1_default_rates_follow_their_measurement) {
-  // The measurement the default rates are fitted to (src/planner.h; README, "Embedding collection and
-  // placements"): bench_collection on 1 and 2 H200s, 26 tables of dim 128 (the MLPerf v1 cardinalities capped at 4M rows, plus 64 rows for its check
-  // keys), one uniform key per slot, hashed, 65536 samples per rank, sgd, every table in one group per placement
-  // (revision 367f024, experiments/NOTES_embedding.md run 18). Measured ms per step, dispatch, localized,
-  // replicated, distributed, hybrid: 1 rank 4.84, 3.16, 3.06, 5.12, 7.17; 2 ranks 5.79, 9.13, 4.67, 11.22, 8.18.
-  // The statistics are those of uniform keys (a table of c <= 65536 rows: every key equally frequent; the larger
-  // ones: no counted key, every lookup taken as distinct). The model with the default rates is within 40% of each
-  // 1-rank step and 30% of each 2-rank step (the bounds of the fit), and the planner picks replicated, the fastest
-  // measured, on both.
+// Part of the measurement the default rates are fitted to (src/planner.h; README, "Embedding collection and
+// placements"): bench_collection on 1 and 2 H200s, 26 tables of dim 128 (the MLPerf v1 cardinalities capped at 4M
+// rows, plus 64 rows for its check keys), uniform keys, hashed with every key held (--prefill 1), 65536 samples per
+// rank, sgd, every table in one group per placement (revision aced7bd, experiments/NOTES_embedding.md run 23).
+// measured: ms per step of dispatch, localized, replicated, distributed, hybrid on 1 and 2 ranks. The statistics
+// are those of uniform keys (a table of c <= 65536 rows: every key equally frequent; the larger ones: no counted
+// key, hot[i] keys per sample). The model with the default rates must be within 45% of each 1-rank step (the
+// routes of dispatch and hybrid take longer than their bytes on one GPU: with one key per slot both are estimated
+// 41-44% under, as in the fit) and 20% of each 2-rank step; and where picked[W - 1] is given, the planner must
+// place every table there.
+void check_default_rates(const std::vector<int>& hot, const double (&measured)[2][5],
+                         const std::vector<Placement>& picked) {
   const int64_t card[] = {4000000, 39043, 17289, 7420, 20263, 3,       7120,    1543,    63,
                           4000000, 2953546, 403346, 10,  2208, 11938, 155,     4,       976,
                           14,      4000000, 4000000, 4000000, 585935, 12972, 108,     36};
@@ -356,13 +358,14 @@ BOOST_AUTO_TEST_CASE(mlperf_v1_default_rates_follow_their_measurement) {
   std::vector<TableKeyStats> stats(26);
   for (int i = 0; i < 26; ++i) {
     const int64_t rows = card[i] + 64;
+    TableKeyStats& s = stats[size_t(i)];
+    s.samples = 100 * rows;
+    s.keys = int64_t(hot[size_t(i)]) * s.samples;
     if (rows > 65536) continue;
-    stats[size_t(i)].samples = stats[size_t(i)].keys = 100 * rows;
-    for (int64_t k = 0; k < rows; ++k) stats[size_t(i)].top.push_back({k, 100});
+    for (int64_t k = 0; k < rows; ++k) s.top.push_back({k, 100 * int64_t(hot[size_t(i)])});
   }
   const Placement order[] = {Placement::dispatch, Placement::localized, Placement::replicated,
                              Placement::distributed, Placement::hybrid};
-  const double measured[2][5] = {{4.838, 3.161, 3.056, 5.119, 7.174}, {5.793, 9.133, 4.670, 11.216, 8.177}};
   for (int W : {1, 2}) {
     PlannerOptions o;
     o.world = W;
@@ -374,10 +377,31 @@ BOOST_AUTO_TEST_CASE(mlperf_v1_default_rates_follow_their_measurement) {
       for (const TablePlan& t : make_plan(e, o, stats).tables) ms += t.seconds_per_step * 1e3;
       BOOST_TEST_MESSAGE(W << " rank(s), " << placement_name(order[i]) << ": estimated " << ms << " ms, measured "
                            << measured[W - 1][i]);
-      BOOST_CHECK_LT(std::fabs(ms / measured[W - 1][i] - 1), W == 1 ? 0.4 : 0.3);
+      BOOST_CHECK_LT(std::fabs(ms / measured[W - 1][i] - 1), W == 1 ? 0.45 : 0.2);
     }
-    for (const TablePlan& t : make_plan(c, o, stats).tables) BOOST_CHECK(t.placement == Placement::replicated);
+    if (size_t(W) > picked.size()) continue;
+    const Plan p = make_plan(c, o, stats);
+    for (size_t i = 0; i < p.tables.size(); ++i)
+      BOOST_CHECK_MESSAGE(p.tables[i].placement == picked[size_t(W) - 1],
+                          W << " rank(s): table t" << i << " placed " << placement_name(p.tables[i].placement)
+                            << ", want " << placement_name(picked[size_t(W) - 1]));
   }
+}
+
+BOOST_AUTO_TEST_CASE(mlperf_v1_default_rates_follow_their_measurement) {
+  // One key per slot. Replicated: the fastest measured on 2 ranks, within 3% of localized on 1.
+  const double measured[2][5] = {{4.104, 1.241, 1.271, 3.372, 5.458}, {4.899, 7.852, 3.252, 9.571, 6.272}};
+  check_default_rates(std::vector<int>(26, 1), measured, {Placement::replicated, Placement::replicated});
+}
+
+BOOST_AUTO_TEST_CASE(dcnv2_default_rates_follow_their_measurement) {
+  // The MLPerf DCNv2 keys per slot. Replicated on 1 rank (within 0.4% of localized, the fastest measured). On 2
+  // ranks only the estimates are checked: with these uniform statistics the planner places 5 of the 26 tables
+  // distributed and the rest replicated, a plan never measured; with the statistics bench_collection samples
+  // from its own keys it places all 26 distributed (the plan of the measurement, and its fastest placement).
+  const double measured[2][5] = {{22.548, 8.192, 8.225, 11.011, 29.907}, {29.475, 18.099, 27.710, 17.913, 37.953}};
+  check_default_rates({3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1}, measured,
+                      {Placement::replicated});
 }
 
 BOOST_AUTO_TEST_CASE(a_bf16_exchange_halves_the_vectors_on_the_link) {
