@@ -24,12 +24,13 @@
 // step (0 with --prefill 1 and uniform or power-law keys in [0, cardinality)). Each part is timed with support_bench's DeviceTimer (CUDA events on
 // the compute stream; the steady clock on cpu) after an MPI_Barrier; per step the slowest rank's times count,
 // and the medians over steps are reported. Samples/s: the global batch over the step time. MB_moved: what the
-// planner's cost model predicts (README, "Embedding collection and placements"): per table the busiest rank's
-// bytes sent plus received per step, summed over tables; the communicator does not count the bytes it moves, so
+// planner's cost model predicts (README, "Embedding collection and placements"): the bytes the busiest rank sends
+// plus receives per step (Plan::estimate); the communicator does not count the bytes it moves, so
 // there is no measured figure (JSON "MB_moved_measured": null). mem_GB: the shards of the fullest rank
 // (EmbeddingCollection::memory_bytes, which is what the planner estimated); on GPUs the JSON also has the
 // device memory in use (cudaMemGetInfo) on the fullest rank, step buffers and the CUDA context included.
-// JSON ms_step_planned: the planner's time estimate of the step (the plan's est. ms/step), with the rates it used
+// JSON ms_step_planned: the planner's time estimate of the step (Plan::estimate, the plan's total est. ms/step),
+// with its terms (planned_local_MB, planned_collectives, planned_groups) and the rates it used
 // (--planner-link-gbps, --planner-hbm-gbps, --planner-collective-us, --planner-group-us: src/planner.h).
 // A placement that does not fit --memory-budget (GiB per rank; 0: no limit) is skipped with the planner's message.
 //
@@ -488,7 +489,7 @@ Result run_point(Context& ctx, Communicator* comm, const Args& a, const KeyGen& 
   const Device& dev = ctx.device();
   const int rank = ctx.rank(), world = ctx.world();
   Result r;
-  for (const TablePlan& p : plan.tables) r.mb_planned += p.bytes_per_step / 1e6;
+  r.mb_planned = plan.estimate.link_bytes / 1e6;
   r.plan = plan_summary(cfg, plan);
   EmbeddingCollection coll(MPI_COMM_WORLD, comm, dev, cfg, plan);
   const int64_t width = coll.output_width();
@@ -654,8 +655,8 @@ int main(int argc, char** argv) {
                   "exchange %s, output %s, overlap %d\n",
                   a.alpha, a.optimizer.c_str(), double(a.lr), a.warmup, a.iters, a.check_samples, a.memory_budget_gib,
                   a.exchange.c_str(), a.output.c_str(), a.overlap);
-      std::printf("# ms: median over timed steps of the slowest rank; MB_moved: the planner's cost model (per table the "
-                  "busiest rank's bytes sent + received per step, summed); mem_GB: shards on the fullest rank\n");
+      std::printf("# ms: median over timed steps of the slowest rank; MB_moved: the planner's cost model (the busiest "
+                  "rank's bytes sent + received per step); mem_GB: shards on the fullest rank\n");
       std::printf("#\n# %-11s %-9s %7s %5s | %9s %9s %9s | %10s | %10s %7s | %6s\n", "placement", "tables", "batch",
                   "ranks", "ms_step", "ms_fwd", "ms_bwd", "Msamples/s", "MB_moved", "mem_GB", "#wrong");
       std::fflush(stdout);
@@ -710,13 +711,8 @@ int main(int argc, char** argv) {
         // The planner's estimate of the step, and its terms (experiments/fit_planner.py fits the rates to them):
         // ms = MB_moved_planned / link_GBps + planned_local_MB / hbm_GBps + (planned_collectives x collective_us +
         // planned_groups x group_us) / 1000.
-        double ms_planned = 0, local_mb = 0;
-        int collectives = 0, groups = 0;
-        for (const TablePlan& tp : plan.tables) {
-          ms_planned += tp.seconds_per_step * 1e3;
-          local_mb += tp.local_bytes / 1e6;
-          if (tp.opens_group) collectives += tp.collectives, ++groups;
-        }
+        const double ms_planned = plan.estimate.seconds * 1e3, local_mb = plan.estimate.local_bytes / 1e6;
+        const int collectives = plan.estimate.collectives, groups = plan.estimate.groups;
         std::printf("  %-11s %-9s %7lld %5d | %9.3f %9.3f %9.3f | %10.3f | %10.1f %7.3f | %6lld\n", placement.c_str(),
                     a.tables.c_str(), (long long)batch, world, r.ms_step, r.ms_fwd, r.ms_bwd, msps, r.mb_planned,
                     r.mem_bytes / 1e9, (long long)r.check.wrong);

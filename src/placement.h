@@ -96,19 +96,29 @@ struct TablePlan {
   int owner = 0;                  // localized: the rank that holds the table
   std::vector<int64_t> hot_keys;  // hybrid: the replicated keys, ascending, distinct
   // The planner's estimates (format_plan prints them): device bytes on the busiest rank, bytes this table moves
-  // per step on the busiest rank (sent + received, forward + backward), and the seconds of a step this table
-  // adds (src/planner.h: its group's fixed cost included when it is the group's first table).
+  // per step on the busiest rank (sent + received, forward + backward), and the seconds it adds to the plan's
+  // estimate (src/planner.h make_plan: its group's fixed cost included when it is the group's first table).
   size_t memory_bytes = 0;
   double bytes_per_step = 0;
   double seconds_per_step = 0;
-  // The terms of seconds_per_step (src/planner.h PlannerRates): bytes_per_step / link_GBps + local_bytes /
-  // hbm_GBps, plus, for the group's first table (opens_group), collectives x collective_us + group_us.
+  // The table's own terms: device bytes its local passes read and write on the busiest rank, and, for the
+  // group's first table (opens_group), the collectives of its group.
   double local_bytes = 0;
   int collectives = 0;      // the collectives of the table's group per step
   bool opens_group = false;
 };
+// The planner's estimate of the whole step (src/planner.h make_plan): seconds = link_bytes / link_GBps +
+// local_bytes / hbm_GBps + collectives x collective_us + groups x group_us.
+struct PlanEstimate {
+  double link_bytes = 0;   // sent + received per step by the rank that sends and receives the most
+  double local_bytes = 0;  // read + written per step by the local passes of the rank with the most
+  int collectives = 0;     // over the groups
+  int groups = 0;
+  double seconds = 0;
+};
 struct Plan {
   std::vector<TablePlan> tables;  // in CollectionConfig::tables order
+  PlanEstimate estimate;
 };
 
 // What a rank owns of a key: a rank, or every rank (kAllRanks, the same value as io/checkpoint.h kEveryRank).

@@ -256,6 +256,12 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       break;
     }
   }
+  c.bytes_other = c.bytes_per_step;
+  c.local_other = c.local_bytes;
+  if (p == Placement::localized && opt.world > 1) {
+    c.bytes_other = c.bytes_per_step / (W - 1);  // its own bags' share of the owner's exchanges
+    c.local_other = k * P;                       // its lengths
+  }
   if (opt.world == 1) {  // one rank: nothing moves and nothing waits on a peer
     c.bytes_per_step = 0;
     c.collectives = 0;
@@ -263,6 +269,8 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       c.local_bytes = L.lookup_pooled(K, P) + L.update(K, Ug);  // looked up in place, updated from the bags
     else
       c.local_bytes += 2 * copied;  // the exchanges copy locally
+    c.bytes_other = c.bytes_per_step;
+    c.local_other = c.local_bytes;
   }
   const PlannerRates& r = opt.rates;
   c.seconds_group = c.collectives * r.collective_us * 1e-6 + r.group_us * 1e-6;
@@ -318,6 +326,9 @@ std::string group_key(const CollectionTableConfig& t, Placement p, int owner) {
          std::string(t.direct_index ? ":direct" : "");  // direct-index tables group among themselves
 }
 
+// Estimates closer than this (seconds) tie: the order of preference decides.
+constexpr double kTie = 1e-12;
+
 std::string mib(double bytes) { return strprintf("%.2f MiB", bytes / (1024.0 * 1024.0)); }
 
 // Bytes in the unit that reads best: B, KiB, MiB, GiB.
@@ -328,23 +339,15 @@ std::string human(double bytes) {
   return u == 0 ? strprintf("%.0f B", bytes) : strprintf("%.2f %s", bytes, units[u]);
 }
 
-}  // namespace
-
-Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std::vector<TableKeyStats>& stats) {
-  check_collection_config(cfg);
-  SPARTA_REQUIRE(opt.world >= 1 && opt.global_batch >= 1, "planner: world %d and global batch %lld must be >= 1",
-                 opt.world, (long long)opt.global_batch);
-  SPARTA_REQUIRE(stats.empty() || stats.size() == cfg.tables.size(), "planner: key statistics of %zu tables for %zu",
-                 stats.size(), cfg.tables.size());
-  check_planner_rates(opt.rates);
-  PlannerOptions wire_opt = opt;  // the exchanges' wire type is the configuration's
-  wire_opt.wire_bytes = double(dtype_size(cfg.exchange));
+// One pass of the planner (make_plan): the tables largest first, each request honoured, each automatic table
+// where it raises the estimate the least. opt: with the configuration's wire type.
+Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::vector<TableKeyStats>& stats,
+           const std::vector<Request>& req) {
   const size_t T = cfg.tables.size();
   const int W = opt.world;
   Plan plan;
   plan.tables.resize(T);
-  std::vector<Request> req(T);
-  for (size_t i = 0; i < T; ++i) req[i] = parse_request(cfg.tables[i], W);
+  const PlannerOptions& wire_opt = opt;
 
   // Largest tables first: they have the fewest placements that fit.
   std::vector<size_t> order(T);
@@ -359,6 +362,30 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
   std::set<std::string> groups;  // the groups opened so far (group_key)
   const size_t budget = opt.memory_budget;
   const TableKeyStats none;
+  const PlannerRates& rates = opt.rates;
+  // The step as the plan grows: every rank's link and local bytes, and the groups' fixed costs.
+  struct Step {
+    std::vector<double> link, local;
+    double fixed = 0;
+    int collectives = 0, groups = 0;
+    double max_link() const { return *std::max_element(link.begin(), link.end()); }
+    double max_local() const { return *std::max_element(local.begin(), local.end()); }
+    double seconds(const PlannerRates& r) const {
+      return max_link() / (r.link_GBps * 1e9) + max_local() / (r.hbm_GBps * 1e9) + fixed;
+    }
+  };
+  Step step{std::vector<double>(size_t(W), 0.0), std::vector<double>(size_t(W), 0.0)};
+  // The step with table t placed at p (owner: localized), opening its group when it is not open yet.
+  auto with = [&](const Step& s, const CollectionTableConfig& t, const PlacementCost& c, Placement p, int owner) {
+    Step n = s;
+    for (int r = 0; r < W; ++r) {
+      const bool other = p == Placement::localized && r != owner;
+      n.link[size_t(r)] += other ? c.bytes_other : c.bytes_per_step;
+      n.local[size_t(r)] += other ? c.local_other : c.local_bytes;
+    }
+    if (!groups.count(group_key(t, p, owner))) n.fixed += c.seconds_group, n.collectives += c.collectives, ++n.groups;
+    return n;
+  };
   for (size_t i : order) {
     const CollectionTableConfig& t = cfg.tables[i];
     const TableKeyStats& st = stats.empty() ? none : stats[i];
@@ -377,32 +404,47 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
       PlacementCost cost;
       int owner;
       size_t shortfall;  // bytes over the budget on the fullest rank (0: fits)
-      double seconds;    // what the table adds to the step: its group's fixed cost unless the group is open
+      double seconds;    // what the table adds to the step's estimate
     };
-    std::vector<Option> opts;
-    for (Placement p : cands) {
-      Option o{p, placement_cost(t, p, wire_opt, st, hot_rows, cfg.shard_slack), 0, 0, 0};
-      if (p == Placement::localized) {
-        o.owner = req[i].owner;
-        if (o.owner < 0) o.owner = int(std::min_element(used.begin(), used.end()) - used.begin());
-      }
-      o.seconds = o.cost.seconds_per_step - (groups.count(group_key(t, p, o.owner)) ? o.cost.seconds_group : 0.0);
+    auto shortfall = [&](Placement p, const PlacementCost& c, int owner) {
+      size_t over = 0;
       if (budget > 0)
         for (int r = 0; r < W; ++r) {
-          const bool holder = p == Placement::localized && r == o.owner;
-          size_t need = used[r] + (holder ? o.cost.memory_busiest : o.cost.memory_every);
-          if (need > budget) o.shortfall = std::max(o.shortfall, need - budget);
+          const bool holder = p == Placement::localized && r == owner;
+          size_t need = used[r] + (holder ? c.memory_busiest : c.memory_every);
+          if (need > budget) over = std::max(over, need - budget);
         }
-      opts.push_back(o);
+      return over;
+    };
+    // The option that adds the least among those that fit (the first of those within kTie of it), else the
+    // one that comes closest to fitting.
+    auto better = [](const Option& a, const Option* b) {
+      if (!b) return true;
+      if ((a.shortfall == 0) != (b->shortfall == 0)) return a.shortfall == 0;
+      return a.shortfall == 0 ? a.seconds < b->seconds - kTie : a.shortfall < b->shortfall;
+    };
+    const double now = step.seconds(rates);
+    std::vector<Option> opts;
+    for (Placement p : cands) {
+      const PlacementCost c = placement_cost(t, p, wire_opt, st, hot_rows, cfg.shard_slack);
+      std::vector<int> owners = {0};
+      if (p == Placement::localized && req[i].owner >= 0) owners = {req[i].owner};
+      if (p == Placement::localized && req[i].owner < 0) {  // every rank: least memory placed, then the lowest
+        owners.resize(size_t(W));
+        for (int r = 0; r < W; ++r) owners[size_t(r)] = r;
+        std::stable_sort(owners.begin(), owners.end(), [&](int x, int y) { return used[x] < used[y]; });
+      }
+      std::vector<Option> each;
+      for (int owner : owners)
+        each.push_back({p, c, owner, shortfall(p, c, owner), with(step, t, c, p, owner).seconds(rates) - now});
+      const Option* best = nullptr;
+      for (const Option& e : each)
+        if (better(e, best)) best = &e;
+      opts.push_back(*best);
     }
-    std::stable_sort(opts.begin(), opts.end(),
-                     [](const Option& a, const Option& b) { return a.seconds < b.seconds; });
     const Option* pick = nullptr;
     for (const Option& o : opts)
-      if (o.shortfall == 0) {
-        pick = &o;
-        break;
-      }
+      if (o.shortfall == 0 && better(o, pick)) pick = &o;
     if (!pick) {
       const Option* best = &opts[0];
       for (const Option& o : opts)
@@ -422,6 +464,7 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
     tp.seconds_per_step = pick->seconds;
     tp.local_bytes = pick->cost.local_bytes;
     tp.collectives = pick->cost.collectives;
+    step = with(step, t, pick->cost, pick->p, tp.owner);
     tp.opens_group = groups.insert(group_key(t, pick->p, tp.owner)).second;
     if (pick->p == Placement::hybrid) {
       for (int64_t k = 0; k < hot_rows; ++k) tp.hot_keys.push_back(st.top[size_t(k)].first);
@@ -431,14 +474,55 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
       used[r] += pick->p == Placement::localized ? (r == tp.owner ? pick->cost.memory_busiest : 0)
                                                  : pick->cost.memory_every;
   }
+  plan.estimate = {step.max_link(), step.max_local(), step.collectives, step.groups, step.seconds(rates)};
   return plan;
+}
+
+}  // namespace
+
+Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std::vector<TableKeyStats>& stats) {
+  check_collection_config(cfg);
+  SPARTA_REQUIRE(opt.world >= 1 && opt.global_batch >= 1, "planner: world %d and global batch %lld must be >= 1",
+                 opt.world, (long long)opt.global_batch);
+  SPARTA_REQUIRE(stats.empty() || stats.size() == cfg.tables.size(), "planner: key statistics of %zu tables for %zu",
+                 stats.size(), cfg.tables.size());
+  check_planner_rates(opt.rates);
+  PlannerOptions wire_opt = opt;  // the exchanges' wire type is the configuration's
+  wire_opt.wire_bytes = double(dtype_size(cfg.exchange));
+  const size_t T = cfg.tables.size();
+  std::vector<Request> req(T);
+  for (size_t i = 0; i < T; ++i) req[i] = parse_request(cfg.tables[i], opt.world);
+  Plan best = place(cfg, wire_opt, stats, req);  // a plan that does not fit throws here
+  // Every automatic table in one placement, for each placement (hybrid: the tables with counted keys): a pass
+  // places one table at a time, and a placement whose fixed costs pay off only over many tables (a localized
+  // group per owner, whose lookups run side by side) can lose at every table and still make the faster plan.
+  // The lowest estimate that fits wins; ties keep the first pass's plan.
+  for (Placement p : {Placement::replicated, Placement::localized, Placement::dispatch, Placement::distributed,
+                      Placement::hybrid}) {
+    std::vector<Request> all = req;
+    bool any = false;
+    for (size_t i = 0; i < T; ++i) {
+      if (!req[i].automatic) continue;
+      if (p == Placement::hybrid && (stats.empty() || stats[i].top.empty())) continue;
+      all[i] = Request{false, p, -1};
+      any = true;
+    }
+    if (!any) continue;
+    try {
+      Plan q = place(cfg, wire_opt, stats, all);
+      if (q.estimate.seconds < best.estimate.seconds - kTie) best = std::move(q);
+    } catch (const Error&) {
+      // does not fit the memory budget: not a candidate
+    }
+  }
+  return best;
 }
 
 std::string format_plan(const CollectionConfig& cfg, const Plan& plan) {
   std::string out = strprintf("%-16s %12s %5s %-12s %10s %16s %18s %14s\n", "table", "rows", "dim", "placement",
                               "owner", "memory/rank", "bytes/step", "est. ms/step");
-  double every = 0, bytes = 0, seconds = 0;  // memory on every rank, bytes and seconds per step
-  std::map<int, double> owned;                // localized owner → its tables' memory
+  double every = 0;             // memory on every rank
+  std::map<int, double> owned;  // localized owner → its tables' memory
   for (size_t i = 0; i < cfg.tables.size() && i < plan.tables.size(); ++i) {
     const CollectionTableConfig& t = cfg.tables[i];
     const TablePlan& p = plan.tables[i];
@@ -452,13 +536,12 @@ std::string format_plan(const CollectionConfig& cfg, const Plan& plan) {
                      name.c_str(), owner.c_str(), human(double(p.memory_bytes)).c_str(), human(p.bytes_per_step).c_str(),
                      p.seconds_per_step * 1e3);
     (p.placement == Placement::localized ? owned[p.owner] : every) += double(p.memory_bytes);
-    bytes += p.bytes_per_step, seconds += p.seconds_per_step;
   }
-  // the total's memory: the fullest rank's; bytes: the tables' busiest ranks' summed
+  // the total: the fullest rank's memory, the busiest rank's bytes, the plan's estimate
   double memory = every;
   for (const auto& o : owned) memory = std::max(memory, every + o.second);
   out += strprintf("%-16s %12s %5s %-12s %10s %16s %18s %14.3f\n", "total", "", "", "", "", human(memory).c_str(),
-                   human(bytes).c_str(), seconds * 1e3);
+                   human(plan.estimate.link_bytes).c_str(), plan.estimate.seconds * 1e3);
   return out;
 }
 

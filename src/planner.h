@@ -67,12 +67,15 @@ struct PlannerOptions {
   double wire_bytes = 4;
 };
 
-// Estimates of one table under one placement (README: the cost model), on the busiest rank.
+// Estimates of one table under one placement (README: the cost model), on the busiest rank, and on the others
+// where they differ (a localized table's owner against the ranks that only send it bags and get vectors back).
 struct PlacementCost {
   size_t memory_busiest = 0;      // device bytes on the rank that holds the most of the table
   size_t memory_every = 0;        // device bytes on every rank (memory_busiest on every rank but a localized owner)
   double bytes_per_step = 0;      // bytes the busiest rank sends plus receives in one forward and backward
   double local_bytes = 0;         // device memory bytes read plus written by its local passes
+  double bytes_other = 0;         // bytes_per_step on a rank other than a localized owner (the same otherwise)
+  double local_other = 0;         // local_bytes on a rank other than a localized owner (the same otherwise)
   int collectives = 0;            // collectives of the table's group per step (0 with one rank)
   double seconds_group = 0;       // the group's fixed cost: collectives x collective_us + group_us
   // The step time of the table as a group of its own: link + local + seconds_group. A table that joins a group
@@ -82,12 +85,21 @@ struct PlacementCost {
 PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const PlannerOptions& opt,
                              const TableKeyStats& stats, int64_t hot_rows, double shard_slack);
 
-// The plan: every table's placement, owner and (hybrid) hot keys. stats: per table (empty: one key per slot and
-// no frequent keys known). Tables are placed largest first; each `auto` table gets the fitting placement whose
-// time it adds is the smallest: seconds_per_step, less seconds_group where a table placed before it already opened
-// that group (same placement, localized owner, dim, combiner, optimizer, init_scale and max_load_factor: the
-// tables that run one lookup together). Ties: replicated, localized, dispatch, distributed, hybrid. Throws
-// sparta::Error for a bad configuration, bad rates or a plan that does not fit.
+// The plan: every table's placement, owner and (hybrid) hot keys, and its estimate (Plan::estimate). stats: per
+// table (empty: one key per slot and no frequent keys known).
+//
+// The step's estimate keeps every rank's link bytes and local bytes: the ranks work side by side, so the step is
+// the busiest rank's link bytes / link_GBps + the busiest rank's local bytes / hbm_GBps + the fixed costs of the
+// groups (same placement, localized owner, dim, combiner, optimizer, init_scale and max_load_factor: the tables
+// that run one lookup together; a group's first table opens it). Every placement but localized adds the same to
+// every rank; a localized table adds its lookup and update to its owner only, and its exchange to every rank (the
+// owner's share W - 1 times another rank's).
+//
+// Tables are placed largest first; each `auto` table gets the fitting placement (and, localized, the owner) that
+// raises the estimate the least; an explicit localized table without an owner gets the owner that raises it the
+// least. Ties: replicated, localized, dispatch, distributed, hybrid; owners: the rank with the least memory placed,
+// then the lowest. A table's seconds_per_step is what it raised the estimate by, so the tables' seconds add up to
+// the estimate. Throws sparta::Error for a bad configuration, bad rates or a plan that does not fit.
 Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std::vector<TableKeyStats>& stats);
 
 // The table rank 0 prints: table, rows, dim, placement, owner, memory per rank, bytes moved per step, estimated
