@@ -4,8 +4,10 @@
   experiments/fit_planner.py FILE.jsonl [FILE ...] [--where KEY=VALUE ...] [--json]
 
 Every bench_collection record carries the planner's terms for the plan it timed (README, "Planner"):
-MB_moved_planned (the busiest rank's link bytes), planned_local_MB (its local passes' device bytes),
-planned_collectives and planned_groups (the collectives and the groups whose fixed costs the step pays). The
+MB_moved_planned (the busiest rank's link bytes), planned_local_MB (the busiest rank's local passes' device
+bytes; records made before the planner kept each rank's bytes, revision 0c647bb, summed a localized plan's owners
+as if one rank did all their lookups), planned_collectives and planned_groups (the collectives and the groups whose
+fixed costs the step pays). The
 planner's estimate of the step is
 
   ms = MB_moved_planned / link_GBps + planned_local_MB / hbm_GBps
