@@ -340,14 +340,14 @@ std::string human(double bytes) {
 }
 
 // One pass of the planner (make_plan): the tables largest first, each request honoured, each automatic table
-// where it raises the estimate the least. opt: with the configuration's wire type.
-Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::vector<TableKeyStats>& stats,
+// where it raises the estimate the least. wire_opt: the options with the configuration's wire type.
+Plan place(const CollectionConfig& cfg, const PlannerOptions& wire_opt, const std::vector<TableKeyStats>& stats,
            const std::vector<Request>& req) {
+  const PlannerOptions& opt = wire_opt;
   const size_t T = cfg.tables.size();
   const int W = opt.world;
   Plan plan;
   plan.tables.resize(T);
-  const PlannerOptions& wire_opt = opt;
 
   // Largest tables first: they have the fewest placements that fit.
   std::vector<size_t> order(T);
