@@ -8,6 +8,9 @@
 // The forward adds a bag's keys in another order than a single-rank lookup (per owner, then over ranks in the
 // reduce-scatter's order): equal within float rounding, not bit for bit. The backward sums each row in the order
 // of the global batch, as a single rank does.
+//
+// With equal local batches (every rank's bags = the largest) the reduce-scatter writes straight into the output,
+// and sum tables all-gather the output's gradient as it is: no copy of a rank's bags on either side.
 #include <algorithm>
 
 #include "src/placement_common.h"
@@ -68,26 +71,31 @@ class DistributedTable : public PlacedTable {
     float* partial = grow(partial_, ex_, size_t(global_bags_) * dim_);
     table_lookup_pooled(*table_, offsets, recv_keys_.data(), global_bags_, Combiner::sum, mode_, partial,
                         grow(rows_, ex_, n_recv_));
-    float* mine = grow(mine_, ex_, size_t(max_bags_) * dim_);
+    direct_out_ = in_.bags == max_bags_;
+    float* mine = direct_out_ ? out_ : grow(mine_, ex_, size_t(max_bags_) * dim_);
     ex_.post(posted_, [&] { ex_.reduce_scatter(partial, mine, size_t(max_bags_) * dim_, DataType::f32); });
   }
 
   void finish_forward() override {
     const Device& dev = ex_.device();
     ex_.join(posted_);
-    if (in_.bags > 0) copy_on_device(dev, out_, mine_.data(), sizeof(float) * size_t(in_.bags) * dim_);
+    if (!direct_out_ && in_.bags > 0) copy_on_device(dev, out_, mine_.data(), sizeof(float) * size_t(in_.bags) * dim_);
     if (combiner_ == Combiner::mean) route_divide_by_lengths(dev, in_.offsets, in_.bags, dim_, out_, dev.stream);
   }
 
   void begin_backward(const float* grad) override {
     const Device& dev = ex_.device();
     const int world = ex_.world();
-    float* mine = grow(mine_, ex_, size_t(max_bags_) * dim_);
-    // the padding bags hold no keys: their gradient rows are never read
-    route_scale_bag_grads(dev, in_.offsets, grad, in_.bags, dim_, combiner_, mine, dev.stream);
+    const float* send = grad;  // a sum table's gradient of equal local batches goes as it is
+    if (combiner_ == Combiner::mean || in_.bags != max_bags_) {
+      float* mine = grow(mine_, ex_, size_t(max_bags_) * dim_);
+      // the padding bags hold no keys: their gradient rows are never read
+      route_scale_bag_grads(dev, in_.offsets, grad, in_.bags, dim_, combiner_, mine, dev.stream);
+      send = mine;
+    }
     float* all = grow(partial_, ex_, size_t(global_bags_) * dim_);
     ex_.post(posted_, [&] {
-      ex_.all_gather_v(mine, all, std::vector<size_t>(size_t(world), size_t(max_bags_) * dim_), DataType::f32);
+      ex_.all_gather_v(send, all, std::vector<size_t>(size_t(world), size_t(max_bags_) * dim_), DataType::f32);
     });
   }
 
@@ -116,10 +124,11 @@ class DistributedTable : public PlacedTable {
   float* out_ = nullptr;
   StreamEvent posted_;  // the end of the last posted exchange
   int64_t max_bags_ = 0, global_bags_ = 0, n_recv_ = 0;
+  bool direct_out_ = false;  // the reduce-scatter wrote into out_ (equal local batches)
   Buffer<int32_t> part_;
   Buffer<int64_t> bag_of_key_, perm_, counts_, send_keys_, send_bags_, recv_keys_, recv_bags_, owner_offsets_, rows_;
   Buffer<float> partial_;  // [world * max_bags, dim]: partial sums, then the gathered gradients
-  Buffer<float> mine_;     // [max_bags, dim]: this rank's sums, then its scaled gradients
+  Buffer<float> mine_;     // [max_bags, dim]: this rank's sums, then its scaled gradients (unequal batches, mean)
 };
 
 }  // namespace

@@ -219,10 +219,11 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       c.memory_busiest = c.memory_every = mem(shard);
       c.bytes_per_step = 2 * f * K * 16 + 4 * (W - 1) * b * S * v;  // keys and bag ids; reduce-scatter; all-gather
       // forward: bag ids, bucket by owner (2), keys and bag ids gathered (2), the owner's offsets, its pooled
-      // lookup of the K keys it receives into partial sums of all W P bags, this rank's share copied out;
-      // backward: bag gradients scaled, the owner's update
-      c.local_bytes = k * K + 2 * k * K + 2 * k * K + k * K + L.lookup_pooled(K, W * P) + 2 * P * v + 2 * P * v +
-                      L.update(K, Ug / W);
+      // lookup of the K keys it receives into partial sums of all W P bags (the reduce-scatter leaves this rank's
+      // share in the output); backward: bag gradients scaled (mean only: a sum's go out as they are), the
+      // owner's update
+      c.local_bytes = k * K + 2 * k * K + 2 * k * K + k * K + L.lookup_pooled(K, W * P) +
+                      (t.combiner == Combiner::mean ? 2 * P * v : 0.0) + L.update(K, Ug / W);
       c.collectives = 5;  // count exchange, all-to-all of keys and bag ids, reduce-scatter, all-gather
       copied = 16 * K + 2 * P * v;
       break;
