@@ -446,9 +446,10 @@ def table_work(placement, R, h, b, W, v, s, alpha, hot_rows, index="hashed"):
         return local + (copied if W == 1 else 0.0)
     if placement == "distributed":
         # bag ids, owners, bucket, keys and bag ids gathered by owner; the owner's CSR of the W P bags, its partial
-        # sums of them, this rank's sums copied out; backward: the bags' gradients scaled, the owner's update
-        local = (16 * K + 12 * K + bucket_bytes(K, W) + 2 * 24 * K + 8 * W * P + _pooled(K, W * P, v, q) + 2 * P * v
-                 + 2 * P * v + _update(K, Ug / W, v, s))
+        # sums of them (the reduce-scatter leaves this rank's in the output); backward: the bags' gradients go as
+        # they are (sum tables of equal local batches), the owner's update
+        local = (16 * K + 12 * K + bucket_bytes(K, W) + 2 * 24 * K + 8 * W * P + _pooled(K, W * P, v, q)
+                 + _update(K, Ug / W, v, s))
         copied = 32 * K + 4 * P * v  # keys and bag ids; the reduce-scatter's and the all-gather's buffers
         return local + (copied if W == 1 else 0.0)
     if placement == "hybrid":
