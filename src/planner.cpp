@@ -341,10 +341,9 @@ std::string human(double bytes) {
 }
 
 // One pass of the planner (make_plan): the tables largest first, each request honoured, each automatic table
-// where it raises the estimate the least. wire_opt: the options with the configuration's wire type.
-Plan place(const CollectionConfig& cfg, const PlannerOptions& wire_opt, const std::vector<TableKeyStats>& stats,
+// where it raises the estimate the least. opt: with the configuration's wire type (make_plan sets it).
+Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::vector<TableKeyStats>& stats,
            const std::vector<Request>& req) {
-  const PlannerOptions& opt = wire_opt;
   const size_t T = cfg.tables.size();
   const int W = opt.world;
   Plan plan;
@@ -427,7 +426,7 @@ Plan place(const CollectionConfig& cfg, const PlannerOptions& wire_opt, const st
     const double now = step.seconds(rates);
     std::vector<Option> opts;
     for (Placement p : cands) {
-      const PlacementCost c = placement_cost(t, p, wire_opt, st, hot_rows, cfg.shard_slack);
+      const PlacementCost c = placement_cost(t, p, opt, st, hot_rows, cfg.shard_slack);
       std::vector<int> owners = {0};
       if (p == Placement::localized && req[i].owner >= 0) owners = {req[i].owner};
       if (p == Placement::localized && req[i].owner < 0) {  // every rank: least memory placed, then the lowest
@@ -435,13 +434,13 @@ Plan place(const CollectionConfig& cfg, const PlannerOptions& wire_opt, const st
         for (int r = 0; r < W; ++r) owners[size_t(r)] = r;
         std::stable_sort(owners.begin(), owners.end(), [&](int x, int y) { return used[x] < used[y]; });
       }
-      std::vector<Option> each;
-      for (int owner : owners)
-        each.push_back({p, c, owner, shortfall(p, c, owner), with(step, t, c, p, owner).seconds(rates) - now});
-      const Option* best = nullptr;
-      for (const Option& e : each)
-        if (better(e, best)) best = &e;
-      opts.push_back(*best);
+      Option best{};  // the owner that raises the estimate the least
+      for (size_t j = 0; j < owners.size(); ++j) {
+        const int o = owners[j];
+        const Option e{p, c, o, shortfall(p, c, o), with(step, t, c, p, o).seconds(rates) - now};
+        if (j == 0 || better(e, &best)) best = e;
+      }
+      opts.push_back(best);
     }
     const Option* pick = nullptr;
     for (const Option& o : opts)
