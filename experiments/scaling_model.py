@@ -127,14 +127,11 @@ def reduce_rate(L, S):
     return c[-1][1]
 
 
-def all_to_all_s(S, N, G, mode, L, one_way=False):
-    """one_way: the bytes flow one way (every rank's share to one owner, or back from it: localized's exchanges).
-    The link between nodes then carries them in one direction only: on a full-duplex link at the bus bandwidth
-    of a balanced exchange (which sends and receives as much at once), on a half-duplex one at twice it."""
+def all_to_all_s(S, N, G, mode, L):
     W = N * G
     if W == 1 or S == 0:
         return 0.0
-    bib = L["bib"] * (2 if one_way and L["half"] else 1)
+    bib = L["bib"]
     if mode == "hier" and N > 1:
         # intra-node exchange of everything bound off this GPU's local peers, then the inter-node exchange
         # among the ranks of equal local rank, the two pipelined (one rank per node: the MPI exchange alone)
@@ -143,10 +140,6 @@ def all_to_all_s(S, N, G, mode, L, one_way=False):
     intra, inter = S * (G - 1) / W, S * (W - G) / W
     lat = L["aib"] if N > 1 else L["anv"]
     return lat + max(intra / L["bnv"], inter / bib if inter else 0.0) + L["o"] * (W - 1)
-
-
-def all_to_all_one_way_s(S, N, G, mode, L):
-    return all_to_all_s(S, N, G, mode, L, one_way=True)
 
 
 def mpi_all_reduce_s(s, N, L, inter="bred"):
@@ -205,7 +198,7 @@ def host_reduction_s(kind, S, N, G, mode, L):
 
 
 COLLECTIVES = {"alltoall": all_to_all_s, "allreduce": all_reduce_s, "reducescatter": reduce_scatter_s,
-               "allgather": all_gather_s, "alltoall_one_way": all_to_all_one_way_s}
+               "allgather": all_gather_s}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -254,13 +247,13 @@ def collectives(cfg, placement, b, N, G):
     if placement == "localized":
         load = localized_assignment([B * (h + 1) for h in hot], W)
         busiest = max(load)
-        # one exchange per owner group, each lopsided (src/placement_localized.cpp): the owner receives every other
-        # rank's bags of its tables (lengths and keys) and sends back their pooled vectors, then receives their
-        # gradients; nothing flows the other way. Summed over the groups (one after another), an owner's link
-        # carries (W - 1) b T vectors in one direction per exchange: timed as an all-to-all of W times a rank's
-        # share whose bytes flow one way.
-        return ([("alltoall_one_way", W * (nnz * k + bags * 8)), ("alltoall_one_way", W * bags * d * e),
-                 ("alltoall_one_way", W * bags * d * e)],
+        # one group of every owner's tables (src/placement_localized.cpp): each rank sends every owner its block
+        # of bags (lengths and keys) and gets their pooled vectors back, then sends their gradients, each an
+        # all-to-all of all ranks at once; the busiest owner receives W x its share of the work times an even
+        # share, so a rank's share is scaled by that
+        skew = W * busiest / sum(load)
+        return ([("alltoall", skew * (nnz * k + bags * 8)), ("alltoall", skew * bags * d * e),
+                 ("alltoall", skew * bags * d * e)],
                 (busiest * sum(hot) / (sum(hot) + T), busiest * T / (sum(hot) + T)))
     if placement == "distributed":
         # a rank's keys and their bag ids to their owners; every owner pools partial sums for all B x T bags,
@@ -308,7 +301,7 @@ def memory_per_gpu(cfg, placement, W):
 # The collection's embedding step, counted from what each placement runs per step (src/placement_*.cpp,
 # src/placement_common.cpp, kernels/route.cu), structured as the C++ planner's cost model (src/planner.cpp
 # placement_cost; README "Planner"): per table the device bytes of its local passes, per group (the tables of one
-# placement, and one owner for localized) a fixed cost, its host round trips (a count downloaded: the host waits
+# placement, every owner's for localized) a fixed cost, its host round trips (a count downloaded: the host waits
 # for the stream), its collectives (count exchanges over MPI and the data collectives), the bytes the collectives
 # carry (timed on the links above). Every per-key gradient sum runs in the table backward's fixed order
 # (kernels/embedding_backward.h: a hot key's lookups over many warps), so no route has a long serial sum. On one
@@ -329,8 +322,8 @@ KEY_SORT = 8 * 32.0 + 16.0
 GROUP_WORK = {
     # the distinct count and the send counts downloaded, the counts exchanged; keys, vectors, gradients
     "dispatch": (1, 3, 2, 2),
-    # bag and key counts exchanged (no download); lengths, keys, pooled vectors, their gradients
-    "localized": (2, 4, 0, 0),
+    # the key counts of the owners' blocks downloaded and exchanged; lengths, keys, pooled vectors, their gradients
+    "localized": (1, 4, 1, 0),
     # the send counts downloaded and exchanged; keys, bag ids, the partial sums' reduce-scatter, the all-gather
     "distributed": (1, 4, 1, 1),
     # replicated_step: the distinct count downloaded and exchanged; the all-gathers of keys and of sums
@@ -439,7 +432,7 @@ def table_work(placement, R, h, b, W, v, s, alpha, hot_rows, index="hashed"):
     if W == 1 and placement == "localized":
         return _pooled(K, P, v, q) + _update(K, U, v, s)
     if placement == "localized":  # the owner's share: the global batch's bags of this table
-        return 16 * P + 16 * W * P + _pooled(W * K, W * P, v, q) + _update(W * K, Ug, v, s)
+        return 16 * W * P + _pooled(W * K, W * P, v, q) + _update(W * K, Ug, v, s)
     if placement == "dispatch":
         local, copied = _dispatch_shard(K, U, U, Ug / W, v, s, W, q)
         local += (K + P) * v  # the bags pooled from the arrived vectors
@@ -498,8 +491,10 @@ def embedding_terms(cfg, placement, mode, N, G, b):
                 load[o] += x
         else:
             load = localized_assignment(per_table, W)
-        local = max(load)
-        groups = sum(1 for x in load if x > 0)
+        # every rank: its bags' lengths, cut into the owners' blocks (offsets twice, keys once), the pooled vectors
+        # that come back put into place and the gradients taken out (read and written)
+        local = max(load) + sum(3 * 16 * b + 16 * b * h + 4 * b * v for h in hot)
+        groups = 1
     else:
         local = sum(per_table)
         groups = 1

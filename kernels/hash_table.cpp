@@ -198,9 +198,8 @@ HashTable::HashTable(const Device& dev, std::string name, int64_t capacity_rows,
     : dev_(dev), name_(std::move(name)), capacity_rows_(capacity_rows), max_load_factor_(1), direct_(direct) {
   SPARTA_REQUIRE(capacity_rows >= 1, "hash table '%s': capacity_rows must be >= 1, found %lld", name_.c_str(),
                  (long long)capacity_rows);
-  SPARTA_REQUIRE(direct.stride >= 1 && direct.offset >= 0 && direct.offset < direct.stride,
-                 "hash table '%s': a direct index needs stride >= 1 and offset in [0, stride), found stride %lld, "
-                 "offset %lld",
+  SPARTA_REQUIRE(direct.stride >= 1 && direct.offset >= 0,
+                 "hash table '%s': a direct index needs stride >= 1 and offset >= 0, found stride %lld, offset %lld",
                  name_.c_str(), (long long)direct.stride, (long long)direct.offset);
   SPARTA_REQUIRE(capacity_rows - 1 <= (INT64_MAX - direct.offset) / direct.stride,
                  "hash table '%s': a direct index of %lld rows with stride %lld passes the largest int64 key",

@@ -23,9 +23,9 @@
 //
 // A direct index instead (DirectIndex below): a table whose keys are bounded needs no slots. Key k is row
 // (k - offset) / stride, for k >= offset with (k - offset) % stride == 0 and the row < capacity_rows (stride 1,
-// offset 0: row = key; the shard of the keys with key % world == rank: stride world, offset rank). Every row
-// exists from the start (its owner writes all initial values up front: EmbeddingTable), so a lookup loads the
-// row and nothing else. Keys outside the index: get_insert refuses them (row -1, meta.refused), find counts them
+// offset 0: row = key; the shard of the keys with key % world == rank: stride world, offset rank; one owner's
+// tables of a localized group: stride 1, offset their first key). Every row exists from the start (its owner
+// writes all initial values up front: EmbeddingTable), so a lookup loads the row and nothing else. Keys outside the index: get_insert refuses them (row -1, meta.refused), find counts them
 // in meta.missing; check_errors names the index.
 #pragma once
 
@@ -157,7 +157,7 @@ class HashTable {
   // work on any stream when the constructor returns.
   HashTable(const Device& dev, std::string name, int64_t capacity_rows, double max_load_factor = 0.5);
   // A direct index of capacity_rows rows (no slots). Throws sparta::Error naming the table when stride < 1, offset
-  // is outside [0, stride) or the largest key overflows int64.
+  // < 0 or the largest key overflows int64.
   HashTable(const Device& dev, std::string name, int64_t capacity_rows, DirectIndex direct);
 
   // Slots for a table of capacity_rows at max_load_factor, and the bytes the table itself takes (a direct index:

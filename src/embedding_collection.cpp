@@ -35,8 +35,7 @@ bool same_optimizer(const OptimizerConfig& a, const OptimizerConfig& b) {
 bool compatible(const CollectionTableConfig& a, const TablePlan& pa, const CollectionTableConfig& b,
                 const TablePlan& pb) {
   if (a.direct_index != b.direct_index) return false;  // direct-index tables group among themselves (keys end to end)
-  return pa.placement == pb.placement && (pa.placement != Placement::localized || pa.owner == pb.owner) &&
-         a.dim == b.dim && a.combiner == b.combiner && same_optimizer(a.optimizer, b.optimizer) &&
+  return pa.placement == pb.placement && a.dim == b.dim && a.combiner == b.combiner && same_optimizer(a.optimizer, b.optimizer) &&
          a.init_scale == b.init_scale && a.max_load_factor == b.max_load_factor;
 }
 
@@ -51,7 +50,7 @@ int64_t untag(int64_t tagged_key) { return static_cast<int64_t>(uint64_t(tagged_
 // (table order, each table's slots in its order), where they go in a sample's output row, and the group's cut
 // of the current batch (kept until the backward).
 struct EmbeddingCollection::Group {
-  std::vector<int> tables;  // indices in the configuration, ascending
+  std::vector<int> tables;  // indices in the configuration, ascending (localized: owner by owner, then ascending)
   bool tagged = false;        // keys moved into the group's key space (hashed: tags; direct: end to end)
   bool direct = false;        // a direct-index group
   std::vector<int64_t> key_begin;  // direct: each member table's first group key
@@ -124,6 +123,11 @@ EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, con
       members[g].push_back(int(i));
       rows[g] += t.rows;
     }
+    // a localized group's tables owner by owner (src/placement_localized.cpp: each owner's keys one range)
+    for (std::vector<int>& m : members)
+      if (plan_.tables[size_t(m[0])].placement == Placement::localized)
+        std::stable_sort(m.begin(), m.end(),
+                         [&](int x, int y) { return plan_.tables[size_t(x)].owner < plan_.tables[size_t(y)].owner; });
     group_of_.assign(cfg_.tables.size(), 0);
     for (size_t g = 0; g < members.size(); ++g) {
       auto gr = std::make_unique<Group>();
@@ -135,15 +139,17 @@ EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, con
       s.table = cfg_.tables[size_t(first)];
       s.table_id = first;
       s.tagged_keys = gr->tagged && !gr->direct;
-      if (gr->direct && gr->tagged) {  // end to end: each table's keys after the previous ones
-        int64_t begin = 0;
-        for (int i : members[g]) {
+      int64_t begin = 0;
+      for (int i : members[g]) {
+        const CollectionTableConfig& t = cfg_.tables[size_t(i)];
+        if (gr->direct && gr->tagged) {  // end to end: each table's keys after the previous ones
           gr->key_begin.push_back(begin);
           s.key_segments.push_back({begin, i});
-          begin += cfg_.tables[size_t(i)].key_bound;
         }
-        s.table.key_bound = begin;
+        s.members.push_back({i, t.rows, begin, t.key_bound, int(t.slots.size()), plan_.tables[size_t(i)].owner});
+        begin += t.key_bound;
       }
+      if (gr->direct && gr->tagged) s.table.key_bound = begin;
       s.seed = cfg_.seed;
       s.shard_slack = cfg_.shard_slack;
       s.plan = plan_.tables[size_t(first)];

@@ -14,11 +14,13 @@
 // output is its float32 output rounded, bit for bit, and its backward updates the tables exactly as a float32
 // backward fed the same gradient values widened.
 //
-// Placement groups. Tables that can be one physical table (the same placement, and owner for localized; dim,
-// combiner, optimizer settings, init_scale and max_load_factor) and whose keys are bounded (0 < key_bound <= 2^56,
-// table index <= 126) form a group: their keys are tagged, key k of table i becoming (i << 56) | k
-// (kernels/key_init.h), and the group is placed as one table over the union of its tables' slots (table order,
-// each table's slots in its order), with the sum of their rows. Direct-index tables group among themselves,
+// Placement groups. Tables that can be one physical table (the same placement, dim, combiner, optimizer
+// settings, init_scale and max_load_factor) and whose keys are bounded (0 < key_bound <= 2^56, table index <= 126)
+// form a group: their keys are tagged, key k of table i becoming (i << 56) | k (kernels/key_init.h), and the group
+// is placed as one table over the union of its tables' slots (table order, each table's slots in its order), with
+// the sum of their rows. Localized tables of different owners group too: each owner holds its own tables' part,
+// and the group's exchanges reach every owner at once (src/placement_localized.cpp); their table order is owner by
+// owner. Direct-index tables group among themselves,
 // their keys end to end instead: key k of table i becomes begin_i + k, begin_i the sum of the earlier members'
 // key_bound, in one direct index over them all (hybrid: its hot copy hashed over the same keys), a key's initial
 // values given by its segment (EmbeddingTableConfig::key_segments). Any

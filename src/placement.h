@@ -197,7 +197,18 @@ struct PlacedTableSetup {
   std::vector<KeySegment> key_segments;
   uint64_t seed = 0;
   double shard_slack = 1.25;
-  TablePlan plan;
+  TablePlan plan;  // the first member's (a localized group's members may have other owners: members below)
+  // The group's tables in group order: each one's slots follow the previous one's in table.slots, and with a
+  // direct index its keys follow the previous one's (key_segments). A localized group holds tables of several
+  // owners (src/placement_localized.cpp), each owner's tables one after the other.
+  struct Member {
+    int table_id = 0;   // its index in the configuration: the tag of its keys when tagged_keys
+    int64_t rows = 0;   // its rows bound
+    int64_t key_begin = 0, key_bound = 0;  // direct index: its first group key and its key count
+    int slots = 1;      // its slots in table.slots
+    int owner = 0;      // localized: the rank that holds it
+  };
+  std::vector<Member> members;  // empty: one table, described by table and plan
 };
 
 // Allocates this rank's shards of one table for its plan. Bad plans (an owner outside the world, hot keys

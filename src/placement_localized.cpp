@@ -1,10 +1,21 @@
-// placement_localized.cpp: HugeCTR's LocalizedSlot: the whole table on one rank (the plan's owner). Every rank
-// sends its bags (lengths and keys) to the owner, which pools them all with the fused lookup and returns each
-// rank its pooled vectors by all-to-all; the bags arrive, and go back, in each rank's sample order. The backward
-// sends the bag gradients to the owner, whose backward sums each row over the global batch in its order.
+// placement_localized.cpp: HugeCTR's LocalizedSlot: each table whole on one rank (its plan's owner). A group of
+// localized tables (src/embedding_collection.h) may hold tables of several owners, each owner holding its own
+// tables' part; then one all-to-all reaches every owner at once, each way, so that the ranks send and receive
+// side by side instead of one owner's exchange after another's.
+//
+// Forward: every rank cuts its bags (sample, slot) into one block per owner, the owner's slots in group order
+// (kernels/route.h route_select_slot_*: lengths and keys), and sends each owner its block; an owner pools the
+// bags of every rank's block with the fused lookup and returns each rank its pooled vectors by all-to-all, which
+// the rank puts back into (sample, slot) order (route_put_slots). The backward takes each owner's slots out of the
+// bag gradients the same way (route_take_slots) and sends them to the owner, whose backward sums each row over the
+// global batch in its order. A group of one owner sends its bags as they are and receives straight into the
+// output.
 //
 // Forward equals a single-rank pooled lookup bit for bit (the same fused lookup over the same bags). With one rank
 // the bags are looked up where they are and the gradient is applied straight from the output's gradient.
+#include <algorithm>
+
+#include "kernels/key_init.h"
 #include "src/placement_common.h"
 
 namespace sparta {
@@ -13,36 +24,123 @@ namespace {
 
 class LocalizedTable : public PlacedTable {
  public:
-  LocalizedTable(const PlacedTableSetup& s, Exchange& ex)
-      : ex_(ex), dim_(s.table.dim), combiner_(s.table.combiner), owner_(s.plan.owner) {
-    SPARTA_REQUIRE(owner_ >= 0 && owner_ < ex.world(), "table '%s': localized owner rank %d outside the %d ranks",
-                   s.table.name.c_str(), owner_, ex.world());
-    if (ex.rank() == owner_) table_ = make_whole_shard(ex.device(), s, "");
-    posted_ = StreamEvent(ex.device());
+  LocalizedTable(const PlacedTableSetup& s, Exchange& ex) : ex_(ex), dim_(s.table.dim), combiner_(s.table.combiner) {
+    const Device& dev = ex.device();
+    const int W = ex.world();
+    tagged_ = s.tagged_keys;
+    members_ = s.members;
+    if (members_.empty()) {
+      PlacedTableSetup::Member m;
+      m.table_id = s.table_id;
+      m.rows = s.table.rows;
+      m.key_bound = s.table.key_bound;
+      m.slots = int(s.table.slots.size());
+      m.owner = s.plan.owner;
+      members_.push_back(m);
+    }
+    std::vector<int> slot_owner;
+    for (const PlacedTableSetup::Member& m : members_) {
+      SPARTA_REQUIRE(m.owner >= 0 && m.owner < W, "table '%s': localized owner rank %d outside the %d ranks",
+                     s.table.name.c_str(), m.owner, W);
+      slot_owner.insert(slot_owner.end(), size_t(m.slots), m.owner);
+    }
+    slots_ = int(slot_owner.size());
+    SPARTA_ASSERT(slots_ == int(s.table.slots.size()), "table '%s': members of %d slots for %zu",
+                  s.table.name.c_str(), slots_, s.table.slots.size());
+    std::vector<std::vector<int32_t>> owned(static_cast<size_t>(W)), cols(static_cast<size_t>(W));
+    for (int j = 0; j < slots_; ++j) {
+      owned[size_t(slot_owner[size_t(j)])].push_back(j);
+      cols[size_t(slot_owner[size_t(j)])].push_back(j * dim_);
+    }
+    owner_slots_.resize(size_t(W));
+    int owners = 0;
+    for (int p = 0; p < W; ++p) {
+      owner_slots_[size_t(p)] = int(owned[size_t(p)].size());
+      if (owned[size_t(p)].empty()) continue;
+      ++owners;
+      owner_ = p;
+      slot_index_.emplace_back(dev, owned[size_t(p)]);
+      slot_cols_.emplace_back(dev, cols[size_t(p)]);
+    }
+    one_owner_ = owners == 1;
+    // this rank's part: its own tables (one owner: the whole table)
+    int64_t rows = 0, first = -1, end = 0;
+    for (const PlacedTableSetup::Member& m : members_) {
+      if (m.owner != ex.rank()) continue;
+      rows += m.rows;
+      SPARTA_ASSERT(first < 0 || m.key_begin == end, "table '%s': rank %d's tables are not one key range",
+                    s.table.name.c_str(), ex.rank());
+      if (first < 0) first = m.key_begin;
+      end = m.key_begin + m.key_bound;
+    }
+    if (one_owner_ && owner_ == ex.rank()) {
+      table_ = make_whole_shard(dev, s, "");
+    } else if (rows > 0) {
+      // a direct index holds the keys [first, end) of the group's (its tables end to end); hashed, tagged keys
+      table_ = s.table.direct_index ? make_shard(dev, s, end - first, "", DirectIndex{1, first})
+                                    : make_shard(dev, s, rows, "");
+    }
+    posted_ = StreamEvent(dev);
   }
 
   void begin_forward(const TableBatch& in, LookupMode mode, float* out) override {
     const Device& dev = ex_.device();
-    const size_t world = size_t(ex_.world());
+    const size_t W = size_t(ex_.world());
     in_ = in;
     mode_ = mode;
     out_ = out;
-    if (world == 1) return;  // the owner's own bags: looked up in place, nothing routed or copied
+    if (W == 1) return;  // the owner's own bags: looked up in place, nothing routed or copied
+    SPARTA_ASSERT(in.rank_batches.size() == W && in.bags == in.rank_batches[size_t(ex_.rank())] * slots_,
+                  "localized table: %lld bags of %d slots, %zu rank batches", (long long)in.bags, slots_,
+                  in.rank_batches.size());
+    batch_ = in.rank_batches[size_t(ex_.rank())];
+    const int64_t mine = owner_slots_[size_t(ex_.rank())];
+    std::vector<size_t> send_keys(W, 0);
+    send_bags_.assign(W, 0);
+    recv_bags_.assign(W, 0);
+    all_bags_ = 0;
+    for (size_t p = 0; p < W; ++p) {
+      send_bags_[p] = size_t(batch_ * owner_slots_[p]);
+      recv_bags_[p] = size_t(in.rank_batches[p] * mine);
+      all_bags_ += int64_t(recv_bags_[p]);
+    }
     int64_t* lengths = grow(lengths_, ex_, in.bags);
-    route_lengths(dev, in.offsets, in.bags, lengths, dev.stream);
-    std::vector<size_t> send_bags(world, 0), send_keys(world, 0);
-    send_bags[owner_] = size_t(in.bags);
-    send_keys[owner_] = size_t(in.nnz);
-    recv_bags_ = ex_.counts(send_bags);
+    const int64_t* keys = in.keys;
+    if (one_owner_) {
+      route_lengths(dev, in.offsets, in.bags, lengths, dev.stream);
+      send_keys[size_t(owner_)] = size_t(in.nnz);
+    } else {
+      // each owner's block of bags: its slots of every sample, their lengths and keys (the keys once their counts
+      // are known on the host)
+      int64_t* offsets = grow(block_offsets_, ex_, size_t(in.bags) + W);
+      int64_t* counts = grow(block_counts_, ex_, W);
+      for (size_t p = 0, i = 0, at = 0; p < W; ++p) {
+        if (owner_slots_[p] == 0) continue;
+        route_select_slot_offsets(dev, in.offsets, batch_, slots_, slot_index_[i].data(), owner_slots_[p],
+                                  offsets + at, scratch_, dev.stream);
+        copy_on_device(dev, counts + p, offsets + at + send_bags_[p], sizeof(int64_t), dev.stream);
+        at += send_bags_[p] + 1, ++i;
+      }
+      std::vector<int64_t> n = ex_.download(counts, W);
+      int64_t* block_keys = grow(block_keys_, ex_, size_t(in.nnz));
+      for (size_t p = 0, i = 0, at = 0, bag = 0, key = 0; p < W; ++p) {
+        if (owner_slots_[p] == 0) continue;
+        send_keys[p] = size_t(n[p]);
+        route_lengths(dev, offsets + at, int64_t(send_bags_[p]), lengths + bag, dev.stream);
+        route_select_slot_keys(dev, in.offsets, in.keys, batch_, slots_, slot_index_[i].data(), owner_slots_[p],
+                               offsets + at, block_keys + key, dev.stream);
+        at += send_bags_[p] + 1, bag += send_bags_[p], key += send_keys[p], ++i;
+      }
+      keys = block_keys;
+    }
     std::vector<size_t> recv_keys = ex_.counts(send_keys);
-    all_bags_ = 0, all_keys_ = 0;
-    for (size_t p = 0; p < world; ++p) all_bags_ += int64_t(recv_bags_[p]), all_keys_ += int64_t(recv_keys[p]);
+    all_keys_ = 0;
+    for (size_t k : recv_keys) all_keys_ += int64_t(k);
     int64_t* all_lengths = grow(all_lengths_, ex_, all_bags_);
-    int64_t* keys = grow(keys_, ex_, all_keys_);
-    send_bags_ = send_bags;
+    int64_t* all_keys = grow(keys_, ex_, all_keys_);
     ex_.post(posted_, [&] {
-      ex_.all_to_all_v(lengths, send_bags, all_lengths, recv_bags_, DataType::i64);
-      ex_.all_to_all_v(in.keys, send_keys, keys, recv_keys, DataType::i64);
+      ex_.all_to_all_v(lengths, send_bags_, all_lengths, recv_bags_, DataType::i64);
+      ex_.all_to_all_v(keys, send_keys, all_keys, recv_keys, DataType::i64);
     });
   }
 
@@ -60,16 +158,35 @@ class LocalizedTable : public PlacedTable {
       table_lookup_pooled(*table_, offsets, keys_.data(), all_bags_, combiner_, mode_, pooled,
                           grow(rows_, ex_, all_keys_));
     }
-    ex_.post(posted_, [&] { ex_.all_to_all_v_floats(pooled, times_dim(recv_bags_), out_, times_dim(send_bags_)); });
+    float* dest = one_owner_ ? out_ : grow(blocks_, ex_, size_t(in_.bags) * dim_);
+    ex_.post(posted_, [&] { ex_.all_to_all_v_floats(pooled, times_dim(recv_bags_), dest, times_dim(send_bags_)); });
   }
 
-  void finish_forward() override { ex_.join(posted_); }
+  void finish_forward() override {
+    if (ex_.world() == 1) return;
+    ex_.join(posted_);
+    if (one_owner_) return;
+    const Device& dev = ex_.device();
+    for_each_block([&](size_t i, int owner_slots, size_t bag) {
+      route_put_slots(dev, blocks_.data() + bag * dim_, batch_, owner_slots, dim_, slot_cols_[i].data(),
+                      int64_t(slots_) * dim_, out_, dev.stream);
+    });
+  }
 
   void begin_backward(const float* grad) override {
     grad_ = grad;
     if (ex_.world() == 1) return;
+    const Device& dev = ex_.device();
+    const float* send = grad;
+    if (!one_owner_) {  // each owner's slots of the gradient, block by block (the forward's blocks are read)
+      for_each_block([&](size_t i, int owner_slots, size_t bag) {
+        route_take_slots(dev, grad, batch_, owner_slots, dim_, slot_cols_[i].data(), int64_t(slots_) * dim_,
+                         blocks_.data() + bag * dim_, dev.stream);
+      });
+      send = blocks_.data();
+    }
     float* all_grads = grow(pooled_, ex_, size_t(all_bags_) * dim_);
-    ex_.post(posted_, [&] { ex_.all_to_all_v_floats(grad, times_dim(send_bags_), all_grads, times_dim(recv_bags_)); });
+    ex_.post(posted_, [&] { ex_.all_to_all_v_floats(send, times_dim(send_bags_), all_grads, times_dim(recv_bags_)); });
   }
 
   void update(int64_t step, float lr_scale) override {
@@ -86,7 +203,13 @@ class LocalizedTable : public PlacedTable {
   void check_lookups() override {
     if (table_) table_check(*table_);
   }
-  int owner_of(int64_t) const override { return owner_; }
+  int owner_of(int64_t key) const override {
+    if (one_owner_) return owner_;
+    const PlacedTableSetup::Member* m = &members_[0];
+    for (const PlacedTableSetup::Member& x : members_)
+      if (tagged_ ? x.table_id == tag_of_key(key) : x.key_begin <= key) m = &x;
+    return m->owner;
+  }
   TableRows rows_to_save() override { return held_rows(); }
   TableRows held_rows() override {
     if (table_) return table_export(*table_);
@@ -96,34 +219,54 @@ class LocalizedTable : public PlacedTable {
   }
   void load_rows(const TableRows& rows) override {
     if (table_) return table_load(*table_, rows);
-    SPARTA_REQUIRE(rows.rows() == 0, "localized table: %zu rows given to rank %d, which does not hold the table",
+    SPARTA_REQUIRE(rows.rows() == 0, "localized table: %zu rows given to rank %d, which holds none of its tables",
                    rows.rows(), ex_.rank());
   }
   size_t memory_bytes() const override { return table_ ? table_memory_bytes(*table_) : 0; }
   int64_t rows_in_use() override { return table_ ? table_rows_in_use(*table_, ex_.device()) : 0; }
 
  private:
+  static int tag_of_key(int64_t key) { return static_cast<int>(uint64_t(key) >> kKeyTagShift); }
   std::vector<size_t> times_dim(const std::vector<size_t>& v) const {
     std::vector<size_t> r(v);
     for (size_t& x : r) x *= size_t(dim_);
     return r;
   }
+  // f(i, owner's slots, first bag of its block) for every owner with slots, in rank order (i counts them).
+  template <class F>
+  void for_each_block(F&& f) {
+    for (size_t p = 0, i = 0, bag = 0; p < owner_slots_.size(); ++p) {
+      if (owner_slots_[p] == 0) continue;
+      f(i, owner_slots_[p], bag);
+      bag += send_bags_[p], ++i;
+    }
+  }
 
   Exchange& ex_;
   int dim_;
   Combiner combiner_;
-  int owner_;
-  std::unique_ptr<EmbeddingTable> table_;  // on the owner only
+  bool tagged_ = false;
+  std::vector<PlacedTableSetup::Member> members_;
+  int slots_ = 0;                 // the group's slots
+  std::vector<int> owner_slots_;  // [world]: how many of them each rank owns
+  // per owner with slots, in rank order: its slots' indices in the group, and their first float in a bag row
+  std::vector<Buffer<int32_t>> slot_index_, slot_cols_;
+  bool one_owner_ = true;
+  int owner_ = 0;                          // the owner when there is one (else the last)
+  std::unique_ptr<EmbeddingTable> table_;  // this rank's tables, where it owns any
   RouteScratch scratch_;
   TableBatch in_;
   LookupMode mode_ = LookupMode::train;
   float* out_ = nullptr;
   const float* grad_ = nullptr;  // one rank: the gradient begin_backward was given
   StreamEvent posted_;           // the end of the last posted exchange
+  int64_t batch_ = 0;            // this rank's samples
   std::vector<size_t> send_bags_, recv_bags_;
-  int64_t all_bags_ = 0, all_keys_ = 0;   // the owner's: bags and keys of the global batch
+  int64_t all_bags_ = 0, all_keys_ = 0;   // the bags and keys this rank pools for every rank
   Buffer<int64_t> lengths_, all_lengths_, keys_, offsets_, rows_;
-  Buffer<float> pooled_;  // owner: [all_bags, dim] pooled vectors, then their gradients
+  Buffer<int64_t> block_offsets_, block_counts_, block_keys_;  // several owners: the blocks' offsets, key counts, keys
+  Buffer<float> pooled_;  // [all_bags, dim] pooled vectors, then their gradients
+  Buffer<float> blocks_;  // several owners: [bags, dim] this rank's vectors, then gradients, owner by owner
 };
 
 }  // namespace

@@ -198,7 +198,7 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       c.bytes_per_step = (W - 1) * (b * S * 8 + K * 8 + 2 * b * S * vw);
       // lengths, the owner's offsets and pooled lookup of the global batch; its update
       c.local_bytes = k * P + k * W * P + L.lookup_pooled(W * K, W * P) + L.update(W * K, Ug);
-      c.collectives = 6;  // two count exchanges, all-to-all of lengths, keys, pooled vectors, gradients
+      c.collectives = 5;  // the key counts exchanged, all-to-all of lengths, keys, pooled vectors, gradients
       copied = 8 * P + 8 * K + 2 * P * v;
       break;
     case Placement::dispatch:
@@ -261,7 +261,12 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
   c.local_other = c.local_bytes;
   if (p == Placement::localized && opt.world > 1) {
     c.bytes_other = c.bytes_per_step / (W - 1);  // its own bags' share of the owner's exchanges
-    c.local_other = k * P;                       // its lengths
+    // In a group of several owners (src/placement_localized.cpp) every rank also cuts its bags into the owners'
+    // blocks (offsets, lengths and keys) and puts the pooled vectors that come back into place and takes the
+    // gradients out (read and written): counted for every localized table, though a group of one owner skips them.
+    const double blocks = 2 * k * P + k * K + 4 * P * v;
+    c.local_bytes += blocks;
+    c.local_other = k * P + blocks;  // its lengths
   }
   if (opt.world == 1) {  // one rank: nothing moves and nothing waits on a peer
     c.bytes_per_step = 0;
@@ -315,12 +320,12 @@ Request parse_request(const CollectionTableConfig& t, int world) {
   return r;
 }
 
-// The tables that run one lookup together: same placement (and localized owner), dim, combiner, optimizer,
-// init_scale, max_load_factor and index kind.
-std::string group_key(const CollectionTableConfig& t, Placement p, int owner) {
+// The tables that run one lookup together: same placement (localized: whatever their owners), dim, combiner,
+// optimizer, init_scale, max_load_factor and index kind.
+std::string group_key(const CollectionTableConfig& t, Placement p) {
   const OptimizerConfig& o = t.optimizer;
-  return strprintf("%s:%d:%d:%d:%d:%d:%a:%a:%a:%a:%a:%a:%a:%a", placement_name(p),
-                   p == Placement::localized ? owner : 0, t.dim, int(t.combiner), int(o.kind), int(o.atomic_update),
+  return strprintf("%s:%d:%d:%d:%d:%a:%a:%a:%a:%a:%a:%a:%a", placement_name(p), t.dim, int(t.combiner), int(o.kind),
+                   int(o.atomic_update),
                    double(o.lr), double(o.momentum), double(o.beta1),
                    double(o.beta2), double(o.epsilon), double(o.initial_accumulator), double(t.init_scale),
                    t.max_load_factor) +
@@ -383,7 +388,7 @@ Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::ve
       n.link[size_t(r)] += other ? c.bytes_other : c.bytes_per_step;
       n.local[size_t(r)] += other ? c.local_other : c.local_bytes;
     }
-    if (!groups.count(group_key(t, p, owner))) n.fixed += c.seconds_group, n.collectives += c.collectives, ++n.groups;
+    if (!groups.count(group_key(t, p))) n.fixed += c.seconds_group, n.collectives += c.collectives, ++n.groups;
     return n;
   };
   for (size_t i : order) {
@@ -465,7 +470,7 @@ Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::ve
     tp.local_bytes = pick->cost.local_bytes;
     tp.collectives = pick->cost.collectives;
     step = with(step, t, pick->cost, pick->p, tp.owner);
-    tp.opens_group = groups.insert(group_key(t, pick->p, tp.owner)).second;
+    tp.opens_group = groups.insert(group_key(t, pick->p)).second;
     if (pick->p == Placement::hybrid) {
       for (int64_t k = 0; k < hot_rows; ++k) tp.hot_keys.push_back(st.top[size_t(k)].first);
       std::sort(tp.hot_keys.begin(), tp.hot_keys.end());
@@ -494,8 +499,8 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
   for (size_t i = 0; i < T; ++i) req[i] = parse_request(cfg.tables[i], opt.world);
   Plan best = place(cfg, wire_opt, stats, req);  // a plan that does not fit throws here
   // Every automatic table in one placement, for each placement (hybrid: the tables with counted keys): a pass
-  // places one table at a time, and a placement whose fixed costs pay off only over many tables (a localized
-  // group per owner, whose lookups run side by side) can lose at every table and still make the faster plan.
+  // places one table at a time, and a placement whose fixed costs pay off only over many tables (localized,
+  // whose owners look up side by side) can lose at every table and still make the faster plan.
   // The lowest estimate that fits wins; ties keep the first pass's plan.
   for (Placement p : {Placement::replicated, Placement::localized, Placement::dispatch, Placement::distributed,
                       Placement::hybrid}) {

@@ -90,10 +90,10 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
 //
 // The step's estimate keeps every rank's link bytes and local bytes: the ranks work side by side, so the step is
 // the busiest rank's link bytes / link_GBps + the busiest rank's local bytes / hbm_GBps + the fixed costs of the
-// groups (same placement, localized owner, dim, combiner, optimizer, init_scale and max_load_factor: the tables
-// that run one lookup together; a group's first table opens it). Every placement but localized adds the same to
-// every rank; a localized table adds its lookup and update to its owner only, and its exchange to every rank (the
-// owner's share W - 1 times another rank's).
+// groups (same placement, dim, combiner, optimizer, init_scale and max_load_factor, localized tables of any
+// owners: the tables that run one lookup together; a group's first table opens it). Every placement but localized
+// adds the same to every rank; a localized table adds its lookup and update to its owner only, and its exchange
+// to every rank (the owner's share W - 1 times another rank's).
 //
 // Tables are placed largest first; each `auto` table gets the fitting placement (and, localized, the owner) that
 // raises the estimate the least; an explicit localized table without an owner gets the owner that raises it the

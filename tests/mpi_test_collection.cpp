@@ -1054,6 +1054,30 @@ void grouped_direct_placements(Backend b) {
 }
 SPARTA_MPI_BACKEND_CASES(grouped_direct_index_tables_match_reference, grouped_direct_placements)
 
+// Localized tables of several owners group: each owner holds its own tables, and one all-to-all each way reaches
+// every owner (src/placement_localized.cpp). Table i on rank i % ranks: hashed, a and b group, d and e (on 2 ranks
+// e's owner comes before d's), c and f alone; direct, a, b and c group (on 2 and 4 ranks a and c on rank 0, b on
+// rank 1: each owner's keys one range, out of table order), d and e, f alone. Either wire type, and hier over
+// emulated nodes; saved so and loaded on 1..world ranks under another plan, and the other way round.
+std::vector<std::string> spread_owners(int ranks) {
+  std::vector<std::string> p;
+  for (size_t i = 0; i < kGrouped.size(); ++i) p.push_back("localized:" + std::to_string(int(i) % ranks));
+  return p;
+}
+void localized_owner_groups(Backend b) {
+  const int world = testing::world_size();
+  for (DataType wire : {DataType::f32, DataType::bf16}) {
+    check_placements(b, spread_owners(world), CommMode::mpi, 0, kGrouped, kGroupedSlots, 4, wire);
+    check_placements(b, spread_owners(world), CommMode::mpi, 0, grouped_direct(), kGroupedSlots, 3, wire);
+  }
+  const int rpn = world % 2 == 0 ? 2 : 0;
+  check_placements(b, spread_owners(world), CommMode::hier, rpn, grouped_direct(), kGroupedSlots, 3);
+  check_checkpoint_of(b, spread_owners(world), kGrouped, kGroupedSlots,
+                      [](int) { return std::vector<std::string>{"distributed"}; });
+  check_checkpoint_of(b, {"dispatch"}, grouped_direct(), kGroupedSlots, spread_owners);
+}
+SPARTA_MPI_BACKEND_CASES(localized_tables_of_several_owners_group, localized_owner_groups)
+
 // A key outside its table's key_bound (on the last rank only) is an error on every rank, naming table and key.
 void key_outside_bound(Backend backend) {
   World w(backend, testing::world_size());

@@ -146,7 +146,7 @@ void trains_like_the_hashed_table(Backend backend) {
   Device dev = open(backend);
   const int dim = 6;
   for (OptimizerKind opt : {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::lazy_adam})
-    for (auto [stride, offset] : {std::pair<int64_t, int64_t>{1, 0}, {3, 2}, {4, 0}}) {
+    for (auto [stride, offset] : {std::pair<int64_t, int64_t>{1, 0}, {3, 2}, {4, 0}, {1, 37}, {2, 5}}) {
       const int64_t rows = 50;
       EmbeddingTable hashed(dev, config(dim, rows, opt, 0, 0)), direct(dev, config(dim, rows, opt, stride, offset));
       const std::string what = strprintf("%s, stride %lld, offset %lld", optimizer_name(opt), (long long)stride,
@@ -308,7 +308,7 @@ BOOST_AUTO_TEST_CASE(direct_index_settings_are_checked) {
       BOOST_TEST((m.find("clicks") != std::string::npos && m.find(part) != std::string::npos), m);
     }
   };
-  throws_naming(config(4, 10, OptimizerKind::sgd, 3, 3), "offset");
+  throws_naming(config(4, 10, OptimizerKind::sgd, 3, -1), "offset");
   throws_naming(config(4, 10, OptimizerKind::sgd, -1, 0), "direct_stride");
   EmbeddingTableConfig tagged = config(4, 10, OptimizerKind::sgd, 1, 0);
   tagged.tagged_keys = true;

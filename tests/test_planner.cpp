@@ -172,7 +172,7 @@ BOOST_AUTO_TEST_CASE(time_model_by_hand) {
   };
   const Want want[] = {
       {Placement::replicated, v * (2 * K + P + U + W * U) + 16 * (5 * K + U + 5 * W * U) + row * Ug, 3},
-      {Placement::localized, v * (2 * W * K + W * P) + 16 * (P + W * P + 5 * W * K) + row * Ug, 6},
+      {Placement::localized, v * (2 * W * K + W * P + 4 * P) + 16 * (3 * P + K + W * P + 5 * W * K) + row * Ug, 5},
       {Placement::dispatch, v * (P + 2 * K + 6 * U) + 16 * (12 * K + 10 * U) + row * Ug / W, 4},
       {Placement::distributed, v * (2 * K + W * P) + 16 * (11 * K) + row * Ug / W, 5},
   };
@@ -530,15 +530,23 @@ BOOST_AUTO_TEST_CASE(localized_owners_balance_the_work) {
   const double rank0 = cost[0].local_bytes + cost[1].local_other + cost[2].local_other + cost[3].local_other;
   const double rank1 = cost[0].local_other + cost[1].local_bytes + cost[2].local_bytes + cost[3].local_bytes;
   BOOST_CHECK_CLOSE(p.estimate.local_bytes, std::max(rank0, rank1), 1e-9);
-  BOOST_CHECK_LT(cost[0].local_other, cost[0].local_bytes / 10);  // another rank only lays out its bags' lengths
+  // another rank lays out its bags' lengths, cuts them into the owners' blocks (offsets twice, keys once) and puts
+  // the pooled vectors back into place and takes the gradients out (read and written)
+  const double P = 1000, K = 3000, v = 64;
+  BOOST_CHECK_CLOSE(cost[0].local_other, 16 * P + 2 * 16 * P + 16 * K + 4 * P * v, 1e-9);
+  BOOST_CHECK_LT(cost[0].local_other, cost[0].local_bytes / 4);
   // the link: every localized table's exchange runs on both ranks (on 2 ranks the owner's share is the other's)
   double link = 0;
   for (const PlacementCost& x : cost) link += x.bytes_per_step;
   BOOST_CHECK_CLOSE(cost[0].bytes_other, cost[0].bytes_per_step, 1e-9);
   BOOST_CHECK_CLOSE(p.estimate.link_bytes, link, 1e-9);
-  // when the groups cost much, a second owner does not pay: every table stays in rank 0's group
+  // the owners' tables are one group: however much a group costs, a second owner opens none
   o.rates = {1e9, 420, 1e-9, 1e6};
-  for (const TablePlan& t : make_plan(c, o, st).tables) BOOST_CHECK_EQUAL(t.owner, 0);
+  const Plan costly = make_plan(c, o, st);
+  owners.clear();
+  for (const TablePlan& t : costly.tables) owners.push_back(t.owner);
+  BOOST_CHECK(owners == std::vector<int>({0, 1, 1, 1}));
+  BOOST_CHECK_EQUAL(costly.estimate.groups, 1);
   // three ranks: another rank carries a third of the owner's link bytes
   o.world = 3;
   o.global_batch = 3000;
@@ -549,9 +557,10 @@ BOOST_AUTO_TEST_CASE(localized_owners_balance_the_work) {
 BOOST_AUTO_TEST_CASE(the_plan_ties_or_beats_every_placement_for_all_tables) {
   // One pass that places one table at a time where it adds the least places the MLPerf DCNv2 keys per slot on
   // 2 ranks replicated and distributed, estimated 15.2 ms with the default rates: behind both all distributed
-  // (14.9) and all localized (13.9). At each table localized adds more (its exchange, and the first table of each
-  // owner opens a group); as a whole it runs the two owners' lookups side by side. The plan is the best of that
-  // pass and every placement for all tables, so by its own estimate it never trails a fixed placement.
+  // (14.9) and all localized (12.8). At each table localized adds more (its exchange, the blocks cut and put back,
+  // and its group's fixed cost for the first); as a whole it runs the two owners' lookups side by side. The plan
+  // is the best of that pass and every placement for all tables, so by its own estimate it never trails a fixed
+  // placement.
   std::vector<TableKeyStats> st;
   const CollectionConfig c =
       mlperf_tables({3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1}, st);
