@@ -6,7 +6,8 @@
 // Forward: every rank cuts its bags (sample, slot) into one block per owner, the owner's slots in group order
 // (kernels/route.h route_select_slot_*: lengths and keys), and sends each owner its block; an owner pools the
 // bags of every rank's block with the fused lookup and returns each rank its pooled vectors by all-to-all, which
-// the rank puts back into (sample, slot) order (route_put_slots). The backward takes each owner's slots out of the
+// the rank puts back into (sample, slot) order (route_put_slots). An owner looks up the other ranks' blocks
+// first, and its own block while the exchange moves their vectors. The backward takes each owner's slots out of the
 // bag gradients the same way (route_take_slots) and sends them to the owner, whose backward sums each row over the
 // global batch in its order. A group of one owner sends its bags as they are and receives straight into the
 // output.
@@ -151,15 +152,25 @@ class LocalizedTable : public PlacedTable {
       return;
     }
     ex_.join(posted_);
-    float* pooled = grow(pooled_, ex_, size_t(all_bags_) * dim_);
-    if (table_) {
-      int64_t* offsets = grow(offsets_, ex_, all_bags_ + 1);
-      route_offsets_from_lengths(dev, all_lengths_.data(), all_bags_, offsets, scratch_, dev.stream);
-      table_lookup_pooled(*table_, offsets, keys_.data(), all_bags_, combiner_, mode_, pooled,
-                          grow(rows_, ex_, all_keys_));
-    }
+    // The other ranks' bags first, their vectors packed in rank order and sent; then this rank's own bags, looked
+    // up straight into place while the exchange moves the others' (it sends this rank nothing).
+    const size_t me = size_t(ex_.rank());
+    int64_t own = 0;  // this rank's own bags among the bags received, in rank order
+    for (size_t p = 0; p < me; ++p) own += int64_t(recv_bags_[p]);
+    const int64_t own_bags = int64_t(recv_bags_[me]);
+    float* send = grow(pooled_, ex_, size_t(all_bags_) * dim_);
     float* dest = one_owner_ ? out_ : grow(blocks_, ex_, size_t(in_.bags) * dim_);
-    ex_.post(posted_, [&] { ex_.all_to_all_v_floats(pooled, times_dim(recv_bags_), dest, times_dim(send_bags_)); });
+    if (table_) {
+      route_offsets_from_lengths(dev, all_lengths_.data(), all_bags_, grow(offsets_, ex_, all_bags_ + 1), scratch_,
+                                 dev.stream);
+      grow(rows_, ex_, all_keys_);
+      lookup_bags(0, own, send);
+      lookup_bags(own + own_bags, all_bags_ - own - own_bags, send + size_t(own) * dim_);
+    }
+    std::vector<size_t> to = times_dim(recv_bags_), from = times_dim(send_bags_);
+    to[me] = from[me] = 0;
+    ex_.post(posted_, [&] { ex_.all_to_all_v_floats(send, to, dest, from); });
+    if (table_) lookup_bags(own, own_bags, dest + (size_t(in_.bags) - send_bags_[me]) * dim_);
   }
 
   void finish_forward() override {
@@ -167,7 +178,7 @@ class LocalizedTable : public PlacedTable {
     ex_.join(posted_);
     if (one_owner_) return;
     const Device& dev = ex_.device();
-    for_each_block([&](size_t i, int owner_slots, size_t bag) {
+    for_each_block(true, [&](size_t i, int owner_slots, size_t bag) {
       route_put_slots(dev, blocks_.data() + bag * dim_, batch_, owner_slots, dim_, slot_cols_[i].data(),
                       int64_t(slots_) * dim_, out_, dev.stream);
     });
@@ -179,7 +190,7 @@ class LocalizedTable : public PlacedTable {
     const Device& dev = ex_.device();
     const float* send = grad;
     if (!one_owner_) {  // each owner's slots of the gradient, block by block (the forward's blocks are read)
-      for_each_block([&](size_t i, int owner_slots, size_t bag) {
+      for_each_block(false, [&](size_t i, int owner_slots, size_t bag) {
         route_take_slots(dev, grad, batch_, owner_slots, dim_, slot_cols_[i].data(), int64_t(slots_) * dim_,
                          blocks_.data() + bag * dim_, dev.stream);
       });
@@ -232,14 +243,25 @@ class LocalizedTable : public PlacedTable {
     for (size_t& x : r) x *= size_t(dim_);
     return r;
   }
-  // f(i, owner's slots, first bag of its block) for every owner with slots, in rank order (i counts them).
+  // f(i, owner's slots, first bag of its block in blocks_) for every owner with slots, in rank order (i counts
+  // them). The blocks lie in rank order; own_last: this rank's own block after the others' (the forward's layout).
   template <class F>
-  void for_each_block(F&& f) {
+  void for_each_block(bool own_last, F&& f) {
+    const size_t me = size_t(ex_.rank());
     for (size_t p = 0, i = 0, bag = 0; p < owner_slots_.size(); ++p) {
       if (owner_slots_[p] == 0) continue;
+      if (own_last && p == me) {
+        f(i++, owner_slots_[p], size_t(in_.bags) - send_bags_[p]);
+        continue;
+      }
       f(i, owner_slots_[p], bag);
       bag += send_bags_[p], ++i;
     }
+  }
+  // The pooled lookup of n of the bags received from bag `first` on into out (train: their keys' rows kept).
+  void lookup_bags(int64_t first, int64_t n, float* out) {
+    if (n > 0)
+      table_lookup_pooled(*table_, offsets_.data() + first, keys_.data(), n, combiner_, mode_, out, rows_.data());
   }
 
   Exchange& ex_;
