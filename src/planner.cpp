@@ -520,6 +520,30 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
       // does not fit the memory budget: not a candidate
     }
   }
+  // Then one table at a time: each automatic table tries every other placement while the others keep theirs
+  // (localized owners picked again by the pass), and a change that lowers the estimate stays; rounds until one
+  // changes nothing. A mix that neither the pass nor one placement for all finds (one hot table distributed
+  // among localized ones) is found so.
+  std::vector<Request> cur = req;
+  for (size_t i = 0; i < T; ++i)
+    if (req[i].automatic) cur[i] = Request{false, best.tables[i].placement, -1};
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < T; ++i) {
+      if (!req[i].automatic) continue;
+      for (Placement p : {Placement::replicated, Placement::localized, Placement::dispatch, Placement::distributed,
+                          Placement::hybrid}) {
+        if (p == cur[i].placement || (p == Placement::hybrid && (stats.empty() || stats[i].top.empty()))) continue;
+        std::vector<Request> trial = cur;
+        trial[i].placement = p;
+        try {
+          Plan q = place(cfg, wire_opt, stats, trial);
+          if (q.estimate.seconds < best.estimate.seconds - kTie) best = std::move(q), cur = trial, changed = true;
+        } catch (const Error&) {
+        }
+      }
+    }
+  }
   return best;
 }
 

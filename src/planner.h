@@ -98,7 +98,9 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
 // Tables are placed largest first; each `auto` table gets the fitting placement (and, localized, the owner) that
 // raises the estimate the least; an explicit localized table without an owner gets the owner that raises it the
 // least. Ties: replicated, localized, dispatch, distributed, hybrid; owners: the rank with the least memory placed,
-// then the lowest. A table's seconds_per_step is what it raised the estimate by, so the tables' seconds add up to
+// then the lowest. The plan is the lowest estimate of that pass and of every `auto` table in one placement (for
+// each placement), then improved one `auto` table at a time: a move to another placement that lowers the estimate
+// stays (the owners picked again), until no single move does. A table's seconds_per_step is what it raised the estimate by, so the tables' seconds add up to
 // the estimate. Throws sparta::Error for a bad configuration, bad rates or a plan that does not fit.
 Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std::vector<TableKeyStats>& stats);
 

@@ -7,6 +7,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "src/base/check.h"
 #include "src/embedding_table.h"
@@ -584,6 +585,42 @@ BOOST_AUTO_TEST_CASE(the_plan_ties_or_beats_every_placement_for_all_tables) {
   double owner_bytes[2] = {0, 0};
   for (const TablePlan& t : p.tables) owner_bytes[t.owner] += t.local_bytes;
   BOOST_CHECK_LT(std::max(owner_bytes[0], owner_bytes[1]), 0.6 * (owner_bytes[0] + owner_bytes[1]));
+}
+
+BOOST_AUTO_TEST_CASE(a_table_at_a_time_improves_the_plan) {
+  // The MLPerf DCNv2 keys per slot on 4 ranks (the small tables' keys counted): the one-table pass gives a mix of
+  // dispatch and distributed estimated 16.57 ms, every placement for all 18.20 ms or more (localized); moving one
+  // table at a time to another placement while the estimate falls ends at 15.67 ms, where no single table's move
+  // lowers it (without those moves the pass's plan is the answer, and some move lowers it).
+  std::vector<TableKeyStats> st;
+  const std::vector<int> hot = {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1};
+  const CollectionConfig c = mlperf_tables(hot, st);
+  PlannerOptions o;
+  o.world = 4;
+  o.global_batch = 4 * 65536;
+  const Plan p = make_plan(c, o, st);
+  double fixed = 1e30;
+  for (Placement q : {Placement::replicated, Placement::localized, Placement::dispatch, Placement::distributed,
+                      Placement::hybrid}) {
+    CollectionConfig e = c;
+    for (CollectionTableConfig& t : e.tables) t.placement = placement_name(q);
+    fixed = std::min(fixed, make_plan(e, o, st).estimate.seconds);
+  }
+  BOOST_TEST_MESSAGE("the plan " << p.estimate.seconds * 1e3 << " ms, the best placement for all " << fixed * 1e3);
+  BOOST_CHECK_LT(p.estimate.seconds, fixed * 0.9);
+  std::set<Placement> used;
+  for (const TablePlan& t : p.tables) used.insert(t.placement);
+  BOOST_CHECK_GE(used.size(), 2u);
+  // no single table's move lowers the estimate
+  for (size_t i = 0; i < c.tables.size(); ++i)
+    for (Placement q : {Placement::replicated, Placement::localized, Placement::dispatch, Placement::distributed,
+                        Placement::hybrid}) {
+      if (q == p.tables[i].placement || (q == Placement::hybrid && st[i].top.empty())) continue;
+      CollectionConfig e = c;
+      for (size_t j = 0; j < e.tables.size(); ++j) e.tables[j].placement = placement_name(p.tables[j].placement);
+      e.tables[i].placement = placement_name(q);
+      BOOST_CHECK_GE(make_plan(e, o, st).estimate.seconds, p.estimate.seconds * (1 - 1e-12));
+    }
 }
 
 BOOST_AUTO_TEST_CASE(hybrid_hot_set_is_the_most_frequent_keys) {
