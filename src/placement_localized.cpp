@@ -7,7 +7,7 @@
 // (kernels/route.h route_select_slot_*: lengths and keys), and sends each owner its block; an owner pools the
 // bags of every rank's block with the fused lookup and returns each rank its pooled vectors by all-to-all, which
 // the rank puts back into (sample, slot) order (route_put_slots). An owner looks up the other ranks' blocks
-// first, and its own block while the exchange moves their vectors. The backward takes each owner's slots out of the
+// first, and its own block while the exchange moves their vectors (with the bf16 wire rounded as theirs are). The backward takes each owner's slots out of the
 // bag gradients the same way (route_take_slots) and sends them to the owner, whose backward sums each row over the
 // global batch in its order. A group of one owner sends its bags as they are and receives straight into the
 // output.
@@ -170,7 +170,16 @@ class LocalizedTable : public PlacedTable {
     std::vector<size_t> to = times_dim(recv_bags_), from = times_dim(send_bags_);
     to[me] = from[me] = 0;
     ex_.post(posted_, [&] { ex_.all_to_all_v_floats(send, to, dest, from); });
-    if (table_) lookup_bags(own, own_bags, dest + (size_t(in_.bags) - send_bags_[me]) * dim_);
+    if (table_ && own_bags > 0) {
+      float* mine = dest + (size_t(in_.bags) - send_bags_[me]) * dim_;
+      lookup_bags(own, own_bags, mine);
+      if (ex_.wire() == DataType::bf16) {  // rounded once, as the vectors that travel are (Exchange)
+        const int64_t n = own_bags * dim_;
+        uint16_t* half = grow(own16_, ex_, size_t(n));
+        route_to_bf16(dev, mine, n, half, dev.stream);
+        route_from_bf16(dev, half, n, mine, dev.stream);
+      }
+    }
   }
 
   void finish_forward() override {
@@ -289,6 +298,7 @@ class LocalizedTable : public PlacedTable {
   Buffer<int64_t> block_offsets_, block_counts_, block_keys_;  // several owners: the blocks' offsets, key counts, keys
   Buffer<float> pooled_;  // [all_bags, dim] pooled vectors, then their gradients
   Buffer<float> blocks_;  // several owners: [bags, dim] this rank's vectors, then gradients, owner by owner
+  Buffer<uint16_t> own16_;  // bf16 wire: the own bags' vectors rounded
 };
 
 }  // namespace

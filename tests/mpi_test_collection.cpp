@@ -1078,6 +1078,40 @@ void localized_owner_groups(Backend b) {
 }
 SPARTA_MPI_BACKEND_CASES(localized_tables_of_several_owners_group, localized_owner_groups)
 
+// With the bf16 wire every pooled vector of a localized table is rounded once on its way, whichever rank looks
+// it up for whichever rank: a fresh collection's forward under bf16 equals its forward under f32 rounded to bf16,
+// bit for bit, on every rank (an owner's own bags, which it looks up in place, included).
+void localized_bf16_rounds_every_bag_once(Backend b) {
+  const uint64_t seed = shared_seed();
+  const int world = testing::world_size();
+  World w(b, world, CommMode::mpi);
+  for (const std::vector<TableDef>& defs : {kGrouped, grouped_direct()}) {
+    std::vector<std::vector<float>> outs(2);
+    for (int e = 0; e < 2; ++e) {
+      CollectionConfig cfg = make_config(seed, spread_owners(world), defs, kGroupedSlots);
+      cfg.exchange = e ? DataType::bf16 : DataType::f32;
+      Data data(seed ^ 0xB16, defs, kGroupedSlots);
+      Plan plan = plan_for(cfg, w, data);
+      EmbeddingCollection coll(w.comm, w.communicator.get(), w.dev, cfg, plan);
+      Batch batch = data.next(3 * w.size + 1);
+      Slice s = slice_of(batch.samples, w.rank, w.size);
+      LocalBatch lb(w.dev, batch, s);
+      Buffer<float> out(w.dev, size_t(std::max<int64_t>(1, s.count * coll.output_width())));
+      out.fill_bytes(0xFF);
+      coll.forward(lb.offsets.data(), lb.keys.data(), s.count, out.data(), LookupMode::train);
+      outs[size_t(e)] = out.download();
+    }
+    int64_t diff = 0;
+    for (size_t i = 0; i < outs[0].size(); ++i) {
+      const float want = world == 1 ? outs[0][i] : bf16_to_float(float_to_bf16(outs[0][i]));
+      diff += std::memcmp(&want, &outs[1][i], 4) != 0;
+    }
+    BOOST_CHECK_MESSAGE(diff == 0, "rank " << w.rank << ": " << diff << " of " << outs[0].size()
+                                           << " pooled values are not the f32 forward's rounded to bf16 once");
+  }
+}
+SPARTA_MPI_BACKEND_CASES(localized_bf16_wire_rounds_every_bag_once, localized_bf16_rounds_every_bag_once)
+
 // A key outside its table's key_bound (on the last rank only) is an error on every rank, naming table and key.
 void key_outside_bound(Backend backend) {
   World w(backend, testing::world_size());
