@@ -261,9 +261,8 @@ void embedding_backward_finish_cpu(const BackwardBatch& batch, BackwardWorkspace
   });
 }
 
-void backward_and_update_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, const OptimizerStep& c,
-                             float* values, float* state) {
-  embedding_backward_prepare_cpu(batch, ws, nullptr, ws.counts() + BackwardWorkspace::kCountUnique, nullptr, nullptr);
+void backward_and_update_finish_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, const OptimizerStep& c,
+                                    float* values, float* state) {
   const int dim = ws.dim();
   const int width = optimizer_state_width(c.kind, dim);
   dispatch_optimizer(c.kind, [&](auto kind) {
@@ -335,10 +334,24 @@ void backward_and_update(const Device& dev, const BackwardBatch& batch, Backward
                          const OptimizerConfig& cfg, int64_t step, float* values, float* state, Stream stream) {
   ws.prepared() = BackwardWorkspace::Prepared{};  // the workspace now holds this batch, not a prepared one
   check_batch(dev, batch, ws, true);
+  optimizer_step(cfg, step);  // its errors before anything runs
+  backward_and_update_prepare(dev, batch, ws, stream);
+  backward_and_update_finish(dev, batch, ws, cfg, step, values, state, stream);
+}
+
+void backward_and_update_prepare(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws, Stream stream) {
+  embedding_backward_prepare(dev, batch, ws, nullptr, ws.counts() + BackwardWorkspace::kCountUnique, nullptr, nullptr,
+                             stream);
+}
+
+void backward_and_update_finish(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws,
+                                const OptimizerConfig& cfg, int64_t step, float* values, float* state, Stream stream) {
+  check_prepared(dev, batch, ws);
   OptimizerStep c = optimizer_step(cfg, step);
-  if (!dev.is_cuda()) return backward_and_update_cpu(batch, ws, c, values, state);
+  ws.prepared().valid = false;  // used up
+  if (!dev.is_cuda()) return backward_and_update_finish_cpu(batch, ws, c, values, state);
 #if SPARTA_CUDA
-  backward_and_update_cuda(batch, ws, c, values, state, stream);
+  backward_and_update_finish_cuda(batch, ws, c, values, state, stream);
 #else
   (void)stream;
   SPARTA_FATAL("backward_and_update on %s in a CUDA=0 build", dev.name().c_str());

@@ -492,9 +492,8 @@ void embedding_backward_finish_cuda(const BackwardBatch& batch, BackwardWorkspac
   });
 }
 
-void backward_and_update_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, const OptimizerStep& c,
-                              float* values, float* state, Stream stream) {
-  sort_batch(batch, ws, nullptr, ws.counts() + WS::kCountUnique, nullptr, nullptr, stream);
+void backward_and_update_finish_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, const OptimizerStep& c,
+                                     float* values, float* state, Stream stream) {
   if (batch.nnz == 0) return;
   const ReduceView v = reduce_view(batch, ws);
   const int dim = ws.dim();

@@ -224,6 +224,39 @@ void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* 
   }
 }
 
+void EmbeddingTable::prepare_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
+                                    Combiner combiner, Stream stream) {
+  if (cfg_.optimizer.atomic_update) return;
+  const BackwardBatch b = backward_batch(offsets, rows, bags, nnz, nullptr, combiner);
+  try {
+    backward_and_update_prepare(dev_, b, workspace(nnz, stream), stream);
+  } catch (const Error& e) {
+    throw Error(strprintf("embedding table '%s': %s", cfg_.name.c_str(), e.what()));
+  }
+}
+
+void EmbeddingTable::finish_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
+                                   const float* grad, Combiner combiner, int64_t step, float lr_scale, Stream stream) {
+  if (cfg_.optimizer.atomic_update) return backward_and_update(offsets, rows, bags, nnz, grad, combiner, step,
+                                                               lr_scale, stream);
+  SPARTA_REQUIRE(std::isfinite(lr_scale) && lr_scale >= 0,
+                 "embedding table '%s': learning-rate scale must be finite and >= 0, found %g", cfg_.name.c_str(),
+                 double(lr_scale));
+  SPARTA_REQUIRE(step >= 1, "embedding table '%s': optimizer step must be >= 1 (counted from 1), found %lld",
+                 cfg_.name.c_str(), (long long)step);
+  SPARTA_REQUIRE(workspace_, "embedding table '%s': finish_update with no prepare_update before it",
+                 cfg_.name.c_str());
+  const BackwardBatch b = backward_batch(offsets, rows, bags, nnz, grad, combiner);
+  OptimizerConfig opt = cfg_.optimizer;
+  if (lr_scale != 1.0f) opt.lr = opt.lr * lr_scale;
+  try {
+    workspace_stream_ = stream;  // the last user of the workspace
+    backward_and_update_finish(dev_, b, *workspace_, opt, step, values_.data(), state_.data(), stream);
+  } catch (const Error& e) {
+    throw Error(strprintf("embedding table '%s': %s", cfg_.name.c_str(), e.what()));
+  }
+}
+
 int64_t* EmbeddingTable::unique_rows(int64_t nnz, Stream stream) {
   const size_t n = size_t(std::max<int64_t>(1, nnz));
   if (unique_rows_.empty()) unique_rows_ = Buffer<int64_t>(dev_, n);

@@ -144,6 +144,17 @@ class EmbeddingTable {
   // schedule (lr_scale 1 is the call above).
   void backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, const float* grad,
                            Combiner combiner, int64_t step, float lr_scale, Stream stream);
+  // backward_and_update in two parts (kernels/embedding_backward.h backward_and_update_prepare / _finish), so that
+  // the part that needs no gradient (the sort of the rows) runs before the gradient is there (e.g. while it travels
+  // to the rows' owner): prepare_update takes the batch but the gradient, finish_update the same batch with it and
+  // applies the step, with backward_and_update's bits. With atomic_update nothing is sorted: the prepare does
+  // nothing, the finish is the update. The caller keeps offsets and rows alive and unchanged in between; any other
+  // backward of the table in between replaces the prepared batch, and a finish with none prepared throws
+  // sparta::Error naming the table.
+  void prepare_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, Combiner combiner,
+                      Stream stream);
+  void finish_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, const float* grad,
+                     Combiner combiner, int64_t step, float lr_scale, Stream stream);
   // The gradient of every row the batch touched, summed in kernels/embedding_backward.h's fixed order, without
   // applying it (a replica's share of an update that every copy applies), and the row's key: offsets, rows, bags,
   // nnz, grad and combiner as for backward_and_update, keys [nnz] the lookup's keys; unique_keys [nnz] and

@@ -195,6 +195,16 @@ void table_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows
   t.backward_and_update(offsets, rows, bags, nnz, grad, combiner, step, lr_scale, t.device().stream);
 }
 
+void table_prepare_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
+                          Combiner combiner) {
+  t.prepare_update(offsets, rows, bags, nnz, combiner, t.device().stream);
+}
+
+void table_finish_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
+                         const float* grad, Combiner combiner, int64_t step, float lr_scale) {
+  t.finish_update(offsets, rows, bags, nnz, grad, combiner, step, lr_scale, t.device().stream);
+}
+
 void table_check(EmbeddingTable& t) { t.check_lookups(MissingKey::zeros, t.device().stream); }
 
 TableRows table_export(EmbeddingTable& t) { return t.export_rows(t.device().stream); }

@@ -122,6 +122,11 @@ void table_lookup_pooled(EmbeddingTable& t, const int64_t* offsets, const int64_
 void table_lookup_keys(EmbeddingTable& t, const int64_t* keys, int64_t n, LookupMode mode, float* out, int64_t* rows);
 void table_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
                   const float* grad, Combiner combiner, int64_t step, float lr_scale);
+// table_update in two parts (EmbeddingTable::prepare_update / finish_update): the sort before the gradient is there.
+void table_prepare_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
+                          Combiner combiner);
+void table_finish_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
+                         const float* grad, Combiner combiner, int64_t step, float lr_scale);
 void table_check(EmbeddingTable& t);
 TableRows table_export(EmbeddingTable& t);
 void table_load(EmbeddingTable& t, const TableRows& rows);

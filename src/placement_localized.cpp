@@ -9,8 +9,8 @@
 // the rank puts back into (sample, slot) order (route_put_slots). An owner looks up the other ranks' blocks
 // first, and its own block while the exchange moves their vectors (with the bf16 wire rounded as theirs are). The backward takes each owner's slots out of the
 // bag gradients the same way (route_take_slots) and sends them to the owner, whose backward sums each row over the
-// global batch in its order. A group of one owner sends its bags as they are and receives straight into the
-// output.
+// global batch in its order (the sort of its rows queued while the gradients travel, or earlier: prepare_backward).
+// A group of one owner sends its bags as they are and receives straight into the output.
 //
 // Forward equals a single-rank pooled lookup bit for bit (the same fused lookup over the same bags). With one rank
 // the bags are looked up where they are and the gradient is applied straight from the output's gradient.
@@ -90,6 +90,7 @@ class LocalizedTable : public PlacedTable {
     in_ = in;
     mode_ = mode;
     out_ = out;
+    prepared_ = false;
     if (W == 1) return;  // the owner's own bags: looked up in place, nothing routed or copied
     SPARTA_ASSERT(in.rank_batches.size() == W && in.bags == in.rank_batches[size_t(ex_.rank())] * slots_,
                   "localized table: %lld bags of %d slots, %zu rank batches", (long long)in.bags, slots_,
@@ -193,6 +194,16 @@ class LocalizedTable : public PlacedTable {
     });
   }
 
+  // The sort of the update's rows (EmbeddingTable::prepare_update) needs no gradient: right after the forward.
+  void prepare_backward() override {
+    if (!table_ || prepared_) return;
+    if (ex_.world() == 1)
+      table_prepare_update(*table_, in_.offsets, rows_.data(), in_.bags, in_.nnz, combiner_);
+    else
+      table_prepare_update(*table_, offsets_.data(), rows_.data(), all_bags_, all_keys_, combiner_);
+    prepared_ = true;
+  }
+
   void begin_backward(const float* grad) override {
     grad_ = grad;
     if (ex_.world() == 1) return;
@@ -207,17 +218,19 @@ class LocalizedTable : public PlacedTable {
     }
     float* all_grads = grow(pooled_, ex_, size_t(all_bags_) * dim_);
     ex_.post(posted_, [&] { ex_.all_to_all_v_floats(send, times_dim(send_bags_), all_grads, times_dim(recv_bags_)); });
+    prepare_backward();  // while the gradients travel
   }
 
   void update(int64_t step, float lr_scale) override {
-    if (ex_.world() == 1) {
-      table_update(*table_, in_.offsets, rows_.data(), in_.bags, in_.nnz, grad_, combiner_, step, lr_scale);
-      return;
-    }
+    if (!table_) return ex_.join(posted_);
+    prepare_backward();
+    prepared_ = false;
+    if (ex_.world() == 1)
+      return table_finish_update(*table_, in_.offsets, rows_.data(), in_.bags, in_.nnz, grad_, combiner_, step,
+                                 lr_scale);
     ex_.join(posted_);
-    if (table_)
-      table_update(*table_, offsets_.data(), rows_.data(), all_bags_, all_keys_, pooled_.data(), combiner_, step,
-                   lr_scale);
+    table_finish_update(*table_, offsets_.data(), rows_.data(), all_bags_, all_keys_, pooled_.data(), combiner_, step,
+                        lr_scale);
   }
 
   void check_lookups() override {
@@ -291,6 +304,7 @@ class LocalizedTable : public PlacedTable {
   float* out_ = nullptr;
   const float* grad_ = nullptr;  // one rank: the gradient begin_backward was given
   StreamEvent posted_;           // the end of the last posted exchange
+  bool prepared_ = false;        // the update's sort is queued for the last train forward
   int64_t batch_ = 0;            // this rank's samples
   std::vector<size_t> send_bags_, recv_bags_;
   int64_t all_bags_ = 0, all_keys_ = 0;   // the bags and keys this rank pools for every rank

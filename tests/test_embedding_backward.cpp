@@ -764,6 +764,58 @@ void prepare_then_finish_equals_backward(Backend backend) {
   close_device(dev);
 }
 
+// The update in two parts (backward_and_update_prepare before the gradient is there, then _finish) gives
+// backward_and_update's bits, values and state, every optimizer, over several steps; a finish without its prepare
+// is refused before anything changes.
+void update_in_two_parts_equals_the_whole(Backend backend) {
+  Device dev = open_device(backend, backend == Backend::cuda ? 0 : -1);
+  for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::adam}) {
+    for (int dim : {3, 32}) {
+      BOOST_TEST_CONTEXT(optimizer_name(kind) << " dim " << dim) {
+        Shape s{500, 26, 0, 3};
+        s.dim = dim;
+        s.capacity = 4000;
+        s.dup = 0.2;
+        s.power_law = dim == 32;
+        OptimizerConfig cfg;
+        cfg.kind = kind;
+        cfg.lr = 0.05f;
+        const int width = optimizer_state_width(kind, dim);
+        std::vector<float> values0 = testing::random_floats(size_t(s.capacity) * dim);
+        std::vector<float> state0(std::max<size_t>(1, size_t(s.capacity) * width), 0.0f);
+        Buffer<float> v_one(dev, values0), s_one(dev, state0), v_two(dev, values0), s_two(dev, state0);
+        const int64_t max_nnz = s.batch * s.slots * s.max_hot;
+        BackwardWorkspace ws_one(dev, max_nnz, s.capacity, dim, dev.stream), ws_two(dev, max_nnz, s.capacity, dim,
+                                                                                    dev.stream);
+        for (int64_t step = 1; step <= 3; ++step) {
+          HostBatch b = make_batch(s);
+          DeviceBatch d(dev, b, step % 2 ? Combiner::sum : Combiner::mean);
+          backward_and_update(dev, d.view, ws_one, cfg, step, v_one.data(), s_one.data(), dev.stream);
+          d.grad.fill_bytes(0xFF);  // the gradient arrives after the prepare
+          BackwardBatch early = d.view;
+          early.grad = nullptr;
+          backward_and_update_prepare(dev, early, ws_two, dev.stream);
+          if (!b.grad.empty()) d.grad.upload(b.grad);
+          backward_and_update_finish(dev, d.view, ws_two, cfg, step, v_two.data(), s_two.data(), dev.stream);
+          BOOST_TEST_CONTEXT("step " << step) {
+            BOOST_CHECK_EQUAL(bitwise_differences(v_two.download(), v_one.download()), 0u);
+            BOOST_CHECK_EQUAL(bitwise_differences(s_two.download(), s_one.download()), 0u);
+            BOOST_CHECK_EQUAL(read_count(dev, ws_two.num_unique(), dev.stream),
+                              read_count(dev, ws_one.num_unique(), dev.stream));
+          }
+          // used up: a second finish is refused and changes nothing
+          const std::vector<float> before = v_two.download();
+          BOOST_CHECK_THROW(backward_and_update_finish(dev, d.view, ws_two, cfg, step, v_two.data(), s_two.data(),
+                                                       dev.stream),
+                            Error);
+          BOOST_CHECK_EQUAL(bitwise_differences(v_two.download(), before), 0u);
+        }
+      }
+    }
+  }
+  close_device(dev);
+}
+
 // sparta::Error whose message holds `what`.
 void check_error(const std::function<void()>& f, const std::string& what) {
   try {
@@ -856,3 +908,4 @@ void finish_refuses_what_was_not_prepared(Backend backend) {
 
 SPARTA_BACKEND_CASES(prepare_then_finish_equals_backward, prepare_then_finish_equals_backward)
 SPARTA_BACKEND_CASES(finish_refuses_what_was_not_prepared, finish_refuses_what_was_not_prepared)
+SPARTA_BACKEND_CASES(update_in_two_parts_equals_the_whole, update_in_two_parts_equals_the_whole)
