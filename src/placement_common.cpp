@@ -356,15 +356,17 @@ void DispatchShard::send(const int64_t* offsets, int64_t bags, const float* grad
   }
   float* recv = recv_vecs_.data();
   ex_.post(posted_, [&] { ex_.all_to_all_v_floats(send, times(send_counts_, dim_), recv, times(recv_counts_, dim_)); });
+  // one bag per received key: the owner sums each row's keys in the order they arrived; the sort of those rows
+  // while the sums travel
+  int64_t* iota = grow(iota_, ex_, n_recv_ + 1);
+  route_iota(dev, n_recv_ + 1, iota, dev.stream);
+  table_prepare_update(*table_, iota, rows_.data(), n_recv_, n_recv_, Combiner::sum);
 }
 
 void DispatchShard::update(int64_t step, float lr_scale) {
-  const Device& dev = ex_.device();
   ex_.join(posted_);
-  int64_t* iota = grow(iota_, ex_, n_recv_ + 1);
-  route_iota(dev, n_recv_ + 1, iota, dev.stream);
-  // one bag per received key: the owner sums each row's keys in the order they arrived
-  table_update(*table_, iota, rows_.data(), n_recv_, n_recv_, recv_vecs_.data(), Combiner::sum, step, lr_scale);
+  table_finish_update(*table_, iota_.data(), rows_.data(), n_recv_, n_recv_, recv_vecs_.data(), Combiner::sum, step,
+                      lr_scale);
 }
 
 // ----------------------------------------------------------------------------

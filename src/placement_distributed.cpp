@@ -97,12 +97,14 @@ class DistributedTable : public PlacedTable {
     ex_.post(posted_, [&] {
       ex_.all_gather_v(send, all, std::vector<size_t>(size_t(world), size_t(max_bags_) * dim_), DataType::f32);
     });
+    // the sort of the update's rows while the gradients travel
+    table_prepare_update(*table_, owner_offsets_.data(), rows_.data(), global_bags_, n_recv_, Combiner::sum);
   }
 
   void update(int64_t step, float lr_scale) override {
     ex_.join(posted_);
-    table_update(*table_, owner_offsets_.data(), rows_.data(), global_bags_, n_recv_, partial_.data(), Combiner::sum,
-                 step, lr_scale);
+    table_finish_update(*table_, owner_offsets_.data(), rows_.data(), global_bags_, n_recv_, partial_.data(),
+                        Combiner::sum, step, lr_scale);
   }
 
   void check_lookups() override { table_check(*table_); }
