@@ -119,6 +119,24 @@ __global__ void __launch_bounds__(kBlock) scatter_rows_kernel(const float* src, 
   }
 }
 
+// Four elements of a row a thread, for dims that are multiples of 4 with 16-byte aligned rows (the launchers
+// check): 16-byte accesses and 32-bit index math (n * dim / 4 < 2^31) instead of a 64-bit division an element.
+__global__ void __launch_bounds__(kBlock) gather_rows4_kernel(const float4* src, const int64_t* idx, uint32_t n4,
+                                                              uint32_t dim4, float4* dst) {
+  for (uint32_t t = blockIdx.x * kBlock + threadIdx.x; t < n4; t += gridDim.x * kBlock) {
+    const uint32_t i = t / dim4, e = t - i * dim4;
+    dst[t] = src[idx[i] * dim4 + e];
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) scatter_rows4_kernel(const float4* src, const int64_t* idx, uint32_t n4,
+                                                               uint32_t dim4, float4* dst) {
+  for (uint32_t t = blockIdx.x * kBlock + threadIdx.x; t < n4; t += gridDim.x * kBlock) {
+    const uint32_t i = t / dim4, e = t - i * dim4;
+    dst[idx[i] * dim4 + e] = src[t];
+  }
+}
+
 __global__ void __launch_bounds__(kBlock) gather_keys_kernel(const int64_t* src, const int64_t* idx, int64_t n,
                                                              int64_t* dst) {
   GRID_STRIDE(i, n) dst[i] = src[idx[i]];
@@ -163,6 +181,28 @@ __global__ void __launch_bounds__(kBlock) pool_bags_kernel(const int64_t* offset
     for (int64_t i = offsets[b]; i < offsets[b + 1]; ++i) acc = __fadd_rn(acc, vecs[(idx ? idx[i] : i) * dim + e]);
     int64_t n = offsets[b + 1] - offsets[b];
     if (mean && n > 0) acc = __fdiv_rn(acc, static_cast<float>(n));
+    out[t] = acc;
+  }
+}
+
+// The same, four elements of a bag a thread (each element still summed in key order from 0.0f: the same bits).
+__global__ void __launch_bounds__(kBlock) pool_bags4_kernel(const int64_t* offsets, const float4* vecs,
+                                                            const int64_t* idx, uint32_t n4, uint32_t dim4, bool mean,
+                                                            float4* out) {
+  for (uint32_t t = blockIdx.x * kBlock + threadIdx.x; t < n4; t += gridDim.x * kBlock) {
+    const uint32_t b = t / dim4, e = t - b * dim4;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int64_t i = offsets[b]; i < offsets[b + 1]; ++i) {
+      const float4 v = vecs[(idx ? idx[i] : i) * dim4 + e];
+      acc.x = __fadd_rn(acc.x, v.x), acc.y = __fadd_rn(acc.y, v.y), acc.z = __fadd_rn(acc.z, v.z),
+      acc.w = __fadd_rn(acc.w, v.w);
+    }
+    const int64_t n = offsets[b + 1] - offsets[b];
+    if (mean && n > 0) {
+      const float f = static_cast<float>(n);
+      acc.x = __fdiv_rn(acc.x, f), acc.y = __fdiv_rn(acc.y, f), acc.z = __fdiv_rn(acc.z, f),
+      acc.w = __fdiv_rn(acc.w, f);
+    }
     out[t] = acc;
   }
 }
@@ -250,20 +290,37 @@ __global__ void __launch_bounds__(kBlock) fill_i64_kernel(int64_t* out, int64_t 
 
 // Round to nearest even (__float2bfloat16_rn); a NaN becomes half.h's quiet NaN (its top bits with the quiet bit
 // set) rather than the canonical one, so both backends give the same bits.
+__device__ __forceinline__ uint16_t bf16_bits(float f) {
+  const uint32_t x = __float_as_uint(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+
+// Four elements a thread (a float4 against 8 bytes of bf16): these passes move every vector an exchange sends
+// or receives with the bf16 wire, so they run at memory speed. The launchers take the tail (n % 4) and
+// unaligned buffers one element at a time.
 __global__ void __launch_bounds__(kBlock) to_bf16_kernel(const float* in, int64_t n, uint16_t* out) {
-  GRID_STRIDE(i, n) {
-    const float f = in[i];
-    const uint32_t x = __float_as_uint(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) {
-      out[i] = static_cast<uint16_t>((x >> 16) | 0x40u);
-    } else {
-      out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(f));
-    }
+  GRID_STRIDE(i, n) out[i] = bf16_bits(in[i]);
+}
+
+__global__ void __launch_bounds__(kBlock) to_bf16_4_kernel(const float4* in, int64_t n4, uint2* out) {
+  GRID_STRIDE(i, n4) {
+    const float4 v = in[i];
+    out[i] = make_uint2(uint32_t(bf16_bits(v.x)) | uint32_t(bf16_bits(v.y)) << 16,
+                        uint32_t(bf16_bits(v.z)) | uint32_t(bf16_bits(v.w)) << 16);
   }
 }
 
 __global__ void __launch_bounds__(kBlock) from_bf16_kernel(const uint16_t* in, int64_t n, float* out) {
   GRID_STRIDE(i, n) out[i] = __uint_as_float(static_cast<uint32_t>(in[i]) << 16);
+}
+
+__global__ void __launch_bounds__(kBlock) from_bf16_4_kernel(const uint2* in, int64_t n4, float4* out) {
+  GRID_STRIDE(i, n4) {
+    const uint2 w = in[i];
+    out[i] = make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u), __uint_as_float(w.y << 16),
+                         __uint_as_float(w.y & 0xffff0000u));
+  }
 }
 
 // Element t of a table's [batch, table_slots, dim] bags: its position in the batch's rows of row_elems elements
@@ -297,6 +354,35 @@ __global__ void __launch_bounds__(kBlock) take_slots_kernel(const float* grad, i
                                                             float* grad_table) {
   GRID_STRIDE(t, batch * table_slots * dim) {
     grad_table[t] = grad[slot_position(t, dim, table_slots, cols, row_floats)];
+  }
+}
+
+// The same four elements at a time, for dims that are multiples of 4 (slot_position4, 32-bit index math, n4 <
+// 2^31 checked by the launcher): 16-byte loads and stores where the output position is a multiple of 4 (cols,
+// row_floats and the output aligned alike), element by element elsewhere. The scalar kernels' two 64-bit
+// divisions an element cost several times the memory traffic (a localized group of several owners puts and takes
+// every rank's whole [batch, slots, dim] each step).
+__global__ void __launch_bounds__(kBlock) put_slots4_kernel(const float4* pooled, uint32_t n4, uint32_t dim4,
+                                                            uint32_t table_slots, const int32_t* cols,
+                                                            int64_t row_floats, float* out) {
+  for (uint32_t t = blockIdx.x * kBlock + threadIdx.x; t < n4; t += gridDim.x * kBlock) {
+    const float4 v = pooled[t];
+    const int64_t o = slot_position4(t, dim4, table_slots, cols, row_floats);
+    if ((o & 3) == 0) {
+      *reinterpret_cast<float4*>(out + o) = v;
+    } else {
+      out[o] = v.x, out[o + 1] = v.y, out[o + 2] = v.z, out[o + 3] = v.w;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) take_slots4_kernel(const float* grad, uint32_t n4, uint32_t dim4,
+                                                             uint32_t table_slots, const int32_t* cols,
+                                                             int64_t row_floats, float4* grad_table) {
+  for (uint32_t t = blockIdx.x * kBlock + threadIdx.x; t < n4; t += gridDim.x * kBlock) {
+    const int64_t o = slot_position4(t, dim4, table_slots, cols, row_floats);
+    grad_table[t] = (o & 3) == 0 ? *reinterpret_cast<const float4*>(grad + o)
+                                 : make_float4(grad[o], grad[o + 1], grad[o + 2], grad[o + 3]);
   }
 }
 
@@ -372,6 +458,12 @@ int bits_for(int parts) {  // bits of the largest part, parts - 1
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
 bool aligned_to(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// Rows of dim floats four at a time where dim is a multiple of 4, both buffers 16-byte aligned and n * dim / 4
+// fits 31 bits.
+bool rows_by_four(int64_t n, int dim, const void* a, const void* b) {
+  return dim % 4 == 0 && n * dim / 4 < INT32_MAX && aligned_to(a, 16) && aligned_to(b, 16);
+}
 
 }  // namespace
 
@@ -462,10 +554,20 @@ void route_unique_sorted_cuda(const Device& dev, const int64_t* sorted, int64_t 
 }
 
 void route_gather_rows_cuda(const float* src, const int64_t* idx, int64_t n, int dim, float* dst, Stream s) {
+  if (rows_by_four(n, dim, src, dst)) {
+    LAUNCH(gather_rows4_kernel, n * dim / 4, s, reinterpret_cast<const float4*>(src), idx, uint32_t(n * dim / 4),
+           uint32_t(dim / 4), reinterpret_cast<float4*>(dst));
+    return;
+  }
   LAUNCH(gather_rows_kernel, n * dim, s, src, idx, n, dim, dst);
 }
 
 void route_scatter_rows_cuda(const float* src, const int64_t* idx, int64_t n, int dim, float* dst, Stream s) {
+  if (rows_by_four(n, dim, src, dst)) {
+    LAUNCH(scatter_rows4_kernel, n * dim / 4, s, reinterpret_cast<const float4*>(src), idx, uint32_t(n * dim / 4),
+           uint32_t(dim / 4), reinterpret_cast<float4*>(dst));
+    return;
+  }
   LAUNCH(scatter_rows_kernel, n * dim, s, src, idx, n, dim, dst);
 }
 
@@ -509,6 +611,11 @@ void route_offsets_from_sorted_bags_cuda(const int64_t* bag_ids, int64_t n, int6
 
 void route_pool_bags_cuda(const int64_t* offsets, const float* vecs, const int64_t* idx, int64_t bags, int dim,
                           Combiner combiner, float* out, Stream s) {
+  if (rows_by_four(bags, dim, vecs, out)) {
+    LAUNCH(pool_bags4_kernel, bags * dim / 4, s, offsets, reinterpret_cast<const float4*>(vecs), idx,
+           uint32_t(bags * dim / 4), uint32_t(dim / 4), combiner == Combiner::mean, reinterpret_cast<float4*>(out));
+    return;
+  }
   LAUNCH(pool_bags_kernel, bags * dim, s, offsets, vecs, idx, bags, dim, combiner == Combiner::mean, out);
 }
 
@@ -550,22 +657,45 @@ void route_fill_i64_cuda(int64_t* out, int64_t n, int64_t value, Stream s) {
 }
 
 void route_to_bf16_cuda(const float* in, int64_t n, uint16_t* out, Stream s) {
-  LAUNCH(to_bf16_kernel, n, s, in, n, out);
+  int64_t done = 0;
+  if (aligned_to(in, 16) && aligned_to(out, 8) && n >= 4) {
+    done = n / 4 * 4;
+    LAUNCH(to_bf16_4_kernel, done / 4, s, reinterpret_cast<const float4*>(in), done / 4,
+           reinterpret_cast<uint2*>(out));
+  }
+  if (done < n) LAUNCH(to_bf16_kernel, n - done, s, in + done, n - done, out + done);
 }
 
 void route_from_bf16_cuda(const uint16_t* in, int64_t n, float* out, Stream s) {
-  LAUNCH(from_bf16_kernel, n, s, in, n, out);
+  int64_t done = 0;
+  if (aligned_to(in, 8) && aligned_to(out, 16) && n >= 4) {
+    done = n / 4 * 4;
+    LAUNCH(from_bf16_4_kernel, done / 4, s, reinterpret_cast<const uint2*>(in), done / 4,
+           reinterpret_cast<float4*>(out));
+  }
+  if (done < n) LAUNCH(from_bf16_kernel, n - done, s, in + done, n - done, out + done);
 }
 
 void route_put_slots_cuda(const float* pooled, int64_t batch, int table_slots, int dim, const int32_t* cols,
                           int64_t row_floats, float* out, Stream s) {
-  LAUNCH(put_slots_kernel, batch * table_slots * dim, s, pooled, batch, table_slots, dim, cols, row_floats, out);
+  const int64_t n = batch * table_slots * dim;
+  if (dim % 4 == 0 && n / 4 < INT32_MAX && aligned_to(pooled, 16) && aligned_to(out, 16)) {
+    LAUNCH(put_slots4_kernel, n / 4, s, reinterpret_cast<const float4*>(pooled), uint32_t(n / 4), uint32_t(dim / 4),
+           uint32_t(table_slots), cols, row_floats, out);
+    return;
+  }
+  LAUNCH(put_slots_kernel, n, s, pooled, batch, table_slots, dim, cols, row_floats, out);
 }
 
 void route_take_slots_cuda(const float* grad, int64_t batch, int table_slots, int dim, const int32_t* cols,
                            int64_t row_floats, float* grad_table, Stream s) {
-  LAUNCH(take_slots_kernel, batch * table_slots * dim, s, grad, batch, table_slots, dim, cols, row_floats,
-         grad_table);
+  const int64_t n = batch * table_slots * dim;
+  if (dim % 4 == 0 && n / 4 < INT32_MAX && aligned_to(grad, 16) && aligned_to(grad_table, 16)) {
+    LAUNCH(take_slots4_kernel, n / 4, s, grad, uint32_t(n / 4), uint32_t(dim / 4), uint32_t(table_slots), cols,
+           row_floats, reinterpret_cast<float4*>(grad_table));
+    return;
+  }
+  LAUNCH(take_slots_kernel, n, s, grad, batch, table_slots, dim, cols, row_floats, grad_table);
 }
 
 void route_put_slots_half_cuda(const float* pooled, int64_t batch, int table_slots, int dim, const int32_t* cols,

@@ -94,30 +94,32 @@ SPARTA_BACKEND_CASES(owners_and_stable_buckets, check_buckets)
 
 void check_permutations(Backend backend) {
   Device dev = backend == Backend::cuda ? open_device(Backend::cuda, 0) : Device();
-  const int dim = 7;
   const int64_t n = 513, m = 600;
-  std::vector<float> src = testing::random_floats(size_t(m) * dim);
   std::vector<int64_t> idx(static_cast<size_t>(m));
   for (int64_t i = 0; i < m; ++i) idx[size_t(i)] = i;
   std::shuffle(idx.begin(), idx.end(), testing::rng());
   idx.resize(size_t(n));  // distinct indices into [0, m)
-  Buffer<float> s(dev, src);
   Buffer<int64_t> ix(dev, idx);
-  auto g = poisoned<float>(dev, size_t(n) * dim);
-  route_gather_rows(dev, s.data(), ix.data(), n, dim, g.data(), dev.stream);
-  std::vector<float> got = g.download(), want(size_t(n) * dim);
-  for (int64_t i = 0; i < n; ++i)
-    for (int e = 0; e < dim; ++e) want[size_t(i * dim + e)] = src[size_t(idx[size_t(i)] * dim + e)];
-  BOOST_CHECK(same_bits(got, want, want.size()));
-  // scatter back into a poisoned [m, dim]: the rows named by idx hold src's first n rows
-  auto sc = poisoned<float>(dev, size_t(m) * dim);
-  route_scatter_rows(dev, s.data(), ix.data(), n, dim, sc.data(), dev.stream);
-  std::vector<float> back = sc.download();
   size_t wrong = 0;
-  for (int64_t i = 0; i < n; ++i)
-    for (int e = 0; e < dim; ++e)
-      wrong += std::memcmp(&back[size_t(idx[size_t(i)] * dim + e)], &src[size_t(i * dim + e)], 4) != 0;
-  BOOST_CHECK_EQUAL(wrong, 0u);
+  for (int dim : {7, 8}) {  // one element at a time; four at a time (cuda)
+    std::vector<float> src = testing::random_floats(size_t(m) * dim);
+    Buffer<float> s(dev, src);
+    auto g = poisoned<float>(dev, size_t(n) * dim);
+    route_gather_rows(dev, s.data(), ix.data(), n, dim, g.data(), dev.stream);
+    std::vector<float> got = g.download(), want(size_t(n) * dim);
+    for (int64_t i = 0; i < n; ++i)
+      for (int e = 0; e < dim; ++e) want[size_t(i * dim + e)] = src[size_t(idx[size_t(i)] * dim + e)];
+    BOOST_CHECK_MESSAGE(same_bits(got, want, want.size()), "gather rows, dim " << dim);
+    // scatter back into a poisoned [m, dim]: the rows named by idx hold src's first n rows
+    auto sc = poisoned<float>(dev, size_t(m) * dim);
+    route_scatter_rows(dev, s.data(), ix.data(), n, dim, sc.data(), dev.stream);
+    std::vector<float> back = sc.download();
+    size_t bad = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int e = 0; e < dim; ++e)
+        bad += std::memcmp(&back[size_t(idx[size_t(i)] * dim + e)], &src[size_t(i * dim + e)], 4) != 0;
+    BOOST_CHECK_MESSAGE(bad == 0, "scatter rows, dim " << dim << ": " << bad << " wrong");
+  }
   std::vector<int64_t> keys = testing::random_ints(size_t(m), INT64_MIN, INT64_MAX);
   Buffer<int64_t> k(dev, keys);
   auto gk = poisoned<int64_t>(dev, size_t(n));
@@ -319,20 +321,32 @@ void check_slots(Backend backend) {
     route_select_slot_keys(dev, o.data(), k.data(), batch, S, sl.data(), ts, to.data(), tk.data(), dev.stream);
     std::vector<int64_t> tkh = tk.download();
     BOOST_CHECK(std::equal(want_keys.begin(), want_keys.end(), tkh.begin()));
-    // put pooled bags into their columns (the rest of the output untouched), and take them back
-    std::vector<float> pooled = testing::random_floats(size_t(batch * ts * dim));
-    std::vector<float> base = testing::random_floats(size_t(batch * row_floats));
-    Buffer<float> p(dev, pooled), out(dev, base);
-    route_put_slots(dev, p.data(), batch, ts, dim, cl.data(), row_floats, out.data(), dev.stream);
-    std::vector<float> want = base;
-    for (int64_t s = 0; s < batch; ++s)
-      for (int j = 0; j < ts; ++j)
-        for (int e = 0; e < dim; ++e)
-          want[size_t(s * row_floats + cols[size_t(j)] + e)] = pooled[size_t((s * ts + j) * dim + e)];
-    BOOST_CHECK(same_bits(out.download(), want, want.size()));
-    auto back = poisoned<float>(dev, pooled.size());
-    route_take_slots(dev, out.data(), batch, ts, dim, cl.data(), row_floats, back.data(), dev.stream);
-    BOOST_CHECK(same_bits(back.download(), pooled, pooled.size()));
+    // put pooled bags into their columns (the rest of the output untouched), and take them back: dim 2 at columns
+    // 2 and 9 of rows of 12 (one element at a time), dim 4 at 0 and 8 of 12 (four at a time, 16-byte loads and
+    // stores), dim 8 at 2 and 10 of 20 (four at a time, output positions not multiples of 4: element by element)
+    struct Shape {
+      int dim;
+      std::vector<int32_t> cols;
+      int64_t row;
+    };
+    for (const Shape& shape : {Shape{dim, cols, row_floats}, Shape{4, {0, 8}, 12}, Shape{8, {2, 10}, 20}}) {
+      const int d = shape.dim;
+      const int64_t row = shape.row;
+      std::vector<float> pooled = testing::random_floats(size_t(batch * ts * d));
+      std::vector<float> base = testing::random_floats(size_t(batch * row));
+      Buffer<float> p(dev, pooled), out(dev, base);
+      Buffer<int32_t> sc(dev, shape.cols);
+      route_put_slots(dev, p.data(), batch, ts, d, sc.data(), row, out.data(), dev.stream);
+      std::vector<float> want = base;
+      for (int64_t s = 0; s < batch; ++s)
+        for (int j = 0; j < ts; ++j)
+          for (int e = 0; e < d; ++e)
+            want[size_t(s * row + shape.cols[size_t(j)] + e)] = pooled[size_t((s * ts + j) * d + e)];
+      BOOST_CHECK_MESSAGE(same_bits(out.download(), want, want.size()), "put, dim " << d << ", batch " << batch);
+      auto back = poisoned<float>(dev, pooled.size());
+      route_take_slots(dev, out.data(), batch, ts, d, sc.data(), row, back.data(), dev.stream);
+      BOOST_CHECK_MESSAGE(same_bits(back.download(), pooled, pooled.size()), "take, dim " << d << ", batch " << batch);
+    }
   }
   if (dev.is_cuda()) close_device(dev);
 }
@@ -442,31 +456,38 @@ void check_bf16(Backend backend) {
       0x007f8000u, 0x007fc000u,                            // subnormal rounding up to the smallest normal
   };
   for (uint32_t x : testing::random_ints(5000, 0, 0xffffffffLL)) bits.push_back(uint32_t(x));
-  for (int64_t n : {int64_t(0), int64_t(1), int64_t(bits.size())}) {
-    std::vector<float> in(static_cast<size_t>(n));
-    std::memcpy(in.data(), bits.data(), size_t(n) * 4);
-    Buffer<float> ib(dev, std::max<size_t>(size_t(n), 1));
-    if (n > 0) ib.upload(in);
-    auto out = poisoned<uint16_t>(dev, size_t(n));
-    route_to_bf16(dev, ib.data(), n, out.data(), dev.stream);
+  // n a multiple of 4 or not (the cuda launcher converts four at a time and the tail one by one); at = 1: input
+  // and output one element past an aligned start (element by element)
+  const int64_t nb = int64_t(bits.size());
+  for (int64_t n : {int64_t(0), int64_t(1), int64_t(7), nb - nb % 4, nb - nb % 4 - 3})
+  for (int64_t at : {int64_t(0), int64_t(1)}) {
+    std::vector<float> in(static_cast<size_t>(n + at));
+    std::memcpy(in.data() + at, bits.data(), size_t(n) * 4);
+    Buffer<float> ib(dev, std::max<size_t>(size_t(n + at), 1));
+    if (n + at > 0) ib.upload(in);
+    auto out = poisoned<uint16_t>(dev, size_t(n + at) + 1);
+    route_to_bf16(dev, ib.data() + at, n, out.data() + at, dev.stream);
     std::vector<uint16_t> got = out.download();
     size_t wrong = 0;
-    for (int64_t i = 0; i < n; ++i) wrong += got[size_t(i)] != expected_bf16(bits[size_t(i)]);
-    if (n == 0) BOOST_CHECK_EQUAL(got[0], 0xffffu);  // untouched
-    BOOST_CHECK_EQUAL(wrong, 0u);
+    for (int64_t i = 0; i < n; ++i) wrong += got[size_t(i + at)] != expected_bf16(bits[size_t(i)]);
+    if (at == 1) BOOST_CHECK_EQUAL(got[0], 0xffffu);  // untouched, before and after
+    BOOST_CHECK_EQUAL(got[size_t(n + at)], 0xffffu);
+    BOOST_CHECK_MESSAGE(wrong == 0, "to bf16, n " << n << ", at " << at << ": " << wrong << " wrong");
   }
   // widening: every pattern, exactly its bits in the upper half
   std::vector<uint16_t> all(65536);
   for (uint32_t i = 0; i < 65536; ++i) all[i] = uint16_t(i);
   Buffer<uint16_t> ab(dev, all);
-  for (int64_t n : {int64_t(0), int64_t(1), int64_t(65536)}) {
-    auto out = poisoned<uint32_t>(dev, size_t(n));
-    route_from_bf16(dev, ab.data(), n, reinterpret_cast<float*>(out.data()), dev.stream);
+  for (int64_t n : {int64_t(0), int64_t(1), int64_t(65535), int64_t(65532)})
+  for (int64_t at : {int64_t(0), int64_t(1)}) {
+    auto out = poisoned<uint32_t>(dev, size_t(n + at) + 1);
+    route_from_bf16(dev, ab.data() + at, n, reinterpret_cast<float*>(out.data()) + at, dev.stream);
     std::vector<uint32_t> got = out.download();
     size_t wrong = 0;
-    for (int64_t i = 0; i < n; ++i) wrong += got[size_t(i)] != (uint32_t(i) << 16);
-    if (n == 0) BOOST_CHECK_EQUAL(got[0], 0xffffffffu);
-    BOOST_CHECK_EQUAL(wrong, 0u);
+    for (int64_t i = 0; i < n; ++i) wrong += got[size_t(i + at)] != (uint32_t(i + at) << 16);
+    if (at == 1) BOOST_CHECK_EQUAL(got[0], 0xffffffffu);  // untouched, before and after
+    BOOST_CHECK_EQUAL(got[size_t(n + at)], 0xffffffffu);
+    BOOST_CHECK_MESSAGE(wrong == 0, "from bf16, n " << n << ", at " << at << ": " << wrong << " wrong");
   }
   if (dev.is_cuda()) close_device(dev);
 }
