@@ -92,7 +92,7 @@ struct Args {
               exchange = "fp32", output = "fp32", index = "hashed";
   int64_t row_cap = 4000000;
   int dim = 128, warmup = 5, iters = 20, check_samples = 64;  // warmup, iters: the driver's --warmup, --iters
-  int overlap = 1, prefill = 1;
+  int overlap = 1, prefill = 1, trace = 0;
   double alpha = 0, memory_budget_gib = 0, timeout = 300;
   PlannerRates rates;  // --planner-link-gbps, --planner-hbm-gbps, --planner-collective-us, --planner-group-us
   float lr = 0.01f;
@@ -529,6 +529,23 @@ Result run_point(Context& ctx, Communicator* comm, const Args& a, const KeyGen& 
     if (i < a.warmup) continue;
     fwd.push_back(t[0]), bwd.push_back(t[1]), step.push_back(t[2]);
   }
+  if (a.trace) {  // one more step, its timeline marked (not timed), every rank's points printed by rank 0
+    timed_keys(kg, a.warmup + a.iters, int64_t(rank) * batch, batch, threads, hk);
+    keys.upload(hk);
+    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    coll.trace(true);
+    coll.forward(off.data(), keys.data(), batch, out.data(), LookupMode::train);
+    coll.backward(grad.data(), a.warmup + a.iters + 1);
+    std::string mine;
+    for (const StreamClock::Point& p : coll.read_trace()) mine += strprintf("%9.3f  %s\n", p.ms, p.label.c_str());
+    coll.trace(false);
+    const std::vector<std::string> all = bench::all_gather_strings(mine, MPI_COMM_WORLD);
+    if (rank == 0)
+      for (size_t q = 0; q < all.size(); ++q) {
+        std::istringstream lines(all[q]);
+        for (std::string l; std::getline(lines, l);) std::printf("# trace rank %zu: %s\n", q, l.c_str());
+      }
+  }
   r.rows_timed_end = rows_held();
   r.ms_fwd = bench::median(fwd);
   r.ms_bwd = bench::median(bwd);
@@ -586,6 +603,9 @@ int main(int argc, char** argv) {
       "1: before a point's steps, train-mode forwards over every key of every hashed table (the steps then time full "
       "tables, as late in a long run); 0: the tables fill during the steps (uniform keys on large tables: mostly new "
       "keys, each inserted with its initial values)")(
+      "trace", po::value(&a.trace)->default_value(a.trace),
+      "1: after a point's timed steps, one more step with its timeline marked (EmbeddingCollection::trace): every "
+      "rank's points on the compute and the communication stream, ms since the step's start, printed as # lines")(
       "check-samples", po::value(&a.check_samples)->default_value(a.check_samples), "samples per rank of the check")(
       "seed", po::value(&a.seed)->default_value(a.seed), "seed of keys, gradients and initial values");
   return d.run("usage: mpiexec -n N bench_collection [options]", [&] {

@@ -206,8 +206,6 @@ Provenance provenance(int argc, char** argv, const std::vector<std::string>& dev
   return p;
 }
 
-namespace {
-// Every rank's string, on every rank.
 std::vector<std::string> all_gather_strings(const std::string& mine, MPI_Comm comm) {
   int size = 1;
   MPI_Comm_size(comm, &size);
@@ -222,7 +220,6 @@ std::vector<std::string> all_gather_strings(const std::string& mine, MPI_Comm co
   for (int r = 0; r < size; ++r) out.emplace_back(all.data() + displs[r], lens[r]);
   return out;
 }
-}  // namespace
 
 Provenance gather_provenance(int argc, char** argv, const Context& ctx) {
   const Topology& t = ctx.topo();

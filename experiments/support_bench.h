@@ -121,6 +121,8 @@ struct Provenance {
 Provenance provenance(int argc, char** argv, const std::vector<std::string>& devices, int ranks = 1);
 // Collective over ctx's world: every rank's host and device gathered, the nodes of ctx's topology; the result
 // on every rank.
+// Every rank's string, on every rank (in rank order).
+std::vector<std::string> all_gather_strings(const std::string& mine, MPI_Comm comm);
 Provenance gather_provenance(int argc, char** argv, const Context& ctx);
 
 // ---- output ----

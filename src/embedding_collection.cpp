@@ -226,6 +226,7 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
   const bool f32 = cfg_.output == OutputType::f32;
   const size_t G = groups_.size();
   ex_->join_all();  // a step left by an error may have posted exchanges no part waited for
+  ex_->mark("forward");
   // The step status on the device: [0] the first bad offsets row, [1] the first key outside its table's bound,
   // [2 + g] the key count of group g; one download after the cuts, before any collective (a bad batch on one
   // rank fails every rank there).
@@ -265,6 +266,7 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
                    (long long)h[0], (long long)h[1]));
     }
   }));
+  ex_->mark("forward: batch checked");
   std::vector<size_t> b = ex_->counts(std::vector<size_t>(size_t(world()), size_t(local_batch)));
   std::vector<int64_t> rank_batches(b.begin(), b.end());
   bool tagged = false;
@@ -312,6 +314,7 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
       if (!(f32 && g->all_slots)) put_slots(*g, g->pooled.data(), local_batch, out);
     }
   }
+  ex_->mark("forward: pooled");
   // Keys outside their table's bound and full tables: agreed on by every rank.
   if (mode == LookupMode::train || tagged) {
     ex_->agree(guarded([&] {
@@ -353,6 +356,10 @@ void EmbeddingCollection::check_key_bounds(const int64_t* offsets, const int64_t
                ex_->rank(), t.name.c_str(), (long long)t.key_bound, (long long)key, (long long)(r / S), slot));
 }
 
+void EmbeddingCollection::trace(bool on) { ex_->trace(on); }
+
+std::vector<StreamClock::Point> EmbeddingCollection::read_trace() { return ex_->read_marks(); }
+
 void EmbeddingCollection::prepare_backward() {
   SPARTA_REQUIRE(trained_, "embedding collection prepare_backward: no train forward right before it");
   for (auto& g : groups_) g->placed->prepare_backward();
@@ -371,6 +378,7 @@ void EmbeddingCollection::backward(const void* grad, int64_t step, float lr_scal
                            "takes one backward, with no other forward in between)");
   SPARTA_REQUIRE(step >= 1, "embedding collection backward: step must be >= 1, found %lld", (long long)step);
   ex_->join_all();
+  ex_->mark("backward");
   SPARTA_REQUIRE(std::isfinite(lr_scale) && lr_scale >= 0,
                  "embedding collection backward: lr_scale must be finite and >= 0, found %g", double(lr_scale));
   const bool f32 = cfg_.output == OutputType::f32;
@@ -396,6 +404,7 @@ void EmbeddingCollection::backward(const void* grad, int64_t step, float lr_scal
   }
   if (cfg_.overlap)
     for (auto& g : groups_) g->placed->update(step, lr_scale);
+  ex_->mark("backward: updated");
   trained_ = false;
 }
 

@@ -135,6 +135,12 @@ class EmbeddingCollection {
   // rank sort their rows for the per-row gradient sums), to run while the caller computes the gradient.
   // Asynchronous; no communication. The backward does that work itself when this was not called.
   void prepare_backward();
+
+  // The step's timeline, for diagnostics (bench_collection --trace): while on, forward and backward mark points
+  // on the compute and the communication stream (src/placement_common.h Exchange::mark); read_trace waits for
+  // this rank's work, then returns the points since the last read, in ms since the first. Off by default.
+  void trace(bool on);
+  std::vector<StreamClock::Point> read_trace();
   // Placement groups (physical tables) the tables form.
   int groups() const;
 

@@ -157,6 +157,25 @@ void Exchange::all_gather_v_floats(const float* send, float* recv, const std::ve
 
 void Exchange::agree(const std::string& error) { agree_on_error(mpi_, error); }
 
+void Exchange::trace(bool on) {
+  if (on && !clock_) clock_ = std::make_unique<StreamClock>(dev_);
+  if (!on) clock_.reset();
+}
+
+void Exchange::mark(const char* what) {
+  if (clock_) clock_->mark(dev_.stream, what);
+}
+
+void Exchange::mark_side(const char* what) {
+  if (clock_) clock_->mark(side_.stream() ? side_.stream() : dev_.stream, what);
+}
+
+std::vector<StreamClock::Point> Exchange::read_marks() {
+  if (!clock_) return {};
+  settle();
+  return clock_->read();
+}
+
 std::vector<int64_t> Exchange::download(const int64_t* p, size_t n) {
   // The communicator's wait polls for a failed peer and aborts; a bare stream synchronization behind a
   // collective whose peer died would wait forever.

@@ -95,6 +95,14 @@ class Exchange {
   // ones included (with more than one rank, the communicator's wait, which notices a failed peer).
   void settle();
 
+  // The step's timeline (EmbeddingCollection::trace): while on, mark(what) records a point on the compute stream
+  // and mark_side(what) one on the communication stream after the collectives queued so far (on the compute
+  // stream with one rank); off, both do nothing. read_marks settles, then returns the points since the last read.
+  void trace(bool on);
+  void mark(const char* what);
+  void mark_side(const char* what);
+  std::vector<StreamClock::Point> read_marks();
+
  private:
   // The stream a collective runs on, after the compute stream's work so far; then, outside a post, the compute
   // stream waits for it.
@@ -111,6 +119,7 @@ class Exchange {
   // before the staging buffers go.
   SideStream side_;
   bool posting_ = false;
+  std::unique_ptr<StreamClock> clock_;  // while tracing
 };
 
 // ---- calls into EmbeddingTable (one place for each)

@@ -123,6 +123,7 @@ class LocalizedTable : public PlacedTable {
         copy_on_device(dev, counts + p, offsets + at + send_bags_[p], sizeof(int64_t), dev.stream);
         at += send_bags_[p] + 1, ++i;
       }
+      ex_.mark("localized: blocks cut");
       std::vector<int64_t> n = ex_.download(counts, W);
       int64_t* block_keys = grow(block_keys_, ex_, size_t(in.nnz));
       for (size_t p = 0, i = 0, at = 0, bag = 0, key = 0; p < W; ++p) {
@@ -140,10 +141,12 @@ class LocalizedTable : public PlacedTable {
     for (size_t k : recv_keys) all_keys_ += int64_t(k);
     int64_t* all_lengths = grow(all_lengths_, ex_, all_bags_);
     int64_t* all_keys = grow(keys_, ex_, all_keys_);
+    ex_.mark("localized: keys ready");
     ex_.post(posted_, [&] {
       ex_.all_to_all_v(lengths, send_bags_, all_lengths, recv_bags_, DataType::i64);
       ex_.all_to_all_v(keys, send_keys, all_keys, recv_keys, DataType::i64);
     });
+    ex_.mark_side("localized: keys exchanged");
   }
 
   void lookup() override {
@@ -168,9 +171,11 @@ class LocalizedTable : public PlacedTable {
       lookup_bags(0, own, send);
       lookup_bags(own + own_bags, all_bags_ - own - own_bags, send + size_t(own) * dim_);
     }
+    ex_.mark("localized: other ranks' bags pooled");
     std::vector<size_t> to = times_dim(recv_bags_), from = times_dim(send_bags_);
     to[me] = from[me] = 0;
     ex_.post(posted_, [&] { ex_.all_to_all_v_floats(send, to, dest, from); });
+    ex_.mark_side("localized: vectors exchanged");
     if (table_ && own_bags > 0) {
       float* mine = dest + (size_t(in_.bags) - send_bags_[me]) * dim_;
       lookup_bags(own, own_bags, mine);
@@ -181,6 +186,7 @@ class LocalizedTable : public PlacedTable {
         route_from_bf16(dev, half, n, mine, dev.stream);
       }
     }
+    ex_.mark("localized: own bags pooled");
   }
 
   void finish_forward() override {
@@ -188,10 +194,12 @@ class LocalizedTable : public PlacedTable {
     ex_.join(posted_);
     if (one_owner_) return;
     const Device& dev = ex_.device();
+    ex_.mark("localized: vectors joined");
     for_each_block(true, [&](size_t i, int owner_slots, size_t bag) {
       route_put_slots(dev, blocks_.data() + bag * dim_, batch_, owner_slots, dim_, slot_cols_[i].data(),
                       int64_t(slots_) * dim_, out_, dev.stream);
     });
+    ex_.mark("localized: vectors put");
   }
 
   // The sort of the update's rows (EmbeddingTable::prepare_update) needs no gradient: right after the forward.
@@ -217,8 +225,11 @@ class LocalizedTable : public PlacedTable {
       send = blocks_.data();
     }
     float* all_grads = grow(pooled_, ex_, size_t(all_bags_) * dim_);
+    ex_.mark("localized: gradients taken");
     ex_.post(posted_, [&] { ex_.all_to_all_v_floats(send, times_dim(send_bags_), all_grads, times_dim(recv_bags_)); });
+    ex_.mark_side("localized: gradients exchanged");
     prepare_backward();  // while the gradients travel
+    ex_.mark("localized: update sorted");
   }
 
   void update(int64_t step, float lr_scale) override {
@@ -229,8 +240,10 @@ class LocalizedTable : public PlacedTable {
       return table_finish_update(*table_, in_.offsets, rows_.data(), in_.bags, in_.nnz, grad_, combiner_, step,
                                  lr_scale);
     ex_.join(posted_);
+    ex_.mark("localized: gradients joined");
     table_finish_update(*table_, offsets_.data(), rows_.data(), all_bags_, all_keys_, pooled_.data(), combiner_, step,
                         lr_scale);
+    ex_.mark("localized: rows updated");
   }
 
   void check_lookups() override {

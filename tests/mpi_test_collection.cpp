@@ -1360,6 +1360,71 @@ void overlap_equals_sequential(Backend backend) {
 }
 SPARTA_MPI_BACKEND_CASES(overlap_changes_no_bit, overlap_equals_sequential)
 
+// The step's timeline (EmbeddingCollection::trace): points from the start of the forward to the end of the
+// update, the first at 0, every one finite and not negative, a stream's later points not earlier (the compute
+// stream's forward and backward), the grouped localized exchange's point on the communication stream with more
+// than one rank; nothing while off. Marking changes no bit: forward outputs and tables equal an untraced twin's.
+void trace_marks_the_step(Backend backend) {
+  const uint64_t seed = shared_seed();
+  World w(backend, testing::world_size());
+  const std::string last = "localized:" + std::to_string(w.size - 1);
+  CollectionConfig cfg = make_config(seed, {"dispatch", "localized:0", "replicated", "distributed", last});
+  Data data(seed ^ 0x7ace);
+  Data sample = data;
+  Plan plan = plan_for(cfg, w, sample);
+  EmbeddingCollection traced(w.comm, w.communicator.get(), w.dev, cfg, plan);
+  EmbeddingCollection plain(w.comm, w.communicator.get(), w.dev, cfg, plan);
+  const int64_t width = traced.output_width();
+  int64_t out_diff = 0;
+  for (int step = 1; step <= 3; ++step) {
+    const bool on = step != 2;  // on, off, on again
+    traced.trace(on);
+    Batch b = data.next(3 * w.size + 1);
+    Slice sl = slice_of(b.samples, w.rank, w.size);
+    LocalBatch lb(w.dev, b, sl);
+    const size_t n = size_t(std::max<int64_t>(1, sl.count * width));
+    Buffer<float> g(w.dev, testing::random_floats(n));
+    std::vector<std::vector<float>> outs;
+    for (EmbeddingCollection* c : {&traced, &plain}) {
+      Buffer<float> out(w.dev, n);
+      out.fill_bytes(0xFF);
+      c->forward(lb.offsets.data(), lb.keys.data(), sl.count, out.data());
+      outs.push_back(out.download());
+      c->backward(g.data(), step);
+    }
+    out_diff += std::memcmp(outs[0].data(), outs[1].data(), n * 4) != 0;
+    const std::vector<StreamClock::Point> pts = traced.read_trace();
+    if (!on) {
+      BOOST_CHECK_MESSAGE(pts.empty(), "step " << step << ": " << pts.size() << " points while the trace is off");
+      continue;
+    }
+    std::map<std::string, double> at;
+    for (const StreamClock::Point& p : pts) {
+      BOOST_CHECK_MESSAGE(std::isfinite(p.ms) && p.ms >= 0, p.label << " at " << p.ms << " ms");
+      at[p.label] = p.ms;
+    }
+    BOOST_REQUIRE(!pts.empty());
+    BOOST_CHECK_EQUAL(pts.front().label, "forward");
+    BOOST_CHECK_EQUAL(pts.front().ms, 0.0);
+    for (const char* label : {"forward: batch checked", "forward: pooled", "backward", "backward: updated"})
+      BOOST_CHECK_MESSAGE(at.count(label) == 1, "no point '" << label << "'");
+    BOOST_CHECK_LE(at["forward: batch checked"], at["forward: pooled"]);
+    BOOST_CHECK_LE(at["forward: pooled"], at["backward"]);
+    BOOST_CHECK_LE(at["backward"], at["backward: updated"]);
+    if (w.size > 1) {
+      BOOST_CHECK_MESSAGE(at.count("localized: vectors exchanged") == 1, "no point of the localized exchange");
+      BOOST_CHECK_MESSAGE(at.count("localized: other ranks' bags pooled") == 1, "no point of the owner's lookup");
+      BOOST_CHECK_LE(at["localized: other ranks' bags pooled"], at["forward: pooled"]);
+    }
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &out_diff, 1, MPI_INT64_T, MPI_SUM, w.comm);
+  auto [diff, compared] = differing_rows(traced, plain, cfg, w.comm);
+  BOOST_CHECK_GT(compared, 0);
+  BOOST_CHECK_MESSAGE(out_diff == 0, out_diff << " forward outputs differ with the trace on");
+  BOOST_CHECK_MESSAGE(diff == 0, diff << " rows differ with the trace on");
+}
+SPARTA_MPI_BACKEND_CASES(trace_changes_no_bit, trace_marks_the_step)
+
 // count_keys merges every rank's counts: the same statistics as counting the global sample by hand.
 BOOST_AUTO_TEST_CASE(key_statistics_merge_every_rank) {
   const uint64_t seed = shared_seed();

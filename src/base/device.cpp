@@ -1,6 +1,7 @@
 // device.cpp: see device.h. The cuda paths compile only in CUDA builds; a CPU-only build reports no GPUs.
 #include "src/base/device.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -178,6 +179,54 @@ void StreamEvent::wait_in(Stream t) {
 #else
   (void)t;
 #endif
+}
+
+StreamClock::StreamClock(const Device& dev) : dev_(dev) {}
+
+StreamClock::~StreamClock() {
+#if SPARTA_CUDA
+  for (void* e : events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+#endif
+}
+
+void StreamClock::mark(Stream s, const std::string& label) {
+  const size_t i = labels_.size();
+  labels_.push_back(label);
+  if (!dev_.is_cuda()) {
+    host_ms_.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch())
+                           .count());
+    return;
+  }
+#if SPARTA_CUDA
+  if (i == events_.size()) {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreate(&e));
+    events_.push_back(e);
+  }
+  CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(events_[i]), s));
+#else
+  (void)s;
+#endif
+}
+
+std::vector<StreamClock::Point> StreamClock::read() {
+  std::vector<Point> points(labels_.size());
+  for (size_t i = 0; i < points.size(); ++i) {
+    points[i].label = labels_[i];
+    if (!dev_.is_cuda()) {
+      points[i].ms = host_ms_[i] - host_ms_[0];
+      continue;
+    }
+#if SPARTA_CUDA
+    float ms = 0;
+    CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(events_[i])));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(events_[0]), static_cast<cudaEvent_t>(events_[i])));
+    points[i].ms = ms;
+#endif
+  }
+  labels_.clear();
+  host_ms_.clear();
+  return points;
 }
 
 namespace {

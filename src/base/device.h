@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 struct CUstream_st;  // cudaStream_t is CUstream_st*; declared here so that CPU-only builds need no CUDA headers
 
@@ -93,6 +94,31 @@ class SideStream {
   Device dev_;
   Stream stream_ = nullptr;
   StreamEvent event_;
+};
+
+// A step's timeline: labelled points in the work of one or more streams of dev, read as milliseconds since the
+// first point (cuda: timing events, so a point is when the device reached it, and a gap shows where a stream
+// waited, for another stream or for the host; cpu: the host clock when the point was marked, since cpu work is
+// done when its call returns). For diagnostics (CollectionConfig::trace); the events are made once and reused.
+class StreamClock {
+ public:
+  explicit StreamClock(const Device& dev);
+  ~StreamClock();
+  StreamClock(const StreamClock&) = delete;
+  StreamClock& operator=(const StreamClock&) = delete;
+  void mark(Stream s, const std::string& label);
+  struct Point {
+    std::string label;
+    double ms = 0;  // since the first point
+  };
+  // Every point marked since the last read, in the order marked; waits for the streams to reach them.
+  std::vector<Point> read();
+
+ private:
+  Device dev_;
+  std::vector<void*> events_;  // cudaEvent_t with timing, events_[i] for the i-th point since the last read
+  std::vector<std::string> labels_;
+  std::vector<double> host_ms_;  // cpu
 };
 
 // Raw memory. cpu: 256-byte aligned host memory; cuda: cudaMalloc. Zero bytes gives nullptr.
