@@ -59,6 +59,10 @@ struct EmbeddingCollection::Group {
   // The group serves slots 0..num_slots-1 in order: the batch's offsets are its own, and its pooled
   // [batch, num_slots, dim] is the collection's output (no cut, no put or take).
   bool all_slots = false;
+  // The placement reads and writes the collection's float output and gradient itself: all slots in order (then
+  // [batch, num_slots, dim] is the group's own layout), or a placement that puts its bags into place anyway
+  // (PlacedTable::writes_output). Otherwise the group pools into its buffer, put into the output after.
+  bool writes_output = false;
   std::vector<int32_t> slots, cols;
   std::vector<int64_t> bases, bounds;  // per slot: its table's move into the group's keys, its key bound
   Buffer<int32_t> slots_dev, cols_dev;
@@ -186,7 +190,12 @@ EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, con
       gr->cols_dev = Buffer<int32_t>(dev_, gr->cols);
       gr->bases_dev = Buffer<int64_t>(dev_, gr->bases);
       gr->bounds_dev = Buffer<int64_t>(dev_, gr->bounds);
+      if (cfg_.output == OutputType::f32) {
+        s.output_cols = gr->cols;
+        s.output_row = width_;
+      }
       gr->placed = make_placed_table(s, *ex_);
+      gr->writes_output = cfg_.output == OutputType::f32 && (gr->all_slots || gr->placed->writes_output());
       groups_.push_back(std::move(gr));
     }
     status_ = Buffer<int64_t>(dev_, 2 + groups_.size());
@@ -223,7 +232,6 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
 void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, int64_t local_batch, void* out,
                                   LookupMode mode) {
   const int S = cfg_.num_slots;
-  const bool f32 = cfg_.output == OutputType::f32;
   const size_t G = groups_.size();
   ex_->join_all();  // a step left by an error may have posted exchanges no part waited for
   ex_->mark("forward");
@@ -296,13 +304,13 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
     tb.nnz = nnz;
     tb.table_slots = ts;
     tb.rank_batches = rank_batches;
-    // A float output of all slots is the group's own pooled output; otherwise the group pools into its buffer
-    // and its slots are put into the output (rounded there to a 16-bit output type).
-    const bool direct = f32 && gr.all_slots;
-    float* pooled = direct ? static_cast<float*>(out) : grow(gr.pooled, *ex_, size_t(bags) * gr.dim);
+    // A group that writes the output (all slots in order, or a placement that puts its bags into place itself)
+    // gets it; otherwise the group pools into its buffer and its slots are put into the output (rounded there to
+    // a 16-bit output type).
+    float* pooled = gr.writes_output ? static_cast<float*>(out) : grow(gr.pooled, *ex_, size_t(bags) * gr.dim);
     if (!cfg_.overlap) {
       gr.placed->forward(tb, mode, pooled);
-      if (!direct) put_slots(gr, pooled, local_batch, out);
+      if (!gr.writes_output) put_slots(gr, pooled, local_batch, out);
       continue;
     }
     gr.placed->begin_forward(tb, mode, pooled);
@@ -311,7 +319,7 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
     for (auto& g : groups_) g->placed->lookup();
     for (auto& g : groups_) {
       g->placed->finish_forward();
-      if (!(f32 && g->all_slots)) put_slots(*g, g->pooled.data(), local_batch, out);
+      if (!g->writes_output) put_slots(*g, g->pooled.data(), local_batch, out);
     }
   }
   ex_->mark("forward: pooled");
@@ -386,7 +394,7 @@ void EmbeddingCollection::backward(const void* grad, int64_t step, float lr_scal
     Group& gr = *g;
     const int ts = static_cast<int>(gr.slots.size());
     const float* gg = f32 ? static_cast<const float*>(grad) : nullptr;
-    if (!(f32 && gr.all_slots)) {
+    if (!gr.writes_output) {
       // the group's slots of the gradient, widened to float from a 16-bit one, into the group's buffer (the
       // forward sized it for this batch)
       float* cut = gr.pooled.data();

@@ -168,6 +168,11 @@ class PlacedTable {
   // backward that needs no gradient (e.g. sorting the batch's rows), so that it runs while the caller computes
   // the gradient. Optional (backward does it itself when it was not called); no communication, no host wait.
   virtual void prepare_backward() {}
+  // True when this placement puts its bags into the collection's output itself (a step that puts them into place
+  // anyway, such as localized's blocks of several owners): then begin_forward's `out` is the collection's output
+  // and begin_backward's `grad` the collection's gradient, rows of PlacedTableSetup::output_row floats of which it
+  // reads and writes the group's columns only, and the collection copies nothing in between.
+  virtual bool writes_output() const { return false; }
   // Throws sparta::Error (this rank only) when a lookup since the last check was refused (full table).
   virtual void check_lookups() = 0;
   // Owner of a key under this placement on this world: a rank or kAllRanks.
@@ -209,6 +214,11 @@ struct PlacedTableSetup {
     int owner = 0;      // localized: the rank that holds it
   };
   std::vector<Member> members;  // empty: one table, described by table and plan
+  // The collection's float output, where a placement may write its bags in place (PlacedTable::writes_output):
+  // rows of output_row floats, the group's slot j (in group order) from column output_cols[j]. Empty: the
+  // collection's output is not float32, and every placement writes [bags, dim].
+  std::vector<int32_t> output_cols;
+  int64_t output_row = 0;
 };
 
 // Allocates this rank's shards of one table for its plan. Bad plans (an owner outside the world, hot keys

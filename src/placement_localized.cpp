@@ -6,9 +6,11 @@
 // Forward: every rank cuts its bags (sample, slot) into one block per owner, the owner's slots in group order
 // (kernels/route.h route_select_slot_*: lengths and keys), and sends each owner its block; an owner pools the
 // bags of every rank's block with the fused lookup and returns each rank its pooled vectors by all-to-all, which
-// the rank puts back into (sample, slot) order (route_put_slots). An owner looks up the other ranks' blocks
-// first, and its own block while the exchange moves their vectors (with the bf16 wire rounded as theirs are). The backward takes each owner's slots out of the
-// bag gradients the same way (route_take_slots) and sends them to the owner, whose backward sums each row over the
+// the rank puts back into (sample, slot) order (route_put_slots), straight into the collection's columns when its
+// output is float (PlacedTable::writes_output: no copy of the group's bags in between). An owner looks up the
+// other ranks' blocks first, and its own block while the exchange moves their vectors (with the bf16 wire rounded
+// as theirs are). The backward takes each owner's slots out of the gradient the same way (route_take_slots, from
+// the collection's gradient when float) and sends them to the owner, whose backward sums each row over the
 // global batch in its order (the sort of its rows queued while the gradients travel, or earlier: prepare_backward).
 // A group of one owner sends its bags as they are and receives straight into the output.
 //
@@ -48,22 +50,24 @@ class LocalizedTable : public PlacedTable {
     slots_ = int(slot_owner.size());
     SPARTA_ASSERT(slots_ == int(s.table.slots.size()), "table '%s': members of %d slots for %zu",
                   s.table.name.c_str(), slots_, s.table.slots.size());
+    owner_slots_.assign(size_t(W), 0);
+    for (int owner : slot_owner) ++owner_slots_[size_t(owner)];
+    one_owner_ = std::count(owner_slots_.begin(), owner_slots_.end(), 0) == W - 1;
+    // Blocks of several owners are put into place after the exchange anyway: straight into the collection's
+    // output when it is float (no copy of the group's bags in between), else into the group's [bags, dim].
+    writes_output_ = W > 1 && !one_owner_ && !s.output_cols.empty();
+    row_floats_ = writes_output_ ? s.output_row : int64_t(slots_) * dim_;
     std::vector<std::vector<int32_t>> owned(static_cast<size_t>(W)), cols(static_cast<size_t>(W));
     for (int j = 0; j < slots_; ++j) {
       owned[size_t(slot_owner[size_t(j)])].push_back(j);
-      cols[size_t(slot_owner[size_t(j)])].push_back(j * dim_);
+      cols[size_t(slot_owner[size_t(j)])].push_back(writes_output_ ? s.output_cols[size_t(j)] : j * dim_);
     }
-    owner_slots_.resize(size_t(W));
-    int owners = 0;
     for (int p = 0; p < W; ++p) {
-      owner_slots_[size_t(p)] = int(owned[size_t(p)].size());
       if (owned[size_t(p)].empty()) continue;
-      ++owners;
       owner_ = p;
       slot_index_.emplace_back(dev, owned[size_t(p)]);
       slot_cols_.emplace_back(dev, cols[size_t(p)]);
     }
-    one_owner_ = owners == 1;
     // this rank's part: its own tables (one owner: the whole table)
     int64_t rows = 0, first = -1, end = 0;
     for (const PlacedTableSetup::Member& m : members_) {
@@ -196,8 +200,8 @@ class LocalizedTable : public PlacedTable {
     const Device& dev = ex_.device();
     ex_.mark("localized: vectors joined");
     for_each_block(true, [&](size_t i, int owner_slots, size_t bag) {
-      route_put_slots(dev, blocks_.data() + bag * dim_, batch_, owner_slots, dim_, slot_cols_[i].data(),
-                      int64_t(slots_) * dim_, out_, dev.stream);
+      route_put_slots(dev, blocks_.data() + bag * dim_, batch_, owner_slots, dim_, slot_cols_[i].data(), row_floats_,
+                      out_, dev.stream);
     });
     ex_.mark("localized: vectors put");
   }
@@ -219,7 +223,7 @@ class LocalizedTable : public PlacedTable {
     const float* send = grad;
     if (!one_owner_) {  // each owner's slots of the gradient, block by block (the forward's blocks are read)
       for_each_block(false, [&](size_t i, int owner_slots, size_t bag) {
-        route_take_slots(dev, grad, batch_, owner_slots, dim_, slot_cols_[i].data(), int64_t(slots_) * dim_,
+        route_take_slots(dev, grad, batch_, owner_slots, dim_, slot_cols_[i].data(), row_floats_,
                          blocks_.data() + bag * dim_, dev.stream);
       });
       send = blocks_.data();
@@ -246,6 +250,7 @@ class LocalizedTable : public PlacedTable {
     ex_.mark("localized: rows updated");
   }
 
+  bool writes_output() const override { return writes_output_; }
   void check_lookups() override {
     if (table_) table_check(*table_);
   }
@@ -306,9 +311,11 @@ class LocalizedTable : public PlacedTable {
   std::vector<PlacedTableSetup::Member> members_;
   int slots_ = 0;                 // the group's slots
   std::vector<int> owner_slots_;  // [world]: how many of them each rank owns
-  // per owner with slots, in rank order: its slots' indices in the group, and their first float in a bag row
+  // per owner with slots, in rank order: its slots' indices in the group, and their first float in a row of out_
   std::vector<Buffer<int32_t>> slot_index_, slot_cols_;
   bool one_owner_ = true;
+  bool writes_output_ = false;             // out_ and grad_ are the collection's output and gradient
+  int64_t row_floats_ = 0;                 // floats in a row of out_ (and of the gradient)
   int owner_ = 0;                          // the owner when there is one (else the last)
   std::unique_ptr<EmbeddingTable> table_;  // this rank's tables, where it owns any
   RouteScratch scratch_;
