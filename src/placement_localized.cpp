@@ -7,9 +7,10 @@
 // (kernels/route.h route_select_slot_*: lengths and keys), and sends each owner its block; an owner pools the
 // bags of every rank's block with the fused lookup and returns each rank its pooled vectors by all-to-all, which
 // the rank puts back into (sample, slot) order (route_put_slots), straight into the collection's columns when its
-// output is float (PlacedTable::writes_output: no copy of the group's bags in between). An owner looks up the
-// other ranks' blocks first, and its own block while the exchange moves their vectors (with the bf16 wire rounded
-// as theirs are). The backward takes each owner's slots out of the gradient the same way (route_take_slots, from
+// output is float (PlacedTable::writes_output: no copy of the group's bags in between). An owner looks up its
+// own block while the keys travel (from its own cut), then the other ranks' blocks, whose vectors' exchange then
+// runs alone (with one owner: the other ranks' blocks first, the own one while their vectors travel; with the
+// bf16 wire the own block is rounded as the vectors that travel are). The backward takes each owner's slots out of the gradient the same way (route_take_slots, from
 // the collection's gradient when float) and sends them to the owner, whose backward sums each row over the
 // global batch in its order (the sort of its rows queued while the gradients travel, or earlier: prepare_backward).
 // A group of one owner sends its bags as they are and receives straight into the output.
@@ -151,6 +152,25 @@ class LocalizedTable : public PlacedTable {
       ex_.all_to_all_v(keys, send_keys, all_keys, recv_keys, DataType::i64);
     });
     ex_.mark_side("localized: keys exchanged");
+    own_done_ = false;
+    if (!one_owner_ && table_) {
+      // Several owners: every rank sends and receives vectors at once, and an owner's lookup beside the exchange
+      // slows it (both read and write device memory at full speed). The own block is looked up now, from this
+      // rank's cut (its lengths and keys), while the keys travel; the exchange of vectors then runs alone. Its
+      // keys' rows go where the received keys' are (rank order), as the backward reads them.
+      const size_t me = size_t(ex_.rank());
+      size_t bag = 0, key = 0, base = 0;
+      for (size_t p = 0; p < me; ++p) bag += send_bags_[p], key += send_keys[p], base += recv_keys[p];
+      const int64_t own_bags = int64_t(send_bags_[me]);
+      int64_t* own_offsets = grow(own_offsets_, ex_, size_t(own_bags) + 1);
+      route_offsets_from_lengths(dev, lengths + bag, own_bags, own_offsets, scratch_, dev.stream);
+      float* mine = grow(blocks_, ex_, size_t(in.bags) * dim_) + (size_t(in.bags) - send_bags_[me]) * dim_;
+      table_lookup_pooled(*table_, own_offsets, block_keys_.data() + key, own_bags, combiner_, mode_, mine,
+                          grow(rows_, ex_, all_keys_) + base);
+      round_own(mine, own_bags);
+      own_done_ = true;
+      ex_.mark("localized: own bags pooled");
+    }
   }
 
   void lookup() override {
@@ -160,8 +180,8 @@ class LocalizedTable : public PlacedTable {
       return;
     }
     ex_.join(posted_);
-    // The other ranks' bags first, their vectors packed in rank order and sent; then this rank's own bags, looked
-    // up straight into place while the exchange moves the others' (it sends this rank nothing).
+    // The other ranks' bags, their vectors packed in rank order and sent; then, with one owner, this rank's own
+    // bags, looked up straight into place while the exchange moves the others' (it sends this rank nothing).
     const size_t me = size_t(ex_.rank());
     int64_t own = 0;  // this rank's own bags among the bags received, in rank order
     for (size_t p = 0; p < me; ++p) own += int64_t(recv_bags_[p]);
@@ -180,17 +200,12 @@ class LocalizedTable : public PlacedTable {
     to[me] = from[me] = 0;
     ex_.post(posted_, [&] { ex_.all_to_all_v_floats(send, to, dest, from); });
     ex_.mark_side("localized: vectors exchanged");
-    if (table_ && own_bags > 0) {
+    if (table_ && own_bags > 0 && !own_done_) {
       float* mine = dest + (size_t(in_.bags) - send_bags_[me]) * dim_;
       lookup_bags(own, own_bags, mine);
-      if (ex_.wire() == DataType::bf16) {  // rounded once, as the vectors that travel are (Exchange)
-        const int64_t n = own_bags * dim_;
-        uint16_t* half = grow(own16_, ex_, size_t(n));
-        route_to_bf16(dev, mine, n, half, dev.stream);
-        route_from_bf16(dev, half, n, mine, dev.stream);
-      }
+      round_own(mine, own_bags);
+      ex_.mark("localized: own bags pooled");
     }
-    ex_.mark("localized: own bags pooled");
   }
 
   void finish_forward() override {
@@ -298,6 +313,15 @@ class LocalizedTable : public PlacedTable {
       bag += send_bags_[p], ++i;
     }
   }
+  // With the bf16 wire, this rank's own bags rounded once, as the vectors that travel are (Exchange).
+  void round_own(float* mine, int64_t bags) {
+    if (ex_.wire() != DataType::bf16 || bags == 0) return;
+    const Device& dev = ex_.device();
+    const int64_t n = bags * dim_;
+    uint16_t* half = grow(own16_, ex_, size_t(n));
+    route_to_bf16(dev, mine, n, half, dev.stream);
+    route_from_bf16(dev, half, n, mine, dev.stream);
+  }
   // The pooled lookup of n of the bags received from bag `first` on into out (train: their keys' rows kept).
   void lookup_bags(int64_t first, int64_t n, float* out) {
     if (n > 0)
@@ -325,11 +349,13 @@ class LocalizedTable : public PlacedTable {
   const float* grad_ = nullptr;  // one rank: the gradient begin_backward was given
   StreamEvent posted_;           // the end of the last posted exchange
   bool prepared_ = false;        // the update's sort is queued for the last train forward
+  bool own_done_ = false;        // several owners: this rank's own block was looked up in begin_forward
   int64_t batch_ = 0;            // this rank's samples
   std::vector<size_t> send_bags_, recv_bags_;
   int64_t all_bags_ = 0, all_keys_ = 0;   // the bags and keys this rank pools for every rank
   Buffer<int64_t> lengths_, all_lengths_, keys_, offsets_, rows_;
   Buffer<int64_t> block_offsets_, block_counts_, block_keys_;  // several owners: the blocks' offsets, key counts, keys
+  Buffer<int64_t> own_offsets_;  // several owners: the own block's offsets (from its lengths)
   Buffer<float> pooled_;  // [all_bags, dim] pooled vectors, then their gradients
   Buffer<float> blocks_;  // several owners: [bags, dim] this rank's vectors, then gradients, owner by owner
   Buffer<uint16_t> own16_;  // bf16 wire: the own bags' vectors rounded
