@@ -110,7 +110,10 @@ struct TablePlan {
 // The planner's estimate of the whole step (src/planner.h make_plan): seconds = link_bytes / link_GBps +
 // local_bytes / hbm_GBps + collectives x collective_us + groups x group_us.
 struct PlanEstimate {
-  double link_bytes = 0;   // sent + received per step by the rank that sends and receives the most
+  // The step's link bytes as a balanced exchange that takes as long (each rank sending what it receives): twice
+  // the busiest rank's larger direction, forward plus backward (src/planner.cpp). Where every exchange is
+  // balanced, the bytes the busiest rank sends plus receives.
+  double link_bytes = 0;
   double local_bytes = 0;  // read + written per step by the local passes of the rank with the most
   int collectives = 0;     // over the groups
   int groups = 0;

@@ -10,6 +10,7 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -75,6 +76,12 @@ struct PlacementCost {
   double bytes_per_step = 0;      // bytes the busiest rank sends plus receives in one forward and backward
   double local_bytes = 0;         // device memory bytes read plus written by its local passes
   double bytes_other = 0;         // bytes_per_step on a rank other than a localized owner (the same otherwise)
+  // bytes_per_step and bytes_other by phase and direction: forward sent, forward received, backward sent,
+  // backward received. A link carries both directions at once, so an exchange lasts as long as its larger
+  // direction: the step's link term counts, per phase, the busiest rank's larger one (make_plan). Every placement
+  // but localized sends what it receives (a quarter of its bytes in each); a localized owner sends the pooled
+  // vectors and receives keys and gradients, another rank the other way round.
+  std::array<double, 4> link_dir{}, link_dir_other{};
   double local_other = 0;         // local_bytes on a rank other than a localized owner (the same otherwise)
   int collectives = 0;            // collectives of the table's group per step (0 with one rank)
   double seconds_group = 0;       // the group's fixed cost: collectives x collective_us + group_us
