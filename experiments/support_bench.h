@@ -119,10 +119,10 @@ struct Provenance {
 // Provenance of a one-process measurement (or of rank 0 only): devices as given, one node, library versions
 // taken now.
 Provenance provenance(int argc, char** argv, const std::vector<std::string>& devices, int ranks = 1);
-// Collective over ctx's world: every rank's host and device gathered, the nodes of ctx's topology; the result
-// on every rank.
 // Every rank's string, on every rank (in rank order).
 std::vector<std::string> all_gather_strings(const std::string& mine, MPI_Comm comm);
+// Collective over ctx's world: every rank's host and device gathered, the nodes of ctx's topology; the result
+// on every rank.
 Provenance gather_provenance(int argc, char** argv, const Context& ctx);
 
 // ---- output ----

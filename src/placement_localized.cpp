@@ -10,8 +10,9 @@
 // output is float (PlacedTable::writes_output: no copy of the group's bags in between). An owner looks up its
 // own block while the keys travel (from its own cut), then the other ranks' blocks, whose vectors' exchange then
 // runs alone (with one owner: the other ranks' blocks first, the own one while their vectors travel; with the
-// bf16 wire the own block is rounded as the vectors that travel are). The backward takes each owner's slots out of the gradient the same way (route_take_slots, from
-// the collection's gradient when float) and sends them to the owner, whose backward sums each row over the
+// bf16 wire the own block is rounded as the vectors that travel are). The backward takes each owner's slots out
+// of the gradient the same way (route_take_slots, from the collection's gradient when float) and sends them to
+// the owner, whose backward sums each row over the
 // global batch in its order (the sort of its rows queued while the gradients travel, or earlier: prepare_backward).
 // A group of one owner sends its bags as they are and receives straight into the output.
 //
@@ -162,12 +163,14 @@ class LocalizedTable : public PlacedTable {
       size_t bag = 0, key = 0, base = 0;
       for (size_t p = 0; p < me; ++p) bag += send_bags_[p], key += send_keys[p], base += recv_keys[p];
       const int64_t own_bags = int64_t(send_bags_[me]);
-      int64_t* own_offsets = grow(own_offsets_, ex_, size_t(own_bags) + 1);
-      route_offsets_from_lengths(dev, lengths + bag, own_bags, own_offsets, scratch_, dev.stream);
-      float* mine = grow(blocks_, ex_, size_t(in.bags) * dim_) + (size_t(in.bags) - send_bags_[me]) * dim_;
-      table_lookup_pooled(*table_, own_offsets, block_keys_.data() + key, own_bags, combiner_, mode_, mine,
-                          grow(rows_, ex_, all_keys_) + base);
-      round_own(mine, own_bags);
+      if (own_bags > 0) {
+        int64_t* own_offsets = grow(own_offsets_, ex_, size_t(own_bags) + 1);
+        route_offsets_from_lengths(dev, lengths + bag, own_bags, own_offsets, scratch_, dev.stream);
+        float* mine = grow(blocks_, ex_, size_t(in.bags) * dim_) + (size_t(in.bags) - send_bags_[me]) * dim_;
+        table_lookup_pooled(*table_, own_offsets, block_keys_.data() + key, own_bags, combiner_, mode_, mine,
+                            grow(rows_, ex_, all_keys_) + base);
+        round_own(mine, own_bags);
+      }
       own_done_ = true;
       ex_.mark("localized: own bags pooled");
     }

@@ -399,7 +399,8 @@ Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::ve
       return max_link() / (r.link_GBps * 1e9) + max_local() / (r.hbm_GBps * 1e9) + fixed;
     }
   };
-  Step step{std::vector<std::array<double, 4>>(size_t(W), std::array<double, 4>{}), std::vector<double>(size_t(W), 0.0)};
+  Step step{std::vector<std::array<double, 4>>(size_t(W), std::array<double, 4>{}),
+            std::vector<double>(size_t(W), 0.0)};
   // The step with table t placed at p (owner: localized), opening its group when it is not open yet.
   auto with = [&](const Step& s, const CollectionTableConfig& t, const PlacementCost& c, Placement p, int owner) {
     Step n = s;

@@ -99,7 +99,7 @@ class SideStream {
 // A step's timeline: labelled points in the work of one or more streams of dev, read as milliseconds since the
 // first point (cuda: timing events, so a point is when the device reached it, and a gap shows where a stream
 // waited, for another stream or for the host; cpu: the host clock when the point was marked, since cpu work is
-// done when its call returns). For diagnostics (CollectionConfig::trace); the events are made once and reused.
+// done when its call returns). For diagnostics (EmbeddingCollection::trace); the events are made once and reused.
 class StreamClock {
  public:
   explicit StreamClock(const Device& dev);
