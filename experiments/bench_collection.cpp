@@ -89,10 +89,10 @@ const std::vector<int> kDcnv2Hotness = {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6
 struct Args {
   std::string tables = "mlperf-v1", rows_list, dims, hotness_list, batch = "65536",
               placements = "dispatch,localized,replicated,distributed,hybrid,plan", optimizer = "sgd", comm_mode,
-              exchange = "fp32", output = "fp32", index = "hashed";
+              exchange = "fp32", output = "fp32", index = "hashed", table_placements;
   int64_t row_cap = 4000000;
   int dim = 128, warmup = 5, iters = 20, check_samples = 64;  // warmup, iters: the driver's --warmup, --iters
-  int overlap = 1, prefill = 1, trace = 0;
+  int overlap = 1, prefill = 1, trace = 0, plan_only = 0;
   double alpha = 0, memory_budget_gib = 0, timeout = 300;
   PlannerRates rates;  // --planner-link-gbps, --planner-hbm-gbps, --planner-collective-us, --planner-group-us
   float lr = 0.01f;
@@ -325,6 +325,21 @@ std::vector<Table> make_tables(const Args& a) {
   return tables;
 }
 
+// --table-placements: one entry per table (auto, a placement, localized:<owner>), for the plan's point.
+std::vector<std::string> table_placement_list(const Args& a, size_t tables) {
+  std::vector<std::string> v = bench::split_list(a.table_placements);
+  SPARTA_REQUIRE(v.size() == tables, "--table-placements: one entry per table (%zu), found %zu", tables, v.size());
+  for (size_t t = 0; t < v.size(); ++t) {
+    const std::string name = v[t].substr(0, v[t].find(':'));
+    if (name == "auto") continue;
+    parse_placement(name);
+    SPARTA_REQUIRE(name == "localized" || v[t].find(':') == std::string::npos,
+                   "--table-placements: table %zu: only localized names an owner, found '%s'", t, v[t].c_str());
+  }
+  return v;
+}
+std::string table_placement(const Args& a, size_t t) { return bench::split_list(a.table_placements)[t]; }
+
 CollectionConfig make_config(const Args& a, const std::vector<Table>& tables, const std::string& placement) {
   CollectionConfig c;
   c.num_slots = int(tables.size());
@@ -347,7 +362,8 @@ CollectionConfig make_config(const Args& a, const std::vector<Table>& tables, co
     tc.optimizer.initial_accumulator = 0.1f;
     tc.optimizer.epsilon = 1e-7f;
     tc.slots = {int(t)};
-    tc.placement = placement == "plan" ? "auto" : placement;
+    // The plan: --table-placements' entry (explicit ones honoured, `auto` ones the planner's), or every table auto.
+    tc.placement = placement != "plan" ? placement : a.table_placements.empty() ? "auto" : table_placement(a, t);
     tc.init_scale = 0.05f;
     c.tables.push_back(tc);
   }
@@ -607,7 +623,12 @@ int main(int argc, char** argv) {
       "1: after a point's timed steps, one more step with its timeline marked (EmbeddingCollection::trace): every "
       "rank's points on the compute and the communication stream, ms since the step's start, printed as # lines")(
       "check-samples", po::value(&a.check_samples)->default_value(a.check_samples), "samples per rank of the check")(
-      "seed", po::value(&a.seed)->default_value(a.seed), "seed of keys, gradients and initial values");
+      "seed", po::value(&a.seed)->default_value(a.seed), "seed of keys, gradients and initial values")(
+      "table-placements", po::value(&a.table_placements),
+      "the plan's point: comma list, one per table, of auto | dispatch | localized[:owner] | replicated | distributed "
+      "| hybrid (explicit entries honoured, auto ones the planner's)")(
+      "plan-only", po::value(&a.plan_only)->default_value(a.plan_only),
+      "1: print the plan of every point (the planner's table and estimate) and time no step");
   return d.run("usage: mpiexec -n N bench_collection [options]", [&] {
     a.warmup = d.warmup();
     a.iters = d.repeats();
@@ -633,6 +654,8 @@ int main(int argc, char** argv) {
                      a.exchange.c_str());
       output_type_of(a.output);
       tables = make_tables(a);
+      if (!a.table_placements.empty()) table_placement_list(a, tables.size());
+      SPARTA_REQUIRE(a.plan_only == 0 || a.plan_only == 1, "--plan-only: 0 or 1, found %d", a.plan_only);
       for (double b : bench::parse_list(a.batch, "batch")) {
         SPARTA_REQUIRE(b >= 1, "--batch: local batches must be >= 1, found %g", b);
         batches.push_back(int64_t(b));
@@ -719,11 +742,13 @@ int main(int argc, char** argv) {
           std::sort(tp.hot_keys.begin(), tp.hot_keys.end());
           tp.hot_keys.erase(std::unique(tp.hot_keys.begin(), tp.hot_keys.end()), tp.hot_keys.end());
         }
-        if (rank == 0 && placement == "plan") {
-          std::printf("# the planner's plan, local batch %lld:\n", (long long)batch);
+        if (rank == 0 && (placement == "plan" || a.plan_only)) {
+          std::printf("# %s, local batch %lld:\n", placement == "plan" ? "the planner's plan" : placement.c_str(),
+                      (long long)batch);
           std::istringstream lines(format_plan(cfg, plan));
           for (std::string l; std::getline(lines, l);) std::printf("#   %s\n", l.c_str());
         }
+        if (a.plan_only) continue;
         Result r = run_point(ctx, comm.get(), a, kg, cfg, plan, batch, threads);
         if (rank == 0) d.add_wrong(r.check.wrong);  // already the sum over the ranks
         const double msps = double(batch * world) / r.ms_step / 1e3;
@@ -740,6 +765,7 @@ int main(int argc, char** argv) {
         // The driver adds program, tag, backend, warmup, iters and the provenance (ranks, nodes, ...).
         std::ostringstream f;
         f << "\"bench\":\"collection\",\"index\":\"" << a.index << "\",\"placement\":\"" << placement << "\",\"plan\":\"" << bench::json_escape(r.plan)
+          << "\",\"table_placements\":\"" << (placement == "plan" ? a.table_placements : std::string())
           << "\",\"overlap\":" << a.overlap << ",\"exchange\":\"" << a.exchange << "\",\"output\":\"" << a.output << "\",\"tables\":\"" << a.tables << "\",\"num_tables\":" << tables.size()
           << ",\"rows\":" << json_array(rows_capped) << ",\"dims\":" << json_array(dims)
           << ",\"hotness\":" << json_array(hot) << ",\"keys_per_sample\":" << kg.keys_per_sample
