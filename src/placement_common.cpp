@@ -446,6 +446,7 @@ void ReplicaShard::send(const int64_t* offsets, const int64_t* keys, const int64
   int32_t* num_unique = num_unique_.data();
   float* row_grads = grow(row_grads_, ex_, size_t(nnz) * dim_);
   table_->finish_row_gradients(grad, row_grads, dev.stream);
+  ex_.mark("replicated: row sums");
   const int64_t u = ex_.download_count(num_unique);
   const std::vector<size_t> counts = ex_.counts(std::vector<size_t>(size_t(ex_.world()), size_t(u)));
   // every rank's sums, in rank order
@@ -456,6 +457,7 @@ void ReplicaShard::send(const int64_t* offsets, const int64_t* keys, const int64
     ex_.all_gather_v(unique_keys, all_keys, counts, DataType::i64);
     ex_.all_gather_v_floats(row_grads, all_grads, times(counts, dim_));
   });
+  ex_.mark_side("replicated: sums gathered");
 }
 
 void ReplicaShard::update(int64_t step, float lr_scale) {

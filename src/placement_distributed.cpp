@@ -56,10 +56,12 @@ class DistributedTable : public PlacedTable {
     for (size_t x : recv_counts) n_recv_ += int64_t(x);
     int64_t* keys = grow(recv_keys_, ex_, n_recv_);
     int64_t* bags = grow(recv_bags_, ex_, n_recv_);
+    ex_.mark("distributed: keys bucketed");
     ex_.post(posted_, [&] {
       ex_.all_to_all_v(send_keys, send_counts, keys, recv_counts, DataType::i64);
       ex_.all_to_all_v(send_bags, send_counts, bags, recv_counts, DataType::i64);
     });
+    ex_.mark_side("distributed: keys exchanged");
   }
 
   void lookup() override {
@@ -73,7 +75,9 @@ class DistributedTable : public PlacedTable {
                         grow(rows_, ex_, n_recv_));
     direct_out_ = in_.bags == max_bags_;
     float* mine = direct_out_ ? out_ : grow(mine_, ex_, size_t(max_bags_) * dim_);
+    ex_.mark("distributed: partial sums pooled");
     ex_.post(posted_, [&] { ex_.reduce_scatter(partial, mine, size_t(max_bags_) * dim_, DataType::f32); });
+    ex_.mark_side("distributed: partial sums reduced");
   }
 
   void finish_forward() override {
@@ -97,14 +101,17 @@ class DistributedTable : public PlacedTable {
     ex_.post(posted_, [&] {
       ex_.all_gather_v(send, all, std::vector<size_t>(size_t(world), size_t(max_bags_) * dim_), DataType::f32);
     });
+    ex_.mark_side("distributed: gradients gathered");
     // the sort of the update's rows while the gradients travel
     table_prepare_update(*table_, owner_offsets_.data(), rows_.data(), global_bags_, n_recv_, Combiner::sum);
+    ex_.mark("distributed: update sorted");
   }
 
   void update(int64_t step, float lr_scale) override {
     ex_.join(posted_);
     table_finish_update(*table_, owner_offsets_.data(), rows_.data(), global_bags_, n_recv_, partial_.data(),
                         Combiner::sum, step, lr_scale);
+    ex_.mark("distributed: rows updated");
   }
 
   void check_lookups() override { table_check(*table_); }

@@ -25,6 +25,7 @@ class ReplicatedTable : public PlacedTable {
     // The rows of the keys are kept for a backward straight from the bags' gradients.
     int64_t* rows = grow(rows_, ex_, size_t(in_.nnz));
     table_lookup_pooled(replica_.table(), in_.offsets, in_.keys, in_.bags, combiner_, mode_, out_, rows);
+    ex_.mark("replicated: bags pooled");
   }
 
   void finish_forward() override {}
@@ -43,6 +44,7 @@ class ReplicatedTable : public PlacedTable {
       return;
     }
     replica_.update(step, lr_scale);
+    ex_.mark("replicated: rows updated");
   }
 
   void prepare_backward() override {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -54,10 +55,25 @@ void check_collection_config(const CollectionConfig& cfg) {
 // ----------------------------------------------------------------------------
 // key statistics
 
+namespace {
+// Sorts keys and counts each: (key, count) pairs, keys ascending.
+std::vector<std::pair<int64_t, int64_t>> run_lengths(std::vector<int64_t>& keys) {
+  std::sort(keys.begin(), keys.end());
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (size_t i = 0; i < keys.size();) {
+    size_t j = i;
+    while (j < keys.size() && keys[j] == keys[i]) ++j;
+    out.emplace_back(keys[i], int64_t(j - i));
+    i = j;
+  }
+  return out;
+}
+}  // namespace
+
 std::vector<TableKeyStats> count_keys(MPI_Comm comm, const CollectionConfig& cfg, const std::vector<int64_t>& offsets,
                                       const std::vector<int64_t>& keys, int64_t batch, size_t max_top) {
   const size_t T = cfg.tables.size();
-  std::vector<std::map<int64_t, int64_t>> counts(T);
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> counts(T);  // this rank's (key, count), keys ascending
   std::vector<int64_t> nkeys(T, 0);
   agree_on_error(comm, guarded([&] {
     check_collection_config(cfg);
@@ -70,12 +86,16 @@ std::vector<TableKeyStats> count_keys(MPI_Comm comm, const CollectionConfig& cfg
                    (long long)offsets[0], (long long)offsets.back());
     for (int64_t r = 0; r < rows; ++r)
       SPARTA_REQUIRE(offsets[r] <= offsets[r + 1], "key statistics: offsets decrease at row %lld", (long long)r);
-    for (size_t t = 0; t < T; ++t)
+    for (size_t t = 0; t < T; ++t) {
+      std::vector<int64_t> mine;
       for (int64_t s = 0; s < batch; ++s)
         for (int slot : cfg.tables[t].slots) {
           int64_t r = s * cfg.num_slots + slot;
-          for (int64_t i = offsets[r]; i < offsets[r + 1]; ++i) ++counts[t][keys[i]], ++nkeys[t];
+          mine.insert(mine.end(), keys.begin() + offsets[r], keys.begin() + offsets[r + 1]);
         }
+      nkeys[t] = int64_t(mine.size());
+      counts[t] = run_lengths(mine);
+    }
   }));
   int world = 1;
   MPI_CHECK(MPI_Comm_size(comm, &world));
@@ -93,16 +113,19 @@ std::vector<TableKeyStats> count_keys(MPI_Comm comm, const CollectionConfig& cfg
     for (int r = 0; r < world; ++r) displs[r] = sum, sum += sizes[r];
     std::vector<int64_t> all(size_t(std::max(sum, 1)));
     MPI_CHECK(MPI_Allgatherv(mine.data(), n, MPI_INT64_T, all.data(), sizes.data(), displs.data(), MPI_INT64_T, comm));
-    std::map<int64_t, int64_t> merged;
-    for (int i = 0; i + 1 < sum; i += 2) merged[all[i]] += all[i + 1];
+    std::vector<std::pair<int64_t, int64_t>> pairs;
+    for (int i = 0; i + 1 < sum; i += 2) pairs.emplace_back(all[i], all[i + 1]);
+    std::sort(pairs.begin(), pairs.end());
     TableKeyStats& st = out[t];
     st.samples = samples;
     st.keys = nkeys[t];
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &st.keys, 1, MPI_INT64_T, MPI_SUM, comm));
-    st.top.assign(merged.begin(), merged.end());
+    for (const auto& kc : pairs)  // the ranks' counts of a key summed, keys ascending
+      if (!st.top.empty() && st.top.back().first == kc.first) st.top.back().second += kc.second;
+      else st.top.push_back(kc);
     std::stable_sort(st.top.begin(), st.top.end(), [](const std::pair<int64_t, int64_t>& a,
                                                      const std::pair<int64_t, int64_t>& b) {
-      return a.second > b.second;  // keys ascending among equal counts (the map's order, kept by the stable sort)
+      return a.second > b.second;  // keys ascending among equal counts (kept by the stable sort)
     });
     if (st.top.size() > max_top) st.top.resize(max_top);
   }
@@ -356,8 +379,42 @@ std::string human(double bytes) {
 
 // One pass of the planner (make_plan): the tables largest first, each request honoured, each automatic table
 // where it raises the estimate the least. opt: with the configuration's wire type (make_plan sets it).
+// The placements in the order of preference where estimates tie.
+constexpr Placement kPlacements[] = {Placement::replicated, Placement::localized, Placement::dispatch,
+                                     Placement::distributed, Placement::hybrid};
+constexpr size_t kNumPlacements = sizeof(kPlacements) / sizeof(kPlacements[0]);
+
+// placement_cost of every table under every placement, computed once per make_plan: the passes below place the
+// tables many times over.
+class CostCache {
+ public:
+  CostCache(const CollectionConfig& cfg, const PlannerOptions& opt, const std::vector<TableKeyStats>& stats)
+      : cfg_(cfg), opt_(opt), stats_(stats), costs_(cfg.tables.size() * kNumPlacements) {}
+  int64_t hot_rows(size_t i) const {
+    const CollectionTableConfig& t = cfg_.tables[i];
+    return std::min<int64_t>(
+        {t.hot_rows > 0 ? t.hot_rows : opt_.default_hot_rows, t.rows, int64_t(stats_.empty() ? 0 : stats_[i].top.size())});
+  }
+  const PlacementCost& get(size_t i, Placement p) {
+    const size_t k = i * kNumPlacements + size_t(std::find(std::begin(kPlacements), std::end(kPlacements), p) -
+                                                 std::begin(kPlacements));
+    if (!costs_[k].first) {
+      static const TableKeyStats none;
+      costs_[k] = {true, placement_cost(cfg_.tables[i], p, opt_, stats_.empty() ? none : stats_[i], hot_rows(i),
+                                        cfg_.shard_slack)};
+    }
+    return costs_[k].second;
+  }
+
+ private:
+  const CollectionConfig& cfg_;
+  const PlannerOptions& opt_;
+  const std::vector<TableKeyStats>& stats_;
+  std::vector<std::pair<bool, PlacementCost>> costs_;
+};
+
 Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::vector<TableKeyStats>& stats,
-           const std::vector<Request>& req) {
+           const std::vector<Request>& req, CostCache& cache) {
   const size_t T = cfg.tables.size();
   const int W = opt.world;
   Plan plan;
@@ -415,8 +472,7 @@ Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::ve
   for (size_t i : order) {
     const CollectionTableConfig& t = cfg.tables[i];
     const TableKeyStats& st = stats.empty() ? none : stats[i];
-    const int64_t hot_rows =
-        std::min<int64_t>({t.hot_rows > 0 ? t.hot_rows : opt.default_hot_rows, t.rows, int64_t(st.top.size())});
+    const int64_t hot_rows = cache.hot_rows(i);
     // Candidates in order of preference where the times tie.
     std::vector<Placement> cands;
     if (req[i].automatic) {
@@ -452,7 +508,7 @@ Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::ve
     const double now = step.seconds(rates);
     std::vector<Option> opts;
     for (Placement p : cands) {
-      const PlacementCost c = placement_cost(t, p, opt, st, hot_rows, cfg.shard_slack);
+      const PlacementCost& c = cache.get(i, p);
       std::vector<int> owners = {0};
       if (p == Placement::localized && req[i].owner >= 0) owners = {req[i].owner};
       if (p == Placement::localized && req[i].owner < 0) {  // every rank: least memory placed, then the lowest
@@ -518,13 +574,13 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
   const size_t T = cfg.tables.size();
   std::vector<Request> req(T);
   for (size_t i = 0; i < T; ++i) req[i] = parse_request(cfg.tables[i], opt.world);
-  Plan best = place(cfg, wire_opt, stats, req);  // a plan that does not fit throws here
+  CostCache cache(cfg, wire_opt, stats);
+  Plan best = place(cfg, wire_opt, stats, req, cache);  // a plan that does not fit throws here
   // Every automatic table in one placement, for each placement (hybrid: the tables with counted keys): a pass
   // places one table at a time, and a placement whose fixed costs pay off only over many tables (localized,
   // whose owners look up side by side) can lose at every table and still make the faster plan.
   // The lowest estimate that fits wins; ties keep the first pass's plan.
-  for (Placement p : {Placement::replicated, Placement::localized, Placement::dispatch, Placement::distributed,
-                      Placement::hybrid}) {
+  for (Placement p : kPlacements) {
     std::vector<Request> all = req;
     bool any = false;
     for (size_t i = 0; i < T; ++i) {
@@ -535,7 +591,7 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
     }
     if (!any) continue;
     try {
-      Plan q = place(cfg, wire_opt, stats, all);
+      Plan q = place(cfg, wire_opt, stats, all, cache);
       if (q.estimate.seconds < best.estimate.seconds - kTie) best = std::move(q);
     } catch (const Error&) {
       // does not fit the memory budget: not a candidate
@@ -545,24 +601,65 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
   // (localized owners picked again by the pass), and a change that lowers the estimate stays; rounds until one
   // changes nothing. A mix that neither the pass nor one placement for all finds (one hot table distributed
   // among localized ones) is found so.
+  //
+  // A table that would open a group of its own pays the group's fixed cost alone, which one table's bytes may not
+  // repay where several tables' do (DCNv2's 18 small tables replicated beside the large ones localized on 2 ranks:
+  // no single one pays for the replicated group). So each round also tries, for every placement, the tables
+  // ranked by what moving each alone to it does to the estimate, and moves the best k of them together, the k
+  // that lowers the estimate most.
   std::vector<Request> cur = req;
   for (size_t i = 0; i < T; ++i)
     if (req[i].automatic) cur[i] = Request{false, best.tables[i].placement, -1};
+  auto try_plan = [&](const std::vector<Request>& trial, double& seconds) {
+    try {
+      Plan q = place(cfg, wire_opt, stats, trial, cache);
+      seconds = q.estimate.seconds;
+      return q;
+    } catch (const Error&) {  // does not fit the memory budget
+      seconds = std::numeric_limits<double>::infinity();
+      return Plan{};
+    }
+  };
+  auto may_take = [&](size_t i, Placement p) {
+    return req[i].automatic && p != cur[i].placement &&
+           !(p == Placement::hybrid && (stats.empty() || stats[i].top.empty()));
+  };
   for (bool changed = true; changed;) {
     changed = false;
-    for (size_t i = 0; i < T; ++i) {
-      if (!req[i].automatic) continue;
-      for (Placement p : {Placement::replicated, Placement::localized, Placement::dispatch, Placement::distributed,
-                          Placement::hybrid}) {
-        if (p == cur[i].placement || (p == Placement::hybrid && (stats.empty() || stats[i].top.empty()))) continue;
+    for (size_t i = 0; i < T; ++i)
+      for (Placement p : kPlacements) {
+        if (!may_take(i, p)) continue;
         std::vector<Request> trial = cur;
         trial[i].placement = p;
-        try {
-          Plan q = place(cfg, wire_opt, stats, trial);
-          if (q.estimate.seconds < best.estimate.seconds - kTie) best = std::move(q), cur = trial, changed = true;
-        } catch (const Error&) {
-        }
+        double s;
+        Plan q = try_plan(trial, s);
+        if (s < best.estimate.seconds - kTie) best = std::move(q), cur = trial, changed = true;
       }
+    for (Placement p : kPlacements) {
+      std::vector<std::pair<double, size_t>> ranked;  // (estimate with table i alone moved to p, i)
+      for (size_t i = 0; i < T; ++i) {
+        if (!may_take(i, p)) continue;
+        std::vector<Request> trial = cur;
+        trial[i].placement = p;
+        double s;
+        try_plan(trial, s);
+        if (std::isfinite(s)) ranked.emplace_back(s, i);
+      }
+      std::stable_sort(ranked.begin(), ranked.end(),
+                       [](const std::pair<double, size_t>& a, const std::pair<double, size_t>& b) {
+                         return a.first < b.first;
+                       });
+      std::vector<Request> trial = cur, pick;
+      Plan found;
+      double found_s = best.estimate.seconds - kTie;
+      for (size_t k = 0; k < ranked.size(); ++k) {  // the best k + 1 moved together
+        trial[ranked[k].second].placement = p;
+        if (k == 0) continue;  // one table alone: the single moves above
+        double s;
+        Plan q = try_plan(trial, s);
+        if (s < found_s) found = std::move(q), found_s = s, pick = trial;
+      }
+      if (!pick.empty()) best = std::move(found), cur = pick, changed = true;
     }
   }
   // Last, the owners of the localized tables whose owner the planner picks: one table to another rank, or two
@@ -577,7 +674,7 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
   }
   auto keep_if_better = [&](const std::vector<Request>& trial) {
     try {
-      Plan q = place(cfg, wire_opt, stats, trial);
+      Plan q = place(cfg, wire_opt, stats, trial, cache);
       if (q.estimate.seconds < best.estimate.seconds - kTie) {
         best = std::move(q), cur = trial;
         return true;
