@@ -244,36 +244,62 @@ __global__ void __launch_bounds__(kBlock) select_slot_lengths_kernel(const int64
   }
 }
 
+// The keys of a table's slots, kBlock bags at a time: each thread reads one bag's source start and output position
+// into shared memory, then the block's threads copy the block's keys in output order, each finding its bag by a
+// binary search there. Loads and stores are coalesced whatever the bags' lengths (a thread per bag walks a 100-key
+// bag alone). f(key, source index, j) gives the key written for slot j.
+template <class F>
+__device__ void select_keys(const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots,
+                            const int32_t* slots, int table_slots, const int64_t* out_offsets, int64_t* out_keys,
+                            F f) {
+  __shared__ int64_t at[kBlock + 1];
+  __shared__ int64_t src[kBlock];
+  __shared__ int32_t slot_of[kBlock];
+  const int64_t bags = batch * table_slots;
+  const int x = threadIdx.x;
+  for (int64_t t0 = blockIdx.x * int64_t(kBlock); t0 < bags; t0 += int64_t(gridDim.x) * kBlock) {
+    const int n = static_cast<int>(bags - t0 < kBlock ? bags - t0 : kBlock);
+    if (x < n) {
+      const int64_t t = t0 + x;
+      const int64_t s = t / table_slots;
+      const int j = static_cast<int>(t - s * table_slots);
+      src[x] = offsets[s * num_slots + slots[j]];
+      at[x] = out_offsets[t];
+      slot_of[x] = j;
+    }
+    if (x == 0) at[n] = out_offsets[t0 + n];
+    __syncthreads();
+    for (int64_t o = at[0] + x; o < at[n]; o += kBlock) {
+      int lo = 0, hi = n - 1;  // the last bag that starts at or before o: the one holding it (empty bags skipped)
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (at[mid] <= o) lo = mid;
+        else hi = mid - 1;
+      }
+      const int64_t i = src[lo] + (o - at[lo]);
+      out_keys[o] = f(keys[i], i, slot_of[lo]);
+    }
+    __syncthreads();
+  }
+}
+
 __global__ void __launch_bounds__(kBlock) select_slot_keys_kernel(const int64_t* offsets, const int64_t* keys,
                                                                   int64_t batch, int num_slots, const int32_t* slots,
                                                                   int table_slots, const int64_t* out_offsets,
                                                                   int64_t* out_keys) {
-  GRID_STRIDE(t, batch * table_slots) {
-    int64_t s = t / table_slots;
-    int j = static_cast<int>(t - s * table_slots);
-    int64_t row = s * num_slots + slots[j];
-    int64_t at = out_offsets[t];
-    for (int64_t i = offsets[row]; i < offsets[row + 1]; ++i) out_keys[at++] = keys[i];
-  }
+  select_keys(offsets, keys, batch, num_slots, slots, table_slots, out_offsets, out_keys,
+              [](int64_t k, int64_t, int) { return k; });
 }
 
 __global__ void __launch_bounds__(kBlock) select_group_keys_kernel(
     const int64_t* offsets, const int64_t* keys, int64_t batch, int num_slots, const int32_t* slots, int table_slots,
     const int64_t* out_offsets, const int64_t* bases, const int64_t* bounds, int64_t* out_keys, int64_t* first_bad) {
-  GRID_STRIDE(t, batch * table_slots) {
-    int64_t s = t / table_slots;
-    int j = static_cast<int>(t - s * table_slots);
-    int64_t row = s * num_slots + slots[j];
-    int64_t at = out_offsets[t];
-    const int64_t base = bases[j];
-    const int64_t bound = bounds[j];
-    for (int64_t i = offsets[row]; i < offsets[row + 1]; ++i) {
-      const int64_t k = keys[i];
-      if (k < 0 || k >= bound)  // indices are >= 0: their unsigned order is theirs
-        atomicMin(reinterpret_cast<unsigned long long*>(first_bad), static_cast<unsigned long long>(i));
-      out_keys[at++] = base + k;
-    }
-  }
+  select_keys(offsets, keys, batch, num_slots, slots, table_slots, out_offsets, out_keys,
+              [=](int64_t k, int64_t i, int j) {
+                if (k < 0 || k >= bounds[j])  // indices are >= 0: their unsigned order is theirs
+                  atomicMin(reinterpret_cast<unsigned long long*>(first_bad), static_cast<unsigned long long>(i));
+                return bases[j] + k;
+              });
 }
 
 __global__ void __launch_bounds__(kBlock) check_offsets_kernel(const int64_t* offsets, int64_t rows,

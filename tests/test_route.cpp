@@ -352,6 +352,54 @@ void check_slots(Backend backend) {
 }
 SPARTA_BACKEND_CASES(select_put_take_slots, check_slots)
 
+// The slot cut of bags of every length: empty, one key, a few, hundreds (the cuda kernel copies a block's bags'
+// keys together, each key finding its bag), over more bags than one block takes; plain and grouped (keys offset by
+// their table's base, keys outside the bound reported by their first index).
+void check_select_long_bags(Backend backend) {
+  Device dev = backend == Backend::cuda ? open_device(Backend::cuda, 0) : Device();
+  const int S = 4, ts = 3;
+  const int64_t batch = 700;
+  std::vector<int64_t> off{0};
+  std::uniform_int_distribution<int> len(0, 12);
+  for (int64_t r = 0; r < batch * S; ++r) {
+    int n = r % 7 == 3 ? 0 : len(testing::rng());
+    if (r % S == 1 && r / S % 50 == 9) n = 300 + int(r % 97);  // hundreds of keys in some of slot 1's bags
+    off.push_back(off.back() + n);
+  }
+  std::vector<int64_t> keys = testing::random_ints(size_t(off.back()), 0, 999);
+  const std::vector<int32_t> slots{1, 3, 0};
+  const std::vector<int64_t> bases{5000, 0, 123456}, bounds{1000, 1000, 990};
+  std::vector<int64_t> want_off{0}, want_keys, want_group;
+  int64_t want_bad = INT64_MAX;
+  for (int64_t s = 0; s < batch; ++s)
+    for (int j = 0; j < ts; ++j) {
+      const int64_t r = s * S + slots[size_t(j)];
+      for (int64_t i = off[size_t(r)]; i < off[size_t(r) + 1]; ++i) {
+        want_keys.push_back(keys[size_t(i)]);
+        want_group.push_back(bases[size_t(j)] + keys[size_t(i)]);
+        if (keys[size_t(i)] >= bounds[size_t(j)]) want_bad = std::min(want_bad, i);
+      }
+      want_off.push_back(int64_t(want_keys.size()));
+    }
+  BOOST_REQUIRE_NE(want_bad, INT64_MAX);  // slot 0's keys 990-999 are outside its bound
+  Buffer<int64_t> o(dev, off), k(dev, keys), bb(dev, bases), bd(dev, bounds);
+  Buffer<int32_t> sl(dev, slots);
+  auto to = poisoned<int64_t>(dev, size_t(batch * ts) + 1);
+  RouteScratch scratch;
+  route_select_slot_offsets(dev, o.data(), batch, S, sl.data(), ts, to.data(), scratch, dev.stream);
+  BOOST_CHECK(to.download() == want_off);
+  auto tk = poisoned<int64_t>(dev, want_keys.size());
+  route_select_slot_keys(dev, o.data(), k.data(), batch, S, sl.data(), ts, to.data(), tk.data(), dev.stream);
+  BOOST_CHECK(tk.download() == want_keys);
+  auto tg = poisoned<int64_t>(dev, want_keys.size());
+  Buffer<int64_t> bad(dev, std::vector<int64_t>{INT64_MAX});
+  route_select_group_keys(dev, o.data(), k.data(), batch, S, sl.data(), ts, to.data(), bb.data(), bd.data(),
+                          tg.data(), bad.data(), dev.stream);
+  BOOST_CHECK(tg.download() == want_group);
+  BOOST_CHECK_EQUAL(bad.download()[0], want_bad);
+}
+SPARTA_BACKEND_CASES(select_keys_of_long_bags, check_select_long_bags)
+
 // A group's selection: keys of slot slots[j] moved by bases[j] (tags << 56 as tagged groups use, or key offsets
 // as direct-index groups do); the first key outside its slot's bound is reported by its index in the batch's
 // keys (and only lowers the value it finds). The offsets check finds the first bad row.
