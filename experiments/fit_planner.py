@@ -35,7 +35,7 @@ import numpy as np
 
 TERMS = ("MB_moved_planned", "planned_local_MB", "planned_collectives", "planned_groups")
 RATES = ("link_GBps", "hbm_GBps", "collective_us", "group_us")
-DEFAULTS = {"link_GBps": 715.0, "hbm_GBps": 3100.0, "collective_us": 300.0, "group_us": 215.0}  # src/planner.h
+DEFAULTS = {"link_GBps": 646.0, "hbm_GBps": 3730.0, "collective_us": 124.0, "group_us": 334.0}  # src/planner.h
 TRAIN_OPTIONS = {"link_GBps": "--embedding.planner_link_gbps", "hbm_GBps": "--embedding.planner_hbm_gbps",
                  "collective_us": "--embedding.planner_collective_us", "group_us": "--embedding.planner_group_us"}
 BENCH_OPTIONS = {"link_GBps": "--planner-link-gbps", "hbm_GBps": "--planner-hbm-gbps",

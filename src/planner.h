@@ -38,20 +38,21 @@ std::vector<TableKeyStats> count_keys(MPI_Comm comm, const CollectionConfig& cfg
                                       const std::vector<int64_t>& keys, int64_t batch, size_t max_top);
 
 // The rates that turn the cost model's counts into seconds (README: the cost model). The defaults are for
-// H100/H200-class GPUs over NVLink: effective rates fitted (experiments/fit_planner.py) to the 102 step times of
-// one bench_collection visit on 1 and 2 H200s (the MLPerf v1 and DCNv2 tables of dim 128 capped at 4M rows,
-// hashed with every key held and direct, 65536 samples per GPU, sgd, every placement and the plan); README
-// ("Embedding collection and placements") gives the error (15% on average). Not hardware figures:
+// H100/H200-class GPUs over NVLink: effective rates fitted (experiments/fit_planner.py) to the 33 step times of
+// one bench_collection visit on 1 and 2 H200s (revision 6bb0b44: the MLPerf v1 and DCNv2 tables of dim 128 capped
+// at 4M rows, direct index at 1 and 2 GPUs and DCNv2 hashed with every key held at 2, 65536 samples per GPU, sgd,
+// every placement, the plan and two mixed plans); README ("Embedding collection and placements") gives the error
+// (7% on average). Not hardware figures:
 //   link_GBps      bytes sent + received per rank per second on the link;
 //   hbm_GBps       rate of the local passes counted (hash-table lookups of random rows, sorts, gathers, scatters,
 //                  pooling, optimizer updates);
 //   collective_us  what one more collective adds to a group's fixed cost;
 //   group_us       fixed cost of one placement group per step (its launches, its host waits for counts).
 struct PlannerRates {
-  double link_GBps = 715;
-  double hbm_GBps = 3100;
-  double collective_us = 300;
-  double group_us = 215;
+  double link_GBps = 646;
+  double hbm_GBps = 3730;
+  double collective_us = 124;
+  double group_us = 334;
 };
 // Throws sparta::Error naming the rate unless every rate is > 0 (and finite).
 void check_planner_rates(const PlannerRates& r);
