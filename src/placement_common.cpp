@@ -325,6 +325,7 @@ void DispatchShard::route(const int64_t* keys, int64_t n) {
   int64_t* uid = grow(uid_, ex_, n);
   int64_t* num_unique = grow(num_unique_, ex_, 1);
   route_unique_sorted(dev, sorted, n, distinct, runs, uid, num_unique, scratch_, dev.stream);
+  ex_.mark("dispatch: keys sorted");
   const int64_t u = unique_ = ex_.download(num_unique, 1)[0];
   // their route: stable buckets by owner
   int32_t* part = grow(part_, ex_, u);
@@ -349,17 +350,21 @@ void DispatchShard::route(const int64_t* keys, int64_t n) {
   recv_counts_ = ex_.counts(send_counts_);
   n_recv_ = static_cast<int64_t>(total(recv_counts_));
   int64_t* recv_keys = grow(recv_keys_, ex_, n_recv_);
+  ex_.mark("dispatch: keys routed");
   ex_.post(posted_, [&] { ex_.all_to_all_v(send_keys, send_counts_, recv_keys, recv_counts_, DataType::i64); });
+  ex_.mark_side("dispatch: keys exchanged");
 }
 
 void DispatchShard::lookup(LookupMode mode) {
   ex_.join(posted_);
   float* recv_vecs = grow(recv_vecs_, ex_, size_t(n_recv_) * dim_);
   table_lookup_keys(*table_, recv_keys_.data(), n_recv_, mode, recv_vecs, grow(rows_, ex_, n_recv_));
+  ex_.mark("dispatch: keys looked up");
   float* send_vecs = grow(send_vecs_, ex_, size_t(unique_) * dim_);
   ex_.post(posted_, [&] {
     ex_.all_to_all_v_floats(recv_vecs, times(recv_counts_, dim_), send_vecs, times(send_counts_, dim_));
   });
+  ex_.mark_side("dispatch: vectors exchanged");
 }
 
 void DispatchShard::finish() { ex_.join(posted_); }
@@ -373,19 +378,23 @@ void DispatchShard::send(const int64_t* offsets, int64_t bags, const float* grad
     sums_.sum(offsets, bags, uid_of_key_.data(), n_, unique_, grad, combiner);
     route_gather_rows(dev, sums_.sums(), perm_.data(), unique_, dim_, send, dev.stream);
   }
+  ex_.mark("dispatch: key sums");
   float* recv = recv_vecs_.data();
   ex_.post(posted_, [&] { ex_.all_to_all_v_floats(send, times(send_counts_, dim_), recv, times(recv_counts_, dim_)); });
+  ex_.mark_side("dispatch: sums exchanged");
   // one bag per received key: the owner sums each row's keys in the order they arrived; the sort of those rows
   // while the sums travel
   int64_t* iota = grow(iota_, ex_, n_recv_ + 1);
   route_iota(dev, n_recv_ + 1, iota, dev.stream);
   table_prepare_update(*table_, iota, rows_.data(), n_recv_, n_recv_, Combiner::sum);
+  ex_.mark("dispatch: update sorted");
 }
 
 void DispatchShard::update(int64_t step, float lr_scale) {
   ex_.join(posted_);
   table_finish_update(*table_, iota_.data(), rows_.data(), n_recv_, n_recv_, recv_vecs_.data(), Combiner::sum, step,
                       lr_scale);
+  ex_.mark("dispatch: rows updated");
 }
 
 // ----------------------------------------------------------------------------

@@ -32,6 +32,7 @@ class DispatchTable : public PlacedTable {
     shard_.finish();
     route_pool_bags(dev, in_.offsets, shard_.vectors(), shard_.vector_of_key(), in_.bags, dim_, combiner_, out_,
                     dev.stream);
+    ex_.mark("dispatch: bags pooled");
   }
 
   void begin_backward(const float* grad) override { shard_.send(in_.offsets, in_.bags, grad, combiner_); }
