@@ -14,7 +14,7 @@ void atomic_sgd_update_cpu(const BackwardBatch& b, float lr, float* values, int6
   for (int64_t bag = 0; bag < b.bags; ++bag) {
     const int64_t s = b.offsets[bag], e = b.offsets[bag + 1];
     const float scale = 1.0f / static_cast<float>(e - s);
-    const float* g = b.grad + bag * dim;
+    const float* g = b.grad + b.grad_layout.at(bag, dim);
     for (int64_t k = s; k < e; ++k) {
       const int64_t row = b.rows[k];
       if (row < 0 || row >= capacity_rows) continue;
@@ -34,6 +34,7 @@ int64_t atomic_sgd_mark_words(int64_t capacity_rows, int dim) {
 void atomic_sgd_update(const Device& dev, const BackwardBatch& batch, float lr, float* values, int64_t capacity_rows,
                        int dim, uint32_t* marks, Stream stream) {
   SPARTA_REQUIRE(dim >= 1 && dim <= 256, "atomic sgd update: dim must be in [1, 256], found %d", dim);
+  check_bag_layout(batch.grad_layout, "atomic sgd update: the gradient");
   SPARTA_REQUIRE(std::isfinite(lr), "atomic sgd update: the learning rate must be finite, found %g", double(lr));
   SPARTA_REQUIRE(capacity_rows >= 0, "atomic sgd update: capacity_rows must be >= 0, found %lld",
                  static_cast<long long>(capacity_rows));

@@ -50,12 +50,13 @@ __device__ __forceinline__ bool bag_step(const BackwardBatch& b, int64_t bag, fl
   if (e <= s) return false;
   const bool mean = b.combiner == Combiner::mean;
   const float scale = 1.0f / static_cast<float>(e - s);
+  const float* g_bag = b.grad + b.grad_layout.at(bag, dim);
 #pragma unroll
   for (int c = 0; c < P; ++c) {
     const int el = (lane + c * G) * V;
 #pragma unroll
     for (int q = 0; q < V; ++q) {
-      float g = el + q < dim ? b.grad[bag * dim + el + q] : 0.f;
+      float g = el + q < dim ? g_bag[el + q] : 0.f;
       if (mean) g = __fmul_rn(g, scale);
       u[c][q] = -__fmul_rn(lr, g);
     }

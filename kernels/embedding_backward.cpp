@@ -118,6 +118,7 @@ void check_batch(const Device& dev, const BackwardBatch& b, const BackwardWorksp
                  static_cast<long long>(b.nnz));
   SPARTA_REQUIRE(!needs_grad || b.bags == 0 || b.grad != nullptr, "embedding backward: %lld bags but no gradient given",
                  static_cast<long long>(b.bags));
+  check_bag_layout(b.grad_layout, "embedding backward: the gradient");
 }
 
 // The finish's batch against the prepare the workspace holds: sparta::Error naming what differs.
@@ -141,6 +142,7 @@ void check_prepared(const Device& dev, const BackwardBatch& b, const BackwardWor
                  static_cast<const void*>(b.rows), static_cast<const void*>(p.rows));
   SPARTA_REQUIRE(b.bags == 0 || b.grad != nullptr, "embedding backward finish: %lld bags but no gradient given",
                  static_cast<long long>(b.bags));
+  check_bag_layout(b.grad_layout, "embedding backward finish: the gradient");
 }
 
 // Sums the contributions of every unique row of the batch embedding_backward_prepare_cpu sorted into ws, in the
@@ -160,7 +162,7 @@ void reduce_rows_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, Sink&& s
     std::fill(out, out + dim, 0.0f);
     for (int64_t j = from; j < to; ++j) {
       const int64_t b = int64_t(pairs[j] & 0xffffffffu);
-      const float* g = batch.grad + b * dim;
+      const float* g = batch.grad + batch.grad_layout.at(b, dim);
       if (mean) {
         const float scale = 1.0f / float(offsets[b + 1] - offsets[b]);
         for (int e = 0; e < dim; ++e) out[e] = rn::add(out[e], rn::mul(g[e], scale));

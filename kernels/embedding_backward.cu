@@ -55,7 +55,8 @@ struct ReduceView {
   const int32_t* multi_rows;         // [counts[kCountMultiRows]] unique row of each row over several items
   const int32_t* counts;             // [WS::kCounts]
   const int64_t* offsets;            // [bags + 1] (mean)
-  const float* grad;                 // [bags, dim]
+  const float* grad;                 // [bags, dim], or laid out as grad_layout says
+  BagLayout grad_layout;
   float* partials;                   // [2 * blocks, dim] (partial_slot)
   int32_t nnz;
   int32_t blocks;                    // chunks(nnz)
@@ -205,7 +206,7 @@ __device__ __forceinline__ void sum_contributions(const ReduceView& s, int32_t a
     float x[U][P * V];
 #pragma unroll
     for (int q = 0; q < U; ++q) {
-      const float* g = s.grad + size_t(b[q]) * s.dim;
+      const float* g = s.grad + (b[q] < uint32_t(s.bag_count) ? s.grad_layout.at(b[q], s.dim) : 0);
 #pragma unroll
       for (int p = 0; p < P; ++p) {
         const int col = lane + p * s.G;
@@ -442,6 +443,7 @@ ReduceView reduce_view(const BackwardBatch& batch, const BackwardWorkspace& ws) 
   v.counts = ws.counts();
   v.offsets = batch.offsets;
   v.grad = batch.grad;
+  v.grad_layout = batch.grad_layout;
   v.partials = ws.at<float>(l.partials);
   v.nnz = static_cast<int32_t>(batch.nnz);
   v.blocks = chunks(v.nnz);
@@ -473,6 +475,8 @@ void reduce(ReduceView v, const rowvec::RowShape& shape, const Op& op, Stream st
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+// Every bag's gradient starts 16 bytes apart from grad's start (with grad aligned, each is aligned).
+bool grad_by_four(const BackwardBatch& b) { return b.grad_layout.contiguous() || b.grad_layout.by_four; }
 
 }  // namespace
 
@@ -485,7 +489,7 @@ void embedding_backward_finish_cuda(const BackwardBatch& batch, BackwardWorkspac
                                     Stream stream) {
   if (batch.nnz == 0) return;
   const ReduceView v = reduce_view(batch, ws);
-  const rowvec::RowShape shape = rowvec::row_shape(ws.dim(), aligned16(batch.grad) && aligned16(row_grads));
+  const rowvec::RowShape shape = rowvec::row_shape(ws.dim(), aligned16(batch.grad) && grad_by_four(batch) && aligned16(row_grads));
   rowvec::dispatch_shape(shape, [&](auto vv, auto pp) {
     constexpr int V = decltype(vv)::value, P = decltype(pp)::value;
     reduce<V, P>(v, shape, GradOut<V, P>{row_grads, ws.dim()}, stream);
@@ -499,7 +503,7 @@ void backward_and_update_finish_cuda(const BackwardBatch& batch, BackwardWorkspa
   const int dim = ws.dim();
   const int width = optimizer_state_width(c.kind, dim);
   const bool state_vec = width == 0 || c.kind == OptimizerKind::lazy_adam || aligned16(state);
-  const rowvec::RowShape shape = rowvec::row_shape(dim, aligned16(batch.grad) && aligned16(values) && state_vec);
+  const rowvec::RowShape shape = rowvec::row_shape(dim, aligned16(batch.grad) && grad_by_four(batch) && aligned16(values) && state_vec);
   dispatch_optimizer(c.kind, [&](auto kind) {
     constexpr OptimizerKind K = decltype(kind)::value;
     rowvec::dispatch_shape(shape, [&](auto vv, auto pp) {

@@ -53,10 +53,11 @@ constexpr int64_t kBackwardMaxKeys = int64_t(INT32_MAX) - 1;
 struct BackwardBatch {
   const int64_t* offsets = nullptr;  // [bags + 1] CSR offsets over bags b = sample * slots + slot
   const int64_t* rows = nullptr;     // [nnz] table row of each key
-  const float* grad = nullptr;       // [bags, dim] gradient of the pooled output
+  const float* grad = nullptr;       // [bags, dim] gradient of the pooled output (laid out as grad_layout says)
   int64_t bags = 0;
   int64_t nnz = 0;
   Combiner combiner = Combiner::sum;
+  BagLayout grad_layout;             // where each bag's gradient lies in grad (default [bags, dim])
 };
 
 // Scratch of the backward for batches of up to max_nnz keys into a table of capacity_rows rows of dim floats:

@@ -32,4 +32,10 @@ OptimizerKind parse_optimizer(const std::string& name) {
   throw Error("optimizer: expected sgd, momentum, nesterov, adagrad, adam or lazy_adam, found '" + name + "'");
 }
 
+void check_bag_layout(const BagLayout& l, const char* what) {
+  SPARTA_REQUIRE(l.contiguous() || (l.cols && l.slots > 0 && l.row > 0),
+                 "%s: a bag layout needs its columns, slots > 0 and row > 0 (found %d slots, row %lld)", what, l.slots,
+                 (long long)l.row);
+}
+
 }  // namespace sparta

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <string>
 
+#include "src/base/device.h"  // SPARTA_HD
+
 namespace sparta {
 
 enum class Combiner { sum, mean };
@@ -42,6 +44,25 @@ inline int optimizer_state_width(OptimizerKind kind, int dim) {
   }
   return 0;
 }
+
+// Where bag b's vector lies: in a [bags, dim] array (slots 0), or, laid out in a wider array, in rows of `row`
+// values that hold the samples side by side, bag b = sample * slots + j from b / slots * row + cols[j] (a pooled
+// output written in place into a collection's output, and its gradient read from there). cols: [slots] in the
+// memory of the backend that reads it (device memory for cuda). by_four: row and every column are multiples of 4,
+// so 16-byte rows stay 16-byte aligned (the kernels' vector loads and stores; without it they take one element at
+// a time).
+struct BagLayout {
+  int64_t row = 0;
+  const int32_t* cols = nullptr;
+  int slots = 0;
+  bool by_four = false;
+  SPARTA_HD int64_t at(int64_t bag, int dim) const {
+    return slots == 0 ? bag * dim : (bag / slots) * row + cols[bag % slots];
+  }
+  bool contiguous() const { return slots == 0; }
+};
+// sparta::Error "<what>: ..." unless the layout is the default or has its columns, slots and row.
+void check_bag_layout(const BagLayout& l, const char* what);
 
 // Names as written in options and files: "sum" "mean"; "sgd" "momentum" "nesterov" "adagrad" "adam" "lazy_adam".
 // The parsers throw sparta::Error naming the value found.

@@ -44,13 +44,14 @@ void embedding_forward_cpu(const ForwardArgs& a) {
     int64_t n = end - begin;
     if (a.combiner == Combiner::mean && n > 0)
       for (int e = 0; e < dim; ++e) acc[e] = acc[e] / static_cast<float>(n);
+    const int64_t at = a.out_layout.at(b, dim);
     switch (a.out_type) {
-      case OutputType::f32: std::memcpy(static_cast<float*>(a.out) + b * dim, acc.data(), sizeof(float) * dim); break;
+      case OutputType::f32: std::memcpy(static_cast<float*>(a.out) + at, acc.data(), sizeof(float) * dim); break;
       case OutputType::bf16:
-        for (int e = 0; e < dim; ++e) static_cast<uint16_t*>(a.out)[b * dim + e] = float_to_bf16(acc[e]);
+        for (int e = 0; e < dim; ++e) static_cast<uint16_t*>(a.out)[at + e] = float_to_bf16(acc[e]);
         break;
       case OutputType::f16:
-        for (int e = 0; e < dim; ++e) static_cast<uint16_t*>(a.out)[b * dim + e] = float_to_f16(acc[e]);
+        for (int e = 0; e < dim; ++e) static_cast<uint16_t*>(a.out)[at + e] = float_to_f16(acc[e]);
         break;
     }
   }
@@ -63,6 +64,7 @@ void check_args(const ForwardArgs& a, const char* what) {
   SPARTA_REQUIRE(a.bags >= 0, "%s: bags must be >= 0, found %lld", what, (long long)a.bags);
   SPARTA_REQUIRE(a.bags == 0 || (a.out && a.rows_init.values && (a.table.slots || a.table.direct_stride > 0)),
                  "%s: null output, values or table", what);
+  check_bag_layout(a.out_layout, what);
 }
 
 void dispatch(const Device& dev, const ForwardArgs& a, const char* what, Stream stream) {
@@ -86,6 +88,7 @@ void unpooled_forward(const Device& dev, const ForwardArgs& a, Stream stream) {
   ForwardArgs u = a;
   u.offsets = nullptr;
   u.combiner = Combiner::sum;
+  u.out_layout = BagLayout{};  // one vector per key, one after another
   dispatch(dev, u, "unpooled_forward", stream);
 }
 

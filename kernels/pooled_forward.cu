@@ -97,9 +97,7 @@ __device__ __forceinline__ void load_row(const float* values, int64_t row, int d
 }
 
 template <int VEC, int C, class OutT>
-__device__ __forceinline__ void write_bag(OutT* out, int64_t bag, int dim, int lane, int64_t n, bool mean,
-                                          float (&acc)[C][VEC]) {
-  OutT* o = out + bag * dim;
+__device__ __forceinline__ void write_bag(OutT* o, int dim, int lane, int64_t n, bool mean, float (&acc)[C][VEC]) {
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     int e = (c * kTile + lane) * VEC;
@@ -192,7 +190,7 @@ __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forwar
         if (g >= cnt) break;
         int64_t i = i0 + g;
         while (i >= bag_end) {  // the walk passed the end of `bag`: write it (and any empty bags after it)
-          write_bag<VEC, C, OutT>(out, b0 + bag, dim, lane, bag_end - bag_start, mean, acc);
+          write_bag<VEC, C, OutT>(out + a.out_layout.at(b0 + bag, dim), dim, lane, bag_end - bag_start, mean, acc);
           ++bag;
           bag_start = bag_end;
           bag_end = tile.shfl(off, bag + 1);
@@ -212,7 +210,7 @@ __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forwar
       cnt = cnt1;
     }
     while (bag < nb) {
-      write_bag<VEC, C, OutT>(out, b0 + bag, dim, lane, bag_end - bag_start, mean, acc);
+      write_bag<VEC, C, OutT>(out + a.out_layout.at(b0 + bag, dim), dim, lane, bag_end - bag_start, mean, acc);
       ++bag;
       bag_start = bag_end;
       bag_end = tile.shfl(off, bag + 1);
@@ -260,7 +258,7 @@ __global__ void __launch_bounds__(256) direct_quad_kernel(ForwardArgs a) {
         if (mean && bag_end > bag_start)
 #pragma unroll
           for (int q = 0; q < 4; ++q) acc[q] = acc[q] / n;
-        store_out<OutT>(out + (b0 + bag) * dim + e, acc);
+        store_out<OutT>(out + a.out_layout.at(b0 + bag, dim) + e, acc);
       }
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[q] = 0.f;
@@ -362,7 +360,7 @@ void embedding_forward_cuda(const ForwardArgs& a, Stream stream) {
   int dim = a.rows_init.dim;
   size_t store = a.out_type == OutputType::f32 ? 16 : 8;  // bytes of one 4-element store
   bool vec4 = dim % 4 == 0 && reinterpret_cast<uintptr_t>(a.rows_init.values) % 16 == 0 &&
-              reinterpret_cast<uintptr_t>(a.out) % store == 0;
+              reinterpret_cast<uintptr_t>(a.out) % store == 0 && (a.out_layout.contiguous() || a.out_layout.by_four);
   switch (a.out_type) {
     case OutputType::f32: return launch_for_mode<float>(a, vec4, stream);
     case OutputType::bf16: return launch_for_mode<__nv_bfloat16>(a, vec4, stream);

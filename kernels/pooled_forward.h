@@ -39,6 +39,7 @@ struct ForwardArgs {
   Combiner combiner = Combiner::sum;
   void* out = nullptr;               // [bags, dim] of out_type (16-byte aligned for the fast path)
   OutputType out_type = OutputType::f32;
+  BagLayout out_layout;              // pooled: where each bag goes in out (default [bags, dim]); unpooled: unused
   int64_t* rows = nullptr;           // [nnz], may be null
 };
 

@@ -138,9 +138,10 @@ void EmbeddingTable::check_lookups(MissingKey missing, Stream stream) {
 
 void EmbeddingTable::pooled_forward(const int64_t* offsets, const int64_t* keys, int64_t bags, Combiner combiner,
                                     LookupMode mode, void* out, OutputType out_type, int64_t* rows,
-                                    MissingKey missing, Check when, Stream stream) {
+                                    MissingKey missing, Check when, Stream stream, const BagLayout& out_layout) {
   if (mode == LookupMode::train) check_keys_per_call(cfg_.name, "bags", bags);
   ForwardArgs a = forward_args(mode, out, out_type, rows);
+  a.out_layout = out_layout;
   a.offsets = offsets;
   a.keys = keys;
   a.bags = bags;
@@ -180,7 +181,7 @@ BackwardWorkspace& EmbeddingTable::workspace(int64_t nnz, Stream stream) {
 }
 
 BackwardBatch EmbeddingTable::backward_batch(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
-                                             const float* grad, Combiner combiner) const {
+                                             const float* grad, Combiner combiner, const BagLayout& grad_layout) const {
   SPARTA_REQUIRE(nnz >= 0 && bags >= 0, "embedding table '%s': backward of %lld bags, %lld keys", cfg_.name.c_str(),
                  (long long)bags, (long long)nnz);
   check_keys_per_call(cfg_.name, "keys", nnz);
@@ -192,6 +193,7 @@ BackwardBatch EmbeddingTable::backward_batch(const int64_t* offsets, const int64
   b.bags = bags;
   b.nnz = nnz;
   b.combiner = combiner;
+  b.grad_layout = grad_layout;
   return b;
 }
 
@@ -202,13 +204,13 @@ void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* 
 
 void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
                                          const float* grad, Combiner combiner, int64_t step, float lr_scale,
-                                         Stream stream) {
+                                         Stream stream, const BagLayout& grad_layout) {
   SPARTA_REQUIRE(std::isfinite(lr_scale) && lr_scale >= 0,
                  "embedding table '%s': learning-rate scale must be finite and >= 0, found %g", cfg_.name.c_str(),
                  double(lr_scale));
   SPARTA_REQUIRE(step >= 1, "embedding table '%s': optimizer step must be >= 1 (counted from 1), found %lld",
                  cfg_.name.c_str(), (long long)step);
-  const BackwardBatch b = backward_batch(offsets, rows, bags, nnz, grad, combiner);
+  const BackwardBatch b = backward_batch(offsets, rows, bags, nnz, grad, combiner, grad_layout);
   OptimizerConfig opt = cfg_.optimizer;
   if (lr_scale != 1.0f) opt.lr = opt.lr * lr_scale;
   try {
@@ -236,9 +238,10 @@ void EmbeddingTable::prepare_update(const int64_t* offsets, const int64_t* rows,
 }
 
 void EmbeddingTable::finish_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
-                                   const float* grad, Combiner combiner, int64_t step, float lr_scale, Stream stream) {
+                                   const float* grad, Combiner combiner, int64_t step, float lr_scale, Stream stream,
+                                   const BagLayout& grad_layout) {
   if (cfg_.optimizer.atomic_update) return backward_and_update(offsets, rows, bags, nnz, grad, combiner, step,
-                                                               lr_scale, stream);
+                                                               lr_scale, stream, grad_layout);
   SPARTA_REQUIRE(std::isfinite(lr_scale) && lr_scale >= 0,
                  "embedding table '%s': learning-rate scale must be finite and >= 0, found %g", cfg_.name.c_str(),
                  double(lr_scale));
@@ -246,7 +249,7 @@ void EmbeddingTable::finish_update(const int64_t* offsets, const int64_t* rows, 
                  cfg_.name.c_str(), (long long)step);
   SPARTA_REQUIRE(workspace_, "embedding table '%s': finish_update with no prepare_update before it",
                  cfg_.name.c_str());
-  const BackwardBatch b = backward_batch(offsets, rows, bags, nnz, grad, combiner);
+  const BackwardBatch b = backward_batch(offsets, rows, bags, nnz, grad, combiner, grad_layout);
   OptimizerConfig opt = cfg_.optimizer;
   if (lr_scale != 1.0f) opt.lr = opt.lr * lr_scale;
   try {
@@ -288,13 +291,14 @@ void EmbeddingTable::prepare_row_gradients(const int64_t* offsets, const int64_t
   }
 }
 
-void EmbeddingTable::finish_row_gradients(const float* grad, float* row_grads, Stream stream) {
+void EmbeddingTable::finish_row_gradients(const float* grad, float* row_grads, Stream stream,
+                                          const BagLayout& grad_layout) {
   SPARTA_REQUIRE(workspace_ && workspace_->prepared().valid,
                  "embedding table '%s': embedding backward finish: the workspace holds no prepared batch (no "
                  "prepare_row_gradients since the last finish, or another backward of the table in between)",
                  cfg_.name.c_str());
   const BackwardWorkspace::Prepared& p = workspace_->prepared();
-  const BackwardBatch b = backward_batch(p.offsets, p.rows, p.bags, p.nnz, grad, p.combiner);
+  const BackwardBatch b = backward_batch(p.offsets, p.rows, p.bags, p.nnz, grad, p.combiner, grad_layout);
   try {
     workspace_stream_ = stream;  // the last user of the workspace
     embedding_backward_finish(dev_, b, *workspace_, row_grads, stream);

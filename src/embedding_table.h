@@ -117,9 +117,11 @@ class EmbeddingTable {
   // MissingKey::error, then synchronize stream to check (a full table throws sparta::Error naming the table,
   // its capacity and the rows asked for); eval with MissingKey::zeros never synchronizes. Check::deferred:
   // never synchronizes; check_lookups reports the errors later. In train mode bags must be within the
-  // backward's limit (kBackwardMaxKeys; sparta::Error naming the table otherwise).
+  // backward's limit (kBackwardMaxKeys; sparta::Error naming the table otherwise). out_layout: where each bag
+  // goes in out (kernels/embedding_types.h BagLayout; default [bags, dim]).
   void pooled_forward(const int64_t* offsets, const int64_t* keys, int64_t bags, Combiner combiner, LookupMode mode,
-                      void* out, OutputType out_type, int64_t* rows, MissingKey missing, Check check, Stream stream);
+                      void* out, OutputType out_type, int64_t* rows, MissingKey missing, Check check, Stream stream,
+                      const BagLayout& out_layout = {});
   // One vector per key: keys [nnz] → out [nnz, dim]; otherwise as pooled_forward. In train mode nnz must be
   // within the backward's limit (kBackwardMaxKeys; sparta::Error naming the table otherwise), since its rows
   // feed a backward.
@@ -141,9 +143,11 @@ class EmbeddingTable {
   void backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, const float* grad,
                            Combiner combiner, int64_t step, Stream stream);
   // The same with the optimizer's learning rate scaled by lr_scale (>= 0, finite) for this step: a learning-rate
-  // schedule (lr_scale 1 is the call above).
+  // schedule (lr_scale 1 is the call above). grad_layout: where each bag's gradient lies in grad (default [bags,
+  // dim]), here and in finish_update and finish_row_gradients.
   void backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, const float* grad,
-                           Combiner combiner, int64_t step, float lr_scale, Stream stream);
+                           Combiner combiner, int64_t step, float lr_scale, Stream stream,
+                           const BagLayout& grad_layout = {});
   // backward_and_update in two parts (kernels/embedding_backward.h backward_and_update_prepare / _finish), so that
   // the part that needs no gradient (the sort of the rows) runs before the gradient is there (e.g. while it travels
   // to the rows' owner): prepare_update takes the batch but the gradient, finish_update the same batch with it and
@@ -154,7 +158,7 @@ class EmbeddingTable {
   void prepare_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, Combiner combiner,
                       Stream stream);
   void finish_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, const float* grad,
-                     Combiner combiner, int64_t step, float lr_scale, Stream stream);
+                     Combiner combiner, int64_t step, float lr_scale, Stream stream, const BagLayout& grad_layout = {});
   // The gradient of every row the batch touched, summed in kernels/embedding_backward.h's fixed order, without
   // applying it (a replica's share of an update that every copy applies), and the row's key: offsets, rows, bags,
   // nnz, grad and combiner as for backward_and_update, keys [nnz] the lookup's keys; unique_keys [nnz] and
@@ -176,7 +180,7 @@ class EmbeddingTable {
   // rows alive and unchanged in between. Asynchronous on stream: the prepare's stream or one ordered after it.
   // Any other backward of the table in between (backward_and_update, row_gradients, another prepare) replaces the
   // prepared batch, and a finish uses it up: a finish with none prepared throws sparta::Error naming the table.
-  void finish_row_gradients(const float* grad, float* row_grads, Stream stream);
+  void finish_row_gradients(const float* grad, float* row_grads, Stream stream, const BagLayout& grad_layout = {});
   // rows[i] = row of keys[i], inserting absent keys with their initial values (a train lookup that writes no
   // vectors). Refused keys (full table) get -1 and are reported by the next check_lookups. Asynchronous on stream.
   void insert_rows(const int64_t* keys, int64_t n, int64_t* rows, Stream stream);
@@ -207,7 +211,7 @@ class EmbeddingTable {
   int64_t* unique_rows(int64_t nnz, Stream stream);
   // The checked batch of a backward (sparta::Error naming the table on bad sizes).
   BackwardBatch backward_batch(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
-                               const float* grad, Combiner combiner) const;
+                               const float* grad, Combiner combiner, const BagLayout& grad_layout = {}) const;
 
   Device dev_;
   EmbeddingTableConfig cfg_;

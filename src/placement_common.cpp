@@ -198,10 +198,10 @@ void Exchange::settle() {
 // every call into EmbeddingTable
 
 void table_lookup_pooled(EmbeddingTable& t, const int64_t* offsets, const int64_t* keys, int64_t bags,
-                         Combiner combiner, LookupMode mode, float* out, int64_t* rows) {
+                         Combiner combiner, LookupMode mode, float* out, int64_t* rows, const BagLayout& layout) {
   int64_t* kept = mode == LookupMode::train ? rows : nullptr;
   t.pooled_forward(offsets, keys, bags, combiner, mode, out, OutputType::f32, kept, MissingKey::zeros, Check::deferred,
-                   t.device().stream);
+                   t.device().stream, layout);
 }
 
 void table_lookup_keys(EmbeddingTable& t, const int64_t* keys, int64_t n, LookupMode mode, float* out, int64_t* rows) {
@@ -210,8 +210,8 @@ void table_lookup_keys(EmbeddingTable& t, const int64_t* keys, int64_t n, Lookup
 }
 
 void table_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
-                  const float* grad, Combiner combiner, int64_t step, float lr_scale) {
-  t.backward_and_update(offsets, rows, bags, nnz, grad, combiner, step, lr_scale, t.device().stream);
+                  const float* grad, Combiner combiner, int64_t step, float lr_scale, const BagLayout& layout) {
+  t.backward_and_update(offsets, rows, bags, nnz, grad, combiner, step, lr_scale, t.device().stream, layout);
 }
 
 void table_prepare_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
@@ -412,7 +412,7 @@ void GroupSums::sum(const int64_t* offsets, int64_t bags, const int64_t* ids, in
   int64_t* out_groups = grow(groups_, ex_, size_t(ws_->max_nnz()));
   int32_t* count = grow(count_, ex_, 1);
   float* sums = grow(sums_, ex_, size_t(ws_->max_nnz()) * dim_);
-  const BackwardBatch b{offsets, ids, grad, bags, nnz, combiner};  // a group id stands where a row id would
+  const BackwardBatch b{offsets, ids, grad, bags, nnz, combiner, {}};  // a group id stands where a row id would
   embedding_backward(dev, b, *ws_, out_groups, sums, count, dev.stream);
 }
 
@@ -446,7 +446,7 @@ void ReplicaShard::prepare(const int64_t* offsets, const int64_t* keys, const in
 }
 
 void ReplicaShard::send(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags, int64_t nnz,
-                        const float* grad, Combiner combiner) {
+                        const float* grad, Combiner combiner, const BagLayout& grad_layout) {
   const Device& dev = ex_.device();
   // this rank's sum per touched row, and the key of each such row (refused keys, row -1, are left out)
   if (!prepared_) prepare(offsets, keys, rows, bags, nnz, combiner);
@@ -454,7 +454,7 @@ void ReplicaShard::send(const int64_t* offsets, const int64_t* keys, const int64
   int64_t* unique_keys = unique_keys_.data();
   int32_t* num_unique = num_unique_.data();
   float* row_grads = grow(row_grads_, ex_, size_t(nnz) * dim_);
-  table_->finish_row_gradients(grad, row_grads, dev.stream);
+  table_->finish_row_gradients(grad, row_grads, dev.stream, grad_layout);
   ex_.mark("replicated: row sums");
   const int64_t u = ex_.download_count(num_unique);
   const std::vector<size_t> counts = ex_.counts(std::vector<size_t>(size_t(ex_.world()), size_t(u)));
