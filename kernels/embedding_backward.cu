@@ -188,7 +188,9 @@ __global__ void __launch_bounds__(256)
 }
 
 // acc[P*V] += this lane's share of the contributions at sorted positions [a, e), in order.
-template <int V, int P>
+// kLaid: the gradient laid out as s.grad_layout says. A separate instantiation, so that the [bags, dim] gradient's
+// loop stays as it was (with the layout's test in it, DCNv2's step on one H200 took 4.90 ms to update, not 4.50).
+template <int V, int P, bool kLaid>
 __device__ __forceinline__ void sum_contributions(const ReduceView& s, int32_t a, int32_t e, int lane, float* acc) {
   constexpr int U = batch_of<V, P>();
   const int nv = s.dim / V;
@@ -206,7 +208,8 @@ __device__ __forceinline__ void sum_contributions(const ReduceView& s, int32_t a
     float x[U][P * V];
 #pragma unroll
     for (int q = 0; q < U; ++q) {
-      const float* g = s.grad + (b[q] < uint32_t(s.bag_count) ? s.grad_layout.at(b[q], s.dim) : 0);
+      const float* g = kLaid ? s.grad + (b[q] < uint32_t(s.bag_count) ? s.grad_layout.at(b[q], s.dim) : 0)
+                             : s.grad + size_t(b[q]) * s.dim;
 #pragma unroll
       for (int p = 0; p < P; ++p) {
         const int col = lane + p * s.G;
@@ -255,7 +258,7 @@ struct FusedUpdate {
 };
 
 // One group of G lanes per item (grid-stride over the item count in device memory).
-template <int V, int P, class Op>
+template <int V, int P, class Op, bool kLaid>
 __global__ void __launch_bounds__(256) reduce_items_kernel(ReduceView s, Op op) {
   const int32_t items = min(s.counts[WS::kCountItems], s.nnz);
   const int lane = threadIdx.x & (s.G - 1);
@@ -269,7 +272,7 @@ __global__ void __launch_bounds__(256) reduce_items_kernel(ReduceView s, Op op) 
     float acc[P * V];
 #pragma unroll
     for (int k = 0; k < P * V; ++k) acc[k] = 0.f;
-    sum_contributions<V, P>(s, a, e, lane, acc);
+    sum_contributions<V, P, kLaid>(s, a, e, lane, acc);
     const bool whole = (a == 0 || s.keys[a - 1] != row) && (e == s.nnz || s.keys[e] != row);
     if (whole) {
       op.finish(s.item_u[i], row, lane, s.G, acc);
@@ -462,7 +465,10 @@ void reduce(ReduceView v, const rowvec::RowShape& shape, const Op& op, Stream st
   v.G = shape.G;
   v.log2_G = shape.log2_G;
   const int block = 256;
-  reduce_items_kernel<V, P, Op><<<rowvec::grid_for(v.nnz, shape.G, block), block, 0, stream>>>(v, op);
+  if (v.grad_layout.contiguous())
+    reduce_items_kernel<V, P, Op, false><<<rowvec::grid_for(v.nnz, shape.G, block), block, 0, stream>>>(v, op);
+  else
+    reduce_items_kernel<V, P, Op, true><<<rowvec::grid_for(v.nnz, shape.G, block), block, 0, stream>>>(v, op);
   CUDA_CHECK_LAUNCH("reduce_items_kernel");
   const int32_t most = v.nnz / (C + 1);  // rows over several items: each holds more than C positions
   if (most > 0) {
