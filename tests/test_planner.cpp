@@ -378,6 +378,21 @@ CollectionConfig mlperf_tables(const std::vector<int>& hot, std::vector<TableKey
   return c;
 }
 
+// The MLPerf DCNv2 keys per slot (PERF.md).
+const std::vector<int> kDcnv2Hot = {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1};
+
+// The MLPerf tables with DCNv2's keys per slot, planned for 2 ranks of 65536 samples each.
+struct Dcnv2OnTwo {
+  std::vector<TableKeyStats> st;
+  CollectionConfig c = mlperf_tables(kDcnv2Hot, st);
+  PlannerOptions o = [] {
+    PlannerOptions x;
+    x.world = 2;
+    x.global_batch = 131072;
+    return x;
+  }();
+};
+
 // Part of the measurement the default rates are fitted to (src/planner.h; README, "Embedding collection and
 // placements"): bench_collection on 1 and 2 H200s, 26 tables of dim 128 (the MLPerf v1 cardinalities capped at 4M
 // rows, plus 64 rows for its check keys), uniform keys, direct index, 65536 samples per rank, sgd, every table in
@@ -434,7 +449,7 @@ BOOST_AUTO_TEST_CASE(dcnv2_default_rates_follow_their_measurement) {
   // ranks only the estimates of the fixed placements are checked: the plan mixes placements
   // (tables_move_together_where_one_alone_does_not_pay; measured 9.23-9.38 ms).
   const double measured[2][5] = {{19.102, 6.656, 6.697, 8.266, 24.040}, {26.421, 10.253, 24.062, 14.220, 33.278}};
-  check_default_rates({3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1}, measured,
+  check_default_rates(kDcnv2Hot, measured,
                       "10001100011111101001011000", {Placement::replicated});
 }
 
@@ -569,12 +584,10 @@ BOOST_AUTO_TEST_CASE(the_plan_ties_or_beats_every_placement_for_all_tables) {
   // pass and every placement for all tables, and only improves on it, so by its own estimate it never trails a
   // fixed placement (the MLPerf DCNv2 keys per slot on 2 ranks, default rates: all localized 10.9 ms, all
   // distributed 13.3, the plan 9.9).
-  std::vector<TableKeyStats> st;
-  const CollectionConfig c =
-      mlperf_tables({3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1}, st);
-  PlannerOptions o;
-  o.world = 2;
-  o.global_batch = 131072;
+  const Dcnv2OnTwo d;
+  const CollectionConfig& c = d.c;
+  const std::vector<TableKeyStats>& st = d.st;
+  const PlannerOptions& o = d.o;
   const Plan p = make_plan(c, o, st);
   std::map<std::string, double> fixed;
   for (Placement q : {Placement::replicated, Placement::localized, Placement::dispatch, Placement::distributed,
@@ -601,12 +614,10 @@ BOOST_AUTO_TEST_CASE(tables_move_together_where_one_alone_does_not_pay) {
   // fixed cost) that its own exchange saved does not repay. The 18 tables of at most 40k rows replicated together
   // do: the plan keeps the large tables localized and replicates small ones (with the keys bench_collection
   // samples, every one of the 18; measured on 2 H200s, run 27: 9.53 ms per step against 10.48 all localized).
-  std::vector<TableKeyStats> st;
-  const CollectionConfig c =
-      mlperf_tables({3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1}, st);
-  PlannerOptions o;
-  o.world = 2;
-  o.global_batch = 131072;
+  const Dcnv2OnTwo d;
+  const CollectionConfig& c = d.c;
+  const std::vector<TableKeyStats>& st = d.st;
+  const PlannerOptions& o = d.o;
   const Plan p = make_plan(c, o, st);
   int replicated = 0;  // the large tables localized, only small ones replicated
   for (size_t i = 0; i < c.tables.size(); ++i) {
@@ -636,13 +647,11 @@ BOOST_AUTO_TEST_CASE(localized_owners_even_the_directions_and_no_move_or_swap_he
   // owners where the sum of sent and received bytes rose least, gave 10 and 16: 537 MB of vectors one way
   // against 336 the other). And no table moved to the other rank, and no two tables of different owners swapped,
   // lowers the estimate (the pass picks in table order; without the owners' moves and swaps a swap lowers it).
-  std::vector<TableKeyStats> st;
-  CollectionConfig c =
-      mlperf_tables({3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1}, st);
+  Dcnv2OnTwo d;
+  CollectionConfig& c = d.c;
+  const std::vector<TableKeyStats>& st = d.st;
+  const PlannerOptions& o = d.o;
   for (CollectionTableConfig& t : c.tables) t.placement = "localized";
-  PlannerOptions o;
-  o.world = 2;
-  o.global_batch = 131072;
   const Plan p = make_plan(c, o, st);
   int slots[2] = {0, 0};
   std::vector<int> owner;
@@ -680,7 +689,7 @@ BOOST_AUTO_TEST_CASE(a_table_at_a_time_improves_the_plan) {
   // placement while the estimate falls ends at 12.3 ms, where no single table's move lowers it (without those
   // moves the pass's plan is the answer, and some move lowers it).
   std::vector<TableKeyStats> st;
-  const std::vector<int> hot = {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1};
+  const std::vector<int>& hot = kDcnv2Hot;
   const CollectionConfig c = mlperf_tables(hot, st);
   PlannerOptions o;
   o.world = 4;
