@@ -59,7 +59,7 @@ struct BagLayout {
   SPARTA_HD int64_t at(int64_t bag, int dim) const {
     return slots == 0 ? bag * dim : (bag / slots) * row + cols[bag % slots];
   }
-  bool contiguous() const { return slots == 0; }
+  SPARTA_HD bool contiguous() const { return slots == 0; }
 };
 // sparta::Error "<what>: ..." unless the layout is the default or has its columns, slots and row.
 void check_bag_layout(const BagLayout& l, const char* what);

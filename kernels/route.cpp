@@ -114,9 +114,9 @@ void route_offsets_from_sorted_bags_cpu(const int64_t* bag_ids, int64_t n, int64
 }
 
 void route_pool_bags_cpu(const int64_t* offsets, const float* vecs, const int64_t* idx, int64_t bags, int dim,
-                         Combiner combiner, float* out) {
+                         Combiner combiner, float* out, const BagLayout& out_layout) {
   for (int64_t b = 0; b < bags; ++b) {
-    float* o = out + b * dim;
+    float* o = out + out_layout.at(b, dim);
     for (int e = 0; e < dim; ++e) o[e] = 0.f;
     for (int64_t i = offsets[b]; i < offsets[b + 1]; ++i) {
       const float* v = vecs + (idx ? idx[i] : i) * dim;
@@ -383,10 +383,11 @@ void route_offsets_from_sorted_bags(const Device& dev, const int64_t* bag_ids, i
 }
 
 void route_pool_bags(const Device& dev, const int64_t* offsets, const float* vecs, const int64_t* idx, int64_t bags,
-                     int dim, Combiner combiner, float* out, Stream stream) {
+                     int dim, Combiner combiner, float* out, Stream stream, const BagLayout& out_layout) {
+  check_bag_layout(out_layout, "route_pool_bags");
   if (bags == 0) return;
-  ROUTE_DISPATCH("route_pool_bags", route_pool_bags_cpu(offsets, vecs, idx, bags, dim, combiner, out),
-                 route_pool_bags_cuda(offsets, vecs, idx, bags, dim, combiner, out, stream));
+  ROUTE_DISPATCH("route_pool_bags", route_pool_bags_cpu(offsets, vecs, idx, bags, dim, combiner, out, out_layout),
+                 route_pool_bags_cuda(offsets, vecs, idx, bags, dim, combiner, out, out_layout, stream));
 }
 
 void route_scale_bag_grads(const Device& dev, const int64_t* offsets, const float* grad, int64_t bags, int dim,

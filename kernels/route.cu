@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(kBlock) offsets_from_sorted_bags_kernel(const 
 // One thread per (bag, element): the bag's keys are added in order from 0.0f, as the cpu reference does.
 __global__ void __launch_bounds__(kBlock) pool_bags_kernel(const int64_t* offsets, const float* vecs,
                                                            const int64_t* idx, int64_t bags, int dim, bool mean,
-                                                           float* out) {
+                                                           float* out, BagLayout layout) {
   GRID_STRIDE(t, bags * dim) {
     int64_t b = t / dim;
     int e = static_cast<int>(t - b * dim);
@@ -181,14 +181,14 @@ __global__ void __launch_bounds__(kBlock) pool_bags_kernel(const int64_t* offset
     for (int64_t i = offsets[b]; i < offsets[b + 1]; ++i) acc = __fadd_rn(acc, vecs[(idx ? idx[i] : i) * dim + e]);
     int64_t n = offsets[b + 1] - offsets[b];
     if (mean && n > 0) acc = __fdiv_rn(acc, static_cast<float>(n));
-    out[t] = acc;
+    out[layout.at(b, dim) + e] = acc;
   }
 }
 
 // The same, four elements of a bag a thread (each element still summed in key order from 0.0f: the same bits).
 __global__ void __launch_bounds__(kBlock) pool_bags4_kernel(const int64_t* offsets, const float4* vecs,
                                                             const int64_t* idx, uint32_t n4, uint32_t dim4, bool mean,
-                                                            float4* out) {
+                                                            float4* out, BagLayout layout) {
   for (uint32_t t = blockIdx.x * kBlock + threadIdx.x; t < n4; t += gridDim.x * kBlock) {
     const uint32_t b = t / dim4, e = t - b * dim4;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kBlock) pool_bags4_kernel(const int64_t* offse
       acc.x = __fdiv_rn(acc.x, f), acc.y = __fdiv_rn(acc.y, f), acc.z = __fdiv_rn(acc.z, f),
       acc.w = __fdiv_rn(acc.w, f);
     }
-    out[t] = acc;
+    out[layout.contiguous() ? int64_t(t) : (layout.at(b, int(dim4) * 4) >> 2) + e] = acc;
   }
 }
 
@@ -636,13 +636,15 @@ void route_offsets_from_sorted_bags_cuda(const int64_t* bag_ids, int64_t n, int6
 }
 
 void route_pool_bags_cuda(const int64_t* offsets, const float* vecs, const int64_t* idx, int64_t bags, int dim,
-                          Combiner combiner, float* out, Stream s) {
-  if (rows_by_four(bags, dim, vecs, out)) {
+                          Combiner combiner, float* out, const BagLayout& out_layout, Stream s) {
+  if (rows_by_four(bags, dim, vecs, out) && (out_layout.contiguous() || out_layout.by_four)) {
     LAUNCH(pool_bags4_kernel, bags * dim / 4, s, offsets, reinterpret_cast<const float4*>(vecs), idx,
-           uint32_t(bags * dim / 4), uint32_t(dim / 4), combiner == Combiner::mean, reinterpret_cast<float4*>(out));
+           uint32_t(bags * dim / 4), uint32_t(dim / 4), combiner == Combiner::mean, reinterpret_cast<float4*>(out),
+           out_layout);
     return;
   }
-  LAUNCH(pool_bags_kernel, bags * dim, s, offsets, vecs, idx, bags, dim, combiner == Combiner::mean, out);
+  LAUNCH(pool_bags_kernel, bags * dim, s, offsets, vecs, idx, bags, dim, combiner == Combiner::mean, out,
+         out_layout);
 }
 
 void route_scale_bag_grads_cuda(const int64_t* offsets, const float* grad, int64_t bags, int dim, Combiner combiner,

@@ -104,9 +104,10 @@ void route_offsets_from_sorted_bags(const Device& dev, const int64_t* bag_ids, i
                                     int64_t* offsets, Stream stream);
 // out[b, :] = the vectors of keys offsets[b] .. offsets[b+1] combined (sum or mean; zeros when empty), in the
 // fixed order above; key i's vector is vecs[idx[i], :], or vecs[i, :] when idx is null (so a key's vector can be
-// read where it arrived, without first copying every key's own). out: [bags, dim].
+// read where it arrived, without first copying every key's own). out: [bags, dim], or laid out as out_layout says
+// (kernels/embedding_types.h BagLayout; only the bags' places written).
 void route_pool_bags(const Device& dev, const int64_t* offsets, const float* vecs, const int64_t* idx, int64_t bags,
-                     int dim, Combiner combiner, float* out, Stream stream);
+                     int dim, Combiner combiner, float* out, Stream stream, const BagLayout& out_layout = {});
 // out[b, :] = grad[b, :] (sum) or grad[b, :] * (1.0f / n_b) (mean; zeros for an empty bag): the gradient of one
 // key of each bag. grad, out: [bags, dim]; in place allowed.
 void route_scale_bag_grads(const Device& dev, const int64_t* offsets, const float* grad, int64_t bags, int dim,
@@ -191,7 +192,7 @@ void route_offsets_from_lengths_cpu(const int64_t* lengths, int64_t n, int64_t* 
 void route_key_bags_cpu(const int64_t* offsets, int64_t bags, int64_t base, int64_t* bag_of_key);
 void route_offsets_from_sorted_bags_cpu(const int64_t* bag_ids, int64_t n, int64_t bags, int64_t* offsets);
 void route_pool_bags_cpu(const int64_t* offsets, const float* vecs, const int64_t* idx, int64_t bags, int dim,
-                         Combiner combiner, float* out);
+                         Combiner combiner, float* out, const BagLayout& out_layout);
 void route_scale_bag_grads_cpu(const int64_t* offsets, const float* grad, int64_t bags, int dim, Combiner combiner,
                                float* out);
 void route_divide_by_lengths_cpu(const int64_t* offsets, int64_t bags, int dim, float* x);
@@ -241,7 +242,7 @@ void route_key_bags_cuda(const int64_t* offsets, int64_t bags, int64_t base, int
 void route_offsets_from_sorted_bags_cuda(const int64_t* bag_ids, int64_t n, int64_t bags, int64_t* offsets,
                                          Stream s);
 void route_pool_bags_cuda(const int64_t* offsets, const float* vecs, const int64_t* idx, int64_t bags, int dim,
-                          Combiner combiner, float* out, Stream s);
+                          Combiner combiner, float* out, const BagLayout& out_layout, Stream s);
 void route_scale_bag_grads_cuda(const int64_t* offsets, const float* grad, int64_t bags, int dim, Combiner combiner,
                                 float* out, Stream s);
 void route_divide_by_lengths_cuda(const int64_t* offsets, int64_t bags, int dim, float* x, Stream s);

@@ -369,13 +369,14 @@ void DispatchShard::lookup(LookupMode mode) {
 
 void DispatchShard::finish() { ex_.join(posted_); }
 
-void DispatchShard::send(const int64_t* offsets, int64_t bags, const float* grad, Combiner combiner) {
+void DispatchShard::send(const int64_t* offsets, int64_t bags, const float* grad, Combiner combiner,
+                         const BagLayout& grad_layout) {
   const Device& dev = ex_.device();
   // each distinct key's gradient (every distinct key has keys: the sums come in distinct key order), in the
   // order the keys were sent
   float* send = send_vecs_.data();
   if (n_ > 0) {
-    sums_.sum(offsets, bags, uid_of_key_.data(), n_, unique_, grad, combiner);
+    sums_.sum(offsets, bags, uid_of_key_.data(), n_, unique_, grad, combiner, grad_layout);
     route_gather_rows(dev, sums_.sums(), perm_.data(), unique_, dim_, send, dev.stream);
   }
   ex_.mark("dispatch: key sums");
@@ -401,7 +402,7 @@ void DispatchShard::update(int64_t step, float lr_scale) {
 // GroupSums
 
 void GroupSums::sum(const int64_t* offsets, int64_t bags, const int64_t* ids, int64_t nnz, int64_t groups,
-                    const float* grad, Combiner combiner) {
+                    const float* grad, Combiner combiner, const BagLayout& grad_layout) {
   const Device& dev = ex_.device();
   const int64_t n = std::max<int64_t>(1, std::max(nnz, groups));
   if (!ws_ || ws_->max_nnz() < n || ws_->capacity_rows() < n) {
@@ -412,8 +413,26 @@ void GroupSums::sum(const int64_t* offsets, int64_t bags, const int64_t* ids, in
   int64_t* out_groups = grow(groups_, ex_, size_t(ws_->max_nnz()));
   int32_t* count = grow(count_, ex_, 1);
   float* sums = grow(sums_, ex_, size_t(ws_->max_nnz()) * dim_);
-  const BackwardBatch b{offsets, ids, grad, bags, nnz, combiner, {}};  // a group id stands where a row id would
+  const BackwardBatch b{offsets, ids, grad, bags, nnz, combiner, grad_layout};  // a group id stands for a row id
   embedding_backward(dev, b, *ws_, out_groups, sums, count, dev.stream);
+}
+
+// ----------------------------------------------------------------------------
+// OutputLayout
+
+OutputLayout::OutputLayout(const Device& dev, const PlacedTableSetup& s) {
+  const int slots = static_cast<int>(s.output_cols.size());
+  const int dim = s.table.dim;
+  bool contiguous = s.output_row == int64_t(slots) * dim;
+  bool by_four = s.output_row % 4 == 0;
+  for (int j = 0; j < slots; ++j) {
+    contiguous = contiguous && s.output_cols[size_t(j)] == j * dim;
+    by_four = by_four && s.output_cols[size_t(j)] % 4 == 0;
+  }
+  if (slots > 0 && !contiguous) {
+    cols_ = Buffer<int32_t>(dev, s.output_cols);
+    layout_ = BagLayout{s.output_row, cols_.data(), slots, by_four};
+  }
 }
 
 // ----------------------------------------------------------------------------

@@ -178,13 +178,14 @@ std::vector<int64_t> download(const Device& dev, const int64_t* p, size_t n);
 // Gradients summed per group of keys, in the fixed order of kernels/embedding_backward.h (a group's keys in key
 // order; a group of many keys, such as a power-law key's occurrences, spread over many warps): keys [nnz] in
 // bags offsets [bags + 1] (a CSR over them, in their order), key i in group ids[i] of [0, groups); each key's
-// gradient is its bag's row of grad [bags, dim] (mean: divided by the bag's length). Asynchronous on the
-// device's stream; the workspace grows (after Exchange::settle) to the largest batch seen.
+// gradient is its bag's row of grad [bags, dim], or its place there as grad_layout says (mean: divided by the
+// bag's length). Asynchronous on the device's stream; the workspace grows (after Exchange::settle) to the largest
+// batch seen.
 class GroupSums {
  public:
   GroupSums(Exchange& ex, int dim) : ex_(ex), dim_(dim) {}
   void sum(const int64_t* offsets, int64_t bags, const int64_t* ids, int64_t nnz, int64_t groups, const float* grad,
-           Combiner combiner);
+           Combiner combiner, const BagLayout& grad_layout = {});
   // After sum: the groups with keys, ascending ([nnz] device; *count() of them, device memory), and their sums
   // ([nnz, dim], in that order).
   const int64_t* groups() const { return groups_.data(); }
@@ -198,6 +199,21 @@ class GroupSums {
   Buffer<int64_t> groups_;
   Buffer<int32_t> count_;
   Buffer<float> sums_;
+};
+
+// The collection's float output where a group of some of its slots writes its bags and reads their gradients
+// (PlacedTable::writes_output): PlacedTableSetup::output_row and output_cols as a BagLayout, the columns on the
+// device. Contiguous (in_place() false) where the setup names no output, or where the output is [bags, dim]
+// anyway (a group of every slot in order).
+class OutputLayout {
+ public:
+  OutputLayout(const Device& dev, const PlacedTableSetup& s);
+  const BagLayout& layout() const { return layout_; }
+  bool in_place() const { return !layout_.contiguous(); }
+
+ private:
+  Buffer<int32_t> cols_;
+  BagLayout layout_;
 };
 
 // TableRows of the keys for which keep(key) holds (order kept).
@@ -223,10 +239,11 @@ class DispatchShard {
   const float* vectors() const { return send_vecs_.data(); }
   const int64_t* vector_of_key() const { return key_src_.data(); }
   // The keys of the last train forward, in bags: offsets [bags + 1] a CSR over them in their order, grad
-  // [bags, dim] (device). send sums each distinct key's gradients (GroupSums: its keys in key order, in
+  // [bags, dim] or laid out as grad_layout says (device). send sums each distinct key's gradients (GroupSums: its keys in key order, in
   // kernels/embedding_backward.h's fixed order) and posts the sums' exchange (the arrays may change once it
   // returns); update joins it and updates the rows.
-  void send(const int64_t* offsets, int64_t bags, const float* grad, Combiner combiner);
+  void send(const int64_t* offsets, int64_t bags, const float* grad, Combiner combiner,
+            const BagLayout& grad_layout = {});
   void update(int64_t step, float lr_scale);
   EmbeddingTable& table() { return *table_; }
   size_t memory_bytes() const;

@@ -6,7 +6,9 @@
 // Forward equals a single-rank pooled lookup bit for bit: the vectors are copies of the owner's rows and a bag
 // is summed in key order (kernels/route.h). Neither direction copies a vector per key: the bags are pooled
 // straight from the distinct keys' vectors as they arrived, and each distinct key's gradient is summed straight
-// from its bags' gradients (in kernels/embedding_backward.h's fixed order, a hot key over many warps).
+// from its bags' gradients (in kernels/embedding_backward.h's fixed order, a hot key over many warps). With a float
+// output of the collection, a group of some of its slots pools into its columns of it and reads its gradient
+// from there (PlacedTable::writes_output, OutputLayout).
 #include "src/placement_common.h"
 
 namespace sparta {
@@ -16,7 +18,7 @@ namespace {
 class DispatchTable : public PlacedTable {
  public:
   DispatchTable(const PlacedTableSetup& s, Exchange& ex)
-      : ex_(ex), dim_(s.table.dim), combiner_(s.table.combiner), shard_(ex, s, "") {}
+      : ex_(ex), dim_(s.table.dim), combiner_(s.table.combiner), shard_(ex, s, ""), output_(ex.device(), s) {}
 
   void begin_forward(const TableBatch& in, LookupMode mode, float* out) override {
     in_ = in;
@@ -31,14 +33,17 @@ class DispatchTable : public PlacedTable {
     const Device& dev = ex_.device();
     shard_.finish();
     route_pool_bags(dev, in_.offsets, shard_.vectors(), shard_.vector_of_key(), in_.bags, dim_, combiner_, out_,
-                    dev.stream);
+                    dev.stream, output_.layout());
     ex_.mark("dispatch: bags pooled");
   }
 
-  void begin_backward(const float* grad) override { shard_.send(in_.offsets, in_.bags, grad, combiner_); }
+  void begin_backward(const float* grad) override {
+    shard_.send(in_.offsets, in_.bags, grad, combiner_, output_.layout());
+  }
 
   void update(int64_t step, float lr_scale) override { shard_.update(step, lr_scale); }
 
+  bool writes_output() const override { return output_.in_place(); }
   void check_lookups() override { table_check(shard_.table()); }
   int owner_of(int64_t key) const override { return owner_of_key(key, ex_.world()); }
   TableRows rows_to_save() override { return table_export(shard_.table()); }
@@ -52,6 +57,7 @@ class DispatchTable : public PlacedTable {
   int dim_;
   Combiner combiner_;
   DispatchShard shard_;
+  OutputLayout output_;  // where the bags go in the output and their gradients lie (writes_output)
   TableBatch in_;
   LookupMode mode_ = LookupMode::train;
   float* out_ = nullptr;

@@ -14,20 +14,7 @@ namespace {
 class ReplicatedTable : public PlacedTable {
  public:
   ReplicatedTable(const PlacedTableSetup& s, Exchange& ex)
-      : ex_(ex), dim_(s.table.dim), combiner_(s.table.combiner), replica_(ex, s, "") {
-    // The output's layout, unless it is [bags, dim] anyway (a group of every slot in order)
-    const int slots = static_cast<int>(s.output_cols.size());
-    bool contiguous = s.output_row == int64_t(slots) * dim_;
-    bool by_four = s.output_row % 4 == 0;
-    for (int j = 0; j < slots; ++j) {
-      contiguous = contiguous && s.output_cols[size_t(j)] == j * dim_;
-      by_four = by_four && s.output_cols[size_t(j)] % 4 == 0;
-    }
-    if (slots > 0 && !contiguous) {
-      cols_ = Buffer<int32_t>(ex.device(), s.output_cols);
-      layout_ = BagLayout{s.output_row, cols_.data(), slots, by_four};
-    }
-  }
+      : ex_(ex), dim_(s.table.dim), combiner_(s.table.combiner), replica_(ex, s, ""), output_(ex.device(), s) {}
 
   void begin_forward(const TableBatch& in, LookupMode mode, float* out) override {
     in_ = in;
@@ -39,7 +26,8 @@ class ReplicatedTable : public PlacedTable {
   void lookup() override {
     // The rows of the keys are kept for a backward straight from the bags' gradients.
     int64_t* rows = grow(rows_, ex_, size_t(in_.nnz));
-    table_lookup_pooled(replica_.table(), in_.offsets, in_.keys, in_.bags, combiner_, mode_, out_, rows, layout_);
+    table_lookup_pooled(replica_.table(), in_.offsets, in_.keys, in_.bags, combiner_, mode_, out_, rows,
+                        output_.layout());
     ex_.mark("replicated: bags pooled");
   }
 
@@ -48,7 +36,7 @@ class ReplicatedTable : public PlacedTable {
   void begin_backward(const float* grad) override {
     grad_ = grad;
     if (ex_.world() > 1)
-      replica_.send(in_.offsets, in_.keys, rows_.data(), in_.bags, in_.nnz, grad, combiner_, layout_);
+      replica_.send(in_.offsets, in_.keys, rows_.data(), in_.bags, in_.nnz, grad, combiner_, output_.layout());
   }
 
   void update(int64_t step, float lr_scale) override {
@@ -56,7 +44,7 @@ class ReplicatedTable : public PlacedTable {
       // The only copy: its update is the batch's own (the same row sums the gathered path would apply with one
       // rank), fused with the optimizer, without downloading a count or looking the keys up again.
       table_update(replica_.table(), in_.offsets, rows_.data(), in_.bags, in_.nnz, grad_, combiner_, step, lr_scale,
-                   layout_);
+                   output_.layout());
       return;
     }
     replica_.update(step, lr_scale);
@@ -67,7 +55,7 @@ class ReplicatedTable : public PlacedTable {
     if (ex_.world() > 1) replica_.prepare(in_.offsets, in_.keys, rows_.data(), in_.bags, in_.nnz, combiner_);
   }
 
-  bool writes_output() const override { return !layout_.contiguous(); }
+  bool writes_output() const override { return output_.in_place(); }
   void check_lookups() override { table_check(replica_.table()); }
   int owner_of(int64_t) const override { return kAllRanks; }
   TableRows rows_to_save() override {
@@ -91,8 +79,7 @@ class ReplicatedTable : public PlacedTable {
   float* out_ = nullptr;
   const float* grad_ = nullptr;  // one rank: the gradient begin_backward was given
   Buffer<int64_t> rows_;  // [nnz] rows of the last forward's keys
-  Buffer<int32_t> cols_;  // the output's column of each of the group's slots (writes_output)
-  BagLayout layout_;      // where the bags go in the output and their gradients lie (default: [bags, dim])
+  OutputLayout output_;   // where the bags go in the output and their gradients lie (writes_output)
 };
 
 }  // namespace

@@ -247,6 +247,23 @@ void check_bags(Backend backend) {
       route_pool_bags(dev, o.data(), r.data(), ix.data(), bags, dim, c, out_idx.data(), dev.stream);
       BOOST_CHECK_MESSAGE(same_bits(out_idx.download(), want_idx, want_idx.size()),
                           "pool through an index, dim " << dim);
+      // into a wider output (BagLayout: bag b of sample b / 3, slot b % 3, at sample * row + cols[slot]): each bag
+      // at its place, bit for bit, and nothing else of the poisoned output written (by fours where dim is 4)
+      {
+        const int slots = 3;
+        const int64_t row = 3 * dim + 4, samples = (bags + slots - 1) / slots;
+        const std::vector<int32_t> cols_h = {2 * dim + 4, 0, dim};
+        Buffer<int32_t> cols(dev, cols_h);
+        const BagLayout layout{row, cols.data(), slots, dim % 4 == 0};
+        auto wide = poisoned<float>(dev, size_t(samples * row));
+        route_pool_bags(dev, o.data(), r.data(), ix.data(), bags, dim, c, wide.data(), dev.stream, layout);
+        const std::vector<float> w = wide.download(), poison = poisoned<float>(Device(), 1).download();
+        std::vector<float> want_wide(w.size(), poison[0]);
+        for (int64_t x = 0; x < bags; ++x)
+          for (int e = 0; e < dim; ++e)
+            want_wide[size_t((x / slots) * row + cols_h[size_t(x % slots)] + e)] = want_idx[size_t(x * dim + e)];
+        BOOST_CHECK_MESSAGE(same_bits(w, want_wide, want_wide.size()), "pool into a wider output, dim " << dim);
+      }
       auto sc = poisoned<float>(dev, size_t(bags) * dim);
       route_scale_bag_grads(dev, o.data(), gr.data(), bags, dim, c, sc.data(), dev.stream);
       BOOST_CHECK_MESSAGE(same_bits(sc.download(), scaled, scaled.size()), "scale dim " << dim);
