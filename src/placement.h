@@ -171,8 +171,9 @@ class PlacedTable {
   // backward that needs no gradient (e.g. sorting the batch's rows), so that it runs while the caller computes
   // the gradient. Optional (backward does it itself when it was not called); no communication, no host wait.
   virtual void prepare_backward() {}
-  // True when this placement puts its bags into the collection's output itself (a step that puts them into place
-  // anyway, such as localized's blocks of several owners): then begin_forward's `out` is the collection's output
+  // True when this placement puts its bags into the collection's output itself (localized's blocks of several
+  // owners, put into place anyway; replicated and dispatch, pooling with the output's BagLayout, OutputLayout in
+  // src/placement_common.h): then begin_forward's `out` is the collection's output
   // and begin_backward's `grad` the collection's gradient, rows of PlacedTableSetup::output_row floats of which it
   // reads and writes the group's columns only, and the collection copies nothing in between.
   virtual bool writes_output() const { return false; }
