@@ -620,6 +620,14 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
       return Plan{};
     }
   };
+  // keeps the trial when it lowers the estimate
+  auto keep_if_better = [&](const std::vector<Request>& trial) {
+    double s;
+    Plan q = try_plan(trial, s);
+    if (!(s < best.estimate.seconds - kTie)) return false;
+    best = std::move(q), cur = trial;
+    return true;
+  };
   auto may_take = [&](size_t i, Placement p) {
     return req[i].automatic && p != cur[i].placement &&
            !(p == Placement::hybrid && (stats.empty() || stats[i].top.empty()));
@@ -631,9 +639,7 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
         if (!may_take(i, p)) continue;
         std::vector<Request> trial = cur;
         trial[i].placement = p;
-        double s;
-        Plan q = try_plan(trial, s);
-        if (s < best.estimate.seconds - kTie) best = std::move(q), cur = trial, changed = true;
+        changed |= keep_if_better(trial);
       }
     for (Placement p : kPlacements) {
       std::vector<std::pair<double, size_t>> ranked;  // (estimate with table i alone moved to p, i)
@@ -672,17 +678,6 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
     cur[i] = Request{false, Placement::localized, best.tables[i].owner};
     picked.push_back(i);
   }
-  auto keep_if_better = [&](const std::vector<Request>& trial) {
-    try {
-      Plan q = place(cfg, wire_opt, stats, trial, cache);
-      if (q.estimate.seconds < best.estimate.seconds - kTie) {
-        best = std::move(q), cur = trial;
-        return true;
-      }
-    } catch (const Error&) {  // does not fit the memory budget
-    }
-    return false;
-  };
   for (bool changed = opt.world > 1; changed;) {
     changed = false;
     for (size_t a = 0; a < picked.size(); ++a) {
