@@ -338,7 +338,6 @@ std::vector<std::string> table_placement_list(const Args& a, size_t tables) {
   }
   return v;
 }
-std::string table_placement(const Args& a, size_t t) { return bench::split_list(a.table_placements)[t]; }
 
 CollectionConfig make_config(const Args& a, const std::vector<Table>& tables, const std::string& placement) {
   CollectionConfig c;
@@ -347,6 +346,10 @@ CollectionConfig make_config(const Args& a, const std::vector<Table>& tables, co
   c.exchange = a.exchange == "bf16" ? DataType::bf16 : DataType::f32;
   c.output = output_type_of(a.output);
   c.overlap = a.overlap != 0;
+  // The plan: --table-placements' entries (explicit ones honoured, `auto` ones the planner's), or every table auto.
+  const std::vector<std::string> chosen = placement == "plan" && !a.table_placements.empty()
+                                              ? table_placement_list(a, tables.size())
+                                              : std::vector<std::string>(tables.size(), "auto");
   for (size_t t = 0; t < tables.size(); ++t) {
     CollectionTableConfig tc;
     tc.name = "t" + std::to_string(t);
@@ -362,8 +365,7 @@ CollectionConfig make_config(const Args& a, const std::vector<Table>& tables, co
     tc.optimizer.initial_accumulator = 0.1f;
     tc.optimizer.epsilon = 1e-7f;
     tc.slots = {int(t)};
-    // The plan: --table-placements' entry (explicit ones honoured, `auto` ones the planner's), or every table auto.
-    tc.placement = placement != "plan" ? placement : a.table_placements.empty() ? "auto" : table_placement(a, t);
+    tc.placement = placement == "plan" ? chosen[t] : placement;
     tc.init_scale = 0.05f;
     c.tables.push_back(tc);
   }

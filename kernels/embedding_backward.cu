@@ -495,7 +495,8 @@ void embedding_backward_finish_cuda(const BackwardBatch& batch, BackwardWorkspac
                                     Stream stream) {
   if (batch.nnz == 0) return;
   const ReduceView v = reduce_view(batch, ws);
-  const rowvec::RowShape shape = rowvec::row_shape(ws.dim(), aligned16(batch.grad) && grad_by_four(batch) && aligned16(row_grads));
+  const rowvec::RowShape shape =
+      rowvec::row_shape(ws.dim(), aligned16(batch.grad) && grad_by_four(batch) && aligned16(row_grads));
   rowvec::dispatch_shape(shape, [&](auto vv, auto pp) {
     constexpr int V = decltype(vv)::value, P = decltype(pp)::value;
     reduce<V, P>(v, shape, GradOut<V, P>{row_grads, ws.dim()}, stream);
@@ -509,7 +510,8 @@ void backward_and_update_finish_cuda(const BackwardBatch& batch, BackwardWorkspa
   const int dim = ws.dim();
   const int width = optimizer_state_width(c.kind, dim);
   const bool state_vec = width == 0 || c.kind == OptimizerKind::lazy_adam || aligned16(state);
-  const rowvec::RowShape shape = rowvec::row_shape(dim, aligned16(batch.grad) && grad_by_four(batch) && aligned16(values) && state_vec);
+  const rowvec::RowShape shape =
+      rowvec::row_shape(dim, aligned16(batch.grad) && grad_by_four(batch) && aligned16(values) && state_vec);
   dispatch_optimizer(c.kind, [&](auto kind) {
     constexpr OptimizerKind K = decltype(kind)::value;
     rowvec::dispatch_shape(shape, [&](auto vv, auto pp) {

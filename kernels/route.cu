@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kBlock) pool_bags4_kernel(const int64_t* offse
       acc.x = __fdiv_rn(acc.x, f), acc.y = __fdiv_rn(acc.y, f), acc.z = __fdiv_rn(acc.z, f),
       acc.w = __fdiv_rn(acc.w, f);
     }
-    out[layout.contiguous() ? int64_t(t) : (layout.at(b, int(dim4) * 4) >> 2) + e] = acc;
+    out[(layout.at(b, int(dim4) * 4) >> 2) + e] = acc;
   }
 }
 
@@ -707,7 +707,7 @@ void route_from_bf16_cuda(const uint16_t* in, int64_t n, float* out, Stream s) {
 void route_put_slots_cuda(const float* pooled, int64_t batch, int table_slots, int dim, const int32_t* cols,
                           int64_t row_floats, float* out, Stream s) {
   const int64_t n = batch * table_slots * dim;
-  if (dim % 4 == 0 && n / 4 < INT32_MAX && aligned_to(pooled, 16) && aligned_to(out, 16)) {
+  if (rows_by_four(batch * table_slots, dim, pooled, out)) {
     LAUNCH(put_slots4_kernel, n / 4, s, reinterpret_cast<const float4*>(pooled), uint32_t(n / 4), uint32_t(dim / 4),
            uint32_t(table_slots), cols, row_floats, out);
     return;
@@ -718,7 +718,7 @@ void route_put_slots_cuda(const float* pooled, int64_t batch, int table_slots, i
 void route_take_slots_cuda(const float* grad, int64_t batch, int table_slots, int dim, const int32_t* cols,
                            int64_t row_floats, float* grad_table, Stream s) {
   const int64_t n = batch * table_slots * dim;
-  if (dim % 4 == 0 && n / 4 < INT32_MAX && aligned_to(grad, 16) && aligned_to(grad_table, 16)) {
+  if (rows_by_four(batch * table_slots, dim, grad, grad_table)) {
     LAUNCH(take_slots4_kernel, n / 4, s, grad, uint32_t(n / 4), uint32_t(dim / 4), uint32_t(table_slots), cols,
            row_floats, reinterpret_cast<float4*>(grad_table));
     return;

@@ -239,9 +239,9 @@ class DispatchShard {
   const float* vectors() const { return send_vecs_.data(); }
   const int64_t* vector_of_key() const { return key_src_.data(); }
   // The keys of the last train forward, in bags: offsets [bags + 1] a CSR over them in their order, grad
-  // [bags, dim] or laid out as grad_layout says (device). send sums each distinct key's gradients (GroupSums: its keys in key order, in
-  // kernels/embedding_backward.h's fixed order) and posts the sums' exchange (the arrays may change once it
-  // returns); update joins it and updates the rows.
+  // [bags, dim] or laid out as grad_layout says (device). send sums each distinct key's gradients (GroupSums:
+  // its keys in key order, in kernels/embedding_backward.h's fixed order) and posts the sums' exchange (the arrays
+  // may change once it returns); update joins it and updates the rows.
   void send(const int64_t* offsets, int64_t bags, const float* grad, Combiner combiner,
             const BagLayout& grad_layout = {});
   void update(int64_t step, float lr_scale);

@@ -731,7 +731,8 @@ void bags_laid_out_in_a_wider_output(Backend backend) {
   BOOST_CHECK_EXCEPTION(t.pooled_forward(o.data(), k.data(), 1, Combiner::sum, LookupMode::train, out.data(),
                                          OutputType::f32, r.data(), MissingKey::zeros, Check::now, dev.stream,
                                          BagLayout{8, nullptr, 1, true}),
-                        Error, [](const Error& e) { return std::string(e.what()).find("bag layout") != std::string::npos; });
+                        Error,
+                        [](const Error& e) { return std::string(e.what()).find("bag layout") != std::string::npos; });
   close_device(dev);
 }
 
