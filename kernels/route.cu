@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kBlock) pool_bags4_kernel(const int64_t* offse
       acc.x = __fdiv_rn(acc.x, f), acc.y = __fdiv_rn(acc.y, f), acc.z = __fdiv_rn(acc.z, f),
       acc.w = __fdiv_rn(acc.w, f);
     }
-    out[(layout.at(b, int(dim4) * 4) >> 2) + e] = acc;
+    out[layout.contiguous() ? int64_t(t) : (layout.at(b, int(dim4) * 4) >> 2) + e] = acc;
   }
 }
 
