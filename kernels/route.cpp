@@ -44,9 +44,11 @@ void route_bucket_cpu(const int32_t* part, int64_t n, int parts, int64_t* perm, 
   for (int64_t i = 0; i < n; ++i) perm[next[part[i]]++] = i;
 }
 
-void route_sort_keys_cpu(const int64_t* keys, int64_t n, int64_t* sorted, int64_t* perm) {
+void route_sort_keys_cpu(const int64_t* keys, int64_t n, int key_bits, int64_t* sorted, int64_t* perm) {
+  const uint64_t mask = key_bits >= 64 ? ~uint64_t(0) : (uint64_t(1) << key_bits) - 1;
   for (int64_t i = 0; i < n; ++i) perm[i] = i;
-  std::stable_sort(perm, perm + n, [&](int64_t a, int64_t b) { return uint64_t(keys[a]) < uint64_t(keys[b]); });
+  std::stable_sort(perm, perm + n,
+                   [&](int64_t a, int64_t b) { return (uint64_t(keys[a]) & mask) < (uint64_t(keys[b]) & mask); });
   for (int64_t j = 0; j < n; ++j) sorted[j] = keys[perm[j]];
 }
 
@@ -303,12 +305,21 @@ void route_bucket(const Device& dev, const int32_t* part, int64_t n, int parts, 
                  route_bucket_cuda(dev, part, n, parts, perm, counts, scratch, stream));
 }
 
-void route_sort_keys(const Device& dev, const int64_t* keys, int64_t n, int64_t* sorted, int64_t* perm,
-                     RouteScratch& scratch, Stream stream) {
+void route_sort_keys(const Device& dev, const int64_t* keys, int64_t n, int key_bits, int64_t* sorted,
+                     int64_t* perm, RouteScratch& scratch, Stream stream) {
+  SPARTA_REQUIRE(key_bits >= 1 && key_bits <= 64, "route_sort_keys: key_bits must be in [1, 64], found %d",
+                 key_bits);
   if (n == 0) return;
   (void)scratch;
-  ROUTE_DISPATCH("route_sort_keys", route_sort_keys_cpu(keys, n, sorted, perm),
-                 route_sort_keys_cuda(dev, keys, n, sorted, perm, scratch, stream));
+  ROUTE_DISPATCH("route_sort_keys", route_sort_keys_cpu(keys, n, key_bits, sorted, perm),
+                 route_sort_keys_cuda(dev, keys, n, key_bits, sorted, perm, scratch, stream));
+}
+
+int route_key_bits(int64_t bound) {
+  if (bound <= 1) return bound == 1 ? 1 : 64;
+  int bits = 0;
+  while (bits < 63 && (int64_t(1) << bits) < bound) ++bits;
+  return bits;
 }
 
 void route_unique_sorted(const Device& dev, const int64_t* sorted, int64_t n, int64_t* unique, int64_t* runs,

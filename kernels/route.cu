@@ -546,21 +546,21 @@ void route_bucket_cuda(const Device& dev, const int32_t* part, int64_t n, int pa
   LAUNCH(bucket_counts_kernel, parts, s, sorted_parts, n, parts, counts);
 }
 
-void route_sort_keys_cuda(const Device& dev, const int64_t* keys, int64_t n, int64_t* sorted, int64_t* perm,
-                          RouteScratch& scratch, Stream s) {
+void route_sort_keys_cuda(const Device& dev, const int64_t* keys, int64_t n, int key_bits, int64_t* sorted,
+                          int64_t* perm, RouteScratch& scratch, Stream s) {
   SPARTA_ASSERT(n < (int64_t(1) << 31), "route_sort_keys: %lld keys (CUB sorts fewer than 2^31)", (long long)n);
-  // keys sorted by their bit pattern (as uint64): any consistent order puts equal keys together
+  // keys sorted by bits [0, key_bits) of their pattern (as uint64): any consistent order puts equal keys together
   size_t temp_bytes = 0;
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, static_cast<const uint64_t*>(nullptr),
                                              static_cast<uint64_t*>(nullptr), static_cast<const int64_t*>(nullptr),
-                                             static_cast<int64_t*>(nullptr), static_cast<int>(n), 0, 64, s));
+                                             static_cast<int64_t*>(nullptr), static_cast<int>(n), 0, key_bits, s));
   const size_t temp_at = align256(sizeof(int64_t) * n);
   auto* base = static_cast<unsigned char*>(scratch.get(dev, temp_at + temp_bytes, s));
   auto* index = reinterpret_cast<int64_t*>(base);
   LAUNCH(iota_kernel, n, s, n, index);
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + temp_at, temp_bytes, reinterpret_cast<const uint64_t*>(keys),
                                              reinterpret_cast<uint64_t*>(sorted), index, perm, static_cast<int>(n), 0,
-                                             64, s));
+                                             key_bits, s));
 }
 
 void route_unique_sorted_cuda(const Device& dev, const int64_t* sorted, int64_t n, int64_t* unique, int64_t* runs,

@@ -60,10 +60,15 @@ void route_bucket(const Device& dev, const int32_t* part, int64_t n, int parts, 
 
 // ---- distinct keys
 
-// Stable sort of keys by their 64-bit pattern: sorted[j] = keys[perm[j]], equal keys in index order.
-// sorted, perm: [n].
-void route_sort_keys(const Device& dev, const int64_t* keys, int64_t n, int64_t* sorted, int64_t* perm,
-                     RouteScratch& scratch, Stream stream);
+// Stable sort of keys by bits [0, key_bits) of their pattern (1 <= key_bits <= 64; a caller whose keys lie in
+// [0, 2^key_bits) names those bits only, and the radix sort makes fewer passes): sorted[j] = keys[perm[j]], keys
+// of equal low bits in index order. So keys in [0, 2^key_bits) come out ascending, equal keys together; a key
+// outside that range lands among those of its low bits, possibly apart from its equals (route_unique_sorted then
+// lists it more than once). sorted, perm: [n].
+void route_sort_keys(const Device& dev, const int64_t* keys, int64_t n, int key_bits, int64_t* sorted,
+                     int64_t* perm, RouteScratch& scratch, Stream stream);
+// The bits a sort of keys in [0, bound) needs (64 where bound <= 0: unbounded).
+int route_key_bits(int64_t bound);
 // The distinct keys of sorted keys ([n]): unique[u] for u < *num_unique, the run of u at sorted positions
 // [runs[u], runs[u+1]) (runs: [n + 1], runs[*num_unique] = n), and uid[j] = the u of position j.
 // num_unique: [1] int64 device memory (0 for n == 0).
@@ -178,7 +183,7 @@ void route_part_by_membership_cpu(const int64_t* keys, int64_t n, const int64_t*
 void route_index_in_set_cpu(const int64_t* keys, int64_t n, const int64_t* set, int64_t m, int32_t* idx);
 void route_part_nonzero_cpu(const int64_t* counts, int64_t n, int32_t* part);
 void route_bucket_cpu(const int32_t* part, int64_t n, int parts, int64_t* perm, int64_t* counts);
-void route_sort_keys_cpu(const int64_t* keys, int64_t n, int64_t* sorted, int64_t* perm);
+void route_sort_keys_cpu(const int64_t* keys, int64_t n, int key_bits, int64_t* sorted, int64_t* perm);
 void route_unique_sorted_cpu(const int64_t* sorted, int64_t n, int64_t* unique, int64_t* runs, int64_t* uid,
                              int64_t* num_unique);
 void route_gather_rows_cpu(const float* src, const int64_t* idx, int64_t n, int dim, float* dst);
@@ -225,8 +230,8 @@ void route_index_in_set_cuda(const int64_t* keys, int64_t n, const int64_t* set,
 void route_part_nonzero_cuda(const int64_t* counts, int64_t n, int32_t* part, Stream s);
 void route_bucket_cuda(const Device& dev, const int32_t* part, int64_t n, int parts, int64_t* perm, int64_t* counts,
                        RouteScratch& scratch, Stream s);
-void route_sort_keys_cuda(const Device& dev, const int64_t* keys, int64_t n, int64_t* sorted, int64_t* perm,
-                          RouteScratch& scratch, Stream s);
+void route_sort_keys_cuda(const Device& dev, const int64_t* keys, int64_t n, int key_bits, int64_t* sorted,
+                          int64_t* perm, RouteScratch& scratch, Stream s);
 void route_unique_sorted_cuda(const Device& dev, const int64_t* sorted, int64_t n, int64_t* unique, int64_t* runs,
                               int64_t* uid, int64_t* num_unique, RouteScratch& scratch, Stream s);
 void route_gather_rows_cuda(const float* src, const int64_t* idx, int64_t n, int dim, float* dst, Stream s);

@@ -304,6 +304,7 @@ TableRows select_rows(const TableRows& t, const std::vector<bool>& keep) {
 DispatchShard::DispatchShard(Exchange& ex, const PlacedTableSetup& s, const std::string& suffix)
     : ex_(ex),
       dim_(s.table.dim),
+      key_bits_(s.table.direct_index ? route_key_bits(s.table.key_bound) : 64),
       table_(make_modulo_shard(ex.device(), s, ex.world(), ex.rank(), suffix)),
       sums_(ex, s.table.dim),
       posted_(ex.device()) {}
@@ -319,7 +320,7 @@ void DispatchShard::route(const int64_t* keys, int64_t n) {
   // the distinct keys (a hot key travels once per rank, not once per lookup)
   int64_t* sorted = grow(sorted_, ex_, n);
   int64_t* key_perm = grow(key_perm_, ex_, n);
-  route_sort_keys(dev, keys, n, sorted, key_perm, scratch_, dev.stream);
+  route_sort_keys(dev, keys, n, key_bits_, sorted, key_perm, scratch_, dev.stream);
   int64_t* distinct = grow(distinct_, ex_, n);
   int64_t* runs = grow(runs_, ex_, n + 1);
   int64_t* uid = grow(uid_, ex_, n);
@@ -346,7 +347,6 @@ void DispatchShard::route(const int64_t* keys, int64_t n) {
   int64_t* at_sorted = sorted;  // (the sorted keys are done with)
   route_gather_keys(dev, pos, uid, n, at_sorted, dev.stream);
   route_scatter_keys(dev, at_sorted, key_perm, n, grow(key_src_, ex_, n), dev.stream);
-  route_scatter_keys(dev, uid, key_perm, n, grow(uid_of_key_, ex_, n), dev.stream);
   recv_counts_ = ex_.counts(send_counts_);
   n_recv_ = static_cast<int64_t>(total(recv_counts_));
   int64_t* recv_keys = grow(recv_keys_, ex_, n_recv_);
@@ -372,12 +372,12 @@ void DispatchShard::finish() { ex_.join(posted_); }
 void DispatchShard::send(const int64_t* offsets, int64_t bags, const float* grad, Combiner combiner,
                          const BagLayout& grad_layout) {
   const Device& dev = ex_.device();
-  // each distinct key's gradient (every distinct key has keys: the sums come in distinct key order), in the
-  // order the keys were sent
-  float* send = send_vecs_.data();
+  // each distinct key's gradient, grouped by the row its vector came in (key_src_): every row has keys, so the
+  // sums come out in the order the keys were sent, ready to go (a group's sum does not depend on its id)
+  const float* send = send_vecs_.data();
   if (n_ > 0) {
-    sums_.sum(offsets, bags, uid_of_key_.data(), n_, unique_, grad, combiner, grad_layout);
-    route_gather_rows(dev, sums_.sums(), perm_.data(), unique_, dim_, send, dev.stream);
+    sums_.sum(offsets, bags, key_src_.data(), n_, unique_, grad, combiner, grad_layout);
+    send = sums_.sums();
   }
   ex_.mark("dispatch: key sums");
   float* recv = recv_vecs_.data();
@@ -391,6 +391,12 @@ void DispatchShard::send(const int64_t* offsets, int64_t bags, const float* grad
   ex_.mark("dispatch: update sorted");
 }
 
+void DispatchShard::prepare_sums(const int64_t* offsets, int64_t bags, Combiner combiner) {
+  if (n_ == 0) return;
+  sums_.prepare(offsets, bags, key_src_.data(), n_, unique_, combiner);
+  ex_.mark("dispatch: key sums prepared");
+}
+
 void DispatchShard::update(int64_t step, float lr_scale) {
   ex_.join(posted_);
   table_finish_update(*table_, iota_.data(), rows_.data(), n_recv_, n_recv_, recv_vecs_.data(), Combiner::sum, step,
@@ -401,8 +407,7 @@ void DispatchShard::update(int64_t step, float lr_scale) {
 // ----------------------------------------------------------------------------
 // GroupSums
 
-void GroupSums::sum(const int64_t* offsets, int64_t bags, const int64_t* ids, int64_t nnz, int64_t groups,
-                    const float* grad, Combiner combiner, const BagLayout& grad_layout) {
+void GroupSums::reserve(int64_t nnz, int64_t groups) {
   const Device& dev = ex_.device();
   const int64_t n = std::max<int64_t>(1, std::max(nnz, groups));
   if (!ws_ || ws_->max_nnz() < n || ws_->capacity_rows() < n) {
@@ -410,11 +415,31 @@ void GroupSums::sum(const int64_t* offsets, int64_t bags, const int64_t* ids, in
     ws_.reset();
     ws_ = std::make_unique<BackwardWorkspace>(dev, n, n, dim_, dev.stream);
   }
-  int64_t* out_groups = grow(groups_, ex_, size_t(ws_->max_nnz()));
-  int32_t* count = grow(count_, ex_, 1);
-  float* sums = grow(sums_, ex_, size_t(ws_->max_nnz()) * dim_);
-  const BackwardBatch b{offsets, ids, grad, bags, nnz, combiner, grad_layout};  // a group id stands for a row id
-  embedding_backward(dev, b, *ws_, out_groups, sums, count, dev.stream);
+  grow(groups_, ex_, size_t(ws_->max_nnz()));
+  grow(count_, ex_, 1);
+  grow(sums_, ex_, size_t(ws_->max_nnz()) * dim_);
+}
+
+void GroupSums::prepare(const int64_t* offsets, int64_t bags, const int64_t* ids, int64_t nnz, int64_t groups,
+                        Combiner combiner) {
+  prepared_ = false;
+  reserve(nnz, groups);
+  const BackwardBatch b{offsets, ids, nullptr, bags, nnz, combiner, {}};  // a group id stands for a row id
+  embedding_backward_prepare(ex_.device(), b, *ws_, groups_.data(), count_.data(), nullptr, nullptr,
+                             ex_.device().stream);
+  prepared_batch_ = Prepared{offsets, ids, bags, nnz, groups, combiner};
+  prepared_ = true;
+}
+
+void GroupSums::sum(const int64_t* offsets, int64_t bags, const int64_t* ids, int64_t nnz, int64_t groups,
+                    const float* grad, Combiner combiner, const BagLayout& grad_layout) {
+  const Prepared& p = prepared_batch_;
+  const bool ready = prepared_ && ws_->prepared().valid && p.offsets == offsets && p.ids == ids && p.bags == bags &&
+                     p.nnz == nnz && p.groups == groups && p.combiner == combiner;
+  if (!ready) prepare(offsets, bags, ids, nnz, groups, combiner);
+  prepared_ = false;
+  const BackwardBatch b{offsets, ids, grad, bags, nnz, combiner, grad_layout};
+  embedding_backward_finish(ex_.device(), b, *ws_, sums_.data(), ex_.device().stream);
 }
 
 // ----------------------------------------------------------------------------

@@ -186,6 +186,11 @@ class GroupSums {
   GroupSums(Exchange& ex, int dim) : ex_(ex), dim_(dim) {}
   void sum(const int64_t* offsets, int64_t bags, const int64_t* ids, int64_t nnz, int64_t groups, const float* grad,
            Combiner combiner, const BagLayout& grad_layout = {});
+  // Optional: the part of sum that needs no gradient (the sort of the ids: embedding_backward_prepare), queued
+  // now on the device's stream, where the device would otherwise wait. A sum of the same offsets and ids pointers,
+  // bags, nnz, groups and combiner (the arrays unchanged in between) then only reduces; any other sum does both.
+  void prepare(const int64_t* offsets, int64_t bags, const int64_t* ids, int64_t nnz, int64_t groups,
+               Combiner combiner);
   // After sum: the groups with keys, ascending ([nnz] device; *count() of them, device memory), and their sums
   // ([nnz, dim], in that order).
   const int64_t* groups() const { return groups_.data(); }
@@ -193,12 +198,21 @@ class GroupSums {
   const float* sums() const { return sums_.data(); }
 
  private:
+  void reserve(int64_t nnz, int64_t groups);  // the workspace and the outputs for such a sum
+  struct Prepared {
+    const int64_t* offsets = nullptr;
+    const int64_t* ids = nullptr;
+    int64_t bags = 0, nnz = 0, groups = 0;
+    Combiner combiner = Combiner::sum;
+  };
   Exchange& ex_;
   int dim_;
   std::unique_ptr<BackwardWorkspace> ws_;
   Buffer<int64_t> groups_;
   Buffer<int32_t> count_;
   Buffer<float> sums_;
+  bool prepared_ = false;  // prepare ran for the batch in prepared_batch_, and no sum since
+  Prepared prepared_batch_;
 };
 
 // The collection's float output where a group of some of its slots writes its bags and reads their gradients
@@ -232,7 +246,7 @@ class DispatchShard {
   // exchange, lookup looks up the keys that arrived and posts their vectors' exchange, finish joins it. Then key
   // i's vector is row vector_of_key()[i] of vectors() ([distinct keys, dim], each distinct key's once, as they
   // arrived): callers pool or copy from there (route_pool_bags with an index), without a per-key copy. keys
-  // stays unchanged until finish; vectors() until the next send.
+  // stays unchanged until finish; vectors() until the next lookup.
   void route(const int64_t* keys, int64_t n);
   void lookup(LookupMode mode);
   void finish();
@@ -240,10 +254,15 @@ class DispatchShard {
   const int64_t* vector_of_key() const { return key_src_.data(); }
   // The keys of the last train forward, in bags: offsets [bags + 1] a CSR over them in their order, grad
   // [bags, dim] or laid out as grad_layout says (device). send sums each distinct key's gradients (GroupSums:
-  // its keys in key order, in kernels/embedding_backward.h's fixed order) and posts the sums' exchange (the arrays
-  // may change once it returns); update joins it and updates the rows.
+  // its keys in key order, in kernels/embedding_backward.h's fixed order; the sums come out in the order the
+  // distinct keys were sent, and go as they are) and posts the sums' exchange (the arrays may change once it
+  // returns); update joins it and updates the rows.
   void send(const int64_t* offsets, int64_t bags, const float* grad, Combiner combiner,
             const BagLayout& grad_layout = {});
+  // Optional, after lookup of a train forward, with the offsets, bags and combiner send will be given (kept
+  // unchanged until then): the gradient-free part of send's sums (GroupSums::prepare), queued now, so that the
+  // device sorts while the vectors travel instead of idling until finish.
+  void prepare_sums(const int64_t* offsets, int64_t bags, Combiner combiner);
   void update(int64_t step, float lr_scale);
   EmbeddingTable& table() { return *table_; }
   size_t memory_bytes() const;
@@ -251,6 +270,7 @@ class DispatchShard {
  private:
   Exchange& ex_;
   int dim_;
+  int key_bits_;  // the bits the keys' sort looks at: those of a direct index's bound, else 64
   std::unique_ptr<EmbeddingTable> table_;
   RouteScratch scratch_;
   int64_t n_ = 0, unique_ = 0, n_recv_ = 0;
@@ -259,9 +279,8 @@ class DispatchShard {
   Buffer<int64_t> sorted_, key_perm_, distinct_, runs_, uid_, num_unique_;  // [n]: the keys' distinct set
   Buffer<int64_t> perm_, counts_, send_keys_, recv_keys_, rows_, iota_;   // the route of the distinct keys
   Buffer<int64_t> pos_;      // [unique]: where each distinct key's vector arrives in send_vecs_
-  Buffer<int64_t> key_src_;     // [n]: the row of send_vecs_ holding key i's vector
-  Buffer<int64_t> uid_of_key_;  // [n]: key i's distinct key
-  GroupSums sums_;              // the gradient sums, distinct key order
+  Buffer<int64_t> key_src_;     // [n]: the row of send_vecs_ holding key i's vector (its distinct key's send order)
+  GroupSums sums_;              // the gradient sums, in send order (grouped by key_src_); sent from there
   Buffer<float> send_vecs_, recv_vecs_;
   StreamEvent posted_;  // the end of the last posted exchange
 };

@@ -27,7 +27,11 @@ class DispatchTable : public PlacedTable {
     shard_.route(in.keys, in.nnz);
   }
 
-  void lookup() override { shard_.lookup(mode_); }
+  void lookup() override {
+    shard_.lookup(mode_);
+    // the sort of the backward's sums while the vectors travel (the device would wait for them in finish)
+    if (mode_ == LookupMode::train) shard_.prepare_sums(in_.offsets, in_.bags, combiner_);
+  }
 
   void finish_forward() override {
     const Device& dev = ex_.device();

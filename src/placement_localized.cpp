@@ -13,7 +13,8 @@
 // bf16 wire the own block is rounded as the vectors that travel are). The backward takes each owner's slots out
 // of the gradient the same way (route_take_slots, from the collection's gradient when float) and sends them to
 // the owner, whose backward sums each row over the
-// global batch in its order (the sort of its rows queued while the gradients travel, or earlier: prepare_backward).
+// global batch in its order (the sort of its rows queued in a train forward while its vectors travel, where the
+// device would wait for them; prepare_backward with one rank).
 // A group of one owner sends its bags as they are and receives straight into the output.
 //
 // Forward equals a single-rank pooled lookup bit for bit (the same fused lookup over the same bags). With one rank
@@ -213,6 +214,11 @@ class LocalizedTable : public PlacedTable {
 
   void finish_forward() override {
     if (ex_.world() == 1) return;
+    // the update's sort (every lookup is queued) while the vectors travel, where the device would wait for them
+    if (mode_ == LookupMode::train) {
+      prepare_backward();
+      ex_.mark("localized: update sorted");
+    }
     ex_.join(posted_);
     if (one_owner_) return;
     const Device& dev = ex_.device();
@@ -250,8 +256,6 @@ class LocalizedTable : public PlacedTable {
     ex_.mark("localized: gradients taken");
     ex_.post(posted_, [&] { ex_.all_to_all_v_floats(send, times_dim(send_bags_), all_grads, times_dim(recv_bags_)); });
     ex_.mark_side("localized: gradients exchanged");
-    prepare_backward();  // while the gradients travel
-    ex_.mark("localized: update sorted");
   }
 
   void update(int64_t step, float lr_scale) override {

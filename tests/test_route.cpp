@@ -154,43 +154,64 @@ SPARTA_BACKEND_CASES(gather_scatter_iota, check_permutations)
 
 void check_unique(Backend backend) {
   Device dev = backend == Backend::cuda ? open_device(Backend::cuda, 0) : Device();
-  for (int64_t n : {int64_t(0), int64_t(1), int64_t(2000)}) {
-    // a few distinct keys (negative ones too), many repeats
-    std::vector<int64_t> pool = testing::random_ints(97, INT64_MIN, INT64_MAX);
-    std::vector<int64_t> keys;
-    for (int64_t i = 0; i < n; ++i) keys.push_back(pool[size_t(testing::random_ints(1, 0, 96)[0])]);
-    Buffer<int64_t> k(dev, keys);
-    auto sorted = poisoned<int64_t>(dev, size_t(n)), perm = poisoned<int64_t>(dev, size_t(n));
-    RouteScratch scratch;
-    route_sort_keys(dev, k.data(), n, sorted.data(), perm.data(), scratch, dev.stream);
-    auto uniq = poisoned<int64_t>(dev, size_t(n)), runs = poisoned<int64_t>(dev, size_t(n) + 1);
-    auto uid = poisoned<int64_t>(dev, size_t(n)), count = poisoned<int64_t>(dev, 1);
-    route_unique_sorted(dev, sorted.data(), n, uniq.data(), runs.data(), uid.data(), count.data(), scratch,
-                        dev.stream);
-    // expected: keys ascending as uint64, each key's positions in index order
-    std::vector<int64_t> want_perm(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) want_perm[size_t(i)] = i;
-    std::stable_sort(want_perm.begin(), want_perm.end(),
-                     [&](int64_t a, int64_t b) { return uint64_t(keys[size_t(a)]) < uint64_t(keys[size_t(b)]); });
-    std::vector<int64_t> want_unique, want_runs, want_uid;
-    for (int64_t j = 0; j < n; ++j) {
-      int64_t key = keys[size_t(want_perm[size_t(j)])];
-      if (want_unique.empty() || want_unique.back() != key) want_unique.push_back(key), want_runs.push_back(j);
-      want_uid.push_back(int64_t(want_unique.size()) - 1);
+  // key_bits 64: any keys; 20: keys mostly in [0, 2^20), a few outside (sorted by their low 20 bits)
+  for (int key_bits : {64, 20}) {
+    for (int64_t n : {int64_t(0), int64_t(1), int64_t(2000)}) {
+      // a few distinct keys, many repeats
+      std::vector<int64_t> pool = key_bits == 64 ? testing::random_ints(97, INT64_MIN, INT64_MAX)
+                                                 : testing::random_ints(97, 0, (int64_t(1) << key_bits) - 1);
+      if (key_bits < 64) {  // outside the range: one with another key's low bits, a negative one, a large one
+        pool[0] = pool[1] + (int64_t(1) << key_bits);
+        pool[2] = -pool[3] - 1;
+        pool[4] = INT64_MAX;
+      }
+      std::vector<int64_t> keys;
+      for (int64_t i = 0; i < n; ++i) keys.push_back(pool[size_t(testing::random_ints(1, 0, 96)[0])]);
+      Buffer<int64_t> k(dev, keys);
+      auto sorted = poisoned<int64_t>(dev, size_t(n)), perm = poisoned<int64_t>(dev, size_t(n));
+      RouteScratch scratch;
+      route_sort_keys(dev, k.data(), n, key_bits, sorted.data(), perm.data(), scratch, dev.stream);
+      auto uniq = poisoned<int64_t>(dev, size_t(n)), runs = poisoned<int64_t>(dev, size_t(n) + 1);
+      auto uid = poisoned<int64_t>(dev, size_t(n)), count = poisoned<int64_t>(dev, 1);
+      route_unique_sorted(dev, sorted.data(), n, uniq.data(), runs.data(), uid.data(), count.data(), scratch,
+                          dev.stream);
+      // expected: keys ascending by their low key_bits bits as uint64, positions of equal low bits in index
+      // order; a run per stretch of equal keys in that order
+      const uint64_t mask = key_bits == 64 ? ~uint64_t(0) : (uint64_t(1) << key_bits) - 1;
+      std::vector<int64_t> want_perm(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) want_perm[size_t(i)] = i;
+      std::stable_sort(want_perm.begin(), want_perm.end(), [&](int64_t a, int64_t b) {
+        return (uint64_t(keys[size_t(a)]) & mask) < (uint64_t(keys[size_t(b)]) & mask);
+      });
+      std::vector<int64_t> want_unique, want_runs, want_uid;
+      for (int64_t j = 0; j < n; ++j) {
+        int64_t key = keys[size_t(want_perm[size_t(j)])];
+        if (want_unique.empty() || want_unique.back() != key) want_unique.push_back(key), want_runs.push_back(j);
+        want_uid.push_back(int64_t(want_unique.size()) - 1);
+      }
+      want_runs.push_back(n);
+      std::vector<int64_t> ph = perm.download(), sh = sorted.download(), uh = uniq.download(),
+                           rh = runs.download(), ih = uid.download();
+      const int64_t u = count.download()[0];
+      BOOST_CHECK_EQUAL(u, int64_t(want_unique.size()));
+      size_t wrong = 0;
+      for (int64_t j = 0; j < n; ++j)
+        wrong += ph[size_t(j)] != want_perm[size_t(j)] || sh[size_t(j)] != keys[size_t(want_perm[size_t(j)])] ||
+                 ih[size_t(j)] != want_uid[size_t(j)];
+      for (size_t x = 0; x < want_unique.size() && int64_t(x) < u; ++x) wrong += uh[x] != want_unique[x];
+      for (size_t x = 0; x < want_runs.size() && int64_t(x) <= u; ++x) wrong += rh[x] != want_runs[x];
+      BOOST_CHECK_EQUAL(wrong, 0u);
     }
-    want_runs.push_back(n);
-    std::vector<int64_t> ph = perm.download(), sh = sorted.download(), uh = uniq.download(), rh = runs.download(),
-                         ih = uid.download();
-    const int64_t u = count.download()[0];
-    BOOST_CHECK_EQUAL(u, int64_t(want_unique.size()));
-    size_t wrong = 0;
-    for (int64_t j = 0; j < n; ++j)
-      wrong += ph[size_t(j)] != want_perm[size_t(j)] || sh[size_t(j)] != keys[size_t(want_perm[size_t(j)])] ||
-               ih[size_t(j)] != want_uid[size_t(j)];
-    for (size_t x = 0; x < want_unique.size() && int64_t(x) < u; ++x) wrong += uh[x] != want_unique[x];
-    for (size_t x = 0; x < want_runs.size() && int64_t(x) <= u; ++x) wrong += rh[x] != want_runs[x];
-    BOOST_CHECK_EQUAL(wrong, 0u);
   }
+  BOOST_CHECK_EQUAL(route_key_bits(0), 64);
+  BOOST_CHECK_EQUAL(route_key_bits(1), 1);
+  BOOST_CHECK_EQUAL(route_key_bits(2), 1);
+  BOOST_CHECK_EQUAL(route_key_bits(3), 2);
+  BOOST_CHECK_EQUAL(route_key_bits(int64_t(1) << 20), 20);
+  BOOST_CHECK_EQUAL(route_key_bits((int64_t(1) << 20) + 1), 21);
+  BOOST_CHECK_EQUAL(route_key_bits(INT64_MAX), 63);
+  RouteScratch scratch;
+  BOOST_CHECK_THROW(route_sort_keys(dev, nullptr, 0, 0, nullptr, nullptr, scratch, dev.stream), Error);
   if (dev.is_cuda()) close_device(dev);
 }
 SPARTA_BACKEND_CASES(sort_and_distinct_keys, check_unique)
