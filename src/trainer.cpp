@@ -101,13 +101,20 @@ void Trainer::build_rest(const std::string& load_from) {
   state_ = Buffer<float>(dev_, dense_optimizer_state_size(cfg_.dense.kind, P));
   dense_optimizer_init_state(dev_, cfg_.dense, state_.data(), P, dev_.stream);
   const size_t B = size_t(max_batch_);
+  for (DeviceBatch& d : batches_) {
+    d.labels = Buffer<float>(dev_, B);
+    d.dense = Buffer<float>(dev_, B * m.num_dense);
+    d.offsets = Buffer<int64_t>(dev_, B * m.num_slots + 1);
+    d.keys = Buffer<int64_t>(dev_, std::max<size_t>(1, B * size_t(schema_.max_keys_per_sample())));
+    d.copied = StreamEvent(dev_);
+    d.read = StreamEvent(dev_);
+  }
+  if (dev_.is_cuda()) copy_stream_ = SideStream(dev_);
   labels_ = Buffer<float>(dev_, B);
   dense_ = Buffer<float>(dev_, B * m.num_dense);
   emb_ = Buffer<float>(dev_, B * m.embedding_width());
   demb_ = Buffer<float>(dev_, B * m.embedding_width());
   probs_ = Buffer<float>(dev_, B);
-  offsets_ = Buffer<int64_t>(dev_, B * m.num_slots + 1);
-  keys_ = Buffer<int64_t>(dev_, std::max<size_t>(1, B * size_t(schema_.max_keys_per_sample())));
   losses_ = Buffer<float>(dev_, size_t(cfg_.log_every));
   if (m.precision == GemmType::f16) {
     scaler_ = std::make_unique<LossScaler>(cfg_.loss_scale_init, cfg_.loss_scale_window);
@@ -252,10 +259,12 @@ void Trainer::build_collection(const Batch& b, int64_t global_batch) {
 void Trainer::report_memory() const {
   const size_t P = model_->param_count();
   const size_t B = size_t(max_batch_);
+  const DeviceBatch& d = batches_[0];
   double mine[3] = {double(collection_->memory_bytes()),
                     double((2 * P + state_.size()) * sizeof(float) + model_->workspace_bytes()),
-                    double(B * (3 + cfg_.model.num_dense + 2 * cfg_.model.embedding_width()) * sizeof(float) +
-                           (offsets_.size() + keys_.size()) * sizeof(int64_t))};
+                    double(B * (2 + cfg_.model.num_dense + 2 * cfg_.model.embedding_width()) * sizeof(float) +
+                           2 * ((d.labels.size() + d.dense.size()) * sizeof(float) +
+                                (d.offsets.size() + d.keys.size()) * sizeof(int64_t)))};
   std::vector<double> all(size_t(3) * world_);
   MPI_CHECK(MPI_Gather(mine, 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, 0, world_comm_));
   if (rank_ != 0) return;
@@ -337,16 +346,42 @@ void Trainer::load(const std::string& path) {
 
 // ---- one step
 
-void Trainer::upload(const Batch& b) {
+void Trainer::stage(const Batch& b) {
+  const int at = staged_ && staged_at_ == fill_ ? 1 - fill_ : fill_;
+  DeviceBatch& d = batches_[at];
+  Stream s = copy_stream_.stream() ? copy_stream_.stream() : dev_.stream;
+  d.read.wait_in(s);  // after the work that last read it
   const size_t B = size_t(b.size), S = size_t(b.num_slots);
+  copy_to_device(dev_, d.labels.data(), b.labels.data(), B * sizeof(float), s);
+  copy_to_device(dev_, d.dense.data(), b.dense.data(), B * size_t(b.num_dense) * sizeof(float), s);
+  copy_to_device(dev_, d.offsets.data(), b.offsets.data(), (B * S + 1) * sizeof(int64_t), s);
+  copy_to_device(dev_, d.keys.data(), b.keys.data(), size_t(b.num_keys) * sizeof(int64_t), s);
+  d.copied.record(s);
+  staged_ = &b;
+  staged_at_ = at;
+  fill_ = 1 - at;
+}
+
+Trainer::DeviceBatch& Trainer::take(const Batch& b) {
+  if (staged_ != &b) stage(b);
+  DeviceBatch& d = batches_[staged_at_];
+  staged_ = nullptr;
+  d.copied.wait_in(dev_.stream);
+  if (emb_stream_.stream()) d.copied.wait_in(emb_stream_.stream());
+  const size_t B = size_t(b.size);
+  copy_on_device(dev_, labels_.data(), d.labels.data(), B * sizeof(float), dev_.stream);
+  copy_on_device(dev_, dense_.data(), d.dense.data(), B * size_t(b.num_dense) * sizeof(float), dev_.stream);
+  embeddings_wait();  // the collection writes emb_, which the compute stream's work so far may still read
+  return d;
+}
+
+void Trainer::release(DeviceBatch& d) {
   wait_for_embeddings();  // the collection's last work may still read the keys and offsets
-  copy_to_device(dev_, labels_.data(), b.labels.data(), B * sizeof(float), dev_.stream);
-  copy_to_device(dev_, dense_.data(), b.dense.data(), B * size_t(b.num_dense) * sizeof(float), dev_.stream);
-  copy_to_device(dev_, offsets_.data(), b.offsets.data(), (B * S + 1) * sizeof(int64_t), dev_.stream);
-  copy_to_device(dev_, keys_.data(), b.keys.data(), size_t(b.num_keys) * sizeof(int64_t), dev_.stream);
-  // The batch's pinned memory is the reader's again at the next next(): the copies must be done by then (and
-  // work queued on any stream from here on sees the batch).
-  synchronize(dev_, dev_.stream);
+  d.read.record(dev_.stream);
+}
+
+void Trainer::copies_done() {
+  if (copy_stream_.stream()) synchronize(dev_, copy_stream_.stream());
 }
 
 void Trainer::reduce_bucket(size_t offset, size_t count) {
@@ -376,8 +411,8 @@ bool Trainer::unscale_gradients(int64_t batch) {
 }
 
 void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, float* loss_slot) {
-  upload(b);
-  collection_->forward(offsets_.data(), keys_.data(), b.size, emb_.data(), LookupMode::train);
+  DeviceBatch& d = take(b);
+  collection_->forward(d.offsets.data(), d.keys.data(), b.size, emb_.data(), LookupMode::train);
   wait_for_embeddings();
   collection_->prepare_backward();  // on the collection's stream, beside the dense forward
   model_->forward(params_.data(), dense_.data(), emb_.data(), b.size);
@@ -401,6 +436,7 @@ void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, flo
   if (apply)
     dense_optimizer_update(dev_, cfg_.dense, step, learning_rate(cfg_.schedule, step), params_.data(),
                            grads_.data(), state_.data(), params_.size(), dev_.stream);
+  release(d);
 }
 
 double Trainer::plain_steps(const Batch& b, int64_t global_batch, int64_t n) {
@@ -409,6 +445,7 @@ double Trainer::plain_steps(const Batch& b, int64_t global_batch, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     train_step(b, step_ + 1, global_batch, losses_.data());
     ++step_;
+    if (i + 1 < n) stage(b);  // as run() does: the next step's batch copied while this one trains
   }
   synchronize_all();
   return (now_s() - t) * 1e3 / double(n > 0 ? n : 1);
@@ -424,9 +461,10 @@ Trainer::StepTimes Trainer::timed_step(const Batch& b, int64_t global_batch) {
   StepTimes st;
   const int64_t s = step_ + 1;
   double t = now_s();
-  upload(b);
+  DeviceBatch& d = take(b);
+  copies_done();
   st.data_ms = ms_since(t);
-  collection_->forward(offsets_.data(), keys_.data(), b.size, emb_.data(), LookupMode::train);
+  collection_->forward(d.offsets.data(), d.keys.data(), b.size, emb_.data(), LookupMode::train);
   st.embedding_ms = ms_since(t);
   wait_for_embeddings();
   model_->forward(params_.data(), dense_.data(), emb_.data(), b.size);
@@ -444,6 +482,7 @@ Trainer::StepTimes Trainer::timed_step(const Batch& b, int64_t global_batch) {
   if (apply)
     dense_optimizer_update(dev_, cfg_.dense, s, learning_rate(cfg_.schedule, s), params_.data(), grads_.data(),
                            state_.data(), params_.size(), dev_.stream);
+  release(d);
   st.dense_ms += ms_since(t);
   step_ = s;
   return st;
@@ -470,13 +509,15 @@ Predictions Trainer::predict_local() {
   eval_->start_epoch(0);
   for (int64_t index = 0;; ++index) {
     const Batch* b = nullptr;
+    copies_done();  // the reader may reuse the memory of the batch before
     agree(guarded([&] { b = eval_->next(); }));
     if (!b || index * G >= limit) break;
-    upload(*b);
-    collection_->forward(offsets_.data(), keys_.data(), b->size, emb_.data(), LookupMode::eval);
+    DeviceBatch& d = take(*b);
+    collection_->forward(d.offsets.data(), d.keys.data(), b->size, emb_.data(), LookupMode::eval);
     wait_for_embeddings();
     const float* logits = model_->forward(params_.data(), dense_.data(), emb_.data(), b->size);
     sigmoid(dev_, logits, probs_.data(), b->size, dev_.stream);
+    release(d);
     comm_->synchronize(dev_.stream);
     std::vector<float> p(size_t(b->size));
     copy_to_host(dev_, p.data(), probs_.data(), p.size() * sizeof(float), dev_.stream);
@@ -551,7 +592,10 @@ TrainResult Trainer::run() {
   int64_t interval_first = step_ + 1, interval_samples = 0;
   const int64_t run_first = step_;
   bool stop = false;
-  while (step_ < total && !stop) {
+  // The next batch (agreed: an error on any rank throws on every rank). The reader may then reuse the memory of
+  // the batch before, whose copies are waited for first.
+  auto fetch = [&] {
+    copies_done();
     const Batch* b = nullptr;
     agree(guarded([&] {
       b = train_->next();
@@ -561,6 +605,12 @@ TrainResult Trainer::run() {
       }
     }));
     SPARTA_ASSERT(b != nullptr, "an epoch of %lld batches delivered none", (long long)bpe);
+    return b;
+  };
+  forget_staged();
+  const Batch* b = nullptr;  // the next step's batch when the step before fetched and staged it
+  while (step_ < total && !stop) {
+    if (!b) b = fetch();
     const int64_t s = step_ + 1;
     train_step(*b, s, train_->global_batch_size(b->index), losses_.data() + (s - interval_first));
     interval_samples += train_->global_batch_size(b->index);
@@ -606,7 +656,14 @@ TrainResult Trainer::run() {
       r.checkpoint = save();
       interval_t0 = now_s();
     }
+    b = nullptr;
+    if (step_ < total && !stop) {  // the next batch now: its copies run beside this step's work
+      b = fetch();
+      stage(*b);
+    }
   }
+  copies_done();
+  forget_staged();
   if (stop && step_ - interval_first + 1 > 0) {  // the losses of a cut interval
     const std::vector<double> l = flush_losses(step_ - interval_first + 1);
     r.losses.insert(r.losses.end(), l.begin(), l.end());

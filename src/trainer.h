@@ -2,7 +2,8 @@
 // and the dense model data-parallel (src/model.h).
 //
 // One step, on the device's compute stream unless said otherwise:
-//   1. the reader's batch (this rank's slice of the global batch, read ahead on a thread) → device
+//   1. the reader's batch (this rank's slice of the global batch, read ahead on a thread) → device: copied on a
+//      stream of its own into one of two device batches while the step before trains (stage / take below)
 //   2. embedding forward (collective): [local_batch, slots * dim] pooled embeddings
 //   3. dense forward, BCE over the global batch (each rank's loss is its sum / global batch size, so the sum
 //      over ranks is the mean and the summed gradients are the global batch's)
@@ -132,7 +133,25 @@ class Trainer {
   void report_memory() const;
   void load(const std::string& path);
   std::string save();
-  void upload(const Batch& b);
+  // Batches on the device, two, so that the next batch is copied in while the current one trains (cuda: on
+  // copy_stream_, from the reader's pinned memory). stage(b) queues b's copies into a device batch that no
+  // staged batch waits in, after the work that last read it; the host keeps b's memory unchanged until
+  // copies_done(). take(b) gives the device batch holding b to work about to be queued (the one staged for b,
+  // else b staged now): both compute streams wait for its copies, its labels and dense features are copied into
+  // labels_ and dense_ (the model reads them from there: fixed pointers, so its CUDA graphs replay), and the
+  // embeddings' stream waits for the compute stream's work so far (the step before, which reads the same
+  // activations). release(d), once the work reading d is queued: d may be refilled after it.
+  struct DeviceBatch {
+    Buffer<float> labels, dense;     // [B], [B, num_dense]
+    Buffer<int64_t> offsets, keys;   // [B*slots + 1], [most keys of a local batch]
+    StreamEvent copied;              // copy_stream_: the end of the copies into it
+    StreamEvent read;                // compute stream: the end of the last work that read it
+  };
+  void stage(const Batch& b);
+  DeviceBatch& take(const Batch& b);
+  void release(DeviceBatch& d);
+  void copies_done();                // the host waits for every queued copy
+  void forget_staged() { staged_ = nullptr; }  // a staged batch that no step will take
   // One training step on b, a slice of a global batch of global_batch samples; its loss goes to loss_slot.
   void train_step(const Batch& b, int64_t step, int64_t global_batch, float* loss_slot);
   void reduce_bucket(size_t offset, size_t count);
@@ -163,7 +182,11 @@ class Trainer {
   int64_t max_batch_ = 0;
   Buffer<float> params_, grads_, state_;          // [P], [P], [dense optimizer state]
   Buffer<float> labels_, dense_, emb_, demb_;     // [B], [B, num_dense], [B, slots*dim] x2
-  Buffer<int64_t> offsets_, keys_;                // [B*slots + 1], [most keys of a local batch]
+  DeviceBatch batches_[2];
+  int fill_ = 0;                                  // the device batch stage() fills next (unless staged_ waits there)
+  const Batch* staged_ = nullptr;                 // the host batch staged into batches_[staged_at_], not yet taken
+  int staged_at_ = 0;
+  SideStream copy_stream_;                        // cuda: the batches' copies
   Buffer<float> losses_, probs_;                  // [log_every], [B]
   int64_t step_ = 0;
   SideStream grad_stream_;                        // cuda: where the gradient all-reduce runs
