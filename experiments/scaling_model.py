@@ -397,9 +397,11 @@ def _dispatch_shard(K, U, Ur, Uo, v, s, W, q):
     bytes its exchanges copy on one rank). The caller pools the bags from the arrived vectors."""
     fwd = (KEY_SORT * K + 3 * KEY_PASS * K  # sorted (64-bit), unique (flags, scan, runs)
            + 12 * U + bucket_bytes(U, W) + 24 * U  # owner, bucket, keys gathered in route order
-           + 2 * KEY_PASS * U + 3 * KEY_PASS * K  # where each key's vector arrives, each key's distinct key
+           + 2 * KEY_PASS * U + 2 * KEY_PASS * K  # where each key's vector arrives
            + _keys(Ur, v, q))  # the owner's lookup of the keys it received
-    bwd = (SORT * K + (K + U) * v + _rows(U, v)  # summed per distinct key from the bags' gradients, gathered by owner
+    # summed per distinct key from the bags' gradients, grouped by the row each key's vector came in (the sums in
+    # send order: no gather since b5175a9; the sort queued while the forward's vectors travel, still counted)
+    bwd = (SORT * K + (K + U) * v
            + 8 * Ur + _update(Ur, Uo, v, s))  # one bag per received key at the owner
     return fwd + bwd, 16 * U + 2 * U * v + 2 * Ur * v
 

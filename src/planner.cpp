@@ -230,12 +230,12 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       // distinct keys out, their vectors back, their gradient sums out
       c.bytes_per_step = 2 * f * U * (8 + 2 * vw);
       // forward: sort, unique, bucket by owner (3 passes over the distinct keys), where each key's vector will
-      // arrive and its distinct key (2 passes over the distinct keys, 3 over the keys), the owner's lookup of the
-      // U keys it receives, the bags pooled from the arrived vectors; backward: each distinct key's gradient
-      // summed from its bags' gradients (a sort of the keys by distinct key, each key's bag gradient read, U
-      // sums written), gathered by owner, the owner's update of its share Ug / W of the rows
-      c.local_bytes = kSort * K + k * K + 3 * k * U + 2 * k * U + 3 * k * K + L.lookup_keys(U) + (K + P) * v +
-                      kSort * K + (K + U) * v + 2 * U * v + L.update(U, Ug / W);
+      // arrive (2 passes over the distinct keys, 2 over the keys), the owner's lookup of the U keys it receives,
+      // the bags pooled from the arrived vectors; backward: each distinct key's gradient summed from its bags'
+      // gradients (a sort of the keys by the row their vector came in, queued in the forward; each key's bag
+      // gradient read, U sums written in the order they are sent), the owner's update of its share Ug / W
+      c.local_bytes = kSort * K + k * K + 3 * k * U + 2 * k * U + 2 * k * K + L.lookup_keys(U) + (K + P) * v +
+                      kSort * K + (K + U) * v + L.update(U, Ug / W);
       c.collectives = 4;  // count exchange, all-to-all of keys, vectors, gradients
       copied = 8 * U + 2 * U * v;
       break;
@@ -271,10 +271,9 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       // zeroed [H, dim], the touched hot keys found (3 key passes over H), gathered, looked up and updated on
       // every copy; the cold ones as dispatch
       const double fwd = 3 * k * K + 4 * k * K + L.lookup_keys(Kh) + kSort * Kc + k * Kc + 3 * k * Uc +
-                         2 * k * Uc + 3 * k * Kc + L.lookup_keys(Uc) + 2 * Kc * v + (K + P) * v;
+                         2 * k * Uc + 2 * k * Kc + L.lookup_keys(Uc) + 2 * Kc * v + (K + P) * v;
       const double bwd = 2 * k * P + 4 * k * Kh + kSort * Kh + (Kh + H) * v + 3 * H * v + 3 * k * H + 2 * H * v +
-                         L.lookup_keys(H) + L.update(H, H) + kSort * Kc + (Kc + Uc) * v + 2 * Uc * v +
-                         L.update(Uc, Ucg / W);
+                         L.lookup_keys(H) + L.update(H, H) + kSort * Kc + (Kc + Uc) * v + L.update(Uc, Ucg / W);
       c.local_bytes = fwd + bwd;
       c.collectives = 6;  // count exchange, all-to-all of keys, vectors, gradients, all-reduce of sums and counts
       copied = 8 * Uc + 2 * Uc * v;

@@ -174,7 +174,7 @@ BOOST_AUTO_TEST_CASE(time_model_by_hand) {
   const Want want[] = {
       {Placement::replicated, v * (2 * K + P + U + W * U) + 16 * (5 * K + U + 5 * W * U) + row * Ug, 3},
       {Placement::localized, v * (2 * W * K + W * P + 4 * P) + 16 * (3 * P + K + W * P + 5 * W * K) + row * Ug, 5},
-      {Placement::dispatch, v * (P + 2 * K + 6 * U) + 16 * (12 * K + 10 * U) + row * Ug / W, 4},
+      {Placement::dispatch, v * (P + 2 * K + 4 * U) + 16 * (11 * K + 10 * U) + row * Ug / W, 4},
       {Placement::distributed, v * (2 * K + W * P) + 16 * (11 * K) + row * Ug / W, 5},
   };
   const TableKeyStats none;
@@ -201,8 +201,8 @@ BOOST_AUTO_TEST_CASE(time_model_by_hand) {
   const double H = 2, Kh = 50, Kc = 50, Uc = 1 - std::pow(0.9, 100) + 0.4 * 100, Ucg = 1 - std::pow(0.9, 400) + 0.4 * 400;
   PlacementCost hy = placement_cost(t, Placement::hybrid, o, st, 2, 1.25);
   BOOST_CHECK_CLOSE(hy.local_bytes,
-                    v * (P + K + 3 * Kh + 3 * Kc + 6 * Uc + 9 * H) +
-                        16 * (2 * P + 7 * K + 9 * Kh + 12 * Kc + 10 * Uc + 8 * H) + row * (H + Ucg / W),
+                    v * (P + K + 3 * Kh + 3 * Kc + 4 * Uc + 9 * H) +
+                        16 * (2 * P + 7 * K + 9 * Kh + 11 * Kc + 10 * Uc + 8 * H) + row * (H + Ucg / W),
                     1e-9);
   BOOST_CHECK_EQUAL(hy.collectives, 6);
   // other rates: each term scales with its own rate
@@ -223,7 +223,7 @@ BOOST_AUTO_TEST_CASE(time_model_by_hand) {
   BOOST_CHECK_EQUAL(one.bytes_per_step, 0.0);
   BOOST_CHECK_EQUAL(one.collectives, 0);
   BOOST_CHECK_CLOSE(one.local_bytes,
-                    v * (P + 2 * K + 6 * U) + 16 * (12 * K + 10 * U) + row * U + 2 * (8 * U + 2 * U * v), 1e-9);
+                    v * (P + 2 * K + 4 * U) + 16 * (11 * K + 10 * U) + row * U + 2 * (8 * U + 2 * U * v), 1e-9);
   BOOST_CHECK_CLOSE(one.seconds_per_step, one.local_bytes / 420e9 + 100e-6, 1e-9);
   // one rank, replicated: a pooled lookup of the bags in place (K key passes, K rows, P vectors out) and the update
   // from the bags: sorted (4 K key passes, K gradients, U rows read and written), sgd's atomic update (3 K
