@@ -30,6 +30,7 @@
 #include "src/base/check.h"
 #include "src/base/half.h"
 #include "src/embedding_collection.h"
+#include "src/placement_common.h"
 #include "src/planner.h"
 #include "tests/testing.h"
 
@@ -1424,6 +1425,82 @@ void trace_marks_the_step(Backend backend) {
   BOOST_CHECK_MESSAGE(diff == 0, diff << " rows differ with the trace on");
 }
 SPARTA_MPI_BACKEND_CASES(trace_changes_no_bit, trace_marks_the_step)
+
+// GroupSums::prepare (dispatch queues it while the forward's vectors travel) changes no bit: after the prepare of
+// the same batch, a sum only reduces, and equals a sum with no prepare; after the prepare of another batch (other
+// ids, another length), a sum does both parts and is that batch's own. Each against the sums computed here in key
+// order (groups of at most 128 keys: one item, added one after the other from 0.0f), sum and mean. Every rank on
+// its own (an exchange of one rank).
+void group_sums_prepare(Backend backend) {
+  World w(backend, testing::world_size());
+  Exchange ex(nullptr, w.dev, MPI_COMM_SELF);
+  const int dim = 8;
+  struct Case {
+    std::vector<int64_t> offsets, ids;
+    std::vector<float> grad;
+    int64_t bags, groups;
+  };
+  auto make = [&](int64_t bags, int64_t groups) {
+    Case c;
+    c.bags = bags;
+    c.groups = groups;
+    c.offsets.push_back(0);
+    for (int64_t b = 0; b < bags; ++b) c.offsets.push_back(c.offsets.back() + testing::random_ints(1, 0, 25)[0]);
+    c.ids = testing::random_ints(size_t(std::max<int64_t>(1, c.offsets.back())), 0, groups - 1);
+    c.grad = testing::random_floats(size_t(bags * dim));
+    return c;
+  };
+  // expected: the groups with keys, ascending, and each one's sum in key order
+  auto want = [&](const Case& c, Combiner combiner) {
+    std::map<int64_t, std::vector<float>> sums;
+    for (int64_t b = 0; b < c.bags; ++b)
+      for (int64_t i = c.offsets[size_t(b)]; i < c.offsets[size_t(b) + 1]; ++i) {
+        std::vector<float>& s = sums[c.ids[size_t(i)]];
+        s.resize(size_t(dim), 0.0f);
+        const float scale = 1.0f / float(c.offsets[size_t(b) + 1] - c.offsets[size_t(b)]);
+        for (int e = 0; e < dim; ++e) {
+          const float g = c.grad[size_t(b * dim + e)];
+          s[size_t(e)] += combiner == Combiner::mean ? g * scale : g;
+        }
+      }
+    return sums;
+  };
+  for (Combiner combiner : {Combiner::sum, Combiner::mean}) {
+    const Case a = make(40, 60), other = make(33, 50);
+    BOOST_REQUIRE_LE(*std::max_element(a.ids.begin(), a.ids.end()), 59);
+    const int64_t n = a.offsets.back(), n_other = other.offsets.back();
+    Buffer<int64_t> off(w.dev, a.offsets), ids(w.dev, a.ids), off2(w.dev, other.offsets), ids2(w.dev, other.ids);
+    Buffer<float> grad(w.dev, a.grad);
+    const std::map<int64_t, std::vector<float>> expect = want(a, combiner);
+    auto check = [&](GroupSums& gs, const char* what) {
+      synchronize(w.dev);
+      int32_t count = 0;
+      copy_to_host(w.dev, &count, gs.count(), sizeof(count));
+      BOOST_REQUIRE_EQUAL(size_t(count), expect.size());
+      std::vector<int64_t> groups(static_cast<size_t>(count));
+      std::vector<float> sums(static_cast<size_t>(count) * dim);
+      copy_to_host(w.dev, groups.data(), gs.groups(), groups.size() * sizeof(int64_t));
+      copy_to_host(w.dev, sums.data(), gs.sums(), sums.size() * sizeof(float));
+      size_t wrong = 0, u = 0;
+      for (const auto& [g, s] : expect) {
+        wrong += groups[u] != g;
+        wrong += std::memcmp(s.data(), &sums[u * dim], sizeof(float) * dim) != 0;
+        ++u;
+      }
+      BOOST_CHECK_MESSAGE(wrong == 0, what << ", " << combiner_name(combiner) << ": " << wrong << " wrong");
+    };
+    GroupSums plain(ex, dim), prepared(ex, dim), stale(ex, dim);
+    plain.sum(off.data(), a.bags, ids.data(), n, a.groups, grad.data(), combiner);
+    check(plain, "no prepare");
+    prepared.prepare(off.data(), a.bags, ids.data(), n, a.groups, combiner);
+    prepared.sum(off.data(), a.bags, ids.data(), n, a.groups, grad.data(), combiner);
+    check(prepared, "prepared");
+    stale.prepare(off2.data(), other.bags, ids2.data(), n_other, other.groups, combiner);
+    stale.sum(off.data(), a.bags, ids.data(), n, a.groups, grad.data(), combiner);
+    check(stale, "another batch prepared");
+  }
+}
+SPARTA_MPI_BACKEND_CASES(group_sums_prepare_changes_no_bit, group_sums_prepare)
 
 // count_keys merges every rank's counts: the same statistics as counting the global sample by hand.
 BOOST_AUTO_TEST_CASE(key_statistics_merge_every_rank) {
