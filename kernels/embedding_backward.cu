@@ -481,8 +481,6 @@ void reduce(ReduceView v, const rowvec::RowShape& shape, const Op& op, Stream st
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-// Every bag's gradient starts 16 bytes apart from grad's start (with grad aligned, each is aligned).
-bool grad_by_four(const BackwardBatch& b) { return b.grad_layout.contiguous() || b.grad_layout.by_four; }
 
 }  // namespace
 
@@ -496,7 +494,7 @@ void embedding_backward_finish_cuda(const BackwardBatch& batch, BackwardWorkspac
   if (batch.nnz == 0) return;
   const ReduceView v = reduce_view(batch, ws);
   const rowvec::RowShape shape =
-      rowvec::row_shape(ws.dim(), aligned16(batch.grad) && grad_by_four(batch) && aligned16(row_grads));
+      rowvec::row_shape(ws.dim(), aligned16(batch.grad) && batch.grad_layout.four_aligned() && aligned16(row_grads));
   rowvec::dispatch_shape(shape, [&](auto vv, auto pp) {
     constexpr int V = decltype(vv)::value, P = decltype(pp)::value;
     reduce<V, P>(v, shape, GradOut<V, P>{row_grads, ws.dim()}, stream);
@@ -511,7 +509,7 @@ void backward_and_update_finish_cuda(const BackwardBatch& batch, BackwardWorkspa
   const int width = optimizer_state_width(c.kind, dim);
   const bool state_vec = width == 0 || c.kind == OptimizerKind::lazy_adam || aligned16(state);
   const rowvec::RowShape shape =
-      rowvec::row_shape(dim, aligned16(batch.grad) && grad_by_four(batch) && aligned16(values) && state_vec);
+      rowvec::row_shape(dim, aligned16(batch.grad) && batch.grad_layout.four_aligned() && aligned16(values) && state_vec);
   dispatch_optimizer(c.kind, [&](auto kind) {
     constexpr OptimizerKind K = decltype(kind)::value;
     rowvec::dispatch_shape(shape, [&](auto vv, auto pp) {

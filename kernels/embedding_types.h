@@ -60,6 +60,8 @@ struct BagLayout {
     return slots == 0 ? bag * dim : (bag / slots) * row + cols[bag % slots];
   }
   SPARTA_HD bool contiguous() const { return slots == 0; }
+  // The layout the kernels' 16-byte paths may take: contiguous (the caller checks the dim) or by_four.
+  bool four_aligned() const { return contiguous() || by_four; }
 };
 // sparta::Error "<what>: ..." unless the layout is the default or has its columns, slots and row.
 void check_bag_layout(const BagLayout& l, const char* what);

@@ -360,7 +360,7 @@ void embedding_forward_cuda(const ForwardArgs& a, Stream stream) {
   int dim = a.rows_init.dim;
   size_t store = a.out_type == OutputType::f32 ? 16 : 8;  // bytes of one 4-element store
   bool vec4 = dim % 4 == 0 && reinterpret_cast<uintptr_t>(a.rows_init.values) % 16 == 0 &&
-              reinterpret_cast<uintptr_t>(a.out) % store == 0 && (a.out_layout.contiguous() || a.out_layout.by_four);
+              reinterpret_cast<uintptr_t>(a.out) % store == 0 && a.out_layout.four_aligned();
   switch (a.out_type) {
     case OutputType::f32: return launch_for_mode<float>(a, vec4, stream);
     case OutputType::bf16: return launch_for_mode<__nv_bfloat16>(a, vec4, stream);

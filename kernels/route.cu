@@ -637,7 +637,7 @@ void route_offsets_from_sorted_bags_cuda(const int64_t* bag_ids, int64_t n, int6
 
 void route_pool_bags_cuda(const int64_t* offsets, const float* vecs, const int64_t* idx, int64_t bags, int dim,
                           Combiner combiner, float* out, const BagLayout& out_layout, Stream s) {
-  if (rows_by_four(bags, dim, vecs, out) && (out_layout.contiguous() || out_layout.by_four)) {
+  if (rows_by_four(bags, dim, vecs, out) && out_layout.four_aligned()) {
     LAUNCH(pool_bags4_kernel, bags * dim / 4, s, offsets, reinterpret_cast<const float4*>(vecs), idx,
            uint32_t(bags * dim / 4), uint32_t(dim / 4), combiner == Combiner::mean, reinterpret_cast<float4*>(out),
            out_layout);

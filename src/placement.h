@@ -173,9 +173,9 @@ class PlacedTable {
   virtual void prepare_backward() {}
   // True when this placement puts its bags into the collection's output itself (localized's blocks of several
   // owners, put into place anyway; replicated and dispatch, pooling with the output's BagLayout, OutputLayout in
-  // src/placement_common.h): then begin_forward's `out` is the collection's output
-  // and begin_backward's `grad` the collection's gradient, rows of PlacedTableSetup::output_row floats of which it
-  // reads and writes the group's columns only, and the collection copies nothing in between.
+  // src/placement_common.h): then begin_forward's `out` is the collection's output and begin_backward's `grad`
+  // the collection's gradient, rows of PlacedTableSetup::output_row floats of which it reads and writes the
+  // group's columns only, and the collection copies nothing in between.
   virtual bool writes_output() const { return false; }
   // Throws sparta::Error (this rank only) when a lookup since the last check was refused (full table).
   virtual void check_lookups() = 0;

@@ -12,9 +12,8 @@
 // runs alone (with one owner: the other ranks' blocks first, the own one while their vectors travel; with the
 // bf16 wire the own block is rounded as the vectors that travel are). The backward takes each owner's slots out
 // of the gradient the same way (route_take_slots, from the collection's gradient when float) and sends them to
-// the owner, whose backward sums each row over the
-// global batch in its order (the sort of its rows queued in a train forward while its vectors travel, where the
-// device would wait for them; prepare_backward with one rank).
+// the owner, whose backward sums each row over the global batch in its order (the sort of its rows queued in a
+// train forward while its vectors travel, where the device would wait for them; prepare_backward with one rank).
 // A group of one owner sends its bags as they are and receives straight into the output.
 //
 // Forward equals a single-rank pooled lookup bit for bit (the same fused lookup over the same bags). With one rank
