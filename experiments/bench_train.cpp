@@ -11,7 +11,7 @@
 // Records carry what experiments/scaling_model.py --check reads: placement (the plan's, when every table has the
 // same), ms_step, global_batch, comm_mode, nodes, and the provenance's ranks.
 //   mpiexec -n 8 bench_train [--batch 65536] [--max-rows 4000000] [--model dot|dcnv2] [--placement auto]
-//                            [--exchange fp32|bf16] [--precision fp32|bf16|fp16] [--cuda-graphs 1|0] [--warmup 3] [--steps 10] [--out results/bench_train.jsonl]
+//                            [--exchange fp32|bf16] [--precision fp32|bf16|fp16] [--cuda-graphs 1|0] [--route-ahead 1|0] [--warmup 3] [--steps 10] [--out results/bench_train.jsonl]
 //                            [--index hashed|direct] [--sparse-optimizer adagrad|sgd] [--atomic-update 0|1]
 #include <mpi.h>
 
@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   using namespace sparta;
   std::string preset = "mlperf", hotness = "1", interaction = "dot", placement = "auto", precision = "fp32",
               exchange = "fp32", comm_mode = "hier", bottom_mlp, top_mlp, index = "hashed", sparse = "adagrad";
-  bool atomic_update = false;
+  bool atomic_update = false, route_ahead = true;
   int64_t batch = 65536, max_rows = 4000000;
   int dim = 128;
   bool graphs = true;
@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
       "exchange", po::value(&exchange)->default_value(exchange), "embedding.exchange: fp32 | bf16")(
       "comm-mode", po::value(&comm_mode)->default_value(comm_mode), "comm.mode: hier | mpi | nccl")(
       "cuda-graphs", po::value(&graphs)->default_value(graphs), "train.cuda_graphs: 1 | 0")(
+      "route-ahead", po::value(&route_ahead)->default_value(route_ahead), "embedding.route_ahead: 1 | 0")(
       "precision", po::value(&precision)->default_value(precision),
       "fp32 | bf16 | fp16 (fp16: dynamic loss scaling from 2^16)")(
       "bottom-mlp", po::value(&bottom_mlp), "widths after the dense features (comma list; default the model's)")(
@@ -87,6 +88,7 @@ int main(int argc, char** argv) {
       cfg.exchange = exchange;
       cfg.comm_mode = comm_mode;
       cfg.cuda_graphs = graphs;
+      cfg.route_ahead = route_ahead;
       cfg.index = index;
       cfg.sparse.kind = parse_optimizer(sparse);
       cfg.sparse.atomic_update = atomic_update;

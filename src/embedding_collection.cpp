@@ -81,10 +81,15 @@ struct EmbeddingCollection::Group {
   }
   size_t member(int t) const { return size_t(std::find(tables.begin(), tables.end(), t) - tables.begin()); }
   std::unique_ptr<PlacedTable> placed;
-  Buffer<int64_t> offsets, keys;  // [bags + 1], [nnz]: the cut (or tagged) batch
+  // The cut (or tagged) batch: offsets [bags + 1], keys [nnz]. Two sets (EmbeddingCollection::Cut's `set`): the
+  // batch being trained keeps its own while the next one is cut into the other (route_ahead).
+  struct CutArrays {
+    Buffer<int64_t> offsets, keys;
+    RouteScratch scratch;
+  } cut[2];
   Buffer<float> pooled;           // [bags, dim]: pooled vectors, then their gradients (float32 whatever the output)
-  TableBatch batch;
-  RouteScratch scratch;
+  TableBatch batch[2];            // the placement's view of each set's batch
+  bool routed = false;            // the placement routed the batch ahead (PlacedTable::route_ahead)
 };
 
 EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, const Device& dev,
@@ -198,7 +203,7 @@ EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, con
       gr->writes_output = cfg_.output == OutputType::f32 && (gr->all_slots || gr->placed->writes_output());
       groups_.push_back(std::move(gr));
     }
-    status_ = Buffer<int64_t>(dev_, 2 + groups_.size());
+    for (Buffer<int64_t>& st : status_) st = Buffer<int64_t>(dev_, 2 + groups_.size());
   }));
 }
 
@@ -229,16 +234,13 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
   forward(offsets, keys, local_batch, static_cast<void*>(out), mode);
 }
 
-void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, int64_t local_batch, void* out,
-                                  LookupMode mode) {
+std::vector<int64_t> EmbeddingCollection::check_batch(const int64_t* offsets, int64_t local_batch, int set) {
   const int S = cfg_.num_slots;
   const size_t G = groups_.size();
-  ex_->join_all();  // a step left by an error may have posted exchanges no part waited for
-  ex_->mark("forward");
   // The step status on the device: [0] the first bad offsets row, [1] the first key outside its table's bound,
   // [2 + g] the key count of group g; one download after the cuts, before any collective (a bad batch on one
   // rank fails every rank there).
-  int64_t* st = status_.data();
+  int64_t* st = status_[set].data();
   std::vector<int64_t> status;
   ex_->agree(guarded([&] {
     SPARTA_REQUIRE(local_batch >= 0, "embedding collection forward, rank %d: local batch %lld", ex_->rank(),
@@ -252,9 +254,9 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
       const int64_t bags = local_batch * ts;
       const int64_t* last = offsets + rows;
       if (!gr.all_slots) {
-        int64_t* t_offsets = grow(gr.offsets, *ex_, size_t(bags) + 1);
-        route_select_slot_offsets(dev_, offsets, local_batch, S, gr.slots_dev.data(), ts, t_offsets, gr.scratch,
-                                  dev_.stream);
+        int64_t* t_offsets = grow(gr.cut[set].offsets, *ex_, size_t(bags) + 1);
+        route_select_slot_offsets(dev_, offsets, local_batch, S, gr.slots_dev.data(), ts, t_offsets,
+                                  gr.cut[set].scratch, dev_.stream);
         last = t_offsets + bags;
       }
       copy_on_device(dev_, st + 2 + g, last, sizeof(int64_t));
@@ -275,45 +277,101 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
     }
   }));
   ex_->mark("forward: batch checked");
+  return status;
+}
+
+EmbeddingCollection::Cut EmbeddingCollection::cut_batch(const int64_t* offsets, const int64_t* keys,
+                                                         int64_t local_batch, int set,
+                                                         const std::vector<int64_t>& status) {
+  const int S = cfg_.num_slots;
+  int64_t* st = status_[set].data();
+  Cut c;
+  c.set = set;
   std::vector<size_t> b = ex_->counts(std::vector<size_t>(size_t(world()), size_t(local_batch)));
-  std::vector<int64_t> rank_batches(b.begin(), b.end());
-  bool tagged = false;
-  for (size_t g = 0; g < G; ++g) {
+  const std::vector<int64_t> rank_batches(b.begin(), b.end());
+  for (size_t g = 0; g < groups_.size(); ++g) {
     Group& gr = *groups_[g];
     const int ts = static_cast<int>(gr.slots.size());
-    const int64_t bags = local_batch * ts;
     const int64_t nnz = status[2 + g];
-    const int64_t* t_offsets = gr.all_slots ? offsets : gr.offsets.data();
+    const int64_t* t_offsets = gr.all_slots ? offsets : gr.cut[set].offsets.data();
     const int64_t* t_keys = keys;
     if (gr.tagged) {
-      int64_t* k = grow(gr.keys, *ex_, size_t(nnz));
+      int64_t* k = grow(gr.cut[set].keys, *ex_, size_t(nnz));
       route_select_group_keys(dev_, offsets, keys, local_batch, S, gr.slots_dev.data(), ts, t_offsets,
                               gr.bases_dev.data(), gr.bounds_dev.data(), k, st + 1, dev_.stream);
       t_keys = k;
-      tagged = true;
+      c.tagged = true;
     } else if (!gr.all_slots) {
-      int64_t* k = grow(gr.keys, *ex_, size_t(nnz));
+      int64_t* k = grow(gr.cut[set].keys, *ex_, size_t(nnz));
       route_select_slot_keys(dev_, offsets, keys, local_batch, S, gr.slots_dev.data(), ts, t_offsets, k,
                              dev_.stream);
       t_keys = k;
     }
-    TableBatch& tb = gr.batch;
+    TableBatch& tb = gr.batch[set];
     tb.offsets = t_offsets;
     tb.keys = t_keys;
-    tb.bags = bags;
+    tb.bags = local_batch * ts;
     tb.nnz = nnz;
     tb.table_slots = ts;
     tb.rank_batches = rank_batches;
+  }
+  return c;
+}
+
+bool EmbeddingCollection::route_ahead(const int64_t* offsets, const int64_t* keys, int64_t local_batch) {
+  ahead_ = Ahead{};
+  const int set = 1 - now_;
+  std::vector<int64_t> status;
+  try {
+    status = check_batch(offsets, local_batch, set);
+  } catch (const Error&) {
+    return false;  // agreed: every rank drops it; the batch's forward finds the error again and throws it
+  }
+  const Cut c = cut_batch(offsets, keys, local_batch, set, status);
+  for (auto& g : groups_) g->routed = g->placed->route_ahead(g->batch[set]);
+  ex_->mark("route ahead: routed");
+  ahead_ = Ahead{true, offsets, keys, local_batch, c};
+  return true;
+}
+
+void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, int64_t local_batch, void* out,
+                                  LookupMode mode) {
+  ex_->join_all();  // a step left by an error may have posted exchanges no part waited for
+  ex_->mark("forward");
+  const bool routed = ahead_.pending && ahead_.offsets == offsets && ahead_.keys == keys &&
+                      ahead_.local_batch == local_batch;
+  // A batch routed ahead takes its set of cuts and routes; any other batch is cut into the current set (whose
+  // backward, if any, is queued already), leaving a route ahead for its own forward.
+  Cut c;
+  if (routed) {
+    c = ahead_.cut;
+    ahead_ = Ahead{};
+  } else {
+    c = cut_batch(offsets, keys, local_batch, now_, check_batch(offsets, local_batch, now_));
+  }
+  now_ = c.set;
+  for (auto& g : groups_) {
+    Group& gr = *g;
+    const TableBatch& tb = gr.batch[c.set];
     // A group that writes the output (all slots in order, or a placement that puts its bags into place itself)
     // gets it; otherwise the group pools into its buffer and its slots are put into the output (rounded there to
     // a 16-bit output type).
-    float* pooled = gr.writes_output ? static_cast<float*>(out) : grow(gr.pooled, *ex_, size_t(bags) * gr.dim);
+    float* pooled = gr.writes_output ? static_cast<float*>(out) : grow(gr.pooled, *ex_, size_t(tb.bags) * gr.dim);
     if (!cfg_.overlap) {
-      gr.placed->forward(tb, mode, pooled);
+      if (routed && gr.routed) {
+        gr.placed->begin_forward_routed(tb, mode, pooled);
+        gr.placed->lookup();
+        gr.placed->finish_forward();
+      } else {
+        gr.placed->forward(tb, mode, pooled);
+      }
       if (!gr.writes_output) put_slots(gr, pooled, local_batch, out);
       continue;
     }
-    gr.placed->begin_forward(tb, mode, pooled);
+    if (routed && gr.routed)
+      gr.placed->begin_forward_routed(tb, mode, pooled);
+    else
+      gr.placed->begin_forward(tb, mode, pooled);
   }
   if (cfg_.overlap) {
     for (auto& g : groups_) g->placed->lookup();
@@ -324,9 +382,9 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
   }
   ex_->mark("forward: pooled");
   // Keys outside their table's bound and full tables: agreed on by every rank.
-  if (mode == LookupMode::train || tagged) {
+  if (mode == LookupMode::train || c.tagged) {
     ex_->agree(guarded([&] {
-      if (tagged) check_key_bounds(offsets, keys, local_batch);
+      if (c.tagged) check_key_bounds(offsets, keys, local_batch, c.set);
       if (mode == LookupMode::train)
         for (auto& g : groups_) g->placed->check_lookups();
     }));
@@ -349,8 +407,9 @@ void EmbeddingCollection::put_slots(const Group& gr, const float* pooled, int64_
                          static_cast<uint16_t*>(out), dev_.stream);
 }
 
-void EmbeddingCollection::check_key_bounds(const int64_t* offsets, const int64_t* keys, int64_t local_batch) {
-  const int64_t i = ex_->download(status_.data() + 1, 1)[0];
+void EmbeddingCollection::check_key_bounds(const int64_t* offsets, const int64_t* keys, int64_t local_batch,
+                                           int set) {
+  const int64_t i = ex_->download(status_[set].data() + 1, 1)[0];
   if (i == kNone) return;
   // the error path: find the key's row (sample, slot), hence its table
   const int S = cfg_.num_slots;

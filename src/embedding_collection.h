@@ -69,6 +69,16 @@
 // results bit for bit (mpi_test_collection overlap_changes_no_bit). Step buffers grow by reallocation (grow():
 // the old memory is freed only after c and m are synchronized with the communicator's wait, Exchange::settle, so
 // no free runs under a collective; after the first steps of a shape nothing grows and nothing is waited for).
+//
+// Route ahead (route_ahead). Part 1 of a later forward can be queued early: the batch's checks (one download,
+// agreed), its cuts and, for dispatch groups, the route with its two downloads and the count exchange, the keys'
+// exchange posted on m; the forward of that batch then starts at part 2. The trainer calls it between step i's
+// forward and backward with step i+1's batch, once step i's dense forward is queued on its compute stream, so
+// that this work and its host waits run beside the dense layers instead of at the head of step i+1. The batch
+// routed ahead is cut and routed into the second of two sets of cut and route buffers (Group::cut, status_,
+// DispatchShard's routes): step i's backward reads its own set, and a forward of another batch in between (an
+// evaluation) uses that one too once the backward is queued, leaving the routed batch's set alone. Replicated has
+// nothing to route; localized, distributed and hybrid route at the forward (their cut is still made ahead).
 #pragma once
 
 #include <mpi.h>
@@ -130,6 +140,19 @@ class EmbeddingCollection {
   void backward(const void* grad, int64_t step, float lr_scale = 1.0f);
   // The same with a float gradient: config().output must be f32 (sparta::Error otherwise, on every rank).
   void backward(const float* grad, int64_t step, float lr_scale = 1.0f);
+  // Collective; optional. The part of a later forward of (offsets, keys, local_batch) that needs no table values,
+  // queued now on the collection's stream: the batch's checks, each group's cut and, where its placement routes
+  // ahead (PlacedTable::route_ahead: dispatch; replicated has nothing to route), the route of its keys with their
+  // exchange posted. For a trainer, between a step's forward and its backward, with the next step's batch, so that
+  // this work and its host waits run beside the dense layers instead of at the start of the next step. The
+  // current batch's backward, and forwards of other batches in between (an evaluation), are not affected: the
+  // batch routed ahead has cut and route buffers of its own. The forward whose three arguments are these pointers
+  // and batch starts from it (the arrays must stay valid and unchanged until then); the results are the same bit
+  // for bit as without it (mpi_test_collection route_ahead_changes_no_bit). Returns false, on every rank, when a
+  // rank's batch fails the checks (nothing is routed; its forward throws the error). A later route_ahead
+  // replaces one no forward took; forget_route_ahead drops it (the arrays are about to change).
+  bool route_ahead(const int64_t* offsets, const int64_t* keys, int64_t local_batch);
+  void forget_route_ahead() { ahead_ = Ahead{}; }
   // Optional, after a train forward whose output the caller has taken (e.g. its stream now waits for it): queues
   // the backward's work that needs no gradient on the collection's stream (replicated tables on more than one
   // rank sort their rows for the per-row gradient sums), to run while the caller computes the gradient.
@@ -166,8 +189,27 @@ class EmbeddingCollection {
 
  private:
   struct Group;
+  // A batch's cut: the set of cut buffers (Group::cut, status_) it is in, and whether it has keys to check
+  // against their bounds (tagged groups).
+  struct Cut {
+    int set = 0;
+    bool tagged = false;
+  };
+  // A batch routed ahead (route_ahead), waiting for its forward.
+  struct Ahead {
+    bool pending = false;
+    const int64_t* offsets = nullptr;
+    const int64_t* keys = nullptr;
+    int64_t local_batch = 0;
+    Cut cut;
+  };
   std::vector<TableRows> split_rows(const Group& g, const TableRows& r) const;
-  void check_key_bounds(const int64_t* offsets, const int64_t* keys, int64_t local_batch);
+  // A forward's first part: the batch's offsets checked (agreed: a bad batch throws on every rank) and each
+  // group's key count (returned: [2 + group]), then each group's keys cut into set `set`.
+  std::vector<int64_t> check_batch(const int64_t* offsets, int64_t local_batch, int set);
+  Cut cut_batch(const int64_t* offsets, const int64_t* keys, int64_t local_batch, int set,
+                const std::vector<int64_t>& status);
+  void check_key_bounds(const int64_t* offsets, const int64_t* keys, int64_t local_batch, int set);
   // A group's pooled [local_batch, its slots, dim] into its columns of the output (rounded to a 16-bit output).
   void put_slots(const Group& gr, const float* pooled, int64_t local_batch, void* out);
 
@@ -181,7 +223,9 @@ class EmbeddingCollection {
   std::unique_ptr<Exchange> ex_;
   std::vector<int> group_of_;                    // per table: its group
   std::vector<int> table_of_slot_;
-  Buffer<int64_t> status_;                       // [2 + groups]: the step's checks and key counts (forward)
+  Buffer<int64_t> status_[2];                    // [2 + groups] per cut set: the checks and key counts (forward)
+  int now_ = 0;                                  // the cut set of the last forward
+  Ahead ahead_;
   std::vector<int64_t> slot_cols_;
   int64_t width_ = 0;
   int64_t batch_ = 0;         // local batch of the last train forward

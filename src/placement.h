@@ -155,6 +155,18 @@ class PlacedTable {
     finish_forward();
   }
   virtual void begin_forward(const TableBatch& in, LookupMode mode, float* out) = 0;
+  // Route ahead (optional): begin_forward's route of a batch whose forward comes later, queued now (a trainer:
+  // beside the dense work of the step before), into route buffers of its own, so that the current batch's
+  // backward, and any forward of another batch in between (an evaluation), still find theirs. Returns false
+  // where the placement has no such second route (then begin_forward_routed routes as begin_forward does).
+  // Collective like begin_forward: its exchange of keys is posted now. `in`'s arrays stay valid and unchanged
+  // until that batch's forward, which calls begin_forward_routed(in, ...) with the same `in`; a later
+  // route_ahead replaces a route no forward took.
+  virtual bool route_ahead(const TableBatch& in) {
+    (void)in;
+    return false;
+  }
+  virtual void begin_forward_routed(const TableBatch& in, LookupMode mode, float* out) { begin_forward(in, mode, out); }
   virtual void lookup() = 0;
   virtual void finish_forward() = 0;
   // grad: [bags, dim] of the last train forward's output; step: the global optimizer step (from 1); lr_scale:

@@ -307,62 +307,78 @@ DispatchShard::DispatchShard(Exchange& ex, const PlacedTableSetup& s, const std:
       key_bits_(s.table.direct_index ? route_key_bits(s.table.key_bound) : 64),
       table_(make_modulo_shard(ex.device(), s, ex.world(), ex.rank(), suffix)),
       sums_(ex, s.table.dim),
-      posted_(ex.device()) {}
+      posted_(ex.device()) {
+  for (Route& r : routes_) r.posted = StreamEvent(ex.device());
+}
 
 int64_t table_rows_in_use(EmbeddingTable& t, const Device& dev) { return t.size(dev.stream); }
 
 size_t DispatchShard::memory_bytes() const { return table_memory_bytes(*table_); }
 
-void DispatchShard::route(const int64_t* keys, int64_t n) {
+void DispatchShard::route(const int64_t* keys, int64_t n) { route_into(now(), keys, n); }
+
+void DispatchShard::route_ahead(const int64_t* keys, int64_t n) {
+  route_into(routes_[1 - now_], keys, n);
+  ahead_ = true;
+}
+
+void DispatchShard::take_ahead() {
+  SPARTA_ASSERT(ahead_, "dispatch: no route ahead to take");
+  now_ = 1 - now_;
+  ahead_ = false;
+}
+
+void DispatchShard::route_into(Route& r, const int64_t* keys, int64_t n) {
   const Device& dev = ex_.device();
   const int world = ex_.world();
-  n_ = n;
+  r.n = n;
   // the distinct keys (a hot key travels once per rank, not once per lookup)
-  int64_t* sorted = grow(sorted_, ex_, n);
-  int64_t* key_perm = grow(key_perm_, ex_, n);
-  route_sort_keys(dev, keys, n, key_bits_, sorted, key_perm, scratch_, dev.stream);
-  int64_t* distinct = grow(distinct_, ex_, n);
-  int64_t* runs = grow(runs_, ex_, n + 1);
-  int64_t* uid = grow(uid_, ex_, n);
-  int64_t* num_unique = grow(num_unique_, ex_, 1);
-  route_unique_sorted(dev, sorted, n, distinct, runs, uid, num_unique, scratch_, dev.stream);
+  int64_t* sorted = grow(r.sorted, ex_, n);
+  int64_t* key_perm = grow(r.key_perm, ex_, n);
+  route_sort_keys(dev, keys, n, key_bits_, sorted, key_perm, r.scratch, dev.stream);
+  int64_t* distinct = grow(r.distinct, ex_, n);
+  int64_t* runs = grow(r.runs, ex_, n + 1);
+  int64_t* uid = grow(r.uid, ex_, n);
+  int64_t* num_unique = grow(r.num_unique, ex_, 1);
+  route_unique_sorted(dev, sorted, n, distinct, runs, uid, num_unique, r.scratch, dev.stream);
   ex_.mark("dispatch: keys sorted");
-  const int64_t u = unique_ = ex_.download(num_unique, 1)[0];
+  const int64_t u = r.unique = ex_.download(num_unique, 1)[0];
   // their route: stable buckets by owner
-  int32_t* part = grow(part_, ex_, u);
-  int64_t* perm = grow(perm_, ex_, u);
-  int64_t* counts = grow(counts_, ex_, world);
+  int32_t* part = grow(r.part, ex_, u);
+  int64_t* perm = grow(r.perm, ex_, u);
+  int64_t* counts = grow(r.counts, ex_, world);
   route_owner_by_key(dev, distinct, u, world, part, dev.stream);
-  route_bucket(dev, part, u, world, perm, counts, scratch_, dev.stream);
+  route_bucket(dev, part, u, world, perm, counts, r.scratch, dev.stream);
   std::vector<int64_t> c = ex_.download(counts, world);
-  send_counts_.assign(c.begin(), c.end());
-  int64_t* send_keys = grow(send_keys_, ex_, u);
+  r.send_counts.assign(c.begin(), c.end());
+  int64_t* send_keys = grow(r.send_keys, ex_, u);
   route_gather_keys(dev, distinct, perm, u, send_keys, dev.stream);
   // where each key's vector will arrive: distinct key perm[p] at row p of the vectors sent back, so key
   // key_perm[j] (sorted position j, distinct key uid[j]) at row pos[uid[j]]
-  int64_t* pos = grow(pos_, ex_, u);
-  int64_t* iota = grow(iota_, ex_, u);
+  int64_t* pos = grow(r.pos, ex_, u);
+  int64_t* iota = grow(r.iota, ex_, u);
   route_iota(dev, u, iota, dev.stream);
   route_scatter_keys(dev, iota, perm, u, pos, dev.stream);
   int64_t* at_sorted = sorted;  // (the sorted keys are done with)
   route_gather_keys(dev, pos, uid, n, at_sorted, dev.stream);
-  route_scatter_keys(dev, at_sorted, key_perm, n, grow(key_src_, ex_, n), dev.stream);
-  recv_counts_ = ex_.counts(send_counts_);
-  n_recv_ = static_cast<int64_t>(total(recv_counts_));
-  int64_t* recv_keys = grow(recv_keys_, ex_, n_recv_);
+  route_scatter_keys(dev, at_sorted, key_perm, n, grow(r.key_src, ex_, n), dev.stream);
+  r.recv_counts = ex_.counts(r.send_counts);
+  r.n_recv = static_cast<int64_t>(total(r.recv_counts));
+  int64_t* recv_keys = grow(r.recv_keys, ex_, r.n_recv);
   ex_.mark("dispatch: keys routed");
-  ex_.post(posted_, [&] { ex_.all_to_all_v(send_keys, send_counts_, recv_keys, recv_counts_, DataType::i64); });
+  ex_.post(r.posted, [&] { ex_.all_to_all_v(send_keys, r.send_counts, recv_keys, r.recv_counts, DataType::i64); });
   ex_.mark_side("dispatch: keys exchanged");
 }
 
 void DispatchShard::lookup(LookupMode mode) {
-  ex_.join(posted_);
-  float* recv_vecs = grow(recv_vecs_, ex_, size_t(n_recv_) * dim_);
-  table_lookup_keys(*table_, recv_keys_.data(), n_recv_, mode, recv_vecs, grow(rows_, ex_, n_recv_));
+  Route& r = now();
+  ex_.join(r.posted);
+  float* recv_vecs = grow(recv_vecs_, ex_, size_t(r.n_recv) * dim_);
+  table_lookup_keys(*table_, r.recv_keys.data(), r.n_recv, mode, recv_vecs, grow(rows_, ex_, r.n_recv));
   ex_.mark("dispatch: keys looked up");
-  float* send_vecs = grow(send_vecs_, ex_, size_t(unique_) * dim_);
+  float* send_vecs = grow(send_vecs_, ex_, size_t(r.unique) * dim_);
   ex_.post(posted_, [&] {
-    ex_.all_to_all_v_floats(recv_vecs, times(recv_counts_, dim_), send_vecs, times(send_counts_, dim_));
+    ex_.all_to_all_v_floats(recv_vecs, times(r.recv_counts, dim_), send_vecs, times(r.send_counts, dim_));
   });
   ex_.mark_side("dispatch: vectors exchanged");
 }
@@ -372,35 +388,39 @@ void DispatchShard::finish() { ex_.join(posted_); }
 void DispatchShard::send(const int64_t* offsets, int64_t bags, const float* grad, Combiner combiner,
                          const BagLayout& grad_layout) {
   const Device& dev = ex_.device();
-  // each distinct key's gradient, grouped by the row its vector came in (key_src_): every row has keys, so the
+  const Route& r = now();
+  // each distinct key's gradient, grouped by the row its vector came in (key_src): every row has keys, so the
   // sums come out in the order the keys were sent, ready to go (a group's sum does not depend on its id)
   const float* send = send_vecs_.data();
-  if (n_ > 0) {
-    sums_.sum(offsets, bags, key_src_.data(), n_, unique_, grad, combiner, grad_layout);
+  if (r.n > 0) {
+    sums_.sum(offsets, bags, r.key_src.data(), r.n, r.unique, grad, combiner, grad_layout);
     send = sums_.sums();
   }
   ex_.mark("dispatch: key sums");
   float* recv = recv_vecs_.data();
-  ex_.post(posted_, [&] { ex_.all_to_all_v_floats(send, times(send_counts_, dim_), recv, times(recv_counts_, dim_)); });
+  ex_.post(posted_,
+           [&] { ex_.all_to_all_v_floats(send, times(r.send_counts, dim_), recv, times(r.recv_counts, dim_)); });
   ex_.mark_side("dispatch: sums exchanged");
   // one bag per received key: the owner sums each row's keys in the order they arrived; the sort of those rows
   // while the sums travel
-  int64_t* iota = grow(iota_, ex_, n_recv_ + 1);
-  route_iota(dev, n_recv_ + 1, iota, dev.stream);
-  table_prepare_update(*table_, iota, rows_.data(), n_recv_, n_recv_, Combiner::sum);
+  int64_t* iota = grow(iota_, ex_, r.n_recv + 1);
+  route_iota(dev, r.n_recv + 1, iota, dev.stream);
+  table_prepare_update(*table_, iota, rows_.data(), r.n_recv, r.n_recv, Combiner::sum);
   ex_.mark("dispatch: update sorted");
 }
 
 void DispatchShard::prepare_sums(const int64_t* offsets, int64_t bags, Combiner combiner) {
-  if (n_ == 0) return;
-  sums_.prepare(offsets, bags, key_src_.data(), n_, unique_, combiner);
+  const Route& r = now();
+  if (r.n == 0) return;
+  sums_.prepare(offsets, bags, r.key_src.data(), r.n, r.unique, combiner);
   ex_.mark("dispatch: key sums prepared");
 }
 
 void DispatchShard::update(int64_t step, float lr_scale) {
   ex_.join(posted_);
-  table_finish_update(*table_, iota_.data(), rows_.data(), n_recv_, n_recv_, recv_vecs_.data(), Combiner::sum, step,
-                      lr_scale);
+  const Route& r = now();
+  table_finish_update(*table_, iota_.data(), rows_.data(), r.n_recv, r.n_recv, recv_vecs_.data(), Combiner::sum,
+                      step, lr_scale);
   ex_.mark("dispatch: rows updated");
 }
 

@@ -248,10 +248,14 @@ class DispatchShard {
   // arrived): callers pool or copy from there (route_pool_bags with an index), without a per-key copy. keys
   // stays unchanged until finish; vectors() until the next lookup.
   void route(const int64_t* keys, int64_t n);
+  // route into the second set of route buffers (PlacedTable::route_ahead), for a batch whose lookup comes after
+  // the current batch's backward; take_ahead() then makes it the current route, in place of a call to route.
+  void route_ahead(const int64_t* keys, int64_t n);
+  void take_ahead();
   void lookup(LookupMode mode);
   void finish();
   const float* vectors() const { return send_vecs_.data(); }
-  const int64_t* vector_of_key() const { return key_src_.data(); }
+  const int64_t* vector_of_key() const { return now().key_src.data(); }
   // The keys of the last train forward, in bags: offsets [bags + 1] a CSR over them in their order, grad
   // [bags, dim] or laid out as grad_layout says (device). send sums each distinct key's gradients (GroupSums:
   // its keys in key order, in kernels/embedding_backward.h's fixed order; the sums come out in the order the
@@ -272,17 +276,29 @@ class DispatchShard {
   int dim_;
   int key_bits_;  // the bits the keys' sort looks at: those of a direct index's bound, else 64
   std::unique_ptr<EmbeddingTable> table_;
-  RouteScratch scratch_;
-  int64_t n_ = 0, unique_ = 0, n_recv_ = 0;
-  std::vector<size_t> send_counts_, recv_counts_;  // distinct keys per rank
-  Buffer<int32_t> part_;
-  Buffer<int64_t> sorted_, key_perm_, distinct_, runs_, uid_, num_unique_;  // [n]: the keys' distinct set
-  Buffer<int64_t> perm_, counts_, send_keys_, recv_keys_, rows_, iota_;   // the route of the distinct keys
-  Buffer<int64_t> pos_;      // [unique]: where each distinct key's vector arrives in send_vecs_
-  Buffer<int64_t> key_src_;     // [n]: the row of send_vecs_ holding key i's vector (its distinct key's send order)
-  GroupSums sums_;              // the gradient sums, in send order (grouped by key_src_); sent from there
+  // One batch's route of its keys. Two: the batch being trained reads its own (the backward: key_src, the counts)
+  // while the next one is routed into the other (route_ahead).
+  struct Route {
+    int64_t n = 0, unique = 0, n_recv = 0;
+    std::vector<size_t> send_counts, recv_counts;  // distinct keys per rank
+    Buffer<int32_t> part;
+    Buffer<int64_t> sorted, key_perm, distinct, runs, uid, num_unique;  // [n]: the keys' distinct set
+    Buffer<int64_t> perm, counts, send_keys, recv_keys, iota;           // the route of the distinct keys
+    Buffer<int64_t> pos;      // [unique]: where each distinct key's vector arrives in send_vecs_
+    Buffer<int64_t> key_src;  // [n]: the row of send_vecs_ holding key i's vector (its distinct key's send order)
+    RouteScratch scratch;
+    StreamEvent posted;       // the keys' exchange
+  };
+  Route routes_[2];
+  int now_ = 0;         // the current batch's route
+  bool ahead_ = false;  // routes_[1 - now_] holds a batch routed ahead
+  Route& now() { return routes_[now_]; }
+  const Route& now() const { return routes_[now_]; }
+  void route_into(Route& r, const int64_t* keys, int64_t n);
+  Buffer<int64_t> rows_, iota_;  // the received keys' rows at the owner, and the update's one bag per key
+  GroupSums sums_;              // the gradient sums, in send order (grouped by key_src); sent from there
   Buffer<float> send_vecs_, recv_vecs_;
-  StreamEvent posted_;  // the end of the last posted exchange
+  StreamEvent posted_;  // the end of the last posted exchange of vectors or sums
 };
 
 // A copy of a table on every rank. Lookups are local; an update sums this rank's gradient per touched row

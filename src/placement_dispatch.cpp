@@ -8,7 +8,8 @@
 // straight from the distinct keys' vectors as they arrived, and each distinct key's gradient is summed straight
 // from its bags' gradients (in kernels/embedding_backward.h's fixed order, a hot key over many warps). With a float
 // output of the collection, a group of some of its slots pools into its columns of it and reads its gradient
-// from there (PlacedTable::writes_output, OutputLayout).
+// from there (PlacedTable::writes_output, OutputLayout). A batch may be routed ahead (PlacedTable::route_ahead)
+// into the shard's second route, which its forward then takes.
 #include "src/placement_common.h"
 
 namespace sparta {
@@ -25,6 +26,18 @@ class DispatchTable : public PlacedTable {
     mode_ = mode;
     out_ = out;
     shard_.route(in.keys, in.nnz);
+  }
+
+  bool route_ahead(const TableBatch& in) override {
+    shard_.route_ahead(in.keys, in.nnz);
+    return true;
+  }
+
+  void begin_forward_routed(const TableBatch& in, LookupMode mode, float* out) override {
+    in_ = in;
+    mode_ = mode;
+    out_ = out;
+    shard_.take_ahead();
   }
 
   void lookup() override {

@@ -23,6 +23,9 @@ class ReplicatedTable : public PlacedTable {
     replica_.forget_prepare();
   }
 
+  // Nothing to route: the forward is a local lookup.
+  bool route_ahead(const TableBatch&) override { return true; }
+
   void lookup() override {
     // The rows of the keys are kept for a backward straight from the bags' gradients.
     int64_t* rows = grow(rows_, ex_, size_t(in_.nnz));

@@ -180,7 +180,8 @@ std::string TrainConfig::to_ini() const {
   s << "[embedding]\nrows = " << rows << "\nplacement = " << placement << "\ncombiner = " << combiner << "\n";
   opt(sparse);
   s << "atomic_update = " << sparse.atomic_update << "\ninit_scale = " << init_scale << "\nhot_rows = " << hot_rows << "\nmemory_mb = " << memory_mb
-    << "\nexchange = " << exchange << "\noverlap = " << overlap << "\nindex = " << index
+    << "\nexchange = " << exchange << "\noverlap = " << overlap << "\nroute_ahead = " << route_ahead
+    << "\nindex = " << index
     << "\nplanner_link_gbps = " << planner_rates.link_GBps << "\nplanner_hbm_gbps = " << planner_rates.hbm_GBps
     << "\nplanner_collective_us = " << planner_rates.collective_us
     << "\nplanner_group_us = " << planner_rates.group_us << "\n\n";

@@ -70,6 +70,8 @@ struct TrainConfig {
   double memory_mb = 0;          // device memory per rank for the tables (0: no limit)
   std::string exchange = "fp32";  // fp32 | bf16: the wire type of vectors and gradients between ranks
   bool overlap = true;           // exchanges overlap other tables' work (CollectionConfig::overlap)
+  // the next step's batch routed while this step's dense layers run (EmbeddingCollection::route_ahead)
+  bool route_ahead = true;
   // hashed | direct: direct indexes every table's keys by value (src/placement.h direct_index): every slot needs
   // a cardinality and its table that many rows (embedding.rows 0)
   std::string index = "hashed";

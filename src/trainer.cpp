@@ -349,6 +349,10 @@ void Trainer::load(const std::string& path) {
 void Trainer::stage(const Batch& b) {
   const int at = staged_ && staged_at_ == fill_ ? 1 - fill_ : fill_;
   DeviceBatch& d = batches_[at];
+  if (at == ahead_at_) {  // its keys are about to change
+    collection_->forget_route_ahead();
+    ahead_at_ = -1;
+  }
   Stream s = copy_stream_.stream() ? copy_stream_.stream() : dev_.stream;
   d.read.wait_in(s);  // after the work that last read it
   const size_t B = size_t(b.size), S = size_t(b.num_slots);
@@ -366,6 +370,7 @@ Trainer::DeviceBatch& Trainer::take(const Batch& b) {
   if (staged_ != &b) stage(b);
   DeviceBatch& d = batches_[staged_at_];
   staged_ = nullptr;
+  if (staged_at_ == ahead_at_) ahead_at_ = -1;  // the forward about to be queued takes the route
   d.copied.wait_in(dev_.stream);
   if (emb_stream_.stream()) d.copied.wait_in(emb_stream_.stream());
   const size_t B = size_t(b.size);
@@ -373,6 +378,19 @@ Trainer::DeviceBatch& Trainer::take(const Batch& b) {
   copy_on_device(dev_, dense_.data(), d.dense.data(), B * size_t(b.num_dense) * sizeof(float), dev_.stream);
   embeddings_wait();  // the collection writes emb_, which the compute stream's work so far may still read
   return d;
+}
+
+void Trainer::forget_staged() {
+  staged_ = nullptr;
+  if (ahead_at_ >= 0) collection_->forget_route_ahead();
+  ahead_at_ = -1;
+}
+
+void Trainer::route_next(const Batch& nb) {
+  if (!cfg_.route_ahead || staged_ != &nb) return;
+  DeviceBatch& d = batches_[staged_at_];
+  if (emb_stream_.stream()) d.copied.wait_in(emb_stream_.stream());  // the route reads its keys and offsets
+  if (collection_->route_ahead(d.offsets.data(), d.keys.data(), nb.size)) ahead_at_ = staged_at_;
 }
 
 void Trainer::release(DeviceBatch& d) {
@@ -410,13 +428,18 @@ bool Trainer::unscale_gradients(int64_t batch) {
   return scaler_->update(bad == 0);
 }
 
-void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, float* loss_slot) {
+void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, float* loss_slot, const NextBatch& next) {
   DeviceBatch& d = take(b);
-  collection_->forward(d.offsets.data(), d.keys.data(), b.size, emb_.data(), LookupMode::train);
+  const int64_t size = b.size;  // b's memory may change once next() fetches the batch after it
+  collection_->forward(d.offsets.data(), d.keys.data(), size, emb_.data(), LookupMode::train);
   wait_for_embeddings();
   collection_->prepare_backward();  // on the collection's stream, beside the dense forward
-  model_->forward(params_.data(), dense_.data(), emb_.data(), b.size);
+  model_->forward(params_.data(), dense_.data(), emb_.data(), size);
   model_->loss(labels_.data(), global_batch, loss_slot, scaler_ ? scaler_->scale() : 1.f);
+  // The next step's batch: fetched and staged now, its copies beside this step's work; its route (the keys'
+  // sort, buckets, counts and exchange, with their host waits) queued on the embeddings' stream as the dense
+  // backward is queued, before that stream waits for the embeddings' gradient.
+  const Batch* nb = next ? next() : nullptr;
   // The embeddings' backward starts as soon as demb is written (fp16: once it is unscaled), on their stream,
   // while the dense stream computes the weight gradients. The dense gradients' all-reduce goes after the
   // embeddings' exchange, which it would otherwise hold up (the communicator runs one collective at a time), and
@@ -424,10 +447,11 @@ void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, flo
   // there it runs per bucket during the backward.
   DenseModel::GradsReady buckets;
   if (scaler_) buckets = [this](size_t offset, size_t count) { reduce_bucket(offset, count); };
-  model_->backward(params_.data(), grads_.data(), demb_.data(), buckets, [this] {
+  model_->backward(params_.data(), grads_.data(), demb_.data(), buckets, [this, nb] {
+    if (nb) route_next(*nb);
     if (!scaler_) embeddings_wait();
   });
-  const bool apply = !scaler_ || unscale_gradients(b.size);  // fp16: false for an overflowed step
+  const bool apply = !scaler_ || unscale_gradients(size);  // fp16: false for an overflowed step
   if (!apply) skipped_.push_back(step);
   if (scaler_) embeddings_wait();
   if (apply) collection_->backward(demb_.data(), step, learning_rate_factor(cfg_.schedule, step));
@@ -443,9 +467,14 @@ double Trainer::plain_steps(const Batch& b, int64_t global_batch, int64_t n) {
   synchronize_all();
   const double t = now_s();
   for (int64_t i = 0; i < n; ++i) {
-    train_step(b, step_ + 1, global_batch, losses_.data());
+    // as run() does: the next step's batch copied (and routed ahead) while this one trains
+    NextBatch next;
+    if (i + 1 < n) next = [&] {
+        stage(b);
+        return &b;
+      };
+    train_step(b, step_ + 1, global_batch, losses_.data(), next);
     ++step_;
-    if (i + 1 < n) stage(b);  // as run() does: the next step's batch copied while this one trains
   }
   synchronize_all();
   return (now_s() - t) * 1e3 / double(n > 0 ? n : 1);
@@ -612,8 +641,17 @@ TrainResult Trainer::run() {
   while (step_ < total && !stop) {
     if (!b) b = fetch();
     const int64_t s = step_ + 1;
-    train_step(*b, s, train_->global_batch_size(b->index), losses_.data() + (s - interval_first));
-    interval_samples += train_->global_batch_size(b->index);
+    const int64_t global_batch = train_->global_batch_size(b->index);
+    // the next step's batch, fetched and staged during this step (b's memory may change then)
+    const Batch* next = nullptr;
+    auto fetch_next = [&]() -> const Batch* {
+      if (s >= total) return nullptr;
+      next = fetch();
+      stage(*next);
+      return next;
+    };
+    train_step(*b, s, global_batch, losses_.data() + (s - interval_first), fetch_next);
+    interval_samples += global_batch;
     step_ = s;
     const bool last = step_ == total;
     if (step_ - interval_first + 1 == cfg_.log_every || last) {
@@ -656,11 +694,7 @@ TrainResult Trainer::run() {
       r.checkpoint = save();
       interval_t0 = now_s();
     }
-    b = nullptr;
-    if (step_ < total && !stop) {  // the next batch now: its copies run beside this step's work
-      b = fetch();
-      stage(*b);
-    }
+    b = stop ? nullptr : next;
   }
   copies_done();
   forget_staged();

@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -151,9 +152,15 @@ class Trainer {
   DeviceBatch& take(const Batch& b);
   void release(DeviceBatch& d);
   void copies_done();                // the host waits for every queued copy
-  void forget_staged() { staged_ = nullptr; }  // a staged batch that no step will take
+  void forget_staged();              // a staged batch that no step will take (and its route ahead)
   // One training step on b, a slice of a global batch of global_batch samples; its loss goes to loss_slot.
-  void train_step(const Batch& b, int64_t step, int64_t global_batch, float* loss_slot);
+  // next (optional), called once the step's forward is queued: gives the next step's batch staged (stage()), or
+  // null; with embedding.route_ahead the collection routes it while this step's dense layers run (route_next).
+  // b's memory may change once next is called (the reader's next()).
+  using NextBatch = std::function<const Batch*()>;
+  void train_step(const Batch& b, int64_t step, int64_t global_batch, float* loss_slot, const NextBatch& next = {});
+  // EmbeddingCollection::route_ahead of the staged batch nb, on the embeddings' stream after its copies.
+  void route_next(const Batch& nb);
   void reduce_bucket(size_t offset, size_t count);
   void join_grad_stream();  // cuda, several ranks: the compute stream waits for the gradient all-reduce
   // fp16, after backward: unscales grads_ and demb_ (batch rows), agrees over ranks whether any overflowed and
@@ -186,6 +193,7 @@ class Trainer {
   int fill_ = 0;                                  // the device batch stage() fills next (unless staged_ waits there)
   const Batch* staged_ = nullptr;                 // the host batch staged into batches_[staged_at_], not yet taken
   int staged_at_ = 0;
+  int ahead_at_ = -1;                             // the device batch the collection routed ahead (-1: none)
   SideStream copy_stream_;                        // cuda: the batches' copies
   Buffer<float> losses_, probs_;                  // [log_every], [B]
   int64_t step_ = 0;

@@ -1294,6 +1294,30 @@ void prepared_backward_equals_backward(Backend backend) {
 }
 SPARTA_MPI_BACKEND_CASES(prepare_backward_changes_no_bit, prepared_backward_equals_backward)
 
+// A collection's shape for the cases that compare two ways of running it: placements, tables, wire and output.
+struct WireCase {
+  std::vector<std::string> placements;
+  std::vector<TableDef> defs;
+  int slots;
+  DataType wire;
+  OutputType output;
+  bool overlap = true;
+};
+
+// n gradient values uniform in [-1, 1), in the output's type (f32, or bf16's bits), on the device.
+Buffer<uint16_t> random_gradient(const Device& dev, size_t n, OutputType output, std::mt19937_64& g) {
+  const bool f32 = output == OutputType::f32;
+  std::vector<uint16_t> grad(f32 ? 2 * n : n);
+  for (size_t i = 0; i < n; ++i) {
+    const float x = std::uniform_real_distribution<float>(-1, 1)(g);
+    if (f32)
+      std::memcpy(&grad[2 * i], &x, 4);
+    else
+      grad[i] = float_to_bf16(x);
+  }
+  return Buffer<uint16_t>(dev, grad);
+}
+
 // The overlapped order (each part of a step for every table before the next part of any, exchanges on the
 // communication stream) changes no bit against one table after the other: forward outputs at every step and the
 // tables after three steps, for the five placements in one collection, with f32 and with a bf16 wire and output
@@ -1302,19 +1326,12 @@ void overlap_equals_sequential(Backend backend) {
   const uint64_t seed = shared_seed();
   World w(backend, testing::world_size());
   const std::string last = "localized:" + std::to_string(w.size - 1);
-  struct Case {
-    std::vector<std::string> placements;
-    std::vector<TableDef> defs;
-    int slots;
-    DataType wire;
-    OutputType output;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<WireCase> cases = {
       {{"dispatch", "replicated", "hybrid", "distributed", last}, kTables, kSlots, DataType::f32, OutputType::f32},
       {{"hybrid", last, "distributed", "dispatch", "replicated"}, kTables, kSlots, DataType::bf16, OutputType::bf16},
       {{"hybrid", "hybrid", last, "distributed", "distributed", "dispatch"}, kGrouped, kGroupedSlots, DataType::f32,
        OutputType::f32}};
-  for (const Case& k : cases) {
+  for (const WireCase& k : cases) {
     CollectionConfig cfg = make_config(seed, k.placements, k.defs, k.slots);
     cfg.exchange = k.wire;
     cfg.output = k.output;
@@ -1332,15 +1349,7 @@ void overlap_equals_sequential(Backend backend) {
       Slice s = slice_of(b.samples, w.rank, w.size);
       LocalBatch lb(w.dev, b, s);
       const size_t n = size_t(std::max<int64_t>(1, s.count * width));
-      std::vector<uint16_t> grad(n * value_bytes / 2);
-      for (size_t i = 0; i < n; ++i) {
-        const float x = std::uniform_real_distribution<float>(-1, 1)(data.g);
-        if (value_bytes == 4)
-          std::memcpy(&grad[2 * i], &x, 4);
-        else
-          grad[i] = float_to_bf16(x);
-      }
-      Buffer<uint16_t> g(w.dev, grad);
+      Buffer<uint16_t> g = random_gradient(w.dev, n, k.output, data.g);
       std::vector<std::vector<uint16_t>> outs;
       for (EmbeddingCollection* c : {&overlapped, &sequential}) {
         Buffer<uint16_t> out(w.dev, n * value_bytes / 2);
@@ -1360,6 +1369,115 @@ void overlap_equals_sequential(Backend backend) {
   }
 }
 SPARTA_MPI_BACKEND_CASES(overlap_changes_no_bit, overlap_equals_sequential)
+
+// Routing a batch ahead (EmbeddingCollection::route_ahead: between a step's forward and its backward, the next
+// step's batch) changes no bit: forward outputs at every step and the tables after four steps equal a twin's that
+// routes every batch at its forward. In between: an evaluation forward of another batch after a backward (it
+// must leave the routed batch's cut and route alone), a route ahead replaced by another before any forward takes
+// it, and the sequential order. The route is taken, not redone: a forward that starts from one marks no key sort
+// of its own (the trace), while the route ahead did. A batch with bad offsets on one rank is refused on every
+// rank (false), and its forward throws the usual error.
+void route_ahead_equals_plain(Backend backend) {
+  const uint64_t seed = shared_seed();
+  World w(backend, testing::world_size());
+  const std::string last = "localized:" + std::to_string(w.size - 1);
+  const std::vector<WireCase> cases = {
+      {{"dispatch", "replicated", "hybrid", "distributed", last}, kTables, kSlots, DataType::f32, OutputType::f32,
+       true},
+      {{"dispatch", "replicated", "dispatch", last, "dispatch"}, kTables, kSlots, DataType::bf16, OutputType::bf16,
+       true},
+      {{"dispatch", "dispatch", "replicated", "dispatch", "dispatch", "dispatch"}, kGrouped, kGroupedSlots,
+       DataType::f32, OutputType::f32, true},
+      {{"dispatch", "dispatch", "dispatch", "replicated", "replicated", "dispatch"}, grouped_direct(), kGroupedSlots,
+       DataType::f32, OutputType::f32, false}};
+  for (const WireCase& k : cases) {
+    CollectionConfig cfg = make_config(seed, k.placements, k.defs, k.slots);
+    cfg.exchange = k.wire;
+    cfg.output = k.output;
+    cfg.overlap = k.overlap;
+    Data data(seed ^ 0xa4ead, k.defs, k.slots);
+    Data sample = data;
+    Plan plan = plan_for(cfg, w, sample);
+    EmbeddingCollection ahead(w.comm, w.communicator.get(), w.dev, cfg, plan);
+    EmbeddingCollection plain(w.comm, w.communicator.get(), w.dev, cfg, plan);
+    const int64_t width = ahead.output_width();
+    const size_t value_bytes = k.output == OutputType::f32 ? 4 : 2;
+    const std::string what = k.placements[0] + "+... (" + dtype_name(k.wire) + (k.overlap ? "" : ", sequential") + ")";
+    // every batch on the device until the end: a batch routed ahead must stay where it was
+    std::vector<std::unique_ptr<LocalBatch>> batches;
+    auto upload = [&](int64_t samples) {
+      Batch b = data.next(samples);
+      batches.push_back(std::make_unique<LocalBatch>(w.dev, b, slice_of(b.samples, w.rank, w.size)));
+      return batches.back().get();
+    };
+    constexpr int kSteps = 4;
+    std::vector<LocalBatch*> train;
+    for (int i = 0; i < kSteps; ++i) train.push_back(upload(3 * w.size + 1 + i % 2));
+    LocalBatch* eval = upload(2 * w.size + 1);
+    LocalBatch* dropped = upload(w.size + 1);
+    int64_t out_diff = 0, refused = 0, resorted = 0, routed_sorts = 0;
+    // (hybrid routes its cold keys with dispatch's route, at its forward: no route ahead)
+    const bool dispatching = std::count(k.placements.begin(), k.placements.end(), "dispatch") > 0 &&
+                             std::count(k.placements.begin(), k.placements.end(), "hybrid") == 0;
+    auto run_forward = [&](EmbeddingCollection& c, const LocalBatch& lb, LookupMode mode) {
+      const size_t n = size_t(std::max<int64_t>(1, lb.count * width));
+      Buffer<uint16_t> out(w.dev, n * value_bytes / 2);
+      out.fill_bytes(0xFF);
+      c.forward(lb.offsets.data(), lb.keys.data(), lb.count, static_cast<void*>(out.data()), mode);
+      return out.download();
+    };
+    auto sorts_in = [](const std::vector<StreamClock::Point>& pts) {
+      int64_t n = 0;
+      for (const StreamClock::Point& p : pts) n += p.label == "dispatch: keys sorted";
+      return n;
+    };
+    for (int step = 1; step <= kSteps; ++step) {
+      const LocalBatch& lb = *train[size_t(step - 1)];
+      Buffer<uint16_t> g = random_gradient(w.dev, size_t(std::max<int64_t>(1, lb.count * width)), k.output, data.g);
+      // the forward of a batch routed ahead at the step before (all but the first)
+      ahead.trace(true);
+      (void)ahead.read_trace();
+      const std::vector<uint16_t> a = run_forward(ahead, lb, LookupMode::train);
+      if (step > 1) resorted += sorts_in(ahead.read_trace());
+      const std::vector<uint16_t> p = run_forward(plain, lb, LookupMode::train);
+      out_diff += a != p;
+      if (step < kSteps) {
+        if (step == 1) refused += !ahead.route_ahead(dropped->offsets.data(), dropped->keys.data(), dropped->count);
+        const LocalBatch& next = *train[size_t(step)];
+        refused += !ahead.route_ahead(next.offsets.data(), next.keys.data(), next.count);
+        routed_sorts += sorts_in(ahead.read_trace());
+      }
+      ahead.trace(false);
+      ahead.backward(static_cast<const void*>(g.data()), step);
+      plain.backward(static_cast<const void*>(g.data()), step);
+      if (step == 2) out_diff += run_forward(ahead, *eval, LookupMode::eval) != run_forward(plain, *eval, LookupMode::eval);
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &out_diff, 1, MPI_INT64_T, MPI_SUM, w.comm);
+    auto [diff, compared] = differing_rows(ahead, plain, cfg, w.comm);
+    BOOST_CHECK_GT(compared, 0);
+    BOOST_CHECK_MESSAGE(refused == 0, what << ": " << refused << " good batches refused");
+    BOOST_CHECK_MESSAGE(out_diff == 0, what << ": " << out_diff << " forward outputs differ with route ahead");
+    BOOST_CHECK_MESSAGE(diff == 0, what << ": " << diff << " rows differ with route ahead");
+    if (dispatching) {
+      BOOST_CHECK_MESSAGE(resorted == 0, what << ": " << resorted << " keys' sorts in forwards routed ahead");
+      BOOST_CHECK_MESSAGE(routed_sorts > 0, what << ": no keys' sort in the routes ahead");
+    }
+  }
+  // a bad batch on rank 0 only: refused everywhere, then its forward fails everywhere with the offsets' error
+  CollectionConfig cfg = make_config(seed, {"dispatch", "replicated"});
+  Data data(seed ^ 0xbad0, kTables, kSlots);
+  Data sample = data;
+  Plan plan = plan_for(cfg, w, sample);
+  EmbeddingCollection coll(w.comm, w.communicator.get(), w.dev, cfg, plan);
+  Batch b = data.next(3 * w.size);
+  if (w.rank == 0) b.offsets[2] = b.offsets[1] + 5, b.offsets[3] = b.offsets[1];  // row 2 decreases
+  LocalBatch lb(w.dev, b, slice_of(b.samples, w.rank, w.size));
+  BOOST_CHECK(!coll.route_ahead(lb.offsets.data(), lb.keys.data(), lb.count));
+  Buffer<float> out(w.dev, size_t(std::max<int64_t>(1, lb.count * coll.output_width())));
+  const std::string e = error_of([&] { coll.forward(lb.offsets.data(), lb.keys.data(), lb.count, out.data()); });
+  BOOST_CHECK_MESSAGE(e.find("offsets decrease") != std::string::npos, e);
+}
+SPARTA_MPI_BACKEND_CASES(route_ahead_changes_no_bit, route_ahead_equals_plain)
 
 // The step's timeline (EmbeddingCollection::trace): points from the start of the forward to the end of the
 // update, the first at 0, every one finite and not negative, a stream's later points not earlier (the compute
