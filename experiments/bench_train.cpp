@@ -11,11 +11,12 @@
 // Records carry what experiments/scaling_model.py --check reads: placement (the plan's, when every table has the
 // same), ms_step, global_batch, comm_mode, nodes, and the provenance's ranks.
 //   mpiexec -n 8 bench_train [--batch 65536] [--max-rows 4000000] [--model dot|dcnv2] [--placement auto]
-//                            [--exchange fp32|bf16] [--precision fp32|bf16|fp16] [--cuda-graphs 1|0] [--route-ahead 1|0] [--warmup 3] [--steps 10] [--out results/bench_train.jsonl]
+//                            [--exchange fp32|bf16] [--precision fp32|bf16|fp16] [--cuda-graphs 1|0] [--route-ahead 1|0] [--trace N] [--warmup 3] [--steps 10] [--out results/bench_train.jsonl]
 //                            [--index hashed|direct] [--sparse-optimizer adagrad|sgd] [--atomic-update 0|1]
 #include <mpi.h>
 
 #include <cstdio>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,7 @@ int main(int argc, char** argv) {
   std::string preset = "mlperf", hotness = "1", interaction = "dot", placement = "auto", precision = "fp32",
               exchange = "fp32", comm_mode = "hier", bottom_mlp, top_mlp, index = "hashed", sparse = "adagrad";
   bool atomic_update = false, route_ahead = true;
-  int64_t batch = 65536, max_rows = 4000000;
+  int64_t batch = 65536, max_rows = 4000000, trace = 0;
   int dim = 128;
   bool graphs = true;
   bench::DriverDefaults dd;
@@ -52,6 +53,9 @@ int main(int argc, char** argv) {
       "comm-mode", po::value(&comm_mode)->default_value(comm_mode), "comm.mode: hier | mpi | nccl")(
       "cuda-graphs", po::value(&graphs)->default_value(graphs), "train.cuda_graphs: 1 | 0")(
       "route-ahead", po::value(&route_ahead)->default_value(route_ahead), "embedding.route_ahead: 1 | 0")(
+      "trace", po::value(&trace)->default_value(trace),
+      "N > 0: after the timed steps, N more as training takes them with their timeline marked (the embeddings' "
+      "and the dense stream's points, Trainer::trace), printed for every rank by rank 0 (# trace rank R)")(
       "precision", po::value(&precision)->default_value(precision),
       "fp32 | bf16 | fp16 (fp16: dynamic loss scaling from 2^16)")(
       "bottom-mlp", po::value(&bottom_mlp), "widths after the dense features (comma list; default the model's)")(
@@ -102,9 +106,21 @@ int main(int argc, char** argv) {
     bo.batch = batch;
     bo.warmup = d.warmup();
     bo.steps = d.repeats();
+    bo.trace_steps = trace;
     const BenchmarkResult r = run_benchmark(MPI_COMM_WORLD, d.ctx().topo(), d.device(), cfg, bo);
     if (d.is_root()) {
       std::fputs(r.table(cfg, bo).c_str(), stdout);
+      std::fflush(stdout);
+    }
+    if (trace > 0) {
+      std::string mine;
+      for (const StreamClock::Point& p : r.trace) mine += strprintf("%9.3f  %s\n", p.ms, p.label.c_str());
+      const std::vector<std::string> all = bench::all_gather_strings(mine, MPI_COMM_WORLD);
+      if (d.is_root())
+        for (size_t q = 0; q < all.size(); ++q) {
+          std::istringstream lines(all[q]);
+          for (std::string l; std::getline(lines, l);) std::printf("# trace rank %zu: %s\n", q, l.c_str());
+        }
       std::fflush(stdout);
     }
     // The tables' shapes as the data generator resolves them (what scaling_model.py --check needs): rows after

@@ -427,6 +427,8 @@ void EmbeddingCollection::trace(bool on) { ex_->trace(on); }
 
 std::vector<StreamClock::Point> EmbeddingCollection::read_trace() { return ex_->read_marks(); }
 
+void EmbeddingCollection::mark(Stream s, const char* what) { ex_->mark_on(s, what); }
+
 void EmbeddingCollection::prepare_backward() {
   SPARTA_REQUIRE(trained_, "embedding collection prepare_backward: no train forward right before it");
   for (auto& g : groups_) g->placed->prepare_backward();

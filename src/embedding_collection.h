@@ -164,6 +164,8 @@ class EmbeddingCollection {
   // this rank's work, then returns the points since the last read, in ms since the first. Off by default.
   void trace(bool on);
   std::vector<StreamClock::Point> read_trace();
+  // While tracing: a point of the caller's stream s (a trainer's dense stream) on the same clock.
+  void mark(Stream s, const char* what);
   // Placement groups (physical tables) the tables form.
   int groups() const;
 

@@ -170,6 +170,10 @@ void Exchange::mark_side(const char* what) {
   if (clock_) clock_->mark(side_.stream() ? side_.stream() : dev_.stream, what);
 }
 
+void Exchange::mark_on(Stream s, const char* what) {
+  if (clock_) clock_->mark(s, what);
+}
+
 std::vector<StreamClock::Point> Exchange::read_marks() {
   if (!clock_) return {};
   settle();

@@ -101,6 +101,7 @@ class Exchange {
   void trace(bool on);
   void mark(const char* what);
   void mark_side(const char* what);
+  void mark_on(Stream s, const char* what);  // a point of another stream on the same clock (a caller's)
   std::vector<StreamClock::Point> read_marks();
 
  private:

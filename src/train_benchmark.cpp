@@ -77,6 +77,12 @@ BenchmarkResult run_benchmark(MPI_Comm world, const Topology& topo, const Device
     total.push_back(v[0]), data_ms.push_back(v[1]), emb.push_back(v[2]), dense.push_back(v[3]), comm.push_back(v[4]);
   }
   BenchmarkResult r;
+  if (o.trace_steps > 0) {  // not timed: the timeline of steps taken as training takes them
+    trainer.trace(true);
+    trainer.plain_steps(b, G, o.trace_steps);
+    r.trace = trainer.read_trace();
+    trainer.trace(false);
+  }
   for (float p : trainer.dense_params()) r.wrong += !std::isfinite(p);
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &r.wrong, 1, MPI_INT64_T, MPI_SUM, world));
   r.graph_replays = trainer.graph_replays();

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "comm/topology.h"
 #include "src/base/device.h"
@@ -27,6 +28,7 @@ struct BenchmarkResult {
   double samples_per_s = 0, ms_step = 0, ms_phases = 0, ms_data = 0, ms_embedding = 0, ms_dense = 0, ms_comm = 0;
   int64_t graph_replays = 0;      // rank 0's dense model pieces replayed as CUDA graphs (train.cuda_graphs)
   int64_t wrong = 0;              // dense parameters that are not finite after the run (the run's own check)
+  std::vector<StreamClock::Point> trace;  // this rank's timeline of the trace steps (BenchmarkOptions::trace_steps)
   // The '#'-headed table rank 0 prints, and the record's fields ("key":value,... without braces) with every
   // parameter of the run but the rank count (the caller's provenance has it). run_keys false leaves out
   // "nodes", "warmup" and "steps" too, for a caller whose record has them already (experiments/bench_train's

@@ -44,6 +44,7 @@ struct BenchmarkOptions {
   int64_t batch = 65536;          // samples per rank per step
   int64_t warmup = 3;             // untimed steps
   int64_t steps = 10;             // timed steps
+  int64_t trace_steps = 0;        // then steps taken as training takes them with their timeline marked (Trainer::trace)
 };
 
 struct TrainConfig {

@@ -430,16 +430,20 @@ bool Trainer::unscale_gradients(int64_t batch) {
 
 void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, float* loss_slot, const NextBatch& next) {
   DeviceBatch& d = take(b);
-  const int64_t size = b.size;  // b's memory may change once next() fetches the batch after it
+  const int64_t size = b.size;
+  // The next step's batch, fetched (b's memory may change then: its copies were done a step ago) and staged now,
+  // its copies beside this step's forward; its route (the keys' sort, buckets, counts and exchange, with their
+  // host waits) queued on the embeddings' stream as the dense backward is queued, before that stream waits for
+  // the embeddings' gradient.
+  const Batch* nb = next ? next() : nullptr;
+  collection_->mark(dev_.stream, "dense: step");
   collection_->forward(d.offsets.data(), d.keys.data(), size, emb_.data(), LookupMode::train);
   wait_for_embeddings();
   collection_->prepare_backward();  // on the collection's stream, beside the dense forward
+  collection_->mark(dev_.stream, "dense: embeddings in");
   model_->forward(params_.data(), dense_.data(), emb_.data(), size);
   model_->loss(labels_.data(), global_batch, loss_slot, scaler_ ? scaler_->scale() : 1.f);
-  // The next step's batch: fetched and staged now, its copies beside this step's work; its route (the keys'
-  // sort, buckets, counts and exchange, with their host waits) queued on the embeddings' stream as the dense
-  // backward is queued, before that stream waits for the embeddings' gradient.
-  const Batch* nb = next ? next() : nullptr;
+  collection_->mark(dev_.stream, "dense: forward and loss");
   // The embeddings' backward starts as soon as demb is written (fp16: once it is unscaled), on their stream,
   // while the dense stream computes the weight gradients. The dense gradients' all-reduce goes after the
   // embeddings' exchange, which it would otherwise hold up (the communicator runs one collective at a time), and
@@ -448,18 +452,22 @@ void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, flo
   DenseModel::GradsReady buckets;
   if (scaler_) buckets = [this](size_t offset, size_t count) { reduce_bucket(offset, count); };
   model_->backward(params_.data(), grads_.data(), demb_.data(), buckets, [this, nb] {
+    collection_->mark(dev_.stream, "dense: embeddings' gradient");
     if (nb) route_next(*nb);
     if (!scaler_) embeddings_wait();
   });
+  collection_->mark(dev_.stream, "dense: backward");
   const bool apply = !scaler_ || unscale_gradients(size);  // fp16: false for an overflowed step
   if (!apply) skipped_.push_back(step);
   if (scaler_) embeddings_wait();
   if (apply) collection_->backward(demb_.data(), step, learning_rate_factor(cfg_.schedule, step));
   if (!scaler_) reduce_bucket(0, grads_.size());
   join_grad_stream();
+  collection_->mark(dev_.stream, "dense: gradients reduced");
   if (apply)
     dense_optimizer_update(dev_, cfg_.dense, step, learning_rate(cfg_.schedule, step), params_.data(),
                            grads_.data(), state_.data(), params_.size(), dev_.stream);
+  collection_->mark(dev_.stream, "dense: optimizer");
   release(d);
 }
 
@@ -718,5 +726,12 @@ std::vector<float> Trainer::dense_params() {
 }
 
 TableRows Trainer::held_rows(int table) { return collection_->held_rows(table); }
+
+void Trainer::trace(bool on) { collection_->trace(on); }
+
+std::vector<StreamClock::Point> Trainer::read_trace() {
+  synchronize_all();
+  return collection_->read_trace();
+}
 
 }  // namespace sparta

@@ -124,6 +124,10 @@ class Trainer {
   std::vector<float> dense_params();
   // Collective: every rank's held embedding rows of table t (tests).
   TableRows held_rows(int table);
+  // The step's timeline, for diagnostics (bench_train --trace): the embedding collection's points
+  // (EmbeddingCollection::trace) and the dense stream's, on one clock; read_trace waits for them.
+  void trace(bool on);
+  std::vector<StreamClock::Point> read_trace();
 
  private:
   void agree(const std::string& error) const;  // agree_on_error over world
@@ -154,9 +158,9 @@ class Trainer {
   void copies_done();                // the host waits for every queued copy
   void forget_staged();              // a staged batch that no step will take (and its route ahead)
   // One training step on b, a slice of a global batch of global_batch samples; its loss goes to loss_slot.
-  // next (optional), called once the step's forward is queued: gives the next step's batch staged (stage()), or
-  // null; with embedding.route_ahead the collection routes it while this step's dense layers run (route_next).
-  // b's memory may change once next is called (the reader's next()).
+  // next (optional), called once b is taken: gives the next step's batch staged (stage()), or null; with
+  // embedding.route_ahead the collection routes it while this step's dense layers run (route_next). b's memory
+  // may change once next is called (the reader's next()).
   using NextBatch = std::function<const Batch*()>;
   void train_step(const Batch& b, int64_t step, int64_t global_batch, float* loss_slot, const NextBatch& next = {});
   // EmbeddingCollection::route_ahead of the staged batch nb, on the embeddings' stream after its copies.
