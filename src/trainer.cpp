@@ -88,6 +88,7 @@ void Trainer::build_rest(const std::string& load_from) {
   if (dev_.is_cuda()) {
     emb_stream_ = SideStream(dev_);
     emb_dev_.stream = emb_stream_.stream();
+    emb_done_at_ = StreamEvent(dev_);
   }
   collection_ = std::make_unique<EmbeddingCollection>(world_comm_, comm_.get(), emb_dev_, collection_cfg_, plan_);
   const ModelConfig& m = cfg_.model;
@@ -376,7 +377,14 @@ Trainer::DeviceBatch& Trainer::take(const Batch& b) {
   const size_t B = size_t(b.size);
   copy_on_device(dev_, labels_.data(), d.labels.data(), B * sizeof(float), dev_.stream);
   copy_on_device(dev_, dense_.data(), d.dense.data(), B * size_t(b.num_dense) * sizeof(float), dev_.stream);
-  embeddings_wait();  // the collection writes emb_, which the compute stream's work so far may still read
+  // The collection writes emb_, which the compute stream's work may still read: after a training step, up to its
+  // backward's embeddings' gradient only (emb_done_), so the next forward runs beside that step's last dense
+  // layers; otherwise (evaluation, timed steps) up to all of its work so far.
+  if (emb_done_ && emb_stream_.stream())
+    emb_done_at_.wait_in(emb_stream_.stream());
+  else
+    embeddings_wait();
+  emb_done_ = false;
   return d;
 }
 
@@ -453,6 +461,8 @@ void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, flo
   if (scaler_) buckets = [this](size_t offset, size_t count) { reduce_bucket(offset, count); };
   model_->backward(params_.data(), grads_.data(), demb_.data(), buckets, [this, nb] {
     collection_->mark(dev_.stream, "dense: embeddings' gradient");
+    // the interaction's (cross network's) backward was the last reader of emb_ in this step
+    if (emb_stream_.stream()) emb_done_at_.record(dev_.stream), emb_done_ = true;
     if (nb) route_next(*nb);
     if (!scaler_) embeddings_wait();
   });

@@ -145,7 +145,8 @@ class Trainer {
   // else b staged now): both compute streams wait for its copies, its labels and dense features are copied into
   // labels_ and dense_ (the model reads them from there: fixed pointers, so its CUDA graphs replay), and the
   // embeddings' stream waits for the compute stream's work so far (the step before, which reads the same
-  // activations). release(d), once the work reading d is queued: d may be refilled after it.
+  // activations: after a training step, only its part that reads the embeddings, emb_done_at_). release(d), once
+  // the work reading d is queued: d may be refilled after it.
   struct DeviceBatch {
     Buffer<float> labels, dense;     // [B], [B, num_dense]
     Buffer<int64_t> offsets, keys;   // [B*slots + 1], [most keys of a local batch]
@@ -198,6 +199,10 @@ class Trainer {
   const Batch* staged_ = nullptr;                 // the host batch staged into batches_[staged_at_], not yet taken
   int staged_at_ = 0;
   int ahead_at_ = -1;                             // the device batch the collection routed ahead (-1: none)
+  // cuda: the end of the compute stream's last read of emb_ in the last training step (its backward's embeddings'
+  // gradient); take() orders the next forward after it instead of after all the step's work, when emb_done_.
+  StreamEvent emb_done_at_;
+  bool emb_done_ = false;
   SideStream copy_stream_;                        // cuda: the batches' copies
   Buffer<float> losses_, probs_;                  // [log_every], [B]
   int64_t step_ = 0;
