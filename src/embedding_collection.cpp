@@ -334,12 +334,50 @@ bool EmbeddingCollection::route_ahead(const int64_t* offsets, const int64_t* key
   return true;
 }
 
+bool EmbeddingCollection::look_up_ahead(void* out, LookupMode mode) {
+  if (!ahead_.pending || ahead_.looked_up || !cfg_.overlap) return false;
+  for (auto& g : groups_)
+    if (!g->routed) return false;  // its route would wait for the host here
+  SPARTA_REQUIRE(!trained_, "embedding collection look_up_ahead: the train batch's backward has not run yet (the "
+                            "lookups would read rows it has still to update)");
+  begin_and_look_up(ahead_.cut, true, out, mode);
+  ex_->mark("look up ahead: looked up");
+  ahead_.looked_up = true;
+  ahead_.out = out;
+  ahead_.mode = mode;
+  return true;
+}
+
+void EmbeddingCollection::begin_and_look_up(const Cut& c, bool routed, void* out, LookupMode mode) {
+  for (auto& g : groups_) {
+    Group& gr = *g;
+    const TableBatch& tb = gr.batch[c.set];
+    // A group that writes the output (all slots in order, or a placement that puts its bags into place itself)
+    // gets it; otherwise the group pools into its buffer and its slots are put into the output (rounded there to
+    // a 16-bit output type).
+    float* pooled = gr.writes_output ? static_cast<float*>(out) : grow(gr.pooled, *ex_, size_t(tb.bags) * gr.dim);
+    if (routed && gr.routed)
+      gr.placed->begin_forward_routed(tb, mode, pooled);
+    else
+      gr.placed->begin_forward(tb, mode, pooled);
+  }
+  for (auto& g : groups_) g->placed->lookup();
+}
+
 void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, int64_t local_batch, void* out,
                                   LookupMode mode) {
-  ex_->join_all();  // a step left by an error may have posted exchanges no part waited for
-  ex_->mark("forward");
   const bool routed = ahead_.pending && ahead_.offsets == offsets && ahead_.keys == keys &&
                       ahead_.local_batch == local_batch;
+  const bool looked_up = ahead_.looked_up;
+  if (looked_up)
+    ex_->agree(guarded([&] {
+      SPARTA_REQUIRE(routed && ahead_.out == out && ahead_.mode == mode,
+                     "embedding collection forward: a batch was looked up ahead (look_up_ahead): its forward, "
+                     "with the same batch, output and mode, must come next");
+    }));
+  else
+    ex_->join_all();  // a step left by an error may have posted exchanges no part waited for
+  ex_->mark("forward");
   // A batch routed ahead takes its set of cuts and routes; any other batch is cut into the current set (whose
   // backward, if any, is queued already), leaving a route ahead for its own forward.
   Cut c;
@@ -350,31 +388,21 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
     c = cut_batch(offsets, keys, local_batch, now_, check_batch(offsets, local_batch, now_));
   }
   now_ = c.set;
-  for (auto& g : groups_) {
-    Group& gr = *g;
-    const TableBatch& tb = gr.batch[c.set];
-    // A group that writes the output (all slots in order, or a placement that puts its bags into place itself)
-    // gets it; otherwise the group pools into its buffer and its slots are put into the output (rounded there to
-    // a 16-bit output type).
-    float* pooled = gr.writes_output ? static_cast<float*>(out) : grow(gr.pooled, *ex_, size_t(tb.bags) * gr.dim);
-    if (!cfg_.overlap) {
-      if (routed && gr.routed) {
+  if (!cfg_.overlap) {
+    for (auto& g : groups_) {
+      Group& gr = *g;
+      const TableBatch& tb = gr.batch[c.set];
+      float* pooled = gr.writes_output ? static_cast<float*>(out) : grow(gr.pooled, *ex_, size_t(tb.bags) * gr.dim);
+      if (routed && gr.routed)
         gr.placed->begin_forward_routed(tb, mode, pooled);
-        gr.placed->lookup();
-        gr.placed->finish_forward();
-      } else {
-        gr.placed->forward(tb, mode, pooled);
-      }
+      else
+        gr.placed->begin_forward(tb, mode, pooled);
+      gr.placed->lookup();
+      gr.placed->finish_forward();
       if (!gr.writes_output) put_slots(gr, pooled, local_batch, out);
-      continue;
     }
-    if (routed && gr.routed)
-      gr.placed->begin_forward_routed(tb, mode, pooled);
-    else
-      gr.placed->begin_forward(tb, mode, pooled);
-  }
-  if (cfg_.overlap) {
-    for (auto& g : groups_) g->placed->lookup();
+  } else {
+    if (!looked_up) begin_and_look_up(c, routed, out, mode);
     for (auto& g : groups_) {
       g->placed->finish_forward();
       if (!g->writes_output) put_slots(*g, g->pooled.data(), local_batch, out);
@@ -517,6 +545,8 @@ std::vector<TableRows> EmbeddingCollection::split_rows(const Group& g, const Tab
 }
 
 std::vector<TableRows> EmbeddingCollection::rows_to_save() {
+  SPARTA_REQUIRE(!ahead_.looked_up, "embedding collection rows_to_save: a batch was looked up ahead (look_up_ahead): "
+                                    "its lookups may have added rows; its forward comes first");
   std::vector<TableRows> out(cfg_.tables.size());
   for (const auto& g : groups_) {
     std::vector<TableRows> parts = split_rows(*g, g->placed->rows_to_save());

@@ -153,6 +153,15 @@ class EmbeddingCollection {
   // replaces one no forward took; forget_route_ahead drops it (the arrays are about to change).
   bool route_ahead(const int64_t* offsets, const int64_t* keys, int64_t local_batch);
   void forget_route_ahead() { ahead_ = Ahead{}; }
+  // Collective; optional. After the backward of the current batch (or with no train batch pending), with a batch
+  // routed ahead: that batch's forward up to its lookups, queued now (each group's route taken or made, its
+  // lookup, the exchange of what it found posted), so that the lookups and exchanges run beside the caller's
+  // remaining work (a trainer: the step's last dense layers, before the dense gradients' all-reduce, which the
+  // communicator would otherwise run first). out: the forward's output, which the lookups may write already (the
+  // caller's work in between must not read it). The batch's forward, with the same arguments and out, then only
+  // pools and checks. Returns false (nothing queued) without a batch routed ahead, or in the sequential order
+  // (CollectionConfig::overlap false).
+  bool look_up_ahead(void* out, LookupMode mode = LookupMode::train);
   // Optional, after a train forward whose output the caller has taken (e.g. its stream now waits for it): queues
   // the backward's work that needs no gradient on the collection's stream (replicated tables on more than one
   // rank sort their rows for the per-row gradient sums), to run while the caller computes the gradient.
@@ -204,7 +213,12 @@ class EmbeddingCollection {
     const int64_t* keys = nullptr;
     int64_t local_batch = 0;
     Cut cut;
+    bool looked_up = false;  // look_up_ahead queued its lookups, into out, in mode
+    void* out = nullptr;
+    LookupMode mode = LookupMode::train;
   };
+  // A forward's parts 1 and 2 for every group (src/embedding_collection.h "Streams and overlap"), overlapped.
+  void begin_and_look_up(const Cut& c, bool routed, void* out, LookupMode mode);
   std::vector<TableRows> split_rows(const Group& g, const TableRows& r) const;
   // A forward's first part: the batch's offsets checked (agreed: a bad batch throws on every rank) and each
   // group's key count (returned: [2 + group]), then each group's keys cut into set `set`.

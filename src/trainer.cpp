@@ -436,7 +436,8 @@ bool Trainer::unscale_gradients(int64_t batch) {
   return scaler_->update(bad == 0);
 }
 
-void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, float* loss_slot, const NextBatch& next) {
+void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, float* loss_slot, const NextBatch& next,
+                         bool look_ahead) {
   DeviceBatch& d = take(b);
   const int64_t size = b.size;
   // The next step's batch, fetched (b's memory may change then: its copies were done a step ago) and staged now,
@@ -471,6 +472,9 @@ void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, flo
   if (!apply) skipped_.push_back(step);
   if (scaler_) embeddings_wait();
   if (apply) collection_->backward(demb_.data(), step, learning_rate_factor(cfg_.schedule, step));
+  // The next batch routed ahead: its lookups and their exchanges now, beside the last dense layers and before the
+  // dense gradients' all-reduce (the communicator runs its collectives in the order they come)
+  if (apply && look_ahead && ahead_at_ >= 0) collection_->look_up_ahead(emb_.data(), LookupMode::train);
   if (!scaler_) reduce_bucket(0, grads_.size());
   join_grad_stream();
   collection_->mark(dev_.stream, "dense: gradients reduced");
@@ -491,7 +495,7 @@ double Trainer::plain_steps(const Batch& b, int64_t global_batch, int64_t n) {
         stage(b);
         return &b;
       };
-    train_step(b, step_ + 1, global_batch, losses_.data(), next);
+    train_step(b, step_ + 1, global_batch, losses_.data(), next, /*look_ahead=*/true);
     ++step_;
   }
   synchronize_all();
@@ -668,7 +672,10 @@ TrainResult Trainer::run() {
       stage(*next);
       return next;
     };
-    train_step(*b, s, global_batch, losses_.data() + (s - interval_first), fetch_next);
+    // no evaluation or checkpoint between this step and the next: the next batch's lookups may start in this one
+    const bool quiet = !(cfg_.eval_every > 0 && s % cfg_.eval_every == 0) &&
+                       !(!cfg_.checkpoint_dir.empty() && cfg_.checkpoint_every > 0 && s % cfg_.checkpoint_every == 0);
+    train_step(*b, s, global_batch, losses_.data() + (s - interval_first), fetch_next, quiet);
     interval_samples += global_batch;
     step_ = s;
     const bool last = step_ == total;

@@ -162,8 +162,11 @@ class Trainer {
   // next (optional), called once b is taken: gives the next step's batch staged (stage()), or null; with
   // embedding.route_ahead the collection routes it while this step's dense layers run (route_next). b's memory
   // may change once next is called (the reader's next()).
+  // look_ahead: the next batch's lookups may be queued at the end of this step (EmbeddingCollection::
+  // look_up_ahead), i.e. no evaluation or checkpoint comes before its step.
   using NextBatch = std::function<const Batch*()>;
-  void train_step(const Batch& b, int64_t step, int64_t global_batch, float* loss_slot, const NextBatch& next = {});
+  void train_step(const Batch& b, int64_t step, int64_t global_batch, float* loss_slot, const NextBatch& next = {},
+                  bool look_ahead = false);
   // EmbeddingCollection::route_ahead of the staged batch nb, on the embeddings' stream after its copies.
   void route_next(const Batch& nb);
   void reduce_bucket(size_t offset, size_t count);

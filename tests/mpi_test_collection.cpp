@@ -1375,8 +1375,10 @@ SPARTA_MPI_BACKEND_CASES(overlap_changes_no_bit, overlap_equals_sequential)
 // routes every batch at its forward. In between: an evaluation forward of another batch after a backward (it
 // must leave the routed batch's cut and route alone), a route ahead replaced by another before any forward takes
 // it, and the sequential order. The route is taken, not redone: a forward that starts from one marks no key sort
-// of its own (the trace), while the route ahead did. A batch with bad offsets on one rank is refused on every
-// rank (false), and its forward throws the usual error.
+// of its own (the trace), while the route ahead did. After the backward of steps 1 and 3 the next batch is also
+// looked up ahead (look_up_ahead: where every group routes ahead, with overlap), and a forward of another batch
+// before its own is an error on every rank. A batch with bad offsets on one rank is refused on every rank
+// (false), and its forward throws the usual error.
 void route_ahead_equals_plain(Backend backend) {
   const uint64_t seed = shared_seed();
   World w(backend, testing::world_size());
@@ -1384,7 +1386,7 @@ void route_ahead_equals_plain(Backend backend) {
   const std::vector<WireCase> cases = {
       {{"dispatch", "replicated", "hybrid", "distributed", last}, kTables, kSlots, DataType::f32, OutputType::f32,
        true},
-      {{"dispatch", "replicated", "dispatch", last, "dispatch"}, kTables, kSlots, DataType::bf16, OutputType::bf16,
+      {{"dispatch", "replicated", "dispatch", "replicated", "dispatch"}, kTables, kSlots, DataType::bf16, OutputType::bf16,
        true},
       {{"dispatch", "dispatch", "replicated", "dispatch", "dispatch", "dispatch"}, kGrouped, kGroupedSlots,
        DataType::f32, OutputType::f32, true},
@@ -1419,10 +1421,17 @@ void route_ahead_equals_plain(Backend backend) {
     // (hybrid routes its cold keys with dispatch's route, at its forward: no route ahead)
     const bool dispatching = std::count(k.placements.begin(), k.placements.end(), "dispatch") > 0 &&
                              std::count(k.placements.begin(), k.placements.end(), "hybrid") == 0;
-    auto run_forward = [&](EmbeddingCollection& c, const LocalBatch& lb, LookupMode mode) {
+    // the output of a forward looked up ahead: the buffer look_up_ahead was given
+    std::unique_ptr<Buffer<uint16_t>> ahead_out;
+    int64_t looked_up = 0;
+    const bool may_look_up = k.overlap && std::all_of(k.placements.begin(), k.placements.end(), [](const std::string& p) {
+                               return p == "dispatch" || p == "replicated";
+                             });
+    auto run_forward = [&](EmbeddingCollection& c, const LocalBatch& lb, LookupMode mode, Buffer<uint16_t>* given) {
       const size_t n = size_t(std::max<int64_t>(1, lb.count * width));
-      Buffer<uint16_t> out(w.dev, n * value_bytes / 2);
-      out.fill_bytes(0xFF);
+      Buffer<uint16_t> own(w.dev, given ? 1 : n * value_bytes / 2);
+      Buffer<uint16_t>& out = given ? *given : own;
+      if (!given) out.fill_bytes(0xFF);
       c.forward(lb.offsets.data(), lb.keys.data(), lb.count, static_cast<void*>(out.data()), mode);
       return out.download();
     };
@@ -1437,9 +1446,14 @@ void route_ahead_equals_plain(Backend backend) {
       // the forward of a batch routed ahead at the step before (all but the first)
       ahead.trace(true);
       (void)ahead.read_trace();
-      const std::vector<uint16_t> a = run_forward(ahead, lb, LookupMode::train);
+      if (ahead_out) {  // looked up ahead: another batch's forward first is refused everywhere
+        const std::string e = error_of([&] { run_forward(ahead, *eval, LookupMode::eval, nullptr); });
+        BOOST_CHECK_MESSAGE(e.find("looked up ahead") != std::string::npos, what << ": " << e);
+      }
+      const std::vector<uint16_t> a = run_forward(ahead, lb, LookupMode::train, ahead_out.get());
+      ahead_out.reset();
       if (step > 1) resorted += sorts_in(ahead.read_trace());
-      const std::vector<uint16_t> p = run_forward(plain, lb, LookupMode::train);
+      const std::vector<uint16_t> p = run_forward(plain, lb, LookupMode::train, nullptr);
       out_diff += a != p;
       if (step < kSteps) {
         if (step == 1) refused += !ahead.route_ahead(dropped->offsets.data(), dropped->keys.data(), dropped->count);
@@ -1450,12 +1464,23 @@ void route_ahead_equals_plain(Backend backend) {
       ahead.trace(false);
       ahead.backward(static_cast<const void*>(g.data()), step);
       plain.backward(static_cast<const void*>(g.data()), step);
-      if (step == 2) out_diff += run_forward(ahead, *eval, LookupMode::eval) != run_forward(plain, *eval, LookupMode::eval);
+      if (step == 2)
+        out_diff += run_forward(ahead, *eval, LookupMode::eval, nullptr) !=
+                    run_forward(plain, *eval, LookupMode::eval, nullptr);
+      else if (step < kSteps) {  // the next batch's lookups now; its forward pools into this buffer
+        const size_t n = size_t(std::max<int64_t>(1, train[size_t(step)]->count * width));
+        ahead_out = std::make_unique<Buffer<uint16_t>>(w.dev, n * value_bytes / 2);
+        ahead_out->fill_bytes(0xFF);
+        const bool ok = ahead.look_up_ahead(static_cast<void*>(ahead_out->data()));
+        looked_up += ok;
+        if (!ok) ahead_out.reset();
+      }
     }
     MPI_Allreduce(MPI_IN_PLACE, &out_diff, 1, MPI_INT64_T, MPI_SUM, w.comm);
     auto [diff, compared] = differing_rows(ahead, plain, cfg, w.comm);
     BOOST_CHECK_GT(compared, 0);
     BOOST_CHECK_MESSAGE(refused == 0, what << ": " << refused << " good batches refused");
+    BOOST_CHECK_MESSAGE(looked_up == (may_look_up ? 2 : 0), what << ": " << looked_up << " batches looked up ahead");
     BOOST_CHECK_MESSAGE(out_diff == 0, what << ": " << out_diff << " forward outputs differ with route ahead");
     BOOST_CHECK_MESSAGE(diff == 0, what << ": " << diff << " rows differ with route ahead");
     if (dispatching) {
