@@ -79,6 +79,11 @@
 // DispatchShard's routes): step i's backward reads its own set, and a forward of another batch in between (an
 // evaluation) uses that one too once the backward is queued, leaving the routed batch's set alone. Replicated has
 // nothing to route; localized, distributed and hybrid route at the forward (their cut is still made ahead).
+// Look up ahead (look_up_ahead), after the current batch's backward: part 2 of the routed batch too, its lookups
+// (after the update on c) and their exchanges posted on m, so that they run beside the caller's remaining work
+// and before the caller's next collective (the trainer's dense all-reduce); its forward then runs part 3 and the
+// checks. Only where every group routed ahead (no host wait in part 1), and with overlap; nothing but that
+// batch's forward may follow (its route and vectors are the placements' current ones now).
 #pragma once
 
 #include <mpi.h>
