@@ -348,19 +348,21 @@ bool EmbeddingCollection::look_up_ahead(void* out, LookupMode mode) {
   return true;
 }
 
+float* EmbeddingCollection::begin_group(Group& gr, const Cut& c, bool routed, void* out, LookupMode mode) {
+  const TableBatch& tb = gr.batch[c.set];
+  // A group that writes the output (all slots in order, or a placement that puts its bags into place itself)
+  // gets it; otherwise the group pools into its buffer and its slots are put into the output (rounded there to
+  // a 16-bit output type).
+  float* pooled = gr.writes_output ? static_cast<float*>(out) : grow(gr.pooled, *ex_, size_t(tb.bags) * gr.dim);
+  if (routed && gr.routed)
+    gr.placed->begin_forward_routed(tb, mode, pooled);
+  else
+    gr.placed->begin_forward(tb, mode, pooled);
+  return pooled;
+}
+
 void EmbeddingCollection::begin_and_look_up(const Cut& c, bool routed, void* out, LookupMode mode) {
-  for (auto& g : groups_) {
-    Group& gr = *g;
-    const TableBatch& tb = gr.batch[c.set];
-    // A group that writes the output (all slots in order, or a placement that puts its bags into place itself)
-    // gets it; otherwise the group pools into its buffer and its slots are put into the output (rounded there to
-    // a 16-bit output type).
-    float* pooled = gr.writes_output ? static_cast<float*>(out) : grow(gr.pooled, *ex_, size_t(tb.bags) * gr.dim);
-    if (routed && gr.routed)
-      gr.placed->begin_forward_routed(tb, mode, pooled);
-    else
-      gr.placed->begin_forward(tb, mode, pooled);
-  }
+  for (auto& g : groups_) begin_group(*g, c, routed, out, mode);
   for (auto& g : groups_) g->placed->lookup();
 }
 
@@ -391,12 +393,7 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
   if (!cfg_.overlap) {
     for (auto& g : groups_) {
       Group& gr = *g;
-      const TableBatch& tb = gr.batch[c.set];
-      float* pooled = gr.writes_output ? static_cast<float*>(out) : grow(gr.pooled, *ex_, size_t(tb.bags) * gr.dim);
-      if (routed && gr.routed)
-        gr.placed->begin_forward_routed(tb, mode, pooled);
-      else
-        gr.placed->begin_forward(tb, mode, pooled);
+      const float* pooled = begin_group(gr, c, routed, out, mode);
       gr.placed->lookup();
       gr.placed->finish_forward();
       if (!gr.writes_output) put_slots(gr, pooled, local_batch, out);

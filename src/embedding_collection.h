@@ -222,6 +222,8 @@ class EmbeddingCollection {
     void* out = nullptr;
     LookupMode mode = LookupMode::train;
   };
+  // A group's part 1 (its route taken when routed ahead, else made); returns where it pools.
+  float* begin_group(Group& gr, const Cut& c, bool routed, void* out, LookupMode mode);
   // A forward's parts 1 and 2 for every group (src/embedding_collection.h "Streams and overlap"), overlapped.
   void begin_and_look_up(const Cut& c, bool routed, void* out, LookupMode mode);
   std::vector<TableRows> split_rows(const Group& g, const TableRows& r) const;
