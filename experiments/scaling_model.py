@@ -471,6 +471,26 @@ def table_work(placement, R, h, b, W, v, s, alpha, hot_rows, index="hashed"):
     fail(f"unknown placement '{placement}' (expected {', '.join(PLACEMENTS)})")
 
 
+def dispatch_route_terms(cfg, mode, N, G, b):
+    """The part of dispatch's embedding_terms that a trainer with route ahead (embedding.route_ahead, bench_train
+    records with route_ahead true) runs beside the step before's dense layers: each table's keys sorted, their
+    distinct set, owner buckets and the place each key's vector arrives (_dispatch_shard's route passes), the two
+    count downloads, the count exchange and the keys' all-to-all (src/embedding_collection.h "Route ahead")."""
+    m = cfg["model"]
+    rows, hot, d, e, k = shapes(cfg)
+    W = N * G
+    alpha = m.get("key_alpha", 0.0) or 0.0
+    local, keys = 0.0, 0.0
+    for R, h in zip(rows, hot):
+        K = b * h
+        U = min(R, expected_distinct(R, K, alpha))
+        local += KEY_SORT * K + 3 * KEY_PASS * K + 12 * U + bucket_bytes(U, W) + 24 * U + 2 * KEY_PASS * U + 2 * KEY_PASS * K
+        keys += U
+    comm = all_to_all_s(keys * k, N, G, mode, link(cfg)) if W > 1 else 0.0
+    return {"comm": comm, "reduce": 0.0, "local_GB": local / 1e9, "collectives": 2 if W > 1 else 0, "groups": 0,
+            "round_trips": 2, "new_rows": 0.0}
+
+
 def embedding_terms(cfg, placement, mode, N, G, b):
     """The terms of one step's embedding time on the busiest rank: comm (s: the placement's collectives on the
     links), reduce (s: their MPI roots' reductions in host memory, host_reduction_s: not link time), local_GB
@@ -881,6 +901,9 @@ def predict_record(cfg, r):
     else:
         emb = embedding_variable_ms(c, placement, mode, N, G, b)
     parts = {"ms_embedding": emb}
+    if rates and bench == "train" and r.get("route_ahead") and placement == "dispatch" and N * G > 1:
+        # routed during the step before, beside its dense layers (assumed hidden there: they are longer)
+        parts["ms_route_ahead"] = -embedding_ms(dispatch_route_terms(c, mode, N, G, b), rates, scale)
     W = N * G
     if bench == "train":
         m = c["model"]

@@ -421,6 +421,30 @@ class FitAndCheck(unittest.TestCase):
         self.assertAlmostEqual(d["comm"] + d["reduce"],
                                sum(sm.COLLECTIVES[k](S, N, G, "hier", link) for k, S in colls))
 
+    def test_route_ahead_takes_the_route_off_the_step(self):
+        # a train record with route_ahead: dispatch on 2 ranks loses its route's terms (the keys' sort, distinct
+        # set, buckets and arrival places per table, computed here; 2 round trips, 2 collectives, the keys'
+        # all-to-all) at the fitted rates and the train factor; nothing on one rank or under replicated
+        cfg = sm.fit(self.cfg, self.rows)
+        e, f = cfg["fit"]["embedding_rates"], cfg["fit"]["train_embedding_scale"]
+        t = dict(self.rows[-1], placement="dispatch", ranks=2, ranks_per_node=2, global_batch=1200,
+                 batch_per_rank=600)
+        on, off = sm.predict_record(cfg, dict(t, route_ahead=True)), sm.predict_record(cfg, t)
+        c, pl, N, G, b, _ = sm.record_shape(cfg, dict(t, ms_step=1))
+        local, keys = 0.0, 0.0
+        for R, h in ((10, 1), (20, 2)):
+            K = b * h
+            U = min(R, sm.expected_distinct(R, K, 1.1))
+            local += (sm.KEY_SORT + 5 * sm.KEY_PASS) * K + (36 + 2 * sm.KEY_PASS) * U + sm.bucket_bytes(U, 2)
+            keys += U
+        link = 1e3 * e["comm_scale"] * sm.all_to_all_s(keys * 8, N, G, "hier", sm.link(c))
+        rest = local / 1e9 / e["hbm_GBps"] + 1e-6 * (2 * e["collective_us"] + 2 * e["round_trip_us"])
+        self.assertAlmostEqual(on[3]["ms_route_ahead"], -(link + 1e3 * f * rest), places=9)
+        self.assertAlmostEqual(on[2], off[2] + on[3]["ms_route_ahead"], places=9)
+        self.assertNotIn("ms_route_ahead", off[3])
+        for other in (dict(t, ranks=1, ranks_per_node=1, global_batch=600), dict(t, placement="replicated")):
+            self.assertNotIn("ms_route_ahead", sm.predict_record(cfg, dict(other, route_ahead=True))[3])
+
     def test_dense_of_an_unmeasured_pair(self):
         # dcnv2 fp32 was not measured: dcnv2 bf16 times dot's fp32 / bf16 ratio
         cfg = sm.fit(self.cfg, self.rows)
