@@ -319,6 +319,8 @@ EmbeddingCollection::Cut EmbeddingCollection::cut_batch(const int64_t* offsets, 
 }
 
 bool EmbeddingCollection::route_ahead(const int64_t* offsets, const int64_t* keys, int64_t local_batch) {
+  SPARTA_REQUIRE(!ahead_.looked_up, "embedding collection route_ahead: a batch was looked up ahead (look_up_ahead): "
+                                    "its forward comes first");
   ahead_ = Ahead{};
   const int set = 1 - now_;
   std::vector<int64_t> status;

@@ -1376,8 +1376,8 @@ SPARTA_MPI_BACKEND_CASES(overlap_changes_no_bit, overlap_equals_sequential)
 // must leave the routed batch's cut and route alone), a route ahead replaced by another before any forward takes
 // it, and the sequential order. The route is taken, not redone: a forward that starts from one marks no key sort
 // of its own (the trace), while the route ahead did. After the backward of steps 1 and 3 the next batch is also
-// looked up ahead (look_up_ahead: where every group routes ahead, with overlap), and a forward of another batch
-// before its own is an error on every rank. A batch with bad offsets on one rank is refused on every rank
+// looked up ahead (look_up_ahead: where every group routes ahead, with overlap), and a forward or a route ahead of
+// another batch before its own forward is an error on every rank. A batch with bad offsets on one rank is refused on every rank
 // (false), and its forward throws the usual error.
 void route_ahead_equals_plain(Backend backend) {
   const uint64_t seed = shared_seed();
@@ -1446,9 +1446,12 @@ void route_ahead_equals_plain(Backend backend) {
       // the forward of a batch routed ahead at the step before (all but the first)
       ahead.trace(true);
       (void)ahead.read_trace();
-      if (ahead_out) {  // looked up ahead: another batch's forward first is refused everywhere
+      if (ahead_out) {  // looked up ahead: another batch's forward or route first is refused everywhere
         const std::string e = error_of([&] { run_forward(ahead, *eval, LookupMode::eval, nullptr); });
         BOOST_CHECK_MESSAGE(e.find("looked up ahead") != std::string::npos, what << ": " << e);
+        const std::string r =
+            error_of([&] { ahead.route_ahead(eval->offsets.data(), eval->keys.data(), eval->count); });
+        BOOST_CHECK_MESSAGE(r.find("looked up ahead") != std::string::npos, what << ": " << r);
       }
       const std::vector<uint16_t> a = run_forward(ahead, lb, LookupMode::train, ahead_out.get());
       ahead_out.reset();
