@@ -658,6 +658,11 @@ TrainResult Trainer::run() {
     SPARTA_ASSERT(b != nullptr, "an epoch of %lld batches delivered none", (long long)bpe);
     return b;
   };
+  // after step s (not the last): an evaluation, a checkpoint
+  auto eval_after = [&](int64_t s) { return cfg_.eval_every > 0 && s % cfg_.eval_every == 0; };
+  auto checkpoint_after = [&](int64_t s) {
+    return !cfg_.checkpoint_dir.empty() && cfg_.checkpoint_every > 0 && s % cfg_.checkpoint_every == 0;
+  };
   forget_staged();
   const Batch* b = nullptr;  // the next step's batch when the step before fetched and staged it
   while (step_ < total && !stop) {
@@ -673,8 +678,7 @@ TrainResult Trainer::run() {
       return next;
     };
     // no evaluation or checkpoint between this step and the next: the next batch's lookups may start in this one
-    const bool quiet = !(cfg_.eval_every > 0 && s % cfg_.eval_every == 0) &&
-                       !(!cfg_.checkpoint_dir.empty() && cfg_.checkpoint_every > 0 && s % cfg_.checkpoint_every == 0);
+    const bool quiet = !eval_after(s) && !checkpoint_after(s);
     train_step(*b, s, global_batch, losses_.data() + (s - interval_first), fetch_next, quiet);
     interval_samples += global_batch;
     step_ = s;
@@ -707,15 +711,14 @@ TrainResult Trainer::run() {
       interval_samples = 0;
       interval_t0 = now_s();
     }
-    if (!last && cfg_.eval_every > 0 && step_ % cfg_.eval_every == 0) {
+    if (!last && eval_after(step_)) {
       if (do_eval()) {
         r.reached_target = true;
         stop = true;
       }
       interval_t0 = now_s();  // the evaluation's time is not the training's
     }
-    if (!last && !stop && !cfg_.checkpoint_dir.empty() && cfg_.checkpoint_every > 0 &&
-        step_ % cfg_.checkpoint_every == 0) {
+    if (!last && !stop && checkpoint_after(step_)) {
       r.checkpoint = save();
       interval_t0 = now_s();
     }
