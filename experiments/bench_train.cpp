@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   using namespace sparta;
   std::string preset = "mlperf", hotness = "1", interaction = "dot", placement = "auto", precision = "fp32",
               exchange = "fp32", comm_mode = "hier", bottom_mlp, top_mlp, index = "hashed", sparse = "adagrad";
-  bool atomic_update = false, route_ahead = true;
+  bool atomic_update = false, route_ahead = true, high_priority = true;
   int64_t batch = 65536, max_rows = 4000000, trace = 0;
   int dim = 128;
   bool graphs = true;
@@ -53,6 +53,8 @@ int main(int argc, char** argv) {
       "comm-mode", po::value(&comm_mode)->default_value(comm_mode), "comm.mode: hier | mpi | nccl")(
       "cuda-graphs", po::value(&graphs)->default_value(graphs), "train.cuda_graphs: 1 | 0")(
       "route-ahead", po::value(&route_ahead)->default_value(route_ahead), "embedding.route_ahead: 1 | 0")(
+      "high-priority", po::value(&high_priority)->default_value(high_priority),
+      "embedding.high_priority: 1 | 0")(
       "trace", po::value(&trace)->default_value(trace),
       "N > 0: after the timed steps, N more as training takes them with their timeline marked (the embeddings' "
       "and the dense stream's points, Trainer::trace), printed for every rank by rank 0 (# trace rank R)")(
@@ -93,6 +95,7 @@ int main(int argc, char** argv) {
       cfg.comm_mode = comm_mode;
       cfg.cuda_graphs = graphs;
       cfg.route_ahead = route_ahead;
+      cfg.high_priority = high_priority;
       cfg.index = index;
       cfg.sparse.kind = parse_optimizer(sparse);
       cfg.sparse.atomic_update = atomic_update;

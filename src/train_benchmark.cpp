@@ -119,13 +119,14 @@ std::string BenchmarkResult::json_fields(const TrainConfig& cfg, const Benchmark
       "\"exchange\":\"%s\",\"comm_mode\":\"%s\",\"preset\":\"%s\",\"max_rows\":%lld,\"hotness\":\"%s\","
       "\"embedding_dim\":%d,\"model_shape\":\"%s\",\"batch_per_rank\":%lld,\"global_batch\":%lld%s,"
       "\"samples_per_s\":%.1f,\"ms_step\":%.4f,\"ms_phases\":%.4f,\"ms_data\":%.4f,\"ms_embedding\":%.4f,"
-      "\"ms_dense\":%.4f,\"ms_comm\":%.4f,\"batch_copy\":\"staged\",\"route_ahead\":%s,\"cuda_graphs\":%s,\"graph_replays\":%lld,"
+      "\"ms_dense\":%.4f,\"ms_comm\":%.4f,\"batch_copy\":\"staged\",\"route_ahead\":%s,\"high_priority\":%s,\"cuda_graphs\":%s,\"graph_replays\":%lld,"
       "\"wrong\":%lld",
       interaction_name(cfg.model.interaction), precision_name(cfg.model.precision),
       placement.c_str(), cfg.placement.c_str(), cfg.exchange.c_str(), cfg.comm_mode.c_str(), o.preset.c_str(),
       (long long)o.max_rows, o.hotness.c_str(), cfg.model.embedding_dim, model_shape.c_str(),
       (long long)o.batch, (long long)global_batch, run.c_str(), samples_per_s, ms_step,
       ms_phases, ms_data, ms_embedding, ms_dense, ms_comm, cfg.route_ahead ? "true" : "false",
+      cfg.high_priority ? "true" : "false",
       cfg.cuda_graphs ? "true" : "false",
       (long long)graph_replays, (long long)wrong);
 }

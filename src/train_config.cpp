@@ -181,6 +181,7 @@ std::string TrainConfig::to_ini() const {
   opt(sparse);
   s << "atomic_update = " << sparse.atomic_update << "\ninit_scale = " << init_scale << "\nhot_rows = " << hot_rows << "\nmemory_mb = " << memory_mb
     << "\nexchange = " << exchange << "\noverlap = " << overlap << "\nroute_ahead = " << route_ahead
+    << "\nhigh_priority = " << high_priority
     << "\nindex = " << index
     << "\nplanner_link_gbps = " << planner_rates.link_GBps << "\nplanner_hbm_gbps = " << planner_rates.hbm_GBps
     << "\nplanner_collective_us = " << planner_rates.collective_us

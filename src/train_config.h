@@ -73,6 +73,10 @@ struct TrainConfig {
   bool overlap = true;           // exchanges overlap other tables' work (CollectionConfig::overlap)
   // the next step's batch routed while this step's dense layers run (EmbeddingCollection::route_ahead)
   bool route_ahead = true;
+  // the embeddings' stream (the collection's lookups, sums, updates and pooling) ahead of the dense layers' when
+  // the GPU picks the next blocks to run (StreamPriority::high): on several ranks their chain from the embeddings'
+  // gradient to the next batch's pooled vectors is the step's critical path, the dense layers' tail beside it is not
+  bool high_priority = true;
   // hashed | direct: direct indexes every table's keys by value (src/placement.h direct_index): every slot needs
   // a cardinality and its table that many rows (embedding.rows 0)
   std::string index = "hashed";

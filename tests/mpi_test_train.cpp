@@ -628,6 +628,8 @@ std::pair<size_t, size_t> compare_rows(const std::vector<std::map<int64_t, std::
 // no bit: losses, evaluations (run between steps, between a batch's route and its forward) and dense parameters
 // equal a run that routes each batch at its own step, for every placement, hashed and direct, with a checkpoint
 // written mid-run and fp32 and bf16 models; and with route ahead the tables' rows (every rank's, by key) too.
+// embedding.high_priority off (the embeddings' stream at the dense stream's priority, not ahead of it) changes no
+// bit either: the streams' order is their events', whichever runs first on the GPU.
 void route_ahead_trains_alike(Backend backend) {
   const Data data;
   testing::SharedTempPath dir("mpi_test_train", "route_ahead");
@@ -646,8 +648,9 @@ void route_ahead_trains_alike(Backend backend) {
       if (std::string(index) == "direct") cfg.model.precision = GemmType::bf16;
       std::vector<Run> runs;
       std::vector<std::vector<std::map<int64_t, std::vector<float>>>> rows;
-      for (bool ahead : {true, false}) {
-        cfg.route_ahead = ahead;
+      for (int variant : {0, 1, 2}) {  // both on; route at the step; the same priority
+        cfg.route_ahead = variant != 1;
+        cfg.high_priority = variant != 2;
         SubWorld w(ranks, backend);
         Trainer t(w.comm, w.topo, w.dev, cfg, TrainerMode::train);
         Run r;
@@ -656,14 +659,19 @@ void route_ahead_trains_alike(Backend backend) {
         runs.push_back(r);
         rows.push_back(rows_by_key(t));
       }
-      const TrainResult &a = runs[0].result, &b = runs[1].result;
-      bool same = a.losses == b.losses && runs[0].params == runs[1].params && rows[0] == rows[1] &&
-                  a.evals.size() == 3 && a.evals.size() == b.evals.size() && a.losses.size() == 9;
-      for (size_t i = 0; same && i < a.evals.size(); ++i)
-        same = a.evals[i].first == b.evals[i].first && a.evals[i].second.auc == b.evals[i].second.auc &&
-               a.evals[i].second.logloss == b.evals[i].second.logloss;
-      if (!same) BOOST_TEST_MESSAGE(ranks << " ranks, " << placement << ", " << index << ": route ahead changes the run");
-      ok = ok && same;
+      const TrainResult& a = runs[0].result;
+      for (size_t v : {1, 2}) {
+        const TrainResult& b = runs[v].result;
+        bool same = a.losses == b.losses && runs[0].params == runs[v].params && rows[0] == rows[v] &&
+                    a.evals.size() == 3 && a.evals.size() == b.evals.size() && a.losses.size() == 9;
+        for (size_t i = 0; same && i < a.evals.size(); ++i)
+          same = a.evals[i].first == b.evals[i].first && a.evals[i].second.auc == b.evals[i].second.auc &&
+                 a.evals[i].second.logloss == b.evals[i].second.logloss;
+        if (!same)
+          BOOST_TEST_MESSAGE(ranks << " ranks, " << placement << ", " << index << ": "
+                                   << (v == 1 ? "route ahead" : "the embeddings' priority") << " changes the run");
+        ok = ok && same;
+      }
     }
   BOOST_TEST(testing::all_ranks(ok));
 }
