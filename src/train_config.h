@@ -76,6 +76,7 @@ struct TrainConfig {
   // the embeddings' stream (the collection's lookups, sums, updates and pooling) ahead of the dense layers' when
   // the GPU picks the next blocks to run (StreamPriority::high): on several ranks their chain from the embeddings'
   // gradient to the next batch's pooled vectors is the step's critical path, the dense layers' tail beside it is not
+  // (one rank: no exchange in that chain, and the streams keep one priority)
   bool high_priority = true;
   // hashed | direct: direct indexes every table's keys by value (src/placement.h direct_index): every slot needs
   // a cardinality and its table that many rows (embedding.rows 0)

@@ -90,8 +90,8 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
       "true: the next step's batch is checked, cut and routed (dispatch: its keys sorted, bucketed and sent to their "
       "owners) while this step's dense layers run; false: at the start of its own step (the same results, bit for bit)")(
       "embedding.high_priority", po::value<bool>(&c.high_priority)->default_value(true),
-      "true: the embeddings' stream runs ahead of the dense layers' when both have work for the GPU (cuda stream "
-      "priorities); false: the same priority (the same results, bit for bit)")(
+      "true: on several ranks the embeddings' stream runs ahead of the dense layers' when both have work for the "
+      "GPU (cuda stream priorities); false: the same priority (the same results, bit for bit)")(
       "embedding.planner_link_gbps", po::value<double>(&c.planner_rates.link_GBps)->default_value(PlannerRates().link_GBps),
       "the planner's link rate: GB/s one rank sends plus receives in an all-to-all (NVLink H100/H200; lower it "
       "across nodes, e.g. 85 for one 400 Gb/s NIC per GPU)")(

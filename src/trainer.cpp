@@ -86,7 +86,9 @@ void Trainer::build_rest(const std::string& load_from) {
   comm_ = std::make_unique<Communicator>(topo_, dev_, copt);
   emb_dev_ = dev_;
   if (dev_.is_cuda()) {
-    emb_stream_ = SideStream(dev_, cfg_.high_priority ? StreamPriority::high : StreamPriority::same);
+    // ahead of the dense layers where their chain has exchanges in it (one rank: nothing crosses, one priority)
+    const bool high = cfg_.high_priority && world_ > 1;
+    emb_stream_ = SideStream(dev_, high ? StreamPriority::high : StreamPriority::same);
     emb_dev_.stream = emb_stream_.stream();
     emb_done_at_ = StreamEvent(dev_);
   }
