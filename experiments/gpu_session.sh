@@ -24,7 +24,8 @@
 #               same shapes' step in plain PyTorch on one GPU (experiments/torch_collection.py)
 #   train       bench_train: dot and dcnv2 at 65536 per GPU (weak scaling), bf16 at each count (three runs each,
 #               alternating, 50 timed steps: launches of the same command differ by a few percent; from 2 GPUs
-#               once more with the bf16 wire, --exchange bf16, once with --route-ahead 0 and once with --trace 3:
+#               once more with the bf16 wire, --exchange bf16, once with --route-ahead 0, once with the
+#               embeddings' stream at the dense stream's priority, --high-priority 0, and once with --trace 3:
 #               every rank's timeline in bench_train.log), fp16 and
 #               fp32 on 1, sgd hashed / direct / direct with the atomic update on 1; peer_dlrm.py with and without
 #               --compile
@@ -196,13 +197,16 @@ for part in "${parts[@]}"; do
           done
         done
         # the embedding exchange's vectors and gradients as bf16 (half the bytes) from 2 GPUs on, once each; and the
-        # next batch routed and looked up at its own step instead of during the step before (--route-ahead 0), with
-        # the timeline of three steps as training takes them
+        # next batch routed and looked up at its own step instead of during the step before (--route-ahead 0); the
+        # embeddings' stream not ahead of the dense layers' (--high-priority 0); with the timeline of three steps as
+        # training takes them
         for n in $multi; do
           run bench_train.log $mpiexec -n $n "$build/bin/bench_train" --model $m --precision bf16 --batch 65536 \
             --exchange bf16 --steps 50 --tag wire_bf16 --out "$out/bench.jsonl"
           run bench_train.log $mpiexec -n $n "$build/bin/bench_train" --model $m --precision bf16 --batch 65536 \
             --route-ahead 0 --steps 50 --tag at_step --out "$out/bench.jsonl"
+          run bench_train.log $mpiexec -n $n "$build/bin/bench_train" --model $m --precision bf16 --batch 65536 \
+            --high-priority 0 --steps 50 --tag same_priority --out "$out/bench.jsonl"
           run bench_train.log $mpiexec -n $n "$build/bin/bench_train" --model $m --precision bf16 --batch 65536 \
             --steps 5 --trace 3 --tag trace --out "$out/bench.jsonl"
         done
