@@ -335,32 +335,33 @@ void DispatchShard::take_ahead() {
 void DispatchShard::route_into(Route& r, const int64_t* keys, int64_t n) {
   const Device& dev = ex_.device();
   const int world = ex_.world();
+  RouteTemps& t = temps_;
   r.n = n;
   // the distinct keys (a hot key travels once per rank, not once per lookup)
-  int64_t* sorted = grow(r.sorted, ex_, n);
-  int64_t* key_perm = grow(r.key_perm, ex_, n);
-  route_sort_keys(dev, keys, n, key_bits_, sorted, key_perm, r.scratch, dev.stream);
-  int64_t* distinct = grow(r.distinct, ex_, n);
-  int64_t* runs = grow(r.runs, ex_, n + 1);
-  int64_t* uid = grow(r.uid, ex_, n);
-  int64_t* num_unique = grow(r.num_unique, ex_, 1);
-  route_unique_sorted(dev, sorted, n, distinct, runs, uid, num_unique, r.scratch, dev.stream);
+  int64_t* sorted = grow(t.sorted, ex_, n);
+  int64_t* key_perm = grow(t.key_perm, ex_, n);
+  route_sort_keys(dev, keys, n, key_bits_, sorted, key_perm, t.scratch, dev.stream);
+  int64_t* distinct = grow(t.distinct, ex_, n);
+  int64_t* runs = grow(t.runs, ex_, n + 1);
+  int64_t* uid = grow(t.uid, ex_, n);
+  int64_t* num_unique = grow(t.num_unique, ex_, 1);
+  route_unique_sorted(dev, sorted, n, distinct, runs, uid, num_unique, t.scratch, dev.stream);
   ex_.mark("dispatch: keys sorted");
   const int64_t u = r.unique = ex_.download(num_unique, 1)[0];
   // their route: stable buckets by owner
-  int32_t* part = grow(r.part, ex_, u);
-  int64_t* perm = grow(r.perm, ex_, u);
-  int64_t* counts = grow(r.counts, ex_, world);
+  int32_t* part = grow(t.part, ex_, u);
+  int64_t* perm = grow(t.perm, ex_, u);
+  int64_t* counts = grow(t.counts, ex_, world);
   route_owner_by_key(dev, distinct, u, world, part, dev.stream);
-  route_bucket(dev, part, u, world, perm, counts, r.scratch, dev.stream);
+  route_bucket(dev, part, u, world, perm, counts, t.scratch, dev.stream);
   std::vector<int64_t> c = ex_.download(counts, world);
   r.send_counts.assign(c.begin(), c.end());
   int64_t* send_keys = grow(r.send_keys, ex_, u);
   route_gather_keys(dev, distinct, perm, u, send_keys, dev.stream);
   // where each key's vector will arrive: distinct key perm[p] at row p of the vectors sent back, so key
   // key_perm[j] (sorted position j, distinct key uid[j]) at row pos[uid[j]]
-  int64_t* pos = grow(r.pos, ex_, u);
-  int64_t* iota = grow(r.iota, ex_, u);
+  int64_t* pos = grow(t.pos, ex_, u);
+  int64_t* iota = grow(t.iota, ex_, u);
   route_iota(dev, u, iota, dev.stream);
   route_scatter_keys(dev, iota, perm, u, pos, dev.stream);
   int64_t* at_sorted = sorted;  // (the sorted keys are done with)

@@ -277,20 +277,26 @@ class DispatchShard {
   int dim_;
   int key_bits_;  // the bits the keys' sort looks at: those of a direct index's bound, else 64
   std::unique_ptr<EmbeddingTable> table_;
-  // One batch's route of its keys. Two: the batch being trained reads its own (the backward: key_src, the counts)
-  // while the next one is routed into the other (route_ahead).
+  // One batch's route of its keys: what outlives route_into. Two: the batch being trained reads its own (the
+  // backward: key_src, the counts) while the next one is routed into the other (route_ahead).
   struct Route {
     int64_t n = 0, unique = 0, n_recv = 0;
     std::vector<size_t> send_counts, recv_counts;  // distinct keys per rank
-    Buffer<int32_t> part;
-    Buffer<int64_t> sorted, key_perm, distinct, runs, uid, num_unique;  // [n]: the keys' distinct set
-    Buffer<int64_t> perm, counts, send_keys, recv_keys, iota;           // the route of the distinct keys
-    Buffer<int64_t> pos;      // [unique]: where each distinct key's vector arrives in send_vecs_
+    Buffer<int64_t> send_keys, recv_keys;  // the distinct keys in owner order, and those this rank owns
     Buffer<int64_t> key_src;  // [n]: the row of send_vecs_ holding key i's vector (its distinct key's send order)
-    RouteScratch scratch;
     StreamEvent posted;       // the keys' exchange
   };
   Route routes_[2];
+  // What route_into computes a route with and leaves: one set for both routes, since every route is queued on
+  // the compute stream (the next route's kernels come after the last one's reads of these).
+  struct RouteTemps {
+    Buffer<int32_t> part;
+    Buffer<int64_t> sorted, key_perm, distinct, runs, uid, num_unique;  // [n]: the keys' distinct set
+    Buffer<int64_t> perm, counts, iota;                                 // the route of the distinct keys
+    Buffer<int64_t> pos;  // [unique]: where each distinct key's vector arrives in send_vecs_
+    RouteScratch scratch;
+  };
+  RouteTemps temps_;
   int now_ = 0;         // the current batch's route
   bool ahead_ = false;  // routes_[1 - now_] holds a batch routed ahead
   Route& now() { return routes_[now_]; }
