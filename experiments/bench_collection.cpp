@@ -554,15 +554,9 @@ Result run_point(Context& ctx, Communicator* comm, const Args& a, const KeyGen& 
     coll.trace(true);
     coll.forward(off.data(), keys.data(), batch, out.data(), LookupMode::train);
     coll.backward(grad.data(), a.warmup + a.iters + 1);
-    std::string mine;
-    for (const StreamClock::Point& p : coll.read_trace()) mine += strprintf("%9.3f  %s\n", p.ms, p.label.c_str());
+    const std::vector<StreamClock::Point> points = coll.read_trace();
     coll.trace(false);
-    const std::vector<std::string> all = bench::all_gather_strings(mine, MPI_COMM_WORLD);
-    if (rank == 0)
-      for (size_t q = 0; q < all.size(); ++q) {
-        std::istringstream lines(all[q]);
-        for (std::string l; std::getline(lines, l);) std::printf("# trace rank %zu: %s\n", q, l.c_str());
-      }
+    bench::print_traces(points, MPI_COMM_WORLD);
   }
   r.rows_timed_end = rows_held();
   r.ms_fwd = bench::median(fwd);

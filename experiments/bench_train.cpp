@@ -16,7 +16,6 @@
 #include <mpi.h>
 
 #include <cstdio>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -115,17 +114,7 @@ int main(int argc, char** argv) {
       std::fputs(r.table(cfg, bo).c_str(), stdout);
       std::fflush(stdout);
     }
-    if (trace > 0) {
-      std::string mine;
-      for (const StreamClock::Point& p : r.trace) mine += strprintf("%9.3f  %s\n", p.ms, p.label.c_str());
-      const std::vector<std::string> all = bench::all_gather_strings(mine, MPI_COMM_WORLD);
-      if (d.is_root())
-        for (size_t q = 0; q < all.size(); ++q) {
-          std::istringstream lines(all[q]);
-          for (std::string l; std::getline(lines, l);) std::printf("# trace rank %zu: %s\n", q, l.c_str());
-        }
-      std::fflush(stdout);
-    }
+    if (trace > 0) bench::print_traces(r.trace, MPI_COMM_WORLD);
     // The tables' shapes as the data generator resolves them (what scaling_model.py --check needs): rows after
     // the cap, mean keys per slot, the key skew.
     SyntheticOptions so;

@@ -221,6 +221,20 @@ std::vector<std::string> all_gather_strings(const std::string& mine, MPI_Comm co
   return out;
 }
 
+void print_traces(const std::vector<StreamClock::Point>& mine, MPI_Comm comm) {
+  std::string text;
+  for (const StreamClock::Point& p : mine) text += strprintf("%9.3f  %s\n", p.ms, p.label.c_str());
+  const std::vector<std::string> all = all_gather_strings(text, comm);
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  if (rank != 0) return;
+  for (size_t q = 0; q < all.size(); ++q) {
+    std::istringstream lines(all[q]);
+    for (std::string l; std::getline(lines, l);) std::printf("# trace rank %zu: %s\n", q, l.c_str());
+  }
+  std::fflush(stdout);
+}
+
 Provenance gather_provenance(int argc, char** argv, const Context& ctx) {
   const Topology& t = ctx.topo();
   Provenance p = provenance(argc, argv, {}, t.size);

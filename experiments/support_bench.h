@@ -121,6 +121,8 @@ struct Provenance {
 Provenance provenance(int argc, char** argv, const std::vector<std::string>& devices, int ranks = 1);
 // Every rank's string, on every rank (in rank order).
 std::vector<std::string> all_gather_strings(const std::string& mine, MPI_Comm comm);
+// Collective: every rank's timeline points (StreamClock::read), printed by rank 0 as "# trace rank R:   ms  label".
+void print_traces(const std::vector<StreamClock::Point>& mine, MPI_Comm comm);
 // Collective over ctx's world: every rank's host and device gathered, the nodes of ctx's topology; the result
 // on every rank.
 Provenance gather_provenance(int argc, char** argv, const Context& ctx);
