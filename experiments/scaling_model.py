@@ -391,14 +391,19 @@ def _rows(n, v):  # route_gather_rows / route_scatter_rows: n rows moved through
     return 2 * n * v + 8 * n
 
 
+def _dispatch_route(K, U, W):
+    """DispatchShard's route of K keys (U distinct) over W ranks, in local bytes: what route ahead moves off the
+    step (dispatch_route_terms)."""
+    return (KEY_SORT * K + 3 * KEY_PASS * K  # sorted (64-bit), unique (flags, scan, runs)
+            + 12 * U + bucket_bytes(U, W) + 24 * U  # owner, bucket, keys gathered in route order
+            + 2 * KEY_PASS * U + 2 * KEY_PASS * K)  # where each key's vector arrives
+
+
 def _dispatch_shard(K, U, Ur, Uo, v, s, W, q):
     """DispatchShard forward + backward on K keys (U distinct, Ur received from every rank, Uo rows touched at the
     owner), up to the distinct keys' vectors as they arrived and from the keys' bag gradients back: (local bytes,
     bytes its exchanges copy on one rank). The caller pools the bags from the arrived vectors."""
-    fwd = (KEY_SORT * K + 3 * KEY_PASS * K  # sorted (64-bit), unique (flags, scan, runs)
-           + 12 * U + bucket_bytes(U, W) + 24 * U  # owner, bucket, keys gathered in route order
-           + 2 * KEY_PASS * U + 2 * KEY_PASS * K  # where each key's vector arrives
-           + _keys(Ur, v, q))  # the owner's lookup of the keys it received
+    fwd = _dispatch_route(K, U, W) + _keys(Ur, v, q)  # the route, the owner's lookup of the keys it received
     # summed per distinct key from the bags' gradients, grouped by the row each key's vector came in (the sums in
     # send order: no gather since b5175a9; the sort queued while the forward's vectors travel, still counted)
     bwd = (SORT * K + (K + U) * v
@@ -474,7 +479,7 @@ def table_work(placement, R, h, b, W, v, s, alpha, hot_rows, index="hashed"):
 def dispatch_route_terms(cfg, mode, N, G, b):
     """The part of dispatch's embedding_terms that a trainer with route ahead (embedding.route_ahead, bench_train
     records with route_ahead true) runs beside the step before's dense layers: each table's keys sorted, their
-    distinct set, owner buckets and the place each key's vector arrives (_dispatch_shard's route passes), the two
+    distinct set, owner buckets and the place each key's vector arrives (_dispatch_route), the two
     count downloads, the count exchange and the keys' all-to-all (src/embedding_collection.h "Route ahead")."""
     m = cfg["model"]
     rows, hot, d, e, k = shapes(cfg)
@@ -484,7 +489,7 @@ def dispatch_route_terms(cfg, mode, N, G, b):
     for R, h in zip(rows, hot):
         K = b * h
         U = min(R, expected_distinct(R, K, alpha))
-        local += KEY_SORT * K + 3 * KEY_PASS * K + 12 * U + bucket_bytes(U, W) + 24 * U + 2 * KEY_PASS * U + 2 * KEY_PASS * K
+        local += _dispatch_route(K, U, W)
         keys += U
     comm = all_to_all_s(keys * k, N, G, mode, link(cfg)) if W > 1 else 0.0
     return {"comm": comm, "reduce": 0.0, "local_GB": local / 1e9, "collectives": 2 if W > 1 else 0, "groups": 0,
