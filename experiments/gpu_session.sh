@@ -21,7 +21,7 @@
 #               each count, 65536 samples per GPU, hashed (every key inserted first: --prefill 1) and direct
 #               index; on 2 GPUs and more also without the overlap; MLPerf v1 hashed while its tables fill
 #               (--prefill 0); MLPerf v1 with power-law keys (alpha 1.1), and from 2 GPUs the bf16 wire; the
-#               same shapes' step in plain PyTorch on one GPU (experiments/torch_collection.py)
+#               same shapes' step in plain PyTorch on one GPU (experiments/peers/torch_collection.py)
 #   train       bench_train: dot and dcnv2 at 65536 per GPU (weak scaling), bf16 at each count (three runs each,
 #               alternating, 50 timed steps: launches of the same command differ by a few percent; from 2 GPUs
 #               once more with the bf16 wire, --exchange bf16, once with --route-ahead 0, once with the
@@ -181,7 +181,7 @@ for part in "${parts[@]}"; do
       if python3 -c "import torch" 2>/dev/null; then
         for shape in "mlperf-v1 0" "dcnv2 0" "mlperf-v1 1.1"; do
           read -r tables alpha <<< "$shape"
-          run peers.log python3 experiments/torch_collection.py --like "$out/bench.jsonl" --tables $tables --alpha $alpha \
+          run peers.log python3 experiments/peers/torch_collection.py --like "$out/bench.jsonl" --tables $tables --alpha $alpha \
             --out "$out/peers.jsonl"
         done
       else

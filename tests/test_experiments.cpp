@@ -4,7 +4,7 @@
 // srun), every plot script on the sweeps' output, the provenance keys of every bench binary's JSON lines, README's
 // CPU figures block run as written (its sweeps, its plots, the scaling model's fit and check on their output), and the python suites of the plots, the checkpoint analysis
 // (on tool_ckpt_writer checkpoints) and the scaling model; where PyTorch has a GPU, the collection's PyTorch
-// baseline (experiments/torch_collection.py). Runs from the repository root (make test).
+// baseline (experiments/peers/torch_collection.py). Runs from the repository root (make test).
 #include <hdf5.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -423,7 +423,7 @@ BOOST_AUTO_TEST_CASE(python_ckpt_analysis) { python_suite("tests/py_test_ckpt_an
 BOOST_AUTO_TEST_CASE(python_scaling_model) { python_suite("tests/py_test_scaling_model.py"); }
 BOOST_AUTO_TEST_CASE(python_fit_planner) { python_suite("tests/py_test_fit_planner.py"); }
 
-// experiments/torch_collection.py, the collection's PyTorch baseline, needs PyTorch with a GPU (the GPU machine):
+// experiments/peers/torch_collection.py, the collection's PyTorch baseline, needs PyTorch with a GPU (the GPU machine):
 // skipped elsewhere.
 struct TorchGpu {
   boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
@@ -444,7 +444,7 @@ BOOST_AUTO_TEST_CASE(torch_collection_baseline, *boost::unit_test::precondition(
            "\",\"lr\":0.1}\n";
   };
   const std::string like = dir.path + "/like.jsonl", out = dir.path + "/out.jsonl";
-  const std::string cmd = python() + " experiments/torch_collection.py --iters 2 --warmup 1 --like " + like;
+  const std::string cmd = python() + " experiments/peers/torch_collection.py --iters 2 --warmup 1 --like " + like;
   write_file(like, "not json\n" + record("[16,16,16]", "sgd"));
   testing::CommandResult r = run(cmd + " --tables custom --alpha 0 --out " + out, 300);
   BOOST_CHECK_MESSAGE(r.status == 0, r.output);

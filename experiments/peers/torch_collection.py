@@ -3,7 +3,7 @@ call on the same shape, so that its figures have a ratio from one run.
 
 The shape is read from a bench_collection record (its JSON line: rows, dims and hotness per table, the batch, the
 key alpha, the optimizer and its learning rate), the first one in --like whose tables and alpha match:
-    python3 experiments/torch_collection.py --like OUT/bench.jsonl --tables mlperf-v1 --alpha 0 --out OUT/peers.jsonl
+    python3 experiments/peers/torch_collection.py --like OUT/bench.jsonl --tables mlperf-v1 --alpha 0 --out OUT/peers.jsonl
 Tables must share one dim (the pooled output is [batch, tables, dim], as the collection's).
 
 Two layouts, each a full step (forward, backward of a fixed upstream gradient, optimizer step; sparse gradients):
