@@ -1,0 +1,334 @@
+#!/usr/bin/env python3
+"""One GPU visit's records into the project's current results: experiments/RESULTS.md, the measured files and the
+figures, all from one revision.
+
+    experiments/make_results.py OUT [--repo .] [--peak-tflops 790]
+
+OUT is the folder `experiments/gpu_session.sh BUNDLE OUT` wrote: JSON lines of sparta's benchmarks (bench.jsonl)
+and of the peers in the same call (peers.jsonl), and the test log (tests.log). This script
+- names the visit <machine>_<revision> (machine: the GPU model and how many GPUs the visit used, e.g. h200x2;
+  revision: the bundle's, seven hex digits) and refuses records of another revision;
+- moves what experiments/measured/ held before into experiments/measured/archive/, then writes the visit's
+  records there as <machine>_<revision>_<part>.jsonl (train, embedding, collection, comm, peers; every peer line
+  stamped with the revision) and the test summary as <machine>_<revision>_tests.txt;
+- draws the figures into plots/figures/ with the plots/ scripts;
+- writes experiments/RESULTS.md: each table's command, its peer and the ratio against it.
+Exit status 1 when OUT holds no records, 2 on a revision mismatch.
+"""
+import argparse
+import collections
+import glob
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+
+DCNV2_HOTNESS = "3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1"
+PARTS = {"train": ("train",), "embedding": ("embedding", "embedding_step", "embedding_floor", "hashtable"),
+         "collection": ("collection",), "comm": ("alltoall",)}
+
+
+def read_records(out):
+    recs = []
+    for path in sorted(glob.glob(os.path.join(out, "*.jsonl"))):
+        for n, line in enumerate(open(path), 1):
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            try:
+                recs.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                sys.exit(f"make_results: {path}:{n}: not JSON ({e})")
+    return recs
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def fmt(x, digits=2):
+    if x is None:
+        return "–"
+    if abs(x) >= 1e6:
+        return f"{x / 1e6:.{digits}f} M"
+    return f"{x:.{digits}f}"
+
+
+def ratio(ours_time=None, peer_time=None, ours_rate=None, peer_rate=None):
+    if ours_time and peer_time:
+        return f"**{peer_time / ours_time:.2f}x**"
+    if ours_rate and peer_rate:
+        return f"**{ours_rate / peer_rate:.2f}x**"
+    return "–"
+
+
+def dense_tflop(rec):
+    """The dense part's TFLOP a step (forward and backward: 3x the forward's GEMMs), from the record's model_shape
+    ("dot, bottom MLP 13-512-256-128, 26 x 128 embeddings, top MLP 479-...-1, ...", dcnv2 with "N cross layers of
+    rank R")."""
+    shape = rec.get("model_shape", "")
+    nums = lambda key: [int(x) for x in re.search(key + r" ([0-9-]+)", shape).group(1).split("-")]
+    try:
+        bottom, top = nums("bottom MLP"), nums("top MLP")
+        slots, dim = map(int, re.search(r"(\d+) x (\d+) embeddings", shape).groups())
+    except AttributeError:
+        return None
+    macs = sum(a * b for a, b in zip(bottom, bottom[1:])) + sum(a * b for a, b in zip(top, top[1:]))
+    if rec.get("model") == "dot":
+        f = slots + 1
+        macs += f * f * dim  # the pairwise dots as one batched GEMM
+    else:
+        m = re.search(r"(\d+) cross layers?\D+(\d+)", shape)
+        layers, rank = (int(m.group(1)), int(m.group(2))) if m else (3, 512)
+        width = (slots + 1) * dim
+        macs += layers * 2 * width * rank
+    batch = rec.get("batch_per_rank") or rec.get("batch")
+    return 3 * 2 * macs * batch / 1e12
+
+
+def machine_of(recs):
+    gpus = collections.Counter(g for r in recs for g in r.get("gpus", []))
+    name = gpus.most_common(1)[0][0] if gpus else "gpu"
+    model = re.sub(r"[^a-z0-9]", "", name.lower().replace("nvidia", "").split()[0] if name.split() else "gpu")
+    most = max([r.get("ranks", 1) for r in recs if "program" in r] + [1])
+    return model + (f"x{most}" if most > 1 else "")
+
+
+def part_of(rec):
+    for part, benches in PARTS.items():
+        if rec.get("bench") in benches:
+            return part
+    return "peers" if "peer" in rec else "other"
+
+
+def train_table(recs, peak):
+    rows = ["| model (keys per slot) | GPUs | sparta samples/s | step ms | dense ms (share of the bf16 tensor rate) | "
+            "PyTorch + FBGEMM TBE, compiled | ratio | PyTorch compiled | ratio | 2 GPUs over 1 |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    ours = [r for r in recs if r.get("bench") == "train" and r.get("precision") == "bf16" and
+            r.get("batch_per_rank") == 65536 and not r.get("tag", "").startswith(("trace", "variant"))]
+    peers = [r for r in recs if r.get("peer", "").startswith("torch.dlrm") and r.get("precision") == "bf16" and
+             r.get("batch") == 65536]
+    one = {}
+    for model in ("dot", "dcnv2"):
+        for n in sorted({r["ranks"] for r in ours if r["model"] == model}):
+            rs = [r for r in ours if r["model"] == model and r["ranks"] == n]
+            sps = median([r["samples_per_s"] / n for r in rs])  # per GPU, then scaled back
+            total = median([r["samples_per_s"] for r in rs])
+            ms_dense = median([r.get("ms_dense") for r in rs])
+            tf = dense_tflop(rs[0])
+            share = f"{ms_dense:.2f} ({tf / (ms_dense / 1e3) / peak * 100:.0f}%)" if ms_dense and tf else "–"
+            tbe = median([p["samples_per_s"] for p in peers if p["model"] == model and p["peer"] == "torch.dlrm.tbe.compiled"])
+            plain = median([p["samples_per_s"] for p in peers if p["model"] == model and p["peer"] == "torch.dlrm.compiled"])
+            if n == 1:
+                one[model] = total
+            scale = f"{total / one[model]:.2f}x" if n > 1 and one.get(model) else ""
+            hot = rs[0].get("hotness", "1")
+            keys = "one key each" if hot == "1" else ("MLPerf DCNv2" if hot == DCNV2_HOTNESS else hot)
+            rows.append(f"| {model} ({keys}) | {n} | {fmt(total)} | {fmt(median([r['ms_step'] for r in rs]))} | {share} | "
+                        f"{fmt(tbe) if n == 1 else ''} | {ratio(ours_rate=total, peer_rate=tbe) if n == 1 else ''} | "
+                        f"{fmt(plain) if n == 1 else ''} | {ratio(ours_rate=total, peer_rate=plain) if n == 1 else ''} | {scale} |")
+    return rows if len(rows) > 2 else []
+
+
+def embedding_table(recs):
+    rows = ["| one table of 40M rows, 65536 samples x 26 slots | sparta step ms | FBGEMM TBE step ms | ratio | "
+            "sparta forward ms | TBE forward ms |", "|---|---|---|---|---|---|"]
+    ours = [r for r in recs if r.get("bench") == "embedding_step" and r.get("alpha", 0) == 0 and r.get("update", "sorted") == "sorted"]
+    fwd = [r for r in recs if r.get("bench") == "embedding" and r.get("alpha", 0) == 0 and r.get("out_type", "f32") in ("f32", "fp32")]
+    peers = [p for p in recs if p.get("peer") == "fbgemm.tbe" and p.get("alpha", 0) == 0 and p.get("optimizer") == "exact_sgd"]
+    seen = set()
+    for r in ours:
+        key = (r["dim"], str(r.get("hotness", r.get("hot"))), r.get("index"))
+        if key in seen:
+            continue
+        seen.add(key)
+        mine = median([x["step_ms"] for x in ours if (x["dim"], str(x.get("hotness", x.get("hot"))), x.get("index")) == key])
+        f = median([x.get("ms", x.get("fwd_ms")) for x in fwd if (x.get("dim"), str(x.get("hotness", x.get("hot"))), x.get("index")) == key])
+        hot = key[1]
+        ps = [p for p in peers if p["dim"] == key[0] and str(p.get("hot")) in (hot, "8" if hot == "8" else hot)]
+        pt = median([p["train_step_ms"] for p in ps])
+        pf = median([p["fwd_ms"] for p in ps])
+        label = {"1": "one-hot", DCNV2_HOTNESS: "MLPerf DCNv2 keys per slot"}.get(hot, f"{hot} keys a slot")
+        rows.append(f"| {label}, dim {key[0]}, {key[2]} index, sgd | {fmt(mine, 3)} | {fmt(pt, 3)} | "
+                    f"{ratio(ours_time=mine, peer_time=pt)} | {fmt(f, 3)} | {fmt(pf, 3)} |")
+    return rows if len(rows) > 2 else []
+
+
+def collection_table(recs):
+    rows = ["| the 26 MLPerf tables (4M cap), 65536 samples, 1 GPU | optimizer | sparta step ms (plan) | "
+            "FBGEMM TBE step ms | ratio |", "|---|---|---|---|---|"]
+    ours = [r for r in recs if r.get("bench") == "collection" and r.get("ranks") == 1 and r.get("placement") == "plan"
+            and r.get("alpha", 0) == 0 and r.get("batch") == 65536]
+    peers = [p for p in recs if p.get("peer") == "fbgemm.tbe.collection" and p.get("alpha", 0) == 0]
+    for tables in ("mlperf-v1", "dcnv2"):
+        for opt in sorted({r.get("optimizer") for r in ours if r.get("tables") == tables}):
+            mine = median([r["ms_step"] for r in ours if r.get("tables") == tables and r.get("optimizer") == opt and r.get("index") == "direct"]) \
+                or median([r["ms_step"] for r in ours if r.get("tables") == tables and r.get("optimizer") == opt])
+            pt = median([p["step_ms"] for p in peers if p.get("tables") == tables and p.get("optimizer") == "exact_" + opt])
+            keys = "one key per slot" if tables == "mlperf-v1" else "MLPerf DCNv2 keys per slot"
+            rows.append(f"| {tables} ({keys}) | {opt} | {fmt(mine, 3)} | {fmt(pt, 3)} | {ratio(ours_time=mine, peer_time=pt)} |")
+    return rows if len(rows) > 2 else []
+
+
+def placement_table(recs):
+    ours = [r for r in recs if r.get("bench") == "collection" and r.get("alpha", 0) == 0 and r.get("batch") == 65536
+            and r.get("index") == "direct" and r.get("optimizer") in (None, "sgd")]
+    places = ["plan", "replicated", "localized", "dispatch", "distributed", "hybrid"]
+    rows = ["| tables | GPUs | " + " | ".join(places) + " |", "|---|---|" + "---|" * len(places)]
+    for tables in ("mlperf-v1", "dcnv2"):
+        for n in sorted({r["ranks"] for r in ours if r.get("tables") == tables}):
+            cells = [fmt(median([r["ms_step"] for r in ours if r.get("tables") == tables and r["ranks"] == n and
+                                 r.get("placement") == p]), 2) for p in places]
+            rows.append(f"| {tables} | {n} | " + " | ".join(cells) + " |")
+    return rows if len(rows) > 2 else []
+
+
+def comm_table(recs):
+    ours = [r for r in recs if r.get("bench") == "alltoall" and r.get("mode") == "nccl" and r.get("ranks", 1) >= 2]
+    peers = [p for p in recs if p.get("peer", "").startswith("torch.nccl")]
+    rows = ["| operation | bytes per rank | GPUs | sparta µs | NCCL through PyTorch µs | ratio |", "|---|---|---|---|---|---|"]
+    for op, peer in (("alltoall", "torch.nccl.all_to_all_single"), ("allreduce", "torch.nccl.all_reduce")):
+        for size in (1 << 20, 16 << 20, 64 << 20, 256 << 20):
+            mine = median([r.get("time_us") for r in ours if r.get("op") == op and r.get("bytes_per_rank") == size])
+            pt = median([p["time_us"] for p in peers if p["peer"] == peer and p.get("bytes_per_rank") == size])
+            if mine is None:
+                continue
+            n = max(r["ranks"] for r in ours if r.get("op") == op)
+            rows.append(f"| {op} | {size >> 20} MiB | {n} | {fmt(mine, 1)} | {fmt(pt, 1)} | {ratio(ours_time=mine, peer_time=pt)} |")
+    return rows if len(rows) > 2 else []
+
+
+def tests_summary(out):
+    path = os.path.join(out, "tests.log")
+    if not os.path.exists(path):
+        return [], []
+    lines = open(path, errors="replace").read().splitlines()
+    suites = [l for l in lines if re.match(r"^\S+\s+\d+ passed\s+\d+ failed", l)]
+    closing = [l for l in lines if l.startswith("tests: ")]
+    return suites, closing
+
+
+def figures(repo, files, stamp):
+    figs = []
+    # the python3 with matplotlib: $SPARTA_PYTHON, else Debian's (where make deps installs it), else this one
+    py = os.environ.get("SPARTA_PYTHON") or ("/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable)
+    plots = os.path.join(repo, "plots")
+    out = os.path.join(plots, "figures")
+    os.makedirs(out, exist_ok=True)
+    for f in glob.glob(os.path.join(out, "*.png")):
+        os.remove(f)
+
+    def plot(script, args, name, title):
+        png = os.path.join(out, f"{name}_{stamp}.png")
+        r = subprocess.run([py, os.path.join(plots, script)] + args + ["--title", title, "--out", png],
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            figs.append((title, os.path.relpath(png, repo)))
+        else:
+            print(f"make_results: {script} failed: {r.stderr.strip()[-300:]}", file=sys.stderr)
+
+    if "collection" in files:
+        for tables in ("mlperf-v1", "dcnv2"):
+            plot("plot_placements.py", [files["collection"], "--where", f"tables={tables}", "--where", "index=direct",
+                                        "--where", "batch=65536", "--where", "alpha=0"], f"placements_{tables}",
+                 f"embedding collection, {tables} tables: samples/s by placement and GPUs")
+    if "train" in files:
+        plot("plot_breakdown.py", [files["train"], "--where", "precision=bf16", "--label", "model,ranks"],
+             "train_breakdown", "training step: where the time goes (bf16, 65536 samples per GPU)")
+    if "comm" in files:
+        plot("plot_alltoall.py", [files["comm"], "--where", "mode=nccl"], "alltoall", "collectives: bus bandwidth")
+    return figs
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out")
+    p.add_argument("--repo", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    p.add_argument("--peak-tflops", type=float, default=790.0, help="the GPU's bf16 tensor rate (H200: about 790)")
+    a = p.parse_args()
+    recs = read_records(a.out)
+    ours = [r for r in recs if "program" in r]
+    if not ours:
+        sys.exit(f"make_results: no benchmark records in {a.out}/*.jsonl")
+    revs = collections.Counter(r.get("git", "unknown")[:7] for r in ours)
+    rev = revs.most_common(1)[0][0]
+    if len(revs) > 1:
+        print(f"make_results: records of several revisions in {a.out}: {dict(revs)}", file=sys.stderr)
+        sys.exit(2)
+    dirty = any(r.get("git", "").endswith("-dirty") for r in ours)
+    machine = machine_of(ours)
+    stamp = f"{machine}_{rev}"
+    measured = os.path.join(a.repo, "experiments", "measured")
+    archive = os.path.join(measured, "archive")
+    os.makedirs(archive, exist_ok=True)
+    for f in glob.glob(os.path.join(measured, "*")):
+        if os.path.isfile(f) and not os.path.basename(f).startswith(stamp + "_"):
+            shutil.move(f, os.path.join(archive, os.path.basename(f)))
+    by_part = collections.defaultdict(list)
+    for r in recs:
+        if "peer" in r and "git" not in r:
+            r = dict(r, git=ours[0].get("git"))
+        by_part[part_of(r)].append(r)
+    files = {}
+    for part, rs in by_part.items():
+        path = os.path.join(measured, f"{stamp}_{part}.jsonl")
+        with open(path, "w") as f:
+            for r in rs:
+                f.write(json.dumps(r) + "\n")
+        files[part] = path
+    suites, closing = tests_summary(a.out)
+    if suites or closing:
+        with open(os.path.join(measured, f"{stamp}_tests.txt"), "w") as f:
+            f.write("\n".join(suites + closing) + "\n")
+    figs = figures(a.repo, files, stamp)
+
+    gpu = ours[0].get("gpus", ["?"])[0]
+    date = max(r.get("date", "") for r in ours)[:10]
+    rel = lambda part: f"`experiments/measured/{stamp}_{part}.jsonl`"
+    doc = [f"# Current results: revision {rev}{' (with uncommitted changes)' if dirty else ''}, {gpu}, {date}", "",
+           "Every figure below comes from one visit to the GPU machine at one revision, each beside its peer measured in "
+           "the same call on the same GPU. Regenerate them all with", "", "```",
+           "make gpu-bundle && experiments/gpu_session.sh build/openmpi OUT tests results   # on the GPU machine",
+           f"experiments/make_results.py OUT                                                 # here: this page, the measured files, the figures",
+           "```", "",
+           "Peers (`experiments/peers/`): PyTorch 2.11 with FBGEMM_GPU 1.6.0's table-batched embedding (TBE, TorchRec's "
+           "kernel, fp32 rows, optimizer fused into the backward) and the dense layers under `torch.compile` — the "
+           "strongest peer a user would pick — and plain PyTorch (`nn.EmbeddingBag`). A ratio above 1 means sparta is "
+           "faster. Superseded results are in `experiments/measured/archive/`, the history of how they were reached in "
+           "`experiments/NOTES_*.md`.", ""]
+    sections = [
+        ("Training end to end", "bf16, 65536 samples per GPU, the MLPerf table shapes capped at 4M rows, uniform keys; "
+         "`bench_train --model dot|dcnv2` (dot: one key per slot, sgd; dcnv2: the MLPerf DCNv2 keys per slot, 214 a "
+         "sample, row-wise Adagrad) beside `peer_dlrm_tbe.py --embedding tbe --compile` and `peer_dlrm.py --compile` on "
+         "one GPU. Dense share: the dense part's GEMM TFLOP per step over `ms_dense`, against the GPU's ~"
+         f"{a.peak_tflops:.0f} TFLOP/s bf16 rate.", train_table(recs, a.peak_tflops), "train"),
+        ("Embeddings against FBGEMM", "`bench_embedding` (one table, forward + backward + sgd update, keys uniform) "
+         "beside `fbgemm/peer_fbgemm.py` on the same shapes.", embedding_table(recs), "embedding"),
+        ("The embedding collection against FBGEMM", "`bench_collection --tables mlperf-v1|dcnv2` (the planner's plan) "
+         "beside `fbgemm/peer_fbgemm.py --tables mlperf-v1|dcnv2` (every table in one TBE).", collection_table(recs), "collection"),
+        ("Placements", "`bench_collection --index direct`, sgd, ms per step at 65536 samples per GPU, every placement "
+         "and the planner's plan.", placement_table(recs), "collection"),
+        ("Collectives", "`bench_alltoall --modes nccl` beside `peer_a2a.py` (NCCL through `torch.distributed`) on the "
+         "same GPUs.", comm_table(recs), "comm"),
+    ]
+    for title, text, table, part in sections:
+        if not table:
+            continue
+        doc += [f"## {title}", "", text + f" Records: {rel(part)}, peers: {rel('peers')}.", ""] + table + [""]
+    if closing:
+        doc += ["## Tests on the GPUs", "", f"`tests/run_all.sh` on this visit's GPUs "
+                f"(`experiments/measured/{stamp}_tests.txt`, every suite's line):", "", "```"] + closing + ["```", ""]
+    if figs:
+        doc += ["## Figures", ""] + [f"![{t}](../{f})" for t, f in figs] + [""]
+    with open(os.path.join(a.repo, "experiments", "RESULTS.md"), "w") as f:
+        f.write("\n".join(doc))
+    print(f"make_results: {stamp}: {len(recs)} records, {len(files)} measured files, {len(figs)} figures, experiments/RESULTS.md")
+
+
+if __name__ == "__main__":
+    main()
