@@ -5,7 +5,9 @@
 # rank count. Counts are test cases as Boost.Test reports them (rank 0's report for MPI suites); a suite that
 # dies without a report, times out, or exits non-zero with no failure reported counts as one failure.
 # Exit status: 0 when nothing failed. SPARTA_SUITES (an extended regular expression, optional) runs only the suites
-# whose name matches it, e.g. SPARTA_SUITES='collection|train|dense' for one part of a GPU visit.
+# whose name matches it, e.g. SPARTA_SUITES='collection|train|dense' for one part of a GPU visit, and
+# SPARTA_SUITES_EXCLUDE (likewise) leaves out the suites whose name matches it; the layering cases are named
+# "layers".
 set -u
 build=${1:?build folder}
 # Words of the launcher joined by single spaces ("mpiexec.mpich " from an empty MPIEXEC_FLAGS becomes "mpiexec.mpich"):
@@ -65,7 +67,12 @@ layer_case() {  # layer_case NAME EXPECTED_STATUS ROOT
     sed 's/^/    | /' <<<"$out" | tail -30
   fi
 }
-if [ -f tests/check_layers.sh ]; then
+selected() {
+  local name=$(basename "$1")
+  { [ -z "${SPARTA_SUITES:-}" ] || [[ $name =~ $SPARTA_SUITES ]]; } &&
+    { [ -z "${SPARTA_SUITES_EXCLUDE:-}" ] || ! [[ $name =~ $SPARTA_SUITES_EXCLUDE ]]; }
+}
+if [ -f tests/check_layers.sh ] && selected layers; then
   layer_case "layers (include rule)" 0 .
   planted=$(mktemp -d)
   mkdir -p "$planted"/{src/base,kernels,comm,io,experiments,tests}
@@ -75,7 +82,6 @@ if [ -f tests/check_layers.sh ]; then
   layer_case "layers (catches kernels -> comm)" 1 "$planted"
   rm -rf "$planted"
 fi
-selected() { [ -z "${SPARTA_SUITES:-}" ] || [[ $(basename "$1") =~ $SPARTA_SUITES ]]; }
 for t in "$build"/tests/test_*; do
   [ -x "$t" ] && selected "$t" && run_one "$(basename "$t")" "$t"
 done
