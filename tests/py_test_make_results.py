@@ -1,0 +1,92 @@
+"""experiments/make_results.py on a visit made up here, with figures computed by hand: the measured files' names,
+the archive move, the tables' medians and ratios, the dense part's share of the tensor rate, the tests' closing
+line, the refusal of mixed revisions. Run by tests/test_measured_files (make test) from the repository root."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.getcwd()
+SCRIPT = os.path.join(ROOT, "experiments", "make_results.py")
+REV = "0123456789abcdef0123456789abcdef01234567"
+DOT_SHAPE = "dot, bottom MLP 13-512-256-128, 26 x 128 embeddings, top MLP 479-1024-1024-512-256-1, bf16"
+
+
+def train(model, ranks, sps, ms_dense, rev=REV, tag="rep1"):
+    return {"program": "bench_train", "bench": "train", "model": model, "ranks": ranks, "precision": "bf16",
+            "batch_per_rank": 65536, "samples_per_s": sps, "ms_step": 65536 * ranks / sps * 1e3,
+            "ms_dense": ms_dense, "hotness": "1", "model_shape": DOT_SHAPE, "tag": tag, "git": rev,
+            "gpus": ["NVIDIA H200"], "date": "2026-11-28T20:00:00Z"}
+
+
+class MakeResults(unittest.TestCase):
+    def visit(self, records, peers, tests_log=None):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
+        out, repo = os.path.join(d, "out"), os.path.join(d, "repo")
+        os.makedirs(out)
+        os.makedirs(os.path.join(repo, "experiments", "measured"))
+        os.makedirs(os.path.join(repo, "plots"))
+        for f in os.listdir(os.path.join(ROOT, "plots")):
+            if f.endswith(".py"):
+                os.symlink(os.path.join(ROOT, "plots", f), os.path.join(repo, "plots", f))
+        with open(os.path.join(out, "bench.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+        with open(os.path.join(out, "peers.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in peers)
+        if tests_log:
+            with open(os.path.join(out, "tests.log"), "w") as f:
+                f.write(tests_log)
+        old = os.path.join(repo, "experiments", "measured", "h200_fedcba9_train.jsonl")
+        with open(old, "w") as f:
+            f.write("{}\n")
+        r = subprocess.run([sys.executable, SCRIPT, out, "--repo", repo], capture_output=True, text=True)
+        return r, repo
+
+    def test_tables_files_and_ratios(self):
+        recs = [train("dot", 1, 10e6, 2.0), train("dot", 1, 12e6, 2.0, tag="rep2"), train("dot", 2, 20e6, 2.0)]
+        peers = [{"peer": "torch.dlrm.tbe.compiled", "model": "dot", "precision": "bf16", "batch": 65536,
+                  "samples_per_s": 4e6},
+                 {"peer": "torch.dlrm.compiled", "model": "dot", "precision": "bf16", "batch": 65536,
+                  "samples_per_s": 2e6}]
+        log = "test_x   3 passed   0 failed   0 skipped   1s  ok\ntests: 3 passed, 0 failed, 0 skipped\n"
+        r, repo = self.visit(recs, peers, log)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        measured = os.path.join(repo, "experiments", "measured")
+        names = sorted(os.listdir(measured))
+        self.assertEqual(names, ["archive", "h200x2_0123456_peers.jsonl", "h200x2_0123456_tests.txt",
+                                 "h200x2_0123456_train.jsonl"])
+        self.assertEqual(os.listdir(os.path.join(measured, "archive")), ["h200_fedcba9_train.jsonl"])
+        with open(os.path.join(measured, "h200x2_0123456_peers.jsonl")) as f:
+            for line in f:
+                self.assertEqual(json.loads(line)["git"], REV)  # peers stamped with the visit's revision
+        with open(os.path.join(repo, "experiments", "RESULTS.md")) as f:
+            md = f.read()
+        self.assertIn("revision 0123456", md)
+        # 1 GPU: median of 10 M and 12 M = 11 M; against 4 M: 2.75x; against 2 M: 5.50x; 2 GPUs over 1: 20/11
+        self.assertIn("| dot (one key each) | 1 | 11.00 M |", md)
+        self.assertIn("**2.75x**", md)
+        self.assertIn("**5.50x**", md)
+        self.assertIn("1.82x", md)
+        # dense: 3 x 2 x MACs x 65536 over 2 ms against 790 TFLOP/s
+        macs = (13 * 512 + 512 * 256 + 256 * 128) + (479 * 1024 + 1024 * 1024 + 1024 * 512 + 512 * 256 + 256) + 27 * 27 * 128
+        share = 6 * macs * 65536 / 1e12 / 2e-3 / 790 * 100
+        self.assertIn(f"2.00 ({share:.0f}%)", md)
+        self.assertIn("tests: 3 passed, 0 failed, 0 skipped", md)
+
+    def test_mixed_revisions_are_refused(self):
+        r, repo = self.visit([train("dot", 1, 1e6, 1.0), train("dot", 1, 1e6, 1.0, rev="f" * 40)], [])
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(repo, "experiments", "RESULTS.md")))
+
+    def test_no_records_is_an_error(self):
+        r, _ = self.visit([], [])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no benchmark records", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
