@@ -4,7 +4,7 @@
 # figure has its ratio from one run on the same GPUs).
 #   experiments/gpu_session.sh BUILD OUT [PART...]
 # BUILD is a `make gpu-bundle` folder (build/openmpi), or a .tar.xz of one (extracted under /tmp). PARTs, run in
-# the order given (default: all = tests repeat kernels comm collection train graphs sweeps emulated model). GPU
+# the order given (default: all = tests repeat kernels comm collection train graphs sweeps emulated). GPU
 # counts: 1 and every power of 2 up to the machine's GPUs (1 2 4 8 on 8), or SPARTA_GPU_COUNTS="2 4 8" (a part
 # that runs too long for one call can be split by counts across calls); "multi" below: those counts from 2 up.
 #   tests       every suite (tests/run_all.sh) at each count; with one GPU, mpi_test_collection again with 2 ranks
@@ -19,13 +19,12 @@
 #               as many GPUs; nccl at 4 KiB-16 MiB with NCCL's non-blocking mode and the default blocking one
 #   collection  bench_collection: MLPerf v1 one-hot and DCNv2 multi-hot tables, every placement and the plan, at
 #               each count, 65536 samples per GPU, hashed (every key inserted first: --prefill 1) and direct
-#               index; on 2 GPUs and more also without the overlap; MLPerf v1 hashed while its tables fill
+#               index; MLPerf v1 hashed while its tables fill
 #               (--prefill 0); MLPerf v1 with power-law keys (alpha 1.1), and from 2 GPUs the bf16 wire; the
 #               same shapes' step in plain PyTorch on one GPU (experiments/torch_collection.py)
 #   train       bench_train: dot and dcnv2 at 65536 per GPU (weak scaling), bf16 at each count (three runs each,
 #               alternating, 50 timed steps: launches of the same command differ by a few percent; from 2 GPUs
-#               once more with the bf16 wire, --exchange bf16, once with --route-ahead 0, once with the
-#               embeddings' stream at the dense stream's priority, --high-priority 0, and once with --trace 3:
+#               once more with the bf16 wire, --exchange bf16, and once with --trace 3:
 #               every rank's timeline in bench_train.log), fp16 and
 #               fp32 on 1, sgd hashed / direct / direct with the atomic update on 1; peer_dlrm.py with and without
 #               --compile
@@ -34,12 +33,9 @@
 #   sweeps      the README figures' sweeps (collection, train_weak, train_strong: the planner's plan and fixed
 #               placements at a fixed batch per GPU and a fixed global batch) at the counts, their results.jsonl
 #               copied to OUT/<sweep>.jsonl
-#   emulated    with 2 GPUs or more: 2 emulated nodes of 1 GPU (--ranks-per-node 1): bench_alltoall hier,
-#               bench_collection, bench_train dot and dcnv2 (the scaling model's --calibrate/--check input); with 4
+#   emulated    with 2 GPUs or more: 2 emulated nodes of 1 GPU (--ranks-per-node 1), MPI between them:
+#               bench_alltoall hier, bench_collection, bench_train dot and dcnv2; with 4
 #               GPUs or more also 2 nodes of half the GPUs each
-#   model       the scaling model's prediction beside every all-to-all, collection and training record in OUT
-#               (scaling_model.py --check with the fitted H200 config): OUT/model_check.txt; the planner's rates
-#               fitted to the one-node collection records (experiments/fit_planner.py): OUT/planner_fit.txt
 # Logs and JSON lines go to OUT; the exit status is non-zero when any part failed.
 set -u -o pipefail
 build=${1:?build folder or bundle}
@@ -47,7 +43,7 @@ out=${2:?output folder}
 shift 2
 parts=("$@")
 [ ${#parts[@]} = 0 ] && parts=(all)
-[ "${parts[*]}" = all ] && parts=(tests repeat kernels comm collection train graphs sweeps emulated model)
+[ "${parts[*]}" = all ] && parts=(tests repeat kernels comm collection train graphs sweeps emulated)
 mkdir -p "$out"
 if [[ $build == *.tar.xz ]]; then
   mkdir -p /tmp/sparta_bundle && tar -xJf "$build" -C /tmp/sparta_bundle && build=/tmp/sparta_bundle/openmpi
@@ -163,9 +159,6 @@ for part in "${parts[@]}"; do
           for index in hashed direct; do
             run bench_collection.log $mpiexec -n $n "$build/bin/bench_collection" --tables $t --batch 65536 \
               --index $index --out "$out/bench.jsonl"
-            # one rank exchanges nothing: both orders queue the same work
-            [ $n -ge 2 ] && run bench_collection.log $mpiexec -n $n "$build/bin/bench_collection" --tables $t \
-              --batch 65536 --index $index --overlap 0 --out "$out/bench.jsonl"
           done
         done
         # hashed tables filling during the steps (no prefill): most keys of a step new, each inserted
@@ -196,17 +189,11 @@ for part in "${parts[@]}"; do
               --steps 50 --tag rep$rep --out "$out/bench.jsonl"
           done
         done
-        # the embedding exchange's vectors and gradients as bf16 (half the bytes) from 2 GPUs on, once each; and the
-        # next batch routed and looked up at its own step instead of during the step before (--route-ahead 0); the
-        # embeddings' stream not ahead of the dense layers' (--high-priority 0); with the timeline of three steps as
-        # training takes them
+        # the embedding exchange's vectors and gradients as bf16 (half the bytes) from 2 GPUs on, once each; and
+        # the timeline of three steps as training takes them
         for n in $multi; do
           run bench_train.log $mpiexec -n $n "$build/bin/bench_train" --model $m --precision bf16 --batch 65536 \
             --exchange bf16 --steps 50 --tag wire_bf16 --out "$out/bench.jsonl"
-          run bench_train.log $mpiexec -n $n "$build/bin/bench_train" --model $m --precision bf16 --batch 65536 \
-            --route-ahead 0 --steps 50 --tag at_step --out "$out/bench.jsonl"
-          run bench_train.log $mpiexec -n $n "$build/bin/bench_train" --model $m --precision bf16 --batch 65536 \
-            --high-priority 0 --steps 50 --tag same_priority --out "$out/bench.jsonl"
           run bench_train.log $mpiexec -n $n "$build/bin/bench_train" --model $m --precision bf16 --batch 65536 \
             --steps 5 --trace 3 --tag trace --out "$out/bench.jsonl"
         done
@@ -252,11 +239,6 @@ for part in "${parts[@]}"; do
         e=(--ranks-per-node 1)
         run emulated.log $mpiexec -n 2 "$build/bin/bench_alltoall" "${e[@]}" --modes hier --ops alltoall,allreduce \
           --min-bytes 64K --max-bytes 256M --step-factor 4 --iters 5 --repeats 3 --out "$out/emulated.jsonl"
-        # distributed's reduce-scatter and the all-gathers across nodes, measured rather than derived from the
-        # all-reduce (the scaling model's ib reduce-scatter term; distributed moves up to 1.75 GB a rank)
-        run emulated.log $mpiexec -n 2 "$build/bin/bench_alltoall" "${e[@]}" --modes hier \
-          --ops reducescatter,allgather --min-bytes 1M --max-bytes 2G --step-factor 8 --iters 2 --repeats 3 \
-          --out "$out/emulated.jsonl"
         run emulated.log $mpiexec -n 2 "$build/bin/bench_collection" "${e[@]}" --comm-mode hier --tables mlperf-v1 \
           --batch 16384,65536 --iters 10 --warmup 3 --out "$out/emulated.jsonl"
         for m in dot dcnv2; do
@@ -276,26 +258,7 @@ for part in "${parts[@]}"; do
         done
       fi
       ;;
-    model)
-      # the all-to-all, collection and training records of this visit, each predicted by the fitted model beside
-      # its measurement (the kernel benchmarks' lines are left out: the model times a step, not one kernel)
-      cat "$out"/*.jsonl 2>/dev/null | grep -v -E '"bench": *"(embedding|embedding_step|embedding_floor|hashtable)"' \
-        | grep '"bench"' > "$out/model_input.jsonl"
-      if [ -s "$out/model_input.jsonl" ]; then
-        run model.log python3 experiments/scaling_model.py --config experiments/scaling_model_h200_grouped.json \
-          --check "$out/model_input.jsonl"
-        grep -v '^== ' "$out/model.log" > "$out/model_check.txt"
-      else
-        echo "(no all-to-all, collection or training records in $out yet: model skipped)"
-      fi
-      rm -f "$out/model_input.jsonl"
-      # the planner's rates fitted to this visit's one-node collection steps (bench.jsonl and the sweeps' files)
-      if cat "$out"/*.jsonl 2>/dev/null | grep -q '"planned_local_MB"'; then
-        run planner_fit.log python3 experiments/fit_planner.py "$out"/*.jsonl --where nodes=1
-        grep -v '^== ' "$out/planner_fit.log" > "$out/planner_fit.txt"
-      fi
-      ;;
-    *) echo "unknown part '$part' (tests repeat kernels comm collection train graphs sweeps emulated model all)"; exit 2 ;;
+    *) echo "unknown part '$part' (tests repeat kernels comm collection train graphs sweeps emulated all)"; exit 2 ;;
   esac
 done
 exit $status

@@ -45,7 +45,7 @@
 // ---- Streams and overlap (c = the compute stream, Device::stream; m = the exchange's communication stream) ----
 //
 // Every collective of the placements runs on m (src/placement_common.h Exchange; the communicator orders its own
-// work after m's), after the work queued on c so far (an event). With CollectionConfig::overlap (the default) a
+// work after m's), after the work queued on c so far (an event). A
 // step runs each part of the placements' work (src/placement.h PlacedTable) for every group before the next
 // part of any group, and c does not wait for a group's exchange until that group's next part (events, no host
 // wait):
@@ -64,9 +64,7 @@
 // hanging): the offsets check with every group's key count (one download), the distinct keys and bucket sizes of
 // a route (in part 1, while c holds only route work), replicated's distinct rows (backward part 1), hybrid's
 // touched hot rows (backward part 2), and the key-bound and lookup error check after the forward. On the cpu
-// backend, and with one rank, every exchange is done when its call returns (one rank: copies on c). Without
-// overlap each group's forward (backward) runs whole before the next group's, every collective a fence: the same
-// results bit for bit (mpi_test_collection overlap_changes_no_bit). Step buffers grow by reallocation (grow():
+// backend, and with one rank, every exchange is done when its call returns (one rank: copies on c). Step buffers grow by reallocation (grow():
 // the old memory is freed only after c and m are synchronized with the communicator's wait, Exchange::settle, so
 // no free runs under a collective; after the first steps of a shape nothing grows and nothing is waited for).
 //
@@ -82,7 +80,7 @@
 // Look up ahead (look_up_ahead), after the current batch's backward: part 2 of the routed batch too, its lookups
 // (after the update on c) and their exchanges posted on m, so that they run beside the caller's remaining work
 // and before the caller's next collective (the trainer's dense all-reduce); its forward then runs part 3 and the
-// checks. Only where every group routed ahead (no host wait in part 1), and with overlap; nothing but that
+// checks. Only where every group routed ahead (no host wait in part 1); nothing but that
 // batch's forward may follow (its route and vectors are the placements' current ones now).
 #pragma once
 
@@ -164,8 +162,8 @@ class EmbeddingCollection {
   // remaining work (a trainer: the step's last dense layers, before the dense gradients' all-reduce, which the
   // communicator would otherwise run first). out: the forward's output, which the lookups may write already (the
   // caller's work in between must not read it). The batch's forward, with the same arguments and out, then only
-  // pools and checks. Returns false (nothing queued) without a batch routed ahead, or in the sequential order
-  // (CollectionConfig::overlap false).
+  // pools and checks. Returns false (nothing queued) without a batch routed ahead, or where a group did not
+  // route ahead.
   bool look_up_ahead(void* out, LookupMode mode = LookupMode::train);
   // Optional, after a train forward whose output the caller has taken (e.g. its stream now waits for it): queues
   // the backward's work that needs no gradient on the collection's stream (replicated tables on more than one
