@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/fill.h"
 #include "kernels/key_init.h"
 #include "src/base/agree.h"
 #include "src/base/check.h"
@@ -246,7 +247,7 @@ std::vector<int64_t> EmbeddingCollection::check_batch(const int64_t* offsets, in
     SPARTA_REQUIRE(local_batch >= 0, "embedding collection forward, rank %d: local batch %lld", ex_->rank(),
                    (long long)local_batch);
     const int64_t rows = local_batch * S;
-    route_fill_i64(dev_, st, 2, kNone, dev_.stream);
+    fill(dev_, st, 2, kNone, dev_.stream);
     route_check_offsets(dev_, offsets, rows, st, dev_.stream);
     for (size_t g = 0; g < G; ++g) {
       Group& gr = *groups_[g];

@@ -37,6 +37,14 @@ void round_trip(Backend backend) {
     float value = testing::random_floats(1)[0];
     fill(dev, other.data(), n, value, dev.stream);
     BOOST_CHECK_EQUAL(testing::count_mismatches(other.download(), std::vector<float>(n, value), 0, 0, "fill"), 0u);
+    // int64: a value no float holds exactly, over poisoned memory; the element after the n filled stays
+    Buffer<int64_t> ints(dev, n + 1);
+    ints.fill_bytes(0xA5);
+    const int64_t big = (int64_t(1) << 60) + 1 + int64_t(testing::rng()() % 1000);
+    fill(dev, ints.data(), n, big, dev.stream);
+    std::vector<int64_t> want_ints(n + 1, big);
+    std::memset(&want_ints[n], 0xA5, sizeof(int64_t));
+    BOOST_CHECK(ints.download() == want_ints);
 
     // The stream forms, on a stream of their own: set, copy, read back, all ordered on that stream.
     Stream s = create_stream(dev);
