@@ -80,6 +80,8 @@ LDLIBS = -Wl,--as-needed $(HDF5_LIBS) $(BOOST_PO_LIBS) $(CUDA_LIBS) -lpthread
 #   tests/tool_<name>.cpp                   → $(BUILD)/tests/tool_<name>      (programs that tests launch)
 #   tests/support_<name>.cpp                → linked into every test binary
 #   experiments/support_<name>.cpp          → linked into every experiment binary
+#   experiments/lab/*.cpp, *.cu             → linked into bench_embedding and test_row_traffic only (kernels that
+#                                             measure, not part of the library: experiments/lab/README.md)
 #   src/options.cpp                         → linked into every program, benchmark and test
 MODULES   := src/base src kernels comm io
 # src/options.cpp uses Boost.Program_options, which Debian ships as a non-PIC static archive: it is linked
@@ -104,6 +106,8 @@ TOOL_SRCS    := $(wildcard tests/tool_*.cpp)
 TOOLS        := $(TOOL_SRCS:tests/%.cpp=$(BUILD)/tests/%)
 SUPPORT_OBJS := $(patsubst tests/%.cpp,$(BUILD)/obj/tests/%.o,$(wildcard tests/support_*.cpp))
 BENCH_SUPPORT_OBJS := $(patsubst experiments/%.cpp,$(BUILD)/obj/experiments/%.o,$(wildcard experiments/support_*.cpp))
+LAB_OBJS     := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard experiments/lab/*.cpp)) \
+                $(if $(filter 1,$(CUDA)),$(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(wildcard experiments/lab/*.cu)))
 
 RPATH := -Wl,-rpath,'$$ORIGIN/../lib'
 LINK   = $(MPICXX) $(CXXFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD)/lib -lsparta $(RPATH) $(LDLIBS)
@@ -146,6 +150,9 @@ $(BUILD)/bin/sparta-%: $(BUILD)/obj/src/programs/%.o $(CLI_OBJS) $(LIBSPARTA)
 $(BUILD)/bin/bench_%: $(BUILD)/obj/experiments/bench_%.o $(BENCH_SUPPORT_OBJS) $(CLI_OBJS) $(LIBSPARTA)
 	@mkdir -p $(@D)
 	$(LINK)
+
+# The lab's kernels, where they are used (the pattern rules link every object among the prerequisites).
+$(BUILD)/bin/bench_embedding $(BUILD)/tests/test_row_traffic: $(LAB_OBJS)
 
 $(BUILD)/tests/test_%: $(BUILD)/obj/tests/test_%.o $(BUILD)/obj/tests/main_plain.o $(SUPPORT_OBJS) $(CLI_OBJS) $(LIBSPARTA)
 	@mkdir -p $(@D)

@@ -92,7 +92,7 @@ struct Args {
               exchange = "fp32", output = "fp32", index = "hashed", table_placements;
   int64_t row_cap = 4000000;
   int dim = 128, warmup = 5, iters = 20, check_samples = 64;  // warmup, iters: the driver's --warmup, --iters
-  int overlap = 1, prefill = 1, trace = 0, plan_only = 0;
+  int prefill = 1, trace = 0, plan_only = 0;
   double alpha = 0, memory_budget_gib = 0, timeout = 300;
   PlannerRates rates;  // --planner-link-gbps, --planner-hbm-gbps, --planner-collective-us, --planner-group-us
   float lr = 0.01f;
@@ -345,7 +345,6 @@ CollectionConfig make_config(const Args& a, const std::vector<Table>& tables, co
   c.seed = a.seed;
   c.exchange = a.exchange == "bf16" ? DataType::bf16 : DataType::f32;
   c.output = output_type_of(a.output);
-  c.overlap = a.overlap != 0;
   // The plan: --table-placements' entries (explicit ones honoured, `auto` ones the planner's), or every table auto.
   const std::vector<std::string> chosen = placement == "plan" && !a.table_placements.empty()
                                               ? table_placement_list(a, tables.size())
@@ -569,16 +568,9 @@ Result run_point(Context& ctx, Communicator* comm, const Args& a, const KeyGen& 
   return r;
 }
 
-}  // namespace
+// ---- the run: options, their checks, the table the points print, and each point's plan and record
 
-int main(int argc, char** argv) {
-  Args a;
-  bench::DriverDefaults dd;
-  dd.warmup = a.warmup;  // untimed steps first (they insert the keys)
-  dd.repeats = a.iters;  // timed steps: --iters, as this bench has always called them
-  dd.repeats_option = "iters";
-  dd.repeats_help = "timed steps (the median is reported)";
-  bench::Driver d("bench_collection", argc, argv, dd);
+void add_options(bench::Driver& d, Args& a) {
   d.options().add_options()("tables", po::value(&a.tables)->default_value(a.tables), "mlperf-v1 | dcnv2 | custom")(
       "rows-list", po::value(&a.rows_list), "custom: cardinality of each table (comma list)")(
       "dims", po::value(&a.dims), "custom: dim of each table, or one for all (default --dim)")(
@@ -608,8 +600,6 @@ int main(int argc, char** argv) {
       "output", po::value(&a.output)->default_value(a.output),
       "fp32 | bf16 | fp16: the type of the pooled output and its gradient (CollectionConfig::output)")(
       "comm-mode", po::value(&a.comm_mode), "nccl | mpi | hier (default: nccl on GPUs, mpi on cpu)")(
-      "overlap", po::value(&a.overlap)->default_value(a.overlap),
-      "1: exchanges overlap other tables' work; 0: one table after the other (CollectionConfig::overlap)")(
       "timeout", po::value(&a.timeout)->default_value(a.timeout), "seconds without progress before the job ends")(
       "prefill", po::value(&a.prefill)->default_value(a.prefill),
       "1: before a point's steps, train-mode forwards over every key of every hashed table (the steps then time full "
@@ -625,45 +615,170 @@ int main(int argc, char** argv) {
       "| hybrid (explicit entries honoured, auto ones the planner's)")(
       "plan-only", po::value(&a.plan_only)->default_value(a.plan_only),
       "1: print the plan of every point (the planner's table and estimate) and time no step");
+}
+
+// The options' tables, batches and placements; every rank checks the same options, and agreeing on the verdict
+// lets a bad one end the job with status 1.
+struct Sweep {
+  std::vector<Table> tables;
+  std::vector<int64_t> batches;
+  std::vector<std::string> placements;
+};
+
+Sweep check_options(Args& a) {
+  Sweep w;
+  std::vector<Table>& tables = w.tables;
+  std::vector<int64_t>& batches = w.batches;
+  std::vector<std::string>& placements = w.placements;
+  agree_on_error(MPI_COMM_WORLD, guarded([&] {
+    SPARTA_REQUIRE(a.check_samples >= 1, "--check-samples must be >= 1, found %d", a.check_samples);
+    SPARTA_REQUIRE(a.prefill == 0 || a.prefill == 1, "--prefill: 0 or 1, found %d", a.prefill);
+    SPARTA_REQUIRE(a.alpha >= 0, "--alpha must be >= 0, found %g", a.alpha);
+    SPARTA_REQUIRE(a.memory_budget_gib >= 0, "--memory-budget must be >= 0 GiB, found %g", a.memory_budget_gib);
+    for (const auto& r : {std::make_pair("--planner-link-gbps", a.rates.link_GBps),
+                          std::make_pair("--planner-hbm-gbps", a.rates.hbm_GBps),
+                          std::make_pair("--planner-collective-us", a.rates.collective_us),
+                          std::make_pair("--planner-group-us", a.rates.group_us)})
+      SPARTA_REQUIRE(r.second > 0 && std::isfinite(r.second), "%s must be > 0, found %g", r.first, r.second);
+    SPARTA_REQUIRE(a.optimizer == "sgd" || a.optimizer == "adagrad", "--optimizer: sgd or adagrad, found '%s'",
+                   a.optimizer.c_str());
+    if (!a.comm_mode.empty()) parse_comm_mode(a.comm_mode);
+    SPARTA_REQUIRE(a.exchange == "fp32" || a.exchange == "bf16", "--exchange: fp32 or bf16, found '%s'",
+                   a.exchange.c_str());
+    output_type_of(a.output);
+    tables = make_tables(a);
+    if (!a.table_placements.empty()) table_placement_list(a, tables.size());
+    SPARTA_REQUIRE(a.plan_only == 0 || a.plan_only == 1, "--plan-only: 0 or 1, found %d", a.plan_only);
+    for (double b : bench::parse_list(a.batch, "batch")) {
+      SPARTA_REQUIRE(b >= 1, "--batch: local batches must be >= 1, found %g", b);
+      batches.push_back(int64_t(b));
+    }
+    SPARTA_REQUIRE(a.index == "hashed" || a.index == "direct", "--index: hashed or direct, found '%s'",
+                   a.index.c_str());
+    placements = bench::split_list(a.placements);
+    SPARTA_REQUIRE(!placements.empty(), "--placements: no placement given");
+    for (const std::string& p : placements)
+      if (p != "plan") parse_placement(p);
+  }));
+  return w;
+}
+
+void print_header(const Args& a, const KeyGen& kg, const std::vector<Table>& tables, Communicator* comm, int world) {
+  int64_t total_rows = 0;
+  for (const Table& t : tables) total_rows += t.card;
+  std::printf("# bench_collection: comm %s; tables %s: %zu tables, %d keys a sample, %.2fM rows (cap %lld), dim %s\n",
+              world > 1 ? comm->describe().c_str() : "none (one rank)", a.tables.c_str(), tables.size(),
+              kg.keys_per_sample, double(total_rows) / 1e6, (long long)a.row_cap,
+              a.dims.empty() ? std::to_string(a.dim).c_str() : a.dims.c_str());
+  std::printf("# alpha %g, %s lr %g, warmup %d, timed steps %d, check %d samples per rank, memory budget %g GiB, "
+              "exchange %s, output %s\n",
+              a.alpha, a.optimizer.c_str(), double(a.lr), a.warmup, a.iters, a.check_samples, a.memory_budget_gib,
+              a.exchange.c_str(), a.output.c_str());
+  std::printf("# ms: median over timed steps of the slowest rank; MB_moved: the planner's cost model (the busiest "
+              "rank's bytes sent + received per step); mem_GB: shards on the fullest rank\n");
+  std::printf("#\n# %-11s %-9s %7s %5s | %9s %9s %9s | %10s | %10s %7s | %6s\n", "placement", "tables", "batch",
+              "ranks", "ms_step", "ms_fwd", "ms_bwd", "Msamples/s", "MB_moved", "mem_GB", "#wrong");
+  std::fflush(stdout);
+}
+
+// The point's plan (the same on every rank), with half of each hybrid table's check pool in its hot set so the
+// check takes both of hybrid's paths; printed for `plan` and --plan-only. false (printed) when it does not fit.
+bool plan_point(const Args& a, const KeyGen& kg, const CollectionConfig& cfg, const std::string& placement,
+                int64_t batch, int rank, int world, const std::vector<TableKeyStats>& stats, Plan& plan) {
+  PlannerOptions po;
+  po.world = world;
+  po.global_batch = batch * world;
+  po.memory_budget = size_t(a.memory_budget_gib * 1073741824.0);
+  po.rates = a.rates;
+  try {  // the same statistics everywhere: every rank gets the same plan, or the same error
+    agree_on_error(MPI_COMM_WORLD, guarded([&] { plan = make_plan(cfg, po, stats); }));
+  } catch (const Error& e) {
+    if (rank == 0)
+      std::printf("  %-11s %-9s %7lld %5d | skipped: %s\n", placement.c_str(), a.tables.c_str(), (long long)batch,
+                  world, e.what());
+    return false;
+  }
+  for (size_t t = 0; t < plan.tables.size(); ++t) {
+    TablePlan& tp = plan.tables[t];
+    if (tp.placement != Placement::hybrid) continue;
+    for (int64_t i = 0; i < kg.tables[t].pool; i += 2) tp.hot_keys.push_back(kg.tables[t].card + i);
+    std::sort(tp.hot_keys.begin(), tp.hot_keys.end());
+    tp.hot_keys.erase(std::unique(tp.hot_keys.begin(), tp.hot_keys.end()), tp.hot_keys.end());
+  }
+  if (rank == 0 && (placement == "plan" || a.plan_only)) {
+    std::printf("# %s, local batch %lld:\n", placement == "plan" ? "the planner's plan" : placement.c_str(),
+                (long long)batch);
+    std::istringstream lines(format_plan(cfg, plan));
+    for (std::string l; std::getline(lines, l);) std::printf("#   %s\n", l.c_str());
+  }
+  return true;
+}
+
+// Rank 0: the point's row of the table and its JSON record (the driver adds program, tag, backend, warmup,
+// iters and the provenance).
+void report_point(bench::Driver& d, const Args& a, const KeyGen& kg, const std::vector<Table>& tables,
+                  const std::string& placement, int64_t batch, int world, const Plan& plan, const Result& r,
+                  bool cuda) {
+  std::vector<int64_t> rows_capped, hot;
+  std::vector<int> dims;
+  for (const Table& t : tables) rows_capped.push_back(t.card), dims.push_back(t.dim), hot.push_back(t.hot);
+  const double msps = double(batch * world) / r.ms_step / 1e3;
+  // The planner's estimate of the step, and its terms: ms = MB_moved_planned / link_GBps + planned_local_MB /
+  // hbm_GBps + (planned_collectives x collective_us + planned_groups x group_us) / 1000.
+  const double ms_planned = plan.estimate.seconds * 1e3, local_mb = plan.estimate.local_bytes / 1e6;
+  const int collectives = plan.estimate.collectives, groups = plan.estimate.groups;
+  std::printf("  %-11s %-9s %7lld %5d | %9.3f %9.3f %9.3f | %10.3f | %10.1f %7.3f | %6lld\n", placement.c_str(),
+              a.tables.c_str(), (long long)batch, world, r.ms_step, r.ms_fwd, r.ms_bwd, msps, r.mb_planned,
+              r.mem_bytes / 1e9, (long long)r.check.wrong);
+  std::fflush(stdout);
+  std::ostringstream f;
+  f << "\"bench\":\"collection\",\"index\":\"" << a.index << "\",\"placement\":\"" << placement << "\",\"plan\":\""
+    << bench::json_escape(r.plan) << "\",\"table_placements\":\""
+    << (placement == "plan" ? a.table_placements : std::string()) << "\",\"exchange\":\"" << a.exchange
+    << "\",\"output\":\"" << a.output << "\",\"tables\":\"" << a.tables << "\",\"num_tables\":" << tables.size()
+    << ",\"rows\":" << json_array(rows_capped) << ",\"dims\":" << json_array(dims)
+    << ",\"hotness\":" << json_array(hot) << ",\"keys_per_sample\":" << kg.keys_per_sample
+    << ",\"row_cap\":" << a.row_cap << ",\"dim\":" << a.dim << ",\"batch\":" << batch
+    << ",\"global_batch\":" << batch * world << ",\"alpha\":" << a.alpha
+    << ",\"optimizer\":\"" << a.optimizer << "\",\"lr\":" << a.lr << ",\"combiner\":\"sum\""
+    << ",\"memory_budget_GiB\":" << a.memory_budget_gib << ",\"comm_mode\":\"" << (world > 1 ? a.comm_mode : "none")
+    << "\",\"prefill\":" << a.prefill << ",\"prefill_forwards\":" << r.prefill_forwards
+    << ",\"rows_in_use\":" << r.rows_timed_end
+    << ",\"new_rows_per_step\":" << double(r.rows_timed_end - r.rows_timed_start) / std::max(1, a.iters)
+    << ",\"check_samples\":" << a.check_samples
+    << ",\"seed\":" << a.seed << ",\"ms_step\":" << r.ms_step << ",\"ms_step_min\":" << r.ms_step_min
+    << ",\"ms_fwd\":" << r.ms_fwd << ",\"ms_bwd\":" << r.ms_bwd << ",\"samples_per_s\":" << msps * 1e6
+    << ",\"MB_moved_planned\":" << r.mb_planned << ",\"MB_moved_measured\":null"
+    << ",\"ms_step_planned\":" << ms_planned << ",\"planned_local_MB\":" << local_mb
+    << ",\"planned_collectives\":" << collectives << ",\"planned_groups\":" << groups
+    << ",\"planner_link_GBps\":" << a.rates.link_GBps
+    << ",\"planner_hbm_GBps\":" << a.rates.hbm_GBps << ",\"planner_collective_us\":" << a.rates.collective_us
+    << ",\"planner_group_us\":" << a.rates.group_us
+    << ",\"mem_GB\":" << r.mem_bytes / 1e9 << ",\"device_used_GB\":";
+  if (r.dev_used >= 0) f << r.dev_used / 1e9;
+  else f << "null";
+  f << ",\"checked_values\":" << r.check.values << ",\"wrong\":" << r.check.wrong << ",\"timing\":\""
+    << (cuda ? "cuda events on the compute stream" : "steady clock, device synchronized")
+    << ", median over steps of the slowest rank\"";
+  d.record(f.str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  bench::DriverDefaults dd;
+  dd.warmup = a.warmup;  // untimed steps first (they insert the keys)
+  dd.repeats = a.iters;  // timed steps: --iters, as this bench has always called them
+  dd.repeats_option = "iters";
+  dd.repeats_help = "timed steps (the median is reported)";
+  bench::Driver d("bench_collection", argc, argv, dd);
+  add_options(d, a);
   return d.run("usage: mpiexec -n N bench_collection [options]", [&] {
     a.warmup = d.warmup();
     a.iters = d.repeats();
-    std::vector<Table> tables;
-    std::vector<int64_t> batches;
-    std::vector<std::string> placements;
-    // Every rank checks the same options: agreeing on the verdict lets a bad one end the job with status 1.
-    agree_on_error(MPI_COMM_WORLD, guarded([&] {
-      SPARTA_REQUIRE(a.check_samples >= 1, "--check-samples must be >= 1, found %d", a.check_samples);
-      SPARTA_REQUIRE(a.overlap == 0 || a.overlap == 1, "--overlap: 0 or 1, found %d", a.overlap);
-      SPARTA_REQUIRE(a.prefill == 0 || a.prefill == 1, "--prefill: 0 or 1, found %d", a.prefill);
-      SPARTA_REQUIRE(a.alpha >= 0, "--alpha must be >= 0, found %g", a.alpha);
-      SPARTA_REQUIRE(a.memory_budget_gib >= 0, "--memory-budget must be >= 0 GiB, found %g", a.memory_budget_gib);
-      for (const auto& r : {std::make_pair("--planner-link-gbps", a.rates.link_GBps),
-                            std::make_pair("--planner-hbm-gbps", a.rates.hbm_GBps),
-                            std::make_pair("--planner-collective-us", a.rates.collective_us),
-                            std::make_pair("--planner-group-us", a.rates.group_us)})
-        SPARTA_REQUIRE(r.second > 0 && std::isfinite(r.second), "%s must be > 0, found %g", r.first, r.second);
-      SPARTA_REQUIRE(a.optimizer == "sgd" || a.optimizer == "adagrad", "--optimizer: sgd or adagrad, found '%s'",
-                     a.optimizer.c_str());
-      if (!a.comm_mode.empty()) parse_comm_mode(a.comm_mode);
-      SPARTA_REQUIRE(a.exchange == "fp32" || a.exchange == "bf16", "--exchange: fp32 or bf16, found '%s'",
-                     a.exchange.c_str());
-      output_type_of(a.output);
-      tables = make_tables(a);
-      if (!a.table_placements.empty()) table_placement_list(a, tables.size());
-      SPARTA_REQUIRE(a.plan_only == 0 || a.plan_only == 1, "--plan-only: 0 or 1, found %d", a.plan_only);
-      for (double b : bench::parse_list(a.batch, "batch")) {
-        SPARTA_REQUIRE(b >= 1, "--batch: local batches must be >= 1, found %g", b);
-        batches.push_back(int64_t(b));
-      }
-      SPARTA_REQUIRE(a.index == "hashed" || a.index == "direct", "--index: hashed or direct, found '%s'",
-                     a.index.c_str());
-      placements = bench::split_list(a.placements);
-      SPARTA_REQUIRE(!placements.empty(), "--placements: no placement given");
-      for (const std::string& p : placements)
-        if (p != "plan") parse_placement(p);
-    }));
-
+    const Sweep sweep = check_options(a);
+    const std::vector<Table>& tables = sweep.tables;
     Context& ctx = d.ctx();
     const Device& dev = ctx.device();
     const int rank = ctx.rank(), world = ctx.world();
@@ -678,33 +793,12 @@ int main(int argc, char** argv) {
     }
     const int threads = std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, ctx.topo().host_size));
     const KeyGen kg(tables, a.alpha, a.seed);
-    std::vector<int64_t> rows_capped, hot;
-    std::vector<int> dims;
-    int64_t total_rows = 0;
-    for (const Table& t : tables) {
-      rows_capped.push_back(t.card), dims.push_back(t.dim), hot.push_back(t.hot);
-      total_rows += t.card;
-    }
-    if (rank == 0) {  // the driver printed the provenance (git, command, every rank's device)
-      std::printf("# bench_collection: comm %s; tables %s: %zu tables, %d keys a sample, %.2fM rows (cap %lld), dim %s\n",
-                  world > 1 ? comm->describe().c_str() : "none (one rank)", a.tables.c_str(), tables.size(),
-                  kg.keys_per_sample, double(total_rows) / 1e6, (long long)a.row_cap,
-                  a.dims.empty() ? std::to_string(a.dim).c_str() : a.dims.c_str());
-      std::printf("# alpha %g, %s lr %g, warmup %d, timed steps %d, check %d samples per rank, memory budget %g GiB, "
-                  "exchange %s, output %s, overlap %d\n",
-                  a.alpha, a.optimizer.c_str(), double(a.lr), a.warmup, a.iters, a.check_samples, a.memory_budget_gib,
-                  a.exchange.c_str(), a.output.c_str(), a.overlap);
-      std::printf("# ms: median over timed steps of the slowest rank; MB_moved: the planner's cost model (the busiest "
-                  "rank's bytes sent + received per step); mem_GB: shards on the fullest rank\n");
-      std::printf("#\n# %-11s %-9s %7s %5s | %9s %9s %9s | %10s | %10s %7s | %6s\n", "placement", "tables", "batch",
-                  "ranks", "ms_step", "ms_fwd", "ms_bwd", "Msamples/s", "MB_moved", "mem_GB", "#wrong");
-      std::fflush(stdout);
-    }
+    if (rank == 0) print_header(a, kg, tables, comm.get(), world);  // the driver printed the provenance
 
     // The planner's key statistics: a sample batch of the same generator.
     std::vector<TableKeyStats> stats;
     {
-      const int64_t n = std::min<int64_t>(*std::max_element(batches.begin(), batches.end()), 16384);
+      const int64_t n = std::min<int64_t>(*std::max_element(sweep.batches.begin(), sweep.batches.end()), 16384);
       std::vector<int64_t> sk;
       timed_keys(kg, -1, int64_t(rank) * n, n, threads, sk);
       CollectionConfig probe = make_config(a, tables, "auto");
@@ -712,82 +806,18 @@ int main(int argc, char** argv) {
     }
 
     int skipped = 0;
-    for (int64_t batch : batches)
-      for (const std::string& placement : placements) {
+    for (int64_t batch : sweep.batches)
+      for (const std::string& placement : sweep.placements) {
         CollectionConfig cfg = make_config(a, tables, placement);
-        PlannerOptions po;
-        po.world = world;
-        po.global_batch = batch * world;
-        po.memory_budget = size_t(a.memory_budget_gib * 1073741824.0);
-        po.rates = a.rates;
         Plan plan;
-        try {  // the same statistics everywhere: every rank gets the same plan, or the same error
-          agree_on_error(MPI_COMM_WORLD, guarded([&] { plan = make_plan(cfg, po, stats); }));
-        } catch (const Error& e) {
-          if (rank == 0) std::printf("  %-11s %-9s %7lld %5d | skipped: %s\n", placement.c_str(), a.tables.c_str(),
-                                     (long long)batch, world, e.what());
+        if (!plan_point(a, kg, cfg, placement, batch, rank, world, stats, plan)) {
           ++skipped;
           continue;
-        }
-        // The check step's keys take both of hybrid's paths: half of each hybrid table's check pool joins its hot
-        // set (replicated rows, gradients all-reduced), the other half stays cold (dispatched).
-        for (size_t t = 0; t < plan.tables.size(); ++t) {
-          TablePlan& tp = plan.tables[t];
-          if (tp.placement != Placement::hybrid) continue;
-          for (int64_t i = 0; i < kg.tables[t].pool; i += 2) tp.hot_keys.push_back(kg.tables[t].card + i);
-          std::sort(tp.hot_keys.begin(), tp.hot_keys.end());
-          tp.hot_keys.erase(std::unique(tp.hot_keys.begin(), tp.hot_keys.end()), tp.hot_keys.end());
-        }
-        if (rank == 0 && (placement == "plan" || a.plan_only)) {
-          std::printf("# %s, local batch %lld:\n", placement == "plan" ? "the planner's plan" : placement.c_str(),
-                      (long long)batch);
-          std::istringstream lines(format_plan(cfg, plan));
-          for (std::string l; std::getline(lines, l);) std::printf("#   %s\n", l.c_str());
         }
         if (a.plan_only) continue;
         Result r = run_point(ctx, comm.get(), a, kg, cfg, plan, batch, threads);
         if (rank == 0) d.add_wrong(r.check.wrong);  // already the sum over the ranks
-        const double msps = double(batch * world) / r.ms_step / 1e3;
-        if (rank != 0) continue;
-        // The planner's estimate of the step, and its terms (experiments/fit_planner.py fits the rates to them):
-        // ms = MB_moved_planned / link_GBps + planned_local_MB / hbm_GBps + (planned_collectives x collective_us +
-        // planned_groups x group_us) / 1000.
-        const double ms_planned = plan.estimate.seconds * 1e3, local_mb = plan.estimate.local_bytes / 1e6;
-        const int collectives = plan.estimate.collectives, groups = plan.estimate.groups;
-        std::printf("  %-11s %-9s %7lld %5d | %9.3f %9.3f %9.3f | %10.3f | %10.1f %7.3f | %6lld\n", placement.c_str(),
-                    a.tables.c_str(), (long long)batch, world, r.ms_step, r.ms_fwd, r.ms_bwd, msps, r.mb_planned,
-                    r.mem_bytes / 1e9, (long long)r.check.wrong);
-        std::fflush(stdout);
-        // The driver adds program, tag, backend, warmup, iters and the provenance (ranks, nodes, ...).
-        std::ostringstream f;
-        f << "\"bench\":\"collection\",\"index\":\"" << a.index << "\",\"placement\":\"" << placement << "\",\"plan\":\"" << bench::json_escape(r.plan)
-          << "\",\"table_placements\":\"" << (placement == "plan" ? a.table_placements : std::string())
-          << "\",\"overlap\":" << a.overlap << ",\"exchange\":\"" << a.exchange << "\",\"output\":\"" << a.output << "\",\"tables\":\"" << a.tables << "\",\"num_tables\":" << tables.size()
-          << ",\"rows\":" << json_array(rows_capped) << ",\"dims\":" << json_array(dims)
-          << ",\"hotness\":" << json_array(hot) << ",\"keys_per_sample\":" << kg.keys_per_sample
-          << ",\"row_cap\":" << a.row_cap << ",\"dim\":" << a.dim << ",\"batch\":" << batch
-          << ",\"global_batch\":" << batch * world << ",\"alpha\":" << a.alpha
-          << ",\"optimizer\":\"" << a.optimizer << "\",\"lr\":" << a.lr << ",\"combiner\":\"sum\""
-          << ",\"memory_budget_GiB\":" << a.memory_budget_gib << ",\"comm_mode\":\"" << (world > 1 ? a.comm_mode : "none")
-          << "\",\"prefill\":" << a.prefill << ",\"prefill_forwards\":" << r.prefill_forwards
-          << ",\"rows_in_use\":" << r.rows_timed_end
-          << ",\"new_rows_per_step\":" << double(r.rows_timed_end - r.rows_timed_start) / std::max(1, a.iters)
-          << ",\"check_samples\":" << a.check_samples
-          << ",\"seed\":" << a.seed << ",\"ms_step\":" << r.ms_step << ",\"ms_step_min\":" << r.ms_step_min
-          << ",\"ms_fwd\":" << r.ms_fwd << ",\"ms_bwd\":" << r.ms_bwd << ",\"samples_per_s\":" << msps * 1e6
-          << ",\"MB_moved_planned\":" << r.mb_planned << ",\"MB_moved_measured\":null"
-          << ",\"ms_step_planned\":" << ms_planned << ",\"planned_local_MB\":" << local_mb
-          << ",\"planned_collectives\":" << collectives << ",\"planned_groups\":" << groups
-          << ",\"planner_link_GBps\":" << a.rates.link_GBps
-          << ",\"planner_hbm_GBps\":" << a.rates.hbm_GBps << ",\"planner_collective_us\":" << a.rates.collective_us
-          << ",\"planner_group_us\":" << a.rates.group_us
-          << ",\"mem_GB\":" << r.mem_bytes / 1e9 << ",\"device_used_GB\":";
-        if (r.dev_used >= 0) f << r.dev_used / 1e9;
-        else f << "null";
-        f << ",\"checked_values\":" << r.check.values << ",\"wrong\":" << r.check.wrong << ",\"timing\":\""
-          << (cuda ? "cuda events on the compute stream" : "steady clock, device synchronized")
-          << ", median over steps of the slowest rank\"";
-        d.record(f.str());
+        if (rank == 0) report_point(d, a, kg, tables, placement, batch, world, plan, r, cuda);
       }
     // A point that does not fit is no failure of the code (the planner said so before allocating), but a run
     // with one is not the run asked for: the table says so (the driver's last line gives the wrong values).

@@ -24,7 +24,7 @@
 // --update atomic: the step's SGD update key by key with float atomics (OptimizerConfig::atomic_update,
 // kernels/atomic_sgd.h: no sort, not bitwise reproducible; rows_updated is then not counted and recorded null);
 // sorted (the default): the fixed-order backward.
-// floor: the least traffic of a step on the same keys, by the simplest kernels that make it (kernels/row_traffic.h),
+// floor: the least traffic of a step on the same keys, by the simplest kernels that make it (experiments/lab/row_traffic.h),
 // on the rows the train lookup gives the keys: `gather` (each bag's rows read and summed, [bags, dim] written),
 // `read_write` (each key's row read and written back, + 0, with plain loads and stores) and `atomic` (each key's row
 // + 0 by vector float atomics); step_floor_ms = gather + read_write: a step that reads each key's row for the
@@ -36,6 +36,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 
@@ -47,7 +48,7 @@
 #include "kernels/key_init.h"
 #include "src/options.h"
 #include "kernels/pooled_forward.h"
-#include "kernels/row_traffic.h"
+#include "experiments/lab/row_traffic.h"
 #include "experiments/support_bench.h"
 
 using namespace sparta;
@@ -124,353 +125,444 @@ std::vector<float> upstream_gradient(size_t n) {
   return g;
 }
 
+// ---- the run's settings, from the options
+
+struct Options {
+  std::string rows, dims, batch, slots, hot, hotness, alphas, modes, types, combiner, index, update;
+  float lr = 0.01f;
+};
+
+// What every point of the run shares: the checked options, the device, the copy bandwidth.
+struct Run {
+  bench::Driver* d = nullptr;
+  Device dev;
+  bool gpu = false, root = false;
+  int repeats = 0;
+  Combiner comb = Combiner::sum;
+  std::string index, update, devname;
+  bool direct = false, atomic = false, step_mode = false, floor_mode = false;
+  std::vector<std::string> forward_modes;  // eval, train
+  std::vector<OutputType> out_types;
+  std::vector<double> alphas;
+  float lr = 0.01f;
+  double copy_gbps = 0;
+};
+
+Run make_run(bench::Driver& d, const Options& o) {
+  Run r;
+  r.d = &d;
+  r.dev = d.device();
+  r.gpu = r.dev.is_cuda();
+  r.root = d.is_root();
+  r.repeats = d.repeats();
+  r.comb = parse_combiner(o.combiner);
+  SPARTA_REQUIRE(o.index == "hashed" || o.index == "direct", "--index: hashed or direct, found '%s'", o.index.c_str());
+  SPARTA_REQUIRE(o.update == "sorted" || o.update == "atomic", "--update: sorted or atomic, found '%s'",
+                 o.update.c_str());
+  r.index = o.index;
+  r.update = o.update;
+  r.direct = o.index == "direct";
+  r.atomic = o.update == "atomic";
+  for (const std::string& m : bench::split_list(o.modes)) {
+    SPARTA_REQUIRE(m == "eval" || m == "train" || m == "step" || m == "floor",
+                   "--modes: eval, train, step or floor, found '%s'", m.c_str());
+    if (m == "step") r.step_mode = true;
+    else if (m == "floor") r.floor_mode = true;
+    else r.forward_modes.push_back(m);
+  }
+  for (const std::string& t : bench::split_list(o.types)) {
+    SPARTA_REQUIRE(t == "f32" || t == "bf16" || t == "f16", "--out-types: f32, bf16 or f16, found '%s'", t.c_str());
+    r.out_types.push_back(t == "f32" ? OutputType::f32 : t == "bf16" ? OutputType::bf16 : OutputType::f16);
+  }
+  r.alphas = bench::parse_list(o.alphas, "alphas");
+  r.lr = o.lr;
+  r.devname = r.gpu ? gpu_name(r.dev.gpu) : "cpu";
+  return r;
+}
+
+// The points: the axes' product (each axis's default where not given), or the default points.
+std::vector<Point> make_points(const Options& o, bool gpu) {
+  std::vector<Point> points;
+  auto list = [](const std::string& given, const char* fallback, const char* name) {
+    return bench::parse_list(given.empty() ? fallback : given, name);
+  };
+  const char* rows = gpu ? "40000000" : "100000";
+  const char* batch = gpu ? "65536" : "256";
+  if (!o.hotness.empty()) {
+    std::vector<int> hl;
+    for (double h : bench::parse_list(o.hotness, "hotness")) {
+      SPARTA_REQUIRE(h >= 1 && h == std::floor(h), "--hotness: whole numbers >= 1 expected, found %g", h);
+      hl.push_back(int(h));
+    }
+    for (double r : list(o.rows, rows, "rows"))
+      for (double dd : list(o.dims, "128", "dims"))
+        for (double b : list(o.batch, batch, "batch"))
+          points.push_back(Point{int64_t(r), int(dd), int64_t(b), int(hl.size()), 0, hl});
+  } else if (!o.rows.empty() || !o.dims.empty() || !o.batch.empty() || !o.slots.empty() || !o.hot.empty()) {
+    for (double r : list(o.rows, rows, "rows"))
+      for (double dd : list(o.dims, "128", "dims"))
+        for (double b : list(o.batch, batch, "batch"))
+          for (double s : list(o.slots, "26", "slots"))
+            for (double h : list(o.hot, "1", "hot"))
+              points.push_back(Point{int64_t(r), int(dd), int64_t(b), int(s), int(h), {}});
+  } else if (gpu) {
+    points.push_back(Point{40000000, 128, 65536, 26, 1, {}});
+    points.push_back(Point{40000000, 32, 65536, 26, 8, {}});
+    points.push_back(Point{10000000, 16, 65536, 26, 1, {}});
+  } else {
+    points.push_back(Point{100000, 128, 256, 26, 1, {}});
+    points.push_back(Point{100000, 32, 256, 26, 8, {}});
+  }
+  for (const Point& p : points)
+    SPARTA_REQUIRE(p.rows > 0 && p.dim > 0 && p.batch > 0 && p.slots > 0 && (p.hot > 0 || !p.hotness.empty()),
+                   "bench_embedding: --rows, --dims, --batch, --slots and --hot must be > 0");
+  return points;
+}
+
+// ---- one point: its table, filled, and its batch's shape
+
+constexpr uint64_t kSalt = 0xABCDEFull;
+
+struct PointTable {
+  Point p;
+  std::unique_ptr<EmbeddingTable> table;
+  KeyInit ki;
+  RowInit init;
+  std::vector<int64_t> offsets;  // [bags + 1]
+  int64_t bags = 0, nnz = 0;
+  std::string hot_s;             // the point's hot (or hotness list) as recorded
+  const char* hot_col = "";      // as printed
+  Buffer<int64_t> off, keys, rows;
+};
+
+// A table of p.rows rows (SGD at lr), hashed tables holding every key of the universe, and the batch's offsets.
+std::unique_ptr<PointTable> make_point_table(const Run& r, const Point& p) {
+  auto t = std::make_unique<PointTable>();
+  t->p = p;
+  EmbeddingTableConfig tc;
+  tc.name = "bench";
+  tc.dim = p.dim;
+  tc.capacity_rows = p.rows;
+  tc.max_load_factor = 0.5;
+  tc.seed = 7;
+  tc.table_id = 0;
+  tc.init_scale = 0.5f;
+  tc.optimizer.kind = OptimizerKind::sgd;
+  tc.optimizer.lr = r.lr;
+  tc.optimizer.atomic_update = r.atomic;
+  tc.direct_stride = r.direct ? 1 : 0;
+  t->table = std::make_unique<EmbeddingTable>(r.dev, tc);
+  EmbeddingTable& table = *t->table;
+  t->ki = table.key_init();
+  t->init = RowInit{table.values(), p.dim, t->ki};
+  if (!r.direct) {  // a direct index holds every row from the start
+    const int64_t chunk = int64_t(1) << 22;
+    Buffer<int64_t> kb(r.dev, size_t(std::min(chunk, p.rows))), rb(r.dev, size_t(std::min(chunk, p.rows)));
+    std::vector<int64_t> k;
+    for (int64_t s = 0; s < p.rows; s += chunk) {
+      int64_t m = std::min(chunk, p.rows - s);
+      k.resize(size_t(m));
+      for (int64_t i = 0; i < m; ++i) k[size_t(i)] = key_of(uint64_t(s + i), kSalt);
+      kb.upload(k.data(), size_t(m));
+      table.hash().get_insert(kb.data(), m, rb.data(), t->init, r.dev.stream);
+      table.hash().check_errors(false, r.dev.stream);  // a full table throws
+    }
+  }
+  t->bags = p.batch * p.slots;
+  t->offsets.assign(size_t(t->bags) + 1, 0);
+  for (int64_t b = 0; b < t->bags; ++b) t->offsets[size_t(b) + 1] = t->offsets[size_t(b)] + p.bag_keys(b);
+  t->nnz = t->offsets.back();
+  t->hot_s = p.hot_name();
+  t->hot_col = p.hotness.empty() ? t->hot_s.c_str() : "var";
+  t->off = Buffer<int64_t>(r.dev, t->offsets);
+  t->keys = Buffer<int64_t>(r.dev, size_t(t->nnz));
+  t->rows = Buffer<int64_t>(r.dev, size_t(t->nnz));
+  return t;
+}
+
+// ---- the modes
+
+// eval and train forwards, every alpha and output type: timed, a sample of bags checked against the host.
+void time_forwards(Run& r, PointTable& t) {
+  bench::Driver& d = *r.d;
+  const Point& p = t.p;
+  const Device& dev = r.dev;
+  EmbeddingTable& table = *t.table;
+  if (r.root)
+    std::printf("# %9s %4s %6s %5s %3s %5s %5s %4s %8s %10s %8s %7s %6s %9s %6s\n", "rows", "dim", "batch", "slots",
+                "hot", "alpha", "mode", "out", "unique", "ms", "GB/s", "%copy", "floor", "nnz", "#wrong");
+  for (double alpha : r.alphas) {
+    std::vector<int64_t> hk = draw_keys(p, t.nnz, alpha, kSalt, r.direct);
+    int64_t unique = count_unique(hk);
+    t.keys.upload(hk);
+    for (const std::string& mode_s : r.forward_modes) {
+      LookupMode mode = mode_s == "eval" ? LookupMode::eval : LookupMode::train;
+      for (OutputType ot : r.out_types) {
+        Buffer<uint8_t> pooled(dev, size_t(t.bags) * p.dim * output_type_bytes(ot));
+        ForwardArgs a;
+        a.table = table.hash().view();
+        a.rows_init = t.init;
+        a.mode = mode;
+        a.offsets = t.off.data();
+        a.keys = t.keys.data();
+        a.bags = t.bags;
+        a.combiner = r.comb;
+        a.out = pooled.data();
+        a.out_type = ot;
+        a.rows = mode == LookupMode::train ? t.rows.data() : nullptr;  // an eval forward needs no rows
+        pooled.fill_bytes(0xFF);
+        std::vector<double> ms = d.time([&] { pooled_forward(dev, a, dev.stream); });
+        HashTableMeta m = table.hash().read_meta(dev.stream);
+        size_t wrong = size_t(m.missing + m.refused);
+        table.hash().check_errors(false, dev.stream);
+        // Sample of bags against the host reference.
+        size_t ob = output_type_bytes(ot);
+        std::vector<uint8_t> got(size_t(p.dim) * ob);
+        for (int64_t b = 0; b < t.bags; b += std::max<int64_t>(1, t.bags / 256)) {
+          copy_to_host(dev, got.data(), pooled.data() + size_t(b) * p.dim * ob, got.size());
+          for (int e = 0; e < p.dim; ++e) {
+            float acc = initial_bag_sum(t.ki, t.offsets, hk, b, e);
+            if (r.comb == Combiner::mean) acc /= float(p.bag_keys(b));
+            float g;
+            if (ot == OutputType::f32) {
+              std::memcpy(&g, &got[size_t(e) * 4], 4);
+            } else {
+              uint16_t h;
+              std::memcpy(&h, &got[size_t(e) * 2], 2);
+              g = ot == OutputType::bf16 ? bf16_to_float(h) : f16_to_float(h);
+              acc = ot == OutputType::bf16 ? bf16_to_float(float_to_bf16(acc)) : f16_to_float(float_to_f16(acc));
+            }
+            wrong += !(std::fabs(g - acc) <= 1e-6f + 1e-6f * std::fabs(acc));
+          }
+        }
+        d.add_wrong((long long)wrong);
+        if (!r.root) continue;
+        double med = median(ms);
+        double bytes = double(t.nnz) * p.dim * 4 + double(t.bags) * p.dim * double(ob);
+        double gbps = bytes / med / 1e6, floor_ms = bytes / r.copy_gbps / 1e6;
+        const char* type_s = output_type_name(ot);
+        std::printf("  %9lld %4d %6lld %5d %3s %5.2f %5s %4s %8lld %10.4f %8.0f %6.1f%% %6.3f %9lld %6zu\n",
+                    (long long)p.rows, p.dim, (long long)p.batch, p.slots, t.hot_col, alpha, mode_s.c_str(), type_s,
+                    (long long)unique, med, gbps, 100 * gbps / r.copy_gbps, floor_ms, (long long)t.nnz, wrong);
+        std::fflush(stdout);
+        d.record(strprintf("\"bench\":\"embedding\",\"rows\":%lld,\"dim\":%d,\"batch\":%lld,\"slots\":%d,\"hot\":%d,\"hotness\":\"%s\","
+                           "\"alpha\":%g,\"mode\":\"%s\",\"out_type\":\"%s\",\"combiner\":\"%s\",\"unique_keys\":%lld,"
+                           "\"nnz\":%lld,\"ms\":%.5f,\"GBps\":%.2f,\"copy_GBps\":%.2f,"
+                           "\"fraction_of_copy\":%.4f,\"floor_ms\":%.5f,\"wrong\":%zu,\"index\":\"%s\",\"device\":\"%s\"",
+                           (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, t.hot_s.c_str(), alpha,
+                           mode_s.c_str(), type_s, combiner_name(r.comb), (long long)unique, (long long)t.nnz, med,
+                           gbps, r.copy_gbps, gbps / r.copy_gbps, floor_ms, wrong, r.index.c_str(),
+                           r.devname.c_str()));
+      }
+    }
+  }
+}
+
+// floor: the lab's row-traffic kernels on the rows the train lookup gives the keys; a sample of bags and of rows
+// (unchanged) checked. Before the step, which changes the values the checks rely on.
+void time_floor(Run& r, PointTable& t) {
+  bench::Driver& d = *r.d;
+  const Point& p = t.p;
+  const Device& dev = r.dev;
+  EmbeddingTable& table = *t.table;
+  if (r.root)
+    std::printf("# floor: the row traffic of a step by the simplest kernels, median of %d\n"
+                "# %9s %4s %6s %5s %3s %5s %8s %10s %10s %10s %10s %9s %6s\n",
+                r.repeats, "rows", "dim", "batch", "slots", "hot", "alpha", "unique", "gather_ms", "rw_ms",
+                "atomic_ms", "step_floor", "nnz", "#wrong");
+  Buffer<float> gathered(dev, size_t(t.bags) * p.dim);
+  for (double alpha : r.alphas) {
+    std::vector<int64_t> hk = draw_keys(p, t.nnz, alpha, kSalt, r.direct);
+    const int64_t unique = count_unique(hk);
+    t.keys.upload(hk);
+    t.rows.fill_bytes(0xFF);
+    table.pooled_forward(t.off.data(), t.keys.data(), t.bags, r.comb, LookupMode::train, gathered.data(),
+                         OutputType::f32, t.rows.data(), MissingKey::zeros, Check::deferred, dev.stream);
+    table.check_lookups(MissingKey::zeros, dev.stream);  // every key held: its row given
+    gathered.fill_bytes(0xFF);
+    const int64_t cap = table.capacity_rows(), nnz = t.nnz;
+    float* values = table.values();
+    std::vector<double> gather_ms = d.time([&] {
+      row_traffic_gather(dev, t.off.data(), t.rows.data(), t.bags, values, cap, p.dim, gathered.data(), dev.stream);
+    });
+    std::vector<double> rw_ms =
+        d.time([&] { row_traffic_read_write(dev, t.rows.data(), nnz, values, cap, p.dim, 0.f, dev.stream); });
+    std::vector<double> atomic_ms =
+        d.time([&] { row_traffic_atomic(dev, t.rows.data(), nnz, values, cap, p.dim, 0.f, dev.stream); });
+    // A sample of bags (sums of the keys' initial values) and of the keys' rows (still their initial values).
+    const std::vector<int64_t> hrows = t.rows.download();
+    size_t wrong = 0;
+    std::vector<float> got(size_t(p.dim));
+    for (int64_t b = 0; b < t.bags; b += std::max<int64_t>(1, t.bags / 256)) {
+      copy_to_host(dev, got.data(), gathered.data() + size_t(b) * p.dim, sizeof(float) * p.dim);
+      for (int e = 0; e < p.dim; ++e) {
+        const float acc = initial_bag_sum(t.ki, t.offsets, hk, b, e);
+        wrong += !(std::fabs(got[size_t(e)] - acc) <= 1e-6f + 1e-6f * std::fabs(acc));
+      }
+    }
+    for (int64_t i = 0; i < nnz; i += std::max<int64_t>(1, nnz / 256)) {
+      const int64_t row = hrows[size_t(i)];
+      if (row < 0 || row >= cap) {
+        ++wrong;
+        continue;
+      }
+      copy_to_host(dev, got.data(), values + size_t(row) * p.dim, sizeof(float) * p.dim);
+      for (int e = 0; e < p.dim; ++e) wrong += got[size_t(e)] != initial_value(t.ki, uint64_t(hk[size_t(i)]), e);
+    }
+    d.add_wrong((long long)wrong);
+    if (!r.root) continue;
+    const double g = median(gather_ms), rw = median(rw_ms), at = median(atomic_ms);
+    const double gather_bytes = (double(nnz) + double(t.bags)) * p.dim * 4, row_bytes = 2.0 * double(nnz) * p.dim * 4;
+    std::printf("  %9lld %4d %6lld %5d %3s %5.2f %8lld %10.4f %10.4f %10.4f %10.4f %9lld %6zu\n",
+                (long long)p.rows, p.dim, (long long)p.batch, p.slots, t.hot_col, alpha, (long long)unique, g, rw, at,
+                g + rw, (long long)nnz, wrong);
+    std::fflush(stdout);
+    d.record(strprintf("\"bench\":\"embedding_floor\",\"rows\":%lld,\"dim\":%d,\"batch\":%lld,\"slots\":%d,"
+                       "\"hot\":%d,\"hotness\":\"%s\",\"alpha\":%g,\"unique_keys\":%lld,\"nnz\":%lld,"
+                       "\"gather_ms\":%.5f,\"read_write_ms\":%.5f,\"atomic_ms\":%.5f,\"step_floor_ms\":%.5f,"
+                       "\"gather_GBps\":%.2f,\"read_write_GBps\":%.2f,\"atomic_GBps\":%.2f,\"copy_GBps\":%.2f,"
+                       "\"wrong\":%zu,\"index\":\"%s\",\"device\":\"%s\"",
+                       (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, t.hot_s.c_str(), alpha,
+                       (long long)unique, (long long)nnz, g, rw, at, g + rw, gather_bytes / g / 1e6,
+                       row_bytes / rw / 1e6, row_bytes / at / 1e6, r.copy_gbps, wrong, r.index.c_str(),
+                       r.devname.c_str()));
+  }
+}
+
+// step: per alpha, one checked step (a sample of rows against w - lr * their summed gradient, computed on the
+// host), then timed steps and timed backward_and_update alone.
+void time_steps(Run& r, PointTable& t) {
+  bench::Driver& d = *r.d;
+  const Point& p = t.p;
+  const Device& dev = r.dev;
+  EmbeddingTable& table = *t.table;
+  const float lr = r.lr;
+  const int64_t bags = t.bags, nnz = t.nnz;
+  const std::vector<int64_t>& offsets = t.offsets;
+  if (r.root) {
+    std::printf("# step (SGD lr %g, %s): forward train + backward_and_update, median of %d\n", double(lr),
+                combiner_name(r.comb), r.repeats);
+    std::printf("# %9s %4s %6s %5s %3s %5s %8s %10s %10s %10s %9s %6s\n", "rows", "dim", "batch", "slots", "hot",
+                "alpha", "unique", "step_ms", "bwd_upd_ms", "updated", "nnz", "#wrong");
+  }
+  std::vector<float> hgrad = upstream_gradient(size_t(bags) * p.dim);  // [bags, dim]
+  Buffer<float> grad(dev, hgrad), pooled(dev, size_t(bags) * p.dim);
+  int64_t step = 1;
+  for (double alpha : r.alphas) {
+    std::vector<int64_t> hk = draw_keys(p, nnz, alpha, kSalt, r.direct);
+    int64_t unique = count_unique(hk);
+    t.keys.upload(hk);
+    auto forward = [&] {
+      table.pooled_forward(t.off.data(), t.keys.data(), bags, r.comb, LookupMode::train, pooled.data(),
+                           OutputType::f32, t.rows.data(), MissingKey::zeros, Check::deferred, dev.stream);
+    };
+    auto backward = [&] {
+      table.backward_and_update(t.off.data(), t.rows.data(), bags, nnz, grad.data(), r.comb, step++, dev.stream);
+    };
+    auto train_step = [&] {  // as a trainer runs it: one synchronization, the full-table check at the end
+      forward();
+      backward();
+      table.check_lookups(MissingKey::zeros, dev.stream);
+    };
+    // One checked step: a sample of rows, before and after, against w - lr * their summed gradient.
+    t.rows.fill_bytes(0xFF);
+    forward();
+    std::vector<int64_t> hrows = t.rows.download();
+    std::map<int64_t, std::vector<float>> before, sum, abs_sum;  // row → [dim]
+    for (int64_t i = 0; i < nnz; i += std::max<int64_t>(1, nnz / 256)) before[hrows[size_t(i)]].resize(size_t(p.dim));
+    size_t wrong = 0;
+    for (auto& [row, v] : before) {
+      if (row < 0 || row >= p.rows) {
+        ++wrong;  // the forward gave no row to a held key
+        continue;
+      }
+      copy_to_host(dev, v.data(), table.values() + size_t(row) * p.dim, sizeof(float) * p.dim);
+      sum[row].assign(size_t(p.dim), 0.f);
+      abs_sum[row].assign(size_t(p.dim), 0.f);
+    }
+    for (int64_t b = 0; b < bags; ++b) {
+      int64_t n = offsets[size_t(b) + 1] - offsets[size_t(b)];
+      float scale = r.comb == Combiner::mean && n > 0 ? 1.0f / float(n) : 1.0f;
+      for (int64_t i = offsets[size_t(b)]; i < offsets[size_t(b) + 1]; ++i) {
+        auto it = sum.find(hrows[size_t(i)]);
+        if (it == sum.end()) continue;
+        std::vector<float>& as = abs_sum[it->first];
+        for (int e = 0; e < p.dim; ++e) {
+          float g = hgrad[size_t(b) * p.dim + e] * scale;
+          it->second[e] += g;
+          as[e] += std::fabs(g);
+        }
+      }
+    }
+    backward();
+    table.check_lookups(MissingKey::zeros, dev.stream);
+    const int64_t updated = r.atomic ? -1 : table.rows_updated(dev.stream);  // -1: not counted
+    wrong += !r.atomic && updated != unique;
+    std::vector<float> after(size_t(p.dim));
+    for (const auto& [row, s] : sum) {
+      copy_to_host(dev, after.data(), table.values() + size_t(row) * p.dim, sizeof(float) * p.dim);
+      const std::vector<float>& w0 = before[row];
+      for (int e = 0; e < p.dim; ++e) {
+        float want = w0[e] - lr * s[e];
+        // Summation order differs for rows over several blocks of the sorted keys, and for every row several
+        // keys touch with --update atomic: float rounding only.
+        float tol = 1e-6f + 1e-5f * (std::fabs(w0[e]) + lr * abs_sum[row][e]);
+        wrong += !(std::fabs(after[e] - want) <= tol);
+      }
+    }
+    std::vector<double> step_ms = d.time(train_step);
+    std::vector<double> bwd_ms = d.time(backward);
+    d.add_wrong((long long)wrong);
+    if (!r.root) continue;
+    double med = median(step_ms), bmed = median(bwd_ms);
+    std::printf("  %9lld %4d %6lld %5d %3s %5.2f %8lld %10.4f %10.4f %10lld %9lld %6zu\n", (long long)p.rows, p.dim,
+                (long long)p.batch, p.slots, t.hot_col, alpha, (long long)unique, med, bmed, (long long)updated,
+                (long long)nnz, wrong);
+    std::fflush(stdout);
+    d.record(strprintf("\"bench\":\"embedding_step\",\"rows\":%lld,\"dim\":%d,\"batch\":%lld,\"slots\":%d,"
+                       "\"hot\":%d,\"hotness\":\"%s\",\"alpha\":%g,\"combiner\":\"%s\",\"optimizer\":\"sgd\",\"lr\":%g,"
+                       "\"unique_keys\":%lld,\"nnz\":%lld,\"step_ms\":%.5f,"
+                       "\"backward_update_ms\":%.5f,\"rows_updated\":%s,\"copy_GBps\":%.2f,\"wrong\":%zu,"
+                       "\"index\":\"%s\",\"update\":\"%s\",\"device\":\"%s\"",
+                       (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, t.hot_s.c_str(), alpha,
+                       combiner_name(r.comb), double(lr), (long long)unique, (long long)nnz, med, bmed,
+                       updated < 0 ? "null" : std::to_string(updated).c_str(), r.copy_gbps, wrong, r.index.c_str(),
+                       r.update.c_str(), r.devname.c_str()));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string rows_s, dims_s, batch_s, slots_s, hot_s, hotness_s, alphas_s, modes_s, types_s, combiner_s, index_s, update_s;
-  float lr = 0.01f;
+  Options o;
   bench::Driver d("bench_embedding", argc, argv, {/*warmup*/ 5, /*repeats*/ 20});
-  d.options().add_options()("rows", po::value(&rows_s), "table rows (list)")(
-      "dims", po::value(&dims_s), "dims (list)")("batch", po::value(&batch_s), "batch sizes (list)")(
-      "slots", po::value(&slots_s), "slots per sample (list)")("hot", po::value(&hot_s), "keys per bag (list)")(
-      "hotness", po::value(&hotness_s), "keys of each slot, one number per slot (overrides --slots and --hot)")(
-      "alphas", po::value(&alphas_s)->default_value("0,1.1"), "power-law exponents (list; 0 uniform)")(
-      "modes", po::value(&modes_s)->default_value("eval,train,step"), "eval | train | step | floor (list)")(
-      "out-types", po::value(&types_s)->default_value("f32"), "f32 | bf16 | f16 (list)")(
-      "combiner", po::value(&combiner_s)->default_value("sum"), "sum | mean")(
-      "lr", po::value(&lr)->default_value(0.01f), "SGD learning rate of the step")(
-      "index", po::value(&index_s)->default_value("hashed"), "hashed | direct (row = key)")(
-      "update", po::value(&update_s)->default_value("sorted"), "sorted | atomic (the step's SGD update)");
+  d.options().add_options()("rows", po::value(&o.rows), "table rows (list)")(
+      "dims", po::value(&o.dims), "dims (list)")("batch", po::value(&o.batch), "batch sizes (list)")(
+      "slots", po::value(&o.slots), "slots per sample (list)")("hot", po::value(&o.hot), "keys per bag (list)")(
+      "hotness", po::value(&o.hotness), "keys of each slot, one number per slot (overrides --slots and --hot)")(
+      "alphas", po::value(&o.alphas)->default_value("0,1.1"), "power-law exponents (list; 0 uniform)")(
+      "modes", po::value(&o.modes)->default_value("eval,train,step"), "eval | train | step | floor (list)")(
+      "out-types", po::value(&o.types)->default_value("f32"), "f32 | bf16 | f16 (list)")(
+      "combiner", po::value(&o.combiner)->default_value("sum"), "sum | mean")(
+      "lr", po::value(&o.lr)->default_value(0.01f), "SGD learning rate of the step")(
+      "index", po::value(&o.index)->default_value("hashed"), "hashed | direct (row = key)")(
+      "update", po::value(&o.update)->default_value("sorted"), "sorted | atomic (the step's SGD update)");
   // Each rank measures its own device; rank 0's measurements are recorded, every rank's results checked.
   return d.run("usage: [mpiexec -n N] bench_embedding [options]", [&] {
-    const int repeats = d.repeats(), warmup = d.warmup();
-    const Device& dev = d.device();
-    const bool gpu = dev.is_cuda(), root = d.is_root();
-    Combiner comb = parse_combiner(combiner_s);
-    SPARTA_REQUIRE(index_s == "hashed" || index_s == "direct", "--index: hashed or direct, found '%s'", index_s.c_str());
-    const bool direct = index_s == "direct";
-    SPARTA_REQUIRE(update_s == "sorted" || update_s == "atomic", "--update: sorted or atomic, found '%s'",
-                   update_s.c_str());
-    const bool atomic = update_s == "atomic";
-    std::vector<std::string> modes = bench::split_list(modes_s);
-    bool step_mode = false, floor_mode = false;
-    std::vector<std::string> forward_modes;
-    for (const std::string& m : modes) {
-      SPARTA_REQUIRE(m == "eval" || m == "train" || m == "step" || m == "floor",
-                     "--modes: eval, train, step or floor, found '%s'", m.c_str());
-      if (m == "step") step_mode = true;
-      else if (m == "floor") floor_mode = true;
-      else forward_modes.push_back(m);
-    }
-    std::vector<OutputType> out_types;
-    for (const std::string& t : bench::split_list(types_s)) {
-      SPARTA_REQUIRE(t == "f32" || t == "bf16" || t == "f16", "--out-types: f32, bf16 or f16, found '%s'", t.c_str());
-      out_types.push_back(t == "f32" ? OutputType::f32 : t == "bf16" ? OutputType::bf16 : OutputType::f16);
-    }
-    std::vector<double> alphas = bench::parse_list(alphas_s, "alphas");
-    std::vector<Point> points;
-    bool axes = !rows_s.empty() || !dims_s.empty() || !batch_s.empty() || !slots_s.empty() || !hot_s.empty() ||
-                !hotness_s.empty();
-    if (!hotness_s.empty()) {
-      std::vector<int> hl;
-      for (double h : bench::parse_list(hotness_s, "hotness")) {
-        SPARTA_REQUIRE(h >= 1 && h == std::floor(h), "--hotness: whole numbers >= 1 expected, found %g", h);
-        hl.push_back(int(h));
-      }
-      for (double r : bench::parse_list(rows_s.empty() ? (gpu ? "40000000" : "100000") : rows_s, "rows"))
-        for (double dd : bench::parse_list(dims_s.empty() ? "128" : dims_s, "dims"))
-          for (double b : bench::parse_list(batch_s.empty() ? (gpu ? "65536" : "256") : batch_s, "batch"))
-            points.push_back(Point{int64_t(r), int(dd), int64_t(b), int(hl.size()), 0, hl});
-    } else if (axes) {
-      for (double r : bench::parse_list(rows_s.empty() ? (gpu ? "40000000" : "100000") : rows_s, "rows"))
-        for (double dd : bench::parse_list(dims_s.empty() ? "128" : dims_s, "dims"))
-          for (double b : bench::parse_list(batch_s.empty() ? (gpu ? "65536" : "256") : batch_s, "batch"))
-            for (double s : bench::parse_list(slots_s.empty() ? "26" : slots_s, "slots"))
-              for (double h : bench::parse_list(hot_s.empty() ? "1" : hot_s, "hot"))
-                points.push_back(Point{int64_t(r), int(dd), int64_t(b), int(s), int(h), {}});
-    } else if (gpu) {
-      points.push_back(Point{40000000, 128, 65536, 26, 1, {}});
-      points.push_back(Point{40000000, 32, 65536, 26, 8, {}});
-      points.push_back(Point{10000000, 16, 65536, 26, 1, {}});
-    } else {
-      points.push_back(Point{100000, 128, 256, 26, 1, {}});
-      points.push_back(Point{100000, 32, 256, 26, 8, {}});
-    }
-    for (const Point& p : points)
-      SPARTA_REQUIRE(p.rows > 0 && p.dim > 0 && p.batch > 0 && p.slots > 0 && (p.hot > 0 || !p.hotness.empty()),
-                     "bench_embedding: --rows, --dims, --batch, --slots and --hot must be > 0");
-    const std::string devname = dev.is_cuda() ? gpu_name(dev.gpu) : "cpu";
-
+    Run r = make_run(d, o);
+    const std::vector<Point> points = make_points(o, r.gpu);
     // Copy bandwidth, bytes read + written, in this run.
-    double copy_gbps = bench::copy_bandwidth_gbps(dev, gpu ? (size_t(1) << 31) : (size_t(1) << 27), warmup, repeats);
-    if (root)
+    r.copy_gbps = bench::copy_bandwidth_gbps(r.dev, r.gpu ? (size_t(1) << 31) : (size_t(1) << 27), d.warmup(),
+                                             r.repeats);
+    if (r.root)
       std::printf("# bench_embedding on %s: fused lookup + pooled forward (%s, %s index), median of %d; copy bandwidth "
                   "%.0f GB/s\n",
-                  devname.c_str(), combiner_name(comb), index_s.c_str(), repeats, copy_gbps);
-    const uint64_t salt = 0xABCDEFull;
+                  r.devname.c_str(), combiner_name(r.comb), r.index.c_str(), r.repeats, r.copy_gbps);
     for (const Point& p : points) {
-      EmbeddingTableConfig tc;
-      tc.name = "bench";
-      tc.dim = p.dim;
-      tc.capacity_rows = p.rows;
-      tc.max_load_factor = 0.5;
-      tc.seed = 7;
-      tc.table_id = 0;
-      tc.init_scale = 0.5f;
-      tc.optimizer.kind = OptimizerKind::sgd;
-      tc.optimizer.lr = lr;
-      tc.optimizer.atomic_update = atomic;
-      tc.direct_stride = direct ? 1 : 0;
-      EmbeddingTable table(dev, tc);
-      const KeyInit ki = table.key_init();
-      RowInit init{table.values(), p.dim, ki};
-      if (!direct) {  // a direct index holds every row from the start
-        const int64_t chunk = int64_t(1) << 22;
-        Buffer<int64_t> kb(dev, size_t(std::min(chunk, p.rows))), rb(dev, size_t(std::min(chunk, p.rows)));
-        std::vector<int64_t> k;
-        for (int64_t s = 0; s < p.rows; s += chunk) {
-          int64_t m = std::min(chunk, p.rows - s);
-          k.resize(size_t(m));
-          for (int64_t i = 0; i < m; ++i) k[size_t(i)] = key_of(uint64_t(s + i), salt);
-          kb.upload(k.data(), size_t(m));
-          table.hash().get_insert(kb.data(), m, rb.data(), init, dev.stream);
-          table.hash().check_errors(false, dev.stream);  // a full table throws
-        }
-      }
-      int64_t bags = p.batch * p.slots;
-      std::vector<int64_t> offsets(size_t(bags) + 1, 0);
-      for (int64_t b = 0; b < bags; ++b) offsets[size_t(b) + 1] = offsets[size_t(b)] + p.bag_keys(b);
-      const int64_t nnz = offsets.back();
-      const std::string hot_s = p.hot_name();
-      const char* hot_col = p.hotness.empty() ? hot_s.c_str() : "var";
-      Buffer<int64_t> off(dev, offsets), keys(dev, size_t(nnz)), rows(dev, size_t(nnz));
-      if (!forward_modes.empty() && root) {
-        std::printf("# %9s %4s %6s %5s %3s %5s %5s %4s %8s %10s %8s %7s %6s %9s %6s\n", "rows", "dim", "batch", "slots",
-                    "hot", "alpha", "mode", "out", "unique", "ms", "GB/s", "%copy", "floor", "nnz", "#wrong");
-      }
-      for (double alpha : forward_modes.empty() ? std::vector<double>() : alphas) {
-        std::vector<int64_t> hk = draw_keys(p, nnz, alpha, salt, direct);
-        int64_t unique = count_unique(hk);
-        keys.upload(hk);
-        for (const std::string& mode_s : forward_modes) {
-          LookupMode mode = mode_s == "eval" ? LookupMode::eval : LookupMode::train;
-          for (OutputType ot : out_types) {
-            Buffer<uint8_t> pooled(dev, size_t(bags) * p.dim * output_type_bytes(ot));
-            ForwardArgs a;
-            a.table = table.hash().view();
-            a.rows_init = init;
-            a.mode = mode;
-            a.offsets = off.data();
-            a.keys = keys.data();
-            a.bags = bags;
-            a.combiner = comb;
-            a.out = pooled.data();
-            a.out_type = ot;
-            a.rows = mode == LookupMode::train ? rows.data() : nullptr;  // an eval forward needs no rows
-            pooled.fill_bytes(0xFF);
-            std::vector<double> ms = d.time([&] { pooled_forward(dev, a, dev.stream); });
-            HashTableMeta m = table.hash().read_meta(dev.stream);
-            size_t wrong = size_t(m.missing + m.refused);
-            table.hash().check_errors(false, dev.stream);
-            // Sample of bags against the host reference.
-            size_t ob = output_type_bytes(ot);
-            std::vector<uint8_t> got(size_t(p.dim) * ob);
-            for (int64_t b = 0; b < bags; b += std::max<int64_t>(1, bags / 256)) {
-              copy_to_host(dev, got.data(), pooled.data() + size_t(b) * p.dim * ob, got.size());
-              for (int e = 0; e < p.dim; ++e) {
-                float acc = initial_bag_sum(ki, offsets, hk, b, e);
-                if (comb == Combiner::mean) acc /= float(p.bag_keys(b));
-                float g;
-                if (ot == OutputType::f32) {
-                  std::memcpy(&g, &got[size_t(e) * 4], 4);
-                } else {
-                  uint16_t h;
-                  std::memcpy(&h, &got[size_t(e) * 2], 2);
-                  g = ot == OutputType::bf16 ? bf16_to_float(h) : f16_to_float(h);
-                  acc = ot == OutputType::bf16 ? bf16_to_float(float_to_bf16(acc))
-                                               : f16_to_float(float_to_f16(acc));
-                }
-                wrong += !(std::fabs(g - acc) <= 1e-6f + 1e-6f * std::fabs(acc));
-              }
-            }
-            d.add_wrong((long long)wrong);
-            if (!root) continue;
-            double med = median(ms);
-            double bytes = double(nnz) * p.dim * 4 + double(bags) * p.dim * double(ob);
-            double gbps = bytes / med / 1e6, floor_ms = bytes / copy_gbps / 1e6;
-            const char* type_s = output_type_name(ot);
-            std::printf("  %9lld %4d %6lld %5d %3s %5.2f %5s %4s %8lld %10.4f %8.0f %6.1f%% %6.3f %9lld %6zu\n",
-                        (long long)p.rows, p.dim, (long long)p.batch, p.slots, hot_col, alpha, mode_s.c_str(), type_s,
-                        (long long)unique, med, gbps, 100 * gbps / copy_gbps, floor_ms, (long long)nnz, wrong);
-            std::fflush(stdout);
-            d.record(strprintf("\"bench\":\"embedding\",\"rows\":%lld,\"dim\":%d,\"batch\":%lld,\"slots\":%d,\"hot\":%d,\"hotness\":\"%s\","
-                                "\"alpha\":%g,\"mode\":\"%s\",\"out_type\":\"%s\",\"combiner\":\"%s\",\"unique_keys\":%lld,"
-                                "\"nnz\":%lld,\"ms\":%.5f,\"GBps\":%.2f,\"copy_GBps\":%.2f,"
-                                "\"fraction_of_copy\":%.4f,\"floor_ms\":%.5f,\"wrong\":%zu,\"index\":\"%s\",\"device\":\"%s\"",
-                                (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, hot_s.c_str(), alpha,
-                                mode_s.c_str(),
-                                type_s, combiner_name(comb), (long long)unique, (long long)nnz, med, gbps,
-                                copy_gbps, gbps / copy_gbps, floor_ms, wrong, index_s.c_str(), devname.c_str()));
-          }
-        }
-      }
-      if (floor_mode) {  // before the step, which changes the values the checks rely on
-        if (root) std::printf("# floor: the row traffic of a step by the simplest kernels, median of %d\n"
-                              "# %9s %4s %6s %5s %3s %5s %8s %10s %10s %10s %10s %9s %6s\n",
-                              repeats, "rows", "dim", "batch", "slots", "hot", "alpha", "unique", "gather_ms",
-                              "rw_ms", "atomic_ms", "step_floor", "nnz", "#wrong");
-        Buffer<float> gathered(dev, size_t(bags) * p.dim);
-        for (double alpha : alphas) {
-          std::vector<int64_t> hk = draw_keys(p, nnz, alpha, salt, direct);
-          const int64_t unique = count_unique(hk);
-          keys.upload(hk);
-          rows.fill_bytes(0xFF);
-          table.pooled_forward(off.data(), keys.data(), bags, comb, LookupMode::train, gathered.data(),
-                               OutputType::f32, rows.data(), MissingKey::zeros, Check::deferred, dev.stream);
-          table.check_lookups(MissingKey::zeros, dev.stream);  // every key held: its row given
-          gathered.fill_bytes(0xFF);
-          const int64_t cap = table.capacity_rows();
-          float* values = table.values();
-          std::vector<double> gather_ms = d.time([&] {
-            row_traffic_gather(dev, off.data(), rows.data(), bags, values, cap, p.dim, gathered.data(), dev.stream);
-          });
-          std::vector<double> rw_ms = d.time([&] {
-            row_traffic_read_write(dev, rows.data(), nnz, values, cap, p.dim, 0.f, dev.stream);
-          });
-          std::vector<double> atomic_ms = d.time([&] {
-            row_traffic_atomic(dev, rows.data(), nnz, values, cap, p.dim, 0.f, dev.stream);
-          });
-          // A sample of bags (sums of the keys' initial values) and of the keys' rows (still their initial values).
-          const std::vector<int64_t> hrows = rows.download();
-          size_t wrong = 0;
-          std::vector<float> got(size_t(p.dim));
-          for (int64_t b = 0; b < bags; b += std::max<int64_t>(1, bags / 256)) {
-            copy_to_host(dev, got.data(), gathered.data() + size_t(b) * p.dim, sizeof(float) * p.dim);
-            for (int e = 0; e < p.dim; ++e) {
-              const float acc = initial_bag_sum(ki, offsets, hk, b, e);
-              wrong += !(std::fabs(got[size_t(e)] - acc) <= 1e-6f + 1e-6f * std::fabs(acc));
-            }
-          }
-          for (int64_t i = 0; i < nnz; i += std::max<int64_t>(1, nnz / 256)) {
-            const int64_t r = hrows[size_t(i)];
-            if (r < 0 || r >= cap) {
-              ++wrong;
-              continue;
-            }
-            copy_to_host(dev, got.data(), values + size_t(r) * p.dim, sizeof(float) * p.dim);
-            for (int e = 0; e < p.dim; ++e) wrong += got[size_t(e)] != initial_value(ki, uint64_t(hk[size_t(i)]), e);
-          }
-          d.add_wrong((long long)wrong);
-          if (!root) continue;
-          const double g = median(gather_ms), rw = median(rw_ms), at = median(atomic_ms);
-          const double gather_bytes = (double(nnz) + double(bags)) * p.dim * 4, row_bytes = 2.0 * double(nnz) * p.dim * 4;
-          std::printf("  %9lld %4d %6lld %5d %3s %5.2f %8lld %10.4f %10.4f %10.4f %10.4f %9lld %6zu\n",
-                      (long long)p.rows, p.dim, (long long)p.batch, p.slots, hot_col, alpha, (long long)unique, g, rw,
-                      at, g + rw, (long long)nnz, wrong);
-          std::fflush(stdout);
-          d.record(strprintf("\"bench\":\"embedding_floor\",\"rows\":%lld,\"dim\":%d,\"batch\":%lld,\"slots\":%d,"
-                             "\"hot\":%d,\"hotness\":\"%s\",\"alpha\":%g,\"unique_keys\":%lld,\"nnz\":%lld,"
-                             "\"gather_ms\":%.5f,\"read_write_ms\":%.5f,\"atomic_ms\":%.5f,\"step_floor_ms\":%.5f,"
-                             "\"gather_GBps\":%.2f,\"read_write_GBps\":%.2f,\"atomic_GBps\":%.2f,\"copy_GBps\":%.2f,"
-                             "\"wrong\":%zu,\"index\":\"%s\",\"device\":\"%s\"",
-                             (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, hot_s.c_str(), alpha,
-                             (long long)unique, (long long)nnz, g, rw, at, g + rw, gather_bytes / g / 1e6,
-                             row_bytes / rw / 1e6, row_bytes / at / 1e6, copy_gbps, wrong, index_s.c_str(),
-                             devname.c_str()));
-        }
-      }
-      if (!step_mode) continue;
-
-      // ---- train step: forward (train) + backward + SGD on the table ----
-      if (root) std::printf("# step (SGD lr %g, %s): forward train + backward_and_update, median of %d\n", double(lr),
-                            combiner_name(comb), repeats);
-      if (root) std::printf("# %9s %4s %6s %5s %3s %5s %8s %10s %10s %10s %9s %6s\n", "rows", "dim", "batch", "slots", "hot",
-                  "alpha", "unique", "step_ms", "bwd_upd_ms", "updated", "nnz", "#wrong");
-      std::vector<float> hgrad = upstream_gradient(size_t(bags) * p.dim);  // [bags, dim]
-      Buffer<float> grad(dev, hgrad), pooled(dev, size_t(bags) * p.dim);
-      int64_t step = 1;
-      for (double alpha : alphas) {
-        std::vector<int64_t> hk = draw_keys(p, nnz, alpha, salt, direct);
-        int64_t unique = count_unique(hk);
-        keys.upload(hk);
-        auto forward = [&] {
-          table.pooled_forward(off.data(), keys.data(), bags, comb, LookupMode::train, pooled.data(), OutputType::f32,
-                               rows.data(), MissingKey::zeros, Check::deferred, dev.stream);
-        };
-        auto backward = [&] {
-          table.backward_and_update(off.data(), rows.data(), bags, nnz, grad.data(), comb, step++, dev.stream);
-        };
-        auto train_step = [&] {  // as a trainer runs it: one synchronization, the full-table check at the end
-          forward();
-          backward();
-          table.check_lookups(MissingKey::zeros, dev.stream);
-        };
-        // One checked step: a sample of rows, before and after, against w - lr * their summed gradient.
-        rows.fill_bytes(0xFF);
-        forward();
-        std::vector<int64_t> hrows = rows.download();
-        std::map<int64_t, std::vector<float>> before, sum, abs_sum;  // row → [dim]
-        for (int64_t i = 0; i < nnz; i += std::max<int64_t>(1, nnz / 256)) before[hrows[size_t(i)]].resize(size_t(p.dim));
-        size_t wrong = 0;
-        for (auto& [r, v] : before) {
-          if (r < 0 || r >= p.rows) {
-            ++wrong;  // the forward gave no row to a held key
-            continue;
-          }
-          copy_to_host(dev, v.data(), table.values() + size_t(r) * p.dim, sizeof(float) * p.dim);
-          sum[r].assign(size_t(p.dim), 0.f);
-          abs_sum[r].assign(size_t(p.dim), 0.f);
-        }
-        for (int64_t b = 0; b < bags; ++b) {
-          int64_t n = offsets[size_t(b) + 1] - offsets[size_t(b)];
-          float scale = comb == Combiner::mean && n > 0 ? 1.0f / float(n) : 1.0f;
-          for (int64_t i = offsets[size_t(b)]; i < offsets[size_t(b) + 1]; ++i) {
-            auto it = sum.find(hrows[size_t(i)]);
-            if (it == sum.end()) continue;
-            std::vector<float>& as = abs_sum[it->first];
-            for (int e = 0; e < p.dim; ++e) {
-              float g = hgrad[size_t(b) * p.dim + e] * scale;
-              it->second[e] += g;
-              as[e] += std::fabs(g);
-            }
-          }
-        }
-        backward();
-        table.check_lookups(MissingKey::zeros, dev.stream);
-        const int64_t updated = atomic ? -1 : table.rows_updated(dev.stream);  // -1: not counted
-        wrong += !atomic && updated != unique;
-        std::vector<float> after(size_t(p.dim));
-        for (const auto& [r, s] : sum) {
-          copy_to_host(dev, after.data(), table.values() + size_t(r) * p.dim, sizeof(float) * p.dim);
-          const std::vector<float>& w0 = before[r];
-          for (int e = 0; e < p.dim; ++e) {
-            float want = w0[e] - lr * s[e];
-            // Summation order differs for rows over several blocks of the sorted keys, and for every row several
-            // keys touch with --update atomic: float rounding only.
-            float tol = 1e-6f + 1e-5f * (std::fabs(w0[e]) + lr * abs_sum[r][e]);
-            wrong += !(std::fabs(after[e] - want) <= tol);
-          }
-        }
-        std::vector<double> step_ms = d.time(train_step);
-        std::vector<double> bwd_ms = d.time(backward);
-        d.add_wrong((long long)wrong);
-        if (!root) continue;
-        double med = median(step_ms), bmed = median(bwd_ms);
-        std::printf("  %9lld %4d %6lld %5d %3s %5.2f %8lld %10.4f %10.4f %10lld %9lld %6zu\n", (long long)p.rows, p.dim,
-                    (long long)p.batch, p.slots, hot_col, alpha, (long long)unique, med, bmed, (long long)updated,
-                    (long long)nnz, wrong);
-        std::fflush(stdout);
-        d.record(strprintf("\"bench\":\"embedding_step\",\"rows\":%lld,\"dim\":%d,\"batch\":%lld,\"slots\":%d,"
-                            "\"hot\":%d,\"hotness\":\"%s\",\"alpha\":%g,\"combiner\":\"%s\",\"optimizer\":\"sgd\",\"lr\":%g,"
-                            "\"unique_keys\":%lld,\"nnz\":%lld,\"step_ms\":%.5f,"
-                            "\"backward_update_ms\":%.5f,\"rows_updated\":%s,\"copy_GBps\":%.2f,\"wrong\":%zu,"
-                            "\"index\":\"%s\",\"update\":\"%s\",\"device\":\"%s\"",
-                            (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, hot_s.c_str(), alpha,
-                            combiner_name(comb),
-                            double(lr), (long long)unique, (long long)nnz, med, bmed,
-                            updated < 0 ? "null" : std::to_string(updated).c_str(), copy_gbps, wrong,
-                            index_s.c_str(), update_s.c_str(), devname.c_str()));
-      }
+      std::unique_ptr<PointTable> t = make_point_table(r, p);
+      if (!r.forward_modes.empty()) time_forwards(r, *t);
+      if (r.floor_mode) time_floor(r, *t);
+      if (r.step_mode) time_steps(r, *t);
     }
   });
 }

@@ -5,13 +5,10 @@
 // backward), ms_dense (the model and its optimizer) and ms_comm (the dense all-reduce). The timed step does not
 // overlap its phases, so samples_per_s is a lower bound of sparta-train's. Medians over the timed steps; JSON
 // lines with every parameter and the provenance; the run fails (#wrong > 0) when a dense parameter is not finite.
-// The step's driver is src/train_benchmark.h (sparta-train --benchmark runs the same); options, MPI and device
-// set-up, the check's verdict and the JSON lines (every parameter and the provenance) are bench::Driver's
+// The step's driver is experiments/support_train_bench.h; options, MPI and device set-up, the check's verdict and the JSON lines (every parameter and the provenance) are bench::Driver's
 // (experiments/support_bench.h), as in every bench: --warmup is the untimed steps, --steps the timed ones.
-// Records carry what experiments/scaling_model.py --check reads: placement (the plan's, when every table has the
-// same), ms_step, global_batch, comm_mode, nodes, and the provenance's ranks.
 //   mpiexec -n 8 bench_train [--batch 65536] [--max-rows 4000000] [--model dot|dcnv2] [--placement auto]
-//                            [--exchange fp32|bf16] [--precision fp32|bf16|fp16] [--cuda-graphs 1|0] [--route-ahead 1|0] [--trace N] [--warmup 3] [--steps 10] [--out results/bench_train.jsonl]
+//                            [--exchange fp32|bf16] [--precision fp32|bf16|fp16] [--cuda-graphs 1|0] [--trace N] [--warmup 3] [--steps 10] [--out results/bench_train.jsonl]
 //                            [--index hashed|direct] [--sparse-optimizer adagrad|sgd] [--atomic-update 0|1]
 #include <mpi.h>
 
@@ -20,17 +17,16 @@
 #include <vector>
 
 #include "experiments/support_bench.h"
-#include "io/synthetic.h"
+#include "experiments/support_train_bench.h"
 #include "src/base/agree.h"
 #include "src/base/check.h"
 #include "src/options.h"
-#include "src/train_benchmark.h"
 
 int main(int argc, char** argv) {
   using namespace sparta;
   std::string preset = "mlperf", hotness = "1", interaction = "dot", placement = "auto", precision = "fp32",
               exchange = "fp32", comm_mode = "hier", bottom_mlp, top_mlp, index = "hashed", sparse = "adagrad";
-  bool atomic_update = false, route_ahead = true, high_priority = true;
+  bool atomic_update = false;
   int64_t batch = 65536, max_rows = 4000000, trace = 0;
   int dim = 128;
   bool graphs = true;
@@ -51,9 +47,6 @@ int main(int argc, char** argv) {
       "exchange", po::value(&exchange)->default_value(exchange), "embedding.exchange: fp32 | bf16")(
       "comm-mode", po::value(&comm_mode)->default_value(comm_mode), "comm.mode: hier | mpi | nccl")(
       "cuda-graphs", po::value(&graphs)->default_value(graphs), "train.cuda_graphs: 1 | 0")(
-      "route-ahead", po::value(&route_ahead)->default_value(route_ahead), "embedding.route_ahead: 1 | 0")(
-      "high-priority", po::value(&high_priority)->default_value(high_priority),
-      "embedding.high_priority: 1 | 0")(
       "trace", po::value(&trace)->default_value(trace),
       "N > 0: after the timed steps, N more as training takes them with their timeline marked (the embeddings' "
       "and the dense stream's points, Trainer::trace), printed for every rank by rank 0 (# trace rank R)")(
@@ -93,13 +86,10 @@ int main(int argc, char** argv) {
       cfg.exchange = exchange;
       cfg.comm_mode = comm_mode;
       cfg.cuda_graphs = graphs;
-      cfg.route_ahead = route_ahead;
-      cfg.high_priority = high_priority;
       cfg.index = index;
       cfg.sparse.kind = parse_optimizer(sparse);
       cfg.sparse.atomic_update = atomic_update;
       cfg.log_every = 1;
-      cfg.benchmark = true;
       check_train_config(cfg);
     }));
     bo.preset = preset;
@@ -115,23 +105,8 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     if (trace > 0) bench::print_traces(r.trace, MPI_COMM_WORLD);
-    // The tables' shapes as the data generator resolves them (what scaling_model.py --check needs): rows after
-    // the cap, mean keys per slot, the key skew.
-    SyntheticOptions so;
-    so.preset = preset;
-    so.samples = batch;
-    so.max_rows = max_rows;
-    so.hotness = hotness;
-    const SyntheticConfig sc = make_synthetic_config(so);
-    std::string rows, hot, alpha;
-    for (size_t t = 0; t < sc.cardinality.size(); ++t) {
-      rows += (t ? "," : "") + std::to_string(sc.cardinality[t]);
-      hot += strprintf("%s%g", t ? "," : "", 0.5 * double(sc.hotness_min[t] + sc.hotness_max[t]));
-      alpha += strprintf("%s%g", t ? "," : "", sc.alpha[t]);
-    }
     // The driver's head has warmup and steps, the provenance ranks and nodes.
-    d.record(r.json_fields(cfg, bo, /*run_keys=*/false) + ",\"rows\":[" + rows + "],\"mean_hotness\":[" + hot +
-             "],\"key_alpha\":[" + alpha + "],\"sparse_optimizer\":\"" + sparse + "\",\"atomic_update\":" +
+    d.record(r.json_fields(cfg, bo) + ",\"sparse_optimizer\":\"" + sparse + "\",\"atomic_update\":" +
              (atomic_update ? "true" : "false") + ",\"index\":\"" + index + "\"");
     d.add_wrong(d.is_root() ? r.wrong : 0);  // r.wrong is already the sum over the ranks
   });

@@ -75,13 +75,12 @@ __device__ __forceinline__ void write_new_row(const Tile& tile, const RowInit& i
 //      writes its winners' initial values (and copies);
 //   5. after a tile barrier each winner publishes its row with a release store: the barrier orders the
 //      other lanes' value writes before it and release is cumulative, so the values are visible before
-//      the row (measured: the same speed as every lane's __threadfence() before the barrier);
+//      the row (as fast as every lane's __threadfence() before the barrier);
 //   6. keys another tile is inserting wait for their row word (acquire), only now that this tile has
 //      published its own, so no tile waits on one that waits on it;
 //   7. out (may be null): rows of found keys are copied, all loads of the batch in flight at once.
-// Occupancy (H100, 64M rows, lf 0.5, dim 32, every key new; NOTES_embedding.md Run 9): 256-thread blocks, 4 per
-// SM (64 registers, spills) 1.64-1.71 G keys/s, 3 per SM 2.12-2.15; 128-thread blocks, 7 per SM (72 registers)
-// 2.18, and with the row atomic per warp instead of per tile 2.33-2.37 (the hit path gained as well).
+// Occupancy: 128-thread blocks, 7 per SM (72 registers, no spills), with the row atomic per warp: the fastest of
+// the block shapes measured (experiments/NOTES_embedding.md).
 constexpr int kGetInsertBlock = 128;
 __global__ void __launch_bounds__(kGetInsertBlock, 7)
     hash_get_insert_kernel(HashTableView t, const int64_t* keys, int64_t n, int64_t* rows, RowInit init, float* out,

@@ -1,7 +1,6 @@
 // pooled_forward.cu: CUDA version of pooled_forward.h: hash lookup (get_insert or find), gather and pooling
 // in one kernel. A direct index (hash_table.h) takes the same walk without the bucket stage: a batch's rows
-// follow from its keys (40M rows, hot 8, one H200: eval 0.61 / 0.64 / 1.03 / 1.93 ms at dims 16 / 32 / 64 / 128,
-// against 1.21 / 1.24 / 1.52 / 2.39 hashed; NOTES_embedding.md run 13).
+// follow from its keys.
 //
 // A tile of 8 lanes takes a span of 4 consecutive bags (their keys are contiguous in the CSR) and walks its
 // keys in batches of 2, as a pipeline of three stages: while batch n's rows are gathered, batch n+1's first
@@ -12,14 +11,9 @@
 // passes its end. One-hot bags thus get the same lookups in flight per tile as multi-hot ones. Persistent grid,
 // grid-stride over spans.
 //
-// Occupancy over batch width: the memory in flight comes from resident warps, not from wide batches. With 4
-// keys and 4 rows per batch the kernel took 140-206 registers (one 256-thread block per SM); 2 and 2 fit in
-// 64-128 registers, and the blocks per SM below (by the floats a lane holds per row) were the fastest of the
-// settings measured. On one H100, 40M x 128 one-hot: eval 0.830 -> 0.737 ms, train 0.873 -> 0.740 ms;
-// 40M x 32 hot 8: train 3.41 -> 1.87 ms (experiments/NOTES_embedding.md, Run 8). The pipeline keeps the
-// registers (the next batch's bucket slots instead of the probe state; 4 keys a batch spilled at 80 registers)
-// and took hot 8 on one H200 from 1.50 / 1.55 / 1.79 / 2.76 ms to 1.20 / 1.23 / 1.47 / 2.33 ms at dims 16 / 32
-// / 64 / 128 in eval (Run 11).
+// Occupancy over batch width: the memory in flight comes from resident warps, not from wide batches, so a batch
+// is 2 keys and 2 rows (wider batches took too many registers for more than one block per SM); the blocks per
+// SM below were the fastest settings measured (experiments/NOTES_embedding.md).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -37,7 +31,7 @@ constexpr int kSpan = 4;  // bags per tile task
 constexpr int kBatch = 2;  // keys resolved together, then rows gathered together
 
 // 256-thread blocks per SM the kernel is compiled for, by the floats a lane holds per row (C*VEC): 1, 4 or 8
-// → 3 (at most 80 registers; 8 spills a little and was still the fastest measured), 16 → 2, 32 → 1.
+// → 3 (at most 80 registers), 16 → 2, 32 → 1.
 template <int VEC, int C>
 constexpr int blocks_per_sm() {
   return C * VEC <= 8 ? 3 : C * VEC <= 16 ? 2 : 1;
@@ -224,7 +218,7 @@ __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forwar
 // the first add, then added to their bags in key
 // order (the sums and the rows out are those of embedding_forward_kernel, bit for bit). The 8-lane tile of that
 // kernel keeps half its lanes idle on a 64-byte row and has 2 rows in flight per tile; here every group keeps 8
-// in flight (hot 8, one H200: dim 16 0.61 -> 0.45 ms, dim 32 0.64 -> 0.56 ms; NOTES_embedding.md run 14).
+// in flight.
 constexpr int kQuadSpan = 4;   // bags per quad task (lane j < nb + 1 loads offsets[b0 + j], the last by all)
 
 // B: keys per batch (B / G per lane)
@@ -332,7 +326,7 @@ void launch_quad(const ForwardArgs& a, Stream stream) {
 template <class OutT, bool kTrain>
 void launch_for_dim(const ForwardArgs& a, bool vec4, Stream stream) {
   int dim = a.rows_init.dim;
-  // 8 keys a batch: 16 was slower (dim 16 / 32, hot 8: 0.49 / 0.71 ms against 0.45 / 0.56; run 14)
+  // 8 keys a batch (16 was slower: experiments/NOTES_embedding.md)
   if (vec4 && dim <= 16 && a.table.direct_stride > 0) return launch_quad<4, 8, OutT, kTrain>(a, stream);
   if (vec4 && dim <= 32 && a.table.direct_stride > 0) return launch_quad<8, 8, OutT, kTrain>(a, stream);
   if (vec4) {  // lane chunks of 4 floats: C = dim / 32 rounded up to a power of two

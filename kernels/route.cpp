@@ -200,8 +200,6 @@ void route_check_offsets_cpu(const int64_t* offsets, int64_t rows, int64_t* firs
     }
 }
 
-void route_fill_i64_cpu(int64_t* out, int64_t n, int64_t value) { std::fill(out, out + n, value); }
-
 void route_to_bf16_cpu(const float* in, int64_t n, uint16_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = float_to_bf16(in[i]);
 }
@@ -459,11 +457,6 @@ void route_select_group_keys(const Device& dev, const int64_t* offsets, const in
 void route_check_offsets(const Device& dev, const int64_t* offsets, int64_t rows, int64_t* first_bad, Stream stream) {
   ROUTE_DISPATCH("route_check_offsets", route_check_offsets_cpu(offsets, rows, first_bad),
                  route_check_offsets_cuda(offsets, rows, first_bad, stream));
-}
-
-void route_fill_i64(const Device& dev, int64_t* out, int64_t n, int64_t value, Stream stream) {
-  if (n == 0) return;
-  ROUTE_DISPATCH("route_fill_i64", route_fill_i64_cpu(out, n, value), route_fill_i64_cuda(out, n, value, stream));
 }
 
 void route_to_bf16(const Device& dev, const float* in, int64_t n, uint16_t* out, Stream stream) {

@@ -310,10 +310,6 @@ __global__ void __launch_bounds__(kBlock) check_offsets_kernel(const int64_t* of
   }
 }
 
-__global__ void __launch_bounds__(kBlock) fill_i64_kernel(int64_t* out, int64_t n, int64_t value) {
-  GRID_STRIDE(i, n) out[i] = value;
-}
-
 // Round to nearest even (__float2bfloat16_rn); a NaN becomes half.h's quiet NaN (its top bits with the quiet bit
 // set) rather than the canonical one, so both backends give the same bits.
 __device__ __forceinline__ uint16_t bf16_bits(float f) {
@@ -678,10 +674,6 @@ void route_select_group_keys_cuda(const int64_t* offsets, const int64_t* keys, i
 
 void route_check_offsets_cuda(const int64_t* offsets, int64_t rows, int64_t* first_bad, Stream s) {
   LAUNCH(check_offsets_kernel, rows + 1, s, offsets, rows, first_bad);
-}
-
-void route_fill_i64_cuda(int64_t* out, int64_t n, int64_t value, Stream s) {
-  LAUNCH(fill_i64_kernel, n, s, out, n, value);
 }
 
 void route_to_bf16_cuda(const float* in, int64_t n, uint16_t* out, Stream s) {

@@ -136,7 +136,7 @@ void route_select_slot_keys(const Device& dev, const int64_t* offsets, const int
 // route_select_slot_keys, and the key k of slot slots[j] is moved into the group's key space: bases[j] + k
 // (tagged keys, kernels/key_init.h: bases[j] = tag << kKeyTagShift; a direct index: the key offset of the slot's
 // table). A key outside [0, bounds[j]) (it would land in another table's keys) lowers *first_bad to its index in
-// keys (atomically); *first_bad is not written otherwise, so fill it first (route_fill_i64). bases, bounds:
+// keys (atomically); *first_bad is not written otherwise, so fill it first (kernels/fill.h). bases, bounds:
 // [table_slots] int64 device arrays, bounds[j] >= 1 and bases[j] + bounds[j] - 1 representable. out_offsets may
 // be offsets itself when slots are 0..num_slots-1.
 void route_select_group_keys(const Device& dev, const int64_t* offsets, const int64_t* keys, int64_t batch,
@@ -147,8 +147,6 @@ void route_select_group_keys(const Device& dev, const int64_t* offsets, const in
 // bad r, where r = 0 is bad when offsets[0] != 0 and r in [1, rows] when offsets[r - 1] > offsets[r]. As above,
 // *first_bad is not written when every r is fine: fill it first.
 void route_check_offsets(const Device& dev, const int64_t* offsets, int64_t rows, int64_t* first_bad, Stream stream);
-// out[i] = value for i < n.
-void route_fill_i64(const Device& dev, int64_t* out, int64_t n, int64_t value, Stream stream);
 
 // ---- the bf16 wire format (src/placement_common.h Exchange)
 
@@ -210,7 +208,6 @@ void route_select_group_keys_cpu(const int64_t* offsets, const int64_t* keys, in
                                  const int64_t* bases, const int64_t* bounds, int64_t* out_keys,
                                  int64_t* first_bad);
 void route_check_offsets_cpu(const int64_t* offsets, int64_t rows, int64_t* first_bad);
-void route_fill_i64_cpu(int64_t* out, int64_t n, int64_t value);
 void route_to_bf16_cpu(const float* in, int64_t n, uint16_t* out);
 void route_from_bf16_cpu(const uint16_t* in, int64_t n, float* out);
 void route_put_slots_cpu(const float* pooled, int64_t batch, int table_slots, int dim, const int32_t* cols,
@@ -261,7 +258,6 @@ void route_select_group_keys_cuda(const int64_t* offsets, const int64_t* keys, i
                                   const int64_t* bases, const int64_t* bounds, int64_t* out_keys,
                                   int64_t* first_bad, Stream s);
 void route_check_offsets_cuda(const int64_t* offsets, int64_t rows, int64_t* first_bad, Stream s);
-void route_fill_i64_cuda(int64_t* out, int64_t n, int64_t value, Stream s);
 void route_to_bf16_cuda(const float* in, int64_t n, uint16_t* out, Stream s);
 void route_from_bf16_cuda(const uint16_t* in, int64_t n, float* out, Stream s);
 void route_put_slots_cuda(const float* pooled, int64_t batch, int table_slots, int dim, const int32_t* cols,

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/fill.h"
 #include "kernels/key_init.h"
 #include "src/base/agree.h"
 #include "src/base/check.h"
@@ -246,7 +247,7 @@ std::vector<int64_t> EmbeddingCollection::check_batch(const int64_t* offsets, in
     SPARTA_REQUIRE(local_batch >= 0, "embedding collection forward, rank %d: local batch %lld", ex_->rank(),
                    (long long)local_batch);
     const int64_t rows = local_batch * S;
-    route_fill_i64(dev_, st, 2, kNone, dev_.stream);
+    fill(dev_, st, 2, kNone, dev_.stream);
     route_check_offsets(dev_, offsets, rows, st, dev_.stream);
     for (size_t g = 0; g < G; ++g) {
       Group& gr = *groups_[g];
@@ -337,7 +338,7 @@ bool EmbeddingCollection::route_ahead(const int64_t* offsets, const int64_t* key
 }
 
 bool EmbeddingCollection::look_up_ahead(void* out, LookupMode mode) {
-  if (!ahead_.pending || ahead_.looked_up || !cfg_.overlap) return false;
+  if (!ahead_.pending || ahead_.looked_up) return false;
   for (auto& g : groups_)
     if (!g->routed) return false;  // its route would wait for the host here
   SPARTA_REQUIRE(!trained_, "embedding collection look_up_ahead: the train batch's backward has not run yet (the "
@@ -392,20 +393,10 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
     c = cut_batch(offsets, keys, local_batch, now_, check_batch(offsets, local_batch, now_));
   }
   now_ = c.set;
-  if (!cfg_.overlap) {
-    for (auto& g : groups_) {
-      Group& gr = *g;
-      const float* pooled = begin_group(gr, c, routed, out, mode);
-      gr.placed->lookup();
-      gr.placed->finish_forward();
-      if (!gr.writes_output) put_slots(gr, pooled, local_batch, out);
-    }
-  } else {
-    if (!looked_up) begin_and_look_up(c, routed, out, mode);
-    for (auto& g : groups_) {
-      g->placed->finish_forward();
-      if (!g->writes_output) put_slots(*g, g->pooled.data(), local_batch, out);
-    }
+  if (!looked_up) begin_and_look_up(c, routed, out, mode);
+  for (auto& g : groups_) {
+    g->placed->finish_forward();
+    if (!g->writes_output) put_slots(*g, g->pooled.data(), local_batch, out);
   }
   ex_->mark("forward: pooled");
   // Keys outside their table's bound and full tables: agreed on by every rank.
@@ -493,13 +484,9 @@ void EmbeddingCollection::backward(const void* grad, int64_t step, float lr_scal
                               width_, cfg_.output, cut, dev_.stream);
       gg = cut;
     }
-    if (cfg_.overlap)
-      gr.placed->begin_backward(gg);
-    else
-      gr.placed->backward(gg, step, lr_scale);
+    gr.placed->begin_backward(gg);
   }
-  if (cfg_.overlap)
-    for (auto& g : groups_) g->placed->update(step, lr_scale);
+  for (auto& g : groups_) g->placed->update(step, lr_scale);
   ex_->mark("backward: updated");
   trained_ = false;
 }

@@ -1,89 +1,40 @@
-// embedding_collection.h: the model-parallel embedding layer: many tables, each serving one slot or several,
-// each with its own rows bound, dim, combiner, optimizer and placement (src/placement.h; the planner picks them,
-// src/planner.h). Every rank gives its own slice of the global batch and gets the pooled embeddings of its own
-// samples; the backward takes their gradient and updates, at the rows' owners, only the rows the batch touched.
+// embedding_collection.h: the model-parallel embedding layer: many tables, each serving one slot or several, each
+// with its own rows bound, dim, combiner, optimizer and placement (src/placement.h; src/planner.h picks them).
+// Every rank gives its slice of the global batch and gets the pooled embeddings of its own samples; the backward
+// takes their gradient and updates, at the rows' owners, only the rows the batch touched.
 //
-// Input per rank (device memory): CSR offsets [local_batch * num_slots + 1] over rows sample * num_slots + slot,
-// and keys [offsets[last]]. Local batches may differ between ranks (the reader gives them by one); empty samples
-// and slots are fine. Output per rank: [local_batch, output_width] of CollectionConfig::output (float32, bfloat16 or
-// float16), where a sample's row holds its slots in order, each slot the dim of its table: [local_batch, num_slots,
-// dim] when the tables share one dim. The gradient the backward takes has the output's type and shape. The
-// placements pool in float32 whatever the output type; a 16-bit output is their float result rounded to nearest
-// even once, as each group's slots are put into the output (kernels/route.h route_put_slots_half), and a 16-bit
-// gradient is widened to float32 (exact) as each group's slots are taken out of it. So a 16-bit collection's
-// output is its float32 output rounded, bit for bit, and its backward updates the tables exactly as a float32
-// backward fed the same gradient values widened.
+// Shapes per rank (device memory): offsets [local_batch * num_slots + 1] (CSR over rows sample * num_slots +
+// slot), keys [offsets[last]]; output and gradient [local_batch, output_width] of CollectionConfig::output, a
+// sample's slots in order, each its table's dim. Local batches may differ between ranks. The placements pool in
+// float32; a 16-bit output is that result rounded once (and a 16-bit gradient widened exactly), so it equals the
+// float32 output rounded, bit for bit.
 //
-// Placement groups. Tables that can be one physical table (the same placement, dim, combiner, optimizer
-// settings, init_scale and max_load_factor) and whose keys are bounded (0 < key_bound <= 2^56, table index <= 126)
-// form a group: their keys are tagged, key k of table i becoming (i << 56) | k (kernels/key_init.h), and the group
-// is placed as one table over the union of its tables' slots (table order, each table's slots in its order), with
-// the sum of their rows. Localized tables of different owners group too: each owner holds its own tables' part,
-// and the group's exchanges reach every owner at once (src/placement_localized.cpp); their table order is owner by
-// owner. Direct-index tables group among themselves,
-// their keys end to end instead: key k of table i becomes begin_i + k, begin_i the sum of the earlier members'
-// key_bound, in one direct index over them all (hybrid: its hot copy hashed over the same keys), a key's initial
-// values given by its segment (EmbeddingTableConfig::key_segments). Any
-// other table is a group of its own, its keys as they are. A grouped row's initial values are those of (seed,
-// table index, key) as for a table alone, so
-// the model does not depend on the grouping; checkpoints, held_rows and owner_of speak of tables and untagged
-// keys. A key outside [0, key_bound) of a grouped table is an error (after the forward, on every rank).
+// The model does not depend on the placements, the grouping or the world size: a row's initial values depend on
+// (seed, table index, key) only, and every placement sums a row's gradients in a fixed order. Errors (bad
+// offsets, keys outside a table's key_bound, full tables) are agreed on by all ranks, so every rank throws and
+// none waits in a collective.
 //
-// One step, per group: cut the group's slots out of the batch and tag its keys (kernels/route.h; a group of all
-// slots in order takes the batch's offsets as they are and, under a float32 output, writes the output directly),
-// run the placement's forward, put the pooled bags into the output (rounding them to a 16-bit output type). The
-// offsets are checked on the device; the check and every group's key count come to the host in one download. After the forward, keys outside their bounds and every
-// group's lookup errors (a full table) are agreed on by all ranks, so an error is thrown everywhere and no rank
-// waits in a collective. The backward goes the same way with the gradient. The model is the same whatever the
-// placements and the world size: a row's initial values depend on (seed, table index, key) only, and every
-// placement sums a row's gradients over the global batch in a fixed order (that of the global batch, or per rank
-// and then over ranks), deterministically.
+// Placement groups: tables that can share one physical table (same placement, dim, combiner, optimizer
+// settings, init_scale, max_load_factor; bounded keys) are placed as one, so a step has fewer groups to route
+// and exchange. Hashed tables tag their keys (key k of table i becomes (i << 56) | k, kernels/key_init.h);
+// direct-index tables put their keys end to end (EmbeddingTableConfig::key_segments). Checkpoints, held_rows and
+// owner_of speak of tables and untagged keys.
 //
-// With one rank nothing goes through the communicator: replicated and localized look the bags up in place and
-// update from the bags' gradients; the other placements' exchanges copy on the device instead.
+// Streams (c = the compute stream, Device::stream; m = the communication stream of src/placement_common.h
+// Exchange). A step runs each part of the placements' work (src/placement.h PlacedTable) for every group before
+// the next part of any, and c waits for a group's exchange only at that group's next part (events, no host wait):
+//   forward   1. cut each group's slots and keys, route them (the host reads counts), post the keys on m;
+//             2. look up what arrived, post what was found on m;  3. pool into the output.
+//   backward  1. cut each group's gradient, post its exchange on m;  2. update the rows.
+// So one group's lookup or update runs while m moves another group's data. The host synchronizes c only where
+// it needs a count (Exchange::download, which notices a failed peer). Step buffers grow only after c and m are
+// settled (Exchange::settle), so no free runs under a collective.
 //
-// ---- Streams and overlap (c = the compute stream, Device::stream; m = the exchange's communication stream) ----
-//
-// Every collective of the placements runs on m (src/placement_common.h Exchange; the communicator orders its own
-// work after m's), after the work queued on c so far (an event). With CollectionConfig::overlap (the default) a
-// step runs each part of the placements' work (src/placement.h PlacedTable) for every group before the next
-// part of any group, and c does not wait for a group's exchange until that group's next part (events, no host
-// wait):
-//   forward   1. for every group t: cut its slots and keys (c), build its route (c; the host reads its counts),
-//                post its keys' exchange on m                                  → event posted[t]
-//             2. for every t: c waits posted[t]; the lookup (c); post what it found (per-key vectors, pooled
-//                bags, partial sums) on m                                      → posted[t]
-//                (replicated tables and hybrid's hot keys look up on c alone while m moves other groups' data)
-//             3. for every t: c waits posted[t]; unpermute, pool, put the group's slots into the output.
-//   backward  1. for every t: cut its gradient, the gradient sums it sends (c); post their exchange on m
-//             2. for every t: c waits posted[t]; the update (c), while m still moves later groups' gradients.
-// So group t's lookup runs while m moves group t-1's vectors, and group t's update while m moves group t+1's
-// gradients. A group's buffers are written only by its own parts, each of which first waits for its last post;
-// collectives on m run one after the other in the order they were posted, the same order on every rank. Where
-// the host needs a count it synchronizes c (Exchange::download, whose wait polls for a failed peer instead of
-// hanging): the offsets check with every group's key count (one download), the distinct keys and bucket sizes of
-// a route (in part 1, while c holds only route work), replicated's distinct rows (backward part 1), hybrid's
-// touched hot rows (backward part 2), and the key-bound and lookup error check after the forward. On the cpu
-// backend, and with one rank, every exchange is done when its call returns (one rank: copies on c). Without
-// overlap each group's forward (backward) runs whole before the next group's, every collective a fence: the same
-// results bit for bit (mpi_test_collection overlap_changes_no_bit). Step buffers grow by reallocation (grow():
-// the old memory is freed only after c and m are synchronized with the communicator's wait, Exchange::settle, so
-// no free runs under a collective; after the first steps of a shape nothing grows and nothing is waited for).
-//
-// Route ahead (route_ahead). Part 1 of a later forward can be queued early: the batch's checks (one download,
-// agreed), its cuts and, for dispatch groups, the route with its two downloads and the count exchange, the keys'
-// exchange posted on m; the forward of that batch then starts at part 2. The trainer calls it between step i's
-// forward and backward with step i+1's batch, once step i's dense forward is queued on its compute stream, so
-// that this work and its host waits run beside the dense layers instead of at the head of step i+1. The batch
-// routed ahead is cut and routed into the second of two sets of cut and route buffers (Group::cut, status_,
-// DispatchShard's routes): step i's backward reads its own set, and a forward of another batch in between (an
-// evaluation) uses that one too once the backward is queued, leaving the routed batch's set alone. Replicated has
-// nothing to route; localized, distributed and hybrid route at the forward (their cut is still made ahead).
-// Look up ahead (look_up_ahead), after the current batch's backward: part 2 of the routed batch too, its lookups
-// (after the update on c) and their exchanges posted on m, so that they run beside the caller's remaining work
-// and before the caller's next collective (the trainer's dense all-reduce); its forward then runs part 3 and the
-// checks. Only where every group routed ahead (no host wait in part 1), and with overlap; nothing but that
-// batch's forward may follow (its route and vectors are the placements' current ones now).
+// Route ahead (route_ahead): a later batch's part 1 (checks, cuts and, for dispatch, its route and the keys'
+// exchange) queued early, into a second set of cut and route buffers, so the trainer runs it beside the dense
+// layers of the step before; the current batch's backward and an evaluation in between keep their own set.
+// Look up ahead (look_up_ahead): after the backward, that batch's part 2 as well, so its lookups and exchanges
+// run before the trainer's dense all-reduce. Both change no bit (mpi_test_collection route_ahead_changes_no_bit).
 #pragma once
 
 #include <mpi.h>
@@ -164,8 +115,8 @@ class EmbeddingCollection {
   // remaining work (a trainer: the step's last dense layers, before the dense gradients' all-reduce, which the
   // communicator would otherwise run first). out: the forward's output, which the lookups may write already (the
   // caller's work in between must not read it). The batch's forward, with the same arguments and out, then only
-  // pools and checks. Returns false (nothing queued) without a batch routed ahead, or in the sequential order
-  // (CollectionConfig::overlap false).
+  // pools and checks. Returns false (nothing queued) without a batch routed ahead, or where a group did not
+  // route ahead.
   bool look_up_ahead(void* out, LookupMode mode = LookupMode::train);
   // Optional, after a train forward whose output the caller has taken (e.g. its stream now waits for it): queues
   // the backward's work that needs no gradient on the collection's stream (replicated tables on more than one

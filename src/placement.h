@@ -78,10 +78,6 @@ struct CollectionConfig {
   // f32, or bf16 / f16 (each pooled value computed in float and rounded to nearest even once, as it is put into
   // the output; the gradient widened to float before the placements see it).
   OutputType output = OutputType::f32;
-  // true: each part of a step (src/placement.h PlacedTable) runs for every table before the next part of any, so
-  // that one table's exchanges overlap other tables' work (src/embedding_collection.h). false: one table's
-  // forward, or backward, whole after the other's (for comparison). The results are the same bit for bit.
-  bool overlap = true;
 };
 constexpr int64_t kShardHeadroom = 64;
 
@@ -147,13 +143,7 @@ class PlacedTable {
   //   begin_forward: the keys' route (the host reads its counts), their exchange posted (Exchange::post);
   //   lookup: the lookup of the keys that arrived (joined), the exchange of what it found posted;
   //   finish_forward: the pooled bags into out (the exchange joined).
-  // `in`'s arrays and `out` stay valid and unchanged from begin_forward to finish_forward. forward() runs the
-  // three in a row.
-  void forward(const TableBatch& in, LookupMode mode, float* out) {
-    begin_forward(in, mode, out);
-    lookup();
-    finish_forward();
-  }
+  // `in`'s arrays and `out` stay valid and unchanged from begin_forward to finish_forward.
   virtual void begin_forward(const TableBatch& in, LookupMode mode, float* out) = 0;
   // Route ahead (optional): begin_forward's route of a batch whose forward comes later, queued now (a trainer:
   // beside the dense work of the step before), into route buffers of its own, so that the current batch's
@@ -172,11 +162,7 @@ class PlacedTable {
   // grad: [bags, dim] of the last train forward's output; step: the global optimizer step (from 1); lr_scale:
   // the factor on the table's configured learning rate for this step (a schedule). In two parts as the forward:
   // begin_backward posts the gradients' exchange (grad stays valid and unchanged until update), update joins it
-  // and updates the rows. backward() runs both in a row.
-  void backward(const float* grad, int64_t step, float lr_scale) {
-    begin_backward(grad);
-    update(step, lr_scale);
-  }
+  // and updates the rows.
   virtual void begin_backward(const float* grad) = 0;
   virtual void update(int64_t step, float lr_scale) = 0;
   // After a train forward, once its output has been handed on: queues on the device's stream the part of the

@@ -70,8 +70,7 @@ void check_optimizer(const char* section, const OptimizerConfig& o) {
 }  // namespace
 
 void check_train_config(const TrainConfig& c) {
-  SPARTA_REQUIRE(c.benchmark || !c.train_path.empty(),
-                 "data.train: a training dataset is required (--data.train FILE), unless --benchmark");
+  SPARTA_REQUIRE(!c.train_path.empty(), "data.train: a training dataset is required (--data.train FILE)");
   SPARTA_REQUIRE(c.global_batch >= 1, "data.global_batch: expected >= 1, found %lld", (long long)c.global_batch);
   SPARTA_REQUIRE(c.eval_batch >= 0, "data.eval_batch: expected >= 0 (0: data.global_batch), found %lld",
                  (long long)c.eval_batch);
@@ -124,9 +123,7 @@ void check_train_config(const TrainConfig& c) {
                  "%lld)", (long long)c.rows);
   const PlannerRates& pr = c.planner_rates;
   for (const auto& r : {std::make_pair("embedding.planner_link_gbps", pr.link_GBps),
-                        std::make_pair("embedding.planner_hbm_gbps", pr.hbm_GBps),
-                        std::make_pair("embedding.planner_collective_us", pr.collective_us),
-                        std::make_pair("embedding.planner_group_us", pr.group_us)})
+                        std::make_pair("embedding.planner_hbm_gbps", pr.hbm_GBps)})
     SPARTA_REQUIRE(r.second > 0 && std::isfinite(r.second), "%s: expected > 0, found %g", r.first, r.second);
   check_optimizer("optimizer", c.dense);
   SPARTA_REQUIRE(c.dense.kind != OptimizerKind::lazy_adam,
@@ -180,12 +177,10 @@ std::string TrainConfig::to_ini() const {
   s << "[embedding]\nrows = " << rows << "\nplacement = " << placement << "\ncombiner = " << combiner << "\n";
   opt(sparse);
   s << "atomic_update = " << sparse.atomic_update << "\ninit_scale = " << init_scale << "\nhot_rows = " << hot_rows << "\nmemory_mb = " << memory_mb
-    << "\nexchange = " << exchange << "\noverlap = " << overlap << "\nroute_ahead = " << route_ahead
-    << "\nhigh_priority = " << high_priority
+    << "\nexchange = " << exchange 
     << "\nindex = " << index
     << "\nplanner_link_gbps = " << planner_rates.link_GBps << "\nplanner_hbm_gbps = " << planner_rates.hbm_GBps
-    << "\nplanner_collective_us = " << planner_rates.collective_us
-    << "\nplanner_group_us = " << planner_rates.group_us << "\n\n";
+    << "\n\n";
   s << "[optimizer]\n";
   opt(dense);
   s << "warmup_steps = " << schedule.warmup_steps << "\ndecay_start = " << schedule.decay_start

@@ -36,17 +36,6 @@ float learning_rate(const LrSchedule& s, int64_t step);
 // (1 when s.lr is 0).
 float learning_rate_factor(const LrSchedule& s, int64_t step);
 
-// sparta-train --benchmark (src/train_benchmark.h): synthetic batches in memory, timed steps.
-struct BenchmarkOptions {
-  std::string preset = "mlperf";  // io/synthetic.h presets: mlperf (26 tables, 13 dense) | small
-  int64_t max_rows = 4000000;     // cap on every table's rows
-  std::string hotness = "1";      // keys per slot: k or a-b
-  int64_t batch = 65536;          // samples per rank per step
-  int64_t warmup = 3;             // untimed steps
-  int64_t steps = 10;             // timed steps
-  int64_t trace_steps = 0;        // then steps taken as training takes them with their timeline marked (Trainer::trace)
-};
-
 struct TrainConfig {
   // [data]
   std::string train_path;        // dataset files (io/dataset.h)
@@ -70,18 +59,11 @@ struct TrainConfig {
   int64_t hot_rows = 0;          // hybrid: replicated frequent rows per table (0: the planner's default)
   double memory_mb = 0;          // device memory per rank for the tables (0: no limit)
   std::string exchange = "fp32";  // fp32 | bf16: the wire type of vectors and gradients between ranks
-  bool overlap = true;           // exchanges overlap other tables' work (CollectionConfig::overlap)
-  // the next step's batch routed while this step's dense layers run (EmbeddingCollection::route_ahead)
-  bool route_ahead = true;
-  // the embeddings' stream (the collection's lookups, sums, updates and pooling) ahead of the dense layers' when
-  // the GPU picks the next blocks to run (StreamPriority::high): on several ranks their chain from the embeddings'
-  // gradient to the next batch's pooled vectors is the step's critical path, the dense layers' tail beside it is not
-  // (one rank: no exchange in that chain, and the streams keep one priority)
-  bool high_priority = true;
   // hashed | direct: direct indexes every table's keys by value (src/placement.h direct_index): every slot needs
   // a cardinality and its table that many rows (embedding.rows 0)
   std::string index = "hashed";
-  // The planner's rates (planner_link_gbps, planner_hbm_gbps, planner_collective_us, planner_group_us; each > 0)
+  // The planner's rates: link and HBM from planner_link_gbps, planner_hbm_gbps (each > 0; a cluster's NICs or
+  // another GPU generation), its fixed costs per collective and per group always its defaults
   PlannerRates planner_rates;
 
   // [optimizer]: the dense optimizer and its schedule
@@ -105,9 +87,6 @@ struct TrainConfig {
   double comm_timeout_s = 300;     // [comm] timeout: seconds without progress before the job ends
   bool comm_check_calls = false;   // [comm] check_calls: every rank's calls compared before they start
 
-  // --benchmark: time the step on in-memory synthetic batches instead of training ([benchmark] section)
-  bool benchmark = false;
-  BenchmarkOptions bench;
 
   // Common options (not in the config text).
   ContextOptions context;

@@ -86,9 +86,7 @@ void Trainer::build_rest(const std::string& load_from) {
   comm_ = std::make_unique<Communicator>(topo_, dev_, copt);
   emb_dev_ = dev_;
   if (dev_.is_cuda()) {
-    // ahead of the dense layers where their chain has exchanges in it (one rank: nothing crosses, one priority)
-    const bool high = cfg_.high_priority && world_ > 1;
-    emb_stream_ = SideStream(dev_, high ? StreamPriority::high : StreamPriority::same);
+    emb_stream_ = SideStream(dev_);
     emb_dev_.stream = emb_stream_.stream();
     emb_done_at_ = StreamEvent(dev_);
   }
@@ -222,7 +220,6 @@ void Trainer::build_collection(const Batch& b, int64_t global_batch) {
     c.num_slots = m.num_slots;
     c.seed = cfg_.seed;
     c.exchange = cfg_.exchange == "bf16" ? DataType::bf16 : DataType::f32;
-    c.overlap = cfg_.overlap;
     const std::vector<std::string> placements = split_list(cfg_.placement);
     SPARTA_REQUIRE(placements.size() == 1 || placements.size() == size_t(m.num_slots),
                    "embedding.placement: expected one placement for every table or a list of %d (one per table), "
@@ -397,7 +394,7 @@ void Trainer::forget_staged() {
 }
 
 void Trainer::route_next(const Batch& nb) {
-  if (!cfg_.route_ahead || staged_ != &nb) return;
+  if (staged_ != &nb) return;
   DeviceBatch& d = batches_[staged_at_];
   if (emb_stream_.stream()) d.copied.wait_in(emb_stream_.stream());  // the route reads its keys and offsets
   if (collection_->route_ahead(d.offsets.data(), d.keys.data(), nb.size)) ahead_at_ = staged_at_;

@@ -159,8 +159,8 @@ class Trainer {
   void copies_done();                // the host waits for every queued copy
   void forget_staged();              // a staged batch that no step will take (and its route ahead)
   // One training step on b, a slice of a global batch of global_batch samples; its loss goes to loss_slot.
-  // next (optional), called once b is taken: gives the next step's batch staged (stage()), or null; with
-  // embedding.route_ahead the collection routes it while this step's dense layers run (route_next). b's memory
+  // next (optional), called once b is taken: gives the next step's batch staged (stage()), or null; the
+  // collection routes it while this step's dense layers run (route_next). b's memory
   // may change once next is called (the reader's next()).
   // look_ahead: the next batch's lookups may be queued at the end of this step (EmbeddingCollection::
   // look_up_ahead), i.e. no evaluation or checkpoint comes before its step.

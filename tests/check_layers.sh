@@ -3,6 +3,7 @@
 #   src/base/                  includes only src/base/
 #   kernels/  comm/  io/       include their own folder and src/base/, never each other or the core
 #   src/ (the core)            anything below it, never experiments/ or tests/
+#   experiments/lab/           its own folder, kernels/ and src/base/ (measurement kernels beside the library)
 #   every include of a project file names its room: "src/base/check.h", "comm/communicator.h"
 # Usage: tests/check_layers.sh [ROOT]   prints each violation, then "layers: passed|failed (N violations)".
 set -u
@@ -20,6 +21,9 @@ while IFS=: read -r file line text; do
       own=${file%%/*}
       [[ $inc == "$own"/* || $inc == src/base/* ]] || say "$file:$line: $own/ includes \"$inc\" (only $own/ and src/base/)" ;;
     src/*) [[ $inc == experiments/* || $inc == tests/* ]] && say "$file:$line: the core includes \"$inc\"" ;;
+    experiments/lab/*)
+      [[ $inc == experiments/lab/* || $inc == kernels/* || $inc == src/base/* ]] ||
+        say "$file:$line: experiments/lab/ includes \"$inc\" (only experiments/lab/, kernels/ and src/base/)" ;;
   esac
   [ -e "$inc" ] || say "$file:$line: \"$inc\" does not exist"
 done < <(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' src kernels comm io experiments tests \

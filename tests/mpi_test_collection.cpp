@@ -155,8 +155,6 @@ CollectionConfig make_config(uint64_t seed, const std::vector<std::string>& plac
   CollectionConfig c;
   c.num_slots = slots;
   c.seed = seed;
-  // SPARTA_TEST_OVERLAP=0 runs every case in the sequential order (to tell an overlap fault from another)
-  if (const char* o = std::getenv("SPARTA_TEST_OVERLAP")) c.overlap = std::string(o) != "0";
   for (size_t i = 0; i < defs.size(); ++i) {
     const TableDef& d = defs[i];
     CollectionTableConfig t;
@@ -1301,7 +1299,6 @@ struct WireCase {
   int slots;
   DataType wire;
   OutputType output;
-  bool overlap = true;
 };
 
 // n gradient values uniform in [-1, 1), in the output's type (f32, or bf16's bits), on the device.
@@ -1318,65 +1315,13 @@ Buffer<uint16_t> random_gradient(const Device& dev, size_t n, OutputType output,
   return Buffer<uint16_t>(dev, grad);
 }
 
-// The overlapped order (each part of a step for every table before the next part of any, exchanges on the
-// communication stream) changes no bit against one table after the other: forward outputs at every step and the
-// tables after three steps, for the five placements in one collection, with f32 and with a bf16 wire and output
-// (whose staging runs on the communication stream), and for grouped tables.
-void overlap_equals_sequential(Backend backend) {
-  const uint64_t seed = shared_seed();
-  World w(backend, testing::world_size());
-  const std::string last = "localized:" + std::to_string(w.size - 1);
-  const std::vector<WireCase> cases = {
-      {{"dispatch", "replicated", "hybrid", "distributed", last}, kTables, kSlots, DataType::f32, OutputType::f32},
-      {{"hybrid", last, "distributed", "dispatch", "replicated"}, kTables, kSlots, DataType::bf16, OutputType::bf16},
-      {{"hybrid", "hybrid", last, "distributed", "distributed", "dispatch"}, kGrouped, kGroupedSlots, DataType::f32,
-       OutputType::f32}};
-  for (const WireCase& k : cases) {
-    CollectionConfig cfg = make_config(seed, k.placements, k.defs, k.slots);
-    cfg.exchange = k.wire;
-    cfg.output = k.output;
-    Data data(seed ^ 0x0e1a, k.defs, k.slots);
-    Data sample = data;
-    Plan plan = plan_for(cfg, w, sample);
-    EmbeddingCollection overlapped(w.comm, w.communicator.get(), w.dev, cfg, plan);
-    cfg.overlap = false;
-    EmbeddingCollection sequential(w.comm, w.communicator.get(), w.dev, cfg, plan);
-    const int64_t width = overlapped.output_width();
-    const size_t value_bytes = k.output == OutputType::f32 ? 4 : 2;
-    int64_t out_diff = 0;
-    for (int step = 1; step <= 3; ++step) {
-      Batch b = data.next(3 * w.size + 2);
-      Slice s = slice_of(b.samples, w.rank, w.size);
-      LocalBatch lb(w.dev, b, s);
-      const size_t n = size_t(std::max<int64_t>(1, s.count * width));
-      Buffer<uint16_t> g = random_gradient(w.dev, n, k.output, data.g);
-      std::vector<std::vector<uint16_t>> outs;
-      for (EmbeddingCollection* c : {&overlapped, &sequential}) {
-        Buffer<uint16_t> out(w.dev, n * value_bytes / 2);
-        out.fill_bytes(0xFF);
-        c->forward(lb.offsets.data(), lb.keys.data(), s.count, static_cast<void*>(out.data()));
-        outs.push_back(out.download());
-        c->backward(static_cast<const void*>(g.data()), step);
-      }
-      out_diff += outs[0] != outs[1];
-    }
-    MPI_Allreduce(MPI_IN_PLACE, &out_diff, 1, MPI_INT64_T, MPI_SUM, w.comm);
-    auto [diff, compared] = differing_rows(overlapped, sequential, cfg, w.comm);
-    const std::string what = k.placements[0] + "+... (" + dtype_name(k.wire) + ")";
-    BOOST_CHECK_GT(compared, 0);
-    BOOST_CHECK_MESSAGE(out_diff == 0, what << ": " << out_diff << " forward outputs differ with overlap");
-    BOOST_CHECK_MESSAGE(diff == 0, what << ": " << diff << " rows differ with overlap");
-  }
-}
-SPARTA_MPI_BACKEND_CASES(overlap_changes_no_bit, overlap_equals_sequential)
-
 // Routing a batch ahead (EmbeddingCollection::route_ahead: between a step's forward and its backward, the next
 // step's batch) changes no bit: forward outputs at every step and the tables after four steps equal a twin's that
 // routes every batch at its forward. In between: an evaluation forward of another batch after a backward (it
 // must leave the routed batch's cut and route alone), a route ahead replaced by another before any forward takes
-// it, and the sequential order. The route is taken, not redone: a forward that starts from one marks no key sort
+// it. The route is taken, not redone: a forward that starts from one marks no key sort
 // of its own (the trace), while the route ahead did. After the backward of steps 1 and 3 the next batch is also
-// looked up ahead (look_up_ahead: where every group routes ahead, with overlap), and a forward or a route ahead of
+// looked up ahead (look_up_ahead: where every group routes ahead), and a forward or a route ahead of
 // another batch before its own forward is an error on every rank. A batch with bad offsets on one rank is refused on every rank
 // (false), and its forward throws the usual error.
 void route_ahead_equals_plain(Backend backend) {
@@ -1384,19 +1329,16 @@ void route_ahead_equals_plain(Backend backend) {
   World w(backend, testing::world_size());
   const std::string last = "localized:" + std::to_string(w.size - 1);
   const std::vector<WireCase> cases = {
-      {{"dispatch", "replicated", "hybrid", "distributed", last}, kTables, kSlots, DataType::f32, OutputType::f32,
-       true},
-      {{"dispatch", "replicated", "dispatch", "replicated", "dispatch"}, kTables, kSlots, DataType::bf16, OutputType::bf16,
-       true},
+      {{"dispatch", "replicated", "hybrid", "distributed", last}, kTables, kSlots, DataType::f32, OutputType::f32},
+      {{"dispatch", "replicated", "dispatch", "replicated", "dispatch"}, kTables, kSlots, DataType::bf16, OutputType::bf16},
       {{"dispatch", "dispatch", "replicated", "dispatch", "dispatch", "dispatch"}, kGrouped, kGroupedSlots,
-       DataType::f32, OutputType::f32, true},
+       DataType::f32, OutputType::f32},
       {{"dispatch", "dispatch", "dispatch", "replicated", "replicated", "dispatch"}, grouped_direct(), kGroupedSlots,
-       DataType::f32, OutputType::f32, false}};
+       DataType::f32, OutputType::f32}};
   for (const WireCase& k : cases) {
     CollectionConfig cfg = make_config(seed, k.placements, k.defs, k.slots);
     cfg.exchange = k.wire;
     cfg.output = k.output;
-    cfg.overlap = k.overlap;
     Data data(seed ^ 0xa4ead, k.defs, k.slots);
     Data sample = data;
     Plan plan = plan_for(cfg, w, sample);
@@ -1404,7 +1346,7 @@ void route_ahead_equals_plain(Backend backend) {
     EmbeddingCollection plain(w.comm, w.communicator.get(), w.dev, cfg, plan);
     const int64_t width = ahead.output_width();
     const size_t value_bytes = k.output == OutputType::f32 ? 4 : 2;
-    const std::string what = k.placements[0] + "+... (" + dtype_name(k.wire) + (k.overlap ? "" : ", sequential") + ")";
+    const std::string what = k.placements[0] + "+... (" + dtype_name(k.wire) + ")";
     // every batch on the device until the end: a batch routed ahead must stay where it was
     std::vector<std::unique_ptr<LocalBatch>> batches;
     auto upload = [&](int64_t samples) {
@@ -1424,7 +1366,7 @@ void route_ahead_equals_plain(Backend backend) {
     // the output of a forward looked up ahead: the buffer look_up_ahead was given
     std::unique_ptr<Buffer<uint16_t>> ahead_out;
     int64_t looked_up = 0;
-    const bool may_look_up = k.overlap && std::all_of(k.placements.begin(), k.placements.end(), [](const std::string& p) {
+    const bool may_look_up = std::all_of(k.placements.begin(), k.placements.end(), [](const std::string& p) {
                                return p == "dispatch" || p == "replicated";
                              });
     auto run_forward = [&](EmbeddingCollection& c, const LocalBatch& lb, LookupMode mode, Buffer<uint16_t>* given) {

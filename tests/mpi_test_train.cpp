@@ -624,12 +624,12 @@ std::pair<size_t, size_t> compare_rows(const std::vector<std::map<int64_t, std::
   return {common, differ};
 }
 
-// embedding.route_ahead (the next step's batch checked, cut and routed while the step before trains) changes
-// no bit: losses, evaluations (run between steps, between a batch's route and its forward) and dense parameters
-// equal a run that routes each batch at its own step, for every placement, hashed and direct, with a checkpoint
-// written mid-run and fp32 and bf16 models; and with route ahead the tables' rows (every rank's, by key) too.
-// embedding.high_priority off (the embeddings' stream at the dense stream's priority, not ahead of it) changes no
-// bit either: the streams' order is their events', whichever runs first on the GPU.
+// Routing ahead (the next step's batch checked, cut and routed while the step before trains) and looking up
+// ahead (its lookups queued after this step's backward) change no bit. A run of 9 steps routes every step but the
+// first ahead (and looks step 4's batch up ahead in step 3); the same run stopped at step 3 and resumed (a resume
+// is bit for bit: resume_continues_the_trajectory) routes step 4's batch at its own forward. Losses, evaluations
+// (run between steps, between a batch's route and its forward), dense parameters and every rank's rows by key
+// are equal, for every placement, hashed and direct, with a checkpoint written mid-run, fp32 and bf16 models.
 void route_ahead_trains_alike(Backend backend) {
   const Data data;
   testing::SharedTempPath dir("mpi_test_train", "route_ahead");
@@ -643,35 +643,38 @@ void route_ahead_trains_alike(Backend backend) {
       cfg.index = index;
       cfg.steps = 9;
       cfg.eval_every = 4;
-      cfg.checkpoint_dir = dir.path + "/" + std::to_string(run++);
       cfg.checkpoint_every = 5;
       if (std::string(index) == "direct") cfg.model.precision = GemmType::bf16;
+      // whole: 9 steps in one run; then 3 steps, resumed to 9 (into another checkpoint folder)
       std::vector<Run> runs;
       std::vector<std::vector<std::map<int64_t, std::vector<float>>>> rows;
-      for (int variant : {0, 1, 2}) {  // both on; route at the step; the same priority
-        cfg.route_ahead = variant != 1;
-        cfg.high_priority = variant != 2;
+      for (int part : {0, 1, 2}) {
+        TrainConfig c = cfg;
+        c.checkpoint_dir = dir.path + "/" + std::to_string(run) + (part == 0 ? "whole" : "parts");
+        if (part == 1) c.steps = 3;
+        c.resume = part == 2;
         SubWorld w(ranks, backend);
-        Trainer t(w.comm, w.topo, w.dev, cfg, TrainerMode::train);
+        Trainer t(w.comm, w.topo, w.dev, c, TrainerMode::train);
         Run r;
         r.result = t.run();
         r.params = t.dense_params();
         runs.push_back(r);
         rows.push_back(rows_by_key(t));
       }
+      ++run;
       const TrainResult& a = runs[0].result;
-      for (size_t v : {1, 2}) {
-        const TrainResult& b = runs[v].result;
-        bool same = a.losses == b.losses && runs[0].params == runs[v].params && rows[0] == rows[v] &&
-                    a.evals.size() == 3 && a.evals.size() == b.evals.size() && a.losses.size() == 9;
-        for (size_t i = 0; same && i < a.evals.size(); ++i)
-          same = a.evals[i].first == b.evals[i].first && a.evals[i].second.auc == b.evals[i].second.auc &&
-                 a.evals[i].second.logloss == b.evals[i].second.logloss;
-        if (!same)
-          BOOST_TEST_MESSAGE(ranks << " ranks, " << placement << ", " << index << ": "
-                                   << (v == 1 ? "route ahead" : "the embeddings' priority") << " changes the run");
-        ok = ok && same;
-      }
+      const TrainResult& b = runs[2].result;
+      std::vector<double> joined = runs[1].result.losses;
+      joined.insert(joined.end(), b.losses.begin(), b.losses.end());
+      bool same = a.losses == joined && runs[0].params == runs[2].params && rows[0] == rows[2] &&
+                  a.evals.size() == 3 && a.evals.size() == b.evals.size() && a.losses.size() == 9;
+      for (size_t i = 0; same && i < a.evals.size(); ++i)
+        same = a.evals[i].first == b.evals[i].first && a.evals[i].second.auc == b.evals[i].second.auc &&
+               a.evals[i].second.logloss == b.evals[i].second.logloss;
+      if (!same)
+        BOOST_TEST_MESSAGE(ranks << " ranks, " << placement << ", " << index
+                                 << ": routing ahead changes the run (against routing at the forward)");
+      ok = ok && same;
     }
   BOOST_TEST(testing::all_ranks(ok));
 }

@@ -80,6 +80,17 @@ if [ -f tests/check_layers.sh ] && selected layers; then
   echo '#include "src/base/check.h"' >"$planted/comm/communicator.h"
   printf '#include "src/base/check.h"\n#include "comm/communicator.h"\n' >"$planted/kernels/x.cu"
   layer_case "layers (catches kernels -> comm)" 1 "$planted"
+  # the lab (measurement kernels) may include kernels/ and src/base/, and nothing in the library includes it
+  mkdir -p "$planted/experiments/lab"
+  printf '#include "src/base/check.h"\n#include "kernels/x.cu"\n' >"$planted/experiments/lab/m.h"
+  rm "$planted/kernels/x.cu"
+  echo '#include "src/base/check.h"' >"$planted/kernels/x.cu"
+  layer_case "layers (lab -> kernels, base)" 0 "$planted"
+  echo '#include "experiments/lab/m.h"' >"$planted/kernels/y.cu"
+  layer_case "layers (catches kernels -> lab)" 1 "$planted"
+  rm "$planted/kernels/y.cu"
+  echo '#include "comm/communicator.h"' >>"$planted/experiments/lab/m.h"
+  layer_case "layers (catches lab -> comm)" 1 "$planted"
   rm -rf "$planted"
 fi
 for t in "$build"/tests/test_*; do

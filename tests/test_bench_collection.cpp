@@ -128,7 +128,7 @@ void run_and_check(const Expect& x, const std::string& extra) {
         BOOST_CHECK(number(l, "ms_step_planned") > 0);
         BOOST_CHECK_EQUAL(number(l, "planner_link_GBps"), sparta::PlannerRates().link_GBps);
         BOOST_CHECK_EQUAL(number(l, "planner_group_us"), sparta::PlannerRates().group_us);
-        // its terms give it back at the recorded rates (experiments/fit_planner.py fits the rates to them): a group
+        // its terms give it back at the recorded rates: a group
         // opened by at least one table and at most by each, every group's collectives (3 to 6) with more than one rank
         const sparta::PlannerRates rates;
         const double groups = number(l, "planned_groups"), collectives = number(l, "planned_collectives");

@@ -119,25 +119,3 @@ BOOST_AUTO_TEST_CASE(train_then_predict_on_another_rank_count) {
   // The model of 2 ranks evaluated by 3: the same AUC up to the order of a bag's float sums.
   BOOST_TEST(std::fabs(sparta::h5::read_attr_double(p, "/", "auc") - auc) < 1e-6);
 }
-
-// --benchmark: the step timed on in-memory batches; a record with every part, no data files needed.
-BOOST_AUTO_TEST_CASE(benchmark_mode_writes_a_record) {
-  testing::ScopedPath dir("test_model_programs", "bench");
-  testing::run_command("mkdir -p " + dir.path);
-  const std::string args = "--benchmark --benchmark.preset small --benchmark.batch 256 --benchmark.warmup 1 "
-                           "--benchmark.steps 2 --model.embedding_dim 8 --model.bottom_mlp 16,8 --model.top_mlp 16,1 "
-                           "--device cpu --train.metrics " + dir.path + "/b.jsonl";
-  const testing::CommandResult r = testing::run_command(testing::tool_command(kTrain, 2, args, 120));
-  BOOST_REQUIRE_MESSAGE(r.status == 0, r.output);
-  BOOST_TEST(r.output.find("samples/s") != std::string::npos, r.output);
-  std::ifstream f(dir.path + "/b.jsonl");
-  std::string line;
-  std::getline(f, line);
-  for (const char* w : {"\"record\":\"benchmark\"", "\"global_batch\":512", "\"ranks\":2", "\"ms_embedding\":",
-                        "\"ms_dense\":", "\"ms_comm\":", "\"ms_data\":", "\"wrong\":0", "\"placement\":\"",
-                        "bottom MLP 13-16-8, 8 x 8 embeddings"})
-    BOOST_TEST(line.find(w) != std::string::npos, w << " in " << line);
-  const size_t at = line.find("\"samples_per_s\":") + 16;
-  BOOST_TEST(std::stod(line.substr(at)) > 0);
-  expect_failure("--benchmark --benchmark.batch 0 --device cpu", {"batch", "0"});
-}

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/fill.h"
 #include "kernels/route.h"
 #include "src/base/half.h"
 #include "tests/testing.h"
@@ -490,7 +491,7 @@ void check_tagged_slots_and_offsets(Backend backend) {
         }
       auto tk = poisoned<int64_t>(dev, want_keys.size());
       Buffer<int64_t> bad(dev, std::vector<int64_t>{123});
-      route_fill_i64(dev, bad.data(), 1, INT64_MAX, dev.stream);
+      fill(dev, bad.data(), 1, INT64_MAX, dev.stream);
       route_select_group_keys(dev, o.data(), kb.data(), batch, S, sl.data(), ts, to.data(), tg.data(),
                                     bb.data(), tk.data(), bad.data(), dev.stream);
       std::vector<int64_t> tkh = tk.download();
@@ -501,7 +502,7 @@ void check_tagged_slots_and_offsets(Backend backend) {
     Buffer<int64_t> first(dev, std::vector<int64_t>{0});
     auto check = [&](const std::vector<int64_t>& o) {
       Buffer<int64_t> ob(dev, o);
-      route_fill_i64(dev, first.data(), 1, INT64_MAX, dev.stream);
+      fill(dev, first.data(), 1, INT64_MAX, dev.stream);
       route_check_offsets(dev, ob.data(), int64_t(o.size()) - 1, first.data(), dev.stream);
       return first.download()[0];
     };

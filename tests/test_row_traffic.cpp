@@ -1,4 +1,4 @@
-// kernels/row_traffic.h, the benchmark's traffic floors: the gather against sums written here (key order, the same
+// experiments/lab/row_traffic.h, the benchmark's traffic floors: the gather against sums written here (key order, the same
 // bits on both backends) with a poisoned output; the plain read and write and the atomic add against their
 // expectations on fresh random rows (rows outside the table skipped, untouched rows unchanged); a read and write of
 // zero leaves every row's bits, keys repeated; bad inputs: an error naming what was wrong, and nothing written.
@@ -9,7 +9,7 @@
 
 #include "src/base/buffer.h"
 #include "src/base/check.h"
-#include "kernels/row_traffic.h"
+#include "experiments/lab/row_traffic.h"
 #include "tests/testing.h"
 
 using namespace sparta;

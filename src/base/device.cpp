@@ -73,33 +73,16 @@ void close_device(Device& dev) {
   dev.stream = nullptr;
 }
 
-Stream create_stream(const Device& dev, StreamPriority priority) {
+Stream create_stream(const Device& dev) {
   if (!dev.is_cuda()) return nullptr;
 #if SPARTA_CUDA
   CUDA_CHECK(cudaSetDevice(dev.gpu));
-  int least = 0, greatest = 0, p = 0;
-  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  if (priority == StreamPriority::high)
-    p = greatest < least - 1 ? greatest + 1 : greatest;  // the greatest is the communicator's
-  else
-    p = dev.stream ? stream_priority(dev, dev.stream) : least;
   cudaStream_t s;
-  CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, p));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   return s;
 #else
   SPARTA_FATAL("a stream of %s in a CUDA=0 build", dev.name().c_str());
 #endif
-}
-
-int stream_priority(const Device& dev, Stream stream) {
-  if (!dev.is_cuda()) return 0;
-  int p = 0;
-#if SPARTA_CUDA
-  CUDA_CHECK(cudaStreamGetPriority(stream, &p));
-#else
-  (void)stream;
-#endif
-  return p;
 }
 
 void destroy_stream(const Device& dev, Stream stream) {
@@ -110,9 +93,9 @@ void destroy_stream(const Device& dev, Stream stream) {
 #endif
 }
 
-SideStream::SideStream(const Device& dev, StreamPriority priority) : dev_(dev) {
+SideStream::SideStream(const Device& dev) : dev_(dev) {
   if (!dev.is_cuda()) return;
-  stream_ = create_stream(dev, priority);
+  stream_ = create_stream(dev);
   event_ = StreamEvent(dev);
 }
 

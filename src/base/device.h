@@ -44,17 +44,10 @@ std::string gpu_name(int gpu);
 Device open_device(Backend backend, int gpu);
 void close_device(Device& dev);
 
-// Where a created stream's blocks come when the GPU picks what to run next (cuda stream priorities): `same` as
-// dev.stream's (the device's own stream has the default, the lowest), or `high`: ahead of every stream at the
-// default and one step behind the communicator's stream (comm/, the highest), so that communication stays first.
-enum class StreamPriority { same, high };
-
 // A stream of dev besides dev.stream (a second compute stream; tests): non-blocking. cpu: nullptr, nothing made.
 // destroy_stream waits for the stream's work first.
-Stream create_stream(const Device& dev, StreamPriority priority = StreamPriority::same);
+Stream create_stream(const Device& dev);
 void destroy_stream(const Device& dev, Stream stream);
-// A cuda stream's priority (cudaStreamGetPriority: the lower, the sooner its blocks run); 0 on the cpu backend.
-int stream_priority(const Device& dev, Stream stream);
 
 // A point in one stream's work that other streams can wait for: a CUDA event (cuda; on the cpu backend it holds
 // nothing and every call does nothing). record(s) marks the work queued on s so far; wait_in(t) makes the work
@@ -83,7 +76,7 @@ class StreamEvent {
 class SideStream {
  public:
   SideStream() = default;
-  explicit SideStream(const Device& dev, StreamPriority priority = StreamPriority::same);
+  explicit SideStream(const Device& dev);
   ~SideStream();
   SideStream(SideStream&& o) noexcept;
   SideStream& operator=(SideStream&& o) noexcept;

@@ -3,11 +3,8 @@
 //   mpiexec -n 2 sparta-train --config experiments/configs/demo.ini --data.train train.h5 --data.eval eval.h5
 // Rank 0 prints the plan, the memory of every rank, a progress line per log interval and the evaluations, and
 // writes the metrics as JSON lines; a bad option, file or size ends every rank with its message, status 1.
-// --benchmark times the step on synthetic batches in memory instead (src/train_benchmark.h).
 #include <unistd.h>
 
-#include <ctime>
-#include <fstream>
 #include <string>
 
 #include "src/base/agree.h"
@@ -17,7 +14,6 @@
 #include "src/options.h"
 #include "src/train_config.h"
 #include "src/metrics.h"
-#include "src/train_benchmark.h"
 #include "src/trainer.h"
 
 int main(int argc, char** argv) {
@@ -35,27 +31,6 @@ int main(int argc, char** argv) {
     sparta::agree_on_error(MPI_COMM_WORLD, sparta::guarded([&] { help = !sparta::parse_train_config(argc, argv, cfg); }));
     if (help) return 0;
     sparta::Context ctx(cfg.context);
-    if (cfg.benchmark) {
-      const sparta::BenchmarkResult r =
-          sparta::run_benchmark(MPI_COMM_WORLD, ctx.topo(), ctx.device(), cfg, cfg.bench);
-      if (ctx.rank() == 0) {
-        std::fputs(r.table(cfg, cfg.bench).c_str(), stdout);
-        if (!cfg.metrics_path.empty()) {
-          std::string command;
-          for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
-          char date[32];
-          const std::time_t now = std::time(nullptr);
-          std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-          std::ofstream out(cfg.metrics_path, std::ios::app);
-          out << "{\"record\":\"benchmark\"," << r.json_fields(cfg, cfg.bench) << ",\"ranks\":" << ctx.world()
-              << ",\"device\":" << sparta::json_string(ctx.device().name())
-              << ",\"host\":" << sparta::json_string(sparta::identity_host()) << ",\"command\":"
-              << sparta::json_string(command) << ",\"date\":\"" << date << "\"}\n";
-          SPARTA_REQUIRE(out.good(), "train.metrics: cannot write '%s'", cfg.metrics_path.c_str());
-        }
-      }
-      return r.wrong == 0 ? 0 : 1;
-    }
     sparta::Trainer trainer(ctx, cfg);
     sparta::TrainResult r = trainer.run();
     if (!r.evals.empty()) {

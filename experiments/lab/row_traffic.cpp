@@ -1,6 +1,6 @@
 // row_traffic.cpp: CPU version of row_traffic.h (keys one by one, in key order), the checks and the backend
 // dispatch.
-#include "kernels/row_traffic.h"
+#include "experiments/lab/row_traffic.h"
 
 #include "src/base/check.h"
 

@@ -1,5 +1,5 @@
-// train_benchmark.cpp: see train_benchmark.h.
-#include "src/train_benchmark.h"
+// support_train_bench.cpp: see support_train_bench.h.
+#include "experiments/support_train_bench.h"
 
 #include <algorithm>
 #include <cmath>
@@ -87,7 +87,6 @@ BenchmarkResult run_benchmark(MPI_Comm world, const Topology& topo, const Device
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &r.wrong, 1, MPI_INT64_T, MPI_SUM, world));
   r.graph_replays = trainer.graph_replays();
   r.ranks = W;
-  r.nodes = topo.num_nodes;
   r.global_batch = G;
   r.model_shape = trainer.config().model.describe();
   r.placement = placement_name(trainer.plan().tables.front().placement);
@@ -110,23 +109,19 @@ std::string BenchmarkResult::table(const TrainConfig& cfg, const BenchmarkOption
                    (long long)wrong);
 }
 
-std::string BenchmarkResult::json_fields(const TrainConfig& cfg, const BenchmarkOptions& o, bool run_keys) const {
-  const std::string run =
-      run_keys ? strprintf(",\"nodes\":%d,\"warmup\":%lld,\"steps\":%lld", nodes, (long long)o.warmup, (long long)o.steps)
-               : std::string();
+std::string BenchmarkResult::json_fields(const TrainConfig& cfg, const BenchmarkOptions& o) const {
   return strprintf(
       "\"bench\":\"train\",\"model\":\"%s\",\"precision\":\"%s\",\"placement\":\"%s\",\"placement_option\":\"%s\","
       "\"exchange\":\"%s\",\"comm_mode\":\"%s\",\"preset\":\"%s\",\"max_rows\":%lld,\"hotness\":\"%s\","
-      "\"embedding_dim\":%d,\"model_shape\":\"%s\",\"batch_per_rank\":%lld,\"global_batch\":%lld%s,"
+      "\"embedding_dim\":%d,\"model_shape\":\"%s\",\"batch_per_rank\":%lld,\"global_batch\":%lld,"
       "\"samples_per_s\":%.1f,\"ms_step\":%.4f,\"ms_phases\":%.4f,\"ms_data\":%.4f,\"ms_embedding\":%.4f,"
-      "\"ms_dense\":%.4f,\"ms_comm\":%.4f,\"batch_copy\":\"staged\",\"route_ahead\":%s,\"high_priority\":%s,\"cuda_graphs\":%s,\"graph_replays\":%lld,"
+      "\"ms_dense\":%.4f,\"ms_comm\":%.4f,\"batch_copy\":\"staged\",\"cuda_graphs\":%s,\"graph_replays\":%lld,"
       "\"wrong\":%lld",
       interaction_name(cfg.model.interaction), precision_name(cfg.model.precision),
       placement.c_str(), cfg.placement.c_str(), cfg.exchange.c_str(), cfg.comm_mode.c_str(), o.preset.c_str(),
       (long long)o.max_rows, o.hotness.c_str(), cfg.model.embedding_dim, model_shape.c_str(),
-      (long long)o.batch, (long long)global_batch, run.c_str(), samples_per_s, ms_step,
-      ms_phases, ms_data, ms_embedding, ms_dense, ms_comm, cfg.route_ahead ? "true" : "false",
-      cfg.high_priority ? "true" : "false",
+      (long long)o.batch, (long long)global_batch, samples_per_s, ms_step,
+      ms_phases, ms_data, ms_embedding, ms_dense, ms_comm,
       cfg.cuda_graphs ? "true" : "false",
       (long long)graph_replays, (long long)wrong);
 }

@@ -1,5 +1,5 @@
-// train_benchmark.h: the training step's throughput on synthetic batches held in memory (no files), in the MLPerf
-// shapes by default: sparta-train --benchmark and experiments/bench_train run it. Each rank generates its slice
+// support_train_bench.h: bench_train's measurement: the training step's throughput on synthetic batches held in
+// memory (no files), in the MLPerf shapes by default. Each rank generates its slice
 // of one global batch (io/synthetic.h, the sample stream's samples [rank * batch, (rank + 1) * batch)), the
 // trainer is built on it (the planner sees its keys), then `warmup` untimed steps (they insert the keys), then
 // `steps` steps exactly as training takes them (Trainer::plain_steps: phases overlapping, the host waiting only
@@ -20,8 +20,19 @@
 
 namespace sparta {
 
+// The data and the steps of a run.
+struct BenchmarkOptions {
+  std::string preset = "mlperf";  // io/synthetic.h presets: mlperf (26 tables, 13 dense) | small
+  int64_t max_rows = 4000000;     // cap on every table's rows
+  std::string hotness = "1";      // keys per slot: k or a-b
+  int64_t batch = 65536;          // samples per rank per step
+  int64_t warmup = 3;             // untimed steps
+  int64_t steps = 10;             // timed steps
+  int64_t trace_steps = 0;        // then steps taken as training takes them with their timeline marked (Trainer::trace)
+};
+
 struct BenchmarkResult {
-  int ranks = 1, nodes = 1;
+  int ranks = 1;
   int64_t global_batch = 0;
   std::string placement;          // the plan's placement when every table has the same one, else "mixed"
   std::string model_shape;        // ModelConfig::describe() with the data's shapes
@@ -30,11 +41,9 @@ struct BenchmarkResult {
   int64_t wrong = 0;              // dense parameters that are not finite after the run (the run's own check)
   std::vector<StreamClock::Point> trace;  // this rank's timeline of the trace steps (BenchmarkOptions::trace_steps)
   // The '#'-headed table rank 0 prints, and the record's fields ("key":value,... without braces) with every
-  // parameter of the run but the rank count (the caller's provenance has it). run_keys false leaves out
-  // "nodes", "warmup" and "steps" too, for a caller whose record has them already (experiments/bench_train's
-  // driver writes warmup and steps, its provenance nodes).
+  // parameter of the run but those the bench driver's record has already (warmup, steps, ranks, nodes).
   std::string table(const TrainConfig& cfg, const BenchmarkOptions& o) const;
-  std::string json_fields(const TrainConfig& cfg, const BenchmarkOptions& o, bool run_keys = true) const;
+  std::string json_fields(const TrainConfig& cfg, const BenchmarkOptions& o) const;
 };
 
 // Collective over world. cfg gives the model, the tables' optimizer and placement and the communicator mode (its

@@ -4,7 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "src/base/check.h"
-#include "kernels/row_traffic.h"
+#include "experiments/lab/row_traffic.h"
 #include "kernels/sparse_optimizer.h"
 
 namespace sparta {
