@@ -1,7 +1,7 @@
 // test_experiments: the experiment side end to end, on the cpu backend: the bench driver's JSON lines and
 // provenance, the resumable sweep (tiny sweeps of bench_alltoall at 1-2 ranks, bench_hashtable and
 // bench_embedding, a failing point, a second run that skips finished points, sbatch scripts run through a fake
-// srun), every plot script on the sweeps' output, the provenance keys of every bench binary's JSON lines, README's
+// srun), every plot script on the sweeps' output, the provenance keys of every bench binary's JSON lines, BENCHMARKS.md's
 // CPU figures block run as written (its sweeps and its plots), bench_train's record, and the python suites of the
 // plots and the checkpoint analysis (on tool_ckpt_writer checkpoints); where PyTorch has a GPU, the collection's PyTorch
 // baseline (experiments/peers/torch_collection.py). Runs from the repository root (make test).
@@ -373,15 +373,15 @@ BOOST_AUTO_TEST_CASE(bench_train_records_every_phase, *boost::unit_test::timeout
   BOOST_TEST(contains(r.output, "--batch: expected >= 1, found 0"), r.output);
 }
 
-// README's CPU figures block, command by command as a user runs it (with this build and launcher, under a
+// experiments/BENCHMARKS.md's CPU figures block, command by command as a user runs it (with this build and launcher, under a
 // scratch folder instead of results/): every sweep finishes, every plot writes its PNG, every plot script of
 // plots/ but plot_training.py (the trainer's metrics, not a sweep's) is among them, and every sweep config of
 // the GPU table has its _cpu twin in the block.
-BOOST_AUTO_TEST_CASE(readme_cpu_figures_reproduce, *boost::unit_test::timeout(900)) {
+BOOST_AUTO_TEST_CASE(benchmarks_md_cpu_figures_reproduce, *boost::unit_test::timeout(900)) {
   require_repo_root();
   testing::ScopedPath dir("experiments", "figures");
   fs::create_directories(dir.path);
-  const std::string readme = read_file("README.md");
+  const std::string readme = read_file("experiments/BENCHMARKS.md");
   const size_t a = readme.find("<!-- figures-cpu:begin -->"), b = readme.find("<!-- figures-cpu:end -->");
   BOOST_REQUIRE(a != std::string::npos && b != std::string::npos && a < b);
   std::vector<std::string> commands;
@@ -410,15 +410,15 @@ BOOST_AUTO_TEST_CASE(readme_cpu_figures_reproduce, *boost::unit_test::timeout(90
   for (const auto& e : fs::directory_iterator("plots")) {
     const std::string name = e.path().filename().string();
     if (name.rfind("plot_", 0) == 0 && name != "plot_training.py" && e.path().extension() == ".py")
-      BOOST_CHECK_MESSAGE(contains(readme.substr(a, b - a), "plots/" + name), name << " is not in README's CPU figures");
+      BOOST_CHECK_MESSAGE(contains(readme.substr(a, b - a), "plots/" + name), name << " is not in BENCHMARKS.md's CPU figures");
   }
-  const std::string gpu_table = readme.substr(readme.find("### Figures"), a - readme.find("### Figures"));
+  const std::string gpu_table = readme.substr(readme.find("## Figures of your own"), a - readme.find("## Figures of your own"));
   for (const auto& e : fs::directory_iterator("experiments/sweeps")) {
     const std::string name = e.path().stem().string();
     if (e.path().extension() != ".json" || (name.size() > 4 && name.substr(name.size() - 4) == "_cpu")) continue;
     BOOST_CHECK_MESSAGE(contains(gpu_table, "experiments/sweeps/" + name + ".json"), name << ".json has no figure");
     BOOST_CHECK_MESSAGE(contains(readme.substr(a, b - a), "experiments/sweeps/" + name + "_cpu.json"),
-                        name << ".json has no _cpu twin in README's CPU figures");
+                        name << ".json has no _cpu twin in BENCHMARKS.md's CPU figures");
   }
 }
 
