@@ -13,6 +13,7 @@
 
 #include "src/base/agree.h"
 #include "src/base/check.h"
+#include "src/base/deadline.h"
 
 namespace sparta {
 namespace {
@@ -374,8 +375,10 @@ void AucHistogram::reduce(int root, MPI_Comm comm) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   const int n = static_cast<int>(pos.size());
-  MPI_CHECK(MPI_Reduce(rank == root ? MPI_IN_PLACE : pos.data(), pos.data(), n, MPI_INT64_T, MPI_SUM, root, comm));
-  MPI_CHECK(MPI_Reduce(rank == root ? MPI_IN_PLACE : neg.data(), neg.data(), n, MPI_INT64_T, MPI_SUM, root, comm));
+  timed_reduce(rank == root ? MPI_IN_PLACE : pos.data(), pos.data(), n, MPI_INT64_T, MPI_SUM, root, comm,
+               "datagen (AUC histogram)");
+  timed_reduce(rank == root ? MPI_IN_PLACE : neg.data(), neg.data(), n, MPI_INT64_T, MPI_SUM, root, comm,
+               "datagen (AUC histogram)");
 }
 
 double exact_auc(const std::vector<float>& scores, const std::vector<float>& labels) {
@@ -429,12 +432,12 @@ namespace {
 
 template <class T>
 void send_vec(const std::vector<T>& v, int tag, MPI_Comm comm) {
-  MPI_CHECK(MPI_Send(v.data(), static_cast<int>(v.size() * sizeof(T)), MPI_BYTE, 0, tag, comm));
+  timed_send(v.data(), static_cast<int>(v.size() * sizeof(T)), 0, tag, comm, "datagen (samples to rank 0)");
 }
 template <class T>
 void recv_vec(std::vector<T>& v, size_t n, int src, int tag, MPI_Comm comm) {
   v.resize(n);
-  MPI_CHECK(MPI_Recv(v.data(), static_cast<int>(n * sizeof(T)), MPI_BYTE, src, tag, comm, MPI_STATUS_IGNORE));
+  timed_recv(v.data(), static_cast<int>(n * sizeof(T)), src, tag, comm, "datagen (samples from rank " + std::to_string(src) + ")");
 }
 
 }  // namespace
@@ -462,7 +465,7 @@ GenerateResult generate_dataset(const std::string& path, const SyntheticConfig& 
       error = e.what();
     }
   }
-  agree_on_error(comm, error);
+  agree_on_error(comm, error, "datagen");
 
   Teacher teacher(c);
   AucHistogram hist;
@@ -482,7 +485,7 @@ GenerateResult generate_dataset(const std::string& path, const SyntheticConfig& 
                        throw Error(strprintf("planted failure while generating round %lld on rank %d (a test's "
                                              "SyntheticConfig::fail_rank)", (long long)(r0 / round), rank));
                      generate_samples(c, teacher, lo, hi - lo, mine, &probs);
-                   }));
+                   }), "datagen");
     for (size_t i = 0; i < probs.size(); ++i) {
       hist.add(probs[i], mine.labels[i]);
       positives += mine.labels[i] > 0.5f;
@@ -516,10 +519,10 @@ GenerateResult generate_dataset(const std::string& path, const SyntheticConfig& 
       }
       bar.update(double(r0 + len));
     }
-    agree_on_error(comm, error);
+    agree_on_error(comm, error, "datagen");
   }
   hist.reduce(0, comm);
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &positives, 1, MPI_INT64_T, MPI_SUM, comm));
+  timed_allreduce(MPI_IN_PLACE, &positives, 1, MPI_INT64_T, MPI_SUM, comm, "datagen (positives)");
   GenerateResult res;
   double auc = 0;
   int64_t nnz = 0;
@@ -535,9 +538,9 @@ GenerateResult generate_dataset(const std::string& path, const SyntheticConfig& 
     auc = res.teacher_auc;
     bar.finish();
   }
-  agree_on_error(comm, error);
-  MPI_CHECK(MPI_Bcast(&auc, 1, MPI_DOUBLE, 0, comm));
-  MPI_CHECK(MPI_Bcast(&nnz, 1, MPI_INT64_T, 0, comm));
+  agree_on_error(comm, error, "datagen");
+  timed_bcast(&auc, 1, MPI_DOUBLE, 0, comm, "datagen (teacher AUC)");
+  timed_bcast(&nnz, 1, MPI_INT64_T, 0, comm, "datagen (keys written)");
   res.teacher_auc = auc;
   res.num_keys = nnz;
   res.positive_rate = c.num_samples > 0 ? double(positives) / c.num_samples : 0;

@@ -16,6 +16,7 @@
 #include "src/base/log.h"
 #include "src/embedding_collection.h"
 #include "src/planner.h"
+#include "src/base/deadline.h"
 
 namespace sparta {
 
@@ -49,7 +50,10 @@ Trainer::Trainer(MPI_Comm world, const Topology& topo, const Device& dev, const 
     : world_comm_(world), topo_(topo), cfg_(cfg), dev_(dev) {
   MPI_CHECK(MPI_Comm_rank(world, &rank_));
   MPI_CHECK(MPI_Comm_size(world, &world_));
-  agree(guarded([&] { check_train_config(cfg_); }));
+  agree(guarded([&] {
+    check_train_config(cfg_);
+    set_job_timeout(cfg_.comm_timeout_s);
+  }));
   open_datasets(mode);
   // Key statistics for the planner from the first batch of the data each rank reads.
   DatasetReader& sample_reader = mode == TrainerMode::train ? *train_ : *eval_;
@@ -135,7 +139,7 @@ void Trainer::build_rest(const std::string& load_from) {
   if (!load_from.empty()) load(load_from);
 }
 
-void Trainer::agree(const std::string& error) const { agree_on_error(world_comm_, error); }
+void Trainer::agree(const std::string& error, const char* what) const { agree_on_error(world_comm_, error, what); }
 
 Trainer::~Trainer() {
   if (comm_) synchronize_all();
@@ -269,7 +273,7 @@ void Trainer::report_memory() const {
                            2 * ((d.labels.size() + d.dense.size()) * sizeof(float) +
                                 (d.offsets.size() + d.keys.size()) * sizeof(int64_t)))};
   std::vector<double> all(size_t(3) * world_);
-  MPI_CHECK(MPI_Gather(mine, 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, 0, world_comm_));
+  timed_gather(mine, 3, MPI_DOUBLE, all.data(), 3, 0, world_comm_, "device memory report");
   if (rank_ != 0) return;
   std::string s = "device memory per rank (MiB): embeddings + dense parameters, gradients, optimizer state and "
                   "activations + batch buffers = total";
@@ -434,7 +438,7 @@ bool Trainer::unscale_gradients(int64_t batch) {
   int bad = 0;
   copy_to_host(dev_, &bad, nonfinite_.data(), sizeof(int), dev_.stream);
   // the dense gradients are the same on every rank after the all-reduce, the embedding gradient is each rank's
-  if (world_ > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, world_comm_));
+  if (world_ > 1) timed_allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, world_comm_, "fp16 overflow check");
   return scaler_->update(bad == 0);
 }
 
@@ -563,7 +567,7 @@ Predictions Trainer::predict_local() {
   for (int64_t index = 0;; ++index) {
     const Batch* b = nullptr;
     copies_done();  // the reader may reuse the memory of the batch before
-    agree(guarded([&] { b = eval_->next(); }));
+    agree(guarded([&] { b = eval_->next(); }), "reading an evaluation batch");
     if (!b || index * G >= limit) break;
     DeviceBatch& d = take(*b);
     collection_->forward(d.offsets.data(), d.keys.data(), b->size, emb_.data(), LookupMode::eval);
@@ -656,7 +660,7 @@ TrainResult Trainer::run() {
         train_->start_epoch(++epoch);
         b = train_->next();
       }
-    }));
+    }), "reading a batch");
     SPARTA_ASSERT(b != nullptr, "an epoch of %lld batches delivered none", (long long)bpe);
     return b;
   };

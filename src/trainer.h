@@ -130,7 +130,7 @@ class Trainer {
   std::vector<StreamClock::Point> read_trace();
 
  private:
-  void agree(const std::string& error) const;  // agree_on_error over world
+  void agree(const std::string& error, const char* what = nullptr) const;  // agree_on_error over world
   void open_datasets(TrainerMode mode);
   void set_shapes(const std::string& option, const std::string& path);  // the model's shape from schema_
   void build_collection(const Batch& sample, int64_t global_batch);
