@@ -1,7 +1,7 @@
 // checkpoint_save.cpp: save_checkpoint. The order of a save, and what a failure at each point leaves:
 //   1. inputs checked on every rank (nothing written yet);
 //   2. rank 0 sets an existing step-<n> aside as step-<n>.replaced and creates step-<n>.tmp;
-//   3. every rank writes and seals its shard, rank 0 the dense file, then the manifest;
+//   3. every rank writes and seals its shard, rank 0 the dense file, then the manifest and its checksum;
 //   4. rank 0 renames step-<n>.tmp to step-<n>, then moves `latest` to it;
 //   5. step-<n>.replaced is removed.
 // A failure on any rank before `latest` moved is agreed on by every rank and rolled back by rank 0: the new
@@ -213,6 +213,7 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
             }
             write_manifest(join(tmp, kManifestName), meta, world, tables, rows_by_rank, dense, files);
             fsync_path(join(tmp, kManifestName), false);
+            write_manifest_sum(tmp);
             fsync_path(tmp, true);
           }), "checkpoint save");
     stage("manifest_written");

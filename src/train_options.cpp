@@ -121,6 +121,8 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
       "train.checkpoint_dir", po::value<std::string>(&c.checkpoint_dir)->default_value(""),
       "checkpoint folder (io/checkpoint.h: step-<n>/, latest); \"\": no checkpoints")(
       "train.checkpoint_every", po::value<int64_t>(&c.checkpoint_every)->default_value(0), "a checkpoint every N steps besides the one at the end (0: the end only)")(
+      "train.keep_last", po::value<int64_t>(&c.keep_last)->default_value(0),
+      "keep the newest N checkpoints that verify, removing older ones after each save (0: keep all)")(
       "train.resume", po::value<bool>(&c.resume)->default_value(false)->implicit_value(true),
       "continue from train.checkpoint_dir's latest checkpoint (any rank count and plan)")(
       "train.metrics", po::value<std::string>(&c.metrics_path)->default_value(""), "JSON lines of train and eval metrics (\"\": none)")(

@@ -322,13 +322,23 @@ std::string Trainer::save() {
   if (rank_ != 0) dense.clear();
   const std::string dir = save_checkpoint(world_comm_, cfg_.checkpoint_dir, meta, dense, collection_->rows_to_save());
   LOG_INFO("checkpoint: step %lld -> %s", (long long)step_, dir.c_str());
+  if (cfg_.keep_last > 0) {
+    verified_steps_.insert(step_);  // the save checksummed every file it wrote from the disk
+    agree(guarded([&] {
+      if (rank_ != 0) return;
+      for (int64_t s : prune_checkpoints(cfg_.checkpoint_dir, int(cfg_.keep_last), &verified_steps_))
+        LOG_INFO("checkpoint: removed step %lld (train.keep_last %lld)", (long long)s, (long long)cfg_.keep_last);
+    }), "checkpoint retention");
+  }
   return dir;
 }
 
 void Trainer::load(const std::string& path) {
   const ModelSpec spec = model_spec();
-  LoadedCheckpoint c = load_checkpoint(world_comm_, path, spec,
-                                       [this](int table, int64_t key) { return collection_->owner_of(table, key); });
+  // a checkpoint root: the newest step that loads (falling back past one that does not verify, saying so)
+  LoadedCheckpoint c = load_newest_checkpoint(world_comm_, path, spec,
+                                              [this](int table, int64_t key) { return collection_->owner_of(table, key); });
+  verified_steps_.insert(c.manifest.meta.step);
   agree(guarded([&] { collection_->load_rows(c.tables); }));
   const std::vector<ParamPart> parts = DenseModel::parts(cfg_.model);
   std::vector<float> p(model_->param_count());
