@@ -448,9 +448,14 @@ GenerateResult generate_dataset(const std::string& path, const SyntheticConfig& 
   int rank = 0, world = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &world);
-  DatasetSchema schema = synthetic_schema(c);
-  schema.check("synthetic dataset " + path);
-  SPARTA_REQUIRE(w.chunk_rows >= 1, "--chunk: expected >= 1, found %lld", (long long)w.chunk_rows);
+  DatasetSchema schema;
+  // Checked on every rank, and agreed, so that a bad option ends every rank with status 1.
+  agree_on_error(comm, guarded([&] {
+                   schema = synthetic_schema(c);
+                   schema.check("synthetic dataset " + path);
+                   SPARTA_REQUIRE(w.chunk_rows >= 1, "--chunk: expected >= 1, found %lld", (long long)w.chunk_rows);
+                 }),
+                 "datagen (options)");
   // A rank's share of a round, bounded so that each message stays below 2 GiB.
   const int64_t bytes_per_sample = 8 * std::max<int64_t>(schema.max_keys_per_sample() + schema.num_slots, c.num_dense);
   const int64_t share = std::max<int64_t>(1, std::min<int64_t>(w.chunk_rows, (INT_MAX / 2) / bytes_per_sample));

@@ -2,6 +2,7 @@
 // src/options.cpp): the options, their help, the INI file and the command line.
 #include <mpi.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -227,8 +228,12 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c) {
   }
   if (vm.count("config") && !vm["config"].as<std::string>().empty()) {
     const std::string path = vm["config"].as<std::string>();
+    std::error_code ec;
+    SPARTA_REQUIRE(!std::filesystem::is_directory(path, ec), "--config '%s': is a directory; expected an INI file",
+                   path.c_str());
+    SPARTA_REQUIRE(std::filesystem::exists(path, ec), "--config '%s': no such file", path.c_str());
     std::ifstream in(path);
-    SPARTA_REQUIRE(in.good(), "config file '%s': cannot be opened for reading", path.c_str());
+    SPARTA_REQUIRE(in.good(), "--config '%s': cannot be opened for reading", path.c_str());
     store_config_file(in, "'" + path + "'", file, vm);
   }
   try {

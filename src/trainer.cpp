@@ -2,6 +2,7 @@
 #include "src/trainer.h"
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <cmath>
 #include <sstream>
@@ -17,6 +18,7 @@
 #include "src/embedding_collection.h"
 #include "src/planner.h"
 #include "src/base/deadline.h"
+#include "io/outputs.h"
 
 namespace sparta {
 
@@ -615,10 +617,15 @@ TrainResult Trainer::run() {
   r.teacher_auc = teacher_auc_;
   const int64_t bpe = train_->batches_per_epoch();
   const int64_t total = cfg_.steps > 0 ? cfg_.steps : cfg_.epochs * bpe;
-  if (rank_ == 0 && !cfg_.metrics_path.empty()) {
+  // A metrics file that cannot be written (or that is an input) is an error on every rank before any step.
+  agree(guarded([&] {
+    if (rank_ != 0 || cfg_.metrics_path.empty()) return;
+    require_output_not_input({"train.metrics", cfg_.metrics_path},
+                             {{"data.train", cfg_.train_path}, {"data.eval", cfg_.eval_path}, {"--config", cfg_.config_file}});
     metrics_.open(cfg_.metrics_path, step_ > 0 ? std::ios::app : std::ios::trunc);
-    if (!metrics_) LOG_WARN("train.metrics: cannot open '%s' for writing; no metrics written", cfg_.metrics_path.c_str());
-  }
+    SPARTA_REQUIRE(metrics_.good(), "train.metrics '%s': cannot open for writing: %s", cfg_.metrics_path.c_str(),
+                   std::strerror(errno));
+  }), "opening train.metrics");
   write_metrics(JsonLine("run")
                     .add("step", step_)
                     .add("total_steps", total)
