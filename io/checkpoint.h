@@ -150,7 +150,8 @@ LoadedCheckpoint load_checkpoint(MPI_Comm comm, const std::string& path, const M
 // Collective over comm: a resume. path: a step directory (loaded as load_checkpoint does, no fallback) or a
 // checkpoint root: the step `latest` names, else (it does not load: a file that does not verify, a missing
 // file, ...) the next older complete step, and so on, each failure a warning on rank 0 and the step that loads
-// announced as a fallback. When none loads, every rank throws the newest step's error. Sources:
+// announced as a fallback; `latest` then names it (the newer steps stay, for the run's saves to replace). When
+// none loads, every rank throws the newest step's error. Sources:
 // checkpoint_retention.cpp.
 LoadedCheckpoint load_newest_checkpoint(MPI_Comm comm, const std::string& path, const ModelSpec& expected,
                                         const OwnerFn& owner);

@@ -55,9 +55,17 @@ LoadedCheckpoint load_newest_checkpoint(MPI_Comm comm, const std::string& path, 
   for (size_t i = 0; i < candidates.size(); ++i) {
     try {
       LoadedCheckpoint c = load_checkpoint(comm, candidates[i], expected, owner);
-      if (i > 0)
+      if (i > 0) {
         LOG_WARN("resume: falling back to %s, the newest step that verifies (newer: %s)", candidates[i].c_str(),
                  first_error.c_str());
+        // `latest` names the step the run goes on from, so that the run's saves may replace the newer steps.
+        agree_on_error(comm, guarded([&] {
+                         if (rank == 0)
+                           write_file_atomic(path, kLatestName, fs::path(candidates[i]).filename().string() + "\n",
+                                             nullptr);
+                       }),
+                       "checkpoint load (latest)");
+      }
       return c;
     } catch (const Error& e) {
       if (candidates.size() == 1) throw;
