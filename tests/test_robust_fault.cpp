@@ -10,6 +10,7 @@
 #include <chrono>
 #include <string>
 
+#include "src/base/device.h"
 #include "tests/testing.h"
 
 namespace {
@@ -40,11 +41,13 @@ std::string keep_survivors_flag() {
 }
 
 // Runs sparta-train on 2 ranks with rank 1 stopped or killed at the nth operation containing `op`.
+// device_and_mode: "--device cpu --comm.mode mpi" unless given.
 testing::CommandResult run_fault(const Data& d, const std::string& how, const std::string& op, int nth,
-                                 bool cleanup_off, const std::string& extra = "") {
+                                 bool cleanup_off, const std::string& extra = "",
+                                 const std::string& device_and_mode = "--device cpu --comm.mode mpi") {
   const std::string args = "--data.train " + d.dir.path + "/train.h5 --data.global_batch 256 --model.embedding_dim 8 "
-                           "--model.bottom_mlp 16,8 --model.top_mlp 16,1 --device cpu --comm.mode mpi --train.steps 12 "
-                           "--log-level warn --comm.timeout " + std::to_string(kTimeout) + " " + extra;
+                           "--model.bottom_mlp 16,8 --model.top_mlp 16,1 --train.steps 12 --log-level warn "
+                           "--comm.timeout " + std::to_string(kTimeout) + " " + device_and_mode + " " + extra;
   // Limit: the timeout + 10 s, plus the start-up of two processes and a few steps.
   std::string cmd = testing::tool_command(kTrain, 2, args, kTimeout + 10 + 15);
   if (cleanup_off) {
@@ -147,6 +150,30 @@ BOOST_AUTO_TEST_CASE(stopped_rank_with_cleanup_on) {
 BOOST_AUTO_TEST_CASE(dead_rank_with_cleanup_on) {
   Data d;
   run_fault(d, "exit", "agree_on_error (reading a batch)", 4, false);
+}
+
+struct TwoGpus {
+  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
+    if (sparta::visible_gpu_count() >= 2) return true;
+    boost::test_tools::assertion_result r(false);
+    r.message() << "needs 2 GPUs, sees " << sparta::visible_gpu_count();
+    return r;
+  }
+};
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+boost::unit_test::precondition two_gpus() { return boost::unit_test::precondition(TwoGpus()); }
+#pragma GCC diagnostic pop
+
+// On 2 GPUs with NCCL: a rank stopped before an all-reduce (the NCCL wait's deadline) and one stopped before the
+// batch check (a host wait beside NCCL communicators).
+BOOST_AUTO_TEST_CASE(stopped_rank_nccl_gpu, *two_gpus()) {
+  Data d;
+  testing::CommandResult r = run_fault(d, "stop", "all_reduce", 5, true, "", "--device cuda --comm.mode nccl");
+  BOOST_CHECK_MESSAGE(contains(r.output, "communication failed in all_reduce"), r.output);
+  r = run_fault(d, "stop", "agree_on_error (checking a batch)", 3, true, "", "--device cuda --comm.mode nccl");
+  expect_host_wait(r, "agree_on_error (checking a batch)", true);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

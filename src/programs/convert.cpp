@@ -42,8 +42,12 @@ int main(int argc, char** argv) {
   pos.add("input", -1);
   return sparta::run_program("sparta-convert", [&] {
     sparta::po::variables_map vm;
-    if (!sparta::parse_options(argc, argv, desc, vm, "usage: sparta-convert --out FILE [options] INPUT.tsv...", &pos))
-      return 0;
+    bool help = false;
+    // Every rank parses the same options: agreeing on the verdict lets a bad one end the job with status 1.
+    sparta::agree_on_error(MPI_COMM_WORLD, sparta::guarded([&] {
+      help = !sparta::parse_options(argc, argv, desc, vm, "usage: sparta-convert --out FILE [options] INPUT.tsv...", &pos);
+    }), "convert (options)");
+    if (help) return 0;
     co.progress = co.progress || sparta::ProgressBar::stderr_is_tty();
     sparta::ConvertStats s;
     // Rank 0 converts while the others wait for its verdict: a bad input ends every rank with one Error. The
