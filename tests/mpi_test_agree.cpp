@@ -72,7 +72,7 @@ BOOST_AUTO_TEST_CASE(timed_collectives_match_their_results) {
   timed_allgather(all[r].data(), n, MPI_INT64_T, gathered.data(), n, MPI_COMM_WORLD, "test: allgather");
   std::vector<int64_t> rooted(r == 0 ? size_t(n) * w : 0, INT64_MIN);
   timed_gather(all[r].data(), n, MPI_INT64_T, rooted.data(), n, 0, MPI_COMM_WORLD, "test: gather");
-  std::vector<int64_t> swapped(size_t(w), INT64_MIN), mine(size_t(w));
+  std::vector<int64_t> swapped(static_cast<size_t>(w), INT64_MIN), mine(static_cast<size_t>(w), 0);
   for (int q = 0; q < w; ++q) mine[q] = all[r][0] * 1000 + q;
   timed_alltoall(mine.data(), 1, MPI_INT64_T, swapped.data(), 1, MPI_COMM_WORLD, "test: alltoall");
   timed_barrier(MPI_COMM_WORLD, "test: barrier");

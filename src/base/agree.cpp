@@ -44,7 +44,7 @@ void agree_on_error(MPI_Comm comm, const std::string& error, const char* what) {
   if (!other.empty()) {
     text += strprintf(" (%s %s failed otherwise; each printed its own message)", other.size() == 1 ? "rank" : "ranks",
                       list(other).c_str());
-    std::fprintf(stderr, "[%s:%d] %s\n", identity_host().c_str(), identity_rank(), error.c_str());
+    if (state == 2) std::fprintf(stderr, "[%s:%d] %s\n", identity_host().c_str(), identity_rank(), error.c_str());
   }
   // Raised on every rank of comm: when that is the whole world, a program may end without MPI_Abort.
   int same_comm = MPI_UNEQUAL;
