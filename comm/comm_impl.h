@@ -27,6 +27,7 @@
 
 #include "src/base/buffer.h"
 #include "src/base/check.h"
+#include "src/base/deadline.h"
 #include "comm/communicator.h"
 
 namespace sparta {

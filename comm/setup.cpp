@@ -66,10 +66,11 @@ Communicator::Impl::Impl(const Topology& topo, const Device& d, const CommOption
   const char* env_check = std::getenv("SPARTA_COMM_CHECK");
   const int check_me = opt.check_calls || (env_check && std::string(env_check) == "1");
   int lo[2] = {cuda ? 1 : 0, local_size}, hi[3] = {cuda ? 1 : 0, local_size, check_me};
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, lo, 2, MPI_INT, MPI_MIN, topo.world));
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, hi, 3, MPI_INT, MPI_MAX, topo.world));
+  timed_allreduce(MPI_IN_PLACE, lo, 2, MPI_INT, MPI_MIN, topo.world, "communicator set-up (backends)");
+  timed_allreduce(MPI_IN_PLACE, hi, 3, MPI_INT, MPI_MAX, topo.world, "communicator set-up (backends)");
   check = hi[2] != 0;
   SPARTA_REQUIRE(opt.timeout_s > 0, "communicator timeout: expected seconds > 0, found %g", opt.timeout_s);
+  set_job_timeout(opt.timeout_s);  // one timeout for the job: the host-side waits (deadline.h) use it too
   SPARTA_REQUIRE(opt.chunk_bytes > 0 && opt.chunk_bytes <= kDirectChunk,
                  "communicator chunk_bytes: expected 1 to %zu, found %zu", kDirectChunk, opt.chunk_bytes);
   SPARTA_REQUIRE(opt.staging == "auto" || opt.staging == "always",

@@ -31,6 +31,8 @@ void Communicator::Impl::poll_health(const std::string& waiting_for) {
   if (idle > opt.timeout_s)
     fail(strprintf("no progress for %.1f s (timeout %g s) while waiting for %s", idle, opt.timeout_s,
                    waiting_for.c_str()));
+  // A peer that timed out in a host wait asks where this rank is (only long waits: the fast path stays bare).
+  if (idle > 0.05) answer_roll_calls(op_name);
   std::this_thread::yield();
 }
 

@@ -10,6 +10,7 @@
 #include "src/base/agree.h"
 #include "src/base/check.h"
 #include "src/trainer.h"
+#include "src/base/deadline.h"
 
 namespace sparta {
 
@@ -68,12 +69,12 @@ BenchmarkResult run_benchmark(MPI_Comm world, const Topology& topo, const Device
   Trainer trainer(world, topo, dev, cfg, synthetic_schema(data), b, G);
   for (int64_t i = 0; i < o.warmup; ++i) trainer.timed_step(b, G);
   double plain = trainer.plain_steps(b, G, o.steps);
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &plain, 1, MPI_DOUBLE, MPI_MAX, world));
+  timed_allreduce(MPI_IN_PLACE, &plain, 1, MPI_DOUBLE, MPI_MAX, world, "benchmark timings");
   std::vector<double> total, data_ms, emb, dense, comm;
   for (int64_t i = 0; i < o.steps; ++i) {
     const Trainer::StepTimes t = trainer.timed_step(b, G);
     double v[5] = {t.total_ms(), t.data_ms, t.embedding_ms, t.dense_ms, t.comm_ms};
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 5, MPI_DOUBLE, MPI_MAX, world));
+    timed_allreduce(MPI_IN_PLACE, v, 5, MPI_DOUBLE, MPI_MAX, world, "benchmark timings");
     total.push_back(v[0]), data_ms.push_back(v[1]), emb.push_back(v[2]), dense.push_back(v[3]), comm.push_back(v[4]);
   }
   BenchmarkResult r;
@@ -84,7 +85,7 @@ BenchmarkResult run_benchmark(MPI_Comm world, const Topology& topo, const Device
     trainer.trace(false);
   }
   for (float p : trainer.dense_params()) r.wrong += !std::isfinite(p);
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &r.wrong, 1, MPI_INT64_T, MPI_SUM, world));
+  timed_allreduce(MPI_IN_PLACE, &r.wrong, 1, MPI_INT64_T, MPI_SUM, world, "benchmark check");
   r.graph_replays = trainer.graph_replays();
   r.ranks = W;
   r.global_batch = G;

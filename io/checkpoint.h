@@ -8,6 +8,7 @@
 //   <root>/step-<n>/shard-<r>-of-<w>.h5     rank r's rows: /tables/<name>/{keys int64[n], values float32[n, dim],
 //                                           state float32[n, state_width]} with attributes name, dim, optimizer,
 //                                           state_width, rows
+//   <root>/step-<n>/manifest.xxh64          the size and XXH64 of manifest.h5 (checked before it is read)
 //   <root>/latest                           one line "step-<n>": the newest complete checkpoint
 // A save writes everything into step-<n>.tmp/, fsyncs every file and the directory, renames it to step-<n>/,
 // fsyncs the root, then replaces `latest` atomically (latest.tmp, fsync, rename, fsync the root). A crash at any
@@ -30,6 +31,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -145,7 +147,26 @@ struct LoadedCheckpoint {
 LoadedCheckpoint load_checkpoint(MPI_Comm comm, const std::string& path, const ModelSpec& expected,
                                  const OwnerFn& owner);
 
+// Collective over comm: a resume. path: a step directory (loaded as load_checkpoint does, no fallback) or a
+// checkpoint root: the step `latest` names, else (it does not load: a file that does not verify, a missing
+// file, ...) the next older complete step, and so on, each failure a warning on rank 0 and the step that loads
+// announced as a fallback; `latest` then names it (the newer steps stay, for the run's saves to replace). When
+// none loads, every rank throws the newest step's error. Sources:
+// checkpoint_retention.cpp.
+LoadedCheckpoint load_newest_checkpoint(MPI_Comm comm, const std::string& path, const ModelSpec& expected,
+                                        const OwnerFn& owner);
+
 // ---- Single-process tools (no MPI calls): sparta-ckpt and tests use them.
+
+// The steps a resume of path tries, newest first: `latest`'s, then the complete steps below it (all complete
+// steps, newest first, when `latest` is missing or unreadable); a step directory: itself.
+std::vector<std::string> resume_candidates(const std::string& path);
+
+// Checkpoint retention (train.keep_last): keeps the newest keep_last steps that verify (verify_checkpoint;
+// steps in *verified count as verified without reading them again, and those verified here are added) and
+// removes every complete step older than the oldest kept, except the one `latest` names. keep_last <= 0 keeps
+// everything. Returns the steps removed; throws sparta::Error naming a directory it cannot remove.
+std::vector<int64_t> prune_checkpoints(const std::string& root_dir, int keep_last, std::set<int64_t>* verified);
 
 // The step directory that path names: itself when it holds manifest.h5, else the one its `latest` names.
 std::string resolve_checkpoint_dir(const std::string& path);
@@ -157,8 +178,12 @@ struct CheckpointList {
 };
 CheckpointList list_checkpoints(const std::string& root_dir);
 
-// Reads and checks manifest.h5 of a step directory (format, version, fields, file list).
+// Reads and checks manifest.h5 of a step directory: its bytes against manifest.xxh64 first, then format,
+// version, fields, file list.
 Manifest read_manifest(const std::string& step_dir);
+// Rewrites manifest.xxh64 for the manifest.h5 now in step_dir: for a tool (or test) that edits a manifest on
+// purpose; anything else that changes manifest.h5 makes the step refused.
+void reseal_manifest(const std::string& step_dir);
 
 // Throws sparta::Error naming the table and field where spec differs from what the manifest holds.
 void check_model_spec(const Manifest& manifest, const ModelSpec& expected);

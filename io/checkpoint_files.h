@@ -13,6 +13,8 @@ namespace ckpt {
 constexpr const char* kManifestName = "manifest.h5";
 constexpr const char* kDenseName = "dense.h5";
 constexpr const char* kLatestName = "latest";
+// The manifest's own checksum (checkpoint_format.h): one line "xxh64 <16 hex digits> <bytes> manifest.h5\n".
+constexpr const char* kManifestSumName = "manifest.xxh64";
 
 std::string join(const std::string& dir, const std::string& name);
 std::string shard_name(int rank, int world);  // "shard-<r>-of-<w>.h5"

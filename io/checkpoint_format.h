@@ -18,6 +18,11 @@
 //   / attributes   format="sparta-checkpoint-shard", version, step, rank, world_size, num_tables
 //   /tables/<name> group, attributes name, dim, optimizer, state_width, rows; datasets keys int64[n],
 //                  values float32[n, dim], state float32[n, state_width]
+// manifest.xxh64   text, exactly one line "xxh64 <16 lower-case hex digits> <bytes> manifest.h5\n": the XXH64 and size
+//                  of manifest.h5's bytes (a sidecar: the manifest cannot hold its own checksum). Read strictly: any
+//                  other byte in it, a size or checksum that manifest.h5 does not have, or a missing sidecar refuses
+//                  the step. With the manifest's list of the other files, every byte of every file of a step is
+//                  covered: read_manifest verifies the sidecar before it parses manifest.h5.
 // latest           text: "step-<n>\n"
 //
 // Every writer closes its file through h5::close, so a disk that fills while HDF5 writes the last metadata
@@ -60,6 +65,11 @@ void write_dense(const std::string& path, const CheckpointMeta& meta, const std:
 void write_manifest(const std::string& path, const CheckpointMeta& meta, int world,
                     const std::vector<TableRows>& tables, const std::vector<int64_t>& rows_by_rank,
                     const std::vector<DenseTensor>& dense, const std::vector<CheckpointFile>& files);
+
+// manifest.xxh64 for the manifest.h5 now in step_dir (fsynced); verify_manifest_sum throws sparta::Error naming
+// the file (the sidecar or manifest.h5) and what differs.
+void write_manifest_sum(const std::string& step_dir);
+void verify_manifest_sum(const std::string& step_dir);
 
 // Throws unless the manifest lists file `name` and its size and checksum match.
 void require_file_ok(const Manifest& m, const std::string& name);

@@ -10,6 +10,7 @@
 #include "io/checkpoint_format.h"
 #include "src/base/agree.h"
 #include "src/base/check.h"
+#include "src/base/deadline.h"
 
 namespace sparta {
 using namespace ckpt;
@@ -25,7 +26,7 @@ void bcast_vector(MPI_Comm comm, int root, std::vector<T>& v) {
   constexpr size_t kPiece = size_t(1) << 28;  // MPI counts are int
   for (size_t at = 0; at < v.size(); at += kPiece) {
     int n = static_cast<int>(std::min(kPiece, v.size() - at));
-    MPI_CHECK(MPI_Bcast(v.data() + at, n, mpi_type<T>(), root, comm));
+    timed_bcast(v.data() + at, n, mpi_type<T>(), root, comm, "checkpoint load (dense tensors)");
   }
 }
 
@@ -54,13 +55,13 @@ LoadedCheckpoint load_checkpoint(MPI_Comm comm, const std::string& path, const M
           SPARTA_REQUIRE(mine == root_model, "load_checkpoint: ranks expect different models: rank 0 expects %s, "
                          "rank %d expects %s", root_model.c_str(), rank, mine.c_str());
           if (rank == 0) dir = resolve_checkpoint_dir(path);
-        }));
+        }), "checkpoint load");
   dir = bcast_string(comm, 0, dir);
   Manifest& m = out.manifest;
   agree_on_error(comm, guarded([&] {
           m = read_manifest(dir);
           check_model_spec(m, expected);
-        }));
+        }), "checkpoint load");
   const int old_world = m.meta.world_size;
 
   // This rank's old shards, checked whole (checksum) and in structure; rank 0 reads the dense file.
@@ -82,7 +83,7 @@ LoadedCheckpoint load_checkpoint(MPI_Comm comm, const std::string& path, const M
               for (DenseTensor& d : all)
                 if (d.name == want.name) out.dense.push_back(std::move(d));
           }
-        }));
+        }), "checkpoint load");
 
   // Dense tensors to every rank (data-parallel); their shapes are known everywhere from the manifest.
   if (rank != 0) {
@@ -109,7 +110,7 @@ LoadedCheckpoint load_checkpoint(MPI_Comm comm, const std::string& path, const M
     int64_t chunk = std::max<int64_t>(
         1, std::min<int64_t>(kRoundBytes / row_bytes, (int64_t(1) << 30) / (int64_t(dim + sw + 1) * world)));
     int64_t my_rounds = (local_rows + chunk - 1) / chunk, rounds = 0;
-    MPI_CHECK(MPI_Allreduce(&my_rounds, &rounds, 1, MPI_INT64_T, MPI_MAX, comm));
+    timed_allreduce(&my_rounds, &rounds, 1, MPI_INT64_T, MPI_MAX, comm, "checkpoint load (rounds)");
     size_t shard_at = 0;
     int64_t row_at = 0;
     for (int64_t round = 0; round < rounds; ++round) {
@@ -142,7 +143,7 @@ LoadedCheckpoint load_checkpoint(MPI_Comm comm, const std::string& path, const M
                                "kEveryRank", mt.spec.name.c_str(), static_cast<long long>(batch.keys[i]), o, world);
                 dest[i] = o;
               }
-            }));
+            }), "checkpoint load");
       // Pack by destination.
       std::vector<int> send_rows(world, 0), recv_rows(world, 0);
       for (int o : dest) {
@@ -169,7 +170,7 @@ LoadedCheckpoint load_checkpoint(MPI_Comm comm, const std::string& path, const M
         else
           put(i, dest[i]);
       }
-      MPI_CHECK(MPI_Alltoall(send_rows.data(), 1, MPI_INT, recv_rows.data(), 1, MPI_INT, comm));
+      timed_alltoall(send_rows.data(), 1, MPI_INT, recv_rows.data(), 1, comm, "checkpoint load (row counts)");
       std::vector<int> rfirst(world, 0);
       std::partial_sum(recv_rows.begin(), recv_rows.end() - 1, rfirst.begin() + 1);
       int total_recv = rfirst.back() + recv_rows.back();
@@ -177,19 +178,19 @@ LoadedCheckpoint load_checkpoint(MPI_Comm comm, const std::string& path, const M
       result.keys.resize(base + total_recv);
       result.values.resize((base + total_recv) * dim);
       result.state.resize((base + total_recv) * sw);
-      MPI_CHECK(MPI_Alltoallv(skeys.data(), send_rows.data(), first.data(), MPI_INT64_T, result.keys.data() + base,
-                              recv_rows.data(), rfirst.data(), MPI_INT64_T, comm));
+      timed_alltoallv(skeys.data(), send_rows.data(), first.data(), MPI_INT64_T, result.keys.data() + base,
+                      recv_rows.data(), rfirst.data(), comm, "checkpoint load (keys)");
       auto scaled = [](std::vector<int> v, int k) {
         for (int& x : v) x *= k;
         return v;
       };
-      MPI_CHECK(MPI_Alltoallv(svalues.data(), scaled(send_rows, dim).data(), scaled(first, dim).data(), MPI_FLOAT,
-                              result.values.data() + base * dim, scaled(recv_rows, dim).data(),
-                              scaled(rfirst, dim).data(), MPI_FLOAT, comm));
+      timed_alltoallv(svalues.data(), scaled(send_rows, dim).data(), scaled(first, dim).data(), MPI_FLOAT,
+                      result.values.data() + base * dim, scaled(recv_rows, dim).data(), scaled(rfirst, dim).data(),
+                      comm, "checkpoint load (values)");
       if (sw > 0)
-        MPI_CHECK(MPI_Alltoallv(sstate.data(), scaled(send_rows, sw).data(), scaled(first, sw).data(), MPI_FLOAT,
-                                result.state.data() + base * sw, scaled(recv_rows, sw).data(),
-                                scaled(rfirst, sw).data(), MPI_FLOAT, comm));
+        timed_alltoallv(sstate.data(), scaled(send_rows, sw).data(), scaled(first, sw).data(), MPI_FLOAT,
+                        result.state.data() + base * sw, scaled(recv_rows, sw).data(), scaled(rfirst, sw).data(), comm,
+                        "checkpoint load (optimizer state)");
     }
 
     // Sorted by key, so the result does not depend on how the old shards were split; a key twice is an error.
@@ -210,7 +211,7 @@ LoadedCheckpoint load_checkpoint(MPI_Comm comm, const std::string& path, const M
         dup = strprintf("%s: table '%s': key %lld appears more than once in the checkpoint", dir.c_str(),
                         mt.spec.name.c_str(), static_cast<long long>(sorted.keys[i]));
     }
-    agree_on_error(comm, dup);
+    agree_on_error(comm, dup, "checkpoint load");
     out.tables.push_back(std::move(sorted));
   }
   return out;

@@ -1,7 +1,10 @@
 // checkpoint_manifest.cpp: manifest.h5 (its writer, its reader and the checks against it: the model a load
 // expects, the size and checksum of each listed file). Fields: checkpoint_format.h.
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <numeric>
 
 #include "io/checkpoint.h"
@@ -67,6 +70,55 @@ void write_manifest(const std::string& path, const CheckpointMeta& meta, int wor
   h5::close(f);
 }
 
+namespace {
+std::string manifest_sum_text(uint64_t sum, uint64_t bytes) {
+  return strprintf("xxh64 %s %llu %s\n", checksum_hex(sum).c_str(), static_cast<unsigned long long>(bytes),
+                   kManifestName);
+}
+}  // namespace
+
+void write_manifest_sum(const std::string& step_dir) {
+  uint64_t bytes = 0;
+  const uint64_t sum = checksum_file(join(step_dir, kManifestName), &bytes);
+  write_file_atomic(step_dir, kManifestSumName, manifest_sum_text(sum, bytes), nullptr);
+}
+
+void verify_manifest_sum(const std::string& step_dir) {
+  const std::string side = join(step_dir, kManifestSumName), path = join(step_dir, kManifestName);
+  std::error_code ec;
+  SPARTA_REQUIRE(fs::is_regular_file(side, ec),
+                 "%s: missing: the checksum of manifest.h5 (a step written before checkpoints carried it, or damaged)",
+                 side.c_str());
+  std::ifstream in(side, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  SPARTA_REQUIRE(in.good() || in.eof(), "%s: cannot read", side.c_str());
+  // Strict: parse, then require the canonical line byte for byte, so that no byte of the sidecar goes unchecked.
+  char hex[17] = {0};
+  unsigned long long bytes = 0;
+  uint64_t want = 0;
+  bool ok = text.size() < 128 && std::sscanf(text.c_str(), "xxh64 %16s %llu", hex, &bytes) == 2;
+  if (ok) {
+    try {
+      want = parse_checksum_hex(hex);
+    } catch (const Error&) {
+      ok = false;
+    }
+  }
+  ok = ok && text == manifest_sum_text(want, bytes);
+  std::string shown = text.substr(0, 80);
+  for (char& c : shown)
+    if (c < 32 || c > 126) c = '?';
+  SPARTA_REQUIRE(ok, "%s: expected one line 'xxh64 <16 hex digits> <bytes> manifest.h5', found '%s' (damaged)",
+                 side.c_str(), shown.c_str());
+  SPARTA_REQUIRE(fs::is_regular_file(path, ec), "%s: missing (not a complete checkpoint)", path.c_str());
+  uint64_t found_bytes = 0;
+  const uint64_t found = checksum_file(path, &found_bytes);
+  SPARTA_REQUIRE(found_bytes == bytes, "%s: size: expected %llu bytes (manifest.xxh64), found %llu (truncated or "
+                 "overwritten?)", path.c_str(), bytes, static_cast<unsigned long long>(found_bytes));
+  SPARTA_REQUIRE(found == want, "%s: checksum mismatch: expected %s (manifest.xxh64), found %s (corrupted)",
+                 path.c_str(), checksum_hex(want).c_str(), checksum_hex(found).c_str());
+}
+
 }  // namespace ckpt
 
 // ---- Manifest.
@@ -90,12 +142,15 @@ ModelSpec Manifest::model_spec() const {
   return s;
 }
 
+void reseal_manifest(const std::string& step_dir) { write_manifest_sum(step_dir); }
+
 Manifest read_manifest(const std::string& step_dir) {
   Manifest m;
   m.dir = step_dir;
   m.path = join(step_dir, kManifestName);
   std::error_code ec;
   SPARTA_REQUIRE(fs::exists(m.path, ec), "%s: missing (not a complete checkpoint)", m.path.c_str());
+  verify_manifest_sum(step_dir);  // every byte of the manifest, before any of it is believed
   h5::File f = h5::open_file(m.path);
   const char* p = m.path.c_str();
   std::string format = h5::read_attr_string(f, "/", "format");

@@ -1,7 +1,7 @@
 // checkpoint_save.cpp: save_checkpoint. The order of a save, and what a failure at each point leaves:
 //   1. inputs checked on every rank (nothing written yet);
 //   2. rank 0 sets an existing step-<n> aside as step-<n>.replaced and creates step-<n>.tmp;
-//   3. every rank writes and seals its shard, rank 0 the dense file, then the manifest;
+//   3. every rank writes and seals its shard, rank 0 the dense file, then the manifest and its checksum;
 //   4. rank 0 renames step-<n>.tmp to step-<n>, then moves `latest` to it;
 //   5. step-<n>.replaced is removed.
 // A failure on any rank before `latest` moved is agreed on by every rank and rolled back by rank 0: the new
@@ -21,6 +21,7 @@
 #include "src/base/agree.h"
 #include "src/base/check.h"
 #include "src/base/log.h"
+#include "src/base/deadline.h"
 
 namespace sparta {
 namespace fs = std::filesystem;
@@ -118,7 +119,7 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
             } catch (...) {
               throw Error(strprintf("save_checkpoint: the on_stage hook threw a non-standard exception at '%s'", name));
             }
-          }));
+          }), "checkpoint save");
   };
   const std::string name = step_name(meta.step);
   const std::string tmp = join(root_dir, name + ".tmp"), final_dir = join(root_dir, name);
@@ -130,7 +131,7 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
                          static_cast<long long>(meta.step));
           validate_tables(tables);
           if (rank == 0) validate_dense(dense);
-        }));
+        }), "checkpoint save");
   const std::string where = name + " under '" + root_dir + "'";
   const std::string root_where = bcast_string(comm, 0, where);
   std::string mine = table_signature(tables);
@@ -140,7 +141,7 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
                          "rank %d saves %s", root_where.c_str(), rank, where.c_str());
           SPARTA_REQUIRE(mine == root_sig, "save_checkpoint: tables differ between ranks: rank 0 passes %s, rank %d "
                          "passes %s", root_sig.c_str(), rank, mine.c_str());
-        }));
+        }), "checkpoint save");
 
   Progress progress;  // rank 0's
   try {
@@ -169,7 +170,7 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
             SPARTA_REQUIRE(fs::create_directory(tmp, ec), "%s: cannot create: %s", tmp.c_str(),
                            ec ? ec.message().c_str() : "exists");
             progress.tmp_created = true;
-          }));
+          }), "checkpoint save");
     stage("tmp_created");
 
     // Every rank writes its shard, rank 0 also the dense file; each is closed, fsynced and checksummed.
@@ -182,7 +183,7 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
               write_dense(join(tmp, kDenseName), meta, dense);
               written.push_back(seal_file(tmp, kDenseName));
             }
-          }));
+          }), "checkpoint save");
     stage("files_written");
 
     // Rank 0 gathers the checksums and the row counts and writes the manifest.
@@ -191,15 +192,15 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
       records += f.name + " " + std::to_string(f.bytes) + " " + checksum_hex(f.checksum) + "\n";
     int len = static_cast<int>(records.size());
     std::vector<int> lens(world), offsets(world);
-    MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm));
+    timed_gather(&len, 1, MPI_INT, lens.data(), 1, 0, comm, "checkpoint save (file records: lengths)");
     std::partial_sum(lens.begin(), lens.end() - 1, offsets.begin() + 1);
     std::string all_records(rank == 0 ? size_t(offsets.back() + lens.back()) : 0, '\0');
-    MPI_CHECK(MPI_Gatherv(records.data(), len, MPI_CHAR, &all_records[0], lens.data(), offsets.data(), MPI_CHAR, 0,
-                          comm));
+    timed_gatherv(records.data(), len, MPI_CHAR, &all_records[0], lens.data(), offsets.data(), 0, comm,
+                  "checkpoint save (file records)");
     std::vector<int64_t> rows(tables.size()), rows_by_rank(rank == 0 ? tables.size() * world : 0);
     for (size_t i = 0; i < tables.size(); ++i) rows[i] = static_cast<int64_t>(tables[i].rows());
-    MPI_CHECK(MPI_Gather(rows.data(), static_cast<int>(rows.size()), MPI_INT64_T, rows_by_rank.data(),
-                         static_cast<int>(rows.size()), MPI_INT64_T, 0, comm));
+    timed_gather(rows.data(), static_cast<int>(rows.size()), MPI_INT64_T, rows_by_rank.data(),
+                 static_cast<int>(rows.size()), 0, comm, "checkpoint save (rows per rank)");
     agree_on_error(comm, guarded([&] {
             if (rank != 0) return;
             std::vector<CheckpointFile> files;
@@ -212,8 +213,9 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
             }
             write_manifest(join(tmp, kManifestName), meta, world, tables, rows_by_rank, dense, files);
             fsync_path(join(tmp, kManifestName), false);
+            write_manifest_sum(tmp);
             fsync_path(tmp, true);
-          }));
+          }), "checkpoint save");
     stage("manifest_written");
 
     // Publish: the rename makes the step whole at once; then `latest` moves to it.
@@ -222,11 +224,11 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& root_dir, const Ch
             rename_path(tmp, final_dir);
             progress.renamed = true;
             fsync_path(root_dir, true);
-          }));
+          }), "checkpoint save");
     stage("renamed");
     agree_on_error(comm, guarded([&] {
             if (rank == 0) write_file_atomic(root_dir, kLatestName, name + "\n", &progress.latest_moved);
-          }));
+          }), "checkpoint save");
     stage("latest_written");
   } catch (const Error&) {
     if (rank == 0 && !progress.latest_moved) roll_back(root_dir, tmp, final_dir, replaced, progress);

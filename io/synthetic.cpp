@@ -13,6 +13,7 @@
 
 #include "src/base/agree.h"
 #include "src/base/check.h"
+#include "src/base/deadline.h"
 
 namespace sparta {
 namespace {
@@ -374,8 +375,10 @@ void AucHistogram::reduce(int root, MPI_Comm comm) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   const int n = static_cast<int>(pos.size());
-  MPI_CHECK(MPI_Reduce(rank == root ? MPI_IN_PLACE : pos.data(), pos.data(), n, MPI_INT64_T, MPI_SUM, root, comm));
-  MPI_CHECK(MPI_Reduce(rank == root ? MPI_IN_PLACE : neg.data(), neg.data(), n, MPI_INT64_T, MPI_SUM, root, comm));
+  timed_reduce(rank == root ? MPI_IN_PLACE : pos.data(), pos.data(), n, MPI_INT64_T, MPI_SUM, root, comm,
+               "datagen (AUC histogram)");
+  timed_reduce(rank == root ? MPI_IN_PLACE : neg.data(), neg.data(), n, MPI_INT64_T, MPI_SUM, root, comm,
+               "datagen (AUC histogram)");
 }
 
 double exact_auc(const std::vector<float>& scores, const std::vector<float>& labels) {
@@ -429,12 +432,12 @@ namespace {
 
 template <class T>
 void send_vec(const std::vector<T>& v, int tag, MPI_Comm comm) {
-  MPI_CHECK(MPI_Send(v.data(), static_cast<int>(v.size() * sizeof(T)), MPI_BYTE, 0, tag, comm));
+  timed_send(v.data(), static_cast<int>(v.size() * sizeof(T)), 0, tag, comm, "datagen (samples to rank 0)");
 }
 template <class T>
 void recv_vec(std::vector<T>& v, size_t n, int src, int tag, MPI_Comm comm) {
   v.resize(n);
-  MPI_CHECK(MPI_Recv(v.data(), static_cast<int>(n * sizeof(T)), MPI_BYTE, src, tag, comm, MPI_STATUS_IGNORE));
+  timed_recv(v.data(), static_cast<int>(n * sizeof(T)), src, tag, comm, "datagen (samples from rank " + std::to_string(src) + ")");
 }
 
 }  // namespace
@@ -445,9 +448,14 @@ GenerateResult generate_dataset(const std::string& path, const SyntheticConfig& 
   int rank = 0, world = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &world);
-  DatasetSchema schema = synthetic_schema(c);
-  schema.check("synthetic dataset " + path);
-  SPARTA_REQUIRE(w.chunk_rows >= 1, "--chunk: expected >= 1, found %lld", (long long)w.chunk_rows);
+  DatasetSchema schema;
+  // Checked on every rank, and agreed, so that a bad option ends every rank with status 1.
+  agree_on_error(comm, guarded([&] {
+                   schema = synthetic_schema(c);
+                   schema.check("synthetic dataset " + path);
+                   SPARTA_REQUIRE(w.chunk_rows >= 1, "--chunk: expected >= 1, found %lld", (long long)w.chunk_rows);
+                 }),
+                 "datagen (options)");
   // A rank's share of a round, bounded so that each message stays below 2 GiB.
   const int64_t bytes_per_sample = 8 * std::max<int64_t>(schema.max_keys_per_sample() + schema.num_slots, c.num_dense);
   const int64_t share = std::max<int64_t>(1, std::min<int64_t>(w.chunk_rows, (INT_MAX / 2) / bytes_per_sample));
@@ -462,7 +470,7 @@ GenerateResult generate_dataset(const std::string& path, const SyntheticConfig& 
       error = e.what();
     }
   }
-  agree_on_error(comm, error);
+  agree_on_error(comm, error, "datagen");
 
   Teacher teacher(c);
   AucHistogram hist;
@@ -482,7 +490,7 @@ GenerateResult generate_dataset(const std::string& path, const SyntheticConfig& 
                        throw Error(strprintf("planted failure while generating round %lld on rank %d (a test's "
                                              "SyntheticConfig::fail_rank)", (long long)(r0 / round), rank));
                      generate_samples(c, teacher, lo, hi - lo, mine, &probs);
-                   }));
+                   }), "datagen");
     for (size_t i = 0; i < probs.size(); ++i) {
       hist.add(probs[i], mine.labels[i]);
       positives += mine.labels[i] > 0.5f;
@@ -516,10 +524,10 @@ GenerateResult generate_dataset(const std::string& path, const SyntheticConfig& 
       }
       bar.update(double(r0 + len));
     }
-    agree_on_error(comm, error);
+    agree_on_error(comm, error, "datagen");
   }
   hist.reduce(0, comm);
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &positives, 1, MPI_INT64_T, MPI_SUM, comm));
+  timed_allreduce(MPI_IN_PLACE, &positives, 1, MPI_INT64_T, MPI_SUM, comm, "datagen (positives)");
   GenerateResult res;
   double auc = 0;
   int64_t nnz = 0;
@@ -535,9 +543,9 @@ GenerateResult generate_dataset(const std::string& path, const SyntheticConfig& 
     auc = res.teacher_auc;
     bar.finish();
   }
-  agree_on_error(comm, error);
-  MPI_CHECK(MPI_Bcast(&auc, 1, MPI_DOUBLE, 0, comm));
-  MPI_CHECK(MPI_Bcast(&nnz, 1, MPI_INT64_T, 0, comm));
+  agree_on_error(comm, error, "datagen");
+  timed_bcast(&auc, 1, MPI_DOUBLE, 0, comm, "datagen (teacher AUC)");
+  timed_bcast(&nnz, 1, MPI_INT64_T, 0, comm, "datagen (keys written)");
   res.teacher_auc = auc;
   res.num_keys = nnz;
   res.positive_rate = c.num_samples > 0 ? double(positives) / c.num_samples : 0;

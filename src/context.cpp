@@ -7,6 +7,7 @@
 
 #include "src/base/check.h"
 #include "src/base/log.h"
+#include "src/base/deadline.h"
 
 namespace sparta {
 
@@ -65,12 +66,13 @@ std::string Context::describe() const {
                                device_.is_cuda() ? gpu_name(device_.gpu).c_str() : "");
   int len = static_cast<int>(mine.size());
   std::vector<int> lens(topo_.size);
-  MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, topo_.world));
+  timed_gather(&len, 1, MPI_INT, lens.data(), 1, 0, topo_.world, "context description (lengths)");
   std::vector<int> displs(topo_.size, 0);
   int total = 0;
   for (int r = 0; r < topo_.size; ++r) displs[r] = total, total += lens[r];
   std::vector<char> all(total > 0 ? total : 1);
-  MPI_CHECK(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, topo_.world));
+  timed_gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), 0, topo_.world,
+                "context description");
   if (topo_.rank != 0) return "";
   std::string out;
   for (int r = 0; r < topo_.size; ++r) out += std::string(all.data() + displs[r], lens[r]) + "\n";

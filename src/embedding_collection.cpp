@@ -276,7 +276,7 @@ std::vector<int64_t> EmbeddingCollection::check_batch(const int64_t* offsets, in
                    ex_->rank(), (long long)(r - 1), (long long)((r - 1) / S), (long long)((r - 1) % S),
                    (long long)h[0], (long long)h[1]));
     }
-  }));
+  }), "checking a batch");
   ex_->mark("forward: batch checked");
   return status;
 }

@@ -7,6 +7,7 @@
 
 #include "src/base/check.h"
 #include "io/synthetic.h"
+#include "src/base/deadline.h"
 
 namespace sparta {
 
@@ -31,7 +32,8 @@ std::vector<T> gatherv(MPI_Comm comm, const std::vector<T>& v, MPI_Datatype type
     for (int p = 0; p < world; ++p) displs[p] = int(total), total += counts[p];
     out.resize(size_t(total));
   }
-  MPI_CHECK(MPI_Gatherv(v.data(), int(v.size()), type, out.data(), counts.data(), displs.data(), type, root, comm));
+  timed_gatherv(v.data(), int(v.size()), type, out.data(), counts.data(), displs.data(), root, comm,
+                "gather predictions");
   return out;
 }
 
@@ -47,7 +49,7 @@ Predictions gather_predictions(MPI_Comm comm, const Predictions& local, int root
   MPI_CHECK(MPI_Comm_size(comm, &world));
   const int n = int(local.size());
   std::vector<int> counts(world, 0);
-  MPI_CHECK(MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, root, comm));
+  timed_gather(&n, 1, MPI_INT, counts.data(), 1, root, comm, "gather predictions (counts)");
   if (rank == root) {
     int64_t total = 0;
     for (int c : counts) total += c;
@@ -103,7 +105,7 @@ EvalMetrics evaluate_distributed(MPI_Comm comm, const Predictions& local) {
   EvalMetrics m;
   if (rank == 0) m = evaluate(all.prob, all.label);
   double v[5] = {double(m.samples), m.auc, m.logloss, m.accuracy, m.positive_rate};
-  MPI_CHECK(MPI_Bcast(v, 5, MPI_DOUBLE, 0, comm));
+  timed_bcast(v, 5, MPI_DOUBLE, 0, comm, "evaluation metrics");
   m.samples = int64_t(v[0]), m.auc = v[1], m.logloss = v[2], m.accuracy = v[3], m.positive_rate = v[4];
   return m;
 }

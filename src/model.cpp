@@ -94,7 +94,9 @@ std::string ModelConfig::describe() const {
 void check_model_config(const ModelConfig& c) {
   SPARTA_REQUIRE(c.num_dense >= 1, "model: num_dense must be >= 1, found %d", c.num_dense);
   SPARTA_REQUIRE(c.num_slots >= 1, "model: num_slots must be >= 1, found %d", c.num_slots);
-  SPARTA_REQUIRE(c.embedding_dim >= 1, "model.embedding_dim: expected >= 1, found %d", c.embedding_dim);
+  SPARTA_REQUIRE(c.embedding_dim >= 1 && c.embedding_dim <= 256,
+                 "model.embedding_dim: expected 1..256 (the widest embedding row the tables hold), found %d",
+                 c.embedding_dim);
   check_widths("model.bottom_mlp", c.bottom_mlp);
   check_widths("model.top_mlp", c.top_mlp);
   SPARTA_REQUIRE(c.top_mlp.back() == 1, "model.top_mlp: the last width gives the logit and must be 1, found %d",

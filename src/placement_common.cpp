@@ -155,7 +155,7 @@ void Exchange::all_gather_v_floats(const float* send, float* recv, const std::ve
   end_collective();
 }
 
-void Exchange::agree(const std::string& error) { agree_on_error(mpi_, error); }
+void Exchange::agree(const std::string& error, const char* what) { agree_on_error(mpi_, error, what); }
 
 void Exchange::trace(bool on) {
   if (on && !clock_) clock_ = std::make_unique<StreamClock>(dev_);

@@ -85,7 +85,7 @@ class Exchange {
   // recv: rank p's counts[p] elements in rank order (counts the same on every rank).
   void all_gather_v(const void* send, void* recv, const std::vector<size_t>& counts, DataType type);
   // Every rank throws the lowest failing rank's message when any rank's error is not empty.
-  void agree(const std::string& error);
+  void agree(const std::string& error, const char* what = nullptr);
   // Copies n device elements to the host once the work queued on the compute stream before is done
   // (fault-aware wait).
   std::vector<int64_t> download(const int64_t* p, size_t n);

@@ -12,6 +12,7 @@
 #include "src/base/check.h"
 #include "src/placement_common.h"
 #include "kernels/atomic_sgd.h"
+#include "src/base/deadline.h"
 
 namespace sparta {
 
@@ -100,7 +101,7 @@ std::vector<TableKeyStats> count_keys(MPI_Comm comm, const CollectionConfig& cfg
   int world = 1;
   MPI_CHECK(MPI_Comm_size(comm, &world));
   int64_t samples = batch;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &samples, 1, MPI_INT64_T, MPI_SUM, comm));
+  timed_allreduce(MPI_IN_PLACE, &samples, 1, MPI_INT64_T, MPI_SUM, comm, "planner key statistics (samples)");
   std::vector<TableKeyStats> out(T);
   for (size_t t = 0; t < T; ++t) {
     // every rank's (key, count) pairs to every rank, merged
@@ -108,18 +109,19 @@ std::vector<TableKeyStats> count_keys(MPI_Comm comm, const CollectionConfig& cfg
     for (const auto& kc : counts[t]) mine.push_back(kc.first), mine.push_back(kc.second);
     int n = static_cast<int>(mine.size());
     std::vector<int> sizes(static_cast<size_t>(world), 0), displs(static_cast<size_t>(world), 0);
-    MPI_CHECK(MPI_Allgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, comm));
+    timed_allgather(&n, 1, MPI_INT, sizes.data(), 1, comm, "planner key statistics (sizes)");
     int sum = 0;
     for (int r = 0; r < world; ++r) displs[r] = sum, sum += sizes[r];
     std::vector<int64_t> all(size_t(std::max(sum, 1)));
-    MPI_CHECK(MPI_Allgatherv(mine.data(), n, MPI_INT64_T, all.data(), sizes.data(), displs.data(), MPI_INT64_T, comm));
+    timed_allgatherv(mine.data(), n, MPI_INT64_T, all.data(), sizes.data(), displs.data(), comm,
+                     "planner key statistics (counts)");
     std::vector<std::pair<int64_t, int64_t>> pairs;
     for (int i = 0; i + 1 < sum; i += 2) pairs.emplace_back(all[i], all[i + 1]);
     std::sort(pairs.begin(), pairs.end());
     TableKeyStats& st = out[t];
     st.samples = samples;
     st.keys = nkeys[t];
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &st.keys, 1, MPI_INT64_T, MPI_SUM, comm));
+    timed_allreduce(MPI_IN_PLACE, &st.keys, 1, MPI_INT64_T, MPI_SUM, comm, "planner key statistics (keys)");
     for (const auto& kc : pairs)  // the ranks' counts of a key summed, keys ascending
       if (!st.top.empty() && st.top.back().first == kc.first) st.top.back().second += kc.second;
       else st.top.push_back(kc);

@@ -150,6 +150,8 @@ void check_train_config(const TrainConfig& c) {
                  c.target_auc);
   SPARTA_REQUIRE(c.target_auc == 0 || !c.eval_path.empty(),
                  "train.target_auc: stopping at an AUC needs an evaluation set (data.eval)");
+  SPARTA_REQUIRE(c.keep_last >= 0 && c.keep_last <= 1000000, "train.keep_last: expected 0 (keep all) or a count, found %lld",
+                 (long long)c.keep_last);
   SPARTA_REQUIRE(!c.resume || !c.checkpoint_dir.empty(),
                  "train.resume: resuming needs train.checkpoint_dir (the folder whose `latest` to continue from)");
   LossScaler(c.loss_scale_init, c.loss_scale_window);  // throws naming the option
@@ -188,7 +190,7 @@ std::string TrainConfig::to_ini() const {
     << "\nend_lr = " << schedule.end_lr << "\n\n";
   s << "[train]\nsteps = " << steps << "\nepochs = " << epochs << "\nlog_every = " << log_every
     << "\neval_every = " << eval_every << "\ntarget_auc = " << target_auc << "\ncheckpoint_dir = " << checkpoint_dir
-    << "\ncheckpoint_every = " << checkpoint_every << "\nresume = " << resume << "\nmetrics = " << metrics_path
+    << "\ncheckpoint_every = " << checkpoint_every << "\nkeep_last = " << keep_last << "\nresume = " << resume << "\nmetrics = " << metrics_path
     << "\nloss_scale_init = " << loss_scale_init << "\nloss_scale_window = " << loss_scale_window
     << "\ncuda_graphs = " << cuda_graphs
     << "\n\n[comm]\nmode = " << comm_mode << "\ntimeout = " << comm_timeout_s << "\ncheck_calls = " << comm_check_calls

@@ -78,6 +78,7 @@ struct TrainConfig {
   double target_auc = 0;         // > 0: stop once an evaluation reaches this AUC
   std::string checkpoint_dir;    // "": no checkpoints
   int64_t checkpoint_every = 0;  // also every N steps (0: at the end only)
+  int64_t keep_last = 0;         // keep the newest N checkpoints that verify (0: all)
   bool resume = false;           // continue from checkpoint_dir/latest (any rank count, any plan)
   std::string metrics_path;      // JSON lines (rank 0); "": none
   double loss_scale_init = 65536;     // fp16: the first loss scale (a power of two; src/loss_scale.h)

@@ -2,6 +2,7 @@
 // src/options.cpp): the options, their help, the INI file and the command line.
 #include <mpi.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -108,6 +109,8 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
       "train.checkpoint_dir", po::value<std::string>(&c.checkpoint_dir)->default_value(""),
       "checkpoint folder (io/checkpoint.h: step-<n>/, latest); \"\": no checkpoints")(
       "train.checkpoint_every", po::value<int64_t>(&c.checkpoint_every)->default_value(0), "a checkpoint every N steps besides the one at the end (0: the end only)")(
+      "train.keep_last", po::value<int64_t>(&c.keep_last)->default_value(0),
+      "keep the newest N checkpoints that verify, removing older ones after each save (0: keep all)")(
       "train.resume", po::value<bool>(&c.resume)->default_value(false)->implicit_value(true),
       "continue from train.checkpoint_dir's latest checkpoint (any rank count and plan)")(
       "train.metrics", po::value<std::string>(&c.metrics_path)->default_value(""), "JSON lines of train and eval metrics (\"\": none)")(
@@ -225,8 +228,12 @@ bool parse_train_config(int argc, char** argv, TrainConfig& c) {
   }
   if (vm.count("config") && !vm["config"].as<std::string>().empty()) {
     const std::string path = vm["config"].as<std::string>();
+    std::error_code ec;
+    SPARTA_REQUIRE(!std::filesystem::is_directory(path, ec), "--config '%s': is a directory; expected an INI file",
+                   path.c_str());
+    SPARTA_REQUIRE(std::filesystem::exists(path, ec), "--config '%s': no such file", path.c_str());
     std::ifstream in(path);
-    SPARTA_REQUIRE(in.good(), "config file '%s': cannot be opened for reading", path.c_str());
+    SPARTA_REQUIRE(in.good(), "--config '%s': cannot be opened for reading", path.c_str());
     store_config_file(in, "'" + path + "'", file, vm);
   }
   try {

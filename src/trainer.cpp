@@ -2,6 +2,7 @@
 #include "src/trainer.h"
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <cmath>
 #include <sstream>
@@ -16,6 +17,8 @@
 #include "src/base/log.h"
 #include "src/embedding_collection.h"
 #include "src/planner.h"
+#include "src/base/deadline.h"
+#include "io/outputs.h"
 
 namespace sparta {
 
@@ -49,7 +52,10 @@ Trainer::Trainer(MPI_Comm world, const Topology& topo, const Device& dev, const 
     : world_comm_(world), topo_(topo), cfg_(cfg), dev_(dev) {
   MPI_CHECK(MPI_Comm_rank(world, &rank_));
   MPI_CHECK(MPI_Comm_size(world, &world_));
-  agree(guarded([&] { check_train_config(cfg_); }));
+  agree(guarded([&] {
+    check_train_config(cfg_);
+    set_job_timeout(cfg_.comm_timeout_s);
+  }));
   open_datasets(mode);
   // Key statistics for the planner from the first batch of the data each rank reads.
   DatasetReader& sample_reader = mode == TrainerMode::train ? *train_ : *eval_;
@@ -133,7 +139,7 @@ void Trainer::build_rest(const std::string& load_from) {
   if (!load_from.empty()) load(load_from);
 }
 
-void Trainer::agree(const std::string& error) const { agree_on_error(world_comm_, error); }
+void Trainer::agree(const std::string& error, const char* what) const { agree_on_error(world_comm_, error, what); }
 
 Trainer::~Trainer() {
   if (comm_) synchronize_all();
@@ -266,7 +272,7 @@ void Trainer::report_memory() const {
                            2 * ((d.labels.size() + d.dense.size()) * sizeof(float) +
                                 (d.offsets.size() + d.keys.size()) * sizeof(int64_t)))};
   std::vector<double> all(size_t(3) * world_);
-  MPI_CHECK(MPI_Gather(mine, 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, 0, world_comm_));
+  timed_gather(mine, 3, MPI_DOUBLE, all.data(), 3, 0, world_comm_, "device memory report");
   if (rank_ != 0) return;
   std::string s = "device memory per rank (MiB): embeddings + dense parameters, gradients, optimizer state and "
                   "activations + batch buffers = total";
@@ -315,13 +321,23 @@ std::string Trainer::save() {
   if (rank_ != 0) dense.clear();
   const std::string dir = save_checkpoint(world_comm_, cfg_.checkpoint_dir, meta, dense, collection_->rows_to_save());
   LOG_INFO("checkpoint: step %lld -> %s", (long long)step_, dir.c_str());
+  if (cfg_.keep_last > 0) {
+    verified_steps_.insert(step_);  // the save checksummed every file it wrote from the disk
+    agree(guarded([&] {
+      if (rank_ != 0) return;
+      for (int64_t s : prune_checkpoints(cfg_.checkpoint_dir, int(cfg_.keep_last), &verified_steps_))
+        LOG_INFO("checkpoint: removed step %lld (train.keep_last %lld)", (long long)s, (long long)cfg_.keep_last);
+    }), "checkpoint retention");
+  }
   return dir;
 }
 
 void Trainer::load(const std::string& path) {
   const ModelSpec spec = model_spec();
-  LoadedCheckpoint c = load_checkpoint(world_comm_, path, spec,
-                                       [this](int table, int64_t key) { return collection_->owner_of(table, key); });
+  // a checkpoint root: the newest step that loads (falling back past one that does not verify, saying so)
+  LoadedCheckpoint c = load_newest_checkpoint(world_comm_, path, spec,
+                                              [this](int table, int64_t key) { return collection_->owner_of(table, key); });
+  verified_steps_.insert(c.manifest.meta.step);
   agree(guarded([&] { collection_->load_rows(c.tables); }));
   const std::vector<ParamPart> parts = DenseModel::parts(cfg_.model);
   std::vector<float> p(model_->param_count());
@@ -431,7 +447,7 @@ bool Trainer::unscale_gradients(int64_t batch) {
   int bad = 0;
   copy_to_host(dev_, &bad, nonfinite_.data(), sizeof(int), dev_.stream);
   // the dense gradients are the same on every rank after the all-reduce, the embedding gradient is each rank's
-  if (world_ > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, world_comm_));
+  if (world_ > 1) timed_allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, world_comm_, "fp16 overflow check");
   return scaler_->update(bad == 0);
 }
 
@@ -560,7 +576,7 @@ Predictions Trainer::predict_local() {
   for (int64_t index = 0;; ++index) {
     const Batch* b = nullptr;
     copies_done();  // the reader may reuse the memory of the batch before
-    agree(guarded([&] { b = eval_->next(); }));
+    agree(guarded([&] { b = eval_->next(); }), "reading an evaluation batch");
     if (!b || index * G >= limit) break;
     DeviceBatch& d = take(*b);
     collection_->forward(d.offsets.data(), d.keys.data(), b->size, emb_.data(), LookupMode::eval);
@@ -598,10 +614,15 @@ TrainResult Trainer::run() {
   r.teacher_auc = teacher_auc_;
   const int64_t bpe = train_->batches_per_epoch();
   const int64_t total = cfg_.steps > 0 ? cfg_.steps : cfg_.epochs * bpe;
-  if (rank_ == 0 && !cfg_.metrics_path.empty()) {
+  // A metrics file that cannot be written (or that is an input) is an error on every rank before any step.
+  agree(guarded([&] {
+    if (rank_ != 0 || cfg_.metrics_path.empty()) return;
+    require_output_not_input({"train.metrics", cfg_.metrics_path},
+                             {{"data.train", cfg_.train_path}, {"data.eval", cfg_.eval_path}, {"--config", cfg_.config_file}});
     metrics_.open(cfg_.metrics_path, step_ > 0 ? std::ios::app : std::ios::trunc);
-    if (!metrics_) LOG_WARN("train.metrics: cannot open '%s' for writing; no metrics written", cfg_.metrics_path.c_str());
-  }
+    SPARTA_REQUIRE(metrics_.good(), "train.metrics '%s': cannot open for writing: %s", cfg_.metrics_path.c_str(),
+                   std::strerror(errno));
+  }), "opening train.metrics");
   write_metrics(JsonLine("run")
                     .add("step", step_)
                     .add("total_steps", total)
@@ -653,7 +674,7 @@ TrainResult Trainer::run() {
         train_->start_epoch(++epoch);
         b = train_->next();
       }
-    }));
+    }), "reading a batch");
     SPARTA_ASSERT(b != nullptr, "an epoch of %lld batches delivered none", (long long)bpe);
     return b;
   };

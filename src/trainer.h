@@ -36,6 +36,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -130,7 +131,7 @@ class Trainer {
   std::vector<StreamClock::Point> read_trace();
 
  private:
-  void agree(const std::string& error) const;  // agree_on_error over world
+  void agree(const std::string& error, const char* what = nullptr) const;  // agree_on_error over world
   void open_datasets(TrainerMode mode);
   void set_shapes(const std::string& option, const std::string& path);  // the model's shape from schema_
   void build_collection(const Batch& sample, int64_t global_batch);
@@ -209,6 +210,7 @@ class Trainer {
   SideStream copy_stream_;                        // cuda: the batches' copies
   Buffer<float> losses_, probs_;                  // [log_every], [B]
   int64_t step_ = 0;
+  std::set<int64_t> verified_steps_;  // checkpoint steps known to verify (train.keep_last counts them)
   SideStream grad_stream_;                        // cuda: where the gradient all-reduce runs
   // cuda: the embedding collection runs on its own stream, so that its backward (and the host waits inside it)
   // overlaps the dense model's weight gradients; emb_dev_ is dev_ with that stream (cpu: dev_ itself).

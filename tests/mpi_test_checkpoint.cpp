@@ -359,8 +359,18 @@ BOOST_AUTO_TEST_CASE(unknown_version_is_rejected) {
   Model m = make_model(3);
   std::string dir = save_model(MPI_COMM_WORLD, root.path, m);
   on_root([&] {
-    h5::File f = h5::open_file(dir + "/manifest.h5", true);
-    h5::write_attr(f, "/", "version", int64_t(99));
+    {
+      h5::File f = h5::open_file(dir + "/manifest.h5", true);
+      h5::write_attr(f, "/", "version", int64_t(99));
+    }
+    // The edit alone is refused by the manifest's checksum (manifest.xxh64) ...
+    try {
+      read_manifest(dir);
+      BOOST_ERROR("an edited manifest was read");
+    } catch (const Error& e) {
+      BOOST_CHECK_MESSAGE(std::string(e.what()).find("manifest.h5: checksum mismatch") != std::string::npos, e.what());
+    }
+    reseal_manifest(dir);  // ... and once resealed, by the version check
   });
   expect_error([&] { load_checkpoint(MPI_COMM_WORLD, root.path, m.spec, mod_owner(w)); },
                {"manifest.h5", "'version'", "expected 1", "found 99"});

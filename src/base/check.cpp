@@ -62,12 +62,15 @@ void fatal_at(const char* file, int line, const std::string& what) {
 }
 
 int end_with_error(const std::string& program, const Error& e) {
-  std::fprintf(stderr, "[%s:%d] %s: %s\n", g_host.c_str(), g_rank, program.c_str(), e.what());
-  std::fflush(stderr);
-  std::fflush(stdout);
   int world = 1;
   if (mpi_is_up()) MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (world == 1 || e.every_rank()) return 1;
+  // An error every rank raised together names the failing ranks itself: rank 0 alone prints it.
+  const bool together = world == 1 || e.every_rank();
+  if (!together) std::fprintf(stderr, "[%s:%d] %s: %s\n", g_host.c_str(), g_rank, program.c_str(), e.what());
+  else if (g_rank <= 0) std::fprintf(stderr, "%s: %s\n", program.c_str(), e.what());
+  std::fflush(stderr);
+  std::fflush(stdout);
+  if (together) return 1;
   end_job();
 }
 

@@ -44,10 +44,11 @@ const std::string& identity_host();
 [[noreturn]] void fatalf_at(const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-// How a program ends on an Error that reached its top: prints "[host:rank] program: message" to stderr and
-// returns 1, for main to return (MPI_Finalize runs as usual), when no other rank can be left waiting: MPI is
-// not up, the world has one rank, or every rank raised the error together (Error::every_rank). Otherwise
-// (some ranks only caught it, others may sit in a collective) it ends the whole job with MPI_Abort.
+// How a program ends on an Error that reached its top. When no other rank can be left waiting (MPI is not up,
+// the world has one rank, or every rank raised the error together: Error::every_rank, whose message names the
+// failing ranks), rank 0 alone prints "program: message" to stderr and it returns 1, for main to return
+// (MPI_Finalize runs as usual). Otherwise (some ranks only caught it, others may sit in a collective) it prints
+// "[host:rank] program: message" and ends the whole job with MPI_Abort.
 int end_with_error(const std::string& program, const Error& e);
 
 void check_mpi_at(int code, const char* expr, const char* file, int line);

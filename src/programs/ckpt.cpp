@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "io/outputs.h"
 #include "src/base/check.h"
 #include "io/checkpoint.h"
 #include "io/checksum.h"
@@ -113,7 +114,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "sparta-ckpt export: --table and --out are required\n%s\n", kUsage);
       return 2;
     }
-    int64_t rows = sparta::export_table(path, table, out);
+    // The output never replaces a file of the checkpoint, and appears only once whole (io/outputs.h).
+    sparta::require_output_not_input({"--out", out}, {{"checkpoint", path}});
+    sparta::StagedOutput staged(out);
+    int64_t rows = sparta::export_table(path, table, staged.path());
+    staged.commit();
     std::printf("exported table '%s': %lld rows to %s\n", table.c_str(), static_cast<long long>(rows), out.c_str());
     return 0;
   } catch (const sparta::Error& e) {

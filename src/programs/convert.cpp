@@ -6,10 +6,12 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "io/criteo.h"
+#include "io/outputs.h"
 #include "src/base/agree.h"
 #include "src/base/check.h"
 #include "src/base/log.h"
@@ -40,14 +42,38 @@ int main(int argc, char** argv) {
   pos.add("input", -1);
   return sparta::run_program("sparta-convert", [&] {
     sparta::po::variables_map vm;
-    if (!sparta::parse_options(argc, argv, desc, vm, "usage: sparta-convert --out FILE [options] INPUT.tsv...", &pos))
-      return 0;
+    bool help = false;
+    // Every rank parses the same options: agreeing on the verdict lets a bad one end the job with status 1.
+    sparta::agree_on_error(MPI_COMM_WORLD, sparta::guarded([&] {
+      help = !sparta::parse_options(argc, argv, desc, vm, "usage: sparta-convert --out FILE [options] INPUT.tsv...", &pos);
+    }), "convert (options)");
+    if (help) return 0;
     co.progress = co.progress || sparta::ProgressBar::stderr_is_tty();
     sparta::ConvertStats s;
-    // Rank 0 converts while the others wait for its verdict: a bad input ends every rank with one Error.
+    // Rank 0 converts while the others wait for its verdict: a bad input ends every rank with one Error. The
+    // output never replaces an input, is written under a temporary name and renamed once complete (io/outputs.h).
     sparta::agree_on_error(MPI_COMM_WORLD, sparta::guarded([&] {
-                             if (ctx.is_root()) s = sparta::convert_criteo(inputs, out, co);
-                           }));
+                             if (!ctx.is_root()) return;
+                             std::vector<sparta::NamedPath> named;
+                             uint64_t input_bytes = 0;
+                             for (const std::string& in : inputs) {
+                               named.push_back({"input", in});
+                               std::error_code ec;
+                               if (in != "-" && std::filesystem::is_regular_file(in, ec))
+                                 input_bytes += std::filesystem::file_size(in, ec);
+                             }
+                             sparta::require_output_not_input({"--out", out}, named);
+                             // A sample takes at least the bytes of its text line (less with --gzip).
+                             sparta::require_free_space({"--out", out}, input_bytes / (co.write.gzip > 0 ? 8 : 1),
+                                                        sparta::strprintf("converting %.3g GB of text", input_bytes / 1e9));
+                             sparta::StagedOutput staged(out);
+                             s = sparta::convert_criteo(inputs, staged.path(), co);
+                             SPARTA_REQUIRE(s.samples > 0,
+                                            "%s: no sample to write: %lld line(s) read, %lld malformed%s; nothing written",
+                                            out.c_str(), (long long)s.lines, (long long)s.skipped,
+                                            co.skip_bad ? " and skipped (--skip-bad)" : "");
+                             staged.commit();
+                           }), "convert");
     LOG_INFO("sparta-convert: wrote %s: %lld samples from %lld lines (%lld malformed skipped), %.1f MB in %.1f s (%.2f M lines/s)",
              out.c_str(), (long long)s.samples, (long long)s.lines, (long long)s.skipped, s.bytes / 1e6, s.seconds,
              s.lines / std::max(s.seconds, 1e-9) / 1e6);

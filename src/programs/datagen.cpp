@@ -12,6 +12,7 @@
 #include "io/dataset.h"
 #include "src/base/log.h"
 #include "src/options.h"
+#include "io/outputs.h"
 #include "io/synthetic.h"
 
 int main(int argc, char** argv) {
@@ -58,13 +59,31 @@ int main(int argc, char** argv) {
       so.seed = seed;
       so.teacher_seed = teacher_seed;
       cfg = sparta::make_synthetic_config(so);
+      SPARTA_REQUIRE(cfg.num_samples >= 1, "--samples: expected >= 1 (a dataset needs a sample), found %lld",
+                     (long long)cfg.num_samples);
+      SPARTA_REQUIRE(wo.chunk_rows >= 1, "--chunk: expected >= 1 samples per chunk, found %lld", (long long)wo.chunk_rows);
+      SPARTA_REQUIRE(wo.gzip >= 0 && wo.gzip <= 9, "--gzip: expected 0 (none) to 9, found %d", wo.gzip);
+      if (ctx.rank() != 0) return;  // rank 0 writes the file
+      sparta::require_output_not_input({"--out", out}, {});
+      // At least this many bytes (compression may save most of them, hence the 8 with --gzip).
+      double keys = 0;  // the fewest keys a sample can have
+      for (int64_t h : cfg.hotness_min) keys += double(h);
+      const double per_sample = 4.0 * (1 + cfg.num_dense) + 8.0 * (double(cfg.num_slots()) + keys);
+      const double need = double(cfg.num_samples) * per_sample / (wo.gzip > 0 ? 8 : 1);
+      sparta::require_free_space({"--out", out}, need > 1.8e19 ? UINT64_MAX : uint64_t(need),
+                                 sparta::strprintf("%lld samples", (long long)cfg.num_samples));
     }));
     if (help) return 0;
+    sparta::StagedOutput staged(out);
     LOG_INFO("sparta-datagen: %lld samples, %lld dense, %lld slots, seed %llu, teacher seed %llu, %d rank(s) -> %s",
              (long long)cfg.num_samples, (long long)cfg.num_dense, (long long)cfg.num_slots(), seed, teacher_seed,
              ctx.world(), out.c_str());
-    sparta::GenerateResult r = sparta::generate_dataset(out, cfg, wo, MPI_COMM_WORLD,
+    // Written under a temporary name, renamed once complete (io/outputs.h).
+    sparta::GenerateResult r = sparta::generate_dataset(staged.path(), cfg, wo, MPI_COMM_WORLD,
                                                         progress || sparta::ProgressBar::stderr_is_tty());
+    sparta::agree_on_error(MPI_COMM_WORLD, sparta::guarded([&] {
+      if (ctx.rank() == 0) staged.commit();
+    }), "datagen (rename)");
     LOG_INFO("sparta-datagen: wrote %s: %lld samples, %lld keys, click rate %.4f, teacher AUC %.4f, %.1f s (%.2f M samples/s)",
              out.c_str(), (long long)cfg.num_samples, (long long)r.num_keys, r.positive_rate, r.teacher_auc, r.seconds,
              cfg.num_samples / std::max(r.seconds, 1e-9) / 1e6);

@@ -11,6 +11,7 @@
 
 #include "io/checkpoint.h"
 #include "io/h5.h"
+#include "io/outputs.h"
 #include "src/base/agree.h"
 #include "src/base/check.h"
 #include "src/base/log.h"
@@ -54,6 +55,8 @@ int main(int argc, char** argv) {
                      "--device: expected cpu, cuda or auto, found '%s'", copt.device.c_str());
       SPARTA_REQUIRE(batch >= 0 && samples >= 0, "--batch, --samples: expected >= 0, found %lld and %lld",
                      (long long)batch, (long long)samples);
+      // Before anything is read: the output must not be an input (io/outputs.h).
+      sparta::require_output_not_input({"--out", out}, {{"--data", data}, {"--checkpoint", checkpoint}});
       step_dir = sparta::resolve_checkpoint_dir(checkpoint);
       const sparta::Manifest m = sparta::read_manifest(step_dir);
       cfg = sparta::parse_train_config_text(m.meta.config, "checkpoint " + m.path + " (its config)");
@@ -71,8 +74,12 @@ int main(int argc, char** argv) {
     sparta::EvalMetrics m;
     sparta::agree_on_error(MPI_COMM_WORLD, sparta::guarded([&] {
       if (ctx.rank() != 0) return;
+      SPARTA_REQUIRE(p.size() > 0, "--data '%s': no sample to predict (the dataset is empty or --samples selects none); "
+                     "nothing written", data.c_str());
       m = sparta::evaluate(p.prob, p.label);
-      sparta::h5::File f = sparta::h5::create_file(out);
+      // Under a temporary name, renamed once whole: a full disk leaves no partial file under --out.
+      sparta::StagedOutput staged(out);
+      sparta::h5::File f = sparta::h5::create_file(staged.path());
       const hsize_t n = p.size();
       sparta::h5::write_dataset<float>(f, "/prediction", p.prob.data(), {n});
       sparta::h5::write_dataset<float>(f, "/label", p.label.data(), {n});
@@ -87,7 +94,8 @@ int main(int argc, char** argv) {
       sparta::h5::write_attr(f, "/", "accuracy", m.accuracy);
       sparta::h5::write_attr(f, "/", "teacher_auc", trainer.teacher_auc());
       sparta::h5::close(f);
-    }));
+      staged.commit();
+    }), "predict (output)");
     LOG_INFO("sparta-predict: %lld samples of %s with step %lld of %s -> %s: AUC %.4f, log-loss %.4f, accuracy %.4f",
              (long long)m.samples, data.c_str(), (long long)trainer.step(), step_dir.c_str(), out.c_str(), m.auc,
              m.logloss, m.accuracy);

@@ -9,6 +9,7 @@
 
 #include "src/base/agree.h"
 #include "src/base/check.h"
+#include "src/base/deadline.h"
 #include "src/base/log.h"
 #include "src/context.h"
 #include "src/options.h"
@@ -28,7 +29,10 @@ int main(int argc, char** argv) {
   return sparta::run_program("sparta-train", [&] {
     sparta::TrainConfig cfg;
     bool help = false;
-    sparta::agree_on_error(MPI_COMM_WORLD, sparta::guarded([&] { help = !sparta::parse_train_config(argc, argv, cfg); }));
+    sparta::agree_on_error(MPI_COMM_WORLD, sparta::guarded([&] {
+      help = !sparta::parse_train_config(argc, argv, cfg);
+      if (!help) sparta::set_job_timeout(cfg.comm_timeout_s);
+    }));
     if (help) return 0;
     sparta::Context ctx(cfg.context);
     sparta::Trainer trainer(ctx, cfg);
