@@ -206,13 +206,13 @@ DatasetSchema read_schema(const h5::File& f) {
   s.check(p + ": attributes");
 
   const hsize_t N = s.num_samples;
-  h5::expect_type<float>(f, "/label");
+  h5::expect_numeric<float>(f, "/label");
   expect_shape(f, "/label", {N});
-  h5::expect_type<float>(f, "/dense");
+  h5::expect_numeric<float>(f, "/dense");
   expect_shape(f, "/dense", {N, static_cast<hsize_t>(s.num_dense)});
-  h5::expect_type<int64_t>(f, "/sparse/offsets");
+  h5::expect_numeric<int64_t>(f, "/sparse/offsets");
   expect_shape(f, "/sparse/offsets", {N * s.num_slots + 1});
-  h5::expect_type<int64_t>(f, "/sparse/keys");
+  h5::expect_numeric<int64_t>(f, "/sparse/keys");
   std::vector<hsize_t> kd = h5::shape(f, "/sparse/keys");
   SPARTA_REQUIRE(kd.size() == 1, "%s: dataset '/sparse/keys': expected one dimension [nnz], found %s", p.c_str(),
                  dims_str(kd).c_str());

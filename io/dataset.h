@@ -25,14 +25,20 @@
 //                                               offsets[0] = 0, non-decreasing, offsets[N*num_slots] = nnz
 //   /sparse/keys      int64   [nnz]             keys >= 0 (and < cardinality of their slot when it is > 0)
 //
+// Element types on read: the types above are what sparta writes; a reader takes what h5py, numpy and pandas
+// write by default too. /label and /dense may hold any float or integer type (float64 is rounded to the nearest
+// float32), /sparse/offsets and /sparse/keys any integer type (int32 keys widen exactly). A value that does not
+// fit (a finite float64 beyond float32's range, a uint64 key beyond int64's) is an Error naming the file, the
+// dataset, the element and the value; a float type for keys or offsets is refused (io/h5.h read_converted).
+//
 // Every dataset is chunked along its first dimension (chunk_rows samples; offsets and keys by chunk_rows *
 // num_slots elements); gzip compression and Fletcher32 checksums per chunk are optional. Any HDF5 tool
 // reads the files (h5dump, h5py).
 //
 // Checks (sparta::Error naming the file, the field, the sample, what was expected and what was found):
-// unknown format or version, missing attributes or datasets, wrong shapes or element types, offsets that
-// are not monotone or point beyond nnz, more keys in a slot than its hotness, keys < 0 or >= cardinality,
-// NaN or Inf in dense features or labels, labels outside [0, 1]. Readers check every batch they deliver;
+// unknown format or version, missing attributes or datasets, wrong shapes or element types, values the types
+// read cannot hold, offsets that are not monotone or point beyond nnz, more keys in a slot than its hotness,
+// keys < 0 or >= cardinality, NaN or Inf in dense features or labels, labels outside [0, 1]. Readers check every batch they deliver;
 // the writer checks every block it appends.
 #pragma once
 

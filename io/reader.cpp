@@ -72,8 +72,7 @@ struct DatasetReader::Source {
       throw Error(what + " (rows out of range?)");
     h5::Handle mem(H5Screate_simple(s.ndims, count, nullptr));
     if (!mem.valid()) throw Error(what + " (cannot make the memory space)");
-    if (H5Dread(s.dataset.id(), h5::native_type<T>(), mem.id(), s.space.id(), H5P_DEFAULT, out) < 0)
-      throw Error(what + " (truncated file or checksum error?)");
+    h5::read_converted<T>(file, s.dataset.id(), s.name, mem.id(), s.space.id(), row0, rows, s.width, out);
   }
 };
 
