@@ -150,6 +150,11 @@ LoadedCheckpoint load_checkpoint(MPI_Comm comm, const std::string& path, const M
 // The step directory that path names: itself when it holds manifest.h5, else the one its `latest` names.
 std::string resolve_checkpoint_dir(const std::string& path);
 
+// Rank 0 alone (no collective): writes root/<pointer> ("latest" or "best") atomically as one line naming the
+// complete step directory step-<step>, which must exist. Model selection (train.keep_best) records its best
+// checkpoint in `best` and at the end moves `latest` to it. Throws Error naming the path.
+void point_checkpoint(const std::string& root, const std::string& pointer, int64_t step);
+
 struct CheckpointList {
   std::vector<int64_t> steps;            // complete step-<n> directories, ascending
   std::vector<std::string> incomplete;   // step-<n>.tmp directories (a save that did not finish)

@@ -117,6 +117,15 @@ DatasetSchema read_schema(const std::string& path);
 void check_compatible(const DatasetSchema& a, const std::string& path_a, const DatasetSchema& b,
                       const std::string& path_b);
 
+// Per-feature sums of /dense over the file's first `samples` samples (all when <= 0 or more than it holds), of
+// the blocks of 65536 samples that rank of world takes (block b goes to rank b % world): every rank's sums added
+// up cover those samples once. For dense normalization (sparta-train data.normalize). Throws Error naming path.
+struct DenseSums {
+  std::vector<double> sum, sum_squares;  // [num_dense]
+  int64_t count = 0;                     // samples summed
+};
+DenseSums dense_sums(const std::string& path, int64_t samples, int rank, int world);
+
 struct WriteOptions {
   int64_t chunk_rows = 65536;  // samples per chunk (offsets and keys: chunk_rows * num_slots elements)
   int gzip = 0;                // 0: none; 1..9: deflate level
