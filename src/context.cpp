@@ -62,9 +62,10 @@ Context::Context(const ContextOptions& opt) : opt_(opt) {
     topo_ = make_topology(MPI_COMM_WORLD, opt.ranks_per_node);
     const int gpus = visible_gpu_count();
     DeviceChoice c = choose_device(opt.device, topo_.host_rank, topo_.host_size, gpus);
-    // Rank 0 says what it chose (the others chose alike, unless hosts differ); a warning where GPUs go unused.
-    if (topo_.rank == 0 && c.backend == Backend::cpu && gpus > 0)
-      LOG_WARN("device: %s; GPUs are visible but the cpu backend runs", c.reason.c_str());
+    // Rank 0 says what auto chose (the others chose alike, unless hosts differ); a warning where GPUs go unused
+    // (--device cpu is a choice, and programs that need no GPU, such as sparta-convert, make it).
+    if (topo_.rank == 0 && opt.device == "auto" && c.backend == Backend::cpu && gpus > 0)
+      LOG_WARN("device (--device auto): %s; GPUs are visible but the cpu backend runs", c.reason.c_str());
     else if (topo_.rank == 0 && opt.device == "auto")
       LOG_INFO("device (--device auto): %s", c.reason.c_str());
     device_ = open_device(c.backend, c.gpu);

@@ -182,7 +182,7 @@ void Trainer::open_datasets(TrainerMode mode) {
       train_ = std::make_unique<DatasetReader>(cfg_.train_path, r);
       schema_ = train_->schema();
       const int64_t blocks = (schema_.num_samples + train_->shuffle_block() - 1) / train_->shuffle_block();
-      if (rank_ == 0 && cfg_.shuffle && blocks < 64)
+      if (rank_ == 0 && cfg_.shuffle && blocks < 8)  // a file of one or a few chunks is hardly shuffled
         LOG_WARN("data.shuffle: %s holds %lld samples, only %lld block(s) of %lld (data.shuffle_block%s) to shuffle; "
                  "the samples of a block stay together in file order, so set data.shuffle_block lower (1: every "
                  "sample on its own)", cfg_.train_path.c_str(), (long long)schema_.num_samples, (long long)blocks,

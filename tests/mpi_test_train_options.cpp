@@ -125,7 +125,7 @@ BOOST_AUTO_TEST_CASE(keep_best_restores_the_best_evaluation) {
   if (testing::world_rank() == 0) ::mkdir(dir.path.c_str(), 0755);
   bool tried_middle = false;
   // A dense learning rate high enough that the evaluations go up and down: some run's best is not its last.
-  for (float lr : {0.05f, 0.1f, 0.2f, 0.4f}) {
+  for (float lr : {0.05f, 0.1f, 0.2f, 0.4f, 0.8f, 1.6f}) {
     TrainConfig cfg = base_config(data);
     cfg.steps = 40;
     cfg.eval_every = 4;
@@ -168,31 +168,32 @@ BOOST_AUTO_TEST_CASE(keep_best_restores_the_best_evaluation) {
 // best before it, found here on the evaluations of the same run without patience.
 BOOST_AUTO_TEST_CASE(patience_stops_where_the_rule_says) {
   Data data;
-  for (float lr : {0.1f, 0.2f, 0.4f}) {
-    TrainConfig cfg = base_config(data);
-    cfg.steps = 40;
-    cfg.eval_every = 4;
-    cfg.dense.lr = cfg.schedule.lr = lr;
-    const Run full = train(cfg);
-    const int64_t patience = 2;
-    int64_t stop = -1, since = 0;
-    double best = -1;
-    for (const auto& [step, m] : full.result.evals) {
-      if (m.auc > best) best = m.auc, since = 0;
-      else if (++since >= patience) {
-        stop = step;
-        break;
+  for (float lr : {0.1f, 0.4f, 1.6f})
+    for (int64_t patience : {2, 1}) {
+      TrainConfig cfg = base_config(data);
+      cfg.steps = 40;
+      cfg.eval_every = 2;
+      cfg.dense.lr = cfg.schedule.lr = lr;
+      const Run full = train(cfg);
+      int64_t stop = -1, since = 0;
+      double best = -1;
+      for (const auto& [step, m] : full.result.evals) {
+        if (m.auc > best) best = m.auc, since = 0;
+        else if (++since >= patience) {
+          stop = step;
+          break;
+        }
       }
+      if (stop < 0 || stop == 40) continue;  // no early stop in this one: another learning rate or patience
+      BOOST_TEST_MESSAGE("lr " << lr << ", patience " << patience << ": stops at step " << stop);
+      cfg.patience = patience;
+      const Run early = train(cfg);
+      BOOST_TEST(early.result.stopped_early);
+      BOOST_TEST(early.result.last_step == stop);
+      BOOST_TEST(early.result.evals.size() == size_t(stop / 2));
+      return;
     }
-    if (stop < 0 || stop == 40) continue;  // no early stop in this one: another learning rate
-    cfg.patience = patience;
-    const Run early = train(cfg);
-    BOOST_TEST(early.result.stopped_early);
-    BOOST_TEST(early.result.last_step == stop);
-    BOOST_TEST(early.result.evals.size() == size_t(stop / 4));
-    return;
-  }
-  BOOST_FAIL("no learning rate gave an evaluation sequence that patience 2 stops early");
+  BOOST_FAIL("no learning rate gave an evaluation sequence that patience 2 or 1 stops early");
 }
 
 // 0.75 epoch of 32 batches is 24 steps; an evaluation every 0.25 epoch is one every 8 steps.

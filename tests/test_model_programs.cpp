@@ -228,3 +228,29 @@ write_sparta(sys.argv[1], label, dense, cats)
   BOOST_TEST(sparta::h5::read_attr_double(p, "/", "auc") > 0.7);
   BOOST_TEST(!sparta::h5::has_attr(p, "/", "teacher_auc"));
 }
+
+// sparta-predict's errors name its own options (--data, --batch) and the checkpoint's model, not the training
+// configuration's options (data.eval, data.eval_batch, model.num_dense) that the user never typed.
+BOOST_AUTO_TEST_CASE(predict_errors_name_its_own_options) {
+  testing::ScopedPath dir("test_model_programs", "predict_errors");
+  make_data(dir.path);
+  testing::CommandResult r = testing::run_command(testing::tool_command(
+      kTrain, 1, small_model(dir.path) + "--train.steps 2 --log-level warn --train.checkpoint_dir " + dir.path + "/ckpt",
+      120));
+  BOOST_REQUIRE_MESSAGE(r.status == 0, r.output);
+  r = testing::run_command(testing::tool_command(
+      kDatagen, 1, "--preset small --slots 4 --max-rows 50 --samples 100 --num-dense 5 --log-level warn --out " +
+                       dir.path + "/five.h5"));
+  BOOST_REQUIRE_MESSAGE(r.status == 0, r.output);
+  const std::string predict = "--device cpu --checkpoint " + dir.path + "/ckpt --out " + dir.path + "/p.h5 --data ";
+  r = testing::run_command(testing::tool_command(kPredict, 2, predict + dir.path + "/five.h5"));
+  BOOST_TEST(r.status == 1, r.output);
+  BOOST_TEST(r.output.find("--data '" + dir.path + "/five.h5': the file has 5 dense features per sample, the "
+                           "checkpoint's model expects 13") != std::string::npos, r.output);
+  const std::string first = r.output;
+  r = testing::run_command(testing::tool_command(kPredict, 3, predict + dir.path + "/eval.h5 --batch 2"));
+  BOOST_TEST(r.status == 1, r.output);
+  BOOST_TEST(r.output.find("--batch: expected at least 3 (the rank count), found 2") != std::string::npos, r.output);
+  for (const char* theirs : {"data.eval", "model.num_dense", "data.eval_batch"})
+    BOOST_TEST((first + r.output).find(theirs) == std::string::npos, theirs << " in " << first << r.output);
+}
