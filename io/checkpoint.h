@@ -164,12 +164,17 @@ std::vector<std::string> resume_candidates(const std::string& path);
 
 // Checkpoint retention (train.keep_last): keeps the newest keep_last steps that verify (verify_checkpoint;
 // steps in *verified count as verified without reading them again, and those verified here are added) and
-// removes every complete step older than the oldest kept, except the one `latest` names. keep_last <= 0 keeps
+// removes every complete step older than the oldest kept, except the ones `latest` and `best` name. keep_last <= 0 keeps
 // everything. Returns the steps removed; throws sparta::Error naming a directory it cannot remove.
 std::vector<int64_t> prune_checkpoints(const std::string& root_dir, int keep_last, std::set<int64_t>* verified);
 
 // The step directory that path names: itself when it holds manifest.h5, else the one its `latest` names.
 std::string resolve_checkpoint_dir(const std::string& path);
+
+// Rank 0 alone (no collective): writes root/<pointer> ("latest" or "best") atomically as one line naming the
+// complete step directory step-<step>, which must exist. Model selection (train.keep_best) records its best
+// checkpoint in `best` and at the end moves `latest` to it. Throws Error naming the path.
+void point_checkpoint(const std::string& root, const std::string& pointer, int64_t step);
 
 struct CheckpointList {
   std::vector<int64_t> steps;            // complete step-<n> directories, ascending

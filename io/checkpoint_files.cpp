@@ -90,8 +90,8 @@ void write_file_atomic(const std::string& dir, const std::string& name, const st
   fsync_path(dir, true);
 }
 
-std::string read_latest(const std::string& root) {
-  std::string path = join(root, kLatestName);
+std::string read_pointer(const std::string& root, const std::string& pointer) {
+  std::string path = join(root, pointer);
   std::error_code ec;
   if (!fs::exists(path, ec)) return "";
   std::ifstream in(path);
@@ -104,4 +104,13 @@ std::string read_latest(const std::string& root) {
 }
 
 }  // namespace ckpt
+
+void point_checkpoint(const std::string& root, const std::string& pointer, int64_t step) {
+  const std::string name = ckpt::step_name(step), dir = ckpt::join(root, name);
+  std::error_code ec;
+  SPARTA_REQUIRE(std::filesystem::is_directory(dir, ec), "%s: cannot point '%s' at it: no such checkpoint", dir.c_str(),
+                 pointer.c_str());
+  ckpt::write_file_atomic(root, pointer, name + "\n", nullptr);
+}
+
 }  // namespace sparta

@@ -35,8 +35,10 @@ CheckpointFile seal_file(const std::string& dir, const std::string& name);
 // still throws). A failure before the rename removes name.tmp and leaves dir/name as it was.
 void write_file_atomic(const std::string& dir, const std::string& name, const std::string& text, bool* renamed);
 
-// The step directory name in root/latest, checked; "" when there is no latest.
-std::string read_latest(const std::string& root);
+// The step directory name in root/<pointer> ("latest", or "best" of train.keep_best), checked; "" when there is
+// no such pointer.
+std::string read_pointer(const std::string& root, const std::string& pointer);
+inline std::string read_latest(const std::string& root) { return read_pointer(root, kLatestName); }
 
 }  // namespace ckpt
 }  // namespace sparta

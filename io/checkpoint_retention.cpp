@@ -99,10 +99,12 @@ std::vector<int64_t> prune_checkpoints(const std::string& root_dir, int keep_las
     }
     kept += ok;
   }
-  // Everything older than the oldest step kept goes, except what `latest` names.
+  // Everything older than the oldest step kept goes, except what `latest` and `best` (train.keep_best) name.
+  const std::string best_name = read_pointer(root_dir, "best");
+  const int64_t best = best_name.empty() ? -1 : parse_step_name(best_name);
   for (; i > 0; --i) {
     const int64_t s = list.steps[i - 1];
-    if (s == list.latest) continue;
+    if (s == list.latest || s == best) continue;
     std::error_code ec;
     fs::remove_all(join(root_dir, step_name(s)), ec);
     SPARTA_REQUIRE(!ec, "%s: cannot remove (checkpoint retention, train.keep_last %d): %s",

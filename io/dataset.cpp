@@ -206,13 +206,13 @@ DatasetSchema read_schema(const h5::File& f) {
   s.check(p + ": attributes");
 
   const hsize_t N = s.num_samples;
-  h5::expect_type<float>(f, "/label");
+  h5::expect_numeric<float>(f, "/label");
   expect_shape(f, "/label", {N});
-  h5::expect_type<float>(f, "/dense");
+  h5::expect_numeric<float>(f, "/dense");
   expect_shape(f, "/dense", {N, static_cast<hsize_t>(s.num_dense)});
-  h5::expect_type<int64_t>(f, "/sparse/offsets");
+  h5::expect_numeric<int64_t>(f, "/sparse/offsets");
   expect_shape(f, "/sparse/offsets", {N * s.num_slots + 1});
-  h5::expect_type<int64_t>(f, "/sparse/keys");
+  h5::expect_numeric<int64_t>(f, "/sparse/keys");
   std::vector<hsize_t> kd = h5::shape(f, "/sparse/keys");
   SPARTA_REQUIRE(kd.size() == 1, "%s: dataset '/sparse/keys': expected one dimension [nnz], found %s", p.c_str(),
                  dims_str(kd).c_str());
@@ -241,6 +241,31 @@ void check_compatible(const DatasetSchema& a, const std::string& path_a, const D
                  path_b.c_str(), path_a.c_str(), (long long)b.num_dense, (long long)a.num_dense,
                  (long long)b.num_slots, (long long)a.num_slots, list(b.cardinality).c_str(),
                  list(a.cardinality).c_str());
+}
+
+DenseSums dense_sums(const std::string& path, int64_t samples, int rank, int world) {
+  h5::File f = h5::open_file(path);
+  const DatasetSchema s = read_schema(f);
+  const int64_t n = samples > 0 ? std::min(samples, s.num_samples) : s.num_samples, D = s.num_dense;
+  DenseSums out;
+  out.sum.assign(size_t(D), 0.0);
+  out.sum_squares.assign(size_t(D), 0.0);
+  const int64_t block = 65536;
+  std::vector<float> rows;
+  for (int64_t b = rank; b * block < n; b += world) {
+    const int64_t first = b * block, count = std::min(block, n - first);
+    h5::read_rows<float>(f, "/dense", hsize_t(first), hsize_t(count), rows);
+    for (int64_t i = 0; i < count; ++i)
+      for (int64_t j = 0; j < D; ++j) {
+        const double x = rows[size_t(i * D + j)];
+        SPARTA_REQUIRE(std::isfinite(x), "%s: /dense: sample %lld feature %lld is %g, expected a finite value",
+                       path.c_str(), (long long)(first + i), (long long)j, x);
+        out.sum[size_t(j)] += x;
+        out.sum_squares[size_t(j)] += x * x;
+      }
+    out.count += count;
+  }
+  return out;
 }
 
 DatasetWriter::DatasetWriter(const std::string& path, const DatasetSchema& schema, const WriteOptions& opt)

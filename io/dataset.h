@@ -25,14 +25,20 @@
 //                                               offsets[0] = 0, non-decreasing, offsets[N*num_slots] = nnz
 //   /sparse/keys      int64   [nnz]             keys >= 0 (and < cardinality of their slot when it is > 0)
 //
+// Element types on read: the types above are what sparta writes; a reader takes what h5py, numpy and pandas
+// write by default too. /label and /dense may hold any float or integer type (float64 is rounded to the nearest
+// float32), /sparse/offsets and /sparse/keys any integer type (int32 keys widen exactly). A value that does not
+// fit (a finite float64 beyond float32's range, a uint64 key beyond int64's) is an Error naming the file, the
+// dataset, the element and the value; a float type for keys or offsets is refused (io/h5.h read_converted).
+//
 // Every dataset is chunked along its first dimension (chunk_rows samples; offsets and keys by chunk_rows *
 // num_slots elements); gzip compression and Fletcher32 checksums per chunk are optional. Any HDF5 tool
 // reads the files (h5dump, h5py).
 //
 // Checks (sparta::Error naming the file, the field, the sample, what was expected and what was found):
-// unknown format or version, missing attributes or datasets, wrong shapes or element types, offsets that
-// are not monotone or point beyond nnz, more keys in a slot than its hotness, keys < 0 or >= cardinality,
-// NaN or Inf in dense features or labels, labels outside [0, 1]. Readers check every batch they deliver;
+// unknown format or version, missing attributes or datasets, wrong shapes or element types, values the types
+// read cannot hold, offsets that are not monotone or point beyond nnz, more keys in a slot than its hotness,
+// keys < 0 or >= cardinality, NaN or Inf in dense features or labels, labels outside [0, 1]. Readers check every batch they deliver;
 // the writer checks every block it appends.
 #pragma once
 
@@ -110,6 +116,15 @@ DatasetSchema read_schema(const std::string& path);
 // Throws Error unless a file (an eval split, say) has the shape of another: num_dense, num_slots, cardinality.
 void check_compatible(const DatasetSchema& a, const std::string& path_a, const DatasetSchema& b,
                       const std::string& path_b);
+
+// Per-feature sums of /dense over the file's first `samples` samples (all when <= 0 or more than it holds), of
+// the blocks of 65536 samples that rank of world takes (block b goes to rank b % world): every rank's sums added
+// up cover those samples once. For dense normalization (sparta-train data.normalize). Throws Error naming path.
+struct DenseSums {
+  std::vector<double> sum, sum_squares;  // [num_dense]
+  int64_t count = 0;                     // samples summed
+};
+DenseSums dense_sums(const std::string& path, int64_t samples, int rank, int world);
 
 struct WriteOptions {
   int64_t chunk_rows = 65536;  // samples per chunk (offsets and keys: chunk_rows * num_slots elements)

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 
 #include "src/base/check.h"
@@ -575,6 +577,119 @@ void expect_type(const File& f, const std::string& path) {
 }
 
 template <class T>
+void expect_numeric(const File& f, const std::string& path) {
+  Lock lock;
+  Handle d = open_dataset(f, path);
+  const std::string what = "cannot read the type of dataset '" + path + "'";
+  Handle t = make(H5Dget_type(d.id()), f, what);
+  H5T_class_t cls = check(H5Tget_class(t.id()), f, what);
+  const bool want_float = H5Tget_class(native_type<T>()) == H5T_FLOAT;
+  if (cls == H5T_INTEGER || (cls == H5T_FLOAT && want_float)) return;
+  fail(f, "dataset '" + path + "': expected " + (want_float ? "numbers (float or integer types)" : "integers") +
+              " to read as " + type_name(native_type<T>()) + ", found " + type_name(t.id()));
+}
+
+namespace {
+
+// What the conversion callback saw: the first value T cannot hold.
+struct ConversionFault {
+  bool hit = false;
+  std::string value;
+};
+
+std::string element_text(hid_t type, const void* p) {
+  const size_t size = H5Tget_size(type);
+  if (H5Tget_class(type) == H5T_FLOAT) {
+    double v = size == sizeof(double) ? *static_cast<const double*>(p)
+               : size == sizeof(float) ? *static_cast<const float*>(p)
+                                       : std::numeric_limits<double>::quiet_NaN();
+    return strprintf("%.17g", v);
+  }
+  if (H5Tget_sign(type) == H5T_SGN_NONE && size == 8)
+    return std::to_string(*static_cast<const uint64_t*>(p));
+  if (size == 8) return std::to_string(*static_cast<const int64_t*>(p));
+  return "a value";
+}
+
+// HDF5 calls this for every value a conversion cannot represent. Out of range (and finite): stop the read.
+// Everything else (rounding, infinities, which a float type holds as they are) is the conversion itself.
+H5T_conv_ret_t on_conversion_exception(H5T_conv_except_t kind, hid_t src, hid_t, void* src_buf, void*, void* user) {
+  if (kind != H5T_CONV_EXCEPT_RANGE_HI && kind != H5T_CONV_EXCEPT_RANGE_LOW) return H5T_CONV_UNHANDLED;
+  if (H5Tget_class(src) == H5T_FLOAT) {
+    const size_t size = H5Tget_size(src);
+    double v = size == sizeof(double) ? *static_cast<const double*>(src_buf)
+               : size == sizeof(float) ? *static_cast<const float*>(src_buf) : 0.0;
+    if (std::isinf(v)) return H5T_CONV_UNHANDLED;
+  }
+  ConversionFault* fault = static_cast<ConversionFault*>(user);
+  if (!fault->hit) fault->value = element_text(src, src_buf);
+  fault->hit = true;
+  return H5T_CONV_ABORT;
+}
+
+// After a read stopped by on_conversion_exception: the first element of the selection that T cannot hold,
+// found by reading it again in the file's own widest type.
+template <class T>
+std::string locate_unconvertible(hid_t dataset, hid_t mem_space, hid_t file_space, hsize_t row0, hsize_t rows,
+                                 hsize_t width, hid_t file_type) {
+  const size_t n = size_t(rows * width);
+  long double lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
+  auto where = [&](size_t i) {
+    return width > 1 ? strprintf("row %llu, column %llu", (unsigned long long)(row0 + i / width),
+                                 (unsigned long long)(i % width))
+                     : strprintf("row %llu", (unsigned long long)(row0 + i));
+  };
+  if (H5Tget_class(file_type) == H5T_FLOAT) {
+    std::vector<double> v(n);
+    if (H5Dread(dataset, H5T_NATIVE_DOUBLE, mem_space, file_space, H5P_DEFAULT, v.data()) < 0) return "";
+    for (size_t i = 0; i < n; ++i)
+      if (std::isfinite(v[i]) && (v[i] < lo || v[i] > hi)) return where(i);
+  } else if (H5Tget_sign(file_type) == H5T_SGN_NONE) {
+    std::vector<uint64_t> v(n);
+    if (H5Dread(dataset, H5T_NATIVE_UINT64, mem_space, file_space, H5P_DEFAULT, v.data()) < 0) return "";
+    for (size_t i = 0; i < n; ++i)
+      if (static_cast<long double>(v[i]) > hi) return where(i);
+  } else {
+    std::vector<int64_t> v(n);
+    if (H5Dread(dataset, H5T_NATIVE_INT64, mem_space, file_space, H5P_DEFAULT, v.data()) < 0) return "";
+    for (size_t i = 0; i < n; ++i)
+      if (static_cast<long double>(v[i]) < lo || static_cast<long double>(v[i]) > hi) return where(i);
+  }
+  return "";
+}
+
+}  // namespace
+
+template <class T>
+void read_converted(const File& f, hid_t dataset, const std::string& path, hid_t mem_space, hid_t file_space,
+                    hsize_t row0, hsize_t rows, hsize_t width, T* out) {
+  Lock lock;
+  const std::string what = "cannot read rows " + std::to_string(row0) + ".." + std::to_string(row0 + rows) +
+                           " of '" + path + "' (truncated file or checksum error?)";
+  Handle file_type = make(H5Dget_type(dataset), f, what);
+  const bool same = H5Tequal(file_type.id(), native_type<T>()) > 0;
+  Handle dxpl;
+  ConversionFault fault;
+  if (!same) {
+    dxpl = make(H5Pcreate(H5P_DATASET_XFER), f, what);
+    check(H5Pset_type_conv_cb(dxpl.id(), on_conversion_exception, &fault), f, what);
+  }
+  // HDF5 prints the stack of an aborted conversion whatever H5Eset_auto says elsewhere: silenced here, reported below
+  H5E_auto2_t printer = nullptr;
+  void* printer_data = nullptr;
+  H5Eget_auto2(H5E_DEFAULT, &printer, &printer_data);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const herr_t rc = H5Dread(dataset, native_type<T>(), mem_space, file_space, same ? H5P_DEFAULT : dxpl.id(), out);
+  H5Eset_auto2(H5E_DEFAULT, printer, printer_data);
+  if (rc >= 0) return;
+  if (!fault.hit) fail(f, what);
+  std::string at = locate_unconvertible<T>(dataset, mem_space, file_space, row0, rows, width, file_type.id());
+  fail(f, "dataset '" + path + "'" + (at.empty() ? std::string() : ", " + at) + ": " + fault.value + " does not fit " +
+              type_name(native_type<T>()) + " (the file stores " + type_name(file_type.id()) +
+              "; convert or clip the values, or store them as " + type_name(native_type<T>()) + ")");
+}
+
+template <class T>
 void read_rows(const File& f, const std::string& path, hsize_t row0, hsize_t rows, std::vector<T>& out) {
   Lock lock;
   const std::string what = "cannot read rows " + std::to_string(row0) + ".." + std::to_string(row0 + rows) +
@@ -590,7 +705,7 @@ void read_rows(const File& f, const std::string& path, hsize_t row0, hsize_t row
   out.resize(rows * per_row);
   if (rows == 0) return;
   Handle mem = select_rows(f, space.id(), dims, row0, rows, what);
-  check(H5Dread(d.id(), native_type<T>(), mem.id(), space.id(), H5P_DEFAULT, out.data()), f, what);
+  read_converted<T>(f, d.id(), path, mem.id(), space.id(), row0, rows, hsize_t(per_row), out.data());
 }
 
 template <class T>
@@ -609,6 +724,9 @@ std::vector<T> read_all(const File& f, const std::string& path) {
                                  const DatasetOptions&);                                                          \
   template void write_rows<T>(const File&, const std::string&, const T*, hsize_t, hsize_t);                       \
   template void expect_type<T>(const File&, const std::string&);                                                  \
+  template void expect_numeric<T>(const File&, const std::string&);                                               \
+  template void read_converted<T>(const File&, hid_t, const std::string&, hid_t, hid_t, hsize_t, hsize_t, hsize_t, \
+                                  T*);                                                                            \
   template void read_rows<T>(const File&, const std::string&, hsize_t, hsize_t, std::vector<T>&);                 \
   template std::vector<T> read_all<T>(const File&, const std::string&);
 SPARTA_H5_INSTANTIATE(float)

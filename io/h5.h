@@ -104,10 +104,25 @@ void write_rows(const File& f, const std::string& path, const T* data, hsize_t r
 
 // Shape of a dataset; throws naming the file and path if it is missing.
 std::vector<hsize_t> shape(const File& f, const std::string& path);
-// Checks the dataset's element class and size against T; throws naming expected and found.
+// Checks the dataset's element class and size against T; throws naming expected and found (files sparta
+// writes itself: checkpoints).
 template <class T>
 void expect_type(const File& f, const std::string& path);
-// Reads rows [row0, row0+rows) (all of the other dimensions) into out (resized).
+// Checks that the dataset's elements can be read as T (files users write, e.g. with h5py or pandas): for a
+// float T any float or integer type, for an integer T any integer type. Throws naming expected and found.
+template <class T>
+void expect_numeric(const File& f, const std::string& path);
+
+// Reads are conversions: HDF5 converts the file's element type to T. Widening is exact; float64 into float32
+// rounds to the nearest float32. A value T cannot hold at all (a finite float64 beyond float32's range, a uint64
+// beyond int64's) fails the read with an Error naming the file, the dataset, the element (row and column) and
+// the value. Infinities and NaN pass through (the caller's checks name them).
+// read_converted is the H5Dread behind read_rows, for callers holding their own dataset and selection:
+// file_space has rows [row0, row0 + rows) of `width` elements each selected, mem_space matches it.
+template <class T>
+void read_converted(const File& f, hid_t dataset, const std::string& path, hid_t mem_space, hid_t file_space,
+                    hsize_t row0, hsize_t rows, hsize_t width, T* out);
+// Reads rows [row0, row0+rows) (all of the other dimensions) into out (resized), converted as above.
 template <class T>
 void read_rows(const File& f, const std::string& path, hsize_t row0, hsize_t rows, std::vector<T>& out);
 template <class T>

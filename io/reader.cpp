@@ -72,8 +72,7 @@ struct DatasetReader::Source {
       throw Error(what + " (rows out of range?)");
     h5::Handle mem(H5Screate_simple(s.ndims, count, nullptr));
     if (!mem.valid()) throw Error(what + " (cannot make the memory space)");
-    if (H5Dread(s.dataset.id(), h5::native_type<T>(), mem.id(), s.space.id(), H5P_DEFAULT, out) < 0)
-      throw Error(what + " (truncated file or checksum error?)");
+    h5::read_converted<T>(file, s.dataset.id(), s.name, mem.id(), s.space.id(), row0, rows, s.width, out);
   }
 };
 
@@ -201,6 +200,21 @@ void DatasetReader::read_segment(int64_t s0, int64_t n, Batch& out, int64_t at, 
   v.offsets = off;
   v.keys = out.keys.data() + key_at;
   check_values(schema_, path_, s0, v);
+  if (!shift_.empty()) {
+    float* d = out.dense.data() + at * D;
+    for (int64_t i = 0; i < n; ++i, d += D)
+      for (int64_t j = 0; j < D; ++j) d[j] = (d[j] - shift_[size_t(j)]) * scale_[size_t(j)];
+  }
+}
+
+void DatasetReader::set_dense_transform(const std::vector<float>& shift, const std::vector<float>& scale) {
+  SPARTA_REQUIRE(shift.size() == scale.size() && (shift.empty() || int64_t(shift.size()) == schema_.num_dense),
+                 "%s: dense transform of %zu shifts and %zu scales, the file has %lld dense features", path_.c_str(),
+                 shift.size(), scale.size(), (long long)schema_.num_dense);
+  stop_thread();
+  started_ = false;
+  shift_ = shift;
+  scale_ = scale;
 }
 
 void DatasetReader::read_batch(int64_t epoch, int64_t index, Batch& out) {

@@ -84,6 +84,10 @@ class DatasetReader {
   // of next() or start_epoch(). Throws the Error of a bad batch.
   const Batch* next();
 
+  // Dense features delivered as (x - shift[j]) * scale[j] for feature j (checked before, as the file holds them):
+  // sparta-train's data.normalize. Empty vectors: as they are. Call while no epoch is being read ahead.
+  void set_dense_transform(const std::vector<float>& shift, const std::vector<float>& scale);
+
   // Reads one batch on the caller's thread, without the prefetch queue (tests, evaluation, debugging).
   void read_batch(int64_t epoch, int64_t index, Batch& out);
   Batch make_batch() const;  // a batch with buffers of the right capacity
@@ -104,6 +108,7 @@ class DatasetReader {
   DatasetSchema schema_;
   int64_t block_ = 0;
   int64_t key_capacity_ = 0;
+  std::vector<float> shift_, scale_;  // set_dense_transform
   std::unique_ptr<Source> src_;
   std::mutex read_mu_;  // one reader of the file at a time (prefetch thread or read_batch)
   mutable std::mutex order_mu_;

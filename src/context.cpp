@@ -30,24 +30,45 @@ MpiSession::~MpiSession() {
 }
 
 DeviceChoice choose_device(const std::string& device, int host_rank, int host_size, int gpus) {
-  if (device == "cpu") return {Backend::cpu, -1};
+  if (device == "cpu")
+    return {Backend::cpu, -1, gpus > 0 ? strprintf("cpu (--device cpu, though this process sees %d GPU(s))", gpus)
+                                       : std::string("cpu (--device cpu)")};
+  const bool known = device == "cuda" || device == "auto";
+  if (!known) throw Error("--device: expected cpu, cuda or auto, found '" + device + "'");
+  if (gpus == 1)
+    return {Backend::cuda, 0,
+            strprintf("cuda: each rank uses the one GPU it sees (GPU 0 here; host-local rank %d of %d; a per-rank "
+                      "binding such as srun --gpus-per-task=1 or CUDA_VISIBLE_DEVICES%s)",
+                      host_rank, host_size, host_size > 1 ? ", or ranks sharing one GPU" : "")};
+  if (gpus > host_rank && (device == "cuda" || gpus >= host_size))
+    return {Backend::cuda, host_rank,
+            strprintf("cuda: GPU %d of the %d this process sees, by host-local rank %d of %d", host_rank, gpus,
+                      host_rank, host_size)};
   if (device == "cuda") {
-    SPARTA_REQUIRE(gpus > host_rank,
-                   "--device cuda: host-local rank %d needs GPU %d, but this process sees %d GPU(s)", host_rank,
-                   host_rank, gpus);
-    return {Backend::cuda, host_rank};
+    SPARTA_REQUIRE(gpus > 0, "--device cuda: this process sees no GPU (no driver, no device, or CUDA_VISIBLE_DEVICES "
+                   "hides them); host-local rank %d", host_rank);
+    throw Error(strprintf("--device cuda: host-local rank %d needs GPU %d, but this process sees %d GPU(s) (give "
+                          "each rank one GPU, e.g. srun --gpus-per-task=1, or run at most %d ranks per host)",
+                          host_rank, host_rank, gpus, gpus));
   }
-  if (device == "auto") {
-    if (gpus >= host_size && gpus > 0) return {Backend::cuda, host_rank};
-    return {Backend::cpu, -1};
-  }
-  throw Error("--device: expected cpu, cuda or auto, found '" + device + "'");
+  if (gpus == 0) return {Backend::cpu, -1, "cpu: this process sees no GPU"};
+  return {Backend::cpu, -1,
+          strprintf("cpu: %d ranks on this host but %d GPU(s) visible to each, too few for one per rank (run at "
+                    "most %d ranks per host, bind one GPU per rank, or pass --device cpu)",
+                    host_size, gpus, gpus)};
 }
 
 Context::Context(const ContextOptions& opt) : opt_(opt) {
   try {
     topo_ = make_topology(MPI_COMM_WORLD, opt.ranks_per_node);
-    DeviceChoice c = choose_device(opt.device, topo_.host_rank, topo_.host_size, visible_gpu_count());
+    const int gpus = visible_gpu_count();
+    DeviceChoice c = choose_device(opt.device, topo_.host_rank, topo_.host_size, gpus);
+    // Rank 0 says what auto chose (the others chose alike, unless hosts differ); a warning where GPUs go unused
+    // (--device cpu is a choice, and programs that need no GPU, such as sparta-convert, make it).
+    if (topo_.rank == 0 && opt.device == "auto" && c.backend == Backend::cpu && gpus > 0)
+      LOG_WARN("device (--device auto): %s; GPUs are visible but the cpu backend runs", c.reason.c_str());
+    else if (topo_.rank == 0 && opt.device == "auto")
+      LOG_INFO("device (--device auto): %s", c.reason.c_str());
     device_ = open_device(c.backend, c.gpu);
   } catch (const Error& e) {
     SPARTA_FATAL("%s", e.what());

@@ -28,16 +28,24 @@ class MpiSession {
 };
 
 struct ContextOptions {
-  std::string device = "auto";  // cpu | cuda | auto (a GPU per host-local rank when there are enough, else cpu)
+  std::string device = "auto";  // cpu | cuda | auto (a GPU per rank where every rank can have one, else cpu)
   int ranks_per_node = 0;       // 0: one node per host; k: emulate nodes of k ranks (see topology.h)
 };
 
-// Which backend and GPU a rank gets. Pure, so the mapping is testable without GPUs:
-// cpu → cpu; cuda → GPU host_rank (error if gpus <= host_rank); auto → cuda when gpus >= host_size, else cpu.
-// Throws sparta::Error for an unknown device name or too few GPUs for cuda.
+// Which backend and GPU a rank gets, and why (rank 0 prints it). Pure, so the mapping is testable without GPUs.
+// gpus is what this process sees (CUDA_VISIBLE_DEVICES applied), host_rank and host_size its place among the
+// ranks of its host:
+//   cpu  → cpu.
+//   cuda → one visible GPU: that one (a per-rank binding such as srun --gpus-per-task=1, or
+//          CUDA_VISIBLE_DEVICES set per rank); several: GPU host_rank (error when there are not that many);
+//          none: an error.
+//   auto → cuda as above when every rank of the host gets a GPU that way (one visible, or at least host_size),
+//          else cpu (with a reason that says how many GPUs and ranks there are).
+// Throws sparta::Error for an unknown device name or a cuda request it cannot meet.
 struct DeviceChoice {
   Backend backend;
   int gpu;
+  std::string reason;  // what was chosen and why, for the log
 };
 DeviceChoice choose_device(const std::string& device, int host_rank, int host_size, int gpus);
 

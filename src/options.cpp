@@ -12,7 +12,8 @@ namespace sparta {
 void add_common_options(po::options_description& desc, ContextOptions& ctx, std::string& log_level) {
   desc.add_options()("help,h", "print this help")(
       "device", po::value<std::string>(&ctx.device)->default_value("auto"),
-      "cpu | cuda | auto (a GPU per host-local rank when there are enough, else cpu)")(
+      "cpu | cuda | auto: a GPU per rank, the one it sees (a per-rank binding: srun --gpus-per-task=1) or, seeing "
+      "several, its host-local rank's; auto falls back to cpu when there are too few, and says why")(
       "ranks-per-node", po::value<int>(&ctx.ranks_per_node)->default_value(0),
       "0: one node per host; k: cut each host into emulated nodes of k ranks")(
       "log-level", po::value<std::string>(&log_level)->default_value("info"), "debug | info | warn | error");

@@ -26,6 +26,71 @@ float learning_rate_factor(const LrSchedule& s, int64_t step) {
   return s.lr > 0 ? float(double(learning_rate(s, step)) / double(s.lr)) : 1.0f;
 }
 
+void parse_interval(const std::string& option, const std::string& text, int64_t& steps, double& epochs) {
+  std::string t;
+  for (char ch : text)
+    if (ch != ' ' && ch != '\t') t += ch;
+  steps = 0;
+  epochs = 0;
+  size_t at = t.find("epoch");
+  const bool bad_tail = at != std::string::npos && t.substr(at) != "epoch" && t.substr(at) != "epochs";
+  const std::string number = at == std::string::npos ? t : t.substr(0, at);
+  size_t used = 0;
+  double v = 0;
+  bool ok = !bad_tail;
+  if (ok && !(at != std::string::npos && number.empty())) {
+    try {
+      v = std::stod(number, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    ok = !number.empty() && used == number.size() && std::isfinite(v) && v >= 0;
+  } else if (ok) {
+    v = 1;  // "epoch"
+  }
+  if (ok && at == std::string::npos) ok = v == std::floor(v);  // steps are whole
+  if (!ok)
+    throw Error(option + ": expected a number of steps (0: none), \"epoch\" or a number of epochs (\"0.5 epoch\"), "
+                "found '" + text + "'");
+  if (at == std::string::npos) steps = int64_t(v);
+  else epochs = v;
+}
+
+std::string interval_text(int64_t steps, double epochs) {
+  if (epochs > 0) {
+    std::ostringstream s;
+    s.precision(9);
+    s << epochs << " epoch";
+    return s.str();
+  }
+  return std::to_string(steps);
+}
+
+int64_t interval_steps(int64_t steps, double epochs, int64_t batches_per_epoch) {
+  if (epochs > 0) return std::max<int64_t>(1, std::llround(epochs * double(batches_per_epoch)));
+  return steps;
+}
+
+int64_t total_steps(const TrainConfig& c, int64_t batches_per_epoch) {
+  if (c.steps > 0) return c.steps;
+  return std::max<int64_t>(1, std::llround(c.epochs * double(batches_per_epoch)));
+}
+
+std::vector<std::string> schedule_warnings(const LrSchedule& s, int64_t total) {
+  std::vector<std::string> out;
+  if (s.warmup_steps > total)
+    out.push_back(strprintf("optimizer.warmup_steps %lld: the warm-up does not finish in this run of %lld steps (the "
+                            "learning rate stays below optimizer.lr)", (long long)s.warmup_steps, (long long)total));
+  if (s.decay_steps > 0 && s.decay_start >= total)
+    out.push_back(strprintf("optimizer.decay_start %lld: the decay never starts in this run of %lld steps",
+                            (long long)s.decay_start, (long long)total));
+  else if (s.decay_steps > 0 && s.decay_start + s.decay_steps > total)
+    out.push_back(strprintf("optimizer.decay_start %lld + optimizer.decay_steps %lld: the decay does not reach "
+                            "optimizer.end_lr in this run of %lld steps", (long long)s.decay_start,
+                            (long long)s.decay_steps, (long long)total));
+  return out;
+}
+
 std::vector<int> parse_widths(const std::string& option, const std::string& text) {
   std::vector<int> out;
   std::stringstream ss(text);
@@ -140,7 +205,23 @@ void check_train_config(const TrainConfig& c) {
                  "optimizer.decay_power, optimizer.end_lr: expected a power > 0 and 0 <= end_lr <= lr (%g), found "
                  "%g and %g", s.lr, s.decay_power, s.end_lr);
   SPARTA_REQUIRE(c.steps >= 0, "train.steps: expected >= 0 (0: train.epochs), found %lld", (long long)c.steps);
-  SPARTA_REQUIRE(c.epochs >= 1, "train.epochs: expected >= 1, found %lld", (long long)c.epochs);
+  SPARTA_REQUIRE(c.epochs > 0 && std::isfinite(c.epochs), "train.epochs: expected > 0 (fractions allowed), found %g",
+                 c.epochs);
+  SPARTA_REQUIRE(c.normalize == "none" || c.normalize == "standardize",
+                 "data.normalize: expected none or standardize, found '%s'", c.normalize.c_str());
+  SPARTA_REQUIRE(c.normalize_samples >= 0, "data.normalize_samples: expected >= 0 (0: all), found %lld",
+                 (long long)c.normalize_samples);
+  SPARTA_REQUIRE(c.shuffle_block >= 0, "data.shuffle_block: expected >= 0 (0: the file's chunk), found %lld",
+                 (long long)c.shuffle_block);
+  SPARTA_REQUIRE(c.best_metric == "auc" || c.best_metric == "logloss",
+                 "train.best_metric: expected auc or logloss, found '%s'", c.best_metric.c_str());
+  SPARTA_REQUIRE(c.patience >= 0, "train.patience: expected >= 0 (0: no early stop), found %lld",
+                 (long long)c.patience);
+  SPARTA_REQUIRE(!(c.keep_best || c.patience > 0) || !c.eval_path.empty(),
+                 "train.keep_best, train.patience: choosing a model by its evaluations needs an evaluation set "
+                 "(data.eval)");
+  SPARTA_REQUIRE(!c.keep_best || !c.checkpoint_dir.empty(),
+                 "train.keep_best: the best model is kept as a checkpoint, so train.checkpoint_dir is needed");
   SPARTA_REQUIRE(c.log_every >= 1, "train.log_every: expected >= 1, found %lld", (long long)c.log_every);
   SPARTA_REQUIRE(c.eval_every >= 0, "train.eval_every: expected >= 0 (0: at the end), found %lld",
                  (long long)c.eval_every);
@@ -170,7 +251,8 @@ std::string TrainConfig::to_ini() const {
   };
   s << "[data]\ntrain = " << train_path << "\neval = " << eval_path << "\nglobal_batch = " << global_batch
     << "\neval_batch = " << eval_batch << "\neval_samples = " << eval_samples << "\nshuffle = " << shuffle
-    << "\nprefetch = " << prefetch << "\n\n";
+    << "\nshuffle_block = " << shuffle_block << "\nnormalize = " << normalize
+    << "\nnormalize_samples = " << normalize_samples << "\nprefetch = " << prefetch << "\n\n";
   s << "[model]\ninteraction = " << interaction_name(model.interaction) << "\nnum_dense = " << model.num_dense
     << "\nnum_slots = " << model.num_slots << "\nembedding_dim = " << model.embedding_dim
     << "\nbottom_mlp = " << widths_text(model.bottom_mlp) << "\ntop_mlp = " << widths_text(model.top_mlp)
@@ -189,8 +271,11 @@ std::string TrainConfig::to_ini() const {
     << "\ndecay_steps = " << schedule.decay_steps << "\ndecay_power = " << schedule.decay_power
     << "\nend_lr = " << schedule.end_lr << "\n\n";
   s << "[train]\nsteps = " << steps << "\nepochs = " << epochs << "\nlog_every = " << log_every
-    << "\neval_every = " << eval_every << "\ntarget_auc = " << target_auc << "\ncheckpoint_dir = " << checkpoint_dir
-    << "\ncheckpoint_every = " << checkpoint_every << "\nkeep_last = " << keep_last << "\nresume = " << resume << "\nmetrics = " << metrics_path
+    << "\neval_every = " << interval_text(eval_every, eval_every_epochs) << "\ntarget_auc = " << target_auc
+    << "\ncheckpoint_dir = " << checkpoint_dir
+    << "\ncheckpoint_every = " << interval_text(checkpoint_every, checkpoint_every_epochs)
+    << "\nkeep_last = " << keep_last << "\nkeep_best = " << keep_best << "\nbest_metric = " << best_metric << "\npatience = " << patience
+    << "\nresume = " << resume << "\nmetrics = " << metrics_path
     << "\nloss_scale_init = " << loss_scale_init << "\nloss_scale_window = " << loss_scale_window
     << "\ncuda_graphs = " << cuda_graphs
     << "\n\n[comm]\nmode = " << comm_mode << "\ntimeout = " << comm_timeout_s << "\ncheck_calls = " << comm_check_calls

@@ -43,8 +43,13 @@ struct TrainConfig {
   int64_t global_batch = 4096;   // samples per step over all ranks
   int64_t eval_batch = 0;        // samples per evaluation batch over all ranks (0: global_batch)
   int64_t eval_samples = 0;      // evaluate on the first eval_samples of the eval file (0: all)
-  bool shuffle = true;           // shuffle the training file by chunks, anew each epoch
+  bool shuffle = true;           // shuffle the training file by blocks of shuffle_block samples, anew each epoch
+  int64_t shuffle_block = 0;     // samples kept together by the shuffle (0: the file's HDF5 chunk along N)
   int prefetch = 2;              // batches the reader reads ahead
+  // none | standardize: dense features as (x - mean) / std per feature, the statistics of the training file's
+  // first normalize_samples samples (all: 0); kept in checkpoints, so a resumed run and sparta-predict apply the same
+  std::string normalize = "none";
+  int64_t normalize_samples = 1000000;
 
   // [model]: ModelConfig; num_dense and num_slots -1 take the training file's
   ModelConfig model;
@@ -71,14 +76,22 @@ struct TrainConfig {
   LrSchedule schedule;
 
   // [train]
-  int64_t steps = 0;             // optimizer steps (0: epochs x batches per epoch)
-  int64_t epochs = 1;
+  int64_t steps = 0;             // optimizer steps (0: epochs x batches per epoch, rounded, at least 1)
+  double epochs = 1;             // fractional epochs allowed
   int64_t log_every = 100;       // progress line and train metrics every N steps
   int64_t eval_every = 0;        // evaluate every N steps (0: at the end only)
+  double eval_every_epochs = 0;  // > 0 (eval_every = "epoch", "0.5 epoch"): every so many epochs instead
   double target_auc = 0;         // > 0: stop once an evaluation reaches this AUC
   std::string checkpoint_dir;    // "": no checkpoints
   int64_t checkpoint_every = 0;  // also every N steps (0: at the end only)
   int64_t keep_last = 0;         // keep the newest N checkpoints that verify (0: all)
+  double checkpoint_every_epochs = 0;  // > 0: every so many epochs instead ("epoch")
+  // Model selection on the evaluations: keep_best saves a checkpoint at every evaluation that improves
+  // best_metric (auc: higher, logloss: lower) and ends the run with the best one as the model and as `latest`;
+  // patience > 0 stops the run after that many evaluations in a row without improvement.
+  bool keep_best = false;
+  std::string best_metric = "auc";
+  int64_t patience = 0;
   bool resume = false;           // continue from checkpoint_dir/latest (any rank count, any plan)
   std::string metrics_path;      // JSON lines (rank 0); "": none
   double loss_scale_init = 65536;     // fp16: the first loss scale (a power of two; src/loss_scale.h)
@@ -116,5 +129,17 @@ TrainConfig parse_train_config_text(const std::string& ini, const std::string& w
 
 // Splits "512,256,128" into widths; throws sparta::Error naming option on anything else.
 std::vector<int> parse_widths(const std::string& option, const std::string& text);
+
+// An interval of train.eval_every or train.checkpoint_every: "N" (steps), "epoch", "X epoch" or "Xepochs"
+// (fractional epochs). Throws sparta::Error naming option on anything else.
+void parse_interval(const std::string& option, const std::string& text, int64_t& steps, double& epochs);
+std::string interval_text(int64_t steps, double epochs);  // what parse_interval reads back
+// The interval in steps for an epoch of batches_per_epoch steps (0: none; at least 1 otherwise).
+int64_t interval_steps(int64_t steps, double epochs, int64_t batches_per_epoch);
+// The steps of a run: steps, else epochs x batches_per_epoch rounded (at least 1).
+int64_t total_steps(const TrainConfig& c, int64_t batches_per_epoch);
+// One line per part of the schedule that lies beyond a run of total steps (a warm-up that does not finish, a
+// decay that never starts or does not reach end_lr), naming the options; empty when it all happens.
+std::vector<std::string> schedule_warnings(const LrSchedule& s, int64_t total);
 
 }  // namespace sparta

@@ -19,6 +19,7 @@ namespace {
 // The values that need converting after parsing (names, lists, 64-bit seeds).
 struct Texts {
   std::string interaction, bottom, top, precision, sparse_kind, dense_kind;
+  std::string eval_every = "0", checkpoint_every = "0";
   unsigned long long seed = 1;
 };
 
@@ -48,8 +49,19 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
       "samples per step over all ranks (each rank takes its slice; the loss is the global batch's mean)")(
       "data.eval_batch", po::value<int64_t>(&c.eval_batch)->default_value(0), "samples per evaluation batch over all ranks (0: data.global_batch)")(
       "data.eval_samples", po::value<int64_t>(&c.eval_samples)->default_value(0), "evaluate on the first N samples of data.eval (0: all)")(
-      "data.shuffle", po::value<bool>(&c.shuffle)->default_value(true), "shuffle the training file by chunks, anew each epoch (deterministic by model.seed)")(
-      "data.prefetch", po::value<int>(&c.prefetch)->default_value(2), "batches read ahead by a background thread");
+      "data.shuffle", po::value<bool>(&c.shuffle)->default_value(true),
+      "shuffle the training file anew each epoch (deterministic by model.seed): the epoch's order is a permutation "
+      "of blocks of data.shuffle_block consecutive samples")(
+      "data.shuffle_block", po::value<int64_t>(&c.shuffle_block)->default_value(0),
+      "samples the shuffle keeps together, in file order (1: every sample on its own, the best mix, slower reads; "
+      "0: the file's HDF5 chunk along the samples, 65536 in files without chunks); lower it for a file ordered by "
+      "time or by label")(
+      "data.prefetch", po::value<int>(&c.prefetch)->default_value(2), "batches read ahead by a background thread")(
+      "data.normalize", po::value<std::string>(&c.normalize)->default_value("none"),
+      "none | standardize: every dense feature as (x - mean) / std, the statistics of the training file (its first "
+      "data.normalize_samples samples), kept in the checkpoint so that a resumed run and sparta-predict apply the same")(
+      "data.normalize_samples", po::value<int64_t>(&c.normalize_samples)->default_value(1000000),
+      "samples the dense statistics are taken from (0: the whole training file)");
   model.add_options()("model.interaction", po::value<std::string>(&t.interaction)->default_value("dot"),
                       "dot (DLRM: pairwise dots of the bottom output and the embeddings) | dcnv2 (a low-rank cross "
                       "network over [bottom output, embeddings])")(
@@ -102,13 +114,23 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
       "optimizer.decay_power", po::value<double>(&c.schedule.decay_power)->default_value(2.0), "power of the decay")(
       "optimizer.end_lr", po::value<float>(&c.schedule.end_lr)->default_value(0.f, "0"), "learning rate at the end of the decay");
   train.add_options()("train.steps", po::value<int64_t>(&c.steps)->default_value(0), "optimizer steps (0: train.epochs epochs)")(
-      "train.epochs", po::value<int64_t>(&c.epochs)->default_value(1), "epochs when train.steps is 0")(
+      "train.epochs", po::value<double>(&c.epochs)->default_value(1), "epochs when train.steps is 0 (fractions allowed: "
+      "2.5 epochs are round(2.5 x batches per epoch) steps)")(
       "train.log_every", po::value<int64_t>(&c.log_every)->default_value(100), "progress line and train metrics every N steps")(
-      "train.eval_every", po::value<int64_t>(&c.eval_every)->default_value(0), "evaluate every N steps (0: at the end only)")(
+      "train.eval_every", po::value<std::string>(&t.eval_every)->default_value("0"),
+      "evaluate every N steps, or every epoch (\"epoch\"), or every X epochs (\"0.5 epoch\"); 0: at the end only")(
+      "train.keep_best", po::value<bool>(&c.keep_best)->default_value(false)->implicit_value(true),
+      "keep the best model: a checkpoint at every evaluation that improves train.best_metric, and at the end the "
+      "best one is the model, and `latest` in train.checkpoint_dir (which sparta-predict reads) names it")(
+      "train.best_metric", po::value<std::string>(&c.best_metric)->default_value("auc"),
+      "auc (higher is better) | logloss (lower is better): what train.keep_best and train.patience judge")(
+      "train.patience", po::value<int64_t>(&c.patience)->default_value(0),
+      "early stop: end the run after N evaluations in a row without improvement of train.best_metric (0: never)")(
       "train.target_auc", po::value<double>(&c.target_auc)->default_value(0), "stop once an evaluation reaches this AUC (0: never)")(
       "train.checkpoint_dir", po::value<std::string>(&c.checkpoint_dir)->default_value(""),
       "checkpoint folder (io/checkpoint.h: step-<n>/, latest); \"\": no checkpoints")(
-      "train.checkpoint_every", po::value<int64_t>(&c.checkpoint_every)->default_value(0), "a checkpoint every N steps besides the one at the end (0: the end only)")(
+      "train.checkpoint_every", po::value<std::string>(&t.checkpoint_every)->default_value("0"),
+      "a checkpoint every N steps, or every epoch (\"epoch\", \"0.5 epoch\"), besides the one at the end (0: the end only)")(
       "train.keep_last", po::value<int64_t>(&c.keep_last)->default_value(0),
       "keep the newest N checkpoints that verify, removing older ones after each save (0: keep all)")(
       "train.resume", po::value<bool>(&c.resume)->default_value(false)->implicit_value(true),
@@ -157,6 +179,8 @@ void finish(TrainConfig& c, const Texts& t) {
   c.sparse.kind = optimizer_kind("embedding.kind", t.sparse_kind);
   c.dense.kind = optimizer_kind("optimizer.kind", t.dense_kind);
   c.schedule.lr = c.dense.lr;
+  parse_interval("train.eval_every", t.eval_every, c.eval_every, c.eval_every_epochs);
+  parse_interval("train.checkpoint_every", t.checkpoint_every, c.checkpoint_every, c.checkpoint_every_epochs);
   const std::string& d = c.context.device;
   SPARTA_REQUIRE(d == "cpu" || d == "cuda" || d == "auto", "--device: expected cpu, cuda or auto, found '%s'", d.c_str());
   SPARTA_REQUIRE(c.context.ranks_per_node >= 0, "--ranks-per-node: expected >= 0, found %d", c.context.ranks_per_node);

@@ -57,6 +57,7 @@ Trainer::Trainer(MPI_Comm world, const Topology& topo, const Device& dev, const 
     set_job_timeout(cfg_.comm_timeout_s);
   }));
   open_datasets(mode);
+  if (mode == TrainerMode::train && cfg_.normalize == "standardize") standardize_dense();
   // Key statistics for the planner from the first batch of the data each rank reads.
   DatasetReader& sample_reader = mode == TrainerMode::train ? *train_ : *eval_;
   Batch b = sample_reader.make_batch();
@@ -159,16 +160,18 @@ void Trainer::embeddings_wait() { emb_stream_.wait_for(dev_.stream); }
 
 void Trainer::open_datasets(TrainerMode mode) {
   const bool training = mode == TrainerMode::train;
+  predicting_ = !training;
   const std::string& data = training ? cfg_.train_path : cfg_.eval_path;
-  const char* option = training ? "data.train" : "data.eval";
+  // sparta-predict's errors name its own options (--data, --batch), not the training configuration's
+  const char* option = training ? "data.train" : "--data";
   agree(guarded([&] {
     SPARTA_REQUIRE(!data.empty(), "%s: a dataset is required", option);
-    SPARTA_REQUIRE(cfg_.global_batch >= world_,
+    SPARTA_REQUIRE(!training || cfg_.global_batch >= world_,
                    "data.global_batch: every rank needs samples, so a global batch of at least %d (the rank count) "
                    "is expected, found %lld", world_, (long long)cfg_.global_batch);
     const int64_t eval_batch = cfg_.eval_batch > 0 ? cfg_.eval_batch : cfg_.global_batch;
-    SPARTA_REQUIRE(eval_batch >= world_, "data.eval_batch: expected at least %d (the rank count), found %lld", world_,
-                   (long long)eval_batch);
+    SPARTA_REQUIRE(eval_batch >= world_, "%s: expected at least %d (the rank count), found %lld",
+                   training ? "data.eval_batch" : "--batch", world_, (long long)eval_batch);
     ReaderOptions r;
     r.rank = rank_;
     r.world = world_;
@@ -178,9 +181,16 @@ void Trainer::open_datasets(TrainerMode mode) {
       r.global_batch = cfg_.global_batch;
       r.drop_last = true;
       r.shuffle = cfg_.shuffle;
+      r.shuffle_block = cfg_.shuffle_block;
       r.seed = cfg_.seed;
       train_ = std::make_unique<DatasetReader>(cfg_.train_path, r);
       schema_ = train_->schema();
+      const int64_t blocks = (schema_.num_samples + train_->shuffle_block() - 1) / train_->shuffle_block();
+      if (rank_ == 0 && cfg_.shuffle && blocks < 8)  // a file of one or a few chunks is hardly shuffled
+        LOG_WARN("data.shuffle: %s holds %lld samples, only %lld block(s) of %lld (data.shuffle_block%s) to shuffle; "
+                 "the samples of a block stay together in file order, so set data.shuffle_block lower (1: every "
+                 "sample on its own)", cfg_.train_path.c_str(), (long long)schema_.num_samples, (long long)blocks,
+                 (long long)train_->shuffle_block(), cfg_.shuffle_block > 0 ? "" : " 0: the file's chunk");
       SPARTA_REQUIRE(train_->batches_per_epoch() >= 1,
                      "data.global_batch: %lld samples per step, but %s '%s' holds only %lld samples",
                      (long long)cfg_.global_batch, option, data.c_str(), (long long)schema_.num_samples);
@@ -201,15 +211,49 @@ void Trainer::open_datasets(TrainerMode mode) {
   }));
 }
 
+// data.normalize = standardize: the training file's statistics, each rank summing its share.
+void Trainer::standardize_dense() {
+  DenseSums s;
+  agree(guarded([&] { s = dense_sums(cfg_.train_path, cfg_.normalize_samples, rank_, world_); }));
+  const size_t D = s.sum.size();
+  std::vector<double> all(2 * D + 1);
+  std::copy(s.sum.begin(), s.sum.end(), all.begin());
+  std::copy(s.sum_squares.begin(), s.sum_squares.end(), all.begin() + D);
+  all[2 * D] = double(s.count);
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, all.data(), int(all.size()), MPI_DOUBLE, MPI_SUM, world_comm_));
+  const double n = std::max(1.0, all[2 * D]);
+  std::vector<float> mean(D), scale(D);
+  for (size_t j = 0; j < D; ++j) {
+    const double m = all[j] / n, var = std::max(0.0, all[D + j] / n - m * m), sd = std::sqrt(var);
+    mean[j] = float(m);
+    scale[j] = sd > 1e-12 ? float(1.0 / sd) : 1.0f;  // a constant feature: only centred
+  }
+  if (rank_ == 0)
+    LOG_INFO("data.normalize: dense features standardized by the statistics of %.0f samples of %s", n,
+             cfg_.train_path.c_str());
+  set_dense_transform(mean, scale);
+}
+
+void Trainer::set_dense_transform(const std::vector<float>& mean, const std::vector<float>& scale) {
+  dense_mean_ = mean;
+  dense_scale_ = scale;
+  agree(guarded([&] {
+    if (train_) train_->set_dense_transform(mean, scale);
+    if (eval_) eval_->set_dense_transform(mean, scale);
+  }));
+}
+
 // The model's shape against the data's.
 void Trainer::set_shapes(const std::string& option, const std::string& path) {
   ModelConfig& m = cfg_.model;
+  const char* dense_by = predicting_ ? "the checkpoint's model" : "the configuration (model.num_dense)";
+  const char* slots_by = predicting_ ? "the checkpoint's model" : "the configuration (model.num_slots)";
   SPARTA_REQUIRE(m.num_dense < 0 || m.num_dense == schema_.num_dense,
-                 "%s '%s': the file has %lld dense features per sample, the configuration (model.num_dense) "
-                 "expects %d", option.c_str(), path.c_str(), (long long)schema_.num_dense, m.num_dense);
+                 "%s '%s': the file has %lld dense features per sample, %s expects %d", option.c_str(), path.c_str(),
+                 (long long)schema_.num_dense, dense_by, m.num_dense);
   SPARTA_REQUIRE(m.num_slots < 0 || m.num_slots == schema_.num_slots,
-                 "%s '%s': the file has %lld sparse slots per sample, the configuration (model.num_slots) "
-                 "expects %d", option.c_str(), path.c_str(), (long long)schema_.num_slots, m.num_slots);
+                 "%s '%s': the file has %lld sparse slots per sample, %s expects %d", option.c_str(), path.c_str(),
+                 (long long)schema_.num_slots, slots_by, m.num_slots);
   m.num_dense = int(schema_.num_dense);
   m.num_slots = int(schema_.num_slots);
   check_model_config(m);
@@ -292,6 +336,10 @@ ModelSpec Trainer::model_spec() const {
   for (const ParamPart& p : DenseModel::parts(cfg_.model)) spec.dense.push_back({p.name, p.shape});
   if (state_.size() > 0)
     spec.dense.push_back({std::string("dense_optimizer.") + optimizer_name(cfg_.dense.kind), {int64_t(state_.size())}});
+  if (cfg_.normalize == "standardize") {  // the dense features' statistics (data.normalize)
+    spec.dense.push_back({"data.dense_mean", {int64_t(cfg_.model.num_dense)}});
+    spec.dense.push_back({"data.dense_scale", {int64_t(cfg_.model.num_dense)}});
+  }
   return spec;
 }
 
@@ -305,6 +353,11 @@ std::vector<DenseTensor> Trainer::dense_tensors() {
   if (state_.size() > 0)
     out.push_back({std::string("dense_optimizer.") + optimizer_name(cfg_.dense.kind), {int64_t(state_.size())},
                    state_.download()});
+  if (cfg_.normalize == "standardize") {
+    const int64_t D = cfg_.model.num_dense;
+    out.push_back({"data.dense_mean", {D}, dense_mean_});
+    out.push_back({"data.dense_scale", {D}, dense_scale_});
+  }
   return out;
 }
 
@@ -345,6 +398,10 @@ void Trainer::load(const std::string& path) {
     std::copy(c.dense[i].data.begin(), c.dense[i].data.end(), p.begin() + parts[i].offset);
   params_.upload(p);
   if (state_.size() > 0) state_.upload(c.dense[parts.size()].data);
+  if (cfg_.normalize == "standardize") {  // the statistics the model was trained with
+    const size_t at = parts.size() + (state_.size() > 0 ? 1 : 0);
+    set_dense_transform(c.dense[at].data, c.dense[at + 1].data);
+  }
   step_ = c.manifest.meta.step;
   // fp16: the scale goes on from where it was (a checkpoint without one, e.g. of another precision, keeps
   // train.loss_scale_init); a good run longer than this run's window starts the window again
@@ -613,7 +670,11 @@ TrainResult Trainer::run() {
   r.first_step = step_;
   r.teacher_auc = teacher_auc_;
   const int64_t bpe = train_->batches_per_epoch();
-  const int64_t total = cfg_.steps > 0 ? cfg_.steps : cfg_.epochs * bpe;
+  const int64_t total = total_steps(cfg_, bpe);
+  const int64_t eval_every = interval_steps(cfg_.eval_every, cfg_.eval_every_epochs, bpe);
+  const int64_t checkpoint_every = interval_steps(cfg_.checkpoint_every, cfg_.checkpoint_every_epochs, bpe);
+  if (rank_ == 0)
+    for (const std::string& w : schedule_warnings(cfg_.schedule, total)) LOG_WARN("%s", w.c_str());
   // A metrics file that cannot be written (or that is an input) is an error on every rank before any step.
   agree(guarded([&] {
     if (rank_ != 0 || cfg_.metrics_path.empty()) return;
@@ -623,37 +684,74 @@ TrainResult Trainer::run() {
     SPARTA_REQUIRE(metrics_.good(), "train.metrics '%s': cannot open for writing: %s", cfg_.metrics_path.c_str(),
                    std::strerror(errno));
   }), "opening train.metrics");
-  write_metrics(JsonLine("run")
-                    .add("step", step_)
-                    .add("total_steps", total)
-                    .add("ranks", world_)
-                    .add("device", dev_.name())
-                    .add("global_batch", cfg_.global_batch)
-                    .add("model", cfg_.model.describe())
-                    .add("plan", plan_summary(collection_cfg_, plan_))
-                    .add("teacher_auc", teacher_auc_)
-                    .str());
+  JsonLine run_line("run");
+  run_line.add("step", step_)
+      .add("total_steps", total)
+      .add("ranks", world_)
+      .add("device", dev_.name())
+      .add("global_batch", cfg_.global_batch)
+      .add("model", cfg_.model.describe())
+      .add("plan", plan_summary(collection_cfg_, plan_));
+  if (teacher_auc_ >= 0) run_line.add("teacher_auc", teacher_auc_);  // synthetic data only
+  write_metrics(run_line.str());
   LOG_INFO("training: steps %lld..%lld of %lld per epoch, %d rank(s) on %s", (long long)step_ + 1, (long long)total,
            (long long)bpe, world_, dev_.name().c_str());
+  // Model selection (train.keep_best, train.patience): the best evaluation so far and the evaluations since.
+  const bool higher_better = cfg_.best_metric == "auc";
+  int64_t since_best = 0, saved_at = -1;  // saved_at: the step of this run's last checkpoint
+  std::string best_dir;
+  auto checkpoint = [&] {
+    if (saved_at != step_) r.checkpoint = save();
+    saved_at = step_;
+    return r.checkpoint;
+  };
+  // Evaluates; returns whether the run stops here (train.target_auc reached, or train.patience run out).
   auto do_eval = [&] {
     if (!eval_) return false;
     const double t0 = now_s();
     EvalMetrics m = evaluate_now();
+    const double seconds = now_s() - t0;
     r.evals.push_back({step_, m});
-    write_metrics(JsonLine("eval")
-                      .add("split", "eval")
-                      .add("step", step_)
-                      .add("auc", m.auc)
-                      .add("logloss", m.logloss)
-                      .add("loss", m.logloss)
-                      .add("accuracy", m.accuracy)
-                      .add("samples", m.samples)
-                      .add("teacher_auc", teacher_auc_)
-                      .str());
+    JsonLine line("eval");
+    line.add("split", "eval")
+        .add("step", step_)
+        .add("auc", m.auc)
+        .add("logloss", m.logloss)
+        .add("loss", m.logloss)
+        .add("accuracy", m.accuracy)
+        .add("samples", m.samples)
+        .add("seconds", seconds);
+    if (teacher_auc_ >= 0) line.add("teacher_auc", teacher_auc_);
+    write_metrics(line.str());
     LOG_INFO("eval step %lld: AUC %.4f%s, log-loss %.4f, accuracy %.4f over %lld samples (%.1f s)", (long long)step_,
              m.auc, teacher_auc_ >= 0 ? strprintf(" (teacher %.4f)", teacher_auc_).c_str() : "", m.logloss, m.accuracy,
-             (long long)m.samples, now_s() - t0);
-    return cfg_.target_auc > 0 && m.auc >= cfg_.target_auc;
+             (long long)m.samples, seconds);
+    const double v = higher_better ? m.auc : m.logloss;
+    if (r.best_step < 0 || (higher_better ? v > r.best_value : v < r.best_value)) {
+      r.best_step = step_;
+      r.best_value = v;
+      since_best = 0;
+      if (cfg_.keep_best) {
+        best_dir = checkpoint();
+        agree(guarded([&] {
+          if (rank_ == 0) point_checkpoint(cfg_.checkpoint_dir, "best", step_);
+        }));
+      }
+    } else {
+      ++since_best;
+    }
+    if (cfg_.patience > 0 && since_best >= cfg_.patience) {
+      r.stopped_early = true;
+      LOG_INFO("early stop at step %lld: %lld evaluations without a better %s than %.5f (step %lld; train.patience)",
+               (long long)step_, (long long)since_best, cfg_.best_metric.c_str(), r.best_value,
+               (long long)r.best_step);
+      return true;
+    }
+    if (cfg_.target_auc > 0 && m.auc >= cfg_.target_auc) {
+      r.reached_target = true;
+      return true;
+    }
+    return false;
   };
 
   int64_t epoch = step_ / bpe;
@@ -679,9 +777,9 @@ TrainResult Trainer::run() {
     return b;
   };
   // after step s (not the last): an evaluation, a checkpoint
-  auto eval_after = [&](int64_t s) { return cfg_.eval_every > 0 && s % cfg_.eval_every == 0; };
+  auto eval_after = [&](int64_t s) { return eval_every > 0 && s % eval_every == 0; };
   auto checkpoint_after = [&](int64_t s) {
-    return !cfg_.checkpoint_dir.empty() && cfg_.checkpoint_every > 0 && s % cfg_.checkpoint_every == 0;
+    return !cfg_.checkpoint_dir.empty() && checkpoint_every > 0 && s % checkpoint_every == 0;
   };
   forget_staged();
   const Batch* b = nullptr;  // the next step's batch when the step before fetched and staged it
@@ -731,17 +829,12 @@ TrainResult Trainer::run() {
       interval_samples = 0;
       interval_t0 = now_s();
     }
-    if (!last && eval_after(step_)) {
-      if (do_eval()) {
-        r.reached_target = true;
-        stop = true;
-      }
-      interval_t0 = now_s();  // the evaluation's time is not the training's
-    }
-    if (!last && !stop && checkpoint_after(step_)) {
-      r.checkpoint = save();
-      interval_t0 = now_s();
-    }
+    // An evaluation's or a checkpoint's time is not the training's: the interval's clock skips it (its samples
+    // stay counted).
+    const double paused_at = now_s();
+    if (!last && eval_after(step_)) stop = do_eval();
+    if (!last && !stop && checkpoint_after(step_)) checkpoint();
+    interval_t0 += now_s() - paused_at;
     b = stop ? nullptr : next;
   }
   copies_done();
@@ -750,9 +843,24 @@ TrainResult Trainer::run() {
     const std::vector<double> l = flush_losses(step_ - interval_first + 1);
     r.losses.insert(r.losses.end(), l.begin(), l.end());
   }
-  if (!stop && do_eval()) r.reached_target = true;
-  if (!cfg_.checkpoint_dir.empty() && step_ > run_first) r.checkpoint = save();
+  if (!stop) do_eval();
   r.last_step = step_;
+  if (cfg_.keep_best && !best_dir.empty() && r.best_step != step_) {
+    // The best evaluation's checkpoint becomes the model and `latest` (what sparta-predict and a resume read).
+    // Its rows go into empty tables: a new collection of the same plan.
+    synchronize_all();
+    collection_.reset();
+    collection_ = std::make_unique<EmbeddingCollection>(world_comm_, comm_.get(), emb_dev_, collection_cfg_, plan_);
+    load(best_dir);
+    agree(guarded([&] {
+      if (rank_ == 0) point_checkpoint(cfg_.checkpoint_dir, "latest", r.best_step);
+    }));
+    r.checkpoint = best_dir;
+    LOG_INFO("train.keep_best: the model is step %lld's (%s %.5f), and %s/latest names it", (long long)r.best_step,
+             cfg_.best_metric.c_str(), r.best_value, cfg_.checkpoint_dir.c_str());
+  } else if (!cfg_.checkpoint_dir.empty() && step_ > run_first) {
+    checkpoint();
+  }
   r.skipped_steps = skipped_;
   r.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   if (r.reached_target) LOG_INFO("reached train.target_auc %.4f at step %lld", cfg_.target_auc, (long long)step_);

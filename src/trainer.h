@@ -62,6 +62,9 @@ struct TrainResult {
   std::vector<double> losses;        // the global batch's mean loss of every step this run made, in order
   std::vector<std::pair<int64_t, EvalMetrics>> evals;  // (step, metrics) of every evaluation
   bool reached_target = false;       // stopped early at train.target_auc
+  bool stopped_early = false;        // stopped by train.patience
+  int64_t best_step = -1;            // the evaluation with the best train.best_metric (-1: none)
+  double best_value = 0;             // its value
   double teacher_auc = -1;           // the eval file's recorded teacher AUC (synthetic data), else -1
   std::string checkpoint;            // the last step directory written ("" when none)
   std::vector<int64_t> skipped_steps;  // fp16: the steps skipped for an overflow, in order
@@ -134,6 +137,8 @@ class Trainer {
   void agree(const std::string& error, const char* what = nullptr) const;  // agree_on_error over world
   void open_datasets(TrainerMode mode);
   void set_shapes(const std::string& option, const std::string& path);  // the model's shape from schema_
+  void standardize_dense();  // data.normalize: the training file's statistics into the readers
+  void set_dense_transform(const std::vector<float>& mean, const std::vector<float>& scale);
   void build_collection(const Batch& sample, int64_t global_batch);
   void build_rest(const std::string& load_from);  // comm, collection, model, buffers, then load_from
   void report_memory() const;
@@ -187,6 +192,8 @@ class Trainer {
   TrainConfig cfg_;
   Device dev_;
   int rank_ = 0, world_ = 1;
+  bool predicting_ = false;  // TrainerMode::predict: messages name sparta-predict's options
+  std::vector<float> dense_mean_, dense_scale_;  // data.normalize: x -> (x - mean) * scale
   std::unique_ptr<DatasetReader> train_, eval_;
   DatasetSchema schema_;
   double teacher_auc_ = -1;

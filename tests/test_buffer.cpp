@@ -243,10 +243,39 @@ BOOST_AUTO_TEST_CASE(device_choice_maps_local_rank_to_gpu) {
   BOOST_CHECK_EQUAL(choose_device("auto", 1, 2, 2).gpu, 1);
   BOOST_CHECK(choose_device("auto", 1, 4, 2).backend == Backend::cpu);
   BOOST_CHECK(choose_device("auto", 0, 1, 0).backend == Backend::cpu);
+  BOOST_CHECK(choose_device("auto", 0, 1, 0).reason.find("sees no GPU") != std::string::npos);
+  BOOST_CHECK(choose_device("auto", 1, 4, 2).reason.find("4 ranks on this host but 2 GPU(s)") != std::string::npos);
+  BOOST_CHECK(choose_device("cpu", 0, 1, 8).reason.find("sees 8 GPU(s)") != std::string::npos);
   try {
     choose_device("gpu", 0, 1, 1);
     BOOST_ERROR("an unknown device name was accepted");
   } catch (const Error& e) {
     BOOST_CHECK(std::string(e.what()).find("'gpu'") != std::string::npos);
+  }
+}
+
+// Slurm's per-task binding (srun --gpus-per-task=1) or CUDA_VISIBLE_DEVICES set per rank: every rank of a host
+// sees one GPU, its own, as GPU 0. Both auto and cuda use it whatever the host-local rank; without a GPU cuda
+// is an error that says so.
+BOOST_AUTO_TEST_CASE(device_choice_with_one_gpu_per_rank) {
+  for (const char* device : {"auto", "cuda"})
+    for (int host_size : {1, 2, 4, 8})
+      for (int host_rank = 0; host_rank < host_size; ++host_rank) {
+        DeviceChoice c = choose_device(device, host_rank, host_size, 1);
+        BOOST_CHECK(c.backend == Backend::cuda);
+        BOOST_CHECK_EQUAL(c.gpu, 0);
+        BOOST_CHECK_MESSAGE(c.reason.find("the one GPU it sees") != std::string::npos, c.reason);
+      }
+  // Several GPUs visible to every rank (one task per node, or a per-node binding): the host-local rank's.
+  DeviceChoice c = choose_device("auto", 3, 4, 8);
+  BOOST_CHECK(c.backend == Backend::cuda);
+  BOOST_CHECK_EQUAL(c.gpu, 3);
+  BOOST_CHECK_MESSAGE(c.reason.find("GPU 3 of the 8") != std::string::npos, c.reason);
+  try {
+    choose_device("cuda", 1, 2, 0);
+    BOOST_ERROR("--device cuda without a GPU was accepted");
+  } catch (const Error& e) {
+    BOOST_CHECK_MESSAGE(std::string(e.what()).find("--device cuda: this process sees no GPU") != std::string::npos,
+                        e.what());
   }
 }

@@ -13,6 +13,7 @@
 #include <numeric>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "src/base/check.h"
 #include "io/dataset.h"
@@ -425,16 +426,6 @@ BOOST_AUTO_TEST_CASE(wrong_shapes_or_types_are_rejected) {
     expect_error([&] { read_schema(b.f.path); }, {b.f.path, "cardinality", "expected 2 values", "found 3"});
   }
   {
-    BadFile b("type_label");
-    {
-      h5::File h = b.open();
-      H5Ldelete(h.id(), "/label", H5P_DEFAULT);
-      std::vector<int64_t> l(40, 1);
-      h5::write_dataset(h, "/label", l.data(), {40});
-    }
-    expect_error([&] { read_schema(b.f.path); }, {b.f.path, "'/label'", "expected float32, found int64"});
-  }
-  {
     BadFile b("type_keys");
     {
       h5::File h = b.open();
@@ -442,13 +433,118 @@ BOOST_AUTO_TEST_CASE(wrong_shapes_or_types_are_rejected) {
       std::vector<float> k(b.all.keys.size(), 1.f);
       h5::write_dataset(h, "/sparse/keys", k.data(), {k.size()});
     }
-    expect_error([&] { read_schema(b.f.path); }, {b.f.path, "'/sparse/keys'", "expected int64, found float32"});
+    expect_error([&] { read_schema(b.f.path); },
+                 {b.f.path, "'/sparse/keys'", "expected integers to read as int64, found float32"});
   }
   {
     BadFile b("last_offset");
     int64_t wrong = static_cast<int64_t>(b.all.keys.size()) - 1;
     h5::write_rows(b.open(), "/sparse/offsets", &wrong, 80, 1);
     expect_error([&] { read_schema(b.f.path); }, {b.f.path, "/sparse/offsets", "expected nnz"});
+  }
+}
+
+namespace {
+
+// Replaces a dataset of a crafted file by the same values in another element type.
+template <class T, class S>
+void retype(const h5::File& h, const std::string& path, const std::vector<S>& values, std::vector<hsize_t> dims) {
+  H5Ldelete(h.id(), path.c_str(), H5P_DEFAULT);
+  std::vector<T> v(values.begin(), values.end());
+  h5::write_dataset<T>(h, path, v.data(), dims);
+}
+
+// Reads every batch of one rank (global batch 7, shuffled) and puts the samples back in file order.
+SampleBlock read_back(const std::string& path, const DatasetSchema& s) {
+  ReaderOptions ro;
+  ro.global_batch = 7;
+  ro.drop_last = false;
+  ro.shuffle = true;
+  ro.shuffle_block = 3;
+  ro.prefetch = 1;
+  DatasetReader reader(path, ro);
+  std::map<int64_t, std::tuple<float, std::vector<float>, std::vector<std::vector<int64_t>>>> by_sample;
+  reader.start_epoch(0);
+  while (const Batch* b = reader.next()) {
+    int64_t i = 0;
+    for (const auto& seg : b->segments)
+      for (int64_t k = 0; k < seg.second; ++k, ++i) {
+        std::vector<float> d(b->dense.data() + i * s.num_dense, b->dense.data() + (i + 1) * s.num_dense);
+        std::vector<std::vector<int64_t>> keys;
+        for (int64_t t = 0; t < s.num_slots; ++t)
+          keys.emplace_back(b->keys.data() + b->offsets[i * s.num_slots + t],
+                            b->keys.data() + b->offsets[i * s.num_slots + t + 1]);
+        by_sample[seg.first + k] = {b->labels[i], d, keys};
+      }
+  }
+  SampleBlock out;
+  out.reset(s.num_dense, s.num_slots);
+  for (auto& [sample, v] : by_sample) {
+    out.labels.push_back(std::get<0>(v));
+    out.dense.insert(out.dense.end(), std::get<1>(v).begin(), std::get<1>(v).end());
+    for (const auto& k : std::get<2>(v)) {
+      out.keys.insert(out.keys.end(), k.begin(), k.end());
+      out.offsets.push_back(static_cast<int64_t>(out.keys.size()));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// numpy's and pandas' default types (float64 labels and dense features, int32 keys, an int64 label column) are
+// read as float32 and int64: the values the reader delivers are the file's, converted by static_cast here.
+BOOST_AUTO_TEST_CASE(numpy_default_types_are_read) {
+  BadFile b("numpy_types");
+  std::vector<double> dense64(b.all.dense.size()), labels64(b.all.labels.size());
+  const std::vector<float> noise = testing::random_floats(dense64.size(), -1000, 1000);
+  for (size_t i = 0; i < dense64.size(); ++i) dense64[i] = double(noise[i]) / 3.0;  // not exact in float32
+  for (size_t i = 0; i < labels64.size(); ++i) labels64[i] = b.all.labels[i];
+  {
+    h5::File h = b.open();
+    retype<double>(h, "/dense", dense64, {40, 3});
+    retype<double>(h, "/label", labels64, {40});
+    retype<int32_t>(h, "/sparse/keys", b.all.keys, {b.all.keys.size()});
+    retype<int32_t>(h, "/sparse/offsets", b.all.offsets, {b.all.offsets.size()});
+  }
+  SampleBlock got = read_back(b.f.path, read_schema(b.f.path));
+  BOOST_REQUIRE_EQUAL(got.size(), 40);
+  for (size_t i = 0; i < dense64.size(); ++i) BOOST_REQUIRE_EQUAL(got.dense[i], static_cast<float>(dense64[i]));
+  BOOST_CHECK(got.labels == b.all.labels);
+  BOOST_CHECK(got.keys == b.all.keys);
+  BOOST_CHECK(got.offsets == b.all.offsets);
+  {
+    h5::File h = b.open();
+    retype<int64_t>(h, "/label", b.all.labels, {40});  // pandas: an int64 column of 0 and 1
+    retype<uint8_t>(h, "/sparse/keys", std::vector<int64_t>(b.all.keys.size(), 7), {b.all.keys.size()});
+  }
+  got = read_back(b.f.path, read_schema(b.f.path));
+  BOOST_CHECK(got.labels == b.all.labels);
+  BOOST_CHECK(got.keys == std::vector<int64_t>(b.all.keys.size(), 7));
+}
+
+// Values their reading type cannot hold are errors naming the file, the dataset, the element and the value.
+BOOST_AUTO_TEST_CASE(values_that_do_not_fit_are_rejected) {
+  {
+    BadFile b("dense_beyond_float32");
+    std::vector<double> dense64(b.all.dense.begin(), b.all.dense.end());
+    dense64[5 * 3 + 1] = 1e300;
+    dense64[9 * 3 + 2] = std::numeric_limits<double>::infinity();  // infinite, not out of range: named as such
+    retype<double>(b.open(), "/dense", dense64, {40, 3});
+    expect_error([&] { b.read_all_batches(); },
+                 {b.f.path, "dataset '/dense', row 5, column 1", "1.0000000000000001e+300 does not fit float32",
+                  "the file stores float64"});
+    dense64[5 * 3 + 1] = 0;
+    retype<double>(b.open(), "/dense", dense64, {40, 3});
+    expect_error([&] { b.read_all_batches(); }, {b.f.path, "/dense: sample 9 feature 2 is inf"});
+  }
+  {
+    BadFile b("key_beyond_int64");
+    std::vector<uint64_t> keys(b.all.keys.begin(), b.all.keys.end());
+    keys[3] = (uint64_t(1) << 63) + 5;
+    retype<uint64_t>(b.open(), "/sparse/keys", keys, {keys.size()});
+    expect_error([&] { b.read_all_batches(); },
+                 {b.f.path, "dataset '/sparse/keys', row 3", "9223372036854775813 does not fit int64", "uint64"});
   }
 }
 

@@ -197,6 +197,98 @@ BOOST_AUTO_TEST_CASE(learning_rate_schedule) {
   BOOST_TEST(learning_rate(s, 30) == 0.5f);
 }
 
+// train.eval_every and train.checkpoint_every in steps or epochs, fractional train.epochs, and the options of
+// model selection; what to_ini writes reads back the same.
+BOOST_AUTO_TEST_CASE(intervals_in_steps_or_epochs) {
+  TrainConfig c = parse({"--data.train", "a.h5", "--data.eval", "e.h5", "--train.epochs", "2.5", "--train.eval_every",
+                         "epoch", "--train.checkpoint_every", "0.25 epoch", "--train.keep_best", "--train.patience", "3",
+                         "--train.best_metric", "logloss", "--train.checkpoint_dir", "ck", "--data.shuffle_block", "1"});
+  BOOST_TEST(c.epochs == 2.5);
+  BOOST_TEST(c.eval_every == 0);
+  BOOST_TEST(c.eval_every_epochs == 1.0);
+  BOOST_TEST(c.checkpoint_every_epochs == 0.25);
+  BOOST_TEST(c.keep_best);
+  BOOST_TEST(c.patience == 3);
+  BOOST_TEST(c.best_metric == "logloss");
+  BOOST_TEST(c.shuffle_block == 1);
+  // 2.5 epochs of 30 batches: 75 steps; 7 batches: 17.5 rounds to 18; an evaluation per epoch, a checkpoint every
+  // 0.25 epoch (7.5 rounds to 8; at least 1 step)
+  BOOST_TEST(total_steps(c, 30) == 75);
+  BOOST_TEST(total_steps(c, 7) == 18);
+  BOOST_TEST(interval_steps(c.eval_every, c.eval_every_epochs, 30) == 30);
+  BOOST_TEST(interval_steps(c.checkpoint_every, c.checkpoint_every_epochs, 30) == 8);
+  BOOST_TEST(interval_steps(c.checkpoint_every, c.checkpoint_every_epochs, 2) == 1);
+  BOOST_TEST(interval_steps(40, 0, 30) == 40);
+  TrainConfig back = parse_train_config_text(c.to_ini(), "to_ini");
+  BOOST_TEST(back.epochs == 2.5);
+  BOOST_TEST(back.eval_every_epochs == 1.0);
+  BOOST_TEST(back.checkpoint_every_epochs == 0.25);
+  BOOST_TEST(back.keep_best);
+  BOOST_TEST(back.patience == 3);
+  BOOST_TEST(back.best_metric == "logloss");
+  BOOST_TEST(back.shuffle_block == 1);
+  c = parse({"--data.train", "a.h5", "--train.eval_every", "40", "--train.steps", "9"});
+  BOOST_TEST(c.eval_every == 40);
+  BOOST_TEST(c.eval_every_epochs == 0.0);
+  BOOST_TEST(total_steps(c, 1000) == 9);
+  int64_t steps = -1;
+  double epochs = -1;
+  for (const char* bad : {"often", "2.5", "-1", "epochal", "1 epoch 2", "x epoch"})
+    BOOST_CHECK_EXCEPTION(parse_interval("train.eval_every", bad, steps, epochs), Error, [&](const Error& e) {
+      const std::string m = e.what();
+      return m.find("train.eval_every") != std::string::npos && m.find(std::string("'") + bad + "'") != std::string::npos;
+    });
+  parse_interval("x", "2 epochs", steps, epochs);
+  BOOST_TEST(epochs == 2.0);
+  BOOST_TEST(steps == 0);
+}
+
+BOOST_AUTO_TEST_CASE(model_selection_and_interval_options_are_checked) {
+  auto fails = [](std::vector<std::string> words, std::vector<std::string> names) {
+    words.insert(words.begin(), {"--data.train", "a.h5"});
+    Args a(std::move(words));
+    TrainConfig c;
+    BOOST_CHECK_EXCEPTION(parse_train_config(a.argc(), a.argv(), c), Error, [&](const Error& e) {
+      const std::string m = e.what();
+      for (const auto& w : names)
+        if (m.find(w) == std::string::npos) {
+          BOOST_TEST_MESSAGE("error '" << m << "' does not name '" << w << "'");
+          return false;
+        }
+      return true;
+    });
+  };
+  fails({"--train.eval_every", "sometimes"}, {"train.eval_every", "sometimes"});
+  fails({"--train.checkpoint_every", "-2"}, {"train.checkpoint_every", "-2"});
+  fails({"--train.epochs", "0"}, {"train.epochs", "> 0"});
+  fails({"--train.keep_best", "--train.checkpoint_dir", "ck"}, {"train.keep_best", "data.eval"});
+  fails({"--data.eval", "e.h5", "--train.keep_best"}, {"train.keep_best", "train.checkpoint_dir"});
+  fails({"--train.patience", "2"}, {"train.patience", "data.eval"});
+  fails({"--data.eval", "e.h5", "--train.best_metric", "accuracy"}, {"train.best_metric", "accuracy"});
+  fails({"--data.shuffle_block", "-1"}, {"data.shuffle_block", "-1"});
+}
+
+// A schedule whose steps lie beyond the run is named (demo.ini's decay_start 512 in a 117-step run).
+BOOST_AUTO_TEST_CASE(schedule_beyond_the_run_is_named) {
+  LrSchedule s;
+  s.warmup_steps = 100;
+  s.decay_start = 512;
+  s.decay_steps = 200;
+  std::vector<std::string> w = schedule_warnings(s, 117);
+  BOOST_REQUIRE_EQUAL(w.size(), 1u);
+  BOOST_TEST(w[0].find("optimizer.decay_start 512: the decay never starts in this run of 117 steps") !=
+             std::string::npos, w[0]);
+  w = schedule_warnings(s, 600);
+  BOOST_REQUIRE_EQUAL(w.size(), 1u);
+  BOOST_TEST(w[0].find("does not reach optimizer.end_lr") != std::string::npos, w[0]);
+  w = schedule_warnings(s, 50);
+  BOOST_REQUIRE_EQUAL(w.size(), 2u);
+  BOOST_TEST(w[0].find("optimizer.warmup_steps 100") != std::string::npos, w[0]);
+  BOOST_TEST(schedule_warnings(s, 712).empty());
+  s.decay_steps = 0;  // no decay: decay_start means nothing
+  BOOST_TEST(schedule_warnings(s, 117).empty());
+}
+
 namespace {
 // AUC by counting every (positive, negative) pair: ties count one half.
 double brute_auc(const std::vector<float>& p, const std::vector<float>& y) {

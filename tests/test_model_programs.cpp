@@ -3,10 +3,12 @@
 // gives the predictions of the trained model in file order, with the labels of the file and the run's AUC.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "io/h5.h"
+#include "src/base/device.h"
 #include "tests/testing.h"
 
 namespace {
@@ -120,4 +122,115 @@ BOOST_AUTO_TEST_CASE(train_then_predict_on_another_rank_count) {
   BOOST_TEST(sparta::h5::read_attr_int(p, "/", "step") == 32);
   // The model of 2 ranks evaluated by 3: the same AUC up to the order of a bag's float sums.
   BOOST_TEST(std::fabs(sparta::h5::read_attr_double(p, "/", "auc") - auc) < 1e-6);
+}
+
+// Slurm's per-task GPU binding emulated: each of 2 ranks sees one GPU of its own (CUDA_VISIBLE_DEVICES set per
+// rank from its local rank), so both see it as GPU 0. --device auto and --device cuda train on the GPUs (the
+// local rank 1 included), and rank 0 says what auto chose and why. Needs 2 GPUs.
+BOOST_AUTO_TEST_CASE(one_visible_gpu_per_rank_trains_on_the_gpus,
+                     *boost::unit_test::precondition([](boost::unit_test::test_unit_id) {
+                       boost::test_tools::assertion_result ok(sparta::visible_gpu_count() >= 2);
+                       ok.message() << "needs 2 GPUs";
+                       return ok;
+                     })) {
+  testing::ScopedPath dir("test_model_programs", "binding");
+  make_data(dir.path);
+  const char* mpiexec = std::getenv("SPARTA_MPIEXEC");
+  for (const char* device : {"auto", "cuda"}) {
+    std::string args = small_model(dir.path) + "--train.steps 8 --train.log_every 4 --log-level info";
+    args.replace(args.find("--device cpu"), 12, std::string("--device ") + device);
+    const std::string program = testing::tool_command(kTrain, 0, args, 0);
+    const std::string cmd = "timeout -k 5 120 " + std::string(mpiexec ? mpiexec : "mpiexec") +
+                            " -n 2 sh -c 'CUDA_VISIBLE_DEVICES=${MPI_LOCALRANKID:-${OMPI_COMM_WORLD_LOCAL_RANK:-0}} "
+                            "exec " + program + "'";
+    const testing::CommandResult r = testing::run_command(cmd);
+    BOOST_REQUIRE_MESSAGE(r.status == 0, cmd << "\n" << r.output);
+    BOOST_TEST(r.output.find("2 rank(s) on cuda") != std::string::npos, r.output);
+    if (std::string(device) == "auto")
+      BOOST_TEST(r.output.find("each rank uses the one GPU it sees") != std::string::npos, r.output);
+    BOOST_TEST(r.output.find("the cpu backend runs") == std::string::npos, r.output);
+  }
+}
+
+// A file written by h5py from numpy arrays of their default types (float64 labels and dense features, int32
+// category codes as pandas makes them) trains and predicts: the writer README.md shows, run as it is there.
+BOOST_AUTO_TEST_CASE(h5py_written_file_trains_and_predicts) {
+  testing::ScopedPath dir("test_model_programs", "h5py");
+  testing::run_command("mkdir -p " + dir.path);
+  const std::string script = R"PY(
+import sys
+import h5py, numpy as np
+
+def write_sparta(path, label, dense, cats):  # label [N], dense [N, D], cats [N, S] category codes >= 0
+    n, s = cats.shape
+    with h5py.File(path, "w") as f:
+        f.attrs.update(format="sparta-dataset", version=1, num_samples=n, num_dense=dense.shape[1], num_slots=s,
+                       cardinality=cats.max(axis=0) + 1, hotness=np.ones(s, dtype=np.int64),
+                       preprocessing="pandas DataFrame")
+        f["label"] = label                          # float64 or int64 are read as float32
+        f["dense"] = dense                          # float64 is rounded to float32
+        f["sparse/offsets"] = np.arange(n * s + 1)  # one key per (sample, slot)
+        f["sparse/keys"] = cats.reshape(-1)         # any integer type
+
+rng = np.random.default_rng(int(sys.argv[2]))
+n = 3000
+cats = rng.integers(0, 20, size=(n, 3)).astype(np.int32)
+dense = rng.normal(size=(n, 2)) * 10 + 3
+logit = 0.3 * dense[:, 0] - 0.2 * dense[:, 1] + (cats[:, 0] % 4) - 1.5
+label = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.float64)
+write_sparta(sys.argv[1], label, dense, cats)
+)PY";
+  {
+    std::ofstream f(dir.path + "/write.py");
+    f << script;
+  }
+  for (auto [name, seed] : {std::pair<const char*, int>{"train", 1}, {"eval", 2}}) {
+    const testing::CommandResult w = testing::run_command(testing::python() + " " + dir.path + "/write.py " +
+                                                          dir.path + "/" + name + ".h5 " + std::to_string(seed));
+    BOOST_REQUIRE_MESSAGE(w.status == 0, w.output);
+  }
+  const std::string args = small_model(dir.path, "256") + "--train.epochs 3 --data.normalize standardize "
+                           "--train.eval_every epoch --train.keep_best --train.checkpoint_dir " + dir.path +
+                           "/ckpt --train.metrics " + dir.path + "/m.jsonl --log-level info";
+  testing::CommandResult r = testing::run_command(testing::tool_command(kTrain, 2, args, 120));
+  BOOST_REQUIRE_MESSAGE(r.status == 0, r.output);
+  BOOST_TEST(r.output.find("final AUC") != std::string::npos, r.output);
+  BOOST_TEST(r.output.find("teacher") == std::string::npos, r.output);  // real data: no teacher to compare with
+  std::ifstream m(dir.path + "/m.jsonl");
+  const std::string metrics((std::istreambuf_iterator<char>(m)), std::istreambuf_iterator<char>());
+  BOOST_TEST(count(metrics, "\"record\":\"eval\"") == 3u, metrics);
+  BOOST_TEST(metrics.find("teacher_auc") == std::string::npos, metrics);
+  r = testing::run_command(testing::tool_command(
+      kPredict, 1, "--device cpu --checkpoint " + dir.path + "/ckpt --data " + dir.path + "/eval.h5 --out " +
+                       dir.path + "/p.h5", 120));
+  BOOST_REQUIRE_MESSAGE(r.status == 0, r.output);
+  sparta::h5::File p = sparta::h5::open_file(dir.path + "/p.h5");
+  BOOST_TEST(sparta::h5::read_attr_double(p, "/", "auc") > 0.7);
+  BOOST_TEST(!sparta::h5::has_attr(p, "/", "teacher_auc"));
+}
+
+// sparta-predict's errors name its own options (--data, --batch) and the checkpoint's model, not the training
+// configuration's options (data.eval, data.eval_batch, model.num_dense) that the user never typed.
+BOOST_AUTO_TEST_CASE(predict_errors_name_its_own_options) {
+  testing::ScopedPath dir("test_model_programs", "predict_errors");
+  make_data(dir.path);
+  testing::CommandResult r = testing::run_command(testing::tool_command(
+      kTrain, 1, small_model(dir.path) + "--train.steps 2 --log-level warn --train.checkpoint_dir " + dir.path + "/ckpt",
+      120));
+  BOOST_REQUIRE_MESSAGE(r.status == 0, r.output);
+  r = testing::run_command(testing::tool_command(
+      kDatagen, 1, "--preset small --slots 4 --max-rows 50 --samples 100 --num-dense 5 --log-level warn --out " +
+                       dir.path + "/five.h5"));
+  BOOST_REQUIRE_MESSAGE(r.status == 0, r.output);
+  const std::string predict = "--device cpu --checkpoint " + dir.path + "/ckpt --out " + dir.path + "/p.h5 --data ";
+  r = testing::run_command(testing::tool_command(kPredict, 2, predict + dir.path + "/five.h5"));
+  BOOST_TEST(r.status == 1, r.output);
+  BOOST_TEST(r.output.find("--data '" + dir.path + "/five.h5': the file has 5 dense features per sample, the "
+                           "checkpoint's model expects 13") != std::string::npos, r.output);
+  const std::string first = r.output;
+  r = testing::run_command(testing::tool_command(kPredict, 3, predict + dir.path + "/eval.h5 --batch 2"));
+  BOOST_TEST(r.status == 1, r.output);
+  BOOST_TEST(r.output.find("--batch: expected at least 3 (the rank count), found 2") != std::string::npos, r.output);
+  for (const char* theirs : {"data.eval", "model.num_dense", "data.eval_batch"})
+    BOOST_TEST((first + r.output).find(theirs) == std::string::npos, theirs << " in " << first << r.output);
 }

@@ -195,6 +195,16 @@ BOOST_AUTO_TEST_CASE(keep_last_keeps_the_newest_steps) {
   BOOST_CHECK((list.steps == std::vector<int64_t>{14}));
 }
 
+// train.keep_best's `best` names a step older than the newest: retention keeps it, as it keeps `latest`'s.
+BOOST_AUTO_TEST_CASE(keep_last_spares_the_best_step) {
+  Workspace w;
+  w.train_steps(6, "--train.checkpoint_every 2");
+  sparta::point_checkpoint(w.ckpt, "best", 2);
+  const std::vector<int64_t> removed = sparta::prune_checkpoints(w.ckpt, 1, nullptr);
+  BOOST_CHECK((removed == std::vector<int64_t>{4}));
+  BOOST_CHECK((sparta::list_checkpoints(w.ckpt).steps == std::vector<int64_t>{2, 6}));
+}
+
 BOOST_AUTO_TEST_CASE(resume_falls_back_past_a_step_that_does_not_verify) {
   Workspace w;
   w.train_steps(6, "--train.checkpoint_every 2");

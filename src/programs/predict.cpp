@@ -3,7 +3,7 @@
 // count (the checkpoint reshards into it):
 //   mpiexec -n 2 sparta-predict --checkpoint ckpt --data eval.h5 --out predictions.h5
 // Output (format "sparta-predictions", version 1): /prediction float32 [N], /label float32 [N]; attributes
-// checkpoint, step, dataset, samples, auc, logloss, accuracy, teacher_auc (-1 when the dataset has none).
+// checkpoint, step, dataset, samples, auc, logloss, accuracy, and teacher_auc where the dataset records one.
 // The model's configuration comes from the checkpoint; the dataset must have its dense features and slots.
 #include <unistd.h>
 
@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
       sparta::h5::write_attr(f, "/", "auc", m.auc);
       sparta::h5::write_attr(f, "/", "logloss", m.logloss);
       sparta::h5::write_attr(f, "/", "accuracy", m.accuracy);
-      sparta::h5::write_attr(f, "/", "teacher_auc", trainer.teacher_auc());
+      if (trainer.teacher_auc() >= 0) sparta::h5::write_attr(f, "/", "teacher_auc", trainer.teacher_auc());
       sparta::h5::close(f);
       staged.commit();
     }), "predict (output)");

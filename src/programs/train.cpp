@@ -38,13 +38,18 @@ int main(int argc, char** argv) {
     sparta::Trainer trainer(ctx, cfg);
     sparta::TrainResult r = trainer.run();
     if (!r.evals.empty()) {
-      const sparta::EvalMetrics& m = r.evals.back().second;
+      // the final model's evaluation: the last one, or with train.keep_best the best one
+      auto e = r.evals.end() - 1;
+      if (cfg.keep_best)
+        for (auto it = r.evals.begin(); it != r.evals.end(); ++it)
+          if (it->first == r.best_step) e = it;
+      const sparta::EvalMetrics& m = e->second;
       if (r.teacher_auc >= 0)
         LOG_INFO("final AUC %.4f, teacher AUC %.4f (gap %.4f); log-loss %.4f, accuracy %.4f, step %lld", m.auc,
-                 r.teacher_auc, r.teacher_auc - m.auc, m.logloss, m.accuracy, (long long)r.last_step);
+                 r.teacher_auc, r.teacher_auc - m.auc, m.logloss, m.accuracy, (long long)e->first);
       else
         LOG_INFO("final AUC %.4f; log-loss %.4f, accuracy %.4f, step %lld", m.auc, m.logloss, m.accuracy,
-                 (long long)r.last_step);
+                 (long long)e->first);
     }
     return 0;
   });
