@@ -204,6 +204,43 @@ void linear_backward_data(const Device& dev, const LinearDims& d, GemmType t, co
   run_gemm(dev, g, stream);
 }
 
+void linear_forward_half(const Device& dev, const LinearDims& d, GemmType t, const void* x, const void* w,
+                         uint16_t* y16, Stream stream) {
+  check_linear_dims(d);
+  SPARTA_REQUIRE(is_half(t), "dense layer '%s': a 16-bit output needs bf16 or f16 inputs, found %s", d.layer,
+                 gemm_type_name(t));
+  GemmCall g;  // y^T [out, batch] = w [out, in] · x^T [in, batch], in t
+  g.layer = d.layer, g.type = t, g.trans_a = true, g.trans_b = false;
+  g.m = d.out, g.n = d.batch, g.k = d.in;
+  g.a = w, g.lda = d.in, g.b = x, g.ldb = d.in, g.d = y16, g.ldd = d.out, g.d_type = t;
+  run_gemm(dev, g, stream);
+}
+
+void linear_backward_data_half(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
+                               uint16_t* dx16, Stream stream) {
+  check_linear_dims(d);
+  SPARTA_REQUIRE(is_half(t), "dense layer '%s': a 16-bit output needs bf16 or f16 inputs, found %s", d.layer,
+                 gemm_type_name(t));
+  GemmCall g;  // dx^T [in, batch] = w^T [in, out] · dpre^T [out, batch], in t
+  g.layer = d.layer, g.type = t, g.trans_a = false, g.trans_b = false;
+  g.m = d.in, g.n = d.batch, g.k = d.out;
+  g.a = w, g.lda = d.in, g.b = dpre, g.ldb = d.out, g.d = dx16, g.ldd = d.in, g.d_type = t;
+  run_gemm(dev, g, stream);
+}
+
+void linear_backward_data_plus(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
+                               const float* addend, float* dx, Stream stream) {
+  check_linear_dims(d);
+  SPARTA_REQUIRE(d.batch == 0 || (addend && addend != dx),
+                 "dense layer '%s': the addend must be another array than dx", d.layer);
+  GemmCall g;  // dx^T [in, batch] = w^T [in, out] · dpre^T [out, batch] + addend^T
+  g.layer = d.layer, g.type = t, g.trans_a = false, g.trans_b = false;
+  g.m = d.in, g.n = d.batch, g.k = d.out;
+  g.a = w, g.lda = d.in, g.b = dpre, g.ldb = d.out, g.d = dx, g.ldd = d.in;
+  g.beta = 1.f, g.c = addend;
+  run_gemm(dev, g, stream);
+}
+
 void activation_bias_backward(const Device& dev, const LinearDims& d, GemmType t, Activation act, const float* y,
                               const float* dy, float* dpre, uint16_t* dpre16, float* db, float dy_scale,
                               Stream stream) {

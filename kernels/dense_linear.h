@@ -59,6 +59,18 @@ void check_linear_dims(const LinearDims& d);
 void linear_forward(const Device& dev, const LinearDims& d, GemmType t, Activation act, const void* x,
                     const void* w, const float* b, float* y, Stream stream);
 
+// The forward and the data gradient writing the 16-bit type t directly (the next GEMM's operand, rounded once from
+// the fp32 sum; no fp32 copy): y16 [batch, out] = t(x · w^T) (no bias, no activation), dx16 [batch, in] =
+// t(dpre · w). x, w, dpre of type t (bf16 or f16).
+void linear_forward_half(const Device& dev, const LinearDims& d, GemmType t, const void* x, const void* w,
+                         uint16_t* y16, Stream stream);
+void linear_backward_data_half(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
+                               uint16_t* dx16, Stream stream);
+// dx [batch, in] = dpre · w + addend (addend [batch, in] fp32, another array than dx): linear_backward_data
+// accumulating onto a copy of addend, without the copy.
+void linear_backward_data_plus(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
+                               const float* addend, float* dx, Stream stream);
+
 // dpre [batch, out] = (dy · dy_scale) ⊙ act'(y) (dy · dy_scale for none; 0 where y <= 0 for relu; dy_scale 1: dy
 // exactly, a dropout layer's 1 / (1 - p) after it: kernels/dense_dropout.h), and db [out] = Σ_batch dpre
 // when db != nullptr; dpre16 != nullptr also receives dpre in the 16-bit type t (bf16 or f16) for 16-bit GEMMs

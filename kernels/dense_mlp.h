@@ -67,8 +67,13 @@ class Mlp {
   // unchanged until backward. Throws sparta::Error naming the MLP when batch is not in [0, max_batch].
   // dropout_key: the training step's key (dense_dropout.h: device memory for cuda, read when the pass runs), or
   // nullptr: no dropout (evaluation, or dropout 0).
+  // x == nullptr (16-bit precision): the input is already in input16(), written there by its producer.
   const float* forward(const float* params, const float* x, int64_t batch, Stream stream,
                        const uint64_t* dropout_key = nullptr);
+  // 16-bit precision with an unpadded input: where the first GEMM reads the input, [max_batch, in_width] in the
+  // precision's 16-bit type, for a producer to write it there before forward(params, nullptr, ...); otherwise
+  // nullptr.
+  uint16_t* input16();
 
   // From dy [batch, out_width] (the batch of the last forward): grads [param_count] are overwritten, and
   // dx [batch, in_width] too when dx != nullptr. params must be those of the forward.

@@ -241,7 +241,8 @@ const float* DenseModel::forward(const float* params, const float* dense, const 
     } else {
       concat_columns(dev_, "cross.x0", batch, b, cfg_.bottom_mlp.back(), emb, cfg_.embedding_width(), z_.data(),
                      dev_.stream);
-      top_in = cross_->forward(params + cross_offset(), z_.data(), batch, dev_.stream);
+      // 16-bit: x_L straight into the top MLP's 16-bit input (top_in nullptr), no fp32 copy to convert
+      top_in = cross_->forward(params + cross_offset(), z_.data(), batch, dev_.stream, top_.input16());
     }
     logits_ = top_.forward(params + top_offset(), top_in, batch, dev_.stream, key_ptr);
   });

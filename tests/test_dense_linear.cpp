@@ -586,3 +586,80 @@ BOOST_AUTO_TEST_CASE(fused_relu_steps_available_at_the_model_shapes, *testing::n
                           gemm_type_name(t) << " " << w[0] << "-" << w[1] << "-" << w[2]);
   close_device(dev);
 }
+
+namespace {
+
+// The steps with a 16-bit output and the data gradient onto another array: linear_forward_half is linear_forward
+// (no bias, no activation) rounded once, linear_backward_data_half likewise, linear_backward_data_plus is the
+// addend plus linear_backward_data (cpu: bit for bit; cuda within the GEMMs' rounding of the cpu reference).
+// Outputs poisoned; the addend left as it was.
+void half_outputs_and_plus(Backend be) {
+  Device dev = dense_test::device_for(be);
+  Device host = dense_test::device_for(Backend::cpu);
+  struct Shape {
+    int64_t batch;
+    int in, out;
+  };
+  for (GemmType t : {GemmType::bf16, GemmType::f16})
+    for (const Shape& s : {Shape{1, 8, 16}, Shape{7, 24, 40}, Shape{65537, 16, 8}, Shape{0, 8, 8}, Shape{33, 3456, 64}}) {
+      const LinearDims d{"half_out", s.batch, s.in, s.out};
+      const std::vector<float> x = testing::random_floats(size_t(s.batch) * s.in);
+      const std::vector<float> w = testing::random_floats(size_t(s.out) * s.in, -0.3f, 0.3f);
+      const std::vector<float> dpre = testing::random_floats(size_t(s.batch) * s.out);
+      const std::vector<float> addend = testing::random_floats(size_t(s.batch) * s.in);
+      struct Got {
+        std::vector<uint16_t> y16, dx16;
+        std::vector<float> dx, addend;
+      };
+      auto run = [&](const Device& dv, bool separate) {
+        Typed xd(dv, t, x), wd(dv, t, w), gd(dv, t, dpre);
+        Got o;
+        o.y16.resize(size_t(s.batch) * s.out), o.dx16.resize(size_t(s.batch) * s.in);
+        Buffer<float> dx = poisoned(dv, size_t(s.batch) * s.in), add(dv, addend);
+        if (separate) {  // the fp32 steps, rounded on the host
+          Buffer<float> y(dv, o.y16.size()), dxs(dv, o.dx16.size());
+          linear_forward(dv, d, t, Activation::none, xd.data(), wd.data(), nullptr, y.data(), dv.stream);
+          linear_backward_data(dv, d, t, gd.data(), wd.data(), dxs.data(), false, dv.stream);
+          const std::vector<float> yh = y.download(), dxh = dxs.download();
+          to_half_cpu(t, yh.data(), o.y16.data(), yh.size());
+          to_half_cpu(t, dxh.data(), o.dx16.data(), dxh.size());
+          copy_on_device(dv, dx.data(), add.data(), addend.size() * sizeof(float), dv.stream);
+          linear_backward_data(dv, d, t, gd.data(), wd.data(), dx.data(), true, dv.stream);
+        } else {
+          Buffer<uint16_t> y16(dv, o.y16.size()), dx16(dv, o.dx16.size());
+          y16.fill_bytes(0xFF), dx16.fill_bytes(0xFF);
+          linear_forward_half(dv, d, t, xd.data(), wd.data(), y16.data(), dv.stream);
+          linear_backward_data_half(dv, d, t, gd.data(), wd.data(), dx16.data(), dv.stream);
+          linear_backward_data_plus(dv, d, t, gd.data(), wd.data(), add.data(), dx.data(), dv.stream);
+          o.y16 = y16.download(), o.dx16 = dx16.download();
+        }
+        o.dx = dx.download(), o.addend = add.download();
+        return o;
+      };
+      const Got got = run(dev, false), want = run(host, true);
+      BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " batch " << s.batch << " in " << s.in << " out "
+                                    << s.out) {
+        BOOST_CHECK(got.addend == addend);
+        if (!dev.is_cuda()) {
+          BOOST_CHECK(got.y16 == want.y16);
+          BOOST_CHECK(got.dx16 == want.dx16);
+          BOOST_CHECK(got.dx == want.dx);
+        } else {
+          auto widen = [&](const std::vector<uint16_t>& v) {
+            std::vector<float> f(v.size());
+            for (size_t i = 0; i < v.size(); ++i) f[i] = half_to_float(t)(v[i]);
+            return f;
+          };
+          const double tol = t == GemmType::bf16 ? 1.6e-2 : 2e-3;
+          BOOST_CHECK_EQUAL(testing::count_mismatches(widen(got.y16), widen(want.y16), tol, tol, "y16"), 0u);
+          BOOST_CHECK_EQUAL(testing::count_mismatches(widen(got.dx16), widen(want.dx16), tol, tol, "dx16"), 0u);
+          BOOST_CHECK_EQUAL(testing::count_mismatches(got.dx, want.dx, 1e-4, 1e-4, "dx"), 0u);
+        }
+      }
+    }
+  close_device(dev);
+}
+
+}  // namespace
+
+SPARTA_BACKEND_CASES(half_outputs_and_the_plus_step_match_the_fp32_steps, half_outputs_and_plus)
