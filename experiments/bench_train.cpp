@@ -7,6 +7,9 @@
 // lines with every parameter and the provenance; the run fails (#wrong > 0) when a dense parameter is not finite.
 // The step's driver is experiments/support_train_bench.h; options, MPI and device set-up, the check's verdict and the JSON lines (every parameter and the provenance) are bench::Driver's
 // (experiments/support_bench.h), as in every bench: --warmup is the untimed steps, --steps the timed ones.
+// Keys per slot (--hotness): dcnv2 on the mlperf preset runs MLPerf DLRM-DCNv2's multi-hot keys per slot unless
+// told (kDcnv2Hotness, 214 a sample), dot one key per slot (MLPerf DLRM v1); the output's head and every record
+// ("hotness") state them.
 //   mpiexec -n 8 bench_train [--batch 65536] [--max-rows 4000000] [--model dot|dcnv2] [--placement auto]
 //                            [--exchange fp32|bf16] [--precision fp32|bf16|fp16] [--cuda-graphs 1|0] [--trace N] [--warmup 3] [--steps 10] [--out results/bench_train.jsonl]
 //                            [--index hashed|direct] [--sparse-optimizer adagrad|sgd] [--atomic-update 0|1]
@@ -22,9 +25,14 @@
 #include "src/base/check.h"
 #include "src/options.h"
 
+namespace {
+// MLPerf DLRM-DCNv2's keys per slot (its 26 Criteo tables).
+const char* const kDcnv2Hotness = "3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1";
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace sparta;
-  std::string preset = "mlperf", hotness = "1", interaction = "dot", placement = "auto", precision = "fp32",
+  std::string preset = "mlperf", hotness, interaction = "dot", placement = "auto", precision = "fp32",
               exchange = "fp32", comm_mode = "hier", bottom_mlp, top_mlp, index = "hashed", sparse = "adagrad";
   bool atomic_update = false;
   int64_t batch = 65536, max_rows = 4000000, trace = 0;
@@ -39,7 +47,9 @@ int main(int argc, char** argv) {
   d.options().add_options()("batch", po::value(&batch)->default_value(batch), "samples per rank per step")(
       "preset", po::value(&preset)->default_value(preset), "mlperf | small (io/synthetic.h)")(
       "max-rows", po::value(&max_rows)->default_value(max_rows), "cap on every table's rows")(
-      "hotness", po::value(&hotness)->default_value(hotness), "keys per slot: k or a-b")(
+      "hotness", po::value(&hotness),
+      "keys per slot: k, a-b or a comma list, one per slot (default: dcnv2 with the mlperf preset MLPerf "
+      "DCNv2's, otherwise 1)")(
       "model", po::value(&interaction)->default_value(interaction),
       "dot (DLRM: MLPerf v1 MLPs) | dcnv2 (the cross network; MLPerf DCNv2 MLPs)")(
       "embedding-dim", po::value(&dim)->default_value(dim), "embedding width (dot: also the bottom MLP's output)")(
@@ -67,6 +77,8 @@ int main(int argc, char** argv) {
                      "--precision: expected fp32, bf16 or fp16, found '%s'", precision.c_str());
       cfg.train_path = "(in memory)";
       cfg.model.interaction = parse_interaction(interaction);
+      if (hotness.empty())  // the list is the mlperf preset's 26 slots
+        hotness = cfg.model.interaction == Interaction::dcnv2 && preset == "mlperf" ? kDcnv2Hotness : "1";
       cfg.model.embedding_dim = dim;
       cfg.model.num_dense = -1;  // the preset's
       cfg.model.num_slots = -1;
@@ -101,6 +113,7 @@ int main(int argc, char** argv) {
     bo.trace_steps = trace;
     const BenchmarkResult r = run_benchmark(MPI_COMM_WORLD, d.ctx().topo(), d.device(), cfg, bo);
     if (d.is_root()) {
+      std::printf("# keys per slot: %s\n", hotness.c_str());
       std::fputs(r.table(cfg, bo).c_str(), stdout);
       std::fflush(stdout);
     }

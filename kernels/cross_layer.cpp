@@ -24,8 +24,9 @@ void cross_forward_elementwise_cpu(const LinearDims& d, GemmType t, const float*
   const HalfFromFloat round16 = out16 ? half_from_float(t) : nullptr;
   const size_t n = size_t(d.batch) * d.out;
   for (size_t i = 0; i < n; ++i) {
-    out[i] = x0[i] * z[i] + xl[i];
-    if (out16) out16[i] = round16(out[i]);
+    const float v = x0[i] * z[i] + xl[i];
+    if (out) out[i] = v;
+    if (out16) out16[i] = round16(v);
   }
 }
 
@@ -58,6 +59,7 @@ void cross_forward_elementwise(const Device& dev, const LinearDims& d, GemmType 
                                const float* xl, float* out, uint16_t* out16, Stream stream) {
   check_square(d);
   check_half(d, t, out16);
+  SPARTA_REQUIRE(out || out16, "cross layer '%s': the forward step needs an output", d.layer);
   if (!dev.is_cuda()) return cross_forward_elementwise_cpu(d, t, x0, z, xl, out, out16);
 #if SPARTA_CUDA
   cross_forward_elementwise_cuda(d, t, x0, z, xl, out, out16, stream);
@@ -149,7 +151,7 @@ CrossNet::CrossNet(const Device& dev, CrossConfig cfg, int64_t max_batch)
   const bool half = is_half(cfg_.precision);
   for (int l = 0; l < cfg_.layers; ++l) {
     xs_.emplace_back(dev_, bd);
-    hs_.emplace_back(dev_, br);
+    hs_.emplace_back(dev_, half ? 0 : br);  // 16-bit: the V GEMM writes hs16_ alone
     zs_.emplace_back(dev_, bd);
     if (half) {
       xs16_.emplace_back(dev_, bd), hs16_.emplace_back(dev_, br);
@@ -158,7 +160,7 @@ CrossNet::CrossNet(const Device& dev, CrossConfig cfg, int64_t max_batch)
   }
   if (!half) dz_ = Buffer<float>(dev_, bd);  // 16-bit: the GEMMs read dz16_ alone
   g_ = Buffer<float>(dev_, bd);
-  dh_ = Buffer<float>(dev_, br);
+  if (!half) dh_ = Buffer<float>(dev_, br);  // 16-bit: the U data GEMM writes dh16_ alone
   if (half) {
     dz16_ = Buffer<uint16_t>(dev_, bd);
     dh16_ = Buffer<uint16_t>(dev_, br);
@@ -184,13 +186,16 @@ const void* CrossNet::u_gemm(const float* params, int l) const {
   return params + u_offset(l);
 }
 
-const float* CrossNet::forward(const float* params, const float* x0, int64_t batch, Stream stream) {
+const float* CrossNet::forward(const float* params, const float* x0, int64_t batch, Stream stream,
+                               uint16_t* out16) {
   SPARTA_REQUIRE(batch >= 0 && batch <= max_batch_,
                  "cross network '%s': batch must be in [0, %lld] (max_batch), found %lld", cfg_.name.c_str(),
                  (long long)max_batch_, (long long)batch);
   batch_ = batch;
   x0_ = x0;
   const bool half = is_half(cfg_.precision);
+  SPARTA_REQUIRE(!out16 || half, "cross network '%s': a 16-bit output needs bf16 or fp16 precision, found %s",
+                 cfg_.name.c_str(), gemm_type_name(cfg_.precision));
   const size_t bd = size_t(batch) * cfg_.dim;
   if (half) {
     const size_t rd = size_t(cfg_.rank) * cfg_.dim;
@@ -204,17 +209,22 @@ const float* CrossNet::forward(const float* params, const float* x0, int64_t bat
     const void* xl = half ? static_cast<const void*>(xs16_[l].data()) : static_cast<const void*>(x_in(l));
     const void* v = v_gemm(params, l);
     const void* u = u_gemm(params, l);
-    linear_forward(dev_, v_dims(l), cfg_.precision, Activation::none, xl, v, nullptr, hs_[l].data(), stream);
-    const void* h = hs_[l].data();
-    if (half) {
-      to_half(dev_, cfg_.precision, hs_[l].data(), hs16_[l].data(), size_t(batch) * cfg_.rank, stream);
+    const void* h = nullptr;
+    if (half) {  // h straight into its 16-bit copy: the only form the U GEMMs read
+      linear_forward_half(dev_, v_dims(l), cfg_.precision, xl, v, hs16_[l].data(), stream);
       h = hs16_[l].data();
+    } else {
+      linear_forward(dev_, v_dims(l), cfg_.precision, Activation::none, xl, v, nullptr, hs_[l].data(), stream);
+      h = hs_[l].data();
     }
     linear_forward(dev_, u_dims(l), cfg_.precision, Activation::none, h, u, params + b_offset(l), zs_[l].data(), stream);
-    uint16_t* next16 = half && l + 1 < cfg_.layers ? xs16_[l + 1].data() : nullptr;
-    cross_forward_elementwise(dev_, x_dims(), cfg_.precision, x0, zs_[l].data(), x_in(l), xs_[l].data(), next16, stream);
+    const bool last = l + 1 == cfg_.layers;
+    uint16_t* next16 = half ? (last ? out16 : xs16_[l + 1].data()) : nullptr;
+    // the last layer's fp32 output only where the caller reads it (no out16); the backward never does
+    float* out = last && out16 ? nullptr : xs_[l].data();
+    cross_forward_elementwise(dev_, x_dims(), cfg_.precision, x0, zs_[l].data(), x_in(l), out, next16, stream);
   }
-  return xs_[cfg_.layers - 1].data();
+  return out16 ? nullptr : xs_[cfg_.layers - 1].data();
 }
 
 void CrossNet::backward(const float* params, const float* dxL, float* grads, float* dx0, Stream stream) {
@@ -226,22 +236,28 @@ void CrossNet::backward(const float* params, const float* dxL, float* grads, flo
     // at l == 0, x_l is x0: its gradient g + dh V_0 goes to dx0 directly; above, to g_ (a copy of g first)
     const bool top = l == L - 1, bottom = l == 0;
     cross_backward_elementwise(dev_, x_dims(), cfg_.precision, g, x0_, zs_[l].data(), half ? nullptr : dz_.data(),
-                               half ? dz16_.data() : nullptr,
-                               grads + b_offset(l), dx0, !top, bottom, top && !bottom ? g_.data() : nullptr, stream);
+                               half ? dz16_.data() : nullptr, grads + b_offset(l), dx0, !top, bottom, nullptr,
+                               stream);
     const void* dz = half ? static_cast<const void*>(dz16_.data()) : static_cast<const void*>(dz_.data());
     const void* h = half ? static_cast<const void*>(hs16_[l].data()) : static_cast<const void*>(hs_[l].data());
     const void* xl = half ? static_cast<const void*>(xs16_[l].data()) : static_cast<const void*>(x_in(l));
     const void* u = u_gemm(params, l);
     const void* v = v_gemm(params, l);
     linear_backward_weight(dev_, u_dims(l), cfg_.precision, dz, h, grads + u_offset(l), stream);
-    linear_backward_data(dev_, u_dims(l), cfg_.precision, dz, u, dh_.data(), false, stream);
-    const void* dh = dh_.data();
-    if (half) {
-      to_half(dev_, cfg_.precision, dh_.data(), dh16_.data(), size_t(batch_) * cfg_.rank, stream);
+    const void* dh = nullptr;
+    if (half) {  // dh straight into its 16-bit copy: the only form the V GEMMs read
+      linear_backward_data_half(dev_, u_dims(l), cfg_.precision, dz, u, dh16_.data(), stream);
       dh = dh16_.data();
+    } else {
+      linear_backward_data(dev_, u_dims(l), cfg_.precision, dz, u, dh_.data(), false, stream);
+      dh = dh_.data();
     }
     linear_backward_weight(dev_, v_dims(l), cfg_.precision, dh, xl, grads + v_offset(l), stream);
-    linear_backward_data(dev_, v_dims(l), cfg_.precision, dh, v, bottom ? dx0 : g_.data(), true, stream);
+    // dx_l = g + dh V_l: onto dx0 at the bottom (which holds its other terms), into g_ from the top layer's g
+    // (the caller's array, added as the GEMM's C), in place in g_ between
+    if (bottom) linear_backward_data(dev_, v_dims(l), cfg_.precision, dh, v, dx0, true, stream);
+    else if (top) linear_backward_data_plus(dev_, v_dims(l), cfg_.precision, dh, v, g, g_.data(), stream);
+    else linear_backward_data(dev_, v_dims(l), cfg_.precision, dh, v, g_.data(), true, stream);
     g = g_.data();
   }
 }

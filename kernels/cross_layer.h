@@ -8,9 +8,10 @@
 // Backward, from g = dL/dx_{l+1}:
 //   dz = g ⊙ x0,  db_l = Σ_batch dz,  dU_l = dz^T h_l,  dh = dz U_l,  dV_l = dh^T x_l,
 //   dx_l = g + dh V_l,  and x0 collects g ⊙ z_l from every layer (plus, at l = 0 where x_l is x0, dx_0).
-// The GEMMs are dense_linear.h's steps (cuBLASLt on cuda, the bias fused into the z GEMM); the elementwise
+// The GEMMs are dense_linear.h's steps (cuBLASLt on cuda, the bias fused into the z GEMM; in 16-bit training h
+// and dh written straight in 16 bits, and the top layer's g added as the dh V_l GEMM's C); the elementwise
 // parts are one kernel each way: forward x_{l+1} (and its 16-bit copy); backward dz (and 16-bit), db (a
-// fixed-order column sum), the x0 gradient and the copy of g that dh V_l is then accumulated into.
+// fixed-order column sum) and the x0 gradient.
 // concat_columns / split_columns build x0 from the bottom output and the embeddings, and split its gradient.
 // Every launcher takes the stream it runs on last (cuda: asynchronous on it, no host synchronization; cpu: runs
 // on the calling thread, the stream unused).
@@ -45,7 +46,7 @@ void copy_columns_cuda(const float* src, int64_t src_ld, float* dst, int64_t dst
 // The elementwise steps (shapes [batch, D]; d.in == d.out == D).
 
 // out = x0 ⊙ z + xl; out16 (the copy of out in the 16-bit type t: bf16 or f16) when not nullptr (t is read only
-// then).
+// then); out may be nullptr when out16 is not (only the 16-bit copy is read).
 void cross_forward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const float* x0, const float* z,
                                const float* xl, float* out, uint16_t* out16, Stream stream);
 
@@ -100,7 +101,10 @@ class CrossNet {
 
   // x0 [batch, D] → x_L [batch, D], held by the network until the next forward. x0 must stay unchanged until
   // backward. Throws sparta::Error naming the network when batch is not in [0, max_batch].
-  const float* forward(const float* params, const float* x0, int64_t batch, Stream stream);
+  // out16 (16-bit precision): x_L is written there in the precision's 16-bit type alone ([batch, D], what the
+  // next layer's GEMM reads: dense_mlp.h's input16) and nullptr is returned.
+  const float* forward(const float* params, const float* x0, int64_t batch, Stream stream,
+                       uint16_t* out16 = nullptr);
 
   // From dxL [batch, D]: grads [param_count] and dx0 [batch, D] are overwritten.
   void backward(const float* params, const float* dxL, float* grads, float* dx0, Stream stream);

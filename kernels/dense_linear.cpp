@@ -3,11 +3,15 @@
 
 #include <cblas.h>
 
+#include <atomic>
 #include <climits>
+#include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "src/base/check.h"
 #include "src/base/half.h"
+#include "kernels/fill.h"
 
 namespace sparta {
 
@@ -59,34 +63,70 @@ const float* as_floats(GemmType t, const void* p, int64_t rows, int64_t cols, in
 
 void gemm_cpu(const GemmCall& g) {
   if (g.m == 0 || g.n == 0) return;
-  if (g.k == 0) {  // an empty product: D = beta * D (BLAS implementations differ on whether they touch D here)
+  SPARTA_ASSERT(g.d_type == GemmType::f32 || (g.d_type == g.type && g.beta == 0.f),
+                "layer %s: a 16-bit D needs 16-bit inputs of its type and beta 0", g.layer);
+  // D in fp32: g.d itself, or a temporary rounded into the 16-bit D at the end
+  std::vector<float> tmp;
+  float* d = static_cast<float*>(g.d);
+  if (g.d_type != GemmType::f32) {
+    tmp.assign(size_t((g.n - 1) * g.ldd + g.m), 0.f);
+    d = tmp.data();
+  }
+  if (g.c && g.beta != 0.f)  // D = C first, then the product is added to it
     for (int64_t j = 0; j < g.n; ++j)
-      for (int64_t i = 0; i < g.m; ++i) g.d[j * g.ldd + i] = g.beta == 0.f ? 0.f : g.beta * g.d[j * g.ldd + i];
+      for (int64_t i = 0; i < g.m; ++i) d[j * g.ldd + i] = g.c[j * g.ldd + i];
+  if (g.k == 0) {  // an empty product: D = beta * C (BLAS implementations differ on whether they touch D here)
+    for (int64_t j = 0; j < g.n; ++j)
+      for (int64_t i = 0; i < g.m; ++i) d[j * g.ldd + i] = g.beta == 0.f ? 0.f : g.beta * d[j * g.ldd + i];
   } else {
     std::vector<float> ta, tb;
     const float* a = as_floats(g.type, g.a, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, ta);
     const float* b = as_floats(g.type, g.b, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, tb);
     cblas_sgemm(CblasColMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans,
-                int(g.m), int(g.n), int(g.k), 1.0f, a, int(g.lda), b, int(g.ldb), g.beta, g.d, int(g.ldd));
+                int(g.m), int(g.n), int(g.k), 1.0f, a, int(g.lda), b, int(g.ldb), g.beta, d, int(g.ldd));
   }
-  if (!g.bias && !g.relu) return;
-  for (int64_t j = 0; j < g.n; ++j) {
-    float* col = g.d + j * g.ldd;
-    for (int64_t i = 0; i < g.m; ++i) {
-      float v = g.bias ? col[i] + g.bias[i] : col[i];
-      col[i] = g.relu && !(v > 0.f) ? 0.f : v;
+  const size_t mask_col = size_t(g.mask_ld / 8);  // bytes of one column's mask
+  if (g.bias || g.relu) {
+    for (int64_t j = 0; j < g.n; ++j) {
+      float* col = d + j * g.ldd;
+      uint8_t* bits = g.relu_mask ? g.relu_mask + j * mask_col : nullptr;
+      if (bits) std::memset(bits, 0, mask_col);
+      for (int64_t i = 0; i < g.m; ++i) {
+        float v = g.bias ? col[i] + g.bias[i] : col[i];
+        const bool pass = v > 0.f;
+        col[i] = g.relu && !pass ? 0.f : v;
+        if (bits && pass) bits[i / 8] |= uint8_t(1u << (i % 8));
+      }
     }
+  }
+  if (g.drelu_mask) {
+    std::vector<double> sum(g.m, 0.0);
+    for (int64_t j = 0; j < g.n; ++j) {
+      float* col = d + j * g.ldd;
+      const uint8_t* bits = g.drelu_mask + j * mask_col;
+      for (int64_t i = 0; i < g.m; ++i) {
+        if (!(bits[i / 8] >> (i % 8) & 1u)) col[i] = 0.f;
+        sum[i] += col[i];
+      }
+    }
+    for (int64_t i = 0; g.bias_grad && i < g.m; ++i) g.bias_grad[i] = static_cast<float>(sum[i]);
+  }
+  if (g.d_type != GemmType::f32) {
+    const HalfFromFloat round16 = half_from_float(g.d_type);
+    uint16_t* d16 = static_cast<uint16_t*>(g.d);
+    for (int64_t j = 0; j < g.n; ++j)
+      for (int64_t i = 0; i < g.m; ++i) d16[j * g.ldd + i] = round16(d[j * g.ldd + i]);
   }
 }
 
 void activation_bias_backward_cpu(const LinearDims& d, GemmType t, Activation act, const float* y, const float* dy,
-                                  float* dpre, uint16_t* dpre16, float* db) {
+                                  float* dpre, uint16_t* dpre16, float* db, float dy_scale) {
   const HalfFromFloat round16 = dpre16 ? half_from_float(t) : nullptr;
   std::vector<double> sum(db ? d.out : 0, 0.0);
   for (int64_t r = 0; r < d.batch; ++r) {
     for (int c = 0; c < d.out; ++c) {
       const size_t i = size_t(r) * d.out + c;
-      const float v = act == Activation::relu && !(y[i] > 0.f) ? 0.f : dy[i];
+      const float v = act == Activation::relu && !(y[i] > 0.f) ? 0.f : dy[i] * dy_scale;
       if (dpre) dpre[i] = v;
       if (dpre16) dpre16[i] = round16(v);
       if (db) sum[c] += v;
@@ -108,6 +148,16 @@ void to_half_padded_cpu(GemmType t, const float* src, int64_t rows, int64_t cols
 
 // ---------------------------------------------------------------------------------------------------------
 // dispatch
+
+namespace {
+std::atomic<bool> g_algo_search{true};
+std::atomic<uint64_t> g_algo_searches{0};
+}  // namespace
+
+void set_gemm_algo_search(bool on) { g_algo_search.store(on); }
+bool gemm_algo_search() { return g_algo_search.load(); }
+uint64_t gemm_algo_searches() { return g_algo_searches.load(); }
+void note_gemm_algo_search() { g_algo_searches.fetch_add(1); }
 
 namespace {
 
@@ -154,16 +204,125 @@ void linear_backward_data(const Device& dev, const LinearDims& d, GemmType t, co
   run_gemm(dev, g, stream);
 }
 
+void linear_forward_half(const Device& dev, const LinearDims& d, GemmType t, const void* x, const void* w,
+                         uint16_t* y16, Stream stream) {
+  check_linear_dims(d);
+  SPARTA_REQUIRE(is_half(t), "dense layer '%s': a 16-bit output needs bf16 or f16 inputs, found %s", d.layer,
+                 gemm_type_name(t));
+  GemmCall g;  // y^T [out, batch] = w [out, in] · x^T [in, batch], in t
+  g.layer = d.layer, g.type = t, g.trans_a = true, g.trans_b = false;
+  g.m = d.out, g.n = d.batch, g.k = d.in;
+  g.a = w, g.lda = d.in, g.b = x, g.ldb = d.in, g.d = y16, g.ldd = d.out, g.d_type = t;
+  run_gemm(dev, g, stream);
+}
+
+void linear_backward_data_half(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
+                               uint16_t* dx16, Stream stream) {
+  check_linear_dims(d);
+  SPARTA_REQUIRE(is_half(t), "dense layer '%s': a 16-bit output needs bf16 or f16 inputs, found %s", d.layer,
+                 gemm_type_name(t));
+  GemmCall g;  // dx^T [in, batch] = w^T [in, out] · dpre^T [out, batch], in t
+  g.layer = d.layer, g.type = t, g.trans_a = false, g.trans_b = false;
+  g.m = d.in, g.n = d.batch, g.k = d.out;
+  g.a = w, g.lda = d.in, g.b = dpre, g.ldb = d.out, g.d = dx16, g.ldd = d.in, g.d_type = t;
+  run_gemm(dev, g, stream);
+}
+
+void linear_backward_data_plus(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
+                               const float* addend, float* dx, Stream stream) {
+  check_linear_dims(d);
+  SPARTA_REQUIRE(d.batch == 0 || (addend && addend != dx),
+                 "dense layer '%s': the addend must be another array than dx", d.layer);
+  GemmCall g;  // dx^T [in, batch] = w^T [in, out] · dpre^T [out, batch] + addend^T
+  g.layer = d.layer, g.type = t, g.trans_a = false, g.trans_b = false;
+  g.m = d.in, g.n = d.batch, g.k = d.out;
+  g.a = w, g.lda = d.in, g.b = dpre, g.ldb = d.out, g.d = dx, g.ldd = d.in;
+  g.beta = 1.f, g.c = addend;
+  run_gemm(dev, g, stream);
+}
+
 void activation_bias_backward(const Device& dev, const LinearDims& d, GemmType t, Activation act, const float* y,
-                              const float* dy, float* dpre, uint16_t* dpre16, float* db, Stream stream) {
+                              const float* dy, float* dpre, uint16_t* dpre16, float* db, float dy_scale,
+                              Stream stream) {
   check_linear_dims(d);
   SPARTA_REQUIRE(!dpre16 || is_half(t), "dense layer '%s': a 16-bit gradient copy needs bf16 or f16, found %s",
                  d.layer, gemm_type_name(t));
-  if (!dev.is_cuda()) return activation_bias_backward_cpu(d, t, act, y, dy, dpre, dpre16, db);
+  SPARTA_REQUIRE(std::isfinite(dy_scale), "dense layer '%s': dy_scale must be finite, found %g", d.layer,
+                 double(dy_scale));
+  if (!dev.is_cuda()) return activation_bias_backward_cpu(d, t, act, y, dy, dpre, dpre16, db, dy_scale);
 #if SPARTA_CUDA
-  activation_bias_backward_cuda(d, t, act, y, dy, dpre, dpre16, db, stream);
+  activation_bias_backward_cuda(d, t, act, y, dy, dpre, dpre16, db, dy_scale, stream);
 #else
   SPARTA_FATAL("dense layer '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
+#endif
+}
+
+size_t relu_mask_bytes(int out, int64_t batch) { return size_t(relu_mask_ld(out) / 8) * size_t(batch); }
+
+namespace {
+
+GemmCall forward_relu_mask_call(const LinearDims& d, GemmType t, const void* x, const void* w, const float* b,
+                                uint16_t* y16, uint8_t* mask) {
+  GemmCall g;  // y^T [out, batch] = w [out, in] · x^T [in, batch], relu, mask, in t
+  g.layer = d.layer, g.type = t, g.trans_a = true, g.trans_b = false;
+  g.m = d.out, g.n = d.batch, g.k = d.in;
+  g.a = w, g.lda = d.in, g.b = x, g.ldb = d.in, g.d = y16, g.ldd = d.out, g.d_type = t;
+  g.bias = b, g.relu = true, g.relu_mask = mask, g.mask_ld = relu_mask_ld(d.out);
+  return g;
+}
+
+GemmCall backward_drelu_call(const LinearDims& d, GemmType t, const void* dpre, const void* w, const uint8_t* mask,
+                             uint16_t* dpre_below16, float* db_below) {
+  GemmCall g;  // g^T [in, batch] = w^T [in, out] · dpre^T [out, batch], ⊙ mask, Σ over the batch, in t
+  g.layer = d.layer, g.type = t, g.trans_a = false, g.trans_b = false;
+  g.m = d.in, g.n = d.batch, g.k = d.out;
+  g.a = w, g.lda = d.in, g.b = dpre, g.ldb = d.out, g.d = dpre_below16, g.ldd = d.in, g.d_type = t;
+  g.drelu_mask = mask, g.bias_grad = db_below, g.mask_ld = relu_mask_ld(d.in);
+  return g;
+}
+
+void require_half(const LinearDims& d, GemmType t) {
+  SPARTA_REQUIRE(is_half(t), "dense layer '%s': the fused ReLU steps take bf16 or f16, found %s", d.layer,
+                 gemm_type_name(t));
+}
+
+}  // namespace
+
+void linear_forward_relu_mask(const Device& dev, const LinearDims& d, GemmType t, const void* x, const void* w,
+                              const float* b, uint16_t* y16, uint8_t* mask, Stream stream) {
+  check_linear_dims(d);
+  require_half(d, t);
+  run_gemm(dev, forward_relu_mask_call(d, t, x, w, b, y16, mask), stream);
+}
+
+void linear_backward_data_drelu(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
+                                const uint8_t* mask, uint16_t* dpre_below16, float* db_below, Stream stream) {
+  check_linear_dims(d);
+  require_half(d, t);
+  if (d.batch == 0) return fill(dev, db_below, size_t(d.in), 0.f, stream);  // no rows: an empty sum
+  run_gemm(dev, backward_drelu_call(d, t, dpre, w, mask, dpre_below16, db_below), stream);
+}
+
+bool relu_mask_fusion_available(const Device& dev, const LinearDims& d_below, const LinearDims& d, GemmType t,
+                                Stream stream) {
+  SPARTA_REQUIRE(d_below.out == d.in && d_below.batch == d.batch,
+                 "dense layer '%s': fused below '%s' needs its input width (%d) to be that layer's output (%d)",
+                 d.layer, d_below.layer, d.in, d_below.out);
+  if (!is_half(t)) return false;
+  if (!dev.is_cuda()) return true;
+#if SPARTA_CUDA
+  if (d.batch == 0) return true;  // nothing runs
+  // the calls' shapes with 256-byte-aligned stand-ins for the buffers (what the MLP's own buffers are); the
+  // heuristic reads no memory
+  void* p = reinterpret_cast<void*>(uintptr_t(256));
+  const float* f = static_cast<const float*>(p);
+  return gemm_available_cuda(forward_relu_mask_call(d_below, t, p, p, f, static_cast<uint16_t*>(p),
+                                                    static_cast<uint8_t*>(p)), stream) &&
+         gemm_available_cuda(backward_drelu_call(d, t, p, p, static_cast<const uint8_t*>(p),
+                                                 static_cast<uint16_t*>(p), static_cast<float*>(p)), stream);
+#else
+  (void)stream;
+  return false;
 #endif
 }
 

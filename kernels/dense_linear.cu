@@ -2,19 +2,25 @@
 // epilogue, fp32 compute: no TF32), the fused activation + bias gradient, the 16-bit conversions, and the
 // per-stream cuBLASLt handle, workspace and scratch that dense_reduce.cuh declares.
 //
-// cuBLASLt chooses an algorithm per call from its heuristic; the answer is cached per (stream, shape, types,
-// epilogue, pointer alignments), so a training step queries it only in its first iteration.
+// Algorithm search (what HugeCTR does at start-up): the first time a kind of call is seen (stream, shape, types,
+// epilogue, pointer alignments), the heuristic's first kSearchCandidates answers are each timed kSearchRuns
+// times on the call's own buffers with CUDA events, the fastest is kept for every later call of that kind and
+// rank 0 logs it once. The choice depends on timing, so two processes may pick different algorithms (results
+// equal within the GEMM's rounding); set_gemm_algo_search(false) takes the heuristic's first answer alone.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "src/base/check.h"
+#include "src/base/log.h"
 #include "kernels/dense_linear.h"
 #include "kernels/dense_reduce.cuh"
 #include "kernels/half16.cuh"
@@ -29,10 +35,12 @@ void check_cublas_at(cublasStatus_t s, const char* expr, const char* file, int l
 #define CUBLAS_CHECK(x) check_cublas_at((x), #x, __FILE__, __LINE__)
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLAS's advice for Hopper
+constexpr int kSearchCandidates = 8;  // the heuristic's answers timed per kind of call
+constexpr int kSearchRuns = 3;        // timed runs of each (after one untimed), the best kept
 
-// What decides cuBLASLt's choice of algorithm for one call.
+// What decides cuBLASLt's choice of algorithm for one call, and whether it was searched.
 using AlgoKey = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool,
-                           uint32_t, uint32_t, uint32_t>;
+                           uint32_t, uint32_t, uint32_t, bool>;
 
 // The algorithm for one kind of call, and whether it fuses the epilogue (where cuBLASLt has no algorithm with
 // the bias or ReLU epilogue for a shape, the plain product runs and bias_relu_kernel follows it).
@@ -48,6 +56,7 @@ struct StreamContext {
   size_t scratch_floats = 0;
   uint64_t scratch_epoch = 0;  // times scratch was made anew
   std::map<AlgoKey, GemmPlan> algos;
+  std::map<AlgoKey, bool> available;  // gemm_available_cuda's answers
 };
 
 std::mutex g_mutex;
@@ -176,12 +185,13 @@ struct ActivationGrad {
   float* dpre;
   uint16_t* dpre16;
   bool relu;
+  float dy_scale;
   struct In {
     float y, dy;
   };
   __device__ __forceinline__ In load(int64_t i) const { return {relu ? y[i] : 1.f, dy[i]}; }
   __device__ __forceinline__ float finish(const In& in, int64_t i) const {
-    const float v = relu && !(in.y > 0.f) ? 0.f : in.dy;
+    const float v = relu && !(in.y > 0.f) ? 0.f : __fmul_rn(in.dy, dy_scale);
     if (dpre) dpre[i] = v;
     if (dpre16) dpre16[i] = H::bits(v);
     return v;
@@ -206,37 +216,190 @@ uint64_t scratch_epoch_cuda(Stream stream) {
   return ctx.scratch_epoch;
 }
 
+namespace {
+
+// The descriptors of one call: the operation with its epilogue and pointers, and the layouts of A, B, C and D.
+struct LtCall {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr, ld = nullptr;
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  LtCall(const LtCall&) = delete;
+  LtCall& operator=(const LtCall&) = delete;
+  explicit LtCall(const GemmCall& g) {
+    const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (g.drelu_mask) {
+      epi = CUBLASLT_EPILOGUE_DRELU_BGRAD;
+    } else if (g.relu_mask) {
+      epi = g.bias ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX;
+    } else {
+      epi = g.bias ? (g.relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                   : (g.relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+    }
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    set_epilogue(epi);
+    // the bias (forward) or the bias gradient (DRELU_BGRAD) is fp32 whatever D's type
+    const void* bias = g.drelu_mask ? static_cast<const void*>(g.bias_grad) : static_cast<const void*>(g.bias);
+    if (bias) {
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+      const cudaDataType_t bias_type = CUDA_R_32F;
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                  sizeof(bias_type)));
+    }
+    if (g.relu_mask || g.drelu_mask) {
+      const void* aux = g.relu_mask ? static_cast<const void*>(g.relu_mask) : static_cast<const void*>(g.drelu_mask);
+      const int64_t aux_ld = g.mask_ld;
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+    }
+    const cudaDataType_t in = cuda_type(g.type), out = cuda_type(g.d_type);
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, in, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, in, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, out, g.m, g.n, g.ldd));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, out, g.m, g.n, g.ldd));
+  }
+  void set_epilogue(cublasLtEpilogue_t e) {
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)));
+  }
+  ~LtCall() {
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatmulDescDestroy(op);
+  }
+};
+
+const void* c_of(const GemmCall& g) { return g.c ? static_cast<const void*>(g.c) : g.d; }
+
+// Times candidates[0 .. count) on the call's own buffers (each once untimed, then kSearchRuns times with CUDA
+// events; its best time counts) and returns the index of the fastest; logs the choice on rank 0. D's contents
+// are kept where the call reads them (beta != 0 with C = D): saved first and restored after (the real call
+// follows the search).
+int search_fastest(StreamContext& ctx, const GemmCall& g, const LtCall& lt, const cublasLtMatmulHeuristicResult_t* cand,
+                   int count, Stream stream) {
+  const size_t d_bytes = (size_t(g.ldd) * size_t(g.n - 1) + size_t(g.m)) * gemm_type_bytes(g.d_type);
+  void* saved = nullptr;
+  if (g.beta != 0.f && !g.c) {
+    CUDA_CHECK(cudaMalloc(&saved, d_bytes));
+    CUDA_CHECK(cudaMemcpyAsync(saved, g.d, d_bytes, cudaMemcpyDeviceToDevice, stream));
+  }
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  const float alpha = 1.f, beta = g.beta;
+  std::vector<float> best(count, -1.f);
+  for (int c = 0; c < count; ++c) {
+    auto run = [&] {
+      return cublasLtMatmul(ctx.lt, lt.op, &alpha, g.a, lt.la, g.b, lt.lb, &beta, c_of(g), lt.lc, g.d, lt.ld,
+                            &cand[c].algo, ctx.workspace, kWorkspaceBytes, stream);
+    };
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that does not launch is not taken
+    bool ran = true;
+    for (int r = 0; r < kSearchRuns && ran; ++r) {
+      CUDA_CHECK(cudaEventRecord(start, stream));
+      ran = run() == CUBLAS_STATUS_SUCCESS;
+      CUDA_CHECK(cudaEventRecord(stop, stream));
+      CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0.f;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (ran && (best[c] < 0.f || ms < best[c])) best[c] = ms;
+    }
+    if (!ran) best[c] = -1.f;
+  }
+  (void)cudaGetLastError();  // a failed candidate's launch error is not the next launch's
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  if (saved) {
+    CUDA_CHECK(cudaMemcpyAsync(g.d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaFree(saved));
+  }
+  int pick = 0;
+  for (int c = 1; c < count; ++c)
+    if (best[c] >= 0.f && (best[pick] < 0.f || best[c] < best[pick])) pick = c;
+  note_gemm_algo_search();
+  const double flop = 2.0 * double(g.m) * double(g.n) * double(g.k);
+  LOG_INFO("gemm search: layer %s %s m %lld n %lld k %lld op %c%c epilogue %d: candidate %d of %d, %.3f ms "
+           "(%.0f TFLOP/s); the heuristic's first %.3f ms",
+           g.layer, gemm_type_name(g.type), (long long)g.m, (long long)g.n, (long long)g.k, g.trans_a ? 'T' : 'N',
+           g.trans_b ? 'T' : 'N', int(lt.epi), pick, count, double(best[pick]),
+           best[pick] > 0.f ? flop / (double(best[pick]) * 1e9) : 0.0, double(best[0]));
+  return pick;
+}
+
+// What decides the algorithm of a call; searched: whether the search was on.
+AlgoKey algo_key(const GemmCall& g, cublasLtEpilogue_t epi, bool searched) {
+  return AlgoKey{int(g.type) * 4 + int(g.d_type), g.trans_a, g.trans_b, g.m, g.n, g.k, g.lda, g.ldb, g.ldd,
+                 int(epi) * 2 + (g.c != nullptr), g.beta != 0.f, alignment_of(g.a), alignment_of(g.b),
+                 std::min(alignment_of(g.d), alignment_of(c_of(g))), searched};
+}
+
+// Up to `want` of the heuristic's runnable answers for the call as lt stands, best first.
+int heuristic(StreamContext& ctx, const GemmCall& g, const LtCall& lt, int want,
+              std::vector<cublasLtMatmulHeuristicResult_t>& results) {
+  const uint32_t al_a = alignment_of(g.a), al_b = alignment_of(g.b), al_c = alignment_of(c_of(g)),
+                 al_d = alignment_of(g.d);
+  cublasLtMatmulPreference_t pref;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = kWorkspaceBytes;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
+  results.assign(size_t(want), cublasLtMatmulHeuristicResult_t{});
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(ctx.lt, lt.op, lt.la, lt.lb, lt.lc, lt.ld, pref, want, results.data(), &found);
+  CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  if (st != CUBLAS_STATUS_SUCCESS) found = 0;
+  int ok = 0;  // keep the answers cuBLASLt says it can run
+  for (int i = 0; i < found; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) results[ok++] = results[i];
+  return ok;
+}
+
+}  // namespace
+
+bool gemm_available_cuda(const GemmCall& g, Stream stream) {
+  if (g.m == 0 || g.n == 0 || g.k == 0) return true;
+  StreamContext& ctx = context_for(stream);
+  LtCall lt(g);
+  const AlgoKey key = algo_key(g, lt.epi, false);
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = ctx.available.find(key);
+    if (it != ctx.available.end()) return it->second;
+  }
+  std::vector<cublasLtMatmulHeuristicResult_t> results;
+  const bool ok = heuristic(ctx, g, lt, 1, results) > 0;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  ctx.available[key] = ok;
+  return ok;
+}
+
 void gemm_cuda(const GemmCall& g, Stream stream) {
   if (g.m == 0 || g.n == 0) return;
+  const bool fused_only = g.relu_mask || g.drelu_mask || g.d_type != GemmType::f32;
   if (g.k == 0) {  // an empty product: D = beta * D; only a weight gradient over an empty batch gets here
-    SPARTA_ASSERT(!g.bias && !g.relu && (g.beta == 0.f || g.beta == 1.f), "layer %s: empty GEMM with epilogue",
-                  g.layer);
+    SPARTA_ASSERT(!g.bias && !g.relu && !fused_only && !g.c && (g.beta == 0.f || g.beta == 1.f),
+                  "layer %s: empty GEMM with epilogue", g.layer);
     if (g.beta == 0.f)
       CUDA_CHECK(cudaMemset2DAsync(g.d, size_t(g.ldd) * sizeof(float), 0, size_t(g.m) * sizeof(float), size_t(g.n),
                                    stream));
     return;
   }
   StreamContext& ctx = context_for(stream);
-  const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasLtEpilogue_t epi = g.bias ? (g.relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
-                                        : (g.relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
-  const cudaDataType_t in = cuda_type(g.type);
-
-  cublasLtMatmulDesc_t op;
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-  if (g.bias) CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
-
-  cublasLtMatrixLayout_t la, lb, ld;
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, in, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, in, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, g.m, g.n, g.ldd));
-
-  const uint32_t al_a = alignment_of(g.a), al_b = alignment_of(g.b), al_d = alignment_of(g.d);
-  const AlgoKey key{int(g.type), g.trans_a, g.trans_b, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, int(epi), g.beta != 0.f,
-                    al_a, al_b, al_d};
+  LtCall lt(g);
+  // No search while the stream is captured into a graph (its launches do not run then): the heuristic's first
+  // answer serves the capture and is not kept, so the next call outside a capture searches.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  const bool mode = gemm_algo_search(), capturing = capture != cudaStreamCaptureStatusNone;
+  const bool search = mode && !capturing;
+  const AlgoKey key = algo_key(g, lt.epi, mode);
   GemmPlan plan;
   bool known = false;
   {
@@ -245,65 +408,51 @@ void gemm_cuda(const GemmCall& g, Stream stream) {
     if (it != ctx.algos.end()) plan = it->second, known = true;
   }
   if (!known) {
-    cublasLtMatmulPreference_t pref;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = kWorkspaceBytes;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
-    auto ask = [&](cublasLtMatmulAlgo_t& algo) {
-      cublasLtMatmulHeuristicResult_t result;
-      std::memset(&result, 0, sizeof(result));
-      int found = 0;
-      const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, op, la, lb, ld, ld, pref, 1, &result, &found);
-      if (st != CUBLAS_STATUS_SUCCESS || found == 0) return false;
-      algo = result.algo;
-      return true;
-    };
-    bool ok = ask(plan.algo);
-    if (!ok && epi != CUBLASLT_EPILOGUE_DEFAULT) {
-      const cublasLtEpilogue_t plain = CUBLASLT_EPILOGUE_DEFAULT;
-      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &plain, sizeof(plain)));
+    std::vector<cublasLtMatmulHeuristicResult_t> results;
+    const int want = search ? kSearchCandidates : 1;
+    int found = heuristic(ctx, g, lt, want, results);
+    if (found == 0 && lt.epi != CUBLASLT_EPILOGUE_DEFAULT && !fused_only) {
+      // the plain product, then bias_relu_kernel (the fused-only calls are asked for by their callers only where
+      // gemm_available_cuda says they run)
+      lt.set_epilogue(CUBLASLT_EPILOGUE_DEFAULT);
       plan.fused = false;
-      ok = ask(plan.algo);
+      found = heuristic(ctx, g, lt, want, results);
     }
-    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    if (!ok)
+    if (found == 0)
       SPARTA_FATAL("layer %s: cuBLASLt has no algorithm for %s GEMM m %lld n %lld k %lld (op %c%c, lda %lld ldb %lld "
-                   "ldd %lld, alignments %u %u %u)",
+                   "ldd %lld, D %s, epilogue %d, alignments %u %u %u)",
                    g.layer, gemm_type_name(g.type), (long long)g.m, (long long)g.n, (long long)g.k,
                    g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', (long long)g.lda, (long long)g.ldb,
-                   (long long)g.ldd, al_a, al_b, al_d);
-    std::lock_guard<std::mutex> lock(g_mutex);
-    ctx.algos.emplace(key, plan);
+                   (long long)g.ldd, gemm_type_name(g.d_type), int(lt.epi), alignment_of(g.a), alignment_of(g.b),
+                   alignment_of(g.d));
+    plan.algo = results[0].algo;
+    if (search && found > 1) plan.algo = results[search_fastest(ctx, g, lt, results.data(), found, stream)].algo;
+    if (search || !mode) {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      ctx.algos.emplace(key, plan);
+    }
   } else if (!plan.fused) {
-    const cublasLtEpilogue_t plain = CUBLASLT_EPILOGUE_DEFAULT;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &plain, sizeof(plain)));
+    lt.set_epilogue(CUBLASLT_EPILOGUE_DEFAULT);
   }
 
   const float alpha = 1.f, beta = g.beta;
-  CUBLAS_CHECK(cublasLtMatmul(ctx.lt, op, &alpha, g.a, la, g.b, lb, &beta, g.d, ld, g.d, ld, &plan.algo,
-                              ctx.workspace, kWorkspaceBytes, stream));
+  CUBLAS_CHECK(cublasLtMatmul(ctx.lt, lt.op, &alpha, g.a, lt.la, g.b, lt.lb, &beta, c_of(g), lt.lc, g.d, lt.ld,
+                              &plan.algo, ctx.workspace, kWorkspaceBytes, stream));
   CUDA_CHECK_LAUNCH("cublasLtMatmul");
-  if (!plan.fused && epi != CUBLASLT_EPILOGUE_DEFAULT) {
+  if (!plan.fused && lt.epi != CUBLASLT_EPILOGUE_DEFAULT) {
     const int64_t n = g.m * g.n;
     const int64_t blocks = (n + 255) / 256, cap = int64_t(dense::sm_count()) * 16;
-    bias_relu_kernel<<<int(blocks < cap ? blocks : cap), 256, 0, stream>>>(g.d, g.ldd, g.m, g.n, g.bias, g.relu);
+    bias_relu_kernel<<<int(blocks < cap ? blocks : cap), 256, 0, stream>>>(static_cast<float*>(g.d), g.ldd, g.m,
+                                                                           g.n, g.bias, g.relu);
     CUDA_CHECK_LAUNCH("bias_relu_kernel");
   }
-  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
-  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
-  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
-  CUBLAS_CHECK(cublasLtMatmulDescDestroy(op));
 }
 
 void activation_bias_backward_cuda(const LinearDims& d, GemmType t, Activation act, const float* y, const float* dy,
-                                   float* dpre, uint16_t* dpre16, float* db, Stream stream) {
+                                   float* dpre, uint16_t* dpre16, float* db, float dy_scale, Stream stream) {
   // without a 16-bit copy the type is not read: the bf16 instance serves fp32
   dense::with_half(dpre16 ? t : GemmType::bf16, [&](auto h) {
-    ActivationGrad<decltype(h)> op{y, dy, dpre, dpre16, act == Activation::relu};
+    ActivationGrad<decltype(h)> op{y, dy, dpre, dpre16, act == Activation::relu, dy_scale};
     dense::column_sums(op, d.batch, d.out, db, stream, "activation_bias_backward (column_sum_kernel)");
   });
 }

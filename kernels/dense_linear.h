@@ -59,12 +59,26 @@ void check_linear_dims(const LinearDims& d);
 void linear_forward(const Device& dev, const LinearDims& d, GemmType t, Activation act, const void* x,
                     const void* w, const float* b, float* y, Stream stream);
 
-// dpre [batch, out] = dy ⊙ act'(y) (dy itself for none; 0 where y <= 0 for relu), and db [out] = Σ_batch dpre
+// The forward and the data gradient writing the 16-bit type t directly (the next GEMM's operand, rounded once from
+// the fp32 sum; no fp32 copy): y16 [batch, out] = t(x · w^T) (no bias, no activation), dx16 [batch, in] =
+// t(dpre · w). x, w, dpre of type t (bf16 or f16).
+void linear_forward_half(const Device& dev, const LinearDims& d, GemmType t, const void* x, const void* w,
+                         uint16_t* y16, Stream stream);
+void linear_backward_data_half(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
+                               uint16_t* dx16, Stream stream);
+// dx [batch, in] = dpre · w + addend (addend [batch, in] fp32, another array than dx): linear_backward_data
+// accumulating onto a copy of addend, without the copy.
+void linear_backward_data_plus(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
+                               const float* addend, float* dx, Stream stream);
+
+// dpre [batch, out] = (dy · dy_scale) ⊙ act'(y) (dy · dy_scale for none; 0 where y <= 0 for relu; dy_scale 1: dy
+// exactly, a dropout layer's 1 / (1 - p) after it: kernels/dense_dropout.h), and db [out] = Σ_batch dpre
 // when db != nullptr; dpre16 != nullptr also receives dpre in the 16-bit type t (bf16 or f16) for 16-bit GEMMs
 // (t is not read otherwise). dpre may be dy (in place), or nullptr when dpre16 is not (16-bit training: only the
 // 16-bit copy is read).
 void activation_bias_backward(const Device& dev, const LinearDims& d, GemmType t, Activation act, const float* y,
-                              const float* dy, float* dpre, uint16_t* dpre16, float* db, Stream stream);
+                              const float* dy, float* dpre, uint16_t* dpre16, float* db, float dy_scale,
+                              Stream stream);
 
 // dw [out, in] = dpre [batch, out]^T · x [batch, in]   (dpre and x of type t)
 void linear_backward_weight(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* x,
@@ -73,6 +87,15 @@ void linear_backward_weight(const Device& dev, const LinearDims& d, GemmType t, 
 // dx [batch, in] = dpre [batch, out] · w [out, in], or dx += that when accumulate   (dpre and w of type t)
 void linear_backward_data(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
                           float* dx, bool accumulate, Stream stream);
+
+// cuda: the GEMMs' algorithm search (dense_linear.cu): on (the default), the first call of every kind (shape,
+// types, epilogue, alignments; per stream) times up to 8 of cuBLASLt's heuristic answers on its own buffers and
+// keeps the fastest, logged on rank 0; off, the heuristic's first answer. Results agree within the GEMM's
+// rounding either way; the search's choice follows timing, so bit-identical reruns need it off. Process-wide;
+// gemm_algo_searches counts the kinds searched so far (cpu backend, CUDA=0: always 0).
+void set_gemm_algo_search(bool on);
+bool gemm_algo_search();
+uint64_t gemm_algo_searches();
 
 // A count of the times the layers' shared scratch on stream (the split reductions' partial sums) was made
 // anew at another address: a CUDA graph recorded before holds the old one (cpu: always 0).
@@ -88,10 +111,41 @@ void to_half_padded(const Device& dev, GemmType t, const float* src, int64_t row
                     int64_t dst_ld, Stream stream);
 
 // ---------------------------------------------------------------------------------------------------------
+// Fused ReLU steps (16-bit training; dense_mlp.h chains them). A hidden layer's forward writes its output in the
+// 16-bit type t (the next layer's GEMM input) with the ReLU's mask beside it, and the next layer's data gradient
+// GEMM applies that mask and sums the bias gradient in its epilogue, so neither the fp32 activation nor the
+// separate activation + bias gradient pass exists (cuda: cuBLASLt's RELU_AUX_BIAS and DRELU_BGRAD epilogues).
+// The mask is opaque: made by one backend's forward, read by the same backend's backward.
+
+// Bytes of the ReLU mask of a layer of width out over batch rows.
+size_t relu_mask_bytes(int out, int64_t batch);
+
+// y16 [batch, out] = t(relu(x · w^T + b)) (rounded to nearest even once, from the fp32 sum), and mask ← where
+// the ReLU passed. x and w of type t (bf16 or f16).
+void linear_forward_relu_mask(const Device& dev, const LinearDims& d, GemmType t, const void* x, const void* w,
+                              const float* b, uint16_t* y16, uint8_t* mask, Stream stream);
+
+// With mask the ReLU mask of the layer below (whose output is this layer's input): g = (dpre · w) ⊙ mask in fp32,
+// db_below [in] = Σ_batch g, and dpre_below16 [batch, in] = t(g): the layer below's activation + bias gradient
+// (activation_bias_backward) fused into this layer's data gradient. dpre and w of type t.
+void linear_backward_data_drelu(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
+                                const uint8_t* mask, uint16_t* dpre_below16, float* db_below, Stream stream);
+
+// Whether the backend runs both fused steps for the layer d_below (its forward) under the layer d (its data
+// gradient), d.in == d_below.out, at batch d.batch, with 256-byte-aligned buffers (cpu: always; cuda: cuBLASLt
+// has algorithms for both). Where not, the MLP takes the separate steps above.
+bool relu_mask_fusion_available(const Device& dev, const LinearDims& d_below, const LinearDims& d, GemmType t,
+                                Stream stream);
+
+// ---------------------------------------------------------------------------------------------------------
 // Backends. The GEMMs in column-major terms (what BLAS and cuBLASLt take): a row-major [r, c] matrix is a
 // column-major [c, r] one, so every step above is one column-major GEMM without copies.
-//   D [m, n] (ldd) = op(A) · op(B) + beta · D,  op(A) [m, k], op(B) [k, n]; A, B of type t; D fp32;
-//   bias [m] added to every column of D and relu applied after it when asked (the forward's epilogue).
+//   D [m, n] (ldd) = op(A) · op(B) + beta · C,  op(A) [m, k], op(B) [k, n]; A, B of type t; C fp32 (D itself
+//   unless c is given); D fp32 or of the 16-bit type t (d_type); bias [m] added to every column of D and relu
+//   applied after it when asked (the forward's epilogue), relu_mask then receiving where it passed; or, with
+//   drelu_mask, D ⊙= that mask and bias_grad [m] = Σ_columns D (before D is rounded to d_type).
+//   Masks: bit i + j * mask_ld of the bytes (mask_ld = m rounded up to 128), the cpu reference's layout;
+//   cuda's are cuBLASLt's own.
 struct GemmCall {
   const char* layer = "linear";
   GemmType type = GemmType::f32;
@@ -101,22 +155,32 @@ struct GemmCall {
   int64_t lda = 0;
   const void* b = nullptr;
   int64_t ldb = 0;
-  float* d = nullptr;
+  void* d = nullptr;            // float* for d_type f32, uint16_t* otherwise
   int64_t ldd = 0;
+  GemmType d_type = GemmType::f32;
   float beta = 0.f;
+  const float* c = nullptr;     // beta != 0: C when not D (fp32, ldd)
   const float* bias = nullptr;  // [m] or nullptr
   bool relu = false;
+  uint8_t* relu_mask = nullptr;        // relu: where it passed
+  const uint8_t* drelu_mask = nullptr; // the backward's mask, with bias_grad
+  float* bias_grad = nullptr;          // [m]
+  int64_t mask_ld = 0;
 };
+// The mask's column pitch in bits for m rows.
+inline int64_t relu_mask_ld(int64_t m) { return (m + 127) / 128 * 128; }
 
 uint64_t scratch_epoch_cuda(Stream stream);
+void note_gemm_algo_search();  // the cuda backend counts a search
 
 void gemm_cpu(const GemmCall& g);
 void gemm_cuda(const GemmCall& g, Stream stream);
+bool gemm_available_cuda(const GemmCall& g, Stream stream);  // cuBLASLt has an algorithm (heuristic only, cached)
 
 void activation_bias_backward_cpu(const LinearDims& d, GemmType t, Activation act, const float* y, const float* dy,
-                                  float* dpre, uint16_t* dpre16, float* db);
+                                  float* dpre, uint16_t* dpre16, float* db, float dy_scale);
 void activation_bias_backward_cuda(const LinearDims& d, GemmType t, Activation act, const float* y, const float* dy,
-                                   float* dpre, uint16_t* dpre16, float* db, Stream stream);
+                                   float* dpre, uint16_t* dpre16, float* db, float dy_scale, Stream stream);
 
 void to_half_cpu(GemmType t, const float* src, uint16_t* dst, size_t n);
 void to_half_cuda(GemmType t, const float* src, uint16_t* dst, size_t n, Stream stream);

@@ -9,6 +9,7 @@
 #include "src/base/check.h"
 #include "src/base/random.h"
 #include "kernels/cross_layer.h"
+#include "kernels/dense_dropout.h"
 
 namespace sparta {
 
@@ -40,6 +41,8 @@ Mlp::Mlp(const Device& dev, MlpConfig cfg, int64_t max_batch) : dev_(dev), cfg_(
   for (size_t i = 0; i < cfg_.sizes.size(); ++i)
     SPARTA_REQUIRE(cfg_.sizes[i] >= 1, "MLP '%s': sizes[%zu] must be >= 1, found %d", name, i, cfg_.sizes[i]);
   SPARTA_REQUIRE(max_batch_ >= 1, "MLP '%s': max_batch must be >= 1, found %lld", name, (long long)max_batch_);
+  SPARTA_REQUIRE(cfg_.dropout >= 0.f && cfg_.dropout < 1.f, "MLP '%s': dropout must be in [0, 1), found %g", name,
+                 double(cfg_.dropout));
   const int L = layers();
   int widest = 0;
   size_t at = 0;
@@ -81,6 +84,16 @@ Mlp::Mlp(const Device& dev, MlpConfig cfg, int64_t max_batch) : dev_(dev), cfg_(
       w16_.emplace_back(dev_, size_t(gemm_in_[l]) * cfg_.sizes[l + 1]);
     }
   }
+  // the fused ReLU steps: hidden layers whose output is the next GEMM's input unpadded
+  fused_.assign(L, 0);
+  size_t dbias = 0;
+  for (int l = 0; l < L; ++l) {
+    const bool may = half && l + 1 < L && gemm_in_[l + 1] == cfg_.sizes[l + 1];
+    masks_.emplace_back(dev_, may ? relu_mask_bytes(cfg_.sizes[l + 1], max_batch_) : 0);
+    dbias_at_.push_back(dbias);
+    if (may) dbias += size_t(cfg_.sizes[l + 1] + 63) / 64 * 64;  // 256-byte steps
+  }
+  if (dbias > 0) dbias_ = Buffer<float>(dev_, dbias);
 }
 
 LinearDims Mlp::dims(int l) const {
@@ -113,12 +126,21 @@ const void* Mlp::gemm_weight(const float* params, int l) const {
   return params + weight_offset(l);
 }
 
-const float* Mlp::forward(const float* params, const float* x, int64_t batch, Stream stream) {
+uint16_t* Mlp::input16() {
+  return is_half(cfg_.precision) && gemm_in_[0] == cfg_.sizes[0] ? acts16_[0].data() : nullptr;
+}
+
+const float* Mlp::forward(const float* params, const float* x, int64_t batch, Stream stream,
+                          const uint64_t* dropout_key) {
   SPARTA_REQUIRE(batch >= 0 && batch <= max_batch_, "MLP '%s': batch must be in [0, %lld] (max_batch), found %lld",
                  cfg_.name.c_str(), (long long)max_batch_, (long long)batch);
   batch_ = batch;
   x_ = x;
+  dropped_ = dropout_key && cfg_.dropout > 0.f;
   const bool half = is_half(cfg_.precision);
+  for (int l = 0; l < layers(); ++l)
+    fused_[l] = !masks_[l].empty() && !dropped_ &&
+                relu_mask_fusion_available(dev_, gemm_dims(l), gemm_dims(l + 1), cfg_.precision, stream);
   // the 16-bit copy of a rows x cols fp32 matrix with rows padded to ld
   auto convert = [&](const float* src, int64_t rows, int cols, int ld, uint16_t* dst) {
     if (ld == cols) return to_half(dev_, cfg_.precision, src, dst, size_t(rows) * cols, stream);
@@ -127,13 +149,23 @@ const float* Mlp::forward(const float* params, const float* x, int64_t batch, St
   if (half) {
     for (int l = 0; l < layers(); ++l)
       convert(params + weight_offset(l), cfg_.sizes[l + 1], cfg_.sizes[l], gemm_in_[l], w16_[l].data());
-    convert(x, batch, in_width(), gemm_in_[0], acts16_[0].data());
+    if (x) convert(x, batch, in_width(), gemm_in_[0], acts16_[0].data());
   }
+  SPARTA_REQUIRE(x || batch == 0 || input16(), "MLP '%s': an input in input16() needs 16-bit precision and an unpadded width",
+                 cfg_.name.c_str());
   const int L = layers();
   for (int l = 0; l < L; ++l) {
+    if (fused_[l]) {  // the 16-bit output (the next layer's input) and the mask; no fp32 activation
+      linear_forward_relu_mask(dev_, gemm_dims(l), cfg_.precision, gemm_input(l), gemm_weight(params, l),
+                               params + bias_offset(l), acts16_[l + 1].data(), masks_[l].data(), stream);
+      continue;
+    }
     const Activation act = l < L - 1 || cfg_.relu_last ? Activation::relu : Activation::none;
     linear_forward(dev_, gemm_dims(l), cfg_.precision, act, gemm_input(l), gemm_weight(params, l),
                    params + bias_offset(l), acts_[l].data(), stream);
+    if (dropped_ && l + 1 < L)
+      dropout_forward(dev_, layer_names_[l].c_str(), DropoutArgs{cfg_.dropout, dropout_key, uint64_t(l)},
+                      acts_[l].data(), batch, cfg_.sizes[l + 1], stream);
     if (half && l + 1 < L) convert(acts_[l].data(), batch, cfg_.sizes[l + 1], gemm_in_[l + 1], acts16_[l + 1].data());
   }
   return acts_[L - 1].data();
@@ -152,8 +184,21 @@ void Mlp::backward_data(const float* params, const float* dy, float* grads, floa
   for (int l = L - 1; l >= 0; --l) {
     const LinearDims d = dims(l);
     const Activation act = l < L - 1 || cfg_.relu_last ? Activation::relu : Activation::none;
-    activation_bias_backward(dev_, d, cfg_.precision, act, acts_[l].data(), g, half ? nullptr : dpre_[l].data(),
-                             half ? dpre16_[l].data() : nullptr, grads + bias_offset(l), stream);
+    // a dropped hidden layer: its output's gradient times 1 / (1 - p) where kept (y > 0 after the ReLU)
+    const float scale = dropped_ && l + 1 < L ? dropout_scale(cfg_.dropout) : 1.f;
+    if (fused_[l]) {  // done by layer l + 1's data gradient: dpre16_[l] and the bias gradient
+      copy_on_device(dev_, grads + bias_offset(l), dbias_.data() + dbias_at_[l], size_t(d.out) * sizeof(float),
+                     stream);
+    } else {
+      activation_bias_backward(dev_, d, cfg_.precision, act, acts_[l].data(), g, half ? nullptr : dpre_[l].data(),
+                               half ? dpre16_[l].data() : nullptr, grads + bias_offset(l), scale, stream);
+    }
+    if (l > 0 && fused_[l - 1]) {  // the data gradient with the layer below's ReLU step fused
+      linear_backward_data_drelu(dev_, gemm_dims(l), cfg_.precision, dpre(l), gemm_weight(params, l),
+                                 masks_[l - 1].data(), dpre16_[l - 1].data(), dbias_.data() + dbias_at_[l - 1],
+                                 stream);
+      continue;
+    }
     float* dx_l = l > 0 ? grad_.data() : dx;
     if (dx_l) {
       const LinearDims gd = gemm_dims(l);

@@ -15,6 +15,15 @@
 // and the weight and input gradients of a padded layer are computed padded and copied to their logical shape.
 // The parameters, gradients and dx keep the logical shapes.
 //
+// In 16-bit precision a hidden layer whose width is a multiple of 8 takes dense_linear.h's fused ReLU steps where
+// the backend has them (relu_mask_fusion_available): its forward writes the 16-bit output and the ReLU's mask (no
+// fp32 activation), and the next layer's data gradient GEMM applies the mask and sums its bias gradient (no
+// separate activation + bias gradient pass). The numbers are the separate steps' (the cpu reference: bit for bit).
+//
+// Dropout (MlpConfig::dropout > 0, kernels/dense_dropout.h): a forward given a step's key drops elements of every
+// hidden layer's output (all but the last layer's; layer l's mask is layer l's), scaling the rest by 1 / (1 - p),
+// and its backward scales their gradients alike; a forward without a key (evaluation) drops nothing.
+//
 // Every launcher takes the stream it runs on last (cuda: asynchronous on it; cpu: runs on the calling thread).
 #pragma once
 
@@ -34,12 +43,13 @@ struct MlpConfig {
   std::vector<int> sizes;    // input width, then each layer's output width
   bool relu_last = false;
   GemmType precision = GemmType::f32;
+  float dropout = 0.f;       // on the hidden layers' outputs in training, in [0, 1)
 };
 
 class Mlp {
  public:
   // Buffers for batches of up to max_batch rows. Throws sparta::Error naming the MLP for fewer than two sizes,
-  // a size < 1 or max_batch < 1.
+  // a size < 1, max_batch < 1 or dropout outside [0, 1).
   Mlp(const Device& dev, MlpConfig cfg, int64_t max_batch);
 
   // Floats of the parameters (and of the gradients) of an MLP of these sizes.
@@ -55,7 +65,15 @@ class Mlp {
 
   // x [batch, in_width] → the output [batch, out_width], held by the MLP until the next forward. x must stay
   // unchanged until backward. Throws sparta::Error naming the MLP when batch is not in [0, max_batch].
-  const float* forward(const float* params, const float* x, int64_t batch, Stream stream);
+  // dropout_key: the training step's key (dense_dropout.h: device memory for cuda, read when the pass runs), or
+  // nullptr: no dropout (evaluation, or dropout 0).
+  // x == nullptr (16-bit precision): the input is already in input16(), written there by its producer.
+  const float* forward(const float* params, const float* x, int64_t batch, Stream stream,
+                       const uint64_t* dropout_key = nullptr);
+  // 16-bit precision with an unpadded input: where the first GEMM reads the input, [max_batch, in_width] in the
+  // precision's 16-bit type, for a producer to write it there before forward(params, nullptr, ...); otherwise
+  // nullptr.
+  uint16_t* input16();
 
   // From dy [batch, out_width] (the batch of the last forward): grads [param_count] are overwritten, and
   // dx [batch, in_width] too when dx != nullptr. params must be those of the forward.
@@ -80,6 +98,11 @@ class Mlp {
   MlpConfig cfg_;
   int64_t max_batch_ = 0;
   int64_t batch_ = -1;  // of the last forward; -1 before the first
+  bool dropped_ = false;  // the last forward applied dropout
+  std::vector<char> fused_;  // per layer: the last forward took the fused ReLU steps (hidden layers only)
+  std::vector<Buffer<uint8_t>> masks_;  // per layer that may fuse: its ReLU mask [relu_mask_bytes(out, max_batch)]
+  Buffer<float> dbias_;      // the fused steps' bias gradients (an aligned home), copied into grads
+  std::vector<size_t> dbias_at_;  // per layer: where in dbias_
   std::vector<size_t> offsets_;
   std::vector<std::string> layer_names_;
   const float* x_ = nullptr;             // the last forward's input

@@ -27,6 +27,7 @@ struct OptimizerConfig {
   float beta2 = 0.999f;        // adam, lazy_adam
   float epsilon = 1e-8f;       // adagrad, adam, lazy_adam
   float initial_accumulator = 0.0f;  // adagrad
+  float weight_decay = 0.0f;   // the dense optimizer only (optimizer.weight_decay): g + weight_decay * w
   // sgd only: the backward and update applied key by key with float atomics (kernels/atomic_sgd.h, HugeCTR's
   // atomic_update): no sort, much faster with many keys per step, but a row several keys touch is not
   // reproducible bit for bit. false: the sorted, fixed-order backward (kernels/embedding_backward.h).

@@ -8,6 +8,7 @@
 #include "src/base/check.h"
 #include "src/base/random.h"
 #include "kernels/bce_loss.h"
+#include "kernels/dense_dropout.h"
 #include "kernels/grad_scale.h"
 #include "kernels/interaction_dot.h"
 
@@ -61,6 +62,7 @@ MlpConfig top_config(const ModelConfig& c) {
   m.sizes = with_input(c.interaction_width(), c.top_mlp);
   m.relu_last = false;
   m.precision = c.precision;
+  m.dropout = c.dropout;
   return m;
 }
 
@@ -88,6 +90,7 @@ std::string ModelConfig::describe() const {
     << " x " << embedding_dim << " embeddings";
   if (interaction == Interaction::dcnv2) s << ", cross network " << cross_layers << " x rank " << cross_rank;
   s << ", top MLP " << join_sizes(interaction_width(), top_mlp) << ", " << gemm_type_name(precision);
+  if (dropout > 0.f) s << ", dropout " << dropout;
   return s.str();
 }
 
@@ -99,6 +102,8 @@ void check_model_config(const ModelConfig& c) {
                  c.embedding_dim);
   check_widths("model.bottom_mlp", c.bottom_mlp);
   check_widths("model.top_mlp", c.top_mlp);
+  SPARTA_REQUIRE(c.dropout >= 0.f && c.dropout < 1.f, "model.dropout: expected a probability in [0, 1), found %g",
+                 double(c.dropout));
   SPARTA_REQUIRE(c.top_mlp.back() == 1, "model.top_mlp: the last width gives the logit and must be 1, found %d",
                  c.top_mlp.back());
   if (c.interaction == Interaction::dot)
@@ -187,6 +192,7 @@ DenseModel::DenseModel(const Device& dev, const ModelConfig& cfg, int64_t max_ba
   dbottom_ = Buffer<float>(dev_, B * size_t(cfg_.bottom_mlp.back()));
   dlogits_ = Buffer<float>(dev_, B);
   loss_ = Buffer<float>(dev_, 1);
+  dropout_key_ = Buffer<uint64_t>(dev_, 1);
   graphs_ = StreamGraphs(dev_, kPieces, false);
   if (cfg_.interaction == Interaction::dcnv2) {
     cross_ = std::make_unique<CrossNet>(dev_, cross_config(cfg_), max_batch_);
@@ -214,12 +220,20 @@ StreamGraphs::Key DenseModel::key(std::initializer_list<uint64_t> words) const {
 
 void DenseModel::use_graphs(bool on) { graphs_ = StreamGraphs(dev_, kPieces, on); }
 
-const float* DenseModel::forward(const float* params, const float* dense, const float* emb, int64_t batch) {
+const float* DenseModel::forward(const float* params, const float* dense, const float* emb, int64_t batch,
+                                 int64_t train_step) {
   SPARTA_REQUIRE(batch >= 0 && batch <= max_batch_, "model: batch must be in [0, %lld], found %lld",
                  (long long)max_batch_, (long long)batch);
+  SPARTA_REQUIRE(train_step >= 0, "model: train_step must be >= 0, found %lld", (long long)train_step);
   batch_ = batch;
   emb_ = emb;
-  graphs_.run(kForward, key({key_word(params), key_word(dense), key_word(emb)}), dev_.stream, [&] {
+  const bool drop = train_step > 0 && cfg_.dropout > 0.f;
+  if (drop) {  // the key in memory, ahead of the (maybe replayed) forward on the same stream
+    dropout_key_host_ = dropout_step_key(cfg_.dropout_seed, train_step);
+    dropout_key_.upload(&dropout_key_host_, 1);
+  }
+  const uint64_t* key_ptr = drop ? dropout_key_.data() : nullptr;
+  graphs_.run(kForward, key({key_word(params), key_word(dense), key_word(emb), key_word(int64_t(drop))}), dev_.stream, [&] {
     const float* b = bottom_out_ = bottom_.forward(params + bottom_offset(), dense, batch, dev_.stream);
     const float* top_in = nullptr;
     if (cfg_.interaction == Interaction::dot) {
@@ -229,9 +243,10 @@ const float* DenseModel::forward(const float* params, const float* dense, const 
     } else {
       concat_columns(dev_, "cross.x0", batch, b, cfg_.bottom_mlp.back(), emb, cfg_.embedding_width(), z_.data(),
                      dev_.stream);
-      top_in = cross_->forward(params + cross_offset(), z_.data(), batch, dev_.stream);
+      // 16-bit: x_L straight into the top MLP's 16-bit input (top_in nullptr), no fp32 copy to convert
+      top_in = cross_->forward(params + cross_offset(), z_.data(), batch, dev_.stream, top_.input16());
     }
-    logits_ = top_.forward(params + top_offset(), top_in, batch, dev_.stream);
+    logits_ = top_.forward(params + top_offset(), top_in, batch, dev_.stream, key_ptr);
   });
   return logits_;
 }

@@ -51,6 +51,11 @@ struct ModelConfig {
   int cross_layers = 3;              // dcnv2
   int cross_rank = 512;              // dcnv2
   GemmType precision = GemmType::f32;
+  // Training only: dropout with probability `dropout` on the top MLP's hidden outputs (kernels/dense_dropout.h),
+  // masks drawn from (dropout_seed, step, layer, element); the trainer makes dropout_seed from model.seed and
+  // its rank, so each rank's slice has masks of its own.
+  float dropout = 0.f;
+  uint64_t dropout_seed = 1;
 
   int embedding_width() const { return num_slots * embedding_dim; }  // floats of a sample's pooled embeddings
   // Width of the interaction's output, the top MLP's input.
@@ -61,7 +66,7 @@ struct ModelConfig {
 
 // Throws sparta::Error naming the field (model.bottom_mlp, model.top_mlp, ...), what was expected and what was
 // found: widths < 1, a top MLP not ending in 1, a dot interaction whose bottom output differs from
-// embedding_dim, cross sizes < 1 for dcnv2.
+// embedding_dim, cross sizes < 1 for dcnv2, dropout outside [0, 1).
 void check_model_config(const ModelConfig& cfg);
 
 // One named part of the flat parameters (a checkpoint's dense tensor): name, offset, shape.
@@ -92,9 +97,11 @@ class DenseModel {
   static std::vector<float> initial_params(const ModelConfig& cfg, uint64_t seed);
 
   // dense [batch, num_dense], emb [batch, embedding_width] (device) → the logits [batch], held by the model
-  // until the next forward. dense and emb must stay unchanged until backward.
+  // until the next forward. dense and emb must stay unchanged until backward. train_step >= 1: a training
+  // step's forward (dropout, when configured, with that step's masks); 0: evaluation (no dropout).
   // Throws sparta::Error when batch is not in [0, max_batch].
-  const float* forward(const float* params, const float* dense, const float* emb, int64_t batch);
+  const float* forward(const float* params, const float* dense, const float* emb, int64_t batch,
+                       int64_t train_step = 0);
   const float* logits() const { return logits_; }
 
   // After forward: loss[0] (device) = Σ_i BCE(logit_i, labels[i]) / mean_over (the global batch in data-parallel
@@ -140,6 +147,8 @@ class DenseModel {
   Buffer<float> dx0_;      // dcnv2: [max_batch, D]
   Buffer<float> dlogits_;  // [max_batch]
   Buffer<float> loss_;     // [1]: with graphs, loss()'s sum, copied to the caller's slot
+  Buffer<uint64_t> dropout_key_;  // [1]: the step's dropout key, written before each training forward (so a
+  uint64_t dropout_key_host_ = 0; // recorded forward reads each step's); the host copy the upload reads from
 
   enum Piece { kForward, kLoss, kBackwardTop, kBackwardSplit, kBackwardTopWeights, kBackwardBottom, kPieces };
   StreamGraphs graphs_;

@@ -191,6 +191,8 @@ void check_train_config(const TrainConfig& c) {
                         std::make_pair("embedding.planner_hbm_gbps", pr.hbm_GBps)})
     SPARTA_REQUIRE(r.second > 0 && std::isfinite(r.second), "%s: expected > 0, found %g", r.first, r.second);
   check_optimizer("optimizer", c.dense);
+  SPARTA_REQUIRE(std::isfinite(c.dense.weight_decay) && c.dense.weight_decay >= 0,
+                 "optimizer.weight_decay: expected a finite value >= 0, found %g", c.dense.weight_decay);
   SPARTA_REQUIRE(c.dense.kind != OptimizerKind::lazy_adam,
                  "optimizer.kind: lazy_adam is a sparse optimizer (embedding.kind); the dense parameters take "
                  "sgd, momentum, nesterov, adagrad or adam");
@@ -257,7 +259,8 @@ std::string TrainConfig::to_ini() const {
     << "\nnum_slots = " << model.num_slots << "\nembedding_dim = " << model.embedding_dim
     << "\nbottom_mlp = " << widths_text(model.bottom_mlp) << "\ntop_mlp = " << widths_text(model.top_mlp)
     << "\ncross_layers = " << model.cross_layers << "\ncross_rank = " << model.cross_rank
-    << "\nprecision = " << precision_name(model.precision) << "\nseed = " << seed << "\n\n";
+    << "\nprecision = " << precision_name(model.precision) << "\ndropout = " << model.dropout << "\nseed = " << seed
+    << "\n\n";
   s << "[embedding]\nrows = " << rows << "\nplacement = " << placement << "\ncombiner = " << combiner << "\n";
   opt(sparse);
   s << "atomic_update = " << sparse.atomic_update << "\ninit_scale = " << init_scale << "\nhot_rows = " << hot_rows << "\nmemory_mb = " << memory_mb
@@ -267,6 +270,7 @@ std::string TrainConfig::to_ini() const {
     << "\n\n";
   s << "[optimizer]\n";
   opt(dense);
+  s << "weight_decay = " << dense.weight_decay << "\n";
   s << "warmup_steps = " << schedule.warmup_steps << "\ndecay_start = " << schedule.decay_start
     << "\ndecay_steps = " << schedule.decay_steps << "\ndecay_power = " << schedule.decay_power
     << "\nend_lr = " << schedule.end_lr << "\n\n";

@@ -79,6 +79,9 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
       "model.precision", po::value<std::string>(&t.precision)->default_value("fp32"),
       "fp32 | bf16 | fp16 (16-bit GEMM inputs, fp32 accumulation, fp32 master weights; fp16 with dynamic loss "
       "scaling, train.loss_scale_*)")(
+      "model.dropout", po::value<float>(&c.model.dropout)->default_value(0.f, "0"),
+      "probability of dropping each of the top MLP's hidden outputs in training (the rest scaled by 1 / (1 - p)); "
+      "none in evaluation")(
       "model.seed", po::value<unsigned long long>(&t.seed)->default_value(1),
       "seed of the initial dense parameters and embedding rows and of the shuffling");
   emb.add_options()("embedding.rows", po::value<int64_t>(&c.rows)->default_value(0),
@@ -107,7 +110,9 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
                     "keys, not bitwise reproducible); replicated tables on more than one rank stay sorted (their "
                     "copies must agree)");
   add_optimizer(opt, "optimizer", c.dense, t.dense_kind, "the dense parameters'", "adam", 1e-3f);
-  opt.add_options()("optimizer.warmup_steps", po::value<int64_t>(&c.schedule.warmup_steps)->default_value(0),
+  opt.add_options()("optimizer.weight_decay", po::value<float>(&c.dense.weight_decay)->default_value(0.f, "0"),
+                    "L2 on the dense parameters: every step's gradient + weight_decay x the parameter")(
+      "optimizer.warmup_steps", po::value<int64_t>(&c.schedule.warmup_steps)->default_value(0),
                     "linear warm-up of the learning rate over N steps")(
       "optimizer.decay_start", po::value<int64_t>(&c.schedule.decay_start)->default_value(0), "step after which the polynomial decay starts")(
       "optimizer.decay_steps", po::value<int64_t>(&c.schedule.decay_steps)->default_value(0), "steps of the decay to optimizer.end_lr (0: no decay)")(

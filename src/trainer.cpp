@@ -98,7 +98,8 @@ void Trainer::build_rest(const std::string& load_from) {
     emb_done_at_ = StreamEvent(dev_);
   }
   collection_ = std::make_unique<EmbeddingCollection>(world_comm_, comm_.get(), emb_dev_, collection_cfg_, plan_);
-  const ModelConfig& m = cfg_.model;
+  ModelConfig m = cfg_.model;
+  m.dropout_seed = hash_mix(cfg_.seed, uint64_t(rank_));  // each rank's slice its own dropout masks
   SPARTA_ASSERT(collection_->output_width() == m.embedding_width(), "collection width %lld, model expects %d",
                 (long long)collection_->output_width(), m.embedding_width());
   agree(guarded([&] { model_ = std::make_unique<DenseModel>(dev_, m, max_batch_); }));
@@ -522,7 +523,7 @@ void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, flo
   wait_for_embeddings();
   collection_->prepare_backward();  // on the collection's stream, beside the dense forward
   collection_->mark(dev_.stream, "dense: embeddings in");
-  model_->forward(params_.data(), dense_.data(), emb_.data(), size);
+  model_->forward(params_.data(), dense_.data(), emb_.data(), size, step);
   model_->loss(labels_.data(), global_batch, loss_slot, scaler_ ? scaler_->scale() : 1.f);
   collection_->mark(dev_.stream, "dense: forward and loss");
   // The embeddings' backward starts as soon as demb is written (fp16: once it is unscaled), on their stream,
@@ -590,7 +591,7 @@ Trainer::StepTimes Trainer::timed_step(const Batch& b, int64_t global_batch) {
   collection_->forward(d.offsets.data(), d.keys.data(), b.size, emb_.data(), LookupMode::train);
   st.embedding_ms = ms_since(t);
   wait_for_embeddings();
-  model_->forward(params_.data(), dense_.data(), emb_.data(), b.size);
+  model_->forward(params_.data(), dense_.data(), emb_.data(), b.size, s);
   model_->loss(labels_.data(), global_batch, losses_.data(), scaler_ ? scaler_->scale() : 1.f);
   model_->backward(params_.data(), grads_.data(), demb_.data());
   st.dense_ms = ms_since(t);

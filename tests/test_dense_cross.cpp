@@ -139,6 +139,40 @@ void net_matches_reference(Backend be) {
   close_device(dev);
 }
 
+// 16-bit: the network's output written straight in 16 bits (CrossNet::forward's out16, the top MLP's input) is the
+// fp32 output rounded once, and the backward after it gives the same bits as after the fp32-output forward. Odd
+// widths, batch 1, 7 and 65537.
+void half_output(Backend be) {
+  Device dev = dense_test::device_for(be);
+  struct Case {
+    int dim, rank, layers;
+    int64_t batch;
+  };
+  for (GemmType t : {GemmType::bf16, GemmType::f16})
+    for (const Case& k : {Case{13, 4, 3, 7}, Case{64, 16, 1, 1}, Case{24, 8, 2, 65537}}) {
+      const CrossConfig cfg{"cross16", k.dim, k.rank, k.layers, t};
+      const std::vector<float> params = CrossNet::initial_params(k.dim, k.rank, k.layers, testing::rng()());
+      const std::vector<float> x0 = testing::random_floats(size_t(k.batch) * k.dim);
+      const std::vector<float> dx = testing::random_floats(size_t(k.batch) * k.dim);
+      const NetResult plain = run_net(dev, cfg, k.batch, params, x0, dx, k.batch);
+      CrossNet net(dev, cfg, k.batch);
+      Buffer<float> p(dev, params), xd(dev, x0), dxd(dev, dx);
+      Buffer<float> grads = dense_test::poisoned(dev, net.param_count()), dx0 = dense_test::poisoned(dev, x0.size());
+      Buffer<uint16_t> out16(dev, x0.size());
+      out16.fill_bytes(0xFF);
+      BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " dim " << k.dim << " batch " << k.batch) {
+        BOOST_CHECK(net.forward(p.data(), xd.data(), k.batch, dev.stream, out16.data()) == nullptr);
+        net.backward(p.data(), dxd.data(), grads.data(), dx0.data(), dev.stream);
+        std::vector<uint16_t> want(plain.x.size());
+        for (size_t i = 0; i < want.size(); ++i) want[i] = half_from_float(t)(plain.x[i]);
+        BOOST_CHECK(out16.download() == want);
+        BOOST_CHECK(grads.download() == plain.grads);
+        BOOST_CHECK(dx0.download() == plain.dx0);
+      }
+    }
+  close_device(dev);
+}
+
 // One layer, D = 2, rank 1: x0 = (1, 2), V = (1, 1), U = (2, -1)^T, b = (0.5, 0.5).
 // h = 3, z = (6.5, -2.5), x1 = x0 ⊙ z + x0 = (7.5, -3). From dx1 = (1, 0): dz = (1, 0), db = (1, 0),
 // dU = dz^T h = (3, 0)^T, dh = dz U = 2, dV = dh x0 = (2, 4), dx0 = dx1 ⊙ z + dx1 + dh V = (9.5, 2).
@@ -246,6 +280,7 @@ SPARTA_BACKEND_CASES(cross_input_concat_and_split, concat_and_split)
 SPARTA_BACKEND_CASES(cross_net_matches_a_double_precision_reference, net_matches_reference)
 SPARTA_BACKEND_CASES(cross_net_matches_a_hand_computed_layer, hand_computed_layer)
 SPARTA_BACKEND_CASES(cross_elementwise_steps_match_their_formulas, elementwise_steps)
+SPARTA_BACKEND_CASES(cross_net_writes_its_output_in_16_bits, half_output)
 
 // The cpu network's gradients against central differences of its forward, through every parameter and x0.
 BOOST_AUTO_TEST_CASE(cpu_cross_backward_matches_finite_differences) {

@@ -45,7 +45,7 @@ StepOutputs run_steps(const Device& dev, const LinearDims& d, GemmType t, Activa
   Buffer<uint16_t> dpre16(dev, is_half(t) ? size_t(d.batch) * d.out : 0);
   dpre16.fill_bytes(0xFF);
   activation_bias_backward(dev, d, t, act, y.data(), dyd.data(), dpre.data(), dpre16.empty() ? nullptr : dpre16.data(),
-                           db.data(), dev.stream);
+                           db.data(), 1.f, dev.stream);
   o.dpre = dpre.download();
   o.db = db.download();
   o.dpre16 = dpre16.download();
@@ -230,7 +230,7 @@ void column_sums_over_many_rows(Backend be) {
         dpre16.fill_bytes(0xFF);
         const GemmType t = run == 0 ? GemmType::bf16 : GemmType::f16;  // db the same whatever the copy's type
         activation_bias_backward(dev, d, t, Activation::relu, yd.data(), dyd.data(), run == 0 ? dpre.data() : nullptr,
-                                 dpre16.data(), db.data(), dev.stream);
+                                 dpre16.data(), db.data(), 1.f, dev.stream);
         const std::vector<float> got_db = db.download();
         const std::vector<uint16_t> got16 = dpre16.download();
         size_t bad = 0;
@@ -372,7 +372,8 @@ BOOST_AUTO_TEST_CASE(cpu_linear_backward_matches_finite_differences) {
     };
     std::vector<float> y(size_t(d.batch) * d.out), dpre(y.size()), db(d.out), dw(w.size()), dx(x.size());
     linear_forward(dev, d, GemmType::f32, act, x.data(), w.data(), b.data(), y.data(), dev.stream);
-    activation_bias_backward(dev, d, GemmType::f32, act, y.data(), r.data(), dpre.data(), nullptr, db.data(), dev.stream);
+    activation_bias_backward(dev, d, GemmType::f32, act, y.data(), r.data(), dpre.data(), nullptr, db.data(), 1.f,
+                             dev.stream);
     linear_backward_weight(dev, d, GemmType::f32, dpre.data(), x.data(), dw.data(), dev.stream);
     linear_backward_data(dev, d, GemmType::f32, dpre.data(), w.data(), dx.data(), false, dev.stream);
     BOOST_TEST_CONTEXT(activation_name(act)) {
@@ -394,6 +395,271 @@ BOOST_AUTO_TEST_CASE(bad_linear_shapes_name_the_layer) {
   BOOST_CHECK_EXCEPTION(forward({"bottom_mlp.0", -2, 3, 3}), Error, (dense_test::Names{"bottom_mlp.0", "found -2"}));
   BOOST_CHECK_EXCEPTION(forward({"wide", int64_t(1) << 30, 4, 4}), Error, (dense_test::Names{"wide", "at most"}));
   BOOST_CHECK_EXCEPTION(activation_bias_backward(dev, {"act", 1, 1, 0}, GemmType::f32, Activation::relu, buf.data(), buf.data(),
-                                                 buf.data(), nullptr, nullptr, dev.stream),
+                                                 buf.data(), nullptr, nullptr, 1.f, dev.stream),
                         Error, (dense_test::Names{"act", "found in 1, out 0"}));
 }
+
+// The GEMMs' algorithm search (cuda): every step's output with the searched algorithm equals the heuristic's
+// first answer's within the GEMM's rounding (k products summed in another order: a bound from Σ|x w| per
+// element), at the model's shapes and at odd ones, for every type; dx accumulated (beta 1) keeps what D held,
+// and searching is counted. The search is restored to on afterwards.
+BOOST_AUTO_TEST_CASE(gemm_search_matches_the_heuristic_choice, *testing::needs_gpu()) {
+  Device dev = dense_test::device_for(Backend::cuda);
+  struct Shape {
+    int64_t batch;
+    int in, out;
+  };
+  // DCNv2's cross V and U, the top MLP's first layers, the bottom MLP's first; then odd ones
+  const Shape shapes[] = {{8192, 3456, 512}, {8192, 512, 3456}, {4096, 3456, 1024}, {4096, 1024, 1024},
+                          {7, 13, 512},      {1, 33, 7},        {65537, 24, 9},     {513, 255, 129}};
+  for (GemmType t : {GemmType::f32, GemmType::bf16, GemmType::f16})
+    for (const Shape& s : shapes) {
+      const LinearDims d{"search_layer", s.batch, s.in, s.out};
+      const float scale = 1.0f / std::sqrt(float(s.in));
+      std::vector<float> x = testing::random_floats(size_t(s.batch) * s.in);
+      std::vector<float> w = testing::random_floats(size_t(s.out) * s.in, -scale, scale);
+      std::vector<float> b = testing::random_floats(s.out);
+      std::vector<float> g = testing::random_floats(size_t(s.batch) * s.out);
+      std::vector<float> d0 = testing::random_floats(size_t(s.batch) * s.in);
+      Typed xd(dev, t, x), wd(dev, t, w), gd(dev, t, g);
+      Buffer<float> bd(dev, b);
+      struct Out {
+        std::vector<float> y, dw, dx;
+      };
+      auto run = [&](bool search) {
+        set_gemm_algo_search(search);
+        Out o;
+        Buffer<float> y = poisoned(dev, size_t(s.batch) * s.out), dw = poisoned(dev, w.size());
+        Buffer<float> dx(dev, d0);
+        linear_forward(dev, d, t, Activation::relu, xd.data(), wd.data(), bd.data(), y.data(), dev.stream);
+        linear_backward_weight(dev, d, t, gd.data(), xd.data(), dw.data(), dev.stream);
+        linear_backward_data(dev, d, t, gd.data(), wd.data(), dx.data(), true, dev.stream);
+        o.y = y.download(), o.dw = dw.download(), o.dx = dx.download();
+        return o;
+      };
+      const uint64_t before = gemm_algo_searches();
+      const Out heuristic = run(false), searched = run(true);
+      set_gemm_algo_search(true);
+      // per element: Σ|a b| of its products (the 16-bit-rounded inputs), the scale of a reordering's error; about
+      // 4096 elements spread over each output (the host's sums at the large shapes would take minutes)
+      std::vector<float> xr = is_half(t) ? dense_test::half_rounded(t, x) : x;
+      std::vector<float> wr = is_half(t) ? dense_test::half_rounded(t, w) : w;
+      std::vector<float> gr = is_half(t) ? dense_test::half_rounded(t, g) : g;
+      auto close = [&](const std::vector<float>& got, const std::vector<float>& want, auto abs_sum, const char* what) {
+        size_t bad = 0;
+        const size_t stride = want.size() / 4096 + 1;
+        for (size_t i = 0; i < want.size(); i += stride) {
+          const double tol = 1e-5 * (abs_sum(i) + std::fabs(double(want[i]))) + 1e-30;
+          if (!(std::fabs(double(got[i]) - double(want[i])) <= tol) && bad++ < 3)
+            BOOST_ERROR(what << "[" << i << "] searched " << got[i] << " heuristic " << want[i]);
+        }
+        return bad;
+      };
+      const std::string where = std::string(gemm_type_name(t)) + " batch " + std::to_string(s.batch) + " in " +
+                                std::to_string(s.in) + " out " + std::to_string(s.out);
+      BOOST_TEST_CONTEXT(where) {
+        const int64_t B = s.batch;
+        const int in = s.in, out = s.out;
+        BOOST_CHECK_EQUAL(close(searched.y, heuristic.y, [&](size_t e) {
+          const int64_t r = e / out, o = e % out;
+          double a = std::fabs(b[o]);
+          for (int i = 0; i < in; ++i) a += std::fabs(double(xr[r * in + i]) * wr[o * in + i]);
+          return a;
+        }, "y"), 0u);
+        BOOST_CHECK_EQUAL(close(searched.dw, heuristic.dw, [&](size_t e) {
+          const int64_t o = e / in, i = e % in;
+          double a = 0;
+          for (int64_t r = 0; r < B; ++r) a += std::fabs(double(gr[r * out + o]) * xr[r * in + i]);
+          return a;
+        }, "dw"), 0u);
+        BOOST_CHECK_EQUAL(close(searched.dx, heuristic.dx, [&](size_t e) {
+          const int64_t r = e / in, i = e % in;
+          double a = std::fabs(d0[e]);
+          for (int o = 0; o < out; ++o) a += std::fabs(double(gr[r * out + o]) * wr[o * in + i]);
+          return a;
+        }, "dx accumulated"), 0u);
+      }
+      if (s.batch >= 4096) BOOST_CHECK_MESSAGE(gemm_algo_searches() > before, "no search at " << where);
+    }
+  close_device(dev);
+}
+
+namespace {
+
+// The fused ReLU steps against the separate ones they replace, for a layer below (in0 → mid, ReLU) and the layer
+// above it (mid → out): the forward's 16-bit output is linear_forward's fp32 output rounded once (cpu: bit for
+// bit), and the data gradient with the mask gives activation_bias_backward's pre-activation gradient (16-bit)
+// and bias gradient of the layer below (cpu: bit for bit); cuda also against the cpu reference within the GEMMs'
+// rounding. Outputs poisoned; widths that are not multiples of 8 or of 128 (the mask's column pitch), batch 0,
+// 1, 7 and 65537.
+void fused_relu_steps(Backend be) {
+  Device dev = dense_test::device_for(be);
+  Device host = dense_test::device_for(Backend::cpu);
+  struct Shape {
+    int64_t batch;
+    int in0, mid, out;
+  };
+  const Shape shapes[] = {{1, 13, 16, 8}, {7, 24, 40, 16}, {65, 64, 200, 24}, {0, 8, 16, 8}, {65537, 16, 24, 8}};
+  for (GemmType t : {GemmType::bf16, GemmType::f16})
+    for (const Shape& s : shapes) {
+      const LinearDims below{"below", s.batch, s.in0, s.mid}, above{"above", s.batch, s.mid, s.out};
+      const std::string where = std::string(gemm_type_name(t)) + " batch " + std::to_string(s.batch) + " " +
+                                std::to_string(s.in0) + "-" + std::to_string(s.mid) + "-" + std::to_string(s.out);
+      BOOST_TEST_CONTEXT(dev.name() << " " << where) {
+        BOOST_CHECK(relu_mask_fusion_available(host, below, above, t, host.stream));
+        BOOST_CHECK(!relu_mask_fusion_available(host, below, above, GemmType::f32, host.stream));
+        if (!relu_mask_fusion_available(dev, below, above, t, dev.stream)) {
+          BOOST_TEST_MESSAGE("no fused ReLU steps on " << dev.name() << " at " << where);
+          continue;
+        }
+        const float scale = 1.0f / std::sqrt(float(s.in0));
+        const std::vector<float> x = testing::random_floats(size_t(s.batch) * s.in0);
+        const std::vector<float> w0 = testing::random_floats(size_t(s.mid) * s.in0, -scale, scale);
+        const std::vector<float> b0 = testing::random_floats(s.mid, -0.5f, 0.5f);
+        const std::vector<float> w1 = testing::random_floats(size_t(s.out) * s.mid, -0.2f, 0.2f);
+        const std::vector<float> dpre = testing::random_floats(size_t(s.batch) * s.out);
+        struct Got {
+          std::vector<uint16_t> y16, dpre16;
+          std::vector<float> db;
+        };
+        // the fused steps on d
+        auto fused = [&](const Device& d) {
+          Typed xd(d, t, x), w0d(d, t, w0), w1d(d, t, w1), gd(d, t, dpre);
+          Buffer<float> b0d(d, b0), db = poisoned(d, s.mid);
+          Buffer<uint16_t> y16(d, size_t(s.batch) * s.mid), dpre16(d, size_t(s.batch) * s.mid);
+          Buffer<uint8_t> mask(d, relu_mask_bytes(s.mid, s.batch));
+          y16.fill_bytes(0xFF), dpre16.fill_bytes(0xFF), mask.fill_bytes(0xFF);
+          linear_forward_relu_mask(d, below, t, xd.data(), w0d.data(), b0d.data(), y16.data(), mask.data(), d.stream);
+          linear_backward_data_drelu(d, above, t, gd.data(), w1d.data(), mask.data(), dpre16.data(), db.data(),
+                                     d.stream);
+          return Got{y16.download(), dpre16.download(), db.download()};
+        };
+        const Got got = fused(dev);
+        // the separate steps on the cpu reference
+        Got want;
+        {
+          Typed xd(host, t, x), w0d(host, t, w0), w1d(host, t, w1), gd(host, t, dpre);
+          std::vector<float> y(size_t(s.batch) * s.mid), g(y.size()), db(s.mid);
+          linear_forward(host, below, t, Activation::relu, xd.data(), w0d.data(), b0.data(), y.data(), host.stream);
+          want.y16.resize(y.size());
+          to_half_cpu(t, y.data(), want.y16.data(), y.size());
+          linear_backward_data(host, above, t, gd.data(), w1d.data(), g.data(), false, host.stream);
+          want.dpre16.resize(y.size());
+          activation_bias_backward(host, below, t, Activation::relu, y.data(), g.data(), nullptr, want.dpre16.data(),
+                                   db.data(), 1.f, host.stream);
+          want.db = db;
+        }
+        if (!dev.is_cuda()) {
+          BOOST_CHECK(got.y16 == want.y16);
+          BOOST_CHECK(got.dpre16 == want.dpre16);
+          BOOST_CHECK(got.db == want.db);
+        } else {  // within a 16-bit rounding (an element at a rounding boundary may round the other way)
+          auto widen = [&](const std::vector<uint16_t>& v) {
+            std::vector<float> f(v.size());
+            for (size_t i = 0; i < v.size(); ++i) f[i] = half_to_float(t)(v[i]);
+            return f;
+          };
+          const double tol = t == GemmType::bf16 ? 1.6e-2 : 2e-3;
+          BOOST_CHECK_EQUAL(testing::count_mismatches(widen(got.y16), widen(want.y16), tol, tol, "y16"), 0u);
+          BOOST_CHECK_EQUAL(testing::count_mismatches(widen(got.dpre16), widen(want.dpre16), tol, tol, "dpre16"), 0u);
+          BOOST_CHECK_EQUAL(testing::count_mismatches(got.db, want.db, 1e-3 * std::sqrt(double(s.batch) + 1), 1e-3,
+                                                      "db"), 0u);
+        }
+      }
+    }
+  close_device(dev);
+}
+
+}  // namespace
+
+SPARTA_BACKEND_CASES(fused_relu_steps_match_the_separate_steps, fused_relu_steps)
+
+// cuda: cuBLASLt runs the fused ReLU steps at the models' bf16 and fp16 shapes (else the MLPs take the separate
+// steps: correct, slower).
+BOOST_AUTO_TEST_CASE(fused_relu_steps_available_at_the_model_shapes, *testing::needs_gpu()) {
+  Device dev = dense_test::device_for(Backend::cuda);
+  for (GemmType t : {GemmType::bf16, GemmType::f16})
+    for (auto w : {std::vector<int>{3456, 1024, 1024}, std::vector<int>{1024, 1024, 512}, std::vector<int>{512, 256, 1},
+                   std::vector<int>{16, 512, 256}, std::vector<int>{256, 128, 128}})
+      BOOST_CHECK_MESSAGE(relu_mask_fusion_available(dev, {"below", 65536, w[0], w[1]}, {"above", 65536, w[1], w[2]}, t,
+                                                     dev.stream),
+                          gemm_type_name(t) << " " << w[0] << "-" << w[1] << "-" << w[2]);
+  close_device(dev);
+}
+
+namespace {
+
+// The steps with a 16-bit output and the data gradient onto another array: linear_forward_half is linear_forward
+// (no bias, no activation) rounded once, linear_backward_data_half likewise, linear_backward_data_plus is the
+// addend plus linear_backward_data (cpu: bit for bit; cuda within the GEMMs' rounding of the cpu reference).
+// Outputs poisoned; the addend left as it was.
+void half_outputs_and_plus(Backend be) {
+  Device dev = dense_test::device_for(be);
+  Device host = dense_test::device_for(Backend::cpu);
+  struct Shape {
+    int64_t batch;
+    int in, out;
+  };
+  for (GemmType t : {GemmType::bf16, GemmType::f16})
+    for (const Shape& s : {Shape{1, 8, 16}, Shape{7, 24, 40}, Shape{65537, 16, 8}, Shape{0, 8, 8}, Shape{33, 3456, 64}}) {
+      const LinearDims d{"half_out", s.batch, s.in, s.out};
+      const std::vector<float> x = testing::random_floats(size_t(s.batch) * s.in);
+      const std::vector<float> w = testing::random_floats(size_t(s.out) * s.in, -0.3f, 0.3f);
+      const std::vector<float> dpre = testing::random_floats(size_t(s.batch) * s.out);
+      const std::vector<float> addend = testing::random_floats(size_t(s.batch) * s.in);
+      struct Got {
+        std::vector<uint16_t> y16, dx16;
+        std::vector<float> dx, addend;
+      };
+      auto run = [&](const Device& dv, bool separate) {
+        Typed xd(dv, t, x), wd(dv, t, w), gd(dv, t, dpre);
+        Got o;
+        o.y16.resize(size_t(s.batch) * s.out), o.dx16.resize(size_t(s.batch) * s.in);
+        Buffer<float> dx = poisoned(dv, size_t(s.batch) * s.in), add(dv, addend);
+        if (separate) {  // the fp32 steps, rounded on the host
+          Buffer<float> y(dv, o.y16.size()), dxs(dv, o.dx16.size());
+          linear_forward(dv, d, t, Activation::none, xd.data(), wd.data(), nullptr, y.data(), dv.stream);
+          linear_backward_data(dv, d, t, gd.data(), wd.data(), dxs.data(), false, dv.stream);
+          const std::vector<float> yh = y.download(), dxh = dxs.download();
+          to_half_cpu(t, yh.data(), o.y16.data(), yh.size());
+          to_half_cpu(t, dxh.data(), o.dx16.data(), dxh.size());
+          copy_on_device(dv, dx.data(), add.data(), addend.size() * sizeof(float), dv.stream);
+          linear_backward_data(dv, d, t, gd.data(), wd.data(), dx.data(), true, dv.stream);
+        } else {
+          Buffer<uint16_t> y16(dv, o.y16.size()), dx16(dv, o.dx16.size());
+          y16.fill_bytes(0xFF), dx16.fill_bytes(0xFF);
+          linear_forward_half(dv, d, t, xd.data(), wd.data(), y16.data(), dv.stream);
+          linear_backward_data_half(dv, d, t, gd.data(), wd.data(), dx16.data(), dv.stream);
+          linear_backward_data_plus(dv, d, t, gd.data(), wd.data(), add.data(), dx.data(), dv.stream);
+          o.y16 = y16.download(), o.dx16 = dx16.download();
+        }
+        o.dx = dx.download(), o.addend = add.download();
+        return o;
+      };
+      const Got got = run(dev, false), want = run(host, true);
+      BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " batch " << s.batch << " in " << s.in << " out "
+                                    << s.out) {
+        BOOST_CHECK(got.addend == addend);
+        if (!dev.is_cuda()) {
+          BOOST_CHECK(got.y16 == want.y16);
+          BOOST_CHECK(got.dx16 == want.dx16);
+          BOOST_CHECK(got.dx == want.dx);
+        } else {
+          auto widen = [&](const std::vector<uint16_t>& v) {
+            std::vector<float> f(v.size());
+            for (size_t i = 0; i < v.size(); ++i) f[i] = half_to_float(t)(v[i]);
+            return f;
+          };
+          const double tol = t == GemmType::bf16 ? 1.6e-2 : 2e-3;
+          BOOST_CHECK_EQUAL(testing::count_mismatches(widen(got.y16), widen(want.y16), tol, tol, "y16"), 0u);
+          BOOST_CHECK_EQUAL(testing::count_mismatches(widen(got.dx16), widen(want.dx16), tol, tol, "dx16"), 0u);
+          BOOST_CHECK_EQUAL(testing::count_mismatches(got.dx, want.dx, 1e-4, 1e-4, "dx"), 0u);
+        }
+      }
+    }
+  close_device(dev);
+}
+
+}  // namespace
+
+SPARTA_BACKEND_CASES(half_outputs_and_the_plus_step_match_the_fp32_steps, half_outputs_and_plus)

@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 
+#include "kernels/dense_dropout.h"
 #include "kernels/dense_mlp.h"
 #include "tests/test_dense_util.h"
 #include "tests/testing.h"
@@ -16,13 +17,16 @@ struct MlpResult {
   std::vector<float> y, grads, dx;
 };
 
+// dropout_key: a training step's key (dropout, when cfg has it), or 0: a forward without one.
 MlpResult run_mlp(const Device& dev, const MlpConfig& cfg, int64_t max_batch, const std::vector<float>& params,
-                  const std::vector<float>& x, const std::vector<float>& dy, int64_t batch) {
+                  const std::vector<float>& x, const std::vector<float>& dy, int64_t batch,
+                  uint64_t dropout_key = 0) {
   Mlp mlp(dev, cfg, max_batch);
   Buffer<float> p(dev, params), xd(dev, x), dyd(dev, dy);
   Buffer<float> grads = dense_test::poisoned(dev, mlp.param_count());
   Buffer<float> dx = dense_test::poisoned(dev, size_t(batch) * mlp.in_width());
-  const float* y = mlp.forward(p.data(), xd.data(), batch, dev.stream);
+  Buffer<uint64_t> key(dev, std::vector<uint64_t>{dropout_key});
+  const float* y = mlp.forward(p.data(), xd.data(), batch, dev.stream, dropout_key ? key.data() : nullptr);
   MlpResult r;
   r.y.resize(size_t(batch) * mlp.out_width());
   copy_to_host(dev, r.y.data(), y, r.y.size() * sizeof(float));
@@ -37,9 +41,14 @@ struct Chain {
 };
 
 // The MLP in double, from the layer formulas; R rounds what a 16-bit GEMM reads (identity for fp32), at the
-// places the MLP rounds: the input, the weights, each saved activation, each pre-activation gradient.
+// places the MLP rounds: the input, the weights, each saved activation, each pre-activation gradient. With a
+// dropout key and cfg.dropout > 0, a hidden output is dropped where dense_dropout.h's hash says (the mask's
+// definition), kept ones and their gradients times the fp32 1 / (1 - p).
 Chain naive_mlp(const MlpConfig& cfg, const std::vector<float>& params, const std::vector<float>& x,
-                const std::vector<float>& dy, int64_t B) {
+                const std::vector<float>& dy, int64_t B, uint64_t dropout_key = 0) {
+  const bool drop = dropout_key != 0 && cfg.dropout > 0.f;
+  const uint32_t threshold = uint32_t(std::lround(double(cfg.dropout) * 16777216.0));
+  const float scale = 1.f / (1.f - cfg.dropout);
   const GemmType t = cfg.precision;
   auto R = [&](double v) {
     return is_half(t) ? double(half_to_float(t)(half_from_float(t)(float(v)))) : double(float(v));
@@ -63,6 +72,8 @@ Chain naive_mlp(const MlpConfig& cfg, const std::vector<float>& params, const st
         double s = bias(l, o);
         for (int i = 0; i < n_in; ++i) s += in[l][r * n_in + i] * W(l, o, i);
         if (relu && s < 0) s = 0;
+        if (drop && l < L - 1)
+          s = dropout_keeps(dropout_key, uint64_t(l), uint64_t(r * n_out + o), threshold) ? float(s) * scale : 0.f;
         ys[l][r * n_out + o] = float(s);  // the MLP saves fp32 activations
         in[l + 1][r * n_out + o] = R(float(s));
       }
@@ -76,7 +87,8 @@ Chain naive_mlp(const MlpConfig& cfg, const std::vector<float>& params, const st
     const bool relu = l < L - 1 || cfg.relu_last;
     std::vector<double> dpre(g.size());
     for (size_t i = 0; i < g.size(); ++i) {
-      const double v = relu && !(ys[l][i] > 0) ? 0.0 : double(float(g[i]));
+      const float dy_scale = drop && l < L - 1 ? scale : 1.f;
+      const double v = relu && !(ys[l][i] > 0) ? 0.0 : double(float(g[i]) * dy_scale);
       c.grads[off[l] + size_t(n_in) * n_out + i % n_out] += v;
       dpre[i] = R(v);
     }
@@ -106,25 +118,28 @@ void mlp_matches_reference(Backend be) {
                         // DLRM's top MLP input width (bf16: its GEMMs run padded to 480, the gradients copied back)
                         {{479, 32, 1}, false, 70, 80}};
   for (GemmType t : {GemmType::f32, GemmType::bf16, GemmType::f16})
-    for (const Case& k : cases) {
+    for (const Case& k : cases)
+    for (float p : {0.f, 0.3f}) {  // without and with dropout (a training forward's key)
       MlpConfig cfg;
       cfg.name = "mlp_under_test";
       cfg.sizes = k.sizes;
       cfg.relu_last = k.relu_last;
       cfg.precision = t;
+      cfg.dropout = p;
+      const uint64_t key = p > 0.f ? testing::rng()() | 1 : 0;
       std::vector<float> params = Mlp::initial_params(k.sizes, testing::rng()());
       std::vector<float> x = testing::random_floats(size_t(k.batch) * k.sizes.front());
       std::vector<float> dy = testing::random_floats(size_t(k.batch) * k.sizes.back());
-      MlpResult got = run_mlp(dev, cfg, k.max_batch, params, x, dy, k.batch);
-      Chain want = naive_mlp(cfg, params, x, dy, k.batch);
+      MlpResult got = run_mlp(dev, cfg, k.max_batch, params, x, dy, k.batch, key);
+      Chain want = naive_mlp(cfg, params, x, dy, k.batch, key);
       const double tol = is_half(t) ? 1e-2 : 1e-4;  // 16-bit: a value at a rounding boundary may fall either way
       BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " sizes[0] " << k.sizes[0] << " layers "
-                                    << k.sizes.size() - 1 << " batch " << k.batch) {
+                                    << k.sizes.size() - 1 << " batch " << k.batch << " dropout " << p) {
         BOOST_CHECK_EQUAL(dense_test::mismatches(got.y, want.y, tol, tol, "y"), 0u);
         BOOST_CHECK_EQUAL(dense_test::mismatches(got.grads, want.grads, tol, tol, "grads"), 0u);
         BOOST_CHECK_EQUAL(dense_test::mismatches(got.dx, want.dx, tol, tol, "dx"), 0u);
         if (dev.is_cuda()) {
-          MlpResult ref = run_mlp(host, cfg, k.max_batch, params, x, dy, k.batch);
+          MlpResult ref = run_mlp(host, cfg, k.max_batch, params, x, dy, k.batch, key);
           BOOST_CHECK_EQUAL(testing::count_mismatches(got.y, ref.y, tol, tol, "y vs cpu"), 0u);
           BOOST_CHECK_EQUAL(testing::count_mismatches(got.grads, ref.grads, tol, tol, "grads vs cpu"), 0u);
           BOOST_CHECK_EQUAL(testing::count_mismatches(got.dx, ref.dx, tol, tol, "dx vs cpu"), 0u);
@@ -154,8 +169,68 @@ void mlp_reuses_its_buffers(Backend be) {
   close_device(dev);
 }
 
+// The dropout pass on its own: every element as the mask's definition says (dropped: 0; kept: y times the fp32
+// 1 / (1 - p), bit for bit), about p of them dropped, p = 0 the identity; the key read from memory when the pass
+// runs (a new key in the same buffer, as a replayed graph sees it, drops other elements); cuda bit for bit
+// against the cpu reference. Shapes: one row, odd widths, and 65537 rows.
+void dropout_pass(Backend be) {
+  Device dev = dense_test::device_for(be);
+  Device host = dense_test::device_for(Backend::cpu);
+  struct Shape {
+    int64_t rows;
+    int cols;
+  };
+  for (const Shape sh : {Shape{1, 7}, Shape{7, 1024}, Shape{65537, 13}, Shape{0, 5}})
+    for (float p : {0.f, 0.1f, 0.5f, 0.9f}) {
+      const size_t n = size_t(sh.rows) * sh.cols;
+      const std::vector<float> y0 = testing::random_floats(n, 0.01f, 2.f);  // ReLU outputs: positive
+      const uint64_t k1 = testing::rng()(), k2 = k1 ^ 0x9e3779b97f4a7c15ull;
+      Buffer<uint64_t> key(dev, std::vector<uint64_t>{k1});
+      Buffer<float> y(dev, y0);
+      const DropoutArgs a{p, key.data(), 3};
+      dropout_forward(dev, "top_mlp.1", a, y.data(), sh.rows, sh.cols, dev.stream);
+      const std::vector<float> got1 = y.download();
+      key.upload(std::vector<uint64_t>{k2});
+      y.upload(y0);
+      dropout_forward(dev, "top_mlp.1", a, y.data(), sh.rows, sh.cols, dev.stream);
+      const std::vector<float> got2 = y.download();
+      const uint32_t threshold = uint32_t(std::lround(double(p) * 16777216.0));
+      const float scale = 1.f / (1.f - p);
+      size_t bad = 0, dropped = 0, differ = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const bool keep1 = dropout_keeps(k1, 3, i, threshold), keep2 = dropout_keeps(k2, 3, i, threshold);
+        bad += got1[i] != (keep1 ? y0[i] * scale : 0.f);
+        bad += got2[i] != (keep2 ? y0[i] * scale : 0.f);
+        dropped += got1[i] == 0.f;
+        differ += keep1 != keep2;
+      }
+      BOOST_TEST_CONTEXT(dev.name() << " rows " << sh.rows << " cols " << sh.cols << " p " << p) {
+        BOOST_CHECK_EQUAL(bad, 0u);
+        if (p == 0.f) BOOST_CHECK(got1 == y0);
+        if (n > 10000) {  // the dropped fraction within 5 standard deviations of p; the second key's mask is new
+          const double sd = std::sqrt(double(p) * (1 - p) / double(n));
+          BOOST_CHECK_LE(std::fabs(double(dropped) / double(n) - p), 5 * sd + 1e-12);
+          if (p > 0.f) BOOST_CHECK_GT(differ, 0u);
+        }
+        if (dev.is_cuda()) {
+          Buffer<uint64_t> hkey(host, std::vector<uint64_t>{k1});
+          std::vector<float> ref = y0;
+          dropout_forward(host, "top_mlp.1", DropoutArgs{p, hkey.data(), 3}, ref.data(), sh.rows, sh.cols,
+                          host.stream);
+          BOOST_CHECK(ref == got1);
+        }
+      }
+    }
+  Buffer<uint64_t> key(dev, std::vector<uint64_t>{1});
+  Buffer<float> y(dev, 4);
+  BOOST_CHECK_EXCEPTION(dropout_forward(dev, "top_mlp.0", DropoutArgs{1.f, key.data(), 0}, y.data(), 1, 4, dev.stream),
+                        Error, (dense_test::Names{"top_mlp.0", "dropout", "found 1"}));
+  close_device(dev);
+}
+
 }  // namespace
 
+SPARTA_BACKEND_CASES(dropout_pass_matches_its_definition, dropout_pass)
 SPARTA_BACKEND_CASES(mlp_matches_a_double_precision_chain, mlp_matches_reference)
 SPARTA_BACKEND_CASES(mlp_serves_any_batch_up_to_max_batch, mlp_reuses_its_buffers)
 

@@ -88,15 +88,18 @@ void two_steps_closed_form(Backend be) {
   close_device(dev);
 }
 
-// Several steps with a warm-up-like rate, against the formulas in double; cuda also bit for bit against cpu.
+// Several steps with a warm-up-like rate, against the formulas in double, without and with weight decay (the
+// gradient g + weight_decay w of the current w); cuda also bit for bit against cpu.
 void matches_reference(Backend be) {
   Device dev = dense_test::device_for(be);
   Device host = dense_test::device_for(Backend::cpu);
   const size_t n = 100003;
   const std::vector<float> lrs{0.01f, 0.02f, 0.03f, 0.015f};
+  for (float wd : {0.f, 0.05f})
   for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::nesterov,
                              OptimizerKind::adagrad, OptimizerKind::adam}) {
-    const OptimizerConfig cfg = config_for(kind);
+    OptimizerConfig cfg = config_for(kind);
+    cfg.weight_decay = wd;
     const std::vector<float> w0 = testing::random_floats(n);
     std::vector<std::vector<float>> grads;
     for (size_t t = 0; t < lrs.size(); ++t) grads.push_back(testing::random_floats(n));
@@ -105,7 +108,7 @@ void matches_reference(Backend be) {
     const double mu = cfg.momentum, b1 = cfg.beta1, b2 = cfg.beta2, eps = cfg.epsilon;
     for (size_t t = 0; t < lrs.size(); ++t)
       for (size_t i = 0; i < n; ++i) {
-        const double g = grads[t][i], lr = lrs[t];
+        const double g = grads[t][i] + double(wd) * w[i], lr = lrs[t];
         switch (kind) {
           case OptimizerKind::sgd: w[i] -= lr * g; break;
           case OptimizerKind::momentum: s0[i] = mu * s0[i] + g, w[i] -= lr * s0[i]; break;
@@ -117,7 +120,7 @@ void matches_reference(Backend be) {
             w[i] -= lr * (s0[i] / (1 - std::pow(b1, t + 1.0))) / (std::sqrt(s1[i] / (1 - std::pow(b2, t + 1.0))) + eps);
         }
       }
-    BOOST_TEST_CONTEXT(dev.name() << " " << optimizer_name(kind)) {
+    BOOST_TEST_CONTEXT(dev.name() << " " << optimizer_name(kind) << " weight_decay " << wd) {
       BOOST_CHECK_EQUAL(dense_test::mismatches(got.w, w, 1e-6, 1e-5, "w"), 0u);
       if (kind != OptimizerKind::sgd) {
         std::vector<float> first(got.s.begin(), got.s.begin() + n);
@@ -155,4 +158,11 @@ BOOST_AUTO_TEST_CASE(dense_optimizer_state_and_errors) {
   BOOST_CHECK_EXCEPTION(dense_optimizer_update(dev, bad, 3, 0.1f, w.data(), g.data(), s.data(), 4, dev.stream), Error,
                         (dense_test::Names{"beta1 and beta2"}));
   BOOST_CHECK(w == std::vector<float>(4, 1.f));  // a refused step changes nothing
+  for (float wd : {-0.1f, std::nanf("")}) {
+    OptimizerConfig decay = config_for(OptimizerKind::sgd);
+    decay.weight_decay = wd;
+    BOOST_CHECK_EXCEPTION(dense_optimizer_update(dev, decay, 1, 0.1f, w.data(), g.data(), s.data(), 4, dev.stream),
+                          Error, (dense_test::Names{"weight_decay", "found"}));
+  }
+  BOOST_CHECK(w == std::vector<float>(4, 1.f));
 }

@@ -189,13 +189,13 @@ struct Outputs {
 };
 
 Outputs run_model(const Device& dev, const ModelConfig& c, const Inputs& in, int64_t max_batch,
-                  float grad_scale = 1.f) {
+                  float grad_scale = 1.f, int64_t train_step = 0) {
   DenseModel m(dev, c, max_batch);
   Buffer<float> p(dev, in.params), dense(dev, in.dense), emb(dev, in.emb), labels(dev, in.labels);
   Buffer<float> loss = dense_test::poisoned(dev, 1);
   Buffer<float> grads = dense_test::poisoned(dev, m.param_count());
   Buffer<float> demb = dense_test::poisoned(dev, size_t(in.B) * c.embedding_width());
-  const float* lg = m.forward(p.data(), dense.data(), emb.data(), in.B);
+  const float* lg = m.forward(p.data(), dense.data(), emb.data(), in.B, train_step);
   m.loss(labels.data(), in.mean_over, loss.data(), grad_scale);
   std::vector<std::pair<size_t, size_t>> ready;
   int demb_calls = 0;
@@ -287,6 +287,51 @@ void cuda_matches_cpu(Interaction it, GemmType precision) {
 SPARTA_BACKEND_CASES(dot_model_matches_reference, dot_against_reference)
 SPARTA_BACKEND_CASES(dcnv2_model_matches_reference, dcnv2_against_reference)
 
+namespace {
+
+// model.dropout: an evaluation forward (step 0) drops nothing (the model without dropout's logits and gradients, bit
+// for bit); a training step's forward drops (other logits), the same step twice gives the same bits and another
+// step or seed other masks; cuda agrees with cpu on a dropped step (the same masks) within the GEMMs' rounding.
+// The gradients of a dropped MLP against a double-precision chain: tests/test_dense_mlp.cpp.
+void dropout_in_training_only(Backend be) {
+  const Device dev = dense_test::device_for(be);
+  for (Interaction it : {Interaction::dot, Interaction::dcnv2})
+    for (GemmType t : {GemmType::f32, GemmType::bf16}) {
+      ModelConfig c = small(it, t);
+      c.dropout = 0.25f;
+      c.dropout_seed = testing::rng()();
+      ModelConfig plain = c, reseeded = c;
+      plain.dropout = 0.f;
+      reseeded.dropout_seed = c.dropout_seed + 1;
+      const Inputs in = random_inputs(c, 65, 65);
+      const Outputs eval = run_model(dev, c, in, 65), none = run_model(dev, plain, in, 65, 1.f, 5);
+      const Outputs s5 = run_model(dev, c, in, 65, 1.f, 5), again = run_model(dev, c, in, 65, 1.f, 5);
+      const Outputs s6 = run_model(dev, c, in, 65, 1.f, 6), other = run_model(dev, reseeded, in, 65, 1.f, 5);
+      BOOST_TEST_CONTEXT(dev.name() << " " << interaction_name(it) << " " << precision_name(t)) {
+        BOOST_TEST(eval.logits == none.logits);
+        BOOST_TEST(eval.grads == none.grads);
+        BOOST_TEST(s5.logits == again.logits);
+        BOOST_TEST(s5.grads == again.grads);
+        BOOST_TEST(s5.demb == again.demb);
+        BOOST_TEST(s5.logits != none.logits);
+        BOOST_TEST(s6.logits != s5.logits);
+        BOOST_TEST(other.logits != s5.logits);
+        if (dev.is_cuda()) {
+          const Outputs ref = run_model(dense_test::device_for(Backend::cpu), c, in, 65, 1.f, 5);
+          const double tol = is_half(t) ? 2e-2 : 1e-4;
+          BOOST_TEST(testing::count_mismatches(s5.logits, ref.logits, tol, tol, "logits vs cpu") == 0u);
+          BOOST_TEST(testing::count_mismatches(s5.grads, ref.grads, tol, tol, "grads vs cpu") == 0u);
+          BOOST_TEST(testing::count_mismatches(s5.demb, ref.demb, tol, tol, "demb vs cpu") == 0u);
+        }
+      }
+    }
+  close_device(const_cast<Device&>(dev));
+}
+
+}  // namespace
+
+SPARTA_BACKEND_CASES(dropout_only_in_training_with_step_masks, dropout_in_training_only)
+
 BOOST_AUTO_TEST_CASE(cuda_matches_cpu_fp32, *testing::needs_gpu()) {
   cuda_matches_cpu(Interaction::dot, GemmType::f32);
   cuda_matches_cpu(Interaction::dcnv2, GemmType::f32);
@@ -305,8 +350,10 @@ BOOST_AUTO_TEST_CASE(cuda_matches_cpu_fp16, *testing::needs_gpu()) {
 // moved after each step, a smaller evaluation batch from other buffers in the middle (its forward runs as is and
 // makes the held graphs stale), a new loss scale, and the bucket callbacks on some steps; every step's loss,
 // logits, parameter and embedding gradients are compared bit for bit, and the graphs must have been replayed.
-void graphs_replay_the_direct_bits(const Device& dev, Interaction it, GemmType precision) {
-  const ModelConfig c = small(it, precision);
+// With dropout, every training forward is its step's (the replayed graph reads each step's mask key).
+void graphs_replay_the_direct_bits(const Device& dev, Interaction it, GemmType precision, float dropout) {
+  ModelConfig c = small(it, precision);
+  c.dropout = dropout;
   const int64_t B = 300, E = 200;
   DenseModel direct(dev, c, B), graphed(dev, c, B);
   graphed.use_graphs(true);
@@ -348,7 +395,7 @@ void graphs_replay_the_direct_bits(const Device& dev, Interaction it, GemmType p
         eval_logits[k].resize(E);
         copy_to_host(dev, eval_logits[k].data(), lg, E * sizeof(float));
       }
-      const float* lg = m.forward(st->p.data(), st->dense.data(), st->emb.data(), B);
+      const float* lg = m.forward(st->p.data(), st->dense.data(), st->emb.data(), B, step + 1);
       m.loss(st->labels.data(), B, st->loss.data(), scale);
       std::vector<size_t>& log = calls[k];
       DenseModel::GradsReady ready;
@@ -383,10 +430,11 @@ void graphs_replay_the_direct_bits(const Device& dev, Interaction it, GemmType p
 }
 
 BOOST_AUTO_TEST_CASE(cuda_graphs_replay_the_direct_bits, *testing::needs_gpu()) {
+  for (float dropout : {0.f, 0.25f})
   for (Interaction it : {Interaction::dot, Interaction::dcnv2})
     for (GemmType t : {GemmType::f32, GemmType::bf16, GemmType::f16}) {
       Device dev = dense_test::device_for(Backend::cuda);
-      graphs_replay_the_direct_bits(dev, it, t);  // its models and buffers are gone before the device
+      graphs_replay_the_direct_bits(dev, it, t, dropout);  // its models and buffers are gone before the device
       close_device(dev);
     }
 }

@@ -115,7 +115,16 @@ BOOST_AUTO_TEST_CASE(config_file_and_command_line) {
   BOOST_TEST(ccb.comm_check_calls);
   BOOST_TEST(parse({"--data.train", "a.h5"}).comm_timeout_s == 300);
   BOOST_TEST(!parse({"--data.train", "a.h5"}).comm_check_calls);
+  // dropout and the dense weight decay, through the INI text too; off by default
+  const TrainConfig dw = parse({"--data.train", "a.h5", "--model.dropout", "0.125", "--optimizer.weight_decay", "1e-4"});
+  BOOST_TEST(dw.model.dropout == 0.125f);
+  BOOST_TEST(dw.dense.weight_decay == 1e-4f);
+  const TrainConfig dwb = parse_train_config_text(dw.to_ini(), "test");
+  BOOST_TEST(dwb.model.dropout == 0.125f);
+  BOOST_TEST(dwb.dense.weight_decay == 1e-4f);
   const TrainConfig d = parse({"--data.train", "a.h5"});
+  BOOST_TEST(d.model.dropout == 0.f);
+  BOOST_TEST(d.dense.weight_decay == 0.f);
   BOOST_TEST((d.model.precision == GemmType::f32));
   BOOST_TEST(d.loss_scale_init == 65536);
   BOOST_TEST(d.loss_scale_window == 2000);
@@ -154,6 +163,9 @@ BOOST_AUTO_TEST_CASE(bad_options_name_what_is_wrong) {
   fails({"--data.train", "a.h5", "--optimizer.decay_steps", "5", "--optimizer.warmup_steps", "9"},
         {"optimizer.decay_start", "9"});
   fails({"--data.train", "a.h5", "--comm.mode", "smoke"}, {"comm.mode", "smoke"});
+  fails({"--data.train", "a.h5", "--model.dropout", "1"}, {"model.dropout", "[0, 1)", "found 1"});
+  fails({"--data.train", "a.h5", "--model.dropout", "-0.5"}, {"model.dropout", "found -0.5"});
+  fails({"--data.train", "a.h5", "--optimizer.weight_decay", "-1"}, {"optimizer.weight_decay", "found -1"});
   fails({"--data.train", "a.h5", "--comm.timeout", "0"}, {"comm.timeout", "> 0", "0"});
   fails({"--data.train", "a.h5", "--embedding.planner_link_gbps", "0"}, {"embedding.planner_link_gbps", "> 0", "0"});
   fails({"--data.train", "a.h5", "--embedding.planner_hbm_gbps", "-3"}, {"embedding.planner_hbm_gbps", "-3"});
