@@ -88,7 +88,7 @@ const std::vector<int> kDcnv2Hotness = {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6
 
 struct Args {
   std::string tables = "mlperf-v1", rows_list, dims, hotness_list, batch = "65536",
-              placements = "dispatch,localized,replicated,distributed,hybrid,plan", optimizer = "sgd", comm_mode,
+              placements = "dispatch,localized,replicated,distributed,hybrid,plan", optimizer = "rowwise_adagrad", comm_mode,
               exchange = "fp32", output = "fp32", index = "hashed", table_placements;
   int64_t row_cap = 4000000;
   int dim = 128, warmup = 5, iters = 20, check_samples = 64;  // warmup, iters: the driver's --warmup, --iters
@@ -448,8 +448,14 @@ Check run_check(EmbeddingCollection& coll, const KeyGen& kg, const Args& a, cons
     const float w = init(t, key, e), gs = gsum[t][p];
     float step = oc.lr * gs;
     if (oc.kind == OptimizerKind::adagrad) step = step / (std::sqrt(oc.initial_accumulator + gs * gs) + oc.epsilon);
+    if (oc.kind == OptimizerKind::rowwise_adagrad) {  // the row's mean square gradient
+      const float* row = gsum[t].data() + size_t((key - kg.tables[t].card) * dim);
+      float ms = 0;
+      for (int j = 0; j < dim; ++j) ms += row[j] * row[j];
+      step = step / (std::sqrt(oc.initial_accumulator + ms / float(dim)) + oc.epsilon);
+    }
     // a gradient's rounding moves the update by at most its derivative (lr / sqrt(initial accumulator)) times it
-    const float scale = oc.kind == OptimizerKind::adagrad ? oc.lr / std::sqrt(oc.initial_accumulator) : oc.lr;
+    const float scale = oc.kind == OptimizerKind::sgd ? oc.lr : oc.lr / std::sqrt(oc.initial_accumulator);
     *mag = std::fabs(w) + scale * gabs[t][p];
     return w - step;
   };
@@ -583,10 +589,11 @@ void add_options(bench::Driver& d, Args& a) {
       "index", po::value(&a.index)->default_value(a.index),
       "hashed | direct: every table indexes its keys directly (hybrid: its cold shard)")(
       "alpha", po::value(&a.alpha)->default_value(a.alpha), "power-law exponent of key frequencies (0: uniform)")(
-      "optimizer", po::value(&a.optimizer)->default_value(a.optimizer), "sgd | adagrad")(
+      "optimizer", po::value(&a.optimizer)->default_value(a.optimizer), "rowwise_adagrad | adagrad | sgd")(
       "lr", po::value(&a.lr)->default_value(a.lr), "learning rate")(
       "memory-budget", po::value(&a.memory_budget_gib)->default_value(0),
-      "device GiB per rank the planner may fill with tables (0: no limit)")(
+      "device GiB per rank the planner may fill with tables and their workspaces (0: this device's free memory, "
+      "shared among the ranks that drive it, less 1 GiB for the rest)")(
       "planner-link-gbps", po::value(&a.rates.link_GBps)->default_value(a.rates.link_GBps),
       "the planner's link rate: GB/s one rank sends plus receives in an all-to-all")(
       "planner-hbm-gbps", po::value(&a.rates.hbm_GBps)->default_value(a.rates.hbm_GBps),
@@ -640,8 +647,8 @@ Sweep check_options(Args& a) {
                           std::make_pair("--planner-collective-us", a.rates.collective_us),
                           std::make_pair("--planner-group-us", a.rates.group_us)})
       SPARTA_REQUIRE(r.second > 0 && std::isfinite(r.second), "%s must be > 0, found %g", r.first, r.second);
-    SPARTA_REQUIRE(a.optimizer == "sgd" || a.optimizer == "adagrad", "--optimizer: sgd or adagrad, found '%s'",
-                   a.optimizer.c_str());
+    SPARTA_REQUIRE(a.optimizer == "sgd" || a.optimizer == "adagrad" || a.optimizer == "rowwise_adagrad",
+                   "--optimizer: sgd, adagrad or rowwise_adagrad, found '%s'", a.optimizer.c_str());
     if (!a.comm_mode.empty()) parse_comm_mode(a.comm_mode);
     SPARTA_REQUIRE(a.exchange == "fp32" || a.exchange == "bf16", "--exchange: fp32 or bf16, found '%s'",
                    a.exchange.c_str());

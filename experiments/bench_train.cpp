@@ -12,7 +12,7 @@
 // ("hotness") state them.
 //   mpiexec -n 8 bench_train [--batch 65536] [--max-rows 4000000] [--model dot|dcnv2] [--placement auto]
 //                            [--exchange fp32|bf16] [--precision fp32|bf16|fp16] [--cuda-graphs 1|0] [--trace N] [--warmup 3] [--steps 10] [--out results/bench_train.jsonl]
-//                            [--index hashed|direct] [--sparse-optimizer adagrad|sgd] [--atomic-update 0|1]
+//                            [--index hashed|direct] [--sparse-optimizer rowwise_adagrad|adagrad|sgd] [--atomic-update 0|1]
 #include <mpi.h>
 
 #include <cstdio>
@@ -33,7 +33,7 @@ const char* const kDcnv2Hotness = "3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,
 int main(int argc, char** argv) {
   using namespace sparta;
   std::string preset = "mlperf", hotness, interaction = "dot", placement = "auto", precision = "fp32",
-              exchange = "fp32", comm_mode = "hier", bottom_mlp, top_mlp, index = "hashed", sparse = "adagrad";
+              exchange = "fp32", comm_mode = "hier", bottom_mlp, top_mlp, index = "hashed", sparse = "rowwise_adagrad";
   bool atomic_update = false;
   int64_t batch = 65536, max_rows = 4000000, trace = 0;
   int dim = 128;
@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
       "bottom-mlp", po::value(&bottom_mlp), "widths after the dense features (comma list; default the model's)")(
       "top-mlp", po::value(&top_mlp), "widths of the top MLP, ending in 1 (comma list; default the model's)")(
       "index", po::value(&index)->default_value(index), "embedding.index: hashed | direct")(
-      "sparse-optimizer", po::value(&sparse)->default_value(sparse), "embedding.kind (the tables' optimizer)")(
+      "sparse-optimizer", po::value(&sparse)->default_value(sparse), "embedding.optimizer (the tables' optimizer)")(
       "atomic-update", po::value(&atomic_update)->default_value(atomic_update), "embedding.atomic_update (sgd): 1 | 0");
   return d.run("usage: mpiexec -n N bench_train [options]", [&] {
     TrainConfig cfg;

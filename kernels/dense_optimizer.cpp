@@ -9,9 +9,9 @@
 namespace sparta {
 
 size_t dense_optimizer_state_size(OptimizerKind kind, size_t n) {
-  SPARTA_REQUIRE(kind != OptimizerKind::lazy_adam,
-                 "dense optimizer: expected sgd, momentum, nesterov, adagrad or adam, found lazy_adam (a sparse "
-                 "optimizer: use adam for dense parameters)");
+  SPARTA_REQUIRE(kind != OptimizerKind::lazy_adam && kind != OptimizerKind::rowwise_adagrad,
+                 "dense optimizer: expected sgd, momentum, nesterov, adagrad or adam, found %s (a sparse optimizer: "
+                 "use adam or adagrad for dense parameters)", optimizer_name(kind));
   return size_t(optimizer_state_width(kind, 1)) * n;
 }
 

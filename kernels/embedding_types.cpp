@@ -21,15 +21,17 @@ const char* optimizer_name(OptimizerKind k) {
     case OptimizerKind::adagrad: return "adagrad";
     case OptimizerKind::adam: return "adam";
     case OptimizerKind::lazy_adam: return "lazy_adam";
+    case OptimizerKind::rowwise_adagrad: return "rowwise_adagrad";
   }
   return "?";
 }
 
 OptimizerKind parse_optimizer(const std::string& name) {
   for (OptimizerKind k : {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::nesterov, OptimizerKind::adagrad,
-                          OptimizerKind::adam, OptimizerKind::lazy_adam})
+                          OptimizerKind::adam, OptimizerKind::lazy_adam, OptimizerKind::rowwise_adagrad})
     if (name == optimizer_name(k)) return k;
-  throw Error("optimizer: expected sgd, momentum, nesterov, adagrad, adam or lazy_adam, found '" + name + "'");
+  throw Error("optimizer: expected sgd, momentum, nesterov, adagrad, rowwise_adagrad, adam or lazy_adam, found '" +
+              name + "'");
 }
 
 void check_bag_layout(const BagLayout& l, const char* what) {

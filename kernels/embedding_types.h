@@ -4,7 +4,8 @@
 // Layout of a table's store (one allocation each, row-major):
 //   values [capacity_rows, dim]          float32
 //   state  [capacity_rows, state_width]  float32, state_width = optimizer_state_width(kind, dim):
-//     sgd 0 | momentum, nesterov: velocity[dim] | adagrad: accumulator[dim] | adam: m[dim], v[dim]
+//     sgd 0 | momentum, nesterov: velocity[dim] | adagrad: accumulator[dim] | rowwise_adagrad: accumulator[1]
+//     | adam: m[dim], v[dim]
 //     lazy_adam: m[dim], v[dim], then one float whose bits hold the int32 step of the row's last update
 #pragma once
 
@@ -17,7 +18,7 @@ namespace sparta {
 
 enum class Combiner { sum, mean };
 
-enum class OptimizerKind { sgd, momentum, nesterov, adagrad, adam, lazy_adam };
+enum class OptimizerKind { sgd, momentum, nesterov, adagrad, adam, lazy_adam, rowwise_adagrad };
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::sgd;
@@ -26,8 +27,12 @@ struct OptimizerConfig {
   float beta1 = 0.9f;          // adam, lazy_adam
   float beta2 = 0.999f;        // adam, lazy_adam
   float epsilon = 1e-8f;       // adagrad, adam, lazy_adam
-  float initial_accumulator = 0.0f;  // adagrad
-  float weight_decay = 0.0f;   // the dense optimizer only (optimizer.weight_decay): g + weight_decay * w
+  float initial_accumulator = 0.0f;  // adagrad, rowwise_adagrad
+  // L2 weight decay. The dense optimizer (optimizer.weight_decay): g + weight_decay * w on every parameter. Sparse
+  // optimizers (embedding.weight_decay; HugeCTR's regularizer, FBGEMM's L2 weight decay): the same on the rows a
+  // step touches only, before the optimizer takes the gradient; not with atomic_update (a row several keys touch
+  // would decay once per key).
+  float weight_decay = 0.0f;
   // sgd only: the backward and update applied key by key with float atomics (kernels/atomic_sgd.h, HugeCTR's
   // atomic_update): no sort, much faster with many keys per step, but a row several keys touch is not
   // reproducible bit for bit. false: the sorted, fixed-order backward (kernels/embedding_backward.h).
@@ -42,6 +47,7 @@ inline int optimizer_state_width(OptimizerKind kind, int dim) {
     case OptimizerKind::adagrad: return dim;
     case OptimizerKind::adam: return 2 * dim;
     case OptimizerKind::lazy_adam: return 2 * dim + 1;
+    case OptimizerKind::rowwise_adagrad: return 1;
   }
   return 0;
 }
@@ -67,7 +73,8 @@ struct BagLayout {
 // sparta::Error "<what>: ..." unless the layout is the default or has its columns, slots and row.
 void check_bag_layout(const BagLayout& l, const char* what);
 
-// Names as written in options and files: "sum" "mean"; "sgd" "momentum" "nesterov" "adagrad" "adam" "lazy_adam".
+// Names as written in options and files: "sum" "mean"; "sgd" "momentum" "nesterov" "adagrad" "adam" "lazy_adam"
+// "rowwise_adagrad".
 // The parsers throw sparta::Error naming the value found.
 const char* combiner_name(Combiner c);
 Combiner parse_combiner(const std::string& name);

@@ -20,6 +20,7 @@ OptimizerStep optimizer_step(const OptimizerConfig& cfg, int64_t step) {
   c.one_minus_beta1 = static_cast<float>(1.0 - double(cfg.beta1));
   c.one_minus_beta2 = static_cast<float>(1.0 - double(cfg.beta2));
   c.epsilon = cfg.epsilon;
+  c.weight_decay = cfg.weight_decay;
   if (cfg.kind == OptimizerKind::adam || cfg.kind == OptimizerKind::lazy_adam) {
     // in double on the host, once per step: the kernels multiply by the float result
     double b1 = 1.0 - std::pow(double(cfg.beta1), double(step));

@@ -7,6 +7,11 @@
 //   momentum   v = momentum * v + g;                      w -= lr * v                        (PyTorch form)
 //   nesterov   v = momentum * v + g;                      w -= lr * (g + momentum * v)       (PyTorch form)
 //   adagrad    a += g * g;                                w -= lr * g / (sqrt(a) + epsilon)
+//   rowwise_adagrad (FBGEMM's EXACT_ROWWISE_ADAGRAD) one accumulator a per row:
+//              a += sum(g * g) / dim;  r = lr / (sqrt(a) + epsilon);  w -= r * g
+//              The sum of squares is a balanced binary tree over the element index (pairs (0,1), (2,3), ..., then
+//              pairs of those), zero-padded to a power of two: an order the GPU's lane groups take whatever the
+//              row's shape (row_square_sum), so both backends give the same bits.
 //   adam       m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g * g;
 //              w -= lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + epsilon)
 //              Only the batch's rows change; the bias correction uses the global step t.
@@ -15,8 +20,10 @@
 //              it missed, m *= beta1^k, v *= beta2^k, then takes the adam step above, and s = t. Its m and v
 //              are then what dense Adam would hold had the missed steps had zero gradient; only w differs
 //              (it did not move while the row was absent).
-// adagrad's accumulator starts at OptimizerConfig::initial_accumulator (the table sets it when it creates a
-// row); every other state starts at zero.
+// Weight decay (OptimizerConfig::weight_decay, every optimizer): g is first replaced by g + weight_decay * w
+// (skipped when weight_decay is 0, so a zero decay changes no bit).
+// adagrad's and rowwise_adagrad's accumulators start at OptimizerConfig::initial_accumulator (the table sets it
+// when it creates a row); every other state starts at zero.
 //
 // Every multiply, add, divide and square root is an IEEE round-to-nearest operation on both backends (no
 // fused multiply-add, beta^k by repeated squaring, the bias corrections computed once on the host), so the
@@ -40,6 +47,7 @@ struct OptimizerStep {
   OptimizerKind kind = OptimizerKind::sgd;
   float lr = 0, momentum = 0, beta1 = 0, beta2 = 0, one_minus_beta1 = 0, one_minus_beta2 = 0, epsilon = 0;
   float inv_bias1 = 1, inv_bias2 = 1;  // 1 / (1 - beta1^t), 1 / (1 - beta2^t)
+  float weight_decay = 0;
   int32_t step = 1;
 };
 
@@ -95,9 +103,11 @@ SPARTA_HD float pow_steps(float base, int32_t k) {
   return r;
 }
 
-// The decay a lazy_adam row missed, from the step of its last update.
+// What one row's elements share: the decay a lazy_adam row missed (from the step of its last update), and
+// rowwise_adagrad's step size r = lr / (sqrt(a) + epsilon).
 struct RowDecay {
   float beta1_k = 1, beta2_k = 1;
+  float row_lr = 0;
 };
 SPARTA_HD RowDecay lazy_decay(const OptimizerStep& c, int32_t last_step) {
   int32_t k = c.step - 1 - last_step;
@@ -120,6 +130,8 @@ SPARTA_HD void update_element(const OptimizerStep& c, const RowDecay& d, float g
   } else if (K == OptimizerKind::adagrad) {
     s0 = rn::add(s0, rn::mul(g, g));
     w = rn::sub(w, rn::div(rn::mul(c.lr, g), rn::add(rn::sqrt(s0), c.epsilon)));
+  } else if (K == OptimizerKind::rowwise_adagrad) {
+    w = rn::sub(w, rn::mul(d.row_lr, g));
   } else {  // adam, lazy_adam
     if (K == OptimizerKind::lazy_adam) {
       s0 = rn::mul(s0, d.beta1_k);
@@ -134,7 +146,10 @@ SPARTA_HD void update_element(const OptimizerStep& c, const RowDecay& d, float g
 
 // Where the state of element e of a row lives: s0 at state[e], s1 at state[dim + e] (adam, lazy_adam), and
 // lazy_adam's last step at state[2 * dim].
-SPARTA_HD constexpr bool optimizer_has_s0(OptimizerKind k) { return k != OptimizerKind::sgd; }
+// rowwise_adagrad's one float per row is neither (row_accumulate).
+SPARTA_HD constexpr bool optimizer_has_s0(OptimizerKind k) {
+  return k != OptimizerKind::sgd && k != OptimizerKind::rowwise_adagrad;
+}
 SPARTA_HD constexpr bool optimizer_has_s1(OptimizerKind k) {
   return k == OptimizerKind::adam || k == OptimizerKind::lazy_adam;
 }
@@ -147,14 +162,43 @@ inline int32_t load_last_step(const float* slot) {
 }
 inline void store_last_step(float* slot, int32_t s) { std::memcpy(slot, &s, sizeof(s)); }
 
+// The gradient an optimizer takes: g + weight_decay * w (g itself without decay).
+SPARTA_HD float decayed_grad(const OptimizerStep& c, float g, float w) {
+  return c.weight_decay != 0.0f ? rn::add(g, rn::mul(c.weight_decay, w)) : g;
+}
+
+// rowwise_adagrad: the accumulator a += square_sum / dim, and the row's step size lr / (sqrt(a) + epsilon).
+SPARTA_HD float row_accumulate(const OptimizerStep& c, float& a, float square_sum, int dim) {
+  a = rn::add(a, rn::div(square_sum, float(dim)));
+  return rn::div(c.lr, rn::add(rn::sqrt(a), c.epsilon));
+}
+
+// The sum of x[e] * x[e] for e < n as sparse_optimizer.h's balanced tree (zero-padded to a power of two).
+inline float row_square_sum(const float* x, int n) {
+  float t[256];  // rows are at most 256 floats
+  int m = 1;
+  while (m < n) m *= 2;
+  for (int e = 0; e < m; ++e) t[e] = e < n ? rn::mul(x[e], x[e]) : 0.0f;
+  for (; m > 1; m /= 2)
+    for (int i = 0; i < m / 2; ++i) t[i] = rn::add(t[2 * i], t[2 * i + 1]);
+  return t[0];
+}
+
 // Updates one whole row on the host (the cpu reference).
 template <OptimizerKind K>
-inline void update_row_cpu(const OptimizerStep& c, const float* g, float* w, float* st, int dim) {
+inline void update_row_cpu(const OptimizerStep& c, const float* g_in, float* w, float* st, int dim) {
+  float decayed[256];  // rows are at most 256 floats
+  const float* g = g_in;
+  if (c.weight_decay != 0.0f) {
+    for (int e = 0; e < dim; ++e) decayed[e] = decayed_grad(c, g_in[e], w[e]);
+    g = decayed;
+  }
   RowDecay d;
   if (K == OptimizerKind::lazy_adam) {
     d = lazy_decay(c, load_last_step(st + 2 * dim));
     store_last_step(st + 2 * dim, c.step);
   }
+  if (K == OptimizerKind::rowwise_adagrad) d.row_lr = row_accumulate(c, st[0], row_square_sum(g, dim), dim);
   float unused0 = 0, unused1 = 0;
   for (int e = 0; e < dim; ++e) {
     float& s0 = optimizer_has_s0(K) ? st[e] : unused0;
@@ -174,6 +218,7 @@ inline void dispatch_optimizer(OptimizerKind kind, F&& f) {
     case K::adagrad: return f(std::integral_constant<K, K::adagrad>{});
     case K::adam: return f(std::integral_constant<K, K::adam>{});
     case K::lazy_adam: return f(std::integral_constant<K, K::lazy_adam>{});
+    case K::rowwise_adagrad: return f(std::integral_constant<K, K::rowwise_adagrad>{});
   }
 }
 
@@ -228,7 +273,7 @@ __device__ __forceinline__ unsigned group_mask(int G) {
 }
 
 // Applies optimizer K to row `row` of the store with this lane's part of the gradient, acc[P*V] (vector p of
-// the lane at acc + p*V). Every lane of the group must call it (lazy_adam synchronizes the group).
+// the lane at acc + p*V). Every lane of the group must call it (lazy_adam and rowwise_adagrad synchronize the group).
 template <OptimizerKind K, int V, int P>
 struct RowUpdate {
   OptimizerStep c;
@@ -250,9 +295,63 @@ struct RowUpdate {
       if (optimizer_has_s0(K)) prefetch_l2(s_row + col * V);
       if (optimizer_has_s1(K)) prefetch_l2(s_row + dim + col * V);
     }
+    if (K == OptimizerKind::rowwise_adagrad && lane == 0) prefetch_l2(s_row);
+  }
+
+  // rowwise_adagrad: the row's gradient (decayed) and sum of squares in the header's tree order: each vector of V
+  // in the lane, then across lanes (lane bits are the element index's next bits: xor 1, 2, ..., G/2), then across
+  // the lane's P vectors (the index's top bits). Lanes past the row hold zeros.
+  __device__ __forceinline__ void apply_rowwise(uint32_t row, int lane, int G, const float* acc) const {
+    float* w_row = values + size_t(row) * dim;
+    float* s_row = state + size_t(row) * state_width;
+    const int nv = dim / V;
+    const unsigned mask = group_mask(G);
+    float a = s_row[0];
+    float w[P * V], g[P * V], part[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      int col = lane + p * G;
+      if (col < nv) {
+        load<V>(w_row + col * V, w + p * V);
+#pragma unroll
+        for (int v = 0; v < V; ++v) g[p * V + v] = decayed_grad(c, acc[p * V + v], w[p * V + v]);
+      } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) w[p * V + v] = 0.f, g[p * V + v] = 0.f;
+      }
+      float q[V];
+#pragma unroll
+      for (int v = 0; v < V; ++v) q[v] = rn::mul(g[p * V + v], g[p * V + v]);
+#pragma unroll
+      for (int h = 1; h < V; h *= 2)
+#pragma unroll
+        for (int v = 0; v < V; v += 2 * h) q[v] = rn::add(q[v], q[v + h]);
+      part[p] = q[0];
+    }
+    for (int o = 1; o < G; o *= 2)
+#pragma unroll
+      for (int p = 0; p < P; ++p) part[p] = rn::add(part[p], __shfl_xor_sync(mask, part[p], o));
+#pragma unroll
+    for (int h = 1; h < P; h *= 2)
+#pragma unroll
+      for (int p = 0; p < P; p += 2 * h) part[p] = rn::add(part[p], part[p + h]);
+    RowDecay d;
+    d.row_lr = row_accumulate(c, a, part[0], dim);
+    __syncwarp(mask);  // every lane has read the accumulator before lane 0 overwrites it
+    if (lane == 0) s_row[0] = a;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      int col = lane + p * G;
+      if (col >= nv) break;
+      float unused0 = 0, unused1 = 0;
+#pragma unroll
+      for (int v = 0; v < V; ++v) update_element<K>(c, d, g[p * V + v], w[p * V + v], unused0, unused1);
+      store<V>(w_row + col * V, w + p * V);
+    }
   }
 
   __device__ __forceinline__ void apply(uint32_t row, int lane, int G, const float* acc) const {
+    if (K == OptimizerKind::rowwise_adagrad) return apply_rowwise(row, lane, G, acc);
     // state rows of lazy_adam (2*dim+1 floats) are not 16-byte aligned: scalar loads there
     constexpr int SV = (K == OptimizerKind::lazy_adam) ? 1 : V;
     float* w_row = values + size_t(row) * dim;
@@ -270,8 +369,10 @@ struct RowUpdate {
       int col = lane + p * G;
       if (col >= nv) break;
       int e = col * V;
-      float w[V], s0[V], s1[V];
+      float w[V], s0[V], s1[V], g[V];
       load<V>(w_row + e, w);
+#pragma unroll
+      for (int v = 0; v < V; ++v) g[v] = decayed_grad(c, acc[p * V + v], w[v]);
       if (optimizer_has_s0(K)) {
 #pragma unroll
         for (int v = 0; v < V; v += SV) load<SV>(s_row + e + v, s0 + v);
@@ -281,7 +382,7 @@ struct RowUpdate {
         for (int v = 0; v < V; v += SV) load<SV>(s_row + dim + e + v, s1 + v);
       }
 #pragma unroll
-      for (int v = 0; v < V; ++v) update_element<K>(c, d, acc[p * V + v], w[v], s0[v], s1[v]);
+      for (int v = 0; v < V; ++v) update_element<K>(c, d, g[v], w[v], s0[v], s1[v]);
       store<V>(w_row + e, w);
       if (optimizer_has_s0(K)) {
 #pragma unroll

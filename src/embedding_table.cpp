@@ -49,6 +49,10 @@ const EmbeddingTableConfig& checked(const EmbeddingTableConfig& c) {
   SPARTA_REQUIRE(!c.optimizer.atomic_update || c.optimizer.kind == OptimizerKind::sgd,
                  "embedding table '%s': atomic_update applies to sgd only, the optimizer is %s", name,
                  optimizer_name(c.optimizer.kind));
+  SPARTA_REQUIRE(std::isfinite(c.optimizer.weight_decay) && c.optimizer.weight_decay >= 0 &&
+                     (c.optimizer.weight_decay == 0 || !c.optimizer.atomic_update),
+                 "embedding table '%s': weight_decay must be finite, >= 0 and 0 with atomic_update, found %g", name,
+                 double(c.optimizer.weight_decay));
   return c;
 }
 
@@ -104,8 +108,11 @@ KeyInit EmbeddingTable::key_init() const {
 void EmbeddingTable::reset_state(Stream stream) {
   if (state_.empty()) return;
   // Every optimizer's state starts at zero (lazy_adam's step word: int32 0 has the bits of 0.0f), except
-  // adagrad's accumulator.
-  float init = cfg_.optimizer.kind == OptimizerKind::adagrad ? cfg_.optimizer.initial_accumulator : 0.f;
+  // adagrad's and rowwise_adagrad's accumulators.
+  const OptimizerKind k = cfg_.optimizer.kind;
+  float init = k == OptimizerKind::adagrad || k == OptimizerKind::rowwise_adagrad
+                   ? cfg_.optimizer.initial_accumulator
+                   : 0.f;
   fill(dev_, state_.data(), state_.size(), init, stream);
 }
 

@@ -175,10 +175,17 @@ void check_train_config(const TrainConfig& c) {
   }
   check_optimizer("embedding", c.sparse);
   SPARTA_REQUIRE(!c.sparse.atomic_update || c.sparse.kind == OptimizerKind::sgd,
-                 "embedding.atomic_update: applies to embedding.kind sgd only, found %s", optimizer_name(c.sparse.kind));
+                 "embedding.atomic_update: applies to embedding.optimizer sgd only, found %s",
+                 optimizer_name(c.sparse.kind));
+  SPARTA_REQUIRE(std::isfinite(c.sparse.weight_decay) && c.sparse.weight_decay >= 0,
+                 "embedding.weight_decay: expected a finite value >= 0, found %g", double(c.sparse.weight_decay));
+  SPARTA_REQUIRE(c.sparse.weight_decay == 0 || !c.sparse.atomic_update,
+                 "embedding.weight_decay: not with embedding.atomic_update (a row several keys touch would decay once "
+                 "per key), found %g", double(c.sparse.weight_decay));
   SPARTA_REQUIRE(c.init_scale >= 0, "embedding.init_scale: expected >= 0, found %g", c.init_scale);
   SPARTA_REQUIRE(c.hot_rows >= 0, "embedding.hot_rows: expected >= 0, found %lld", (long long)c.hot_rows);
-  SPARTA_REQUIRE(c.memory_mb >= 0, "embedding.memory_mb: expected >= 0 (0: no limit), found %g", c.memory_mb);
+  SPARTA_REQUIRE(c.memory_mb >= 0, "embedding.memory_mb: expected >= 0 (0: the device's free memory), found %g",
+                 c.memory_mb);
   SPARTA_REQUIRE(c.exchange == "fp32" || c.exchange == "bf16", "embedding.exchange: expected fp32 or bf16, found '%s'",
                  c.exchange.c_str());
   SPARTA_REQUIRE(c.index == "hashed" || c.index == "direct", "embedding.index: expected hashed or direct, found '%s'",
@@ -193,9 +200,9 @@ void check_train_config(const TrainConfig& c) {
   check_optimizer("optimizer", c.dense);
   SPARTA_REQUIRE(std::isfinite(c.dense.weight_decay) && c.dense.weight_decay >= 0,
                  "optimizer.weight_decay: expected a finite value >= 0, found %g", c.dense.weight_decay);
-  SPARTA_REQUIRE(c.dense.kind != OptimizerKind::lazy_adam,
-                 "optimizer.kind: lazy_adam is a sparse optimizer (embedding.kind); the dense parameters take "
-                 "sgd, momentum, nesterov, adagrad or adam");
+  SPARTA_REQUIRE(c.dense.kind != OptimizerKind::lazy_adam && c.dense.kind != OptimizerKind::rowwise_adagrad,
+                 "optimizer.kind: %s is a sparse optimizer (embedding.optimizer); the dense parameters take "
+                 "sgd, momentum, nesterov, adagrad or adam", optimizer_name(c.dense.kind));
   const LrSchedule& s = c.schedule;
   SPARTA_REQUIRE(s.warmup_steps >= 0 && s.decay_start >= 0 && s.decay_steps >= 0,
                  "optimizer.warmup_steps, optimizer.decay_start, optimizer.decay_steps: expected >= 0, found %lld, "
@@ -246,8 +253,8 @@ void check_train_config(const TrainConfig& c) {
 std::string TrainConfig::to_ini() const {
   std::ostringstream s;
   s.precision(9);
-  auto opt = [&](const OptimizerConfig& o) {
-    s << "kind = " << optimizer_name(o.kind) << "\nlr = " << o.lr << "\nmomentum = " << o.momentum
+  auto opt = [&](const OptimizerConfig& o, const char* key) {
+    s << key << " = " << optimizer_name(o.kind) << "\nlr = " << o.lr << "\nmomentum = " << o.momentum
       << "\nbeta1 = " << o.beta1 << "\nbeta2 = " << o.beta2 << "\nepsilon = " << o.epsilon
       << "\ninitial_accumulator = " << o.initial_accumulator << "\n";
   };
@@ -262,14 +269,14 @@ std::string TrainConfig::to_ini() const {
     << "\nprecision = " << precision_name(model.precision) << "\ndropout = " << model.dropout << "\nseed = " << seed
     << "\n\n";
   s << "[embedding]\nrows = " << rows << "\nplacement = " << placement << "\ncombiner = " << combiner << "\n";
-  opt(sparse);
-  s << "atomic_update = " << sparse.atomic_update << "\ninit_scale = " << init_scale << "\nhot_rows = " << hot_rows << "\nmemory_mb = " << memory_mb
+  opt(sparse, "optimizer");
+  s << "weight_decay = " << sparse.weight_decay << "\natomic_update = " << sparse.atomic_update << "\ninit_scale = " << init_scale << "\nhot_rows = " << hot_rows << "\nmemory_mb = " << memory_mb
     << "\nexchange = " << exchange 
     << "\nindex = " << index
     << "\nplanner_link_gbps = " << planner_rates.link_GBps << "\nplanner_hbm_gbps = " << planner_rates.hbm_GBps
     << "\n\n";
   s << "[optimizer]\n";
-  opt(dense);
+  opt(dense, "kind");
   s << "weight_decay = " << dense.weight_decay << "\n";
   s << "warmup_steps = " << schedule.warmup_steps << "\ndecay_start = " << schedule.decay_start
     << "\ndecay_steps = " << schedule.decay_steps << "\ndecay_power = " << schedule.decay_power

@@ -25,9 +25,13 @@ struct Texts {
 
 void add_optimizer(po::options_description& d, const std::string& s, OptimizerConfig& o, std::string& kind,
                    const char* what, const char* default_kind, float default_lr) {
-  d.add_options()((s + ".kind").c_str(), po::value<std::string>(&kind)->default_value(default_kind),
+  // the tables' optimizer is embedding.optimizer; the dense one optimizer.kind
+  const std::string key = s == "embedding" ? s + ".optimizer" : s + ".kind";
+  d.add_options()(key.c_str(), po::value<std::string>(&kind)->default_value(default_kind),
                   (std::string(what) + " optimizer: sgd | momentum | nesterov | adagrad | adam" +
-                   (s == "embedding" ? " | lazy_adam (adam on the rows a batch touched, the missed decay caught up)"
+                   (s == "embedding" ? " | rowwise_adagrad (one accumulator per row: the mean of the squared "
+                                       "gradient, as FBGEMM's EXACT_ROWWISE_ADAGRAD) | lazy_adam (adam on the rows a "
+                                       "batch touched, the missed decay caught up)"
                                      : "") + " (formulas: kernels/sparse_optimizer.h)").c_str())(
       (s + ".lr").c_str(), po::value<float>(&o.lr)->default_value(default_lr),
       (s == "embedding" ? "learning rate of the tables (constant)" : "peak learning rate of the dense parameters"))(
@@ -36,7 +40,7 @@ void add_optimizer(po::options_description& d, const std::string& s, OptimizerCo
       (s + ".beta2").c_str(), po::value<float>(&o.beta2)->default_value(0.999f, "0.999"), "adam: second-moment decay")(
       (s + ".epsilon").c_str(), po::value<float>(&o.epsilon)->default_value(1e-8f, "1e-8"), "adagrad, adam: epsilon")(
       (s + ".initial_accumulator").c_str(), po::value<float>(&o.initial_accumulator)->default_value(0.f, "0"),
-      "adagrad: the accumulator's start");
+      "adagrad, rowwise_adagrad: the accumulator's start");
 }
 
 po::options_description config_options(TrainConfig& c, Texts& t) {
@@ -104,7 +108,9 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
       "across nodes, e.g. 85 for one 400 Gb/s NIC per GPU)")(
       "embedding.planner_hbm_gbps", po::value<double>(&c.planner_rates.hbm_GBps)->default_value(PlannerRates().hbm_GBps),
       "the planner's effective GB/s of local device passes (lookups, sorts, gathers, updates)");
-  add_optimizer(emb, "embedding", c.sparse, t.sparse_kind, "the tables'", "adagrad", 0.05f);
+  add_optimizer(emb, "embedding", c.sparse, t.sparse_kind, "the tables'", "rowwise_adagrad", 0.05f);
+  emb.add_options()("embedding.weight_decay", po::value<float>(&c.sparse.weight_decay)->default_value(0.f, "0"),
+                    "L2 on the rows a step touches: each row's gradient + weight_decay * row before the optimizer");
   emb.add_options()("embedding.atomic_update", po::value<bool>(&c.sparse.atomic_update)->default_value(false),
                     "sgd only: each key's update added to its row with float atomics (no sort; faster with many "
                     "keys, not bitwise reproducible); replicated tables on more than one rank stay sorted (their "
@@ -181,7 +187,7 @@ void finish(TrainConfig& c, const Texts& t) {
   c.model.top_mlp = parse_widths("model.top_mlp", t.top);
   c.model.precision = parse_precision(t.precision);
   c.seed = t.seed;
-  c.sparse.kind = optimizer_kind("embedding.kind", t.sparse_kind);
+  c.sparse.kind = optimizer_kind("embedding.optimizer", t.sparse_kind);
   c.dense.kind = optimizer_kind("optimizer.kind", t.dense_kind);
   c.schedule.lr = c.dense.lr;
   parse_interval("train.eval_every", t.eval_every, c.eval_every, c.eval_every_epochs);

@@ -56,7 +56,7 @@ Model make_model(int64_t step) {
     int rows;
   };
   const Def defs[] = {{"user", 8, "adam", 16, 300}, {"item", 4, "sgd", 0, 200}, {"geo", 3, "lazy_adam", 7, 57},
-                      {"empty", 2, "adagrad", 2, 0}};
+                      {"empty", 2, "adagrad", 2, 0}, {"rowwise", 6, "rowwise_adagrad", 1, 90}};
   for (const Def& d : defs) {
     m.spec.tables.push_back({d.name, d.dim, d.opt, d.sw});
     TableRows t;
@@ -388,6 +388,10 @@ BOOST_AUTO_TEST_CASE(checkpoint_of_another_model_is_rejected) {
   s = m.spec;
   s.tables[2].optimizer = "adam";
   expect_error([&] { load(s); }, {"table 'geo'", "'optimizer'", "expected 'adam'", "found 'lazy_adam'"});
+  s = m.spec;  // a full Adagrad table does not load as row-wise: the error names both
+  s.tables[3].optimizer = "rowwise_adagrad";
+  s.tables[3].state_width = 1;
+  expect_error([&] { load(s); }, {"table 'empty'", "'optimizer'", "expected 'rowwise_adagrad'", "found 'adagrad'"});
   s = m.spec;
   s.tables[0].state_width = 8;
   expect_error([&] { load(s); }, {"table 'user'", "'state_width'", "expected 8", "found 16"});

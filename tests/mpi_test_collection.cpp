@@ -146,7 +146,7 @@ const std::vector<TableDef> kTables = {
     {"item", 500, 4, Combiner::mean, OptimizerKind::adagrad, {1, 2}, 200},  // one table, two slots
     {"tiny", 3, 5, Combiner::sum, OptimizerKind::sgd, {3}, 3},               // fewer rows than ranks
     {"geo", 200, 8, Combiner::mean, OptimizerKind::sgd, {4}, 100},
-    {"cat", 400, 3, Combiner::sum, OptimizerKind::adagrad, {5}, 150},
+    {"cat", 400, 3, Combiner::sum, OptimizerKind::rowwise_adagrad, {5}, 150},
 };
 constexpr int kSlots = 6;
 
@@ -323,10 +323,19 @@ struct Reference {
       for (auto& kg : sum) {
         std::vector<float>& v = w[t][kg.first];
         std::vector<float>& a = st[t][kg.first];
+        float row_lr = 0;  // rowwise_adagrad: one accumulator (a[0]) per row, the mean square gradient added
+        if (tc.optimizer.kind == OptimizerKind::rowwise_adagrad) {
+          double square_sum = 0;
+          for (int e = 0; e < dim; ++e) square_sum += double(kg.second[size_t(e)]) * kg.second[size_t(e)];
+          a[0] = a[0] + float(square_sum / dim);
+          row_lr = tc.optimizer.lr / (std::sqrt(a[0]) + tc.optimizer.epsilon);
+        }
         for (int e = 0; e < dim; ++e) {
           float g = kg.second[size_t(e)];
           if (tc.optimizer.kind == OptimizerKind::sgd) {
             v[size_t(e)] = v[size_t(e)] - tc.optimizer.lr * g;
+          } else if (tc.optimizer.kind == OptimizerKind::rowwise_adagrad) {
+            v[size_t(e)] = v[size_t(e)] - row_lr * g;
           } else {  // adagrad
             a[size_t(e)] = a[size_t(e)] + g * g;
             v[size_t(e)] = v[size_t(e)] - (tc.optimizer.lr * g) / (std::sqrt(a[size_t(e)]) + tc.optimizer.epsilon);
@@ -434,6 +443,9 @@ void compare_tables(EmbeddingCollection& coll, Reference& ref, MPI_Comm comm, co
           if (r.state_width == dim) {
             got_st.insert(got_st.end(), r.state.begin() + i * dim, r.state.begin() + (i + 1) * dim);
             want_st.insert(want_st.end(), size_t(dim), ref.cfg.tables[t].optimizer.initial_accumulator);
+          } else if (r.state_width == 1) {  // rowwise_adagrad
+            got_st.push_back(r.state[i]);
+            want_st.push_back(ref.cfg.tables[t].optimizer.initial_accumulator);
           }
         } else {
           ++unknown;
@@ -447,6 +459,9 @@ void compare_tables(EmbeddingCollection& coll, Reference& ref, MPI_Comm comm, co
       if (r.state_width == dim) {
         got_st.insert(got_st.end(), r.state.begin() + i * dim, r.state.begin() + (i + 1) * dim);
         want_st.insert(want_st.end(), ref.st[t][k].begin(), ref.st[t][k].end());
+      } else if (r.state_width == 1) {  // rowwise_adagrad: the accumulator the reference keeps at st[0]
+        got_st.push_back(r.state[i]);
+        want_st.push_back(ref.st[t][k][0]);
       }
     }
     std::string name = what + " table " + ref.cfg.tables[t].name;

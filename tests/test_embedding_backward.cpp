@@ -359,13 +359,15 @@ BOOST_AUTO_TEST_CASE(cpu_backward_and_update_equals_the_two_steps) {
   s.capacity = 400;
   s.dup = 0.1;
   for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::nesterov,
-                             OptimizerKind::adagrad, OptimizerKind::adam, OptimizerKind::lazy_adam}) {
+                             OptimizerKind::adagrad, OptimizerKind::adam, OptimizerKind::lazy_adam,
+                             OptimizerKind::rowwise_adagrad}) {
     BOOST_TEST_CONTEXT(optimizer_name(kind)) {
       OptimizerConfig cfg;
       cfg.kind = kind;
+      cfg.weight_decay = 0.1f;  // both paths decay the rows they update
       const int width = optimizer_state_width(kind, s.dim);
       std::vector<float> values0 = testing::random_floats(s.capacity * s.dim);
-      std::vector<float> state0(size_t(s.capacity) * width, kind == OptimizerKind::adagrad ? 0.1f : 0.0f);
+      std::vector<float> state0(size_t(s.capacity) * width, kind == OptimizerKind::adagrad || kind == OptimizerKind::rowwise_adagrad ? 0.1f : 0.0f);
       Buffer<float> v_fused(dev, values0), s_fused(dev, state0), v_two(dev, values0), s_two(dev, state0);
       HostBatch b = make_batch(s);
       DeviceBatch d(dev, b, Combiner::mean);
@@ -595,7 +597,8 @@ BOOST_AUTO_TEST_CASE(cuda_backward_and_update_matches_cpu, *testing::needs_gpu()
   Device gpu = open_device(Backend::cuda, 0);
   Device host = cpu();
   for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::nesterov,
-                             OptimizerKind::adagrad, OptimizerKind::adam, OptimizerKind::lazy_adam}) {
+                             OptimizerKind::adagrad, OptimizerKind::adam, OptimizerKind::lazy_adam,
+                             OptimizerKind::rowwise_adagrad}) {
     for (int dim : {3, 16, 128}) {
       for (bool power_law : {false, true}) {
         BOOST_TEST_CONTEXT(optimizer_name(kind) << " dim " << dim << (power_law ? " power-law" : " uniform")) {
@@ -608,9 +611,10 @@ BOOST_AUTO_TEST_CASE(cuda_backward_and_update_matches_cpu, *testing::needs_gpu()
           cfg.kind = kind;
           cfg.lr = 0.05f;
           cfg.initial_accumulator = 0.1f;
+          cfg.weight_decay = power_law ? 0.05f : 0.0f;
           const int width = optimizer_state_width(kind, dim);
           std::vector<float> values0 = testing::random_floats(size_t(s.capacity) * dim);
-          std::vector<float> state0(size_t(s.capacity) * width, kind == OptimizerKind::adagrad ? 0.1f : 0.0f);
+          std::vector<float> state0(size_t(s.capacity) * width, kind == OptimizerKind::adagrad || kind == OptimizerKind::rowwise_adagrad ? 0.1f : 0.0f);
           Buffer<float> v_cpu(host, values0), s_cpu(host, state0);
           Buffer<float> v_gpu(gpu, values0), s_gpu(gpu, state0), v_two(gpu, values0), s_two(gpu, state0);
           const int64_t max_nnz = s.batch * s.slots * s.max_hot;
@@ -769,7 +773,8 @@ void prepare_then_finish_equals_backward(Backend backend) {
 // is refused before anything changes.
 void update_in_two_parts_equals_the_whole(Backend backend) {
   Device dev = open_device(backend, backend == Backend::cuda ? 0 : -1);
-  for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::adam}) {
+  for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::adam,
+                             OptimizerKind::rowwise_adagrad}) {
     for (int dim : {3, 32}) {
       BOOST_TEST_CONTEXT(optimizer_name(kind) << " dim " << dim) {
         Shape s{500, 26, 0, 3};

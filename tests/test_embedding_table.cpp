@@ -226,7 +226,8 @@ SPARTA_BACKEND_CASES(deferred_check_reports_after_the_backward_and_loses_nothing
 namespace {
 
 const OptimizerKind kAllOptimizers[] = {OptimizerKind::sgd,     OptimizerKind::momentum, OptimizerKind::nesterov,
-                                        OptimizerKind::adagrad, OptimizerKind::adam,     OptimizerKind::lazy_adam};
+                                        OptimizerKind::adagrad, OptimizerKind::adam,     OptimizerKind::lazy_adam,
+                                        OptimizerKind::rowwise_adagrad};
 
 EmbeddingTableConfig step_config(int dim, int64_t cap, OptimizerKind opt) {
   EmbeddingTableConfig c = config(dim, cap, opt);
@@ -281,7 +282,8 @@ struct HostModel {
     if (w.count(key)) return;
     std::vector<float>& v = w[key];
     for (int e = 0; e < dim; ++e) v.push_back(initial_value(init, uint64_t(key), e));
-    s[key].assign(size_t(width), cfg.kind == OptimizerKind::adagrad ? cfg.initial_accumulator : 0.f);
+    const bool accumulator = cfg.kind == OptimizerKind::adagrad || cfg.kind == OptimizerKind::rowwise_adagrad;
+    s[key].assign(size_t(width), accumulator ? cfg.initial_accumulator : 0.f);
     last[key] = 0;
   }
 
@@ -317,9 +319,18 @@ struct HostModel {
       std::vector<float>& v = w[key];
       std::vector<float>& st = s[key];
       int missed = std::max(0, t - 1 - last[key]);
+      for (int e = 0; e < dim; ++e) gk[e] += cfg.weight_decay * v[e];  // L2 on the rows the step touches
+      float row_lr = 0;  // rowwise_adagrad
+      if (cfg.kind == OptimizerKind::rowwise_adagrad) {
+        double square_sum = 0;
+        for (int e = 0; e < dim; ++e) square_sum += double(gk[e]) * gk[e];
+        st[0] += float(square_sum / dim);
+        row_lr = cfg.lr / (std::sqrt(st[0]) + cfg.epsilon);
+      }
       for (int e = 0; e < dim; ++e) {
         float g = gk[e];
         switch (cfg.kind) {
+          case OptimizerKind::rowwise_adagrad: v[e] -= row_lr * g; break;
           case OptimizerKind::sgd: v[e] -= cfg.lr * g; break;
           case OptimizerKind::momentum:
             st[e] = cfg.momentum * st[e] + g;
@@ -422,14 +433,16 @@ namespace {
 void train_steps_match_host_model(Backend backend) {
   const int dim = 6;
   Device dev = open(backend);
-  for (OptimizerKind opt : kAllOptimizers) {
+  for (OptimizerKind opt : kAllOptimizers)
+  for (float decay : {0.0f, 0.2f}) {
     EmbeddingTableConfig c = step_config(dim, 200, opt);
+    c.optimizer.weight_decay = decay;
     EmbeddingTable t(dev, c);
     HostModel h(c, t.key_init());
     BOOST_CHECK_EQUAL(t.backward_capacity(), 0);
     int i = 0;
     for (int64_t step : {1, 2, 3, 5, 6}) {
-      std::string what = strprintf("%s step %lld", optimizer_name(opt), (long long)step);
+      std::string what = strprintf("%s weight_decay %g step %lld", optimizer_name(opt), double(decay), (long long)step);
       StepBatch b = random_batch(24, 4, 40, dim, i++ % 2 ? Combiner::mean : Combiner::sum, step);
       std::vector<float> want = h.forward(b);
       BOOST_CHECK_EQUAL(testing::count_mismatches(table_step(t, b), want, 1e-6, 1e-5, what + " forward"), 0u);

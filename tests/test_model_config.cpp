@@ -45,7 +45,7 @@ BOOST_AUTO_TEST_CASE(config_file_and_command_line) {
   write_file(ini.path,
              "# a comment\n[data]\ntrain = a.h5\nglobal_batch = 2048\n[model]\ninteraction = dcnv2\n"
              "bottom_mlp = 32, 16\ntop_mlp = 8,1\ncross_rank = 4\nprecision = bf16\nseed = 18446744073709551615\n"
-             "[embedding]\nkind = lazy_adam\nlr = 0.5\nplacement = hybrid,dispatch\nplanner_link_gbps = 85\n"
+             "[embedding]\noptimizer = lazy_adam\nlr = 0.5\nplacement = hybrid,dispatch\nplanner_link_gbps = 85\n"
              "exchange = bf16\n[optimizer]\nlr = 0.25\n"
              "warmup_steps = 10\n[train]\nresume = true\ncheckpoint_dir = ck\n");
   // The command line overrides the file; what neither gives keeps its default.
@@ -155,7 +155,7 @@ BOOST_AUTO_TEST_CASE(bad_options_name_what_is_wrong) {
   fails({"--data.train", "a.h5", "--model.precision", "fp8"}, {"model.precision", "fp32, bf16 or fp16", "fp8"});
   fails({"--data.train", "a.h5", "--train.loss_scale_init", "1000"}, {"train.loss_scale_init", "1000"});
   fails({"--data.train", "a.h5", "--train.loss_scale_window", "0"}, {"train.loss_scale_window", "0"});
-  fails({"--data.train", "a.h5", "--embedding.kind", "rmsprop"}, {"embedding.kind", "rmsprop"});
+  fails({"--data.train", "a.h5", "--embedding.optimizer", "rmsprop"}, {"embedding.optimizer", "rmsprop"});
   fails({"--data.train", "a.h5", "--optimizer.kind", "lazy_adam"}, {"optimizer.kind", "lazy_adam"});
   fails({"--data.train", "a.h5", "--embedding.placement", "dispatch,spread"}, {"embedding.placement", "spread"});
   fails({"--data.train", "a.h5", "--train.resume"}, {"train.resume", "train.checkpoint_dir"});

@@ -17,8 +17,11 @@ using namespace sparta;
 
 namespace {
 
-const OptimizerKind kAll[] = {OptimizerKind::sgd,     OptimizerKind::momentum, OptimizerKind::nesterov,
-                              OptimizerKind::adagrad, OptimizerKind::adam,     OptimizerKind::lazy_adam};
+const OptimizerKind kAll[] = {OptimizerKind::sgd,       OptimizerKind::momentum, OptimizerKind::nesterov,
+                              OptimizerKind::adagrad,   OptimizerKind::adam,     OptimizerKind::lazy_adam,
+                              OptimizerKind::rowwise_adagrad};
+
+bool has_accumulator(OptimizerKind k) { return k == OptimizerKind::adagrad || k == OptimizerKind::rowwise_adagrad; }
 
 // A random subset of [0, capacity), ascending, of about fraction * capacity rows.
 std::vector<int64_t> random_rows(int64_t capacity, double fraction) {
@@ -44,15 +47,25 @@ struct NaiveStore {
   NaiveStore(const OptimizerConfig& c, int d, const std::vector<float>& values, int64_t capacity)
       : cfg(c), dim(d), w(values.begin(), values.end()), s0(values.size(), 0.0), s1(values.size(), 0.0),
         last(capacity, 0) {
-    if (c.kind == OptimizerKind::adagrad) std::fill(s0.begin(), s0.end(), double(c.initial_accumulator));
+    if (has_accumulator(c.kind)) std::fill(s0.begin(), s0.end(), double(c.initial_accumulator));
   }
   void update(int64_t row, const float* g, int64_t t) {
     const double lr = cfg.lr, mu = cfg.momentum, b1 = cfg.beta1, b2 = cfg.beta2, eps = cfg.epsilon;
     const int64_t k = std::max<int64_t>(0, t - 1 - last[row]);
+    std::vector<double> xs(static_cast<size_t>(dim));  // the gradient with the weight decay, from the values before the step
+    double mean_square = 0;
+    for (int e = 0; e < dim; ++e) {
+      xs[e] = double(g[e]) + double(cfg.weight_decay) * w[size_t(row) * dim + e];
+      mean_square += xs[e] * xs[e] / dim;
+    }
+    // rowwise_adagrad: the row's accumulator is held at its first element
+    const size_t first = size_t(row) * dim;
+    if (cfg.kind == OptimizerKind::rowwise_adagrad) s0[first] += mean_square;
     for (int e = 0; e < dim; ++e) {
       const size_t i = size_t(row) * dim + e;
-      const double x = g[e];
+      const double x = xs[e];
       switch (cfg.kind) {
+        case OptimizerKind::rowwise_adagrad: w[i] -= lr / (std::sqrt(s0[first]) + eps) * x; break;
         case OptimizerKind::sgd: w[i] -= lr * x; break;
         case OptimizerKind::momentum:
           s0[i] = mu * s0[i] + x;
@@ -82,6 +95,10 @@ struct NaiveStore {
     const int width = optimizer_state_width(cfg.kind, dim);
     std::vector<float> out(size_t(capacity) * width);
     for (int64_t r = 0; r < capacity; ++r) {
+      if (cfg.kind == OptimizerKind::rowwise_adagrad) {
+        out[r] = float(s0[r * dim]);
+        continue;
+      }
       for (int e = 0; e < dim && width > 0; ++e) {
         out[r * width + e] = float(s0[r * dim + e]);
         if (width >= 2 * dim) out[r * width + dim + e] = float(s1[r * dim + e]);
@@ -119,21 +136,25 @@ struct Store {
 
 std::vector<float> initial_state(const OptimizerConfig& cfg, int64_t capacity, int dim) {
   return std::vector<float>(size_t(capacity) * optimizer_state_width(cfg.kind, dim),
-                            cfg.kind == OptimizerKind::adagrad ? cfg.initial_accumulator : 0.0f);
+                            has_accumulator(cfg.kind) ? cfg.initial_accumulator : 0.0f);
 }
 
 // One step on dev: rows and their gradients uploaded, the count in device memory. Returns nothing; the store
 // changes.
+// shift: the gradients start that many floats into their buffer (1: not 16-byte aligned, so the cuda kernel
+// reads them one float at a time instead of four).
 void step_on(const Device& dev, const OptimizerConfig& cfg, int64_t step, const std::vector<int64_t>& rows,
-             const std::vector<float>& grads, int64_t max_unique, Store& store, int64_t capacity, int dim) {
+             const std::vector<float>& grads, int64_t max_unique, Store& store, int64_t capacity, int dim,
+             int shift = 0) {
   std::vector<int64_t> padded_rows = rows;
   padded_rows.resize(size_t(max_unique), 0);  // rows past the count: row 0, which must not change through them
-  std::vector<float> padded_grads = grads;
-  padded_grads.resize(size_t(max_unique) * dim, std::nanf(""));  // NaN past the count: read, it would show
+  std::vector<float> padded_grads(size_t(shift), std::nanf(""));
+  padded_grads.insert(padded_grads.end(), grads.begin(), grads.end());
+  padded_grads.resize(size_t(shift + max_unique * dim), std::nanf(""));  // NaN past the count: read, it would show
   Buffer<int64_t> r(dev, padded_rows);
   Buffer<float> g(dev, padded_grads);
   Buffer<int32_t> n(dev, std::vector<int32_t>{int32_t(rows.size())});
-  sparse_optimizer_update(dev, cfg, step, r.data(), g.data(), n.data(), max_unique, store.values.data(),
+  sparse_optimizer_update(dev, cfg, step, r.data(), g.data() + shift, n.data(), max_unique, store.values.data(),
                           store.state.data(), capacity, dim, dev.stream);
   synchronize(dev);
 }
@@ -156,9 +177,11 @@ BOOST_AUTO_TEST_CASE(cpu_optimizers_match_a_double_precision_implementation) {
   Device dev = open_device(Backend::cpu, -1);
   const int64_t capacity = 60;
   for (OptimizerKind kind : kAll) {
-    for (int dim : {1, 3, 16}) {
-      BOOST_TEST_CONTEXT(optimizer_name(kind) << " dim " << dim) {
+    for (int dim : {1, 3, 16, 100})
+    for (float decay : {0.0f, 0.25f}) {
+      BOOST_TEST_CONTEXT(optimizer_name(kind) << " dim " << dim << " weight_decay " << decay) {
         OptimizerConfig cfg = config_for(kind);
+        cfg.weight_decay = decay;
         std::vector<float> values0 = testing::random_floats(capacity * dim);
         Store store(dev, values0, initial_state(cfg, capacity, dim));
         NaiveStore naive(cfg, dim, values0, capacity);
@@ -281,12 +304,16 @@ BOOST_AUTO_TEST_CASE(cuda_optimizers_match_cpu_over_several_steps, *testing::nee
   Device host = open_device(Backend::cpu, -1);
   const int64_t capacity = 3000;
   for (OptimizerKind kind : kAll) {
-    for (int dim : {1, 3, 16, 128, 256}) {
-      BOOST_TEST_CONTEXT(optimizer_name(kind) << " dim " << dim) {
+    for (int dim : {1, 3, 16, 100, 128, 200, 256})
+    for (float decay : {0.0f, 0.25f}) {
+      BOOST_TEST_CONTEXT(optimizer_name(kind) << " dim " << dim << " weight_decay " << decay) {
         OptimizerConfig cfg = config_for(kind);
+        cfg.weight_decay = decay;
         std::vector<float> values0 = testing::random_floats(capacity * dim);
         Store on_cpu(host, values0, initial_state(cfg, capacity, dim));
         Store on_gpu(gpu, values0, initial_state(cfg, capacity, dim));
+        // the same on gradients read one float at a time (another row shape: the same sums, sparse_optimizer.h)
+        Store on_gpu1(gpu, values0, initial_state(cfg, capacity, dim));
         for (int64_t step = 1; step <= 5; ++step) {
           std::vector<int64_t> rows = random_rows(capacity, step == 3 ? 1.0 : 0.3);
           rows.push_back(capacity);  // outside: skipped on both
@@ -294,9 +321,13 @@ BOOST_AUTO_TEST_CASE(cuda_optimizers_match_cpu_over_several_steps, *testing::nee
           const int64_t max_unique = int64_t(rows.size()) + 100;  // launch over more than the count
           step_on(host, cfg, step, rows, grads, max_unique, on_cpu, capacity, dim);
           step_on(gpu, cfg, step, rows, grads, max_unique, on_gpu, capacity, dim);
+          step_on(gpu, cfg, step, rows, grads, max_unique, on_gpu1, capacity, dim, 1);
           BOOST_TEST_CONTEXT("step " << step) {
             std::vector<float> vc = on_cpu.values.download(), vg = on_gpu.values.download();
             std::vector<float> sc = on_cpu.state.download(), sg = on_gpu.state.download();
+            std::vector<float> vg1 = on_gpu1.values.download(), sg1 = on_gpu1.state.download();
+            BOOST_CHECK(std::memcmp(vg1.data(), vc.data(), vc.size() * sizeof(float)) == 0);
+            BOOST_CHECK(sc.empty() || std::memcmp(sg1.data(), sc.data(), sc.size() * sizeof(float)) == 0);
             BOOST_CHECK_EQUAL(testing::count_mismatches(vg, vc, 1e-6, 1e-5, "values"), 0u);
             BOOST_CHECK_EQUAL(state_mismatches(kind, dim, sg, sc, 1e-6, 1e-5), 0u);
             // only IEEE-rounded operations on both sides: the same bits
