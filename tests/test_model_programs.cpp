@@ -161,11 +161,11 @@ BOOST_AUTO_TEST_CASE(h5py_written_file_trains_and_predicts) {
 import sys
 import h5py, numpy as np
 
-def write_sparta(path, label, dense, cats):  # label [N], dense [N, D], cats [N, S] category codes >= 0
+def write_sparta(path, label, dense, cats, cardinality):  # [N], [N, D], [N, S] codes in [0, cardinality)
     n, s = cats.shape
     with h5py.File(path, "w") as f:
         f.attrs.update(format="sparta-dataset", version=1, num_samples=n, num_dense=dense.shape[1], num_slots=s,
-                       cardinality=cats.max(axis=0) + 1, hotness=np.ones(s, dtype=np.int64),
+                       cardinality=cardinality, hotness=np.ones(s, dtype=np.int64),
                        preprocessing="pandas DataFrame")
         f["label"] = label                          # float64 or int64 are read as float32
         f["dense"] = dense                          # float64 is rounded to float32
@@ -178,7 +178,7 @@ cats = rng.integers(0, 20, size=(n, 3)).astype(np.int32)
 dense = rng.normal(size=(n, 2)) * 10 + 3
 logit = 0.3 * dense[:, 0] - 0.2 * dense[:, 1] + (cats[:, 0] % 4) - 1.5
 label = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.float64)
-write_sparta(sys.argv[1], label, dense, cats)
+write_sparta(sys.argv[1], label, dense, cats, np.full(3, 20))
 )PY";
   {
     std::ofstream f(dir.path + "/write.py");
