@@ -7,7 +7,9 @@
 
 namespace sparta {
 
-uint64_t dropout_step_key(uint64_t seed, int64_t step) { return hash_mix(hash_mix(seed, 0x64726f70ull), uint64_t(step)); }
+uint64_t dropout_step_key(uint64_t seed, int64_t step) {
+  return hash_mix(hash_mix(seed, 0x64726f70ull), uint64_t(step));  // 0x64726f70: "drop", apart from other seeds
+}
 
 uint32_t dropout_threshold(float p) {
   SPARTA_REQUIRE(p >= 0.f && p < 1.f, "dropout: expected a probability in [0, 1), found %g", double(p));

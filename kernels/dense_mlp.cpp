@@ -134,6 +134,8 @@ const float* Mlp::forward(const float* params, const float* x, int64_t batch, St
                           const uint64_t* dropout_key) {
   SPARTA_REQUIRE(batch >= 0 && batch <= max_batch_, "MLP '%s': batch must be in [0, %lld] (max_batch), found %lld",
                  cfg_.name.c_str(), (long long)max_batch_, (long long)batch);
+  SPARTA_REQUIRE(x || batch == 0 || input16(),
+                 "MLP '%s': an input in input16() needs 16-bit precision and an unpadded width", cfg_.name.c_str());
   batch_ = batch;
   x_ = x;
   dropped_ = dropout_key && cfg_.dropout > 0.f;
@@ -151,8 +153,6 @@ const float* Mlp::forward(const float* params, const float* x, int64_t batch, St
       convert(params + weight_offset(l), cfg_.sizes[l + 1], cfg_.sizes[l], gemm_in_[l], w16_[l].data());
     if (x) convert(x, batch, in_width(), gemm_in_[0], acts16_[0].data());
   }
-  SPARTA_REQUIRE(x || batch == 0 || input16(), "MLP '%s': an input in input16() needs 16-bit precision and an unpadded width",
-                 cfg_.name.c_str());
   const int L = layers();
   for (int l = 0; l < L; ++l) {
     if (fused_[l]) {  // the 16-bit output (the next layer's input) and the mask; no fp32 activation

@@ -373,6 +373,30 @@ BOOST_AUTO_TEST_CASE(bench_train_records_every_phase, *boost::unit_test::timeout
   BOOST_TEST(contains(r.output, "--batch: expected >= 1, found 0"), r.output);
 }
 
+// bench_train --model dcnv2 on the mlperf preset runs MLPerf DCNv2's keys per slot unless told, and says so in its
+// output's head and its record; dot keeps one key per slot; --hotness overrides.
+BOOST_AUTO_TEST_CASE(bench_train_dcnv2_defaults_to_the_mlperf_keys_per_slot, *boost::unit_test::timeout(600)) {
+  require_repo_root();
+  testing::ScopedPath dir("experiments", "hot");
+  fs::create_directories(dir.path);
+  const std::string mlperf = "3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1";
+  struct Case {
+    std::string args, hotness;
+  };
+  for (const Case& c : {Case{"--model dcnv2", mlperf}, Case{"--model dot", "1"}, Case{"--model dcnv2 --hotness 2", "2"}}) {
+    BOOST_TEST_CONTEXT(c.args) {
+      const std::string out = dir.path + "/r.jsonl";
+      testing::CommandResult r = run(mpiexec() + " -n 1 " + build_dir() + "/bin/bench_train --device cpu --max-rows 300 "
+                                     "--embedding-dim 4 --bottom-mlp 8,4 --top-mlp 8,1 --batch 8 --warmup 1 --steps 1 " +
+                                     c.args + " --out " + out, 300);
+      BOOST_REQUIRE_MESSAGE(r.status == 0, r.output);
+      BOOST_CHECK_MESSAGE(contains(r.output, "# keys per slot: " + c.hotness + "\n"), r.output);
+      BOOST_CHECK_MESSAGE(contains(read_file(out), "\"hotness\":\"" + c.hotness + "\""), read_file(out));
+      fs::remove(out);
+    }
+  }
+}
+
 // experiments/BENCHMARKS.md's CPU figures block, command by command as a user runs it (with this build and launcher, under a
 // scratch folder instead of results/): every sweep finishes, every plot writes its PNG, every plot script of
 // plots/ but plot_training.py (the trainer's metrics, not a sweep's) is among them, and every sweep config of
