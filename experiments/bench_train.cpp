@@ -21,6 +21,7 @@
 
 #include "experiments/support_bench.h"
 #include "experiments/support_train_bench.h"
+#include "kernels/dense_linear.h"
 #include "src/base/agree.h"
 #include "src/base/check.h"
 #include "src/options.h"
@@ -37,7 +38,7 @@ int main(int argc, char** argv) {
   bool atomic_update = false;
   int64_t batch = 65536, max_rows = 4000000, trace = 0;
   int dim = 128;
-  bool graphs = true;
+  bool graphs = true, gemm_search = true;
   bench::DriverDefaults dd;
   dd.warmup = 3;  // untimed steps (they insert the batch's keys)
   dd.repeats = 10;
@@ -57,6 +58,9 @@ int main(int argc, char** argv) {
       "exchange", po::value(&exchange)->default_value(exchange), "embedding.exchange: fp32 | bf16")(
       "comm-mode", po::value(&comm_mode)->default_value(comm_mode), "comm.mode: hier | mpi | nccl")(
       "cuda-graphs", po::value(&graphs)->default_value(graphs), "train.cuda_graphs: 1 | 0")(
+      "gemm-search", po::value(&gemm_search)->default_value(gemm_search),
+      "1: each GEMM shape's cuBLASLt algorithm timed among the heuristic's candidates (kernels/dense_linear.h); "
+      "0: the heuristic's first")(
       "trace", po::value(&trace)->default_value(trace),
       "N > 0: after the timed steps, N more as training takes them with their timeline marked (the embeddings' "
       "and the dense stream's points, Trainer::trace), printed for every rank by rank 0 (# trace rank R)")(
@@ -111,6 +115,7 @@ int main(int argc, char** argv) {
     bo.warmup = d.warmup();
     bo.steps = d.repeats();
     bo.trace_steps = trace;
+    set_gemm_algo_search(gemm_search);
     const BenchmarkResult r = run_benchmark(MPI_COMM_WORLD, d.ctx().topo(), d.device(), cfg, bo);
     if (d.is_root()) {
       std::printf("# keys per slot: %s\n", hotness.c_str());
@@ -120,7 +125,8 @@ int main(int argc, char** argv) {
     if (trace > 0) bench::print_traces(r.trace, MPI_COMM_WORLD);
     // The driver's head has warmup and steps, the provenance ranks and nodes.
     d.record(r.json_fields(cfg, bo) + ",\"sparse_optimizer\":\"" + sparse + "\",\"atomic_update\":" +
-             (atomic_update ? "true" : "false") + ",\"index\":\"" + index + "\"");
+             (atomic_update ? "true" : "false") + ",\"index\":\"" + index + "\",\"gemm_search\":" +
+             (gemm_search ? "true" : "false"));
     d.add_wrong(d.is_root() ? r.wrong : 0);  // r.wrong is already the sum over the ranks
   });
 }
