@@ -95,6 +95,13 @@ for part in "${parts[@]}"; do
             --sparse-optimizer $opt --precision bf16 --batch $b --steps 30 --tag rep$rep --out "$out/bench.jsonl"
         done
       done
+      # the algorithm search weighed: the heuristic's first algorithm instead (a switch stays only while it pays)
+      for m in dot dcnv2; do
+        opt=$([ $m = dot ] && echo sgd || echo rowwise_adagrad)
+        CUDA_VISIBLE_DEVICES=0 run bench_train.log $mpiexec -n 1 "$build/bin/bench_train" --model $m \
+          --sparse-optimizer $opt --precision bf16 --batch $b --steps 30 --gemm-search 0 --tag variant_search0 \
+          --out "$out/bench.jsonl"
+      done
       CUDA_VISIBLE_DEVICES=0 run bench_embedding.log "$build/bin/bench_embedding" --index direct --rows 40000000 \
         --dims 128 --hot 1 --alphas 0 --modes eval,step --out "$out/bench.jsonl"
       CUDA_VISIBLE_DEVICES=0 run bench_embedding.log "$build/bin/bench_embedding" --index direct --rows 40000000 \

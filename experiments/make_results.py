@@ -135,6 +135,21 @@ def train_table(recs, peak):
     return rows if len(rows) > 2 else []
 
 
+def variants_table(recs):
+    """Switches weighed in the same call: each variant's samples/s against the default's (tag rep*)."""
+    rows = ["| model | GPUs | variant | samples/s | default's | default over variant |", "|---|---|---|---|---|---|"]
+    train = [r for r in recs if r.get("bench") == "train" and r.get("precision") == "bf16"]
+    for v in sorted({r["tag"] for r in train if r.get("tag", "").startswith("variant_")}):
+        for model in ("dot", "dcnv2"):
+            for n in sorted({r["ranks"] for r in train if r["tag"] == v and r["model"] == model}):
+                var = median([r["samples_per_s"] for r in train if r["tag"] == v and r["model"] == model and r["ranks"] == n])
+                base = median([r["samples_per_s"] for r in train if r.get("tag", "").startswith("rep") and
+                               r["model"] == model and r["ranks"] == n])
+                rows.append(f"| {model} | {n} | {v[len('variant_'):]} | {fmt(var)} | {fmt(base)} | "
+                            f"{base / var:.3f}x |" if base and var else f"| {model} | {n} | {v} | {fmt(var)} | – | – |")
+    return rows if len(rows) > 2 else []
+
+
 def embedding_table(recs):
     rows = ["| one table of 40M rows, 65536 samples x 26 slots | sparta step ms | FBGEMM TBE step ms | ratio | "
             "sparta forward ms | TBE forward ms |", "|---|---|---|---|---|---|"]
@@ -307,6 +322,9 @@ def main():
          "sample, row-wise Adagrad) beside `peer_dlrm_tbe.py --embedding tbe --compile` and `peer_dlrm.py --compile` on "
          "one GPU. Dense share: the dense part's GEMM TFLOP per step over `ms_dense`, against the GPU's ~"
          f"{a.peak_tflops:.0f} TFLOP/s bf16 rate.", train_table(recs, a.peak_tflops), "train"),
+        ("Switches weighed", "The same `bench_train` runs with one switch turned the other way (`search0`: "
+         "`--gemm-search 0`, cuBLASLt's first algorithm instead of the fastest of its candidates).",
+         variants_table(recs), "train"),
         ("Embeddings against FBGEMM", "`bench_embedding` (one table, forward + backward + sgd update, keys uniform) "
          "beside `fbgemm/peer_fbgemm.py` on the same shapes.", embedding_table(recs), "embedding"),
         ("The embedding collection against FBGEMM", "`bench_collection --tables mlperf-v1|dcnv2` (the planner's plan) "
