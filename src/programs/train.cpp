@@ -6,6 +6,8 @@
 // --benchmark times the step on synthetic batches in memory instead (src/train_benchmark.h).
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <string>
@@ -40,24 +42,31 @@ int main(int argc, char** argv) {
     if (help) return 0;
     sparta::Context ctx(cfg.context);
     if (cfg.benchmark) {
+      // A metrics file that cannot be written is an error on every rank before the benchmark runs.
+      sparta::agree_on_error(MPI_COMM_WORLD, sparta::guarded([&] {
+        if (ctx.rank() != 0 || cfg.metrics_path.empty()) return;
+        std::ofstream probe(cfg.metrics_path, std::ios::app);
+        SPARTA_REQUIRE(probe.good(), "train.metrics '%s': cannot open for writing: %s", cfg.metrics_path.c_str(),
+                       std::strerror(errno));
+      }), "opening train.metrics");
       const sparta::BenchmarkResult r =
           sparta::run_benchmark(MPI_COMM_WORLD, ctx.topo(), ctx.device(), cfg, cfg.bench);
-      if (ctx.rank() == 0) {
+      sparta::agree_on_error(MPI_COMM_WORLD, sparta::guarded([&] {
+        if (ctx.rank() != 0) return;
         std::fputs(r.table(cfg, cfg.bench).c_str(), stdout);
-        if (!cfg.metrics_path.empty()) {
-          std::string command;
-          for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
-          char date[32];
-          const std::time_t now = std::time(nullptr);
-          std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-          std::ofstream out(cfg.metrics_path, std::ios::app);
-          out << "{\"record\":\"benchmark\"," << r.json_fields(cfg, cfg.bench) << ",\"ranks\":" << ctx.world()
-              << ",\"device\":" << sparta::json_string(ctx.device().name())
-              << ",\"host\":" << sparta::json_string(sparta::identity_host()) << ",\"command\":"
-              << sparta::json_string(command) << ",\"date\":\"" << date << "\"}\n";
-          SPARTA_REQUIRE(out.good(), "train.metrics: cannot write '%s'", cfg.metrics_path.c_str());
-        }
-      }
+        if (cfg.metrics_path.empty()) return;
+        std::string command;
+        for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+        char date[32];
+        const std::time_t now = std::time(nullptr);
+        std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+        std::ofstream out(cfg.metrics_path, std::ios::app);
+        out << "{\"record\":\"benchmark\"," << r.json_fields(cfg, cfg.bench) << ",\"ranks\":" << ctx.world()
+            << ",\"device\":" << sparta::json_string(ctx.device().name())
+            << ",\"host\":" << sparta::json_string(sparta::identity_host()) << ",\"command\":"
+            << sparta::json_string(command) << ",\"date\":\"" << date << "\"}\n";
+        SPARTA_REQUIRE(out.good(), "train.metrics: cannot write '%s'", cfg.metrics_path.c_str());
+      }), "writing train.metrics");
       return r.wrong == 0 ? 0 : 1;
     }
     sparta::Trainer trainer(ctx, cfg);
