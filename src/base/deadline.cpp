@@ -33,7 +33,7 @@ std::mutex g_roll_mutex;
 std::deque<std::string> g_answers;  // buffers of answers in flight: tiny, kept for the life of the process
 std::string g_wait_op = "start-up";
 Clock::time_point g_wait_seen = Clock::now();
-std::thread g_responder;
+std::thread* g_responder = nullptr;  // never destroyed: a process that ends in exit() or MPI_Abort must not join it
 std::atomic<bool> g_responder_stop{false};
 
 // "W <op>": waiting in op; "B <seconds> <op>": working, outside any wait, since it last waited in op.
@@ -267,9 +267,9 @@ void answer_roll_calls(const std::string& op) {
 }
 
 void start_roll_call_responder() {
-  if (g_responder.joinable()) return;
+  if (g_responder) return;
   g_responder_stop = false;
-  g_responder = std::thread([] {
+  g_responder = new std::thread([] {
     while (!g_responder_stop) {
       {
         std::lock_guard<std::mutex> lock(g_roll_mutex);
@@ -281,9 +281,11 @@ void start_roll_call_responder() {
 }
 
 void stop_roll_call_responder() {
-  if (!g_responder.joinable()) return;
+  if (!g_responder) return;
   g_responder_stop = true;
-  g_responder.join();
+  g_responder->join();
+  delete g_responder;
+  g_responder = nullptr;
 }
 
 void wait_request(MPI_Request* req, MPI_Comm comm, const std::string& op) {
