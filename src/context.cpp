@@ -21,9 +21,12 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   int len = 0;
   MPI_Get_processor_name(host, &len);
   set_identity(rank, std::string(host, len));
+  // Lets a peer whose wait timed out tell this rank, busy outside any wait, from a stopped one (deadline.h).
+  if (provided_ == MPI_THREAD_MULTIPLE) start_roll_call_responder();
 }
 
 MpiSession::~MpiSession() {
+  stop_roll_call_responder();
   int down = 0;
   MPI_Finalized(&down);
   if (!down) MPI_Finalize();

@@ -139,6 +139,22 @@ BOOST_AUTO_TEST_CASE(communicator) {
   expect_killed_job_ends(d, "all_reduce", 5);
 }
 
+// A rank that works on (outside any wait) for longer than the timeout is not stalled: it answers the roll call,
+// the waiting rank says so and waits on, and the run ends well.
+BOOST_AUTO_TEST_CASE(busy_rank_is_waited_for) {
+  Data d;
+  const std::string args = "--data.train " + d.dir.path + "/train.h5 --data.global_batch 256 --model.embedding_dim 8 "
+                           "--model.bottom_mlp 16,8 --model.top_mlp 16,1 --train.steps 12 --log-level warn "
+                           "--device cpu --comm.mode mpi --comm.timeout 2";
+  const testing::CommandResult r = testing::run_command(
+      "SPARTA_FAULT='1|busy|agree_on_error (checking a batch)|3' " + testing::tool_command(kTrain, 2, args, 60));
+  BOOST_CHECK_MESSAGE(r.status == 0, r.output);
+  BOOST_CHECK_MESSAGE(contains(r.output, "[fault] rank 1: busy"), r.output);
+  BOOST_CHECK_MESSAGE(contains(r.output, "agree_on_error (checking a batch): waited") &&
+                          contains(r.output, "rank 1 is working (for") && contains(r.output, "waiting on"),
+                      r.output);
+}
+
 // mpiexec's clean-up as it is: a stopped rank is not noticed by the launcher, so the survivor must end the job.
 BOOST_AUTO_TEST_CASE(stopped_rank_with_cleanup_on) {
   Data d;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,11 +24,41 @@ constexpr int kAnswerTag = 0x5a18;
 constexpr int kAnswerBytes = 256;
 
 double g_timeout = kDefaultJobTimeoutSeconds;
-std::mutex g_roll_mutex;
-std::deque<std::string> g_answers;  // buffers of answers in flight: tiny, kept for the life of the process
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Where this rank is, for the roll call: the wait it polls now (noted at every poll), else busy since the last.
+std::mutex g_roll_mutex;
+std::deque<std::string> g_answers;  // buffers of answers in flight: tiny, kept for the life of the process
+std::string g_wait_op = "start-up";
+Clock::time_point g_wait_seen = Clock::now();
+std::thread* g_responder = nullptr;  // never destroyed: a process that ends in exit() or MPI_Abort must not join it
+std::atomic<bool> g_responder_stop{false};
+
+// "W <op>": waiting in op; "B <seconds> <op>": working, outside any wait, since it last waited in op.
+std::string where_am_i() {
+  const double since = seconds_since(g_wait_seen);
+  if (since < 0.5) return "W " + g_wait_op;
+  return strprintf("B %.0f %s", since, g_wait_op.c_str());
+}
+
+// Answers every roll call pending (g_roll_mutex held).
+void answer_pending() {
+  for (;;) {
+    int flag = 0;
+    MPI_Message msg;
+    MPI_Status st;
+    if (MPI_Improbe(MPI_ANY_SOURCE, kAskTag, MPI_COMM_WORLD, &flag, &msg, &st) != MPI_SUCCESS || !flag) return;
+    int ask = 0;
+    MPI_Mrecv(&ask, 1, MPI_INT, &msg, MPI_STATUS_IGNORE);
+    g_answers.push_back(where_am_i().substr(0, kAnswerBytes));
+    MPI_Request r = MPI_REQUEST_NULL;
+    if (MPI_Isend(g_answers.back().data(), static_cast<int>(g_answers.back().size()), MPI_CHAR, st.MPI_SOURCE,
+                  kAnswerTag, MPI_COMM_WORLD, &r) == MPI_SUCCESS)
+      MPI_Request_free(&r);
+  }
+}
 
 std::string mpi_error_text(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -58,8 +89,24 @@ std::string rank_list(const std::vector<int>& ranks) {
   return s;
 }
 
-// Asks every other member of comm where it waits, for a short grace, and says which ranks did not arrive at op.
-std::string roll_call(MPI_Comm comm, const std::string& op) {
+struct RollCall {
+  std::vector<int> silent;  // no answer: stopped, dead (or no responder and busy)
+  std::string elsewhere;    // waiting in another operation: they will not come
+  std::string busy;         // alive and working outside any wait: they may still come
+  bool fatal() const { return !silent.empty() || !elsewhere.empty() || busy.empty(); }
+  std::string text() const {
+    std::string out;
+    if (!silent.empty())
+      out = strprintf("ranks that did not arrive: %s (no answer: stopped or dead)", rank_list(silent).c_str());
+    if (!elsewhere.empty()) out += (out.empty() ? "ranks that did not arrive: " : "; ") + elsewhere;
+    if (!busy.empty()) out += (out.empty() ? "" : "; ") + busy;
+    if (out.empty()) out = "every other rank answered from this operation (a message of it was lost?)";
+    return out;
+  }
+};
+
+// Asks every other member of comm where it is, for a short grace: which ranks did not arrive at op, and why.
+RollCall roll_call(MPI_Comm comm, const std::string& op) {
   int me = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   const std::vector<int> members = world_members(comm);
@@ -100,43 +147,44 @@ std::string roll_call(MPI_Comm comm, const std::string& op) {
     answer_roll_calls(op);
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  std::vector<int> silent;
-  std::string elsewhere;
+  RollCall rc;
   for (size_t i = 0; i < peers.size(); ++i) {
     if (!done[i]) {
-      silent.push_back(peers[i]);
+      rc.silent.push_back(peers[i]);
       continue;
     }
     const std::string where(answers[i].data(), static_cast<size_t>(std::max(0, length[i])));
-    if (where != op) elsewhere += strprintf("%srank %d waits in %s", elsewhere.empty() ? "" : "; ", peers[i], where.c_str());
+    if (where.compare(0, 2, "W ") == 0 && where.substr(2) == op) continue;  // arrived
+    if (where.compare(0, 2, "B ") == 0) {
+      const size_t sp = where.find(' ', 2);
+      rc.busy += strprintf("%srank %d is working (for %s s, since it left %s)", rc.busy.empty() ? "" : "; ", peers[i],
+                           where.substr(2, sp - 2).c_str(), sp == std::string::npos ? "?" : where.substr(sp + 1).c_str());
+    } else {
+      rc.elsewhere += strprintf("%srank %d waits in %s", rc.elsewhere.empty() ? "" : "; ", peers[i],
+                                where.size() > 2 ? where.substr(2).c_str() : where.c_str());
+    }
   }
-  std::string out;
-  if (!silent.empty())
-    out = strprintf("ranks that did not arrive: %s (no answer: stopped, dead, or busy outside any wait)",
-                    rank_list(silent).c_str());
-  if (!elsewhere.empty()) out += (out.empty() ? "ranks that did not arrive: " : "; ") + elsewhere;
-  if (out.empty()) out = "every other rank answered from this operation (a message of it was lost?)";
-  return out;
+  return rc;
 }
 
-[[noreturn]] void give_up(MPI_Comm comm, const std::string& op, const std::string& why) {
+[[noreturn]] void give_up(const std::string& op, const std::string& why, const RollCall& rc) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const std::string who = roll_call(comm, op);
   SPARTA_FATAL("host wait failed in %s on rank %d of %d: %s; %s. Ending the job.", op.c_str(), rank, size,
-               why.c_str(), who.c_str());
+               why.c_str(), rc.text().c_str());
 }
 
 // Polls test() until it reports completion; gives up after the job timeout or on an MPI error.
 template <class Test>
 void poll(MPI_Comm comm, const std::string& op, Test test) {
-  const Clock::time_point start = Clock::now();
+  Clock::time_point start = Clock::now();
   for (long spins = 0;; ++spins) {
     int flag = 0;
     const int rc = test(&flag);
     if (rc != MPI_SUCCESS)
-      give_up(comm, op, strprintf("MPI error %d (%s) while waiting (a peer may have died)", rc, mpi_error_text(rc).c_str()));
+      give_up(op, strprintf("MPI error %d (%s) while waiting (a peer may have died)", rc, mpi_error_text(rc).c_str()),
+              roll_call(comm, op));
     if (flag) return;
     // Spin first (the common case completes in microseconds), then sleep a little so a long wait costs no core.
     if (spins < 2000) {
@@ -146,8 +194,17 @@ void poll(MPI_Comm comm, const std::string& op, Test test) {
     }
     answer_roll_calls(op);
     const double waited = seconds_since(start);
-    if (waited > g_timeout)
-      give_up(comm, op, strprintf("no progress for %.1f s (job timeout %g s, comm.timeout)", waited, g_timeout));
+    if (waited > g_timeout) {
+      const RollCall rc = roll_call(comm, op);
+      if (rc.fatal())
+        give_up(op, strprintf("no progress for %.1f s (job timeout %g s, comm.timeout)", waited, g_timeout), rc);
+      // Every missing rank answers and works on (rank 0 converting a file while the others wait): not a stall.
+      int me = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &me);
+      std::fprintf(stderr, "[%s:%d] %s: waited %.0f s; %s: waiting on\n", identity_host().c_str(), me, op.c_str(),
+                   waited, rc.busy.c_str());
+      start = Clock::now();
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(spins < 20000 ? 50 : 1000));
   }
 }
@@ -191,6 +248,8 @@ void fault_point(const std::string& op) {
   if (f.how == "stop") raise(SIGSTOP);
   else if (f.how == "kill") raise(SIGKILL);
   else if (f.how == "exit") _exit(3);
+  else if (f.how == "busy")  // works (outside any wait) for 2.5 job timeouts, then goes on
+    std::this_thread::sleep_for(std::chrono::milliseconds(int64_t(2500 * g_timeout)));
 }
 
 void set_job_timeout(double seconds) {
@@ -202,19 +261,31 @@ double job_timeout() { return g_timeout; }
 
 void answer_roll_calls(const std::string& op) {
   std::lock_guard<std::mutex> lock(g_roll_mutex);
-  for (;;) {
-    int flag = 0;
-    MPI_Message msg;
-    MPI_Status st;
-    if (MPI_Improbe(MPI_ANY_SOURCE, kAskTag, MPI_COMM_WORLD, &flag, &msg, &st) != MPI_SUCCESS || !flag) return;
-    int ask = 0;
-    MPI_Mrecv(&ask, 1, MPI_INT, &msg, MPI_STATUS_IGNORE);
-    g_answers.push_back(op.substr(0, kAnswerBytes));
-    MPI_Request r = MPI_REQUEST_NULL;
-    if (MPI_Isend(g_answers.back().data(), static_cast<int>(g_answers.back().size()), MPI_CHAR, st.MPI_SOURCE,
-                  kAnswerTag, MPI_COMM_WORLD, &r) == MPI_SUCCESS)
-      MPI_Request_free(&r);
-  }
+  if (g_wait_op != op) g_wait_op = op;
+  g_wait_seen = Clock::now();
+  answer_pending();
+}
+
+void start_roll_call_responder() {
+  if (g_responder) return;
+  g_responder_stop = false;
+  g_responder = new std::thread([] {
+    while (!g_responder_stop) {
+      {
+        std::lock_guard<std::mutex> lock(g_roll_mutex);
+        answer_pending();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+}
+
+void stop_roll_call_responder() {
+  if (!g_responder) return;
+  g_responder_stop = true;
+  g_responder->join();
+  delete g_responder;
+  g_responder = nullptr;
 }
 
 void wait_request(MPI_Request* req, MPI_Comm comm, const std::string& op) {

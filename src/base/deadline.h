@@ -1,10 +1,11 @@
 // deadline.h: host-side MPI waits that cannot hang. Every collective or message a rank waits for outside the
 // communicator (agreements, broadcasts of strings, the checkpoint's and the synthetic generator's gathers,
 // barriers) starts non-blocking and is polled against the job timeout: the one setting `comm.timeout`, which
-// the communicator's own waits also use. A wait that makes no progress that long ends the job: the waiting rank
-// asks every member of the communicator where it is (a roll call on reserved tags, answered by any rank that is
-// polling here or in the communicator), then prints once which operation timed out and which ranks did not
-// arrive (no answer: stopped, dead or busy; or waiting elsewhere), and calls MPI_Abort (check.h's abort path).
+// the communicator's own waits also use. A wait that makes no progress that long asks every member of the
+// communicator where it is (a roll call on reserved tags). When a missing rank does not answer (stopped or
+// dead) or waits in another operation, it prints once which operation timed out and which ranks did not arrive,
+// and calls MPI_Abort (check.h's abort path); when every missing rank answers that it is working, it says so
+// and waits another timeout.
 // A peer that died may also make MPI report an error on the wait: that ends the job the same way.
 #pragma once
 
@@ -26,13 +27,20 @@ void wait_request(MPI_Request* req, MPI_Comm comm, const std::string& op);
 // The same for several requests (point-to-point exchanges).
 void wait_requests(std::vector<MPI_Request>& reqs, MPI_Comm comm, const std::string& op);
 
-// Rank-local part of the roll call: answers peers that ask where this rank waits (op). Called by every polling
-// wait, the communicator's included, so that a timed-out peer can tell a waiting rank from a missing one.
+// Rank-local part of the roll call: notes that this rank waits in op now and answers peers that ask. Called by
+// every polling wait, the communicator's included, so that a timed-out peer can tell a rank waiting elsewhere
+// from a missing one.
 void answer_roll_calls(const std::string& op);
+// A thread that answers roll calls while the rank works outside any wait ("working for N s"): a timed-out wait
+// whose missing ranks all answer so goes on (rank 0 alone converting a large file is not a stall), while a
+// stopped or dead rank never answers. MpiSession starts it under MPI_THREAD_MULTIPLE and stops it before
+// MPI_Finalize; without it a rank busy outside a wait cannot answer and counts as stopped.
+void start_roll_call_responder();
+void stop_roll_call_responder();
 
-// Test hook for the fault tests: SPARTA_FAULT="<world rank>|<stop|kill|exit>|<op text>[|<nth>]" makes that rank
-// stop itself (SIGSTOP), die (SIGKILL) or exit(3) on reaching the nth (default 1st) wait whose op contains the
-// text, before it starts the operation. Every timed_* call and every communicator operation is such a point.
+// Test hook for the fault tests: SPARTA_FAULT="<world rank>|<stop|kill|exit|busy>|<op text>[|<nth>]" makes that
+// rank stop itself (SIGSTOP), die (SIGKILL), exit(3) or work on for 2.5 job timeouts (busy) on reaching the nth
+// (default 1st) wait whose op contains the text, before it starts the operation. Every timed_* call and every communicator operation is such a point.
 // Unset (always, outside tests): one cached check of the environment.
 void fault_point(const std::string& op);
 
