@@ -6,12 +6,12 @@
 # a later call on the same machine may name instead). PARTs, in the order given (default: tests results):
 #   tests     every suite (tests/run_all.sh) at 1 and 2 GPUs: the MPI suites at 1 and 2 ranks beside the plain
 #             suites, split in groups that run side by side (the suites are CPU-bound; the GPUs have room)
-#   results   what RESULTS.md shows, 65536 samples per GPU, tables capped at 4M rows (40M for one table):
-#             bench_train dot (sgd) and dcnv2 (row-wise Adagrad, MLPerf DCNv2 keys per slot) on 1 and 2 GPUs,
-#             bf16, two runs each; beside it on the other GPU, peer_dlrm_tbe.py (PyTorch + FBGEMM TBE, compiled)
-#             and peer_dlrm.py (PyTorch, compiled) on one GPU; bench_embedding and bench_collection beside
-#             peer_fbgemm.py (sgd and row-wise Adagrad); every placement on 1 and 2 GPUs; bench_alltoall beside
-#             peer_a2a.py on 2 GPUs
+#   results   what RESULTS.md shows, 65536 samples per GPU, tables capped at 4M rows (40M for one table). On
+#             GPU 0: bench_train dot (sgd) and dcnv2 (row-wise Adagrad, MLPerf DCNv2 keys per slot), bf16, two
+#             runs each and one with the algorithm search off; bench_collection's plan (sgd and row-wise Adagrad);
+#             bench_embedding. Meanwhile on GPU 1 the peers: peer_dlrm_tbe.py (PyTorch + FBGEMM TBE, compiled),
+#             peer_fbgemm.py on the same shapes, peer_dlrm.py (plain PyTorch). Then on 2 GPUs: bench_train,
+#             every placement (bench_collection), bench_alltoall beside peer_a2a.py
 # FBGEMM comes from /tmp/fbgemm_tbe (PYTHONPATH) when a chunk0/ folder was unpacked there (peers/README.md);
 # without it the FBGEMM peers are skipped and say so. Logs and JSON lines go to OUT; the exit status is non-zero
 # when any part failed.
@@ -77,70 +77,61 @@ for part in "${parts[@]}"; do
       ;;
     results)
       b=65536
-      # 1 GPU: ours on GPU 0, the end-to-end peers on GPU 1 at the same time (one GPU each, the host has room)
+      # GPU 1: every peer, one after the other (FBGEMM first: the strongest); GPU 0 meanwhile: ours on one GPU
       if [ "$gpus" -ge 2 ]; then
         (
-          for m in dot dcnv2; do
-            peer 1 peer_dlrm_tbe.py --model $m --embedding tbe --compile --batches $b --precisions bf16 ||
-              echo "!! peer_dlrm_tbe.py $m failed (FBGEMM missing?)" >>"$out/peers.log"
-            peer 1 peer_dlrm.py --model $m --compile --batches $b --precisions bf16
+          if have_fbgemm; then
+            for m in dcnv2 dot; do
+              peer 1 peer_dlrm_tbe.py --model $m --embedding tbe --compile --batches $b --precisions bf16
+            done
+            for t in dcnv2 mlperf-v1; do
+              peer 1 fbgemm/peer_fbgemm.py --tables $t --batch $b --optimizers sgd,rowwise_adagrad
+            done
+            for shape in "--dim 128 --hot 1" "--dim 32 --hot 8" "--dim 128 --hotness $dcnv2_hotness"; do
+              # shellcheck disable=SC2086
+              peer 1 fbgemm/peer_fbgemm.py --rows 40000000 --batch $b $shape --alpha 0 --optimizers sgd
+            done
+          else
+            echo "(no fbgemm_gpu: the FBGEMM peers skipped)" >>"$out/peers.log"
+          fi
+          for m in dcnv2 dot; do
+            peer 1 peer_dlrm.py --model $m --batches $b --precisions bf16
           done
         ) &
         peers_pid=$!
       fi
-      for rep in 1 2; do
-        for m in dot dcnv2; do
-          opt=$([ $m = dot ] && echo sgd || echo rowwise_adagrad)
+      for m in dcnv2 dot; do
+        opt=$([ $m = dot ] && echo sgd || echo rowwise_adagrad)
+        for v in "--tag rep1" "--tag rep2" "--gemm-search 0 --tag variant_search0"; do
+          # shellcheck disable=SC2086
           CUDA_VISIBLE_DEVICES=0 run bench_train.log $mpiexec -n 1 "$build/bin/bench_train" --model $m \
-            --sparse-optimizer $opt --precision bf16 --batch $b --steps 30 --tag rep$rep --out "$out/bench.jsonl"
+            --sparse-optimizer $opt --precision bf16 --batch $b --steps 30 $v --out "$out/bench.jsonl"
         done
       done
-      # the algorithm search weighed: the heuristic's first algorithm instead (a switch stays only while it pays)
-      for m in dot dcnv2; do
-        opt=$([ $m = dot ] && echo sgd || echo rowwise_adagrad)
-        CUDA_VISIBLE_DEVICES=0 run bench_train.log $mpiexec -n 1 "$build/bin/bench_train" --model $m \
-          --sparse-optimizer $opt --precision bf16 --batch $b --steps 30 --gemm-search 0 --tag variant_search0 \
-          --out "$out/bench.jsonl"
-      done
-      CUDA_VISIBLE_DEVICES=0 run bench_embedding.log "$build/bin/bench_embedding" --index direct --rows 40000000 \
-        --dims 128 --hot 1 --alphas 0 --modes eval,step --out "$out/bench.jsonl"
-      CUDA_VISIBLE_DEVICES=0 run bench_embedding.log "$build/bin/bench_embedding" --index direct --rows 40000000 \
-        --dims 32 --hot 8 --alphas 0 --modes eval,step --out "$out/bench.jsonl"
-      CUDA_VISIBLE_DEVICES=0 run bench_embedding.log "$build/bin/bench_embedding" --index direct --rows 40000000 \
-        --dims 128 --hotness $dcnv2_hotness --alphas 0 --modes eval,step --out "$out/bench.jsonl"
-      for t in mlperf-v1 dcnv2; do
+      for t in dcnv2 mlperf-v1; do
         for opt in sgd rowwise_adagrad; do
           CUDA_VISIBLE_DEVICES=0 run bench_collection.log $mpiexec -n 1 "$build/bin/bench_collection" --tables $t \
             --batch $b --index direct --placements plan --optimizer $opt --out "$out/bench.jsonl"
         done
       done
-      [ -n "${peers_pid:-}" ] && wait "$peers_pid"
-      # FBGEMM alone, on GPU 0 now that ours is done there
-      if have_fbgemm; then
-        for shape in "--dim 128 --hot 1" "--dim 32 --hot 8" "--dim 128 --hotness $dcnv2_hotness"; do
-          # shellcheck disable=SC2086
-          peer 0 fbgemm/peer_fbgemm.py --rows 40000000 --batch $b $shape --alpha 0 --optimizers sgd
-        done
-        for t in mlperf-v1 dcnv2; do
-          peer 0 fbgemm/peer_fbgemm.py --tables $t --batch $b --optimizers sgd,rowwise_adagrad
-        done
-      else
-        echo "(no fbgemm_gpu: the FBGEMM peers skipped)" | tee -a "$out/peers.log"
-      fi
-      # every placement and the plan on 1 and 2 GPUs; then 2 GPUs end to end and the collectives
-      for n in $counts; do
-        for t in mlperf-v1 dcnv2; do
-          run bench_collection.log $mpiexec -n $n "$build/bin/bench_collection" --tables $t --batch $b \
-            --index direct --optimizer sgd --out "$out/bench.jsonl"
-        done
+      for shape in "--dims 128 --hot 1" "--dims 32 --hot 8" "--dims 128 --hotness $dcnv2_hotness"; do
+        # shellcheck disable=SC2086
+        CUDA_VISIBLE_DEVICES=0 run bench_embedding.log "$build/bin/bench_embedding" --index direct --rows 40000000 \
+          $shape --alphas 0 --modes eval,step --out "$out/bench.jsonl"
       done
+      [ -n "${peers_pid:-}" ] && wait "$peers_pid"
+      # 2 GPUs: end to end, every placement, the collectives
       if [ "$gpus" -ge 2 ]; then
-        for rep in 1 2; do
-          for m in dot dcnv2; do
-            opt=$([ $m = dot ] && echo sgd || echo rowwise_adagrad)
+        for m in dcnv2 dot; do
+          opt=$([ $m = dot ] && echo sgd || echo rowwise_adagrad)
+          for rep in 1 2; do
             run bench_train.log $mpiexec -n 2 "$build/bin/bench_train" --model $m --sparse-optimizer $opt \
               --precision bf16 --batch $b --steps 30 --tag rep$rep --out "$out/bench.jsonl"
           done
+        done
+        for t in dcnv2 mlperf-v1; do
+          run bench_collection.log $mpiexec -n 2 "$build/bin/bench_collection" --tables $t --batch $b \
+            --index direct --optimizer sgd --out "$out/bench.jsonl"
         done
         run bench_alltoall.log $mpiexec -n 2 "$build/bin/bench_alltoall" --modes nccl --ops alltoall,allreduce \
           --min-bytes 1M --max-bytes 256M --step-factor 4 --out "$out/bench.jsonl"
