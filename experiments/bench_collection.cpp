@@ -88,7 +88,8 @@ const std::vector<int> kDcnv2Hotness = {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6
 
 struct Args {
   std::string tables = "mlperf-v1", rows_list, dims, hotness_list, batch = "65536",
-              placements = "dispatch,localized,replicated,distributed,hybrid,plan", optimizer = "rowwise_adagrad", comm_mode,
+              placements = "dispatch,localized,replicated,distributed,hybrid,plan", optimizer = "rowwise_adagrad",
+              comm_mode,
               exchange = "fp32", output = "fp32", index = "hashed", table_placements;
   int64_t row_cap = 4000000;
   int dim = 128, warmup = 5, iters = 20, check_samples = 64;  // warmup, iters: the driver's --warmup, --iters
@@ -719,13 +720,18 @@ int main(int argc, char** argv) {
     }
 
     int skipped = 0;
+    // --memory-budget 0: this device's free memory less a reserve for the batches, the check and the
+    // communicator (1 GiB on a GPU, 64 MiB on the cpu backend)
+    const size_t reserve = dev.is_cuda() ? size_t(1) << 30 : size_t(64) << 20;
+    const size_t free_budget = a.memory_budget_gib > 0 ? 0 : device_memory_budget(MPI_COMM_WORLD, dev, reserve);
     for (int64_t batch : batches)
       for (const std::string& placement : placements) {
         CollectionConfig cfg = make_config(a, tables, placement);
         PlannerOptions po;
         po.world = world;
         po.global_batch = batch * world;
-        po.memory_budget = size_t(a.memory_budget_gib * 1073741824.0);
+        po.backend = dev.backend;
+        po.memory_budget = a.memory_budget_gib > 0 ? size_t(a.memory_budget_gib * 1073741824.0) : free_budget;
         po.rates = a.rates;
         Plan plan;
         try {  // the same statistics everywhere: every rank gets the same plan, or the same error
