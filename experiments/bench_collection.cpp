@@ -88,7 +88,8 @@ const std::vector<int> kDcnv2Hotness = {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6
 
 struct Args {
   std::string tables = "mlperf-v1", rows_list, dims, hotness_list, batch = "65536",
-              placements = "dispatch,localized,replicated,distributed,hybrid,plan", optimizer = "rowwise_adagrad", comm_mode,
+              placements = "dispatch,localized,replicated,distributed,hybrid,plan", optimizer = "rowwise_adagrad",
+              comm_mode,
               exchange = "fp32", output = "fp32", index = "hashed", table_placements;
   int64_t row_cap = 4000000;
   int dim = 128, warmup = 5, iters = 20, check_samples = 64;  // warmup, iters: the driver's --warmup, --iters
@@ -691,11 +692,13 @@ void print_header(const Args& a, const KeyGen& kg, const std::vector<Table>& tab
 // The point's plan (the same on every rank), with half of each hybrid table's check pool in its hot set so the
 // check takes both of hybrid's paths; printed for `plan` and --plan-only. false (printed) when it does not fit.
 bool plan_point(const Args& a, const KeyGen& kg, const CollectionConfig& cfg, const std::string& placement,
-                int64_t batch, int rank, int world, const std::vector<TableKeyStats>& stats, Plan& plan) {
+                int64_t batch, int rank, int world, Backend backend, size_t budget,
+                const std::vector<TableKeyStats>& stats, Plan& plan) {
   PlannerOptions po;
   po.world = world;
   po.global_batch = batch * world;
-  po.memory_budget = size_t(a.memory_budget_gib * 1073741824.0);
+  po.backend = backend;
+  po.memory_budget = budget;
   po.rates = a.rates;
   try {  // the same statistics everywhere: every rank gets the same plan, or the same error
     agree_on_error(MPI_COMM_WORLD, guarded([&] { plan = make_plan(cfg, po, stats); }));
@@ -813,11 +816,16 @@ int main(int argc, char** argv) {
     }
 
     int skipped = 0;
+    // --memory-budget 0: this device's free memory less a reserve for the batches, the check and the
+    // communicator (1 GiB on a GPU, 64 MiB on the cpu backend)
+    const size_t reserve = dev.is_cuda() ? size_t(1) << 30 : size_t(64) << 20;
+    const size_t budget = a.memory_budget_gib > 0 ? size_t(a.memory_budget_gib * 1073741824.0)
+                                                  : device_memory_budget(MPI_COMM_WORLD, dev, reserve);
     for (int64_t batch : sweep.batches)
       for (const std::string& placement : sweep.placements) {
         CollectionConfig cfg = make_config(a, tables, placement);
         Plan plan;
-        if (!plan_point(a, kg, cfg, placement, batch, rank, world, stats, plan)) {
+        if (!plan_point(a, kg, cfg, placement, batch, rank, world, dev.backend, budget, stats, plan)) {
           ++skipped;
           continue;
         }

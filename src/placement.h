@@ -95,6 +95,10 @@ struct TablePlan {
   // per step on the busiest rank (sent + received, forward + backward), and the seconds it adds to the plan's
   // estimate (src/planner.h make_plan: its group's fixed cost included when it is the group's first table).
   size_t memory_bytes = 0;
+  // Working memory on the busiest rank besides the table's own (memory_bytes): the backward's workspaces and
+  // the route buffers a step grows, at the planner's expected counts (src/planner.h placement_cost).
+  size_t work_bytes = 0;
+  size_t work_bytes_other = 0;  // the same on a rank other than a localized table's owner (work_bytes otherwise)
   double bytes_per_step = 0;
   double seconds_per_step = 0;
   // The table's own terms: device bytes its local passes read and write on the busiest rank, and, for the

@@ -13,6 +13,7 @@
 #include "src/placement_common.h"
 #include "kernels/atomic_sgd.h"
 #include "src/base/deadline.h"
+#include "kernels/embedding_backward.h"
 
 namespace sparta {
 
@@ -153,6 +154,82 @@ double expected_distinct(const TableKeyStats& st, double draws, size_t skip) {
 }
 }  // namespace
 
+namespace {
+// The share of lookups the first hot_rows counted keys take.
+double hot_share(const TableKeyStats& stats, int64_t hot_rows) {
+  double covered = 0;
+  for (size_t i = 0; i < size_t(std::max<int64_t>(0, hot_rows)) && i < stats.top.size() && stats.keys > 0; ++i)
+    covered += double(stats.top[i].second) / double(stats.keys);
+  return covered;
+}
+
+// The counts the working memory is sized by (placement_cost's): local keys and bags, distinct local keys, the
+// key % world shard's rows, the hot rows and the share of lookups they take (hybrid).
+struct WorkCounts {
+  double K, P, U;
+  int64_t shard, hot;
+  double hot_share;
+};
+
+// PlacementCost::work_busiest and work_every: the buffers each placement grows (src/placement_*.cpp), element
+// counts times bytes, at the expected counts, and the backward workspaces of the table and of its gradient sums.
+// Data-dependent counts (keys received from other ranks) are taken at their expectation: each rank's distinct
+// keys spread evenly over the owners.
+void work_memory(PlacementCost& c, const CollectionTableConfig& t, Placement p, const PlannerOptions& opt,
+                 const WorkCounts& n) {
+  const double W = opt.world, v = 4.0 * t.dim, K = n.K, P = n.P, U = n.U;
+  auto ws = [&](double keys, double rows) {  // a BackwardWorkspace for `keys` keys into `rows` rows
+    const int64_t k = int64_t(std::min(std::ceil(std::max(1.0, keys)), double(kBackwardMaxKeys)));
+    const int64_t r = int64_t(std::min(std::ceil(std::max(1.0, rows)), double(kBackwardMaxRows)));
+    return double(BackwardWorkspace::bytes(opt.backend, k, r, t.dim));
+  };
+  // DispatchShard for k keys of u distinct ones, receiving r keys: the keys' distinct set (5 x k), the route of
+  // the distinct keys (4 x u), two routes (route ahead: send and received keys, each key's vector row), the
+  // received keys' rows and bag ids, the vectors both ways, the gradient sums (GroupSums: workspace, ids, sums)
+  // and the owner's update workspace.
+  auto dispatch = [&](double k, double u, double r, double shard_rows) {
+    return 40 * k + 28 * u + 2 * (8 * u + 8 * r + 8 * k) + 16 * r + r * v + u * v + ws(k, u) + 8 * k + k * v +
+           ws(r, shard_rows);
+  };
+  double busiest = 0, every = 0;
+  // the collection's cut of this table's bags out of the batch (two sets: one routed ahead) and its pooled
+  // vectors and their gradients (src/embedding_collection.cpp), on every rank
+  const double cut = 2 * (8 * (P + 1) + 8 * K) + P * v;
+  switch (p) {
+    case Placement::dispatch:
+      busiest = every = dispatch(K, U, U, double(n.shard));
+      break;
+    case Placement::distributed:
+      // keys' bags, owners and order (36 x K), the received keys, bags and rows, every rank's bag offsets and
+      // partial sums, this rank's pooled share, the owner's update workspace
+      busiest = every = 36 * K + 24 * K + 8 * W * P + W * P * v + P * v + ws(K, double(n.shard));
+      break;
+    case Placement::replicated:
+      // this rank's distinct keys, their gradient sums and rows; every rank's keys, sums, rows and bag ids; one
+      // workspace for the larger of the two backwards
+      busiest = every = K * (16 + v) + W * U * (24 + v) + ws(std::max(K, W * U), double(t.rows));
+      break;
+    case Placement::localized:
+      // the owner: every rank's lengths, keys, offsets, rows and pooled vectors, its own blocks, its update
+      // workspace; another rank: its lengths, blocks and keys
+      busiest = 8 * P + 16 * W * P + 16 * W * K + W * P * v + P * (8 + v) + 8 * K + ws(W * K, double(t.rows));
+      every = opt.world == 1 ? busiest : 8 * P + P * (8 + v) + 8 * K;
+      break;
+    case Placement::hybrid: {
+      const double Kh = K * n.hot_share, Kc = K - Kh, H = double(n.hot);
+      // the split into hot and cold keys (52 x K) and its vectors, the bags' hot and cold offsets and scaled
+      // gradients, the hot keys' ids, sums (GroupSums), touched rows, vectors and gradients, the hot copy's
+      // update workspace; the cold keys as dispatch
+      busiest = every = 52 * K + K * v + P * (16 + v) + 12 * Kh + ws(Kh, H) + Kh * (8 + v) + H * (16 + v) +
+                        H * (24 + 2 * v) + ws(H, H) + dispatch(Kc, std::min(U, Kc), std::min(U, Kc), double(n.shard));
+      break;
+    }
+  }
+  c.work_busiest = size_t(std::ceil(busiest + cut));
+  c.work_every = size_t(std::ceil(every + cut));
+}
+}  // namespace
+
 void check_planner_rates(const PlannerRates& r) {
   auto ok = [](double x) { return x > 0 && std::isfinite(x); };
   SPARTA_REQUIRE(ok(r.link_GBps), "planner: link_GBps must be > 0, found %g", r.link_GBps);
@@ -259,9 +336,7 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       c.memory_busiest = c.memory_every =
           table_memory_bytes(std::max<int64_t>(1, hot_rows), t.dim, t.optimizer.kind, t.max_load_factor) + mem(shard);
       const double H = double(hot_rows);
-      double covered = 0;  // share of lookups the hot keys take
-      for (size_t i = 0; i < size_t(hot_rows) && i < stats.top.size() && stats.keys > 0; ++i)
-        covered += double(stats.top[i].second) / double(stats.keys);
+      const double covered = hot_share(stats, hot_rows);  // share of lookups the hot keys take
       const double Kh = K * std::min(1.0, covered), Kc = K - Kh;
       const double Uc = std::min(R, expected_distinct(stats, K, size_t(hot_rows)));
       const double Ucg = std::min(R, expected_distinct(stats, W * K, size_t(hot_rows)));
@@ -282,6 +357,7 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       break;
     }
   }
+  work_memory(c, t, p, opt, {K, P, U, shard, std::max<int64_t>(1, hot_rows), std::min(1.0, hot_share(stats, hot_rows))});
   c.bytes_other = c.bytes_per_step;
   c.local_other = c.local_bytes;
   const double quarter = c.bytes_per_step / 4;  // sent as much as received, forward as backward
@@ -494,7 +570,7 @@ Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::ve
       if (budget > 0)
         for (int r = 0; r < W; ++r) {
           const bool holder = p == Placement::localized && r == owner;
-          size_t need = used[r] + (holder ? c.memory_busiest : c.memory_every);
+          size_t need = used[r] + (holder ? c.memory_busiest + c.work_busiest : c.memory_every + c.work_every);
           if (need > budget) over = std::max(over, need - budget);
         }
       return over;
@@ -533,16 +609,21 @@ Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::ve
       for (const Option& o : opts)
         if (o.shortfall < best->shortfall) best = &o;
       throw Error(strprintf(
-          "planner: table '%s' (%lld rows, dim %d) does not fit: %s placement needs %s more than the memory budget of "
-          "%s per rank (tables placed before it use up to %s on a rank)%s",
-          t.name.c_str(), (long long)t.rows, t.dim, placement_name(best->p), mib(double(best->shortfall)).c_str(),
-          mib(double(budget)).c_str(), mib(double(*std::max_element(used.begin(), used.end()))).c_str(),
+          "planner: table '%s' (%lld rows, dim %d, %s) does not fit: %s placement needs %s (%zu bytes) more than the "
+          "memory budget of %s (%zu bytes) per rank (tables placed before it use up to %s on a rank; the table's "
+          "rows, state and index take %s, its workspaces and route buffers %s)%s",
+          t.name.c_str(), (long long)t.rows, t.dim, optimizer_name(t.optimizer.kind), placement_name(best->p),
+          mib(double(best->shortfall)).c_str(), best->shortfall, mib(double(budget)).c_str(), budget,
+          mib(double(*std::max_element(used.begin(), used.end()))).c_str(),
+          mib(double(best->cost.memory_busiest)).c_str(), mib(double(best->cost.work_busiest)).c_str(),
           req[i].automatic ? " (the placement that comes closest)" : ""));
     }
     TablePlan& tp = plan.tables[i];
     tp.placement = pick->p;
     tp.owner = pick->p == Placement::localized ? pick->owner : 0;
     tp.memory_bytes = pick->cost.memory_busiest;
+    tp.work_bytes = pick->cost.work_busiest;
+    tp.work_bytes_other = pick->p == Placement::localized ? pick->cost.work_every : pick->cost.work_busiest;
     tp.bytes_per_step = pick->cost.bytes_per_step;
     tp.seconds_per_step = pick->seconds;
     tp.local_bytes = pick->cost.local_bytes;
@@ -554,8 +635,9 @@ Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::ve
       std::sort(tp.hot_keys.begin(), tp.hot_keys.end());
     }
     for (int r = 0; r < W; ++r)
-      used[r] += pick->p == Placement::localized ? (r == tp.owner ? pick->cost.memory_busiest : 0)
-                                                 : pick->cost.memory_every;
+      used[r] += pick->p == Placement::localized && r == tp.owner
+                     ? pick->cost.memory_busiest + pick->cost.work_busiest
+                     : pick->cost.memory_every + pick->cost.work_every;
   }
   plan.estimate = {step.max_link(), step.max_local(), step.collectives, step.groups, step.seconds(rates)};
   return plan;
@@ -699,6 +781,23 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
     }
   }
   return best;
+}
+
+size_t device_memory_budget(MPI_Comm comm, const Device& dev, size_t reserve) {
+  // the ranks of this host that drive the same device share its free memory
+  MPI_Comm host = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
+  int host_ranks = 1;
+  MPI_CHECK(MPI_Comm_size(host, &host_ranks));
+  const int mine = dev.is_cuda() ? dev.gpu : -1;
+  std::vector<int> devices(size_t(host_ranks), 0);
+  MPI_CHECK(MPI_Allgather(&mine, 1, MPI_INT, devices.data(), 1, MPI_INT, host));
+  MPI_CHECK(MPI_Comm_free(&host));
+  const size_t sharing = size_t(std::count(devices.begin(), devices.end(), mine));
+  const size_t share = device_free_bytes(dev) / std::max<size_t>(1, sharing);
+  unsigned long long budget = share > reserve ? share - reserve : 1;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &budget, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm));
+  return size_t(std::max<unsigned long long>(1, budget));
 }
 
 std::string format_plan(const CollectionConfig& cfg, const Plan& plan) {

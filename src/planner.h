@@ -60,7 +60,10 @@ void check_planner_rates(const PlannerRates& r);
 struct PlannerOptions {
   int world = 1;
   int64_t global_batch = 1;       // samples per step over all ranks
-  size_t memory_budget = 0;       // device bytes per rank for the tables (0: no limit)
+  // Device bytes per rank for the tables and their working memory (0: no limit; the trainer and the benches
+  // pass device_memory_budget's when the user gives none).
+  size_t memory_budget = 0;
+  Backend backend = Backend::cpu;  // whose backward workspace layout the working memory counts
   int64_t default_hot_rows = 1024;  // hybrid tables with hot_rows 0
   PlannerRates rates;
   // Bytes per value of the vectors and gradients the exchanges carry between ranks (4, or 2 with
@@ -74,6 +77,12 @@ struct PlannerOptions {
 struct PlacementCost {
   size_t memory_busiest = 0;      // device bytes on the rank that holds the most of the table
   size_t memory_every = 0;        // device bytes on every rank (memory_busiest on every rank but a localized owner)
+  // Working memory besides the table's rows, hash slots and state: the backward workspaces (kernels/
+  // embedding_backward.h BackwardWorkspace::bytes) and the route buffers the placement grows in a step, sized
+  // for the expected counts of the cost model (local keys, bags, distinct keys; a localized owner: every rank's).
+  // On the busiest rank, and on the others (a localized table's non-owners).
+  size_t work_busiest = 0;
+  size_t work_every = 0;
   double bytes_per_step = 0;      // bytes the busiest rank sends plus receives in one forward and backward
   double local_bytes = 0;         // device memory bytes read plus written by its local passes
   double bytes_other = 0;         // bytes_per_step on a rank other than a localized owner (the same otherwise)
@@ -111,6 +120,13 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
 // stays (the owners picked again), until no single move does. A table's seconds_per_step is what it raised the estimate by, so the tables' seconds add up to
 // the estimate. Throws sparta::Error for a bad configuration, bad rates or a plan that does not fit.
 Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std::vector<TableKeyStats>& stats);
+
+// The default memory budget of a rank (collective over comm; every rank returns the same): the least over the
+// ranks of this device's free memory (device_free_bytes: cudaMemGetInfo, or the host's available memory for the
+// cpu backend), shared evenly among the ranks of one host that drive the same device, less `reserve`, the bytes
+// the rest of the job will still allocate there (the dense model, its optimizer state and activations, the
+// batches). At least 1 byte (0 would mean no limit).
+size_t device_memory_budget(MPI_Comm comm, const Device& dev, size_t reserve);
 
 // The table rank 0 prints: table, rows, dim, placement, owner, memory per rank, bytes moved per step, estimated
 // ms per step; then the plan's totals.

@@ -97,7 +97,10 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
       "embedding.init_scale", po::value<float>(&c.init_scale)->default_value(0.05f, "0.05"),
       "a row's first values are uniform in +-init_scale, drawn from (seed, table, key)")(
       "embedding.hot_rows", po::value<int64_t>(&c.hot_rows)->default_value(0), "hybrid: replicated frequent rows per table (0: the planner's default)")(
-      "embedding.memory_mb", po::value<double>(&c.memory_mb)->default_value(0), "device memory per rank for the tables, MiB (0: no limit); the planner must fit it")(
+      "embedding.memory_mb", po::value<double>(&c.memory_mb)->default_value(0),
+      "device memory per rank for the tables and their workspaces, MiB; the planner must fit it (0: this device's "
+      "free memory, shared among the ranks that drive it, less what the rest of the job takes: the dense model, "
+      "its optimizer state and activations, the batches)")(
       "embedding.index", po::value<std::string>(&c.index)->default_value("hashed"),
       "hashed | direct: direct indexes keys by value (a lookup reads the row only); every slot needs a cardinality "
       "and embedding.rows 0")(

@@ -42,6 +42,23 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
+// The planner's reserve: what the job allocates on the device after the plan (the memory the tables may not
+// take). The dense parameters, gradients and optimizer state; two batches' buffers; the activations, bounded by
+// every layer's width (and the interaction's) at the local batch, forward and backward; and a fixed margin for
+// the communicator's buffers, cuBLAS workspaces and the runtime (1 GiB on a GPU, 64 MiB on the cpu backend).
+size_t job_reserve(const TrainConfig& cfg, const Device& dev, int64_t local_batch, int64_t max_keys_per_sample) {
+  const ModelConfig& m = cfg.model;
+  const size_t P = DenseModel::param_count(m), B = size_t(std::max<int64_t>(1, local_batch));
+  size_t widths = size_t(m.num_dense + 4 * m.embedding_width() + 2 * m.interaction_width());
+  for (int w : m.bottom_mlp) widths += size_t(w);
+  for (int w : m.top_mlp) widths += size_t(w);
+  const size_t dense = (2 * P + dense_optimizer_state_size(cfg.dense.kind, P)) * sizeof(float);
+  const size_t batches = 2 * B * ((1 + size_t(m.num_dense)) * sizeof(float) +
+                                  (size_t(m.num_slots) + 1 + size_t(std::max<int64_t>(1, max_keys_per_sample))) * 8);
+  const size_t activations = 2 * B * widths * sizeof(float);
+  return dense + batches + activations + (dev.is_cuda() ? size_t(1) << 30 : size_t(64) << 20);
+}
+
 }  // namespace
 
 Trainer::Trainer(const Context& ctx, const TrainConfig& cfg, TrainerMode mode, const std::string& load_from)
@@ -300,7 +317,11 @@ void Trainer::build_collection(const Batch& b, int64_t global_batch) {
   PlannerOptions po;
   po.world = world_;
   po.global_batch = global_batch;
-  po.memory_budget = size_t(cfg_.memory_mb * 1024 * 1024);
+  po.backend = dev_.backend;
+  po.memory_budget = cfg_.memory_mb > 0 ? size_t(cfg_.memory_mb * 1024 * 1024)
+                                        : device_memory_budget(world_comm_, dev_,
+                                                               job_reserve(cfg_, dev_, max_batch_,
+                                                                           schema_.max_keys_per_sample()));
   po.rates = cfg_.planner_rates;
   const size_t max_top = size_t(std::max<int64_t>(cfg_.hot_rows, po.default_hot_rows));
   std::vector<TableKeyStats> stats = count_keys(world_comm_, c, offsets, keys, b.size, max_top);

@@ -266,7 +266,9 @@ BOOST_AUTO_TEST_CASE(auto_picks_the_fastest_placement_that_fits) {
   o.memory_budget = bytes(100000, 32) / 2;
   p = make_plan(c, o, {});
   BOOST_CHECK(p.tables[0].placement == Placement::dispatch || p.tables[0].placement == Placement::distributed);
-  BOOST_CHECK_LE(p.tables[0].memory_bytes + p.tables[1].memory_bytes, o.memory_budget);
+  BOOST_CHECK_LE(p.tables[0].memory_bytes + p.tables[0].work_bytes + p.tables[1].memory_bytes +
+                     p.tables[1].work_bytes,
+                 o.memory_budget);
 }
 
 BOOST_AUTO_TEST_CASE(the_pick_follows_the_rates) {
@@ -513,7 +515,7 @@ BOOST_AUTO_TEST_CASE(localized_owners_spread_over_ranks) {
               table("c", 3000, 16, {2}, "localized")};
   PlannerOptions o;
   o.world = 3;
-  o.memory_budget = bytes(5000, 16);  // one table per rank
+  o.memory_budget = bytes(5000, 16) + (size_t(64) << 10);  // one table per rank (and its working memory)
   Plan p = make_plan(c, o, {});
   std::vector<int> owners;
   for (const TablePlan& t : p.tables) owners.push_back(t.owner);
@@ -741,11 +743,20 @@ BOOST_AUTO_TEST_CASE(a_plan_that_does_not_fit_names_the_table_and_the_shortfall)
   PlannerOptions o;
   o.world = 2;
   o.memory_budget = size_t(64) << 20;  // 64 MiB per rank; half of "huge" needs far more
-  // the shortfall of the placement that comes closest: a key % world shard, less the budget
+  // the shortfall of the placement that comes closest: a key % world shard and its working memory, less the budget
   const size_t shard = bytes(modulo_shard_rows(10000000, 2, 1.25), 64);
-  const double short_mib = double(shard - o.memory_budget) / (1024.0 * 1024.0);
+  const PlacementCost dispatch = placement_cost(c.tables[1], Placement::dispatch, o, {}, 0, 1.25),
+                      distributed = placement_cost(c.tables[1], Placement::distributed, o, {}, 0, 1.25);
+  const PlacementCost& cost =
+      dispatch.work_busiest <= distributed.work_busiest ? dispatch : distributed;  // both hold the shard
+  BOOST_CHECK_EQUAL(cost.memory_busiest, shard);
+  BOOST_CHECK_GT(cost.work_busiest, 0u);
+  const size_t short_bytes = shard + cost.work_busiest - o.memory_budget;
+  const double short_mib = double(short_bytes) / (1024.0 * 1024.0);
   std::string e = error_of([&] { make_plan(c, o, {}); });
-  BOOST_CHECK_MESSAGE(has(e, "'huge'") && has(e, "does not fit") && has(e, strprintf("%.2f MiB", short_mib)), e);
+  BOOST_CHECK_MESSAGE(has(e, "'huge'") && has(e, "does not fit") && has(e, strprintf("%.2f MiB", short_mib)) &&
+                          has(e, strprintf("(%zu bytes) more than", short_bytes)),
+                      e);
   BOOST_TEST_MESSAGE("error as reported: " << e);
   // an explicit placement that does not fit either
   c.tables[1].placement = "replicated";

@@ -4,6 +4,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "src/base/check.h"
@@ -230,6 +235,35 @@ std::vector<StreamClock::Point> StreamClock::read() {
 }
 
 namespace {
+
+// device_alloc's accounting: every live allocation's size, and the bytes in use per device (cpu is key -1).
+struct Accounting {
+  std::mutex m;
+  std::unordered_map<void*, size_t> sizes;
+  std::map<int, DeviceMemoryUse> use;
+};
+Accounting& accounting() {
+  static Accounting* a = new Accounting;  // never destroyed: frees may come from static destructors
+  return *a;
+}
+int device_key(const Device& dev) { return dev.is_cuda() ? dev.gpu : -1; }
+void count_alloc(const Device& dev, void* p, size_t bytes) {
+  Accounting& a = accounting();
+  std::lock_guard<std::mutex> lock(a.m);
+  a.sizes[p] = bytes;
+  DeviceMemoryUse& u = a.use[device_key(dev)];
+  u.in_use += bytes;
+  if (u.in_use > u.peak) u.peak = u.in_use;
+}
+void count_free(const Device& dev, void* p) {
+  Accounting& a = accounting();
+  std::lock_guard<std::mutex> lock(a.m);
+  auto it = a.sizes.find(p);
+  if (it == a.sizes.end()) return;
+  a.use[device_key(dev)].in_use -= it->second;
+  a.sizes.erase(it);
+}
+
 void* host_alloc(size_t bytes) {
   size_t rounded = (bytes + 255) / 256 * 256;
   void* p = std::aligned_alloc(256, rounded);
@@ -238,8 +272,49 @@ void* host_alloc(size_t bytes) {
 }
 }  // namespace
 
+static void* device_alloc_raw(const Device& dev, size_t bytes);  // cudaMalloc or host memory, uncounted
+
+DeviceMemoryUse device_memory_use(const Device& dev) {
+  Accounting& a = accounting();
+  std::lock_guard<std::mutex> lock(a.m);
+  return a.use[device_key(dev)];
+}
+
+void reset_device_peak(const Device& dev) {
+  Accounting& a = accounting();
+  std::lock_guard<std::mutex> lock(a.m);
+  DeviceMemoryUse& u = a.use[device_key(dev)];
+  u.peak = u.in_use;
+}
+
+size_t device_free_bytes(const Device& dev) {
+  if (!dev.is_cuda()) {
+    std::ifstream in("/proc/meminfo");
+    std::string name;
+    size_t kib = 0;
+    while (in >> name >> kib) {
+      if (name == "MemAvailable:") return kib * 1024;
+      in.ignore(256, '\n');
+    }
+    return 0;
+  }
+#if SPARTA_CUDA
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return free_b;
+#else
+  SPARTA_FATAL("cuda device in a CUDA=0 build");
+#endif
+}
+
 void* device_alloc(const Device& dev, size_t bytes) {
   if (bytes == 0) return nullptr;
+  void* p = device_alloc_raw(dev, bytes);
+  count_alloc(dev, p, bytes);
+  return p;
+}
+
+static void* device_alloc_raw(const Device& dev, size_t bytes) {
   if (!dev.is_cuda()) return host_alloc(bytes);
 #if SPARTA_CUDA
   void* p = nullptr;
@@ -259,6 +334,7 @@ void* device_alloc(const Device& dev, size_t bytes) {
 
 void device_free(const Device& dev, void* p) {
   if (!p) return;
+  count_free(dev, p);
   if (!dev.is_cuda()) {
     std::free(p);
     return;

@@ -121,6 +121,19 @@ class StreamClock {
   std::vector<double> host_ms_;  // cpu
 };
 
+// What this process holds through device_alloc on one device (the cpu backend's "device" memory is host
+// memory, counted the same way): bytes in use now, and the most in use since the last reset_device_peak. The
+// planner's memory estimate is checked against it (tests/test_planner_memory.cpp).
+struct DeviceMemoryUse {
+  size_t in_use = 0;
+  size_t peak = 0;
+};
+DeviceMemoryUse device_memory_use(const Device& dev);
+void reset_device_peak(const Device& dev);
+// Memory the device can still give: cuda: cudaMemGetInfo's free bytes (every process's allocations already
+// taken off); cpu: the host's MemAvailable (/proc/meminfo; 0 where it cannot be read).
+size_t device_free_bytes(const Device& dev);
+
 // Raw memory. cpu: 256-byte aligned host memory; cuda: cudaMalloc. Zero bytes gives nullptr.
 // An allocation that fails ends the job with the bytes asked for and the device's free memory.
 void* device_alloc(const Device& dev, size_t bytes);
