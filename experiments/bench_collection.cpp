@@ -24,7 +24,7 @@
 // step (0 with --prefill 1 and uniform or power-law keys in [0, cardinality)). Each part is timed with support_bench's DeviceTimer (CUDA events on
 // the compute stream; the steady clock on cpu) after an MPI_Barrier; per step the slowest rank's times count,
 // and the medians over steps are reported. Samples/s: the global batch over the step time. MB_moved: what the
-// planner's cost model predicts (README, "Embedding collection and placements"): the bytes the busiest rank sends
+// planner's cost model predicts (experiments/PLANNER.md): the bytes the busiest rank sends
 // plus receives per step (Plan::estimate); the communicator does not count the bytes it moves, so
 // there is no measured figure (JSON "MB_moved_measured": null). mem_GB: the shards of the fullest rank
 // (EmbeddingCollection::memory_bytes, which is what the planner estimated); on GPUs the JSON also has the

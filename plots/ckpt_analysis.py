@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Analysis of a sparta checkpoint, read straight from its HDF5 files (format: README "Checkpoints" and
+"""Analysis of a sparta checkpoint, read straight from its HDF5 files (format: README "Formats" and
 io/checkpoint_format.h): rows per table and per shard, row-norm histograms, optimizer-state statistics, key
 frequencies from a dataset file, and the difference between two checkpoints. A text summary on stdout, PNGs
 in --out-dir, and everything as JSON with --json.

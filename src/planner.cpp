@@ -1,4 +1,4 @@
-// planner.cpp: see planner.h; the cost model is in README.md ("Embedding collection and placements").
+// planner.cpp: see planner.h; the cost model is in experiments/PLANNER.md.
 #include "src/planner.h"
 
 #include <algorithm>
@@ -238,7 +238,7 @@ void check_planner_rates(const PlannerRates& r) {
   SPARTA_REQUIRE(ok(r.group_us), "planner: group_us must be > 0, found %g", r.group_us);
 }
 
-// The local passes, in device bytes read plus written (README: the cost model). n keys, p bags, r rows.
+// The local passes, in device bytes read plus written (experiments/PLANNER.md). n keys, p bags, r rows.
 namespace {
 constexpr double kKeyPass = 16;           // one pass over n 8-byte keys or indices: read and written
 constexpr double kSort = 4 * kKeyPass;    // a sort of n keys (or row ids) with their positions

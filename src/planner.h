@@ -2,7 +2,7 @@
 // estimated step time among those that fit the device memory budget; explicit placements are honoured (and must
 // fit too). A plan that does not fit is a sparta::Error naming the table and the shortfall, raised before anything
 // is allocated. The cost model (bytes on the link, local device traffic, collectives, a fixed cost per group of
-// tables that run one lookup together) is written out in README.md ("Embedding collection and placements").
+// tables that run one lookup together) is written out in experiments/PLANNER.md.
 //
 // Key statistics come from a sample of the data: keys per sample of each table (its hotness) and the most
 // frequent keys (the hybrid placement's replicated set, and the share of lookups it covers).
@@ -37,11 +37,11 @@ struct TableKeyStats {
 std::vector<TableKeyStats> count_keys(MPI_Comm comm, const CollectionConfig& cfg, const std::vector<int64_t>& offsets,
                                       const std::vector<int64_t>& keys, int64_t batch, size_t max_top);
 
-// The rates that turn the cost model's counts into seconds (README: the cost model). The defaults are for
-// H100/H200-class GPUs over NVLink: effective rates fitted (experiments/fit_planner.py) to the 33 step times of
+// The rates that turn the cost model's counts into seconds (experiments/PLANNER.md). The defaults are for
+// H100/H200-class GPUs over NVLink: effective rates fitted (least squares of the relative error) to the 33 step times of
 // one bench_collection visit on 1 and 2 H200s (revision 6bb0b44: the MLPerf v1 and DCNv2 tables of dim 128 capped
 // at 4M rows, direct index at 1 and 2 GPUs and DCNv2 hashed with every key held at 2, 65536 samples per GPU, sgd,
-// every placement, the plan and two mixed plans); README ("Embedding collection and placements") gives the error
+// every placement, the plan and two mixed plans); experiments/PLANNER.md gives the error
 // (7% on average). Not hardware figures:
 //   link_GBps      bytes sent + received per rank per second on the link;
 //   hbm_GBps       rate of the local passes counted (hash-table lookups of random rows, sorts, gathers, scatters,
@@ -72,7 +72,7 @@ struct PlannerOptions {
   double wire_bytes = 4;
 };
 
-// Estimates of one table under one placement (README: the cost model), on the busiest rank, and on the others
+// Estimates of one table under one placement (experiments/PLANNER.md), on the busiest rank, and on the others
 // where they differ (a localized table's owner against the ranks that only send it bags and get vectors back).
 struct PlacementCost {
   size_t memory_busiest = 0;      // device bytes on the rank that holds the most of the table

@@ -1,5 +1,5 @@
 // The planner (src/planner.h): configuration checks, explicit plans honoured, the cost model (bytes on the link,
-// local bytes, collectives, seconds) against values computed by hand from README's formulas, auto picking the
+// local bytes, collectives, seconds) against values computed by hand from experiments/PLANNER.md's formulas, auto picking the
 // fastest placement that fits (and how the pick follows the rates), a group's fixed cost charged once, localized
 // owners spread over ranks and sharing the work, the plan never behind a placement for all tables by its own
 // estimate, hybrid hot sets from key counts, bad rates, and a plan that does not fit: a sparta::Error naming the
@@ -157,7 +157,7 @@ BOOST_AUTO_TEST_CASE(cost_model_by_hand) {
 }
 
 BOOST_AUTO_TEST_CASE(time_model_by_hand) {
-  // README's per-placement sums (vectors moved through memory, key passes of 16 bytes, rows updated), written out
+  // experiments/PLANNER.md's per-placement sums (vectors moved through memory, key passes of 16 bytes, rows updated), written out
   // independently of the code's pass-by-pass count. W = 4, 100 samples per rank, one slot, one key per sample,
   // dim 16 (v = 64 bytes), sgd (no state), 1000 rows, no statistics: K = P = U = 100, Ug = 400.
   CollectionTableConfig t = table("t", 1000, 16, {0});
@@ -273,7 +273,7 @@ BOOST_AUTO_TEST_CASE(auto_picks_the_fastest_placement_that_fits) {
 
 BOOST_AUTO_TEST_CASE(the_pick_follows_the_rates) {
   // W = 4, one key per sample, no statistics (so no hybrid): dispatch moves the fewest bytes (2 f U (8 + 2v)),
-  // distributed the most, but distributed has the least local work (README's sums: 68800 bytes against dispatch's
+  // distributed the most, but distributed has the least local work (PLANNER.md's sums: 68800 bytes against dispatch's
   // 100800, see time_model_by_hand).
   CollectionConfig c;
   c.num_slots = 1;
@@ -395,8 +395,8 @@ struct Dcnv2OnTwo {
   }();
 };
 
-// Part of the measurement the default rates are fitted to (src/planner.h; README, "Embedding collection and
-// placements"): bench_collection on 1 and 2 H200s, 26 tables of dim 128 (the MLPerf v1 cardinalities capped at 4M
+// Part of the measurement the default rates are fitted to (src/planner.h; experiments/PLANNER.md):
+// bench_collection on 1 and 2 H200s, 26 tables of dim 128 (the MLPerf v1 cardinalities capped at 4M
 // rows, plus 64 rows for its check keys), uniform keys, direct index, 65536 samples per rank, sgd, every table in
 // one group per placement (revision 6bb0b44, experiments/NOTES_embedding.md run 27). measured: ms per step of
 // dispatch, localized, replicated, distributed, hybrid on 1 and 2 ranks. The statistics are those of uniform keys
