@@ -64,15 +64,18 @@ counts=1
 for part in "${parts[@]}"; do
   case $part in
     tests)
-      # Side by side: the MPI suites at 1 and 2 ranks, and the plain suites in two halves; each group's closing
+      # Side by side: the MPI suites at 1 rank and at 2, and the plain suites in two halves; each group's closing
       # line ("tests: N passed, ...") goes to OUT/tests.log with its suites' lines.
       heavy='synthetic|experiments|embedding_backward|embedding_table|hash_table|route|dense_|model|planner'
-      quiet tests_mpi.log env SPARTA_SUITES='^mpi_' bash tests/run_all.sh "$build" "$mpiexec" "$counts" 600 &
-      quiet tests_plain_a.log env SPARTA_SUITES="^test_($heavy)" bash tests/run_all.sh "$build" "$mpiexec" 1 600 &
+      for n in $counts; do
+        quiet tests_mpi$n.log env SPARTA_SUITES='^mpi_' bash tests/run_all.sh "$build" "$mpiexec" $n 420 &
+      done
+      quiet tests_plain_a.log env SPARTA_SUITES="^test_($heavy)" bash tests/run_all.sh "$build" "$mpiexec" 1 420 &
       quiet tests_plain_b.log env SPARTA_SUITES="^(test_|layer)" SPARTA_SUITES_EXCLUDE="^test_($heavy)" \
-        bash tests/run_all.sh "$build" "$mpiexec" 1 600 &
+        bash tests/run_all.sh "$build" "$mpiexec" 1 420 &
       for j in $(jobs -p); do wait "$j" || status=1; done
-      cat "$out"/tests_mpi.log "$out"/tests_plain_a.log "$out"/tests_plain_b.log >>"$out/tests.log"
+      cat "$out"/tests_mpi*.log "$out"/tests_plain_a.log "$out"/tests_plain_b.log >>"$out/tests.log"
+      rm -f "$out"/tests_mpi*.log "$out"/tests_plain_*.log
       grep -E "^tests: |FAILED|TIMED OUT" "$out/tests.log"
       ;;
     results)

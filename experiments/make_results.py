@@ -219,10 +219,10 @@ def comm_table(recs):
 
 
 def tests_summary(out):
-    path = os.path.join(out, "tests.log")
-    if not os.path.exists(path):
+    paths = sorted(glob.glob(os.path.join(out, "tests*.log")))
+    if not paths:
         return [], []
-    lines = open(path, errors="replace").read().splitlines()
+    lines = [l for p in paths for l in open(p, errors="replace").read().splitlines()]
     suites = [l for l in lines if re.match(r"^\S+\s+\d+ passed\s+\d+ failed", l)]
     closing = [l for l in lines if l.startswith("tests: ")]
     return suites, closing
