@@ -5,8 +5,8 @@
 // Algorithm search (what HugeCTR does at start-up): the first time a kind of call is seen (stream, shape, types,
 // epilogue, pointer alignments), the heuristic's first kSearchCandidates answers are each timed kSearchRuns
 // times on the call's own buffers with CUDA events, the fastest is kept for every later call of that kind and
-// rank 0 logs it once. The choice depends on timing, so two processes may pick different algorithms (results
-// equal within the GEMM's rounding); set_gemm_algo_search(false) takes the heuristic's first answer alone.
+// rank 0 logs it once. Only candidates whose outputs equal the heuristic's first bit for bit are taken, so the
+// choice changes the speed and never a result; set_gemm_algo_search(false) takes the heuristic's first alone.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
@@ -273,29 +273,70 @@ struct LtCall {
 
 const void* c_of(const GemmCall& g) { return g.c ? static_cast<const void*>(g.c) : g.d; }
 
+// Sets *differ when any of the n bytes of a and b differ.
+__global__ void __launch_bounds__(256) bytes_differ_kernel(const unsigned char* a, const unsigned char* b, size_t n,
+                                                           int* differ) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    if (a[i] != b[i]) {
+      *differ = 1;
+      return;
+    }
+}
+
+// Whether n bytes at a and b are equal (a host wait).
+bool bytes_equal(const void* a, const void* b, size_t n, int* flag, Stream stream) {
+  CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream));
+  bytes_differ_kernel<<<1024, 256, 0, stream>>>(static_cast<const unsigned char*>(a),
+                                                static_cast<const unsigned char*>(b), n, flag);
+  CUDA_CHECK(cudaGetLastError());
+  int differ = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&differ, flag, sizeof(int), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return differ == 0;
+}
+
 // Times candidates[0 .. count) on the call's own buffers (each once untimed, then kSearchRuns times with CUDA
-// events; its best time counts) and returns the index of the fastest; logs the choice on rank 0. D's contents
-// are kept where the call reads them (beta != 0 with C = D): saved first and restored after (the real call
-// follows the search).
+// events; its best time counts) and returns the index of the fastest among those whose outputs (D and the bias
+// gradient) equal candidate 0's bit for bit: the search changes the speed, never a result, so runs stay
+// reproducible whatever the timings. Logs the choice on rank 0. D's contents are kept where the call reads them
+// (beta != 0 with C = D): saved first, restored before each candidate's first run and at the end.
 int search_fastest(StreamContext& ctx, const GemmCall& g, const LtCall& lt, const cublasLtMatmulHeuristicResult_t* cand,
                    int count, Stream stream) {
   const size_t d_bytes = (size_t(g.ldd) * size_t(g.n - 1) + size_t(g.m)) * gemm_type_bytes(g.d_type);
-  void* saved = nullptr;
+  const size_t bg_bytes = g.bias_grad ? size_t(g.m) * sizeof(float) : 0;
+  void *saved = nullptr, *ref = nullptr;
+  int* flag = nullptr;
   if (g.beta != 0.f && !g.c) {
     CUDA_CHECK(cudaMalloc(&saved, d_bytes));
     CUDA_CHECK(cudaMemcpyAsync(saved, g.d, d_bytes, cudaMemcpyDeviceToDevice, stream));
   }
+  CUDA_CHECK(cudaMalloc(&ref, d_bytes + bg_bytes));
+  CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
+  char* ref_bg = static_cast<char*>(ref) + d_bytes;
   cudaEvent_t start, stop;
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
   const float alpha = 1.f, beta = g.beta;
   std::vector<float> best(count, -1.f);
+  int same_bits = 0;
   for (int c = 0; c < count; ++c) {
     auto run = [&] {
       return cublasLtMatmul(ctx.lt, lt.op, &alpha, g.a, lt.la, g.b, lt.lb, &beta, c_of(g), lt.lc, g.d, lt.ld,
                             &cand[c].algo, ctx.workspace, kWorkspaceBytes, stream);
     };
-    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that does not launch is not taken
+    if (saved) CUDA_CHECK(cudaMemcpyAsync(g.d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream));
+    if (run() != CUBLAS_STATUS_SUCCESS) {  // a candidate that does not launch is not taken
+      if (c == 0) break;                   // nor is any other: there is no reference to hold them to
+      continue;
+    }
+    if (c == 0) {
+      CUDA_CHECK(cudaMemcpyAsync(ref, g.d, d_bytes, cudaMemcpyDeviceToDevice, stream));
+      if (bg_bytes) CUDA_CHECK(cudaMemcpyAsync(ref_bg, g.bias_grad, bg_bytes, cudaMemcpyDeviceToDevice, stream));
+    } else if (!bytes_equal(g.d, ref, d_bytes, flag, stream) ||
+               (bg_bytes && !bytes_equal(g.bias_grad, ref_bg, bg_bytes, flag, stream))) {
+      continue;  // other bits than the heuristic's first: not taken
+    }
+    ++same_bits;
     bool ran = true;
     for (int r = 0; r < kSearchRuns && ran; ++r) {
       CUDA_CHECK(cudaEventRecord(start, stream));
@@ -311,20 +352,20 @@ int search_fastest(StreamContext& ctx, const GemmCall& g, const LtCall& lt, cons
   (void)cudaGetLastError();  // a failed candidate's launch error is not the next launch's
   CUDA_CHECK(cudaEventDestroy(start));
   CUDA_CHECK(cudaEventDestroy(stop));
-  if (saved) {
-    CUDA_CHECK(cudaMemcpyAsync(g.d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    CUDA_CHECK(cudaFree(saved));
-  }
+  if (saved) CUDA_CHECK(cudaMemcpyAsync(g.d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (saved) CUDA_CHECK(cudaFree(saved));
+  CUDA_CHECK(cudaFree(ref));
+  CUDA_CHECK(cudaFree(flag));
   int pick = 0;
   for (int c = 1; c < count; ++c)
     if (best[c] >= 0.f && (best[pick] < 0.f || best[c] < best[pick])) pick = c;
   note_gemm_algo_search();
   const double flop = 2.0 * double(g.m) * double(g.n) * double(g.k);
-  LOG_INFO("gemm search: layer %s %s m %lld n %lld k %lld op %c%c epilogue %d: candidate %d of %d, %.3f ms "
-           "(%.0f TFLOP/s); the heuristic's first %.3f ms",
+  LOG_INFO("gemm search: layer %s %s m %lld n %lld k %lld op %c%c epilogue %d: candidate %d of %d (%d with the "
+           "heuristic's bits), %.3f ms (%.0f TFLOP/s); the heuristic's first %.3f ms",
            g.layer, gemm_type_name(g.type), (long long)g.m, (long long)g.n, (long long)g.k, g.trans_a ? 'T' : 'N',
-           g.trans_b ? 'T' : 'N', int(lt.epi), pick, count, double(best[pick]),
+           g.trans_b ? 'T' : 'N', int(lt.epi), pick, count, same_bits, double(best[pick]),
            best[pick] > 0.f ? flop / (double(best[pick]) * 1e9) : 0.0, double(best[0]));
   return pick;
 }

@@ -90,8 +90,8 @@ void linear_backward_data(const Device& dev, const LinearDims& d, GemmType t, co
 
 // cuda: the GEMMs' algorithm search (dense_linear.cu): on (the default), the first call of every kind (shape,
 // types, epilogue, alignments; per stream) times up to 8 of cuBLASLt's heuristic answers on its own buffers and
-// keeps the fastest, logged on rank 0; off, the heuristic's first answer. Results agree within the GEMM's
-// rounding either way; the search's choice follows timing, so bit-identical reruns need it off. Process-wide;
+// keeps the fastest of those whose outputs equal the first answer's bit for bit, logged on rank 0; off, the
+// heuristic's first answer. Either way the same bits: the search changes the speed only. Process-wide;
 // gemm_algo_searches counts the kinds searched so far (cpu backend, CUDA=0: always 0).
 void set_gemm_algo_search(bool on);
 bool gemm_algo_search();

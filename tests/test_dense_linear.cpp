@@ -400,9 +400,9 @@ BOOST_AUTO_TEST_CASE(bad_linear_shapes_name_the_layer) {
 }
 
 // The GEMMs' algorithm search (cuda): every step's output with the searched algorithm equals the heuristic's
-// first answer's within the GEMM's rounding (k products summed in another order: a bound from Σ|x w| per
-// element), at the model's shapes and at odd ones, for every type; dx accumulated (beta 1) keeps what D held,
-// and searching is counted. The search is restored to on afterwards.
+// first answer's bit for bit (the search takes only candidates that give the same bits), at the model's shapes
+// and at odd ones, for every type; dx accumulated (beta 1) keeps what D held, and searching is counted. The search
+// is restored to on afterwards.
 BOOST_AUTO_TEST_CASE(gemm_search_matches_the_heuristic_choice, *testing::needs_gpu()) {
   Device dev = dense_test::device_for(Backend::cuda);
   struct Shape {
@@ -440,44 +440,15 @@ BOOST_AUTO_TEST_CASE(gemm_search_matches_the_heuristic_choice, *testing::needs_g
       const uint64_t before = gemm_algo_searches();
       const Out heuristic = run(false), searched = run(true);
       set_gemm_algo_search(true);
-      // per element: Σ|a b| of its products (the 16-bit-rounded inputs), the scale of a reordering's error; about
-      // 4096 elements spread over each output (the host's sums at the large shapes would take minutes)
-      std::vector<float> xr = is_half(t) ? dense_test::half_rounded(t, x) : x;
-      std::vector<float> wr = is_half(t) ? dense_test::half_rounded(t, w) : w;
-      std::vector<float> gr = is_half(t) ? dense_test::half_rounded(t, g) : g;
-      auto close = [&](const std::vector<float>& got, const std::vector<float>& want, auto abs_sum, const char* what) {
-        size_t bad = 0;
-        const size_t stride = want.size() / 4096 + 1;
-        for (size_t i = 0; i < want.size(); i += stride) {
-          const double tol = 1e-5 * (abs_sum(i) + std::fabs(double(want[i]))) + 1e-30;
-          if (!(std::fabs(double(got[i]) - double(want[i])) <= tol) && bad++ < 3)
-            BOOST_ERROR(what << "[" << i << "] searched " << got[i] << " heuristic " << want[i]);
-        }
-        return bad;
-      };
       const std::string where = std::string(gemm_type_name(t)) + " batch " + std::to_string(s.batch) + " in " +
                                 std::to_string(s.in) + " out " + std::to_string(s.out);
+      auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+      };
       BOOST_TEST_CONTEXT(where) {
-        const int64_t B = s.batch;
-        const int in = s.in, out = s.out;
-        BOOST_CHECK_EQUAL(close(searched.y, heuristic.y, [&](size_t e) {
-          const int64_t r = e / out, o = e % out;
-          double a = std::fabs(b[o]);
-          for (int i = 0; i < in; ++i) a += std::fabs(double(xr[r * in + i]) * wr[o * in + i]);
-          return a;
-        }, "y"), 0u);
-        BOOST_CHECK_EQUAL(close(searched.dw, heuristic.dw, [&](size_t e) {
-          const int64_t o = e / in, i = e % in;
-          double a = 0;
-          for (int64_t r = 0; r < B; ++r) a += std::fabs(double(gr[r * out + o]) * xr[r * in + i]);
-          return a;
-        }, "dw"), 0u);
-        BOOST_CHECK_EQUAL(close(searched.dx, heuristic.dx, [&](size_t e) {
-          const int64_t r = e / in, i = e % in;
-          double a = std::fabs(d0[e]);
-          for (int o = 0; o < out; ++o) a += std::fabs(double(gr[r * out + o]) * wr[o * in + i]);
-          return a;
-        }, "dx accumulated"), 0u);
+        BOOST_CHECK_MESSAGE(same_bits(searched.y, heuristic.y), "y differs");
+        BOOST_CHECK_MESSAGE(same_bits(searched.dw, heuristic.dw), "dw differs");
+        BOOST_CHECK_MESSAGE(same_bits(searched.dx, heuristic.dx), "dx accumulated differs");
       }
       if (s.batch >= 4096) BOOST_CHECK_MESSAGE(gemm_algo_searches() > before, "no search at " << where);
     }

@@ -155,12 +155,6 @@ BOOST_AUTO_TEST_CASE(unusable_paths_and_options_are_errors_before_training) {
   r = program(kTrain, 2, w.model() + "--train.steps 2 --train.metrics " + w.dir.path + "/no/such/m.jsonl");
   expect_refused(r, {"train.metrics '" + w.dir.path + "/no/such/m.jsonl'", "cannot open for writing"}, "metrics in a missing folder");
   BOOST_CHECK(!contains(r.output, "step 1/"));
-  r = program(kTrain, 2, "--benchmark --benchmark.preset small --benchmark.batch 64 --benchmark.steps 1 --device cpu "
-                         "--model.embedding_dim 8 --model.bottom_mlp 16,8 --model.top_mlp 16,1 --train.metrics " +
-                             w.dir.path + "/no/such/b.jsonl");
-  expect_refused(r, {"train.metrics '" + w.dir.path + "/no/such/b.jsonl'", "cannot open for writing"},
-                 "benchmark metrics in a missing folder");
-  BOOST_CHECK(!contains(r.output, "samples/s"));  // refused before the benchmark ran
   std::string model = w.model();
   model.replace(model.find("--model.embedding_dim 8"), 23, "--model.embedding_dim 300");
   r = program(kTrain, 2, model + "--train.steps 2");

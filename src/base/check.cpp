@@ -2,6 +2,7 @@
 #include "src/base/check.h"
 
 #include <mpi.h>
+#include <thread>
 #include <unistd.h>
 
 #include <cstdarg>
@@ -49,6 +50,12 @@ bool mpi_is_up() {
     // The launcher forwards output asynchronously and stops forwarding once the abort kills the job:
     // give it a moment, so the message that explains the failure is not lost.
     usleep(300 * 1000);
+    // MPI_Abort can wait on a peer that died (Open MPI with its abort on a non-zero exit turned off): this rank
+    // ends itself a few seconds on regardless, so it never outlives the failure it reported.
+    std::thread([] {
+      usleep(5 * 1000 * 1000);
+      _exit(1);
+    }).detach();
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   std::exit(1);
