@@ -28,7 +28,7 @@ import sys
 
 DCNV2_HOTNESS = "3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1"
 PARTS = {"train": ("train",), "embedding": ("embedding", "embedding_step", "embedding_floor", "hashtable"),
-         "collection": ("collection",), "comm": ("alltoall",)}
+         "collection": ("collection",), "comm": ("alltoall", "bench_alltoall")}
 
 
 def read_records(out):
@@ -53,7 +53,7 @@ def median(xs):
 def fmt(x, digits=2):
     if x is None:
         return "–"
-    if abs(x) >= 1e6:
+    if abs(x) >= 1e5:
         return f"{x / 1e6:.{digits}f} M"
     return f"{x:.{digits}f}"
 
@@ -107,7 +107,7 @@ def part_of(rec):
 
 def train_table(recs, peak):
     rows = ["| model (keys per slot) | GPUs | sparta samples/s | step ms | dense ms (share of the bf16 tensor rate) | "
-            "PyTorch + FBGEMM TBE, compiled | ratio | PyTorch compiled | ratio | 2 GPUs over 1 |",
+            "PyTorch + FBGEMM TBE, compiled | ratio | PyTorch (EmbeddingBag) | ratio | 2 GPUs over 1 |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     ours = [r for r in recs if r.get("bench") == "train" and r.get("precision") == "bf16" and
             r.get("batch_per_rank") == 65536 and not r.get("tag", "").startswith(("trace", "variant"))]
@@ -123,7 +123,7 @@ def train_table(recs, peak):
             tf = dense_tflop(rs[0])
             share = f"{ms_dense:.2f} ({tf / (ms_dense / 1e3) / peak * 100:.0f}%)" if ms_dense and tf else "–"
             tbe = median([p["samples_per_s"] for p in peers if p["model"] == model and p["peer"] == "torch.dlrm.tbe.compiled"])
-            plain = median([p["samples_per_s"] for p in peers if p["model"] == model and p["peer"] == "torch.dlrm.compiled"])
+            plain = median([p["samples_per_s"] for p in peers if p["model"] == model and p["peer"] == "torch.dlrm"])
             if n == 1:
                 one[model] = total
             scale = f"{total / one[model]:.2f}x" if n > 1 and one.get(model) else ""
@@ -204,7 +204,7 @@ def placement_table(recs):
 
 
 def comm_table(recs):
-    ours = [r for r in recs if r.get("bench") == "alltoall" and r.get("mode") == "nccl" and r.get("ranks", 1) >= 2]
+    ours = [r for r in recs if r.get("bench") in PARTS["comm"] and r.get("mode") == "nccl" and r.get("ranks", 1) >= 2]
     peers = [p for p in recs if p.get("peer", "").startswith("torch.nccl")]
     rows = ["| operation | bytes per rank | GPUs | sparta µs | NCCL through PyTorch µs | ratio |", "|---|---|---|---|---|---|"]
     for op, peer in (("alltoall", "torch.nccl.all_to_all_single"), ("allreduce", "torch.nccl.all_reduce")):
@@ -219,12 +219,14 @@ def comm_table(recs):
 
 
 def tests_summary(out):
-    paths = sorted(glob.glob(os.path.join(out, "tests*.log")))
-    if not paths:
-        return [], []
-    lines = [l for p in paths for l in open(p, errors="replace").read().splitlines()]
-    suites = [l for l in lines if re.match(r"^\S+\s+\d+ passed\s+\d+ failed", l)]
-    closing = [l for l in lines if l.startswith("tests: ")]
+    """Every suite's line and each log's closing lines, under the log's name (a visit may rerun suites after a fix,
+    in a log of its own)."""
+    suites, closing = [], []
+    for p in sorted(glob.glob(os.path.join(out, "tests*.log"))):
+        lines = open(p, errors="replace").read().splitlines()
+        name = os.path.basename(p)
+        suites += [f"{name}: {l}" for l in lines if re.match(r"^\S+.*\d+ passed\s+\d+ failed", l)]
+        closing += [f"{name}: {l}" for l in lines if l.startswith("tests: ")]
     return suites, closing
 
 
@@ -319,7 +321,7 @@ def main():
     sections = [
         ("Training end to end", "bf16, 65536 samples per GPU, the MLPerf table shapes capped at 4M rows, uniform keys; "
          "`bench_train --model dot|dcnv2` (dot: one key per slot, sgd; dcnv2: the MLPerf DCNv2 keys per slot, 214 a "
-         "sample, row-wise Adagrad) beside `peer_dlrm_tbe.py --embedding tbe --compile` and `peer_dlrm.py --compile` on "
+         "sample, row-wise Adagrad) beside `peer_dlrm_tbe.py --embedding tbe --compile` and `peer_dlrm.py` on "
          "one GPU. Dense share: the dense part's GEMM TFLOP per step over `ms_dense`, against the GPU's ~"
          f"{a.peak_tflops:.0f} TFLOP/s bf16 rate.", train_table(recs, a.peak_tflops), "train"),
         ("Switches weighed", "The same `bench_train` runs with one switch turned the other way (`search0`: "
@@ -339,8 +341,10 @@ def main():
             continue
         doc += [f"## {title}", "", text + f" Records: {rel(part)}, peers: {rel('peers')}.", ""] + table + [""]
     if closing:
-        doc += ["## Tests on the GPUs", "", f"`tests/run_all.sh` on this visit's GPUs "
-                f"(`experiments/measured/{stamp}_tests.txt`, every suite's line):", "", "```"] + closing + ["```", ""]
+        doc += ["## Tests on the GPUs", "", f"`tests/run_all.sh` on this visit's GPUs, each log's closing lines (every "
+                f"suite's line: `experiments/measured/{stamp}_tests.txt`; a log whose name carries a revision ran with "
+                "that revision's bundle, e.g. every suite before a fix and the suites the fix touched after it):",
+                "", "```"] + closing + ["```", ""]
     if figs:
         doc += ["## Figures", ""] + [f"![{t}](../{f})" for t, f in figs] + [""]
     with open(os.path.join(a.repo, "experiments", "RESULTS.md"), "w") as f:

@@ -50,7 +50,7 @@ class MakeResults(unittest.TestCase):
         recs = [train("dot", 1, 10e6, 2.0), train("dot", 1, 12e6, 2.0, tag="rep2"), train("dot", 2, 20e6, 2.0)]
         peers = [{"peer": "torch.dlrm.tbe.compiled", "model": "dot", "precision": "bf16", "batch": 65536,
                   "samples_per_s": 4e6},
-                 {"peer": "torch.dlrm.compiled", "model": "dot", "precision": "bf16", "batch": 65536,
+                 {"peer": "torch.dlrm", "model": "dot", "precision": "bf16", "batch": 65536,
                   "samples_per_s": 2e6}]
         log = "test_x   3 passed   0 failed   0 skipped   1s  ok\ntests: 3 passed, 0 failed, 0 skipped\n"
         r, repo = self.visit(recs, peers, log)
@@ -75,7 +75,7 @@ class MakeResults(unittest.TestCase):
         macs = (13 * 512 + 512 * 256 + 256 * 128) + (479 * 1024 + 1024 * 1024 + 1024 * 512 + 512 * 256 + 256) + 27 * 27 * 128
         share = 6 * macs * 65536 / 1e12 / 2e-3 / 790 * 100
         self.assertIn(f"2.00 ({share:.0f}%)", md)
-        self.assertIn("tests: 3 passed, 0 failed, 0 skipped", md)
+        self.assertIn("tests.log: tests: 3 passed, 0 failed, 0 skipped", md)
 
     def test_mixed_revisions_are_refused(self):
         r, repo = self.visit([train("dot", 1, 1e6, 1.0), train("dot", 1, 1e6, 1.0, rev="f" * 40)], [])
