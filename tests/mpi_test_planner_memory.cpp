@@ -182,7 +182,9 @@ void estimate_matches_allocation(Backend backend) {
                                      << m.taken << " bytes, planned " << m.planned) {
           const size_t slack = backend == Backend::cuda ? size_t(64) << 20 : 0;
           BOOST_CHECK_LE(m.taken, m.planned + slack);
-          BOOST_CHECK_LE(m.planned, 2 * m.taken + slack);
+          // the working parts are sized at the cost model's expected key counts, not the batch's own: an owner of
+          // few localized tables on 4 ranks holds a little over half its estimate
+          BOOST_CHECK_LE(m.planned, 5 * m.taken / 2 + slack);
         }
       }
     }
