@@ -63,6 +63,7 @@
 
 #include "comm/communicator.h"
 #include "experiments/support_bench.h"
+#include "io/synthetic.h"
 #include "kernels/key_init.h"
 #include "src/base/agree.h"
 #include "src/base/check.h"
@@ -79,12 +80,6 @@
 using namespace sparta;
 
 namespace {
-
-// /work/shared/PERF.md: MLPerf DLRM v1 / DCNv2 (Criteo 1TB) cardinalities, and DCNv2's keys per slot.
-const std::vector<int64_t> kMlperfRows = {39884406, 39043,    17289, 7420,    20263, 3,     7120, 1543,  63,
-                                          38532951, 2953546,  403346, 10,     2208,  11938, 155,  4,     976,
-                                          14,       39979771, 25641295, 39664984, 585935, 12972, 108, 36};
-const std::vector<int> kDcnv2Hotness = {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1};
 
 struct Args {
   std::string tables = "mlperf-v1", rows_list, dims, hotness_list, batch = "65536",
@@ -293,8 +288,8 @@ std::vector<Table> make_tables(const Args& a) {
   if (a.tables == "mlperf-v1" || a.tables == "dcnv2") {
     SPARTA_REQUIRE(a.rows_list.empty() && a.dims.empty() && a.hotness_list.empty(),
                    "--rows-list, --dims and --hotness-list go with --tables custom, found --tables %s", a.tables.c_str());
-    rows = kMlperfRows;
-    if (a.tables == "dcnv2") hot = kDcnv2Hotness;
+    rows = preset_cardinality("mlperf");
+    if (a.tables == "dcnv2") hot = mlperf_dcnv2_hotness();
   } else {
     SPARTA_REQUIRE(a.tables == "custom", "--tables: mlperf-v1, dcnv2 or custom, found '%s'", a.tables.c_str());
     SPARTA_REQUIRE(!a.rows_list.empty(), "--tables custom needs --rows-list (one cardinality per table)");

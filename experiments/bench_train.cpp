@@ -8,7 +8,7 @@
 // The step's driver is experiments/support_train_bench.h; options, MPI and device set-up, the check's verdict and the JSON lines (every parameter and the provenance) are bench::Driver's
 // (experiments/support_bench.h), as in every bench: --warmup is the untimed steps, --steps the timed ones.
 // Keys per slot (--hotness): dcnv2 on the mlperf preset runs MLPerf DLRM-DCNv2's multi-hot keys per slot unless
-// told (kDcnv2Hotness, 214 a sample), dot one key per slot (MLPerf DLRM v1); the output's head and every record
+// told (io/synthetic.h mlperf_dcnv2_hotness, 214 a sample), dot one key per slot (MLPerf DLRM v1); the output's head and every record
 // ("hotness") state them.
 //   mpiexec -n 8 bench_train [--batch 65536] [--max-rows 4000000] [--model dot|dcnv2] [--placement auto]
 //                            [--exchange fp32|bf16] [--precision fp32|bf16|fp16] [--cuda-graphs 1|0] [--trace N] [--warmup 3] [--steps 10] [--out results/bench_train.jsonl]
@@ -21,15 +21,11 @@
 
 #include "experiments/support_bench.h"
 #include "experiments/support_train_bench.h"
+#include "io/synthetic.h"
 #include "kernels/dense_linear.h"
 #include "src/base/agree.h"
 #include "src/base/check.h"
 #include "src/options.h"
-
-namespace {
-// MLPerf DLRM-DCNv2's keys per slot (its 26 Criteo tables).
-const char* const kDcnv2Hotness = "3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1";
-}  // namespace
 
 int main(int argc, char** argv) {
   using namespace sparta;
@@ -81,8 +77,13 @@ int main(int argc, char** argv) {
                      "--precision: expected fp32, bf16 or fp16, found '%s'", precision.c_str());
       cfg.train_path = "(in memory)";
       cfg.model.interaction = parse_interaction(interaction);
-      if (hotness.empty())  // the list is the mlperf preset's 26 slots
-        hotness = cfg.model.interaction == Interaction::dcnv2 && preset == "mlperf" ? kDcnv2Hotness : "1";
+      if (hotness.empty()) {  // the list is the mlperf preset's 26 slots
+        hotness = "1";
+        if (cfg.model.interaction == Interaction::dcnv2 && preset == "mlperf") {
+          hotness.clear();
+          for (int h : mlperf_dcnv2_hotness()) hotness += (hotness.empty() ? "" : ",") + std::to_string(h);
+        }
+      }
       cfg.model.embedding_dim = dim;
       cfg.model.num_dense = -1;  // the preset's
       cfg.model.num_slots = -1;

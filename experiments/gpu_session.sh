@@ -11,7 +11,8 @@
 #             runs each and one with the algorithm search off; bench_collection's plan (sgd and row-wise Adagrad);
 #             bench_embedding. Meanwhile on GPU 1 the peers: peer_dlrm_tbe.py (PyTorch + FBGEMM TBE, compiled),
 #             peer_fbgemm.py on the same shapes, peer_dlrm.py (plain PyTorch). Then on 2 GPUs: bench_train,
-#             every placement (bench_collection), bench_alltoall beside peer_a2a.py
+#             the full MLPerf v1 tables (40M cap) under the plan and each fixed placement, every placement
+#             (bench_collection), bench_alltoall beside peer_a2a.py
 # FBGEMM comes from /tmp/fbgemm_tbe (PYTHONPATH) when a chunk0/ folder was unpacked there (peers/README.md);
 # without it the FBGEMM peers are skipped and say so. Logs and JSON lines go to OUT; the exit status is non-zero
 # when any part failed.
@@ -131,6 +132,12 @@ for part in "${parts[@]}"; do
             run bench_train.log $mpiexec -n 2 "$build/bin/bench_train" --model $m --sparse-optimizer $opt \
               --precision bf16 --batch $b --steps 30 --tag rep$rep --out "$out/bench.jsonl"
           done
+        done
+        # the full MLPerf v1 tables (40M cap, 188M rows): the planner's plan against each fixed placement
+        for p in auto dispatch hybrid localized distributed; do
+          run bench_train.log $mpiexec -n 2 "$build/bin/bench_train" --model dot --max-rows 40000000 --index direct \
+            --sparse-optimizer rowwise_adagrad --precision bf16 --batch $b --steps 20 --placement $p --tag fullsize_$p \
+            --out "$out/bench.jsonl"
         done
         for t in dcnv2 mlperf-v1; do
           run bench_collection.log $mpiexec -n 2 "$build/bin/bench_collection" --tables $t --batch $b \

@@ -22,6 +22,8 @@ namespace {
 const std::vector<int64_t> kMlperfCardinality = {
     39884406, 39043, 17289, 7420, 20263, 3, 7120, 1543, 63, 38532951, 2953546, 403346, 10,
     2208, 11938, 155, 4, 976, 14, 39979771, 25641295, 39664984, 585935, 12972, 108, 36};
+// MLPerf DLRM-DCNv2's multi-hot keys per slot over the same 26 tables.
+const std::vector<int> kDcnv2Hotness = {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1};
 const std::vector<int64_t> kSmallCardinality = {1000, 200, 50000, 10000, 30, 5000, 100000, 2000};
 
 const double kSqrt3 = 1.7320508075688772;
@@ -164,6 +166,8 @@ std::string SyntheticConfig::describe() const {
          " teacher_scale=" + exact_text(teacher_scale) + " teacher_bias=" + exact_text(teacher_bias) +
          " teacher_noise=" + exact_text(teacher_noise);
 }
+
+std::vector<int> mlperf_dcnv2_hotness() { return kDcnv2Hotness; }
 
 std::vector<int64_t> preset_cardinality(const std::string& preset) {
   if (preset == "mlperf") return kMlperfCardinality;

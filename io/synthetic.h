@@ -72,6 +72,8 @@ struct SyntheticConfig {
 
 // The cardinalities of a preset: "mlperf" (the 26 MLPerf DLRM v1 tables) or "small" (8 tables, demos/tests).
 std::vector<int64_t> preset_cardinality(const std::string& preset);
+// MLPerf DLRM-DCNv2's keys per slot for the 26 "mlperf" tables (214 a sample): what the benches' DCNv2 runs use.
+std::vector<int> mlperf_dcnv2_hotness();
 // Resolves options into a config; throws Error naming the option on bad values.
 SyntheticConfig make_synthetic_config(const SyntheticOptions& o);
 // The schema of the file the config describes (teacher_auc not yet known).

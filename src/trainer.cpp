@@ -687,16 +687,28 @@ Predictions Trainer::predict() {
 
 // ---- the loop
 
-TrainResult Trainer::run() {
+// What the parts of a run share (Trainer::run): its schedule, the log interval's clock, the model selection.
+struct Trainer::Run {
   TrainResult r;
-  r.first_step = step_;
-  r.teacher_auc = teacher_auc_;
-  const int64_t bpe = train_->batches_per_epoch();
-  const int64_t total = total_steps(cfg_, bpe);
-  const int64_t eval_every = interval_steps(cfg_.eval_every, cfg_.eval_every_epochs, bpe);
-  const int64_t checkpoint_every = interval_steps(cfg_.checkpoint_every, cfg_.checkpoint_every_epochs, bpe);
+  int64_t bpe = 0, total = 0, eval_every = 0, checkpoint_every = 0;
+  int64_t epoch = 0, first = 0;            // the epoch being read; the step the run started from
+  double start = 0, interval_t0 = 0;       // the run's and the log interval's start (now_s)
+  int64_t interval_first = 0, interval_samples = 0;
+  int64_t since_best = 0, saved_at = -1;   // evaluations since the best; the step of the run's last checkpoint
+  std::string best_dir;                    // train.keep_best: the best evaluation's checkpoint
+  bool eval_after(int64_t s) const { return eval_every > 0 && s % eval_every == 0; }
+};
+
+Trainer::Run Trainer::start_run() {
+  Run run;
+  run.r.first_step = run.first = step_;
+  run.r.teacher_auc = teacher_auc_;
+  run.bpe = train_->batches_per_epoch();
+  run.total = total_steps(cfg_, run.bpe);
+  run.eval_every = interval_steps(cfg_.eval_every, cfg_.eval_every_epochs, run.bpe);
+  run.checkpoint_every = interval_steps(cfg_.checkpoint_every, cfg_.checkpoint_every_epochs, run.bpe);
   if (rank_ == 0)
-    for (const std::string& w : schedule_warnings(cfg_.schedule, total)) LOG_WARN("%s", w.c_str());
+    for (const std::string& w : schedule_warnings(cfg_.schedule, run.total)) LOG_WARN("%s", w.c_str());
   // A metrics file that cannot be written (or that is an input) is an error on every rank before any step.
   agree(guarded([&] {
     if (rank_ != 0 || cfg_.metrics_path.empty()) return;
@@ -708,7 +720,7 @@ TrainResult Trainer::run() {
   }), "opening train.metrics");
   JsonLine run_line("run");
   run_line.add("step", step_)
-      .add("total_steps", total)
+      .add("total_steps", run.total)
       .add("ranks", world_)
       .add("device", dev_.name())
       .add("global_batch", cfg_.global_batch)
@@ -716,178 +728,194 @@ TrainResult Trainer::run() {
       .add("plan", plan_summary(collection_cfg_, plan_));
   if (teacher_auc_ >= 0) run_line.add("teacher_auc", teacher_auc_);  // synthetic data only
   write_metrics(run_line.str());
-  LOG_INFO("training: steps %lld..%lld of %lld per epoch, %d rank(s) on %s", (long long)step_ + 1, (long long)total,
-           (long long)bpe, world_, dev_.name().c_str());
-  // Model selection (train.keep_best, train.patience): the best evaluation so far and the evaluations since.
-  const bool higher_better = cfg_.best_metric == "auc";
-  int64_t since_best = 0, saved_at = -1;  // saved_at: the step of this run's last checkpoint
-  std::string best_dir;
-  auto checkpoint = [&] {
-    if (saved_at != step_) r.checkpoint = save();
-    saved_at = step_;
-    return r.checkpoint;
-  };
-  // Evaluates; returns whether the run stops here (train.target_auc reached, or train.patience run out).
-  auto do_eval = [&] {
-    if (!eval_) return false;
-    const double t0 = now_s();
-    EvalMetrics m = evaluate_now();
-    const double seconds = now_s() - t0;
-    r.evals.push_back({step_, m});
-    JsonLine line("eval");
-    line.add("split", "eval")
-        .add("step", step_)
-        .add("auc", m.auc)
-        .add("logloss", m.logloss)
-        .add("loss", m.logloss)
-        .add("accuracy", m.accuracy)
-        .add("samples", m.samples)
-        .add("seconds", seconds);
-    if (teacher_auc_ >= 0) line.add("teacher_auc", teacher_auc_);
-    write_metrics(line.str());
-    LOG_INFO("eval step %lld: AUC %.4f%s, log-loss %.4f, accuracy %.4f over %lld samples (%.1f s)", (long long)step_,
-             m.auc, teacher_auc_ >= 0 ? strprintf(" (teacher %.4f)", teacher_auc_).c_str() : "", m.logloss, m.accuracy,
-             (long long)m.samples, seconds);
-    const double v = higher_better ? m.auc : m.logloss;
-    if (r.best_step < 0 || (higher_better ? v > r.best_value : v < r.best_value)) {
-      r.best_step = step_;
-      r.best_value = v;
-      since_best = 0;
-      if (cfg_.keep_best) {
-        best_dir = checkpoint();
-        agree(guarded([&] {
-          if (rank_ == 0) point_checkpoint(cfg_.checkpoint_dir, "best", step_);
-        }));
-      }
-    } else {
-      ++since_best;
-    }
-    if (cfg_.patience > 0 && since_best >= cfg_.patience) {
-      r.stopped_early = true;
-      LOG_INFO("early stop at step %lld: %lld evaluations without a better %s than %.5f (step %lld; train.patience)",
-               (long long)step_, (long long)since_best, cfg_.best_metric.c_str(), r.best_value,
-               (long long)r.best_step);
-      return true;
-    }
-    if (cfg_.target_auc > 0 && m.auc >= cfg_.target_auc) {
-      r.reached_target = true;
-      return true;
-    }
-    return false;
-  };
+  LOG_INFO("training: steps %lld..%lld of %lld per epoch, %d rank(s) on %s", (long long)step_ + 1,
+           (long long)run.total, (long long)run.bpe, world_, dev_.name().c_str());
+  run.epoch = step_ / run.bpe;
+  train_->start_epoch(run.epoch, step_ % run.bpe);
+  run.start = run.interval_t0 = now_s();
+  run.interval_first = step_ + 1;
+  return run;
+}
 
-  int64_t epoch = step_ / bpe;
-  train_->start_epoch(epoch, step_ % bpe);
-  const double start = now_s();
-  double interval_t0 = start;
-  int64_t interval_first = step_ + 1, interval_samples = 0;
-  const int64_t run_first = step_;
-  bool stop = false;
-  // The next batch (agreed: an error on any rank throws on every rank). The reader may then reuse the memory of
-  // the batch before, whose copies are waited for first.
-  auto fetch = [&] {
-    copies_done();
-    const Batch* b = nullptr;
-    agree(guarded([&] {
+// The next batch (agreed: an error on any rank throws on every rank). The reader may then reuse the memory of
+// the batch before, whose copies are waited for first.
+const Batch* Trainer::fetch(Run& run) {
+  copies_done();
+  const Batch* b = nullptr;
+  agree(guarded([&] {
+    b = train_->next();
+    if (!b) {  // the epoch ended: the next one, reshuffled
+      train_->start_epoch(++run.epoch);
       b = train_->next();
-      if (!b) {  // the epoch ended: the next one, reshuffled
-        train_->start_epoch(++epoch);
-        b = train_->next();
-      }
-    }), "reading a batch");
-    SPARTA_ASSERT(b != nullptr, "an epoch of %lld batches delivered none", (long long)bpe);
-    return b;
-  };
-  // after step s (not the last): an evaluation, a checkpoint
-  auto eval_after = [&](int64_t s) { return eval_every > 0 && s % eval_every == 0; };
-  auto checkpoint_after = [&](int64_t s) {
-    return !cfg_.checkpoint_dir.empty() && checkpoint_every > 0 && s % checkpoint_every == 0;
-  };
-  forget_staged();
-  const Batch* b = nullptr;  // the next step's batch when the step before fetched and staged it
-  while (step_ < total && !stop) {
-    if (!b) b = fetch();
-    const int64_t s = step_ + 1;
-    const int64_t global_batch = train_->global_batch_size(b->index);
-    // the next step's batch, fetched and staged during this step (b's memory may change then)
-    const Batch* next = nullptr;
-    auto fetch_next = [&]() -> const Batch* {
-      if (s >= total) return nullptr;
-      next = fetch();
-      stage(*next);
-      return next;
-    };
-    // no evaluation or checkpoint between this step and the next: the next batch's lookups may start in this one
-    const bool quiet = !eval_after(s) && !checkpoint_after(s);
-    train_step(*b, s, global_batch, losses_.data() + (s - interval_first), fetch_next, quiet);
-    interval_samples += global_batch;
-    step_ = s;
-    const bool last = step_ == total;
-    if (step_ - interval_first + 1 == cfg_.log_every || last) {
-      const std::vector<double> l = flush_losses(step_ - interval_first + 1);
-      r.losses.insert(r.losses.end(), l.begin(), l.end());
-      double mean = 0;
-      for (double v : l) mean += v;
-      mean /= double(l.size());
-      const double t = now_s(), rate = double(interval_samples) / std::max(t - interval_t0, 1e-9);
-      const double eta = (t - start) / double(step_ - run_first) * double(total - step_);
-      const float lr = learning_rate(cfg_.schedule, step_);
-      const std::string scaling =
-          scaler_ ? strprintf(" | loss scale %g, %lld skipped", double(scaler_->scale()), (long long)scaler_->skipped())
-                  : std::string();
-      LOG_INFO("step %lld/%lld | loss %.5f | lr %.3g | %.0f samples/s | ETA %s%s", (long long)step_, (long long)total,
-               mean, lr, rate, duration_text(eta).c_str(), scaling.c_str());
-      JsonLine line("train");
-      line.add("split", "train")
-          .add("step", step_)
-          .add("epoch", epoch)
-          .add("loss", mean)
-          .add("lr", double(lr))
-          .add("samples_per_s", rate)
-          .add("elapsed_s", t - start);
-      if (scaler_) line.add("loss_scale", double(scaler_->scale())).add("skipped_steps", scaler_->skipped());
-      write_metrics(line.str());
-      interval_first = step_ + 1;
-      interval_samples = 0;
-      interval_t0 = now_s();
     }
-    // An evaluation's or a checkpoint's time is not the training's: the interval's clock skips it (its samples
-    // stay counted).
-    const double paused_at = now_s();
-    if (!last && eval_after(step_)) stop = do_eval();
-    if (!last && !stop && checkpoint_after(step_)) checkpoint();
-    interval_t0 += now_s() - paused_at;
-    b = stop ? nullptr : next;
+  }), "reading a batch");
+  SPARTA_ASSERT(b != nullptr, "an epoch of %lld batches delivered none", (long long)run.bpe);
+  return b;
+}
+
+// The step's checkpoint, once however often asked.
+std::string Trainer::checkpoint_once(Run& run) {
+  if (run.saved_at != step_) run.r.checkpoint = save();
+  run.saved_at = step_;
+  return run.r.checkpoint;
+}
+
+// The log interval that ends at this step: its mean loss, rate and ETA to the log and train.metrics.
+void Trainer::log_interval(Run& run) {
+  const std::vector<double> l = flush_losses(step_ - run.interval_first + 1);
+  run.r.losses.insert(run.r.losses.end(), l.begin(), l.end());
+  double mean = 0;
+  for (double v : l) mean += v;
+  mean /= double(l.size());
+  const double t = now_s(), rate = double(run.interval_samples) / std::max(t - run.interval_t0, 1e-9);
+  const double eta = (t - run.start) / double(step_ - run.first) * double(run.total - step_);
+  const float lr = learning_rate(cfg_.schedule, step_);
+  const std::string scaling =
+      scaler_ ? strprintf(" | loss scale %g, %lld skipped", double(scaler_->scale()), (long long)scaler_->skipped())
+              : std::string();
+  LOG_INFO("step %lld/%lld | loss %.5f | lr %.3g | %.0f samples/s | ETA %s%s", (long long)step_,
+           (long long)run.total, mean, lr, rate, duration_text(eta).c_str(), scaling.c_str());
+  JsonLine line("train");
+  line.add("split", "train")
+      .add("step", step_)
+      .add("epoch", run.epoch)
+      .add("loss", mean)
+      .add("lr", double(lr))
+      .add("samples_per_s", rate)
+      .add("elapsed_s", t - run.start);
+  if (scaler_) line.add("loss_scale", double(scaler_->scale())).add("skipped_steps", scaler_->skipped());
+  write_metrics(line.str());
+  run.interval_first = step_ + 1;
+  run.interval_samples = 0;
+  run.interval_t0 = now_s();
+}
+
+// Evaluates, logs, and keeps the model selection (train.keep_best, train.patience); returns whether the run stops
+// here (train.target_auc reached, or train.patience run out).
+bool Trainer::evaluate_and_select(Run& run) {
+  if (!eval_) return false;
+  TrainResult& r = run.r;
+  const double t0 = now_s();
+  EvalMetrics m = evaluate_now();
+  const double seconds = now_s() - t0;
+  r.evals.push_back({step_, m});
+  JsonLine line("eval");
+  line.add("split", "eval")
+      .add("step", step_)
+      .add("auc", m.auc)
+      .add("logloss", m.logloss)
+      .add("loss", m.logloss)
+      .add("accuracy", m.accuracy)
+      .add("samples", m.samples)
+      .add("seconds", seconds);
+  if (teacher_auc_ >= 0) line.add("teacher_auc", teacher_auc_);
+  write_metrics(line.str());
+  LOG_INFO("eval step %lld: AUC %.4f%s, log-loss %.4f, accuracy %.4f over %lld samples (%.1f s)", (long long)step_,
+           m.auc, teacher_auc_ >= 0 ? strprintf(" (teacher %.4f)", teacher_auc_).c_str() : "", m.logloss, m.accuracy,
+           (long long)m.samples, seconds);
+  const bool higher_better = cfg_.best_metric == "auc";
+  const double v = higher_better ? m.auc : m.logloss;
+  if (r.best_step < 0 || (higher_better ? v > r.best_value : v < r.best_value)) {
+    r.best_step = step_;
+    r.best_value = v;
+    run.since_best = 0;
+    if (cfg_.keep_best) {
+      run.best_dir = checkpoint_once(run);
+      agree(guarded([&] {
+        if (rank_ == 0) point_checkpoint(cfg_.checkpoint_dir, "best", step_);
+      }));
+    }
+  } else {
+    ++run.since_best;
   }
+  if (cfg_.patience > 0 && run.since_best >= cfg_.patience) {
+    r.stopped_early = true;
+    LOG_INFO("early stop at step %lld: %lld evaluations without a better %s than %.5f (step %lld; train.patience)",
+             (long long)step_, (long long)run.since_best, cfg_.best_metric.c_str(), r.best_value,
+             (long long)r.best_step);
+    return true;
+  }
+  if (cfg_.target_auc > 0 && m.auc >= cfg_.target_auc) {
+    r.reached_target = true;
+    return true;
+  }
+  return false;
+}
+
+// After the last step (or an early stop): the cut interval's losses, the last evaluation, and the model kept:
+// the best evaluation's checkpoint (train.keep_best) or a checkpoint of the last step.
+TrainResult Trainer::finish_run(Run& run, bool stopped) {
+  TrainResult& r = run.r;
   copies_done();
   forget_staged();
-  if (stop && step_ - interval_first + 1 > 0) {  // the losses of a cut interval
-    const std::vector<double> l = flush_losses(step_ - interval_first + 1);
+  if (stopped && step_ - run.interval_first + 1 > 0) {  // the losses of a cut interval
+    const std::vector<double> l = flush_losses(step_ - run.interval_first + 1);
     r.losses.insert(r.losses.end(), l.begin(), l.end());
   }
-  if (!stop) do_eval();
+  if (!stopped) evaluate_and_select(run);
   r.last_step = step_;
-  if (cfg_.keep_best && !best_dir.empty() && r.best_step != step_) {
+  if (cfg_.keep_best && !run.best_dir.empty() && r.best_step != step_) {
     // The best evaluation's checkpoint becomes the model and `latest` (what sparta-predict and a resume read).
     // Its rows go into empty tables: a new collection of the same plan.
     synchronize_all();
     collection_.reset();
     collection_ = std::make_unique<EmbeddingCollection>(world_comm_, comm_.get(), emb_dev_, collection_cfg_, plan_);
-    load(best_dir);
+    load(run.best_dir);
     agree(guarded([&] {
       if (rank_ == 0) point_checkpoint(cfg_.checkpoint_dir, "latest", r.best_step);
     }));
-    r.checkpoint = best_dir;
+    r.checkpoint = run.best_dir;
     LOG_INFO("train.keep_best: the model is step %lld's (%s %.5f), and %s/latest names it", (long long)r.best_step,
              cfg_.best_metric.c_str(), r.best_value, cfg_.checkpoint_dir.c_str());
-  } else if (!cfg_.checkpoint_dir.empty() && step_ > run_first) {
-    checkpoint();
+  } else if (!cfg_.checkpoint_dir.empty() && step_ > run.first) {
+    checkpoint_once(run);
   }
   r.skipped_steps = skipped_;
   r.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   if (r.reached_target) LOG_INFO("reached train.target_auc %.4f at step %lld", cfg_.target_auc, (long long)step_);
-  LOG_INFO("training done: %lld steps in %s", (long long)(step_ - run_first), duration_text(now_s() - start).c_str());
+  LOG_INFO("training done: %lld steps in %s", (long long)(step_ - run.first), duration_text(now_s() - run.start).c_str());
   return r;
+}
+
+// The batch's walk: fetch (the reader), train_step (route, look up, dense forward and backward, the embeddings'
+// and the dense update), and between steps the log, evaluations and checkpoints. The next batch is fetched and
+// staged inside the step, so that its copies and route run beside this one's work.
+TrainResult Trainer::run() {
+  Run run = start_run();
+  auto checkpoint_after = [&](int64_t s) {
+    return !cfg_.checkpoint_dir.empty() && run.checkpoint_every > 0 && s % run.checkpoint_every == 0;
+  };
+  bool stop = false;
+  forget_staged();
+  const Batch* b = nullptr;  // the next step's batch when the step before fetched and staged it
+  while (step_ < run.total && !stop) {
+    if (!b) b = fetch(run);
+    const int64_t s = step_ + 1;
+    const int64_t global_batch = train_->global_batch_size(b->index);
+    // the next step's batch, fetched and staged during this step (b's memory may change then)
+    const Batch* next = nullptr;
+    auto fetch_next = [&]() -> const Batch* {
+      if (s >= run.total) return nullptr;
+      next = fetch(run);
+      stage(*next);
+      return next;
+    };
+    // no evaluation or checkpoint between this step and the next: the next batch's lookups may start in this one
+    const bool quiet = !run.eval_after(s) && !checkpoint_after(s);
+    train_step(*b, s, global_batch, losses_.data() + (s - run.interval_first), fetch_next, quiet);
+    run.interval_samples += global_batch;
+    step_ = s;
+    const bool last = step_ == run.total;
+    if (step_ - run.interval_first + 1 == cfg_.log_every || last) log_interval(run);
+    // An evaluation's or a checkpoint's time is not the training's: the interval's clock skips it (its samples
+    // stay counted).
+    const double paused_at = now_s();
+    if (!last && run.eval_after(step_)) stop = evaluate_and_select(run);
+    if (!last && !stop && checkpoint_after(step_)) checkpoint_once(run);
+    run.interval_t0 += now_s() - paused_at;
+    b = stop ? nullptr : next;
+  }
+  return finish_run(run, stop);
 }
 
 std::vector<float> Trainer::dense_params() {

@@ -185,6 +185,14 @@ class Trainer {
   std::vector<DenseTensor> dense_tensors();
   ModelSpec model_spec() const;
   std::vector<double> flush_losses(int64_t n);  // all-reduces and downloads the interval's losses
+  // run()'s parts (src/trainer.cpp "the loop"): Run is what they share.
+  struct Run;
+  Run start_run();
+  const Batch* fetch(Run& run);
+  std::string checkpoint_once(Run& run);
+  void log_interval(Run& run);
+  bool evaluate_and_select(Run& run);
+  TrainResult finish_run(Run& run, bool stopped);
   void write_metrics(const std::string& line);
 
   MPI_Comm world_comm_;
