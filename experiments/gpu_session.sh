@@ -13,8 +13,8 @@
 #             peer_fbgemm.py on the same shapes, peer_dlrm.py (plain PyTorch). Then on 2 GPUs: bench_train,
 #             the full MLPerf v1 tables (40M cap) under the plan and each fixed placement, every placement
 #             (bench_collection), bench_alltoall beside peer_a2a.py
-# FBGEMM comes from /tmp/fbgemm_tbe (PYTHONPATH) when a chunk0/ folder was unpacked there (peers/README.md);
-# without it the FBGEMM peers are skipped and say so. Logs and JSON lines go to OUT; the exit status is non-zero
+# FBGEMM is whatever `import fbgemm_gpu` finds (pip), or /tmp/fbgemm_tbe (PYTHONPATH) when a chunk0/ folder was
+# unpacked there (peers/README.md); without it the FBGEMM peers are skipped and say so. Logs and JSON lines go to OUT; the exit status is non-zero
 # when any part failed.
 set -u -o pipefail
 build=${1:?build folder or bundle}

@@ -326,8 +326,9 @@ def main():
     doc = [f"# Current results: revision {rev}{' (with uncommitted changes)' if dirty else ''}, {gpu}, {date}", "",
            "Every figure below comes from one visit to the GPU machine at one revision, each beside its peer measured in "
            "the same call on the same GPU. Regenerate them all with", "", "```",
-           "make gpu-bundle && experiments/gpu_session.sh build/openmpi OUT tests results   # on the GPU machine",
-           f"experiments/make_results.py OUT                                                 # here: this page, the measured files, the figures",
+           "make gpu-bundle                                               # here: everything built against Open MPI for sm_90",
+           "experiments/gpu_session.sh build/openmpi OUT tests results   # on the GPU machine (2 GPUs): the suites, then the figures",
+           f"experiments/make_results.py OUT                              # here: this page, the measured files, the figures",
            "```", "",
            "Peers (`experiments/peers/`): PyTorch 2.11 with FBGEMM_GPU 1.6.0's table-batched embedding (TBE, TorchRec's "
            "kernel, fp32 rows, optimizer fused into the backward) and the dense layers under `torch.compile` — the "
