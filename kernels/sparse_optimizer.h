@@ -38,6 +38,7 @@
 #include "src/base/check.h"
 #include "src/base/device.h"
 #include "kernels/embedding_types.h"
+#include "kernels/row_storage.h"
 
 
 namespace sparta {
@@ -49,6 +50,8 @@ struct OptimizerStep {
   float inv_bias1 = 1, inv_bias2 = 1;  // 1 / (1 - beta1^t), 1 / (1 - beta2^t)
   float weight_decay = 0;
   int32_t step = 1;
+  RowStorage storage = RowStorage::fp32;  // 16 bits: each result rounded stochastically (kernels/row_storage.h)
+  uint64_t rounding_stream = 0;           // rowstore::step_stream(rounding_seed, step)
 };
 
 // Throws sparta::Error when step is not in [1, INT32_MAX] (the lazy_adam state stores it as int32).
@@ -205,6 +208,17 @@ inline void update_row_cpu(const OptimizerStep& c, const float* g_in, float* w, 
     float& s1 = optimizer_has_s1(K) ? st[dim + e] : unused1;
     update_element<K>(c, d, g[e], w[e], s0, s1);
   }
+}
+
+// The same on a row of 16-bit storage c.storage: read into fp32, updated, each element written back rounded
+// stochastically with the bits of rowstore::rounding_bits.
+template <OptimizerKind K>
+inline void update_row16_cpu(const OptimizerStep& c, const float* g, uint16_t* w16, float* st, int dim) {
+  float w[256];  // rows are at most 256 floats
+  for (int e = 0; e < dim; ++e) w[e] = rowstore::widen(c.storage, w16[e]);
+  update_row_cpu<K>(c, g, w, st, dim);
+  for (int e = 0; e < dim; ++e)
+    w16[e] = rowstore::round_stochastic(c.storage, w[e], rowstore::rounding_bits(c.rounding_stream, e, w[e], w16[e]));
 }
 
 // Calls f(std::integral_constant<OptimizerKind, K>{}) with the optimizer kind as a compile-time constant.
