@@ -153,6 +153,16 @@ std::string table_group(const ManifestTable& t) { return "/tables/" + t.spec.nam
 
 }  // namespace
 
+ShardReader::ShardReader(const Manifest& m, int shard) : shard_(shard) {
+  f_ = h5::open_file(join(m.dir, shard_name(shard, m.meta.world_size)));
+  require_attr_string(f_, "/", "format", kShardFormat);
+  require_attr_int(f_, "/", "version", kCheckpointVersion);
+  require_attr_int(f_, "/", "step", m.meta.step);
+  require_attr_int(f_, "/", "rank", shard);
+  require_attr_int(f_, "/", "world_size", m.meta.world_size);
+  require_attr_int(f_, "/", "num_tables", int64_t(m.tables.size()));
+}
+
 std::string ShardReader::storage(const ManifestTable& t) const {
   const std::string g = table_group(t);
   if (!h5::has_attr(f_, g, "storage")) return "fp32";  // written before 16-bit storage
