@@ -358,9 +358,7 @@ void backward_and_update_finish(const Device& dev, const BackwardBatch& batch, B
   ws.prepared().valid = false;  // used up
   if (!dev.is_cuda()) return backward_and_update_finish_cpu(batch, ws, c, values, state);
 #if SPARTA_CUDA
-  SPARTA_REQUIRE(c.storage == RowStorage::fp32, "backward_and_update: storage %s is not implemented on %s yet",
-                 row_storage_name(c.storage), dev.name().c_str());
-  backward_and_update_finish_cuda(batch, ws, c, static_cast<float*>(values), state, stream);
+  backward_and_update_finish_cuda(batch, ws, c, values, state, stream);
 #else
   (void)stream;
   SPARTA_FATAL("backward_and_update on %s in a CUDA=0 build", dev.name().c_str());

@@ -214,7 +214,7 @@ void embedding_backward_prepare_cuda(const BackwardBatch& batch, BackwardWorkspa
 void embedding_backward_finish_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, float* row_grads,
                                     Stream stream);
 void backward_and_update_finish_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, const OptimizerStep& c,
-                                     float* values, float* state, Stream stream);
+                                     void* values, float* state, Stream stream);
 // CUB temporary storage for the sort and the scan of up to max_nnz pairs (cuda builds only).
 size_t backward_cub_temp_bytes(int64_t max_nnz, int end_bit);
 

@@ -77,8 +77,6 @@ void dispatch(const Device& dev, const ForwardArgs& a, const char* what, Stream 
   check_args(a, what);
   if (!dev.is_cuda()) return embedding_forward_cpu(a);
 #if SPARTA_CUDA
-  SPARTA_REQUIRE(a.rows_init.key_init.storage == RowStorage::fp32, "%s: storage %s is not implemented on %s yet", what,
-                 row_storage_name(a.rows_init.key_init.storage), dev.name().c_str());
   embedding_forward_cuda(a, stream);
 #else
   (void)stream;

@@ -16,12 +16,9 @@ namespace sparta {
 namespace {
 
 // Every setting, limits included, is checked here, before the members that allocate are built.
-const EmbeddingTableConfig& checked(const Device& dev, const EmbeddingTableConfig& c) {
+const EmbeddingTableConfig& checked(const EmbeddingTableConfig& c) {
   const char* name = c.name.c_str();
   check_row_storage(c.storage, c.optimizer, c.dim, strprintf("embedding table '%s'", name).c_str());
-  SPARTA_REQUIRE(c.storage == RowStorage::fp32 || !dev.is_cuda(),
-                 "embedding table '%s': storage %s is not implemented on the cuda backend yet (%s)", name,
-                 row_storage_name(c.storage), dev.name().c_str());
   SPARTA_REQUIRE(c.dim >= 1 && c.dim <= 256, "embedding table '%s': dim must be in 1..256, found %d", name, c.dim);
   SPARTA_REQUIRE(c.capacity_rows >= 1, "embedding table '%s': capacity_rows must be >= 1, found %lld", name,
                  (long long)c.capacity_rows);
@@ -85,7 +82,7 @@ size_t EmbeddingTable::memory_bytes(int64_t capacity_rows, int dim, OptimizerKin
 
 EmbeddingTable::EmbeddingTable(const Device& dev, const EmbeddingTableConfig& cfg)
     : dev_(dev),
-      cfg_(checked(dev, cfg)),
+      cfg_(checked(cfg)),
       state_width_(optimizer_state_width(cfg.optimizer.kind, cfg.dim)),
       hash_(make_index(dev, cfg_)),
       values_(dev, size_t(cfg.capacity_rows) * cfg.dim * row_storage_bytes(cfg.storage) / sizeof(float)),

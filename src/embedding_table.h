@@ -76,7 +76,7 @@ struct EmbeddingTableConfig {
   // The values' storage (kernels/embedding_types.h RowStorage): fp32, or bf16 / fp16 (half the bytes of every
   // lookup and update; arithmetic in fp32, new rows rounded to nearest, updates rounded stochastically from
   // seed: kernels/row_storage.h). 16-bit storage takes sgd or rowwise_adagrad (its accumulator stays fp32), an
-  // even dim and no atomic_update (check_row_storage); the cpu backend only, for now.
+  // even dim and no atomic_update (check_row_storage).
   RowStorage storage = RowStorage::fp32;
 };
 
