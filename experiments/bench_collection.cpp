@@ -85,7 +85,7 @@ struct Args {
   std::string tables = "mlperf-v1", rows_list, dims, hotness_list, batch = "65536",
               placements = "dispatch,localized,replicated,distributed,hybrid,plan", optimizer = "rowwise_adagrad",
               comm_mode,
-              exchange = "fp32", output = "fp32", index = "hashed", table_placements;
+              exchange = "fp32", output = "fp32", index = "hashed", table_placements, storage = "fp32";
   int64_t row_cap = 4000000;
   int dim = 128, warmup = 5, iters = 20, check_samples = 64;  // warmup, iters: the driver's --warmup, --iters
   int prefill = 1, trace = 0, plan_only = 0;
@@ -355,6 +355,7 @@ CollectionConfig make_config(const Args& a, const std::vector<Table>& tables, co
     tc.combiner = Combiner::sum;
     tc.optimizer.kind = parse_optimizer(a.optimizer);
     tc.optimizer.lr = a.lr;
+    tc.storage = parse_row_storage(a.storage);
     // Adagrad from a zero accumulator moves a row by +-lr whatever its gradient: the check could not tell a
     // gradient's sign rounding from a wrong one. A positive start keeps the update smooth in the gradient.
     tc.optimizer.initial_accumulator = 0.1f;
@@ -479,8 +480,12 @@ Check run_check(EmbeddingCollection& coll, const KeyGen& kg, const Args& a, cons
   std::vector<float> want, mag;
   out.poison();  // NaN: an element no route wrote fails
   coll.forward(off.data(), keys.data(), cs, out.data(), LookupMode::train);
+  // 16-bit storage: the initial value rounded to nearest (half a 16-bit step: 2^-8 relative for bf16, 2^-11 for
+  // fp16), the updated one stochastically (a whole step: 2^-7, 2^-10).
+  const RowStorage st = cfg.tables[0].storage;
   const double rel = (cfg.exchange == DataType::bf16 && world > 1 ? 1e-2 : 1e-5) +
-                     (ot == OutputType::bf16 ? 4e-3 : ot == OutputType::f16 ? 5e-4 : 0.0);
+                     (ot == OutputType::bf16 ? 4e-3 : ot == OutputType::f16 ? 5e-4 : 0.0) +
+                     (st == RowStorage::bf16 ? 1.2e-2 : st == RowStorage::fp16 ? 1.5e-3 : 0.0);
   expect(false, want, mag);
   compare(out.download(), want, mag, rel, c);
   coll.backward(g.data(), int64_t(a.warmup + a.iters) + 1);
@@ -600,6 +605,9 @@ void add_options(bench::Driver& d, Args& a) {
       "the planner's fixed cost per step of one group of tables, microseconds")(
       "exchange", po::value(&a.exchange)->default_value(a.exchange),
       "fp32 | bf16: the wire type of vectors and gradients between ranks (CollectionConfig::exchange)")(
+      "storage", po::value(&a.storage)->default_value(a.storage),
+      "fp32 | bf16 | fp16: how the tables store their rows (CollectionTableConfig::storage; 16-bit: sgd or "
+      "rowwise_adagrad, even dims, stochastic rounding of updates)")(
       "output", po::value(&a.output)->default_value(a.output),
       "fp32 | bf16 | fp16: the type of the pooled output and its gradient (CollectionConfig::output)")(
       "comm-mode", po::value(&a.comm_mode), "nccl | mpi | hier (default: nccl on GPUs, mpi on cpu)")(
@@ -649,6 +657,14 @@ Sweep check_options(Args& a) {
     SPARTA_REQUIRE(a.exchange == "fp32" || a.exchange == "bf16", "--exchange: fp32 or bf16, found '%s'",
                    a.exchange.c_str());
     output_type_of(a.output);
+    try {
+      OptimizerConfig oc;
+      oc.kind = parse_optimizer(a.optimizer);
+      for (const Table& t : make_tables(a)) check_row_storage(parse_row_storage(a.storage), oc, t.dim, "--storage");
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      throw Error(m.rfind("--storage", 0) == 0 ? m : "--storage: " + m);
+    }
     tables = make_tables(a);
     if (!a.table_placements.empty()) table_placement_list(a, tables.size());
     SPARTA_REQUIRE(a.plan_only == 0 || a.plan_only == 1, "--plan-only: 0 or 1, found %d", a.plan_only);
@@ -674,9 +690,9 @@ void print_header(const Args& a, const KeyGen& kg, const std::vector<Table>& tab
               kg.keys_per_sample, double(total_rows) / 1e6, (long long)a.row_cap,
               a.dims.empty() ? std::to_string(a.dim).c_str() : a.dims.c_str());
   std::printf("# alpha %g, %s lr %g, warmup %d, timed steps %d, check %d samples per rank, memory budget %g GiB, "
-              "exchange %s, output %s\n",
+              "exchange %s, output %s, storage %s\n",
               a.alpha, a.optimizer.c_str(), double(a.lr), a.warmup, a.iters, a.check_samples, a.memory_budget_gib,
-              a.exchange.c_str(), a.output.c_str());
+              a.exchange.c_str(), a.output.c_str(), a.storage.c_str());
   std::printf("# ms: median over timed steps of the slowest rank; MB_moved: the planner's cost model (the busiest "
               "rank's bytes sent + received per step); mem_GB: shards on the fullest rank\n");
   std::printf("#\n# %-11s %-9s %7s %5s | %9s %9s %9s | %10s | %10s %7s | %6s\n", "placement", "tables", "batch",
@@ -740,7 +756,7 @@ void report_point(bench::Driver& d, const Args& a, const KeyGen& kg, const std::
   f << "\"bench\":\"collection\",\"index\":\"" << a.index << "\",\"placement\":\"" << placement << "\",\"plan\":\""
     << bench::json_escape(r.plan) << "\",\"table_placements\":\""
     << (placement == "plan" ? a.table_placements : std::string()) << "\",\"exchange\":\"" << a.exchange
-    << "\",\"output\":\"" << a.output << "\",\"tables\":\"" << a.tables << "\",\"num_tables\":" << tables.size()
+    << "\",\"output\":\"" << a.output << "\",\"storage\":\"" << a.storage << "\",\"tables\":\"" << a.tables << "\",\"num_tables\":" << tables.size()
     << ",\"rows\":" << json_array(rows_capped) << ",\"dims\":" << json_array(dims)
     << ",\"hotness\":" << json_array(hot) << ",\"keys_per_sample\":" << kg.keys_per_sample
     << ",\"row_cap\":" << a.row_cap << ",\"dim\":" << a.dim << ",\"batch\":" << batch

@@ -4,7 +4,7 @@
 //
 //   bench_embedding [--rows 40000000] [--dims 128] [--batch 65536] [--slots 26] [--hot 1] [--alphas 0,1.1]
 //                   [--hotness 3,2,1,...] [--modes eval,train,step,floor] [--out-types f32] [--lr 0.01]
-//                   [--index hashed] [--update sorted] [--out f.jsonl]
+//                   [--index hashed] [--update sorted] [--storage fp32] [--out f.jsonl]
 //
 // The table holds `rows` keys (a bijection of 0..rows-1); each bag takes `hot` keys (hot = 1: one-hot) drawn
 // with P(rank) ~ rank^-alpha over a fixed random permutation of the held keys (alpha 0: uniform), the same
@@ -24,6 +24,9 @@
 // --update atomic: the step's SGD update key by key with float atomics (OptimizerConfig::atomic_update,
 // kernels/atomic_sgd.h: no sort, not bitwise reproducible; rows_updated is then not counted and recorded null);
 // sorted (the default): the fixed-order backward.
+// --storage bf16|fp16: the table's rows in 16 bits (EmbeddingTableConfig::storage; kernels/row_storage.h): the
+// rows gathered count 2 bytes an element, the checks take the keys' initial values rounded to nearest and allow an
+// updated value one 16-bit step of its stochastic rounding; not with --update atomic or --modes floor.
 // floor: the least traffic of a step on the same keys, by the simplest kernels that make it (experiments/lab/row_traffic.h),
 // on the rows the train lookup gives the keys: `gather` (each bag's rows read and summed, [bags, dim] written),
 // `read_write` (each key's row read and written back, + 0, with plain loads and stores) and `atomic` (each key's row
@@ -105,12 +108,33 @@ std::vector<int64_t> draw_keys(const Point& p, int64_t nnz, double alpha, uint64
 
 // Element e of bag b's keys' initial values summed on the host, in key order: what a forward or a gather of
 // untrained rows gives that bag (before a mean's division).
+// The initial value of (key, e) as the table stores it (16-bit: rounded to nearest).
+float stored_initial(const KeyInit& ki, int64_t key, int e) {
+  const float v = initial_value(ki, uint64_t(key), e);
+  if (ki.storage == RowStorage::fp32) return v;
+  return ki.storage == RowStorage::bf16 ? bf16_to_float(float_to_bf16(v)) : f16_to_float(float_to_f16(v));
+}
+
 float initial_bag_sum(const KeyInit& ki, const std::vector<int64_t>& offsets, const std::vector<int64_t>& keys,
                       int64_t b, int e) {
   float acc = 0;
-  for (int64_t i = offsets[size_t(b)]; i < offsets[size_t(b) + 1]; ++i)
-    acc += initial_value(ki, uint64_t(keys[size_t(i)]), e);
+  for (int64_t i = offsets[size_t(b)]; i < offsets[size_t(b) + 1]; ++i) acc += stored_initial(ki, keys[size_t(i)], e);
   return acc;
+}
+
+// Row `row` of the table as fp32 (16-bit rows widened).
+std::vector<float> read_row(const Device& dev, EmbeddingTable& table, int64_t row) {
+  const int dim = table.dim();
+  std::vector<float> v(static_cast<size_t>(dim));
+  if (table.storage() == RowStorage::fp32) {
+    copy_to_host(dev, v.data(), table.values() + size_t(row) * dim, sizeof(float) * dim);
+    return v;
+  }
+  std::vector<uint16_t> h(static_cast<size_t>(dim));
+  copy_to_host(dev, h.data(), static_cast<uint16_t*>(table.row_data()) + size_t(row) * dim, sizeof(uint16_t) * dim);
+  for (int e = 0; e < dim; ++e)
+    v[size_t(e)] = table.storage() == RowStorage::bf16 ? bf16_to_float(h[size_t(e)]) : f16_to_float(h[size_t(e)]);
+  return v;
 }
 
 int64_t count_unique(std::vector<int64_t> v) {
@@ -128,7 +152,7 @@ std::vector<float> upstream_gradient(size_t n) {
 // ---- the run's settings, from the options
 
 struct Options {
-  std::string rows, dims, batch, slots, hot, hotness, alphas, modes, types, combiner, index, update;
+  std::string rows, dims, batch, slots, hot, hotness, alphas, modes, types, combiner, index, update, storage;
   float lr = 0.01f;
 };
 
@@ -140,6 +164,7 @@ struct Run {
   int repeats = 0;
   Combiner comb = Combiner::sum;
   std::string index, update, devname;
+  RowStorage storage = RowStorage::fp32;
   bool direct = false, atomic = false, step_mode = false, floor_mode = false;
   std::vector<std::string> forward_modes;  // eval, train
   std::vector<OutputType> out_types;
@@ -163,6 +188,7 @@ Run make_run(bench::Driver& d, const Options& o) {
   r.update = o.update;
   r.direct = o.index == "direct";
   r.atomic = o.update == "atomic";
+  r.storage = parse_row_storage(o.storage);
   for (const std::string& m : bench::split_list(o.modes)) {
     SPARTA_REQUIRE(m == "eval" || m == "train" || m == "step" || m == "floor",
                    "--modes: eval, train, step or floor, found '%s'", m.c_str());
@@ -170,6 +196,8 @@ Run make_run(bench::Driver& d, const Options& o) {
     else if (m == "floor") r.floor_mode = true;
     else r.forward_modes.push_back(m);
   }
+  SPARTA_REQUIRE(r.storage == RowStorage::fp32 || (!r.atomic && !r.floor_mode),
+                 "--storage %s: not with --update atomic or --modes floor (fp32 rows only)", o.storage.c_str());
   for (const std::string& t : bench::split_list(o.types)) {
     SPARTA_REQUIRE(t == "f32" || t == "bf16" || t == "f16", "--out-types: f32, bf16 or f16, found '%s'", t.c_str());
     r.out_types.push_back(t == "f32" ? OutputType::f32 : t == "bf16" ? OutputType::bf16 : OutputType::f16);
@@ -251,10 +279,11 @@ std::unique_ptr<PointTable> make_point_table(const Run& r, const Point& p) {
   tc.optimizer.lr = r.lr;
   tc.optimizer.atomic_update = r.atomic;
   tc.direct_stride = r.direct ? 1 : 0;
+  tc.storage = r.storage;
   t->table = std::make_unique<EmbeddingTable>(r.dev, tc);
   EmbeddingTable& table = *t->table;
   t->ki = table.key_init();
-  t->init = RowInit{table.values(), p.dim, t->ki};
+  t->init = RowInit{static_cast<float*>(table.row_data()), p.dim, t->ki};  // rows of t->ki.storage
   if (!r.direct) {  // a direct index holds every row from the start
     const int64_t chunk = int64_t(1) << 22;
     Buffer<int64_t> kb(r.dev, size_t(std::min(chunk, p.rows))), rb(r.dev, size_t(std::min(chunk, p.rows)));
@@ -338,7 +367,7 @@ void time_forwards(Run& r, PointTable& t) {
         d.add_wrong((long long)wrong);
         if (!r.root) continue;
         double med = median(ms);
-        double bytes = double(t.nnz) * p.dim * 4 + double(t.bags) * p.dim * double(ob);
+        double bytes = double(t.nnz) * p.dim * row_storage_bytes(r.storage) + double(t.bags) * p.dim * double(ob);
         double gbps = bytes / med / 1e6, floor_ms = bytes / r.copy_gbps / 1e6;
         const char* type_s = output_type_name(ot);
         std::printf("  %9lld %4d %6lld %5d %3s %5.2f %5s %4s %8lld %10.4f %8.0f %6.1f%% %6.3f %9lld %6zu\n",
@@ -348,11 +377,12 @@ void time_forwards(Run& r, PointTable& t) {
         d.record(strprintf("\"bench\":\"embedding\",\"rows\":%lld,\"dim\":%d,\"batch\":%lld,\"slots\":%d,\"hot\":%d,\"hotness\":\"%s\","
                            "\"alpha\":%g,\"mode\":\"%s\",\"out_type\":\"%s\",\"combiner\":\"%s\",\"unique_keys\":%lld,"
                            "\"nnz\":%lld,\"ms\":%.5f,\"GBps\":%.2f,\"copy_GBps\":%.2f,"
-                           "\"fraction_of_copy\":%.4f,\"floor_ms\":%.5f,\"wrong\":%zu,\"index\":\"%s\",\"device\":\"%s\"",
+                           "\"fraction_of_copy\":%.4f,\"floor_ms\":%.5f,\"wrong\":%zu,\"index\":\"%s\",\"device\":\"%s\","
+                           "\"storage\":\"%s\"",
                            (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, t.hot_s.c_str(), alpha,
                            mode_s.c_str(), type_s, combiner_name(r.comb), (long long)unique, (long long)t.nnz, med,
                            gbps, r.copy_gbps, gbps / r.copy_gbps, floor_ms, wrong, r.index.c_str(),
-                           r.devname.c_str()));
+                           r.devname.c_str(), row_storage_name(r.storage)));
       }
     }
   }
@@ -476,7 +506,7 @@ void time_steps(Run& r, PointTable& t) {
         ++wrong;  // the forward gave no row to a held key
         continue;
       }
-      copy_to_host(dev, v.data(), table.values() + size_t(row) * p.dim, sizeof(float) * p.dim);
+      v = read_row(dev, table, row);
       sum[row].assign(size_t(p.dim), 0.f);
       abs_sum[row].assign(size_t(p.dim), 0.f);
     }
@@ -500,13 +530,15 @@ void time_steps(Run& r, PointTable& t) {
     wrong += !r.atomic && updated != unique;
     std::vector<float> after(size_t(p.dim));
     for (const auto& [row, s] : sum) {
-      copy_to_host(dev, after.data(), table.values() + size_t(row) * p.dim, sizeof(float) * p.dim);
+      after = read_row(dev, table, row);
       const std::vector<float>& w0 = before[row];
+      // 16-bit rows: one step of the stored type (2^-8 relative for bf16, 2^-11 for fp16) for the rounding
+      const float step16 = r.storage == RowStorage::bf16 ? 0.0079f : r.storage == RowStorage::fp16 ? 0.001f : 0.f;
       for (int e = 0; e < p.dim; ++e) {
         float want = w0[e] - lr * s[e];
         // Summation order differs for rows over several blocks of the sorted keys, and for every row several
         // keys touch with --update atomic: float rounding only.
-        float tol = 1e-6f + 1e-5f * (std::fabs(w0[e]) + lr * abs_sum[row][e]);
+        float tol = 1e-6f + 1e-5f * (std::fabs(w0[e]) + lr * abs_sum[row][e]) + step16 * std::fabs(want);
         wrong += !(std::fabs(after[e] - want) <= tol);
       }
     }
@@ -523,11 +555,11 @@ void time_steps(Run& r, PointTable& t) {
                        "\"hot\":%d,\"hotness\":\"%s\",\"alpha\":%g,\"combiner\":\"%s\",\"optimizer\":\"sgd\",\"lr\":%g,"
                        "\"unique_keys\":%lld,\"nnz\":%lld,\"step_ms\":%.5f,"
                        "\"backward_update_ms\":%.5f,\"rows_updated\":%s,\"copy_GBps\":%.2f,\"wrong\":%zu,"
-                       "\"index\":\"%s\",\"update\":\"%s\",\"device\":\"%s\"",
+                       "\"index\":\"%s\",\"update\":\"%s\",\"device\":\"%s\",\"storage\":\"%s\"",
                        (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, t.hot_s.c_str(), alpha,
                        combiner_name(r.comb), double(lr), (long long)unique, (long long)nnz, med, bmed,
                        updated < 0 ? "null" : std::to_string(updated).c_str(), r.copy_gbps, wrong, r.index.c_str(),
-                       r.update.c_str(), r.devname.c_str()));
+                       r.update.c_str(), r.devname.c_str(), row_storage_name(r.storage)));
   }
 }
 
@@ -546,7 +578,9 @@ int main(int argc, char** argv) {
       "combiner", po::value(&o.combiner)->default_value("sum"), "sum | mean")(
       "lr", po::value(&o.lr)->default_value(0.01f), "SGD learning rate of the step")(
       "index", po::value(&o.index)->default_value("hashed"), "hashed | direct (row = key)")(
-      "update", po::value(&o.update)->default_value("sorted"), "sorted | atomic (the step's SGD update)");
+      "update", po::value(&o.update)->default_value("sorted"), "sorted | atomic (the step's SGD update)")(
+      "storage", po::value(&o.storage)->default_value("fp32"),
+      "fp32 | bf16 | fp16: the table's rows (16-bit: updates rounded stochastically; not with atomic or floor)");
   // Each rank measures its own device; rank 0's measurements are recorded, every rank's results checked.
   return d.run("usage: [mpiexec -n N] bench_embedding [options]", [&] {
     Run r = make_run(d, o);

@@ -30,7 +30,8 @@
 int main(int argc, char** argv) {
   using namespace sparta;
   std::string preset = "mlperf", hotness, interaction = "dot", placement = "auto", precision = "fp32",
-              exchange = "fp32", comm_mode = "hier", bottom_mlp, top_mlp, index = "hashed", sparse = "rowwise_adagrad";
+              exchange = "fp32", comm_mode = "hier", bottom_mlp, top_mlp, index = "hashed", sparse = "rowwise_adagrad",
+              storage = "fp32";
   bool atomic_update = false;
   int64_t batch = 65536, max_rows = 4000000, trace = 0;
   int dim = 128;
@@ -66,7 +67,8 @@ int main(int argc, char** argv) {
       "top-mlp", po::value(&top_mlp), "widths of the top MLP, ending in 1 (comma list; default the model's)")(
       "index", po::value(&index)->default_value(index), "embedding.index: hashed | direct")(
       "sparse-optimizer", po::value(&sparse)->default_value(sparse), "embedding.optimizer (the tables' optimizer)")(
-      "atomic-update", po::value(&atomic_update)->default_value(atomic_update), "embedding.atomic_update (sgd): 1 | 0");
+      "atomic-update", po::value(&atomic_update)->default_value(atomic_update), "embedding.atomic_update (sgd): 1 | 0")(
+      "storage", po::value(&storage)->default_value(storage), "embedding.storage: fp32 | bf16 | fp16");
   return d.run("usage: mpiexec -n N bench_train [options]", [&] {
     TrainConfig cfg;
     BenchmarkOptions bo;
@@ -106,6 +108,7 @@ int main(int argc, char** argv) {
       cfg.index = index;
       cfg.sparse.kind = parse_optimizer(sparse);
       cfg.sparse.atomic_update = atomic_update;
+      cfg.storage = storage;
       cfg.log_every = 1;
       check_train_config(cfg);
     }));
@@ -126,7 +129,7 @@ int main(int argc, char** argv) {
     if (trace > 0) bench::print_traces(r.trace, MPI_COMM_WORLD);
     // The driver's head has warmup and steps, the provenance ranks and nodes.
     d.record(r.json_fields(cfg, bo) + ",\"sparse_optimizer\":\"" + sparse + "\",\"atomic_update\":" +
-             (atomic_update ? "true" : "false") + ",\"index\":\"" + index + "\",\"gemm_search\":" +
+             (atomic_update ? "true" : "false") + ",\"index\":\"" + index + "\",\"storage\":\"" + storage + "\",\"gemm_search\":" +
              (gemm_search ? "true" : "false"));
     d.add_wrong(d.is_root() ? r.wrong : 0);  // r.wrong is already the sum over the ranks
   });

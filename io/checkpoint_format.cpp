@@ -3,6 +3,7 @@
 
 #include "io/checkpoint_files.h"
 #include "src/base/check.h"
+#include "src/base/half.h"
 
 namespace sparta {
 namespace ckpt {
@@ -48,6 +49,29 @@ std::vector<int64_t> read_ints(const h5::File& f, const std::string& obj, const 
 
 // ---- Writers.
 
+namespace {
+// The value storages a checkpoint knows (TableRows::storage; kernels/embedding_types.h RowStorage names them).
+bool is_bf16(const std::string& s) { return s == "bf16"; }
+void require_storage(const std::string& s, const std::string& where) {
+  SPARTA_REQUIRE(s == "fp32" || s == "bf16" || s == "fp16", "%s: storage: expected fp32, bf16 or fp16, found '%s'",
+                 where.c_str(), s.c_str());
+}
+
+// A table's values as the table stores them: float32, or (storage bf16 / fp16) uint16 bits with the group's
+// attribute 'storage' naming the format (HDF5 1.10 has no 16-bit float type). The values are widened 16-bit
+// values, so rounding them back to nearest is exact.
+void write_values(const h5::File& f, const std::string& g, const TableRows& t) {
+  require_storage(t.storage, "save_checkpoint: table '" + t.name + "'");
+  h5::write_attr(f, g, "storage", t.storage);
+  const std::vector<hsize_t> dims = {hsize_t(t.rows()), hsize_t(t.dim)};
+  if (t.storage == "fp32") return h5::write_dataset<float>(f, g + "/values", t.values.data(), dims);
+  std::vector<uint16_t> bits(t.values.size());
+  for (size_t i = 0; i < bits.size(); ++i)
+    bits[i] = is_bf16(t.storage) ? float_to_bf16(t.values[i]) : float_to_f16(t.values[i]);
+  h5::write_dataset<uint16_t>(f, g + "/values", bits.data(), dims);
+}
+}  // namespace
+
 void write_shard(const std::string& path, const CheckpointMeta& meta, int rank, int world,
                  const std::vector<TableRows>& tables) {
   h5::File f = h5::create_file(path);
@@ -68,7 +92,7 @@ void write_shard(const std::string& path, const CheckpointMeta& meta, int rank, 
     h5::write_attr(f, g, "state_width", int64_t(t.state_width));
     h5::write_attr(f, g, "rows", int64_t(n));
     h5::write_dataset<int64_t>(f, g + "/keys", t.keys.data(), {n});
-    h5::write_dataset<float>(f, g + "/values", t.values.data(), {n, hsize_t(t.dim)});
+    write_values(f, g, t);
     if (t.state_width > 0)
       h5::write_dataset<float>(f, g + "/state", t.state.data(), {n, hsize_t(t.state_width)});
     else
@@ -139,6 +163,14 @@ ShardReader::ShardReader(const Manifest& m, int shard) : shard_(shard) {
   require_attr_int(f_, "/", "num_tables", int64_t(m.tables.size()));
 }
 
+std::string ShardReader::storage(const ManifestTable& t) const {
+  const std::string g = table_group(t);
+  if (!h5::has_attr(f_, g, "storage")) return "fp32";  // written before 16-bit storage
+  const std::string s = h5::read_attr_string(f_, g, "storage");
+  require_storage(s, f_.path + ": '" + g + "' attribute 'storage'");
+  return s;
+}
+
 int64_t ShardReader::check_table(const ManifestTable& t) const {
   std::string g = table_group(t);
   SPARTA_REQUIRE(h5::exists(f_, g), "%s: table '%s': expected group '%s', not found", f_.path.c_str(),
@@ -150,7 +182,10 @@ int64_t ShardReader::check_table(const ManifestTable& t) const {
   int64_t n = t.shard_rows[shard_];
   require_attr_int(f_, g, "rows", n);
   h5::expect_type<int64_t>(f_, g + "/keys");
-  h5::expect_type<float>(f_, g + "/values");
+  if (storage(t) == "fp32")
+    h5::expect_type<float>(f_, g + "/values");
+  else
+    h5::expect_type<uint16_t>(f_, g + "/values");
   h5::expect_type<float>(f_, g + "/state");
   require_shape(f_, g + "/keys", {hsize_t(n)});
   require_shape(f_, g + "/values", {hsize_t(n), hsize_t(t.spec.dim)});
@@ -161,7 +196,14 @@ int64_t ShardReader::check_table(const ManifestTable& t) const {
 void ShardReader::read(const ManifestTable& t, int64_t row0, int64_t rows, TableRows& out) const {
   std::string g = table_group(t);
   h5::read_rows<int64_t>(f_, g + "/keys", row0, rows, keys_);
-  h5::read_rows<float>(f_, g + "/values", row0, rows, floats_);
+  const std::string s = storage(t);
+  if (s == "fp32") {
+    h5::read_rows<float>(f_, g + "/values", row0, rows, floats_);
+  } else {  // 16-bit values widen exactly
+    h5::read_rows<uint16_t>(f_, g + "/values", row0, rows, bits_);
+    floats_.resize(bits_.size());
+    for (size_t i = 0; i < bits_.size(); ++i) floats_[i] = is_bf16(s) ? bf16_to_float(bits_[i]) : f16_to_float(bits_[i]);
+  }
   out.keys.insert(out.keys.end(), keys_.begin(), keys_.end());
   out.values.insert(out.values.end(), floats_.begin(), floats_.end());
   if (t.spec.state_width > 0) {

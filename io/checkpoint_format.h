@@ -80,14 +80,18 @@ class ShardReader {
   ShardReader(const Manifest& m, int shard);
   // Checks the table's group against the manifest; returns its row count.
   int64_t check_table(const ManifestTable& t) const;
-  // Appends rows [row0, row0 + rows) of the table to out.
+  // Appends rows [row0, row0 + rows) of the table to out, values as fp32 whatever the file stores them as.
   void read(const ManifestTable& t, int64_t row0, int64_t rows, TableRows& out) const;
+  // The table's value storage in this shard: "fp32" (float32 values; also files without the attribute), "bf16"
+  // or "fp16" (uint16 bits, the group's attribute 'storage'; TableRows::storage).
+  std::string storage(const ManifestTable& t) const;
 
  private:
   int shard_;
   h5::File f_;
   mutable std::vector<int64_t> keys_;
   mutable std::vector<float> floats_;
+  mutable std::vector<uint16_t> bits_;
 };
 
 // dense.h5, checked against the manifest (the caller verified its checksum).

@@ -368,6 +368,7 @@ template <> hid_t native_type<int64_t>() { return H5T_NATIVE_INT64; }
 template <> hid_t native_type<int32_t>() { return H5T_NATIVE_INT32; }
 template <> hid_t native_type<uint64_t>() { return H5T_NATIVE_UINT64; }
 template <> hid_t native_type<uint8_t>() { return H5T_NATIVE_UINT8; }
+template <> hid_t native_type<uint16_t>() { return H5T_NATIVE_UINT16; }
 
 bool exists(const File& f, const std::string& object_path) {
   Lock lock;
@@ -735,6 +736,7 @@ SPARTA_H5_INSTANTIATE(int64_t)
 SPARTA_H5_INSTANTIATE(int32_t)
 SPARTA_H5_INSTANTIATE(uint64_t)
 SPARTA_H5_INSTANTIATE(uint8_t)
+SPARTA_H5_INSTANTIATE(uint16_t)
 #undef SPARTA_H5_INSTANTIATE
 
 // ---- Write budget.

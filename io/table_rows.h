@@ -15,6 +15,8 @@ struct TableRows {
   int dim = 0;
   std::string optimizer;       // as kernels/embedding_types.h names it: "sgd", "adam", ...
   int state_width = 0;         // optimizer state floats per row (optimizer_state_width)
+  std::string storage = "fp32";  // the table's RowStorage name ("fp32" "bf16" "fp16"); values are fp32 either way
+                                 // (16-bit values widen exactly), checkpoints store them in this type
   std::vector<int64_t> keys;   // [n]
   std::vector<float> values;   // [n, dim]
   std::vector<float> state;    // [n, state_width]

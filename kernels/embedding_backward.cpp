@@ -264,13 +264,17 @@ void embedding_backward_finish_cpu(const BackwardBatch& batch, BackwardWorkspace
 }
 
 void backward_and_update_finish_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, const OptimizerStep& c,
-                                    float* values, float* state) {
+                                    void* values, float* state) {
   const int dim = ws.dim();
   const int width = optimizer_state_width(c.kind, dim);
   dispatch_optimizer(c.kind, [&](auto kind) {
     constexpr OptimizerKind K = decltype(kind)::value;
     reduce_rows_cpu(batch, ws, [&](int32_t, uint32_t row, const float* sum) {
-      update_row_cpu<K>(c, sum, values + int64_t(row) * dim, state + int64_t(row) * width, dim);
+      if (c.storage == RowStorage::fp32)
+        update_row_cpu<K>(c, sum, static_cast<float*>(values) + int64_t(row) * dim, state + int64_t(row) * width, dim);
+      else
+        update_row16_cpu<K>(c, sum, static_cast<uint16_t*>(values) + int64_t(row) * dim, state + int64_t(row) * width,
+                            dim);
     });
   });
 }
@@ -333,7 +337,7 @@ void embedding_backward_finish(const Device& dev, const BackwardBatch& batch, Ba
 }
 
 void backward_and_update(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws,
-                         const OptimizerConfig& cfg, int64_t step, float* values, float* state, Stream stream) {
+                         const OptimizerConfig& cfg, int64_t step, void* values, float* state, Stream stream) {
   ws.prepared() = BackwardWorkspace::Prepared{};  // the workspace now holds this batch, not a prepared one
   check_batch(dev, batch, ws, true);
   optimizer_step(cfg, step);  // its errors before anything runs
@@ -347,9 +351,10 @@ void backward_and_update_prepare(const Device& dev, const BackwardBatch& batch, 
 }
 
 void backward_and_update_finish(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws,
-                                const OptimizerConfig& cfg, int64_t step, float* values, float* state, Stream stream) {
+                                const OptimizerConfig& cfg, int64_t step, void* values, float* state, Stream stream) {
   check_prepared(dev, batch, ws);
   OptimizerStep c = optimizer_step(cfg, step);
+  check_row_storage(c.storage, cfg, ws.dim(), "backward_and_update");
   ws.prepared().valid = false;  // used up
   if (!dev.is_cuda()) return backward_and_update_finish_cpu(batch, ws, c, values, state);
 #if SPARTA_CUDA

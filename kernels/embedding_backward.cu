@@ -257,6 +257,16 @@ struct FusedUpdate {
   }
 };
 
+// ... or to a 16-bit row (sgd, rowwise_adagrad).
+template <OptimizerKind K, int V, int P>
+struct FusedUpdate16 {
+  rowvec::RowUpdate16<K, V, P> update;
+  __device__ __forceinline__ void prefetch(uint32_t row, int lane, int G) const { update.prefetch(row, lane, G); }
+  __device__ __forceinline__ void finish(int32_t, uint32_t row, int lane, int G, const float* acc) const {
+    update.apply(row, lane, G, acc);
+  }
+};
+
 // One group of G lanes per item (grid-stride over the item count in device memory).
 template <int V, int P, class Op, bool kLaid>
 __global__ void __launch_bounds__(256) reduce_items_kernel(ReduceView s, Op op) {
@@ -502,7 +512,7 @@ void embedding_backward_finish_cuda(const BackwardBatch& batch, BackwardWorkspac
 }
 
 void backward_and_update_finish_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, const OptimizerStep& c,
-                                     float* values, float* state, Stream stream) {
+                                     void* values, float* state, Stream stream) {
   if (batch.nnz == 0) return;
   const ReduceView v = reduce_view(batch, ws);
   const int dim = ws.dim();
@@ -510,11 +520,24 @@ void backward_and_update_finish_cuda(const BackwardBatch& batch, BackwardWorkspa
   const bool state_vec = width == 0 || c.kind == OptimizerKind::lazy_adam || aligned16(state);
   const rowvec::RowShape shape =
       rowvec::row_shape(dim, aligned16(batch.grad) && batch.grad_layout.four_aligned() && aligned16(values) && state_vec);
+  if (c.storage != RowStorage::fp32) {  // sgd or rowwise_adagrad (the launcher checked)
+    auto run16 = [&](auto kind) {
+      constexpr OptimizerKind K = decltype(kind)::value;
+      rowvec::dispatch_shape(shape, [&](auto vv, auto pp) {
+        constexpr int V = decltype(vv)::value, P = decltype(pp)::value;
+        reduce<V, P>(v, shape, FusedUpdate16<K, V, P>{{c, static_cast<uint16_t*>(values), state, dim, width}},
+                     stream);
+      });
+    };
+    using OK = OptimizerKind;
+    if (c.kind == OK::sgd) return run16(std::integral_constant<OK, OK::sgd>{});
+    return run16(std::integral_constant<OK, OK::rowwise_adagrad>{});
+  }
   dispatch_optimizer(c.kind, [&](auto kind) {
     constexpr OptimizerKind K = decltype(kind)::value;
     rowvec::dispatch_shape(shape, [&](auto vv, auto pp) {
       constexpr int V = decltype(vv)::value, P = decltype(pp)::value;
-      reduce<V, P>(v, shape, FusedUpdate<K, V, P>{{c, values, state, dim, width}}, stream);
+      reduce<V, P>(v, shape, FusedUpdate<K, V, P>{{c, static_cast<float*>(values), state, dim, width}}, stream);
     });
   });
 }

@@ -183,15 +183,17 @@ void embedding_backward_finish(const Device& dev, const BackwardBatch& batch, Ba
 // [capacity_rows, optimizer_state_width(cfg.kind, dim)]: the same result as embedding_backward followed by
 // sparse_optimizer_update, but the cuda version applies the optimizer in the reduction, so the row gradients
 // never go through memory. ws.num_unique() holds the number of rows updated. Asynchronous on stream.
+// values are of cfg.storage: 16-bit rows (sgd, rowwise_adagrad; embedding_types.h check_row_storage) are read into
+// fp32 and written back rounded stochastically (kernels/row_storage.h, update_row16_cpu).
 void backward_and_update(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws,
-                         const OptimizerConfig& cfg, int64_t step, float* values, float* state, Stream stream);
+                         const OptimizerConfig& cfg, int64_t step, void* values, float* state, Stream stream);
 // The same in two parts, as embedding_backward's: backward_and_update_prepare needs neither the gradient nor the
 // optimizer (the sort, steps 1-4: it can run while the gradient is still being made or moved);
 // backward_and_update_finish reduces batch.grad and applies the step, with backward_and_update's bits. The finish
 // checks its batch against the prepare as embedding_backward_finish does, and uses it up.
 void backward_and_update_prepare(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws, Stream stream);
 void backward_and_update_finish(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws,
-                                const OptimizerConfig& cfg, int64_t step, float* values, float* state, Stream stream);
+                                const OptimizerConfig& cfg, int64_t step, void* values, float* state, Stream stream);
 
 // The cpu backends' check of a batch's offsets (host memory) as a CSR of its nnz keys: sparta::Error beginning
 // with `what` otherwise.
@@ -206,13 +208,13 @@ void embedding_backward_prepare_cpu(const BackwardBatch& batch, BackwardWorkspac
                                     int32_t* num_unique, const int64_t* keys, int64_t* unique_keys);
 void embedding_backward_finish_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, float* row_grads);
 void backward_and_update_finish_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, const OptimizerStep& c,
-                                    float* values, float* state);
+                                    void* values, float* state);
 void embedding_backward_prepare_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
                                      int32_t* num_unique, const int64_t* keys, int64_t* unique_keys, Stream stream);
 void embedding_backward_finish_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, float* row_grads,
                                     Stream stream);
 void backward_and_update_finish_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, const OptimizerStep& c,
-                                     float* values, float* state, Stream stream);
+                                     void* values, float* state, Stream stream);
 // CUB temporary storage for the sort and the scan of up to max_nnz pairs (cuda builds only).
 size_t backward_cub_temp_bytes(int64_t max_nnz, int end_bit);
 

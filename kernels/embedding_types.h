@@ -7,6 +7,7 @@
 //     sgd 0 | momentum, nesterov: velocity[dim] | adagrad: accumulator[dim] | rowwise_adagrad: accumulator[1]
 //     | adam: m[dim], v[dim]
 //     lazy_adam: m[dim], v[dim], then one float whose bits hold the int32 step of the row's last update
+// values are float32, or 16-bit (RowStorage bf16 / fp16, kernels/row_storage.h): [capacity_rows, dim] uint16.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,12 @@
 namespace sparta {
 
 enum class Combiner { sum, mean };
+
+// How a table stores its values: float32, or 16 bits (bfloat16 / IEEE half) read into fp32 for arithmetic and
+// written back rounded stochastically (kernels/row_storage.h). 16-bit tables take sgd and rowwise_adagrad only
+// (whose one accumulator per row stays fp32, as FBGEMM keeps it), an even dim, and no atomic_update
+// (check_row_storage).
+enum class RowStorage { fp32, bf16, fp16 };
 
 enum class OptimizerKind { sgd, momentum, nesterov, adagrad, adam, lazy_adam, rowwise_adagrad };
 
@@ -37,6 +44,10 @@ struct OptimizerConfig {
   // atomic_update): no sort, much faster with many keys per step, but a row several keys touch is not
   // reproducible bit for bit. false: the sorted, fixed-order backward (kernels/embedding_backward.h).
   bool atomic_update = false;
+  // The values' storage and the seed of its stochastic rounding (kernels/row_storage.h). Set by the table from
+  // its own config (EmbeddingTableConfig::storage and seed), not by the user.
+  RowStorage storage = RowStorage::fp32;
+  uint64_t rounding_seed = 0;
 };
 
 inline int optimizer_state_width(OptimizerKind kind, int dim) {
@@ -51,6 +62,8 @@ inline int optimizer_state_width(OptimizerKind kind, int dim) {
   }
   return 0;
 }
+
+SPARTA_HD constexpr int row_storage_bytes(RowStorage s) { return s == RowStorage::fp32 ? 4 : 2; }
 
 // Where bag b's vector lies: in a [bags, dim] array (slots 0), or, laid out in a wider array, in rows of `row`
 // values that hold the samples side by side, bag b = sample * slots + j from b / slots * row + cols[j] (a pooled
@@ -80,5 +93,12 @@ const char* combiner_name(Combiner c);
 Combiner parse_combiner(const std::string& name);
 const char* optimizer_name(OptimizerKind k);
 OptimizerKind parse_optimizer(const std::string& name);
+// "fp32" "bf16" "fp16".
+const char* row_storage_name(RowStorage s);
+RowStorage parse_row_storage(const std::string& name);
+// sparta::Error "<what>: ..." naming the storage and what it does not take: a 16-bit storage with an optimizer
+// other than sgd and rowwise_adagrad (their full-row states are not kept in 16 bits), with atomic_update, or
+// with an odd dim (16-bit rows are read and written in pairs).
+void check_row_storage(RowStorage s, const OptimizerConfig& opt, int dim, const char* what);
 
 }  // namespace sparta

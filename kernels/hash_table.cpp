@@ -147,6 +147,8 @@ void hash_get_insert(const Device& dev, const HashTableView& t, const int64_t* k
 void hash_get_insert_copy(const Device& dev, const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
                           const RowInit& init, float* out, Stream stream) {
   SPARTA_REQUIRE(init.values != nullptr && out != nullptr, "hash_get_insert_copy: values and out must be set");
+  SPARTA_REQUIRE(init.key_init.storage == RowStorage::fp32, "hash_get_insert_copy: copies fp32 rows only, the rows "
+                 "are %s", row_storage_name(init.key_init.storage));
   SPARTA_DISPATCH("hash_get_insert_copy", hash_get_insert_copy_cpu(t, keys, n, rows, init, out),
                   hash_get_insert_copy_cuda(t, keys, n, rows, init, out, stream));
 }

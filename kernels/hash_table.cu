@@ -48,6 +48,12 @@ __device__ __forceinline__ void write_new_row(const Tile& tile, const RowInit& i
                                               float* out, bool vec4) {
   const uint64_t stream = key_stream(init.key_init, key);
   const float scale = init.key_init.scale;
+  if (init.key_init.storage != RowStorage::fp32) {  // 16-bit rows (no copy out: the launcher refuses one)
+    uint16_t* v16 = reinterpret_cast<uint16_t*>(init.values) + row * init.dim;
+    for (int e = tile.thread_rank(); e < init.dim; e += kTile)
+      v16[e] = rowstore::round_nearest(init.key_init.storage, initial_value_at(stream, scale, e));
+    return;
+  }
   float* v = init.values + row * init.dim;
   if (vec4) {
     for (int e = tile.thread_rank() * 4; e < init.dim; e += kTile * 4) {
@@ -288,6 +294,8 @@ void direct_rows_cuda(const HashTableView& t, const int64_t* keys, int64_t n, in
 void hash_get_insert_copy_cuda(const HashTableView& t, const int64_t* keys, int64_t n, int64_t* rows,
                                const RowInit& init, float* out, Stream stream) {
   if (n == 0) return;
+  SPARTA_REQUIRE(out == nullptr || init.key_init.storage == RowStorage::fp32,
+                 "hash_get_insert_copy: copies fp32 rows only, the rows are %s", row_storage_name(init.key_init.storage));
   if (t.direct_stride > 0)
     return direct_rows_cuda(t, keys, n, rows, nullptr, &t.meta->refused, init.values, init.dim, out, stream);
   const int block = kGetInsertBlock;

@@ -18,6 +18,7 @@
 #include "src/base/check.h"
 #include "kernels/hash_table.h"
 #include "kernels/key_init.h"
+#include "kernels/row_storage.h"
 
 namespace sparta {
 namespace hashdev {
@@ -104,9 +105,20 @@ inline __device__ __noinline__ void write_initial_values(float* v, int dim, KeyI
   for (int e = lane; e < dim; e += kTile) v[e] = initial_value_at(stream, key_init.scale, e);
 }
 
-// Writes the initial values of a new row (the whole tile).
+// The same for 16-bit rows (kernels/row_storage.h: rounded to nearest).
+inline __device__ __noinline__ void write_initial_values16(uint16_t* v, int dim, KeyInit key_init, uint64_t key,
+                                                           int lane) {
+  const uint64_t stream = key_stream(key_init, key);
+  for (int e = lane; e < dim; e += kTile)
+    v[e] = rowstore::round_nearest(key_init.storage, initial_value_at(stream, key_init.scale, e));
+}
+
+// Writes the initial values of a new row (the whole tile), in the storage of init.key_init.
 __device__ __forceinline__ void write_initial_row(const Tile& tile, const RowInit& init, uint64_t key, int64_t row) {
   if (init.values == nullptr) return;
+  if (init.key_init.storage != RowStorage::fp32)
+    return write_initial_values16(reinterpret_cast<uint16_t*>(init.values) + row * init.dim, init.dim, init.key_init,
+                                  key, tile.thread_rank());
   write_initial_values(init.values + row * init.dim, init.dim, init.key_init, key, tile.thread_rank());
 }
 

@@ -10,6 +10,7 @@
 
 #include "src/base/device.h"
 #include "src/base/random.h"  // splitmix64
+#include "kernels/embedding_types.h"  // RowStorage
 
 
 namespace sparta {
@@ -43,6 +44,8 @@ struct KeyInit {
   // key_begin ascending from 0; num_segments 0: not used. Not with tagged.
   const KeySegment* segments = nullptr;
   int num_segments = 0;
+  // The values written: fp32, or 16 bits rounded to nearest even from the fp32 value (kernels/row_storage.h).
+  RowStorage storage = RowStorage::fp32;
 };
 
 // The per-key stream: distinct keys give distinct streams (splitmix64 is a bijection).
@@ -75,21 +78,21 @@ SPARTA_HD float initial_value(const KeyInit& init, uint64_t key, uint32_t elem) 
 }
 
 // values[rows[i], :] = initial values of keys[i] for every i with rows[i] >= 0 (rows < 0 are skipped).
-// keys, rows: [n]; values: [capacity_rows, dim]. Asynchronous on stream (cuda).
-void init_rows_by_key(const Device& dev, const int64_t* keys, const int64_t* rows, int64_t n, float* values,
+// keys, rows: [n]; values: [capacity_rows, dim] of init.storage. Asynchronous on stream (cuda).
+void init_rows_by_key(const Device& dev, const int64_t* keys, const int64_t* rows, int64_t n, void* values,
                       int dim, const KeyInit& init, Stream stream);
 
 // values[r, :] = initial values of key offset + r * stride, for r < n: every row of a direct index
-// (hash_table.h DirectIndex). Asynchronous on stream (cuda).
-void init_rows_strided(const Device& dev, int64_t n, int64_t stride, int64_t offset, float* values, int dim,
+// (hash_table.h DirectIndex); values of init.storage. Asynchronous on stream (cuda).
+void init_rows_strided(const Device& dev, int64_t n, int64_t stride, int64_t offset, void* values, int dim,
                        const KeyInit& init, Stream stream);
 
-void init_rows_by_key_cpu(const int64_t* keys, const int64_t* rows, int64_t n, float* values, int dim,
+void init_rows_by_key_cpu(const int64_t* keys, const int64_t* rows, int64_t n, void* values, int dim,
                           const KeyInit& init);
-void init_rows_strided_cpu(int64_t n, int64_t stride, int64_t offset, float* values, int dim, const KeyInit& init);
-void init_rows_strided_cuda(int64_t n, int64_t stride, int64_t offset, float* values, int dim, const KeyInit& init,
+void init_rows_strided_cpu(int64_t n, int64_t stride, int64_t offset, void* values, int dim, const KeyInit& init);
+void init_rows_strided_cuda(int64_t n, int64_t stride, int64_t offset, void* values, int dim, const KeyInit& init,
                             Stream stream);
-void init_rows_by_key_cuda(const int64_t* keys, const int64_t* rows, int64_t n, float* values, int dim,
+void init_rows_by_key_cuda(const int64_t* keys, const int64_t* rows, int64_t n, void* values, int dim,
                            const KeyInit& init, Stream stream);
 
 }  // namespace sparta

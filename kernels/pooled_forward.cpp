@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "src/base/check.h"
+#include "kernels/row_storage.h"
 
 namespace sparta {
 
@@ -38,8 +39,13 @@ void embedding_forward_cpu(const ForwardArgs& a) {
         hash_find_cpu(a.table, &a.keys[i], 1, &row, nullptr);
       if (a.rows) a.rows[i] = row;
       if (row < 0) continue;
-      const float* v = a.rows_init.values + row * dim;
-      for (int e = 0; e < dim; ++e) acc[e] += v[e];
+      const RowStorage st = a.rows_init.key_init.storage;
+      if (st == RowStorage::fp32) {
+        const float* v = a.rows_init.values + row * dim;
+        for (int e = 0; e < dim; ++e) acc[e] += v[e];
+      } else {
+        for (int e = 0; e < dim; ++e) acc[e] += rowstore::load(a.rows_init.values, st, row * dim + e);
+      }
     }
     int64_t n = end - begin;
     if (a.combiner == Combiner::mean && n > 0)

@@ -20,6 +20,7 @@
 #include "src/base/check.h"
 #include "kernels/hash_table_ref.cuh"
 #include "kernels/pooled_forward.h"
+#include "kernels/row_storage.h"
 
 namespace sparta {
 
@@ -68,12 +69,30 @@ __device__ __forceinline__ void store_one(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_one(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store_one(__half* p, float v) { *p = __float2half_rn(v); }
 
-template <int VEC, int C, bool kTrain>
-__device__ __forceinline__ void load_row(const float* values, int64_t row, int dim, int lane, float (&v)[C][VEC]) {
+// VEC elements of a 16-bit row at p (8-byte aligned when VEC is 4), widened.
+template <int VEC, RowStorage S, bool kTrain>
+__device__ __forceinline__ void load16(const uint16_t* p, float* v) {
+  if constexpr (VEC == 4) {
+    const uint2 x = kTrain ? __ldcg(reinterpret_cast<const uint2*>(p)) : __ldg(reinterpret_cast<const uint2*>(p));
+    v[0] = rowstore::widen(S, uint16_t(x.x & 0xffffu)), v[1] = rowstore::widen(S, uint16_t(x.x >> 16));
+    v[2] = rowstore::widen(S, uint16_t(x.y & 0xffffu)), v[3] = rowstore::widen(S, uint16_t(x.y >> 16));
+  } else {
+    v[0] = rowstore::widen(S, kTrain ? __ldcg(p) : __ldg(p));
+  }
+}
+
+// values: [capacity_rows, dim] of storage S (kernels/row_storage.h).
+template <int VEC, int C, bool kTrain, RowStorage S>
+__device__ __forceinline__ void load_row(const void* values_, int64_t row, int dim, int lane, float (&v)[C][VEC]) {
+  const float* values = static_cast<const float*>(values_);
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     int e = (c * kTile + lane) * VEC;
     if (row >= 0 && e < dim) {
+      if constexpr (S != RowStorage::fp32) {
+        load16<VEC, S, kTrain>(static_cast<const uint16_t*>(values_) + row * dim + e, v[c]);
+        continue;
+      }
       const float* p = values + row * dim + e;
       if constexpr (VEC == 4) {
         // Train: rows initialized during this kernel by other SMs, so read through L2 (ld.cg); eval: the
@@ -118,7 +137,7 @@ __device__ __forceinline__ int batch_count(int64_t i, int64_t k_end) {
 }
 
 // kDirect: a direct index (hash_table.h): a batch's rows follow from its keys, so stage 2 has nothing to load.
-template <int VEC, int C, class OutT, bool kTrain, bool kDirect>
+template <int VEC, int C, class OutT, bool kTrain, bool kDirect, RowStorage S>
 __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forward_kernel(ForwardArgs a) {
   Tile tile = cg::tiled_partition<kTile>(cg::this_thread_block());
   const int lane = tile.thread_rank();
@@ -161,7 +180,7 @@ __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forwar
       // Stage 3 of batch n: its rows' loads.
       float v[kBatch][C][VEC];
 #pragma unroll
-      for (int g = 0; g < kBatch; ++g) load_row<VEC, C, kTrain>(values, g < cnt ? r[g] : -1, dim, lane, v[g]);
+      for (int g = 0; g < kBatch; ++g) load_row<VEC, C, kTrain, S>(values, g < cnt ? r[g] : -1, dim, lane, v[g]);
       // Stage 2 of batch n+1: its first buckets' loads; stage 1 of batch n+2: its keys' loads.
       const int64_t i1 = i0 + kBatch;
       const int cnt1 = batch_count(i1, k_end);
@@ -222,7 +241,7 @@ __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forwar
 constexpr int kQuadSpan = 4;   // bags per quad task (lane j < nb + 1 loads offsets[b0 + j], the last by all)
 
 // B: keys per batch (B / G per lane)
-template <int G, int B, class OutT, bool kTrain>
+template <int G, int B, class OutT, bool kTrain, RowStorage S>
 __global__ void __launch_bounds__(256) direct_quad_kernel(ForwardArgs a) {
   constexpr int kQuad = G;
   constexpr int kQuadBatch = B;
@@ -282,8 +301,14 @@ __global__ void __launch_bounds__(256) direct_quad_kernel(ForwardArgs a) {
         const int64_t r = quad.shfl(mine[j / kQuad], j % kQuad);
         v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
         if (j < cnt && r >= 0 && active) {
-          const float4* p = reinterpret_cast<const float4*>(values + r * dim + e);
-          v[j] = kTrain ? __ldcg(p) : __ldg(p);
+          if constexpr (S != RowStorage::fp32) {
+            float x[4];
+            load16<4, S, kTrain>(reinterpret_cast<const uint16_t*>(values) + r * dim + e, x);
+            v[j] = make_float4(x[0], x[1], x[2], x[3]);
+          } else {
+            const float4* p = reinterpret_cast<const float4*>(values + r * dim + e);
+            v[j] = kTrain ? __ldcg(p) : __ldg(p);
+          }
         }
       }
 #pragma unroll
@@ -302,49 +327,59 @@ __global__ void __launch_bounds__(256) direct_quad_kernel(ForwardArgs a) {
 
 namespace {
 
-template <int VEC, int C, class OutT, bool kTrain>
+template <int VEC, int C, class OutT, bool kTrain, RowStorage S>
 void launch(const ForwardArgs& a, Stream stream) {
   const int block = 256;
   int64_t tasks = (a.bags + kSpan - 1) / kSpan;
-  auto kernel = a.table.direct_stride > 0 ? embedding_forward_kernel<VEC, C, OutT, kTrain, true>
-                                          : embedding_forward_kernel<VEC, C, OutT, kTrain, false>;
+  auto kernel = a.table.direct_stride > 0 ? embedding_forward_kernel<VEC, C, OutT, kTrain, true, S>
+                                          : embedding_forward_kernel<VEC, C, OutT, kTrain, false, S>;
   int grid = hashdev::resident_grid(kernel, block, (tasks + block / kTile - 1) / (block / kTile));
   kernel<<<grid, block, 0, stream>>>(a);
   CUDA_CHECK_LAUNCH("embedding_forward_kernel");
 }
 
-template <int G, int B, class OutT, bool kTrain>
+template <int G, int B, class OutT, bool kTrain, RowStorage S>
 void launch_quad(const ForwardArgs& a, Stream stream) {
   const int block = 256;
   const int64_t tasks = (a.bags + kQuadSpan - 1) / kQuadSpan;
-  auto kernel = direct_quad_kernel<G, B, OutT, kTrain>;
+  auto kernel = direct_quad_kernel<G, B, OutT, kTrain, S>;
   int grid = hashdev::resident_grid(kernel, block, (tasks + block / G - 1) / (block / G));
   kernel<<<grid, block, 0, stream>>>(a);
   CUDA_CHECK_LAUNCH("direct_quad_kernel");
 }
 
-template <class OutT, bool kTrain>
+template <class OutT, bool kTrain, RowStorage S>
 void launch_for_dim(const ForwardArgs& a, bool vec4, Stream stream) {
   int dim = a.rows_init.dim;
   // 8 keys a batch (16 was slower: experiments/NOTES_embedding.md)
-  if (vec4 && dim <= 16 && a.table.direct_stride > 0) return launch_quad<4, 8, OutT, kTrain>(a, stream);
-  if (vec4 && dim <= 32 && a.table.direct_stride > 0) return launch_quad<8, 8, OutT, kTrain>(a, stream);
+  if (vec4 && dim <= 16 && a.table.direct_stride > 0) return launch_quad<4, 8, OutT, kTrain, S>(a, stream);
+  if (vec4 && dim <= 32 && a.table.direct_stride > 0) return launch_quad<8, 8, OutT, kTrain, S>(a, stream);
   if (vec4) {  // lane chunks of 4 floats: C = dim / 32 rounded up to a power of two
-    if (dim <= 32) return launch<4, 1, OutT, kTrain>(a, stream);
-    if (dim <= 64) return launch<4, 2, OutT, kTrain>(a, stream);
-    if (dim <= 128) return launch<4, 4, OutT, kTrain>(a, stream);
-    return launch<4, 8, OutT, kTrain>(a, stream);
+    if (dim <= 32) return launch<4, 1, OutT, kTrain, S>(a, stream);
+    if (dim <= 64) return launch<4, 2, OutT, kTrain, S>(a, stream);
+    if (dim <= 128) return launch<4, 4, OutT, kTrain, S>(a, stream);
+    return launch<4, 8, OutT, kTrain, S>(a, stream);
   }
-  if (dim <= 8) return launch<1, 1, OutT, kTrain>(a, stream);
-  if (dim <= 32) return launch<1, 4, OutT, kTrain>(a, stream);
-  if (dim <= 128) return launch<1, 16, OutT, kTrain>(a, stream);
-  return launch<1, 32, OutT, kTrain>(a, stream);
+  if (dim <= 8) return launch<1, 1, OutT, kTrain, S>(a, stream);
+  if (dim <= 32) return launch<1, 4, OutT, kTrain, S>(a, stream);
+  if (dim <= 128) return launch<1, 16, OutT, kTrain, S>(a, stream);
+  return launch<1, 32, OutT, kTrain, S>(a, stream);
 }
 
-template <class OutT>
+template <class OutT, RowStorage S>
 void launch_for_mode(const ForwardArgs& a, bool vec4, Stream stream) {
-  if (a.mode == LookupMode::train) return launch_for_dim<OutT, true>(a, vec4, stream);
-  launch_for_dim<OutT, false>(a, vec4, stream);
+  if (a.mode == LookupMode::train) return launch_for_dim<OutT, true, S>(a, vec4, stream);
+  launch_for_dim<OutT, false, S>(a, vec4, stream);
+}
+
+// The row storage as a template argument (16-bit rows: half the bytes gathered, widened to fp32 before the sums).
+template <class OutT>
+void launch_for_storage(const ForwardArgs& a, bool vec4, Stream stream) {
+  switch (a.rows_init.key_init.storage) {
+    case RowStorage::fp32: return launch_for_mode<OutT, RowStorage::fp32>(a, vec4, stream);
+    case RowStorage::bf16: return launch_for_mode<OutT, RowStorage::bf16>(a, vec4, stream);
+    case RowStorage::fp16: return launch_for_mode<OutT, RowStorage::fp16>(a, vec4, stream);
+  }
 }
 
 }  // namespace
@@ -356,9 +391,9 @@ void embedding_forward_cuda(const ForwardArgs& a, Stream stream) {
   bool vec4 = dim % 4 == 0 && reinterpret_cast<uintptr_t>(a.rows_init.values) % 16 == 0 &&
               reinterpret_cast<uintptr_t>(a.out) % store == 0 && a.out_layout.four_aligned();
   switch (a.out_type) {
-    case OutputType::f32: return launch_for_mode<float>(a, vec4, stream);
-    case OutputType::bf16: return launch_for_mode<__nv_bfloat16>(a, vec4, stream);
-    case OutputType::f16: return launch_for_mode<__half>(a, vec4, stream);
+    case OutputType::f32: return launch_for_storage<float>(a, vec4, stream);
+    case OutputType::bf16: return launch_for_storage<__nv_bfloat16>(a, vec4, stream);
+    case OutputType::f16: return launch_for_storage<__half>(a, vec4, stream);
   }
 }
 

@@ -31,7 +31,8 @@ size_t output_type_bytes(OutputType t);
 
 struct ForwardArgs {
   HashTableView table;
-  RowInit rows_init;             // values [capacity_rows, dim], dim and the key init of new rows (train)
+  RowInit rows_init;             // values [capacity_rows, dim] (of rows_init.key_init.storage: 16-bit rows are
+                                 // uint16 behind the float pointer), dim and the key init of new rows (train)
   LookupMode mode = LookupMode::train;
   const int64_t* offsets = nullptr;  // [bags + 1] (pooled); ignored by unpooled_forward
   const int64_t* keys = nullptr;     // [nnz]

@@ -31,6 +31,8 @@ OptimizerStep optimizer_step(const OptimizerConfig& cfg, int64_t step) {
     c.inv_bias2 = static_cast<float>(1.0 / b2);
   }
   c.step = static_cast<int32_t>(step);
+  c.storage = cfg.storage;
+  c.rounding_stream = rowstore::step_stream(cfg.rounding_seed, c.step);
   return c;
 }
 
@@ -52,6 +54,9 @@ void sparse_optimizer_update(const Device& dev, const OptimizerConfig& cfg, int6
                              int64_t max_unique, float* values, float* state, int64_t capacity_rows, int dim,
                              Stream stream) {
   SPARTA_REQUIRE(dim >= 1 && dim <= 256, "sparse optimizer: dim must be in [1, 256], found %d", dim);
+  SPARTA_REQUIRE(cfg.storage == RowStorage::fp32,
+                 "sparse optimizer: takes fp32 rows, found storage %s (16-bit rows are updated by backward_and_update)",
+                 row_storage_name(cfg.storage));
   OptimizerStep c = optimizer_step(cfg, step);
   if (!dev.is_cuda()) {
     int64_t n = *num_unique;  // cpu "device" memory is host memory

@@ -38,6 +38,7 @@
 #include "src/base/check.h"
 #include "src/base/device.h"
 #include "kernels/embedding_types.h"
+#include "kernels/row_storage.h"
 
 
 namespace sparta {
@@ -49,6 +50,8 @@ struct OptimizerStep {
   float inv_bias1 = 1, inv_bias2 = 1;  // 1 / (1 - beta1^t), 1 / (1 - beta2^t)
   float weight_decay = 0;
   int32_t step = 1;
+  RowStorage storage = RowStorage::fp32;  // 16 bits: each result rounded stochastically (kernels/row_storage.h)
+  uint64_t rounding_stream = 0;           // rowstore::step_stream(rounding_seed, step)
 };
 
 // Throws sparta::Error when step is not in [1, INT32_MAX] (the lazy_adam state stores it as int32).
@@ -205,6 +208,17 @@ inline void update_row_cpu(const OptimizerStep& c, const float* g_in, float* w, 
     float& s1 = optimizer_has_s1(K) ? st[dim + e] : unused1;
     update_element<K>(c, d, g[e], w[e], s0, s1);
   }
+}
+
+// The same on a row of 16-bit storage c.storage: read into fp32, updated, each element written back rounded
+// stochastically with the bits of rowstore::rounding_bits.
+template <OptimizerKind K>
+inline void update_row16_cpu(const OptimizerStep& c, const float* g, uint16_t* w16, float* st, int dim) {
+  float w[256];  // rows are at most 256 floats
+  for (int e = 0; e < dim; ++e) w[e] = rowstore::widen(c.storage, w16[e]);
+  update_row_cpu<K>(c, g, w, st, dim);
+  for (int e = 0; e < dim; ++e)
+    w16[e] = rowstore::round_stochastic(c.storage, w[e], rowstore::rounding_bits(c.rounding_stream, e, w[e], w16[e]));
 }
 
 // Calls f(std::integral_constant<OptimizerKind, K>{}) with the optimizer kind as a compile-time constant.
@@ -391,6 +405,112 @@ struct RowUpdate {
       if (optimizer_has_s1(K)) {
 #pragma unroll
         for (int v = 0; v < V; v += SV) store<SV>(s_row + dim + e + v, s1 + v);
+      }
+    }
+  }
+};
+
+// The same for a row of 16-bit storage c.storage (sgd and rowwise_adagrad only: embedding_types.h
+// check_row_storage): V elements read at a time (8 bytes when V is 4), widened, updated in fp32 with the formulas
+// above, each element written back rounded stochastically with rowstore::rounding_bits of its index, its fp32
+// result and its old bits: the bits of update_row16_cpu.
+template <OptimizerKind K, int V, int P>
+struct RowUpdate16 {
+  static_assert(K == OptimizerKind::sgd || K == OptimizerKind::rowwise_adagrad, "16-bit rows: sgd, rowwise_adagrad");
+  OptimizerStep c;
+  uint16_t* values;  // [capacity_rows, dim]
+  float* state;      // [capacity_rows, state_width]
+  int dim;
+  int state_width;
+
+  __device__ __forceinline__ void prefetch(uint32_t row, int lane, int G) const {
+    const uint16_t* w_row = values + size_t(row) * dim;
+    const int nv = dim / V;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      int col = lane + p * G;
+      if (col >= nv) break;
+      prefetch_l2(w_row + col * V);
+    }
+    if (K == OptimizerKind::rowwise_adagrad && lane == 0) prefetch_l2(state + size_t(row) * state_width);
+  }
+
+  __device__ __forceinline__ void apply(uint32_t row, int lane, int G, const float* acc) const {
+    uint16_t* w_row = values + size_t(row) * dim;
+    const int nv = dim / V;
+    float w[P * V], g[P * V];
+    uint16_t old[P * V];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      int col = lane + p * G;
+      if (col < nv) {
+        if (V == 4) {
+          const uint2 x = *reinterpret_cast<const uint2*>(w_row + col * V);
+          old[p * V + 0] = uint16_t(x.x & 0xffffu), old[p * V + 1] = uint16_t(x.x >> 16);
+          old[p * V + 2] = uint16_t(x.y & 0xffffu), old[p * V + 3] = uint16_t(x.y >> 16);
+        } else {
+#pragma unroll
+          for (int v = 0; v < V; ++v) old[p * V + v] = w_row[col * V + v];
+        }
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          w[p * V + v] = rowstore::widen(c.storage, old[p * V + v]);
+          g[p * V + v] = decayed_grad(c, acc[p * V + v], w[p * V + v]);
+        }
+      } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) w[p * V + v] = 0.f, g[p * V + v] = 0.f, old[p * V + v] = 0;
+      }
+    }
+    RowDecay d;
+    if (K == OptimizerKind::rowwise_adagrad) {  // the sum of squares in RowUpdate::apply_rowwise's tree order
+      float* s_row = state + size_t(row) * state_width;
+      const unsigned mask = group_mask(G);
+      float a = s_row[0];
+      float part[P];
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        float q[V];
+#pragma unroll
+        for (int v = 0; v < V; ++v) q[v] = rn::mul(g[p * V + v], g[p * V + v]);
+#pragma unroll
+        for (int h = 1; h < V; h *= 2)
+#pragma unroll
+          for (int v = 0; v < V; v += 2 * h) q[v] = rn::add(q[v], q[v + h]);
+        part[p] = q[0];
+      }
+      for (int o = 1; o < G; o *= 2)
+#pragma unroll
+        for (int p = 0; p < P; ++p) part[p] = rn::add(part[p], __shfl_xor_sync(mask, part[p], o));
+#pragma unroll
+      for (int h = 1; h < P; h *= 2)
+#pragma unroll
+        for (int p = 0; p < P; p += 2 * h) part[p] = rn::add(part[p], part[p + h]);
+      d.row_lr = row_accumulate(c, a, part[0], dim);
+      __syncwarp(mask);  // every lane has read the accumulator before lane 0 overwrites it
+      if (lane == 0) s_row[0] = a;
+    }
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      int col = lane + p * G;
+      if (col >= nv) break;
+      uint16_t out[V];
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        float unused0 = 0, unused1 = 0;
+        update_element<K>(c, d, g[p * V + v], w[p * V + v], unused0, unused1);
+        const uint32_t e = uint32_t(col * V + v);
+        out[v] = rowstore::round_stochastic(c.storage, w[p * V + v],
+                                            rowstore::rounding_bits(c.rounding_stream, e, w[p * V + v], old[p * V + v]));
+      }
+      if (V == 4) {
+        uint2 x;
+        x.x = uint32_t(out[0]) | (uint32_t(out[1]) << 16);
+        x.y = uint32_t(out[2]) | (uint32_t(out[3]) << 16);
+        *reinterpret_cast<uint2*>(w_row + col * V) = x;
+      } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) w_row[col * V + v] = out[v];
       }
     }
   }

@@ -65,6 +65,22 @@ def open_h5(path):
         fail(f"{path}: cannot open as HDF5 ({e})")
 
 
+def stored_values(grp, where):
+    """A table group's values as float32: float32 as stored, or (attribute storage bf16 / fp16) uint16 bits
+    widened exactly (bf16: the high half of a float32; fp16: IEEE half)."""
+    storage = attr_text(grp.attrs["storage"]) if "storage" in grp.attrs else "fp32"
+    v = grp["values"][...]
+    if storage == "fp32":
+        return v
+    if v.dtype != np.uint16:
+        fail(f"{where}: values: storage {storage} needs uint16 bits, found {v.dtype}")
+    if storage == "bf16":
+        return (v.astype(np.uint32) << 16).view(np.float32)
+    if storage == "fp16":
+        return v.view(np.float16).astype(np.float32)
+    fail(f"{where}: attribute storage: expected fp32, bf16 or fp16, found '{storage}'")
+
+
 def load_checkpoint(path):
     """{'dir', 'meta': manifest attributes, 'tables': [{name, dim, optimizer, state_width, rows, shard_rows,
     keys, values, state, shard_of_row}]} with every shard's rows concatenated in shard order."""
@@ -90,7 +106,7 @@ def load_checkpoint(path):
                 if grp is None:
                     fail(f"{sp}: group tables/{t['name']} is missing")
                 k = grp["keys"][...]
-                v = grp["values"][...]
+                v = stored_values(grp, f"{sp}: tables/{t['name']}")
                 st = grp["state"][...] if "state" in grp else np.zeros((len(k), 0), np.float32)
                 if v.shape != (len(k), int(t["dim"])):
                     fail(f"{sp}: tables/{t['name']}/values: expected shape ({len(k)}, {t['dim']}), found {v.shape}")

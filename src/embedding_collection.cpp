@@ -37,7 +37,7 @@ bool compatible(const CollectionTableConfig& a, const TablePlan& pa, const Colle
                 const TablePlan& pb) {
   if (a.direct_index != b.direct_index) return false;  // direct-index tables group among themselves (keys end to end)
   return pa.placement == pb.placement && a.dim == b.dim && a.combiner == b.combiner && same_optimizer(a.optimizer, b.optimizer) &&
-         a.init_scale == b.init_scale && a.max_load_factor == b.max_load_factor;
+         a.storage == b.storage && a.init_scale == b.init_scale && a.max_load_factor == b.max_load_factor;
 }
 
 int tag_of(int64_t tagged_key) { return static_cast<int>(uint64_t(tagged_key) >> kKeyTagShift); }

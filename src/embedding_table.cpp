@@ -8,6 +8,7 @@
 #include "kernels/atomic_sgd.h"
 #include "kernels/fill.h"
 #include "kernels/key_init.h"
+#include "kernels/row_storage.h"
 #include "kernels/route.h"
 
 namespace sparta {
@@ -17,6 +18,7 @@ namespace {
 // Every setting, limits included, is checked here, before the members that allocate are built.
 const EmbeddingTableConfig& checked(const EmbeddingTableConfig& c) {
   const char* name = c.name.c_str();
+  check_row_storage(c.storage, c.optimizer, c.dim, strprintf("embedding table '%s'", name).c_str());
   SPARTA_REQUIRE(c.dim >= 1 && c.dim <= 256, "embedding table '%s': dim must be in 1..256, found %d", name, c.dim);
   SPARTA_REQUIRE(c.capacity_rows >= 1, "embedding table '%s': capacity_rows must be >= 1, found %lld", name,
                  (long long)c.capacity_rows);
@@ -72,9 +74,10 @@ void check_keys_per_call(const std::string& table, const char* what, int64_t n) 
 }  // namespace
 
 size_t EmbeddingTable::memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimizer, double max_load_factor,
-                                   bool direct_index) {
+                                   bool direct_index, RowStorage storage) {
   return HashTable::memory_bytes(capacity_rows, max_load_factor, direct_index) +
-         size_t(capacity_rows) * size_t(dim + optimizer_state_width(optimizer, dim)) * sizeof(float);
+         size_t(capacity_rows) * size_t(dim) * row_storage_bytes(storage) +
+         size_t(capacity_rows) * size_t(optimizer_state_width(optimizer, dim)) * sizeof(float);
 }
 
 EmbeddingTable::EmbeddingTable(const Device& dev, const EmbeddingTableConfig& cfg)
@@ -82,7 +85,7 @@ EmbeddingTable::EmbeddingTable(const Device& dev, const EmbeddingTableConfig& cf
       cfg_(checked(cfg)),
       state_width_(optimizer_state_width(cfg.optimizer.kind, cfg.dim)),
       hash_(make_index(dev, cfg_)),
-      values_(dev, size_t(cfg.capacity_rows) * cfg.dim),
+      values_(dev, size_t(cfg.capacity_rows) * cfg.dim * row_storage_bytes(cfg.storage) / sizeof(float)),
       state_(dev, size_t(cfg.capacity_rows) * state_width_),
       segments_(dev, cfg_.key_segments),
       marks_(dev, size_t(cfg.optimizer.atomic_update && dev.is_cuda()
@@ -102,7 +105,16 @@ KeyInit EmbeddingTable::key_init() const {
   k.tagged = cfg_.tagged_keys;
   k.segments = segments_.data();
   k.num_segments = static_cast<int>(cfg_.key_segments.size());
+  k.storage = cfg_.storage;
   return k;
+}
+
+OptimizerConfig EmbeddingTable::step_config(float lr_scale) const {
+  OptimizerConfig opt = cfg_.optimizer;
+  if (lr_scale != 1.0f) opt.lr = opt.lr * lr_scale;
+  opt.storage = cfg_.storage;
+  opt.rounding_seed = cfg_.seed;
+  return opt;
 }
 
 void EmbeddingTable::reset_state(Stream stream) {
@@ -218,8 +230,7 @@ void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* 
   SPARTA_REQUIRE(step >= 1, "embedding table '%s': optimizer step must be >= 1 (counted from 1), found %lld",
                  cfg_.name.c_str(), (long long)step);
   const BackwardBatch b = backward_batch(offsets, rows, bags, nnz, grad, combiner, grad_layout);
-  OptimizerConfig opt = cfg_.optimizer;
-  if (lr_scale != 1.0f) opt.lr = opt.lr * lr_scale;
+  const OptimizerConfig opt = step_config(lr_scale);
   try {
     if (opt.atomic_update) {  // no sort, no workspace: key by key (kernels/atomic_sgd.h)
       atomic_sgd_update(dev_, b, opt.lr, values_.data(), cfg_.capacity_rows, cfg_.dim,
@@ -257,8 +268,7 @@ void EmbeddingTable::finish_update(const int64_t* offsets, const int64_t* rows, 
   SPARTA_REQUIRE(workspace_, "embedding table '%s': finish_update with no prepare_update before it",
                  cfg_.name.c_str());
   const BackwardBatch b = backward_batch(offsets, rows, bags, nnz, grad, combiner, grad_layout);
-  OptimizerConfig opt = cfg_.optimizer;
-  if (lr_scale != 1.0f) opt.lr = opt.lr * lr_scale;
+  const OptimizerConfig opt = step_config(lr_scale);
   try {
     workspace_stream_ = stream;  // the last user of the workspace
     backward_and_update_finish(dev_, b, *workspace_, opt, step, values_.data(), state_.data(), stream);
@@ -333,6 +343,7 @@ TableRows EmbeddingTable::export_rows(Stream stream) {
   r.dim = cfg_.dim;
   r.optimizer = optimizer_name(cfg_.optimizer.kind);
   r.state_width = state_width_;
+  r.storage = row_storage_name(cfg_.storage);
   Buffer<int64_t> keys;
   int64_t n = hash_.export_keys(keys, stream);
   r.keys.resize(size_t(n));
@@ -340,7 +351,13 @@ TableRows EmbeddingTable::export_rows(Stream stream) {
   r.state.resize(size_t(n) * state_width_);
   if (n > 0) {
     copy_to_host(dev_, r.keys.data(), keys.data(), r.keys.size() * sizeof(int64_t), stream);  // synchronizes
-    copy_to_host(dev_, r.values.data(), values_.data(), r.values.size() * sizeof(float), stream);
+    if (cfg_.storage == RowStorage::fp32) {
+      copy_to_host(dev_, r.values.data(), values_.data(), r.values.size() * sizeof(float), stream);
+    } else {
+      std::vector<uint16_t> stored(r.values.size());
+      copy_to_host(dev_, stored.data(), values_.data(), stored.size() * sizeof(uint16_t), stream);
+      for (size_t i = 0; i < stored.size(); ++i) r.values[i] = rowstore::widen(cfg_.storage, stored[i]);
+    }
     if (state_width_ > 0) copy_to_host(dev_, r.state.data(), state_.data(), r.state.size() * sizeof(float), stream);
   }
   return r;
@@ -362,21 +379,29 @@ void EmbeddingTable::load_rows(const TableRows& rows, Stream stream) {
                  cfg_.name.c_str(), (long long)n, rows.state.size(), (long long)(n * state_width_),
                  optimizer_name(cfg_.optimizer.kind), state_width_);
   if (n == 0) return;
+  // The values as the table stores them: 16-bit rows travel as pairs in floats (the dim is even), row_floats each.
+  std::vector<float> converted;
+  const std::vector<float>& stored = cfg_.storage == RowStorage::fp32 ? rows.values : converted;
+  const int row_floats = cfg_.storage == RowStorage::fp32 ? cfg_.dim : cfg_.dim / 2;
+  if (cfg_.storage != RowStorage::fp32) {
+    converted.resize(rows.values.size() / 2);
+    for (size_t i = 0; i < rows.values.size(); ++i)
+      rowstore::store_nearest(converted.data(), cfg_.storage, int64_t(i), rows.values[i]);
+  }
   Buffer<int64_t> keys(dev_, size_t(n));
   copy_to_device(dev_, keys.data(), rows.keys.data(), keys.bytes(), stream);
   if (hash_.is_direct()) {  // every row exists: write the given ones by key, after every key was found
     Buffer<int64_t> at(dev_, size_t(n));
     hash_.find(keys.data(), n, at.data(), stream);
     hash_.check_errors(true, stream);  // synchronizes; a key outside the index throws, nothing written
-    Buffer<float> v(dev_, rows.values), st(dev_, rows.state);
-    route_scatter_rows(dev_, v.data(), at.data(), n, cfg_.dim, values_.data(), stream);
+    Buffer<float> v(dev_, stored), st(dev_, rows.state);
+    route_scatter_rows(dev_, v.data(), at.data(), n, row_floats, values_.data(), stream);
     if (state_width_ > 0) route_scatter_rows(dev_, st.data(), at.data(), n, state_width_, state_.data(), stream);
     synchronize(dev_, stream);  // the buffers above are freed on return
     return;
   }
   int64_t first = hash_.load(keys.data(), n, stream);  // rows first .. first + n - 1, in the order given; synchronizes
-  copy_to_device(dev_, values_.data() + first * cfg_.dim, rows.values.data(), rows.values.size() * sizeof(float),
-                 stream);
+  copy_to_device(dev_, values_.data() + first * row_floats, stored.data(), stored.size() * sizeof(float), stream);
   if (state_width_ > 0)
     copy_to_device(dev_, state_.data() + first * state_width_, rows.state.data(), rows.state.size() * sizeof(float),
                    stream);

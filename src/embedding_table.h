@@ -73,6 +73,11 @@ struct EmbeddingTableConfig {
   // backward_and_update. A larger batch later grows it (one reallocation, then reused every step).
   // At most kBackwardMaxKeys.
   int64_t max_batch_keys = 0;
+  // The values' storage (kernels/embedding_types.h RowStorage): fp32, or bf16 / fp16 (half the bytes of every
+  // lookup and update; arithmetic in fp32, new rows rounded to nearest, updates rounded stochastically from
+  // seed: kernels/row_storage.h). 16-bit storage takes sgd or rowwise_adagrad (its accumulator stays fp32), an
+  // even dim and no atomic_update (check_row_storage).
+  RowStorage storage = RowStorage::fp32;
 };
 
 // What an eval lookup does with a key the table does not hold.
@@ -95,7 +100,7 @@ class EmbeddingTable {
   // Device bytes a table of these settings takes: hash slots (none with a direct index), values and optimizer
   // state.
   static size_t memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimizer, double max_load_factor,
-                             bool direct_index = false);
+                             bool direct_index = false, RowStorage storage = RowStorage::fp32);
 
   const EmbeddingTableConfig& config() const { return cfg_; }
   const std::string& name() const { return cfg_.name; }
@@ -107,7 +112,12 @@ class EmbeddingTable {
   // Live rows. Synchronizes stream.
   int64_t size(Stream stream) { return hash_.size(stream); }
 
-  float* values() { return values_.data(); }  // [capacity_rows, dim]
+  // The row layout, for code that moves rows without reading them (e.g. a tier below the device): values are
+  // [capacity_rows, dim] elements of storage(), row_bytes() bytes a row, at row_data().
+  RowStorage storage() const { return cfg_.storage; }
+  size_t row_bytes() const { return size_t(cfg_.dim) * row_storage_bytes(cfg_.storage); }
+  void* row_data() { return values_.data(); }
+  float* values() { return cfg_.storage == RowStorage::fp32 ? values_.data() : nullptr; }  // [capacity_rows, dim] fp32
   float* state() { return state_.data(); }    // [capacity_rows, state_width] (nullptr for sgd)
   HashTable& hash() { return hash_; }
 
@@ -190,11 +200,13 @@ class EmbeddingTable {
   // Keys the backward workspace holds now (0 before the first backward unless cfg.max_batch_keys was set).
   int64_t backward_capacity() const { return workspace_ ? workspace_->max_nnz() : 0; }
 
-  // Every live row with its key, values and state, ordered by row. Synchronizes stream. name, dim, optimizer
-  // and state_width are the table's, as io/checkpoint.h's TableRows carries them.
+  // Every live row with its key, values and state, ordered by row. Synchronizes stream. name, dim, optimizer,
+  // state_width and storage are the table's, as io/checkpoint.h's TableRows carries them; 16-bit values are
+  // widened to fp32 exactly.
   TableRows export_rows(Stream stream);
   // Appends rows (keys absent from the table, e.g. a fresh table being restored from a checkpoint) with their
-  // values and state. Synchronizes stream (the host vectors are the caller's). Throws sparta::Error, changing
+  // values and state, whatever their storage (values go into a 16-bit table rounded to nearest: exact when they
+  // came from one of the same storage). Synchronizes stream (the host vectors are the caller's). Throws sparta::Error, changing
   // nothing, when a key is present, the sizes disagree, the rows' dim, optimizer or state_width are not the
   // table's, or the rows do not fit.
   void load_rows(const TableRows& rows, Stream stream);
@@ -205,6 +217,7 @@ class EmbeddingTable {
   ForwardArgs forward_args(LookupMode mode, void* out, OutputType out_type, int64_t* rows);
   void check(LookupMode mode, MissingKey missing, Check when, Stream stream);
   void reset_state(Stream stream);
+  OptimizerConfig step_config(float lr_scale) const;  // the optimizer of one step: lr scaled, storage, rounding seed
   void init_direct_rows(Stream stream);  // every row's initial values (a direct index)
   BackwardWorkspace& workspace(int64_t nnz, Stream stream);
   // unique_rows_, grown to hold nnz rows.
@@ -217,7 +230,7 @@ class EmbeddingTable {
   EmbeddingTableConfig cfg_;
   int state_width_;
   HashTable hash_;
-  Buffer<float> values_;  // [capacity_rows, dim]
+  Buffer<float> values_;  // [capacity_rows, dim] of cfg_.storage (16-bit: uint16 pairs in the floats)
   Buffer<float> state_;   // [capacity_rows, state_width]
   Buffer<KeySegment> segments_;  // cfg.key_segments on the device (key_init() points at them)
   Buffer<uint32_t> marks_;       // the atomic update's row marks (kernels/atomic_sgd.h; cuda, dims >= 32)

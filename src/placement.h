@@ -62,6 +62,8 @@ struct CollectionTableConfig {
   bool direct_index = false;
   float init_scale = 0.05f;
   double max_load_factor = 0.5;
+  // How the rows are stored (src/embedding_table.h EmbeddingTableConfig::storage): fp32, bf16 or fp16.
+  RowStorage storage = RowStorage::fp32;
 };
 
 struct CollectionConfig {

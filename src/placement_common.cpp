@@ -235,13 +235,14 @@ TableRows table_export(EmbeddingTable& t) { return t.export_rows(t.device().stre
 void table_load(EmbeddingTable& t, const TableRows& rows) { t.load_rows(rows, t.device().stream); }
 
 size_t table_memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimizer, double max_load_factor,
-                          bool direct_index) {
-  return EmbeddingTable::memory_bytes(capacity_rows, dim, optimizer, max_load_factor, direct_index);
+                          bool direct_index, RowStorage storage) {
+  return EmbeddingTable::memory_bytes(capacity_rows, dim, optimizer, max_load_factor, direct_index, storage);
 }
 
 size_t table_memory_bytes(const EmbeddingTable& t) {
   const EmbeddingTableConfig& c = t.config();
-  return table_memory_bytes(c.capacity_rows, c.dim, c.optimizer.kind, c.max_load_factor, c.direct_stride > 0);
+  return table_memory_bytes(c.capacity_rows, c.dim, c.optimizer.kind, c.max_load_factor, c.direct_stride > 0,
+                            c.storage);
 }
 
 EmbeddingTableConfig shard_config(const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix,
@@ -259,6 +260,7 @@ EmbeddingTableConfig shard_config(const PlacedTableSetup& s, int64_t capacity_ro
   c.seed = s.seed;
   c.init_scale = s.table.init_scale;
   c.optimizer = s.table.optimizer;
+  c.storage = s.table.storage;
   return c;
 }
 
@@ -293,6 +295,7 @@ TableRows select_rows(const TableRows& t, const std::vector<bool>& keep) {
   s.dim = t.dim;
   s.optimizer = t.optimizer;
   s.state_width = t.state_width;
+  s.storage = t.storage;
   for (size_t i = 0; i < t.rows(); ++i) {
     if (!keep[i]) continue;
     s.keys.push_back(t.keys[i]);

@@ -142,7 +142,7 @@ void table_check(EmbeddingTable& t);
 TableRows table_export(EmbeddingTable& t);
 void table_load(EmbeddingTable& t, const TableRows& rows);
 size_t table_memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimizer, double max_load_factor,
-                          bool direct_index = false);
+                          bool direct_index = false, RowStorage storage = RowStorage::fp32);
 size_t table_memory_bytes(const EmbeddingTable& t);
 // Rows the table holds (EmbeddingTable::size on dev's stream; waits for it).
 int64_t table_rows_in_use(EmbeddingTable& t, const Device& dev);

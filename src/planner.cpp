@@ -243,14 +243,15 @@ namespace {
 constexpr double kKeyPass = 16;           // one pass over n 8-byte keys or indices: read and written
 constexpr double kSort = 4 * kKeyPass;    // a sort of n keys (or row ids) with their positions
 struct Local {
-  double v, s;  // bytes of a vector, of a row's optimizer state
+  double v, s;  // bytes of a vector (fp32, as lookups give and gradients come), of a row's optimizer state
   bool atomic;  // sgd's atomic_update: no sort; each key's row read and written by its atomic add
   bool marked;  // ... after a marking pass over the keys' rows (dims >= kAtomicSgdMarkedDim)
-  double lookup_pooled(double n, double p) const { return kKeyPass * n + n * v + p * v; }  // probe, rows, out
-  double lookup_keys(double n) const { return kKeyPass * n + 2 * n * v; }                 // probe, rows, out
+  double rv;    // bytes of a stored row (2 an element with 16-bit storage)
+  double lookup_pooled(double n, double p) const { return kKeyPass * n + n * rv + p * v; }  // probe, rows, out
+  double lookup_keys(double n) const { return kKeyPass * n + n * rv + n * v; }              // probe, rows, out
   // backward_and_update: the rows sorted, each key's gradient read, the touched rows' values and state updated
   double update(double n, double r) const {
-    return atomic ? 3 * n * v + (marked ? kKeyPass * n : 0) : kSort * n + n * v + r * (2 * v + 2 * s);
+    return atomic ? n * v + 2 * n * rv + (marked ? kKeyPass * n : 0) : kSort * n + n * v + r * (2 * rv + 2 * s);
   }
 };
 }  // namespace
@@ -271,12 +272,12 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
   const double R = double(t.rows);
   const bool atomic = t.optimizer.atomic_update;
   const Local L{v, 4.0 * optimizer_state_width(t.optimizer.kind, t.dim), atomic,
-                atomic && t.dim >= kAtomicSgdMarkedDim};
+                atomic && t.dim >= kAtomicSgdMarkedDim, double(row_storage_bytes(t.storage)) * t.dim};
   const double U = std::min(R, expected_distinct(stats, K, 0));               // distinct keys of a rank
   const double Ug = std::min(R, expected_distinct(stats, W * K, 0));          // distinct keys of the global batch
   const double k = kKeyPass;
   auto mem = [&](int64_t rows) {
-    return table_memory_bytes(rows, t.dim, t.optimizer.kind, t.max_load_factor, t.direct_index);
+    return table_memory_bytes(rows, t.dim, t.optimizer.kind, t.max_load_factor, t.direct_index, t.storage);
   };
   // a key % world shard (direct: rank 0's, the largest)
   const int64_t shard = t.direct_index ? direct_shard_rows(t.key_bound, opt.world, 0)
@@ -334,7 +335,8 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       // the hot keys: an all-reduce of their [hot_rows, dim] gradient and counts; the rest: dispatch
       // the hot copy is hashed (with a direct index too: only the cold shard is direct)
       c.memory_busiest = c.memory_every =
-          table_memory_bytes(std::max<int64_t>(1, hot_rows), t.dim, t.optimizer.kind, t.max_load_factor) + mem(shard);
+          table_memory_bytes(std::max<int64_t>(1, hot_rows), t.dim, t.optimizer.kind, t.max_load_factor, false,
+                             t.storage) + mem(shard);
       const double H = double(hot_rows);
       const double covered = hot_share(stats, hot_rows);  // share of lookups the hot keys take
       const double Kh = K * std::min(1.0, covered), Kc = K - Kh;

@@ -182,6 +182,12 @@ void check_train_config(const TrainConfig& c) {
   SPARTA_REQUIRE(c.sparse.weight_decay == 0 || !c.sparse.atomic_update,
                  "embedding.weight_decay: not with embedding.atomic_update (a row several keys touch would decay once "
                  "per key), found %g", double(c.sparse.weight_decay));
+  try {
+    check_row_storage(parse_row_storage(c.storage), c.sparse, c.model.embedding_dim, "embedding.storage");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    throw Error(what.rfind("embedding.storage", 0) == 0 ? what : "embedding.storage: " + what);
+  }
   SPARTA_REQUIRE(c.init_scale >= 0, "embedding.init_scale: expected >= 0, found %g", c.init_scale);
   SPARTA_REQUIRE(c.hot_rows >= 0, "embedding.hot_rows: expected >= 0, found %lld", (long long)c.hot_rows);
   SPARTA_REQUIRE(c.memory_mb >= 0, "embedding.memory_mb: expected >= 0 (0: the device's free memory), found %g",
@@ -271,7 +277,7 @@ std::string TrainConfig::to_ini() const {
   s << "[embedding]\nrows = " << rows << "\nplacement = " << placement << "\ncombiner = " << combiner << "\n";
   opt(sparse, "optimizer");
   s << "weight_decay = " << sparse.weight_decay << "\natomic_update = " << sparse.atomic_update << "\ninit_scale = " << init_scale << "\nhot_rows = " << hot_rows << "\nmemory_mb = " << memory_mb
-    << "\nexchange = " << exchange 
+    << "\nexchange = " << exchange << "\nstorage = " << storage
     << "\nindex = " << index
     << "\nplanner_link_gbps = " << planner_rates.link_GBps << "\nplanner_hbm_gbps = " << planner_rates.hbm_GBps
     << "\n\n";

@@ -64,6 +64,9 @@ struct TrainConfig {
   int64_t hot_rows = 0;          // hybrid: replicated frequent rows per table (0: the planner's default)
   double memory_mb = 0;          // device memory per rank for the tables (0: no limit)
   std::string exchange = "fp32";  // fp32 | bf16: the wire type of vectors and gradients between ranks
+  // fp32 | bf16 | fp16: how the tables store their rows (src/embedding_table.h EmbeddingTableConfig::storage);
+  // 16-bit storage takes embedding.optimizer sgd or rowwise_adagrad and an even model.embedding_dim
+  std::string storage = "fp32";
   // hashed | direct: direct indexes every table's keys by value (src/placement.h direct_index): every slot needs
   // a cardinality and its table that many rows (embedding.rows 0)
   std::string index = "hashed";

@@ -106,6 +106,10 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
       "and embedding.rows 0")(
       "embedding.exchange", po::value<std::string>(&c.exchange)->default_value("fp32"),
       "fp32 | bf16: bf16 halves the bytes between ranks; vectors and gradients rounded to bf16 on the way, sums in fp32")(
+      "embedding.storage", po::value<std::string>(&c.storage)->default_value("fp32"),
+      "fp32 | bf16 | fp16: the rows (not the optimizer's one float per row) in 16 bits, half the bytes of every "
+      "lookup and update; arithmetic in fp32, each update rounded stochastically (reproducible from train.seed); "
+      "16-bit takes embedding.optimizer sgd or rowwise_adagrad, an even dim, no atomic_update")(
       "embedding.planner_link_gbps", po::value<double>(&c.planner_rates.link_GBps)->default_value(PlannerRates().link_GBps),
       "the planner's link rate: GB/s one rank sends plus receives in an all-to-all (NVLink H100/H200; lower it "
       "across nodes, e.g. 85 for one 400 Gb/s NIC per GPU)")(

@@ -304,6 +304,7 @@ void Trainer::build_collection(const Batch& b, int64_t global_batch) {
       t.dim = m.embedding_dim;
       t.combiner = parse_combiner(cfg_.combiner);
       t.optimizer = cfg_.sparse;
+      t.storage = parse_row_storage(cfg_.storage);
       t.slots = {s};
       t.placement = placements.size() == 1 ? placements[0] : placements[s];
       t.hot_rows = cfg_.hot_rows;

@@ -1643,3 +1643,209 @@ BOOST_AUTO_TEST_CASE(key_statistics_merge_every_rank) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------------------
+// 16-bit storage (src/embedding_table.h EmbeddingTableConfig::storage): every placement on this world against the
+// same collection on one rank, given the same global batches and gradients. Where a row's gradient is summed in
+// the same order on any number of ranks (localized: the owner takes every bag's gradient in rank order, which is
+// the global batch's order) the rows are the same bits; elsewhere (dispatch, replicated and hybrid sum each rank's
+// keys first, distributed pools partial sums) an fp32 sum that differs in its last bit may round to the other 16-bit
+// neighbour and draws other random bits: within a few 16-bit steps (2% of 0.5-sized values; a lost or misrouted
+// gradient moves a value by lr 0.5 x a gradient in [-1, 1]). Every copy of a row on any rank is the same bits.
+
+namespace {
+
+const std::vector<TableDef> k16Tables = {
+    {"user", 1000, 8, Combiner::sum, OptimizerKind::sgd, {0}, 300},
+    {"item", 500, 4, Combiner::mean, OptimizerKind::rowwise_adagrad, {1, 2}, 200},
+    {"tiny", 3, 6, Combiner::sum, OptimizerKind::sgd, {3}, 3},
+    {"geo", 200, 8, Combiner::mean, OptimizerKind::rowwise_adagrad, {4}, 100},
+    {"cat", 400, 2, Combiner::sum, OptimizerKind::sgd, {5}, 150},
+};
+
+CollectionConfig config_16(uint64_t seed, const std::vector<std::string>& placements) {
+  CollectionConfig c = make_config(seed, placements, k16Tables);
+  for (size_t i = 0; i < c.tables.size(); ++i) c.tables[i].storage = i % 2 ? RowStorage::fp16 : RowStorage::bf16;
+  return c;
+}
+
+// Steps of global batches whose size does not depend on the world, a random gradient each.
+void train_plain(EmbeddingCollection& coll, Data& data, const World& w, int steps, int64_t first_step) {
+  const int64_t width = coll.output_width();
+  for (int step = 0; step < steps; ++step) {
+    const int64_t samples = 10 + std::uniform_int_distribution<int64_t>(0, 6)(data.g);
+    Batch b = data.next(samples);
+    std::vector<float> grad(size_t(samples * width));
+    for (float& x : grad) x = std::uniform_real_distribution<float>(-1, 1)(data.g);
+    Slice s = slice_of(samples, w.rank, w.size);
+    LocalBatch lb(w.dev, b, s);
+    Buffer<float> out(w.dev, size_t(std::max<int64_t>(1, s.count * width)));
+    coll.forward(lb.offsets.data(), lb.keys.data(), s.count, out.data());
+    std::vector<float> mine(grad.begin() + s.first * width, grad.begin() + (s.first + s.count) * width);
+    if (mine.empty()) mine.push_back(0.f);
+    Buffer<float> g(w.dev, mine);
+    coll.backward(g.data(), first_step + step);
+  }
+}
+
+// Every table's rows over the ranks, on rank 0: key -> values, state (the first copy of a key). Counts the copies
+// of a key that differ from its first in any bit (on rank 0; 0 elsewhere).
+using RowsByKey = std::map<int64_t, std::vector<float>>;
+std::vector<RowsByKey> gather_rows(EmbeddingCollection& coll, const World& w, size_t tables, size_t& differing) {
+  std::vector<RowsByKey> out(tables);
+  differing = 0;
+  for (size_t t = 0; t < tables; ++t) {
+    TableRows r = coll.held_rows(int(t));
+    const int width = r.dim + r.state_width;
+    std::vector<float> mine;
+    for (size_t i = 0; i < r.rows(); ++i) {
+      mine.insert(mine.end(), r.values.begin() + i * r.dim, r.values.begin() + (i + 1) * r.dim);
+      mine.insert(mine.end(), r.state.begin() + i * r.state_width, r.state.begin() + (i + 1) * r.state_width);
+    }
+    int n = int(r.rows());
+    std::vector<int> counts(size_t(w.size)), first(size_t(w.size), 0);
+    MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, w.comm);
+    for (int i = 1; i < w.size; ++i) first[size_t(i)] = first[size_t(i) - 1] + counts[size_t(i) - 1];
+    const int total = first.back() + counts.back();
+    std::vector<int64_t> keys(size_t(std::max(1, total)));
+    std::vector<float> vals(size_t(std::max(1, total * width)));
+    MPI_Gatherv(r.keys.data(), n, MPI_INT64_T, keys.data(), counts.data(), first.data(), MPI_INT64_T, 0, w.comm);
+    std::vector<int> vcounts = counts, vfirst = first;
+    for (int& x : vcounts) x *= width;
+    for (int& x : vfirst) x *= width;
+    MPI_Gatherv(mine.data(), n * width, MPI_FLOAT, vals.data(), vcounts.data(), vfirst.data(), MPI_FLOAT, 0, w.comm);
+    if (w.rank != 0) continue;
+    for (int i = 0; i < total; ++i) {
+      std::vector<float> v(vals.begin() + size_t(i) * width, vals.begin() + size_t(i + 1) * width);
+      auto [it, fresh] = out[t].try_emplace(keys[size_t(i)], v);
+      if (!fresh) differing += std::memcmp(it->second.data(), v.data(), sizeof(float) * size_t(width)) != 0;
+    }
+  }
+  return out;
+}
+
+// Values and state of rank 0's gathered rows against the one-rank run's: exact, or within the tolerance above.
+void compare_gathered(const std::vector<RowsByKey>& got, const std::vector<RowsByKey>& want, bool exact,
+                      const std::string& what) {
+  for (size_t t = 0; t < got.size(); ++t) {
+    std::vector<float> g, x;
+    size_t missing = 0;
+    for (const auto& [k, v] : want[t]) {
+      auto it = got[t].find(k);
+      if (it == got[t].end()) {
+        ++missing;
+        continue;
+      }
+      g.insert(g.end(), it->second.begin(), it->second.end());
+      x.insert(x.end(), v.begin(), v.end());
+    }
+    const std::string name = what + " table " + k16Tables[t].name;
+    BOOST_CHECK_MESSAGE(missing == 0 && got[t].size() == want[t].size(),
+                        name << ": " << got[t].size() << " rows, the one-rank run has " << want[t].size());
+    BOOST_CHECK_EQUAL(testing::count_mismatches(g, x, exact ? 0 : 2e-2, exact ? 0 : 2e-2, name), 0u);
+  }
+}
+
+void sixteen_bit_against_one_rank(Backend backend, const std::vector<std::string>& placements) {
+  const uint64_t seed = shared_seed();
+  CollectionConfig cfg = config_16(seed, placements);
+  const Data start(seed ^ 0x16B1, k16Tables);
+  const int steps = 4;
+  std::vector<RowsByKey> many;
+  bool exact = true;
+  {
+    World w(backend, testing::world_size());
+    Data d = start, sample = start;
+    Plan plan = plan_for(cfg, w, sample);
+    for (const TablePlan& p : plan.tables)
+      exact = exact && (w.size == 1 || p.placement == Placement::localized);
+    EmbeddingCollection coll(w.comm, w.communicator.get(), w.dev, cfg, plan);
+    train_plain(coll, d, w, steps, 1);
+    size_t differing = 0;
+    many = gather_rows(coll, w, cfg.tables.size(), differing);
+    BOOST_CHECK_MESSAGE(differing == 0, placements[0] << ": " << differing << " copies of a row differ from its first");
+  }
+  World one(backend, 1);
+  if (one.in()) try {
+    std::vector<std::string> p1 = placements;  // one rank owns every localized table
+    for (std::string& p : p1)
+      if (p.rfind("localized", 0) == 0) p = "localized:0";
+    CollectionConfig c1 = config_16(seed, p1);
+    Data d = start, sample = start;
+    Plan plan = plan_for(c1, one, sample);
+    EmbeddingCollection coll(one.comm, one.communicator.get(), one.dev, c1, plan);
+    train_plain(coll, d, one, steps, 1);
+    size_t differing = 0;
+    std::vector<RowsByKey> single = gather_rows(coll, one, c1.tables.size(), differing);
+    compare_gathered(many, single, exact,
+                     placements[0] + " on " + std::to_string(testing::world_size()) + " rank(s) against one");
+  } catch (const Error& e) {
+    BOOST_ERROR("one rank: " << e.what());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+void sixteen_bit_every_placement(Backend b) {
+  for (const char* p : {"dispatch", "replicated", "distributed", "hybrid"}) sixteen_bit_against_one_rank(b, {p});
+  std::vector<std::string> owners;
+  for (int i = 0; i < 5; ++i) owners.push_back("localized:" + std::to_string(i % testing::world_size()));
+  sixteen_bit_against_one_rank(b, owners);
+}
+
+// A 16-bit collection saved on this world, loaded on 1..world ranks with another plan into the same storage (the
+// same bits), into fp32 (the same values, widened) and into the other 16-bit type (rounded to nearest).
+void sixteen_bit_checkpoint(Backend backend) {
+  const uint64_t seed = shared_seed();
+  testing::SharedTempPath root("mpi_collection", "ckpt16");
+  CollectionConfig cfg = config_16(seed, {"hybrid", "dispatch", "localized:0", "replicated", "distributed"});
+  std::vector<RowsByKey> saved;
+  {
+    World w(backend, testing::world_size());
+    Data d(seed ^ 0xC16, k16Tables), sample = d;
+    Plan plan = plan_for(cfg, w, sample);
+    EmbeddingCollection coll(w.comm, w.communicator.get(), w.dev, cfg, plan);
+    train_plain(coll, d, w, 3, 1);
+    CheckpointMeta meta;
+    meta.step = 3;
+    coll.save(root.path, meta);
+    size_t differing = 0;
+    saved = gather_rows(coll, w, cfg.tables.size(), differing);
+  }
+  for (int ranks = 1; ranks <= testing::world_size(); ++ranks) {
+    World w(backend, ranks);
+    for (int into = 0; into < 3; ++into) {
+      if (w.in()) try {
+        CollectionConfig c = config_16(seed, plan_b(ranks));
+        std::vector<RowsByKey> want = saved;
+        for (size_t t = 0; t < c.tables.size(); ++t) {
+          const RowStorage from = c.tables[t].storage;
+          const RowStorage to = into == 0 ? from : into == 1 ? RowStorage::fp32
+                                : from == RowStorage::bf16 ? RowStorage::fp16 : RowStorage::bf16;
+          c.tables[t].storage = to;
+          if (to == RowStorage::fp32 || to == from) continue;
+          for (auto& [k, v] : want[t])
+            for (int e = 0; e < c.tables[t].dim; ++e)
+              v[size_t(e)] = to == RowStorage::bf16 ? bf16_to_float(float_to_bf16(v[size_t(e)]))
+                                                     : f16_to_float(float_to_f16(v[size_t(e)]));
+        }
+        Data sample(seed ^ 0xC16, k16Tables);
+        Plan plan = plan_for(c, w, sample);
+        EmbeddingCollection coll(w.comm, w.communicator.get(), w.dev, c, plan);
+        coll.load(root.path);
+        size_t differing = 0;
+        std::vector<RowsByKey> got = gather_rows(coll, w, c.tables.size(), differing);
+        if (w.rank == 0)
+          compare_gathered(got, want, true, "loaded on " + std::to_string(ranks) + " rank(s), storage case " +
+                                                std::to_string(into));
+      } catch (const Error& e) {
+        BOOST_ERROR("loaded on " << ranks << " rank(s): " << e.what());
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+  }
+}
+
+}  // namespace
+
+SPARTA_MPI_BACKEND_CASES(sixteen_bit_storage_every_placement_against_one_rank, sixteen_bit_every_placement)
+SPARTA_MPI_BACKEND_CASES(sixteen_bit_checkpoint_loads_into_every_storage_and_world_size, sixteen_bit_checkpoint)

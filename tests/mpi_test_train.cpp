@@ -592,6 +592,29 @@ BOOST_AUTO_TEST_CASE(fp16_planted_task_is_learned_like_fp32) {
   }
 }
 
+// 16-bit table storage (embedding.storage bf16 / fp16, stochastic rounding) learns the planted task as well as
+// fp32 storage: the eval AUC at most kStorageAucGap under the fp32 run's, same seed, with rowwise_adagrad (the
+// optimizer 16-bit storage takes besides sgd).
+BOOST_AUTO_TEST_CASE(sixteen_bit_storage_learns_the_planted_task_like_fp32) {
+  constexpr double kStorageAucGap = 0.005;
+  const Data data(65536, 20, 4, 3);
+  for (const char* interaction : {"dot", "dcnv2"}) {
+    TrainConfig cfg = planted_config(data, interaction);
+    cfg.sparse.kind = OptimizerKind::rowwise_adagrad;
+    cfg.eval_every = 0;
+    const Run f32 = planted_run(cfg, data);  // 16-bit below: with fp32's seed
+    auto auc = [](const Run& r) { return r.result.evals.empty() ? 0.0 : r.result.evals.back().second.auc; };
+    for (const char* storage : {"bf16", "fp16"}) {
+      cfg.storage = storage;
+      const Run h = train_on(testing::world_size(), cfg);
+      BOOST_TEST_MESSAGE(interaction << ": storage " << storage << " eval AUC " << auc(h) << ", fp32 " << auc(f32)
+                                     << ", teacher " << data.teacher_auc);
+      BOOST_TEST(auc(h) >= auc(f32) - kStorageAucGap, interaction << " " << storage << ": AUC " << auc(h)
+                                                                  << ", fp32 " << auc(f32));
+    }
+  }
+}
+
 namespace {
 
 // key → the row's values followed by its optimizer state, for every table (collective over the trainer's world)

@@ -22,11 +22,18 @@ MPIEXEC = os.environ.get("SPARTA_MPIEXEC", "mpiexec")
 
 
 def shard_table(root, step, world, name):
+    """Keys and values of a table over the shards; bf16 values (the tool writes table item so: uint16 bits, the
+    group's attribute storage) as float32, the bits in the high half."""
     keys, values = [], []
     for r in range(world):
         with h5py.File(os.path.join(root, f"step-{step}", f"shard-{r}-of-{world}.h5"), "r") as f:
             keys.append(f[f"tables/{name}/keys"][...])
-            values.append(f[f"tables/{name}/values"][...])
+            v = f[f"tables/{name}/values"][...]
+            storage = f[f"tables/{name}"].attrs.get("storage", b"fp32")
+            if storage in (b"bf16", "bf16"):
+                assert v.dtype == np.uint16, v.dtype
+                v = (v.astype(np.uint32) << 16).view(np.float32)
+            values.append(v)
     return np.concatenate(keys), np.concatenate(values)
 
 

@@ -173,6 +173,12 @@ BOOST_AUTO_TEST_CASE(bad_options_name_what_is_wrong) {
   fails({"--data.train", "a.h5", "--embedding.planner_collective_us", "100"}, {"embedding.planner_collective_us"});
   fails({"--data.train", "a.h5", "--embedding.planner_group_us", "300"}, {"embedding.planner_group_us"});
   fails({"--data.train", "a.h5", "--embedding.exchange", "fp16"}, {"embedding.exchange", "fp16"});
+  fails({"--data.train", "a.h5", "--embedding.storage", "fp8"}, {"embedding.storage", "fp8"});
+  fails({"--data.train", "a.h5", "--embedding.storage", "bf16", "--embedding.optimizer", "adagrad"},
+        {"embedding.storage", "bf16", "found adagrad"});
+  fails({"--data.train", "a.h5", "--embedding.storage", "fp16", "--model.embedding_dim", "7", "--model.bottom_mlp",
+         "64,7"},
+        {"embedding.storage", "even dim", "found 7"});
   fails({"--data.train", "a.h5", "--device", "tpu"}, {"--device", "tpu"});
   fails({"--config", ini.path + ".missing"}, {ini.path + ".missing"});
   write_file(ini.path, "[data]\ntrain = a.h5\n[model]\nwidth = 3\n");

@@ -24,6 +24,7 @@
 #include <string>
 
 #include "src/base/check.h"
+#include "src/base/half.h"
 #include "io/checkpoint.h"
 #include "io/h5.h"
 #include "src/context.h"
@@ -59,8 +60,9 @@ struct TableDef {
   int dim;
   const char* optimizer;
   int state_width;
+  const char* storage;  // TableRows::storage: item's values are bf16 (stored as uint16 bits)
 };
-const TableDef kTables[] = {{"user", 32, "adam", 64}, {"item", 8, "sgd", 0}};
+const TableDef kTables[] = {{"user", 32, "adam", 64, "fp32"}, {"item", 8, "sgd", 0, "bf16"}};
 
 sparta::ModelSpec spec() {
   sparta::ModelSpec s;
@@ -71,7 +73,10 @@ sparta::ModelSpec spec() {
 
 void fill_row(const Args& a, int64_t step, int table, int64_t key, TableRows& t) {
   t.keys.push_back(key);
-  for (int j = 0; j < t.dim; ++j) t.values.push_back(value_of(a, step, table, key, j, 0));
+  for (int j = 0; j < t.dim; ++j) {
+    const float v = value_of(a, step, table, key, j, 0);
+    t.values.push_back(t.storage == "bf16" ? sparta::bf16_to_float(sparta::float_to_bf16(v)) : v);
+  }
   for (int j = 0; j < t.state_width; ++j) t.state.push_back(value_of(a, step, table, key, j, 1));
 }
 
@@ -93,6 +98,7 @@ void write_one(const Args& a, int64_t step, int rank, int world) {
     t.dim = kTables[ti].dim;
     t.optimizer = kTables[ti].optimizer;
     t.state_width = kTables[ti].state_width;
+    t.storage = kTables[ti].storage;
     for (int64_t i = 0; i < a.rows; ++i) fill_row(a, step, ti, 4 * (i * world + rank) + 1, t);
     tables.push_back(std::move(t));
   }
@@ -140,6 +146,7 @@ int check(const Args& a, int rank, int world) {
     TableRows expect;
     expect.dim = t.dim;
     expect.state_width = t.state_width;
+    expect.storage = kTables[ti].storage;  // the loaded rows carry no storage: values are fp32 either way
     for (size_t i = 0; i < t.rows(); ++i) {
       int64_t key = t.keys[i];
       if (key % 4 != 1 || (key - 1) / 4 >= old_world * a.rows) problem("unexpected key " + std::to_string(key));
