@@ -8,7 +8,7 @@
 #             suites, split in groups that run side by side (the suites are CPU-bound; the GPUs have room)
 #   results   what RESULTS.md shows, 65536 samples per GPU, tables capped at 4M rows (40M for one table). On
 #             GPU 0: bench_train dot (sgd) and dcnv2 (row-wise Adagrad, MLPerf DCNv2 keys per slot), bf16, two
-#             runs each and one with the algorithm search off; bench_collection's plan (sgd and row-wise Adagrad);
+#             runs each and one with the algorithm search off; bench_collection's plan (sgd and row-wise Adagrad; fp32, bf16 and fp16 rows);
 #             bench_embedding. Meanwhile on GPU 1 the peers: peer_dlrm_tbe.py (PyTorch + FBGEMM TBE, compiled),
 #             peer_fbgemm.py on the same shapes, peer_dlrm.py (plain PyTorch). Then on 2 GPUs: bench_train,
 #             the full MLPerf v1 tables (40M cap) under the plan and each fixed placement, every placement
@@ -89,7 +89,8 @@ for part in "${parts[@]}"; do
               peer 1 peer_dlrm_tbe.py --model $m --embedding tbe --compile --batches $b --precisions bf16
             done
             for t in dcnv2 mlperf-v1; do
-              peer 1 fbgemm/peer_fbgemm.py --tables $t --batch $b --optimizers sgd,rowwise_adagrad
+              peer 1 fbgemm/peer_fbgemm.py --tables $t --batch $b --optimizers sgd,rowwise_adagrad \
+                --weights-precisions fp32,fp16
             done
             for shape in "--dim 128 --hot 1" "--dim 32 --hot 8" "--dim 128 --hotness $dcnv2_hotness"; do
               # shellcheck disable=SC2086
@@ -114,8 +115,10 @@ for part in "${parts[@]}"; do
       done
       for t in dcnv2 mlperf-v1; do
         for opt in sgd rowwise_adagrad; do
-          CUDA_VISIBLE_DEVICES=0 run bench_collection.log $mpiexec -n 1 "$build/bin/bench_collection" --tables $t \
-            --batch $b --index direct --placements plan --optimizer $opt --out "$out/bench.jsonl"
+          for st in fp32 bf16 fp16; do
+            CUDA_VISIBLE_DEVICES=0 run bench_collection.log $mpiexec -n 1 "$build/bin/bench_collection" --tables $t \
+              --batch $b --index direct --placements plan --optimizer $opt --storage $st --out "$out/bench.jsonl"
+          done
         done
       done
       for shape in "--dims 128 --hot 1" "--dims 32 --hot 8" "--dims 128 --hotness $dcnv2_hotness"; do

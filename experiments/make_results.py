@@ -191,24 +191,32 @@ def embedding_table(recs):
 
 
 def collection_table(recs):
-    rows = ["| the 26 MLPerf tables (4M cap), 65536 samples, 1 GPU | optimizer | sparta step ms (plan) | "
-            "FBGEMM TBE step ms | ratio |", "|---|---|---|---|---|"]
+    rows = ["| the 26 MLPerf tables (4M cap), 65536 samples, 1 GPU | optimizer | sparta's rows | sparta step ms (plan) | "
+            "FBGEMM TBE fp32 rows | ratio | FBGEMM TBE fp16 rows | ratio |", "|---|---|---|---|---|---|---|---|"]
     ours = [r for r in recs if r.get("bench") == "collection" and r.get("ranks") == 1 and r.get("placement") == "plan"
             and r.get("alpha", 0) == 0 and r.get("batch") == 65536]
     peers = [p for p in recs if p.get("peer") == "fbgemm.tbe.collection" and p.get("alpha", 0) == 0]
+    storage = lambda r: r.get("storage", "fp32")
     for tables in ("mlperf-v1", "dcnv2"):
         for opt in sorted({r.get("optimizer") for r in ours if r.get("tables") == tables}):
-            mine = median([r["ms_step"] for r in ours if r.get("tables") == tables and r.get("optimizer") == opt and r.get("index") == "direct"]) \
-                or median([r["ms_step"] for r in ours if r.get("tables") == tables and r.get("optimizer") == opt])
-            pt = median([p["step_ms"] for p in peers if p.get("tables") == tables and p.get("optimizer") == "exact_" + opt])
-            keys = "one key per slot" if tables == "mlperf-v1" else "MLPerf DCNv2 keys per slot"
-            rows.append(f"| {tables} ({keys}) | {opt} | {fmt(mine, 3)} | {fmt(pt, 3)} | {ratio(ours_time=mine, peer_time=pt)} |")
+            for st in ("fp32", "bf16", "fp16"):
+                sel = [r for r in ours if r.get("tables") == tables and r.get("optimizer") == opt and storage(r) == st]
+                if not sel:
+                    continue
+                mine = median([r["ms_step"] for r in sel if r.get("index") == "direct"]) or median([r["ms_step"] for r in sel])
+                pt = {w: median([p["step_ms"] for p in peers if p.get("tables") == tables and
+                                 p.get("optimizer") == "exact_" + opt and p.get("weights", "fp32") == w])
+                      for w in ("fp32", "fp16")}
+                keys = "one key per slot" if tables == "mlperf-v1" else "MLPerf DCNv2 keys per slot"
+                rows.append(f"| {tables} ({keys}) | {opt} | {st} | {fmt(mine, 3)} | {fmt(pt['fp32'], 3)} | "
+                            f"{ratio(ours_time=mine, peer_time=pt['fp32'])} | {fmt(pt['fp16'], 3)} | "
+                            f"{ratio(ours_time=mine, peer_time=pt['fp16']) if pt['fp16'] else ''} |")
     return rows if len(rows) > 2 else []
 
 
 def placement_table(recs):
     ours = [r for r in recs if r.get("bench") == "collection" and r.get("alpha", 0) == 0 and r.get("batch") == 65536
-            and r.get("index") == "direct" and r.get("optimizer") in (None, "sgd")]
+            and r.get("index") == "direct" and r.get("optimizer") in (None, "sgd") and r.get("storage", "fp32") == "fp32"]
     places = ["plan", "replicated", "localized", "dispatch", "distributed", "hybrid"]
     rows = ["| tables | GPUs | " + " | ".join(places) + " |", "|---|---|" + "---|" * len(places)]
     for tables in ("mlperf-v1", "dcnv2"):
