@@ -204,6 +204,21 @@ void linear_backward_data(const Device& dev, const LinearDims& d, GemmType t, co
   run_gemm(dev, g, stream);
 }
 
+void linear_backward_data_columns(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
+                                  int col0, int cols, float* dx, bool accumulate, Stream stream) {
+  check_linear_dims(d);
+  SPARTA_REQUIRE(col0 >= 0 && cols >= 1 && int64_t(col0) + cols <= d.in,
+                 "dense layer '%s': input columns [%d, %lld) are not within its %d inputs", d.layer, col0,
+                 (long long)(int64_t(col0) + cols), d.in);
+  GemmCall g;  // dx^T [cols, batch] = w^T [col0 .., out] · dpre^T [out, batch]
+  g.layer = d.layer, g.type = t, g.trans_a = false, g.trans_b = false;
+  g.m = cols, g.n = d.batch, g.k = d.out;
+  g.a = static_cast<const char*>(w) + size_t(col0) * gemm_type_bytes(t), g.lda = d.in;
+  g.b = dpre, g.ldb = d.out, g.d = dx, g.ldd = cols;
+  g.beta = accumulate ? 1.f : 0.f;
+  run_gemm(dev, g, stream);
+}
+
 void linear_forward_half(const Device& dev, const LinearDims& d, GemmType t, const void* x, const void* w,
                          uint16_t* y16, Stream stream) {
   check_linear_dims(d);

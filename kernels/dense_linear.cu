@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(256)
 
 namespace {
 
-// Element i = r * out + c of the activation + bias gradient. dy and dpre may be the same array; dpre may be
+// Element (r, c) of the activation + bias gradient ([rows, cols]). dy and dpre may be the same array; dpre may be
 // nullptr (16-bit training reads dpre16, of type H, alone).
 template <class H>
 struct ActivationGrad {
@@ -186,11 +186,16 @@ struct ActivationGrad {
   uint16_t* dpre16;
   bool relu;
   float dy_scale;
+  int cols;
   struct In {
     float y, dy;
   };
-  __device__ __forceinline__ In load(int64_t i) const { return {relu ? y[i] : 1.f, dy[i]}; }
-  __device__ __forceinline__ float finish(const In& in, int64_t i) const {
+  __device__ __forceinline__ In load(int64_t r, int c) const {
+    const int64_t i = r * cols + c;
+    return {relu ? y[i] : 1.f, dy[i]};
+  }
+  __device__ __forceinline__ float finish(const In& in, int64_t r, int c) const {
+    const int64_t i = r * cols + c;
     const float v = relu && !(in.y > 0.f) ? 0.f : __fmul_rn(in.dy, dy_scale);
     if (dpre) dpre[i] = v;
     if (dpre16) dpre16[i] = H::bits(v);
@@ -493,7 +498,7 @@ void activation_bias_backward_cuda(const LinearDims& d, GemmType t, Activation a
                                    float* dpre, uint16_t* dpre16, float* db, float dy_scale, Stream stream) {
   // without a 16-bit copy the type is not read: the bf16 instance serves fp32
   dense::with_half(dpre16 ? t : GemmType::bf16, [&](auto h) {
-    ActivationGrad<decltype(h)> op{y, dy, dpre, dpre16, act == Activation::relu, dy_scale};
+    ActivationGrad<decltype(h)> op{y, dy, dpre, dpre16, act == Activation::relu, dy_scale, d.out};
     dense::column_sums(op, d.batch, d.out, db, stream, "activation_bias_backward (column_sum_kernel)");
   });
 }

@@ -71,6 +71,12 @@ void linear_backward_data_half(const Device& dev, const LinearDims& d, GemmType 
 void linear_backward_data_plus(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
                                const float* addend, float* dx, Stream stream);
 
+// dx [batch, cols] (+)= dpre · w[:, col0 .. col0 + cols): linear_backward_data for the input columns [col0, col0 +
+// cols) alone, into an array of their own (row pitch cols): an input made of blocks gets its gradient block by
+// block. 0 <= col0, 1 <= cols, col0 + cols <= in. dpre and w of type t.
+void linear_backward_data_columns(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
+                                  int col0, int cols, float* dx, bool accumulate, Stream stream);
+
 // dpre [batch, out] = (dy · dy_scale) ⊙ act'(y) (dy · dy_scale for none; 0 where y <= 0 for relu; dy_scale 1: dy
 // exactly, a dropout layer's 1 / (1 - p) after it: kernels/dense_dropout.h), and db [out] = Σ_batch dpre
 // when db != nullptr; dpre16 != nullptr also receives dpre in the 16-bit type t (bf16 or f16) for 16-bit GEMMs
