@@ -86,10 +86,18 @@ void gemm_cpu(const GemmCall& g) {
                 int(g.m), int(g.n), int(g.k), 1.0f, a, int(g.lda), b, int(g.ldb), g.beta, d, int(g.ldd));
   }
   if (g.bias || g.relu) {
+    std::vector<float> bias16;  // a 16-bit D's bias, rounded to its type
+    if (g.bias && g.d_type != GemmType::f32) {
+      bias16.resize(size_t(g.m));
+      const HalfFromFloat round16 = half_from_float(g.d_type);
+      const HalfToFloat widen = half_to_float(g.d_type);
+      for (int64_t i = 0; i < g.m; ++i) bias16[i] = widen(round16(g.bias[i]));
+    }
+    const float* bias = bias16.empty() ? g.bias : bias16.data();
     for (int64_t j = 0; j < g.n; ++j) {
       float* col = d + j * g.ldd;
       for (int64_t i = 0; i < g.m; ++i) {
-        const float v = g.bias ? col[i] + g.bias[i] : col[i];
+        const float v = bias ? col[i] + bias[i] : col[i];
         col[i] = g.relu && !(v > 0.f) ? 0.f : v;
       }
     }
@@ -150,15 +158,13 @@ void to_half_padded_cpu(GemmType t, const float* src, int64_t rows, int64_t cols
 namespace {
 std::atomic<bool> g_algo_search{true};
 std::atomic<uint64_t> g_algo_searches{0};
-std::atomic<uint64_t> g_bias16_fallbacks{0};
 }  // namespace
 
 void set_gemm_algo_search(bool on) { g_algo_search.store(on); }
 bool gemm_algo_search() { return g_algo_search.load(); }
 uint64_t gemm_algo_searches() { return g_algo_searches.load(); }
 void note_gemm_algo_search() { g_algo_searches.fetch_add(1); }
-uint64_t gemm_bias16_fallbacks() { return g_bias16_fallbacks.load(); }
-void note_gemm_bias16_fallback() { g_bias16_fallbacks.fetch_add(1); }
+
 
 namespace {
 

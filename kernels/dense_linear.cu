@@ -42,13 +42,11 @@ constexpr int kSearchRuns = 3;        // timed runs of each (after one untimed),
 using AlgoKey = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool,
                            uint32_t, uint32_t, uint32_t, bool>;
 
-// The algorithm for one kind of call, whether it fuses the epilogue (where cuBLASLt has no algorithm with the
-// bias or ReLU epilogue for a shape, the plain product runs and bias_relu_kernel follows it) and whether the bias
-// goes in D's 16-bit type (where cuBLASLt has an algorithm for a 16-bit D with a 16-bit bias only).
+// The algorithm for one kind of call, and whether it fuses the epilogue (where cuBLASLt has no algorithm with the
+// bias or ReLU epilogue for a shape, the plain product runs and bias_relu_kernel follows it).
 struct GemmPlan {
   cublasLtMatmulAlgo_t algo;
   bool fused = true;
-  bool bias16 = false;
 };
 
 constexpr int64_t kStagedBiasMax = 1 << 16;  // the widest bias staged (below)
@@ -61,10 +59,9 @@ struct StreamContext {
   uint64_t scratch_epoch = 0;  // times scratch was made anew
   std::map<AlgoKey, GemmPlan> algos;
   std::map<AlgoKey, bool> available;  // gemm_available_cuda's answers
-  // A 16-bit D's bias staged for the call that reads it next (its own address, 256-byte aligned, as the
-  // availability probe assumes), in fp32 or rounded to D's type.
-  float* bias32 = nullptr;    // [kStagedBiasMax]
-  uint16_t* bias16 = nullptr; // [kStagedBiasMax]
+  // A 16-bit D's bias, rounded to D's type (the only bias type cuBLASLt takes with it), staged for the call that
+  // reads it next at an address of its own, 256-byte aligned as the availability probe assumes.
+  uint16_t* bias16 = nullptr;  // [kStagedBiasMax]
 };
 
 std::mutex g_mutex;
@@ -80,7 +77,6 @@ StreamContext& context_for(Stream stream) {
     slot = std::make_unique<StreamContext>();
     CUBLAS_CHECK(cublasLtCreate(&slot->lt));
     CUDA_CHECK(cudaMalloc(&slot->workspace, kWorkspaceBytes));
-    CUDA_CHECK(cudaMalloc(&slot->bias32, kStagedBiasMax * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&slot->bias16, kStagedBiasMax * sizeof(uint16_t)));
   }
   return *slot;
@@ -269,7 +265,8 @@ struct LtCall {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     set_epilogue(epi);
-    if (g.bias) set_bias(g.bias, CUDA_R_32F);  // fp32 whatever D's type (set_bias again for the 16-bit fallback)
+    // fp32 for an fp32 D; a 16-bit D's in its type (gemm_cuda stages it so)
+    if (g.bias) set_bias(g.bias, g.d_type == GemmType::f32 ? CUDA_R_32F : cuda_type(g.d_type));
     const cudaDataType_t in = cuda_type(g.type), out = cuda_type(g.d_type);
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, in, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, in, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb));
@@ -424,24 +421,14 @@ int heuristic(StreamContext& ctx, const GemmCall& g, const LtCall& lt, int want,
 namespace {
 
 // A bias read by a 16-bit D's epilogue is staged (stage_bias) at the context's own address.
-bool staged_bias(const GemmCall& g) { return g.bias && g.d_type != GemmType::f32 && g.m <= kStagedBiasMax; }
+// (at most kStagedBiasMax wide: gemm_available_cuda says no to a wider one)
+bool staged_bias(const GemmCall& g) { return g.bias && g.d_type != GemmType::f32; }
 
-// Up to `want` algorithms for g as lt stands, with the fallbacks where there are none: a staged bias rounded to D's
-// type; the plain product for an fp32 D (bias_relu_kernel then applies the epilogue). Sets plan's flags and lt to
-// match what was found.
+// Up to `want` algorithms for g as lt stands, or for an fp32 D where there are none the plain product's
+// (bias_relu_kernel then applies the epilogue; plan.fused false, lt's epilogue set to match).
 int find_algorithms(StreamContext& ctx, const GemmCall& g, LtCall& lt, int want,
                     std::vector<cublasLtMatmulHeuristicResult_t>& results, GemmPlan& plan) {
   int found = heuristic(ctx, g, lt, want, results);
-  if (found == 0 && staged_bias(g)) {
-    lt.set_bias(ctx.bias16, cuda_type(g.d_type));
-    found = heuristic(ctx, g, lt, want, results);
-    if (found > 0) {
-      plan.bias16 = true;
-      note_gemm_bias16_fallback();
-    } else {
-      lt.set_bias(ctx.bias32, CUDA_R_32F);
-    }
-  }
   if (found == 0 && lt.epi != CUBLASLT_EPILOGUE_DEFAULT && g.d_type == GemmType::f32) {
     lt.set_epilogue(CUBLASLT_EPILOGUE_DEFAULT);
     plan.fused = false;
@@ -450,16 +437,17 @@ int find_algorithms(StreamContext& ctx, const GemmCall& g, LtCall& lt, int want,
   return found;
 }
 
-// g with its bias pointer at the staging address when it is staged.
+// g with its bias pointer at the staging address when it is staged (a 16-bit array there, despite the type).
 GemmCall with_staged_bias(const StreamContext& ctx, const GemmCall& g) {
   GemmCall s = g;
-  if (staged_bias(g)) s.bias = ctx.bias32;
+  if (staged_bias(g)) s.bias = reinterpret_cast<const float*>(ctx.bias16);
   return s;
 }
 
 }  // namespace
 
 bool gemm_available_cuda(const GemmCall& given, Stream stream) {
+  if (staged_bias(given) && given.m > kStagedBiasMax) return false;
   if (given.m == 0 || given.n == 0 || given.k == 0) return true;
   StreamContext& ctx = context_for(stream);
   const GemmCall g = with_staged_bias(ctx, given);
@@ -489,6 +477,8 @@ void gemm_cuda(const GemmCall& given, Stream stream) {
                                    size_t(given.n), stream));
     return;
   }
+  SPARTA_ASSERT(!staged_bias(given) || given.m <= kStagedBiasMax, "layer %s: a 16-bit D's bias of %lld > %lld",
+                given.layer, (long long)given.m, (long long)kStagedBiasMax);
   StreamContext& ctx = context_for(stream);
   const GemmCall g = with_staged_bias(ctx, given);
   LtCall lt(g);
@@ -518,26 +508,15 @@ void gemm_cuda(const GemmCall& given, Stream stream) {
                    g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', (long long)g.lda, (long long)g.ldb,
                    (long long)g.ldd, gemm_type_name(g.d_type), int(lt.epi), alignment_of(g.a), alignment_of(g.b),
                    alignment_of(g.d));
-  } else {
-    if (!plan.fused) lt.set_epilogue(CUBLASLT_EPILOGUE_DEFAULT);
-    if (plan.bias16) lt.set_bias(ctx.bias16, cuda_type(g.d_type));
+  } else if (!plan.fused) {
+    lt.set_epilogue(CUBLASLT_EPILOGUE_DEFAULT);
   }
-  if (staged_bias(g)) {  // the bias where the call reads it, before any run of it (the search's included)
-    if (plan.bias16) {
-      to_half_cuda(g.d_type, given.bias, ctx.bias16, size_t(g.m), stream);
-    } else {
-      CUDA_CHECK(cudaMemcpyAsync(ctx.bias32, given.bias, size_t(g.m) * sizeof(float), cudaMemcpyDeviceToDevice,
-                                 stream));
-    }
-  }
+  // the bias where and as the call reads it, before any run of it (the search's included)
+  if (staged_bias(g)) to_half_cuda(g.d_type, given.bias, ctx.bias16, size_t(g.m), stream);
   if (!known) {
     plan.algo = results[0].algo;
     if (search && found > 1) plan.algo = results[search_fastest(ctx, g, lt, results.data(), found, stream)].algo;
     if (search || !mode) {
-      if (plan.bias16) {
-        LOG_INFO("gemm: layer %s: cuBLASLt takes the bias of a %s D only in %s (m %lld n %lld k %lld)", g.layer,
-                 gemm_type_name(g.d_type), gemm_type_name(g.d_type), (long long)g.m, (long long)g.n, (long long)g.k);
-      }
       std::lock_guard<std::mutex> lock(g_mutex);
       ctx.algos.emplace(key, plan);
     }

@@ -122,9 +122,9 @@ void to_half_padded(const Device& dev, GemmType t, const float* src, int64_t row
 // data gradient GEMM writes its output in t too, and one pass over the two 16-bit arrays makes the layer's
 // pre-activation gradient and its bias gradient: no fp32 activation, no fp32 gradient, no conversion pass.
 
-// y16 [batch, out] = t(relu(x · w^T + b)), rounded to nearest even once from the fp32 sum (cuda: cuBLASLt's
-// RELU_BIAS epilogue with a 16-bit D; with the bias in fp32, or where cuBLASLt has no algorithm for that, with the
-// bias rounded to t first, within the same rounding). x and w of type t (bf16 or f16).
+// y16 [batch, out] = t(relu(x · w^T + t(b))), rounded to nearest even once from the fp32 sum, the bias rounded to t
+// first (cuda: cuBLASLt's RELU_BIAS epilogue with a 16-bit D, which takes the bias only in D's type; autocast
+// rounds a linear's bias so too). x and w of type t (bf16 or f16).
 void linear_forward_relu_half(const Device& dev, const LinearDims& d, GemmType t, const void* x, const void* w,
                               const float* b, uint16_t* y16, Stream stream);
 
@@ -141,16 +141,13 @@ void relu_bias_backward_half(const Device& dev, const LinearDims& d, GemmType t,
 bool relu_half_fusion_available(const Device& dev, const LinearDims& d_below, const LinearDims& d, GemmType t,
                                 Stream stream);
 
-// Times cuBLASLt was found to take a 16-bit D's bias only in the 16-bit type (the fp32 bias refused; each kind of
-// call found once per stream, by a run or by relu_half_fusion_available), so far in this process (cpu: always 0).
-uint64_t gemm_bias16_fallbacks();
-
 // ---------------------------------------------------------------------------------------------------------
 // Backends. The GEMMs in column-major terms (what BLAS and cuBLASLt take): a row-major [r, c] matrix is a
 // column-major [c, r] one, so every step above is one column-major GEMM without copies.
 //   D [m, n] (ldd) = op(A) · op(B) + beta · C,  op(A) [m, k], op(B) [k, n]; A, B of type t; C fp32 (D itself
 //   unless c is given); D fp32 or of the 16-bit type t (d_type); bias [m] added to every column of D and relu
-//   applied after it when asked (the forward's epilogue), before D is rounded to d_type.
+//   applied after it when asked (the forward's epilogue), before D is rounded to d_type; with a 16-bit D the
+//   bias is rounded to d_type first (cuBLASLt takes it so).
 struct GemmCall {
   const char* layer = "linear";
   GemmType type = GemmType::f32;
@@ -171,7 +168,6 @@ struct GemmCall {
 
 uint64_t scratch_epoch_cuda(Stream stream);
 void note_gemm_algo_search();  // the cuda backend counts a search
-void note_gemm_bias16_fallback();  // and a kind of call whose bias it takes in 16 bits
 
 void gemm_cpu(const GemmCall& g);
 void gemm_cuda(const GemmCall& g, Stream stream);

@@ -58,7 +58,13 @@ Chain naive_mlp(const MlpConfig& cfg, const std::vector<float>& params, const st
   size_t at = 0;
   for (int l = 0; l < L; ++l) off[l] = at, at += size_t(cfg.sizes[l]) * cfg.sizes[l + 1] + cfg.sizes[l + 1];
   auto W = [&](int l, int o, int i) { return R(params[off[l] + size_t(o) * cfg.sizes[l] + i]); };
-  auto bias = [&](int l, int o) { return double(params[off[l] + size_t(cfg.sizes[l]) * cfg.sizes[l + 1] + o]); };
+  // a 16-bit hidden layer whose output the next layer reads unpadded takes the fused ReLU steps without dropout:
+  // its bias rounded to 16 bits (dense_linear.h's linear_forward_relu_half)
+  auto fused = [&](int l) { return is_half(t) && !drop && l < L - 1 && cfg.sizes[l + 1] % 8 == 0; };
+  auto bias = [&](int l, int o) {
+    const double b = params[off[l] + size_t(cfg.sizes[l]) * cfg.sizes[l + 1] + o];
+    return fused(l) ? R(b) : b;
+  };
   std::vector<std::vector<double>> in(L + 1), ys(L);  // in[l]: what layer l reads (rounded); ys[l]: its output
   in[0].resize(x.size());
   for (size_t i = 0; i < x.size(); ++i) in[0][i] = R(x[i]);
