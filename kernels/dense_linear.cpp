@@ -238,18 +238,6 @@ void linear_forward_half(const Device& dev, const LinearDims& d, GemmType t, con
   run_gemm(dev, g, stream);
 }
 
-void linear_backward_data_half(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
-                               uint16_t* dx16, Stream stream) {
-  check_linear_dims(d);
-  SPARTA_REQUIRE(is_half(t), "dense layer '%s': a 16-bit output needs bf16 or f16 inputs, found %s", d.layer,
-                 gemm_type_name(t));
-  GemmCall g;  // dx^T [in, batch] = w^T [in, out] · dpre^T [out, batch], in t
-  g.layer = d.layer, g.type = t, g.trans_a = false, g.trans_b = false;
-  g.m = d.in, g.n = d.batch, g.k = d.out;
-  g.a = w, g.lda = d.in, g.b = dpre, g.ldb = d.out, g.d = dx16, g.ldd = d.in, g.d_type = t;
-  run_gemm(dev, g, stream);
-}
-
 void linear_backward_data_plus(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
                                const float* addend, float* dx, Stream stream) {
   check_linear_dims(d);
@@ -305,6 +293,14 @@ void require_half(const LinearDims& d, GemmType t) {
 }
 
 }  // namespace
+
+void linear_backward_data_half(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
+                               uint16_t* dx16, Stream stream) {
+  check_linear_dims(d);
+  SPARTA_REQUIRE(is_half(t), "dense layer '%s': a 16-bit output needs bf16 or f16 inputs, found %s", d.layer,
+                 gemm_type_name(t));
+  run_gemm(dev, backward_data_half_call(d, t, dpre, w, dx16), stream);
+}
 
 void linear_forward_relu_half(const Device& dev, const LinearDims& d, GemmType t, const void* x, const void* w,
                               const float* b, uint16_t* y16, Stream stream) {
