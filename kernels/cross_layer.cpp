@@ -19,31 +19,71 @@ void check_square(const LinearDims& d) {
 }
 }  // namespace
 
-void cross_forward_elementwise_cpu(const LinearDims& d, GemmType t, const float* x0, const float* z, const float* xl,
-                                   float* out, uint16_t* out16) {
-  const HalfFromFloat round16 = out16 ? half_from_float(t) : nullptr;
-  const size_t n = size_t(d.batch) * d.out;
-  for (size_t i = 0; i < n; ++i) {
-    const float v = x0[i] * z[i] + xl[i];
-    if (out) out[i] = v;
-    if (out16) out16[i] = round16(v);
+namespace {
+
+// Element (r, c) of x0 given as two column blocks, and of its gradient.
+inline float x0_at(const CrossInput& x, int cols, int64_t r, int c) {
+  if (!x.b) return x.a[r * cols + c];
+  return c < x.a_cols ? x.a[r * x.a_cols + c] : x.b[r * (cols - x.a_cols) + (c - x.a_cols)];
+}
+inline float& dx0_at(const CrossInputGrad& x, int cols, int64_t r, int c) {
+  if (!x.b) return x.a[r * cols + c];
+  return c < x.a_cols ? x.a[r * x.a_cols + c] : x.b[r * (cols - x.a_cols) + (c - x.a_cols)];
+}
+// z + bias at element i of column c: fp32 z, or the 16-bit z16 widened (exact).
+inline float z_plus_bias(const CrossElementwise& a, HalfToFloat widen, size_t i, int c) {
+  return (a.z16 ? widen(a.z16[i]) : a.z[i]) + a.bias[c];
+}
+
+}  // namespace
+
+void cross_input_to_half_cpu(const LinearDims& d, GemmType t, const CrossInput& x0, uint16_t* x16) {
+  const HalfFromFloat round16 = half_from_float(t);
+  for (int64_t r = 0; r < d.batch; ++r)
+    for (int c = 0; c < d.out; ++c) x16[r * d.out + c] = round16(x0_at(x0, d.out, r, c));
+}
+
+void cross_forward_elementwise_cpu(const LinearDims& d, const CrossElementwise& a) {
+  const HalfFromFloat round16 = a.out16 ? half_from_float(a.half) : nullptr;
+  const HalfToFloat widen = a.z16 || a.x0_16 ? half_to_float(a.half) : nullptr;
+  for (int64_t r = 0; r < d.batch; ++r) {
+    for (int c = 0; c < d.out; ++c) {
+      const size_t i = size_t(r) * d.out + c;
+      const float x0 = a.x0_16 ? widen(a.x0_16[i]) : x0_at(a.x0, d.out, r, c);
+      const float v = x0 * z_plus_bias(a, widen, i, c) + (a.xl ? a.xl[i] : x0_at(a.x0, d.out, r, c));
+      if (a.out) a.out[i] = v;
+      if (a.out16) a.out16[i] = round16(v);
+    }
   }
 }
 
 void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise& a) {
   const HalfFromFloat round16 = a.dz16 ? half_from_float(a.half) : nullptr;
+  const HalfToFloat widen = a.z16 || a.x0_16 || a.g.adds > 0 || a.g.uppers > 0 ? half_to_float(a.half) : nullptr;
   std::vector<double> sum(a.db ? d.out : 0, 0.0);
   for (int64_t r = 0; r < d.batch; ++r) {
     for (int c = 0; c < d.out; ++c) {
       const size_t i = size_t(r) * d.out + c;
-      const float g = a.g[i];
-      const float dz = g * a.x0[i];
-      float dx0 = a.accumulate ? a.dx0[i] + g * a.z[i] : g * a.z[i];
-      if (a.identity) dx0 += g;
+      float g = a.g.base ? a.g.base[i] : widen(a.g.add[0][i]);
+      int k = a.g.base ? 0 : 1;
+      float up = 0.f;  // the deferred terms of the layers above
+      for (int j = 0; j < a.g.uppers; ++j, ++k) {
+        const float t = g * (widen(a.g.upper_z16[j][i]) + a.g.upper_bias[j][c]);
+        up = j == 0 ? t : up + t;
+        g += widen(a.g.add[k][i]);
+      }
+      for (; k < a.g.adds; ++k) g += widen(a.g.add[k][i]);
+      if (a.g.sum) a.g.sum[i] = g;
+      const float dz = g * (a.x0_16 ? widen(a.x0_16[i]) : x0_at(a.x0, d.out, r, c));
       if (a.dz) a.dz[i] = dz;
       if (a.dz16) a.dz16[i] = round16(dz);
-      a.dx0[i] = dx0;
-      if (a.g_copy) a.g_copy[i] = g;
+      if (a.dx0.a) {
+        float& dx0 = dx0_at(a.dx0, d.out, r, c);
+        const float gz = g * z_plus_bias(a, widen, i, c);
+        float v = a.accumulate ? dx0 + gz : a.g.uppers > 0 ? up + gz : gz;
+        if (a.identity) v += g;
+        dx0 = v;
+      }
       if (a.db) sum[c] += dz;
     }
   }
@@ -51,29 +91,77 @@ void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise&
 }
 
 static void check_half(const LinearDims& d, GemmType t, const uint16_t* copy16) {
-  SPARTA_REQUIRE(!copy16 || is_half(t), "cross layer '%s': a 16-bit copy needs bf16 or f16, found %s", d.layer,
+  SPARTA_REQUIRE(!copy16 || is_half(t), "cross layer '%s': a 16-bit array needs bf16 or f16, found %s", d.layer,
                  gemm_type_name(t));
 }
 
-void cross_forward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const float* x0, const float* z,
-                               const float* xl, float* out, uint16_t* out16, Stream stream) {
+namespace {
+void check_input(const LinearDims& d, const float* a, const void* b, int a_cols) {
+  SPARTA_REQUIRE(d.batch == 0 || a, "cross layer '%s': x0 (or its gradient) is missing", d.layer);
+  SPARTA_REQUIRE(!b || (a_cols >= 1 && a_cols < d.out),
+                 "cross layer '%s': x0 in two blocks needs 1 <= a_cols < D (%d), found a_cols %d", d.layer, d.out,
+                 a_cols);
+}
+}  // namespace
+
+void cross_input_to_half(const Device& dev, const LinearDims& d, GemmType t, const CrossInput& x0, uint16_t* x16,
+                         Stream stream) {
   check_square(d);
-  check_half(d, t, out16);
-  SPARTA_REQUIRE(out || out16, "cross layer '%s': the forward step needs an output", d.layer);
-  if (!dev.is_cuda()) return cross_forward_elementwise_cpu(d, t, x0, z, xl, out, out16);
+  check_input(d, x0.a, x0.b, x0.a_cols);
+  SPARTA_REQUIRE(is_half(t), "cross layer '%s': a 16-bit copy needs bf16 or f16, found %s", d.layer,
+                 gemm_type_name(t));
+  if (!dev.is_cuda()) return cross_input_to_half_cpu(d, t, x0, x16);
 #if SPARTA_CUDA
-  cross_forward_elementwise_cuda(d, t, x0, z, xl, out, out16, stream);
+  cross_input_to_half_cuda(d, t, x0, x16, stream);
 #else
   SPARTA_FATAL("cross layer '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
 #endif
 }
 
-void cross_backward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const float* g, const float* x0,
-                                const float* z, float* dz, uint16_t* dz16, float* db, float* dx0, bool accumulate,
-                                bool identity, float* g_copy, Stream stream) {
+void cross_forward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const CrossInput& x0,
+                               const uint16_t* x0_16, const float* z, const uint16_t* z16, const float* bias,
+                               const float* xl, float* out, uint16_t* out16, Stream stream) {
   check_square(d);
+  check_input(d, x0.a, x0.b, x0.a_cols);
+  check_half(d, t, out16);
+  check_half(d, t, x0_16);
+  check_half(d, t, z16);
+  SPARTA_REQUIRE(out || out16, "cross layer '%s': the forward step needs an output", d.layer);
+  SPARTA_REQUIRE(d.batch == 0 || ((z != nullptr) != (z16 != nullptr) && bias),
+                 "cross layer '%s': the forward step needs z (fp32 or 16-bit, one of them) and the bias", d.layer);
+  CrossElementwise a{};
+  a.half = t, a.x0 = x0, a.x0_16 = x0_16, a.z = z, a.z16 = z16, a.bias = bias, a.xl = xl, a.out = out;
+  a.out16 = out16;
+  if (!dev.is_cuda()) return cross_forward_elementwise_cpu(d, a);
+#if SPARTA_CUDA
+  cross_forward_elementwise_cuda(d, a, stream);
+#else
+  SPARTA_FATAL("cross layer '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
+#endif
+}
+
+void cross_backward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const CrossGradIn& g,
+                                const CrossInput& x0, const uint16_t* x0_16, const float* z, const uint16_t* z16,
+                                const float* bias,
+                                float* dz, uint16_t* dz16, float* db, const CrossInputGrad& dx0, bool accumulate,
+                                bool identity, Stream stream) {
+  check_square(d);
+  check_input(d, x0.a, x0.b, x0.a_cols);
+  if (dx0.a) check_input(d, dx0.a, dx0.b, dx0.a_cols);
+  SPARTA_REQUIRE(d.batch == 0 || dx0.a || (!accumulate && !identity && g.uppers == 0),
+                 "cross layer '%s': without dx0 the backward step neither accumulates nor adds terms to it", d.layer);
+  SPARTA_REQUIRE(g.uppers >= 0 && (g.uppers == 0 || (is_half(t) && !accumulate &&
+                                                    g.uppers == g.adds - (g.base ? 0 : 1))),
+                 "cross layer '%s': deferred terms of %d layers above need 16-bit arrays, no accumulation and one "
+                 "addend of g each (found %d addends)", d.layer, g.uppers, g.adds);
   check_half(d, t, dz16);
-  const CrossElementwise a{g, x0, z, dz, dz16, db, dx0, accumulate, identity, g_copy, t};
+  check_half(d, t, x0_16);
+  check_half(d, t, z16);
+  SPARTA_REQUIRE(d.batch == 0 || ((z != nullptr) != (z16 != nullptr) && bias && (dz || dz16)),
+                 "cross layer '%s': the backward step needs z (fp32 or 16-bit, one of them), the bias and dz", d.layer);
+  CrossElementwise a{};
+  a.half = t, a.g = g, a.x0 = x0, a.x0_16 = x0_16, a.z = z, a.z16 = z16, a.bias = bias;
+  a.dz = dz, a.dz16 = dz16, a.db = db, a.dx0 = dx0, a.accumulate = accumulate, a.identity = identity;
   if (!dev.is_cuda()) return cross_backward_elementwise_cpu(d, a);
 #if SPARTA_CUDA
   cross_backward_elementwise_cuda(d, a, stream);
@@ -112,14 +200,6 @@ void concat_columns(const Device& dev, const char* layer, int64_t batch, const f
   copy_columns(dev, b, b_cols, out + a_cols, width, batch, b_cols, stream);
 }
 
-void split_columns(const Device& dev, const char* layer, int64_t batch, const float* in, float* a, int a_cols,
-                   float* b, int b_cols, Stream stream) {
-  check_columns(layer, batch, a_cols, b_cols);
-  const int64_t width = int64_t(a_cols) + b_cols;
-  copy_columns(dev, in, width, a, a_cols, batch, a_cols, stream);
-  copy_columns(dev, in + a_cols, width, b, b_cols, batch, b_cols, stream);
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // CrossNet
 
@@ -152,18 +232,20 @@ CrossNet::CrossNet(const Device& dev, CrossConfig cfg, int64_t max_batch)
   for (int l = 0; l < cfg_.layers; ++l) {
     xs_.emplace_back(dev_, bd);
     hs_.emplace_back(dev_, half ? 0 : br);  // 16-bit: the V GEMM writes hs16_ alone
-    zs_.emplace_back(dev_, bd);
+    zs_.emplace_back(dev_, half ? 0 : bd);  // 16-bit: the U GEMM writes zs16_ alone
     if (half) {
-      xs16_.emplace_back(dev_, bd), hs16_.emplace_back(dev_, br);
+      xs16_.emplace_back(dev_, bd), hs16_.emplace_back(dev_, br), zs16_.emplace_back(dev_, bd);
       v16_.emplace_back(dev_, size_t(cfg_.rank) * cfg_.dim), u16_.emplace_back(dev_, size_t(cfg_.rank) * cfg_.dim);
     }
   }
   if (!half) dz_ = Buffer<float>(dev_, bd);  // 16-bit: the GEMMs read dz16_ alone
+  if (!half) x0_whole_ = Buffer<float>(dev_, bd);
   g_ = Buffer<float>(dev_, bd);
   if (!half) dh_ = Buffer<float>(dev_, br);  // 16-bit: the U data GEMM writes dh16_ alone
   if (half) {
     dz16_ = Buffer<uint16_t>(dev_, bd);
     dh16_ = Buffer<uint16_t>(dev_, br);
+    for (int l = 0; l < cfg_.layers; ++l) dhv16_.emplace_back(dev_, l == 0 ? 0 : bd);
   }
 }
 
@@ -186,58 +268,92 @@ const void* CrossNet::u_gemm(const float* params, int l) const {
   return params + u_offset(l);
 }
 
-const float* CrossNet::forward(const float* params, const float* x0, int64_t batch, Stream stream,
+const float* CrossNet::forward(const float* params, const CrossInput& x0, int64_t batch, Stream stream,
                                uint16_t* out16) {
   SPARTA_REQUIRE(batch >= 0 && batch <= max_batch_,
                  "cross network '%s': batch must be in [0, %lld] (max_batch), found %lld", cfg_.name.c_str(),
                  (long long)max_batch_, (long long)batch);
+  SPARTA_REQUIRE(!x0.b || (x0.a_cols >= 1 && x0.a_cols < cfg_.dim),
+                 "cross network '%s': x0 in two blocks needs 1 <= a_cols < dim (%d), found a_cols %d",
+                 cfg_.name.c_str(), cfg_.dim, x0.a_cols);
   batch_ = batch;
   x0_ = x0;
   const bool half = is_half(cfg_.precision);
   SPARTA_REQUIRE(!out16 || half, "cross network '%s': a 16-bit output needs bf16 or fp16 precision, found %s",
                  cfg_.name.c_str(), gemm_type_name(cfg_.precision));
-  const size_t bd = size_t(batch) * cfg_.dim;
   if (half) {
     const size_t rd = size_t(cfg_.rank) * cfg_.dim;
     for (int l = 0; l < cfg_.layers; ++l) {
       to_half(dev_, cfg_.precision, params + v_offset(l), v16_[l].data(), rd, stream);
       to_half(dev_, cfg_.precision, params + u_offset(l), u16_[l].data(), rd, stream);
     }
-    to_half(dev_, cfg_.precision, x0, xs16_[0].data(), bd, stream);
+    cross_input_to_half(dev_, x_dims(), cfg_.precision, x0, xs16_[0].data(), stream);
+  } else if (x0.b) {  // the fp32 V GEMM reads x0 as one array
+    concat_columns(dev_, names_[2].c_str(), batch, x0.a, x0.a_cols, x0.b, cfg_.dim - x0.a_cols, x0_whole_.data(),
+                   stream);
+    x0_ = CrossInput(x0_whole_.data());
   }
   for (int l = 0; l < cfg_.layers; ++l) {
     const void* xl = half ? static_cast<const void*>(xs16_[l].data()) : static_cast<const void*>(x_in(l));
     const void* v = v_gemm(params, l);
     const void* u = u_gemm(params, l);
-    const void* h = nullptr;
-    if (half) {  // h straight into its 16-bit copy: the only form the U GEMMs read
+    // h and z (without the bias) straight into their 16-bit copies in 16-bit training: the only forms read
+    if (half) {
       linear_forward_half(dev_, v_dims(l), cfg_.precision, xl, v, hs16_[l].data(), stream);
-      h = hs16_[l].data();
+      linear_forward_half(dev_, u_dims(l), cfg_.precision, hs16_[l].data(), u, zs16_[l].data(), stream);
     } else {
       linear_forward(dev_, v_dims(l), cfg_.precision, Activation::none, xl, v, nullptr, hs_[l].data(), stream);
-      h = hs_[l].data();
+      linear_forward(dev_, u_dims(l), cfg_.precision, Activation::none, hs_[l].data(), u, nullptr, zs_[l].data(),
+                     stream);
     }
-    linear_forward(dev_, u_dims(l), cfg_.precision, Activation::none, h, u, params + b_offset(l), zs_[l].data(), stream);
     const bool last = l + 1 == cfg_.layers;
     uint16_t* next16 = half ? (last ? out16 : xs16_[l + 1].data()) : nullptr;
     // the last layer's fp32 output only where the caller reads it (no out16); the backward never does
     float* out = last && out16 ? nullptr : xs_[l].data();
-    cross_forward_elementwise(dev_, x_dims(), cfg_.precision, x0, zs_[l].data(), x_in(l), out, next16, stream);
+    cross_forward_elementwise(dev_, x_dims(), cfg_.precision, x0_, half ? xs16_[0].data() : nullptr,
+                              half ? nullptr : zs_[l].data(),
+                              half ? zs16_[l].data() : nullptr, params + b_offset(l),
+                              l == 0 ? nullptr : xs_[l - 1].data(), out, next16, stream);
   }
   return out16 ? nullptr : xs_[cfg_.layers - 1].data();
 }
 
-void CrossNet::backward(const float* params, const float* dxL, float* grads, float* dx0, Stream stream) {
+void CrossNet::backward(const float* params, const CrossGradIn& dxL, float* grads, const CrossInputGrad& dx0,
+                        Stream stream) {
   SPARTA_REQUIRE(batch_ >= 0, "cross network '%s': backward before any forward", cfg_.name.c_str());
+  SPARTA_REQUIRE(!dx0.b || (dx0.a_cols >= 1 && dx0.a_cols < cfg_.dim),
+                 "cross network '%s': dx0 in two blocks needs 1 <= a_cols < dim (%d), found a_cols %d",
+                 cfg_.name.c_str(), cfg_.dim, dx0.a_cols);
   const bool half = is_half(cfg_.precision);
   const int L = cfg_.layers;
-  const float* g = dxL;  // dL/dx_{l+1}
+  SPARTA_REQUIRE(batch_ == 0 || (half ? (dxL.base || dxL.adds > 0) && dxL.adds < kCrossGradAddends && !dxL.sum
+                                      : dxL.base && dxL.adds == 0 && !dxL.sum),
+                 "cross network '%s': dxL must be an fp32 array%s, found %d 16-bit terms%s", cfg_.name.c_str(),
+                 half ? " and/or fewer 16-bit terms than kCrossGradAddends" : "", dxL.adds,
+                 dxL.base ? "" : " and no fp32 array");
+  // dL/dx_{l+1}: dxL's, or g_ where the sum was written, plus the 16-bit dh V terms of the layers above (16-bit
+  // training), which the elementwise step adds as it reads g; fp32: g alone
+  CrossGradIn g = dxL;
+  // 16-bit, where the bottom step's g holds every layer's term (no sum written out): the layers above leave dx0
+  // alone and the bottom step adds their x0 gradient terms (the same sums, one write of dx0 instead of a read and
+  // a write per layer)
+  const bool defer = half && dxL.adds == (dxL.base ? 0 : 1) && dxL.adds + L - 1 <= kCrossGradAddends;
   for (int l = L - 1; l >= 0; --l) {
-    // at l == 0, x_l is x0: its gradient g + dh V_0 goes to dx0 directly; above, to g_ (a copy of g first)
+    // at l == 0, x_l is x0: its gradient g + dh V_0 goes to dx0 directly; above, to g_ (fp32) or dhv16_[l]
     const bool top = l == L - 1, bottom = l == 0;
-    cross_backward_elementwise(dev_, x_dims(), cfg_.precision, g, x0_, zs_[l].data(), half ? nullptr : dz_.data(),
-                               half ? dz16_.data() : nullptr, grads + b_offset(l), dx0, !top, bottom, nullptr,
-                               stream);
+    // the sum written out where more addends than the step takes would follow
+    g.sum = half && !bottom && g.adds == kCrossGradAddends ? g_.data() : nullptr;
+    if (defer && bottom) {
+      g.uppers = L - 1;
+      for (int j = 0; j < L - 1; ++j)
+        g.upper_z16[j] = zs16_[L - 1 - j].data(), g.upper_bias[j] = params + b_offset(L - 1 - j);
+    }
+    const bool writes_dx0 = !defer || bottom;
+    cross_backward_elementwise(dev_, x_dims(), cfg_.precision, g, x0_, half ? xs16_[0].data() : nullptr,
+                               half ? nullptr : zs_[l].data(), half ? zs16_[l].data() : nullptr, params + b_offset(l),
+                               half ? nullptr : dz_.data(), half ? dz16_.data() : nullptr, grads + b_offset(l),
+                               writes_dx0 ? dx0 : CrossInputGrad(), !top && !defer, bottom, stream);
+    if (g.sum) g = CrossGradIn(g_.data());
     const void* dz = half ? static_cast<const void*>(dz16_.data()) : static_cast<const void*>(dz_.data());
     const void* h = half ? static_cast<const void*>(hs16_[l].data()) : static_cast<const void*>(hs_[l].data());
     const void* xl = half ? static_cast<const void*>(xs16_[l].data()) : static_cast<const void*>(x_in(l));
@@ -253,12 +369,24 @@ void CrossNet::backward(const float* params, const float* dxL, float* grads, flo
       dh = dh_.data();
     }
     linear_backward_weight(dev_, v_dims(l), cfg_.precision, dh, xl, grads + v_offset(l), stream);
-    // dx_l = g + dh V_l: onto dx0 at the bottom (which holds its other terms), into g_ from the top layer's g
+    // dx_l = g + dh V_l: onto dx0 at the bottom (which holds its other terms; block by block when it is in two);
+    // above, 16-bit: dh V_l alone in 16 bits, an addend of the next layers' g; fp32: into g_ from the top layer's g
     // (the caller's array, added as the GEMM's C), in place in g_ between
-    if (bottom) linear_backward_data(dev_, v_dims(l), cfg_.precision, dh, v, dx0, true, stream);
-    else if (top) linear_backward_data_plus(dev_, v_dims(l), cfg_.precision, dh, v, g, g_.data(), stream);
-    else linear_backward_data(dev_, v_dims(l), cfg_.precision, dh, v, g_.data(), true, stream);
-    g = g_.data();
+    if (bottom && dx0.b) {
+      linear_backward_data_columns(dev_, v_dims(l), cfg_.precision, dh, v, 0, dx0.a_cols, dx0.a, true, stream);
+      linear_backward_data_columns(dev_, v_dims(l), cfg_.precision, dh, v, dx0.a_cols, cfg_.dim - dx0.a_cols, dx0.b,
+                                   true, stream);
+    } else if (bottom) {
+      linear_backward_data(dev_, v_dims(l), cfg_.precision, dh, v, dx0.a, true, stream);
+    } else if (half) {
+      linear_backward_data_half(dev_, v_dims(l), cfg_.precision, dh, v, dhv16_[l].data(), stream);
+      g.add[g.adds++] = dhv16_[l].data();
+    } else if (top) {
+      linear_backward_data_plus(dev_, v_dims(l), cfg_.precision, dh, v, dxL.base, g_.data(), stream);
+      g = CrossGradIn(g_.data());
+    } else {
+      linear_backward_data(dev_, v_dims(l), cfg_.precision, dh, v, g_.data(), true, stream);
+    }
   }
 }
 

@@ -1,7 +1,9 @@
-// cross_layer.cu: CUDA version of cross_layer.h's elementwise steps. The forward is one grid-stride pass; the
-// backward is an op of dense_reduce.cuh's column sum, so the bias gradient comes out of the same pass that
-// writes dz, the x0 gradient and the copy of g (deterministic: no atomics).
+// cross_layer.cu: CUDA version of cross_layer.h's elementwise steps. The forward and x0's 16-bit copy are one pass
+// each over [batch, D] (threads across columns, four at a time where the shapes and addresses allow, blocks down
+// the rows: a thread's column and its bias stay fixed); the backward is an op of dense_reduce.cuh's column sum, so
+// the bias gradient comes out of the same pass that writes dz and the x0 gradient (deterministic: no atomics).
 #include <cstdint>
+#include <initializer_list>
 
 #include "src/base/check.h"
 #include "kernels/cross_layer.h"
@@ -10,100 +12,207 @@
 
 namespace sparta {
 
+namespace {
+
+// N consecutive floats of a row (N = 1 or 4; 4: 16-byte aligned), and the same of a 16-bit array (8-byte aligned).
+template <int N>
+struct Floats {
+  float v[N];
+};
+
+template <int N>
+__device__ __forceinline__ Floats<N> load_floats(const float* p) {
+  Floats<N> f;
+  if constexpr (N == 4) {
+    const float4 q = *reinterpret_cast<const float4*>(p);
+    f.v[0] = q.x, f.v[1] = q.y, f.v[2] = q.z, f.v[3] = q.w;
+  } else {
+    f.v[0] = *p;
+  }
+  return f;
+}
+
+template <int N>
+__device__ __forceinline__ void store_floats(float* p, const Floats<N>& f) {
+  if constexpr (N == 4)
+    *reinterpret_cast<float4*>(p) = make_float4(f.v[0], f.v[1], f.v[2], f.v[3]);
+  else
+    *p = f.v[0];
+}
+
+template <class H, int N>
+__device__ __forceinline__ Floats<N> load_half(const uint16_t* p) {
+  Floats<N> f;
+  if constexpr (N == 4) {
+    const uint2 q = *reinterpret_cast<const uint2*>(p);
+    f.v[0] = H::value(uint16_t(q.x & 0xFFFFu)), f.v[1] = H::value(uint16_t(q.x >> 16));
+    f.v[2] = H::value(uint16_t(q.y & 0xFFFFu)), f.v[3] = H::value(uint16_t(q.y >> 16));
+  } else {
+    f.v[0] = H::value(*p);
+  }
+  return f;
+}
+
+template <class H, int N>
+__device__ __forceinline__ void store_half(uint16_t* p, const Floats<N>& f) {
+  if constexpr (N == 4)
+    *reinterpret_cast<uint2*>(p) = make_uint2(H::pair(f.v[0], f.v[1]), H::pair(f.v[2], f.v[3]));
+  else
+    *p = H::bits(f.v[0]);
+}
+
+// Where element (r, c) of x0 (or of its gradient) lives: in a, or in b when x0 is two column blocks.
+template <class T>
+__device__ __forceinline__ T* x0_ptr(T* a, T* b, int a_cols, int cols, int64_t r, int c) {
+  if (!b) return a + r * cols + c;
+  return c < a_cols ? a + r * a_cols + c : b + r * (cols - a_cols) + (c - a_cols);
+}
+
+}  // namespace
+
 // ----------------------------------------------------------------------------
 // kernels
 
-// out16 (when not nullptr) in the 16-bit type H (half16.cuh).
-template <class H>
-__global__ void __launch_bounds__(256) cross_forward_kernel(const float* x0, const float* z, const float* xl,
-                                                            float* out, uint16_t* out16, size_t n) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const float v = __fadd_rn(__fmul_rn(x0[i], z[i]), xl[i]);  // no FMA: the CPU reference rounds twice too
-    if (out) out[i] = v;
-    if (out16) out16[i] = H::bits(v);
+// Threads across the columns (N at a time), blocks down the rows. z16 != nullptr: z in 16 bits (H), else fp32 z;
+// x0_16 likewise the products' x0.
+template <class H, int N>
+__global__ void __launch_bounds__(128) cross_forward_kernel(CrossInput x0, const uint16_t* x0_16, const float* z,
+                                                            const uint16_t* z16, const float* bias, const float* xl,
+                                                            float* out, uint16_t* out16, int64_t rows, int cols) {
+  const int c = (blockIdx.x * blockDim.x + threadIdx.x) * N;
+  if (c >= cols) return;
+  const Floats<N> b = load_floats<N>(bias + c);
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const int64_t i = r * cols + c;
+    const Floats<N> zv = z16 ? load_half<H, N>(z16 + i) : load_floats<N>(z + i);
+    const Floats<N> res = xl ? load_floats<N>(xl + i) : load_floats<N>(x0_ptr(x0.a, x0.b, x0.a_cols, cols, r, c));
+    const Floats<N> x = x0_16 ? load_half<H, N>(x0_16 + i)
+                              : xl ? load_floats<N>(x0_ptr(x0.a, x0.b, x0.a_cols, cols, r, c)) : res;
+    Floats<N> v;
+#pragma unroll
+    for (int k = 0; k < N; ++k)  // no FMA: the CPU reference rounds the product and the sum each
+      v.v[k] = __fadd_rn(__fmul_rn(x.v[k], __fadd_rn(zv.v[k], b.v[k])), res.v[k]);
+    if (out) store_floats<N>(out + i, v);
+    if (out16) store_half<H, N>(out16 + i, v);
   }
 }
 
-// The same over n4 groups of four elements: float4 loads and stores (every array 16-byte aligned, out16 8-byte).
-template <class H>
-__global__ void __launch_bounds__(256) cross_forward_vec_kernel(const float4* __restrict__ x0,
-                                                                const float4* __restrict__ z,
-                                                                const float4* __restrict__ xl, float4* __restrict__ out,
-                                                                uint2* __restrict__ out16, size_t n4) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n4; i += size_t(gridDim.x) * blockDim.x) {
-    const float4 a = x0[i], b = z[i], c = xl[i];
-    float4 v;
-    v.x = __fadd_rn(__fmul_rn(a.x, b.x), c.x);
-    v.y = __fadd_rn(__fmul_rn(a.y, b.y), c.y);
-    v.z = __fadd_rn(__fmul_rn(a.z, b.z), c.z);
-    v.w = __fadd_rn(__fmul_rn(a.w, b.w), c.w);
-    if (out) out[i] = v;
-    if (out16) {
-      uint2 bits;
-      bits.x = H::pair(v.x, v.y);
-      bits.y = H::pair(v.z, v.w);
-      out16[i] = bits;
-    }
-  }
+template <class H, int N>
+__global__ void __launch_bounds__(128) cross_input_to_half_kernel(CrossInput x0, uint16_t* x16, int64_t rows,
+                                                                  int cols) {
+  const int c = (blockIdx.x * blockDim.x + threadIdx.x) * N;
+  if (c >= cols) return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    store_half<H, N>(x16 + r * cols + c, load_floats<N>(x0_ptr(x0.a, x0.b, x0.a_cols, cols, r, c)));
 }
 
 namespace {
 
-// Element i of the backward step; dz may be nullptr (16-bit training reads dz16, of type H, alone).
+// Element (r, c) of the backward step; dz may be nullptr (16-bit training reads dz16, of type H, alone).
 template <class H>
 struct CrossGrad {
-  const float* g;
-  const float* x0;
+  CrossGradIn g;
+  CrossInput x0;
+  const uint16_t* x0_16;
   const float* z;
+  const uint16_t* z16;
+  const float* bias;
   float* dz;
   uint16_t* dz16;
-  float* dx0;
-  float* g_copy;
+  CrossInputGrad dx0;
   bool accumulate, identity;
+  int cols;
   struct In {
-    float g, x0, z, dx0;
+    float g, x0, zb, dx0;  // dx0: what the step adds g ⊙ zb to (accumulated, or the deferred terms)
   };
-  __device__ __forceinline__ In load(int64_t i) const { return {g[i], x0[i], z[i], accumulate ? dx0[i] : 0.f}; }
-  __device__ __forceinline__ float finish(const In& in, int64_t i) const {
+  __device__ __forceinline__ In load(int64_t r, int c) const {
+    const int64_t i = r * cols + c;
+    const float zv = z16 ? H::value(z16[i]) : z[i];
+    const float xv = x0_16 ? H::value(x0_16[i]) : *x0_ptr(x0.a, x0.b, x0.a_cols, cols, r, c);
+    float gv = g.base ? g.base[i] : H::value(g.add[0][i]);
+    int k = g.base ? 0 : 1;
+    float up = 0.f;  // the deferred terms of the layers above
+    for (int j = 0; j < g.uppers; ++j, ++k) {
+      const float t = __fmul_rn(gv, __fadd_rn(H::value(g.upper_z16[j][i]), g.upper_bias[j][c]));
+      up = j == 0 ? t : __fadd_rn(up, t);
+      gv = __fadd_rn(gv, H::value(g.add[k][i]));
+    }
+    for (; k < g.adds; ++k) gv = __fadd_rn(gv, H::value(g.add[k][i]));
+    const float prior = accumulate ? *x0_ptr(dx0.a, dx0.b, dx0.a_cols, cols, r, c) : up;
+    return {gv, xv, __fadd_rn(zv, bias[c]), prior};
+  }
+  __device__ __forceinline__ float finish(const In& in, int64_t r, int c) const {
+    const int64_t i = r * cols + c;
     const float d = __fmul_rn(in.g, in.x0);
-    const float gz = __fmul_rn(in.g, in.z);
-    float x = accumulate ? __fadd_rn(in.dx0, gz) : gz;
-    if (identity) x = __fadd_rn(x, in.g);
     if (dz) dz[i] = d;
     if (dz16) dz16[i] = H::bits(d);
-    dx0[i] = x;
-    if (g_copy) g_copy[i] = in.g;
+    if (g.sum) g.sum[i] = in.g;
+    if (dx0.a) {
+      const float gz = __fmul_rn(in.g, in.zb);
+      float x = accumulate || g.uppers > 0 ? __fadd_rn(in.dx0, gz) : gz;
+      if (identity) x = __fadd_rn(x, in.g);
+      *x0_ptr(dx0.a, dx0.b, dx0.a_cols, cols, r, c) = x;
+    }
     return d;
   }
 };
+
+bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
+
+// Whether the row-block kernels may take four columns at a time: the width and x0's first block a multiple of
+// four, every fp32 array 16-byte aligned and every 16-bit one 8-byte aligned.
+bool by_four(int cols, const CrossInput& x0, std::initializer_list<const void*> f32,
+             std::initializer_list<const void*> f16) {
+  if (cols % 4 != 0 || (x0.b && x0.a_cols % 4 != 0) || !aligned(x0.a, 16) || (x0.b && !aligned(x0.b, 16)))
+    return false;
+  for (const void* p : f32)
+    if (p && !aligned(p, 16)) return false;
+  for (const void* p : f16)
+    if (p && !aligned(p, 8)) return false;
+  return true;
+}
+
+// The grid of the row-block kernels: enough column blocks for the width, row blocks for about 16 blocks of 128
+// threads on every SM (a full SM: memory requests in flight).
+dim3 row_block_grid(int64_t rows, int cols, int n) {
+  const int64_t col_blocks = ((cols + n - 1) / n + 127) / 128;
+  int64_t row_blocks = int64_t(dense::sm_count()) * 16 / col_blocks;
+  if (row_blocks < 1) row_blocks = 1;
+  if (row_blocks > rows) row_blocks = rows;
+  if (row_blocks > 65535) row_blocks = 65535;
+  return dim3(unsigned(col_blocks), unsigned(row_blocks));
+}
 
 }  // namespace
 
 // ----------------------------------------------------------------------------
 // launchers
 
-void cross_forward_elementwise_cuda(const LinearDims& d, GemmType t, const float* x0, const float* z,
-                                    const float* xl, float* out, uint16_t* out16, Stream stream) {
-  const size_t n = size_t(d.batch) * d.out;
-  if (n == 0) return;
-  const int block = 256;
-  const size_t cap = size_t(dense::sm_count()) * 16;
-  auto aligned = [](const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; };
-  // without a 16-bit copy the type is not read: the bf16 instance serves fp32
-  dense::with_half(out16 ? t : GemmType::bf16, [&](auto h) {
+void cross_forward_elementwise_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream) {
+  if (d.batch == 0) return;
+  // without a 16-bit array the type is not read: the bf16 instance serves fp32
+  dense::with_half(a.out16 || a.z16 || a.x0_16 ? a.half : GemmType::bf16, [&](auto h) {
     using H = decltype(h);
-    if (n % 4 == 0 && aligned(x0, 16) && aligned(z, 16) && aligned(xl, 16) && (!out || aligned(out, 16)) &&
-        (!out16 || aligned(out16, 8))) {
-      const size_t n4 = n / 4, blocks = (n4 + block - 1) / block;
-      cross_forward_vec_kernel<H><<<int(blocks < cap ? blocks : cap), block, 0, stream>>>(
-          reinterpret_cast<const float4*>(x0), reinterpret_cast<const float4*>(z),
-          reinterpret_cast<const float4*>(xl), reinterpret_cast<float4*>(out), reinterpret_cast<uint2*>(out16), n4);
-      CUDA_CHECK_LAUNCH("cross_forward_vec_kernel");
-      return;
+    if (by_four(d.out, a.x0, {a.z, a.bias, a.xl, a.out}, {a.x0_16, a.z16, a.out16})) {
+      cross_forward_kernel<H, 4><<<row_block_grid(d.batch, d.out, 4), 128, 0, stream>>>(
+          a.x0, a.x0_16, a.z, a.z16, a.bias, a.xl, a.out, a.out16, d.batch, d.out);
+    } else {
+      cross_forward_kernel<H, 1><<<row_block_grid(d.batch, d.out, 1), 128, 0, stream>>>(
+          a.x0, a.x0_16, a.z, a.z16, a.bias, a.xl, a.out, a.out16, d.batch, d.out);
     }
-    const size_t blocks = (n + block - 1) / block;
-    cross_forward_kernel<H><<<int(blocks < cap ? blocks : cap), block, 0, stream>>>(x0, z, xl, out, out16, n);
     CUDA_CHECK_LAUNCH("cross_forward_kernel");
+  });
+}
+
+void cross_input_to_half_cuda(const LinearDims& d, GemmType t, const CrossInput& x0, uint16_t* x16, Stream stream) {
+  if (d.batch == 0) return;
+  dense::with_half(t, [&](auto h) {
+    using H = decltype(h);
+    if (by_four(d.out, x0, {}, {x16}))
+      cross_input_to_half_kernel<H, 4><<<row_block_grid(d.batch, d.out, 4), 128, 0, stream>>>(x0, x16, d.batch, d.out);
+    else
+      cross_input_to_half_kernel<H, 1><<<row_block_grid(d.batch, d.out, 1), 128, 0, stream>>>(x0, x16, d.batch, d.out);
+    CUDA_CHECK_LAUNCH("cross_input_to_half_kernel");
   });
 }
 
@@ -115,8 +224,10 @@ void copy_columns_cuda(const float* src, int64_t src_ld, float* dst, int64_t dst
 }
 
 void cross_backward_elementwise_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream) {
-  dense::with_half(a.dz16 ? a.half : GemmType::bf16, [&](auto h) {
-    CrossGrad<decltype(h)> op{a.g, a.x0, a.z, a.dz, a.dz16, a.dx0, a.g_copy, a.accumulate, a.identity};
+  dense::with_half(a.dz16 || a.z16 || a.x0_16 || a.g.adds > 0 || a.g.uppers > 0 ? a.half : GemmType::bf16,
+                   [&](auto h) {
+    CrossGrad<decltype(h)> op{a.g,  a.x0,  a.x0_16, a.z,          a.z16,      a.bias,
+                              a.dz, a.dz16, a.dx0,  a.accumulate, a.identity, d.out};
     dense::column_sums(op, d.batch, d.out, a.db, stream, "cross_backward (column_sum_kernel)");
   });
 }

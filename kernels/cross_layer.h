@@ -8,11 +8,20 @@
 // Backward, from g = dL/dx_{l+1}:
 //   dz = g ⊙ x0,  db_l = Σ_batch dz,  dU_l = dz^T h_l,  dh = dz U_l,  dV_l = dh^T x_l,
 //   dx_l = g + dh V_l,  and x0 collects g ⊙ z_l from every layer (plus, at l = 0 where x_l is x0, dx_0).
-// The GEMMs are dense_linear.h's steps (cuBLASLt on cuda, the bias fused into the z GEMM; in 16-bit training h
-// and dh written straight in 16 bits, and the top layer's g added as the dh V_l GEMM's C); the elementwise
-// parts are one kernel each way: forward x_{l+1} (and its 16-bit copy); backward dz (and 16-bit), db (a
-// fixed-order column sum) and the x0 gradient.
-// concat_columns / split_columns build x0 from the bottom output and the embeddings, and split its gradient.
+// The GEMMs are dense_linear.h's steps (cuBLASLt on cuda); z's GEMM writes the product without the bias (in 16-bit
+// training straight in 16 bits, like h and dh), and the elementwise steps add b where they read z, so each
+// layer makes one pass over [batch, D] each way: forward x_{l+1} (and its 16-bit copy); backward dz (or its 16-bit
+// copy), db (a fixed-order column sum) and the x0 gradient. In fp32 that is the same arithmetic as the bias in the
+// GEMM's epilogue (fl(fl(hU) + b)); in 16-bit training z = fl16(hU) + b, the bias added in fp32, and the products
+// x0 ⊙ z and g ⊙ x0 take x0 in 16 bits (the copy the first V GEMM reads: half the bytes of each read of x0, which
+// every pass makes) while the residual stream x_l and the gradients are summed in fp32. The backward in 16-bit
+// training: dxL may come in 16 bits (the top MLP's input gradient), the GEMM dh V_l above the bottom layer writes
+// 16 bits (no fp32 read and write of the gradient stream by a GEMM), and each elementwise step reads g as those
+// terms summed in fp32; the layers above the bottom leave dx0 alone and the bottom step adds their x0 gradient
+// terms (recomputed from the same 16-bit terms and z's: the same sums), so dx0 is written once, not read and
+// written by every layer.
+// x0 need not exist as one array: the network reads it as two column blocks (DCNv2: the bottom MLP's output and
+// the pooled embeddings, where their producers wrote them), and writes its gradient as two blocks likewise.
 // Every launcher takes the stream it runs on last (cuda: asynchronous on it, no host synchronization; cpu: runs
 // on the calling thread, the stream unused).
 #pragma once
@@ -29,13 +38,29 @@
 namespace sparta {
 
 // ---------------------------------------------------------------------------------------------------------
-// The network's input and its gradient: x0 [batch, a_cols + b_cols] = [a [batch, a_cols], b [batch, b_cols]]
-// (DCNv2: a the bottom MLP's output, b the pooled embeddings [batch, slots * dim]); split_columns is its
-// backward, da and db from dx0. cuda: two strided device copies each.
+// The network's input x0 [batch, D] as two column blocks: columns [0, a_cols) in a [batch, a_cols] and columns
+// [a_cols, D) in b [batch, D - a_cols] (DCNv2: the bottom MLP's output and the pooled embeddings [batch, slots *
+// dim]); b == nullptr: all of x0 in a. Its gradient likewise.
+struct CrossInput {
+  const float* a = nullptr;
+  const float* b = nullptr;
+  int a_cols = 0;
+  CrossInput() = default;
+  CrossInput(const float* whole) : a(whole) {}  // NOLINT: one array is the common case
+  CrossInput(const float* a_, const float* b_, int a_cols_) : a(a_), b(b_), a_cols(a_cols_) {}
+};
+struct CrossInputGrad {
+  float* a = nullptr;
+  float* b = nullptr;
+  int a_cols = 0;
+  CrossInputGrad() = default;
+  CrossInputGrad(float* whole) : a(whole) {}  // NOLINT
+  CrossInputGrad(float* a_, float* b_, int a_cols_) : a(a_), b(b_), a_cols(a_cols_) {}
+};
+
+// out [batch, a_cols + b_cols] = [a, b]: the input as one array (the fp32 network's first GEMM reads it so).
 void concat_columns(const Device& dev, const char* layer, int64_t batch, const float* a, int a_cols, const float* b,
                     int b_cols, float* out, Stream stream);
-void split_columns(const Device& dev, const char* layer, int64_t batch, const float* in, float* a, int a_cols,
-                   float* b, int b_cols, Stream stream);
 
 // Copies rows x cols floats from src (row pitch src_ld floats) to dst (row pitch dst_ld floats).
 void copy_columns_cpu(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows, int64_t cols);
@@ -43,35 +68,71 @@ void copy_columns_cuda(const float* src, int64_t src_ld, float* dst, int64_t dst
                        Stream stream);
 
 // ---------------------------------------------------------------------------------------------------------
-// The elementwise steps (shapes [batch, D]; d.in == d.out == D).
+// The elementwise steps (shapes [batch, D]; d.in == d.out == D). z is the product h U^T without the bias: fp32 z,
+// or its 16-bit copy z16 (the other nullptr); bias [D].
 
-// out = x0 ⊙ z + xl; out16 (the copy of out in the 16-bit type t: bf16 or f16) when not nullptr (t is read only
-// then); out may be nullptr when out16 is not (only the 16-bit copy is read).
-void cross_forward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const float* x0, const float* z,
+// x16 [batch, D] = x0 in the 16-bit type t (rounded to nearest even): the first V GEMM's input.
+void cross_input_to_half(const Device& dev, const LinearDims& d, GemmType t, const CrossInput& x0, uint16_t* x16,
+                         Stream stream);
+
+// In both steps x0_16 ([batch, D] in the 16-bit type t) is the x0 of the products when not nullptr (else x0).
+
+// out = x0 ⊙ (z + bias) + xl (xl == nullptr: the fp32 x0 itself, the first layer's x_l); out16 (the copy of out
+// in the 16-bit type t) when not nullptr; out may be nullptr when out16 is not (only the 16-bit copy is read).
+// t is read where there is a 16-bit array.
+void cross_forward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const CrossInput& x0,
+                               const uint16_t* x0_16, const float* z, const uint16_t* z16, const float* bias,
                                const float* xl, float* out, uint16_t* out16, Stream stream);
 
+// With g = g.base + g.add[0] + ... + g.add[g.adds - 1] (the addends [batch, D] in the 16-bit type t, widened and
+// added in that order in fp32; g.adds <= kCrossGradAddends; g.base nullptr: g.add[0] widened, then the rest):
 // dz = g ⊙ x0 (dz16: its copy in the 16-bit type t when not nullptr; dz may be nullptr when dz16 is not);
-// db [D] = Σ_batch dz; dx0 = (accumulate ? dx0 : 0) + g ⊙ z + (identity ? g : 0);  g_copy = g when not nullptr.
-void cross_backward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const float* g, const float* x0,
-                                const float* z, float* dz, uint16_t* dz16, float* db, float* dx0, bool accumulate,
-                                bool identity, float* g_copy, Stream stream);
+// db [D] = Σ_batch dz; dx0 = (accumulate ? dx0 : U) + g ⊙ (z + bias) + (identity ? g : 0), dx0 not written when
+// dx0.a is nullptr; g.sum = g when not nullptr. x0 is not read when x0_16 is given.
+// U: the x0 gradient's terms of g.uppers layers above, deferred to this step so that they neither read nor write
+// dx0 (16-bit training): with v the running sum of g after its first term (g.base, or g.add[0]), upper layer j = 0,
+// 1, .. (from the top) adds v ⊙ (upper_z16[j] + upper_bias[j]) (the first one: U = that), then v takes g's next
+// addend: every addend after the first term is an upper layer's, and the sums are those the layers would have
+// made on dx0 one by one (the same bits). U = 0 without uppers.
+constexpr int kCrossGradAddends = 4;
+struct CrossGradIn {
+  const float* base = nullptr;
+  const uint16_t* add[kCrossGradAddends] = {};
+  int adds = 0;
+  float* sum = nullptr;  // g written here when not nullptr
+  int uppers = 0;
+  const uint16_t* upper_z16[kCrossGradAddends] = {};  // [batch, D], the upper layers' z (without the bias)
+  const float* upper_bias[kCrossGradAddends] = {};    // [D]
+  CrossGradIn() = default;
+  CrossGradIn(const float* g) : base(g) {}  // NOLINT: g alone is the common case
+};
+void cross_backward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const CrossGradIn& g,
+                                const CrossInput& x0, const uint16_t* x0_16, const float* z, const uint16_t* z16,
+                                const float* bias,
+                                float* dz, uint16_t* dz16, float* db, const CrossInputGrad& dx0, bool accumulate,
+                                bool identity, Stream stream);
 
-struct CrossElementwise {  // the backward step's arguments, for the backends
-  const float* g;
-  const float* x0;
+struct CrossElementwise {  // the steps' arguments, for the backends
+  GemmType half;           // the 16-bit arrays' type
+  CrossGradIn g;           // backward
+  CrossInput x0;
+  const uint16_t* x0_16;   // the products' x0 when not nullptr
   const float* z;
-  float* dz;
+  const uint16_t* z16;
+  const float* bias;
+  const float* xl;         // forward
+  float* out;
+  uint16_t* out16;
+  float* dz;               // backward
   uint16_t* dz16;
   float* db;
-  float* dx0;
+  CrossInputGrad dx0;
   bool accumulate, identity;
-  float* g_copy;
-  GemmType half;  // dz16's type
 };
-void cross_forward_elementwise_cpu(const LinearDims& d, GemmType t, const float* x0, const float* z, const float* xl,
-                                   float* out, uint16_t* out16);
-void cross_forward_elementwise_cuda(const LinearDims& d, GemmType t, const float* x0, const float* z,
-                                    const float* xl, float* out, uint16_t* out16, Stream stream);
+void cross_input_to_half_cpu(const LinearDims& d, GemmType t, const CrossInput& x0, uint16_t* x16);
+void cross_input_to_half_cuda(const LinearDims& d, GemmType t, const CrossInput& x0, uint16_t* x16, Stream stream);
+void cross_forward_elementwise_cpu(const LinearDims& d, const CrossElementwise& a);
+void cross_forward_elementwise_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream);
 void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise& a);
 void cross_backward_elementwise_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream);
 
@@ -99,15 +160,17 @@ class CrossNet {
   size_t b_offset(int l) const { return u_offset(l) + size_t(cfg_.dim) * cfg_.rank; }
   const CrossConfig& config() const { return cfg_; }
 
-  // x0 [batch, D] → x_L [batch, D], held by the network until the next forward. x0 must stay unchanged until
-  // backward. Throws sparta::Error naming the network when batch is not in [0, max_batch].
-  // out16 (16-bit precision): x_L is written there in the precision's 16-bit type alone ([batch, D], what the
-  // next layer's GEMM reads: dense_mlp.h's input16) and nullptr is returned.
-  const float* forward(const float* params, const float* x0, int64_t batch, Stream stream,
+  // x0 [batch, D] → x_L [batch, D], held by the network until the next forward. x0's arrays must stay unchanged
+  // until backward. Throws sparta::Error naming the network when batch is not in [0, max_batch] or x0's blocks do
+  // not fit D. out16 (16-bit precision): x_L is written there in the precision's 16-bit type alone ([batch, D],
+  // what the next layer's GEMM reads: dense_mlp.h's input16) and nullptr is returned.
+  const float* forward(const float* params, const CrossInput& x0, int64_t batch, Stream stream,
                        uint16_t* out16 = nullptr);
 
-  // From dxL [batch, D]: grads [param_count] and dx0 [batch, D] are overwritten.
-  void backward(const float* params, const float* dxL, float* grads, float* dx0, Stream stream);
+  // From dxL [batch, D]: grads [param_count] and dx0 [batch, D] (its blocks as x0's were given, any split) are
+  // overwritten. 16-bit precision: dxL may come as 16-bit terms (CrossGradIn: base nullptr, dense_mlp.h's 16-bit
+  // input gradient as add[0]); fp32: dxL.base alone.
+  void backward(const float* params, const CrossGradIn& dxL, float* grads, const CrossInputGrad& dx0, Stream stream);
 
   // DCNv2's initialization on the host, deterministic by seed: U and V uniform in ±sqrt(6 / (fan_in +
   // fan_out)) (Glorot), b zero.
@@ -118,7 +181,7 @@ class CrossNet {
   LinearDims v_dims(int l) const;  // h = x_l V^T: in D, out rank
   LinearDims u_dims(int l) const;  // z = h U^T + b: in rank, out D
   LinearDims x_dims() const;       // the elementwise steps: D by D
-  const float* x_in(int l) const { return l == 0 ? x0_ : xs_[l - 1].data(); }
+  const float* x_in(int l) const { return l == 0 ? x0_.a : xs_[l - 1].data(); }  // fp32: what V_l's GEMM reads
   // V_l and U_l as the GEMMs read them: in the parameters (fp32) or their 16-bit copies
   const void* v_gemm(const float* params, int l) const;
   const void* u_gemm(const float* params, int l) const;
@@ -128,14 +191,17 @@ class CrossNet {
   int64_t max_batch_ = 0;
   int64_t batch_ = -1;
   std::vector<std::string> names_;  // per layer: V, U, x
-  const float* x0_ = nullptr;
+  CrossInput x0_;                         // the last forward's input
+  Buffer<float> x0_whole_;                // fp32 with x0 in two blocks: x0 as one array [max_batch, D]
   std::vector<Buffer<float>> xs_;         // x_{l+1} [max_batch, D], l < layers
-  std::vector<Buffer<float>> hs_, zs_;    // h_l [max_batch, rank], z_l [max_batch, D]
+  std::vector<Buffer<float>> hs_, zs_;    // fp32: h_l [max_batch, rank], z_l [max_batch, D] (without the bias)
+  std::vector<Buffer<uint16_t>> zs16_;    // 16-bit: z_l
   std::vector<Buffer<uint16_t>> xs16_;    // 16-bit: x_l [max_batch, D], l < layers (x_0 included)
   std::vector<Buffer<uint16_t>> hs16_;    // 16-bit: h_l
   std::vector<Buffer<uint16_t>> v16_, u16_;  // 16-bit copies of V_l and U_l, each its own aligned buffer
   Buffer<float> dz_, g_, dh_;             // [max_batch, D] (fp32 only), [max_batch, D], [max_batch, rank]
   Buffer<uint16_t> dz16_, dh16_;
+  std::vector<Buffer<uint16_t>> dhv16_;   // 16-bit: dh V_l [max_batch, D], 1 <= l < layers (index l)
 };
 
 }  // namespace sparta

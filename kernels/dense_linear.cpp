@@ -85,31 +85,22 @@ void gemm_cpu(const GemmCall& g) {
     cblas_sgemm(CblasColMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans,
                 int(g.m), int(g.n), int(g.k), 1.0f, a, int(g.lda), b, int(g.ldb), g.beta, d, int(g.ldd));
   }
-  const size_t mask_col = size_t(g.mask_ld / 8);  // bytes of one column's mask
   if (g.bias || g.relu) {
+    std::vector<float> bias16;  // a 16-bit D's bias, rounded to its type
+    if (g.bias && g.d_type != GemmType::f32) {
+      bias16.resize(size_t(g.m));
+      const HalfFromFloat round16 = half_from_float(g.d_type);
+      const HalfToFloat widen = half_to_float(g.d_type);
+      for (int64_t i = 0; i < g.m; ++i) bias16[i] = widen(round16(g.bias[i]));
+    }
+    const float* bias = bias16.empty() ? g.bias : bias16.data();
     for (int64_t j = 0; j < g.n; ++j) {
       float* col = d + j * g.ldd;
-      uint8_t* bits = g.relu_mask ? g.relu_mask + j * mask_col : nullptr;
-      if (bits) std::memset(bits, 0, mask_col);
       for (int64_t i = 0; i < g.m; ++i) {
-        float v = g.bias ? col[i] + g.bias[i] : col[i];
-        const bool pass = v > 0.f;
-        col[i] = g.relu && !pass ? 0.f : v;
-        if (bits && pass) bits[i / 8] |= uint8_t(1u << (i % 8));
+        const float v = bias ? col[i] + bias[i] : col[i];
+        col[i] = g.relu && !(v > 0.f) ? 0.f : v;
       }
     }
-  }
-  if (g.drelu_mask) {
-    std::vector<double> sum(g.m, 0.0);
-    for (int64_t j = 0; j < g.n; ++j) {
-      float* col = d + j * g.ldd;
-      const uint8_t* bits = g.drelu_mask + j * mask_col;
-      for (int64_t i = 0; i < g.m; ++i) {
-        if (!(bits[i / 8] >> (i % 8) & 1u)) col[i] = 0.f;
-        sum[i] += col[i];
-      }
-    }
-    for (int64_t i = 0; g.bias_grad && i < g.m; ++i) g.bias_grad[i] = static_cast<float>(sum[i]);
   }
   if (g.d_type != GemmType::f32) {
     const HalfFromFloat round16 = half_from_float(g.d_type);
@@ -130,6 +121,21 @@ void activation_bias_backward_cpu(const LinearDims& d, GemmType t, Activation ac
       if (dpre) dpre[i] = v;
       if (dpre16) dpre16[i] = round16(v);
       if (db) sum[c] += v;
+    }
+  }
+  for (int c = 0; db && c < d.out; ++c) db[c] = static_cast<float>(sum[c]);
+}
+
+void relu_bias_backward_half_cpu(const LinearDims& d, GemmType t, const uint16_t* y16, const uint16_t* dy16,
+                                 uint16_t* dpre16, float* db) {
+  const HalfToFloat widen = half_to_float(t);
+  std::vector<double> sum(db ? d.out : 0, 0.0);
+  for (int64_t r = 0; r < d.batch; ++r) {
+    for (int c = 0; c < d.out; ++c) {
+      const size_t i = size_t(r) * d.out + c;
+      const uint16_t v = widen(y16[i]) > 0.f ? dy16[i] : uint16_t(0);
+      dpre16[i] = v;
+      if (db) sum[c] += double(widen(v));
     }
   }
   for (int c = 0; db && c < d.out; ++c) db[c] = static_cast<float>(sum[c]);
@@ -158,6 +164,7 @@ void set_gemm_algo_search(bool on) { g_algo_search.store(on); }
 bool gemm_algo_search() { return g_algo_search.load(); }
 uint64_t gemm_algo_searches() { return g_algo_searches.load(); }
 void note_gemm_algo_search() { g_algo_searches.fetch_add(1); }
+
 
 namespace {
 
@@ -204,6 +211,21 @@ void linear_backward_data(const Device& dev, const LinearDims& d, GemmType t, co
   run_gemm(dev, g, stream);
 }
 
+void linear_backward_data_columns(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
+                                  int col0, int cols, float* dx, bool accumulate, Stream stream) {
+  check_linear_dims(d);
+  SPARTA_REQUIRE(col0 >= 0 && cols >= 1 && int64_t(col0) + cols <= d.in,
+                 "dense layer '%s': input columns [%d, %lld) are not within its %d inputs", d.layer, col0,
+                 (long long)(int64_t(col0) + cols), d.in);
+  GemmCall g;  // dx^T [cols, batch] = w^T [col0 .., out] · dpre^T [out, batch]
+  g.layer = d.layer, g.type = t, g.trans_a = false, g.trans_b = false;
+  g.m = cols, g.n = d.batch, g.k = d.out;
+  g.a = static_cast<const char*>(w) + size_t(col0) * gemm_type_bytes(t), g.lda = d.in;
+  g.b = dpre, g.ldb = d.out, g.d = dx, g.ldd = cols;
+  g.beta = accumulate ? 1.f : 0.f;
+  run_gemm(dev, g, stream);
+}
+
 void linear_forward_half(const Device& dev, const LinearDims& d, GemmType t, const void* x, const void* w,
                          uint16_t* y16, Stream stream) {
   check_linear_dims(d);
@@ -213,18 +235,6 @@ void linear_forward_half(const Device& dev, const LinearDims& d, GemmType t, con
   g.layer = d.layer, g.type = t, g.trans_a = true, g.trans_b = false;
   g.m = d.out, g.n = d.batch, g.k = d.in;
   g.a = w, g.lda = d.in, g.b = x, g.ldb = d.in, g.d = y16, g.ldd = d.out, g.d_type = t;
-  run_gemm(dev, g, stream);
-}
-
-void linear_backward_data_half(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
-                               uint16_t* dx16, Stream stream) {
-  check_linear_dims(d);
-  SPARTA_REQUIRE(is_half(t), "dense layer '%s': a 16-bit output needs bf16 or f16 inputs, found %s", d.layer,
-                 gemm_type_name(t));
-  GemmCall g;  // dx^T [in, batch] = w^T [in, out] · dpre^T [out, batch], in t
-  g.layer = d.layer, g.type = t, g.trans_a = false, g.trans_b = false;
-  g.m = d.in, g.n = d.batch, g.k = d.out;
-  g.a = w, g.lda = d.in, g.b = dpre, g.ldb = d.out, g.d = dx16, g.ldd = d.in, g.d_type = t;
   run_gemm(dev, g, stream);
 }
 
@@ -257,27 +267,23 @@ void activation_bias_backward(const Device& dev, const LinearDims& d, GemmType t
 #endif
 }
 
-size_t relu_mask_bytes(int out, int64_t batch) { return size_t(relu_mask_ld(out) / 8) * size_t(batch); }
-
 namespace {
 
-GemmCall forward_relu_mask_call(const LinearDims& d, GemmType t, const void* x, const void* w, const float* b,
-                                uint16_t* y16, uint8_t* mask) {
-  GemmCall g;  // y^T [out, batch] = w [out, in] · x^T [in, batch], relu, mask, in t
+GemmCall forward_relu_half_call(const LinearDims& d, GemmType t, const void* x, const void* w, const float* b,
+                                uint16_t* y16) {
+  GemmCall g;  // y^T [out, batch] = relu(w [out, in] · x^T [in, batch] + b), in t
   g.layer = d.layer, g.type = t, g.trans_a = true, g.trans_b = false;
   g.m = d.out, g.n = d.batch, g.k = d.in;
   g.a = w, g.lda = d.in, g.b = x, g.ldb = d.in, g.d = y16, g.ldd = d.out, g.d_type = t;
-  g.bias = b, g.relu = true, g.relu_mask = mask, g.mask_ld = relu_mask_ld(d.out);
+  g.bias = b, g.relu = true;
   return g;
 }
 
-GemmCall backward_drelu_call(const LinearDims& d, GemmType t, const void* dpre, const void* w, const uint8_t* mask,
-                             uint16_t* dpre_below16, float* db_below) {
-  GemmCall g;  // g^T [in, batch] = w^T [in, out] · dpre^T [out, batch], ⊙ mask, Σ over the batch, in t
+GemmCall backward_data_half_call(const LinearDims& d, GemmType t, const void* dpre, const void* w, uint16_t* dx16) {
+  GemmCall g;  // dx^T [in, batch] = w^T [in, out] · dpre^T [out, batch], in t
   g.layer = d.layer, g.type = t, g.trans_a = false, g.trans_b = false;
   g.m = d.in, g.n = d.batch, g.k = d.out;
-  g.a = w, g.lda = d.in, g.b = dpre, g.ldb = d.out, g.d = dpre_below16, g.ldd = d.in, g.d_type = t;
-  g.drelu_mask = mask, g.bias_grad = db_below, g.mask_ld = relu_mask_ld(d.in);
+  g.a = w, g.lda = d.in, g.b = dpre, g.ldb = d.out, g.d = dx16, g.ldd = d.in, g.d_type = t;
   return g;
 }
 
@@ -288,22 +294,34 @@ void require_half(const LinearDims& d, GemmType t) {
 
 }  // namespace
 
-void linear_forward_relu_mask(const Device& dev, const LinearDims& d, GemmType t, const void* x, const void* w,
-                              const float* b, uint16_t* y16, uint8_t* mask, Stream stream) {
+void linear_backward_data_half(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
+                               uint16_t* dx16, Stream stream) {
   check_linear_dims(d);
-  require_half(d, t);
-  run_gemm(dev, forward_relu_mask_call(d, t, x, w, b, y16, mask), stream);
+  SPARTA_REQUIRE(is_half(t), "dense layer '%s': a 16-bit output needs bf16 or f16 inputs, found %s", d.layer,
+                 gemm_type_name(t));
+  run_gemm(dev, backward_data_half_call(d, t, dpre, w, dx16), stream);
 }
 
-void linear_backward_data_drelu(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
-                                const uint8_t* mask, uint16_t* dpre_below16, float* db_below, Stream stream) {
+void linear_forward_relu_half(const Device& dev, const LinearDims& d, GemmType t, const void* x, const void* w,
+                              const float* b, uint16_t* y16, Stream stream) {
   check_linear_dims(d);
   require_half(d, t);
-  if (d.batch == 0) return fill(dev, db_below, size_t(d.in), 0.f, stream);  // no rows: an empty sum
-  run_gemm(dev, backward_drelu_call(d, t, dpre, w, mask, dpre_below16, db_below), stream);
+  run_gemm(dev, forward_relu_half_call(d, t, x, w, b, y16), stream);
 }
 
-bool relu_mask_fusion_available(const Device& dev, const LinearDims& d_below, const LinearDims& d, GemmType t,
+void relu_bias_backward_half(const Device& dev, const LinearDims& d, GemmType t, const uint16_t* y16,
+                             const uint16_t* dy16, uint16_t* dpre16, float* db, Stream stream) {
+  check_linear_dims(d);
+  require_half(d, t);
+  if (!dev.is_cuda()) return relu_bias_backward_half_cpu(d, t, y16, dy16, dpre16, db);
+#if SPARTA_CUDA
+  relu_bias_backward_half_cuda(d, t, y16, dy16, dpre16, db, stream);
+#else
+  SPARTA_FATAL("dense layer '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
+#endif
+}
+
+bool relu_half_fusion_available(const Device& dev, const LinearDims& d_below, const LinearDims& d, GemmType t,
                                 Stream stream) {
   SPARTA_REQUIRE(d_below.out == d.in && d_below.batch == d.batch,
                  "dense layer '%s': fused below '%s' needs its input width (%d) to be that layer's output (%d)",
@@ -316,10 +334,9 @@ bool relu_mask_fusion_available(const Device& dev, const LinearDims& d_below, co
   // heuristic reads no memory
   void* p = reinterpret_cast<void*>(uintptr_t(256));
   const float* f = static_cast<const float*>(p);
-  return gemm_available_cuda(forward_relu_mask_call(d_below, t, p, p, f, static_cast<uint16_t*>(p),
-                                                    static_cast<uint8_t*>(p)), stream) &&
-         gemm_available_cuda(backward_drelu_call(d, t, p, p, static_cast<const uint8_t*>(p),
-                                                 static_cast<uint16_t*>(p), static_cast<float*>(p)), stream);
+  uint16_t* h = static_cast<uint16_t*>(p);
+  return gemm_available_cuda(forward_relu_half_call(d_below, t, p, p, f, h), stream) &&
+         gemm_available_cuda(backward_data_half_call(d, t, p, p, h), stream);
 #else
   (void)stream;
   return false;

@@ -42,12 +42,14 @@ constexpr int kSearchRuns = 3;        // timed runs of each (after one untimed),
 using AlgoKey = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool,
                            uint32_t, uint32_t, uint32_t, bool>;
 
-// The algorithm for one kind of call, and whether it fuses the epilogue (where cuBLASLt has no algorithm with
-// the bias or ReLU epilogue for a shape, the plain product runs and bias_relu_kernel follows it).
+// The algorithm for one kind of call, and whether it fuses the epilogue (where cuBLASLt has no algorithm with the
+// bias or ReLU epilogue for a shape, the plain product runs and bias_relu_kernel follows it).
 struct GemmPlan {
   cublasLtMatmulAlgo_t algo;
   bool fused = true;
 };
+
+constexpr int64_t kStagedBiasMax = 1 << 16;  // the widest bias staged (below)
 
 struct StreamContext {
   cublasLtHandle_t lt = nullptr;
@@ -57,6 +59,9 @@ struct StreamContext {
   uint64_t scratch_epoch = 0;  // times scratch was made anew
   std::map<AlgoKey, GemmPlan> algos;
   std::map<AlgoKey, bool> available;  // gemm_available_cuda's answers
+  // A 16-bit D's bias, rounded to D's type (the only bias type cuBLASLt takes with it), staged for the call that
+  // reads it next at an address of its own, 256-byte aligned as the availability probe assumes.
+  uint16_t* bias16 = nullptr;  // [kStagedBiasMax]
 };
 
 std::mutex g_mutex;
@@ -72,6 +77,7 @@ StreamContext& context_for(Stream stream) {
     slot = std::make_unique<StreamContext>();
     CUBLAS_CHECK(cublasLtCreate(&slot->lt));
     CUDA_CHECK(cudaMalloc(&slot->workspace, kWorkspaceBytes));
+    CUDA_CHECK(cudaMalloc(&slot->bias16, kStagedBiasMax * sizeof(uint16_t)));
   }
   return *slot;
 }
@@ -176,7 +182,7 @@ __global__ void __launch_bounds__(256)
 
 namespace {
 
-// Element i = r * out + c of the activation + bias gradient. dy and dpre may be the same array; dpre may be
+// Element (r, c) of the activation + bias gradient ([rows, cols]). dy and dpre may be the same array; dpre may be
 // nullptr (16-bit training reads dpre16, of type H, alone).
 template <class H>
 struct ActivationGrad {
@@ -186,15 +192,41 @@ struct ActivationGrad {
   uint16_t* dpre16;
   bool relu;
   float dy_scale;
+  int cols;
   struct In {
     float y, dy;
   };
-  __device__ __forceinline__ In load(int64_t i) const { return {relu ? y[i] : 1.f, dy[i]}; }
-  __device__ __forceinline__ float finish(const In& in, int64_t i) const {
+  __device__ __forceinline__ In load(int64_t r, int c) const {
+    const int64_t i = r * cols + c;
+    return {relu ? y[i] : 1.f, dy[i]};
+  }
+  __device__ __forceinline__ float finish(const In& in, int64_t r, int c) const {
+    const int64_t i = r * cols + c;
     const float v = relu && !(in.y > 0.f) ? 0.f : __fmul_rn(in.dy, dy_scale);
     if (dpre) dpre[i] = v;
     if (dpre16) dpre16[i] = H::bits(v);
     return v;
+  }
+};
+
+// Element (r, c) of the ReLU + bias gradient from 16-bit arrays (type H); dpre16 may be dy16.
+template <class H>
+struct ReluGradHalf {
+  const uint16_t* y16;
+  const uint16_t* dy16;
+  uint16_t* dpre16;
+  int cols;
+  struct In {
+    uint16_t y, dy;
+  };
+  __device__ __forceinline__ In load(int64_t r, int c) const {
+    const int64_t i = r * cols + c;
+    return {y16[i], dy16[i]};
+  }
+  __device__ __forceinline__ float finish(const In& in, int64_t r, int c) const {
+    const uint16_t v = H::value(in.y) > 0.f ? in.dy : uint16_t(0);
+    dpre16[r * cols + c] = v;
+    return H::value(v);
   }
 };
 
@@ -227,37 +259,23 @@ struct LtCall {
   LtCall& operator=(const LtCall&) = delete;
   explicit LtCall(const GemmCall& g) {
     const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (g.drelu_mask) {
-      epi = CUBLASLT_EPILOGUE_DRELU_BGRAD;
-    } else if (g.relu_mask) {
-      epi = g.bias ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX;
-    } else {
-      epi = g.bias ? (g.relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
-                   : (g.relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
-    }
+    epi = g.bias ? (g.relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                 : (g.relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     set_epilogue(epi);
-    // the bias (forward) or the bias gradient (DRELU_BGRAD) is fp32 whatever D's type
-    const void* bias = g.drelu_mask ? static_cast<const void*>(g.bias_grad) : static_cast<const void*>(g.bias);
-    if (bias) {
-      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-      const cudaDataType_t bias_type = CUDA_R_32F;
-      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                  sizeof(bias_type)));
-    }
-    if (g.relu_mask || g.drelu_mask) {
-      const void* aux = g.relu_mask ? static_cast<const void*>(g.relu_mask) : static_cast<const void*>(g.drelu_mask);
-      const int64_t aux_ld = g.mask_ld;
-      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
-      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
-    }
+    // fp32 for an fp32 D; a 16-bit D's in its type (gemm_cuda stages it so)
+    if (g.bias) set_bias(g.bias, g.d_type == GemmType::f32 ? CUDA_R_32F : cuda_type(g.d_type));
     const cudaDataType_t in = cuda_type(g.type), out = cuda_type(g.d_type);
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, in, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, in, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, out, g.m, g.n, g.ldd));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, out, g.m, g.n, g.ldd));
+  }
+  void set_bias(const void* bias, cudaDataType_t type) {
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof(type)));
   }
   void set_epilogue(cublasLtEpilogue_t e) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)));
@@ -296,23 +314,21 @@ bool bytes_equal(const void* a, const void* b, size_t n, int* flag, Stream strea
 }
 
 // Times candidates[0 .. count) on the call's own buffers (each once untimed, then kSearchRuns times with CUDA
-// events; its best time counts) and returns the index of the fastest among those whose outputs (D and the bias
-// gradient) equal candidate 0's bit for bit: the search changes the speed, never a result, so runs stay
+// events; its best time counts) and returns the index of the fastest among those whose outputs (D) equal
+// candidate 0's bit for bit: the search changes the speed, never a result, so runs stay
 // reproducible whatever the timings. Logs the choice on rank 0. D's contents are kept where the call reads them
 // (beta != 0 with C = D): saved first, restored before each candidate's first run and at the end.
 int search_fastest(StreamContext& ctx, const GemmCall& g, const LtCall& lt, const cublasLtMatmulHeuristicResult_t* cand,
                    int count, Stream stream) {
   const size_t d_bytes = (size_t(g.ldd) * size_t(g.n - 1) + size_t(g.m)) * gemm_type_bytes(g.d_type);
-  const size_t bg_bytes = g.bias_grad ? size_t(g.m) * sizeof(float) : 0;
   void *saved = nullptr, *ref = nullptr;
   int* flag = nullptr;
   if (g.beta != 0.f && !g.c) {
     CUDA_CHECK(cudaMalloc(&saved, d_bytes));
     CUDA_CHECK(cudaMemcpyAsync(saved, g.d, d_bytes, cudaMemcpyDeviceToDevice, stream));
   }
-  CUDA_CHECK(cudaMalloc(&ref, d_bytes + bg_bytes));
+  CUDA_CHECK(cudaMalloc(&ref, d_bytes));
   CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
-  char* ref_bg = static_cast<char*>(ref) + d_bytes;
   cudaEvent_t start, stop;
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
@@ -331,9 +347,7 @@ int search_fastest(StreamContext& ctx, const GemmCall& g, const LtCall& lt, cons
     }
     if (c == 0) {
       CUDA_CHECK(cudaMemcpyAsync(ref, g.d, d_bytes, cudaMemcpyDeviceToDevice, stream));
-      if (bg_bytes) CUDA_CHECK(cudaMemcpyAsync(ref_bg, g.bias_grad, bg_bytes, cudaMemcpyDeviceToDevice, stream));
-    } else if (!bytes_equal(g.d, ref, d_bytes, flag, stream) ||
-               (bg_bytes && !bytes_equal(g.bias_grad, ref_bg, bg_bytes, flag, stream))) {
+    } else if (!bytes_equal(g.d, ref, d_bytes, flag, stream)) {
       continue;  // other bits than the heuristic's first: not taken
     }
     ++same_bits;
@@ -404,9 +418,39 @@ int heuristic(StreamContext& ctx, const GemmCall& g, const LtCall& lt, int want,
 
 }  // namespace
 
-bool gemm_available_cuda(const GemmCall& g, Stream stream) {
-  if (g.m == 0 || g.n == 0 || g.k == 0) return true;
+namespace {
+
+// A bias read by a 16-bit D's epilogue is staged (stage_bias) at the context's own address.
+// (at most kStagedBiasMax wide: gemm_available_cuda says no to a wider one)
+bool staged_bias(const GemmCall& g) { return g.bias && g.d_type != GemmType::f32; }
+
+// Up to `want` algorithms for g as lt stands, or for an fp32 D where there are none the plain product's
+// (bias_relu_kernel then applies the epilogue; plan.fused false, lt's epilogue set to match).
+int find_algorithms(StreamContext& ctx, const GemmCall& g, LtCall& lt, int want,
+                    std::vector<cublasLtMatmulHeuristicResult_t>& results, GemmPlan& plan) {
+  int found = heuristic(ctx, g, lt, want, results);
+  if (found == 0 && lt.epi != CUBLASLT_EPILOGUE_DEFAULT && g.d_type == GemmType::f32) {
+    lt.set_epilogue(CUBLASLT_EPILOGUE_DEFAULT);
+    plan.fused = false;
+    found = heuristic(ctx, g, lt, want, results);
+  }
+  return found;
+}
+
+// g with its bias pointer at the staging address when it is staged (a 16-bit array there, despite the type).
+GemmCall with_staged_bias(const StreamContext& ctx, const GemmCall& g) {
+  GemmCall s = g;
+  if (staged_bias(g)) s.bias = reinterpret_cast<const float*>(ctx.bias16);
+  return s;
+}
+
+}  // namespace
+
+bool gemm_available_cuda(const GemmCall& given, Stream stream) {
+  if (staged_bias(given) && given.m > kStagedBiasMax) return false;
+  if (given.m == 0 || given.n == 0 || given.k == 0) return true;
   StreamContext& ctx = context_for(stream);
+  const GemmCall g = with_staged_bias(ctx, given);
   LtCall lt(g);
   const AlgoKey key = algo_key(g, lt.epi, false);
   {
@@ -415,24 +459,28 @@ bool gemm_available_cuda(const GemmCall& g, Stream stream) {
     if (it != ctx.available.end()) return it->second;
   }
   std::vector<cublasLtMatmulHeuristicResult_t> results;
-  const bool ok = heuristic(ctx, g, lt, 1, results) > 0;
+  GemmPlan plan;
+  const bool ok = find_algorithms(ctx, g, lt, 1, results, plan) > 0 && plan.fused;
   std::lock_guard<std::mutex> lock(g_mutex);
   ctx.available[key] = ok;
   return ok;
 }
 
-void gemm_cuda(const GemmCall& g, Stream stream) {
-  if (g.m == 0 || g.n == 0) return;
-  const bool fused_only = g.relu_mask || g.drelu_mask || g.d_type != GemmType::f32;
-  if (g.k == 0) {  // an empty product: D = beta * D; only a weight gradient over an empty batch gets here
-    SPARTA_ASSERT(!g.bias && !g.relu && !fused_only && !g.c && (g.beta == 0.f || g.beta == 1.f),
-                  "layer %s: empty GEMM with epilogue", g.layer);
-    if (g.beta == 0.f)
-      CUDA_CHECK(cudaMemset2DAsync(g.d, size_t(g.ldd) * sizeof(float), 0, size_t(g.m) * sizeof(float), size_t(g.n),
-                                   stream));
+void gemm_cuda(const GemmCall& given, Stream stream) {
+  if (given.m == 0 || given.n == 0) return;
+  const bool fused_only = given.d_type != GemmType::f32;
+  if (given.k == 0) {  // an empty product: D = beta * D; only a weight gradient over an empty batch gets here
+    SPARTA_ASSERT(!given.bias && !given.relu && !fused_only && !given.c && (given.beta == 0.f || given.beta == 1.f),
+                  "layer %s: empty GEMM with epilogue", given.layer);
+    if (given.beta == 0.f)
+      CUDA_CHECK(cudaMemset2DAsync(given.d, size_t(given.ldd) * sizeof(float), 0, size_t(given.m) * sizeof(float),
+                                   size_t(given.n), stream));
     return;
   }
+  SPARTA_ASSERT(!staged_bias(given) || given.m <= kStagedBiasMax, "layer %s: a 16-bit D's bias of %lld > %lld",
+                given.layer, (long long)given.m, (long long)kStagedBiasMax);
   StreamContext& ctx = context_for(stream);
+  const GemmCall g = with_staged_bias(ctx, given);
   LtCall lt(g);
   // No search while the stream is captured into a graph (its launches do not run then): the heuristic's first
   // answer serves the capture and is not kept, so the next call outside a capture searches.
@@ -448,32 +496,30 @@ void gemm_cuda(const GemmCall& g, Stream stream) {
     auto it = ctx.algos.find(key);
     if (it != ctx.algos.end()) plan = it->second, known = true;
   }
+  std::vector<cublasLtMatmulHeuristicResult_t> results;
+  int found = 0;
   if (!known) {
-    std::vector<cublasLtMatmulHeuristicResult_t> results;
-    const int want = search ? kSearchCandidates : 1;
-    int found = heuristic(ctx, g, lt, want, results);
-    if (found == 0 && lt.epi != CUBLASLT_EPILOGUE_DEFAULT && !fused_only) {
-      // the plain product, then bias_relu_kernel (the fused-only calls are asked for by their callers only where
-      // gemm_available_cuda says they run)
-      lt.set_epilogue(CUBLASLT_EPILOGUE_DEFAULT);
-      plan.fused = false;
-      found = heuristic(ctx, g, lt, want, results);
-    }
-    if (found == 0)
+    found = find_algorithms(ctx, g, lt, search ? kSearchCandidates : 1, results, plan);
+    // (a 16-bit D is asked for by its callers only where gemm_available_cuda says it runs fused)
+    if (found == 0 || (fused_only && !plan.fused))
       SPARTA_FATAL("layer %s: cuBLASLt has no algorithm for %s GEMM m %lld n %lld k %lld (op %c%c, lda %lld ldb %lld "
                    "ldd %lld, D %s, epilogue %d, alignments %u %u %u)",
                    g.layer, gemm_type_name(g.type), (long long)g.m, (long long)g.n, (long long)g.k,
                    g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', (long long)g.lda, (long long)g.ldb,
                    (long long)g.ldd, gemm_type_name(g.d_type), int(lt.epi), alignment_of(g.a), alignment_of(g.b),
                    alignment_of(g.d));
+  } else if (!plan.fused) {
+    lt.set_epilogue(CUBLASLT_EPILOGUE_DEFAULT);
+  }
+  // the bias where and as the call reads it, before any run of it (the search's included)
+  if (staged_bias(g)) to_half_cuda(g.d_type, given.bias, ctx.bias16, size_t(g.m), stream);
+  if (!known) {
     plan.algo = results[0].algo;
     if (search && found > 1) plan.algo = results[search_fastest(ctx, g, lt, results.data(), found, stream)].algo;
     if (search || !mode) {
       std::lock_guard<std::mutex> lock(g_mutex);
       ctx.algos.emplace(key, plan);
     }
-  } else if (!plan.fused) {
-    lt.set_epilogue(CUBLASLT_EPILOGUE_DEFAULT);
   }
 
   const float alpha = 1.f, beta = g.beta;
@@ -493,8 +539,16 @@ void activation_bias_backward_cuda(const LinearDims& d, GemmType t, Activation a
                                    float* dpre, uint16_t* dpre16, float* db, float dy_scale, Stream stream) {
   // without a 16-bit copy the type is not read: the bf16 instance serves fp32
   dense::with_half(dpre16 ? t : GemmType::bf16, [&](auto h) {
-    ActivationGrad<decltype(h)> op{y, dy, dpre, dpre16, act == Activation::relu, dy_scale};
+    ActivationGrad<decltype(h)> op{y, dy, dpre, dpre16, act == Activation::relu, dy_scale, d.out};
     dense::column_sums(op, d.batch, d.out, db, stream, "activation_bias_backward (column_sum_kernel)");
+  });
+}
+
+void relu_bias_backward_half_cuda(const LinearDims& d, GemmType t, const uint16_t* y16, const uint16_t* dy16,
+                                  uint16_t* dpre16, float* db, Stream stream) {
+  dense::with_half(t, [&](auto h) {
+    ReluGradHalf<decltype(h)> op{y16, dy16, dpre16, d.out};
+    dense::column_sums(op, d.batch, d.out, db, stream, "relu_bias_backward_half (column_sum_kernel)");
   });
 }
 

@@ -71,6 +71,12 @@ void linear_backward_data_half(const Device& dev, const LinearDims& d, GemmType 
 void linear_backward_data_plus(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
                                const float* addend, float* dx, Stream stream);
 
+// dx [batch, cols] (+)= dpre · w[:, col0 .. col0 + cols): linear_backward_data for the input columns [col0, col0 +
+// cols) alone, into an array of their own (row pitch cols): an input made of blocks gets its gradient block by
+// block. 0 <= col0, 1 <= cols, col0 + cols <= in. dpre and w of type t.
+void linear_backward_data_columns(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
+                                  int col0, int cols, float* dx, bool accumulate, Stream stream);
+
 // dpre [batch, out] = (dy · dy_scale) ⊙ act'(y) (dy · dy_scale for none; 0 where y <= 0 for relu; dy_scale 1: dy
 // exactly, a dropout layer's 1 / (1 - p) after it: kernels/dense_dropout.h), and db [out] = Σ_batch dpre
 // when db != nullptr; dpre16 != nullptr also receives dpre in the 16-bit type t (bf16 or f16) for 16-bit GEMMs
@@ -112,29 +118,27 @@ void to_half_padded(const Device& dev, GemmType t, const float* src, int64_t row
 
 // ---------------------------------------------------------------------------------------------------------
 // Fused ReLU steps (16-bit training; dense_mlp.h chains them). A hidden layer's forward writes its output in the
-// 16-bit type t (the next layer's GEMM input) with the ReLU's mask beside it, and the next layer's data gradient
-// GEMM applies that mask and sums the bias gradient in its epilogue, so neither the fp32 activation nor the
-// separate activation + bias gradient pass exists (cuda: cuBLASLt's RELU_AUX_BIAS and DRELU_BGRAD epilogues).
-// The mask is opaque: made by one backend's forward, read by the same backend's backward.
+// 16-bit type t alone (the next layer's GEMM input; the bias and the ReLU in the GEMM's epilogue), the next layer's
+// data gradient GEMM writes its output in t too, and one pass over the two 16-bit arrays makes the layer's
+// pre-activation gradient and its bias gradient: no fp32 activation, no fp32 gradient, no conversion pass.
 
-// Bytes of the ReLU mask of a layer of width out over batch rows.
-size_t relu_mask_bytes(int out, int64_t batch);
+// y16 [batch, out] = t(relu(x · w^T + t(b))), rounded to nearest even once from the fp32 sum, the bias rounded to t
+// first (cuda: cuBLASLt's RELU_BIAS epilogue with a 16-bit D, which takes the bias only in D's type; autocast
+// rounds a linear's bias so too). x and w of type t (bf16 or f16).
+void linear_forward_relu_half(const Device& dev, const LinearDims& d, GemmType t, const void* x, const void* w,
+                              const float* b, uint16_t* y16, Stream stream);
 
-// y16 [batch, out] = t(relu(x · w^T + b)) (rounded to nearest even once, from the fp32 sum), and mask ← where
-// the ReLU passed. x and w of type t (bf16 or f16).
-void linear_forward_relu_mask(const Device& dev, const LinearDims& d, GemmType t, const void* x, const void* w,
-                              const float* b, uint16_t* y16, uint8_t* mask, Stream stream);
+// The ReLU + bias gradient from 16-bit arrays: dpre16 [batch, out] = dy16 where y16 > 0, else 0 (exact: no
+// rounding), db [out] = Σ_batch dpre16 in fp32 (a fixed-order column sum: two runs, same bits). y16 is the
+// layer's 16-bit output (linear_forward_relu_half's), dy16 its gradient in t (linear_backward_data_half's);
+// dpre16 may be dy16 (in place).
+void relu_bias_backward_half(const Device& dev, const LinearDims& d, GemmType t, const uint16_t* y16,
+                             const uint16_t* dy16, uint16_t* dpre16, float* db, Stream stream);
 
-// With mask the ReLU mask of the layer below (whose output is this layer's input): g = (dpre · w) ⊙ mask in fp32,
-// db_below [in] = Σ_batch g, and dpre_below16 [batch, in] = t(g): the layer below's activation + bias gradient
-// (activation_bias_backward) fused into this layer's data gradient. dpre and w of type t.
-void linear_backward_data_drelu(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
-                                const uint8_t* mask, uint16_t* dpre_below16, float* db_below, Stream stream);
-
-// Whether the backend runs both fused steps for the layer d_below (its forward) under the layer d (its data
-// gradient), d.in == d_below.out, at batch d.batch, with 256-byte-aligned buffers (cpu: always; cuda: cuBLASLt
-// has algorithms for both). Where not, the MLP takes the separate steps above.
-bool relu_mask_fusion_available(const Device& dev, const LinearDims& d_below, const LinearDims& d, GemmType t,
+// Whether the backend runs the fused steps for the layer d_below (its forward) under the layer d (its 16-bit data
+// gradient), d.in == d_below.out, at batch d.batch, with 256-byte-aligned buffers (cpu: always; cuda: cuBLASLt has
+// algorithms for both GEMMs). Where not, the MLP takes the separate steps above.
+bool relu_half_fusion_available(const Device& dev, const LinearDims& d_below, const LinearDims& d, GemmType t,
                                 Stream stream);
 
 // ---------------------------------------------------------------------------------------------------------
@@ -142,10 +146,8 @@ bool relu_mask_fusion_available(const Device& dev, const LinearDims& d_below, co
 // column-major [c, r] one, so every step above is one column-major GEMM without copies.
 //   D [m, n] (ldd) = op(A) · op(B) + beta · C,  op(A) [m, k], op(B) [k, n]; A, B of type t; C fp32 (D itself
 //   unless c is given); D fp32 or of the 16-bit type t (d_type); bias [m] added to every column of D and relu
-//   applied after it when asked (the forward's epilogue), relu_mask then receiving where it passed; or, with
-//   drelu_mask, D ⊙= that mask and bias_grad [m] = Σ_columns D (before D is rounded to d_type).
-//   Masks: bit i + j * mask_ld of the bytes (mask_ld = m rounded up to 128), the cpu reference's layout;
-//   cuda's are cuBLASLt's own.
+//   applied after it when asked (the forward's epilogue), before D is rounded to d_type; with a 16-bit D the
+//   bias is rounded to d_type first (cuBLASLt takes it so).
 struct GemmCall {
   const char* layer = "linear";
   GemmType type = GemmType::f32;
@@ -162,13 +164,7 @@ struct GemmCall {
   const float* c = nullptr;     // beta != 0: C when not D (fp32, ldd)
   const float* bias = nullptr;  // [m] or nullptr
   bool relu = false;
-  uint8_t* relu_mask = nullptr;        // relu: where it passed
-  const uint8_t* drelu_mask = nullptr; // the backward's mask, with bias_grad
-  float* bias_grad = nullptr;          // [m]
-  int64_t mask_ld = 0;
 };
-// The mask's column pitch in bits for m rows.
-inline int64_t relu_mask_ld(int64_t m) { return (m + 127) / 128 * 128; }
 
 uint64_t scratch_epoch_cuda(Stream stream);
 void note_gemm_algo_search();  // the cuda backend counts a search
@@ -181,6 +177,10 @@ void activation_bias_backward_cpu(const LinearDims& d, GemmType t, Activation ac
                                   float* dpre, uint16_t* dpre16, float* db, float dy_scale);
 void activation_bias_backward_cuda(const LinearDims& d, GemmType t, Activation act, const float* y, const float* dy,
                                    float* dpre, uint16_t* dpre16, float* db, float dy_scale, Stream stream);
+void relu_bias_backward_half_cpu(const LinearDims& d, GemmType t, const uint16_t* y16, const uint16_t* dy16,
+                                 uint16_t* dpre16, float* db);
+void relu_bias_backward_half_cuda(const LinearDims& d, GemmType t, const uint16_t* y16, const uint16_t* dy16,
+                                  uint16_t* dpre16, float* db, Stream stream);
 
 void to_half_cpu(GemmType t, const float* src, uint16_t* dst, size_t n);
 void to_half_cuda(GemmType t, const float* src, uint16_t* dst, size_t n, Stream stream);

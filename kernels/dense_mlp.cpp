@@ -86,14 +86,7 @@ Mlp::Mlp(const Device& dev, MlpConfig cfg, int64_t max_batch) : dev_(dev), cfg_(
   }
   // the fused ReLU steps: hidden layers whose output is the next GEMM's input unpadded
   fused_.assign(L, 0);
-  size_t dbias = 0;
-  for (int l = 0; l < L; ++l) {
-    const bool may = half && l + 1 < L && gemm_in_[l + 1] == cfg_.sizes[l + 1];
-    masks_.emplace_back(dev_, may ? relu_mask_bytes(cfg_.sizes[l + 1], max_batch_) : 0);
-    dbias_at_.push_back(dbias);
-    if (may) dbias += size_t(cfg_.sizes[l + 1] + 63) / 64 * 64;  // 256-byte steps
-  }
-  if (dbias > 0) dbias_ = Buffer<float>(dev_, dbias);
+  for (int l = 0; l < L; ++l) may_fuse_.push_back(half && l + 1 < L && gemm_in_[l + 1] == cfg_.sizes[l + 1]);
 }
 
 LinearDims Mlp::dims(int l) const {
@@ -141,8 +134,8 @@ const float* Mlp::forward(const float* params, const float* x, int64_t batch, St
   dropped_ = dropout_key && cfg_.dropout > 0.f;
   const bool half = is_half(cfg_.precision);
   for (int l = 0; l < layers(); ++l)
-    fused_[l] = !masks_[l].empty() && !dropped_ &&
-                relu_mask_fusion_available(dev_, gemm_dims(l), gemm_dims(l + 1), cfg_.precision, stream);
+    fused_[l] = may_fuse_[l] && !dropped_ &&
+                relu_half_fusion_available(dev_, gemm_dims(l), gemm_dims(l + 1), cfg_.precision, stream);
   // the 16-bit copy of a rows x cols fp32 matrix with rows padded to ld
   auto convert = [&](const float* src, int64_t rows, int cols, int ld, uint16_t* dst) {
     if (ld == cols) return to_half(dev_, cfg_.precision, src, dst, size_t(rows) * cols, stream);
@@ -155,9 +148,9 @@ const float* Mlp::forward(const float* params, const float* x, int64_t batch, St
   }
   const int L = layers();
   for (int l = 0; l < L; ++l) {
-    if (fused_[l]) {  // the 16-bit output (the next layer's input) and the mask; no fp32 activation
-      linear_forward_relu_mask(dev_, gemm_dims(l), cfg_.precision, gemm_input(l), gemm_weight(params, l),
-                               params + bias_offset(l), acts16_[l + 1].data(), masks_[l].data(), stream);
+    if (fused_[l]) {  // the 16-bit output (the next layer's input) alone; no fp32 activation
+      linear_forward_relu_half(dev_, gemm_dims(l), cfg_.precision, gemm_input(l), gemm_weight(params, l),
+                               params + bias_offset(l), acts16_[l + 1].data(), stream);
       continue;
     }
     const Activation act = l < L - 1 || cfg_.relu_last ? Activation::relu : Activation::none;
@@ -176,8 +169,12 @@ void Mlp::backward(const float* params, const float* dy, float* grads, float* dx
   backward_weights(grads, stream);
 }
 
-void Mlp::backward_data(const float* params, const float* dy, float* grads, float* dx, Stream stream) {
+void Mlp::backward_data(const float* params, const float* dy, float* grads, float* dx, Stream stream,
+                        uint16_t* dx16) {
   SPARTA_REQUIRE(batch_ >= 0, "MLP '%s': backward before any forward", cfg_.name.c_str());
+  SPARTA_REQUIRE(!dx16 || (is_half(cfg_.precision) && gemm_in_[0] == cfg_.sizes[0]),
+                 "MLP '%s': a 16-bit input gradient needs 16-bit precision and an unpadded input width",
+                 cfg_.name.c_str());
   const bool half = is_half(cfg_.precision);
   const int L = layers();
   const float* g = dy;
@@ -186,17 +183,17 @@ void Mlp::backward_data(const float* params, const float* dy, float* grads, floa
     const Activation act = l < L - 1 || cfg_.relu_last ? Activation::relu : Activation::none;
     // a dropped hidden layer: its output's gradient times 1 / (1 - p) where kept (y > 0 after the ReLU)
     const float scale = dropped_ && l + 1 < L ? dropout_scale(cfg_.dropout) : 1.f;
-    if (fused_[l]) {  // done by layer l + 1's data gradient: dpre16_[l] and the bias gradient
-      copy_on_device(dev_, grads + bias_offset(l), dbias_.data() + dbias_at_[l], size_t(d.out) * sizeof(float),
-                     stream);
+    if (fused_[l]) {  // layer l + 1's data gradient is in dpre16_[l] in 16 bits: masked there, in place
+      relu_bias_backward_half(dev_, d, cfg_.precision, acts16_[l + 1].data(), dpre16_[l].data(), dpre16_[l].data(),
+                              grads + bias_offset(l), stream);
     } else {
       activation_bias_backward(dev_, d, cfg_.precision, act, acts_[l].data(), g, half ? nullptr : dpre_[l].data(),
                                half ? dpre16_[l].data() : nullptr, grads + bias_offset(l), scale, stream);
     }
-    if (l > 0 && fused_[l - 1]) {  // the data gradient with the layer below's ReLU step fused
-      linear_backward_data_drelu(dev_, gemm_dims(l), cfg_.precision, dpre(l), gemm_weight(params, l),
-                                 masks_[l - 1].data(), dpre16_[l - 1].data(), dbias_.data() + dbias_at_[l - 1],
-                                 stream);
+    if ((l > 0 && fused_[l - 1]) || (l == 0 && dx16)) {  // the data gradient in 16 bits: for the layer below's
+      // fused ReLU step, or the caller's
+      linear_backward_data_half(dev_, gemm_dims(l), cfg_.precision, dpre(l), gemm_weight(params, l),
+                                l > 0 ? dpre16_[l - 1].data() : dx16, stream);
       continue;
     }
     float* dx_l = l > 0 ? grad_.data() : dx;

@@ -15,10 +15,13 @@
 // and the weight and input gradients of a padded layer are computed padded and copied to their logical shape.
 // The parameters, gradients and dx keep the logical shapes.
 //
-// In 16-bit precision a hidden layer whose width is a multiple of 8 takes dense_linear.h's fused ReLU steps where
-// the backend has them (relu_mask_fusion_available): its forward writes the 16-bit output and the ReLU's mask (no
-// fp32 activation), and the next layer's data gradient GEMM applies the mask and sums its bias gradient (no
-// separate activation + bias gradient pass). The numbers are the separate steps' (the cpu reference: bit for bit).
+// In 16-bit precision a hidden layer whose output the next layer reads unpadded takes dense_linear.h's fused ReLU
+// steps where the backend has them (relu_half_fusion_available), without dropout: its forward writes the 16-bit
+// output alone (bias and ReLU in the GEMM's epilogue; no fp32 activation, no conversion), the next layer's data
+// gradient GEMM writes the layer's output gradient in 16 bits, and one pass over the two 16-bit arrays makes the
+// pre-activation gradient (in place) and the bias gradient. The forward's numbers are the separate steps' (one
+// rounding of the same sum); the backward rounds the output gradient to 16 bits before the ReLU mask (which the
+// separate steps do after it: the same 16-bit gradient) and sums the bias gradient from those 16-bit values.
 //
 // Dropout (MlpConfig::dropout > 0, kernels/dense_dropout.h): a forward given a step's key drops elements of every
 // hidden layer's output (all but the last layer's; layer l's mask is layer l's), scaling the rest by 1 / (1 - p),
@@ -81,7 +84,10 @@ class Mlp {
   // The same in two parts, so that work can be queued between dx and the weight gradients: backward_data writes
   // the bias gradients and dx, and keeps every layer's pre-activation gradient; backward_weights then writes the
   // weight gradients from them (the same values as backward).
-  void backward_data(const float* params, const float* dy, float* grads, float* dx, Stream stream);
+  // dx16 (16-bit precision, an unpadded input): dx written there in the precision's 16-bit type instead (rounded
+  // once from the GEMM's fp32 sum), dx not used.
+  void backward_data(const float* params, const float* dy, float* grads, float* dx, Stream stream,
+                     uint16_t* dx16 = nullptr);
   void backward_weights(float* grads, Stream stream);
 
   // DLRM's initialization on the host, deterministic by seed: weights N(0, sqrt(2 / (in + out))), biases
@@ -99,10 +105,8 @@ class Mlp {
   int64_t max_batch_ = 0;
   int64_t batch_ = -1;  // of the last forward; -1 before the first
   bool dropped_ = false;  // the last forward applied dropout
-  std::vector<char> fused_;  // per layer: the last forward took the fused ReLU steps (hidden layers only)
-  std::vector<Buffer<uint8_t>> masks_;  // per layer that may fuse: its ReLU mask [relu_mask_bytes(out, max_batch)]
-  Buffer<float> dbias_;      // the fused steps' bias gradients (an aligned home), copied into grads
-  std::vector<size_t> dbias_at_;  // per layer: where in dbias_
+  std::vector<char> fused_;     // per layer: the last forward took the fused ReLU steps (hidden layers only)
+  std::vector<char> may_fuse_;  // per layer: a 16-bit hidden layer whose output the next layer reads unpadded
   std::vector<size_t> offsets_;
   std::vector<std::string> layer_names_;
   const float* x_ = nullptr;             // the last forward's input

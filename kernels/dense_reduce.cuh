@@ -30,7 +30,7 @@ constexpr int kSumBlock = 256;
 constexpr int kSumUnroll = 4;  // rows each thread loads before it finishes any: memory requests in flight
 
 // Column c < cols of rows [chunk * rows_per_chunk, ...): tc columns side by side, kSumBlock / tc row lanes.
-// op.load(i) reads what element i = r * cols + c needs; op.finish(in, i) computes it (writing whatever outputs it
+// op.load(r, c) reads what element (r, c) needs; op.finish(in, r, c) computes it (writing whatever outputs it
 // has) and returns what column c sums. A thread loads kSumUnroll rows before it finishes them (in row order):
 // an element's outputs are written by the thread that read its inputs, so outputs may alias inputs.
 template <class Op>
@@ -48,14 +48,11 @@ __global__ void __launch_bounds__(kSumBlock)
     for (; r + int64_t(kSumUnroll - 1) * lanes < end; r += int64_t(kSumUnroll) * lanes) {
       typename Op::In in[kSumUnroll];
 #pragma unroll
-      for (int u = 0; u < kSumUnroll; ++u) in[u] = op.load((r + int64_t(u) * lanes) * cols + c);
+      for (int u = 0; u < kSumUnroll; ++u) in[u] = op.load(r + int64_t(u) * lanes, c);
 #pragma unroll
-      for (int u = 0; u < kSumUnroll; ++u) acc += op.finish(in[u], (r + int64_t(u) * lanes) * cols + c);
+      for (int u = 0; u < kSumUnroll; ++u) acc += op.finish(in[u], r + int64_t(u) * lanes, c);
     }
-    for (; r < end; r += lanes) {
-      const int64_t i = r * cols + c;
-      acc += op.finish(op.load(i), i);
-    }
+    for (; r < end; r += lanes) acc += op.finish(op.load(r, c), r, c);
   }
   if (!partial) return;
   part[threadIdx.x] = acc;

@@ -187,8 +187,12 @@ DenseModel::DenseModel(const Device& dev, const ModelConfig& cfg, int64_t max_ba
   bottom_count_ = bottom_.param_count();
   top_count_ = top_.param_count();
   const size_t B = size_t(max_batch_), W = size_t(cfg_.interaction_width());
-  z_ = Buffer<float>(dev_, B * W);
-  dz_ = Buffer<float>(dev_, B * W);
+  if (cfg_.interaction == Interaction::dot) z_ = Buffer<float>(dev_, B * W);
+  // dcnv2 with a 16-bit top MLP input (unpadded): the input gradient in 16 bits alone
+  if (cfg_.interaction == Interaction::dcnv2 && top_.input16())
+    dz16_ = Buffer<uint16_t>(dev_, B * W);
+  else
+    dz_ = Buffer<float>(dev_, B * W);
   dbottom_ = Buffer<float>(dev_, B * size_t(cfg_.bottom_mlp.back()));
   dlogits_ = Buffer<float>(dev_, B);
   loss_ = Buffer<float>(dev_, 1);
@@ -197,7 +201,6 @@ DenseModel::DenseModel(const Device& dev, const ModelConfig& cfg, int64_t max_ba
   if (cfg_.interaction == Interaction::dcnv2) {
     cross_ = std::make_unique<CrossNet>(dev_, cross_config(cfg_), max_batch_);
     cross_count_ = cross_->param_count();
-    dx0_ = Buffer<float>(dev_, B * W);
   }
   // What the layers hold per sample: the MLPs' saved activations, kept pre-activation gradients and scratch,
   // the cross network's x, h, z per layer and its scratch; an estimate for the memory report, in fp32 (16-bit
@@ -241,10 +244,10 @@ const float* DenseModel::forward(const float* params, const float* dense, const 
       interaction_dot_forward(dev_, d, b, emb, z_.data(), dev_.stream);
       top_in = z_.data();
     } else {
-      concat_columns(dev_, "cross.x0", batch, b, cfg_.bottom_mlp.back(), emb, cfg_.embedding_width(), z_.data(),
-                     dev_.stream);
-      // 16-bit: x_L straight into the top MLP's 16-bit input (top_in nullptr), no fp32 copy to convert
-      top_in = cross_->forward(params + cross_offset(), z_.data(), batch, dev_.stream, top_.input16());
+      // x0 = [b, emb] read where the bottom MLP and the embeddings wrote them; 16-bit: x_L straight into the top
+      // MLP's 16-bit input (top_in nullptr), no fp32 copy to convert
+      top_in = cross_->forward(params + cross_offset(), CrossInput(b, emb, cfg_.bottom_mlp.back()), batch,
+                               dev_.stream, top_.input16());
     }
     logits_ = top_.forward(params + top_offset(), top_in, batch, dev_.stream, key_ptr);
   });
@@ -268,21 +271,22 @@ void DenseModel::backward(const float* params, float* grads, float* demb, const 
   SPARTA_ASSERT(batch_ >= 0, "model: backward before forward");
   const StreamGraphs::Key k = key({key_word(params), key_word(grads), key_word(demb)});
   graphs_.run(kBackwardTop, k, dev_.stream, [&] {
-    top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), dz_.data(), dev_.stream);
+    // dcnv2, 16-bit: the cross network's input gradient in 16 bits, read as the first term of its g
+    uint16_t* dz16 = dz16_.empty() ? nullptr : dz16_.data();
+    top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), dz16 ? nullptr : dz_.data(),
+                       dev_.stream, dz16);
     if (cfg_.interaction == Interaction::dot) {
       InteractionDims d{"interaction", batch_, cfg_.num_slots, cfg_.embedding_dim};
       interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb_, dbottom_.data(), demb, dev_.stream);
     } else {
-      cross_->backward(params + cross_offset(), dz_.data(), grads + cross_offset(), dx0_.data(), dev_.stream);
+      // dx0 written as its two blocks: the bottom MLP's output gradient and demb
+      CrossGradIn dxL(dz16 ? nullptr : dz_.data());
+      if (dz16) dxL.add[0] = dz16, dxL.adds = 1;
+      cross_->backward(params + cross_offset(), dxL, grads + cross_offset(),
+                       CrossInputGrad(dbottom_.data(), demb, cfg_.bottom_mlp.back()), dev_.stream);
     }
   });
-  if (cfg_.interaction == Interaction::dcnv2) {
-    if (ready) ready(cross_offset(), cross_count_);
-    graphs_.run(kBackwardSplit, k, dev_.stream, [&] {
-      split_columns(dev_, "cross.x0", batch_, dx0_.data(), dbottom_.data(), cfg_.bottom_mlp.back(), demb,
-                    cfg_.embedding_width(), dev_.stream);
-    });
-  }
+  if (cfg_.interaction == Interaction::dcnv2 && ready) ready(cross_offset(), cross_count_);
   if (demb_ready) demb_ready();
   graphs_.run(kBackwardTopWeights, k, dev_.stream, [&] { top_.backward_weights(grads + top_offset(), dev_.stream); });
   if (ready) ready(top_offset(), top_count_);

@@ -141,16 +141,16 @@ class DenseModel {
   const float* emb_ = nullptr;       // the last forward's embeddings
   const float* bottom_out_ = nullptr;  // and bottom MLP output (held by bottom_)
   const float* logits_ = nullptr;
-  Buffer<float> z_;        // dot: the interaction [max_batch, interaction_width]; dcnv2: x0 [max_batch, D]
+  Buffer<float> z_;        // dot: the interaction [max_batch, interaction_width] (dcnv2 reads x0 in its blocks)
   Buffer<float> dz_;       // the top MLP's input gradient [max_batch, interaction_width]
+  Buffer<uint16_t> dz16_;  // or, dcnv2 in 16-bit precision, in 16 bits (the cross network adds it to its g)
   Buffer<float> dbottom_;  // [max_batch, bottom output]
-  Buffer<float> dx0_;      // dcnv2: [max_batch, D]
   Buffer<float> dlogits_;  // [max_batch]
   Buffer<float> loss_;     // [1]: with graphs, loss()'s sum, copied to the caller's slot
   Buffer<uint64_t> dropout_key_;  // [1]: the step's dropout key, written before each training forward (so a
   uint64_t dropout_key_host_ = 0; // recorded forward reads each step's); the host copy the upload reads from
 
-  enum Piece { kForward, kLoss, kBackwardTop, kBackwardSplit, kBackwardTopWeights, kBackwardBottom, kPieces };
+  enum Piece { kForward, kLoss, kBackwardTop, kBackwardTopWeights, kBackwardBottom, kPieces };
   StreamGraphs graphs_;
   // A piece's key: the given words, the batch and the epoch of the layers' shared scratch.
   StreamGraphs::Key key(std::initializer_list<uint64_t> words) const;

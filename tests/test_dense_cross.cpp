@@ -17,19 +17,53 @@ struct NetResult {
   std::vector<float> x, grads, dx0;
 };
 
+// Columns [0, a_cols) of a row-major [rows, cols] matrix, and the rest; and the two put back together.
+std::vector<float> left_block(const std::vector<float>& m, int64_t rows, int cols, int a_cols) {
+  std::vector<float> out(size_t(rows) * a_cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int c = 0; c < a_cols; ++c) out[r * a_cols + c] = m[r * cols + c];
+  return out;
+}
+std::vector<float> right_block(const std::vector<float>& m, int64_t rows, int cols, int a_cols) {
+  std::vector<float> out(size_t(rows) * (cols - a_cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int c = a_cols; c < cols; ++c) out[r * (cols - a_cols) + c - a_cols] = m[r * cols + c];
+  return out;
+}
+std::vector<float> join_blocks(const std::vector<float>& a, const std::vector<float>& b, int64_t rows, int cols,
+                               int a_cols) {
+  std::vector<float> out(size_t(rows) * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c)
+      out[r * cols + c] = c < a_cols ? a[r * a_cols + c] : b[r * (cols - a_cols) + c - a_cols];
+  return out;
+}
+
+// The network's forward and backward; a_cols > 0: x0 given, and dx0 taken, as two column blocks split there.
 NetResult run_net(const Device& dev, const CrossConfig& cfg, int64_t max_batch, const std::vector<float>& params,
-                  const std::vector<float>& x0, const std::vector<float>& dx, int64_t batch) {
+                  const std::vector<float>& x0, const std::vector<float>& dx, int64_t batch, int a_cols = 0) {
   CrossNet net(dev, cfg, max_batch);
-  Buffer<float> p(dev, params), xd(dev, x0), dxd(dev, dx);
+  const int D = cfg.dim;
+  Buffer<float> p(dev, params), dxd(dev, dx);
   Buffer<float> grads = dense_test::poisoned(dev, net.param_count());
-  Buffer<float> dx0 = dense_test::poisoned(dev, x0.size());
-  const float* out = net.forward(p.data(), xd.data(), batch, dev.stream);
   NetResult r;
-  r.x.resize(size_t(batch) * cfg.dim);
-  copy_to_host(dev, r.x.data(), out, r.x.size() * sizeof(float));
-  net.backward(p.data(), dxd.data(), grads.data(), dx0.data(), dev.stream);
+  r.x.resize(size_t(batch) * D);
+  if (a_cols == 0) {
+    Buffer<float> xd(dev, x0), dx0 = dense_test::poisoned(dev, x0.size());
+    const float* out = net.forward(p.data(), xd.data(), batch, dev.stream);
+    copy_to_host(dev, r.x.data(), out, r.x.size() * sizeof(float));
+    net.backward(p.data(), dxd.data(), grads.data(), dx0.data(), dev.stream);
+    r.dx0 = dx0.download();
+  } else {
+    Buffer<float> xa(dev, left_block(x0, batch, D, a_cols)), xb(dev, right_block(x0, batch, D, a_cols));
+    Buffer<float> da = dense_test::poisoned(dev, size_t(batch) * a_cols);
+    Buffer<float> db = dense_test::poisoned(dev, size_t(batch) * (D - a_cols));
+    const float* out = net.forward(p.data(), CrossInput(xa.data(), xb.data(), a_cols), batch, dev.stream);
+    copy_to_host(dev, r.x.data(), out, r.x.size() * sizeof(float));
+    net.backward(p.data(), dxd.data(), grads.data(), CrossInputGrad(da.data(), db.data(), a_cols), dev.stream);
+    r.dx0 = join_blocks(da.download(), db.download(), batch, D, a_cols);
+  }
   r.grads = grads.download();
-  r.dx0 = dx0.download();
   return r;
 }
 
@@ -37,8 +71,9 @@ struct Naive {
   std::vector<double> x, grads, dx0;
 };
 
-// The network in double from the formulas in cross_layer.h; R rounds what 16-bit GEMMs read (x_l, h_l, dz, dh
-// and the weights) to bf16 or f16, identity for fp32.
+// The network in double from the formulas in cross_layer.h; R rounds what 16-bit GEMMs read or write in 16 bits
+// (x_l, h_l, the product h U^T before the bias is added, dz, dh and the weights) and the x0 of the products
+// x0 ⊙ z and g ⊙ x0 to bf16 or f16, identity for fp32.
 Naive naive_net(const CrossConfig& cfg, const std::vector<float>& params, const std::vector<float>& x0,
                 const std::vector<float>& dxL, int64_t B) {
   const GemmType t = cfg.precision;
@@ -63,10 +98,10 @@ Naive naive_net(const CrossConfig& cfg, const std::vector<float>& params, const 
         hs[l][b * r + k] = float(s);
       }
       for (int i = 0; i < D; ++i) {
-        double s = bias(l, i);
+        double s = 0;
         for (int k = 0; k < r; ++k) s += R(hs[l][b * r + k]) * U(l, i, k);
-        zs[l][b * D + i] = float(s);
-        xs[l + 1][b * D + i] = float(double(x0[b * D + i]) * zs[l][b * D + i] + xs[l][b * D + i]);
+        zs[l][b * D + i] = float((is_half(t) ? R(s) : s) + bias(l, i));
+        xs[l + 1][b * D + i] = float(R(x0[b * D + i]) * zs[l][b * D + i] + xs[l][b * D + i]);
       }
     }
   }
@@ -76,9 +111,9 @@ Naive naive_net(const CrossConfig& cfg, const std::vector<float>& params, const 
   n.dx0.assign(x0.size(), 0.0);
   std::vector<double> g(dxL.begin(), dxL.end());
   for (int l = L - 1; l >= 0; --l) {
-    std::vector<double> dz(size_t(B) * D), dh(size_t(B) * r, 0.0), gl(g);
+    std::vector<double> dz(size_t(B) * D), dh(size_t(B) * r, 0.0), gl(g), dhv(size_t(B) * D, 0.0);
     for (size_t i = 0; i < dz.size(); ++i) {
-      dz[i] = double(float(g[i] * x0[i]));
+      dz[i] = double(float(g[i] * R(x0[i])));
       n.dx0[i] += g[i] * zs[l][i];
       n.grads[l * per + size_t(2) * r * D + i % D] += dz[i];
     }
@@ -92,8 +127,10 @@ Naive naive_net(const CrossConfig& cfg, const std::vector<float>& params, const 
       for (int k = 0; k < r; ++k)
         for (int i = 0; i < D; ++i) {
           n.grads[l * per + size_t(k) * D + i] += R(dh[b * r + k]) * R(xs[l][b * D + i]);
-          gl[b * D + i] += R(dh[b * r + k]) * V(l, k, i);
+          dhv[b * D + i] += R(dh[b * r + k]) * V(l, k, i);
         }
+    // 16-bit: dh V is written in 16 bits above the bottom layer (the bottom's accumulates onto dx0 in fp32)
+    for (size_t i = 0; i < gl.size(); ++i) gl[i] += l > 0 ? R(dhv[i]) : dhv[i];
     g = gl;
   }
   for (size_t i = 0; i < g.size(); ++i) n.dx0[i] += g[i];  // x_0 is x0
@@ -106,8 +143,12 @@ void net_matches_reference(Backend be) {
   struct Case {
     int dim, rank, layers;
     int64_t batch, max_batch;
+    int a_cols;  // x0 and dx0 as two blocks split there; 0: one array
   };
-  const Case cases[] = {{13, 4, 3, 37, 40}, {2, 1, 1, 1, 1}, {64, 16, 2, 65, 65}, {129, 33, 3, 20, 32}, {8, 3, 2, 0, 4}};
+  const Case cases[] = {{13, 4, 3, 37, 40, 0},  {13, 4, 3, 37, 40, 5},   {2, 1, 1, 1, 1, 1},   {64, 16, 2, 65, 65, 0},
+                        {64, 16, 2, 65, 65, 16}, {129, 33, 3, 20, 32, 7}, {8, 3, 2, 0, 4, 4},  {24, 8, 2, 7, 7, 8},
+                        // 16-bit: more layers than the backward step adds 16-bit terms to g (its sum written out)
+                        {10, 3, 7, 9, 9, 4}};
   for (GemmType t : {GemmType::f32, GemmType::bf16, GemmType::f16})
     for (const Case& k : cases) {
       const CrossConfig cfg{"cross_under_test", k.dim, k.rank, k.layers, t};
@@ -119,20 +160,25 @@ void net_matches_reference(Backend be) {
               testing::random_floats(1, -0.5f, 0.5f)[0];
       std::vector<float> x0 = testing::random_floats(size_t(k.batch) * k.dim);
       std::vector<float> dx = testing::random_floats(size_t(k.batch) * k.dim);
-      NetResult got = run_net(dev, cfg, k.max_batch, params, x0, dx, k.batch);
+      NetResult got = run_net(dev, cfg, k.max_batch, params, x0, dx, k.batch, k.a_cols);
       Naive want = naive_net(cfg, params, x0, dx, k.batch);
       // 16-bit: the reference rounds where the layers do, but a value near a rounding boundary may fall either way
       const double tol = t == GemmType::bf16 ? 2e-2 : t == GemmType::f16 ? 1e-2 : 1e-4;
       BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " dim " << k.dim << " rank " << k.rank
-                                    << " layers " << k.layers << " batch " << k.batch) {
+                                    << " layers " << k.layers << " batch " << k.batch << " a_cols " << k.a_cols) {
         BOOST_CHECK_EQUAL(dense_test::mismatches(got.x, want.x, tol, tol, "x_L"), 0u);
         BOOST_CHECK_EQUAL(dense_test::mismatches(got.grads, want.grads, tol, tol, "grads"), 0u);
         BOOST_CHECK_EQUAL(dense_test::mismatches(got.dx0, want.dx0, tol, tol, "dx0"), 0u);
         if (dev.is_cuda()) {
-          NetResult ref = run_net(host, cfg, k.max_batch, params, x0, dx, k.batch);
+          NetResult ref = run_net(host, cfg, k.max_batch, params, x0, dx, k.batch, k.a_cols);
           BOOST_CHECK_EQUAL(testing::count_mismatches(got.x, ref.x, tol, tol, "x_L vs cpu"), 0u);
           BOOST_CHECK_EQUAL(testing::count_mismatches(got.grads, ref.grads, tol, tol, "grads vs cpu"), 0u);
           BOOST_CHECK_EQUAL(testing::count_mismatches(got.dx0, ref.dx0, tol, tol, "dx0 vs cpu"), 0u);
+        }
+        if (k.a_cols > 0) {  // x0 in blocks: the forward and the weights' gradients the bits of x0 in one array
+          NetResult whole = run_net(dev, cfg, k.max_batch, params, x0, dx, k.batch);
+          BOOST_CHECK(got.x == whole.x);
+          BOOST_CHECK(got.grads == whole.grads);
         }
       }
     }
@@ -140,8 +186,10 @@ void net_matches_reference(Backend be) {
 }
 
 // 16-bit: the network's output written straight in 16 bits (CrossNet::forward's out16, the top MLP's input) is the
-// fp32 output rounded once, and the backward after it gives the same bits as after the fp32-output forward. Odd
-// widths, batch 1, 7 and 65537.
+// fp32 output rounded once, and the backward after it gives the same bits as after the fp32-output forward; dxL
+// given as a 16-bit term (no fp32 array) gives the bits of its widened values given in fp32, and so does dxL with a
+// zero term beside it (the x0 gradient then accumulated layer by layer instead of deferred to the bottom layer).
+// Odd widths, batch 1, 7 and 65537.
 void half_output(Backend be) {
   Device dev = dense_test::device_for(be);
   struct Case {
@@ -168,6 +216,30 @@ void half_output(Backend be) {
         BOOST_CHECK(out16.download() == want);
         BOOST_CHECK(grads.download() == plain.grads);
         BOOST_CHECK(dx0.download() == plain.dx0);
+        // dxL as a 16-bit term (the top MLP's 16-bit input gradient): the bits of dxL's widened values in fp32
+        const std::vector<uint16_t> dx_bits = dense_test::half_bits(t, dx);
+        const std::vector<float> dx_wide = dense_test::half_rounded(t, dx);
+        const NetResult wide = run_net(dev, cfg, k.batch, params, x0, dx_wide, k.batch);
+        Buffer<uint16_t> dx16(dev, dx_bits);
+        Buffer<float> grads16 = dense_test::poisoned(dev, net.param_count()), dx0_16 = dense_test::poisoned(dev, x0.size());
+        CrossGradIn in16;
+        in16.add[0] = dx16.data(), in16.adds = 1;
+        net.forward(p.data(), xd.data(), k.batch, dev.stream, out16.data());
+        net.backward(p.data(), in16, grads16.data(), dx0_16.data(), dev.stream);
+        BOOST_CHECK(grads16.download() == wide.grads);
+        BOOST_CHECK(dx0_16.download() == wide.dx0);
+        // g with a term the deferred x0 gradient does not take (a zero 16-bit addend beside the fp32 dxL): the x0
+        // gradient accumulated layer by layer, the same bits
+        Buffer<float> dx_wide_d(dev, dx_wide);
+        Buffer<uint16_t> zeros(dev, dx_bits.size());
+        zeros.fill_bytes(0);
+        CrossGradIn undeferred(dx_wide_d.data());
+        undeferred.add[0] = zeros.data(), undeferred.adds = 1;
+        Buffer<float> grads_u = dense_test::poisoned(dev, net.param_count()), dx0_u = dense_test::poisoned(dev, x0.size());
+        net.forward(p.data(), xd.data(), k.batch, dev.stream, out16.data());
+        net.backward(p.data(), undeferred, grads_u.data(), dx0_u.data(), dev.stream);
+        BOOST_CHECK(grads_u.download() == wide.grads);
+        BOOST_CHECK(dx0_u.download() == wide.dx0);
       }
     }
   close_device(dev);
@@ -186,73 +258,223 @@ void hand_computed_layer(Backend be) {
   close_device(dev);
 }
 
-// The elementwise steps alone, every flag, against their formulas (dz also as nullptr beside dz16).
+// The elementwise steps alone, every flag, against their formulas (computed here in the order the steps promise:
+// z + bias, times x0, plus x_l, each rounded to float): z fp32 and z in 16 bits, x_l given or x0 itself, x0 and dx0
+// in one array or two blocks, dz also as nullptr beside dz16. Outputs poisoned. Widths that are not multiples of 4
+// (the cuda kernels' one-column path), the model's (3456 = 128 + 3328), batch 1 and 65537.
 void elementwise_steps(Backend be) {
   Device dev = dense_test::device_for(be);
-  // 45 x 70 elements take the cuda forward's scalar kernel, 64 x 72 its float4 one
-  for (const LinearDims d : {LinearDims{"cross.elementwise", 45, 70, 70}, LinearDims{"cross.elementwise", 64, 72, 72}}) {
-  for (GemmType t : {GemmType::bf16, GemmType::f16}) {
-  BOOST_TEST_CONTEXT(gemm_type_name(t) << " batch " << d.batch) {
+  struct Shape {
+    int64_t batch;
+    int D, a_cols;  // a_cols 0: x0 in one array
+  };
+  const Shape shapes[] = {{45, 70, 0}, {64, 72, 0}, {64, 72, 8}, {7, 70, 13}, {1, 12, 4}, {65537, 12, 4}, {3, 3456, 128}};
+  for (const Shape& sh : shapes)
+  for (GemmType t : {GemmType::bf16, GemmType::f16})
+  for (bool z_half : {false, true})
+  for (bool x0_half : {false, true}) {
+  const LinearDims d{"cross.elementwise", sh.batch, sh.D, sh.D};
+  BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " batch " << d.batch << " D " << sh.D << " a_cols "
+                                << sh.a_cols << " z " << (z_half ? "16-bit" : "fp32") << " x0 of the products "
+                                << (x0_half ? "16-bit" : "fp32")) {
   const size_t n = size_t(d.batch) * d.out;
-  const std::vector<float> x0 = testing::random_floats(n), z = testing::random_floats(n),
-                           xl = testing::random_floats(n), g = testing::random_floats(n),
-                           prior = testing::random_floats(n);
-  Buffer<float> x0d(dev, x0), zd(dev, z), xld(dev, xl), gd(dev, g);
-  Buffer<float> out = dense_test::poisoned(dev, n);
-  Buffer<uint16_t> out16(dev, n);
-  out16.fill_bytes(0xFF);
-  cross_forward_elementwise(dev, d, t, x0d.data(), zd.data(), xld.data(), out.data(), out16.data(), dev.stream);
-  std::vector<float> o = out.download();
-  std::vector<uint16_t> o16 = out16.download();
-  size_t bad = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const float want = x0[i] * z[i] + xl[i];
-    bad += o[i] != want || o16[i] != half_from_float(t)(want);
+  const int a_cols = sh.a_cols;
+  const std::vector<float> x0 = testing::random_floats(n), xl = testing::random_floats(n),
+                           g = testing::random_floats(n), prior = testing::random_floats(n),
+                           bias = testing::random_floats(d.out);
+  const std::vector<float> z = z_half ? dense_test::half_rounded(t, testing::random_floats(n)) : testing::random_floats(n);
+  const std::vector<uint16_t> z_bits = dense_test::half_bits(t, z);
+  Buffer<float> zd(dev, z), xld(dev, xl), gd(dev, g), biasd(dev, bias);
+  Buffer<uint16_t> z16d(dev, z_bits);
+  const float* zp = z_half ? nullptr : zd.data();
+  const uint16_t* z16p = z_half ? z16d.data() : nullptr;
+  // the products' x0: the fp32 one, or its 16-bit copy
+  const std::vector<float> xp = x0_half ? dense_test::half_rounded(t, x0) : x0;
+  Buffer<uint16_t> x0_16d(dev, dense_test::half_bits(t, x0));
+  const uint16_t* x0_16p = x0_half ? x0_16d.data() : nullptr;
+  // x0 as the step reads it
+  Buffer<float> x0d(dev, x0), x0a, x0b;
+  CrossInput in(x0d.data());
+  if (a_cols > 0) {
+    x0a = Buffer<float>(dev, left_block(x0, d.batch, sh.D, a_cols));
+    x0b = Buffer<float>(dev, right_block(x0, d.batch, sh.D, a_cols));
+    in = CrossInput(x0a.data(), x0b.data(), a_cols);
   }
-  BOOST_CHECK_EQUAL(bad, 0u);
+  for (bool residual : {true, false}) {
+    Buffer<float> out = dense_test::poisoned(dev, n);
+    Buffer<uint16_t> out16(dev, n);
+    out16.fill_bytes(0xFF);
+    cross_forward_elementwise(dev, d, t, in, x0_16p, zp, z16p, biasd.data(), residual ? xld.data() : nullptr,
+                              out.data(), out16.data(), dev.stream);
+    const std::vector<float> o = out.download();
+    const std::vector<uint16_t> o16 = out16.download();
+    size_t bad = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float zb = z[i] + bias[i % d.out];
+      const float want = xp[i] * zb + (residual ? xl[i] : x0[i]);
+      bad += o[i] != want || o16[i] != half_from_float(t)(want);
+    }
+    BOOST_CHECK_MESSAGE(bad == 0, bad << " forward elements differ (residual " << residual << ")");
+  }
+  {  // x0's 16-bit copy
+    Buffer<uint16_t> x16(dev, n);
+    x16.fill_bytes(0xFF);
+    cross_input_to_half(dev, d, t, in, x16.data(), dev.stream);
+    BOOST_CHECK(x16.download() == dense_test::half_bits(t, x0));
+  }
+  // g: fp32 alone, or plus two 16-bit addends with the sum written out
+  const std::vector<uint16_t> add0 = dense_test::half_bits(t, testing::random_floats(n)),
+                              add1 = dense_test::half_bits(t, testing::random_floats(n));
+  Buffer<uint16_t> add0d(dev, add0), add1d(dev, add1);
+  for (int adds : {0, 2})
   for (bool accumulate : {false, true})
     for (bool identity : {false, true}) {
-      Buffer<float> dz = dense_test::poisoned(dev, n), db = dense_test::poisoned(dev, d.out),
-                    copy = dense_test::poisoned(dev, n), dx0(dev, prior);
+      Buffer<float> dz = dense_test::poisoned(dev, n), db = dense_test::poisoned(dev, d.out);
+      Buffer<float> gsum = dense_test::poisoned(dev, n);
       Buffer<uint16_t> dz16(dev, n);
       dz16.fill_bytes(0xFF);
-      cross_backward_elementwise(dev, d, t, gd.data(), x0d.data(), zd.data(), dz.data(), dz16.data(), db.data(),
-                                 dx0.data(), accumulate, identity, copy.data(), dev.stream);
-      {  // without the fp32 dz: the same bf16 copy and bias gradient
-        Buffer<float> db2(dev, size_t(d.out)), dx2(dev, prior);
+      CrossGradIn gin(gd.data());
+      if (adds > 0) gin.add[0] = add0d.data(), gin.add[1] = add1d.data(), gin.adds = 2, gin.sum = gsum.data();
+      // dx0 starts as prior (read when accumulating), in the blocks x0 has
+      auto grad_blocks = [&](Buffer<float>& whole, Buffer<float>& ga, Buffer<float>& gb) {
+        whole = Buffer<float>(dev, prior);
+        if (a_cols == 0) return CrossInputGrad(whole.data());
+        ga = Buffer<float>(dev, left_block(prior, d.batch, sh.D, a_cols));
+        gb = Buffer<float>(dev, right_block(prior, d.batch, sh.D, a_cols));
+        return CrossInputGrad(ga.data(), gb.data(), a_cols);
+      };
+      auto joined = [&](Buffer<float>& whole, Buffer<float>& ga, Buffer<float>& gb) {
+        return a_cols == 0 ? whole.download() : join_blocks(ga.download(), gb.download(), d.batch, sh.D, a_cols);
+      };
+      Buffer<float> dx0, dxa, dxb;
+      const CrossInputGrad out_grad = grad_blocks(dx0, dxa, dxb);
+      cross_backward_elementwise(dev, d, t, gin, in, x0_16p, zp, z16p, biasd.data(), dz.data(), dz16.data(),
+                                 db.data(), out_grad, accumulate, identity, dev.stream);
+      const std::vector<float> got_dx0 = joined(dx0, dxa, dxb);
+      {  // without the fp32 dz and the sum: the same 16-bit copy, bias gradient and dx0
+        Buffer<float> db2(dev, size_t(d.out)), dx2, dx2a, dx2b;
+        const CrossInputGrad out2 = grad_blocks(dx2, dx2a, dx2b);
         Buffer<uint16_t> dz16b(dev, n);
-        cross_backward_elementwise(dev, d, t, gd.data(), x0d.data(), zd.data(), nullptr, dz16b.data(), db2.data(),
-                                   dx2.data(), accumulate, identity, nullptr, dev.stream);
+        CrossGradIn gin2 = gin;
+        gin2.sum = nullptr;
+        cross_backward_elementwise(dev, d, t, gin2, in, x0_16p, zp, z16p, biasd.data(), nullptr, dz16b.data(),
+                                   db2.data(), out2, accumulate, identity, dev.stream);
         BOOST_CHECK(dz16b.download() == dz16.download());
         BOOST_CHECK(db2.download() == db.download());
-        BOOST_CHECK(dx2.download() == dx0.download());
+        BOOST_CHECK(joined(dx2, dx2a, dx2b) == got_dx0);
       }
-      std::vector<double> want_db(d.out, 0.0), want_dx0(n), want_dz(n);
+      std::vector<double> want_db(d.out, 0.0);
+      std::vector<float> want_dz(n), want_dx0(n), want_g(n);
       for (size_t i = 0; i < n; ++i) {
-        want_dz[i] = double(g[i]) * x0[i];
+        float gi = g[i];
+        if (adds > 0) gi = (gi + half_to_float(t)(add0[i])) + half_to_float(t)(add1[i]);
+        want_g[i] = gi;
+        want_dz[i] = gi * xp[i];
         want_db[i % d.out] += want_dz[i];
-        want_dx0[i] = (accumulate ? double(prior[i]) : 0.0) + double(g[i]) * z[i] + (identity ? g[i] : 0.0);
+        const float gz = gi * (z[i] + bias[i % d.out]);
+        float v = accumulate ? prior[i] + gz : gz;
+        if (identity) v += gi;
+        want_dx0[i] = v;
       }
-      BOOST_TEST_CONTEXT("accumulate " << accumulate << " identity " << identity) {
-        std::vector<float> got_dz = dz.download();
-        BOOST_CHECK_EQUAL(dense_test::mismatches(got_dz, want_dz, 1e-6, 1e-6, "dz"), 0u);
+      BOOST_TEST_CONTEXT("adds " << adds << " accumulate " << accumulate << " identity " << identity) {
+        const std::vector<float> got_dz = dz.download();
+        BOOST_CHECK(got_dz == want_dz);
+        BOOST_CHECK(got_dx0 == want_dx0);
         BOOST_CHECK_EQUAL(dense_test::mismatches(db.download(), want_db, 1e-4, 1e-4, "db"), 0u);
-        BOOST_CHECK_EQUAL(dense_test::mismatches(dx0.download(), want_dx0, 1e-5, 1e-5, "dx0"), 0u);
-        BOOST_CHECK(copy.download() == g);
-        std::vector<uint16_t> got16 = dz16.download();
-        size_t bad16 = 0;
-        for (size_t i = 0; i < n; ++i) bad16 += got16[i] != half_from_float(t)(got_dz[i]);
-        BOOST_CHECK_EQUAL(bad16, 0u);
+        BOOST_CHECK(dz16.download() == dense_test::half_bits(t, want_dz));
+        if (adds > 0) BOOST_CHECK(gsum.download() == want_g);
       }
     }
-  }
   }
   }
   close_device(dev);
 }
 
-// x0 = [bottom, embeddings] and back: every element where its index says, nothing else written.
-void concat_and_split(Backend be) {
+// The x0 gradient's terms of two layers above deferred to the bottom step (g.uppers) give the bits of the three
+// steps accumulating dx0 one by one (the layers above writing and adding their terms, the bottom adding its own
+// and g), with the bottom's dz, db and dx0 in one array or two blocks. Widths not multiples of 4, batch 1 and 65537.
+void deferred_terms(Backend be) {
+  Device dev = dense_test::device_for(be);
+  struct Shape {
+    int64_t batch;
+    int D, a_cols;
+  };
+  for (const Shape& sh : {Shape{1, 12, 4}, Shape{7, 70, 0}, Shape{65537, 12, 0}, Shape{5, 3456, 128}})
+    for (GemmType t : {GemmType::bf16, GemmType::f16}) {
+      const LinearDims d{"cross.deferred", sh.batch, sh.D, sh.D};
+      const size_t n = size_t(sh.batch) * sh.D;
+      auto bits = [&] { return dense_test::half_bits(t, testing::random_floats(n)); };
+      const std::vector<uint16_t> x0_16 = bits(), z_top = bits(), z_mid = bits(), z_bottom = bits(), t_top = bits(),
+                                  t_mid = bits();
+      const std::vector<float> g = testing::random_floats(n), x0 = testing::random_floats(n);
+      const std::vector<float> b_top = testing::random_floats(sh.D), b_mid = testing::random_floats(sh.D),
+                               b_bottom = testing::random_floats(sh.D);
+      Buffer<uint16_t> x0_16d(dev, x0_16), z_topd(dev, z_top), z_midd(dev, z_mid), z_bottomd(dev, z_bottom),
+          t_topd(dev, t_top), t_midd(dev, t_mid);
+      Buffer<float> gd(dev, g), x0d(dev, x0), b_topd(dev, b_top), b_midd(dev, b_mid), b_bottomd(dev, b_bottom);
+      struct Got {
+        std::vector<float> dx0, db;
+        std::vector<uint16_t> dz16;
+      };
+      auto run = [&](bool deferred) {
+        Buffer<float> whole = dense_test::poisoned(dev, n), da, dbk, db = dense_test::poisoned(dev, sh.D),
+                      scratch_db(dev, size_t(sh.D));
+        Buffer<uint16_t> dz16(dev, n), scratch16(dev, n);
+        dz16.fill_bytes(0xFF);
+        CrossInputGrad out(whole.data());
+        if (sh.a_cols > 0) {
+          da = dense_test::poisoned(dev, size_t(sh.batch) * sh.a_cols);
+          dbk = dense_test::poisoned(dev, size_t(sh.batch) * (sh.D - sh.a_cols));
+          out = CrossInputGrad(da.data(), dbk.data(), sh.a_cols);
+        }
+        CrossGradIn top(gd.data()), mid(gd.data()), bottom(gd.data());
+        mid.add[0] = t_topd.data(), mid.adds = 1;
+        bottom.add[0] = t_topd.data(), bottom.add[1] = t_midd.data(), bottom.adds = 2;
+        if (deferred) {
+          bottom.uppers = 2;
+          bottom.upper_z16[0] = z_topd.data(), bottom.upper_bias[0] = b_topd.data();
+          bottom.upper_z16[1] = z_midd.data(), bottom.upper_bias[1] = b_midd.data();
+        } else {
+          cross_backward_elementwise(dev, d, t, top, CrossInput(x0d.data()), x0_16d.data(), nullptr, z_topd.data(),
+                                     b_topd.data(), nullptr, scratch16.data(), scratch_db.data(), out, false, false,
+                                     dev.stream);
+          cross_backward_elementwise(dev, d, t, mid, CrossInput(x0d.data()), x0_16d.data(), nullptr, z_midd.data(),
+                                     b_midd.data(), nullptr, scratch16.data(), scratch_db.data(), out, true, false,
+                                     dev.stream);
+        }
+        cross_backward_elementwise(dev, d, t, bottom, CrossInput(x0d.data()), x0_16d.data(), nullptr,
+                                   z_bottomd.data(), b_bottomd.data(), nullptr, dz16.data(), db.data(), out,
+                                   !deferred, true, dev.stream);
+        Got o;
+        o.dx0 = sh.a_cols > 0 ? join_blocks(da.download(), dbk.download(), sh.batch, sh.D, sh.a_cols) : whole.download();
+        o.db = db.download(), o.dz16 = dz16.download();
+        return o;
+      };
+      const Got deferred = run(true), stepwise = run(false);
+      BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " batch " << sh.batch << " D " << sh.D) {
+        BOOST_CHECK(deferred.dx0 == stepwise.dx0);
+        BOOST_CHECK(deferred.db == stepwise.db);
+        BOOST_CHECK(deferred.dz16 == stepwise.dz16);
+        // and the deferred sum against its formula
+        size_t bad = 0;
+        const HalfToFloat w = half_to_float(t);
+        for (size_t i = 0; i < n; ++i) {
+          const int c = int(i % sh.D);
+          const float g3 = g[i], g2 = g3 + w(t_top[i]), g1 = g2 + w(t_mid[i]);
+          float v = g3 * (w(z_top[i]) + b_top[c]);
+          v = v + g2 * (w(z_mid[i]) + b_mid[c]);
+          v = v + g1 * (w(z_bottom[i]) + b_bottom[c]);
+          v = v + g1;
+          bad += deferred.dx0[i] != v;
+        }
+        BOOST_CHECK_EQUAL(bad, 0u);
+      }
+    }
+  close_device(dev);
+}
+
+// x0 = [bottom, embeddings] as one array: every element where its index says, nothing else written.
+void concat_blocks(Backend be) {
   Device dev = dense_test::device_for(be);
   for (int64_t batch : {0, 1, 37}) {
     const int a_cols = 13, b_cols = 26 * 4;
@@ -260,23 +482,15 @@ void concat_and_split(Backend be) {
                              b = testing::random_floats(size_t(batch) * b_cols);
     Buffer<float> ad(dev, a), bd(dev, b), x0 = dense_test::poisoned(dev, size_t(batch) * (a_cols + b_cols));
     concat_columns(dev, "cross_input", batch, ad.data(), a_cols, bd.data(), b_cols, x0.data(), dev.stream);
-    std::vector<float> got = x0.download(), want(got.size());
-    for (int64_t r = 0; r < batch; ++r) {
-      for (int c = 0; c < a_cols; ++c) want[r * (a_cols + b_cols) + c] = a[r * a_cols + c];
-      for (int c = 0; c < b_cols; ++c) want[r * (a_cols + b_cols) + a_cols + c] = b[r * b_cols + c];
-    }
-    BOOST_CHECK(got == want);
-    Buffer<float> a2 = dense_test::poisoned(dev, a.size()), b2 = dense_test::poisoned(dev, b.size());
-    split_columns(dev, "cross_input", batch, x0.data(), a2.data(), a_cols, b2.data(), b_cols, dev.stream);
-    BOOST_CHECK(a2.download() == a);
-    BOOST_CHECK(b2.download() == b);
+    BOOST_CHECK(x0.download() == join_blocks(a, b, batch, a_cols + b_cols, a_cols));
   }
   close_device(dev);
 }
 
 }  // namespace
 
-SPARTA_BACKEND_CASES(cross_input_concat_and_split, concat_and_split)
+SPARTA_BACKEND_CASES(cross_input_concat, concat_blocks)
+SPARTA_BACKEND_CASES(cross_deferred_x0_terms_match_the_stepwise_sums, deferred_terms)
 SPARTA_BACKEND_CASES(cross_net_matches_a_double_precision_reference, net_matches_reference)
 SPARTA_BACKEND_CASES(cross_net_matches_a_hand_computed_layer, hand_computed_layer)
 SPARTA_BACKEND_CASES(cross_elementwise_steps_match_their_formulas, elementwise_steps)
@@ -331,7 +545,13 @@ BOOST_AUTO_TEST_CASE(cross_layout_and_errors) {
   BOOST_CHECK_EXCEPTION(small.forward(p.data(), x.data(), 3, dev.stream), Error, (dense_test::Names{"dcn_small", "found 3"}));
   BOOST_CHECK_EXCEPTION(concat_columns(dev, "dcn_input", 2, x.data(), 0, x.data(), 3, x.data(), dev.stream), Error,
                         (dense_test::Names{"dcn_input", "widths 0 and 3"}));
-  BOOST_CHECK_EXCEPTION(cross_forward_elementwise(dev, LinearDims{"cross.x", 1, 4, 5}, GemmType::f32, x.data(), x.data(), x.data(),
-                                                  x.data(), nullptr, dev.stream),
+  BOOST_CHECK_EXCEPTION(cross_forward_elementwise(dev, LinearDims{"cross.x", 1, 4, 5}, GemmType::f32, x.data(), nullptr,
+                                                  x.data(), nullptr, x.data(), x.data(), x.data(), nullptr, dev.stream),
                         Error, (dense_test::Names{"cross.x", "in == out", "found in 4, out 5"}));
+  BOOST_CHECK_EXCEPTION(cross_forward_elementwise(dev, LinearDims{"cross.x", 1, 4, 4}, GemmType::f32,
+                                                  CrossInput(x.data(), x.data(), 4), nullptr, x.data(), nullptr,
+                                                  x.data(), nullptr, x.data(), nullptr, dev.stream),
+                        Error, (dense_test::Names{"cross.x", "a_cols 4"}));
+  BOOST_CHECK_EXCEPTION(small.forward(p.data(), CrossInput(x.data(), x.data(), 0), 1, dev.stream), Error,
+                        (dense_test::Names{"dcn_small", "a_cols 0"}));
 }

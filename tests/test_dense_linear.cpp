@@ -457,12 +457,15 @@ BOOST_AUTO_TEST_CASE(gemm_search_matches_the_heuristic_choice, *testing::needs_g
 
 namespace {
 
-// The fused ReLU steps against the separate ones they replace, for a layer below (in0 → mid, ReLU) and the layer
-// above it (mid → out): the forward's 16-bit output is linear_forward's fp32 output rounded once (cpu: bit for
-// bit), and the data gradient with the mask gives activation_bias_backward's pre-activation gradient (16-bit)
-// and bias gradient of the layer below (cpu: bit for bit); cuda also against the cpu reference within the GEMMs'
-// rounding. Outputs poisoned; widths that are not multiples of 8 or of 128 (the mask's column pitch), batch 0,
-// 1, 7 and 65537.
+// The fused ReLU steps against the separate ones they replace and against their formulas, for a layer below (in0 →
+// mid, ReLU) and the layer above it (mid → out). Forward: linear_forward_relu_half's 16-bit output is
+// linear_forward's fp32 output with the bias rounded to 16 bits, rounded once (cpu: bit for bit; cuda: within a
+// 16-bit rounding of the cpu's). Backward: the above layer's data gradient in 16 bits
+// (linear_backward_data_half), then relu_bias_backward_half in place: the pre-activation gradient is that 16-bit
+// gradient where the 16-bit output is > 0 and 0 elsewhere, bit for bit on every backend, and the bias gradient its
+// column sum (cpu: bit for bit as activation_bias_backward's sum of the same values; cuda within the fp32 sum's
+// rounding); fed the same 16-bit arrays, cuda's pre-activation gradient equals the cpu's bit for bit. Outputs
+// poisoned; widths that are not multiples of 8, batch 0, 1, 7 and 65537.
 void fused_relu_steps(Backend be) {
   Device dev = dense_test::device_for(be);
   Device host = dense_test::device_for(Backend::cpu);
@@ -470,19 +473,21 @@ void fused_relu_steps(Backend be) {
     int64_t batch;
     int in0, mid, out;
   };
-  const Shape shapes[] = {{1, 13, 16, 8}, {7, 24, 40, 16}, {65, 64, 200, 24}, {0, 8, 16, 8}, {65537, 16, 24, 8}};
+  const Shape shapes[] = {{1, 13, 16, 8}, {7, 24, 40, 16}, {65, 64, 200, 24}, {0, 8, 16, 8}, {65537, 16, 24, 8},
+                          {33, 16, 13, 5}};
   for (GemmType t : {GemmType::bf16, GemmType::f16})
     for (const Shape& s : shapes) {
       const LinearDims below{"below", s.batch, s.in0, s.mid}, above{"above", s.batch, s.mid, s.out};
       const std::string where = std::string(gemm_type_name(t)) + " batch " + std::to_string(s.batch) + " " +
                                 std::to_string(s.in0) + "-" + std::to_string(s.mid) + "-" + std::to_string(s.out);
       BOOST_TEST_CONTEXT(dev.name() << " " << where) {
-        BOOST_CHECK(relu_mask_fusion_available(host, below, above, t, host.stream));
-        BOOST_CHECK(!relu_mask_fusion_available(host, below, above, GemmType::f32, host.stream));
-        if (!relu_mask_fusion_available(dev, below, above, t, dev.stream)) {
+        BOOST_CHECK(relu_half_fusion_available(host, below, above, t, host.stream));
+        BOOST_CHECK(!relu_half_fusion_available(host, below, above, GemmType::f32, host.stream));
+        if (!relu_half_fusion_available(dev, below, above, t, dev.stream)) {
           BOOST_TEST_MESSAGE("no fused ReLU steps on " << dev.name() << " at " << where);
           continue;
         }
+        const size_t n = size_t(s.batch) * s.mid;
         const float scale = 1.0f / std::sqrt(float(s.in0));
         const std::vector<float> x = testing::random_floats(size_t(s.batch) * s.in0);
         const std::vector<float> w0 = testing::random_floats(size_t(s.mid) * s.in0, -scale, scale);
@@ -490,38 +495,58 @@ void fused_relu_steps(Backend be) {
         const std::vector<float> w1 = testing::random_floats(size_t(s.out) * s.mid, -0.2f, 0.2f);
         const std::vector<float> dpre = testing::random_floats(size_t(s.batch) * s.out);
         struct Got {
-          std::vector<uint16_t> y16, dpre16;
+          std::vector<uint16_t> y16, g16, dpre16;
           std::vector<float> db;
         };
         // the fused steps on d
         auto fused = [&](const Device& d) {
           Typed xd(d, t, x), w0d(d, t, w0), w1d(d, t, w1), gd(d, t, dpre);
           Buffer<float> b0d(d, b0), db = poisoned(d, s.mid);
-          Buffer<uint16_t> y16(d, size_t(s.batch) * s.mid), dpre16(d, size_t(s.batch) * s.mid);
-          Buffer<uint8_t> mask(d, relu_mask_bytes(s.mid, s.batch));
-          y16.fill_bytes(0xFF), dpre16.fill_bytes(0xFF), mask.fill_bytes(0xFF);
-          linear_forward_relu_mask(d, below, t, xd.data(), w0d.data(), b0d.data(), y16.data(), mask.data(), d.stream);
-          linear_backward_data_drelu(d, above, t, gd.data(), w1d.data(), mask.data(), dpre16.data(), db.data(),
-                                     d.stream);
-          return Got{y16.download(), dpre16.download(), db.download()};
+          Buffer<uint16_t> y16(d, n), g16(d, n);
+          y16.fill_bytes(0xFF), g16.fill_bytes(0xFF);
+          linear_forward_relu_half(d, below, t, xd.data(), w0d.data(), b0d.data(), y16.data(), d.stream);
+          linear_backward_data_half(d, above, t, gd.data(), w1d.data(), g16.data(), d.stream);
+          Got o;
+          o.g16 = g16.download();
+          relu_bias_backward_half(d, below, t, y16.data(), g16.data(), g16.data(), db.data(), d.stream);
+          o.y16 = y16.download(), o.dpre16 = g16.download(), o.db = db.download();
+          return o;
         };
         const Got got = fused(dev);
+        // the formula of the backward pass on what the forward and the data gradient wrote
+        std::vector<uint16_t> want_dpre16(n);
+        std::vector<double> want_db(s.mid, 0.0);
+        for (size_t i = 0; i < n; ++i) {
+          want_dpre16[i] = half_to_float(t)(got.y16[i]) > 0.f ? got.g16[i] : uint16_t(0);
+          want_db[i % s.mid] += half_to_float(t)(want_dpre16[i]);
+        }
+        BOOST_CHECK(got.dpre16 == want_dpre16);
+        BOOST_CHECK_EQUAL(dense_test::mismatches(got.db, want_db, 1e-4 * std::sqrt(double(s.batch) + 1), 1e-4, "db"),
+                          0u);
         // the separate steps on the cpu reference
         Got want;
         {
           Typed xd(host, t, x), w0d(host, t, w0), w1d(host, t, w1), gd(host, t, dpre);
-          std::vector<float> y(size_t(s.batch) * s.mid), g(y.size()), db(s.mid);
-          linear_forward(host, below, t, Activation::relu, xd.data(), w0d.data(), b0.data(), y.data(), host.stream);
-          want.y16.resize(y.size());
-          to_half_cpu(t, y.data(), want.y16.data(), y.size());
+          std::vector<float> y(n), g(n), db(s.mid);
+          const std::vector<float> b0_rounded = dense_test::half_rounded(t, b0);
+          linear_forward(host, below, t, Activation::relu, xd.data(), w0d.data(), b0_rounded.data(), y.data(),
+                         host.stream);
+          want.y16.resize(n);
+          to_half_cpu(t, y.data(), want.y16.data(), n);
           linear_backward_data(host, above, t, gd.data(), w1d.data(), g.data(), false, host.stream);
-          want.dpre16.resize(y.size());
-          activation_bias_backward(host, below, t, Activation::relu, y.data(), g.data(), nullptr, want.dpre16.data(),
-                                   db.data(), 1.f, host.stream);
+          want.g16.resize(n);
+          to_half_cpu(t, g.data(), want.g16.data(), n);
+          // the mask of the output as the next layer reads it (a positive fp32 output below half the smallest fp16
+          // subnormal rounds to 0)
+          const std::vector<float> g_rounded = dense_test::half_rounded(t, g), y_rounded = dense_test::half_rounded(t, y);
+          want.dpre16.resize(n);
+          activation_bias_backward(host, below, t, Activation::relu, y_rounded.data(), g_rounded.data(), nullptr,
+                                   want.dpre16.data(), db.data(), 1.f, host.stream);
           want.db = db;
         }
         if (!dev.is_cuda()) {
           BOOST_CHECK(got.y16 == want.y16);
+          BOOST_CHECK(got.g16 == want.g16);
           BOOST_CHECK(got.dpre16 == want.dpre16);
           BOOST_CHECK(got.db == want.db);
         } else {  // within a 16-bit rounding (an element at a rounding boundary may round the other way)
@@ -532,9 +557,14 @@ void fused_relu_steps(Backend be) {
           };
           const double tol = t == GemmType::bf16 ? 1.6e-2 : 2e-3;
           BOOST_CHECK_EQUAL(testing::count_mismatches(widen(got.y16), widen(want.y16), tol, tol, "y16"), 0u);
-          BOOST_CHECK_EQUAL(testing::count_mismatches(widen(got.dpre16), widen(want.dpre16), tol, tol, "dpre16"), 0u);
-          BOOST_CHECK_EQUAL(testing::count_mismatches(got.db, want.db, 1e-3 * std::sqrt(double(s.batch) + 1), 1e-3,
-                                                      "db"), 0u);
+          BOOST_CHECK_EQUAL(testing::count_mismatches(widen(got.g16), widen(want.g16), tol, tol, "g16"), 0u);
+          // the backward pass alone on the same 16-bit arrays: the cpu's bits
+          Buffer<uint16_t> y16(host, got.y16), g16(host, got.g16);
+          std::vector<float> db(s.mid);
+          relu_bias_backward_half(host, below, t, y16.data(), g16.data(), g16.data(), db.data(), host.stream);
+          BOOST_CHECK(got.dpre16 == g16.download());
+          BOOST_CHECK_EQUAL(testing::count_mismatches(got.db, db, 1e-4 * std::sqrt(double(s.batch) + 1), 1e-4,
+                                                      "db vs cpu"), 0u);
         }
       }
     }
@@ -545,17 +575,15 @@ void fused_relu_steps(Backend be) {
 
 SPARTA_BACKEND_CASES(fused_relu_steps_match_the_separate_steps, fused_relu_steps)
 
-// cuda: cuBLASLt runs the fused ReLU steps at the models' bf16 and fp16 shapes (else the MLPs take the separate
-// steps: correct, slower). The top MLP's last pair (512-256-1: a data gradient GEMM with k = 1) is only reported.
+// cuda: cuBLASLt runs the fused ReLU steps (the forward's RELU_BIAS epilogue with a 16-bit D, the 16-bit data
+// gradient) at the models' bf16 and fp16 shapes, every hidden layer of both MLPs, so the MLPs take them.
 BOOST_AUTO_TEST_CASE(fused_relu_steps_available_at_the_model_shapes, *testing::needs_gpu()) {
   Device dev = dense_test::device_for(Backend::cuda);
   for (GemmType t : {GemmType::bf16, GemmType::f16}) {
-    BOOST_TEST_MESSAGE(gemm_type_name(t) << " 512-256-1 fused: "
-                       << relu_mask_fusion_available(dev, {"below", 65536, 512, 256}, {"above", 65536, 256, 1}, t,
-                                                     dev.stream));
     for (auto w : {std::vector<int>{3456, 1024, 1024}, std::vector<int>{1024, 1024, 512},
+                   std::vector<int>{1024, 512, 256}, std::vector<int>{512, 256, 1}, std::vector<int>{480, 1024, 1024},
                    std::vector<int>{16, 512, 256}, std::vector<int>{512, 256, 128}})
-      BOOST_CHECK_MESSAGE(relu_mask_fusion_available(dev, {"below", 65536, w[0], w[1]}, {"above", 65536, w[1], w[2]}, t,
+      BOOST_CHECK_MESSAGE(relu_half_fusion_available(dev, {"below", 65536, w[0], w[1]}, {"above", 65536, w[1], w[2]}, t,
                                                      dev.stream),
                           gemm_type_name(t) << " " << w[0] << "-" << w[1] << "-" << w[2]);
   }

@@ -418,12 +418,12 @@ void graphs_replay_the_direct_bits(const Device& dev, Interaction it, GemmType p
   BOOST_TEST_MESSAGE(interaction_name(it) << " " << precision_name(precision) << ": " << graphed.graphs().replays()
                      << " pieces replayed, " << graphed.graphs().captures() << " recorded, "
                      << graphed.graphs().direct_runs() << " run as is");
-  // By graph.h's rules, with P pieces (dot 5, dcnv2 6 with the cross network's split): step 0 runs all as is,
-  // step 1 records all, step 2 replays all; step 3's evaluation forward runs as is and so does the training
+  // By graph.h's rules, with P = 5 pieces (forward, loss, and the backward's three between its callbacks): step 0
+  // runs all as is, step 1 records all, step 2 replays all; step 3's evaluation forward runs as is and so does the training
   // forward after it, the rest is recorded; step 4 records the forward and replays P - 1; step 5's new loss
   // scale runs the loss as is after a replayed forward, and records the P - 2 backward pieces; step 6 records
   // the forward and the loss and replays P - 2; step 7 replays all.
-  const int64_t P = it == Interaction::dot ? 5 : 6;
+  const int64_t P = 5;
   BOOST_TEST(graphed.graphs().replays() == P + (P - 1) + 1 + (P - 2) + P);
   BOOST_TEST(graphed.graphs().captures() == P + (P - 1) + 1 + (P - 2) + 2);
   BOOST_TEST(direct.graphs().replays() == 0);
