@@ -40,6 +40,7 @@
 #include "kernels/hash_table.h"
 #include "kernels/key_init.h"
 #include "kernels/pooled_forward.h"
+#include "src/host_tier.h"
 
 namespace sparta {
 
@@ -73,6 +74,11 @@ struct EmbeddingTableConfig {
   // backward_and_update. A larger batch later grows it (one reallocation, then reused every step).
   // At most kBackwardMaxKeys.
   int64_t max_batch_keys = 0;
+  // Where the rows live (src/host_tier.h): hbm, or host memory under a GPU cache of tier.cache_rows rows. A
+  // tiered table's device part (values(), state(), hash(), memory_bytes) is the cache, a direct index over
+  // slots; its rows are cache slots, its lookups synchronize the stream (the keys are made resident on the
+  // host first), and the kBackwardMaxRows limit applies to the cache, not to capacity_rows.
+  TierConfig tier;
 };
 
 // What an eval lookup does with a key the table does not hold.
@@ -105,7 +111,7 @@ class EmbeddingTable {
   int64_t capacity_rows() const { return cfg_.capacity_rows; }
   KeyInit key_init() const;
   // Live rows. Synchronizes stream.
-  int64_t size(Stream stream) { return hash_.size(stream); }
+  int64_t size(Stream stream) { return tier_ ? tier_->size() : hash_.size(stream); }
 
   float* values() { return values_.data(); }  // [capacity_rows, dim]
   float* state() { return state_.data(); }    // [capacity_rows, state_width] (nullptr for sgd)
@@ -200,8 +206,16 @@ class EmbeddingTable {
   void load_rows(const TableRows& rows, Stream stream);
   // Empties the table and resets the optimizer state. Asynchronous on stream.
   void clear(Stream stream);
+  // The host tier of a tiered table (null for hbm).
+  HostTier* host_tier() { return tier_.get(); }
+  // Rows on the device: capacity_rows, or a tiered table's cache_rows.
+  static int64_t device_rows(const EmbeddingTableConfig& cfg);
 
  private:
+  // A tiered table's keys [n] turned into cache slots (resident first); the keys themselves for hbm.
+  const int64_t* tier_keys(const int64_t* keys, int64_t n, LookupMode mode, Stream stream);
+  // The pins of a tiered table's pending batch, released once its update is queued.
+  void updated();
   ForwardArgs forward_args(LookupMode mode, void* out, OutputType out_type, int64_t* rows);
   void check(LookupMode mode, MissingKey missing, Check when, Stream stream);
   void reset_state(Stream stream);
@@ -216,6 +230,9 @@ class EmbeddingTable {
   Device dev_;
   EmbeddingTableConfig cfg_;
   int state_width_;
+  int64_t device_rows_;  // capacity_rows, or the cache's rows
+  std::unique_ptr<HostTier> tier_;  // a tiered table's host store and cache bookkeeping (built first: it checks
+                                    // the host's memory before anything is allocated)
   HashTable hash_;
   Buffer<float> values_;  // [capacity_rows, dim]
   Buffer<float> state_;   // [capacity_rows, state_width]

@@ -30,6 +30,7 @@
 #include "kernels/embedding_types.h"
 #include "kernels/key_init.h"
 #include "kernels/pooled_forward.h"
+#include "src/host_tier.h"
 
 namespace sparta {
 
@@ -62,6 +63,10 @@ struct CollectionTableConfig {
   bool direct_index = false;
   float init_scale = 0.05f;
   double max_load_factor = 0.5;
+  // Where the rows live (src/host_tier.h): hbm, or host memory under a GPU cache of tier.cache_rows rows on each
+  // rank (each rank caches its own shard; a hybrid table's hot copy stays in HBM). A tiered table shares no
+  // physical table with others.
+  TierConfig tier;
 };
 
 struct CollectionConfig {
