@@ -32,6 +32,17 @@ Eviction parse_eviction(const std::string& s, const std::string& what) {
   throw Error(strprintf("%s: '%s' is not an eviction policy (error, lru or lfu)", what.c_str(), s.c_str()));
 }
 
+TierConfig make_tier(TableTier tier, int64_t cache_rows, double cache_mb, Eviction eviction, int dim,
+                     int state_width) {
+  TierConfig t;
+  t.tier = tier;
+  t.eviction = eviction;
+  if (tier == TableTier::hbm) return t;
+  const double row_bytes = double(dim + state_width) * sizeof(float);
+  t.cache_rows = cache_rows > 0 ? cache_rows : std::max<int64_t>(1, int64_t(cache_mb * 1048576.0 / row_bytes));
+  return t;
+}
+
 size_t HostTier::host_bytes(int64_t capacity_rows, int dim, int state_width) {
   // values and state, a use count and a made flag per row, and a hashed table's index (key by row, and the
   // key → row map at about 40 bytes an entry)

@@ -57,6 +57,10 @@ struct TierConfig {
   int64_t cache_rows = 0;             // host: rows of the GPU cache, 1 .. capacity_rows (more is clamped)
   Eviction eviction = Eviction::lru;  // host: the cache's policy (error: a call that needs an eviction fails)
 };
+// The tier of a table of dim and state_width from a program's options: cache_rows, else cache_mb MiB of cache rows
+// (values and state, at least 1 row). hbm: both must be 0.
+TierConfig make_tier(TableTier tier, int64_t cache_rows, double cache_mb, Eviction eviction, int dim,
+                     int state_width);
 
 // What a host tier needs of its table.
 struct HostTierSetup {
