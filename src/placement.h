@@ -104,6 +104,10 @@ struct TablePlan {
   // the route buffers a step grows, at the planner's expected counts (src/planner.h placement_cost).
   size_t work_bytes = 0;
   size_t work_bytes_other = 0;  // the same on a rank other than a localized table's owner (work_bytes otherwise)
+  // A host-tier table: host bytes on the busiest rank and the bytes between host and GPU per step there
+  // (src/planner.h PlacementCost::host_bytes, host_transfer_bytes).
+  size_t host_bytes = 0;
+  double host_transfer_bytes = 0;
   double bytes_per_step = 0;
   double seconds_per_step = 0;
   // The table's own terms: device bytes its local passes read and write on the busiest rank, and, for the

@@ -234,6 +234,7 @@ void check_planner_rates(const PlannerRates& r) {
   auto ok = [](double x) { return x > 0 && std::isfinite(x); };
   SPARTA_REQUIRE(ok(r.link_GBps), "planner: link_GBps must be > 0, found %g", r.link_GBps);
   SPARTA_REQUIRE(ok(r.hbm_GBps), "planner: hbm_GBps must be > 0, found %g", r.hbm_GBps);
+  SPARTA_REQUIRE(ok(r.host_GBps), "planner: host_GBps must be > 0, found %g", r.host_GBps);
   SPARTA_REQUIRE(ok(r.collective_us), "planner: collective_us must be > 0, found %g", r.collective_us);
   SPARTA_REQUIRE(ok(r.group_us), "planner: group_us must be > 0, found %g", r.group_us);
 }
@@ -275,7 +276,9 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
   const double U = std::min(R, expected_distinct(stats, K, 0));               // distinct keys of a rank
   const double Ug = std::min(R, expected_distinct(stats, W * K, 0));          // distinct keys of the global batch
   const double k = kKeyPass;
-  auto mem = [&](int64_t rows) {
+  const bool tiered = t.tier.tier == TableTier::host;
+  auto mem = [&](int64_t rows) {  // a host-tier table's device part: its cache, a direct index over slots
+    if (tiered) return table_memory_bytes(std::min(rows, t.tier.cache_rows), t.dim, t.optimizer.kind, 1.0, true);
     return table_memory_bytes(rows, t.dim, t.optimizer.kind, t.max_load_factor, t.direct_index);
   };
   // a key % world shard (direct: rank 0's, the largest)
@@ -357,6 +360,16 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       break;
     }
   }
+  if (tiered) {  // the rows a step touches on the busiest rank; those beyond the cache come in and go out
+    const bool whole = p == Placement::replicated || p == Placement::localized || opt.world == 1;
+    const int64_t rows = whole ? t.rows : shard;
+    const double touched = whole ? Ug : p == Placement::hybrid ? std::min(R, expected_distinct(stats, W * K,
+                                                                                               size_t(hot_rows))) / W
+                                                                : Ug / W;
+    const double miss = std::max(0.0, 1.0 - double(t.tier.cache_rows) / double(std::max<int64_t>(1, rows)));
+    c.host_bytes = HostTier::host_bytes(rows, t.dim, optimizer_state_width(t.optimizer.kind, t.dim));
+    c.host_transfer_bytes = 2 * touched * miss * (L.v + L.s);
+  }
   work_memory(c, t, p, opt, {K, P, U, shard, std::max<int64_t>(1, hot_rows), std::min(1.0, hot_share(stats, hot_rows))});
   c.bytes_other = c.bytes_per_step;
   c.local_other = c.local_bytes;
@@ -388,6 +401,8 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
     c.local_other = c.local_bytes;
   }
   const PlannerRates& r = opt.rates;
+  c.local_bytes += c.host_transfer_bytes * r.hbm_GBps / r.host_GBps;  // as HBM bytes of the same time
+  c.local_other += p == Placement::localized && opt.world > 1 ? 0.0 : c.host_transfer_bytes * r.hbm_GBps / r.host_GBps;
   c.seconds_group = c.collectives * r.collective_us * 1e-6 + r.group_us * 1e-6;
   c.seconds_per_step = c.bytes_per_step / (r.link_GBps * 1e9) + c.local_bytes / (r.hbm_GBps * 1e9) + c.seconds_group;
   return c;
@@ -623,6 +638,8 @@ Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::ve
     tp.owner = pick->p == Placement::localized ? pick->owner : 0;
     tp.memory_bytes = pick->cost.memory_busiest;
     tp.work_bytes = pick->cost.work_busiest;
+    tp.host_bytes = pick->cost.host_bytes;
+    tp.host_transfer_bytes = pick->cost.host_transfer_bytes;
     tp.work_bytes_other = pick->p == Placement::localized ? pick->cost.work_every : pick->cost.work_busiest;
     tp.bytes_per_step = pick->cost.bytes_per_step;
     tp.seconds_per_step = pick->seconds;
@@ -801,8 +818,8 @@ size_t device_memory_budget(MPI_Comm comm, const Device& dev, size_t reserve) {
 }
 
 std::string format_plan(const CollectionConfig& cfg, const Plan& plan) {
-  std::string out = strprintf("%-16s %12s %5s %-12s %10s %16s %18s %14s\n", "table", "rows", "dim", "placement",
-                              "owner", "memory/rank", "bytes/step", "est. ms/step");
+  std::string out = strprintf("%-16s %12s %5s %-12s %10s %16s %18s %14s %s\n", "table", "rows", "dim", "placement",
+                              "owner", "memory/rank", "bytes/step", "est. ms/step", "tier");
   double every = 0;             // memory on every rank
   std::map<int, double> owned;  // localized owner → its tables' memory
   for (size_t i = 0; i < cfg.tables.size() && i < plan.tables.size(); ++i) {
@@ -814,9 +831,15 @@ std::string format_plan(const CollectionConfig& cfg, const Plan& plan) {
                                                                : "key%W";
     std::string name = placement_name(p.placement);
     if (p.placement == Placement::hybrid) name += strprintf("(%zu)", p.hot_keys.size());
-    out += strprintf("%-16s %12lld %5d %-12s %10s %16s %18s %14.3f\n", t.name.c_str(), (long long)t.rows, t.dim,
+    // a host-tier table: its cache's rows, its host bytes per rank and its host<->GPU bytes per step
+    const std::string tier = t.tier.tier == TableTier::hbm
+                                 ? "hbm"
+                                 : strprintf("host cache %lld rows, host %s, %s/step in+out",
+                                             (long long)t.tier.cache_rows, human(double(p.host_bytes)).c_str(),
+                                             human(p.host_transfer_bytes).c_str());
+    out += strprintf("%-16s %12lld %5d %-12s %10s %16s %18s %14.3f %s\n", t.name.c_str(), (long long)t.rows, t.dim,
                      name.c_str(), owner.c_str(), human(double(p.memory_bytes)).c_str(), human(p.bytes_per_step).c_str(),
-                     p.seconds_per_step * 1e3);
+                     p.seconds_per_step * 1e3, tier.c_str());
     (p.placement == Placement::localized ? owned[p.owner] : every) += double(p.memory_bytes);
   }
   // the total: the fullest rank's memory, the busiest rank's bytes, the plan's estimate
