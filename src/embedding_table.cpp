@@ -168,7 +168,9 @@ ForwardArgs EmbeddingTable::forward_args(LookupMode mode, void* out, OutputType 
 }
 
 void EmbeddingTable::check(LookupMode mode, MissingKey missing, Check when, Stream stream) {
-  if (when == Check::now && (mode == LookupMode::train || missing == MissingKey::error)) check_lookups(missing, stream);
+  // a tiered table checks its evaluations too (keys its cache had no room for): it synchronized already
+  if (when == Check::now && (mode == LookupMode::train || missing == MissingKey::error || tier_))
+    check_lookups(missing, stream);
 }
 
 void EmbeddingTable::check_lookups(MissingKey missing, Stream stream) {

@@ -122,7 +122,8 @@ class EmbeddingTable {
   // MissingKey::error, throws. The lookup is asynchronous on stream. Check::now: train, and eval with
   // MissingKey::error, then synchronize stream to check (a full table throws sparta::Error naming the table,
   // its capacity and the rows asked for); eval with MissingKey::zeros never synchronizes. Check::deferred:
-  // never synchronizes; check_lookups reports the errors later. In train mode bags must be within the
+  // never synchronizes; check_lookups reports the errors later. (A tiered table synchronizes in every lookup,
+  // and with Check::now checks its evaluations too: keys its cache had no room for.) In train mode bags must be within the
   // backward's limit (kBackwardMaxKeys; sparta::Error naming the table otherwise). out_layout: where each bag
   // goes in out (kernels/embedding_types.h BagLayout; default [bags, dim]).
   void pooled_forward(const int64_t* offsets, const int64_t* keys, int64_t bags, Combiner combiner, LookupMode mode,

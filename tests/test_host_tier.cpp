@@ -302,6 +302,13 @@ BOOST_AUTO_TEST_CASE(a_batch_larger_than_the_cache_is_a_clear_error) {
   std::vector<float> e;
   check_message([&] { step(t, b, std::vector<float>(12 * 5, 0.f), 1, false, {}, e); },
                 {"'clicks'", "12 distinct keys", "8 rows (cache_rows)"});
+  // an evaluation of more keys than the cache holds is the same error, not zeros
+  Buffer<int64_t> k(dev, keys);
+  Buffer<float> out(dev, keys.size() * 5);
+  check_message([&] {
+    t.unpooled_forward(k.data(), 12, LookupMode::eval, out.data(), OutputType::f32, nullptr, MissingKey::zeros,
+                       Check::now, dev.stream);
+  }, {"'clicks'", "12 distinct keys", "8 rows (cache_rows)"});
   // a batch that fits trains afterwards
   b.keys.resize(8);
   b.offsets.resize(9);
