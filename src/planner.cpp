@@ -623,6 +623,15 @@ Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::ve
       const Option* best = &opts[0];
       for (const Option& o : opts)
         if (o.shortfall < best->shortfall) best = &o;
+      // an HBM table that does not fit could live in host memory under a cache of what is left on the rank
+      const size_t used_max = *std::max_element(used.begin(), used.end());
+      const size_t left = budget > used_max + best->cost.work_busiest ? budget - used_max - best->cost.work_busiest : 0;
+      const std::string hint =
+          t.tier.tier == TableTier::hbm && left > 0
+              ? strprintf("; or keep its rows in host memory under a GPU cache: embedding.tier host with "
+                          "embedding.cache_mb below %s (bench_collection, bench_train: --tier host --cache-gb)",
+                          mib(double(left)).c_str())
+              : std::string();
       throw Error(strprintf(
           "planner: table '%s' (%lld rows, dim %d, %s) does not fit: %s placement needs %s (%zu bytes) more than the "
           "memory budget of %s (%zu bytes) per rank (tables placed before it use up to %s on a rank; the table's "
@@ -631,7 +640,7 @@ Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::ve
           mib(double(best->shortfall)).c_str(), best->shortfall, mib(double(budget)).c_str(), budget,
           mib(double(*std::max_element(used.begin(), used.end()))).c_str(),
           mib(double(best->cost.memory_busiest)).c_str(), mib(double(best->cost.work_busiest)).c_str(),
-          req[i].automatic ? " (the placement that comes closest)" : ""));
+          req[i].automatic ? " (the placement that comes closest)" : "") + hint);
     }
     TablePlan& tp = plan.tables[i];
     tp.placement = pick->p;

@@ -824,4 +824,16 @@ BOOST_AUTO_TEST_CASE(host_tier_counts_the_cache_the_host_and_the_transfers) {
   BOOST_CHECK_EQUAL(make_plan(c, o, {}).tables[0].host_transfer_bytes, 0.0);
   o.rates.host_GBps = 0;
   BOOST_CHECK(has(error_of([&] { make_plan(c, o, {}); }), "host_GBps"));
+  // a table that does not fit in HBM: the error points to the host tier, and a cache within the hint fits
+  CollectionConfig h;
+  h.num_slots = 1;
+  h.tables = {table("huge", 10000000, 64, {0}, "dispatch")};
+  PlannerOptions small;
+  small.memory_budget = size_t(64) << 20;
+  const std::string e = error_of([&] { make_plan(h, small, {}); });
+  BOOST_CHECK_MESSAGE(has(e, "'huge'") && has(e, "embedding.tier host") && has(e, "embedding.cache_mb below"), e);
+  h.tables[0].tier = make_tier(TableTier::host, 0, 16, Eviction::lru, 64, 0);
+  const Plan fits = make_plan(h, small, {});
+  BOOST_CHECK_LE(fits.tables[0].memory_bytes + fits.tables[0].work_bytes, small.memory_budget);
+  BOOST_CHECK_EQUAL(fits.tables[0].host_bytes, HostTier::host_bytes(10000000, 64, 0));
 }
