@@ -6,6 +6,7 @@
 
 #include "kernels/route.h"
 #include "src/base/check.h"
+#include "src/base/deadline.h"
 
 namespace sparta {
 
@@ -156,6 +157,7 @@ void HostTier::write_back(const std::vector<int64_t>& slots, const float* cache_
                           Stream stream) {
   const size_t n = slots.size();
   if (n == 0) return;
+  fault_point("host tier write-back");  // the kill tests' hook (src/base/deadline.h)
   if (stage_values_.size() < n * s_.dim) stage_values_ = PinnedBuffer<float>(dev_.backend, n * s_.dim);
   if (stage_state_.size() < n * s_.state_width) stage_state_ = PinnedBuffer<float>(dev_.backend, n * s_.state_width);
   int64_t* idx = staging(idx_dev_, n);
