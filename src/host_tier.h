@@ -25,8 +25,10 @@
 //
 // Why a host-side index and copies in batches rather than CUDA managed memory: managed memory larger than the
 // GPU's free memory can stall the GPU for every process of a shared machine; pinned memory copied in batches
-// cannot. The residency step synchronizes the stream (it reads the keys on the host): the simple, correct
-// version, with no overlap of the next batch's residency with the current step yet.
+// cannot. The residency step synchronizes the stream (it reads the keys on the host and keeps the index and the
+// policy there, per distinct key): the simple, correct version, with no overlap of the next batch's residency with
+// the current step yet. Rows move as dim + state_width floats (route_gather_rows / route_scatter_rows); with
+// 16-bit row storage they would move as the table's bytes per row.
 #pragma once
 
 #include <cstdint>
