@@ -90,6 +90,9 @@ struct Args {
   int dim = 128, warmup = 5, iters = 20, check_samples = 64;  // warmup, iters: the driver's --warmup, --iters
   int prefill = 1, trace = 0, plan_only = 0;
   double alpha = 0, memory_budget_gib = 0, timeout = 300;
+  std::string tier = "hbm", eviction = "lru";  // --tier, --eviction
+  double cache_gb = 0;                         // --cache-gb
+  int64_t cache_rows = 0;                      // --cache-rows
   PlannerRates rates;  // --planner-link-gbps, --planner-hbm-gbps, --planner-collective-us, --planner-group-us
   float lr = 0.01f;
   unsigned long long seed = 1;
@@ -363,6 +366,9 @@ CollectionConfig make_config(const Args& a, const std::vector<Table>& tables, co
     tc.slots = {int(t)};
     tc.placement = placement == "plan" ? chosen[t] : placement;
     tc.init_scale = 0.05f;
+    tc.tier = make_tier(parse_tier(a.tier, "--tier"), a.cache_rows, a.cache_gb * 1e9 / 1048576.0,
+                        parse_eviction(a.eviction, "--eviction"), tc.dim,
+                        optimizer_state_width(tc.optimizer.kind, tc.dim));
     c.tables.push_back(tc);
   }
   return c;
@@ -624,6 +630,12 @@ void add_options(bench::Driver& d, Args& a) {
       "table-placements", po::value(&a.table_placements),
       "the plan's point: comma list, one per table, of auto | dispatch | localized[:owner] | replicated | distributed "
       "| hybrid (explicit entries honoured, auto ones the planner's)")(
+      "tier", po::value(&a.tier)->default_value(a.tier),
+      "hbm | host: every table's rows in host memory under a GPU cache per rank (src/host_tier.h)")(
+      "cache-gb", po::value(&a.cache_gb)->default_value(a.cache_gb),
+      "tier host: each table's GPU cache per rank, GB of rows (values and optimizer state)")(
+      "cache-rows", po::value(&a.cache_rows)->default_value(a.cache_rows), "tier host: the cache in rows instead")(
+      "eviction", po::value(&a.eviction)->default_value(a.eviction), "tier host: the cache's policy, lru | lfu")(
       "plan-only", po::value(&a.plan_only)->default_value(a.plan_only),
       "1: print the plan of every point (the planner's table and estimate) and time no step");
 }
@@ -645,6 +657,16 @@ Sweep check_options(Args& a) {
     SPARTA_REQUIRE(a.check_samples >= 1, "--check-samples must be >= 1, found %d", a.check_samples);
     SPARTA_REQUIRE(a.prefill == 0 || a.prefill == 1, "--prefill: 0 or 1, found %d", a.prefill);
     SPARTA_REQUIRE(a.alpha >= 0, "--alpha must be >= 0, found %g", a.alpha);
+    const bool host = parse_tier(a.tier, "--tier") == TableTier::host;
+    SPARTA_REQUIRE(parse_eviction(a.eviction, "--eviction") != Eviction::error, "--eviction: lru or lfu, found error");
+    SPARTA_REQUIRE(!host || (a.cache_gb > 0) != (a.cache_rows > 0),
+                   "--tier host: give the cache as --cache-gb or --cache-rows (one of them), found %g and %lld",
+                   a.cache_gb, (long long)a.cache_rows);
+    SPARTA_REQUIRE(host || (a.cache_gb == 0 && a.cache_rows == 0), "--cache-gb, --cache-rows: with --tier host only");
+    // a prefill forward has no backward: its rows stay pinned in the cache, so the next one could not evict them
+    SPARTA_REQUIRE(!host || a.prefill == 0 || a.index == "direct",
+                   "--tier host: give --prefill 0 (prefill forwards have no update, so the cache could not evict "
+                   "their rows)");
     SPARTA_REQUIRE(a.memory_budget_gib >= 0, "--memory-budget must be >= 0 GiB, found %g", a.memory_budget_gib);
     for (const auto& r : {std::make_pair("--planner-link-gbps", a.rates.link_GBps),
                           std::make_pair("--planner-hbm-gbps", a.rates.hbm_GBps),
@@ -760,8 +782,9 @@ void report_point(bench::Driver& d, const Args& a, const KeyGen& kg, const std::
     << ",\"rows\":" << json_array(rows_capped) << ",\"dims\":" << json_array(dims)
     << ",\"hotness\":" << json_array(hot) << ",\"keys_per_sample\":" << kg.keys_per_sample
     << ",\"row_cap\":" << a.row_cap << ",\"dim\":" << a.dim << ",\"batch\":" << batch
-    << ",\"global_batch\":" << batch * world << ",\"alpha\":" << a.alpha
-    << ",\"optimizer\":\"" << a.optimizer << "\",\"lr\":" << a.lr << ",\"combiner\":\"sum\""
+    << ",\"global_batch\":" << batch * world << ",\"alpha\":" << a.alpha << ",\"tier\":\"" << a.tier
+    << "\",\"cache_gb\":" << a.cache_gb << ",\"cache_rows\":" << a.cache_rows << ",\"eviction\":\"" << a.eviction
+    << "\",\"optimizer\":\"" << a.optimizer << "\",\"lr\":" << a.lr << ",\"combiner\":\"sum\""
     << ",\"memory_budget_GiB\":" << a.memory_budget_gib << ",\"comm_mode\":\"" << (world > 1 ? a.comm_mode : "none")
     << "\",\"prefill\":" << a.prefill << ",\"prefill_forwards\":" << r.prefill_forwards
     << ",\"rows_in_use\":" << r.rows_timed_end

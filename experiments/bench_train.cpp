@@ -13,6 +13,7 @@
 //   mpiexec -n 8 bench_train [--batch 65536] [--max-rows 4000000] [--model dot|dcnv2] [--placement auto]
 //                            [--exchange fp32|bf16] [--precision fp32|bf16|fp16] [--cuda-graphs 1|0] [--trace N] [--warmup 3] [--steps 10] [--out results/bench_train.jsonl]
 //                            [--index hashed|direct] [--sparse-optimizer rowwise_adagrad|adagrad|sgd] [--atomic-update 0|1]
+//                            [--tier hbm|host --cache-gb X | --cache-rows N --eviction lru|lfu]
 #include <mpi.h>
 
 #include <cstdio>
@@ -33,6 +34,9 @@ int main(int argc, char** argv) {
               exchange = "fp32", comm_mode = "hier", bottom_mlp, top_mlp, index = "hashed", sparse = "rowwise_adagrad",
               storage = "fp32";
   bool atomic_update = false;
+  std::string tier = "hbm", eviction = "lru";
+  double cache_gb = 0;
+  int64_t cache_rows = 0;
   int64_t batch = 65536, max_rows = 4000000, trace = 0;
   int dim = 128;
   bool graphs = true, gemm_search = true;
@@ -68,7 +72,13 @@ int main(int argc, char** argv) {
       "index", po::value(&index)->default_value(index), "embedding.index: hashed | direct")(
       "sparse-optimizer", po::value(&sparse)->default_value(sparse), "embedding.optimizer (the tables' optimizer)")(
       "atomic-update", po::value(&atomic_update)->default_value(atomic_update), "embedding.atomic_update (sgd): 1 | 0")(
-      "storage", po::value(&storage)->default_value(storage), "embedding.storage: fp32 | bf16 | fp16");
+      "storage", po::value(&storage)->default_value(storage), "embedding.storage: fp32 | bf16 | fp16")(
+      "tier", po::value(&tier)->default_value(tier),
+      "embedding.tier: hbm | host (every row in host memory under a GPU cache per table and rank), or a list")(
+      "cache-gb", po::value(&cache_gb)->default_value(cache_gb),
+      "tier host: each table's GPU cache per rank in GB of rows (values and state; embedding.cache_mb)")(
+      "cache-rows", po::value(&cache_rows)->default_value(cache_rows), "tier host: the cache in rows instead")(
+      "eviction", po::value(&eviction)->default_value(eviction), "embedding.eviction: lru | lfu");
   return d.run("usage: mpiexec -n N bench_train [options]", [&] {
     TrainConfig cfg;
     BenchmarkOptions bo;
@@ -109,6 +119,10 @@ int main(int argc, char** argv) {
       cfg.sparse.kind = parse_optimizer(sparse);
       cfg.sparse.atomic_update = atomic_update;
       cfg.storage = storage;
+      cfg.tier = tier;
+      cfg.cache_rows = cache_rows;
+      cfg.cache_mb = cache_gb * 1e9 / 1048576.0;
+      cfg.eviction = eviction;
       cfg.log_every = 1;
       check_train_config(cfg);
     }));
@@ -130,7 +144,8 @@ int main(int argc, char** argv) {
     // The driver's head has warmup and steps, the provenance ranks and nodes.
     d.record(r.json_fields(cfg, bo) + ",\"sparse_optimizer\":\"" + sparse + "\",\"atomic_update\":" +
              (atomic_update ? "true" : "false") + ",\"index\":\"" + index + "\",\"storage\":\"" + storage + "\",\"gemm_search\":" +
-             (gemm_search ? "true" : "false"));
+             (gemm_search ? "true" : "false") + ",\"tier\":\"" + tier + "\",\"cache_gb\":" + std::to_string(cache_gb) +
+             ",\"cache_rows\":" + std::to_string(cache_rows) + ",\"eviction\":\"" + eviction + "\"");
     d.add_wrong(d.is_root() ? r.wrong : 0);  // r.wrong is already the sum over the ranks
   });
 }

@@ -23,7 +23,9 @@ constexpr int kMaxTag = 126;
 
 // Whether table i may share a physical table with others: its keys are known to fit under a tag.
 bool groupable(const CollectionTableConfig& t, size_t i) {
-  return t.key_bound > 0 && t.key_bound <= (int64_t(1) << kKeyTagShift) && i <= size_t(kMaxTag);
+  // a tiered table keeps its own cache (its cache_rows are its own)
+  return t.key_bound > 0 && t.key_bound <= (int64_t(1) << kKeyTagShift) && i <= size_t(kMaxTag) &&
+         t.tier.tier == TableTier::hbm;
 }
 
 bool same_optimizer(const OptimizerConfig& a, const OptimizerConfig& b) {
@@ -400,10 +402,13 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
   }
   ex_->mark("forward: pooled");
   // Keys outside their table's bound and full tables: agreed on by every rank.
-  if (mode == LookupMode::train || c.tagged) {
+  // (A tiered table checks its evaluations too: keys its cache had no room for.)
+  const bool tiered = std::any_of(cfg_.tables.begin(), cfg_.tables.end(),
+                                  [](const CollectionTableConfig& t) { return t.tier.tier == TableTier::host; });
+  if (mode == LookupMode::train || c.tagged || tiered) {
     ex_->agree(guarded([&] {
       if (c.tagged) check_key_bounds(offsets, keys, local_batch, c.set);
-      if (mode == LookupMode::train)
+      if (mode == LookupMode::train || tiered)
         for (auto& g : groups_) g->placed->check_lookups();
     }));
   }

@@ -22,10 +22,16 @@ const EmbeddingTableConfig& checked(const EmbeddingTableConfig& c) {
   SPARTA_REQUIRE(c.dim >= 1 && c.dim <= 256, "embedding table '%s': dim must be in 1..256, found %d", name, c.dim);
   SPARTA_REQUIRE(c.capacity_rows >= 1, "embedding table '%s': capacity_rows must be >= 1, found %lld", name,
                  (long long)c.capacity_rows);
-  SPARTA_REQUIRE(c.capacity_rows <= kBackwardMaxRows,
-                 "embedding table '%s': capacity_rows must be <= %lld (the backward sorts row ids as uint32), "
-                 "found %lld",
-                 name, (long long)kBackwardMaxRows, (long long)c.capacity_rows);
+  SPARTA_REQUIRE(c.tier.tier == TableTier::hbm || c.storage == RowStorage::fp32,
+                 "embedding table '%s': the host tier holds fp32 rows only, found storage %s", name,
+                 row_storage_name(c.storage));
+  SPARTA_REQUIRE(c.tier.tier == TableTier::hbm || c.tier.cache_rows >= 1,
+                 "embedding table '%s': a host tier needs cache_rows >= 1, found %lld", name,
+                 (long long)c.tier.cache_rows);
+  SPARTA_REQUIRE(EmbeddingTable::device_rows(c) <= kBackwardMaxRows,
+                 "embedding table '%s': %s must be <= %lld (the backward sorts row ids as uint32), found %lld", name,
+                 c.tier.tier == TableTier::host ? "cache_rows" : "capacity_rows", (long long)kBackwardMaxRows,
+                 (long long)EmbeddingTable::device_rows(c));
   SPARTA_REQUIRE(c.max_batch_keys >= 0 && c.max_batch_keys <= kBackwardMaxKeys,
                  "embedding table '%s': max_batch_keys must be in [0, %lld] (the backward counts keys in int32), "
                  "found %lld",
@@ -60,6 +66,8 @@ const EmbeddingTableConfig& checked(const EmbeddingTableConfig& c) {
 
 // The key index: hash slots, or a direct index (whose own checks name the table).
 HashTable make_index(const Device& dev, const EmbeddingTableConfig& c) {
+  if (c.tier.tier == TableTier::host)  // the cache: slot numbers
+    return HashTable(dev, c.name, EmbeddingTable::device_rows(c), DirectIndex{1, 0});
   if (c.direct_stride > 0) return HashTable(dev, c.name, c.capacity_rows, DirectIndex{c.direct_stride, c.direct_offset});
   return HashTable(dev, c.name, c.capacity_rows, c.max_load_factor);
 }
@@ -71,7 +79,37 @@ void check_keys_per_call(const std::string& table, const char* what, int64_t n) 
                  table.c_str(), (long long)n, what, (long long)kBackwardMaxKeys);
 }
 
+// A state float of a row never updated: zeros (lazy_adam's step word: int32 0 has the bits of 0.0f), except
+// adagrad's and rowwise_adagrad's accumulators.
+float initial_state(const OptimizerConfig& o) {
+  const OptimizerKind k = o.kind;
+  return k == OptimizerKind::adagrad || k == OptimizerKind::rowwise_adagrad ? o.initial_accumulator : 0.f;
+}
+
+HostTierSetup tier_setup(const EmbeddingTableConfig& c, int state_width) {
+  HostTierSetup s;
+  s.name = c.name;
+  s.dim = c.dim;
+  s.state_width = state_width;
+  s.capacity_rows = c.capacity_rows;
+  s.cache_rows = EmbeddingTable::device_rows(c);
+  s.eviction = c.tier.eviction;
+  s.initial_state = initial_state(c.optimizer);
+  s.seed = c.seed;
+  s.table_id = uint32_t(c.table_id);
+  s.init_scale = c.init_scale;
+  s.tagged_keys = c.tagged_keys;
+  s.key_segments = c.key_segments;
+  s.direct_stride = c.direct_stride;
+  s.direct_offset = c.direct_offset;
+  return s;
+}
+
 }  // namespace
+
+int64_t EmbeddingTable::device_rows(const EmbeddingTableConfig& cfg) {
+  return cfg.tier.tier == TableTier::host ? std::min(cfg.tier.cache_rows, cfg.capacity_rows) : cfg.capacity_rows;
+}
 
 size_t EmbeddingTable::memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimizer, double max_load_factor,
                                    bool direct_index, RowStorage storage) {
@@ -84,12 +122,15 @@ EmbeddingTable::EmbeddingTable(const Device& dev, const EmbeddingTableConfig& cf
     : dev_(dev),
       cfg_(checked(cfg)),
       state_width_(optimizer_state_width(cfg.optimizer.kind, cfg.dim)),
+      device_rows_(device_rows(cfg_)),
+      tier_(cfg_.tier.tier == TableTier::host ? std::make_unique<HostTier>(dev, tier_setup(cfg_, state_width_))
+                                              : nullptr),
       hash_(make_index(dev, cfg_)),
-      values_(dev, size_t(cfg.capacity_rows) * cfg.dim * row_storage_bytes(cfg.storage) / sizeof(float)),
-      state_(dev, size_t(cfg.capacity_rows) * state_width_),
+      values_(dev, size_t(device_rows_) * cfg.dim * row_storage_bytes(cfg.storage) / sizeof(float)),
+      state_(dev, size_t(device_rows_) * state_width_),
       segments_(dev, cfg_.key_segments),
       marks_(dev, size_t(cfg.optimizer.atomic_update && dev.is_cuda()
-                             ? atomic_sgd_mark_words(cfg.capacity_rows, cfg.dim)
+                             ? atomic_sgd_mark_words(device_rows_, cfg.dim)
                              : 0)) {
   reset_state(dev_.stream);
   init_direct_rows(dev_.stream);
@@ -119,17 +160,11 @@ OptimizerConfig EmbeddingTable::step_config(float lr_scale) const {
 
 void EmbeddingTable::reset_state(Stream stream) {
   if (state_.empty()) return;
-  // Every optimizer's state starts at zero (lazy_adam's step word: int32 0 has the bits of 0.0f), except
-  // adagrad's and rowwise_adagrad's accumulators.
-  const OptimizerKind k = cfg_.optimizer.kind;
-  float init = k == OptimizerKind::adagrad || k == OptimizerKind::rowwise_adagrad
-                   ? cfg_.optimizer.initial_accumulator
-                   : 0.f;
-  fill(dev_, state_.data(), state_.size(), init, stream);
+  fill(dev_, state_.data(), state_.size(), initial_state(cfg_.optimizer), stream);
 }
 
 void EmbeddingTable::init_direct_rows(Stream stream) {
-  if (!hash_.is_direct()) return;
+  if (!hash_.is_direct() || tier_) return;  // a cache's rows are written when they become resident
   init_rows_strided(dev_, cfg_.capacity_rows, cfg_.direct_stride, cfg_.direct_offset, values_.data(), cfg_.dim,
                     key_init(), stream);
 }
@@ -148,11 +183,31 @@ ForwardArgs EmbeddingTable::forward_args(LookupMode mode, void* out, OutputType 
 }
 
 void EmbeddingTable::check(LookupMode mode, MissingKey missing, Check when, Stream stream) {
-  if (when == Check::now && (mode == LookupMode::train || missing == MissingKey::error)) check_lookups(missing, stream);
+  // a tiered table checks its evaluations too (keys its cache had no room for): it synchronized already
+  if (when == Check::now && (mode == LookupMode::train || missing == MissingKey::error || tier_))
+    check_lookups(missing, stream);
 }
 
 void EmbeddingTable::check_lookups(MissingKey missing, Stream stream) {
-  hash_.check_errors(missing == MissingKey::error, stream);
+  if (!tier_) return hash_.check_errors(missing == MissingKey::error, stream);
+  // the tier's refusals first: the cache counts them too (row -1), under the cache's name and size
+  try {
+    hash_.check_errors(missing == MissingKey::error, stream);
+  } catch (const Error&) {
+    tier_->check();
+    throw;
+  }
+  tier_->check();
+}
+
+const int64_t* EmbeddingTable::tier_keys(const int64_t* keys, int64_t n, LookupMode mode, Stream stream) {
+  if (!tier_) return keys;
+  const bool train = mode == LookupMode::train;
+  return tier_->resident(keys, n, train, train, values_.data(), state_.data(), stream);
+}
+
+void EmbeddingTable::updated() {
+  if (tier_) tier_->release_pins();
 }
 
 void EmbeddingTable::pooled_forward(const int64_t* offsets, const int64_t* keys, int64_t bags, Combiner combiner,
@@ -163,6 +218,11 @@ void EmbeddingTable::pooled_forward(const int64_t* offsets, const int64_t* keys,
   a.out_layout = out_layout;
   a.offsets = offsets;
   a.keys = keys;
+  if (tier_) {
+    int64_t nnz = 0;
+    copy_to_host(dev_, &nnz, offsets + bags, sizeof(int64_t), stream);  // synchronizes
+    a.keys = tier_keys(keys, nnz, mode, stream);
+  }
   a.bags = bags;
   a.combiner = combiner;
   sparta::pooled_forward(dev_, a, stream);
@@ -173,14 +233,15 @@ void EmbeddingTable::unpooled_forward(const int64_t* keys, int64_t nnz, LookupMo
                                       int64_t* rows, MissingKey missing, Check when, Stream stream) {
   if (mode == LookupMode::train) check_keys_per_call(cfg_.name, "keys", nnz);
   ForwardArgs a = forward_args(mode, out, out_type, rows);
-  a.keys = keys;
+  a.keys = tier_keys(keys, nnz, mode, stream);
   a.bags = nnz;
   sparta::unpooled_forward(dev_, a, stream);
   check(mode, missing, when, stream);
 }
 
 void EmbeddingTable::find(const int64_t* keys, int64_t n, int64_t* rows, Stream stream) {
-  hash_.find(keys, n, rows, stream);
+  hash_.find(tier_ ? tier_->resident(keys, n, false, false, values_.data(), state_.data(), stream) : keys, n, rows,
+             stream);
 }
 
 BackwardWorkspace& EmbeddingTable::workspace(int64_t nnz, Stream stream) {
@@ -193,7 +254,7 @@ BackwardWorkspace& EmbeddingTable::workspace(int64_t nnz, Stream stream) {
       synchronize(dev_, workspace_stream_);
       workspace_.reset();
     }
-    workspace_ = std::make_unique<BackwardWorkspace>(dev_, n, cfg_.capacity_rows, cfg_.dim, stream);
+    workspace_ = std::make_unique<BackwardWorkspace>(dev_, n, device_rows_, cfg_.dim, stream);
   }
   workspace_stream_ = stream;
   return *workspace_;
@@ -233,12 +294,13 @@ void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* 
   const OptimizerConfig opt = step_config(lr_scale);
   try {
     if (opt.atomic_update) {  // no sort, no workspace: key by key (kernels/atomic_sgd.h)
-      atomic_sgd_update(dev_, b, opt.lr, values_.data(), cfg_.capacity_rows, cfg_.dim,
+      atomic_sgd_update(dev_, b, opt.lr, values_.data(), device_rows_, cfg_.dim,
                         marks_.empty() ? nullptr : marks_.data(), stream);
-      return;
+      return updated();
     }
     sparta::backward_and_update(dev_, b, workspace(nnz, stream), opt, step, values_.data(), state_.data(),
                                 stream);
+    updated();
   } catch (const Error& e) {
     throw Error(strprintf("embedding table '%s': %s", cfg_.name.c_str(), e.what()));
   }
@@ -272,6 +334,7 @@ void EmbeddingTable::finish_update(const int64_t* offsets, const int64_t* rows, 
   try {
     workspace_stream_ = stream;  // the last user of the workspace
     backward_and_update_finish(dev_, b, *workspace_, opt, step, values_.data(), state_.data(), stream);
+    updated();
   } catch (const Error& e) {
     throw Error(strprintf("embedding table '%s': %s", cfg_.name.c_str(), e.what()));
   }
@@ -327,7 +390,7 @@ void EmbeddingTable::finish_row_gradients(const float* grad, float* row_grads, S
 void EmbeddingTable::insert_rows(const int64_t* keys, int64_t n, int64_t* rows, Stream stream) {
   check_keys_per_call(cfg_.name, "keys", n);
   ForwardArgs a = forward_args(LookupMode::train, nullptr, OutputType::f32, rows);
-  hash_.get_insert(keys, n, rows, a.rows_init, stream);
+  hash_.get_insert(tier_keys(keys, n, LookupMode::train, stream), n, rows, a.rows_init, stream);
 }
 
 int64_t EmbeddingTable::rows_updated(Stream stream) {
@@ -339,11 +402,13 @@ int64_t EmbeddingTable::rows_updated(Stream stream) {
 
 TableRows EmbeddingTable::export_rows(Stream stream) {
   TableRows r;
+  if (tier_) r = tier_->export_rows(values_.data(), state_.data(), stream);
   r.name = cfg_.name;
   r.dim = cfg_.dim;
   r.optimizer = optimizer_name(cfg_.optimizer.kind);
   r.state_width = state_width_;
   r.storage = row_storage_name(cfg_.storage);
+  if (tier_) return r;
   Buffer<int64_t> keys;
   int64_t n = hash_.export_keys(keys, stream);
   r.keys.resize(size_t(n));
@@ -378,6 +443,7 @@ void EmbeddingTable::load_rows(const TableRows& rows, Stream stream) {
                  "embedding table '%s': load of %lld rows with %zu state floats, expected %lld (%s, width %d)",
                  cfg_.name.c_str(), (long long)n, rows.state.size(), (long long)(n * state_width_),
                  optimizer_name(cfg_.optimizer.kind), state_width_);
+  if (tier_) return tier_->load_rows(rows, values_.data(), state_.data(), stream);
   if (n == 0) return;
   // The values as the table stores them: 16-bit rows travel as pairs in floats (the dim is even), row_floats each.
   std::vector<float> converted;
@@ -409,6 +475,7 @@ void EmbeddingTable::load_rows(const TableRows& rows, Stream stream) {
 }
 
 void EmbeddingTable::clear(Stream stream) {
+  if (tier_) tier_->clear();
   hash_.clear(stream);
   reset_state(stream);
   init_direct_rows(stream);

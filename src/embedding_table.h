@@ -40,6 +40,7 @@
 #include "kernels/hash_table.h"
 #include "kernels/key_init.h"
 #include "kernels/pooled_forward.h"
+#include "src/host_tier.h"
 
 namespace sparta {
 
@@ -78,6 +79,11 @@ struct EmbeddingTableConfig {
   // seed: kernels/row_storage.h). 16-bit storage takes sgd or rowwise_adagrad (its accumulator stays fp32), an
   // even dim and no atomic_update (check_row_storage).
   RowStorage storage = RowStorage::fp32;
+  // Where the rows live (src/host_tier.h): hbm, or host memory under a GPU cache of tier.cache_rows rows. A
+  // tiered table's device part (values(), state(), hash(), memory_bytes) is the cache, a direct index over
+  // slots; its rows are cache slots, its lookups synchronize the stream (the keys are made resident on the
+  // host first), and the kBackwardMaxRows limit applies to the cache, not to capacity_rows.
+  TierConfig tier;
 };
 
 // What an eval lookup does with a key the table does not hold.
@@ -110,7 +116,7 @@ class EmbeddingTable {
   int64_t capacity_rows() const { return cfg_.capacity_rows; }
   KeyInit key_init() const;
   // Live rows. Synchronizes stream.
-  int64_t size(Stream stream) { return hash_.size(stream); }
+  int64_t size(Stream stream) { return tier_ ? tier_->size() : hash_.size(stream); }
 
   // The row layout, for code that moves rows without reading them (e.g. a tier below the device): values are
   // [capacity_rows, dim] elements of storage(), row_bytes() bytes a row, at row_data().
@@ -126,7 +132,8 @@ class EmbeddingTable {
   // MissingKey::error, throws. The lookup is asynchronous on stream. Check::now: train, and eval with
   // MissingKey::error, then synchronize stream to check (a full table throws sparta::Error naming the table,
   // its capacity and the rows asked for); eval with MissingKey::zeros never synchronizes. Check::deferred:
-  // never synchronizes; check_lookups reports the errors later. In train mode bags must be within the
+  // never synchronizes; check_lookups reports the errors later. (A tiered table synchronizes in every lookup,
+  // and with Check::now checks its evaluations too: keys its cache had no room for.) In train mode bags must be within the
   // backward's limit (kBackwardMaxKeys; sparta::Error naming the table otherwise). out_layout: where each bag
   // goes in out (kernels/embedding_types.h BagLayout; default [bags, dim]).
   void pooled_forward(const int64_t* offsets, const int64_t* keys, int64_t bags, Combiner combiner, LookupMode mode,
@@ -212,8 +219,16 @@ class EmbeddingTable {
   void load_rows(const TableRows& rows, Stream stream);
   // Empties the table and resets the optimizer state. Asynchronous on stream.
   void clear(Stream stream);
+  // The host tier of a tiered table (null for hbm).
+  HostTier* host_tier() { return tier_.get(); }
+  // Rows on the device: capacity_rows, or a tiered table's cache_rows.
+  static int64_t device_rows(const EmbeddingTableConfig& cfg);
 
  private:
+  // A tiered table's keys [n] turned into cache slots (resident first); the keys themselves for hbm.
+  const int64_t* tier_keys(const int64_t* keys, int64_t n, LookupMode mode, Stream stream);
+  // The pins of a tiered table's pending batch, released once its update is queued.
+  void updated();
   ForwardArgs forward_args(LookupMode mode, void* out, OutputType out_type, int64_t* rows);
   void check(LookupMode mode, MissingKey missing, Check when, Stream stream);
   void reset_state(Stream stream);
@@ -229,6 +244,9 @@ class EmbeddingTable {
   Device dev_;
   EmbeddingTableConfig cfg_;
   int state_width_;
+  int64_t device_rows_;  // capacity_rows, or the cache's rows
+  std::unique_ptr<HostTier> tier_;  // a tiered table's host store and cache bookkeeping (built first: it checks
+                                    // the host's memory before anything is allocated)
   HashTable hash_;
   Buffer<float> values_;  // [capacity_rows, dim] of cfg_.storage (16-bit: uint16 pairs in the floats)
   Buffer<float> state_;   // [capacity_rows, state_width]

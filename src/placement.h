@@ -30,6 +30,7 @@
 #include "kernels/embedding_types.h"
 #include "kernels/key_init.h"
 #include "kernels/pooled_forward.h"
+#include "src/host_tier.h"
 
 namespace sparta {
 
@@ -64,6 +65,10 @@ struct CollectionTableConfig {
   double max_load_factor = 0.5;
   // How the rows are stored (src/embedding_table.h EmbeddingTableConfig::storage): fp32, bf16 or fp16.
   RowStorage storage = RowStorage::fp32;
+  // Where the rows live (src/host_tier.h): hbm, or host memory under a GPU cache of tier.cache_rows rows on each
+  // rank (each rank caches its own shard; a hybrid table's hot copy stays in HBM). A tiered table shares no
+  // physical table with others.
+  TierConfig tier;
 };
 
 struct CollectionConfig {
@@ -101,6 +106,10 @@ struct TablePlan {
   // the route buffers a step grows, at the planner's expected counts (src/planner.h placement_cost).
   size_t work_bytes = 0;
   size_t work_bytes_other = 0;  // the same on a rank other than a localized table's owner (work_bytes otherwise)
+  // A host-tier table: host bytes on the busiest rank and the bytes between host and GPU per step there
+  // (src/planner.h PlacementCost::host_bytes, host_transfer_bytes).
+  size_t host_bytes = 0;
+  double host_transfer_bytes = 0;
   double bytes_per_step = 0;
   double seconds_per_step = 0;
   // The table's own terms: device bytes its local passes read and write on the busiest rank, and, for the

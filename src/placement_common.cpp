@@ -241,8 +241,8 @@ size_t table_memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimize
 
 size_t table_memory_bytes(const EmbeddingTable& t) {
   const EmbeddingTableConfig& c = t.config();
-  return table_memory_bytes(c.capacity_rows, c.dim, c.optimizer.kind, c.max_load_factor, c.direct_stride > 0,
-                            c.storage);
+  return table_memory_bytes(EmbeddingTable::device_rows(c), c.dim, c.optimizer.kind, c.max_load_factor,
+                            c.direct_stride > 0 || c.tier.tier == TableTier::host, c.storage);
 }
 
 EmbeddingTableConfig shard_config(const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix,
@@ -261,6 +261,7 @@ EmbeddingTableConfig shard_config(const PlacedTableSetup& s, int64_t capacity_ro
   c.init_scale = s.table.init_scale;
   c.optimizer = s.table.optimizer;
   c.storage = s.table.storage;
+  c.tier = s.table.tier;
   return c;
 }
 

@@ -22,6 +22,12 @@ namespace sparta {
 
 namespace {
 
+// The hot copy stays in HBM: it is small and every rank reads it every step.
+PlacedTableSetup in_hbm(PlacedTableSetup s) {
+  s.table.tier = TierConfig{};
+  return s;
+}
+
 class HybridTable : public PlacedTable {
  public:
   HybridTable(const PlacedTableSetup& s, Exchange& ex)
@@ -30,7 +36,7 @@ class HybridTable : public PlacedTable {
         combiner_(s.table.combiner),
         direct_(s.table.direct_index),
         hot_keys_(s.plan.hot_keys),
-        hot_table_(make_shard(ex.device(), s, std::max<int64_t>(1, int64_t(s.plan.hot_keys.size())), "/hot")),
+        hot_table_(make_shard(ex.device(), in_hbm(s), std::max<int64_t>(1, int64_t(s.plan.hot_keys.size())), "/hot")),
         cold_(ex, s, ""),
         hot_posted_(ex.device()),
         hot_sums_(ex, s.table.dim) {

@@ -234,6 +234,7 @@ void check_planner_rates(const PlannerRates& r) {
   auto ok = [](double x) { return x > 0 && std::isfinite(x); };
   SPARTA_REQUIRE(ok(r.link_GBps), "planner: link_GBps must be > 0, found %g", r.link_GBps);
   SPARTA_REQUIRE(ok(r.hbm_GBps), "planner: hbm_GBps must be > 0, found %g", r.hbm_GBps);
+  SPARTA_REQUIRE(ok(r.host_GBps), "planner: host_GBps must be > 0, found %g", r.host_GBps);
   SPARTA_REQUIRE(ok(r.collective_us), "planner: collective_us must be > 0, found %g", r.collective_us);
   SPARTA_REQUIRE(ok(r.group_us), "planner: group_us must be > 0, found %g", r.group_us);
 }
@@ -276,7 +277,10 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
   const double U = std::min(R, expected_distinct(stats, K, 0));               // distinct keys of a rank
   const double Ug = std::min(R, expected_distinct(stats, W * K, 0));          // distinct keys of the global batch
   const double k = kKeyPass;
-  auto mem = [&](int64_t rows) {
+  const bool tiered = t.tier.tier == TableTier::host;
+  auto mem = [&](int64_t rows) {  // a host-tier table's device part: its cache, a direct index over slots
+    if (tiered)
+      return table_memory_bytes(std::min(rows, t.tier.cache_rows), t.dim, t.optimizer.kind, 1.0, true, t.storage);
     return table_memory_bytes(rows, t.dim, t.optimizer.kind, t.max_load_factor, t.direct_index, t.storage);
   };
   // a key % world shard (direct: rank 0's, the largest)
@@ -359,6 +363,16 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       break;
     }
   }
+  if (tiered) {  // the rows a step touches on the busiest rank; those beyond the cache come in and go out
+    const bool whole = p == Placement::replicated || p == Placement::localized || opt.world == 1;
+    const int64_t rows = whole ? t.rows : shard;
+    const double touched = whole ? Ug : p == Placement::hybrid ? std::min(R, expected_distinct(stats, W * K,
+                                                                                               size_t(hot_rows))) / W
+                                                                : Ug / W;
+    const double miss = std::max(0.0, 1.0 - double(t.tier.cache_rows) / double(std::max<int64_t>(1, rows)));
+    c.host_bytes = HostTier::host_bytes(rows, t.dim, optimizer_state_width(t.optimizer.kind, t.dim));
+    c.host_transfer_bytes = 2 * touched * miss * (L.v + L.s);
+  }
   work_memory(c, t, p, opt, {K, P, U, shard, std::max<int64_t>(1, hot_rows), std::min(1.0, hot_share(stats, hot_rows))});
   c.bytes_other = c.bytes_per_step;
   c.local_other = c.local_bytes;
@@ -390,6 +404,8 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
     c.local_other = c.local_bytes;
   }
   const PlannerRates& r = opt.rates;
+  c.local_bytes += c.host_transfer_bytes * r.hbm_GBps / r.host_GBps;  // as HBM bytes of the same time
+  c.local_other += p == Placement::localized && opt.world > 1 ? 0.0 : c.host_transfer_bytes * r.hbm_GBps / r.host_GBps;
   c.seconds_group = c.collectives * r.collective_us * 1e-6 + r.group_us * 1e-6;
   c.seconds_per_step = c.bytes_per_step / (r.link_GBps * 1e9) + c.local_bytes / (r.hbm_GBps * 1e9) + c.seconds_group;
   return c;
@@ -610,6 +626,15 @@ Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::ve
       const Option* best = &opts[0];
       for (const Option& o : opts)
         if (o.shortfall < best->shortfall) best = &o;
+      // an HBM table that does not fit could live in host memory under a cache of what is left on the rank
+      const size_t used_max = *std::max_element(used.begin(), used.end());
+      const size_t left = budget > used_max + best->cost.work_busiest ? budget - used_max - best->cost.work_busiest : 0;
+      const std::string hint =
+          t.tier.tier == TableTier::hbm && left > 0
+              ? strprintf("; or keep its rows in host memory under a GPU cache: embedding.tier host with "
+                          "embedding.cache_mb below %s (bench_collection, bench_train: --tier host --cache-gb)",
+                          mib(double(left)).c_str())
+              : std::string();
       throw Error(strprintf(
           "planner: table '%s' (%lld rows, dim %d, %s) does not fit: %s placement needs %s (%zu bytes) more than the "
           "memory budget of %s (%zu bytes) per rank (tables placed before it use up to %s on a rank; the table's "
@@ -618,13 +643,15 @@ Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::ve
           mib(double(best->shortfall)).c_str(), best->shortfall, mib(double(budget)).c_str(), budget,
           mib(double(*std::max_element(used.begin(), used.end()))).c_str(),
           mib(double(best->cost.memory_busiest)).c_str(), mib(double(best->cost.work_busiest)).c_str(),
-          req[i].automatic ? " (the placement that comes closest)" : ""));
+          req[i].automatic ? " (the placement that comes closest)" : "") + hint);
     }
     TablePlan& tp = plan.tables[i];
     tp.placement = pick->p;
     tp.owner = pick->p == Placement::localized ? pick->owner : 0;
     tp.memory_bytes = pick->cost.memory_busiest;
     tp.work_bytes = pick->cost.work_busiest;
+    tp.host_bytes = pick->cost.host_bytes;
+    tp.host_transfer_bytes = pick->cost.host_transfer_bytes;
     tp.work_bytes_other = pick->p == Placement::localized ? pick->cost.work_every : pick->cost.work_busiest;
     tp.bytes_per_step = pick->cost.bytes_per_step;
     tp.seconds_per_step = pick->seconds;
@@ -803,8 +830,8 @@ size_t device_memory_budget(MPI_Comm comm, const Device& dev, size_t reserve) {
 }
 
 std::string format_plan(const CollectionConfig& cfg, const Plan& plan) {
-  std::string out = strprintf("%-16s %12s %5s %-12s %10s %16s %18s %14s\n", "table", "rows", "dim", "placement",
-                              "owner", "memory/rank", "bytes/step", "est. ms/step");
+  std::string out = strprintf("%-16s %12s %5s %-12s %10s %16s %18s %14s %s\n", "table", "rows", "dim", "placement",
+                              "owner", "memory/rank", "bytes/step", "est. ms/step", "tier");
   double every = 0;             // memory on every rank
   std::map<int, double> owned;  // localized owner → its tables' memory
   for (size_t i = 0; i < cfg.tables.size() && i < plan.tables.size(); ++i) {
@@ -816,9 +843,15 @@ std::string format_plan(const CollectionConfig& cfg, const Plan& plan) {
                                                                : "key%W";
     std::string name = placement_name(p.placement);
     if (p.placement == Placement::hybrid) name += strprintf("(%zu)", p.hot_keys.size());
-    out += strprintf("%-16s %12lld %5d %-12s %10s %16s %18s %14.3f\n", t.name.c_str(), (long long)t.rows, t.dim,
+    // a host-tier table: its cache's rows, its host bytes per rank and its host<->GPU bytes per step
+    const std::string tier = t.tier.tier == TableTier::hbm
+                                 ? "hbm"
+                                 : strprintf("host cache %lld rows, host %s, %s/step in+out",
+                                             (long long)t.tier.cache_rows, human(double(p.host_bytes)).c_str(),
+                                             human(p.host_transfer_bytes).c_str());
+    out += strprintf("%-16s %12lld %5d %-12s %10s %16s %18s %14.3f %s\n", t.name.c_str(), (long long)t.rows, t.dim,
                      name.c_str(), owner.c_str(), human(double(p.memory_bytes)).c_str(), human(p.bytes_per_step).c_str(),
-                     p.seconds_per_step * 1e3);
+                     p.seconds_per_step * 1e3, tier.c_str());
     (p.placement == Placement::localized ? owned[p.owner] : every) += double(p.memory_bytes);
   }
   // the total: the fullest rank's memory, the busiest rank's bytes, the plan's estimate

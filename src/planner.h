@@ -53,6 +53,9 @@ struct PlannerRates {
   double hbm_GBps = 3730;
   double collective_us = 124;
   double group_us = 334;
+  // host_GBps: rows a host-tier table's cache copies in and writes back per second over PCIe or C2C (a PCIe gen5
+  // x16 figure, not fitted); those bytes count in the local term as the HBM bytes that would take as long.
+  double host_GBps = 50;
 };
 // Throws sparta::Error naming the rate unless every rate is > 0 (and finite).
 void check_planner_rates(const PlannerRates& r);
@@ -93,6 +96,11 @@ struct PlacementCost {
   // vectors and receives keys and gradients, another rank the other way round.
   std::array<double, 4> link_dir{}, link_dir_other{};
   double local_other = 0;         // local_bytes on a rank other than a localized owner (the same otherwise)
+  // A host-tier table (CollectionTableConfig::tier): host bytes of its store on the busiest rank, and the bytes its
+  // cache copies in and writes back per step there (the rows a step touches on that rank times the share of its
+  // rows that do not fit the cache, in and out: uniform keys; skewed keys miss less). memory_* then count the cache.
+  size_t host_bytes = 0;
+  double host_transfer_bytes = 0;
   int collectives = 0;            // collectives of the table's group per step (0 with one rank)
   double seconds_group = 0;       // the group's fixed cost: collectives x collective_us + group_us
   // The step time of the table as a group of its own: link + local + seconds_group. A table that joins a group

@@ -199,6 +199,25 @@ void check_train_config(const TrainConfig& c) {
   SPARTA_REQUIRE(c.index != "direct" || c.rows == 0,
                  "embedding.index: direct holds every key of a slot's cardinality, so embedding.rows must be 0 (found "
                  "%lld)", (long long)c.rows);
+  bool any_host = false;  // (the list's length is checked against the slots where they are known: the trainer)
+  std::stringstream tiers(c.tier);
+  for (std::string t; std::getline(tiers, t, ',');)
+    any_host = parse_tier(t, "embedding.tier") == TableTier::host || any_host;
+  SPARTA_REQUIRE(c.cache_rows >= 0 && c.cache_mb >= 0 && std::isfinite(c.cache_mb),
+                 "embedding.cache_rows, embedding.cache_mb: expected >= 0, found %lld and %g", (long long)c.cache_rows,
+                 c.cache_mb);
+  SPARTA_REQUIRE(!any_host || (c.cache_rows > 0) != (c.cache_mb > 0),
+                 "embedding.tier host: give the GPU cache's size as embedding.cache_rows or embedding.cache_mb (one of "
+                 "them), found cache_rows %lld, cache_mb %g", (long long)c.cache_rows, c.cache_mb);
+  SPARTA_REQUIRE(any_host || (c.cache_rows == 0 && c.cache_mb == 0),
+                 "embedding.cache_rows, embedding.cache_mb: a cache for tables in host memory only (embedding.tier "
+                 "host), found tier '%s'", c.tier.c_str());
+  SPARTA_REQUIRE(!any_host || c.storage == "fp32",
+                 "embedding.tier host: the host tier holds fp32 rows only; found embedding.storage %s",
+                 c.storage.c_str());
+  SPARTA_REQUIRE(parse_eviction(c.eviction, "embedding.eviction") != Eviction::error,
+                 "embedding.eviction: expected lru or lfu (a host table's cache evicts rows), found '%s'",
+                 c.eviction.c_str());
   const PlannerRates& pr = c.planner_rates;
   for (const auto& r : {std::make_pair("embedding.planner_link_gbps", pr.link_GBps),
                         std::make_pair("embedding.planner_hbm_gbps", pr.hbm_GBps)})
@@ -278,7 +297,8 @@ std::string TrainConfig::to_ini() const {
   opt(sparse, "optimizer");
   s << "weight_decay = " << sparse.weight_decay << "\natomic_update = " << sparse.atomic_update << "\ninit_scale = " << init_scale << "\nhot_rows = " << hot_rows << "\nmemory_mb = " << memory_mb
     << "\nexchange = " << exchange << "\nstorage = " << storage
-    << "\nindex = " << index
+    << "\nindex = " << index << "\ntier = " << tier << "\ncache_rows = " << cache_rows << "\ncache_mb = " << cache_mb
+    << "\neviction = " << eviction
     << "\nplanner_link_gbps = " << planner_rates.link_GBps << "\nplanner_hbm_gbps = " << planner_rates.hbm_GBps
     << "\n\n";
   s << "[optimizer]\n";

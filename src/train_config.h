@@ -70,6 +70,13 @@ struct TrainConfig {
   // hashed | direct: direct indexes every table's keys by value (src/placement.h direct_index): every slot needs
   // a cardinality and its table that many rows (embedding.rows 0)
   std::string index = "hashed";
+  // Where the rows live (src/host_tier.h): hbm | host, one for all tables or a comma list with one per table; a
+  // host table's GPU cache per rank: cache_rows, or cache_mb MiB of rows (one of them with host, none without);
+  // the cache's eviction: lru | lfu
+  std::string tier = "hbm";
+  int64_t cache_rows = 0;
+  double cache_mb = 0;
+  std::string eviction = "lru";
   // The planner's rates: link and HBM from planner_link_gbps, planner_hbm_gbps (each > 0; a cluster's NICs or
   // another GPU generation), its fixed costs per collective and per group always its defaults
   PlannerRates planner_rates;

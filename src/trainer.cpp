@@ -292,6 +292,10 @@ void Trainer::build_collection(const Batch& b, int64_t global_batch) {
     SPARTA_REQUIRE(placements.size() == 1 || placements.size() == size_t(m.num_slots),
                    "embedding.placement: expected one placement for every table or a list of %d (one per table), "
                    "found %zu in '%s'", m.num_slots, placements.size(), cfg_.placement.c_str());
+    const std::vector<std::string> tiers = split_list(cfg_.tier);
+    SPARTA_REQUIRE(tiers.size() == 1 || tiers.size() == size_t(m.num_slots),
+                   "embedding.tier: expected one tier for every table or a list of %d (one per table), found %zu in "
+                   "'%s'", m.num_slots, tiers.size(), cfg_.tier.c_str());
     for (int s = 0; s < m.num_slots; ++s) {
       CollectionTableConfig t;
       t.name = "table" + std::to_string(s);
@@ -309,6 +313,9 @@ void Trainer::build_collection(const Batch& b, int64_t global_batch) {
       t.placement = placements.size() == 1 ? placements[0] : placements[s];
       t.hot_rows = cfg_.hot_rows;
       t.init_scale = cfg_.init_scale;
+      t.tier = make_tier(parse_tier(tiers.size() == 1 ? tiers[0] : tiers[size_t(s)], "embedding.tier"),
+                         cfg_.cache_rows, cfg_.cache_mb, parse_eviction(cfg_.eviction, "embedding.eviction"), t.dim,
+                         optimizer_state_width(t.optimizer.kind, t.dim));
       c.tables.push_back(t);
     }
     check_collection_config(c);

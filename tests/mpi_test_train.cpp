@@ -242,6 +242,32 @@ BOOST_AUTO_TEST_CASE(direct_index_trains_like_hashed) {
   BOOST_TEST(testing::all_ranks(ok));
 }
 
+// embedding.tier = host (src/host_tier.h: rows in host memory under a GPU cache smaller than a rank's shard) trains
+// as HBM tables do, bit for bit, at every placement, and saves the same rows.
+BOOST_AUTO_TEST_CASE(host_tier_trains_like_hbm) {
+  const Data data(8192, 3000);
+  TrainConfig cfg = base_config(data);
+  cfg.eval_path.clear();
+  cfg.global_batch = 256;  // at most 512 distinct keys of a table per step, all of them for a replicated table
+  bool ok = true;
+  const int ranks = testing::world_size();
+  for (const char* placement : {"dispatch", "localized", "replicated", "distributed", "hybrid"}) {
+    cfg.placement = placement;
+    cfg.tier = "hbm";
+    cfg.cache_rows = 0;
+    const Run h = train_on(ranks, cfg);
+    cfg.tier = "host";
+    cfg.cache_rows = 600;
+    cfg.eviction = placement[0] == 'd' ? "lfu" : "lru";
+    const Run t = train_on(ranks, cfg);
+    if (!(t.result.losses == h.result.losses && t.params == h.params)) {
+      ok = false;
+      BOOST_TEST_MESSAGE(ranks << " ranks, " << placement << ": host tier and hbm differ");
+    }
+  }
+  BOOST_TEST(testing::all_ranks(ok));
+}
+
 // embedding.atomic_update (sgd, each key's step added to its row by itself) follows the sorted update's
 // trajectory within float rounding at every placement: a row several keys touch takes w - a - b instead of
 // w - (a + b); the replicated copies' sums keep the fixed order either way.
@@ -468,6 +494,17 @@ BOOST_AUTO_TEST_CASE(misconfigurations_are_errors_on_every_rank) {
   c = base_config(data);
   c.sparse.atomic_update = true;  // sgd only; the base config's tables take adagrad
   expect_error(c, {"embedding.atomic_update", "adagrad"});
+  c = base_config(data);
+  c.tier = "host";  // a cache needs a size
+  expect_error(c, {"embedding.tier host", "embedding.cache_rows", "embedding.cache_mb"});
+  c.tier = "hbm";
+  c.cache_rows = 10;
+  expect_error(c, {"embedding.cache_rows", "tier 'hbm'"});
+  c.tier = "disk";
+  expect_error(c, {"embedding.tier", "'disk'"});
+  c.tier = "host";
+  c.eviction = "fifo";
+  expect_error(c, {"embedding.eviction", "'fifo'"});
   c = base_config(data);
   c.model.num_slots = 5;
   expect_error(c, {"model.num_slots", "4", "5", data.train});

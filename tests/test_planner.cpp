@@ -790,3 +790,50 @@ BOOST_AUTO_TEST_CASE(format_plan_lists_every_table) {
 }
 
 }  // namespace
+
+// A host-tier table (src/host_tier.h): its device memory is its cache's (what the cache allocates), its host
+// store and its host<->GPU bytes are counted (by hand: the rows a step touches times the share of the rows beyond
+// the cache, in and out), the time grows by those bytes at host_GBps, and the plan table prints the tier.
+BOOST_AUTO_TEST_CASE(host_tier_counts_the_cache_the_host_and_the_transfers) {
+  CollectionConfig c;
+  c.num_slots = 1;
+  c.tables = {table("big", 100000, 16, {0}, "replicated")};
+  c.tables[0].optimizer.kind = OptimizerKind::rowwise_adagrad;
+  PlannerOptions o;
+  o.global_batch = 1000;  // one key per sample: 1000 keys, at most 1000 distinct
+  const Plan hbm = make_plan(c, o, {});
+  const std::string hbm_text = format_plan(c, hbm);
+  c.tables[0].tier = make_tier(TableTier::host, 25000, 0, Eviction::lru, 16, 1);
+  const Plan host = make_plan(c, o, {});
+  const TablePlan& p = host.tables[0];
+  BOOST_CHECK_EQUAL(p.memory_bytes, EmbeddingTable::memory_bytes(25000, 16, OptimizerKind::rowwise_adagrad, 1.0, true));
+  BOOST_CHECK_EQUAL(p.host_bytes, HostTier::host_bytes(100000, 16, 1));
+  BOOST_CHECK_EQUAL(hbm.tables[0].host_bytes, 0u);
+  BOOST_CHECK_EQUAL(hbm.tables[0].host_transfer_bytes, 0.0);
+  // distinct keys of 1000 uniform draws... bounded by 1000; the planner's figure divided back out
+  const double per_row = 2 * 0.75 * (16 + 1) * 4.0;  // in and out, 3/4 of the rows beyond the cache, values+state
+  const double touched = p.host_transfer_bytes / per_row;
+  BOOST_CHECK_GT(touched, 900);
+  BOOST_CHECK_LE(touched, 1000.0 + 1e-9);
+  BOOST_CHECK_CLOSE(host.estimate.seconds - hbm.estimate.seconds, p.host_transfer_bytes / (o.rates.host_GBps * 1e9),
+                    1e-6);
+  BOOST_CHECK_MESSAGE(has(format_plan(c, host), "host cache 25000 rows"), format_plan(c, host));
+  BOOST_CHECK_MESSAGE(has(hbm_text, " hbm\n"), hbm_text);
+  // a cache of the whole table moves nothing
+  c.tables[0].tier.cache_rows = 100000;
+  BOOST_CHECK_EQUAL(make_plan(c, o, {}).tables[0].host_transfer_bytes, 0.0);
+  o.rates.host_GBps = 0;
+  BOOST_CHECK(has(error_of([&] { make_plan(c, o, {}); }), "host_GBps"));
+  // a table that does not fit in HBM: the error points to the host tier, and a cache within the hint fits
+  CollectionConfig h;
+  h.num_slots = 1;
+  h.tables = {table("huge", 10000000, 64, {0}, "dispatch")};
+  PlannerOptions small;
+  small.memory_budget = size_t(64) << 20;
+  const std::string e = error_of([&] { make_plan(h, small, {}); });
+  BOOST_CHECK_MESSAGE(has(e, "'huge'") && has(e, "embedding.tier host") && has(e, "embedding.cache_mb below"), e);
+  h.tables[0].tier = make_tier(TableTier::host, 0, 16, Eviction::lru, 64, 0);
+  const Plan fits = make_plan(h, small, {});
+  BOOST_CHECK_LE(fits.tables[0].memory_bytes + fits.tables[0].work_bytes, small.memory_budget);
+  BOOST_CHECK_EQUAL(fits.tables[0].host_bytes, HostTier::host_bytes(10000000, 64, 0));
+}

@@ -24,12 +24,12 @@ rm -rf $OUT/pack && mkdir -p $W $S
 unzip -q "$WHEEL" -d $W
 (cd $W && tar cf - --exclude='*.so' fbgemm_gpu fbgemm_gpu-$VER.dist-info) | tar xf - -C $S
 python3 - "$S/fbgemm_gpu/__init__.py" <<'EOF'
-import re, sys
+import os, re, sys
 p = sys.argv[1]
 s = open(p).read()
 libs = ["fbgemm_gpu_config", "fbgemm_gpu_tbe_utils", "fbgemm_gpu_tbe_training_forward",
         "fbgemm_gpu_tbe_training_backward", "fbgemm_gpu_tbe_training_backward_pt2",
-        "fbgemm_gpu_tbe_training_backward_split_host"]
+        "fbgemm_gpu_tbe_training_backward_split_host"] + (["fbgemm_gpu_tbe_cache"] if os.environ.get("CACHE") == "1" else [])
 new = ("fbgemm_gpu_libraries = [\n    # Trimmed for a TBE-training-only peer (HBM tables, no cache, no VBE/GWD):\n"
        "    # the wheel's other libraries were left out to keep the transfer small.\n"
        + "".join(f'    "{l}",\n' for l in libs) + "]")
@@ -39,7 +39,11 @@ s, n = re.subn(r'_fbgemm_torch_compat_table = \{\n', '_fbgemm_torch_compat_table
 assert n == 1, "compat table not found"
 open(p, "w").write(s)
 EOF
-for lib in fbgemm_gpu_config fbgemm_gpu_tbe_utils fbgemm_gpu_tbe_training_forward fbgemm_gpu_tbe_training_backward \
+# CACHE=1 bash pack.sh: fbgemm_gpu_tbe_cache too (peer_fbgemm.py --cache-rows, EmbeddingLocation.MANAGED_CACHING);
+# the patched __init__.py then loads it as well.
+EXTRA=""
+[ "${CACHE:-0}" = 1 ] && EXTRA=fbgemm_gpu_tbe_cache
+for lib in $EXTRA fbgemm_gpu_config fbgemm_gpu_tbe_utils fbgemm_gpu_tbe_training_forward fbgemm_gpu_tbe_training_backward \
            fbgemm_gpu_tbe_training_backward_pt2 fbgemm_gpu_tbe_training_backward_split_host fbgemm_gpu_tbe_common \
            fbgemm asmjit fbgemm_gpu_sparse_async_cumsum; do
   if [ "$ARCH" = all ]; then

@@ -104,12 +104,16 @@ def import_fbgemm():
         from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
             BoundsCheckMode, ComputeDevice, EmbeddingLocation, PoolingMode)
         from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
+        try:  # --cache-rows (MANAGED_CACHING) needs it, and fbgemm_gpu_tbe_cache.so at run time
+            from fbgemm_gpu.split_table_batched_embeddings_ops_common import CacheAlgorithm
+        except ImportError:
+            CacheAlgorithm = None
     except Exception as e:  # noqa: BLE001
         sys.exit(f"peer_fbgemm: cannot import fbgemm_gpu ({type(e).__name__}: {e}); "
                  "run reassemble.sh build and put its directory on PYTHONPATH")
     return dict(TBE=SplitTableBatchedEmbeddingBagsCodegen, BoundsCheckMode=BoundsCheckMode,
                 ComputeDevice=ComputeDevice, EmbeddingLocation=EmbeddingLocation, PoolingMode=PoolingMode,
-                OptimType=EmbOptimType, SparseType=SparseType, version=getattr(fbgemm_gpu, "__version__", "?"))
+                OptimType=EmbOptimType, SparseType=SparseType, CacheAlgorithm=CacheAlgorithm, version=getattr(fbgemm_gpu, "__version__", "?"))
 
 
 class Job:
@@ -177,20 +181,46 @@ def make_tbe(fb, job, optimizer, a, device, precision="fp32"):
     opt = {"sgd": O.EXACT_SGD, "rowwise_adagrad": O.EXACT_ROWWISE_ADAGRAD}[optimizer]
     where = (fb["EmbeddingLocation"].DEVICE, fb["ComputeDevice"].CUDA) if CUDA else \
         (fb["EmbeddingLocation"].HOST, fb["ComputeDevice"].CPU)
+    cache = {}
+    if a.cache_rows > 0:
+        # MANAGED_CACHING: the rows in CUDA managed memory, an LRU or LFU cache of cache_rows of them in HBM (the
+        # same rows as sparta's --cache-rows). A managed allocation larger than the GPU's free memory can stall the
+        # GPU for every process on a shared machine: refused here, before TBE allocates.
+        if not CUDA or fb["CacheAlgorithm"] is None:
+            sys.exit("peer_fbgemm: --cache-rows needs --device cuda and fbgemm_gpu's CacheAlgorithm (repack with "
+                     "fbgemm_gpu_tbe_cache: pack.sh)")
+        total = sum(job.table_rows)
+        state = 1 if optimizer == "rowwise_adagrad" else 0
+        managed = total * (job.dim * (2 if precision == "fp16" else 4) + state * 4)
+        free = torch.cuda.mem_get_info()[0]
+        if managed > 0.8 * free:
+            sys.exit(f"peer_fbgemm: --cache-rows: the managed table ({managed / 1e9:.1f} GB) must stay below the "
+                     f"GPU's free memory ({free / 1e9:.1f} GB, 80% of it): lower --rows")
+        where = (fb["EmbeddingLocation"].MANAGED_CACHING, fb["ComputeDevice"].CUDA)
+        cache = {"cache_load_factor": min(1.0, a.cache_rows / total),
+                 "cache_algorithm": getattr(fb["CacheAlgorithm"], a.cache_algorithm.upper())}
     specs = [(r, job.dim) + where for r in job.table_rows]
     bc = {"none": "NONE", "warning": "WARNING", "fatal": "FATAL"}[a.bounds_check]
     tbe = fb["TBE"](
         specs, feature_table_map=job.ftm, optimizer=opt, learning_rate=a.lr, eps=a.eps,
         weights_precision=getattr(fb["SparseType"], precision.upper()), output_dtype=fb["SparseType"].FP32,
-        pooling_mode=fb["PoolingMode"].SUM, bounds_check_mode=getattr(fb["BoundsCheckMode"], bc), device=device)
+        pooling_mode=fb["PoolingMode"].SUM, bounds_check_mode=getattr(fb["BoundsCheckMode"], bc), device=device,
+        **cache)
     tbe.init_embedding_weights_uniform(-0.1, 0.1)
     return tbe
+
+
+def weights_of(tbe):
+    """The tables' rows; with a cache (MANAGED_CACHING) its newer rows written back first."""
+    if hasattr(tbe, "flush"):
+        tbe.flush()
+    return tbe.split_embedding_weights()
 
 
 def check_forward(tbe, job, n_bags, gen):
     """Pooled output of sampled bags against a float64 gather-sum of the same rows. Returns (ok, max_abs_err)."""
     B, dim = job.B, job.dim
-    weights = tbe.split_embedding_weights()
+    weights = weights_of(tbe)
     with torch.no_grad():
         out = tbe(job.indices, job.offsets)
     sel = torch.randint(0, job.T * B, (n_bags,), device=out.device, generator=gen)
@@ -234,7 +264,7 @@ def check_update(tbe, job, optimizer, upstream, a, gen, precision="fp32"):
             g.index_add_(0, slot, torch.ones(int(m.sum()), dim, device=idx.device, dtype=torch.float64))
         else:
             g.index_add_(0, slot, upstream.view(B, job.T, dim)[bag[m], t].double())
-    w0 = tbe.split_embedding_weights()[tau][rows].double().clone()
+    w0 = weights_of(tbe)[tau][rows].double().clone()
     out = tbe(job.indices, job.offsets)
     if upstream is None:
         out.sum().backward()
@@ -242,7 +272,7 @@ def check_update(tbe, job, optimizer, upstream, a, gen, precision="fp32"):
         out.backward(upstream)
     if CUDA:
         torch.cuda.synchronize()
-    w1 = tbe.split_embedding_weights()[tau][rows].double()
+    w1 = weights_of(tbe)[tau][rows].double()
     if optimizer == "sgd":
         want = w0 - a.lr * g
     else:
@@ -307,6 +337,9 @@ def main():
                    help="cpu: smoke test of this script on a machine without a GPU (TBE's CPU kernels; tiny shapes)")
     p.add_argument("--weights-precisions", type=lambda v: v.split(","), default=["fp32"],
                    help="fp32,fp16: TBE's weights_precision, one JSON row each (sparta's --storage)")
+    p.add_argument("--cache-rows", type=int, default=0,
+                   help="EmbeddingLocation.MANAGED_CACHING with an HBM cache of this many rows (0: the tables in HBM)")
+    p.add_argument("--cache-algorithm", choices=["lru", "lfu"], default="lru")
     p.add_argument("--out")
     a = p.parse_args()
     for w in a.weights_precisions:
@@ -340,7 +373,8 @@ def main():
         failed |= not (check["forward_matches_gather_sum"] and check["update_matches_host"])
         common = {"fwd_ms_back_to_back": fwd_b2b, "train_step_ms_back_to_back": train_b2b, "gpu": gpu, "optimizer": {"sgd": "exact_sgd", "rowwise_adagrad": "exact_rowwise_adagrad"}[opt],
                   "lr": a.lr, "bounds_check": a.bounds_check, "weights": precision, "max_mem_GiB": mem, "check": check,
-                  "torch": torch.__version__, "fbgemm_gpu": fb["version"]}
+                  "torch": torch.__version__, "fbgemm_gpu": fb["version"], "cache_rows": a.cache_rows,
+                  "cache_algorithm": a.cache_algorithm if a.cache_rows > 0 else None}
         if a.tables == "peer":
             hot = job.hot
             wb = 4 if precision == "fp32" else 2  # bytes of a stored element

@@ -1,0 +1,165 @@
+// host_tier.h: a table's rows in host memory under a GPU cache of its hot rows (EmbeddingTableConfig::tier).
+//
+// Every row of a tiered table (values and optimizer state) lives in a host store (pinned host memory on cuda,
+// plain host memory on cpu) of capacity_rows rows, allocated up front after a check against the host's available
+// memory. The table's device part is a cache of cache_rows rows: a direct index whose keys are slot numbers
+// (0 .. cache_rows - 1), on which the existing lookup, backward and optimizer kernels run unchanged. Before a
+// lookup, HostTier::resident makes the call's distinct keys resident and turns each key into its slot:
+//   - a key already cached keeps its slot;
+//   - a missing key takes a free slot, else the policy's victim among the slots no pending batch uses: LRU the
+//     slot used by the oldest call, LFU the one with the fewest uses over the row's life (a call counts once),
+//     ties broken by the key (ascending), so the choice is deterministic; the victim's row and state are written
+//     back to the host store first;
+//   - then the missing rows are copied in: a key seen before from the host store, a new key (train) with its
+//     initial values from (seed, table, key) (kernels/key_init.h) and the optimizer's initial state, as an HBM
+//     table would give it.
+// So the cache changes where a row lives, never what it holds or the order of its updates: the values and state
+// are those of an all-HBM table bit for bit, for any cache size (tests/test_host_tier.cpp).
+//
+// A train lookup pins its slots until the table's next update (backward_and_update, finish_update), so that a
+// later lookup before that update (an evaluation, a replicated table's insert of other ranks' keys) cannot
+// evict a row whose gradient is still to come. A call that needs more slots than are free or evictable gets
+// row -1 for the keys that do not fit (skipped, as a full table's refused keys are), and check() reports it:
+// the table, its cache size, the rows the call needed and those pinned. A hashed table whose host store is full
+// refuses new keys the same way (the "table full" error, with the host store's capacity).
+//
+// Why a host-side index and copies in batches rather than CUDA managed memory: managed memory larger than the
+// GPU's free memory can stall the GPU for every process of a shared machine; pinned memory copied in batches
+// cannot. The residency step synchronizes the stream (it reads the keys on the host and keeps the index and the
+// policy there, per distinct key): the simple, correct version, with no overlap of the next batch's residency with
+// the current step yet. Rows move as dim + state_width floats (route_gather_rows / route_scatter_rows), so a
+// tiered table stores fp32 rows (EmbeddingTable refuses a 16-bit one); 16-bit rows would move as their bytes.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "io/table_rows.h"
+#include "kernels/key_init.h"
+#include "src/base/buffer.h"
+#include "src/base/device.h"
+
+namespace sparta {
+
+enum class TableTier { hbm, host };
+enum class Eviction { error, lru, lfu };
+const char* tier_name(TableTier t);
+const char* eviction_name(Eviction e);
+// "hbm"/"host", "error"/"lru"/"lfu"; sparta::Error naming `what` (the option as the user typed it) otherwise.
+TableTier parse_tier(const std::string& s, const std::string& what);
+Eviction parse_eviction(const std::string& s, const std::string& what);
+
+// Where a table's rows live (EmbeddingTableConfig::tier).
+struct TierConfig {
+  TableTier tier = TableTier::hbm;
+  int64_t cache_rows = 0;             // host: rows of the GPU cache, 1 .. capacity_rows (more is clamped)
+  Eviction eviction = Eviction::lru;  // host: the cache's policy (error: a call that needs an eviction fails)
+};
+// The tier of a table of dim and state_width from a program's options: cache_rows, else cache_mb MiB of cache rows
+// (values and state, at least 1 row). hbm: both must be 0.
+TierConfig make_tier(TableTier tier, int64_t cache_rows, double cache_mb, Eviction eviction, int dim,
+                     int state_width);
+
+// What a host tier needs of its table.
+struct HostTierSetup {
+  std::string name;
+  int dim = 0;
+  int state_width = 0;
+  int64_t capacity_rows = 0;  // rows of the host store
+  int64_t cache_rows = 0;
+  Eviction eviction = Eviction::lru;
+  float initial_state = 0;    // every state float of a new row
+  // Initial values by key, as the table computes them (its segments on the host here).
+  uint64_t seed = 0;
+  uint32_t table_id = 0;
+  float init_scale = 0;
+  bool tagged_keys = false;
+  std::vector<KeySegment> key_segments;
+  int64_t direct_stride = 0;  // > 0: a direct index over the keys direct_offset + row * direct_stride
+  int64_t direct_offset = 0;
+};
+
+class HostTier {
+ public:
+  // Throws sparta::Error naming the table, before allocating, when the host store (host_bytes) exceeds the
+  // host's available memory (/proc/meminfo MemAvailable) or the setup is bad.
+  HostTier(const Device& dev, const HostTierSetup& s);
+
+  // Host bytes of the store: every row's values and state, plus its bookkeeping.
+  static size_t host_bytes(int64_t capacity_rows, int dim, int state_width);
+
+  // Makes the distinct keys of keys [n] (device memory) resident in the cache (cache_values [cache_rows, dim],
+  // cache_state [cache_rows, state_width], device memory) and returns their slots [n] (device memory, valid
+  // until the next call): -1 for a key that is absent and not created (eval of an unseen key of a hashed
+  // table), outside a direct index, or refused (no slot, host store full). create: train (new keys get rows);
+  // pin: keep the slots until release_pins. Synchronizes stream.
+  const int64_t* resident(const int64_t* keys, int64_t n, bool create, bool pin, float* cache_values,
+                          float* cache_state, Stream stream);
+  // The update of the pinned batch is queued: its slots may be evicted again.
+  void release_pins();
+  // Throws sparta::Error (and forgets it) when a call since the last check refused keys.
+  void check();
+  // Live rows: created keys (hashed), capacity_rows (direct index).
+  int64_t size() const;
+  int64_t cache_rows() const { return s_.cache_rows; }
+  // Every live row (host store, with the cache's newer copies), ordered by host row. Synchronizes stream.
+  TableRows export_rows(const float* cache_values, const float* cache_state, Stream stream);
+  // Writes rows into the host store after writing the cache back and emptying it: hashed, appended (keys must
+  // be absent, and fit); a direct index, by key (keys must be in the index). Checks everything first
+  // (sparta::Error naming the table and the key), then changes. Synchronizes stream.
+  void load_rows(const TableRows& rows, const float* cache_values, const float* cache_state, Stream stream);
+  // Empties the store and the cache.
+  void clear();
+
+  // For tests and benches: the keys the last resident() call evicted, in the order they were chosen; the keys
+  // in the cache now, ascending; rows copied in and written back since construction.
+  const std::vector<int64_t>& last_evicted() const { return evicted_; }
+  std::vector<int64_t> cached_keys() const;
+  int64_t rows_in() const { return rows_in_; }
+  int64_t rows_out() const { return rows_out_; }
+
+ private:
+  using Rank = std::tuple<int64_t, int64_t, int64_t>;  // (policy's priority, key, slot): smallest goes first
+  int64_t host_row(int64_t key, bool create);           // -1: absent (not created) or refused
+  Rank rank_of(int64_t slot) const;
+  void write_back(const std::vector<int64_t>& slots, const float* cache_values, const float* cache_state,
+                  Stream stream);
+  void flush(const float* cache_values, const float* cache_state, Stream stream);
+  void init_row(int64_t key, int64_t hrow);
+  template <class T>
+  T* staging(Buffer<T>& b, size_t n);
+
+  Device dev_;
+  HostTierSetup s_;
+  KeyInit key_init_;  // its segments point into s_.key_segments (host)
+  PinnedBuffer<float> values_;  // [capacity_rows, dim]
+  PinnedBuffer<float> state_;   // [capacity_rows, state_width]
+  std::vector<int64_t> uses_;   // per host row: calls that used it (LFU)
+  std::vector<uint8_t> made_;   // per host row of a direct index: its initial values written
+  std::unordered_map<int64_t, int64_t> row_of_;  // hashed: key → host row
+  std::vector<int64_t> key_of_row_;              // hashed: host row → key, rows dense from 0
+  // the cache
+  std::unordered_map<int64_t, int64_t> slot_of_;  // key → slot
+  std::vector<int64_t> slot_key_, slot_row_, slot_last_;  // per slot: key, host row, last call (-1 free)
+  std::vector<uint8_t> pinned_;
+  std::vector<int64_t> pinned_slots_;
+  std::vector<int64_t> free_;   // free slots, the lowest last
+  std::set<Rank> evictable_;    // cached, unpinned slots by the policy
+  int64_t tick_ = 0;
+  // errors since the last check
+  int64_t refused_ = 0, full_ = 0, needed_ = 0, pinned_at_error_ = 0;
+  std::vector<int64_t> evicted_;
+  int64_t rows_in_ = 0, rows_out_ = 0;
+  // staging
+  std::vector<int64_t> host_keys_, host_slots_;
+  PinnedBuffer<float> stage_values_, stage_state_;
+  PinnedBuffer<int64_t> stage_idx_;
+  Buffer<int64_t> slots_dev_, idx_dev_;
+  Buffer<float> values_dev_, state_dev_;
+};
+
+}  // namespace sparta

@@ -1,0 +1,244 @@
+// Tiered tables (src/host_tier.h) in a collection under every placement, on however many ranks the suite runs
+// with: the same outputs, tables and evaluations as the same collection with its tables in HBM, bit for bit, for
+// caches of about one batch, half the keys and every key; and a checkpoint of the tiered collection loads into an
+// HBM one (and back) with every row's bits.
+#include <mpi.h>
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "src/base/check.h"
+#include "src/embedding_collection.h"
+#include "src/planner.h"
+#include "tests/testing.h"
+
+using namespace sparta;
+
+namespace {
+
+const bool kSharesGpus = testing::accept_shared_gpus();
+
+struct World {
+  MPI_Comm comm = MPI_COMM_WORLD;
+  int rank = 0, size = 1;
+  Device dev;
+  std::unique_ptr<Communicator> communicator;
+  explicit World(Backend backend) {
+    rank = testing::world_rank();
+    size = testing::world_size();
+    Topology topo = make_topology(comm, 0);
+    CommOptions o;
+    if (backend == Backend::cuda) {
+      dev = open_device(Backend::cuda, testing::gpu_of_local_rank(topo.host_rank));
+      o.mode = testing::shared_gpus() ? CommMode::mpi : CommMode::nccl;
+    } else {
+      o.mode = CommMode::mpi;
+    }
+    o.timeout_s = 120;
+    if (size > 1) communicator = std::make_unique<Communicator>(topo, dev, o);
+  }
+  ~World() {
+    communicator.reset();
+    if (dev.is_cuda()) close_device(dev);
+  }
+};
+
+constexpr int kSlots = 3;
+constexpr int64_t kKeys = 300;
+
+// Two tables: a hashed one on slots 0 and 1 (adagrad), a direct index on slot 2 (rowwise adagrad).
+CollectionConfig make_config(uint64_t seed, const std::string& placement, int64_t cache_rows) {
+  CollectionConfig c;
+  c.num_slots = kSlots;
+  c.seed = seed;
+  CollectionTableConfig a;
+  a.name = "hashed";
+  a.rows = kKeys;
+  a.dim = 6;
+  a.combiner = Combiner::sum;
+  a.optimizer.kind = OptimizerKind::adagrad;
+  a.optimizer.lr = 0.05f;
+  a.slots = {0, 1};
+  a.placement = placement;
+  CollectionTableConfig b = a;
+  b.name = "direct";
+  b.dim = 4;
+  b.combiner = Combiner::mean;
+  b.optimizer.kind = OptimizerKind::rowwise_adagrad;
+  b.slots = {2};
+  b.key_bound = kKeys;
+  b.direct_index = true;
+  c.tables = {a, b};
+  if (cache_rows > 0)
+    for (auto& t : c.tables) {
+      t.tier.tier = TableTier::host;
+      t.tier.cache_rows = cache_rows;
+      t.tier.eviction = cache_rows % 2 ? Eviction::lfu : Eviction::lru;
+    }
+  return c;
+}
+
+struct Batch {
+  std::vector<int64_t> offsets, keys;  // this rank's samples
+  int64_t samples = 0;
+};
+
+// The global batch (the same generator on every rank), this rank's slice of it: 0..3 keys per slot, skewed.
+Batch make_batch(std::mt19937_64& g, int64_t global_samples, const World& w) {
+  std::vector<std::vector<int64_t>> bags;
+  for (int64_t s = 0; s < global_samples * kSlots; ++s) {
+    std::vector<int64_t> bag(size_t(g() % 4));
+    for (int64_t& k : bag) {
+      const int64_t u = int64_t(g() % 1000);
+      k = u * u / 3334 % kKeys;
+    }
+    bags.push_back(bag);
+  }
+  const int64_t per = global_samples / w.size, first = per * w.rank;
+  Batch b;
+  b.samples = w.rank == w.size - 1 ? global_samples - first : per;
+  b.offsets.push_back(0);
+  for (int64_t s = first * kSlots; s < (first + b.samples) * kSlots; ++s) {
+    b.keys.insert(b.keys.end(), bags[size_t(s)].begin(), bags[size_t(s)].end());
+    b.offsets.push_back(int64_t(b.keys.size()));
+  }
+  return b;
+}
+
+Plan plan_of(const CollectionConfig& cfg, const World& w, const Batch& sample) {
+  std::vector<TableKeyStats> stats = count_keys(w.comm, cfg, sample.offsets, sample.keys, sample.samples, 64);
+  PlannerOptions po;
+  po.world = w.size;
+  po.global_batch = 8 * w.size;
+  return make_plan(cfg, po, stats);
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// key → values and state, for comparing tables whatever their row order
+std::map<int64_t, std::vector<float>> by_key(const TableRows& r) {
+  std::map<int64_t, std::vector<float>> m;
+  for (size_t i = 0; i < r.rows(); ++i) {
+    std::vector<float> v(r.values.begin() + i * r.dim, r.values.begin() + (i + 1) * r.dim);
+    v.insert(v.end(), r.state.begin() + i * r.state_width, r.state.begin() + (i + 1) * r.state_width);
+    m[r.keys[i]] = v;
+  }
+  return m;
+}
+
+bool same_tables(EmbeddingCollection& a, EmbeddingCollection& b) {
+  bool ok = true;
+  for (int t = 0; t < 2; ++t) {
+    auto x = by_key(a.held_rows(t)), y = by_key(b.held_rows(t));
+    ok = ok && x.size() == y.size();
+    for (auto& e : x) ok = ok && y.count(e.first) && same_bits(e.second, y[e.first]);
+  }
+  return ok;
+}
+
+// forward (train or eval) of one batch on a collection: its output
+std::vector<float> forward(EmbeddingCollection& c, const World& w, const Batch& b, LookupMode mode) {
+  Buffer<int64_t> o(w.dev, b.offsets), k(w.dev, b.keys.empty() ? std::vector<int64_t>{0} : b.keys);
+  Buffer<float> out(w.dev, size_t(std::max<int64_t>(1, b.samples * c.output_width())));
+  out.fill_bytes(0xFF);
+  c.forward(o.data(), k.data(), b.samples, out.data(), mode);
+  std::vector<float> r = out.download();
+  r.resize(size_t(b.samples * c.output_width()));
+  return r;
+}
+
+void tiered_collection_equals_hbm(Backend backend) {
+  World w(backend);
+  uint64_t seed = testing::seed();
+  MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, w.comm);
+  const std::string last = std::to_string(w.size - 1);
+  for (const std::string& placement :
+       std::vector<std::string>{"dispatch", "localized:" + last, "distributed", "replicated", "hybrid"}) {
+    std::mt19937_64 g(seed);
+    const int64_t samples = 8 * w.size;
+    std::vector<Batch> batches;
+    for (int s = 0; s < 6; ++s) batches.push_back(make_batch(g, samples, w));
+    const CollectionConfig hbm_cfg = make_config(seed, placement, 0);
+    const Plan plan = plan_of(hbm_cfg, w, batches[0]);
+    // about one global batch's distinct keys (what a replicated table's update makes resident), half, all
+    const int64_t one_batch = std::min<int64_t>(kKeys, samples * 2 * 3 + 8);
+    for (int64_t cache : {one_batch, kKeys / 2, kKeys}) {
+      const std::string what = placement + " cache " + std::to_string(cache);
+      EmbeddingCollection hbm(w.comm, w.communicator.get(), w.dev, hbm_cfg, plan);
+      EmbeddingCollection tier(w.comm, w.communicator.get(), w.dev, make_config(seed, placement, cache), plan);
+      BOOST_CHECK_LE(tier.memory_bytes(), hbm.memory_bytes());
+      std::mt19937_64 gg(seed + 1);
+      bool ok = true;
+      for (size_t s = 0; s < batches.size(); ++s) {
+        const Batch& b = batches[s];
+        ok = ok && same_bits(forward(hbm, w, b, LookupMode::train), forward(tier, w, b, LookupMode::train));
+        std::vector<float> grad(size_t(std::max<int64_t>(1, b.samples * hbm.output_width())));
+        for (float& x : grad) x = float(int64_t(gg() % 2001) - 1000) / 1000.f;
+        Buffer<float> gd(w.dev, grad);
+        hbm.backward(gd.data(), int64_t(s) + 1);
+        tier.backward(gd.data(), int64_t(s) + 1);
+      }
+      BOOST_CHECK_MESSAGE(testing::all_ranks(ok), what << ": train outputs differ");
+      BOOST_CHECK_MESSAGE(testing::all_ranks(same_tables(hbm, tier)), what << ": tables differ");
+      std::mt19937_64 ge(seed + 2);
+      const Batch e = make_batch(ge, samples, w);
+      BOOST_CHECK_MESSAGE(testing::all_ranks(same_bits(forward(hbm, w, e, LookupMode::eval),
+                                                       forward(tier, w, e, LookupMode::eval))),
+                          what << ": eval outputs differ");
+      if (cache != one_batch) continue;
+      // a checkpoint of the tiered collection into an HBM one under another plan, and into a tiered one
+      testing::SharedTempPath dir("mpi_test_host_tier", "ckpt");
+      CheckpointMeta meta;
+      meta.step = 6;
+      const std::string at = tier.save(dir.path, meta);
+      // (distributed pools a bag's keys per owner first: its outputs are compared with distributed's own)
+      const std::string moved = placement == "distributed" ? placement : "dispatch";
+      CollectionConfig other = make_config(seed, moved, 0);
+      EmbeddingCollection loaded(w.comm, w.communicator.get(), w.dev, other, plan_of(other, w, batches[0]));
+      loaded.load(at);
+      CollectionConfig other_tier = make_config(seed, moved, kKeys / 3);
+      EmbeddingCollection loaded_tier(w.comm, w.communicator.get(), w.dev, other_tier,
+                                      plan_of(other_tier, w, batches[0]));
+      loaded_tier.load(at);
+      BOOST_CHECK_MESSAGE(testing::all_ranks(same_bits(forward(hbm, w, e, LookupMode::eval),
+                                                       forward(loaded, w, e, LookupMode::eval))),
+                          what << ": the checkpoint loaded into HBM tables differs");
+      BOOST_CHECK_MESSAGE(testing::all_ranks(same_bits(forward(hbm, w, e, LookupMode::eval),
+                                                       forward(loaded_tier, w, e, LookupMode::eval))),
+                          what << ": the checkpoint loaded into tiered tables differs");
+    }
+  }
+}
+
+// A batch with more distinct keys than a rank's cache: the same clear error on every rank, no hang.
+void batch_beyond_the_cache(Backend backend) {
+  World w(backend);
+  uint64_t seed = testing::seed();
+  MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, w.comm);
+  std::mt19937_64 g(seed);
+  const Batch b = make_batch(g, 40 * w.size, w);
+  const CollectionConfig cfg = make_config(seed, "replicated", 4);
+  EmbeddingCollection c(w.comm, w.communicator.get(), w.dev, cfg, plan_of(cfg, w, b));
+  std::string msg;
+  try {
+    forward(c, w, b, LookupMode::train);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  BOOST_CHECK_MESSAGE(testing::all_ranks(msg.find("GPU cache of 4 rows") != std::string::npos), msg);
+}
+
+}  // namespace
+
+SPARTA_MPI_BACKEND_CASES(tiered_collection_equals_hbm_under_every_placement, tiered_collection_equals_hbm)
+SPARTA_MPI_BACKEND_CASES(a_batch_beyond_the_cache_fails_on_every_rank, batch_beyond_the_cache)
