@@ -9,7 +9,8 @@
 #   results   what RESULTS.md shows, 65536 samples per GPU, tables capped at 4M rows (40M for one table). On
 #             GPU 0: bench_train dot (sgd) and dcnv2 (row-wise Adagrad, MLPerf DCNv2 keys per slot), bf16, two
 #             runs each and one with the algorithm search off; bench_collection's plan (sgd and row-wise Adagrad; fp32, bf16 and fp16 rows);
-#             bench_embedding. Meanwhile on GPU 1 the peers: peer_dlrm_tbe.py (PyTorch + FBGEMM TBE, compiled),
+#             bench_embedding; the host tier against HBM, and eviction (bench_hashtable --evict). Meanwhile on
+#             GPU 1 the peers: peer_dlrm_tbe.py (PyTorch + FBGEMM TBE, compiled),
 #             peer_fbgemm.py on the same shapes, peer_dlrm.py (plain PyTorch). Then on 2 GPUs: bench_train,
 #             the full MLPerf v1 tables (40M cap) under the plan and each fixed placement, every placement
 #             (bench_collection), bench_alltoall beside peer_a2a.py
@@ -125,6 +126,20 @@ for part in "${parts[@]}"; do
         # shellcheck disable=SC2086
         CUDA_VISIBLE_DEVICES=0 run bench_embedding.log "$build/bin/bench_embedding" --index direct --rows 40000000 \
           $shape --alphas 0 --modes eval,step --out "$out/bench.jsonl"
+      done
+      # tables in host memory under a GPU cache (src/host_tier.h): the 26 MLPerf tables (4M cap, 1.9 GB a large
+      # table), power-law keys, a cache of 0.5 GB a table, against the same tables in HBM; then eviction under a
+      # stream of new keys (bench_hashtable --evict)
+      for t in hbm host; do
+        tier=$([ $t = host ] && echo "--tier host --cache-gb 0.5" || echo "--tier hbm")
+        # shellcheck disable=SC2086
+        CUDA_VISIBLE_DEVICES=0 run bench_collection.log timeout 300 $mpiexec -n 1 "$build/bin/bench_collection" \
+          --tables mlperf-v1 --batch $b --index direct --placements plan --optimizer rowwise_adagrad --alpha 1.1 \
+          --prefill 0 --iters 10 $tier --tag tier_$t --out "$out/bench.jsonl"
+      done
+      for e in lru lfu; do
+        CUDA_VISIBLE_DEVICES=0 run bench_hashtable.log timeout 200 "$build/bin/bench_hashtable" --evict $e \
+          --rows 4194304 --dims 32 --keys 1048576 --hit-fractions 0.6 --stream 10 --out "$out/bench.jsonl"
       done
       [ -n "${peers_pid:-}" ] && wait "$peers_pid"
       # 2 GPUs: end to end, every placement, the collectives

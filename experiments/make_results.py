@@ -151,6 +151,27 @@ def fullsize_table(recs):
     return rows
 
 
+def tier_table(recs):
+    """Tables in host memory under a GPU cache (tag tier_host) against the same tables in HBM (tag tier_hbm), and
+    the eviction points of bench_hashtable --evict."""
+    coll = {r["tag"]: r for r in recs if r.get("bench") == "collection" and r.get("tag", "").startswith("tier_")}
+    ev = [r for r in recs if r.get("bench") == "hashtable" and r.get("eviction") in ("lru", "lfu")]
+    rows = ["| what | rows in | step ms (or ms a call) | against HBM / rate | wrong |", "|---|---|---|---|---|"]
+    hbm, host = coll.get("tier_hbm"), coll.get("tier_host")
+    if hbm:
+        rows.append(f"| 26 MLPerf tables, power law 1.1, row-wise Adagrad | HBM | {fmt(hbm['ms_step'], 3)} | | "
+                    f"{hbm.get('wrong', '')} |")
+    if host:
+        vs = f"{host['ms_step'] / hbm['ms_step']:.2f}x HBM's step" if hbm else ""
+        rows.append(f"| the same | host memory, a {host.get('cache_gb')} GB cache a table | {fmt(host['ms_step'], 3)} | "
+                    f"{vs} | {host.get('wrong', '')} |")
+    for r in ev:
+        rows.append(f"| bench_hashtable {r['op']} ({r['eviction']}), {r['rows']} cached rows of dim {r['dim']}, "
+                    f"{r['keys']} keys a call | host memory | {fmt(r['ms'], 3)} | {r['Gkeys_per_s']:.3f} G keys/s, "
+                    f"{r['inserted']} inserted, {r['evicted']} evicted | {r['wrong']} |")
+    return rows if len(rows) > 2 else []
+
+
 def variants_table(recs):
     """Switches weighed in the same call: each variant's samples/s against the default's (tag rep*)."""
     rows = ["| model | GPUs | variant | samples/s | default's | default over variant |", "|---|---|---|---|---|---|"]
@@ -352,6 +373,11 @@ def main():
         ("The full MLPerf v1 tables on 2 GPUs", "`bench_train --model dot --max-rows 40000000 --index direct "
          "--sparse-optimizer rowwise_adagrad` (188M rows of 128, bf16, 65536 samples per GPU) on 2 GPUs: the planner's "
          "plan (`--placement auto`) and each fixed placement.", fullsize_table(recs), "train"),
+        ("Tables in host memory", "`bench_collection --tier host --cache-gb 0.5 --alpha 1.1 --prefill 0` (every "
+         "row in pinned host memory, a GPU cache per table; `src/host_tier.h`) against `--tier hbm` in the same call; "
+         "`bench_hashtable --evict lru|lfu --stream 10` (a hashed table under a stream of new keys ten times its "
+         "cache; every key checked afterwards; its records are in the embedding file). No peer: the carried FBGEMM lacks its cache library "
+         "(`experiments/peers/README.md`).", tier_table(recs), "collection"),
         ("Switches weighed", "The same `bench_train` runs with one switch turned the other way (`search0`: "
          "`--gemm-search 0`, cuBLASLt's first algorithm instead of the fastest of its candidates).",
          variants_table(recs), "train"),
