@@ -133,13 +133,13 @@ for part in "${parts[@]}"; do
       for t in hbm host; do
         tier=$([ $t = host ] && echo "--tier host --cache-gb 0.5" || echo "--tier hbm")
         # shellcheck disable=SC2086
-        CUDA_VISIBLE_DEVICES=0 run bench_collection.log timeout 300 $mpiexec -n 1 "$build/bin/bench_collection" \
+        CUDA_VISIBLE_DEVICES=0 run bench_collection.log timeout 150 $mpiexec -n 1 "$build/bin/bench_collection" \
           --tables mlperf-v1 --batch $b --index direct --placements plan --optimizer rowwise_adagrad --alpha 1.1 \
           --prefill 0 --iters 10 $tier --tag tier_$t --out "$out/bench.jsonl"
       done
       for e in lru lfu; do
-        CUDA_VISIBLE_DEVICES=0 run bench_hashtable.log timeout 200 "$build/bin/bench_hashtable" --evict $e \
-          --rows 4194304 --dims 32 --keys 1048576 --hit-fractions 0.6 --stream 10 --out "$out/bench.jsonl"
+        CUDA_VISIBLE_DEVICES=0 run bench_hashtable.log timeout 120 "$build/bin/bench_hashtable" --evict $e \
+          --rows 1048576 --dims 32 --keys 262144 --hit-fractions 0.6 --stream 10 --out "$out/bench.jsonl"
       done
       [ -n "${peers_pid:-}" ] && wait "$peers_pid"
       # 2 GPUs: end to end, every placement, the collectives
