@@ -8,15 +8,16 @@
 #             suites, split in groups that run side by side (the suites are CPU-bound; the GPUs have room)
 #   results   what RESULTS.md shows, 65536 samples per GPU, tables capped at 4M rows (40M for one table). On
 #             GPU 0: bench_train dot (sgd) and dcnv2 (row-wise Adagrad, MLPerf DCNv2 keys per slot), bf16, two
-#             runs each and one with the algorithm search off; bench_collection's plan (sgd and row-wise Adagrad; fp32, bf16 and fp16 rows);
-#             bench_embedding; the host tier against HBM, and eviction (bench_hashtable --evict). Meanwhile on
-#             GPU 1 the peers: peer_dlrm_tbe.py (PyTorch + FBGEMM TBE, compiled),
-#             peer_fbgemm.py on the same shapes, peer_dlrm.py (plain PyTorch). Then on 2 GPUs: bench_train,
-#             the full MLPerf v1 tables (40M cap) under the plan and each fixed placement, every placement
-#             (bench_collection), bench_alltoall beside peer_a2a.py
+#             runs each and one with the algorithm search off; bench_collection's plan (sgd and row-wise
+#             Adagrad; fp32, bf16 and fp16 rows); bench_embedding; the host tier against HBM, and eviction
+#             (bench_hashtable --evict). Meanwhile on GPU 1 the peers (run_peers): peer_dlrm_tbe.py (PyTorch +
+#             FBGEMM TBE, compiled), peer_fbgemm.py on the same shapes, peer_dlrm.py (plain PyTorch). Then on 2
+#             GPUs: bench_train, the full MLPerf v1 tables (40M cap) under the plan and each fixed placement,
+#             every placement (bench_collection), bench_alltoall beside peer_a2a.py
+#   peers     on a machine of one GPU: the peers of `results` alone on it (a second call: the two do not fit one)
 # FBGEMM is whatever `import fbgemm_gpu` finds (pip), or /tmp/fbgemm_tbe (PYTHONPATH) when a chunk0/ folder was
-# unpacked there (peers/README.md); without it the FBGEMM peers are skipped and say so. Logs and JSON lines go to OUT; the exit status is non-zero
-# when any part failed.
+# unpacked there (peers/README.md); without it the FBGEMM peers are skipped and say so. Logs and JSON lines go to
+# OUT; the exit status is non-zero when any part failed.
 set -u -o pipefail
 build=${1:?build folder or bundle}
 out=${2:?output folder}
@@ -60,6 +61,28 @@ peer() {  # peer GPU SCRIPT ARGS...: a peer script on one GPU, its lines into OU
 }
 have_fbgemm() { python3 -c "import fbgemm_gpu" 2>/dev/null; }
 dcnv2_hotness=3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1  # MLPerf DLRM-DCNv2 keys per slot
+run_peers() {  # run_peers GPU: every peer on that GPU, one after the other (FBGEMM first: the strongest)
+  local g=$1
+  if have_fbgemm; then
+    for m in dcnv2 dot; do
+      peer "$g" peer_dlrm_tbe.py --model $m --embedding tbe --compile --batches $b --precisions bf16
+    done
+    for t in dcnv2 mlperf-v1; do
+      peer "$g" fbgemm/peer_fbgemm.py --tables $t --batch $b --optimizers sgd,rowwise_adagrad \
+        --weights-precisions fp32,fp16
+    done
+    for shape in "--dim 128 --hot 1" "--dim 32 --hot 8" "--dim 128 --hotness $dcnv2_hotness"; do
+      # shellcheck disable=SC2086
+      peer "$g" fbgemm/peer_fbgemm.py --rows 40000000 --batch $b $shape --alpha 0 --optimizers sgd
+    done
+  else
+    echo "(no fbgemm_gpu: the FBGEMM peers skipped)" >>"$out/peers.log"
+  fi
+  for m in dcnv2 dot; do
+    peer "$g" peer_dlrm.py --model $m --batches $b --precisions bf16
+  done
+}
+b=65536  # samples per GPU
 counts=1
 [ "$gpus" -ge 2 ] && counts="1 2"
 
@@ -81,29 +104,10 @@ for part in "${parts[@]}"; do
       grep -E "^tests: |FAILED|TIMED OUT" "$out/tests.log"
       ;;
     results)
-      b=65536
-      # GPU 1: every peer, one after the other (FBGEMM first: the strongest); GPU 0 meanwhile: ours on one GPU
+      # GPU 1: every peer (run_peers) while GPU 0 runs ours; one GPU: the peers are the part `peers`, a call of
+      # their own
       if [ "$gpus" -ge 2 ]; then
-        (
-          if have_fbgemm; then
-            for m in dcnv2 dot; do
-              peer 1 peer_dlrm_tbe.py --model $m --embedding tbe --compile --batches $b --precisions bf16
-            done
-            for t in dcnv2 mlperf-v1; do
-              peer 1 fbgemm/peer_fbgemm.py --tables $t --batch $b --optimizers sgd,rowwise_adagrad \
-                --weights-precisions fp32,fp16
-            done
-            for shape in "--dim 128 --hot 1" "--dim 32 --hot 8" "--dim 128 --hotness $dcnv2_hotness"; do
-              # shellcheck disable=SC2086
-              peer 1 fbgemm/peer_fbgemm.py --rows 40000000 --batch $b $shape --alpha 0 --optimizers sgd
-            done
-          else
-            echo "(no fbgemm_gpu: the FBGEMM peers skipped)" >>"$out/peers.log"
-          fi
-          for m in dcnv2 dot; do
-            peer 1 peer_dlrm.py --model $m --batches $b --precisions bf16
-          done
-        ) &
+        run_peers 1 &
         peers_pid=$!
       fi
       for m in dcnv2 dot; do
@@ -168,7 +172,11 @@ for part in "${parts[@]}"; do
       fi
       grep -h '^!!' "$out"/*.log && status=1
       ;;
-    *) echo "unknown part '$part' (tests results)"; exit 2 ;;
+    peers)
+      run_peers 0
+      grep -h '^!!' "$out"/peers.log && status=1
+      ;;
+    *) echo "unknown part '$part' (tests results peers)"; exit 2 ;;
   esac
 done
 exit $status
