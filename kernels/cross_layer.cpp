@@ -59,31 +59,22 @@ void cross_forward_elementwise_cpu(const LinearDims& d, const CrossElementwise& 
 
 void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise& a) {
   const HalfFromFloat round16 = a.dz16 ? half_from_float(a.half) : nullptr;
-  const HalfToFloat widen = a.z16 || a.x0_16 || a.g.adds > 0 || a.g.uppers > 0 ? half_to_float(a.half) : nullptr;
+  const HalfToFloat widen = a.z16 || a.x0_16 || a.g.adds > 0 ? half_to_float(a.half) : nullptr;
   std::vector<double> sum(a.db ? d.out : 0, 0.0);
   for (int64_t r = 0; r < d.batch; ++r) {
     for (int c = 0; c < d.out; ++c) {
       const size_t i = size_t(r) * d.out + c;
       float g = a.g.base ? a.g.base[i] : widen(a.g.add[0][i]);
-      int k = a.g.base ? 0 : 1;
-      float up = 0.f;  // the deferred terms of the layers above
-      for (int j = 0; j < a.g.uppers; ++j, ++k) {
-        const float t = g * (widen(a.g.upper_z16[j][i]) + a.g.upper_bias[j][c]);
-        up = j == 0 ? t : up + t;
-        g += widen(a.g.add[k][i]);
-      }
-      for (; k < a.g.adds; ++k) g += widen(a.g.add[k][i]);
+      for (int k = a.g.base ? 0 : 1; k < a.g.adds; ++k) g += widen(a.g.add[k][i]);
       if (a.g.sum) a.g.sum[i] = g;
       const float dz = g * (a.x0_16 ? widen(a.x0_16[i]) : x0_at(a.x0, d.out, r, c));
+      float& dx0 = dx0_at(a.dx0, d.out, r, c);
+      const float gz = g * z_plus_bias(a, widen, i, c);
+      float v = a.accumulate ? dx0 + gz : gz;
+      if (a.identity) v += g;
       if (a.dz) a.dz[i] = dz;
       if (a.dz16) a.dz16[i] = round16(dz);
-      if (a.dx0.a) {
-        float& dx0 = dx0_at(a.dx0, d.out, r, c);
-        const float gz = g * z_plus_bias(a, widen, i, c);
-        float v = a.accumulate ? dx0 + gz : a.g.uppers > 0 ? up + gz : gz;
-        if (a.identity) v += g;
-        dx0 = v;
-      }
+      dx0 = v;
       if (a.db) sum[c] += dz;
     }
   }
@@ -147,13 +138,7 @@ void cross_backward_elementwise(const Device& dev, const LinearDims& d, GemmType
                                 bool identity, Stream stream) {
   check_square(d);
   check_input(d, x0.a, x0.b, x0.a_cols);
-  if (dx0.a) check_input(d, dx0.a, dx0.b, dx0.a_cols);
-  SPARTA_REQUIRE(d.batch == 0 || dx0.a || (!accumulate && !identity && g.uppers == 0),
-                 "cross layer '%s': without dx0 the backward step neither accumulates nor adds terms to it", d.layer);
-  SPARTA_REQUIRE(g.uppers >= 0 && (g.uppers == 0 || (is_half(t) && !accumulate &&
-                                                    g.uppers == g.adds - (g.base ? 0 : 1))),
-                 "cross layer '%s': deferred terms of %d layers above need 16-bit arrays, no accumulation and one "
-                 "addend of g each (found %d addends)", d.layer, g.uppers, g.adds);
+  check_input(d, dx0.a, dx0.b, dx0.a_cols);
   check_half(d, t, dz16);
   check_half(d, t, x0_16);
   check_half(d, t, z16);
@@ -334,25 +319,15 @@ void CrossNet::backward(const float* params, const CrossGradIn& dxL, float* grad
   // dL/dx_{l+1}: dxL's, or g_ where the sum was written, plus the 16-bit dh V terms of the layers above (16-bit
   // training), which the elementwise step adds as it reads g; fp32: g alone
   CrossGradIn g = dxL;
-  // 16-bit, where the bottom step's g holds every layer's term (no sum written out): the layers above leave dx0
-  // alone and the bottom step adds their x0 gradient terms (the same sums, one write of dx0 instead of a read and
-  // a write per layer)
-  const bool defer = half && dxL.adds == (dxL.base ? 0 : 1) && dxL.adds + L - 1 <= kCrossGradAddends;
   for (int l = L - 1; l >= 0; --l) {
     // at l == 0, x_l is x0: its gradient g + dh V_0 goes to dx0 directly; above, to g_ (fp32) or dhv16_[l]
     const bool top = l == L - 1, bottom = l == 0;
     // the sum written out where more addends than the step takes would follow
     g.sum = half && !bottom && g.adds == kCrossGradAddends ? g_.data() : nullptr;
-    if (defer && bottom) {
-      g.uppers = L - 1;
-      for (int j = 0; j < L - 1; ++j)
-        g.upper_z16[j] = zs16_[L - 1 - j].data(), g.upper_bias[j] = params + b_offset(L - 1 - j);
-    }
-    const bool writes_dx0 = !defer || bottom;
     cross_backward_elementwise(dev_, x_dims(), cfg_.precision, g, x0_, half ? xs16_[0].data() : nullptr,
                                half ? nullptr : zs_[l].data(), half ? zs16_[l].data() : nullptr, params + b_offset(l),
-                               half ? nullptr : dz_.data(), half ? dz16_.data() : nullptr, grads + b_offset(l),
-                               writes_dx0 ? dx0 : CrossInputGrad(), !top && !defer, bottom, stream);
+                               half ? nullptr : dz_.data(), half ? dz16_.data() : nullptr, grads + b_offset(l), dx0,
+                               !top, bottom, stream);
     if (g.sum) g = CrossGradIn(g_.data());
     const void* dz = half ? static_cast<const void*>(dz16_.data()) : static_cast<const void*>(dz_.data());
     const void* h = half ? static_cast<const void*>(hs16_[l].data()) : static_cast<const void*>(hs_[l].data());

@@ -123,36 +123,27 @@ struct CrossGrad {
   bool accumulate, identity;
   int cols;
   struct In {
-    float g, x0, zb, dx0;  // dx0: what the step adds g ⊙ zb to (accumulated, or the deferred terms)
+    float g, x0, zb, dx0;
   };
   __device__ __forceinline__ In load(int64_t r, int c) const {
     const int64_t i = r * cols + c;
     const float zv = z16 ? H::value(z16[i]) : z[i];
     const float xv = x0_16 ? H::value(x0_16[i]) : *x0_ptr(x0.a, x0.b, x0.a_cols, cols, r, c);
     float gv = g.base ? g.base[i] : H::value(g.add[0][i]);
-    int k = g.base ? 0 : 1;
-    float up = 0.f;  // the deferred terms of the layers above
-    for (int j = 0; j < g.uppers; ++j, ++k) {
-      const float t = __fmul_rn(gv, __fadd_rn(H::value(g.upper_z16[j][i]), g.upper_bias[j][c]));
-      up = j == 0 ? t : __fadd_rn(up, t);
-      gv = __fadd_rn(gv, H::value(g.add[k][i]));
-    }
-    for (; k < g.adds; ++k) gv = __fadd_rn(gv, H::value(g.add[k][i]));
-    const float prior = accumulate ? *x0_ptr(dx0.a, dx0.b, dx0.a_cols, cols, r, c) : up;
-    return {gv, xv, __fadd_rn(zv, bias[c]), prior};
+    for (int k = g.base ? 0 : 1; k < g.adds; ++k) gv = __fadd_rn(gv, H::value(g.add[k][i]));
+    return {gv, xv, __fadd_rn(zv, bias[c]),
+            accumulate ? *x0_ptr(dx0.a, dx0.b, dx0.a_cols, cols, r, c) : 0.f};
   }
   __device__ __forceinline__ float finish(const In& in, int64_t r, int c) const {
     const int64_t i = r * cols + c;
     const float d = __fmul_rn(in.g, in.x0);
+    const float gz = __fmul_rn(in.g, in.zb);
+    float x = accumulate ? __fadd_rn(in.dx0, gz) : gz;
+    if (identity) x = __fadd_rn(x, in.g);
     if (dz) dz[i] = d;
     if (dz16) dz16[i] = H::bits(d);
     if (g.sum) g.sum[i] = in.g;
-    if (dx0.a) {
-      const float gz = __fmul_rn(in.g, in.zb);
-      float x = accumulate || g.uppers > 0 ? __fadd_rn(in.dx0, gz) : gz;
-      if (identity) x = __fadd_rn(x, in.g);
-      *x0_ptr(dx0.a, dx0.b, dx0.a_cols, cols, r, c) = x;
-    }
+    *x0_ptr(dx0.a, dx0.b, dx0.a_cols, cols, r, c) = x;
     return d;
   }
 };
@@ -224,8 +215,7 @@ void copy_columns_cuda(const float* src, int64_t src_ld, float* dst, int64_t dst
 }
 
 void cross_backward_elementwise_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream) {
-  dense::with_half(a.dz16 || a.z16 || a.x0_16 || a.g.adds > 0 || a.g.uppers > 0 ? a.half : GemmType::bf16,
-                   [&](auto h) {
+  dense::with_half(a.dz16 || a.z16 || a.x0_16 || a.g.adds > 0 ? a.half : GemmType::bf16, [&](auto h) {
     CrossGrad<decltype(h)> op{a.g,  a.x0,  a.x0_16, a.z,          a.z16,      a.bias,
                               a.dz, a.dz16, a.dx0,  a.accumulate, a.identity, d.out};
     dense::column_sums(op, d.batch, d.out, a.db, stream, "cross_backward (column_sum_kernel)");

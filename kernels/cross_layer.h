@@ -8,18 +8,15 @@
 // Backward, from g = dL/dx_{l+1}:
 //   dz = g ⊙ x0,  db_l = Σ_batch dz,  dU_l = dz^T h_l,  dh = dz U_l,  dV_l = dh^T x_l,
 //   dx_l = g + dh V_l,  and x0 collects g ⊙ z_l from every layer (plus, at l = 0 where x_l is x0, dx_0).
+// In 16-bit training the GEMM dh V_l above the bottom layer writes 16 bits (no fp32 read and write of the gradient
+// stream by the GEMM) and the next layers' elementwise steps add those terms to the fp32 dxL as they read g.
 // The GEMMs are dense_linear.h's steps (cuBLASLt on cuda); z's GEMM writes the product without the bias (in 16-bit
 // training straight in 16 bits, like h and dh), and the elementwise steps add b where they read z, so each
 // layer makes one pass over [batch, D] each way: forward x_{l+1} (and its 16-bit copy); backward dz (or its 16-bit
 // copy), db (a fixed-order column sum) and the x0 gradient. In fp32 that is the same arithmetic as the bias in the
 // GEMM's epilogue (fl(fl(hU) + b)); in 16-bit training z = fl16(hU) + b, the bias added in fp32, and the products
 // x0 ⊙ z and g ⊙ x0 take x0 in 16 bits (the copy the first V GEMM reads: half the bytes of each read of x0, which
-// every pass makes) while the residual stream x_l and the gradients are summed in fp32. The backward in 16-bit
-// training: dxL may come in 16 bits (the top MLP's input gradient), the GEMM dh V_l above the bottom layer writes
-// 16 bits (no fp32 read and write of the gradient stream by a GEMM), and each elementwise step reads g as those
-// terms summed in fp32; the layers above the bottom leave dx0 alone and the bottom step adds their x0 gradient
-// terms (recomputed from the same 16-bit terms and z's: the same sums), so dx0 is written once, not read and
-// written by every layer.
+// every pass makes) while the residual stream x_l, its gradient and the x0 gradient stay fp32.
 // x0 need not exist as one array: the network reads it as two column blocks (DCNv2: the bottom MLP's output and
 // the pooled embeddings, where their producers wrote them), and writes its gradient as two blocks likewise.
 // Every launcher takes the stream it runs on last (cuda: asynchronous on it, no host synchronization; cpu: runs
@@ -84,25 +81,16 @@ void cross_forward_elementwise(const Device& dev, const LinearDims& d, GemmType 
                                const uint16_t* x0_16, const float* z, const uint16_t* z16, const float* bias,
                                const float* xl, float* out, uint16_t* out16, Stream stream);
 
-// With g = g.base + g.add[0] + ... + g.add[g.adds - 1] (the addends [batch, D] in the 16-bit type t, widened and
-// added in that order in fp32; g.adds <= kCrossGradAddends; g.base nullptr: g.add[0] widened, then the rest):
-// dz = g ⊙ x0 (dz16: its copy in the 16-bit type t when not nullptr; dz may be nullptr when dz16 is not);
-// db [D] = Σ_batch dz; dx0 = (accumulate ? dx0 : U) + g ⊙ (z + bias) + (identity ? g : 0), dx0 not written when
-// dx0.a is nullptr; g.sum = g when not nullptr. x0 is not read when x0_16 is given.
-// U: the x0 gradient's terms of g.uppers layers above, deferred to this step so that they neither read nor write
-// dx0 (16-bit training): with v the running sum of g after its first term (g.base, or g.add[0]), upper layer j = 0,
-// 1, .. (from the top) adds v ⊙ (upper_z16[j] + upper_bias[j]) (the first one: U = that), then v takes g's next
-// addend: every addend after the first term is an upper layer's, and the sums are those the layers would have
-// made on dx0 one by one (the same bits). U = 0 without uppers.
+// With g = g_base + g_add[0] + ... + g_add[g_adds - 1] (the addends [batch, D] in the 16-bit type t, widened and
+// added in that order in fp32; g_adds <= kCrossGradAddends; g_base nullptr: g_add[0] widened, at least one addend): dz = g ⊙ x0 (dz16: its copy in the 16-bit type t when
+// not nullptr; dz may be nullptr when dz16 is not); db [D] = Σ_batch dz; dx0 = (accumulate ? dx0 : 0) + g ⊙ (z +
+// bias) + (identity ? g : 0); g_sum = g when not nullptr. x0 is not read when x0_16 is given.
 constexpr int kCrossGradAddends = 4;
 struct CrossGradIn {
   const float* base = nullptr;
   const uint16_t* add[kCrossGradAddends] = {};
   int adds = 0;
   float* sum = nullptr;  // g written here when not nullptr
-  int uppers = 0;
-  const uint16_t* upper_z16[kCrossGradAddends] = {};  // [batch, D], the upper layers' z (without the bias)
-  const float* upper_bias[kCrossGradAddends] = {};    // [D]
   CrossGradIn() = default;
   CrossGradIn(const float* g) : base(g) {}  // NOLINT: g alone is the common case
 };
