@@ -64,8 +64,8 @@ void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise&
   for (int64_t r = 0; r < d.batch; ++r) {
     for (int c = 0; c < d.out; ++c) {
       const size_t i = size_t(r) * d.out + c;
-      float g = a.g.base ? a.g.base[i] : widen(a.g.add[0][i]);
-      for (int k = a.g.base ? 0 : 1; k < a.g.adds; ++k) g += widen(a.g.add[k][i]);
+      float g = a.g.base[i];
+      for (int k = 0; k < a.g.adds; ++k) g += widen(a.g.add[k][i]);
       if (a.g.sum) a.g.sum[i] = g;
       const float dz = g * (a.x0_16 ? widen(a.x0_16[i]) : x0_at(a.x0, d.out, r, c));
       float& dx0 = dx0_at(a.dx0, d.out, r, c);
@@ -303,7 +303,7 @@ const float* CrossNet::forward(const float* params, const CrossInput& x0, int64_
   return out16 ? nullptr : xs_[cfg_.layers - 1].data();
 }
 
-void CrossNet::backward(const float* params, const CrossGradIn& dxL, float* grads, const CrossInputGrad& dx0,
+void CrossNet::backward(const float* params, const float* dxL, float* grads, const CrossInputGrad& dx0,
                         Stream stream) {
   SPARTA_REQUIRE(batch_ >= 0, "cross network '%s': backward before any forward", cfg_.name.c_str());
   SPARTA_REQUIRE(!dx0.b || (dx0.a_cols >= 1 && dx0.a_cols < cfg_.dim),
@@ -311,14 +311,9 @@ void CrossNet::backward(const float* params, const CrossGradIn& dxL, float* grad
                  cfg_.name.c_str(), cfg_.dim, dx0.a_cols);
   const bool half = is_half(cfg_.precision);
   const int L = cfg_.layers;
-  SPARTA_REQUIRE(batch_ == 0 || (half ? (dxL.base || dxL.adds > 0) && dxL.adds < kCrossGradAddends && !dxL.sum
-                                      : dxL.base && dxL.adds == 0 && !dxL.sum),
-                 "cross network '%s': dxL must be an fp32 array%s, found %d 16-bit terms%s", cfg_.name.c_str(),
-                 half ? " and/or fewer 16-bit terms than kCrossGradAddends" : "", dxL.adds,
-                 dxL.base ? "" : " and no fp32 array");
-  // dL/dx_{l+1}: dxL's, or g_ where the sum was written, plus the 16-bit dh V terms of the layers above (16-bit
-  // training), which the elementwise step adds as it reads g; fp32: g alone
-  CrossGradIn g = dxL;
+  // dL/dx_{l+1}: fp32 g_base (dxL, or g_ where the sum was written) plus the 16-bit dh V terms of the layers above
+  // (16-bit training), which the elementwise step adds as it reads g; fp32: g alone
+  CrossGradIn g(dxL);
   for (int l = L - 1; l >= 0; --l) {
     // at l == 0, x_l is x0: its gradient g + dh V_0 goes to dx0 directly; above, to g_ (fp32) or dhv16_[l]
     const bool top = l == L - 1, bottom = l == 0;
@@ -357,7 +352,7 @@ void CrossNet::backward(const float* params, const CrossGradIn& dxL, float* grad
       linear_backward_data_half(dev_, v_dims(l), cfg_.precision, dh, v, dhv16_[l].data(), stream);
       g.add[g.adds++] = dhv16_[l].data();
     } else if (top) {
-      linear_backward_data_plus(dev_, v_dims(l), cfg_.precision, dh, v, dxL.base, g_.data(), stream);
+      linear_backward_data_plus(dev_, v_dims(l), cfg_.precision, dh, v, dxL, g_.data(), stream);
       g = CrossGradIn(g_.data());
     } else {
       linear_backward_data(dev_, v_dims(l), cfg_.precision, dh, v, g_.data(), true, stream);

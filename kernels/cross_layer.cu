@@ -129,8 +129,8 @@ struct CrossGrad {
     const int64_t i = r * cols + c;
     const float zv = z16 ? H::value(z16[i]) : z[i];
     const float xv = x0_16 ? H::value(x0_16[i]) : *x0_ptr(x0.a, x0.b, x0.a_cols, cols, r, c);
-    float gv = g.base ? g.base[i] : H::value(g.add[0][i]);
-    for (int k = g.base ? 0 : 1; k < g.adds; ++k) gv = __fadd_rn(gv, H::value(g.add[k][i]));
+    float gv = g.base[i];
+    for (int k = 0; k < g.adds; ++k) gv = __fadd_rn(gv, H::value(g.add[k][i]));
     return {gv, xv, __fadd_rn(zv, bias[c]),
             accumulate ? *x0_ptr(dx0.a, dx0.b, dx0.a_cols, cols, r, c) : 0.f};
   }

@@ -82,7 +82,7 @@ void cross_forward_elementwise(const Device& dev, const LinearDims& d, GemmType 
                                const float* xl, float* out, uint16_t* out16, Stream stream);
 
 // With g = g_base + g_add[0] + ... + g_add[g_adds - 1] (the addends [batch, D] in the 16-bit type t, widened and
-// added in that order in fp32; g_adds <= kCrossGradAddends; g_base nullptr: g_add[0] widened, at least one addend): dz = g ⊙ x0 (dz16: its copy in the 16-bit type t when
+// added in that order in fp32; g_adds <= kCrossGradAddends): dz = g ⊙ x0 (dz16: its copy in the 16-bit type t when
 // not nullptr; dz may be nullptr when dz16 is not); db [D] = Σ_batch dz; dx0 = (accumulate ? dx0 : 0) + g ⊙ (z +
 // bias) + (identity ? g : 0); g_sum = g when not nullptr. x0 is not read when x0_16 is given.
 constexpr int kCrossGradAddends = 4;
@@ -156,9 +156,8 @@ class CrossNet {
                        uint16_t* out16 = nullptr);
 
   // From dxL [batch, D]: grads [param_count] and dx0 [batch, D] (its blocks as x0's were given, any split) are
-  // overwritten. 16-bit precision: dxL may come as 16-bit terms (CrossGradIn: base nullptr, dense_mlp.h's 16-bit
-  // input gradient as add[0]); fp32: dxL.base alone.
-  void backward(const float* params, const CrossGradIn& dxL, float* grads, const CrossInputGrad& dx0, Stream stream);
+  // overwritten.
+  void backward(const float* params, const float* dxL, float* grads, const CrossInputGrad& dx0, Stream stream);
 
   // DCNv2's initialization on the host, deterministic by seed: U and V uniform in ±sqrt(6 / (fan_in +
   // fan_out)) (Glorot), b zero.

@@ -169,12 +169,8 @@ void Mlp::backward(const float* params, const float* dy, float* grads, float* dx
   backward_weights(grads, stream);
 }
 
-void Mlp::backward_data(const float* params, const float* dy, float* grads, float* dx, Stream stream,
-                        uint16_t* dx16) {
+void Mlp::backward_data(const float* params, const float* dy, float* grads, float* dx, Stream stream) {
   SPARTA_REQUIRE(batch_ >= 0, "MLP '%s': backward before any forward", cfg_.name.c_str());
-  SPARTA_REQUIRE(!dx16 || (is_half(cfg_.precision) && gemm_in_[0] == cfg_.sizes[0]),
-                 "MLP '%s': a 16-bit input gradient needs 16-bit precision and an unpadded input width",
-                 cfg_.name.c_str());
   const bool half = is_half(cfg_.precision);
   const int L = layers();
   const float* g = dy;
@@ -190,10 +186,9 @@ void Mlp::backward_data(const float* params, const float* dy, float* grads, floa
       activation_bias_backward(dev_, d, cfg_.precision, act, acts_[l].data(), g, half ? nullptr : dpre_[l].data(),
                                half ? dpre16_[l].data() : nullptr, grads + bias_offset(l), scale, stream);
     }
-    if ((l > 0 && fused_[l - 1]) || (l == 0 && dx16)) {  // the data gradient in 16 bits: for the layer below's
-      // fused ReLU step, or the caller's
+    if (l > 0 && fused_[l - 1]) {  // the data gradient in 16 bits, for the layer below's fused ReLU step
       linear_backward_data_half(dev_, gemm_dims(l), cfg_.precision, dpre(l), gemm_weight(params, l),
-                                l > 0 ? dpre16_[l - 1].data() : dx16, stream);
+                                dpre16_[l - 1].data(), stream);
       continue;
     }
     float* dx_l = l > 0 ? grad_.data() : dx;

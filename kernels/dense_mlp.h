@@ -84,10 +84,7 @@ class Mlp {
   // The same in two parts, so that work can be queued between dx and the weight gradients: backward_data writes
   // the bias gradients and dx, and keeps every layer's pre-activation gradient; backward_weights then writes the
   // weight gradients from them (the same values as backward).
-  // dx16 (16-bit precision, an unpadded input): dx written there in the precision's 16-bit type instead (rounded
-  // once from the GEMM's fp32 sum), dx not used.
-  void backward_data(const float* params, const float* dy, float* grads, float* dx, Stream stream,
-                     uint16_t* dx16 = nullptr);
+  void backward_data(const float* params, const float* dy, float* grads, float* dx, Stream stream);
   void backward_weights(float* grads, Stream stream);
 
   // DLRM's initialization on the host, deterministic by seed: weights N(0, sqrt(2 / (in + out))), biases

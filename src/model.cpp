@@ -188,11 +188,7 @@ DenseModel::DenseModel(const Device& dev, const ModelConfig& cfg, int64_t max_ba
   top_count_ = top_.param_count();
   const size_t B = size_t(max_batch_), W = size_t(cfg_.interaction_width());
   if (cfg_.interaction == Interaction::dot) z_ = Buffer<float>(dev_, B * W);
-  // dcnv2 with a 16-bit top MLP input (unpadded): the input gradient in 16 bits alone
-  if (cfg_.interaction == Interaction::dcnv2 && top_.input16())
-    dz16_ = Buffer<uint16_t>(dev_, B * W);
-  else
-    dz_ = Buffer<float>(dev_, B * W);
+  dz_ = Buffer<float>(dev_, B * W);
   dbottom_ = Buffer<float>(dev_, B * size_t(cfg_.bottom_mlp.back()));
   dlogits_ = Buffer<float>(dev_, B);
   loss_ = Buffer<float>(dev_, 1);
@@ -271,18 +267,13 @@ void DenseModel::backward(const float* params, float* grads, float* demb, const 
   SPARTA_ASSERT(batch_ >= 0, "model: backward before forward");
   const StreamGraphs::Key k = key({key_word(params), key_word(grads), key_word(demb)});
   graphs_.run(kBackwardTop, k, dev_.stream, [&] {
-    // dcnv2, 16-bit: the cross network's input gradient in 16 bits, read as the first term of its g
-    uint16_t* dz16 = dz16_.empty() ? nullptr : dz16_.data();
-    top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), dz16 ? nullptr : dz_.data(),
-                       dev_.stream, dz16);
+    top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), dz_.data(), dev_.stream);
     if (cfg_.interaction == Interaction::dot) {
       InteractionDims d{"interaction", batch_, cfg_.num_slots, cfg_.embedding_dim};
       interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb_, dbottom_.data(), demb, dev_.stream);
     } else {
       // dx0 written as its two blocks: the bottom MLP's output gradient and demb
-      CrossGradIn dxL(dz16 ? nullptr : dz_.data());
-      if (dz16) dxL.add[0] = dz16, dxL.adds = 1;
-      cross_->backward(params + cross_offset(), dxL, grads + cross_offset(),
+      cross_->backward(params + cross_offset(), dz_.data(), grads + cross_offset(),
                        CrossInputGrad(dbottom_.data(), demb, cfg_.bottom_mlp.back()), dev_.stream);
     }
   });

@@ -143,7 +143,6 @@ class DenseModel {
   const float* logits_ = nullptr;
   Buffer<float> z_;        // dot: the interaction [max_batch, interaction_width] (dcnv2 reads x0 in its blocks)
   Buffer<float> dz_;       // the top MLP's input gradient [max_batch, interaction_width]
-  Buffer<uint16_t> dz16_;  // or, dcnv2 in 16-bit precision, in 16 bits (the cross network adds it to its g)
   Buffer<float> dbottom_;  // [max_batch, bottom output]
   Buffer<float> dlogits_;  // [max_batch]
   Buffer<float> loss_;     // [1]: with graphs, loss()'s sum, copied to the caller's slot

@@ -236,49 +236,6 @@ void dropout_pass(Backend be) {
 
 }  // namespace
 
-// 16-bit: the input gradient written in 16 bits (backward_data's dx16) is the fp32 one rounded once (cpu: bit for
-// bit; cuda within a 16-bit rounding of it), and the parameters' gradients are the same bits. Poisoned outputs;
-// a width that is not a multiple of 8 in the middle, batch 1, 7 and 65537.
-void half_input_gradient(Backend be) {
-  Device dev = dense_test::device_for(be);
-  struct Case {
-    std::vector<int> sizes;
-    int64_t batch;
-  };
-  for (GemmType t : {GemmType::bf16, GemmType::f16})
-    for (const Case& k : {Case{{24, 40, 13, 1}, 7}, Case{{16, 8}, 1}, Case{{8, 16, 8}, 65537}}) {
-      MlpConfig cfg;
-      cfg.name = "mlp16";
-      cfg.sizes = k.sizes;
-      cfg.precision = t;
-      const std::vector<float> params = Mlp::initial_params(k.sizes, testing::rng()());
-      const std::vector<float> x = testing::random_floats(size_t(k.batch) * k.sizes.front());
-      const std::vector<float> dy = testing::random_floats(size_t(k.batch) * k.sizes.back());
-      const MlpResult plain = run_mlp(dev, cfg, k.batch, params, x, dy, k.batch);
-      Mlp mlp(dev, cfg, k.batch);
-      Buffer<float> p(dev, params), xd(dev, x), dyd(dev, dy), grads = dense_test::poisoned(dev, mlp.param_count());
-      Buffer<uint16_t> dx16(dev, x.size());
-      dx16.fill_bytes(0xFF);
-      mlp.forward(p.data(), xd.data(), k.batch, dev.stream);
-      mlp.backward_data(p.data(), dyd.data(), grads.data(), nullptr, dev.stream, dx16.data());
-      mlp.backward_weights(grads.data(), dev.stream);
-      BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " batch " << k.batch) {
-        BOOST_CHECK(grads.download() == plain.grads);
-        const std::vector<uint16_t> got = dx16.download();
-        if (!dev.is_cuda()) {
-          BOOST_CHECK(got == dense_test::half_bits(t, plain.dx));
-        } else {
-          std::vector<float> wide(got.size());
-          for (size_t i = 0; i < got.size(); ++i) wide[i] = half_to_float(t)(got[i]);
-          const double tol = t == GemmType::bf16 ? 1.6e-2 : 2e-3;
-          BOOST_CHECK_EQUAL(testing::count_mismatches(wide, plain.dx, tol, tol, "dx16"), 0u);
-        }
-      }
-    }
-  close_device(dev);
-}
-
-SPARTA_BACKEND_CASES(mlp_writes_its_input_gradient_in_16_bits, half_input_gradient)
 SPARTA_BACKEND_CASES(dropout_pass_matches_its_definition, dropout_pass)
 SPARTA_BACKEND_CASES(mlp_matches_a_double_precision_chain, mlp_matches_reference)
 SPARTA_BACKEND_CASES(mlp_serves_any_batch_up_to_max_batch, mlp_reuses_its_buffers)
