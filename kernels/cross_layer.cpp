@@ -59,14 +59,12 @@ void cross_forward_elementwise_cpu(const LinearDims& d, const CrossElementwise& 
 
 void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise& a) {
   const HalfFromFloat round16 = a.dz16 ? half_from_float(a.half) : nullptr;
-  const HalfToFloat widen = a.z16 || a.x0_16 || a.g.adds > 0 ? half_to_float(a.half) : nullptr;
+  const HalfToFloat widen = a.z16 || a.x0_16 ? half_to_float(a.half) : nullptr;
   std::vector<double> sum(a.db ? d.out : 0, 0.0);
   for (int64_t r = 0; r < d.batch; ++r) {
     for (int c = 0; c < d.out; ++c) {
       const size_t i = size_t(r) * d.out + c;
-      float g = a.g.base[i];
-      for (int k = 0; k < a.g.adds; ++k) g += widen(a.g.add[k][i]);
-      if (a.g.sum) a.g.sum[i] = g;
+      const float g = a.g[i];
       const float dz = g * (a.x0_16 ? widen(a.x0_16[i]) : x0_at(a.x0, d.out, r, c));
       float& dx0 = dx0_at(a.dx0, d.out, r, c);
       const float gz = g * z_plus_bias(a, widen, i, c);
@@ -131,7 +129,7 @@ void cross_forward_elementwise(const Device& dev, const LinearDims& d, GemmType 
 #endif
 }
 
-void cross_backward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const CrossGradIn& g,
+void cross_backward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const float* g,
                                 const CrossInput& x0, const uint16_t* x0_16, const float* z, const uint16_t* z16,
                                 const float* bias,
                                 float* dz, uint16_t* dz16, float* db, const CrossInputGrad& dx0, bool accumulate,
@@ -230,7 +228,6 @@ CrossNet::CrossNet(const Device& dev, CrossConfig cfg, int64_t max_batch)
   if (half) {
     dz16_ = Buffer<uint16_t>(dev_, bd);
     dh16_ = Buffer<uint16_t>(dev_, br);
-    for (int l = 0; l < cfg_.layers; ++l) dhv16_.emplace_back(dev_, l == 0 ? 0 : bd);
   }
 }
 
@@ -311,19 +308,14 @@ void CrossNet::backward(const float* params, const float* dxL, float* grads, con
                  cfg_.name.c_str(), cfg_.dim, dx0.a_cols);
   const bool half = is_half(cfg_.precision);
   const int L = cfg_.layers;
-  // dL/dx_{l+1}: fp32 g_base (dxL, or g_ where the sum was written) plus the 16-bit dh V terms of the layers above
-  // (16-bit training), which the elementwise step adds as it reads g; fp32: g alone
-  CrossGradIn g(dxL);
+  const float* g = dxL;  // dL/dx_{l+1}
   for (int l = L - 1; l >= 0; --l) {
-    // at l == 0, x_l is x0: its gradient g + dh V_0 goes to dx0 directly; above, to g_ (fp32) or dhv16_[l]
+    // at l == 0, x_l is x0: its gradient g + dh V_0 goes to dx0 directly; above, to g_
     const bool top = l == L - 1, bottom = l == 0;
-    // the sum written out where more addends than the step takes would follow
-    g.sum = half && !bottom && g.adds == kCrossGradAddends ? g_.data() : nullptr;
     cross_backward_elementwise(dev_, x_dims(), cfg_.precision, g, x0_, half ? xs16_[0].data() : nullptr,
-                               half ? nullptr : zs_[l].data(), half ? zs16_[l].data() : nullptr, params + b_offset(l),
-                               half ? nullptr : dz_.data(), half ? dz16_.data() : nullptr, grads + b_offset(l), dx0,
-                               !top, bottom, stream);
-    if (g.sum) g = CrossGradIn(g_.data());
+                               half ? nullptr : zs_[l].data(),
+                               half ? zs16_[l].data() : nullptr, params + b_offset(l), half ? nullptr : dz_.data(),
+                               half ? dz16_.data() : nullptr, grads + b_offset(l), dx0, !top, bottom, stream);
     const void* dz = half ? static_cast<const void*>(dz16_.data()) : static_cast<const void*>(dz_.data());
     const void* h = half ? static_cast<const void*>(hs16_[l].data()) : static_cast<const void*>(hs_[l].data());
     const void* xl = half ? static_cast<const void*>(xs16_[l].data()) : static_cast<const void*>(x_in(l));
@@ -339,24 +331,20 @@ void CrossNet::backward(const float* params, const float* dxL, float* grads, con
       dh = dh_.data();
     }
     linear_backward_weight(dev_, v_dims(l), cfg_.precision, dh, xl, grads + v_offset(l), stream);
-    // dx_l = g + dh V_l: onto dx0 at the bottom (which holds its other terms; block by block when it is in two);
-    // above, 16-bit: dh V_l alone in 16 bits, an addend of the next layers' g; fp32: into g_ from the top layer's g
-    // (the caller's array, added as the GEMM's C), in place in g_ between
+    // dx_l = g + dh V_l: onto dx0 at the bottom (which holds its other terms; block by block when it is in two),
+    // into g_ from the top layer's g (the caller's array, added as the GEMM's C), in place in g_ between
     if (bottom && dx0.b) {
       linear_backward_data_columns(dev_, v_dims(l), cfg_.precision, dh, v, 0, dx0.a_cols, dx0.a, true, stream);
       linear_backward_data_columns(dev_, v_dims(l), cfg_.precision, dh, v, dx0.a_cols, cfg_.dim - dx0.a_cols, dx0.b,
                                    true, stream);
     } else if (bottom) {
       linear_backward_data(dev_, v_dims(l), cfg_.precision, dh, v, dx0.a, true, stream);
-    } else if (half) {
-      linear_backward_data_half(dev_, v_dims(l), cfg_.precision, dh, v, dhv16_[l].data(), stream);
-      g.add[g.adds++] = dhv16_[l].data();
     } else if (top) {
-      linear_backward_data_plus(dev_, v_dims(l), cfg_.precision, dh, v, dxL, g_.data(), stream);
-      g = CrossGradIn(g_.data());
+      linear_backward_data_plus(dev_, v_dims(l), cfg_.precision, dh, v, g, g_.data(), stream);
     } else {
       linear_backward_data(dev_, v_dims(l), cfg_.precision, dh, v, g_.data(), true, stream);
     }
+    g = g_.data();
   }
 }
 

@@ -111,7 +111,7 @@ namespace {
 // Element (r, c) of the backward step; dz may be nullptr (16-bit training reads dz16, of type H, alone).
 template <class H>
 struct CrossGrad {
-  CrossGradIn g;
+  const float* g;
   CrossInput x0;
   const uint16_t* x0_16;
   const float* z;
@@ -129,9 +129,7 @@ struct CrossGrad {
     const int64_t i = r * cols + c;
     const float zv = z16 ? H::value(z16[i]) : z[i];
     const float xv = x0_16 ? H::value(x0_16[i]) : *x0_ptr(x0.a, x0.b, x0.a_cols, cols, r, c);
-    float gv = g.base[i];
-    for (int k = 0; k < g.adds; ++k) gv = __fadd_rn(gv, H::value(g.add[k][i]));
-    return {gv, xv, __fadd_rn(zv, bias[c]),
+    return {g[i], xv, __fadd_rn(zv, bias[c]),
             accumulate ? *x0_ptr(dx0.a, dx0.b, dx0.a_cols, cols, r, c) : 0.f};
   }
   __device__ __forceinline__ float finish(const In& in, int64_t r, int c) const {
@@ -142,7 +140,6 @@ struct CrossGrad {
     if (identity) x = __fadd_rn(x, in.g);
     if (dz) dz[i] = d;
     if (dz16) dz16[i] = H::bits(d);
-    if (g.sum) g.sum[i] = in.g;
     *x0_ptr(dx0.a, dx0.b, dx0.a_cols, cols, r, c) = x;
     return d;
   }
@@ -215,7 +212,7 @@ void copy_columns_cuda(const float* src, int64_t src_ld, float* dst, int64_t dst
 }
 
 void cross_backward_elementwise_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream) {
-  dense::with_half(a.dz16 || a.z16 || a.x0_16 || a.g.adds > 0 ? a.half : GemmType::bf16, [&](auto h) {
+  dense::with_half(a.dz16 || a.z16 || a.x0_16 ? a.half : GemmType::bf16, [&](auto h) {
     CrossGrad<decltype(h)> op{a.g,  a.x0,  a.x0_16, a.z,          a.z16,      a.bias,
                               a.dz, a.dz16, a.dx0,  a.accumulate, a.identity, d.out};
     dense::column_sums(op, d.batch, d.out, a.db, stream, "cross_backward (column_sum_kernel)");

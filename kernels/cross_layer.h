@@ -8,8 +8,6 @@
 // Backward, from g = dL/dx_{l+1}:
 //   dz = g ⊙ x0,  db_l = Σ_batch dz,  dU_l = dz^T h_l,  dh = dz U_l,  dV_l = dh^T x_l,
 //   dx_l = g + dh V_l,  and x0 collects g ⊙ z_l from every layer (plus, at l = 0 where x_l is x0, dx_0).
-// In 16-bit training the GEMM dh V_l above the bottom layer writes 16 bits (no fp32 read and write of the gradient
-// stream by the GEMM) and the next layers' elementwise steps add those terms to the fp32 dxL as they read g.
 // The GEMMs are dense_linear.h's steps (cuBLASLt on cuda); z's GEMM writes the product without the bias (in 16-bit
 // training straight in 16 bits, like h and dh), and the elementwise steps add b where they read z, so each
 // layer makes one pass over [batch, D] each way: forward x_{l+1} (and its 16-bit copy); backward dz (or its 16-bit
@@ -81,20 +79,10 @@ void cross_forward_elementwise(const Device& dev, const LinearDims& d, GemmType 
                                const uint16_t* x0_16, const float* z, const uint16_t* z16, const float* bias,
                                const float* xl, float* out, uint16_t* out16, Stream stream);
 
-// With g = g_base + g_add[0] + ... + g_add[g_adds - 1] (the addends [batch, D] in the 16-bit type t, widened and
-// added in that order in fp32; g_adds <= kCrossGradAddends): dz = g ⊙ x0 (dz16: its copy in the 16-bit type t when
-// not nullptr; dz may be nullptr when dz16 is not); db [D] = Σ_batch dz; dx0 = (accumulate ? dx0 : 0) + g ⊙ (z +
-// bias) + (identity ? g : 0); g_sum = g when not nullptr. x0 is not read when x0_16 is given.
-constexpr int kCrossGradAddends = 4;
-struct CrossGradIn {
-  const float* base = nullptr;
-  const uint16_t* add[kCrossGradAddends] = {};
-  int adds = 0;
-  float* sum = nullptr;  // g written here when not nullptr
-  CrossGradIn() = default;
-  CrossGradIn(const float* g) : base(g) {}  // NOLINT: g alone is the common case
-};
-void cross_backward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const CrossGradIn& g,
+// dz = g ⊙ x0 (dz16: its copy in the 16-bit type t when not nullptr; dz may be nullptr when dz16 is not);
+// db [D] = Σ_batch dz; dx0 = (accumulate ? dx0 : 0) + g ⊙ (z + bias) + (identity ? g : 0). x0 is not read when
+// x0_16 is given.
+void cross_backward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const float* g,
                                 const CrossInput& x0, const uint16_t* x0_16, const float* z, const uint16_t* z16,
                                 const float* bias,
                                 float* dz, uint16_t* dz16, float* db, const CrossInputGrad& dx0, bool accumulate,
@@ -102,7 +90,7 @@ void cross_backward_elementwise(const Device& dev, const LinearDims& d, GemmType
 
 struct CrossElementwise {  // the steps' arguments, for the backends
   GemmType half;           // the 16-bit arrays' type
-  CrossGradIn g;           // backward
+  const float* g;          // backward
   CrossInput x0;
   const uint16_t* x0_16;   // the products' x0 when not nullptr
   const float* z;
@@ -188,7 +176,6 @@ class CrossNet {
   std::vector<Buffer<uint16_t>> v16_, u16_;  // 16-bit copies of V_l and U_l, each its own aligned buffer
   Buffer<float> dz_, g_, dh_;             // [max_batch, D] (fp32 only), [max_batch, D], [max_batch, rank]
   Buffer<uint16_t> dz16_, dh16_;
-  std::vector<Buffer<uint16_t>> dhv16_;   // 16-bit: dh V_l [max_batch, D], 1 <= l < layers (index l)
 };
 
 }  // namespace sparta
