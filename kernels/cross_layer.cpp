@@ -45,12 +45,12 @@ void cross_input_to_half_cpu(const LinearDims& d, GemmType t, const CrossInput& 
 
 void cross_forward_elementwise_cpu(const LinearDims& d, const CrossElementwise& a) {
   const HalfFromFloat round16 = a.out16 ? half_from_float(a.half) : nullptr;
-  const HalfToFloat widen = a.z16 || a.x0_16 ? half_to_float(a.half) : nullptr;
+  const HalfToFloat widen = a.z16 ? half_to_float(a.half) : nullptr;
   for (int64_t r = 0; r < d.batch; ++r) {
     for (int c = 0; c < d.out; ++c) {
       const size_t i = size_t(r) * d.out + c;
-      const float x0 = a.x0_16 ? widen(a.x0_16[i]) : x0_at(a.x0, d.out, r, c);
-      const float v = x0 * z_plus_bias(a, widen, i, c) + (a.xl ? a.xl[i] : x0_at(a.x0, d.out, r, c));
+      const float x0 = x0_at(a.x0, d.out, r, c);
+      const float v = x0 * z_plus_bias(a, widen, i, c) + (a.xl ? a.xl[i] : x0);
       if (a.out) a.out[i] = v;
       if (a.out16) a.out16[i] = round16(v);
     }
@@ -59,13 +59,13 @@ void cross_forward_elementwise_cpu(const LinearDims& d, const CrossElementwise& 
 
 void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise& a) {
   const HalfFromFloat round16 = a.dz16 ? half_from_float(a.half) : nullptr;
-  const HalfToFloat widen = a.z16 || a.x0_16 ? half_to_float(a.half) : nullptr;
+  const HalfToFloat widen = a.z16 ? half_to_float(a.half) : nullptr;
   std::vector<double> sum(a.db ? d.out : 0, 0.0);
   for (int64_t r = 0; r < d.batch; ++r) {
     for (int c = 0; c < d.out; ++c) {
       const size_t i = size_t(r) * d.out + c;
       const float g = a.g[i];
-      const float dz = g * (a.x0_16 ? widen(a.x0_16[i]) : x0_at(a.x0, d.out, r, c));
+      const float dz = g * x0_at(a.x0, d.out, r, c);
       float& dx0 = dx0_at(a.dx0, d.out, r, c);
       const float gz = g * z_plus_bias(a, widen, i, c);
       float v = a.accumulate ? dx0 + gz : gz;
@@ -108,19 +108,17 @@ void cross_input_to_half(const Device& dev, const LinearDims& d, GemmType t, con
 }
 
 void cross_forward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const CrossInput& x0,
-                               const uint16_t* x0_16, const float* z, const uint16_t* z16, const float* bias,
-                               const float* xl, float* out, uint16_t* out16, Stream stream) {
+                               const float* z, const uint16_t* z16, const float* bias, const float* xl, float* out,
+                               uint16_t* out16, Stream stream) {
   check_square(d);
   check_input(d, x0.a, x0.b, x0.a_cols);
   check_half(d, t, out16);
-  check_half(d, t, x0_16);
   check_half(d, t, z16);
   SPARTA_REQUIRE(out || out16, "cross layer '%s': the forward step needs an output", d.layer);
   SPARTA_REQUIRE(d.batch == 0 || ((z != nullptr) != (z16 != nullptr) && bias),
                  "cross layer '%s': the forward step needs z (fp32 or 16-bit, one of them) and the bias", d.layer);
   CrossElementwise a{};
-  a.half = t, a.x0 = x0, a.x0_16 = x0_16, a.z = z, a.z16 = z16, a.bias = bias, a.xl = xl, a.out = out;
-  a.out16 = out16;
+  a.half = t, a.x0 = x0, a.z = z, a.z16 = z16, a.bias = bias, a.xl = xl, a.out = out, a.out16 = out16;
   if (!dev.is_cuda()) return cross_forward_elementwise_cpu(d, a);
 #if SPARTA_CUDA
   cross_forward_elementwise_cuda(d, a, stream);
@@ -130,20 +128,18 @@ void cross_forward_elementwise(const Device& dev, const LinearDims& d, GemmType 
 }
 
 void cross_backward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const float* g,
-                                const CrossInput& x0, const uint16_t* x0_16, const float* z, const uint16_t* z16,
-                                const float* bias,
+                                const CrossInput& x0, const float* z, const uint16_t* z16, const float* bias,
                                 float* dz, uint16_t* dz16, float* db, const CrossInputGrad& dx0, bool accumulate,
                                 bool identity, Stream stream) {
   check_square(d);
   check_input(d, x0.a, x0.b, x0.a_cols);
   check_input(d, dx0.a, dx0.b, dx0.a_cols);
   check_half(d, t, dz16);
-  check_half(d, t, x0_16);
   check_half(d, t, z16);
   SPARTA_REQUIRE(d.batch == 0 || ((z != nullptr) != (z16 != nullptr) && bias && (dz || dz16)),
                  "cross layer '%s': the backward step needs z (fp32 or 16-bit, one of them), the bias and dz", d.layer);
   CrossElementwise a{};
-  a.half = t, a.g = g, a.x0 = x0, a.x0_16 = x0_16, a.z = z, a.z16 = z16, a.bias = bias;
+  a.half = t, a.g = g, a.x0 = x0, a.z = z, a.z16 = z16, a.bias = bias;
   a.dz = dz, a.dz16 = dz16, a.db = db, a.dx0 = dx0, a.accumulate = accumulate, a.identity = identity;
   if (!dev.is_cuda()) return cross_backward_elementwise_cpu(d, a);
 #if SPARTA_CUDA
@@ -292,8 +288,7 @@ const float* CrossNet::forward(const float* params, const CrossInput& x0, int64_
     uint16_t* next16 = half ? (last ? out16 : xs16_[l + 1].data()) : nullptr;
     // the last layer's fp32 output only where the caller reads it (no out16); the backward never does
     float* out = last && out16 ? nullptr : xs_[l].data();
-    cross_forward_elementwise(dev_, x_dims(), cfg_.precision, x0_, half ? xs16_[0].data() : nullptr,
-                              half ? nullptr : zs_[l].data(),
+    cross_forward_elementwise(dev_, x_dims(), cfg_.precision, x0_, half ? nullptr : zs_[l].data(),
                               half ? zs16_[l].data() : nullptr, params + b_offset(l),
                               l == 0 ? nullptr : xs_[l - 1].data(), out, next16, stream);
   }
@@ -312,8 +307,7 @@ void CrossNet::backward(const float* params, const float* dxL, float* grads, con
   for (int l = L - 1; l >= 0; --l) {
     // at l == 0, x_l is x0: its gradient g + dh V_0 goes to dx0 directly; above, to g_
     const bool top = l == L - 1, bottom = l == 0;
-    cross_backward_elementwise(dev_, x_dims(), cfg_.precision, g, x0_, half ? xs16_[0].data() : nullptr,
-                               half ? nullptr : zs_[l].data(),
+    cross_backward_elementwise(dev_, x_dims(), cfg_.precision, g, x0_, half ? nullptr : zs_[l].data(),
                                half ? zs16_[l].data() : nullptr, params + b_offset(l), half ? nullptr : dz_.data(),
                                half ? dz16_.data() : nullptr, grads + b_offset(l), dx0, !top, bottom, stream);
     const void* dz = half ? static_cast<const void*>(dz16_.data()) : static_cast<const void*>(dz_.data());

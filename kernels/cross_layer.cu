@@ -73,21 +73,19 @@ __device__ __forceinline__ T* x0_ptr(T* a, T* b, int a_cols, int cols, int64_t r
 // ----------------------------------------------------------------------------
 // kernels
 
-// Threads across the columns (N at a time), blocks down the rows. z16 != nullptr: z in 16 bits (H), else fp32 z;
-// x0_16 likewise the products' x0.
+// Threads across the columns (N at a time), blocks down the rows. z16 != nullptr: z in 16 bits (H), else fp32 z.
 template <class H, int N>
-__global__ void __launch_bounds__(128) cross_forward_kernel(CrossInput x0, const uint16_t* x0_16, const float* z,
-                                                            const uint16_t* z16, const float* bias, const float* xl,
-                                                            float* out, uint16_t* out16, int64_t rows, int cols) {
+__global__ void __launch_bounds__(128) cross_forward_kernel(CrossInput x0, const float* z, const uint16_t* z16,
+                                                            const float* bias, const float* xl, float* out,
+                                                            uint16_t* out16, int64_t rows, int cols) {
   const int c = (blockIdx.x * blockDim.x + threadIdx.x) * N;
   if (c >= cols) return;
   const Floats<N> b = load_floats<N>(bias + c);
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const int64_t i = r * cols + c;
+    const Floats<N> x = load_floats<N>(x0_ptr(x0.a, x0.b, x0.a_cols, cols, r, c));
     const Floats<N> zv = z16 ? load_half<H, N>(z16 + i) : load_floats<N>(z + i);
-    const Floats<N> res = xl ? load_floats<N>(xl + i) : load_floats<N>(x0_ptr(x0.a, x0.b, x0.a_cols, cols, r, c));
-    const Floats<N> x = x0_16 ? load_half<H, N>(x0_16 + i)
-                              : xl ? load_floats<N>(x0_ptr(x0.a, x0.b, x0.a_cols, cols, r, c)) : res;
+    const Floats<N> res = xl ? load_floats<N>(xl + i) : x;
     Floats<N> v;
 #pragma unroll
     for (int k = 0; k < N; ++k)  // no FMA: the CPU reference rounds the product and the sum each
@@ -113,7 +111,6 @@ template <class H>
 struct CrossGrad {
   const float* g;
   CrossInput x0;
-  const uint16_t* x0_16;
   const float* z;
   const uint16_t* z16;
   const float* bias;
@@ -128,8 +125,7 @@ struct CrossGrad {
   __device__ __forceinline__ In load(int64_t r, int c) const {
     const int64_t i = r * cols + c;
     const float zv = z16 ? H::value(z16[i]) : z[i];
-    const float xv = x0_16 ? H::value(x0_16[i]) : *x0_ptr(x0.a, x0.b, x0.a_cols, cols, r, c);
-    return {g[i], xv, __fadd_rn(zv, bias[c]),
+    return {g[i], *x0_ptr(x0.a, x0.b, x0.a_cols, cols, r, c), __fadd_rn(zv, bias[c]),
             accumulate ? *x0_ptr(dx0.a, dx0.b, dx0.a_cols, cols, r, c) : 0.f};
   }
   __device__ __forceinline__ float finish(const In& in, int64_t r, int c) const {
@@ -179,14 +175,14 @@ dim3 row_block_grid(int64_t rows, int cols, int n) {
 void cross_forward_elementwise_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream) {
   if (d.batch == 0) return;
   // without a 16-bit array the type is not read: the bf16 instance serves fp32
-  dense::with_half(a.out16 || a.z16 || a.x0_16 ? a.half : GemmType::bf16, [&](auto h) {
+  dense::with_half(a.out16 || a.z16 ? a.half : GemmType::bf16, [&](auto h) {
     using H = decltype(h);
-    if (by_four(d.out, a.x0, {a.z, a.bias, a.xl, a.out}, {a.x0_16, a.z16, a.out16})) {
+    if (by_four(d.out, a.x0, {a.z, a.bias, a.xl, a.out}, {a.z16, a.out16})) {
       cross_forward_kernel<H, 4><<<row_block_grid(d.batch, d.out, 4), 128, 0, stream>>>(
-          a.x0, a.x0_16, a.z, a.z16, a.bias, a.xl, a.out, a.out16, d.batch, d.out);
+          a.x0, a.z, a.z16, a.bias, a.xl, a.out, a.out16, d.batch, d.out);
     } else {
       cross_forward_kernel<H, 1><<<row_block_grid(d.batch, d.out, 1), 128, 0, stream>>>(
-          a.x0, a.x0_16, a.z, a.z16, a.bias, a.xl, a.out, a.out16, d.batch, d.out);
+          a.x0, a.z, a.z16, a.bias, a.xl, a.out, a.out16, d.batch, d.out);
     }
     CUDA_CHECK_LAUNCH("cross_forward_kernel");
   });
@@ -212,9 +208,8 @@ void copy_columns_cuda(const float* src, int64_t src_ld, float* dst, int64_t dst
 }
 
 void cross_backward_elementwise_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream) {
-  dense::with_half(a.dz16 || a.z16 || a.x0_16 ? a.half : GemmType::bf16, [&](auto h) {
-    CrossGrad<decltype(h)> op{a.g,  a.x0,  a.x0_16, a.z,          a.z16,      a.bias,
-                              a.dz, a.dz16, a.dx0,  a.accumulate, a.identity, d.out};
+  dense::with_half(a.dz16 || a.z16 ? a.half : GemmType::bf16, [&](auto h) {
+    CrossGrad<decltype(h)> op{a.g, a.x0, a.z, a.z16, a.bias, a.dz, a.dz16, a.dx0, a.accumulate, a.identity, d.out};
     dense::column_sums(op, d.batch, d.out, a.db, stream, "cross_backward (column_sum_kernel)");
   });
 }

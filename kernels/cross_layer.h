@@ -12,9 +12,7 @@
 // training straight in 16 bits, like h and dh), and the elementwise steps add b where they read z, so each
 // layer makes one pass over [batch, D] each way: forward x_{l+1} (and its 16-bit copy); backward dz (or its 16-bit
 // copy), db (a fixed-order column sum) and the x0 gradient. In fp32 that is the same arithmetic as the bias in the
-// GEMM's epilogue (fl(fl(hU) + b)); in 16-bit training z = fl16(hU) + b, the bias added in fp32, and the products
-// x0 ⊙ z and g ⊙ x0 take x0 in 16 bits (the copy the first V GEMM reads: half the bytes of each read of x0, which
-// every pass makes) while the residual stream x_l, its gradient and the x0 gradient stay fp32.
+// GEMM's epilogue (fl(fl(hU) + b)); in 16-bit training z = fl16(hU) + b, the bias added in fp32.
 // x0 need not exist as one array: the network reads it as two column blocks (DCNv2: the bottom MLP's output and
 // the pooled embeddings, where their producers wrote them), and writes its gradient as two blocks likewise.
 // Every launcher takes the stream it runs on last (cuda: asynchronous on it, no host synchronization; cpu: runs
@@ -70,21 +68,17 @@ void copy_columns_cuda(const float* src, int64_t src_ld, float* dst, int64_t dst
 void cross_input_to_half(const Device& dev, const LinearDims& d, GemmType t, const CrossInput& x0, uint16_t* x16,
                          Stream stream);
 
-// In both steps x0_16 ([batch, D] in the 16-bit type t) is the x0 of the products when not nullptr (else x0).
-
-// out = x0 ⊙ (z + bias) + xl (xl == nullptr: the fp32 x0 itself, the first layer's x_l); out16 (the copy of out
+// out = x0 ⊙ (z + bias) + xl (xl == nullptr: x0 itself, the first layer's x_l, read once); out16 (the copy of out
 // in the 16-bit type t) when not nullptr; out may be nullptr when out16 is not (only the 16-bit copy is read).
 // t is read where there is a 16-bit array.
 void cross_forward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const CrossInput& x0,
-                               const uint16_t* x0_16, const float* z, const uint16_t* z16, const float* bias,
-                               const float* xl, float* out, uint16_t* out16, Stream stream);
+                               const float* z, const uint16_t* z16, const float* bias, const float* xl, float* out,
+                               uint16_t* out16, Stream stream);
 
 // dz = g ⊙ x0 (dz16: its copy in the 16-bit type t when not nullptr; dz may be nullptr when dz16 is not);
-// db [D] = Σ_batch dz; dx0 = (accumulate ? dx0 : 0) + g ⊙ (z + bias) + (identity ? g : 0). x0 is not read when
-// x0_16 is given.
+// db [D] = Σ_batch dz; dx0 = (accumulate ? dx0 : 0) + g ⊙ (z + bias) + (identity ? g : 0).
 void cross_backward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const float* g,
-                                const CrossInput& x0, const uint16_t* x0_16, const float* z, const uint16_t* z16,
-                                const float* bias,
+                                const CrossInput& x0, const float* z, const uint16_t* z16, const float* bias,
                                 float* dz, uint16_t* dz16, float* db, const CrossInputGrad& dx0, bool accumulate,
                                 bool identity, Stream stream);
 
@@ -92,7 +86,6 @@ struct CrossElementwise {  // the steps' arguments, for the backends
   GemmType half;           // the 16-bit arrays' type
   const float* g;          // backward
   CrossInput x0;
-  const uint16_t* x0_16;   // the products' x0 when not nullptr
   const float* z;
   const uint16_t* z16;
   const float* bias;

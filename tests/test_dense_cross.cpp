@@ -72,8 +72,7 @@ struct Naive {
 };
 
 // The network in double from the formulas in cross_layer.h; R rounds what 16-bit GEMMs read or write in 16 bits
-// (x_l, h_l, the product h U^T before the bias is added, dz, dh and the weights) and the x0 of the products
-// x0 ⊙ z and g ⊙ x0 to bf16 or f16, identity for fp32.
+// (x_l, h_l, the product h U^T before the bias is added, dz, dh and the weights) to bf16 or f16, identity for fp32.
 Naive naive_net(const CrossConfig& cfg, const std::vector<float>& params, const std::vector<float>& x0,
                 const std::vector<float>& dxL, int64_t B) {
   const GemmType t = cfg.precision;
@@ -101,7 +100,7 @@ Naive naive_net(const CrossConfig& cfg, const std::vector<float>& params, const 
         double s = 0;
         for (int k = 0; k < r; ++k) s += R(hs[l][b * r + k]) * U(l, i, k);
         zs[l][b * D + i] = float((is_half(t) ? R(s) : s) + bias(l, i));
-        xs[l + 1][b * D + i] = float(R(x0[b * D + i]) * zs[l][b * D + i] + xs[l][b * D + i]);
+        xs[l + 1][b * D + i] = float(double(x0[b * D + i]) * zs[l][b * D + i] + xs[l][b * D + i]);
       }
     }
   }
@@ -113,7 +112,7 @@ Naive naive_net(const CrossConfig& cfg, const std::vector<float>& params, const 
   for (int l = L - 1; l >= 0; --l) {
     std::vector<double> dz(size_t(B) * D), dh(size_t(B) * r, 0.0), gl(g);
     for (size_t i = 0; i < dz.size(); ++i) {
-      dz[i] = double(float(g[i] * R(x0[i])));
+      dz[i] = double(float(g[i] * x0[i]));
       n.dx0[i] += g[i] * zs[l][i];
       n.grads[l * per + size_t(2) * r * D + i % D] += dz[i];
     }
@@ -241,12 +240,10 @@ void elementwise_steps(Backend be) {
   const Shape shapes[] = {{45, 70, 0}, {64, 72, 0}, {64, 72, 8}, {7, 70, 13}, {1, 12, 4}, {65537, 12, 4}, {3, 3456, 128}};
   for (const Shape& sh : shapes)
   for (GemmType t : {GemmType::bf16, GemmType::f16})
-  for (bool z_half : {false, true})
-  for (bool x0_half : {false, true}) {
+  for (bool z_half : {false, true}) {
   const LinearDims d{"cross.elementwise", sh.batch, sh.D, sh.D};
   BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " batch " << d.batch << " D " << sh.D << " a_cols "
-                                << sh.a_cols << " z " << (z_half ? "16-bit" : "fp32") << " x0 of the products "
-                                << (x0_half ? "16-bit" : "fp32")) {
+                                << sh.a_cols << " z " << (z_half ? "16-bit" : "fp32")) {
   const size_t n = size_t(d.batch) * d.out;
   const int a_cols = sh.a_cols;
   const std::vector<float> x0 = testing::random_floats(n), xl = testing::random_floats(n),
@@ -258,10 +255,6 @@ void elementwise_steps(Backend be) {
   Buffer<uint16_t> z16d(dev, z_bits);
   const float* zp = z_half ? nullptr : zd.data();
   const uint16_t* z16p = z_half ? z16d.data() : nullptr;
-  // the products' x0: the fp32 one, or its 16-bit copy
-  const std::vector<float> xp = x0_half ? dense_test::half_rounded(t, x0) : x0;
-  Buffer<uint16_t> x0_16d(dev, dense_test::half_bits(t, x0));
-  const uint16_t* x0_16p = x0_half ? x0_16d.data() : nullptr;
   // x0 as the step reads it
   Buffer<float> x0d(dev, x0), x0a, x0b;
   CrossInput in(x0d.data());
@@ -274,14 +267,14 @@ void elementwise_steps(Backend be) {
     Buffer<float> out = dense_test::poisoned(dev, n);
     Buffer<uint16_t> out16(dev, n);
     out16.fill_bytes(0xFF);
-    cross_forward_elementwise(dev, d, t, in, x0_16p, zp, z16p, biasd.data(), residual ? xld.data() : nullptr,
-                              out.data(), out16.data(), dev.stream);
+    cross_forward_elementwise(dev, d, t, in, zp, z16p, biasd.data(), residual ? xld.data() : nullptr, out.data(),
+                              out16.data(), dev.stream);
     const std::vector<float> o = out.download();
     const std::vector<uint16_t> o16 = out16.download();
     size_t bad = 0;
     for (size_t i = 0; i < n; ++i) {
       const float zb = z[i] + bias[i % d.out];
-      const float want = xp[i] * zb + (residual ? xl[i] : x0[i]);
+      const float want = x0[i] * zb + (residual ? xl[i] : x0[i]);
       bad += o[i] != want || o16[i] != half_from_float(t)(want);
     }
     BOOST_CHECK_MESSAGE(bad == 0, bad << " forward elements differ (residual " << residual << ")");
@@ -310,14 +303,14 @@ void elementwise_steps(Backend be) {
       };
       Buffer<float> dx0, dxa, dxb;
       const CrossInputGrad out_grad = grad_blocks(dx0, dxa, dxb);
-      cross_backward_elementwise(dev, d, t, gd.data(), in, x0_16p, zp, z16p, biasd.data(), dz.data(), dz16.data(),
-                                 db.data(), out_grad, accumulate, identity, dev.stream);
+      cross_backward_elementwise(dev, d, t, gd.data(), in, zp, z16p, biasd.data(), dz.data(), dz16.data(), db.data(),
+                                 out_grad, accumulate, identity, dev.stream);
       const std::vector<float> got_dx0 = joined(dx0, dxa, dxb);
       {  // without the fp32 dz: the same 16-bit copy, bias gradient and dx0
         Buffer<float> db2(dev, size_t(d.out)), dx2, dx2a, dx2b;
         const CrossInputGrad out2 = grad_blocks(dx2, dx2a, dx2b);
         Buffer<uint16_t> dz16b(dev, n);
-        cross_backward_elementwise(dev, d, t, gd.data(), in, x0_16p, zp, z16p, biasd.data(), nullptr, dz16b.data(),
+        cross_backward_elementwise(dev, d, t, gd.data(), in, zp, z16p, biasd.data(), nullptr, dz16b.data(),
                                    db2.data(), out2, accumulate, identity, dev.stream);
         BOOST_CHECK(dz16b.download() == dz16.download());
         BOOST_CHECK(db2.download() == db.download());
@@ -326,7 +319,7 @@ void elementwise_steps(Backend be) {
       std::vector<double> want_db(d.out, 0.0);
       std::vector<float> want_dz(n), want_dx0(n);
       for (size_t i = 0; i < n; ++i) {
-        want_dz[i] = g[i] * xp[i];
+        want_dz[i] = g[i] * x0[i];
         want_db[i % d.out] += want_dz[i];
         const float gz = g[i] * (z[i] + bias[i % d.out]);
         float v = accumulate ? prior[i] + gz : gz;
@@ -417,12 +410,12 @@ BOOST_AUTO_TEST_CASE(cross_layout_and_errors) {
   BOOST_CHECK_EXCEPTION(small.forward(p.data(), x.data(), 3, dev.stream), Error, (dense_test::Names{"dcn_small", "found 3"}));
   BOOST_CHECK_EXCEPTION(concat_columns(dev, "dcn_input", 2, x.data(), 0, x.data(), 3, x.data(), dev.stream), Error,
                         (dense_test::Names{"dcn_input", "widths 0 and 3"}));
-  BOOST_CHECK_EXCEPTION(cross_forward_elementwise(dev, LinearDims{"cross.x", 1, 4, 5}, GemmType::f32, x.data(), nullptr,
-                                                  x.data(), nullptr, x.data(), x.data(), x.data(), nullptr, dev.stream),
+  BOOST_CHECK_EXCEPTION(cross_forward_elementwise(dev, LinearDims{"cross.x", 1, 4, 5}, GemmType::f32, x.data(), x.data(),
+                                                  nullptr, x.data(), x.data(), x.data(), nullptr, dev.stream),
                         Error, (dense_test::Names{"cross.x", "in == out", "found in 4, out 5"}));
   BOOST_CHECK_EXCEPTION(cross_forward_elementwise(dev, LinearDims{"cross.x", 1, 4, 4}, GemmType::f32,
-                                                  CrossInput(x.data(), x.data(), 4), nullptr, x.data(), nullptr,
-                                                  x.data(), nullptr, x.data(), nullptr, dev.stream),
+                                                  CrossInput(x.data(), x.data(), 4), x.data(), nullptr, x.data(),
+                                                  nullptr, x.data(), nullptr, dev.stream),
                         Error, (dense_test::Names{"cross.x", "a_cols 4"}));
   BOOST_CHECK_EXCEPTION(small.forward(p.data(), CrossInput(x.data(), x.data(), 0), 1, dev.stream), Error,
                         (dense_test::Names{"dcn_small", "a_cols 0"}));
