@@ -167,7 +167,7 @@ def tier_table(recs):
                     f"{vs} | {host.get('wrong', '')} |")
     for r in ev:
         rows.append(f"| bench_hashtable {r['op']} ({r['eviction']}), {r['rows']} cached rows of dim {r['dim']}, "
-                    f"{r['keys']} keys a call | host memory | {fmt(r['ms'], 3)} | {r['Gkeys_per_s']:.3f} G keys/s, "
+                    f"{r['keys']} keys a call | host memory | {fmt(r['ms'], 3)} | {r['Gkeys_per_s'] * 1e3:.2f} M keys/s, "
                     f"{r['inserted']} inserted, {r['evicted']} evicted | {r['wrong']} |")
     return rows if len(rows) > 2 else []
 
@@ -364,6 +364,10 @@ def main():
            "strongest peer a user would pick — and plain PyTorch (`nn.EmbeddingBag`). A ratio above 1 means sparta is "
            "faster. Superseded results are in `experiments/measured/archive/`, the history of how they were reached in "
            "`experiments/NOTES_*.md`.", ""]
+    if "x" not in machine:
+        doc += ["This visit had one GPU: the figures that need two (2 GPUs over 1, the placements across GPUs, the full "
+                "MLPerf tables on 2 GPUs, the collectives) are not in it; the last ones measured are in the archive and "
+                "the NOTES.", ""]
     sections = [
         ("Training end to end", "bf16, 65536 samples per GPU, the MLPerf table shapes capped at 4M rows, uniform keys; "
          "`bench_train --model dot|dcnv2` (dot: one key per slot, sgd; dcnv2: the MLPerf DCNv2 keys per slot, 214 a "
