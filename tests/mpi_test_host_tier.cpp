@@ -121,27 +121,12 @@ Plan plan_of(const CollectionConfig& cfg, const World& w, const Batch& sample) {
   return make_plan(cfg, po, stats);
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-// key → values and state, for comparing tables whatever their row order
-std::map<int64_t, std::vector<float>> by_key(const TableRows& r) {
-  std::map<int64_t, std::vector<float>> m;
-  for (size_t i = 0; i < r.rows(); ++i) {
-    std::vector<float> v(r.values.begin() + i * r.dim, r.values.begin() + (i + 1) * r.dim);
-    v.insert(v.end(), r.state.begin() + i * r.state_width, r.state.begin() + (i + 1) * r.state_width);
-    m[r.keys[i]] = v;
-  }
-  return m;
-}
-
 bool same_tables(EmbeddingCollection& a, EmbeddingCollection& b) {
   bool ok = true;
   for (int t = 0; t < 2; ++t) {
-    auto x = by_key(a.held_rows(t)), y = by_key(b.held_rows(t));
+    auto x = testing::rows_by_key(a.held_rows(t)), y = testing::rows_by_key(b.held_rows(t));
     ok = ok && x.size() == y.size();
-    for (auto& e : x) ok = ok && y.count(e.first) && same_bits(e.second, y[e.first]);
+    for (auto& e : x) ok = ok && y.count(e.first) && testing::same_bits(e.second, y[e.first]);
   }
   return ok;
 }
@@ -181,7 +166,7 @@ void tiered_collection_equals_hbm(Backend backend) {
       bool ok = true;
       for (size_t s = 0; s < batches.size(); ++s) {
         const Batch& b = batches[s];
-        ok = ok && same_bits(forward(hbm, w, b, LookupMode::train), forward(tier, w, b, LookupMode::train));
+        ok = ok && testing::same_bits(forward(hbm, w, b, LookupMode::train), forward(tier, w, b, LookupMode::train));
         std::vector<float> grad(size_t(std::max<int64_t>(1, b.samples * hbm.output_width())));
         for (float& x : grad) x = float(int64_t(gg() % 2001) - 1000) / 1000.f;
         Buffer<float> gd(w.dev, grad);
@@ -192,7 +177,7 @@ void tiered_collection_equals_hbm(Backend backend) {
       BOOST_CHECK_MESSAGE(testing::all_ranks(same_tables(hbm, tier)), what << ": tables differ");
       std::mt19937_64 ge(seed + 2);
       const Batch e = make_batch(ge, samples, w);
-      BOOST_CHECK_MESSAGE(testing::all_ranks(same_bits(forward(hbm, w, e, LookupMode::eval),
+      BOOST_CHECK_MESSAGE(testing::all_ranks(testing::same_bits(forward(hbm, w, e, LookupMode::eval),
                                                        forward(tier, w, e, LookupMode::eval))),
                           what << ": eval outputs differ");
       if (cache != one_batch) continue;
@@ -210,10 +195,10 @@ void tiered_collection_equals_hbm(Backend backend) {
       EmbeddingCollection loaded_tier(w.comm, w.communicator.get(), w.dev, other_tier,
                                       plan_of(other_tier, w, batches[0]));
       loaded_tier.load(at);
-      BOOST_CHECK_MESSAGE(testing::all_ranks(same_bits(forward(hbm, w, e, LookupMode::eval),
+      BOOST_CHECK_MESSAGE(testing::all_ranks(testing::same_bits(forward(hbm, w, e, LookupMode::eval),
                                                        forward(loaded, w, e, LookupMode::eval))),
                           what << ": the checkpoint loaded into HBM tables differs");
-      BOOST_CHECK_MESSAGE(testing::all_ranks(same_bits(forward(hbm, w, e, LookupMode::eval),
+      BOOST_CHECK_MESSAGE(testing::all_ranks(testing::same_bits(forward(hbm, w, e, LookupMode::eval),
                                                        forward(loaded_tier, w, e, LookupMode::eval))),
                           what << ": the checkpoint loaded into tiered tables differs");
     }

@@ -657,16 +657,8 @@ namespace {
 // key → the row's values followed by its optimizer state, for every table (collective over the trainer's world)
 std::vector<std::map<int64_t, std::vector<float>>> rows_by_key(Trainer& t) {
   std::vector<std::map<int64_t, std::vector<float>>> out;
-  for (int table = 0; table < t.config().model.num_slots; ++table) {
-    const TableRows r = t.held_rows(table);
-    std::map<int64_t, std::vector<float>> m;
-    for (size_t i = 0; i < r.rows(); ++i) {
-      std::vector<float> v(r.values.begin() + i * r.dim, r.values.begin() + (i + 1) * r.dim);
-      v.insert(v.end(), r.state.begin() + i * r.state_width, r.state.begin() + (i + 1) * r.state_width);
-      m[r.keys[i]] = v;
-    }
-    out.push_back(m);
-  }
+  for (int table = 0; table < t.config().model.num_slots; ++table)
+    out.push_back(testing::rows_by_key(t.held_rows(table)));
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 namespace testing {
@@ -118,6 +119,20 @@ std::vector<int64_t> random_ints(size_t n, int64_t lo, int64_t hi) {
   std::vector<int64_t> v(n);
   for (auto& x : v) x = d(rng());
   return v;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::map<int64_t, std::vector<float>> rows_by_key(const sparta::TableRows& r) {
+  std::map<int64_t, std::vector<float>> m;
+  for (size_t i = 0; i < r.rows(); ++i) {
+    std::vector<float> v(r.values.begin() + i * r.dim, r.values.begin() + (i + 1) * r.dim);
+    v.insert(v.end(), r.state.begin() + i * r.state_width, r.state.begin() + (i + 1) * r.state_width);
+    m[r.keys[i]] = v;
+  }
+  return m;
 }
 
 size_t count_mismatches(const std::vector<float>& got, const std::vector<float>& want, double atol, double rtol,

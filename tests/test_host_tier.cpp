@@ -69,27 +69,12 @@ Batch make_batch(int64_t bags, int step, int64_t key_space) {
   return b;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-// Rows by key: key → values then state.
-std::map<int64_t, std::vector<float>> by_key(const TableRows& r) {
-  std::map<int64_t, std::vector<float>> m;
-  for (size_t i = 0; i < r.rows(); ++i) {
-    std::vector<float> v(r.values.begin() + i * r.dim, r.values.begin() + (i + 1) * r.dim);
-    v.insert(v.end(), r.state.begin() + i * r.state_width, r.state.begin() + (i + 1) * r.state_width);
-    m[r.keys[i]] = v;
-  }
-  return m;
-}
-
 bool same_rows(const TableRows& a, const TableRows& b) {
-  auto x = by_key(a), y = by_key(b);
+  auto x = testing::rows_by_key(a), y = testing::rows_by_key(b);
   if (x.size() != y.size()) return false;
   for (auto& e : x) {
     auto it = y.find(e.first);
-    if (it == y.end() || !same_bits(e.second, it->second)) return false;
+    if (it == y.end() || !testing::same_bits(e.second, it->second)) return false;
   }
   return true;
 }
@@ -149,7 +134,7 @@ void tiered_trains_to_the_bits_of_hbm(Backend backend) {
           const bool split = s % 2 == 1;
           const auto a = step(hbm, batches[size_t(s)], grad, s + 1, split, eval_keys, e1);
           const auto b = step(tier, batches[size_t(s)], grad, s + 1, split, eval_keys, e2);
-          ok = ok && same_bits(a, b) && same_bits(e1, e2);
+          ok = ok && testing::same_bits(a, b) && testing::same_bits(e1, e2);
         }
         BOOST_CHECK_MESSAGE(ok, "outputs differ: direct " << direct << " optimizer " << optimizer_name(opt)
                                                           << " cache " << cache);
@@ -269,8 +254,8 @@ void export_load_round_trip(Backend backend) {
                                   nullptr, MissingKey::zeros, Check::now, dev.stream);
       got[i] = out.download();
     }
-    BOOST_CHECK_MESSAGE(same_bits(got[0], got[2]), "direct " << direct);
-    BOOST_CHECK_MESSAGE(same_bits(got[1], got[2]), "direct " << direct);
+    BOOST_CHECK_MESSAGE(testing::same_bits(got[0], got[2]), "direct " << direct);
+    BOOST_CHECK_MESSAGE(testing::same_bits(got[1], got[2]), "direct " << direct);
     // hashed: a key already held is refused, changing nothing
     if (!direct) BOOST_CHECK_THROW(b.load_rows(rows, dev.stream), Error);
   }

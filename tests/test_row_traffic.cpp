@@ -18,10 +18,6 @@ namespace {
 
 Device open(Backend b) { return open_device(b, b == Backend::cuda ? 0 : -1); }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 // Rows of bags of 0..max_hot keys in [-1, capacity + 1]: -1, capacity and capacity + 1 lie outside the table.
 struct Bags {
   std::vector<int64_t> offsets{0}, rows;
@@ -57,7 +53,7 @@ void gather_sums_in_key_order(Backend backend) {
                          dev.stream);
       std::vector<float> got(want.size());
       copy_to_host(dev, got.data(), out.data() + shift, got.size() * sizeof(float), dev.stream);
-      BOOST_TEST(same_bits(got, want), "dim " << dim << " shift " << shift << ": "
+      BOOST_TEST(testing::same_bits(got, want), "dim " << dim << " shift " << shift << ": "
                                              << testing::count_mismatches(got, want, 0, 0, "gather") << " differ");
     }
   close_device(dev);
@@ -95,7 +91,7 @@ void updates_add_to_each_row(Backend backend) {
                                  dev.stream);
         std::vector<float> got(v.size());
         copy_to_host(dev, got.data(), values.data() + shift, got.size() * sizeof(float), dev.stream);
-        BOOST_TEST(same_bits(got, want), "dim " << dim << " shift " << shift << (atomic ? " atomic" : " read_write")
+        BOOST_TEST(testing::same_bits(got, want), "dim " << dim << " shift " << shift << (atomic ? " atomic" : " read_write")
                                                 << ": " << testing::count_mismatches(got, want, 0, 0, "rows")
                                                 << " differ");
       }
@@ -117,10 +113,10 @@ void repeated_rows(Backend backend) {
     Buffer<float> values(dev, v);
     Buffer<int64_t> r(dev, rows);
     row_traffic_atomic(dev, r.data(), int64_t(rows.size()), values.data(), capacity, dim, 0.25f, dev.stream);
-    BOOST_TEST(same_bits(values.download(), want), "atomic, dim " << dim);
+    BOOST_TEST(testing::same_bits(values.download(), want), "atomic, dim " << dim);
     values.upload(v);
     row_traffic_read_write(dev, r.data(), int64_t(rows.size()), values.data(), capacity, dim, 0.f, dev.stream);
-    BOOST_TEST(same_bits(values.download(), v), "read_write of zero, dim " << dim);
+    BOOST_TEST(testing::same_bits(values.download(), v), "read_write of zero, dim " << dim);
   }
   close_device(dev);
 }

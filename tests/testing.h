@@ -4,10 +4,12 @@
 
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "io/table_rows.h"
 #include "src/base/device.h"
 
 namespace testing {
@@ -46,6 +48,11 @@ std::vector<int64_t> random_ints(size_t n, int64_t lo, int64_t hi);  // inclusiv
 // Counts elements with |got - want| > atol + rtol*|want| (NaN counts as a mismatch) and reports the first few.
 size_t count_mismatches(const std::vector<float>& got, const std::vector<float>& want, double atol, double rtol,
                         const std::string& what);
+
+// The same floats, bit for bit (and the same count).
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b);
+// A table's rows by key: key → its values, then its optimizer state (compares tables whatever their row order).
+std::map<int64_t, std::vector<float>> rows_by_key(const sparta::TableRows& r);
 
 // MPI suites: true on every rank only when ok is true on every rank (collective over MPI_COMM_WORLD).
 bool all_ranks(bool ok);
