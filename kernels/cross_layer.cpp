@@ -30,11 +30,6 @@ inline float& dx0_at(const CrossInputGrad& x, int cols, int64_t r, int c) {
   if (!x.b) return x.a[r * cols + c];
   return c < x.a_cols ? x.a[r * x.a_cols + c] : x.b[r * (cols - x.a_cols) + (c - x.a_cols)];
 }
-// z + bias at element i of column c: fp32 z, or the 16-bit z16 widened (exact).
-inline float z_plus_bias(const CrossElementwise& a, HalfToFloat widen, size_t i, int c) {
-  return (a.z16 ? widen(a.z16[i]) : a.z[i]) + a.bias[c];
-}
-
 }  // namespace
 
 void cross_input_to_half_cpu(const LinearDims& d, GemmType t, const CrossInput& x0, uint16_t* x16) {
@@ -44,22 +39,16 @@ void cross_input_to_half_cpu(const LinearDims& d, GemmType t, const CrossInput& 
 }
 
 void cross_forward_elementwise_cpu(const LinearDims& d, const CrossElementwise& a) {
-  const HalfFromFloat round16 = a.out16 ? half_from_float(a.half) : nullptr;
-  const HalfToFloat widen = a.z16 ? half_to_float(a.half) : nullptr;
   for (int64_t r = 0; r < d.batch; ++r) {
     for (int c = 0; c < d.out; ++c) {
       const size_t i = size_t(r) * d.out + c;
       const float x0 = x0_at(a.x0, d.out, r, c);
-      const float v = x0 * z_plus_bias(a, widen, i, c) + (a.xl ? a.xl[i] : x0);
-      if (a.out) a.out[i] = v;
-      if (a.out16) a.out16[i] = round16(v);
+      a.out[i] = x0 * (a.z[i] + a.bias[c]) + (a.xl ? a.xl[i] : x0);
     }
   }
 }
 
 void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise& a) {
-  const HalfFromFloat round16 = a.dz16 ? half_from_float(a.half) : nullptr;
-  const HalfToFloat widen = a.z16 ? half_to_float(a.half) : nullptr;
   std::vector<double> sum(a.db ? d.out : 0, 0.0);
   for (int64_t r = 0; r < d.batch; ++r) {
     for (int c = 0; c < d.out; ++c) {
@@ -67,11 +56,10 @@ void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise&
       const float g = a.g[i];
       const float dz = g * x0_at(a.x0, d.out, r, c);
       float& dx0 = dx0_at(a.dx0, d.out, r, c);
-      const float gz = g * z_plus_bias(a, widen, i, c);
+      const float gz = g * (a.z[i] + a.bias[c]);
       float v = a.accumulate ? dx0 + gz : gz;
       if (a.identity) v += g;
-      if (a.dz) a.dz[i] = dz;
-      if (a.dz16) a.dz16[i] = round16(dz);
+      a.dz[i] = dz;
       dx0 = v;
       if (a.db) sum[c] += dz;
     }
@@ -79,8 +67,54 @@ void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise&
   for (int c = 0; a.db && c < d.out; ++c) a.db[c] = static_cast<float>(sum[c]);
 }
 
-static void check_half(const LinearDims& d, GemmType t, const uint16_t* copy16) {
-  SPARTA_REQUIRE(!copy16 || is_half(t), "cross layer '%s': a 16-bit array needs bf16 or f16, found %s", d.layer,
+void cross_forward_half_cpu(const LinearDims& d, const CrossElementwise& a) {
+  const HalfFromFloat round16 = half_from_float(a.half);
+  const HalfToFloat widen = half_to_float(a.half);
+  for (int64_t r = 0; r < d.batch; ++r) {
+    for (int c = 0; c < d.out; ++c) {
+      const size_t i = size_t(r) * d.out + c;
+      const float x0 = widen(a.x16[i]);
+      const float v = x0 * (widen(a.z16[i]) + a.bias[c]) + (a.xl16 ? widen(a.xl16[i]) : x0);
+      if (a.out16) a.out16[i] = round16(v);
+      if (a.out) a.out[i] = v;
+    }
+  }
+}
+
+void cross_backward_half_cpu(const LinearDims& d, const CrossElementwise& a) {
+  const HalfFromFloat round16 = half_from_float(a.half);
+  const HalfToFloat widen = half_to_float(a.half);
+  std::vector<double> sum(a.db ? d.out : 0, 0.0);
+  for (int64_t r = 0; r < d.batch; ++r) {
+    for (int c = 0; c < d.out; ++c) {
+      const size_t i = size_t(r) * d.out + c;
+      const float dz = widen(a.g16[i]) * widen(a.x16[i]);
+      a.dz16[i] = round16(dz);
+      if (a.db) sum[c] += dz;
+    }
+  }
+  for (int c = 0; a.db && c < d.out; ++c) a.db[c] = static_cast<float>(sum[c]);
+}
+
+void cross_input_grad_half_cpu(const LinearDims& d, const CrossGradTerms& a) {
+  const HalfToFloat widen = half_to_float(a.half);
+  for (int64_t r = 0; r < d.batch; ++r) {
+    for (int c = 0; c < d.out; ++c) {
+      const size_t i = size_t(r) * d.out + c;
+      float& dx0 = dx0_at(a.dx0, d.out, r, c);
+      float v = a.accumulate ? dx0 : 0.f;
+      for (int k = a.n - 1; k >= 0; --k) {
+        const float gz = widen(a.g16[k][i]) * (widen(a.z16[k][i]) + a.bias[k][c]);
+        v = (a.accumulate || k < a.n - 1) ? v + gz : gz;
+      }
+      if (a.identity) v += widen(a.identity[i]);
+      dx0 = v;
+    }
+  }
+}
+
+static void check_half(const LinearDims& d, GemmType t) {
+  SPARTA_REQUIRE(is_half(t), "cross layer '%s': a 16-bit step needs bf16 or f16, found %s", d.layer,
                  gemm_type_name(t));
 }
 
@@ -91,62 +125,105 @@ void check_input(const LinearDims& d, const float* a, const void* b, int a_cols)
                  "cross layer '%s': x0 in two blocks needs 1 <= a_cols < D (%d), found a_cols %d", d.layer, d.out,
                  a_cols);
 }
+void require(const LinearDims& d, bool ok, const char* what) {
+  SPARTA_REQUIRE(d.batch == 0 || ok, "cross layer '%s': the step needs %s", d.layer, what);
+}
 }  // namespace
+
+#if SPARTA_CUDA
+#define SPARTA_CROSS_DISPATCH(dev, d, cpu_call, cuda_call) \
+  do {                                                     \
+    if (!(dev).is_cuda()) return cpu_call;                 \
+    cuda_call;                                             \
+  } while (0)
+#else
+#define SPARTA_CROSS_DISPATCH(dev, d, cpu_call, cuda_call)                                         \
+  do {                                                                                              \
+    if (!(dev).is_cuda()) return cpu_call;                                                          \
+    SPARTA_FATAL("cross layer '%s' on %s in a CUDA=0 build", (d).layer, (dev).name().c_str());      \
+  } while (0)
+#endif
 
 void cross_input_to_half(const Device& dev, const LinearDims& d, GemmType t, const CrossInput& x0, uint16_t* x16,
                          Stream stream) {
   check_square(d);
   check_input(d, x0.a, x0.b, x0.a_cols);
-  SPARTA_REQUIRE(is_half(t), "cross layer '%s': a 16-bit copy needs bf16 or f16, found %s", d.layer,
-                 gemm_type_name(t));
-  if (!dev.is_cuda()) return cross_input_to_half_cpu(d, t, x0, x16);
-#if SPARTA_CUDA
-  cross_input_to_half_cuda(d, t, x0, x16, stream);
-#else
-  SPARTA_FATAL("cross layer '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
-#endif
+  check_half(d, t);
+  SPARTA_CROSS_DISPATCH(dev, d, cross_input_to_half_cpu(d, t, x0, x16),
+                        cross_input_to_half_cuda(d, t, x0, x16, stream));
 }
 
-void cross_forward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const CrossInput& x0,
-                               const float* z, const uint16_t* z16, const float* bias, const float* xl, float* out,
-                               uint16_t* out16, Stream stream) {
+void cross_forward_elementwise(const Device& dev, const LinearDims& d, const CrossInput& x0, const float* z,
+                               const float* bias, const float* xl, float* out, Stream stream) {
   check_square(d);
   check_input(d, x0.a, x0.b, x0.a_cols);
-  check_half(d, t, out16);
-  check_half(d, t, z16);
-  SPARTA_REQUIRE(out || out16, "cross layer '%s': the forward step needs an output", d.layer);
-  SPARTA_REQUIRE(d.batch == 0 || ((z != nullptr) != (z16 != nullptr) && bias),
-                 "cross layer '%s': the forward step needs z (fp32 or 16-bit, one of them) and the bias", d.layer);
-  CrossElementwise a{};
-  a.half = t, a.x0 = x0, a.z = z, a.z16 = z16, a.bias = bias, a.xl = xl, a.out = out, a.out16 = out16;
-  if (!dev.is_cuda()) return cross_forward_elementwise_cpu(d, a);
-#if SPARTA_CUDA
-  cross_forward_elementwise_cuda(d, a, stream);
-#else
-  SPARTA_FATAL("cross layer '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
-#endif
+  require(d, z && bias && out, "z, the bias and an output");
+  CrossElementwise a;
+  a.x0 = x0, a.z = z, a.bias = bias, a.xl = xl, a.out = out;
+  SPARTA_CROSS_DISPATCH(dev, d, cross_forward_elementwise_cpu(d, a), cross_forward_elementwise_cuda(d, a, stream));
 }
 
-void cross_backward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const float* g,
-                                const CrossInput& x0, const float* z, const uint16_t* z16, const float* bias,
-                                float* dz, uint16_t* dz16, float* db, const CrossInputGrad& dx0, bool accumulate,
-                                bool identity, Stream stream) {
+void cross_backward_elementwise(const Device& dev, const LinearDims& d, const float* g, const CrossInput& x0,
+                                const float* z, const float* bias, float* dz, float* db, const CrossInputGrad& dx0,
+                                bool accumulate, bool identity, Stream stream) {
   check_square(d);
   check_input(d, x0.a, x0.b, x0.a_cols);
   check_input(d, dx0.a, dx0.b, dx0.a_cols);
-  check_half(d, t, dz16);
-  check_half(d, t, z16);
-  SPARTA_REQUIRE(d.batch == 0 || ((z != nullptr) != (z16 != nullptr) && bias && (dz || dz16)),
-                 "cross layer '%s': the backward step needs z (fp32 or 16-bit, one of them), the bias and dz", d.layer);
-  CrossElementwise a{};
-  a.half = t, a.g = g, a.x0 = x0, a.z = z, a.z16 = z16, a.bias = bias;
-  a.dz = dz, a.dz16 = dz16, a.db = db, a.dx0 = dx0, a.accumulate = accumulate, a.identity = identity;
-  if (!dev.is_cuda()) return cross_backward_elementwise_cpu(d, a);
+  require(d, g && z && bias && dz, "g, z, the bias and dz");
+  CrossElementwise a;
+  a.g = g, a.x0 = x0, a.z = z, a.bias = bias, a.dz = dz, a.db = db, a.dx0 = dx0;
+  a.accumulate = accumulate, a.identity = identity;
+  SPARTA_CROSS_DISPATCH(dev, d, cross_backward_elementwise_cpu(d, a), cross_backward_elementwise_cuda(d, a, stream));
+}
+
+void cross_forward_half(const Device& dev, const LinearDims& d, GemmType t, const uint16_t* x16,
+                        const uint16_t* z16, const float* bias, const uint16_t* xl16, uint16_t* out16, float* out,
+                        Stream stream) {
+  check_square(d);
+  check_half(d, t);
+  require(d, x16 && z16 && bias && (out16 || out), "x0's 16-bit copy, z, the bias and an output");
+  CrossElementwise a;
+  a.half = t, a.x16 = x16, a.z16 = z16, a.bias = bias, a.xl16 = xl16, a.out16 = out16, a.out = out;
+  SPARTA_CROSS_DISPATCH(dev, d, cross_forward_half_cpu(d, a), cross_forward_half_cuda(d, a, stream));
+}
+
+void cross_backward_half(const Device& dev, const LinearDims& d, GemmType t, const uint16_t* g16,
+                         const uint16_t* x16, uint16_t* dz16, float* db, Stream stream) {
+  check_square(d);
+  check_half(d, t);
+  require(d, g16 && x16 && dz16, "g, x0's 16-bit copy and dz");
+  CrossElementwise a;
+  a.half = t, a.g16 = g16, a.x16 = x16, a.dz16 = dz16, a.db = db;
+  SPARTA_CROSS_DISPATCH(dev, d, cross_backward_half_cpu(d, a), cross_backward_half_cuda(d, a, stream));
+}
+
+void cross_input_grad_half(const Device& dev, const LinearDims& d, GemmType t,
+                           const std::vector<const uint16_t*>& g16, const std::vector<const uint16_t*>& z16,
+                           const std::vector<const float*>& bias, const CrossInputGrad& dx0, Stream stream) {
+  check_square(d);
+  check_half(d, t);
+  check_input(d, dx0.a, dx0.b, dx0.a_cols);
+  const int n = int(g16.size());
+  SPARTA_REQUIRE(n >= 1 && z16.size() == g16.size() && bias.size() == g16.size(),
+                 "cross layer '%s': x0's gradient needs g, z and the bias of every layer (%d, %d and %d given)",
+                 d.layer, n, int(z16.size()), int(bias.size()));
+  for (int k = 0; k < n; ++k) require(d, g16[k] && z16[k] && bias[k], "every layer's g, z and bias");
+  // passes of at most kMaxCrossTerms layers, the top ones first, each adding to what the one before wrote
+  for (int hi = n; hi > 0; hi -= kMaxCrossTerms) {
+    const int lo = hi > kMaxCrossTerms ? hi - kMaxCrossTerms : 0;
+    CrossGradTerms a;
+    a.half = t, a.n = hi - lo, a.accumulate = hi < n, a.identity = lo == 0 ? g16[0] : nullptr, a.dx0 = dx0;
+    for (int k = lo; k < hi; ++k) a.g16[k - lo] = g16[k], a.z16[k - lo] = z16[k], a.bias[k - lo] = bias[k];
+    if (!dev.is_cuda()) {
+      cross_input_grad_half_cpu(d, a);
+      continue;
+    }
 #if SPARTA_CUDA
-  cross_backward_elementwise_cuda(d, a, stream);
+    cross_input_grad_half_cuda(d, a, stream);
 #else
-  SPARTA_FATAL("cross layer '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
+    SPARTA_FATAL("cross layer '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
 #endif
+  }
 }
 
 void copy_columns_cpu(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows, int64_t cols) {
@@ -207,23 +284,19 @@ CrossNet::CrossNet(const Device& dev, CrossConfig cfg, int64_t max_batch)
     batch_ = keep;
   }
   const size_t bd = size_t(max_batch_) * cfg_.dim, br = size_t(max_batch_) * cfg_.rank;
-  const bool half = is_half(cfg_.precision);
-  for (int l = 0; l < cfg_.layers; ++l) {
-    xs_.emplace_back(dev_, bd);
-    hs_.emplace_back(dev_, half ? 0 : br);  // 16-bit: the V GEMM writes hs16_ alone
-    zs_.emplace_back(dev_, half ? 0 : bd);  // 16-bit: the U GEMM writes zs16_ alone
-    if (half) {
+  if (is_half(cfg_.precision)) {
+    for (int l = 0; l < cfg_.layers; ++l) {
       xs16_.emplace_back(dev_, bd), hs16_.emplace_back(dev_, br), zs16_.emplace_back(dev_, bd);
       v16_.emplace_back(dev_, size_t(cfg_.rank) * cfg_.dim), u16_.emplace_back(dev_, size_t(cfg_.rank) * cfg_.dim);
+      gs16_.emplace_back(dev_, bd), dzs16_.emplace_back(dev_, bd), dhs16_.emplace_back(dev_, br);
     }
-  }
-  if (!half) dz_ = Buffer<float>(dev_, bd);  // 16-bit: the GEMMs read dz16_ alone
-  if (!half) x0_whole_ = Buffer<float>(dev_, bd);
-  g_ = Buffer<float>(dev_, bd);
-  if (!half) dh_ = Buffer<float>(dev_, br);  // 16-bit: the U data GEMM writes dh16_ alone
-  if (half) {
-    dz16_ = Buffer<uint16_t>(dev_, bd);
-    dh16_ = Buffer<uint16_t>(dev_, br);
+  } else {
+    for (int l = 0; l < cfg_.layers; ++l) {
+      xs_.emplace_back(dev_, bd), hs_.emplace_back(dev_, br), zs_.emplace_back(dev_, bd);
+      dzs_.emplace_back(dev_, bd), dhs_.emplace_back(dev_, br);
+    }
+    x0_whole_ = Buffer<float>(dev_, bd);
+    g_ = Buffer<float>(dev_, bd);
   }
 }
 
@@ -237,6 +310,10 @@ LinearDims CrossNet::x_dims() const {
   return LinearDims{names_[2].c_str(), batch_ < 0 ? 0 : batch_, cfg_.dim, cfg_.dim};
 }
 
+const void* CrossNet::x_gemm(int l) const {
+  if (is_half(cfg_.precision)) return xs16_[l].data();
+  return l == 0 ? x0_.a : xs_[l - 1].data();
+}
 const void* CrossNet::v_gemm(const float* params, int l) const {
   if (is_half(cfg_.precision)) return v16_[l].data();
   return params + v_offset(l);
@@ -246,6 +323,8 @@ const void* CrossNet::u_gemm(const float* params, int l) const {
   return params + u_offset(l);
 }
 
+uint16_t* CrossNet::output_grad16() { return is_half(cfg_.precision) ? gs16_.back().data() : nullptr; }
+
 const float* CrossNet::forward(const float* params, const CrossInput& x0, int64_t batch, Stream stream,
                                uint16_t* out16) {
   SPARTA_REQUIRE(batch >= 0 && batch <= max_batch_,
@@ -254,91 +333,139 @@ const float* CrossNet::forward(const float* params, const CrossInput& x0, int64_
   SPARTA_REQUIRE(!x0.b || (x0.a_cols >= 1 && x0.a_cols < cfg_.dim),
                  "cross network '%s': x0 in two blocks needs 1 <= a_cols < dim (%d), found a_cols %d",
                  cfg_.name.c_str(), cfg_.dim, x0.a_cols);
-  batch_ = batch;
-  x0_ = x0;
   const bool half = is_half(cfg_.precision);
   SPARTA_REQUIRE(!out16 || half, "cross network '%s': a 16-bit output needs bf16 or fp16 precision, found %s",
                  cfg_.name.c_str(), gemm_type_name(cfg_.precision));
-  if (half) {
-    const size_t rd = size_t(cfg_.rank) * cfg_.dim;
-    for (int l = 0; l < cfg_.layers; ++l) {
-      to_half(dev_, cfg_.precision, params + v_offset(l), v16_[l].data(), rd, stream);
-      to_half(dev_, cfg_.precision, params + u_offset(l), u16_[l].data(), rd, stream);
-    }
-    cross_input_to_half(dev_, x_dims(), cfg_.precision, x0, xs16_[0].data(), stream);
-  } else if (x0.b) {  // the fp32 V GEMM reads x0 as one array
-    concat_columns(dev_, names_[2].c_str(), batch, x0.a, x0.a_cols, x0.b, cfg_.dim - x0.a_cols, x0_whole_.data(),
-                   stream);
-    x0_ = CrossInput(x0_whole_.data());
-  }
-  for (int l = 0; l < cfg_.layers; ++l) {
-    const void* xl = half ? static_cast<const void*>(xs16_[l].data()) : static_cast<const void*>(x_in(l));
-    const void* v = v_gemm(params, l);
-    const void* u = u_gemm(params, l);
-    // h and z (without the bias) straight into their 16-bit copies in 16-bit training: the only forms read
-    if (half) {
-      linear_forward_half(dev_, v_dims(l), cfg_.precision, xl, v, hs16_[l].data(), stream);
-      linear_forward_half(dev_, u_dims(l), cfg_.precision, hs16_[l].data(), u, zs16_[l].data(), stream);
-    } else {
-      linear_forward(dev_, v_dims(l), cfg_.precision, Activation::none, xl, v, nullptr, hs_[l].data(), stream);
-      linear_forward(dev_, u_dims(l), cfg_.precision, Activation::none, hs_[l].data(), u, nullptr, zs_[l].data(),
+  batch_ = batch;
+  x0_ = x0;
+  have_grads_ = false;
+  const int L = cfg_.layers;
+  if (!half) {
+    if (x0.b) {  // the fp32 V GEMM reads x0 as one array
+      concat_columns(dev_, names_[2].c_str(), batch, x0.a, x0.a_cols, x0.b, cfg_.dim - x0.a_cols, x0_whole_.data(),
                      stream);
+      x0_ = CrossInput(x0_whole_.data());
     }
-    const bool last = l + 1 == cfg_.layers;
-    uint16_t* next16 = half ? (last ? out16 : xs16_[l + 1].data()) : nullptr;
-    // the last layer's fp32 output only where the caller reads it (no out16); the backward never does
-    float* out = last && out16 ? nullptr : xs_[l].data();
-    cross_forward_elementwise(dev_, x_dims(), cfg_.precision, x0_, half ? nullptr : zs_[l].data(),
-                              half ? zs16_[l].data() : nullptr, params + b_offset(l),
-                              l == 0 ? nullptr : xs_[l - 1].data(), out, next16, stream);
+    for (int l = 0; l < L; ++l) {
+      linear_forward(dev_, v_dims(l), cfg_.precision, Activation::none, x_gemm(l), v_gemm(params, l), nullptr,
+                     hs_[l].data(), stream);
+      linear_forward(dev_, u_dims(l), cfg_.precision, Activation::none, hs_[l].data(), u_gemm(params, l), nullptr,
+                     zs_[l].data(), stream);
+      cross_forward_elementwise(dev_, x_dims(), x0_, zs_[l].data(), params + b_offset(l),
+                                l == 0 ? nullptr : xs_[l - 1].data(), xs_[l].data(), stream);
+    }
+    return xs_[L - 1].data();
   }
-  return out16 ? nullptr : xs_[cfg_.layers - 1].data();
+  const size_t rd = size_t(cfg_.rank) * cfg_.dim;
+  for (int l = 0; l < L; ++l) {
+    to_half(dev_, cfg_.precision, params + v_offset(l), v16_[l].data(), rd, stream);
+    to_half(dev_, cfg_.precision, params + u_offset(l), u16_[l].data(), rd, stream);
+  }
+  cross_input_to_half(dev_, x_dims(), cfg_.precision, x0, xs16_[0].data(), stream);
+  if (!out16 && out_.size() == 0) out_ = Buffer<float>(dev_, size_t(max_batch_) * cfg_.dim);
+  for (int l = 0; l < L; ++l) {
+    // h and z (without the bias) straight in 16 bits; x_{l+1} from x0's copy, z and x_l, rounded once
+    linear_forward_half(dev_, v_dims(l), cfg_.precision, xs16_[l].data(), v_gemm(params, l), hs16_[l].data(), stream);
+    linear_forward_half(dev_, u_dims(l), cfg_.precision, hs16_[l].data(), u_gemm(params, l), zs16_[l].data(), stream);
+    const bool last = l + 1 == L;
+    cross_forward_half(dev_, x_dims(), cfg_.precision, xs16_[0].data(), zs16_[l].data(), params + b_offset(l),
+                       l == 0 ? nullptr : xs16_[l].data(), last ? out16 : xs16_[l + 1].data(),
+                       last && !out16 ? out_.data() : nullptr, stream);
+  }
+  return out16 ? nullptr : out_.data();
 }
 
 void CrossNet::backward(const float* params, const float* dxL, float* grads, const CrossInputGrad& dx0,
                         Stream stream) {
+  backward_data(params, dxL, grads, dx0, stream);
+  backward_weights(grads, stream);
+}
+
+void CrossNet::backward_data(const float* params, const float* dxL, float* grads, const CrossInputGrad& dx0,
+                             Stream stream) {
   SPARTA_REQUIRE(batch_ >= 0, "cross network '%s': backward before any forward", cfg_.name.c_str());
   SPARTA_REQUIRE(!dx0.b || (dx0.a_cols >= 1 && dx0.a_cols < cfg_.dim),
                  "cross network '%s': dx0 in two blocks needs 1 <= a_cols < dim (%d), found a_cols %d",
                  cfg_.name.c_str(), cfg_.dim, dx0.a_cols);
-  const bool half = is_half(cfg_.precision);
+  SPARTA_REQUIRE(dxL || is_half(cfg_.precision) || batch_ == 0,
+                 "cross network '%s': fp32 backward needs the output's gradient, found none", cfg_.name.c_str());
+  if (is_half(cfg_.precision))
+    backward_data_half(params, dxL, grads, dx0, stream);
+  else
+    backward_data_f32(params, dxL, grads, dx0, stream);
+  have_grads_ = true;
+}
+
+void CrossNet::add_bottom_data_grad(const float* params, const void* dh, const CrossInputGrad& dx0, Stream stream) {
+  const void* v = v_gemm(params, 0);
+  if (dx0.b) {
+    linear_backward_data_columns(dev_, v_dims(0), cfg_.precision, dh, v, 0, dx0.a_cols, dx0.a, true, stream);
+    linear_backward_data_columns(dev_, v_dims(0), cfg_.precision, dh, v, dx0.a_cols, cfg_.dim - dx0.a_cols, dx0.b,
+                                 true, stream);
+  } else {
+    linear_backward_data(dev_, v_dims(0), cfg_.precision, dh, v, dx0.a, true, stream);
+  }
+}
+
+void CrossNet::backward_data_f32(const float* params, const float* dxL, float* grads, const CrossInputGrad& dx0,
+                                 Stream stream) {
   const int L = cfg_.layers;
   const float* g = dxL;  // dL/dx_{l+1}
   for (int l = L - 1; l >= 0; --l) {
     // at l == 0, x_l is x0: its gradient g + dh V_0 goes to dx0 directly; above, to g_
     const bool top = l == L - 1, bottom = l == 0;
-    cross_backward_elementwise(dev_, x_dims(), cfg_.precision, g, x0_, half ? nullptr : zs_[l].data(),
-                               half ? zs16_[l].data() : nullptr, params + b_offset(l), half ? nullptr : dz_.data(),
-                               half ? dz16_.data() : nullptr, grads + b_offset(l), dx0, !top, bottom, stream);
-    const void* dz = half ? static_cast<const void*>(dz16_.data()) : static_cast<const void*>(dz_.data());
-    const void* h = half ? static_cast<const void*>(hs16_[l].data()) : static_cast<const void*>(hs_[l].data());
-    const void* xl = half ? static_cast<const void*>(xs16_[l].data()) : static_cast<const void*>(x_in(l));
-    const void* u = u_gemm(params, l);
-    const void* v = v_gemm(params, l);
-    linear_backward_weight(dev_, u_dims(l), cfg_.precision, dz, h, grads + u_offset(l), stream);
-    const void* dh = nullptr;
-    if (half) {  // dh straight into its 16-bit copy: the only form the V GEMMs read
-      linear_backward_data_half(dev_, u_dims(l), cfg_.precision, dz, u, dh16_.data(), stream);
-      dh = dh16_.data();
-    } else {
-      linear_backward_data(dev_, u_dims(l), cfg_.precision, dz, u, dh_.data(), false, stream);
-      dh = dh_.data();
-    }
-    linear_backward_weight(dev_, v_dims(l), cfg_.precision, dh, xl, grads + v_offset(l), stream);
-    // dx_l = g + dh V_l: onto dx0 at the bottom (which holds its other terms; block by block when it is in two),
-    // into g_ from the top layer's g (the caller's array, added as the GEMM's C), in place in g_ between
-    if (bottom && dx0.b) {
-      linear_backward_data_columns(dev_, v_dims(l), cfg_.precision, dh, v, 0, dx0.a_cols, dx0.a, true, stream);
-      linear_backward_data_columns(dev_, v_dims(l), cfg_.precision, dh, v, dx0.a_cols, cfg_.dim - dx0.a_cols, dx0.b,
-                                   true, stream);
-    } else if (bottom) {
-      linear_backward_data(dev_, v_dims(l), cfg_.precision, dh, v, dx0.a, true, stream);
-    } else if (top) {
-      linear_backward_data_plus(dev_, v_dims(l), cfg_.precision, dh, v, g, g_.data(), stream);
-    } else {
-      linear_backward_data(dev_, v_dims(l), cfg_.precision, dh, v, g_.data(), true, stream);
-    }
+    cross_backward_elementwise(dev_, x_dims(), g, x0_, zs_[l].data(), params + b_offset(l), dzs_[l].data(),
+                               grads + b_offset(l), dx0, !top, bottom, stream);
+    linear_backward_data(dev_, u_dims(l), cfg_.precision, dzs_[l].data(), u_gemm(params, l), dhs_[l].data(), false,
+                         stream);
+    // dx_l = g + dh V_l: onto dx0 at the bottom (which holds its other terms), into g_ from the top layer's g (the
+    // caller's array, added as the GEMM's C), in place in g_ between
+    if (bottom)
+      add_bottom_data_grad(params, dhs_[0].data(), dx0, stream);
+    else if (top)
+      linear_backward_data_plus(dev_, v_dims(l), cfg_.precision, dhs_[l].data(), v_gemm(params, l), g, g_.data(),
+                                stream);
+    else
+      linear_backward_data(dev_, v_dims(l), cfg_.precision, dhs_[l].data(), v_gemm(params, l), g_.data(), true,
+                           stream);
     g = g_.data();
+  }
+}
+
+void CrossNet::backward_data_half(const float* params, const float* dxL, float* grads, const CrossInputGrad& dx0,
+                                  Stream stream) {
+  const int L = cfg_.layers;
+  const size_t bd = size_t(batch_) * cfg_.dim;
+  // gs16_[l] = g_{l+1}: the top one given in 16 bits (output_grad16()) or rounded from dxL
+  if (dxL) to_half(dev_, cfg_.precision, dxL, gs16_[L - 1].data(), bd, stream);
+  for (int l = L - 1; l >= 0; --l) {
+    cross_backward_half(dev_, x_dims(), cfg_.precision, gs16_[l].data(), xs16_[0].data(), dzs16_[l].data(),
+                        grads + b_offset(l), stream);
+    linear_backward_data_half(dev_, u_dims(l), cfg_.precision, dzs16_[l].data(), u_gemm(params, l),
+                              dhs16_[l].data(), stream);
+    if (l > 0)  // g_l = g_{l+1} + dh V_l, rounded once
+      linear_backward_data_half_plus(dev_, v_dims(l), cfg_.precision, dhs16_[l].data(), v_gemm(params, l),
+                                     gs16_[l].data(), gs16_[l - 1].data(), stream);
+  }
+  // x0's gradient: every layer's g ⊙ (z + b), plus g_1 (x_0 is x0), then dh V_0
+  std::vector<const uint16_t*> g16, z16;
+  std::vector<const float*> bias;
+  for (int l = 0; l < L; ++l) {
+    g16.push_back(gs16_[l].data()), z16.push_back(zs16_[l].data()), bias.push_back(params + b_offset(l));
+  }
+  cross_input_grad_half(dev_, x_dims(), cfg_.precision, g16, z16, bias, dx0, stream);
+  add_bottom_data_grad(params, dhs16_[0].data(), dx0, stream);
+}
+
+void CrossNet::backward_weights(float* grads, Stream stream) {
+  SPARTA_REQUIRE(have_grads_, "cross network '%s': backward_weights before backward_data", cfg_.name.c_str());
+  const bool half = is_half(cfg_.precision);
+  for (int l = cfg_.layers - 1; l >= 0; --l) {
+    const void* dz = half ? static_cast<const void*>(dzs16_[l].data()) : static_cast<const void*>(dzs_[l].data());
+    const void* dh = half ? static_cast<const void*>(dhs16_[l].data()) : static_cast<const void*>(dhs_[l].data());
+    const void* h = half ? static_cast<const void*>(hs16_[l].data()) : static_cast<const void*>(hs_[l].data());
+    linear_backward_weight(dev_, u_dims(l), cfg_.precision, dz, h, grads + u_offset(l), stream);
+    linear_backward_weight(dev_, v_dims(l), cfg_.precision, dh, x_gemm(l), grads + v_offset(l), stream);
   }
 }
 

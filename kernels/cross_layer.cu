@@ -1,7 +1,7 @@
-// cross_layer.cu: CUDA version of cross_layer.h's elementwise steps. The forward and x0's 16-bit copy are one pass
-// each over [batch, D] (threads across columns, four at a time where the shapes and addresses allow, blocks down
-// the rows: a thread's column and its bias stay fixed); the backward is an op of dense_reduce.cuh's column sum, so
-// the bias gradient comes out of the same pass that writes dz and the x0 gradient (deterministic: no atomics).
+// cuda version of cross_layer.h's elementwise steps. Each is one pass over [batch, D]: threads across
+// the columns (fp32: four at a time, 16-bit: eight, 16 bytes a load, where the shapes and addresses allow; else
+// one), blocks down the rows, so a thread's columns and their bias stay fixed. The backward steps are ops of
+// dense_reduce.cuh's column sum: the bias gradient comes out of the pass that writes dz (deterministic: no atomics).
 #include <cstdint>
 #include <initializer_list>
 
@@ -73,25 +73,23 @@ __device__ __forceinline__ T* x0_ptr(T* a, T* b, int a_cols, int cols, int64_t r
 // ----------------------------------------------------------------------------
 // kernels
 
-// Threads across the columns (N at a time), blocks down the rows. z16 != nullptr: z in 16 bits (H), else fp32 z.
-template <class H, int N>
-__global__ void __launch_bounds__(128) cross_forward_kernel(CrossInput x0, const float* z, const uint16_t* z16,
-                                                            const float* bias, const float* xl, float* out,
-                                                            uint16_t* out16, int64_t rows, int cols) {
+// fp32: threads across the columns (N at a time), blocks down the rows.
+template <int N>
+__global__ void __launch_bounds__(128) cross_forward_kernel(CrossInput x0, const float* z, const float* bias,
+                                                            const float* xl, float* out, int64_t rows, int cols) {
   const int c = (blockIdx.x * blockDim.x + threadIdx.x) * N;
   if (c >= cols) return;
   const Floats<N> b = load_floats<N>(bias + c);
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const int64_t i = r * cols + c;
     const Floats<N> x = load_floats<N>(x0_ptr(x0.a, x0.b, x0.a_cols, cols, r, c));
-    const Floats<N> zv = z16 ? load_half<H, N>(z16 + i) : load_floats<N>(z + i);
+    const Floats<N> zv = load_floats<N>(z + i);
     const Floats<N> res = xl ? load_floats<N>(xl + i) : x;
     Floats<N> v;
 #pragma unroll
     for (int k = 0; k < N; ++k)  // no FMA: the CPU reference rounds the product and the sum each
       v.v[k] = __fadd_rn(__fmul_rn(x.v[k], __fadd_rn(zv.v[k], b.v[k])), res.v[k]);
-    if (out) store_floats<N>(out + i, v);
-    if (out16) store_half<H, N>(out16 + i, v);
+    store_floats<N>(out + i, v);
   }
 }
 
@@ -106,16 +104,115 @@ __global__ void __launch_bounds__(128) cross_input_to_half_kernel(CrossInput x0,
 
 namespace {
 
-// Element (r, c) of the backward step; dz may be nullptr (16-bit training reads dz16, of type H, alone).
-template <class H>
+// V 16-bit values at p (V = 8: 16 bytes, 16-byte aligned), widened; and V floats rounded into p.
+template <class H, int V>
+__device__ __forceinline__ void widen(const uint16_t* p, float (&f)[V]) {
+  if constexpr (V == 8) {
+    const dense::Halves8 h = dense::load8(p);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) f[k] = H::value(h.h[k]);
+  } else {
+    f[0] = H::value(*p);
+  }
+}
+template <class H, int V>
+__device__ __forceinline__ void round_into(uint16_t* p, const float (&f)[V]) {
+  if constexpr (V == 8) {
+    dense::Halves8 h;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) h.h[k] = H::bits(f[k]);
+    dense::store8(p, h);
+  } else {
+    *p = H::bits(f[0]);
+  }
+}
+template <int V>
+__device__ __forceinline__ void load_v(const float* p, float (&f)[V]) {
+  if constexpr (V == 8) {
+    const Floats<4> a = load_floats<4>(p), b = load_floats<4>(p + 4);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) f[k] = a.v[k], f[4 + k] = b.v[k];
+  } else {
+    f[0] = *p;
+  }
+}
+template <int V>
+__device__ __forceinline__ void store_v(float* p, const float (&f)[V]) {
+  if constexpr (V == 8) {
+    store_floats<4>(p, Floats<4>{{f[0], f[1], f[2], f[3]}});
+    store_floats<4>(p + 4, Floats<4>{{f[4], f[5], f[6], f[7]}});
+  } else {
+    *p = f[0];
+  }
+}
+
+}  // namespace
+
+// 16-bit forward: threads across the columns (V at a time), blocks down the rows.
+template <class H, int V>
+__global__ void __launch_bounds__(128) cross_forward_half_kernel(const uint16_t* x16, const uint16_t* z16,
+                                                                 const float* bias, const uint16_t* xl16,
+                                                                 uint16_t* out16, float* out, int64_t rows,
+                                                                 int cols) {
+  const int c = (blockIdx.x * blockDim.x + threadIdx.x) * V;
+  if (c >= cols) return;
+  float b[V];
+  load_v<V>(bias + c, b);
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const int64_t i = r * cols + c;
+    float x[V], zv[V], res[V], v[V];
+    widen<H, V>(x16 + i, x);
+    widen<H, V>(z16 + i, zv);
+    if (xl16) widen<H, V>(xl16 + i, res);
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      v[k] = __fadd_rn(__fmul_rn(x[k], __fadd_rn(zv[k], b[k])), xl16 ? res[k] : x[k]);
+    if (out16) round_into<H, V>(out16 + i, v);
+    if (out) store_v<V>(out + i, v);
+  }
+}
+
+// x0's gradient from every layer's g and z (16-bit), in fp32, into its one or two blocks.
+template <class H, int V>
+__global__ void __launch_bounds__(128) cross_input_grad_half_kernel(CrossGradTerms t, int64_t rows, int cols) {
+  const int c = (blockIdx.x * blockDim.x + threadIdx.x) * V;
+  if (c >= cols) return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const int64_t i = r * cols + c;
+    float* dst = x0_ptr(t.dx0.a, t.dx0.b, t.dx0.a_cols, cols, r, c);
+    float v[V];
+    if (t.accumulate) load_v<V>(dst, v);
+    for (int k = t.n - 1; k >= 0; --k) {
+      float g[V], zv[V], b[V];
+      widen<H, V>(t.g16[k] + i, g);
+      widen<H, V>(t.z16[k] + i, zv);
+      load_v<V>(t.bias[k] + c, b);
+#pragma unroll
+      for (int q = 0; q < V; ++q) {
+        const float gz = __fmul_rn(g[q], __fadd_rn(zv[q], b[q]));
+        v[q] = (t.accumulate || k < t.n - 1) ? __fadd_rn(v[q], gz) : gz;
+      }
+    }
+    if (t.identity) {
+      float g[V];
+      widen<H, V>(t.identity + i, g);
+#pragma unroll
+      for (int q = 0; q < V; ++q) v[q] = __fadd_rn(v[q], g[q]);
+    }
+    store_v<V>(dst, v);
+  }
+}
+
+namespace {
+
+// fp32: element (r, c) of the backward step.
 struct CrossGrad {
+  static constexpr int kCols = 1;
   const float* g;
   CrossInput x0;
   const float* z;
-  const uint16_t* z16;
   const float* bias;
   float* dz;
-  uint16_t* dz16;
   CrossInputGrad dx0;
   bool accumulate, identity;
   int cols;
@@ -124,27 +221,57 @@ struct CrossGrad {
   };
   __device__ __forceinline__ In load(int64_t r, int c) const {
     const int64_t i = r * cols + c;
-    const float zv = z16 ? H::value(z16[i]) : z[i];
-    return {g[i], *x0_ptr(x0.a, x0.b, x0.a_cols, cols, r, c), __fadd_rn(zv, bias[c]),
+    return {g[i], *x0_ptr(x0.a, x0.b, x0.a_cols, cols, r, c), __fadd_rn(z[i], bias[c]),
             accumulate ? *x0_ptr(dx0.a, dx0.b, dx0.a_cols, cols, r, c) : 0.f};
   }
-  __device__ __forceinline__ float finish(const In& in, int64_t r, int c) const {
+  __device__ __forceinline__ void finish(const In& in, int64_t r, int c, float* acc) const {
     const int64_t i = r * cols + c;
     const float d = __fmul_rn(in.g, in.x0);
     const float gz = __fmul_rn(in.g, in.zb);
     float x = accumulate ? __fadd_rn(in.dx0, gz) : gz;
     if (identity) x = __fadd_rn(x, in.g);
-    if (dz) dz[i] = d;
-    if (dz16) dz16[i] = H::bits(d);
+    dz[i] = d;
     *x0_ptr(dx0.a, dx0.b, dx0.a_cols, cols, r, c) = x;
-    return d;
+    acc[0] += d;
+  }
+};
+
+// 16-bit: elements (r, c .. c + V) of dz = g ⊙ x0, summed into db.
+template <class H, int V>
+struct CrossGradHalf {
+  static constexpr int kCols = V;
+  const uint16_t* g16;
+  const uint16_t* x16;
+  uint16_t* dz16;
+  int cols;
+  struct In {
+    dense::Halves8 g, x;
+  };
+  __device__ __forceinline__ In load(int64_t r, int c) const {
+    const int64_t i = r * cols + c;
+    In in;
+    if constexpr (V == 8) {
+      in.g = dense::load8(g16 + i), in.x = dense::load8(x16 + i);
+    } else {
+      in.g.h[0] = g16[i], in.x.h[0] = x16[i];
+    }
+    return in;
+  }
+  __device__ __forceinline__ void finish(const In& in, int64_t r, int c, float* acc) const {
+    float d[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      d[k] = __fmul_rn(H::value(in.g.h[k]), H::value(in.x.h[k]));
+      acc[k] += d[k];
+    }
+    round_into<H, V>(dz16 + r * cols + c, d);
   }
 };
 
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
 
-// Whether the row-block kernels may take four columns at a time: the width and x0's first block a multiple of
-// four, every fp32 array 16-byte aligned and every 16-bit one 8-byte aligned.
+// Whether the fp32 kernels may take four columns at a time: the width and x0's first block a multiple of four,
+// every fp32 array 16-byte aligned and every 16-bit one 8-byte aligned.
 bool by_four(int cols, const CrossInput& x0, std::initializer_list<const void*> f32,
              std::initializer_list<const void*> f16) {
   if (cols % 4 != 0 || (x0.b && x0.a_cols % 4 != 0) || !aligned(x0.a, 16) || (x0.b && !aligned(x0.b, 16)))
@@ -153,6 +280,16 @@ bool by_four(int cols, const CrossInput& x0, std::initializer_list<const void*> 
     if (p && !aligned(p, 16)) return false;
   for (const void* p : f16)
     if (p && !aligned(p, 8)) return false;
+  return true;
+}
+
+// Whether the 16-bit kernels may take eight columns at a time: the width (and a split x0 gradient's first
+// block) a multiple of eight, every array 16-byte aligned.
+bool by_eight(int cols, std::initializer_list<const void*> arrays, const CrossInputGrad* dx0 = nullptr) {
+  if (cols % 8 != 0) return false;
+  if (dx0 && (!aligned(dx0->a, 16) || (dx0->b && (dx0->a_cols % 8 != 0 || !aligned(dx0->b, 16))))) return false;
+  for (const void* p : arrays)
+    if (p && !aligned(p, 16)) return false;
   return true;
 }
 
@@ -174,18 +311,14 @@ dim3 row_block_grid(int64_t rows, int cols, int n) {
 
 void cross_forward_elementwise_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream) {
   if (d.batch == 0) return;
-  // without a 16-bit array the type is not read: the bf16 instance serves fp32
-  dense::with_half(a.out16 || a.z16 ? a.half : GemmType::bf16, [&](auto h) {
-    using H = decltype(h);
-    if (by_four(d.out, a.x0, {a.z, a.bias, a.xl, a.out}, {a.z16, a.out16})) {
-      cross_forward_kernel<H, 4><<<row_block_grid(d.batch, d.out, 4), 128, 0, stream>>>(
-          a.x0, a.z, a.z16, a.bias, a.xl, a.out, a.out16, d.batch, d.out);
-    } else {
-      cross_forward_kernel<H, 1><<<row_block_grid(d.batch, d.out, 1), 128, 0, stream>>>(
-          a.x0, a.z, a.z16, a.bias, a.xl, a.out, a.out16, d.batch, d.out);
-    }
-    CUDA_CHECK_LAUNCH("cross_forward_kernel");
-  });
+  if (by_four(d.out, a.x0, {a.z, a.bias, a.xl, a.out}, {})) {
+    cross_forward_kernel<4><<<row_block_grid(d.batch, d.out, 4), 128, 0, stream>>>(a.x0, a.z, a.bias, a.xl, a.out,
+                                                                                   d.batch, d.out);
+  } else {
+    cross_forward_kernel<1><<<row_block_grid(d.batch, d.out, 1), 128, 0, stream>>>(a.x0, a.z, a.bias, a.xl, a.out,
+                                                                                   d.batch, d.out);
+  }
+  CUDA_CHECK_LAUNCH("cross_forward_kernel");
 }
 
 void cross_input_to_half_cuda(const LinearDims& d, GemmType t, const CrossInput& x0, uint16_t* x16, Stream stream) {
@@ -208,9 +341,48 @@ void copy_columns_cuda(const float* src, int64_t src_ld, float* dst, int64_t dst
 }
 
 void cross_backward_elementwise_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream) {
-  dense::with_half(a.dz16 || a.z16 ? a.half : GemmType::bf16, [&](auto h) {
-    CrossGrad<decltype(h)> op{a.g, a.x0, a.z, a.z16, a.bias, a.dz, a.dz16, a.dx0, a.accumulate, a.identity, d.out};
-    dense::column_sums(op, d.batch, d.out, a.db, stream, "cross_backward (column_sum_kernel)");
+  CrossGrad op{a.g, a.x0, a.z, a.bias, a.dz, a.dx0, a.accumulate, a.identity, d.out};
+  dense::column_sums(op, d.batch, d.out, a.db, stream, "cross_backward (column_sum_kernel)");
+}
+
+void cross_forward_half_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream) {
+  if (d.batch == 0) return;
+  dense::with_half(a.half, [&](auto h) {
+    using H = decltype(h);
+    if (by_eight(d.out, {a.x16, a.z16, a.bias, a.xl16, a.out16, a.out}))
+      cross_forward_half_kernel<H, 8><<<row_block_grid(d.batch, d.out, 8), 128, 0, stream>>>(
+          a.x16, a.z16, a.bias, a.xl16, a.out16, a.out, d.batch, d.out);
+    else
+      cross_forward_half_kernel<H, 1><<<row_block_grid(d.batch, d.out, 1), 128, 0, stream>>>(
+          a.x16, a.z16, a.bias, a.xl16, a.out16, a.out, d.batch, d.out);
+    CUDA_CHECK_LAUNCH("cross_forward_half_kernel");
+  });
+}
+
+void cross_backward_half_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream) {
+  dense::with_half(a.half, [&](auto h) {
+    using H = decltype(h);
+    if (by_eight(d.out, {a.g16, a.x16, a.dz16})) {
+      CrossGradHalf<H, 8> op{a.g16, a.x16, a.dz16, d.out};
+      dense::column_sums(op, d.batch, d.out, a.db, stream, "cross_backward_half (column_sum_kernel)");
+    } else {
+      CrossGradHalf<H, 1> op{a.g16, a.x16, a.dz16, d.out};
+      dense::column_sums(op, d.batch, d.out, a.db, stream, "cross_backward_half (column_sum_kernel)");
+    }
+  });
+}
+
+void cross_input_grad_half_cuda(const LinearDims& d, const CrossGradTerms& a, Stream stream) {
+  if (d.batch == 0) return;
+  bool eight = by_eight(d.out, {a.identity}, &a.dx0);
+  for (int k = 0; k < a.n; ++k) eight = eight && by_eight(d.out, {a.g16[k], a.z16[k], a.bias[k]});
+  dense::with_half(a.half, [&](auto h) {
+    using H = decltype(h);
+    if (eight)
+      cross_input_grad_half_kernel<H, 8><<<row_block_grid(d.batch, d.out, 8), 128, 0, stream>>>(a, d.batch, d.out);
+    else
+      cross_input_grad_half_kernel<H, 1><<<row_block_grid(d.batch, d.out, 1), 128, 0, stream>>>(a, d.batch, d.out);
+    CUDA_CHECK_LAUNCH("cross_input_grad_half_kernel");
   });
 }
 

@@ -5,14 +5,24 @@
 //   h_l = x_l V_l^T                [batch, rank]
 //   z_l = h_l U_l^T + b_l          [batch, D]
 //   x_{l+1} = x0 ⊙ z_l + x_l
-// Backward, from g = dL/dx_{l+1}:
+// Backward, from g_{l+1} = dL/dx_{l+1}:
 //   dz = g ⊙ x0,  db_l = Σ_batch dz,  dU_l = dz^T h_l,  dh = dz U_l,  dV_l = dh^T x_l,
-//   dx_l = g + dh V_l,  and x0 collects g ⊙ z_l from every layer (plus, at l = 0 where x_l is x0, dx_0).
-// The GEMMs are dense_linear.h's steps (cuBLASLt on cuda); z's GEMM writes the product without the bias (in 16-bit
-// training straight in 16 bits, like h and dh), and the elementwise steps add b where they read z, so each
-// layer makes one pass over [batch, D] each way: forward x_{l+1} (and its 16-bit copy); backward dz (or its 16-bit
-// copy), db (a fixed-order column sum) and the x0 gradient. In fp32 that is the same arithmetic as the bias in the
-// GEMM's epilogue (fl(fl(hU) + b)); in 16-bit training z = fl16(hU) + b, the bias added in fp32.
+//   g_l = g_{l+1} + dh V_l,  and x0 collects g_{l+1} ⊙ z_l from every layer, plus g_1 (x_0 is x0) and dh V_0.
+// The GEMMs are dense_linear.h's steps (cuBLASLt on cuda); z's GEMM writes the product without the bias, and the
+// elementwise steps add b where they read z, so each layer makes one pass over [batch, D] each way.
+//
+// fp32: x_l, z_l, dz and g in fp32; the backward's elementwise step writes dz, db and the x0 gradient of its
+// layer (accumulated layer after layer); the arithmetic is that of the bias in the GEMM's epilogue (fl(fl(hU) + b)).
+//
+// 16-bit training (bf16, f16): every [batch, D] array the network keeps is in the 16-bit type, as autocast keeps
+// activations: x0's copy x16 (rounded once), z_l = fl16(h U^T) (+ b in fp32 where read), x_{l+1} rounded from its
+// fp32 sum, and the gradients g_l (each the GEMM's fp32 sum g_{l+1} + dh V_l rounded once). The products
+// x0 ⊙ z and g ⊙ x0 read x16. The backward's per-layer step writes dz (16 bits) and db; x0's gradient is one
+// pass at the end over every layer's g and z (cross_input_grad_half), in fp32, then the bottom layer's dh V_0 is
+// added by its GEMM. Each pass moves 16 bytes a thread.
+//
+// The backward comes in two parts (backward_data, backward_weights), so that work waiting for x0's gradient (the
+// embeddings' update) can start before the weight gradients' GEMMs (dU, dV) run.
 // x0 need not exist as one array: the network reads it as two column blocks (DCNv2: the bottom MLP's output and
 // the pooled embeddings, where their producers wrote them), and writes its gradient as two blocks likewise.
 // Every launcher takes the stream it runs on last (cuda: asynchronous on it, no host synchronization; cpu: runs
@@ -61,42 +71,71 @@ void copy_columns_cuda(const float* src, int64_t src_ld, float* dst, int64_t dst
                        Stream stream);
 
 // ---------------------------------------------------------------------------------------------------------
-// The elementwise steps (shapes [batch, D]; d.in == d.out == D). z is the product h U^T without the bias: fp32 z,
-// or its 16-bit copy z16 (the other nullptr); bias [D].
+// The elementwise steps (shapes [batch, D]; d.in == d.out == D; bias [D]).
 
-// x16 [batch, D] = x0 in the 16-bit type t (rounded to nearest even): the first V GEMM's input.
+// fp32: out = x0 ⊙ (z + bias) + xl (xl == nullptr: x0 itself, the first layer's x_l, read once).
+void cross_forward_elementwise(const Device& dev, const LinearDims& d, const CrossInput& x0, const float* z,
+                               const float* bias, const float* xl, float* out, Stream stream);
+
+// fp32: dz = g ⊙ x0; db [D] = Σ_batch dz; dx0 = (accumulate ? dx0 : 0) + g ⊙ (z + bias) + (identity ? g : 0).
+void cross_backward_elementwise(const Device& dev, const LinearDims& d, const float* g, const CrossInput& x0,
+                                const float* z, const float* bias, float* dz, float* db, const CrossInputGrad& dx0,
+                                bool accumulate, bool identity, Stream stream);
+
+// 16-bit type t (bf16, f16) from here on; 16-bit arrays are bits (src/base/half.h's formats).
+// x16 [batch, D] = x0 in t (rounded to nearest even): the first V GEMM's input and the products' x0.
 void cross_input_to_half(const Device& dev, const LinearDims& d, GemmType t, const CrossInput& x0, uint16_t* x16,
                          Stream stream);
 
-// out = x0 ⊙ (z + bias) + xl (xl == nullptr: x0 itself, the first layer's x_l, read once); out16 (the copy of out
-// in the 16-bit type t) when not nullptr; out may be nullptr when out16 is not (only the 16-bit copy is read).
-// t is read where there is a 16-bit array.
-void cross_forward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const CrossInput& x0,
-                               const float* z, const uint16_t* z16, const float* bias, const float* xl, float* out,
-                               uint16_t* out16, Stream stream);
+// v = x16 ⊙ (z16 + bias) + xl16 in fp32 (xl16 == nullptr: x16 itself); out16 = v in t when not nullptr, out = v
+// when not nullptr (one of them at least).
+void cross_forward_half(const Device& dev, const LinearDims& d, GemmType t, const uint16_t* x16,
+                        const uint16_t* z16, const float* bias, const uint16_t* xl16, uint16_t* out16, float* out,
+                        Stream stream);
 
-// dz = g ⊙ x0 (dz16: its copy in the 16-bit type t when not nullptr; dz may be nullptr when dz16 is not);
-// db [D] = Σ_batch dz; dx0 = (accumulate ? dx0 : 0) + g ⊙ (z + bias) + (identity ? g : 0).
-void cross_backward_elementwise(const Device& dev, const LinearDims& d, GemmType t, const float* g,
-                                const CrossInput& x0, const float* z, const uint16_t* z16, const float* bias,
-                                float* dz, uint16_t* dz16, float* db, const CrossInputGrad& dx0, bool accumulate,
-                                bool identity, Stream stream);
+// dz16 = g16 ⊙ x16 in t; db [D] = Σ_batch of the fp32 products (db may be nullptr).
+void cross_backward_half(const Device& dev, const LinearDims& d, GemmType t, const uint16_t* g16,
+                         const uint16_t* x16, uint16_t* dz16, float* db, Stream stream);
 
-struct CrossElementwise {  // the steps' arguments, for the backends
-  GemmType half;           // the 16-bit arrays' type
-  const float* g;          // backward
-  CrossInput x0;
-  const float* z;
-  const uint16_t* z16;
-  const float* bias;
-  const float* xl;         // forward
-  float* out;
-  uint16_t* out16;
-  float* dz;               // backward
-  uint16_t* dz16;
-  float* db;
+// x0's gradient from the network's layers (16-bit training), in fp32: for layers k = 0 .. n-1 with g16[k] the
+// gradient of x_{k+1}, z16[k] and bias[k],
+//   dx0 = g16[n-1] ⊙ (z16[n-1] + bias[n-1]) + ... + g16[0] ⊙ (z16[0] + bias[0]) + g16[0],
+// added in that order (the top layer first), every product and sum rounded to fp32.
+void cross_input_grad_half(const Device& dev, const LinearDims& d, GemmType t,
+                           const std::vector<const uint16_t*>& g16, const std::vector<const uint16_t*>& z16,
+                           const std::vector<const float*>& bias, const CrossInputGrad& dx0, Stream stream);
+
+// The steps' arguments, for the backends.
+struct CrossElementwise {
+  GemmType half = GemmType::bf16;  // the 16-bit arrays' type
+  CrossInput x0;                   // fp32 steps
+  const uint16_t* x16 = nullptr;   // 16-bit steps
+  const float* z = nullptr;
+  const uint16_t* z16 = nullptr;
+  const float* bias = nullptr;
+  const float* xl = nullptr;       // forward
+  const uint16_t* xl16 = nullptr;
+  float* out = nullptr;
+  uint16_t* out16 = nullptr;
+  const float* g = nullptr;        // backward
+  const uint16_t* g16 = nullptr;
+  float* dz = nullptr;
+  uint16_t* dz16 = nullptr;
+  float* db = nullptr;
   CrossInputGrad dx0;
-  bool accumulate, identity;
+  bool accumulate = false, identity = false;
+};
+// cross_input_grad_half's layers, at most kMaxCrossTerms a pass (the launcher chains passes for more).
+constexpr int kMaxCrossTerms = 8;
+struct CrossGradTerms {
+  GemmType half = GemmType::bf16;
+  int n = 0;
+  const uint16_t* g16[kMaxCrossTerms] = {};
+  const uint16_t* z16[kMaxCrossTerms] = {};
+  const float* bias[kMaxCrossTerms] = {};
+  bool accumulate = false;           // dx0 holds the terms of the layers above: add to it
+  const uint16_t* identity = nullptr;  // add this last (g16 of layer 0), or nullptr
+  CrossInputGrad dx0;
 };
 void cross_input_to_half_cpu(const LinearDims& d, GemmType t, const CrossInput& x0, uint16_t* x16);
 void cross_input_to_half_cuda(const LinearDims& d, GemmType t, const CrossInput& x0, uint16_t* x16, Stream stream);
@@ -104,6 +143,12 @@ void cross_forward_elementwise_cpu(const LinearDims& d, const CrossElementwise& 
 void cross_forward_elementwise_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream);
 void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise& a);
 void cross_backward_elementwise_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream);
+void cross_forward_half_cpu(const LinearDims& d, const CrossElementwise& a);
+void cross_forward_half_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream);
+void cross_backward_half_cpu(const LinearDims& d, const CrossElementwise& a);
+void cross_backward_half_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream);
+void cross_input_grad_half_cpu(const LinearDims& d, const CrossGradTerms& a);
+void cross_input_grad_half_cuda(const LinearDims& d, const CrossGradTerms& a, Stream stream);
 
 // ---------------------------------------------------------------------------------------------------------
 // The network, with what it saves for backward. Parameters are not owned (as in dense_mlp.h): the caller's
@@ -136,9 +181,17 @@ class CrossNet {
   const float* forward(const float* params, const CrossInput& x0, int64_t batch, Stream stream,
                        uint16_t* out16 = nullptr);
 
-  // From dxL [batch, D]: grads [param_count] and dx0 [batch, D] (its blocks as x0's were given, any split) are
-  // overwritten.
+  // 16-bit precision: where a producer may write dL/dx_L [max_batch, D] in the 16-bit type (dense_mlp.h's
+  // backward_data dx16) before backward_data(params, nullptr, ...); nullptr for fp32.
+  uint16_t* output_grad16();
+
+  // From dxL [batch, D] (16-bit precision: nullptr when the gradient is in output_grad16()): grads [param_count]
+  // and dx0 [batch, D] (its blocks as x0's were given, any split) are overwritten.
   void backward(const float* params, const float* dxL, float* grads, const CrossInputGrad& dx0, Stream stream);
+  // The same in two parts: backward_data writes the bias gradients and dx0 and keeps every layer's dz and dh;
+  // backward_weights then writes U's and V's gradients from them (the same values as backward).
+  void backward_data(const float* params, const float* dxL, float* grads, const CrossInputGrad& dx0, Stream stream);
+  void backward_weights(float* grads, Stream stream);
 
   // DCNv2's initialization on the host, deterministic by seed: U and V uniform in ±sqrt(6 / (fan_in +
   // fan_out)) (Glorot), b zero.
@@ -149,26 +202,38 @@ class CrossNet {
   LinearDims v_dims(int l) const;  // h = x_l V^T: in D, out rank
   LinearDims u_dims(int l) const;  // z = h U^T + b: in rank, out D
   LinearDims x_dims() const;       // the elementwise steps: D by D
-  const float* x_in(int l) const { return l == 0 ? x0_.a : xs_[l - 1].data(); }  // fp32: what V_l's GEMM reads
+  // what V_l's GEMMs read as x_l: fp32 x0 or x_l, or the 16-bit x_l
+  const void* x_gemm(int l) const;
   // V_l and U_l as the GEMMs read them: in the parameters (fp32) or their 16-bit copies
   const void* v_gemm(const float* params, int l) const;
   const void* u_gemm(const float* params, int l) const;
+  void backward_data_f32(const float* params, const float* dxL, float* grads, const CrossInputGrad& dx0,
+                         Stream stream);
+  void backward_data_half(const float* params, const float* dxL, float* grads, const CrossInputGrad& dx0,
+                          Stream stream);
+  // dx0 += dh V_0, block by block when dx0 is in two
+  void add_bottom_data_grad(const float* params, const void* dh, const CrossInputGrad& dx0, Stream stream);
 
   Device dev_;
   CrossConfig cfg_;
   int64_t max_batch_ = 0;
   int64_t batch_ = -1;
+  bool have_grads_ = false;          // backward_data ran since the last forward
   std::vector<std::string> names_;  // per layer: V, U, x
   CrossInput x0_;                         // the last forward's input
-  Buffer<float> x0_whole_;                // fp32 with x0 in two blocks: x0 as one array [max_batch, D]
+  // fp32
+  Buffer<float> x0_whole_;                // x0 in two blocks: x0 as one array [max_batch, D]
   std::vector<Buffer<float>> xs_;         // x_{l+1} [max_batch, D], l < layers
-  std::vector<Buffer<float>> hs_, zs_;    // fp32: h_l [max_batch, rank], z_l [max_batch, D] (without the bias)
-  std::vector<Buffer<uint16_t>> zs16_;    // 16-bit: z_l
-  std::vector<Buffer<uint16_t>> xs16_;    // 16-bit: x_l [max_batch, D], l < layers (x_0 included)
-  std::vector<Buffer<uint16_t>> hs16_;    // 16-bit: h_l
-  std::vector<Buffer<uint16_t>> v16_, u16_;  // 16-bit copies of V_l and U_l, each its own aligned buffer
-  Buffer<float> dz_, g_, dh_;             // [max_batch, D] (fp32 only), [max_batch, D], [max_batch, rank]
-  Buffer<uint16_t> dz16_, dh16_;
+  std::vector<Buffer<float>> hs_, zs_;    // h_l [max_batch, rank], z_l [max_batch, D] (without the bias)
+  std::vector<Buffer<float>> dzs_, dhs_;  // per layer: dz [max_batch, D], dh [max_batch, rank]
+  Buffer<float> g_;                       // g_l [max_batch, D] between layers
+  // 16-bit
+  std::vector<Buffer<uint16_t>> xs16_;    // x_l [max_batch, D], l < layers (x_0 = x0's copy included)
+  std::vector<Buffer<uint16_t>> hs16_, zs16_;
+  std::vector<Buffer<uint16_t>> v16_, u16_;  // copies of V_l and U_l, each its own aligned buffer
+  std::vector<Buffer<uint16_t>> gs16_;    // g_{l+1} [max_batch, D] per layer (the top one: output_grad16())
+  std::vector<Buffer<uint16_t>> dzs16_, dhs16_;
+  Buffer<float> out_;                     // x_L in fp32 when the caller gives no out16 (made on first use)
 };
 
 }  // namespace sparta

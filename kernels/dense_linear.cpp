@@ -63,8 +63,8 @@ const float* as_floats(GemmType t, const void* p, int64_t rows, int64_t cols, in
 
 void gemm_cpu(const GemmCall& g) {
   if (g.m == 0 || g.n == 0) return;
-  SPARTA_ASSERT(g.d_type == GemmType::f32 || (g.d_type == g.type && g.beta == 0.f),
-                "layer %s: a 16-bit D needs 16-bit inputs of its type and beta 0", g.layer);
+  SPARTA_ASSERT(g.d_type == GemmType::f32 || (g.d_type == g.type && (g.beta == 0.f || g.c)),
+                "layer %s: a 16-bit D needs 16-bit inputs of its type, and C apart from D for beta != 0", g.layer);
   // D in fp32: g.d itself, or a temporary rounded into the 16-bit D at the end
   std::vector<float> tmp;
   float* d = static_cast<float*>(g.d);
@@ -72,9 +72,13 @@ void gemm_cpu(const GemmCall& g) {
     tmp.assign(size_t((g.n - 1) * g.ldd + g.m), 0.f);
     d = tmp.data();
   }
-  if (g.c && g.beta != 0.f)  // D = C first, then the product is added to it
+  if (g.c && g.beta != 0.f) {  // D = C first (widened when 16-bit), then the product is added to it
+    const HalfToFloat widen = g.d_type == GemmType::f32 ? nullptr : half_to_float(g.d_type);
+    const float* c32 = static_cast<const float*>(g.c);
+    const uint16_t* c16 = static_cast<const uint16_t*>(g.c);
     for (int64_t j = 0; j < g.n; ++j)
-      for (int64_t i = 0; i < g.m; ++i) d[j * g.ldd + i] = g.c[j * g.ldd + i];
+      for (int64_t i = 0; i < g.m; ++i) d[j * g.ldd + i] = widen ? widen(c16[j * g.ldd + i]) : c32[j * g.ldd + i];
+  }
   if (g.k == 0) {  // an empty product: D = beta * C (BLAS implementations differ on whether they touch D here)
     for (int64_t j = 0; j < g.n; ++j)
       for (int64_t i = 0; i < g.m; ++i) d[j * g.ldd + i] = g.beta == 0.f ? 0.f : g.beta * d[j * g.ldd + i];
@@ -300,6 +304,18 @@ void linear_backward_data_half(const Device& dev, const LinearDims& d, GemmType 
   SPARTA_REQUIRE(is_half(t), "dense layer '%s': a 16-bit output needs bf16 or f16 inputs, found %s", d.layer,
                  gemm_type_name(t));
   run_gemm(dev, backward_data_half_call(d, t, dpre, w, dx16), stream);
+}
+
+void linear_backward_data_half_plus(const Device& dev, const LinearDims& d, GemmType t, const void* dpre,
+                                    const void* w, const uint16_t* addend16, uint16_t* dx16, Stream stream) {
+  check_linear_dims(d);
+  SPARTA_REQUIRE(is_half(t), "dense layer '%s': a 16-bit output needs bf16 or f16 inputs, found %s", d.layer,
+                 gemm_type_name(t));
+  SPARTA_REQUIRE(d.batch == 0 || (addend16 && addend16 != dx16),
+                 "dense layer '%s': the addend must be another array than dx", d.layer);
+  GemmCall g = backward_data_half_call(d, t, dpre, w, dx16);
+  g.beta = 1.f, g.c = addend16;
+  run_gemm(dev, g, stream);
 }
 
 void linear_forward_relu_half(const Device& dev, const LinearDims& d, GemmType t, const void* x, const void* w,

@@ -186,6 +186,7 @@ namespace {
 // nullptr (16-bit training reads dpre16, of type H, alone).
 template <class H>
 struct ActivationGrad {
+  static constexpr int kCols = 1;
   const float* y;
   const float* dy;
   float* dpre;
@@ -200,33 +201,48 @@ struct ActivationGrad {
     const int64_t i = r * cols + c;
     return {relu ? y[i] : 1.f, dy[i]};
   }
-  __device__ __forceinline__ float finish(const In& in, int64_t r, int c) const {
+  __device__ __forceinline__ void finish(const In& in, int64_t r, int c, float* acc) const {
     const int64_t i = r * cols + c;
     const float v = relu && !(in.y > 0.f) ? 0.f : __fmul_rn(in.dy, dy_scale);
     if (dpre) dpre[i] = v;
     if (dpre16) dpre16[i] = H::bits(v);
-    return v;
+    acc[0] += v;
   }
 };
 
-// Element (r, c) of the ReLU + bias gradient from 16-bit arrays (type H); dpre16 may be dy16.
-template <class H>
+// Elements (r, c .. c + V) of the ReLU + bias gradient from 16-bit arrays (type H); dpre16 may be dy16. V = 8:
+// 16-byte loads and stores (cols a multiple of 8, the arrays 16-byte aligned).
+template <class H, int V>
 struct ReluGradHalf {
+  static constexpr int kCols = V;
   const uint16_t* y16;
   const uint16_t* dy16;
   uint16_t* dpre16;
   int cols;
   struct In {
-    uint16_t y, dy;
+    dense::Halves8 y, dy;
   };
   __device__ __forceinline__ In load(int64_t r, int c) const {
     const int64_t i = r * cols + c;
-    return {y16[i], dy16[i]};
+    In in;
+    if constexpr (V == 8) {
+      in.y = dense::load8(y16 + i), in.dy = dense::load8(dy16 + i);
+    } else {
+      in.y.h[0] = y16[i], in.dy.h[0] = dy16[i];
+    }
+    return in;
   }
-  __device__ __forceinline__ float finish(const In& in, int64_t r, int c) const {
-    const uint16_t v = H::value(in.y) > 0.f ? in.dy : uint16_t(0);
-    dpre16[r * cols + c] = v;
-    return H::value(v);
+  __device__ __forceinline__ void finish(const In& in, int64_t r, int c, float* acc) const {
+    dense::Halves8 out;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      out.h[v] = H::value(in.y.h[v]) > 0.f ? in.dy.h[v] : uint16_t(0);
+      acc[v] += H::value(out.h[v]);
+    }
+    if constexpr (V == 8)
+      dense::store8(dpre16 + r * cols + c, out);
+    else
+      dpre16[r * cols + c] = out.h[0];
   }
 };
 
@@ -547,8 +563,14 @@ void activation_bias_backward_cuda(const LinearDims& d, GemmType t, Activation a
 void relu_bias_backward_half_cuda(const LinearDims& d, GemmType t, const uint16_t* y16, const uint16_t* dy16,
                                   uint16_t* dpre16, float* db, Stream stream) {
   dense::with_half(t, [&](auto h) {
-    ReluGradHalf<decltype(h)> op{y16, dy16, dpre16, d.out};
-    dense::column_sums(op, d.batch, d.out, db, stream, "relu_bias_backward_half (column_sum_kernel)");
+    using H = decltype(h);
+    if (d.out % 8 == 0 && dense::aligned16(y16) && dense::aligned16(dy16) && dense::aligned16(dpre16)) {
+      ReluGradHalf<H, 8> op{y16, dy16, dpre16, d.out};
+      dense::column_sums(op, d.batch, d.out, db, stream, "relu_bias_backward_half (column_sum_kernel)");
+    } else {
+      ReluGradHalf<H, 1> op{y16, dy16, dpre16, d.out};
+      dense::column_sums(op, d.batch, d.out, db, stream, "relu_bias_backward_half (column_sum_kernel)");
+    }
   });
 }
 

@@ -66,6 +66,10 @@ void linear_forward_half(const Device& dev, const LinearDims& d, GemmType t, con
                          uint16_t* y16, Stream stream);
 void linear_backward_data_half(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
                                uint16_t* dx16, Stream stream);
+// dx16 [batch, in] = t(dpre · w + addend16): linear_backward_data_half plus a 16-bit addend of type t (another
+// array than dx16), added in fp32 before the one rounding.
+void linear_backward_data_half_plus(const Device& dev, const LinearDims& d, GemmType t, const void* dpre,
+                                    const void* w, const uint16_t* addend16, uint16_t* dx16, Stream stream);
 // dx [batch, in] = dpre · w + addend (addend [batch, in] fp32, another array than dx): linear_backward_data
 // accumulating onto a copy of addend, without the copy.
 void linear_backward_data_plus(const Device& dev, const LinearDims& d, GemmType t, const void* dpre, const void* w,
@@ -144,8 +148,8 @@ bool relu_half_fusion_available(const Device& dev, const LinearDims& d_below, co
 // ---------------------------------------------------------------------------------------------------------
 // Backends. The GEMMs in column-major terms (what BLAS and cuBLASLt take): a row-major [r, c] matrix is a
 // column-major [c, r] one, so every step above is one column-major GEMM without copies.
-//   D [m, n] (ldd) = op(A) · op(B) + beta · C,  op(A) [m, k], op(B) [k, n]; A, B of type t; C fp32 (D itself
-//   unless c is given); D fp32 or of the 16-bit type t (d_type); bias [m] added to every column of D and relu
+//   D [m, n] (ldd) = op(A) · op(B) + beta · C,  op(A) [m, k], op(B) [k, n]; A, B of type t; C of D's type (D
+//   itself unless c is given; added in fp32 before D is rounded); D fp32 or of the 16-bit type t (d_type); bias [m] added to every column of D and relu
 //   applied after it when asked (the forward's epilogue), before D is rounded to d_type; with a 16-bit D the
 //   bias is rounded to d_type first (cuBLASLt takes it so).
 struct GemmCall {
@@ -161,7 +165,7 @@ struct GemmCall {
   int64_t ldd = 0;
   GemmType d_type = GemmType::f32;
   float beta = 0.f;
-  const float* c = nullptr;     // beta != 0: C when not D (fp32, ldd)
+  const void* c = nullptr;      // beta != 0: C when not D (D's type, ldd); a 16-bit D with beta != 0 needs it
   const float* bias = nullptr;  // [m] or nullptr
   bool relu = false;
 };

@@ -169,9 +169,13 @@ void Mlp::backward(const float* params, const float* dy, float* grads, float* dx
   backward_weights(grads, stream);
 }
 
-void Mlp::backward_data(const float* params, const float* dy, float* grads, float* dx, Stream stream) {
+void Mlp::backward_data(const float* params, const float* dy, float* grads, float* dx, Stream stream,
+                        uint16_t* dx16) {
   SPARTA_REQUIRE(batch_ >= 0, "MLP '%s': backward before any forward", cfg_.name.c_str());
   const bool half = is_half(cfg_.precision);
+  SPARTA_REQUIRE(!dx16 || (half && !dx && gemm_dims(0).in == dims(0).in),
+                 "MLP '%s': a 16-bit input gradient needs 16-bit precision, an unpadded input and no fp32 dx",
+                 cfg_.name.c_str());
   const int L = layers();
   const float* g = dy;
   for (int l = L - 1; l >= 0; --l) {
@@ -189,6 +193,10 @@ void Mlp::backward_data(const float* params, const float* dy, float* grads, floa
     if (l > 0 && fused_[l - 1]) {  // the data gradient in 16 bits, for the layer below's fused ReLU step
       linear_backward_data_half(dev_, gemm_dims(l), cfg_.precision, dpre(l), gemm_weight(params, l),
                                 dpre16_[l - 1].data(), stream);
+      continue;
+    }
+    if (l == 0 && dx16) {
+      linear_backward_data_half(dev_, gemm_dims(0), cfg_.precision, dpre(0), gemm_weight(params, 0), dx16, stream);
       continue;
     }
     float* dx_l = l > 0 ? grad_.data() : dx;

@@ -83,8 +83,11 @@ class Mlp {
   void backward(const float* params, const float* dy, float* grads, float* dx, Stream stream);
   // The same in two parts, so that work can be queued between dx and the weight gradients: backward_data writes
   // the bias gradients and dx, and keeps every layer's pre-activation gradient; backward_weights then writes the
-  // weight gradients from them (the same values as backward).
-  void backward_data(const float* params, const float* dy, float* grads, float* dx, Stream stream);
+  // weight gradients from them (the same values as backward). dx16 (16-bit precision, an unpadded input, instead
+  // of dx): the input's gradient in the precision's 16-bit type, rounded once from the GEMM's fp32 sum (what a
+  // 16-bit producer's backward reads: cross_layer.h's output_grad16).
+  void backward_data(const float* params, const float* dy, float* grads, float* dx, Stream stream,
+                     uint16_t* dx16 = nullptr);
   void backward_weights(float* grads, Stream stream);
 
   // DLRM's initialization on the host, deterministic by seed: weights N(0, sqrt(2 / (in + out))), biases

@@ -188,7 +188,8 @@ DenseModel::DenseModel(const Device& dev, const ModelConfig& cfg, int64_t max_ba
   top_count_ = top_.param_count();
   const size_t B = size_t(max_batch_), W = size_t(cfg_.interaction_width());
   if (cfg_.interaction == Interaction::dot) z_ = Buffer<float>(dev_, B * W);
-  dz_ = Buffer<float>(dev_, B * W);
+  // the top MLP's input gradient in fp32 (dot; fp32 dcnv2): a 16-bit cross network takes it in 16 bits
+  if (cfg_.interaction == Interaction::dot || !is_half(cfg_.precision)) dz_ = Buffer<float>(dev_, B * W);
   dbottom_ = Buffer<float>(dev_, B * size_t(cfg_.bottom_mlp.back()));
   dlogits_ = Buffer<float>(dev_, B);
   loss_ = Buffer<float>(dev_, 1);
@@ -266,20 +267,29 @@ void DenseModel::backward(const float* params, float* grads, float* demb, const 
                           const std::function<void()>& demb_ready) {
   SPARTA_ASSERT(batch_ >= 0, "model: backward before forward");
   const StreamGraphs::Key k = key({key_word(params), key_word(grads), key_word(demb)});
+  // the data gradients down to the embeddings first; the weight gradients' GEMMs after demb_ready, beside the
+  // embeddings' update
   graphs_.run(kBackwardTop, k, dev_.stream, [&] {
-    top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), dz_.data(), dev_.stream);
     if (cfg_.interaction == Interaction::dot) {
+      top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), dz_.data(), dev_.stream);
       InteractionDims d{"interaction", batch_, cfg_.num_slots, cfg_.embedding_dim};
       interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb_, dbottom_.data(), demb, dev_.stream);
     } else {
-      // dx0 written as its two blocks: the bottom MLP's output gradient and demb
-      cross_->backward(params + cross_offset(), dz_.data(), grads + cross_offset(),
-                       CrossInputGrad(dbottom_.data(), demb, cfg_.bottom_mlp.back()), dev_.stream);
+      // 16-bit: the top MLP writes x_L's gradient where the cross network reads it, in 16 bits; dx0 written as its
+      // two blocks: the bottom MLP's output gradient and demb
+      uint16_t* g16 = cross_->output_grad16();
+      float* g = g16 ? nullptr : dz_.data();
+      top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), g, dev_.stream, g16);
+      cross_->backward_data(params + cross_offset(), g, grads + cross_offset(),
+                            CrossInputGrad(dbottom_.data(), demb, cfg_.bottom_mlp.back()), dev_.stream);
     }
   });
-  if (cfg_.interaction == Interaction::dcnv2 && ready) ready(cross_offset(), cross_count_);
   if (demb_ready) demb_ready();
-  graphs_.run(kBackwardTopWeights, k, dev_.stream, [&] { top_.backward_weights(grads + top_offset(), dev_.stream); });
+  graphs_.run(kBackwardTopWeights, k, dev_.stream, [&] {
+    if (cross_) cross_->backward_weights(grads + cross_offset(), dev_.stream);
+    top_.backward_weights(grads + top_offset(), dev_.stream);
+  });
+  if (cfg_.interaction == Interaction::dcnv2 && ready) ready(cross_offset(), cross_count_);
   if (ready) ready(top_offset(), top_count_);
   graphs_.run(kBackwardBottom, k, dev_.stream, [&] {
     bottom_.backward(params + bottom_offset(), dbottom_.data(), grads + bottom_offset(), nullptr, dev_.stream);

@@ -110,10 +110,10 @@ class DenseModel {
   void loss(const float* labels, int64_t mean_over, float* loss, float grad_scale = 1.f);
 
   // After loss: grads [param_count] (device) and demb [batch, embedding_width] (device) are overwritten.
-  // demb comes first: the top MLP's input gradients, the interaction's (or the cross network's) backward, then
-  // demb_ready() is called on the host as soon as the launches that finish demb are queued, so the caller can
-  // start the embeddings' backward on another stream while the rest runs: the top MLP's weight gradients and
-  // the bottom MLP. ready(offset, count) is called likewise once the launches that finish grads[offset,
+  // demb comes first: the top MLP's input gradients, the interaction's (or the cross network's data) backward,
+  // then demb_ready() is called on the host as soon as the launches that finish demb are queued, so the caller can
+  // start the embeddings' backward on another stream while the rest runs: the cross network's and the top MLP's
+  // weight gradients and the bottom MLP. ready(offset, count) is called likewise once the launches that finish grads[offset,
   // offset + count) are queued (dcnv2: the cross network's; then the top MLP's, then the bottom MLP's), so the
   // caller can start reducing that bucket.
   using GradsReady = std::function<void(size_t offset, size_t count)>;

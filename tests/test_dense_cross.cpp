@@ -71,21 +71,23 @@ struct Naive {
   std::vector<double> x, grads, dx0;
 };
 
-// The network in double from the formulas in cross_layer.h; R rounds what 16-bit GEMMs read or write in 16 bits
-// (x_l, h_l, the product h U^T before the bias is added, dz, dh and the weights) to bf16 or f16, identity for fp32.
-Naive naive_net(const CrossConfig& cfg, const std::vector<float>& params, const std::vector<float>& x0,
+// The network in double from the formulas in cross_layer.h; in 16-bit training R rounds what the network keeps in
+// 16 bits (x0's copy, which the products read; x_l; h_l; the product h U^T before the bias is added; every g; dz;
+// dh; the weights) to bf16 or f16; identity for fp32.
+Naive naive_net(const CrossConfig& cfg, const std::vector<float>& params, const std::vector<float>& x0_in,
                 const std::vector<float>& dxL, int64_t B) {
   const GemmType t = cfg.precision;
-  auto R = [&](double v) {
-    return is_half(t) ? double(half_to_float(t)(half_from_float(t)(float(v)))) : double(float(v));
-  };
+  const bool half = is_half(t);
+  auto R = [&](double v) { return half ? double(half_to_float(t)(half_from_float(t)(float(v)))) : double(float(v)); };
   const int D = cfg.dim, r = cfg.rank, L = cfg.layers;
   const size_t per = size_t(2) * r * D + D;
   auto V = [&](int l, int k, int i) { return R(params[l * per + size_t(k) * D + i]); };
   auto U = [&](int l, int i, int k) { return R(params[l * per + size_t(r) * D + size_t(i) * r + k]); };
   auto bias = [&](int l, int i) { return double(params[l * per + size_t(2) * r * D + i]); };
+  std::vector<double> x0(x0_in.size());  // what the products read
+  for (size_t i = 0; i < x0.size(); ++i) x0[i] = R(x0_in[i]);
   std::vector<std::vector<double>> xs(L + 1), hs(L), zs(L);
-  xs[0].assign(x0.begin(), x0.end());
+  xs[0] = half ? x0 : std::vector<double>(x0_in.begin(), x0_in.end());
   for (int l = 0; l < L; ++l) {
     hs[l].assign(size_t(B) * r, 0.0);
     zs[l].assign(size_t(B) * D, 0.0);
@@ -94,13 +96,14 @@ Naive naive_net(const CrossConfig& cfg, const std::vector<float>& params, const 
       for (int k = 0; k < r; ++k) {
         double s = 0;
         for (int i = 0; i < D; ++i) s += R(xs[l][b * D + i]) * V(l, k, i);
-        hs[l][b * r + k] = float(s);
+        hs[l][b * r + k] = R(s);
       }
       for (int i = 0; i < D; ++i) {
         double s = 0;
-        for (int k = 0; k < r; ++k) s += R(hs[l][b * r + k]) * U(l, i, k);
-        zs[l][b * D + i] = float((is_half(t) ? R(s) : s) + bias(l, i));
-        xs[l + 1][b * D + i] = float(double(x0[b * D + i]) * zs[l][b * D + i] + xs[l][b * D + i]);
+        for (int k = 0; k < r; ++k) s += hs[l][b * r + k] * U(l, i, k);
+        zs[l][b * D + i] = float((half ? R(s) : s) + bias(l, i));
+        const double v = double(float(x0[b * D + i] * zs[l][b * D + i] + xs[l][b * D + i]));
+        xs[l + 1][b * D + i] = half && l + 1 < L ? R(v) : v;  // the network's output: fp32
       }
     }
   }
@@ -108,29 +111,36 @@ Naive naive_net(const CrossConfig& cfg, const std::vector<float>& params, const 
   n.x = xs[L];
   n.grads.assign(L * per, 0.0);
   n.dx0.assign(x0.size(), 0.0);
-  std::vector<double> g(dxL.begin(), dxL.end());
+  std::vector<double> g(dxL.size());
+  for (size_t i = 0; i < g.size(); ++i) g[i] = R(dxL[i]);
   for (int l = L - 1; l >= 0; --l) {
     std::vector<double> dz(size_t(B) * D), dh(size_t(B) * r, 0.0), gl(g);
     for (size_t i = 0; i < dz.size(); ++i) {
-      dz[i] = double(float(g[i] * x0[i]));
+      dz[i] = R(float(g[i] * x0[i]));
       n.dx0[i] += g[i] * zs[l][i];
-      n.grads[l * per + size_t(2) * r * D + i % D] += dz[i];
+      n.grads[l * per + size_t(2) * r * D + i % D] += double(float(g[i] * x0[i]));
     }
     for (int64_t b = 0; b < B; ++b)
       for (int i = 0; i < D; ++i)
         for (int k = 0; k < r; ++k) {
-          n.grads[l * per + size_t(r) * D + size_t(i) * r + k] += R(dz[b * D + i]) * R(hs[l][b * r + k]);
-          dh[b * r + k] += R(dz[b * D + i]) * U(l, i, k);
+          n.grads[l * per + size_t(r) * D + size_t(i) * r + k] += dz[b * D + i] * hs[l][b * r + k];
+          dh[b * r + k] += dz[b * D + i] * U(l, i, k);
         }
+    for (double& v : dh) v = R(v);
     for (int64_t b = 0; b < B; ++b)
       for (int k = 0; k < r; ++k)
         for (int i = 0; i < D; ++i) {
-          n.grads[l * per + size_t(k) * D + i] += R(dh[b * r + k]) * R(xs[l][b * D + i]);
-          gl[b * D + i] += R(dh[b * r + k]) * V(l, k, i);
+          n.grads[l * per + size_t(k) * D + i] += dh[b * r + k] * R(xs[l][b * D + i]);
+          gl[b * D + i] += dh[b * r + k] * V(l, k, i);
         }
-    g = gl;
+    if (l == 0) {
+      // x_0 is x0: g_1 itself, then dh V_0, in fp32
+      for (size_t i = 0; i < g.size(); ++i) n.dx0[i] += gl[i];
+    } else {
+      for (size_t i = 0; i < gl.size(); ++i) gl[i] = R(gl[i]);
+      g = gl;
+    }
   }
-  for (size_t i = 0; i < g.size(); ++i) n.dx0[i] += g[i];  // x_0 is x0
   return n;
 }
 
@@ -227,115 +237,171 @@ void hand_computed_layer(Backend be) {
   close_device(dev);
 }
 
-// The elementwise steps alone, every flag, against their formulas (computed here in the order the steps promise:
-// z + bias, times x0, plus x_l, each rounded to float): z fp32 and z in 16 bits, x_l given or x0 itself, x0 and dx0
-// in one array or two blocks, dz also as nullptr beside dz16. Outputs poisoned. Widths that are not multiples of 4
-// (the cuda kernels' one-column path), the model's (3456 = 128 + 3328), batch 1 and 65537.
-void elementwise_steps(Backend be) {
+// The elementwise steps alone, every flag, against their formulas (computed here in the order the steps promise,
+// each product and sum rounded to float): fp32 with x_l given or x0 itself, x0 and dx0 in one array or two blocks;
+// 16-bit (every [batch, D] array in 16 bits, x0's gradient from several layers' terms, more than one pass of them).
+// Outputs poisoned. Widths that are not multiples of 4 or 8 (the cuda kernels' one-column paths), the model's
+// (3456 = 128 + 3328), batch 1 and 65537.
+struct Shape {
+  int64_t batch;
+  int D, a_cols;  // a_cols 0: x0 in one array
+};
+const Shape kShapes[] = {{45, 70, 0}, {64, 72, 0}, {64, 72, 8}, {7, 70, 13}, {1, 12, 4}, {65537, 12, 4}, {3, 3456, 128}};
+
+// x0 (or a gradient's starting values) as a step reads it: one array or two blocks.
+struct Blocks {
+  Buffer<float> whole, a, b;
+  int a_cols = 0;
+  Blocks(const Device& dev, const std::vector<float>& m, int64_t rows, int cols, int a_cols_) : a_cols(a_cols_) {
+    if (a_cols == 0) {
+      whole = Buffer<float>(dev, m);
+    } else {
+      a = Buffer<float>(dev, left_block(m, rows, cols, a_cols));
+      b = Buffer<float>(dev, right_block(m, rows, cols, a_cols));
+    }
+  }
+  CrossInput in() const { return a_cols == 0 ? CrossInput(whole.data()) : CrossInput(a.data(), b.data(), a_cols); }
+  CrossInputGrad grad() {
+    return a_cols == 0 ? CrossInputGrad(whole.data()) : CrossInputGrad(a.data(), b.data(), a_cols);
+  }
+  std::vector<float> joined(int64_t rows, int cols) const {
+    return a_cols == 0 ? whole.download() : join_blocks(a.download(), b.download(), rows, cols, a_cols);
+  }
+};
+
+void elementwise_steps_f32(Backend be) {
   Device dev = dense_test::device_for(be);
-  struct Shape {
-    int64_t batch;
-    int D, a_cols;  // a_cols 0: x0 in one array
-  };
-  const Shape shapes[] = {{45, 70, 0}, {64, 72, 0}, {64, 72, 8}, {7, 70, 13}, {1, 12, 4}, {65537, 12, 4}, {3, 3456, 128}};
-  for (const Shape& sh : shapes)
-  for (GemmType t : {GemmType::bf16, GemmType::f16})
-  for (bool z_half : {false, true}) {
-  const LinearDims d{"cross.elementwise", sh.batch, sh.D, sh.D};
-  BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " batch " << d.batch << " D " << sh.D << " a_cols "
-                                << sh.a_cols << " z " << (z_half ? "16-bit" : "fp32")) {
-  const size_t n = size_t(d.batch) * d.out;
-  const int a_cols = sh.a_cols;
-  const std::vector<float> x0 = testing::random_floats(n), xl = testing::random_floats(n),
-                           g = testing::random_floats(n), prior = testing::random_floats(n),
-                           bias = testing::random_floats(d.out);
-  const std::vector<float> z = z_half ? dense_test::half_rounded(t, testing::random_floats(n)) : testing::random_floats(n);
-  const std::vector<uint16_t> z_bits = dense_test::half_bits(t, z);
-  Buffer<float> zd(dev, z), xld(dev, xl), gd(dev, g), biasd(dev, bias);
-  Buffer<uint16_t> z16d(dev, z_bits);
-  const float* zp = z_half ? nullptr : zd.data();
-  const uint16_t* z16p = z_half ? z16d.data() : nullptr;
-  // x0 as the step reads it
-  Buffer<float> x0d(dev, x0), x0a, x0b;
-  CrossInput in(x0d.data());
-  if (a_cols > 0) {
-    x0a = Buffer<float>(dev, left_block(x0, d.batch, sh.D, a_cols));
-    x0b = Buffer<float>(dev, right_block(x0, d.batch, sh.D, a_cols));
-    in = CrossInput(x0a.data(), x0b.data(), a_cols);
-  }
-  for (bool residual : {true, false}) {
-    Buffer<float> out = dense_test::poisoned(dev, n);
-    Buffer<uint16_t> out16(dev, n);
-    out16.fill_bytes(0xFF);
-    cross_forward_elementwise(dev, d, t, in, zp, z16p, biasd.data(), residual ? xld.data() : nullptr, out.data(),
-                              out16.data(), dev.stream);
-    const std::vector<float> o = out.download();
-    const std::vector<uint16_t> o16 = out16.download();
-    size_t bad = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const float zb = z[i] + bias[i % d.out];
-      const float want = x0[i] * zb + (residual ? xl[i] : x0[i]);
-      bad += o[i] != want || o16[i] != half_from_float(t)(want);
-    }
-    BOOST_CHECK_MESSAGE(bad == 0, bad << " forward elements differ (residual " << residual << ")");
-  }
-  {  // x0's 16-bit copy
-    Buffer<uint16_t> x16(dev, n);
-    x16.fill_bytes(0xFF);
-    cross_input_to_half(dev, d, t, in, x16.data(), dev.stream);
-    BOOST_CHECK(x16.download() == dense_test::half_bits(t, x0));
-  }
-  for (bool accumulate : {false, true})
-    for (bool identity : {false, true}) {
-      Buffer<float> dz = dense_test::poisoned(dev, n), db = dense_test::poisoned(dev, d.out);
-      Buffer<uint16_t> dz16(dev, n);
-      dz16.fill_bytes(0xFF);
-      // dx0 starts as prior (read when accumulating), in the blocks x0 has
-      auto grad_blocks = [&](Buffer<float>& whole, Buffer<float>& ga, Buffer<float>& gb) {
-        whole = Buffer<float>(dev, prior);
-        if (a_cols == 0) return CrossInputGrad(whole.data());
-        ga = Buffer<float>(dev, left_block(prior, d.batch, sh.D, a_cols));
-        gb = Buffer<float>(dev, right_block(prior, d.batch, sh.D, a_cols));
-        return CrossInputGrad(ga.data(), gb.data(), a_cols);
-      };
-      auto joined = [&](Buffer<float>& whole, Buffer<float>& ga, Buffer<float>& gb) {
-        return a_cols == 0 ? whole.download() : join_blocks(ga.download(), gb.download(), d.batch, sh.D, a_cols);
-      };
-      Buffer<float> dx0, dxa, dxb;
-      const CrossInputGrad out_grad = grad_blocks(dx0, dxa, dxb);
-      cross_backward_elementwise(dev, d, t, gd.data(), in, zp, z16p, biasd.data(), dz.data(), dz16.data(), db.data(),
-                                 out_grad, accumulate, identity, dev.stream);
-      const std::vector<float> got_dx0 = joined(dx0, dxa, dxb);
-      {  // without the fp32 dz: the same 16-bit copy, bias gradient and dx0
-        Buffer<float> db2(dev, size_t(d.out)), dx2, dx2a, dx2b;
-        const CrossInputGrad out2 = grad_blocks(dx2, dx2a, dx2b);
-        Buffer<uint16_t> dz16b(dev, n);
-        cross_backward_elementwise(dev, d, t, gd.data(), in, zp, z16p, biasd.data(), nullptr, dz16b.data(),
-                                   db2.data(), out2, accumulate, identity, dev.stream);
-        BOOST_CHECK(dz16b.download() == dz16.download());
-        BOOST_CHECK(db2.download() == db.download());
-        BOOST_CHECK(joined(dx2, dx2a, dx2b) == got_dx0);
+  for (const Shape& sh : kShapes) {
+    const LinearDims d{"cross.elementwise", sh.batch, sh.D, sh.D};
+    BOOST_TEST_CONTEXT(dev.name() << " batch " << d.batch << " D " << sh.D << " a_cols " << sh.a_cols) {
+      const size_t n = size_t(d.batch) * d.out;
+      const std::vector<float> x0 = testing::random_floats(n), xl = testing::random_floats(n),
+                               g = testing::random_floats(n), prior = testing::random_floats(n),
+                               z = testing::random_floats(n), bias = testing::random_floats(d.out);
+      Buffer<float> zd(dev, z), xld(dev, xl), gd(dev, g), biasd(dev, bias);
+      const Blocks x0b(dev, x0, d.batch, sh.D, sh.a_cols);
+      for (bool residual : {true, false}) {
+        Buffer<float> out = dense_test::poisoned(dev, n);
+        cross_forward_elementwise(dev, d, x0b.in(), zd.data(), biasd.data(), residual ? xld.data() : nullptr,
+                                  out.data(), dev.stream);
+        const std::vector<float> o = out.download();
+        size_t bad = 0;
+        for (size_t i = 0; i < n; ++i) {
+          const float zb = z[i] + bias[i % d.out];
+          bad += o[i] != x0[i] * zb + (residual ? xl[i] : x0[i]);
+        }
+        BOOST_CHECK_MESSAGE(bad == 0, bad << " forward elements differ (residual " << residual << ")");
       }
-      std::vector<double> want_db(d.out, 0.0);
-      std::vector<float> want_dz(n), want_dx0(n);
-      for (size_t i = 0; i < n; ++i) {
-        want_dz[i] = g[i] * x0[i];
-        want_db[i % d.out] += want_dz[i];
-        const float gz = g[i] * (z[i] + bias[i % d.out]);
-        float v = accumulate ? prior[i] + gz : gz;
-        if (identity) v += g[i];
-        want_dx0[i] = v;
-      }
-      BOOST_TEST_CONTEXT("accumulate " << accumulate << " identity " << identity) {
-        const std::vector<float> got_dz = dz.download();
-        BOOST_CHECK(got_dz == want_dz);
-        BOOST_CHECK(got_dx0 == want_dx0);
-        BOOST_CHECK_EQUAL(dense_test::mismatches(db.download(), want_db, 1e-4, 1e-4, "db"), 0u);
-        BOOST_CHECK(dz16.download() == dense_test::half_bits(t, want_dz));
-      }
+      for (bool accumulate : {false, true})
+        for (bool identity : {false, true}) {
+          Buffer<float> dz = dense_test::poisoned(dev, n), db = dense_test::poisoned(dev, d.out);
+          Blocks dx0(dev, prior, d.batch, sh.D, sh.a_cols);  // read when accumulating
+          cross_backward_elementwise(dev, d, gd.data(), x0b.in(), zd.data(), biasd.data(), dz.data(), db.data(),
+                                     dx0.grad(), accumulate, identity, dev.stream);
+          std::vector<double> want_db(d.out, 0.0);
+          std::vector<float> want_dz(n), want_dx0(n);
+          for (size_t i = 0; i < n; ++i) {
+            want_dz[i] = g[i] * x0[i];
+            want_db[i % d.out] += want_dz[i];
+            const float gz = g[i] * (z[i] + bias[i % d.out]);
+            float v = accumulate ? prior[i] + gz : gz;
+            if (identity) v += g[i];
+            want_dx0[i] = v;
+          }
+          BOOST_TEST_CONTEXT("accumulate " << accumulate << " identity " << identity) {
+            BOOST_CHECK(dz.download() == want_dz);
+            BOOST_CHECK(dx0.joined(d.batch, sh.D) == want_dx0);
+            BOOST_CHECK_EQUAL(dense_test::mismatches(db.download(), want_db, 1e-4, 1e-4, "db"), 0u);
+          }
+        }
     }
   }
-  }
+  close_device(dev);
+}
+
+void elementwise_steps_half(Backend be) {
+  Device dev = dense_test::device_for(be);
+  for (const Shape& sh : kShapes)
+    for (GemmType t : {GemmType::bf16, GemmType::f16}) {
+      const LinearDims d{"cross.elementwise", sh.batch, sh.D, sh.D};
+      BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " batch " << d.batch << " D " << sh.D
+                                    << " a_cols " << sh.a_cols) {
+        const size_t n = size_t(d.batch) * d.out;
+        const HalfFromFloat round16 = half_from_float(t);
+        auto r16 = [&](size_t count) { return dense_test::half_rounded(t, testing::random_floats(count)); };
+        const std::vector<float> x0 = testing::random_floats(n), bias = testing::random_floats(d.out);
+        const std::vector<float> x = dense_test::half_rounded(t, x0), xl = r16(n), z = r16(n), g = r16(n);
+        Buffer<uint16_t> x16d(dev, dense_test::half_bits(t, x)), xl16d(dev, dense_test::half_bits(t, xl)),
+            z16d(dev, dense_test::half_bits(t, z)), g16d(dev, dense_test::half_bits(t, g));
+        Buffer<float> biasd(dev, bias);
+        {  // x0's 16-bit copy, from one array or two blocks
+          const Blocks x0b(dev, x0, d.batch, sh.D, sh.a_cols);
+          Buffer<uint16_t> x16(dev, n);
+          x16.fill_bytes(0xFF);
+          cross_input_to_half(dev, d, t, x0b.in(), x16.data(), dev.stream);
+          BOOST_CHECK(x16.download() == dense_test::half_bits(t, x0));
+        }
+        for (bool residual : {true, false})
+          for (int outputs : {1, 2, 3}) {  // 16-bit, fp32, both
+            Buffer<float> out = dense_test::poisoned(dev, n);
+            Buffer<uint16_t> out16(dev, n);
+            out16.fill_bytes(0xFF);
+            cross_forward_half(dev, d, t, x16d.data(), z16d.data(), biasd.data(), residual ? xl16d.data() : nullptr,
+                               outputs & 1 ? out16.data() : nullptr, outputs & 2 ? out.data() : nullptr, dev.stream);
+            const std::vector<float> o = out.download();
+            const std::vector<uint16_t> o16 = out16.download();
+            size_t bad = 0;
+            for (size_t i = 0; i < n; ++i) {
+              const float want = x[i] * (z[i] + bias[i % d.out]) + (residual ? xl[i] : x[i]);
+              bad += (outputs & 1) && o16[i] != round16(want);
+              bad += (outputs & 2) && o[i] != want;
+            }
+            BOOST_CHECK_MESSAGE(bad == 0, bad << " forward elements differ (residual " << residual << ", outputs "
+                                              << outputs << ")");
+          }
+        for (bool with_db : {true, false}) {
+          Buffer<float> db = dense_test::poisoned(dev, d.out);
+          Buffer<uint16_t> dz16(dev, n);
+          dz16.fill_bytes(0xFF);
+          cross_backward_half(dev, d, t, g16d.data(), x16d.data(), dz16.data(), with_db ? db.data() : nullptr,
+                              dev.stream);
+          std::vector<double> want_db(d.out, 0.0);
+          std::vector<float> want_dz(n);
+          for (size_t i = 0; i < n; ++i) {
+            want_dz[i] = g[i] * x[i];
+            want_db[i % d.out] += want_dz[i];
+          }
+          BOOST_CHECK(dz16.download() == dense_test::half_bits(t, want_dz));
+          if (with_db) BOOST_CHECK_EQUAL(dense_test::mismatches(db.download(), want_db, 1e-4, 1e-4, "db"), 0u);
+        }
+        // x0's gradient from 1, 3 and 10 layers (10: two passes of at most kMaxCrossTerms)
+        for (int layers : {1, 3, 10}) {
+          std::vector<std::vector<float>> gs, zs, bs;
+          std::vector<Buffer<uint16_t>> gd, zd;
+          std::vector<Buffer<float>> bd;
+          std::vector<const uint16_t*> gp, zp;
+          std::vector<const float*> bp;
+          for (int k = 0; k < layers; ++k) {
+            gs.push_back(r16(n)), zs.push_back(r16(n)), bs.push_back(testing::random_floats(d.out));
+            gd.emplace_back(dev, dense_test::half_bits(t, gs[k])), zd.emplace_back(dev, dense_test::half_bits(t, zs[k]));
+            bd.emplace_back(dev, bs[k]);
+          }
+          for (int k = 0; k < layers; ++k) gp.push_back(gd[k].data()), zp.push_back(zd[k].data()), bp.push_back(bd[k].data());
+          Blocks dx0(dev, testing::random_floats(n), d.batch, sh.D, sh.a_cols);  // poison: overwritten
+          cross_input_grad_half(dev, d, t, gp, zp, bp, dx0.grad(), dev.stream);
+          std::vector<float> want(n);
+          for (size_t i = 0; i < n; ++i) {
+            float v = 0.f;
+            for (int k = layers - 1; k >= 0; --k) {
+              const float gz = gs[k][i] * (zs[k][i] + bs[k][i % d.out]);
+              v = k == layers - 1 ? gz : v + gz;
+            }
+            want[i] = v + gs[0][i];
+          }
+          BOOST_TEST_CONTEXT("layers " << layers) { BOOST_CHECK(dx0.joined(d.batch, sh.D) == want); }
+        }
+      }
+    }
   close_device(dev);
 }
 
@@ -358,7 +424,8 @@ void concat_blocks(Backend be) {
 SPARTA_BACKEND_CASES(cross_input_concat, concat_blocks)
 SPARTA_BACKEND_CASES(cross_net_matches_a_double_precision_reference, net_matches_reference)
 SPARTA_BACKEND_CASES(cross_net_matches_a_hand_computed_layer, hand_computed_layer)
-SPARTA_BACKEND_CASES(cross_elementwise_steps_match_their_formulas, elementwise_steps)
+SPARTA_BACKEND_CASES(cross_elementwise_steps_match_their_formulas, elementwise_steps_f32)
+SPARTA_BACKEND_CASES(cross_16_bit_elementwise_steps_match_their_formulas, elementwise_steps_half)
 SPARTA_BACKEND_CASES(cross_net_writes_its_output_in_16_bits, half_output)
 
 // The cpu network's gradients against central differences of its forward, through every parameter and x0.
@@ -410,12 +477,12 @@ BOOST_AUTO_TEST_CASE(cross_layout_and_errors) {
   BOOST_CHECK_EXCEPTION(small.forward(p.data(), x.data(), 3, dev.stream), Error, (dense_test::Names{"dcn_small", "found 3"}));
   BOOST_CHECK_EXCEPTION(concat_columns(dev, "dcn_input", 2, x.data(), 0, x.data(), 3, x.data(), dev.stream), Error,
                         (dense_test::Names{"dcn_input", "widths 0 and 3"}));
-  BOOST_CHECK_EXCEPTION(cross_forward_elementwise(dev, LinearDims{"cross.x", 1, 4, 5}, GemmType::f32, x.data(), x.data(),
-                                                  nullptr, x.data(), x.data(), x.data(), nullptr, dev.stream),
+  BOOST_CHECK_EXCEPTION(cross_forward_elementwise(dev, LinearDims{"cross.x", 1, 4, 5}, x.data(), x.data(), x.data(),
+                                                  x.data(), x.data(), dev.stream),
                         Error, (dense_test::Names{"cross.x", "in == out", "found in 4, out 5"}));
-  BOOST_CHECK_EXCEPTION(cross_forward_elementwise(dev, LinearDims{"cross.x", 1, 4, 4}, GemmType::f32,
-                                                  CrossInput(x.data(), x.data(), 4), x.data(), nullptr, x.data(),
-                                                  nullptr, x.data(), nullptr, dev.stream),
+  BOOST_CHECK_EXCEPTION(cross_forward_elementwise(dev, LinearDims{"cross.x", 1, 4, 4},
+                                                  CrossInput(x.data(), x.data(), 4), x.data(), x.data(), nullptr,
+                                                  x.data(), dev.stream),
                         Error, (dense_test::Names{"cross.x", "a_cols 4"}));
   BOOST_CHECK_EXCEPTION(small.forward(p.data(), CrossInput(x.data(), x.data(), 0), 1, dev.stream), Error,
                         (dense_test::Names{"dcn_small", "a_cols 0"}));

@@ -594,8 +594,9 @@ namespace {
 
 // The steps with a 16-bit output and the data gradient onto another array: linear_forward_half is linear_forward
 // (no bias, no activation) rounded once, linear_backward_data_half likewise, linear_backward_data_plus is the
-// addend plus linear_backward_data (cpu: bit for bit; cuda within the GEMMs' rounding of the cpu reference).
-// Outputs poisoned; the addend left as it was.
+// addend plus linear_backward_data, linear_backward_data_half_plus the 16-bit addend plus linear_backward_data
+// rounded once (cpu: bit for bit; cuda within the GEMMs' rounding of the cpu reference). Outputs poisoned; the
+// addends left as they were.
 void half_outputs_and_plus(Backend be) {
   Device dev = dense_test::device_for(be);
   Device host = dense_test::device_for(Backend::cpu);
@@ -610,14 +611,17 @@ void half_outputs_and_plus(Backend be) {
       const std::vector<float> w = testing::random_floats(size_t(s.out) * s.in, -0.3f, 0.3f);
       const std::vector<float> dpre = testing::random_floats(size_t(s.batch) * s.out);
       const std::vector<float> addend = testing::random_floats(size_t(s.batch) * s.in);
+      const std::vector<float> addend_h = dense_test::half_rounded(t, testing::random_floats(addend.size()));
+      const std::vector<uint16_t> addend16 = dense_test::half_bits(t, addend_h);
       struct Got {
-        std::vector<uint16_t> y16, dx16;
+        std::vector<uint16_t> y16, dx16, dx16_plus, addend16;
         std::vector<float> dx, addend;
       };
       auto run = [&](const Device& dv, bool separate) {
         Typed xd(dv, t, x), wd(dv, t, w), gd(dv, t, dpre);
         Got o;
         o.y16.resize(size_t(s.batch) * s.out), o.dx16.resize(size_t(s.batch) * s.in);
+        o.dx16_plus.resize(o.dx16.size()), o.addend16 = addend16;
         Buffer<float> dx = poisoned(dv, size_t(s.batch) * s.in), add(dv, addend);
         if (separate) {  // the fp32 steps, rounded on the host
           Buffer<float> y(dv, o.y16.size()), dxs(dv, o.dx16.size());
@@ -628,13 +632,21 @@ void half_outputs_and_plus(Backend be) {
           to_half_cpu(t, dxh.data(), o.dx16.data(), dxh.size());
           copy_on_device(dv, dx.data(), add.data(), addend.size() * sizeof(float), dv.stream);
           linear_backward_data(dv, d, t, gd.data(), wd.data(), dx.data(), true, dv.stream);
+          Buffer<float> dxp(dv, addend_h);
+          linear_backward_data(dv, d, t, gd.data(), wd.data(), dxp.data(), true, dv.stream);
+          const std::vector<float> dxph = dxp.download();
+          to_half_cpu(t, dxph.data(), o.dx16_plus.data(), dxph.size());
         } else {
           Buffer<uint16_t> y16(dv, o.y16.size()), dx16(dv, o.dx16.size());
           y16.fill_bytes(0xFF), dx16.fill_bytes(0xFF);
           linear_forward_half(dv, d, t, xd.data(), wd.data(), y16.data(), dv.stream);
           linear_backward_data_half(dv, d, t, gd.data(), wd.data(), dx16.data(), dv.stream);
           linear_backward_data_plus(dv, d, t, gd.data(), wd.data(), add.data(), dx.data(), dv.stream);
-          o.y16 = y16.download(), o.dx16 = dx16.download();
+          Buffer<uint16_t> a16(dv, addend16), dx16p(dv, o.dx16.size());
+          dx16p.fill_bytes(0xFF);
+          linear_backward_data_half_plus(dv, d, t, gd.data(), wd.data(), a16.data(), dx16p.data(), dv.stream);
+          o.y16 = y16.download(), o.dx16 = dx16.download(), o.dx16_plus = dx16p.download();
+          o.addend16 = a16.download();
         }
         o.dx = dx.download(), o.addend = add.download();
         return o;
@@ -643,9 +655,11 @@ void half_outputs_and_plus(Backend be) {
       BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " batch " << s.batch << " in " << s.in << " out "
                                     << s.out) {
         BOOST_CHECK(got.addend == addend);
+        BOOST_CHECK(got.addend16 == addend16);
         if (!dev.is_cuda()) {
           BOOST_CHECK(got.y16 == want.y16);
           BOOST_CHECK(got.dx16 == want.dx16);
+          BOOST_CHECK(got.dx16_plus == want.dx16_plus);
           BOOST_CHECK(got.dx == want.dx);
         } else {
           auto widen = [&](const std::vector<uint16_t>& v) {
@@ -656,6 +670,8 @@ void half_outputs_and_plus(Backend be) {
           const double tol = t == GemmType::bf16 ? 1.6e-2 : 2e-3;
           BOOST_CHECK_EQUAL(testing::count_mismatches(widen(got.y16), widen(want.y16), tol, tol, "y16"), 0u);
           BOOST_CHECK_EQUAL(testing::count_mismatches(widen(got.dx16), widen(want.dx16), tol, tol, "dx16"), 0u);
+          BOOST_CHECK_EQUAL(
+              testing::count_mismatches(widen(got.dx16_plus), widen(want.dx16_plus), tol, tol, "dx16 plus"), 0u);
           BOOST_CHECK_EQUAL(testing::count_mismatches(got.dx, want.dx, 1e-4, 1e-4, "dx"), 0u);
         }
       }

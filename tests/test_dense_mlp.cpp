@@ -175,6 +175,58 @@ void mlp_reuses_its_buffers(Backend be) {
   close_device(dev);
 }
 
+// backward_data with the input's gradient in 16 bits (dx16, what a 16-bit cross network reads) against the fp32
+// dx of the same MLP and numbers: cpu bit for bit its rounding, cuda within the GEMMs' rounding; the parameters'
+// gradients the same bits either way. Batches 1, 7, 65537; fp32 precision refuses dx16, naming the MLP.
+void input_gradient_in_16_bits(Backend be) {
+  Device dev = dense_test::device_for(be);
+  for (GemmType t : {GemmType::bf16, GemmType::f16})
+    for (int64_t batch : {1, 7, 65537}) {
+      MlpConfig cfg;
+      cfg.name = "top16";
+      cfg.sizes = {24, 16, 8, 1};
+      cfg.precision = t;
+      const std::vector<float> params = Mlp::initial_params(cfg.sizes, testing::rng()());
+      const std::vector<float> x = testing::random_floats(size_t(batch) * 24), dy = testing::random_floats(size_t(batch));
+      Buffer<float> p(dev, params), xd(dev, x), dyd(dev, dy);
+      Mlp a(dev, cfg, batch), b(dev, cfg, batch);
+      Buffer<float> ga = dense_test::poisoned(dev, a.param_count()), gb = dense_test::poisoned(dev, b.param_count());
+      Buffer<float> dx = dense_test::poisoned(dev, size_t(batch) * 24);
+      Buffer<uint16_t> dx16(dev, size_t(batch) * 24);
+      dx16.fill_bytes(0xFF);
+      a.forward(p.data(), xd.data(), batch, dev.stream);
+      a.backward_data(p.data(), dyd.data(), ga.data(), dx.data(), dev.stream);
+      a.backward_weights(ga.data(), dev.stream);
+      b.forward(p.data(), xd.data(), batch, dev.stream);
+      b.backward_data(p.data(), dyd.data(), gb.data(), nullptr, dev.stream, dx16.data());
+      b.backward_weights(gb.data(), dev.stream);
+      BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " batch " << batch) {
+        BOOST_CHECK(ga.download() == gb.download());
+        const std::vector<float> want = dx.download();
+        const std::vector<uint16_t> got = dx16.download();
+        if (!dev.is_cuda()) {
+          BOOST_CHECK(got == dense_test::half_bits(t, want));
+        } else {
+          std::vector<float> widened(got.size());
+          for (size_t i = 0; i < got.size(); ++i) widened[i] = half_to_float(t)(got[i]);
+          const double tol = t == GemmType::bf16 ? 1.6e-2 : 2e-3;
+          BOOST_CHECK_EQUAL(testing::count_mismatches(widened, want, tol, tol, "dx16"), 0u);
+        }
+      }
+    }
+  MlpConfig f32;
+  f32.name = "top32";
+  f32.sizes = {8, 4};
+  Mlp m(dev, f32, 2);
+  Buffer<float> p(dev, Mlp::initial_params(f32.sizes, 3)), x(dev, testing::random_floats(16)),
+      g(dev, m.param_count());
+  Buffer<uint16_t> dx16(dev, 16);
+  m.forward(p.data(), x.data(), 2, dev.stream);
+  BOOST_CHECK_EXCEPTION(m.backward_data(p.data(), x.data(), g.data(), nullptr, dev.stream, dx16.data()), Error,
+                        (dense_test::Names{"top32", "16-bit input gradient"}));
+  close_device(dev);
+}
+
 // The dropout pass on its own: every element as the mask's definition says (dropped: 0; kept: y times the fp32
 // 1 / (1 - p), bit for bit), about p of them dropped, p = 0 the identity; the key read from memory when the pass
 // runs (a new key in the same buffer, as a replayed graph sees it, drops other elements); cuda bit for bit
@@ -239,6 +291,7 @@ void dropout_pass(Backend be) {
 SPARTA_BACKEND_CASES(dropout_pass_matches_its_definition, dropout_pass)
 SPARTA_BACKEND_CASES(mlp_matches_a_double_precision_chain, mlp_matches_reference)
 SPARTA_BACKEND_CASES(mlp_serves_any_batch_up_to_max_batch, mlp_reuses_its_buffers)
+SPARTA_BACKEND_CASES(mlp_gives_its_input_gradient_in_16_bits, input_gradient_in_16_bits)
 
 BOOST_AUTO_TEST_CASE(mlp_layout_and_initialization) {
   const std::vector<int> sizes{13, 512, 256, 128};
