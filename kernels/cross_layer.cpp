@@ -199,7 +199,8 @@ void cross_backward_half(const Device& dev, const LinearDims& d, GemmType t, con
 
 void cross_input_grad_half(const Device& dev, const LinearDims& d, GemmType t,
                            const std::vector<const uint16_t*>& g16, const std::vector<const uint16_t*>& z16,
-                           const std::vector<const float*>& bias, const CrossInputGrad& dx0, Stream stream) {
+                           const std::vector<const float*>& bias, const uint16_t* g0, const CrossInputGrad& dx0,
+                           Stream stream) {
   check_square(d);
   check_half(d, t);
   check_input(d, dx0.a, dx0.b, dx0.a_cols);
@@ -208,11 +209,12 @@ void cross_input_grad_half(const Device& dev, const LinearDims& d, GemmType t,
                  "cross layer '%s': x0's gradient needs g, z and the bias of every layer (%d, %d and %d given)",
                  d.layer, n, int(z16.size()), int(bias.size()));
   for (int k = 0; k < n; ++k) require(d, g16[k] && z16[k] && bias[k], "every layer's g, z and bias");
+  require(d, g0, "g_0");
   // passes of at most kMaxCrossTerms layers, the top ones first, each adding to what the one before wrote
   for (int hi = n; hi > 0; hi -= kMaxCrossTerms) {
     const int lo = hi > kMaxCrossTerms ? hi - kMaxCrossTerms : 0;
     CrossGradTerms a;
-    a.half = t, a.n = hi - lo, a.accumulate = hi < n, a.identity = lo == 0 ? g16[0] : nullptr, a.dx0 = dx0;
+    a.half = t, a.n = hi - lo, a.accumulate = hi < n, a.identity = lo == 0 ? g0 : nullptr, a.dx0 = dx0;
     for (int k = lo; k < hi; ++k) a.g16[k - lo] = g16[k], a.z16[k - lo] = z16[k], a.bias[k - lo] = bias[k];
     if (!dev.is_cuda()) {
       cross_input_grad_half_cpu(d, a);
@@ -290,6 +292,7 @@ CrossNet::CrossNet(const Device& dev, CrossConfig cfg, int64_t max_batch)
       v16_.emplace_back(dev_, size_t(cfg_.rank) * cfg_.dim), u16_.emplace_back(dev_, size_t(cfg_.rank) * cfg_.dim);
       gs16_.emplace_back(dev_, bd), dzs16_.emplace_back(dev_, bd), dhs16_.emplace_back(dev_, br);
     }
+    gs16_.emplace_back(dev_, bd);  // g_0 .. g_L
   } else {
     for (int l = 0; l < cfg_.layers; ++l) {
       xs_.emplace_back(dev_, bd), hs_.emplace_back(dev_, br), zs_.emplace_back(dev_, bd);
@@ -436,25 +439,25 @@ void CrossNet::backward_data_half(const float* params, const float* dxL, float* 
                                   Stream stream) {
   const int L = cfg_.layers;
   const size_t bd = size_t(batch_) * cfg_.dim;
-  // gs16_[l] = g_{l+1}: the top one given in 16 bits (output_grad16()) or rounded from dxL
-  if (dxL) to_half(dev_, cfg_.precision, dxL, gs16_[L - 1].data(), bd, stream);
+  // gs16_[l + 1] = g_{l+1}, gs16_[0] = g_0 = x_0's gradient through the layers above it: the top one given in 16
+  // bits (output_grad16()) or rounded from dxL
+  if (dxL) to_half(dev_, cfg_.precision, dxL, gs16_[L].data(), bd, stream);
   for (int l = L - 1; l >= 0; --l) {
-    cross_backward_half(dev_, x_dims(), cfg_.precision, gs16_[l].data(), xs16_[0].data(), dzs16_[l].data(),
+    cross_backward_half(dev_, x_dims(), cfg_.precision, gs16_[l + 1].data(), xs16_[0].data(), dzs16_[l].data(),
                         grads + b_offset(l), stream);
     linear_backward_data_half(dev_, u_dims(l), cfg_.precision, dzs16_[l].data(), u_gemm(params, l),
                               dhs16_[l].data(), stream);
-    if (l > 0)  // g_l = g_{l+1} + dh V_l, rounded once
-      linear_backward_data_half_plus(dev_, v_dims(l), cfg_.precision, dhs16_[l].data(), v_gemm(params, l),
-                                     gs16_[l].data(), gs16_[l - 1].data(), stream);
+    // g_l = g_{l+1} + dh V_l, rounded once
+    linear_backward_data_half_plus(dev_, v_dims(l), cfg_.precision, dhs16_[l].data(), v_gemm(params, l),
+                                   gs16_[l + 1].data(), gs16_[l].data(), stream);
   }
-  // x0's gradient: every layer's g ⊙ (z + b), plus g_1 (x_0 is x0), then dh V_0
+  // x0's gradient: every layer's g_{l+1} ⊙ (z_l + b_l), plus g_0 (x_0 is x0)
   std::vector<const uint16_t*> g16, z16;
   std::vector<const float*> bias;
   for (int l = 0; l < L; ++l) {
-    g16.push_back(gs16_[l].data()), z16.push_back(zs16_[l].data()), bias.push_back(params + b_offset(l));
+    g16.push_back(gs16_[l + 1].data()), z16.push_back(zs16_[l].data()), bias.push_back(params + b_offset(l));
   }
-  cross_input_grad_half(dev_, x_dims(), cfg_.precision, g16, z16, bias, dx0, stream);
-  add_bottom_data_grad(params, dhs16_[0].data(), dx0, stream);
+  cross_input_grad_half(dev_, x_dims(), cfg_.precision, g16, z16, bias, gs16_[0].data(), dx0, stream);
 }
 
 void CrossNet::backward_weights(float* grads, Stream stream) {

@@ -16,10 +16,10 @@
 //
 // 16-bit training (bf16, f16): every [batch, D] array the network keeps is in the 16-bit type, as autocast keeps
 // activations: x0's copy x16 (rounded once), z_l = fl16(h U^T) (+ b in fp32 where read), x_{l+1} rounded from its
-// fp32 sum, and the gradients g_l (each the GEMM's fp32 sum g_{l+1} + dh V_l rounded once). The products
-// x0 ⊙ z and g ⊙ x0 read x16. The backward's per-layer step writes dz (16 bits) and db; x0's gradient is one
-// pass at the end over every layer's g and z (cross_input_grad_half), in fp32, then the bottom layer's dh V_0 is
-// added by its GEMM. Each pass moves 16 bytes a thread.
+// fp32 sum, and the gradients g_l (each the GEMM's fp32 sum g_{l+1} + dh V_l rounded once, g_0 included). The
+// products x0 ⊙ z and g ⊙ x0 read x16. The backward's per-layer step writes dz (16 bits) and db; x0's gradient
+// is one pass at the end over every layer's g and z and g_0 (cross_input_grad_half), in fp32. Each pass moves 16
+// bytes a thread.
 //
 // The backward comes in two parts (backward_data, backward_weights), so that work waiting for x0's gradient (the
 // embeddings' update) can start before the weight gradients' GEMMs (dU, dV) run.
@@ -98,12 +98,13 @@ void cross_backward_half(const Device& dev, const LinearDims& d, GemmType t, con
                          const uint16_t* x16, uint16_t* dz16, float* db, Stream stream);
 
 // x0's gradient from the network's layers (16-bit training), in fp32: for layers k = 0 .. n-1 with g16[k] the
-// gradient of x_{k+1}, z16[k] and bias[k],
-//   dx0 = g16[n-1] ⊙ (z16[n-1] + bias[n-1]) + ... + g16[0] ⊙ (z16[0] + bias[0]) + g16[0],
+// gradient of x_{k+1}, z16[k] and bias[k], and g0 the gradient of x_0 through the layers' residuals and V GEMMs,
+//   dx0 = g16[n-1] ⊙ (z16[n-1] + bias[n-1]) + ... + g16[0] ⊙ (z16[0] + bias[0]) + g0,
 // added in that order (the top layer first), every product and sum rounded to fp32.
 void cross_input_grad_half(const Device& dev, const LinearDims& d, GemmType t,
                            const std::vector<const uint16_t*>& g16, const std::vector<const uint16_t*>& z16,
-                           const std::vector<const float*>& bias, const CrossInputGrad& dx0, Stream stream);
+                           const std::vector<const float*>& bias, const uint16_t* g0, const CrossInputGrad& dx0,
+                           Stream stream);
 
 // The steps' arguments, for the backends.
 struct CrossElementwise {
@@ -134,7 +135,7 @@ struct CrossGradTerms {
   const uint16_t* z16[kMaxCrossTerms] = {};
   const float* bias[kMaxCrossTerms] = {};
   bool accumulate = false;           // dx0 holds the terms of the layers above: add to it
-  const uint16_t* identity = nullptr;  // add this last (g16 of layer 0), or nullptr
+  const uint16_t* identity = nullptr;  // add this last (g_0), or nullptr
   CrossInputGrad dx0;
 };
 void cross_input_to_half_cpu(const LinearDims& d, GemmType t, const CrossInput& x0, uint16_t* x16);
@@ -231,7 +232,7 @@ class CrossNet {
   std::vector<Buffer<uint16_t>> xs16_;    // x_l [max_batch, D], l < layers (x_0 = x0's copy included)
   std::vector<Buffer<uint16_t>> hs16_, zs16_;
   std::vector<Buffer<uint16_t>> v16_, u16_;  // copies of V_l and U_l, each its own aligned buffer
-  std::vector<Buffer<uint16_t>> gs16_;    // g_{l+1} [max_batch, D] per layer (the top one: output_grad16())
+  std::vector<Buffer<uint16_t>> gs16_;    // g_l [max_batch, D], l = 0 .. layers (g_L: output_grad16())
   std::vector<Buffer<uint16_t>> dzs16_, dhs16_;
   Buffer<float> out_;                     // x_L in fp32 when the caller gives no out16 (made on first use)
 };

@@ -134,8 +134,8 @@ Naive naive_net(const CrossConfig& cfg, const std::vector<float>& params, const 
           gl[b * D + i] += dh[b * r + k] * V(l, k, i);
         }
     if (l == 0) {
-      // x_0 is x0: g_1 itself, then dh V_0, in fp32
-      for (size_t i = 0; i < g.size(); ++i) n.dx0[i] += gl[i];
+      // x_0 is x0: g_0 = g_1 + dh V_0 (16-bit: rounded once)
+      for (size_t i = 0; i < g.size(); ++i) n.dx0[i] += R(gl[i]);
     } else {
       for (size_t i = 0; i < gl.size(); ++i) gl[i] = R(gl[i]);
       g = gl;
@@ -387,8 +387,10 @@ void elementwise_steps_half(Backend be) {
             bd.emplace_back(dev, bs[k]);
           }
           for (int k = 0; k < layers; ++k) gp.push_back(gd[k].data()), zp.push_back(zd[k].data()), bp.push_back(bd[k].data());
+          const std::vector<float> g0 = r16(n);
+          Buffer<uint16_t> g0d(dev, dense_test::half_bits(t, g0));
           Blocks dx0(dev, testing::random_floats(n), d.batch, sh.D, sh.a_cols);  // poison: overwritten
-          cross_input_grad_half(dev, d, t, gp, zp, bp, dx0.grad(), dev.stream);
+          cross_input_grad_half(dev, d, t, gp, zp, bp, g0d.data(), dx0.grad(), dev.stream);
           std::vector<float> want(n);
           for (size_t i = 0; i < n; ++i) {
             float v = 0.f;
@@ -396,7 +398,7 @@ void elementwise_steps_half(Backend be) {
               const float gz = gs[k][i] * (zs[k][i] + bs[k][i % d.out]);
               v = k == layers - 1 ? gz : v + gz;
             }
-            want[i] = v + gs[0][i];
+            want[i] = v + g0[i];
           }
           BOOST_TEST_CONTEXT("layers " << layers) { BOOST_CHECK(dx0.joined(d.batch, sh.D) == want); }
         }
