@@ -22,6 +22,12 @@ size_t interaction_dot_tiled_smem(int slots, int dim, bool backward) {
   return (2 * 4 * nb * ld + nb * (nb + 1) / 2 * 4 * 17) * sizeof(float);
 }
 
+const char* interaction_dot_forward_path(int slots, int dim) {
+  const size_t limit = 48 * 1024, n = size_t(slots) + 1;
+  if (n <= 32 && 2 * n * ((size_t(dim) + 7) / 8 * 8 + 4) * sizeof(float) <= limit) return "tensor";
+  return interaction_dot_tiled_smem(slots, dim, false) <= limit ? "tiled" : "general";
+}
+
 void check_interaction_dims(const InteractionDims& d) {
   const char* layer = d.layer ? d.layer : "interaction";
   SPARTA_REQUIRE(d.batch >= 0, "interaction '%s': batch must be >= 0, found %lld", layer, (long long)d.batch);

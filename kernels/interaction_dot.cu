@@ -1,16 +1,17 @@
 // interaction_dot.cu: CUDA version of interaction_dot.h. A block takes samples grid-stride and holds a sample's
 // S + 1 vectors (two contiguous spans: the bottom row and the S embedding rows) in shared memory.
 //
-// Where two samples' vectors and the kernel's partial sums fit in 48 KiB (MLPerf DLRM: 27 x 128 floats, 36 KiB
-// forward, 35 KiB backward), the tiled kernels below compute register tiles of T T^T (forward) and of dZ T
-// (backward) while the block's next sample is copied in (cp.async into the other of two buffers): the copies
-// stay in flight while the block computes, which keeps them bound by the memory traffic. The grid is the
-// blocks that fit on the GPU at once. Larger samples take the general kernels: the forward computes each
-// pair's dot product with one warp (lanes over dim, a shuffle reduction), the backward each element of dT with
-// one thread. Every sum has a fixed order: two runs give the same bits. The forward writes fp32 or 16 bits
-// (one rounding of the same fp32 value: half16.cuh's).
+// Where two samples' vectors fit in 48 KiB (MLPerf DLRM: 27 x 128 floats, 28 KiB for the tensor-core forward,
+// 35 KiB backward), the forward computes T T^T on the tensor cores (S + 1 <= 32) or in register tiles, the
+// backward register tiles of dZ T, while the block's next sample is copied in (cp.async into the other of two
+// buffers): the copies stay in flight while the block computes, which keeps the kernels bound by the memory
+// traffic. The grid is the blocks that fit on the GPU at once. Larger samples take the general kernels: the
+// forward computes each pair's dot product with one warp (lanes over dim, a shuffle reduction), the backward
+// each element of dT with one thread. Every sum has a fixed order: two runs give the same bits. The forward
+// writes fp32 or 16 bits (one rounding of the same fp32 value: half16.cuh's).
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "src/base/check.h"
 #include "kernels/half16.cuh"
@@ -350,6 +351,114 @@ __global__ void __launch_bounds__(kTiledBlock)
 }
 
 // ----------------------------------------------------------------------------
+// the tensor-core forward (n = S + 1 <= 32 and two samples' vectors fit in 48 KiB: MLPerf DLRM's 27 x 128)
+//
+// A block is one warp and takes a sample at a time, with two buffers (the next sample copied in while this one
+// is computed). It computes T T^T of the sample's rows (padded to 32) with mma.sync m16n8k8 on TF32 operands,
+// three products each: every value x split into hi = tf32(x) and lo = tf32(x - hi), and x y summed as
+// hi lo' + lo hi' + hi hi' into fp32 accumulators (the lo lo' term, about 2^-22 of x y, left out): fp32's
+// accuracy up to the accumulation's rounding. Rows of t have stride ld ≡ 4 (mod 8) with zeros in columns
+// dim .. ld - 1, so a fragment load (rows 8 r + g, columns k + tq) hits 32 different banks; rows past n read
+// row n - 1 (the products they give are not written).
+
+namespace {
+constexpr int kMmaBlock = 32;
+
+struct MmaLayout {
+  int n, ld;
+  size_t t_floats;  // one buffer
+  size_t bytes() const { return 2 * t_floats * sizeof(float); }
+};
+MmaLayout mma_layout(int slots, int dim) {
+  MmaLayout l;
+  l.n = slots + 1;
+  l.ld = (dim + 7) / 8 * 8 + 4;
+  l.t_floats = size_t(l.n) * l.ld;
+  return l;
+}
+
+__device__ __forceinline__ uint32_t tf32_of(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// c += A B for one m16n8k8 tile: A 16 x 8 row-major (a0 = A[g][tq], a1 = A[g + 8][tq], a2 = A[g][tq + 4],
+// a3 = A[g + 8][tq + 4]), B 8 x 8 column-major (b0 = B[tq][g], b1 = B[tq + 4][g]), C 16 x 8 in fp32 (c0, c1 =
+// C[g][2 tq], C[g][2 tq + 1]; c2, c3 the same in row g + 8); g = lane / 4, tq = lane % 4 (PTX's fragments).
+__device__ __forceinline__ void mma_tf32(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+}  // namespace
+
+template <class Out>
+__global__ void __launch_bounds__(kMmaBlock)
+    interaction_forward_mma_kernel(const float* __restrict__ bottom, const float* __restrict__ emb, Out out,
+                                   int64_t batch, int slots, int dim, int64_t width, int64_t ld_out, int ld) {
+  extern __shared__ __align__(16) float smem[];  // two buffers [n][ld]
+  const int n = slots + 1, lane = threadIdx.x, g = lane >> 2, tq = lane & 3;
+  const int t_floats = n * ld, ksteps = (dim + 7) / 8, pad = ld - dim;
+  for (int e = lane; e < n * pad; e += kMmaBlock) {  // columns dim .. ld - 1 of both buffers
+    const int at = (e / pad) * ld + dim + e % pad;
+    smem[at] = smem[t_floats + at] = 0.f;
+  }
+  int rows[4];  // where this lane's fragment rows 8 r + g start, clamped to the sample's rows
+#pragma unroll
+  for (int r = 0; r < 4; ++r) rows[r] = min(8 * r + g, n - 1) * ld;
+  fetch_sample(smem, ld, bottom, emb, blockIdx.x, batch, slots, dim);
+  int cur = 0;
+  for (int64_t b = blockIdx.x; b < batch; b += gridDim.x, cur ^= 1) {
+    const float* t = smem + cur * t_floats;
+    __syncthreads();  // the previous sample's reads of the other buffer are done
+    fetch_sample(smem + (cur ^ 1) * t_floats, ld, bottom, emb, b + gridDim.x, batch, slots, dim);
+    copy_async_wait_all_but_last();
+    __syncthreads();
+    // the lower triangle's tiles q = (m, j): m-tile 0 (rows 0-15) with n-tiles 0, 1; m-tile 1 (rows 16-31)
+    // with n-tiles 0-3. A of m-tile m: row groups 2 m and 2 m + 1; B of n-tile j: row group j.
+    float acc[6][4];
+#pragma unroll
+    for (int q = 0; q < 6; ++q)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[q][e] = 0.f;
+    for (int ks = 0; ks < ksteps; ++ks) {
+      const int k = ks * 8 + tq;
+      uint32_t hi[4][2], lo[4][2];
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float x = t[rows[r] + k + 4 * h];
+          hi[r][h] = tf32_of(x);
+          lo[r][h] = tf32_of(x - __uint_as_float(hi[r][h]));
+        }
+#pragma unroll
+      for (int q = 0; q < 6; ++q) {
+        const int m = q < 2 ? 0 : 1, j = q < 2 ? q : q - 2, ra = 2 * m, rb = 2 * m + 1;
+        mma_tf32(acc[q], hi[ra][0], hi[rb][0], hi[ra][1], hi[rb][1], lo[j][0], lo[j][1]);
+        mma_tf32(acc[q], lo[ra][0], lo[rb][0], lo[ra][1], lo[rb][1], hi[j][0], hi[j][1]);
+        mma_tf32(acc[q], hi[ra][0], hi[rb][0], hi[ra][1], hi[rb][1], hi[j][0], hi[j][1]);
+      }
+    }
+    const int64_t o = b * ld_out;
+    for (int k = lane; k < dim; k += kMmaBlock) out.put(o + k, t[k]);
+#pragma unroll
+    for (int q = 0; q < 6; ++q) {
+      const int m = q < 2 ? 0 : 1, j = q < 2 ? q : q - 2;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = 16 * m + g + (e >= 2 ? 8 : 0), col = 8 * j + 2 * tq + (e & 1);
+        if (col < row && row < n) out.put(o + dim + row * (row - 1) / 2 + col, acc[q][e]);
+      }
+    }
+    for (int64_t c = width + lane; c < ld_out; c += kMmaBlock) out.put(o + c, 0.f);
+  }
+}
+
+// ----------------------------------------------------------------------------
 // launchers
 
 namespace {
@@ -370,14 +479,14 @@ int prepare(Kernel kernel, const InteractionDims& d, size_t smem, const char* wh
   return static_cast<int>(d.batch < cap ? d.batch : cap);
 }
 
-// The tiled kernels: the blocks that are resident at once (each then takes its samples grid-stride, so that
-// its copy of the next sample overlaps its work on this one), at most one per sample.
+// The tiled and tensor-core kernels: the blocks that are resident at once (each then takes its samples
+// grid-stride, so that its copy of the next sample overlaps its work on this one), at most one per sample.
 template <class Kernel>
-int tiled_grid(Kernel kernel, int64_t batch, size_t smem) {
+int resident_grid(Kernel kernel, int64_t batch, int block, size_t smem) {
   int device = 0, sms = 0, per_sm = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kTiledBlock, smem));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem));
   const int64_t cap = int64_t(sms) * (per_sm > 0 ? per_sm : 1);
   return static_cast<int>(batch < cap ? batch : cap);
 }
@@ -385,10 +494,21 @@ int tiled_grid(Kernel kernel, int64_t batch, size_t smem) {
 template <class Out>
 void forward_with(const InteractionDims& d, const float* bottom, const float* emb, Out out, Stream stream) {
   const int64_t width = interaction_dot_width(d.slots, d.dim), ld = interaction_dot_ld(d);
+  const std::string path = interaction_dot_forward_path(d.slots, d.dim);
+  const MmaLayout m = mma_layout(d.slots, d.dim);
+  if (path == "tensor") {
+    SPARTA_ASSERT(m.n <= 32 && m.bytes() <= kTiledSmemLimit, "interaction: tensor-core layout");
+    const int grid = resident_grid(interaction_forward_mma_kernel<Out>, d.batch, kMmaBlock, m.bytes());
+    interaction_forward_mma_kernel<Out><<<grid, kMmaBlock, m.bytes(), stream>>>(bottom, emb, out, d.batch, d.slots,
+                                                                                 d.dim, width, ld, m.ld);
+    CUDA_CHECK_LAUNCH("interaction_forward_mma_kernel");
+    return;
+  }
   const ForwardLayout l = forward_layout(d.slots, d.dim);
   SPARTA_ASSERT(l.bytes() == interaction_dot_tiled_smem(d.slots, d.dim, false), "interaction: tiled layout");
-  if (l.bytes() <= kTiledSmemLimit) {
-    const int grid = tiled_grid(interaction_forward_tiled_kernel<Out>, d.batch, l.bytes());
+  if (path == "tiled") {
+    SPARTA_ASSERT(l.bytes() <= kTiledSmemLimit, "interaction: tiled layout");
+    const int grid = resident_grid(interaction_forward_tiled_kernel<Out>, d.batch, kTiledBlock, l.bytes());
     interaction_forward_tiled_kernel<Out><<<grid, kTiledBlock, l.bytes(), stream>>>(bottom, emb, out, d.batch, d.slots,
                                                                                      d.dim, width, ld, l.nb, l.ld);
     CUDA_CHECK_LAUNCH("interaction_forward_tiled_kernel");
@@ -417,7 +537,7 @@ void interaction_dot_backward_cuda(const InteractionDims& d, const float* dout, 
   SPARTA_ASSERT(l.bytes() == interaction_dot_tiled_smem(d.slots, d.dim, true), "interaction: tiled layout");
   if (l.bytes() <= kTiledSmemLimit) {
     auto launch = [&](auto kernel) {
-      const int grid = tiled_grid(kernel, d.batch, l.bytes());
+      const int grid = resident_grid(kernel, d.batch, kTiledBlock, l.bytes());
       kernel<<<grid, kTiledBlock, l.bytes(), stream>>>(dout, bottom, emb, dbottom, demb, d.batch, d.slots, d.dim,
                                                        width, ld, l.ni, l.ld);
       CUDA_CHECK_LAUNCH("interaction_backward_tiled_kernel");

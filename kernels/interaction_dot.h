@@ -6,13 +6,14 @@
 // Backward, from dout: dT_i = Σ_{j != i} dZ_ij T_j (dZ symmetric, from the pairs' gradients), then
 //   dbottom = dout[:, :dim] + dT_0,   demb_s = dT_{s+1}.
 //
-// cuda: a block holds a sample's S + 1 vectors in shared memory at a time. Where two samples' vectors fit with the
-// kernel's partial sums in 48 KiB (interaction_dot_tiled_smem; MLPerf DLRM's 27 x 128 does), the tiled kernels
-// copy the block's next sample in while they compute register tiles of T T^T (each dot product as four
-// interleaved partial sums over k, added in order) and of dT = dZ T (j in order); otherwise the forward gives
-// each warp whole pairs (lanes over dim, a shuffle reduction) and the backward each thread one element of dT
-// (j in order). No atomics: two runs give the same bits. cpu: the reference, the same sums in loops (in another
-// order: the backends agree to rounding).
+// cuda: a block holds a sample's S + 1 vectors in shared memory at a time and copies its next sample in while it
+// computes (two buffers). Where S + 1 <= 32 and two samples fit in 48 KiB (MLPerf DLRM's 27 x 128 does), the
+// forward computes T T^T on the tensor cores in TF32 with fp32's accuracy (each value split into two TF32 parts,
+// three products: the .cu says how); otherwise where the kernel's partial sums fit too (interaction_dot_tiled_smem)
+// register tiles of T T^T (each dot product as four interleaved partial sums over k, added in order), else each
+// warp whole pairs (lanes over dim, a shuffle reduction). The backward computes register tiles of dT = dZ T (j in
+// order) where interaction_dot_tiled_smem fits, else one element of dT per thread. No atomics: two runs give the
+// same bits. cpu: the reference, the same sums in loops (in another order: the backends agree to rounding).
 // 16-bit training: the top MLP's first GEMM reads the interaction's output as 16 bits in rows padded to a
 // multiple of 8 (dense_mlp.h), and its data gradient comes back in rows of that pitch. So the forward can write
 // the 16-bit copy alone (interaction_dot_forward_half: the fp32 values rounded to nearest even once, the bits a
@@ -67,6 +68,11 @@ void interaction_dot_backward_cpu(const InteractionDims& d, const float* dout, c
 // Bytes of shared memory a block of the tiled cuda kernels takes (backward or forward); they run where this is
 // at most 48 KiB, the general kernels elsewhere.
 size_t interaction_dot_tiled_smem(int slots, int dim, bool backward);
+
+// The cuda kernel a forward of this shape takes: "tensor" (S + 1 <= 32 and two samples' vectors, rows rounded up to
+// a multiple of 8 plus 4 floats, fit in 48 KiB), else "tiled" (interaction_dot_tiled_smem at most 48 KiB), else
+// "general".
+const char* interaction_dot_forward_path(int slots, int dim);
 
 // Throws sparta::Error naming the layer when the sample's vectors do not fit in a block's shared memory.
 void interaction_dot_forward_cuda(const InteractionDims& d, const float* bottom, const float* emb, float* out,

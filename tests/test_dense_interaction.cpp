@@ -5,6 +5,7 @@
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "kernels/interaction_dot.h"
 #include "tests/test_dense_util.h"
@@ -79,6 +80,12 @@ void interaction_matches_reference(Backend be) {
   const Shape shapes[] = {{1, 1, 1},   {37, 26, 128}, {5, 3, 17},   {0, 4, 8},   {300, 8, 64}, {3, 40, 33},
                           {2, 26, 16}, {4, 7, 6},     {2, 3, 4000}, {2, 120, 8}, {7, 26, 130}, {7, 26, 3},
                           {1, 3, 130}, {7, 1, 17},    {1, 26, 128}};
+  // every cuda forward path is among the shapes
+  BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(26, 128)), "tensor");
+  BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(26, 130)), "tensor");
+  BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(40, 33)), "tiled");
+  BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(3, 4000)), "general");
+  BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(120, 8)), "general");
   const size_t tiled = 48 * 1024;
   BOOST_CHECK_LE(interaction_dot_tiled_smem(26, 128, false), tiled);
   BOOST_CHECK_LE(interaction_dot_tiled_smem(26, 128, true), tiled);
@@ -178,14 +185,15 @@ void deterministic_and_alignment_independent(Backend be) {
 // Rows with a pitch (ld) and the 16-bit output: the forward's values are the unpadded fp32 forward's bits
 // (16-bit: the bits to_half_padded gives from them), zeros in the padding; the backward reads dout's rows at
 // the pitch (its padding NaN: unread) and gives the unpadded backward's bits. On odd shapes (batch 1, 7;
-// slots 1, 3, 26; dims 3, 17, 130) and the model's.
+// slots 1, 3, 26; dims 3, 17, 130) and the model's, through every cuda forward path.
 void pitch_and_half_output(Backend be) {
   Device dev = dense_test::device_for(be);
   struct Shape {
     int64_t batch;
     int slots, dim;
   };
-  const Shape shapes[] = {{1, 1, 3}, {7, 3, 17}, {7, 26, 130}, {1, 26, 128}, {37, 26, 128}, {7, 26, 3}, {2, 3, 4000}};
+  const Shape shapes[] = {{1, 1, 3},    {7, 3, 17},    {7, 26, 130}, {1, 26, 128},
+                          {37, 26, 128}, {7, 26, 3},   {2, 3, 4000}, {7, 40, 33}};
   for (const Shape& s : shapes) {
     const int64_t width = interaction_dot_width(s.slots, s.dim);
     // the top MLP's padded rows (a multiple of 8), and 8 more where the width is one already
