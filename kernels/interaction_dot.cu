@@ -174,10 +174,14 @@ BackwardLayout backward_layout(int slots, int dim) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// 4-byte asynchronous copies global → shared (sm_80 and later), committed in groups.
+// Asynchronous copies global → shared (sm_80 and later) of 4 or 16 bytes, committed in groups.
 __device__ __forceinline__ void copy_async4(float* dst, const float* src) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(src) : "memory");
+}
+__device__ __forceinline__ void copy_async16(float* dst, const float* src) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
 }
 __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits for this thread's copies but those of the group committed last.
@@ -187,18 +191,24 @@ __device__ __forceinline__ void copy_async_wait_all_but_last() {
 }  // namespace
 
 // Starts copying sample b's vectors into t (row stride ld; columns dim .. ld - 1 untouched) and, when g_src,
-// the row g_src [width] into g; commits them as one group, an empty one when b >= batch.
+// the row g_src [width] into g; commits them as one group, an empty one when b >= batch. kVec: 16 bytes a copy
+// (dim and ld multiples of 4, bottom and emb 16-byte aligned), else 4.
+template <bool kVec>
 __device__ __forceinline__ void fetch_sample(float* t, int ld, const float* bottom, const float* emb, int64_t b,
                                              int64_t batch, int slots, int dim, const float* g_src = nullptr,
                                              float* g = nullptr, int64_t width = 0) {
   if (b < batch) {
     const float* bot = bottom + b * dim;
     const float* em = emb + b * int64_t(slots) * dim;
-    const int total = (slots + 1) * dim;
-    int row = int(threadIdx.x) / dim, k = int(threadIdx.x) - row * dim;
+    const int step = kVec ? 4 : 1, per_row = dim / step, total = (slots + 1) * per_row;
+    int row = int(threadIdx.x) / per_row, c = int(threadIdx.x) - row * per_row;  // element e = row, column c * step
     for (int e = threadIdx.x; e < total; e += blockDim.x) {
-      copy_async4(t + row * ld + k, row == 0 ? bot + k : em + (e - dim));
-      for (k += blockDim.x; k >= dim; k -= dim) ++row;
+      const int k = c * step;
+      float* dst = t + row * ld + k;
+      const float* src = row == 0 ? bot + k : em + (e - per_row) * step;
+      if (kVec) copy_async16(dst, src);
+      else copy_async4(dst, src);
+      for (c += blockDim.x; c >= per_row; c -= per_row) ++row;
     }
     if (g_src)
       for (int e = threadIdx.x; e < width; e += blockDim.x) copy_async4(g + e, g_src + e);
@@ -224,12 +234,12 @@ __global__ void __launch_bounds__(kTiledBlock)
   const int t_floats = 4 * nb * ld;
   float* part = smem + 2 * t_floats;  // [items][kPartStride], after the two buffers [4 nb][ld]
   for (int e = threadIdx.x + n * ld; e < t_floats; e += blockDim.x) smem[e] = smem[t_floats + e] = 0.f;  // rows past n
-  fetch_sample(smem, ld, bottom, emb, blockIdx.x, batch, slots, dim);
+  fetch_sample<false>(smem, ld, bottom, emb, blockIdx.x, batch, slots, dim);
   int cur = 0;
   for (int64_t b = blockIdx.x; b < batch; b += gridDim.x, cur ^= 1) {
     const float* t = smem + cur * t_floats;
     __syncthreads();  // the previous sample's reads of the other buffer and of part are done
-    fetch_sample(smem + (cur ^ 1) * t_floats, ld, bottom, emb, b + gridDim.x, batch, slots, dim);
+    fetch_sample<false>(smem + (cur ^ 1) * t_floats, ld, bottom, emb, b + gridDim.x, batch, slots, dim);
     copy_async_wait_all_but_last();  // this thread's copies of sample b have landed
     __syncthreads();                 // and every thread's
     for (int w = threadIdx.x; w < items; w += blockDim.x) {
@@ -292,14 +302,14 @@ __global__ void __launch_bounds__(kTiledBlock)
     const int at = (e / (ld - dim)) * ld + dim + e % (ld - dim);
     smem[at] = smem[t_floats + at] = 0.f;
   }
-  fetch_sample(smem, ld, bottom, emb, blockIdx.x, batch, slots, dim, dout + blockIdx.x * ld_dout, gs, width);
+  fetch_sample<kVec>(smem, ld, bottom, emb, blockIdx.x, batch, slots, dim, dout + blockIdx.x * ld_dout, gs, width);
   int cur = 0;
   for (int64_t b = blockIdx.x; b < batch; b += gridDim.x, cur ^= 1) {
     const float* t = smem + cur * t_floats;
     const float* g = gs + cur * width;
     __syncthreads();  // the previous sample's reads of the other buffers and of dzt are done
     const int64_t next = b + gridDim.x;
-    fetch_sample(smem + (cur ^ 1) * t_floats, ld, bottom, emb, next, batch, slots, dim, dout + next * ld_dout,
+    fetch_sample<kVec>(smem + (cur ^ 1) * t_floats, ld, bottom, emb, next, batch, slots, dim, dout + next * ld_dout,
                  gs + (cur ^ 1) * width, width);
     copy_async_wait_all_but_last();
     __syncthreads();
@@ -395,7 +405,7 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], uint32_t a0, uint32_t a1
 }
 }  // namespace
 
-template <class Out>
+template <class Out, bool kVec>
 __global__ void __launch_bounds__(kMmaBlock)
     interaction_forward_mma_kernel(const float* __restrict__ bottom, const float* __restrict__ emb, Out out,
                                    int64_t batch, int slots, int dim, int64_t width, int64_t ld_out, int ld) {
@@ -409,12 +419,12 @@ __global__ void __launch_bounds__(kMmaBlock)
   int rows[4];  // where this lane's fragment rows 8 r + g start, clamped to the sample's rows
 #pragma unroll
   for (int r = 0; r < 4; ++r) rows[r] = min(8 * r + g, n - 1) * ld;
-  fetch_sample(smem, ld, bottom, emb, blockIdx.x, batch, slots, dim);
+  fetch_sample<kVec>(smem, ld, bottom, emb, blockIdx.x, batch, slots, dim);
   int cur = 0;
   for (int64_t b = blockIdx.x; b < batch; b += gridDim.x, cur ^= 1) {
     const float* t = smem + cur * t_floats;
     __syncthreads();  // the previous sample's reads of the other buffer are done
-    fetch_sample(smem + (cur ^ 1) * t_floats, ld, bottom, emb, b + gridDim.x, batch, slots, dim);
+    fetch_sample<kVec>(smem + (cur ^ 1) * t_floats, ld, bottom, emb, b + gridDim.x, batch, slots, dim);
     copy_async_wait_all_but_last();
     __syncthreads();
     // the lower triangle's tiles q = (m, j): m-tile 0 (rows 0-15) with n-tiles 0, 1; m-tile 1 (rows 16-31)
@@ -498,10 +508,15 @@ void forward_with(const InteractionDims& d, const float* bottom, const float* em
   const MmaLayout m = mma_layout(d.slots, d.dim);
   if (path == "tensor") {
     SPARTA_ASSERT(m.n <= 32 && m.bytes() <= kTiledSmemLimit, "interaction: tensor-core layout");
-    const int grid = resident_grid(interaction_forward_mma_kernel<Out>, d.batch, kMmaBlock, m.bytes());
-    interaction_forward_mma_kernel<Out><<<grid, kMmaBlock, m.bytes(), stream>>>(bottom, emb, out, d.batch, d.slots,
-                                                                                 d.dim, width, ld, m.ld);
-    CUDA_CHECK_LAUNCH("interaction_forward_mma_kernel");
+    auto launch = [&](auto kernel) {
+      const int grid = resident_grid(kernel, d.batch, kMmaBlock, m.bytes());
+      kernel<<<grid, kMmaBlock, m.bytes(), stream>>>(bottom, emb, out, d.batch, d.slots, d.dim, width, ld, m.ld);
+      CUDA_CHECK_LAUNCH("interaction_forward_mma_kernel");
+    };
+    if (d.dim % 4 == 0 && aligned16(bottom) && aligned16(emb))
+      launch(interaction_forward_mma_kernel<Out, true>);
+    else
+      launch(interaction_forward_mma_kernel<Out, false>);
     return;
   }
   const ForwardLayout l = forward_layout(d.slots, d.dim);
@@ -542,7 +557,7 @@ void interaction_dot_backward_cuda(const InteractionDims& d, const float* dout, 
                                                        width, ld, l.ni, l.ld);
       CUDA_CHECK_LAUNCH("interaction_backward_tiled_kernel");
     };
-    if (d.dim % 4 == 0 && aligned16(dbottom) && aligned16(demb))
+    if (d.dim % 4 == 0 && aligned16(bottom) && aligned16(emb) && aligned16(dbottom) && aligned16(demb))
       launch(interaction_backward_tiled_kernel<true>);
     else
       launch(interaction_backward_tiled_kernel<false>);
