@@ -17,6 +17,10 @@
 #include "kernels/half16.cuh"
 #include "kernels/interaction_dot.h"
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "kernels/interaction_dot.cu needs sm_80 or later (cp.async, TF32 mma.sync): build with ARCH=sm_80 or newer"
+#endif
+
 namespace sparta {
 
 namespace {
