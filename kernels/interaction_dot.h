@@ -66,7 +66,8 @@ void interaction_dot_forward_cpu(const InteractionDims& d, const float* bottom, 
 void interaction_dot_backward_cpu(const InteractionDims& d, const float* dout, const float* bottom,
                                   const float* emb, float* dbottom, float* demb);
 // Bytes of shared memory a block of the tiled cuda kernels takes (backward or forward); they run where this is
-// at most 48 KiB, the general kernels elsewhere.
+// at most 48 KiB (the forward where the tensor-core kernel does not: interaction_dot_forward_path), the general
+// kernels elsewhere.
 size_t interaction_dot_tiled_smem(int slots, int dim, bool backward);
 
 // The cuda kernel a forward of this shape takes: "tensor" (S + 1 <= 32 and two samples' vectors, rows rounded up to
