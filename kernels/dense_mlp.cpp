@@ -123,12 +123,15 @@ uint16_t* Mlp::input16() {
   return is_half(cfg_.precision) && gemm_in_[0] == cfg_.sizes[0] ? acts16_[0].data() : nullptr;
 }
 
+uint16_t* Mlp::input16_padded() { return is_half(cfg_.precision) ? acts16_[0].data() : nullptr; }
+
 const float* Mlp::forward(const float* params, const float* x, int64_t batch, Stream stream,
                           const uint64_t* dropout_key) {
   SPARTA_REQUIRE(batch >= 0 && batch <= max_batch_, "MLP '%s': batch must be in [0, %lld] (max_batch), found %lld",
                  cfg_.name.c_str(), (long long)max_batch_, (long long)batch);
-  SPARTA_REQUIRE(x || batch == 0 || input16(),
-                 "MLP '%s': an input in input16() needs 16-bit precision and an unpadded width", cfg_.name.c_str());
+  SPARTA_REQUIRE(x || batch == 0 || is_half(cfg_.precision),
+                 "MLP '%s': an input in its 16-bit copy (x null) needs 16-bit precision, found %s", cfg_.name.c_str(),
+                 gemm_type_name(cfg_.precision));
   batch_ = batch;
   x_ = x;
   dropped_ = dropout_key && cfg_.dropout > 0.f;
@@ -170,7 +173,7 @@ void Mlp::backward(const float* params, const float* dy, float* grads, float* dx
 }
 
 void Mlp::backward_data(const float* params, const float* dy, float* grads, float* dx, Stream stream,
-                        uint16_t* dx16) {
+                        bool dx_padded, uint16_t* dx16) {
   SPARTA_REQUIRE(batch_ >= 0, "MLP '%s': backward before any forward", cfg_.name.c_str());
   const bool half = is_half(cfg_.precision);
   SPARTA_REQUIRE(!dx16 || (half && !dx && gemm_dims(0).in == dims(0).in),
@@ -202,7 +205,8 @@ void Mlp::backward_data(const float* params, const float* dy, float* grads, floa
     float* dx_l = l > 0 ? grad_.data() : dx;
     if (dx_l) {
       const LinearDims gd = gemm_dims(l);
-      const bool padded = gd.in != d.in;  // computed padded, then copied to the logical shape
+      // computed padded, then copied to the logical shape unless the caller takes it padded
+      const bool padded = gd.in != d.in && !(l == 0 && dx_padded);
       linear_backward_data(dev_, gd, cfg_.precision, dpre(l), gemm_weight(params, l), padded ? dx_pad_.data() : dx_l,
                            false, stream);
       if (padded) copy_unpadded(dev_, dx_pad_.data(), gd.in, dx_l, d.batch, d.in, stream);

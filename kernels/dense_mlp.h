@@ -70,24 +70,34 @@ class Mlp {
   // unchanged until backward. Throws sparta::Error naming the MLP when batch is not in [0, max_batch].
   // dropout_key: the training step's key (dense_dropout.h: device memory for cuda, read when the pass runs), or
   // nullptr: no dropout (evaluation, or dropout 0).
-  // x == nullptr (16-bit precision): the input is already in input16(), written there by its producer.
+  // x == nullptr (16-bit precision): the input is already in input16() / input16_padded(), written there by its
+  // producer.
   const float* forward(const float* params, const float* x, int64_t batch, Stream stream,
                        const uint64_t* dropout_key = nullptr);
   // 16-bit precision with an unpadded input: where the first GEMM reads the input, [max_batch, in_width] in the
   // precision's 16-bit type, for a producer to write it there before forward(params, nullptr, ...); otherwise
   // nullptr.
   uint16_t* input16();
+  // 16-bit precision, any input width: where the first GEMM reads the input, [max_batch, input_ld()] in the
+  // precision's 16-bit type, for a producer to write it there with zeros in columns in_width .. input_ld() - 1
+  // before forward(params, nullptr, ...); fp32: nullptr.
+  uint16_t* input16_padded();
+  // The row pitch of input16_padded() and of a padded dx (backward_data): in_width, in 16-bit precision rounded up
+  // to a multiple of 8.
+  int input_ld() const { return gemm_in_[0]; }
 
   // From dy [batch, out_width] (the batch of the last forward): grads [param_count] are overwritten, and
   // dx [batch, in_width] too when dx != nullptr. params must be those of the forward.
   void backward(const float* params, const float* dy, float* grads, float* dx, Stream stream);
   // The same in two parts, so that work can be queued between dx and the weight gradients: backward_data writes
   // the bias gradients and dx, and keeps every layer's pre-activation gradient; backward_weights then writes the
-  // weight gradients from them (the same values as backward). dx16 (16-bit precision, an unpadded input, instead
-  // of dx): the input's gradient in the precision's 16-bit type, rounded once from the GEMM's fp32 sum (what a
-  // 16-bit producer's backward reads: cross_layer.h's output_grad16).
+  // weight gradients from them (the same values as backward). dx_padded: dx has rows of input_ld() floats, the
+  // first GEMM's output as it comes (no copy to the logical shape; columns past in_width are not gradients).
+  // dx16 (16-bit precision, an unpadded input, instead of dx): the input's gradient in the precision's 16-bit
+  // type, rounded once from the GEMM's fp32 sum (what a 16-bit producer's backward reads: cross_layer.h's
+  // output_grad16).
   void backward_data(const float* params, const float* dy, float* grads, float* dx, Stream stream,
-                     uint16_t* dx16 = nullptr);
+                     bool dx_padded = false, uint16_t* dx16 = nullptr);
   void backward_weights(float* grads, Stream stream);
 
   // DLRM's initialization on the host, deterministic by seed: weights N(0, sqrt(2 / (in + out))), biases

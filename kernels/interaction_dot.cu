@@ -1,22 +1,42 @@
-// interaction_dot.cu: CUDA version of interaction_dot.h. A block takes a sample at a time and copies its S + 1
-// vectors (two contiguous spans: the bottom row and the S embedding rows) into shared memory.
+// interaction_dot.cu: CUDA version of interaction_dot.h. A block takes samples grid-stride and holds a sample's
+// S + 1 vectors (two contiguous spans: the bottom row and the S embedding rows) in shared memory.
 //
-// Where the sample's vectors and the kernel's partial sums fit in 48 KiB (MLPerf DLRM: 27 x 128 floats, 22 KiB
-// forward, 17 KiB backward), the tiled kernels below compute register tiles of T T^T (forward) and of dZ T
-// (backward), which keeps them bound by the memory traffic. Larger samples take the general kernels: the
+// Where two samples' vectors fit in 48 KiB (MLPerf DLRM: 27 x 128 floats, 28 KiB for the tensor-core forward,
+// 35 KiB backward), the forward computes T T^T on the tensor cores (S + 1 <= 32) or in register tiles, the
+// backward register tiles of dZ T, while the block's next sample is copied in (cp.async into the other of two
+// buffers): the copies stay in flight while the block computes, which keeps the kernels bound by the memory
+// traffic. The grid is the blocks that fit on the GPU at once. Larger samples take the general kernels: the
 // forward computes each pair's dot product with one warp (lanes over dim, a shuffle reduction), the backward
-// each element of dT with one thread. Every sum has a fixed order: two runs give the same bits.
+// each element of dT with one thread. Every sum has a fixed order: two runs give the same bits. The forward
+// writes fp32 or 16 bits (one rounding of the same fp32 value: half16.cuh's).
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "src/base/check.h"
+#include "kernels/half16.cuh"
 #include "kernels/interaction_dot.h"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "kernels/interaction_dot.cu needs sm_80 or later (cp.async, TF32 mma.sync): build with ARCH=sm_80 or newer"
+#endif
 
 namespace sparta {
 
 namespace {
 constexpr int kBlock = 256;
-}
+
+// Where the forward's values go: fp32, or the bits of the 16-bit type H (rounded to nearest even once).
+struct OutF32 {
+  float* p;
+  __device__ __forceinline__ void put(int64_t i, float v) const { p[i] = v; }
+};
+template <class H>
+struct OutHalf {
+  uint16_t* p;
+  __device__ __forceinline__ void put(int64_t i, float v) const { p[i] = H::bits(v); }
+};
+}  // namespace
 
 // ----------------------------------------------------------------------------
 // kernels
@@ -38,11 +58,12 @@ __device__ __forceinline__ void load_sample(float* t, const float* bottom, const
   for (int k = threadIdx.x; k < slots * dim; k += blockDim.x) t[dim + k] = em[k];
 }
 
+template <class Out>
 __global__ void __launch_bounds__(kBlock)
     interaction_forward_kernel(const float* bottom,  // [batch, dim]
                                const float* emb,     // [batch, slots, dim]
-                               float* out,           // [batch, width]
-                               int64_t batch, int slots, int dim, int64_t width) {
+                               Out out,              // [batch, ld]
+                               int64_t batch, int slots, int dim, int64_t width, int64_t ld) {
   extern __shared__ float t[];  // [(slots + 1) * dim]
   const int pairs = (slots + 1) * slots / 2;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
@@ -50,8 +71,9 @@ __global__ void __launch_bounds__(kBlock)
     __syncthreads();  // the previous sample's reads are done
     load_sample(t, bottom, emb, b, slots, dim);
     __syncthreads();
-    float* o = out + b * width;
-    for (int k = threadIdx.x; k < dim; k += blockDim.x) o[k] = t[k];
+    const int64_t o = b * ld;
+    for (int k = threadIdx.x; k < dim; k += blockDim.x) out.put(o + k, t[k]);
+    for (int64_t c = width + threadIdx.x; c < ld; c += blockDim.x) out.put(o + c, 0.f);
     for (int p = warp; p < pairs; p += warps) {
       int i, j;
       pair_of(p, i, j);
@@ -61,25 +83,25 @@ __global__ void __launch_bounds__(kBlock)
       for (int k = lane; k < dim; k += 32) s += ti[k] * tj[k];
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-      if (lane == 0) o[dim + p] = s;
+      if (lane == 0) out.put(o + dim + p, s);
     }
   }
 }
 
 __global__ void __launch_bounds__(kBlock)
-    interaction_backward_kernel(const float* dout,    // [batch, width]
+    interaction_backward_kernel(const float* dout,    // [batch, ld]
                                 const float* bottom,  // [batch, dim]
                                 const float* emb,     // [batch, slots, dim]
                                 float* dbottom,       // [batch, dim]
                                 float* demb,          // [batch, slots, dim]
-                                int64_t batch, int slots, int dim, int64_t width) {
+                                int64_t batch, int slots, int dim, int64_t ld) {
   extern __shared__ float t[];  // [(slots + 1) * dim], then dz [pairs]
   const int n = slots + 1, pairs = n * slots / 2;
   float* dz = t + n * dim;
   for (int64_t b = blockIdx.x; b < batch; b += gridDim.x) {
     __syncthreads();
     load_sample(t, bottom, emb, b, slots, dim);
-    const float* g = dout + b * width;
+    const float* g = dout + b * ld;
     for (int p = threadIdx.x; p < pairs; p += blockDim.x) dz[p] = g[dim + p];
     __syncthreads();
     for (int e = threadIdx.x; e < n * dim; e += blockDim.x) {
@@ -98,7 +120,10 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 // ----------------------------------------------------------------------------
-// the tiled kernels (the common sizes: a sample's vectors and the partial sums fit in 48 KiB)
+// the tiled kernels (the common sizes: two samples' vectors and the partial sums fit in 48 KiB)
+//
+// Both keep two buffers of a sample's vectors: while the block computes on sample b in one, the copies of its
+// next sample b + gridDim.x into the other are in flight (cp.async, 4 bytes each: any dim, any alignment).
 //
 // Forward: the Gram matrix T T^T of the sample, in 4 x 4 tiles of its lower block triangle (nb = ceil(n / 4)
 // block rows, nb (nb + 1) / 2 tiles). Work item (tile, q) sums k = q, q + 4, q + 8, ... < dim for the tile's 16
@@ -107,7 +132,8 @@ __global__ void __launch_bounds__(kBlock)
 // banks. Rows n .. 4 nb - 1 of t are zeros.
 //
 // Backward: dT = dZ T per sample (dZ symmetric, zero diagonal), each work item 8 rows x 4 adjacent columns of
-// dT in registers, j from 0 to n - 1 in order (a float4 of dZ^T's column j and one of T's row j per step).
+// dT in registers, j from 0 to n - 1 in order (a float4 of dZ^T's column j and one of T's row j per step). The
+// sample's row of dout is copied in beside its vectors.
 
 namespace {
 constexpr int kTiledBlock = 128;
@@ -118,8 +144,8 @@ constexpr size_t kTiledSmemLimit = 48 * 1024;
 
 struct ForwardLayout {
   int n, nb, tiles, ld;
-  size_t t_floats, part_floats;
-  size_t bytes() const { return (t_floats + part_floats) * sizeof(float); }
+  size_t t_floats, part_floats;  // t_floats: one buffer
+  size_t bytes() const { return (2 * t_floats + part_floats) * sizeof(float); }
 };
 ForwardLayout forward_layout(int slots, int dim) {
   ForwardLayout l;
@@ -134,45 +160,64 @@ ForwardLayout forward_layout(int slots, int dim) {
 
 struct BackwardLayout {
   int n, ni, ld;
-  size_t t_floats, dz_floats;
-  size_t bytes() const { return (t_floats + dz_floats) * sizeof(float); }
+  int64_t width;
+  size_t t_floats, dz_floats, g_floats;  // t_floats, g_floats: one buffer
+  size_t bytes() const { return (2 * t_floats + dz_floats + 2 * g_floats) * sizeof(float); }
 };
 BackwardLayout backward_layout(int slots, int dim) {
   BackwardLayout l;
   l.n = slots + 1;
   l.ni = (l.n + kRowsPerItem - 1) / kRowsPerItem * kRowsPerItem;
   l.ld = (dim + 3) / 4 * 4;
+  l.width = interaction_dot_width(slots, dim);
   l.t_floats = size_t(l.n) * l.ld;
   l.dz_floats = size_t(l.n) * l.ni;
+  l.g_floats = size_t(l.width);
   return l;
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// Asynchronous copies global → shared (sm_80 and later) of 4 or 16 bytes, committed in groups.
+__device__ __forceinline__ void copy_async4(float* dst, const float* src) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(src) : "memory");
+}
+__device__ __forceinline__ void copy_async16(float* dst, const float* src) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
+}
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits for this thread's copies but those of the group committed last.
+__device__ __forceinline__ void copy_async_wait_all_but_last() {
+  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
 }  // namespace
 
-// Copies sample b's vectors into t (row stride ld): float4 global loads when vec (dim % 4 == 0, 16-byte aligned
-// arrays), scalar shared stores (ld may be odd).
+// Starts copying sample b's vectors into t (row stride ld; columns dim .. ld - 1 untouched) and, when g_src,
+// the row g_src [width] into g; commits them as one group, an empty one when b >= batch. kVec: 16 bytes a copy
+// (dim and ld multiples of 4, bottom and emb 16-byte aligned), else 4.
 template <bool kVec>
-__device__ __forceinline__ void load_sample_rows(float* t, int ld, const float* bottom, const float* emb, int64_t b,
-                                                 int slots, int dim) {
-  const float* bot = bottom + b * dim;
-  const float* em = emb + b * int64_t(slots) * dim;
-  if (kVec) {
-    const int q4 = dim / 4, total = (slots + 1) * q4;
+__device__ __forceinline__ void fetch_sample(float* t, int ld, const float* bottom, const float* emb, int64_t b,
+                                             int64_t batch, int slots, int dim, const float* g_src = nullptr,
+                                             float* g = nullptr, int64_t width = 0) {
+  if (b < batch) {
+    const float* bot = bottom + b * dim;
+    const float* em = emb + b * int64_t(slots) * dim;
+    const int step = kVec ? 4 : 1, per_row = dim / step, total = (slots + 1) * per_row;
+    int row = int(threadIdx.x) / per_row, c = int(threadIdx.x) - row * per_row;  // element e = row, column c * step
     for (int e = threadIdx.x; e < total; e += blockDim.x) {
-      const int row = e / q4, k = (e - row * q4) * 4;
-      const float4 v = row == 0 ? __ldg(reinterpret_cast<const float4*>(bot) + e)
-                                : __ldg(reinterpret_cast<const float4*>(em) + (e - q4));
+      const int k = c * step;
       float* dst = t + row * ld + k;
-      dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
+      const float* src = row == 0 ? bot + k : em + (e - per_row) * step;
+      if (kVec) copy_async16(dst, src);
+      else copy_async4(dst, src);
+      for (c += blockDim.x; c >= per_row; c -= per_row) ++row;
     }
-  } else {
-    const int total = (slots + 1) * dim;
-    for (int e = threadIdx.x; e < total; e += blockDim.x) {
-      const int row = e / dim, k = e - row * dim;
-      t[row * ld + k] = row == 0 ? __ldg(bot + k) : __ldg(em + (e - dim));
-    }
+    if (g_src)
+      for (int e = threadIdx.x; e < width; e += blockDim.x) copy_async4(g + e, g_src + e);
   }
+  copy_async_commit();
 }
 
 // Tile index → its block row bi and block column bj <= bi (tiles in row-major order of the lower triangle).
@@ -183,20 +228,24 @@ __device__ __forceinline__ void tile_of(int tile, int& bi, int& bj) {
   bj = tile - bi * (bi + 1) / 2;
 }
 
-template <bool kVec>
+template <class Out>
 __global__ void __launch_bounds__(kTiledBlock)
-    interaction_forward_tiled_kernel(const float* __restrict__ bottom, const float* __restrict__ emb,
-                                     float* __restrict__ out, int64_t batch, int slots, int dim, int64_t width,
-                                     int nb, int ld) {
+    interaction_forward_tiled_kernel(const float* __restrict__ bottom, const float* __restrict__ emb, Out out,
+                                     int64_t batch, int slots, int dim, int64_t width, int64_t ld_out, int nb,
+                                     int ld) {
   extern __shared__ __align__(16) float smem[];
   const int n = slots + 1, pairs = n * slots / 2, tiles = nb * (nb + 1) / 2, items = tiles * kKSplit;
-  float* t = smem;                                // [4 nb][ld]
-  float* part = smem + size_t(4) * nb * ld;       // [items][kPartStride]
-  for (int e = threadIdx.x + n * ld; e < 4 * nb * ld; e += blockDim.x) t[e] = 0.f;  // the rows past n
-  for (int64_t b = blockIdx.x; b < batch; b += gridDim.x) {
-    __syncthreads();  // the previous sample's reads of t and part are done
-    load_sample_rows<kVec>(t, ld, bottom, emb, b, slots, dim);
-    __syncthreads();
+  const int t_floats = 4 * nb * ld;
+  float* part = smem + 2 * t_floats;  // [items][kPartStride], after the two buffers [4 nb][ld]
+  for (int e = threadIdx.x + n * ld; e < t_floats; e += blockDim.x) smem[e] = smem[t_floats + e] = 0.f;  // rows past n
+  fetch_sample<false>(smem, ld, bottom, emb, blockIdx.x, batch, slots, dim);
+  int cur = 0;
+  for (int64_t b = blockIdx.x; b < batch; b += gridDim.x, cur ^= 1) {
+    const float* t = smem + cur * t_floats;
+    __syncthreads();  // the previous sample's reads of the other buffer and of part are done
+    fetch_sample<false>(smem + (cur ^ 1) * t_floats, ld, bottom, emb, b + gridDim.x, batch, slots, dim);
+    copy_async_wait_all_but_last();  // this thread's copies of sample b have landed
+    __syncthreads();                 // and every thread's
     for (int w = threadIdx.x; w < items; w += blockDim.x) {
       const int tile = w / kKSplit, q = w - tile * kKSplit;
       int bi, bj;
@@ -224,8 +273,8 @@ __global__ void __launch_bounds__(kTiledBlock)
         for (int c = 0; c < 4; ++c) pp[a * 4 + c] = acc[a][c];
     }
     __syncthreads();
-    float* o = out + b * width;
-    for (int k = threadIdx.x; k < dim; k += blockDim.x) o[k] = t[k];
+    const int64_t o = b * ld_out;
+    for (int k = threadIdx.x; k < dim; k += blockDim.x) out.put(o + k, t[k]);
     for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
       int i, j;
       pair_of(p, i, j);
@@ -234,8 +283,9 @@ __global__ void __launch_bounds__(kTiledBlock)
       float s = pp[0];
 #pragma unroll
       for (int q = 1; q < kKSplit; ++q) s += pp[q * kPartStride];
-      o[dim + p] = s;
+      out.put(o + dim + p, s);
     }
+    for (int64_t c = width + threadIdx.x; c < ld_out; c += blockDim.x) out.put(o + c, 0.f);
   }
 }
 
@@ -244,22 +294,33 @@ __global__ void __launch_bounds__(kTiledBlock)
     interaction_backward_tiled_kernel(const float* __restrict__ dout, const float* __restrict__ bottom,
                                       const float* __restrict__ emb, float* __restrict__ dbottom,
                                       float* __restrict__ demb, int64_t batch, int slots, int dim, int64_t width,
-                                      int ni, int ld) {
+                                      int64_t ld_dout, int ni, int ld) {
   extern __shared__ __align__(16) float smem[];  // float4 reads: ld and ni are multiples of 4
   const int n = slots + 1, pairs = n * slots / 2;
-  float* t = smem;                      // [n][ld], columns dim .. ld - 1 zero
-  float* dzt = smem + size_t(n) * ld;   // [n][ni]: dzt[j][i] = dZ_ij; the diagonal and i >= n zero
+  const int t_floats = n * ld;
+  float* dzt = smem + 2 * t_floats;  // [n][ni]: dzt[j][i] = dZ_ij; the diagonal and i >= n zero
+  float* gs = dzt + n * ni;          // two buffers [width]: the samples' rows of dout
   const int groups = ni / kRowsPerItem, quads = ld / 4, items = groups * quads;
   for (int e = threadIdx.x; e < n * ni; e += blockDim.x) dzt[e] = 0.f;
-  for (int e = threadIdx.x; e < n * (ld - dim); e += blockDim.x) t[(e / (ld - dim)) * ld + dim + e % (ld - dim)] = 0.f;
-  for (int64_t b = blockIdx.x; b < batch; b += gridDim.x) {
+  for (int e = threadIdx.x; e < n * (ld - dim); e += blockDim.x) {  // columns dim .. ld - 1 of both buffers
+    const int at = (e / (ld - dim)) * ld + dim + e % (ld - dim);
+    smem[at] = smem[t_floats + at] = 0.f;
+  }
+  fetch_sample<kVec>(smem, ld, bottom, emb, blockIdx.x, batch, slots, dim, dout + blockIdx.x * ld_dout, gs, width);
+  int cur = 0;
+  for (int64_t b = blockIdx.x; b < batch; b += gridDim.x, cur ^= 1) {
+    const float* t = smem + cur * t_floats;
+    const float* g = gs + cur * width;
+    __syncthreads();  // the previous sample's reads of the other buffers and of dzt are done
+    const int64_t next = b + gridDim.x;
+    fetch_sample<kVec>(smem + (cur ^ 1) * t_floats, ld, bottom, emb, next, batch, slots, dim, dout + next * ld_dout,
+                 gs + (cur ^ 1) * width, width);
+    copy_async_wait_all_but_last();
     __syncthreads();
-    load_sample_rows<kVec>(t, ld, bottom, emb, b, slots, dim);
-    const float* g = dout + b * width;
     for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
       int i, j;
       pair_of(p, i, j);
-      const float v = __ldg(g + dim + p);
+      const float v = g[dim + p];
       dzt[j * ni + i] = v;
       dzt[i * ni + j] = v;
     }
@@ -273,7 +334,7 @@ __global__ void __launch_bounds__(kTiledBlock)
         for (int c = 0; c < 4; ++c) acc[a][c] = 0.f;
       if (i0 == 0) {
 #pragma unroll
-        for (int c = 0; c < 4; ++c) acc[0][c] = k0 + c < dim ? __ldg(g + k0 + c) : 0.f;
+        for (int c = 0; c < 4; ++c) acc[0][c] = k0 + c < dim ? g[k0 + c] : 0.f;
       }
       for (int j = 0; j < n; ++j) {
         const float4 tv = *reinterpret_cast<const float4*>(t + j * ld + k0);
@@ -304,6 +365,114 @@ __global__ void __launch_bounds__(kTiledBlock)
 }
 
 // ----------------------------------------------------------------------------
+// the tensor-core forward (n = S + 1 <= 32 and two samples' vectors fit in 48 KiB: MLPerf DLRM's 27 x 128)
+//
+// A block is one warp and takes a sample at a time, with two buffers (the next sample copied in while this one
+// is computed). It computes T T^T of the sample's rows (padded to 32) with mma.sync m16n8k8 on TF32 operands,
+// three products each: every value x split into hi = tf32(x) and lo = tf32(x - hi), and x y summed as
+// hi lo' + lo hi' + hi hi' into fp32 accumulators (the lo lo' term, about 2^-22 of x y, left out): fp32's
+// accuracy up to the accumulation's rounding. Rows of t have stride ld ≡ 4 (mod 8) with zeros in columns
+// dim .. ld - 1, so a fragment load (rows 8 r + g, columns k + tq) hits 32 different banks; rows past n read
+// row n - 1 (the products they give are not written).
+
+namespace {
+constexpr int kMmaBlock = 32;
+
+struct MmaLayout {
+  int n, ld;
+  size_t t_floats;  // one buffer
+  size_t bytes() const { return 2 * t_floats * sizeof(float); }
+};
+MmaLayout mma_layout(int slots, int dim) {
+  MmaLayout l;
+  l.n = slots + 1;
+  l.ld = (dim + 7) / 8 * 8 + 4;
+  l.t_floats = size_t(l.n) * l.ld;
+  return l;
+}
+
+__device__ __forceinline__ uint32_t tf32_of(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// c += A B for one m16n8k8 tile: A 16 x 8 row-major (a0 = A[g][tq], a1 = A[g + 8][tq], a2 = A[g][tq + 4],
+// a3 = A[g + 8][tq + 4]), B 8 x 8 column-major (b0 = B[tq][g], b1 = B[tq + 4][g]), C 16 x 8 in fp32 (c0, c1 =
+// C[g][2 tq], C[g][2 tq + 1]; c2, c3 the same in row g + 8); g = lane / 4, tq = lane % 4 (PTX's fragments).
+__device__ __forceinline__ void mma_tf32(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+}  // namespace
+
+template <class Out, bool kVec>
+__global__ void __launch_bounds__(kMmaBlock)
+    interaction_forward_mma_kernel(const float* __restrict__ bottom, const float* __restrict__ emb, Out out,
+                                   int64_t batch, int slots, int dim, int64_t width, int64_t ld_out, int ld) {
+  extern __shared__ __align__(16) float smem[];  // two buffers [n][ld]
+  const int n = slots + 1, lane = threadIdx.x, g = lane >> 2, tq = lane & 3;
+  const int t_floats = n * ld, ksteps = (dim + 7) / 8, pad = ld - dim;
+  for (int e = lane; e < n * pad; e += kMmaBlock) {  // columns dim .. ld - 1 of both buffers
+    const int at = (e / pad) * ld + dim + e % pad;
+    smem[at] = smem[t_floats + at] = 0.f;
+  }
+  int rows[4];  // where this lane's fragment rows 8 r + g start, clamped to the sample's rows
+#pragma unroll
+  for (int r = 0; r < 4; ++r) rows[r] = min(8 * r + g, n - 1) * ld;
+  fetch_sample<kVec>(smem, ld, bottom, emb, blockIdx.x, batch, slots, dim);
+  int cur = 0;
+  for (int64_t b = blockIdx.x; b < batch; b += gridDim.x, cur ^= 1) {
+    const float* t = smem + cur * t_floats;
+    __syncthreads();  // the previous sample's reads of the other buffer are done
+    fetch_sample<kVec>(smem + (cur ^ 1) * t_floats, ld, bottom, emb, b + gridDim.x, batch, slots, dim);
+    copy_async_wait_all_but_last();
+    __syncthreads();
+    // the lower triangle's tiles q = (m, j): m-tile 0 (rows 0-15) with n-tiles 0, 1; m-tile 1 (rows 16-31)
+    // with n-tiles 0-3. A of m-tile m: row groups 2 m and 2 m + 1; B of n-tile j: row group j.
+    float acc[6][4];
+#pragma unroll
+    for (int q = 0; q < 6; ++q)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[q][e] = 0.f;
+    for (int ks = 0; ks < ksteps; ++ks) {
+      const int k = ks * 8 + tq;
+      uint32_t hi[4][2], lo[4][2];
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float x = t[rows[r] + k + 4 * h];
+          hi[r][h] = tf32_of(x);
+          lo[r][h] = tf32_of(x - __uint_as_float(hi[r][h]));
+        }
+#pragma unroll
+      for (int q = 0; q < 6; ++q) {
+        const int m = q < 2 ? 0 : 1, j = q < 2 ? q : q - 2, ra = 2 * m, rb = 2 * m + 1;
+        mma_tf32(acc[q], hi[ra][0], hi[rb][0], hi[ra][1], hi[rb][1], lo[j][0], lo[j][1]);
+        mma_tf32(acc[q], lo[ra][0], lo[rb][0], lo[ra][1], lo[rb][1], hi[j][0], hi[j][1]);
+        mma_tf32(acc[q], hi[ra][0], hi[rb][0], hi[ra][1], hi[rb][1], hi[j][0], hi[j][1]);
+      }
+    }
+    const int64_t o = b * ld_out;
+    for (int k = lane; k < dim; k += kMmaBlock) out.put(o + k, t[k]);
+#pragma unroll
+    for (int q = 0; q < 6; ++q) {
+      const int m = q < 2 ? 0 : 1, j = q < 2 ? q : q - 2;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = 16 * m + g + (e >= 2 ? 8 : 0), col = 8 * j + 2 * tq + (e & 1);
+        if (col < row && row < n) out.put(o + dim + row * (row - 1) / 2 + col, acc[q][e]);
+      }
+    }
+    for (int64_t c = width + lane; c < ld_out; c += kMmaBlock) out.put(o + c, 0.f);
+  }
+}
+
+// ----------------------------------------------------------------------------
 // launchers
 
 namespace {
@@ -324,62 +493,85 @@ int prepare(Kernel kernel, const InteractionDims& d, size_t smem, const char* wh
   return static_cast<int>(d.batch < cap ? d.batch : cap);
 }
 
-// The tiled kernels: a grid of at most 32 blocks per SM, each taking samples grid-stride.
-int tiled_grid(int64_t batch) {
-  int device = 0, sms = 0;
+// The tiled and tensor-core kernels: the blocks that are resident at once (each then takes its samples
+// grid-stride, so that its copy of the next sample overlaps its work on this one), at most one per sample.
+template <class Kernel>
+int resident_grid(Kernel kernel, int64_t batch, int block, size_t smem) {
+  int device = 0, sms = 0, per_sm = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int64_t cap = int64_t(sms) * 32;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem));
+  const int64_t cap = int64_t(sms) * (per_sm > 0 ? per_sm : 1);
   return static_cast<int>(batch < cap ? batch : cap);
+}
+
+template <class Out>
+void forward_with(const InteractionDims& d, const float* bottom, const float* emb, Out out, Stream stream) {
+  const int64_t width = interaction_dot_width(d.slots, d.dim), ld = interaction_dot_ld(d);
+  const std::string path = interaction_dot_forward_path(d.slots, d.dim);
+  const MmaLayout m = mma_layout(d.slots, d.dim);
+  if (path == "tensor") {
+    SPARTA_ASSERT(m.n <= 32 && m.bytes() <= kTiledSmemLimit, "interaction: tensor-core layout");
+    auto launch = [&](auto kernel) {
+      const int grid = resident_grid(kernel, d.batch, kMmaBlock, m.bytes());
+      kernel<<<grid, kMmaBlock, m.bytes(), stream>>>(bottom, emb, out, d.batch, d.slots, d.dim, width, ld, m.ld);
+      CUDA_CHECK_LAUNCH("interaction_forward_mma_kernel");
+    };
+    if (d.dim % 4 == 0 && aligned16(bottom) && aligned16(emb))
+      launch(interaction_forward_mma_kernel<Out, true>);
+    else
+      launch(interaction_forward_mma_kernel<Out, false>);
+    return;
+  }
+  const ForwardLayout l = forward_layout(d.slots, d.dim);
+  SPARTA_ASSERT(l.bytes() == interaction_dot_tiled_smem(d.slots, d.dim, false), "interaction: tiled layout");
+  if (path == "tiled") {
+    SPARTA_ASSERT(l.bytes() <= kTiledSmemLimit, "interaction: tiled layout");
+    const int grid = resident_grid(interaction_forward_tiled_kernel<Out>, d.batch, kTiledBlock, l.bytes());
+    interaction_forward_tiled_kernel<Out><<<grid, kTiledBlock, l.bytes(), stream>>>(bottom, emb, out, d.batch, d.slots,
+                                                                                     d.dim, width, ld, l.nb, l.ld);
+    CUDA_CHECK_LAUNCH("interaction_forward_tiled_kernel");
+    return;
+  }
+  const size_t smem = size_t(d.slots + 1) * d.dim * sizeof(float);
+  const int grid = prepare(interaction_forward_kernel<Out>, d, smem, "the forward");
+  interaction_forward_kernel<Out><<<grid, kBlock, smem, stream>>>(bottom, emb, out, d.batch, d.slots, d.dim, width, ld);
+  CUDA_CHECK_LAUNCH("interaction_forward_kernel");
 }
 
 }  // namespace
 
 void interaction_dot_forward_cuda(const InteractionDims& d, const float* bottom, const float* emb, float* out,
-                                  Stream stream) {
+                                  GemmType t, uint16_t* out16, Stream stream) {
   if (d.batch == 0) return;
-  const int64_t width = interaction_dot_width(d.slots, d.dim);
-  const ForwardLayout l = forward_layout(d.slots, d.dim);
-  SPARTA_ASSERT(l.bytes() == interaction_dot_tiled_smem(d.slots, d.dim, false), "interaction: tiled layout");
-  if (l.bytes() <= kTiledSmemLimit) {
-    const int grid = tiled_grid(d.batch);
-    if (d.dim % 4 == 0 && aligned16(bottom) && aligned16(emb))
-      interaction_forward_tiled_kernel<true><<<grid, kTiledBlock, l.bytes(), stream>>>(bottom, emb, out, d.batch,
-                                                                                        d.slots, d.dim, width, l.nb, l.ld);
-    else
-      interaction_forward_tiled_kernel<false><<<grid, kTiledBlock, l.bytes(), stream>>>(bottom, emb, out, d.batch,
-                                                                                         d.slots, d.dim, width, l.nb, l.ld);
-    CUDA_CHECK_LAUNCH("interaction_forward_tiled_kernel");
-    return;
-  }
-  const size_t smem = size_t(d.slots + 1) * d.dim * sizeof(float);
-  const int grid = prepare(interaction_forward_kernel, d, smem, "the forward");
-  interaction_forward_kernel<<<grid, kBlock, smem, stream>>>(bottom, emb, out, d.batch, d.slots, d.dim, width);
-  CUDA_CHECK_LAUNCH("interaction_forward_kernel");
+  if (!out16) return forward_with(d, bottom, emb, OutF32{out}, stream);
+  dense::with_half(t, [&](auto h) { forward_with(d, bottom, emb, OutHalf<decltype(h)>{out16}, stream); });
 }
 
 void interaction_dot_backward_cuda(const InteractionDims& d, const float* dout, const float* bottom,
                                    const float* emb, float* dbottom, float* demb, Stream stream) {
   if (d.batch == 0) return;
-  const int64_t width = interaction_dot_width(d.slots, d.dim);
+  const int64_t width = interaction_dot_width(d.slots, d.dim), ld = interaction_dot_ld(d);
   const BackwardLayout l = backward_layout(d.slots, d.dim);
   SPARTA_ASSERT(l.bytes() == interaction_dot_tiled_smem(d.slots, d.dim, true), "interaction: tiled layout");
   if (l.bytes() <= kTiledSmemLimit) {
-    const int grid = tiled_grid(d.batch);
+    auto launch = [&](auto kernel) {
+      const int grid = resident_grid(kernel, d.batch, kTiledBlock, l.bytes());
+      kernel<<<grid, kTiledBlock, l.bytes(), stream>>>(dout, bottom, emb, dbottom, demb, d.batch, d.slots, d.dim,
+                                                       width, ld, l.ni, l.ld);
+      CUDA_CHECK_LAUNCH("interaction_backward_tiled_kernel");
+    };
     if (d.dim % 4 == 0 && aligned16(bottom) && aligned16(emb) && aligned16(dbottom) && aligned16(demb))
-      interaction_backward_tiled_kernel<true><<<grid, kTiledBlock, l.bytes(), stream>>>(
-          dout, bottom, emb, dbottom, demb, d.batch, d.slots, d.dim, width, l.ni, l.ld);
+      launch(interaction_backward_tiled_kernel<true>);
     else
-      interaction_backward_tiled_kernel<false><<<grid, kTiledBlock, l.bytes(), stream>>>(
-          dout, bottom, emb, dbottom, demb, d.batch, d.slots, d.dim, width, l.ni, l.ld);
-    CUDA_CHECK_LAUNCH("interaction_backward_tiled_kernel");
+      launch(interaction_backward_tiled_kernel<false>);
     return;
   }
   const size_t pairs = size_t(d.slots + 1) * d.slots / 2;
   const size_t smem = (size_t(d.slots + 1) * d.dim + pairs) * sizeof(float);
   const int grid = prepare(interaction_backward_kernel, d, smem, "the backward");
   interaction_backward_kernel<<<grid, kBlock, smem, stream>>>(dout, bottom, emb, dbottom, demb, d.batch, d.slots,
-                                                              d.dim, width);
+                                                              d.dim, ld);
   CUDA_CHECK_LAUNCH("interaction_backward_kernel");
 }
 

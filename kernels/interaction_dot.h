@@ -6,12 +6,18 @@
 // Backward, from dout: dT_i = Σ_{j != i} dZ_ij T_j (dZ symmetric, from the pairs' gradients), then
 //   dbottom = dout[:, :dim] + dT_0,   demb_s = dT_{s+1}.
 //
-// cuda: a block holds a sample's S + 1 vectors in shared memory at a time. Where they fit with the kernel's
-// partial sums in 48 KiB (interaction_dot_tiled_smem; MLPerf DLRM's 27 x 128 does), the tiled kernels compute
-// register tiles of T T^T (each dot product as four interleaved partial sums over k, added in order) and of
-// dT = dZ T (j in order); otherwise the forward gives each warp whole pairs (lanes over dim, a shuffle
-// reduction) and the backward each thread one element of dT (j in order). No atomics: two runs give the same
-// bits. cpu: the reference, the same sums in loops (in another order: the backends agree to rounding).
+// cuda: a block holds a sample's S + 1 vectors in shared memory at a time and copies its next sample in while it
+// computes (two buffers). Where S + 1 <= 32 and two samples fit in 48 KiB (MLPerf DLRM's 27 x 128 does), the
+// forward computes T T^T on the tensor cores in TF32 with fp32's accuracy (each value split into two TF32 parts,
+// three products: the .cu says how); otherwise where the kernel's partial sums fit too (interaction_dot_tiled_smem)
+// register tiles of T T^T (each dot product as four interleaved partial sums over k, added in order), else each
+// warp whole pairs (lanes over dim, a shuffle reduction). The backward computes register tiles of dT = dZ T (j in
+// order) where interaction_dot_tiled_smem fits, else one element of dT per thread. No atomics: two runs give the
+// same bits. cpu: the reference, the same sums in loops (in another order: the backends agree to rounding).
+// 16-bit training: the top MLP's first GEMM reads the interaction's output as 16 bits in rows padded to a
+// multiple of 8 (dense_mlp.h), and its data gradient comes back in rows of that pitch. So the forward can write
+// the 16-bit copy alone (interaction_dot_forward_half: the fp32 values rounded to nearest even once, the bits a
+// separate to_half_padded pass of the fp32 output gives), and the output and dout take a row pitch (ld).
 // Every launcher takes the stream it runs on last (cuda: asynchronous on it; cpu: runs on the calling thread).
 #pragma once
 
@@ -19,6 +25,7 @@
 #include <cstdint>
 
 #include "src/base/device.h"
+#include "kernels/dense_linear.h"
 
 namespace sparta {
 
@@ -27,32 +34,50 @@ struct InteractionDims {
   int64_t batch = 0;
   int slots = 0;  // S: pooled embeddings per sample
   int dim = 0;    // width of the bottom output and of every embedding
+  int64_t ld = 0; // row pitch of out / out16 (forward) and of dout (backward), >= the width; 0: the width
 };
 
 // dim + (S+1)S/2: the width of the output.
 int64_t interaction_dot_width(int slots, int dim);
 
-// Throws sparta::Error naming the layer unless batch >= 0, slots >= 1, dim >= 1 and batch * width < 2^62.
+// Throws sparta::Error naming the layer unless batch >= 0, slots >= 1, dim >= 1, ld == 0 or ld >= width, and
+// batch * max(width, ld) < 2^62.
 void check_interaction_dims(const InteractionDims& d);
+// d.ld, or the width where d.ld is 0.
+int64_t interaction_dot_ld(const InteractionDims& d);
 
-// bottom [batch, dim], emb [batch, S, dim] → out [batch, interaction_dot_width(S, dim)]
+// bottom [batch, dim], emb [batch, S, dim] → out [batch, ld]: the width interaction_dot_width(S, dim) of values,
+// zeros in columns width .. ld - 1
 void interaction_dot_forward(const Device& dev, const InteractionDims& d, const float* bottom, const float* emb,
                              float* out, Stream stream);
+// The same values in the 16-bit type t (bf16 or f16; throws sparta::Error naming the layer otherwise), each
+// rounded to nearest even from the fp32 value interaction_dot_forward gives: out16 [batch, ld], zeros in the
+// padding. No fp32 output.
+void interaction_dot_forward_half(const Device& dev, const InteractionDims& d, GemmType t, const float* bottom,
+                                  const float* emb, uint16_t* out16, Stream stream);
 
-// dout [batch, width] → dbottom [batch, dim], demb [batch, S, dim] (overwritten)
+// dout [batch, ld] (columns width .. ld - 1 not read) → dbottom [batch, dim], demb [batch, S, dim] (overwritten)
 void interaction_dot_backward(const Device& dev, const InteractionDims& d, const float* dout, const float* bottom,
                               const float* emb, float* dbottom, float* demb, Stream stream);
 
-void interaction_dot_forward_cpu(const InteractionDims& d, const float* bottom, const float* emb, float* out);
+// out16 == nullptr: out in fp32; otherwise out16 in t (out unused).
+void interaction_dot_forward_cpu(const InteractionDims& d, const float* bottom, const float* emb, float* out,
+                                 GemmType t = GemmType::f32, uint16_t* out16 = nullptr);
 void interaction_dot_backward_cpu(const InteractionDims& d, const float* dout, const float* bottom,
                                   const float* emb, float* dbottom, float* demb);
 // Bytes of shared memory a block of the tiled cuda kernels takes (backward or forward); they run where this is
-// at most 48 KiB, the general kernels elsewhere.
+// at most 48 KiB (the forward where the tensor-core kernel does not: interaction_dot_forward_path), the general
+// kernels elsewhere.
 size_t interaction_dot_tiled_smem(int slots, int dim, bool backward);
+
+// The cuda kernel a forward of this shape takes: "tensor" (S + 1 <= 32 and two samples' vectors, rows rounded up to
+// a multiple of 8 plus 4 floats, fit in 48 KiB), else "tiled" (interaction_dot_tiled_smem at most 48 KiB), else
+// "general".
+const char* interaction_dot_forward_path(int slots, int dim);
 
 // Throws sparta::Error naming the layer when the sample's vectors do not fit in a block's shared memory.
 void interaction_dot_forward_cuda(const InteractionDims& d, const float* bottom, const float* emb, float* out,
-                                  Stream stream);
+                                  GemmType t, uint16_t* out16, Stream stream);
 void interaction_dot_backward_cuda(const InteractionDims& d, const float* dout, const float* bottom,
                                    const float* emb, float* dbottom, float* demb, Stream stream);
 

@@ -187,9 +187,12 @@ DenseModel::DenseModel(const Device& dev, const ModelConfig& cfg, int64_t max_ba
   bottom_count_ = bottom_.param_count();
   top_count_ = top_.param_count();
   const size_t B = size_t(max_batch_), W = size_t(cfg_.interaction_width());
-  if (cfg_.interaction == Interaction::dot) z_ = Buffer<float>(dev_, B * W);
-  // the top MLP's input gradient in fp32 (dot; fp32 dcnv2): a 16-bit cross network takes it in 16 bits
-  if (cfg_.interaction == Interaction::dot || !is_half(cfg_.precision)) dz_ = Buffer<float>(dev_, B * W);
+  // dot: z in fp32 only where the top MLP reads it so (16-bit: the interaction writes the GEMM's padded 16-bit
+  // input), its gradient in the GEMM's padded rows as the top MLP gives it; dcnv2: the top MLP's input gradient in
+  // fp32 for an fp32 cross network (a 16-bit one takes it in 16 bits)
+  const bool dot = cfg_.interaction == Interaction::dot;
+  if (dot && !is_half(cfg_.precision)) z_ = Buffer<float>(dev_, B * W);
+  if (dot || !is_half(cfg_.precision)) dz_ = Buffer<float>(dev_, B * (dot ? size_t(top_.input_ld()) : W));
   dbottom_ = Buffer<float>(dev_, B * size_t(cfg_.bottom_mlp.back()));
   dlogits_ = Buffer<float>(dev_, B);
   loss_ = Buffer<float>(dev_, 1);
@@ -237,9 +240,13 @@ const float* DenseModel::forward(const float* params, const float* dense, const 
     const float* b = bottom_out_ = bottom_.forward(params + bottom_offset(), dense, batch, dev_.stream);
     const float* top_in = nullptr;
     if (cfg_.interaction == Interaction::dot) {
-      InteractionDims d{"interaction", batch, cfg_.num_slots, cfg_.embedding_dim};
-      interaction_dot_forward(dev_, d, b, emb, z_.data(), dev_.stream);
-      top_in = z_.data();
+      InteractionDims d{"interaction", batch, cfg_.num_slots, cfg_.embedding_dim, top_.input_ld()};
+      if (is_half(cfg_.precision)) {
+        interaction_dot_forward_half(dev_, d, cfg_.precision, b, emb, top_.input16_padded(), dev_.stream);
+      } else {
+        interaction_dot_forward(dev_, d, b, emb, z_.data(), dev_.stream);
+        top_in = z_.data();
+      }
     } else {
       // x0 = [b, emb] read where the bottom MLP and the embeddings wrote them; 16-bit: x_L straight into the top
       // MLP's 16-bit input (top_in nullptr), no fp32 copy to convert
@@ -271,15 +278,15 @@ void DenseModel::backward(const float* params, float* grads, float* demb, const 
   // embeddings' update
   graphs_.run(kBackwardTop, k, dev_.stream, [&] {
     if (cfg_.interaction == Interaction::dot) {
-      top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), dz_.data(), dev_.stream);
-      InteractionDims d{"interaction", batch_, cfg_.num_slots, cfg_.embedding_dim};
+      top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), dz_.data(), dev_.stream, true);
+      InteractionDims d{"interaction", batch_, cfg_.num_slots, cfg_.embedding_dim, top_.input_ld()};
       interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb_, dbottom_.data(), demb, dev_.stream);
     } else {
       // 16-bit: the top MLP writes x_L's gradient where the cross network reads it, in 16 bits; dx0 written as its
       // two blocks: the bottom MLP's output gradient and demb
       uint16_t* g16 = cross_->output_grad16();
       float* g = g16 ? nullptr : dz_.data();
-      top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), g, dev_.stream, g16);
+      top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), g, dev_.stream, false, g16);
       cross_->backward_data(params + cross_offset(), g, grads + cross_offset(),
                             CrossInputGrad(dbottom_.data(), demb, cfg_.bottom_mlp.back()), dev_.stream);
     }

@@ -141,8 +141,10 @@ class DenseModel {
   const float* emb_ = nullptr;       // the last forward's embeddings
   const float* bottom_out_ = nullptr;  // and bottom MLP output (held by bottom_)
   const float* logits_ = nullptr;
-  Buffer<float> z_;        // dot: the interaction [max_batch, interaction_width] (dcnv2 reads x0 in its blocks)
-  Buffer<float> dz_;       // the top MLP's input gradient [max_batch, interaction_width]
+  Buffer<float> z_;        // dot, fp32: the interaction [max_batch, interaction_width] (16-bit: the top MLP's
+                           // input16_padded() alone; dcnv2 reads x0 in its blocks)
+  Buffer<float> dz_;       // the top MLP's input gradient [max_batch, interaction_width] (dot: rows of the
+                           // top MLP's input_ld())
   Buffer<float> dbottom_;  // [max_batch, bottom output]
   Buffer<float> dlogits_;  // [max_batch]
   Buffer<float> loss_;     // [1]: with graphs, loss()'s sum, copied to the caller's slot

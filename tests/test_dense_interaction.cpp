@@ -1,9 +1,11 @@
 // kernels/interaction_dot: DLRM's dot interaction forward and backward on every backend against a
 // double-precision computation in the test, cuda also against the cpu reference; the cpu reference against a
-// hand-computed sample and against central finite differences of its forward; shape errors naming the layer.
+// hand-computed sample and against central finite differences of its forward; rows with a pitch and the 16-bit
+// output against the unpadded fp32 passes and a separate conversion; shape errors naming the layer.
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "kernels/interaction_dot.h"
 #include "tests/test_dense_util.h"
@@ -75,8 +77,15 @@ void interaction_matches_reference(Backend be) {
   };
   // {2, 3, 4000} and {2, 120, 8} exceed the tiled cuda kernels' 48 KiB both ways (the general kernels run),
   // the others fit (dims that are not multiples of 4 take their scalar loads)
-  const Shape shapes[] = {{1, 1, 1},   {37, 26, 128}, {5, 3, 17}, {0, 4, 8},  {300, 8, 64},
-                          {3, 40, 33}, {2, 26, 16},   {4, 7, 6},  {2, 3, 4000}, {2, 120, 8}};
+  const Shape shapes[] = {{1, 1, 1},   {37, 26, 128}, {5, 3, 17},   {0, 4, 8},   {300, 8, 64}, {3, 40, 33},
+                          {2, 26, 16}, {4, 7, 6},     {2, 3, 4000}, {2, 120, 8}, {7, 26, 130}, {7, 26, 3},
+                          {1, 3, 130}, {7, 1, 17},    {1, 26, 128}};
+  // every cuda forward path is among the shapes
+  BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(26, 128)), "tensor");
+  BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(26, 130)), "tensor");
+  BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(40, 33)), "tiled");
+  BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(3, 4000)), "general");
+  BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(120, 8)), "general");
   const size_t tiled = 48 * 1024;
   BOOST_CHECK_LE(interaction_dot_tiled_smem(26, 128, false), tiled);
   BOOST_CHECK_LE(interaction_dot_tiled_smem(26, 128, true), tiled);
@@ -173,8 +182,97 @@ void deterministic_and_alignment_independent(Backend be) {
   close_device(dev);
 }
 
+// Rows with a pitch (ld) and the 16-bit output: the forward's values are the unpadded fp32 forward's bits
+// (16-bit: the bits to_half_padded gives from them), zeros in the padding; the backward reads dout's rows at
+// the pitch (its padding NaN: unread) and gives the unpadded backward's bits. On odd shapes (batch 1, 7;
+// slots 1, 3, 26; dims 3, 17, 130) and the model's, through every cuda forward path.
+void pitch_and_half_output(Backend be) {
+  Device dev = dense_test::device_for(be);
+  struct Shape {
+    int64_t batch;
+    int slots, dim;
+  };
+  const Shape shapes[] = {{1, 1, 3},    {7, 3, 17},    {7, 26, 130}, {1, 26, 128},
+                          {37, 26, 128}, {7, 26, 3},   {2, 3, 4000}, {7, 40, 33}};
+  for (const Shape& s : shapes) {
+    const int64_t width = interaction_dot_width(s.slots, s.dim);
+    // the top MLP's padded rows (a multiple of 8), and 8 more where the width is one already
+    const int64_t ld = (width + 7) / 8 * 8 + (width % 8 == 0 ? 8 : 0);
+    const InteractionDims flat{"interaction", s.batch, s.slots, s.dim};
+    const InteractionDims d{"interaction", s.batch, s.slots, s.dim, ld};
+    const std::vector<float> bottom = testing::random_floats(size_t(s.batch) * s.dim);
+    const std::vector<float> emb = testing::random_floats(size_t(s.batch) * s.slots * s.dim);
+    const std::vector<float> dout = testing::random_floats(size_t(s.batch) * width);
+    std::vector<float> dout_ld(size_t(s.batch) * ld, NAN);
+    for (int64_t b = 0; b < s.batch; ++b)
+      std::copy(dout.begin() + b * width, dout.begin() + (b + 1) * width, dout_ld.begin() + b * ld);
+    const Result want = run(dev, flat, bottom, emb, dout);
+    Buffer<float> bb(dev, bottom), eb(dev, emb), gb(dev, dout_ld), zf(dev, want.out);
+    Buffer<float> out = dense_test::poisoned(dev, size_t(s.batch) * ld);
+    Buffer<float> db = dense_test::poisoned(dev, bottom.size()), de = dense_test::poisoned(dev, emb.size());
+    interaction_dot_forward(dev, d, bb.data(), eb.data(), out.data(), dev.stream);
+    interaction_dot_backward(dev, d, gb.data(), bb.data(), eb.data(), db.data(), de.data(), dev.stream);
+    std::vector<float> padded(size_t(s.batch) * ld, 0.f);
+    for (int64_t b = 0; b < s.batch; ++b)
+      std::copy(want.out.begin() + b * width, want.out.begin() + (b + 1) * width, padded.begin() + b * ld);
+    BOOST_TEST_CONTEXT(dev.name() << " batch " << s.batch << " slots " << s.slots << " dim " << s.dim << " ld " << ld) {
+      BOOST_CHECK(testing::same_bits(out.download(), padded));
+      BOOST_CHECK(testing::same_bits(db.download(), want.dbottom));
+      BOOST_CHECK(testing::same_bits(de.download(), want.demb));
+      for (GemmType t : {GemmType::bf16, GemmType::f16}) {
+        Buffer<uint16_t> h(dev, size_t(s.batch) * ld), conv(dev, size_t(s.batch) * ld);
+        h.fill_bytes(0xFF);
+        conv.fill_bytes(0xFF);
+        interaction_dot_forward_half(dev, d, t, bb.data(), eb.data(), h.data(), dev.stream);
+        to_half_padded(dev, t, zf.data(), s.batch, width, conv.data(), ld, dev.stream);
+        BOOST_TEST_CONTEXT(gemm_type_name(t)) { BOOST_CHECK(h.download() == conv.download()); }
+      }
+    }
+  }
+  close_device(dev);
+}
+
+// The model's shape at a batch past 65536 (cuda: grid-stride beyond the resident blocks) against the cpu
+// reference.
+void large_batch_matches_cpu(Backend be) {
+  Device dev = dense_test::device_for(be);
+  Device host = dense_test::device_for(Backend::cpu);
+  const InteractionDims d{"interaction", 65537, 26, 128, 480};
+  const std::vector<float> bottom = testing::random_floats(size_t(d.batch) * d.dim);
+  const std::vector<float> emb = testing::random_floats(size_t(d.batch) * d.slots * d.dim);
+  const std::vector<float> dout = testing::random_floats(size_t(d.batch) * d.ld);
+  auto go = [&](const Device& on, std::vector<float>* out, std::vector<uint16_t>* out16, std::vector<float>* db,
+                std::vector<float>* de) {
+    Buffer<float> b(on, bottom), e(on, emb), g(on, dout);
+    Buffer<float> o = dense_test::poisoned(on, size_t(d.batch) * d.ld);
+    Buffer<uint16_t> h(on, size_t(d.batch) * d.ld);
+    h.fill_bytes(0xFF);
+    Buffer<float> gb = dense_test::poisoned(on, bottom.size()), ge = dense_test::poisoned(on, emb.size());
+    interaction_dot_forward(on, d, b.data(), e.data(), o.data(), on.stream);
+    interaction_dot_forward_half(on, d, GemmType::bf16, b.data(), e.data(), h.data(), on.stream);
+    interaction_dot_backward(on, d, g.data(), b.data(), e.data(), gb.data(), ge.data(), on.stream);
+    *out = o.download(), *out16 = h.download(), *db = gb.download(), *de = ge.download();
+  };
+  std::vector<float> out, db, de, ref_out, ref_db, ref_de;
+  std::vector<uint16_t> out16, ref16;
+  go(dev, &out, &out16, &db, &de);
+  go(host, &ref_out, &ref16, &ref_db, &ref_de);
+  BOOST_CHECK_EQUAL(testing::count_mismatches(out, ref_out, 1e-4, 1e-4, "out"), 0u);
+  BOOST_CHECK_EQUAL(testing::count_mismatches(db, ref_db, 1e-4, 1e-4, "dbottom"), 0u);
+  BOOST_CHECK_EQUAL(testing::count_mismatches(de, ref_de, 1e-4, 1e-4, "demb"), 0u);
+  // 16 bits: the fp32 values rounded once (a value on a rounding boundary may round one bf16 ulp apart)
+  std::vector<float> w16(out16.size()), r16(ref16.size());
+  for (size_t i = 0; i < out16.size(); ++i) w16[i] = bf16_to_float(out16[i]), r16[i] = bf16_to_float(ref16[i]);
+  BOOST_CHECK_EQUAL(testing::count_mismatches(w16, r16, 1e-4, 1.0 / 128, "out16"), 0u);
+  close_device(dev);
+}
+
 }  // namespace
 
+SPARTA_BACKEND_CASES(interaction_rows_with_a_pitch_and_16_bit_output, pitch_and_half_output)
+BOOST_AUTO_TEST_CASE(cuda_interaction_large_batch_matches_cpu, *testing::needs_gpu()) {
+  large_batch_matches_cpu(Backend::cuda);
+}
 SPARTA_BACKEND_CASES(interaction_is_deterministic_and_alignment_independent, deterministic_and_alignment_independent)
 SPARTA_BACKEND_CASES(interaction_matches_a_double_precision_reference, interaction_matches_reference)
 SPARTA_BACKEND_CASES(interaction_matches_a_hand_computed_sample, hand_computed_sample)
@@ -213,4 +311,9 @@ BOOST_AUTO_TEST_CASE(bad_interaction_shapes_name_the_layer) {
                                                  buf.data(), buf.data(), dev.stream),
                         Error, (dense_test::Names{"dot_bwd", "slots", "found 5000"}));
   BOOST_CHECK_EQUAL(interaction_dot_width(26, 128), 128 + 351);  // MLPerf DLRM: 479
+  BOOST_CHECK_EXCEPTION(fwd({"dot_ld", 2, 3, 4, 9}), Error, (dense_test::Names{"dot_ld", "ld", "found 9"}));
+  std::vector<uint16_t> h(64);
+  BOOST_CHECK_EXCEPTION(interaction_dot_forward_half(dev, {"dot16", 2, 3, 4}, GemmType::f32, buf.data(), buf.data(),
+                                                     h.data(), dev.stream),
+                        Error, (dense_test::Names{"dot16", "16-bit", "found f32"}));
 }

@@ -198,7 +198,7 @@ void input_gradient_in_16_bits(Backend be) {
       a.backward_data(p.data(), dyd.data(), ga.data(), dx.data(), dev.stream);
       a.backward_weights(ga.data(), dev.stream);
       b.forward(p.data(), xd.data(), batch, dev.stream);
-      b.backward_data(p.data(), dyd.data(), gb.data(), nullptr, dev.stream, dx16.data());
+      b.backward_data(p.data(), dyd.data(), gb.data(), nullptr, dev.stream, false, dx16.data());
       b.backward_weights(gb.data(), dev.stream);
       BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " batch " << batch) {
         BOOST_CHECK(ga.download() == gb.download());
@@ -222,7 +222,8 @@ void input_gradient_in_16_bits(Backend be) {
       g(dev, m.param_count());
   Buffer<uint16_t> dx16(dev, 16);
   m.forward(p.data(), x.data(), 2, dev.stream);
-  BOOST_CHECK_EXCEPTION(m.backward_data(p.data(), x.data(), g.data(), nullptr, dev.stream, dx16.data()), Error,
+  BOOST_CHECK_EXCEPTION(m.backward_data(p.data(), x.data(), g.data(), nullptr, dev.stream, false, dx16.data()),
+                        Error,
                         (dense_test::Names{"top32", "16-bit input gradient"}));
   close_device(dev);
 }
@@ -286,8 +287,58 @@ void dropout_pass(Backend be) {
   close_device(dev);
 }
 
+// A producer's input in input16_padded() (its padding zero) gives the bits the fp32 input gives, and a dx taken
+// padded (dx_padded) holds the bits of the unpadded dx in its first in_width columns, with the same gradients:
+// 16-bit MLPs of an input width that is not a multiple of 8 (DLRM's top MLP reads 479) and of one that is.
+void padded_input_and_dx(Backend be) {
+  Device dev = dense_test::device_for(be);
+  for (GemmType t : {GemmType::bf16, GemmType::f16})
+    for (int in : {13, 16}) {
+      MlpConfig c;
+      c.name = "top_mlp";
+      c.sizes = {in, 24, 8, 1};
+      c.precision = t;
+      const int64_t batch = 7;
+      Mlp a(dev, c, 9), b(dev, c, 9);
+      const int ld = b.input_ld();
+      BOOST_CHECK_EQUAL(ld, (in + 7) / 8 * 8);
+      BOOST_CHECK(b.input16_padded() != nullptr);
+      Buffer<float> params(dev, Mlp::initial_params(c.sizes, 5));
+      const std::vector<float> xs = testing::random_floats(size_t(batch) * in);
+      const std::vector<float> dys = testing::random_floats(size_t(batch));
+      Buffer<float> x(dev, xs), dy(dev, dys);
+      Buffer<float> ga = dense_test::poisoned(dev, a.param_count()), gb = dense_test::poisoned(dev, b.param_count());
+      Buffer<float> dxa = dense_test::poisoned(dev, size_t(batch) * in), dxb = dense_test::poisoned(dev, size_t(batch) * ld);
+      std::vector<float> ya(batch), yb(batch);
+      copy_to_host(dev, ya.data(), a.forward(params.data(), x.data(), batch, dev.stream), batch * sizeof(float));
+      to_half_padded(dev, t, x.data(), batch, in, b.input16_padded(), ld, dev.stream);
+      copy_to_host(dev, yb.data(), b.forward(params.data(), nullptr, batch, dev.stream), batch * sizeof(float));
+      a.backward_data(params.data(), dy.data(), ga.data(), dxa.data(), dev.stream);
+      a.backward_weights(ga.data(), dev.stream);
+      b.backward_data(params.data(), dy.data(), gb.data(), dxb.data(), dev.stream, true);
+      b.backward_weights(gb.data(), dev.stream);
+      const std::vector<float> da = dxa.download(), db = dxb.download();
+      std::vector<float> db_rows(size_t(batch) * in);
+      for (int64_t r = 0; r < batch; ++r)
+        for (int k = 0; k < in; ++k) db_rows[r * in + k] = db[r * ld + k];
+      BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " in " << in) {
+        BOOST_CHECK(testing::same_bits(ya, yb));
+        BOOST_CHECK(testing::same_bits(ga.download(), gb.download()));
+        BOOST_CHECK(testing::same_bits(da, db_rows));
+      }
+    }
+  MlpConfig f;
+  f.sizes = {13, 4, 1};
+  Mlp m(dev, f, 2);
+  BOOST_CHECK(m.input16_padded() == nullptr);
+  BOOST_CHECK_EQUAL(m.input_ld(), 13);
+  BOOST_CHECK_EXCEPTION(m.forward(nullptr, nullptr, 1, dev.stream), Error, (dense_test::Names{"mlp", "16-bit", "f32"}));
+  close_device(dev);
+}
+
 }  // namespace
 
+SPARTA_BACKEND_CASES(mlp_takes_a_padded_16_bit_input_and_gives_a_padded_dx, padded_input_and_dx)
 SPARTA_BACKEND_CASES(dropout_pass_matches_its_definition, dropout_pass)
 SPARTA_BACKEND_CASES(mlp_matches_a_double_precision_chain, mlp_matches_reference)
 SPARTA_BACKEND_CASES(mlp_serves_any_batch_up_to_max_batch, mlp_reuses_its_buffers)
