@@ -129,13 +129,25 @@ int sm_count() {
 // ----------------------------------------------------------------------------
 // kernels
 
-__global__ void __launch_bounds__(256) add_chunks_kernel(const float* partial,  // [chunks, cols]
-                                                         int chunks, int cols, float* sums) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
+// sums[c] = Σ_chunk partial[chunk, c]: a block takes 32 adjacent columns (coalesced reads) and 8 lanes of chunks;
+// lane y adds chunks y, y + 8, ... in order, then a fixed tree adds the lanes: the same bits every run, and 8 loads
+// in flight per column where one lane walking every chunk would wait on each.
+constexpr int kChunkLanes = 8;
+__global__ void __launch_bounds__(32 * kChunkLanes) add_chunks_kernel(const float* partial,  // [chunks, cols]
+                                                                     int chunks, int cols, float* sums) {
+  __shared__ float part[kChunkLanes][32];
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  const int c = blockIdx.x * 32 + tx;
   float s = 0.f;
-  for (int k = 0; k < chunks; ++k) s += partial[int64_t(k) * cols + c];
-  sums[c] = s;
+  if (c < cols)
+    for (int k = ty; k < chunks; k += kChunkLanes) s += partial[int64_t(k) * cols + c];
+  part[ty][tx] = s;
+  __syncthreads();
+  for (int h = kChunkLanes / 2; h > 0; h >>= 1) {
+    if (ty < h) part[ty][tx] += part[ty + h][tx];
+    __syncthreads();
+  }
+  if (ty == 0 && c < cols) sums[c] = part[0][tx];
 }
 
 // dst[i] = H(src[i]), H the 16-bit type (half16.cuh).
@@ -253,7 +265,7 @@ struct ReluGradHalf {
 
 namespace dense {
 void add_chunks(const float* partial, int chunks, int cols, float* sums, Stream stream) {
-  add_chunks_kernel<<<(cols + 255) / 256, 256, 0, stream>>>(partial, chunks, cols, sums);
+  add_chunks_kernel<<<(cols + 31) / 32, 32 * kChunkLanes, 0, stream>>>(partial, chunks, cols, sums);
   CUDA_CHECK_LAUNCH("add_chunks_kernel");
 }
 }  // namespace dense

@@ -4,9 +4,9 @@
 //
 // The column sum is deterministic: rows are cut into a fixed number of chunks (by the GPU's SM count and the
 // shape, never by timing), each block sums its rows of its columns in a fixed order and a tree in shared
-// memory, and a second pass adds the chunks' partial sums in chunk order. No atomics: two runs, same bits.
-// Reads are coalesced (a warp reads 32 adjacent columns of a row) and each thread has kSumUnroll rows of loads
-// in flight, which the pass needs to run at the memory's bandwidth.
+// memory, and a second pass adds the chunks' partial sums in a fixed order. No atomics: two runs, same bits.
+// Reads are coalesced (a warp reads adjacent columns of a row: one each, or eight 16-bit ones, 16 bytes) and
+// each thread has kSumUnroll rows of loads in flight, which the pass needs to run at the memory's bandwidth.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kSumBlock)
   }
 }
 
-// sums[c] = Σ_chunk partial[chunk, c], chunks in order (a launcher: dense_linear.cu holds its kernel).
+// sums[c] = Σ_chunk partial[chunk, c] in a fixed order (a launcher: dense_linear.cu holds its kernel).
 void add_chunks(const float* partial, int chunks, int cols, float* sums, Stream stream);
 
 // Runs op over every element of a [rows, cols] matrix (cols a multiple of Op::kCols) and, when sums != nullptr,
