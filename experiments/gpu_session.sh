@@ -8,7 +8,7 @@
 #             suites, split in groups that run side by side (the suites are CPU-bound; the GPUs have room)
 #   results   what RESULTS.md shows, 65536 samples per GPU, tables capped at 4M rows (40M for one table). On
 #             GPU 0: bench_train dot (sgd) and dcnv2 (row-wise Adagrad, MLPerf DCNv2 keys per slot), bf16, two
-#             runs each and one with the algorithm search off; bench_collection's plan (sgd and row-wise
+#             runs each with hashed keys and two with the direct index, one with the algorithm search off; bench_collection's plan (sgd and row-wise
 #             Adagrad; fp32, bf16 and fp16 rows); bench_embedding; the host tier against HBM, and eviction
 #             (bench_hashtable --evict). Meanwhile on GPU 1 the peers (run_peers): peer_dlrm_tbe.py (PyTorch +
 #             FBGEMM TBE, compiled), peer_fbgemm.py on the same shapes, peer_dlrm.py (plain PyTorch). Then on 2
@@ -112,7 +112,8 @@ for part in "${parts[@]}"; do
       fi
       for m in dcnv2 dot; do
         opt=$([ $m = dot ] && echo sgd || echo rowwise_adagrad)
-        for v in "--tag rep1" "--tag rep2" "--gemm-search 0 --tag variant_search0"; do
+        for v in "--tag rep1" "--tag rep2" "--index direct --tag direct1" "--index direct --tag direct2" \
+          "--gemm-search 0 --tag variant_search0"; do
           # shellcheck disable=SC2086
           CUDA_VISIBLE_DEVICES=0 run bench_train.log $mpiexec -n 1 "$build/bin/bench_train" --model $m \
             --sparse-optimizer $opt --precision bf16 --batch $b --steps 30 $v --out "$out/bench.jsonl"

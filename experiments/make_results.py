@@ -106,32 +106,35 @@ def part_of(rec):
 
 
 def train_table(recs, peak):
-    rows = ["| model (keys per slot) | GPUs | sparta samples/s | step ms | dense ms (share of the bf16 tensor rate) | "
+    rows = ["| model (keys per slot) | index | GPUs | sparta samples/s | step ms | dense ms (share of the bf16 tensor rate) | "
             "PyTorch + FBGEMM TBE, compiled | ratio | PyTorch (EmbeddingBag) | ratio | 2 GPUs over 1 |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     ours = [r for r in recs if r.get("bench") == "train" and r.get("precision") == "bf16" and
-            r.get("batch_per_rank") == 65536 and not r.get("tag", "").startswith(("trace", "variant", "fullsize"))]
+            r.get("batch_per_rank") == 65536 and r.get("storage", "fp32") == "fp32" and
+            not r.get("tag", "").startswith(("trace", "variant", "fullsize"))]
     peers = [r for r in recs if r.get("peer", "").startswith("torch.dlrm") and r.get("precision") == "bf16" and
              r.get("batch") == 65536]
     one = {}
     for model in ("dot", "dcnv2"):
-        for n in sorted({r["ranks"] for r in ours if r["model"] == model}):
-            rs = [r for r in ours if r["model"] == model and r["ranks"] == n]
-            sps = median([r["samples_per_s"] / n for r in rs])  # per GPU, then scaled back
-            total = median([r["samples_per_s"] for r in rs])
-            ms_dense = median([r.get("ms_dense") for r in rs])
-            tf = dense_tflop(rs[0])
-            share = f"{ms_dense:.2f} ({tf / (ms_dense / 1e3) / peak * 100:.0f}%)" if ms_dense and tf else "–"
-            tbe = median([p["samples_per_s"] for p in peers if p["model"] == model and p["peer"] == "torch.dlrm.tbe.compiled"])
-            plain = median([p["samples_per_s"] for p in peers if p["model"] == model and p["peer"] == "torch.dlrm"])
-            if n == 1:
-                one[model] = total
-            scale = f"{total / one[model]:.2f}x" if n > 1 and one.get(model) else ""
-            hot = rs[0].get("hotness", "1")
-            keys = "one key each" if hot == "1" else ("MLPerf DCNv2" if hot == DCNV2_HOTNESS else hot)
-            rows.append(f"| {model} ({keys}) | {n} | {fmt(total)} | {fmt(median([r['ms_step'] for r in rs]))} | {share} | "
-                        f"{fmt(tbe) if n == 1 else ''} | {ratio(ours_rate=total, peer_rate=tbe) if n == 1 else ''} | "
-                        f"{fmt(plain) if n == 1 else ''} | {ratio(ours_rate=total, peer_rate=plain) if n == 1 else ''} | {scale} |")
+        for index in ("direct", "hashed"):
+            for n in sorted({r["ranks"] for r in ours if r["model"] == model and r.get("index", "hashed") == index}):
+                rs = [r for r in ours if r["model"] == model and r["ranks"] == n and r.get("index", "hashed") == index]
+                total = median([r["samples_per_s"] for r in rs])
+                ms_dense = median([r.get("ms_dense") for r in rs])
+                tf = dense_tflop(rs[0])
+                share = f"{ms_dense:.2f} ({tf / (ms_dense / 1e3) / peak * 100:.0f}%)" if ms_dense and tf else "–"
+                tbe = median([p["samples_per_s"] for p in peers if p["model"] == model and
+                              p["peer"] == "torch.dlrm.tbe.compiled"])
+                plain = median([p["samples_per_s"] for p in peers if p["model"] == model and p["peer"] == "torch.dlrm"])
+                if n == 1:
+                    one[(model, index)] = total
+                scale = f"{total / one[(model, index)]:.2f}x" if n > 1 and one.get((model, index)) else ""
+                hot = rs[0].get("hotness", "1")
+                keys = "one key each" if hot == "1" else ("MLPerf DCNv2" if hot == DCNV2_HOTNESS else hot)
+                rows.append(f"| {model} ({keys}) | {index} | {n} | {fmt(total)} | {fmt(median([r['ms_step'] for r in rs]))} | "
+                            f"{share} | {fmt(tbe) if n == 1 else ''} | "
+                            f"{ratio(ours_rate=total, peer_rate=tbe) if n == 1 else ''} | {fmt(plain) if n == 1 else ''} | "
+                            f"{ratio(ours_rate=total, peer_rate=plain) if n == 1 else ''} | {scale} |")
     return rows if len(rows) > 2 else []
 
 
@@ -371,7 +374,8 @@ def main():
     sections = [
         ("Training end to end", "bf16, 65536 samples per GPU, the MLPerf table shapes capped at 4M rows, uniform keys; "
          "`bench_train --model dot|dcnv2` (dot: one key per slot, sgd; dcnv2: the MLPerf DCNv2 keys per slot, 214 a "
-         "sample, row-wise Adagrad) beside `peer_dlrm_tbe.py --embedding tbe --compile` and `peer_dlrm.py` on "
+         "sample, row-wise Adagrad), with the tables' keys hashed (the default) or indexed directly (`--index direct`, "
+         "keys in [0, rows) as TBE takes them), beside `peer_dlrm_tbe.py --embedding tbe --compile` and `peer_dlrm.py` on "
          "one GPU. Dense share: the dense part's GEMM TFLOP per step over `ms_dense`, against the GPU's ~"
          f"{a.peak_tflops:.0f} TFLOP/s bf16 rate.", train_table(recs, a.peak_tflops), "train"),
         ("The full MLPerf v1 tables on 2 GPUs", "`bench_train --model dot --max-rows 40000000 --index direct "
