@@ -475,7 +475,7 @@ void EmbeddingTable::load_rows(const TableRows& rows, Stream stream) {
 }
 
 void EmbeddingTable::clear(Stream stream) {
-  if (tier_) tier_->clear();
+  if (tier_) tier_->clear(stream);
   hash_.clear(stream);
   reset_state(stream);
   init_direct_rows(stream);

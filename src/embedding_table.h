@@ -116,7 +116,7 @@ class EmbeddingTable {
   int64_t capacity_rows() const { return cfg_.capacity_rows; }
   KeyInit key_init() const;
   // Live rows. Synchronizes stream.
-  int64_t size(Stream stream) { return tier_ ? tier_->size() : hash_.size(stream); }
+  int64_t size(Stream stream) { return tier_ ? tier_->size(stream) : hash_.size(stream); }
 
   // The row layout, for code that moves rows without reading them (e.g. a tier below the device): values are
   // [capacity_rows, dim] elements of storage(), row_bytes() bytes a row, at row_data().
