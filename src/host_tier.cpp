@@ -50,12 +50,6 @@ size_t HostTier::host_bytes(int64_t capacity_rows, int dim, int state_width) {
   return size_t(capacity_rows) * (size_t(dim + state_width) * sizeof(float) + 9);
 }
 
-size_t HostTier::index_bytes(int64_t capacity_rows, int64_t cache_rows, bool hashed) {
-  // a slot per host row; per slot its key, row and three stamps, and the victim ranking's seven arrays
-  return size_t(capacity_rows) * sizeof(int32_t) + size_t(cache_rows) * 12 * sizeof(int64_t) +
-         (hashed ? HashTable::memory_bytes(capacity_rows, 0.5) : 0);
-}
-
 namespace {
 const HostTierSetup& checked(const HostTierSetup& s) {
   const char* name = s.name.c_str();

@@ -98,9 +98,6 @@ class HostTier {
 
   // Host bytes of the store: every row's values and state, plus its bookkeeping (a use count, a made flag).
   static size_t host_bytes(int64_t capacity_rows, int dim, int state_width);
-  // Device bytes of the cache's index beside the cache rows: a slot per host row, the slots' stamps, and a hashed
-  // table's key index (kernels/hash_table.h at load factor 0.5).
-  static size_t index_bytes(int64_t capacity_rows, int64_t cache_rows, bool hashed);
 
   // Makes the distinct keys of keys [n] (device memory) resident in the cache (cache_values [cache_rows, dim],
   // cache_state [cache_rows, state_width], device memory) and returns their slots [n] (device memory, valid
