@@ -22,8 +22,8 @@ void tier_reset_cpu(const TierIndex& t) {
 }
 
 void tier_lookup_cpu(const TierIndex& t, const int64_t* keys, const int64_t* rows_in, int64_t n, int64_t tick,
-                     int64_t pin_gen, bool list_absent, int64_t* row, int64_t* slot, int64_t* miss_keys,
-                     int64_t* miss_rows, int64_t* counters) {
+                     int64_t pin_gen, bool list_absent, int64_t* row, int64_t* slot, int64_t* misses,
+                     int64_t* counters) {
   std::fill_n(counters, int(kTierCounters), int64_t(0));
   for (int64_t i = 0; i < n; ++i) {
     const int64_t key = keys[i];
@@ -33,8 +33,8 @@ void tier_lookup_cpu(const TierIndex& t, const int64_t* keys, const int64_t* row
       slot[i] = -1;
       if (list_absent) {
         const int64_t m = counters[kTierMisses]++;
-        miss_keys[m] = key;
-        miss_rows[m] = -1;
+        misses[2 * m] = key;
+        misses[2 * m + 1] = -1;
       }
       continue;
     }
@@ -53,8 +53,8 @@ void tier_lookup_cpu(const TierIndex& t, const int64_t* keys, const int64_t* row
     if (s == -1) {  // the first use of this missing row in the call
       t.slot_of_row[r] = -2;
       const int64_t m = counters[kTierMisses]++;
-      miss_keys[m] = key;
-      miss_rows[m] = r;
+      misses[2 * m] = key;
+      misses[2 * m + 1] = r;
     }
   }
 }
@@ -139,11 +139,11 @@ void tier_reset(const Device& dev, const TierIndex& t, Stream stream) {
 }
 
 void tier_lookup(const Device& dev, const TierIndex& t, const int64_t* keys, const int64_t* rows_in, int64_t n,
-                 int64_t tick, int64_t pin_gen, bool list_absent, int64_t* row, int64_t* slot, int64_t* miss_keys,
-                 int64_t* miss_rows, int64_t* counters, Stream stream) {
+                 int64_t tick, int64_t pin_gen, bool list_absent, int64_t* row, int64_t* slot, int64_t* misses,
+                 int64_t* counters, Stream stream) {
   TIER_DISPATCH(
-      tier_lookup_cpu(t, keys, rows_in, n, tick, pin_gen, list_absent, row, slot, miss_keys, miss_rows, counters),
-      tier_lookup_cuda(t, keys, rows_in, n, tick, pin_gen, list_absent, row, slot, miss_keys, miss_rows, counters,
+      tier_lookup_cpu(t, keys, rows_in, n, tick, pin_gen, list_absent, row, slot, misses, counters),
+      tier_lookup_cuda(t, keys, rows_in, n, tick, pin_gen, list_absent, row, slot, misses, counters,
                        stream));
 }
 

@@ -43,8 +43,8 @@ __global__ void __launch_bounds__(256) tier_reset_kernel(TierIndex t) {
 
 __global__ void __launch_bounds__(256) tier_lookup_kernel(TierIndex t, const int64_t* keys, const int64_t* rows_in,
                                                           int64_t n, int64_t tick, int64_t pin_gen, bool list_absent,
-                                                          int64_t* row, int64_t* slot, int64_t* miss_keys,
-                                                          int64_t* miss_rows, int64_t* counters) {
+                                                          int64_t* row, int64_t* slot, int64_t* misses,
+                                                          int64_t* counters) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t key = keys[i];
     const int64_t r = rows_in ? rows_in[i] : tier_direct_row(t, key);
@@ -54,8 +54,8 @@ __global__ void __launch_bounds__(256) tier_lookup_kernel(TierIndex t, const int
       slot[i] = -1;
       if (list_absent) {
         const int64_t m = append(counters);
-        miss_keys[m] = key;
-        miss_rows[m] = -1;
+        misses[2 * m] = key;
+        misses[2 * m + 1] = -1;
       }
     } else {
       const int32_t s = t.slot_of_row[r];
@@ -72,8 +72,8 @@ __global__ void __launch_bounds__(256) tier_lookup_kernel(TierIndex t, const int
         slot[i] = -2;
         if (s == -1 && atomicCAS(reinterpret_cast<int*>(t.slot_of_row + r), -1, -2) == -1) {
           const int64_t m = append(counters);
-          miss_keys[m] = key;
-          miss_rows[m] = r;
+          misses[2 * m] = key;
+          misses[2 * m + 1] = r;
         }
       }
     }
@@ -181,12 +181,12 @@ void tier_reset_cuda(const TierIndex& t, Stream stream) {
 }
 
 void tier_lookup_cuda(const TierIndex& t, const int64_t* keys, const int64_t* rows_in, int64_t n, int64_t tick,
-                      int64_t pin_gen, bool list_absent, int64_t* row, int64_t* slot, int64_t* miss_keys,
-                      int64_t* miss_rows, int64_t* counters, Stream stream) {
+                      int64_t pin_gen, bool list_absent, int64_t* row, int64_t* slot, int64_t* misses,
+                      int64_t* counters, Stream stream) {
   CUDA_CHECK(cudaMemsetAsync(counters, 0, kTierCounters * sizeof(int64_t), stream));
   if (n == 0) return;
   tier_lookup_kernel<<<grid_for(n, 256), 256, 0, stream>>>(t, keys, rows_in, n, tick, pin_gen, list_absent, row, slot,
-                                                           miss_keys, miss_rows, counters);
+                                                           misses, counters);
   CUDA_CHECK_LAUNCH("tier_lookup_kernel");
 }
 

@@ -45,11 +45,11 @@ void tier_reset(const Device& dev, const TierIndex& t, Stream stream);
 // index's arithmetic when rows_in is null; -1 outside it), slot[i] = its cached slot, -2 when the row is not cached
 // (resolved by tier_resolve once the misses are placed), -1 without a row. A hit stamps its slot: last = tick,
 // uses + 1 once per call (counters[kTierHits] counts those distinct hits), pin = pin_gen when pin_gen > 0. Each
-// distinct uncached row is claimed (slot_of_row = -2) and listed once in miss_keys/miss_rows [n] (count in
+// distinct uncached row is claimed (slot_of_row = -2) and listed once in misses [n, 2] as (key, row) (count in
 // counters[kTierMisses]); with list_absent, keys without a row are listed too (row -1, once per occurrence).
 void tier_lookup(const Device& dev, const TierIndex& t, const int64_t* keys, const int64_t* rows_in, int64_t n,
-                 int64_t tick, int64_t pin_gen, bool list_absent, int64_t* row, int64_t* slot, int64_t* miss_keys,
-                 int64_t* miss_rows, int64_t* counters, Stream stream);
+                 int64_t tick, int64_t pin_gen, bool list_absent, int64_t* row, int64_t* slot, int64_t* misses,
+                 int64_t* counters, Stream stream);
 
 // The policy's order of the slots: prio[s], tie[s] sort the ranked slots (cached, not used by call tick, and not
 // pinned by pin_gen unless rank_pinned) by (prio, tie) ascending, prio = uses (lfu) or last call (lru), tie = the
@@ -80,8 +80,8 @@ void tier_resolve(const Device& dev, const TierIndex& t, const int64_t* row, int
 
 void tier_reset_cpu(const TierIndex& t);
 void tier_lookup_cpu(const TierIndex& t, const int64_t* keys, const int64_t* rows_in, int64_t n, int64_t tick,
-                     int64_t pin_gen, bool list_absent, int64_t* row, int64_t* slot, int64_t* miss_keys,
-                     int64_t* miss_rows, int64_t* counters);
+                     int64_t pin_gen, bool list_absent, int64_t* row, int64_t* slot, int64_t* misses,
+                     int64_t* counters);
 void tier_victim_order_cpu(const TierIndex& t, int64_t tick, int64_t pin_gen, bool lfu, bool by_row, bool rank_pinned,
                            int64_t* prio, int64_t* tie, int64_t* counters);
 void tier_evict_cpu(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
@@ -95,8 +95,8 @@ void tier_resolve_cpu(const TierIndex& t, const int64_t* row, int64_t n, int64_t
 
 void tier_reset_cuda(const TierIndex& t, Stream stream);
 void tier_lookup_cuda(const TierIndex& t, const int64_t* keys, const int64_t* rows_in, int64_t n, int64_t tick,
-                      int64_t pin_gen, bool list_absent, int64_t* row, int64_t* slot, int64_t* miss_keys,
-                      int64_t* miss_rows, int64_t* counters, Stream stream);
+                      int64_t pin_gen, bool list_absent, int64_t* row, int64_t* slot, int64_t* misses,
+                      int64_t* counters, Stream stream);
 void tier_victim_order_cuda(const TierIndex& t, int64_t tick, int64_t pin_gen, bool lfu, bool by_row,
                             bool rank_pinned, int64_t* prio, int64_t* tie, int64_t* counters, Stream stream);
 void tier_evict_cuda(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,

@@ -87,7 +87,6 @@ HostTier::HostTier(const Device& dev, const HostTierSetup& s)
       slot_last_(dev, size_t(s.cache_rows)),
       slot_uses_(dev, size_t(s.cache_rows)),
       slot_pin_(dev, size_t(s.cache_rows)),
-      counters_(dev, size_t(kTierCounters)),
       counters_host_(dev.backend, size_t(kTierCounters)) {
   key_init_.seed = s_.seed;
   key_init_.table_id = s_.table_id;
@@ -164,13 +163,13 @@ void HostTier::rank_slots(bool reserve, int64_t wanted, int64_t* pinned, std::ve
   int64_t* order = grown(order_, c, stream);
   const int64_t n = s_.cache_rows;
   tier_victim_order(dev_, index(), tick_, pin_gen_, s_.eviction == Eviction::lfu, direct(), reserve, prio, tie,
-                    counters_.data(), stream);
+                    report_.data(), stream);
   // (priority, tie) ascending: a stable sort by the tie, then a stable sort of that order by the priority
   route_sort_keys(dev_, tie, n, direct() ? route_key_bits(s_.capacity_rows) : 64, sorted, perm_tie, scratch_,
                   stream);
   route_gather_keys(dev_, prio, perm_tie, n, prio_by_tie, stream);
   route_sort_keys(dev_, prio_by_tie, n, route_key_bits(tick_ + 2), sorted, perm_prio, scratch_, stream);
-  copy_to_host(dev_, counters_host_.data(), counters_.data(), kTierCounters * sizeof(int64_t), stream);
+  copy_to_host(dev_, counters_host_.data(), report_.data(), kTierCounters * sizeof(int64_t), stream);
   *pinned = counters_host_[kTierPinned];
   // LFU: the victims themselves; LRU: a reserve of the first ranked slots, pinned ones too, enough to give
   // `wanted` unpinned ones (or every ranked slot)
@@ -193,7 +192,8 @@ bool HostTier::take_reserved(int64_t wanted, std::vector<int64_t>& victims, Stre
   size_t i = res_head_;
   std::vector<int64_t> stamps;
   while (int64_t(victims.size()) < wanted && i < res_slot_.size()) {
-    const size_t chunk = std::min(res_slot_.size() - i, size_t(std::max<int64_t>(2 * (wanted - int64_t(victims.size())), 256)));
+    const int64_t still = wanted - int64_t(victims.size());
+    const size_t chunk = std::min(res_slot_.size() - i, size_t(std::max<int64_t>(2 * still, 256)));
     int64_t* d = grown(res_dev_, 3 * chunk, stream);
     copy_to_device(dev_, d, res_slot_.data() + i, chunk * sizeof(int64_t), stream);
     route_gather_keys(dev_, slot_last_.data(), d, int64_t(chunk), d + chunk, stream);
@@ -250,6 +250,8 @@ void HostTier::write_back(const std::vector<int64_t>& slots, const float* cache_
   rows_out_ += int64_t(n);
 }
 
+static_assert(int(kTierCounters) <= 8, "the counters fit the report's head");
+
 const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, bool pin, float* cache_values,
                                   float* cache_state, Stream stream) {
   evicted_.clear();
@@ -257,8 +259,8 @@ const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, b
   const size_t nn = size_t(std::max<int64_t>(n, 1));
   int64_t* rows = grown(rows_dev_, nn, stream);
   int64_t* slots = grown(slots_dev_, nn, stream);
-  int64_t* miss_keys = grown(miss_keys_, nn, stream);
-  int64_t* miss_rows = grown(miss_rows_, nn, stream);
+  // the report: the counters, then the (key, row) pairs of the misses
+  int64_t* report = grown(report_, kReportHead + 2 * nn, stream);
   const int64_t* rows_in = nullptr;
   if (keys_) {  // hashed: the keys' host rows from the device hash table (train creates new keys' rows)
     int64_t* hr = grown(hash_rows_, nn, stream);
@@ -268,28 +270,35 @@ const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, b
     }
     rows_in = hr;
   }
-  // 1. hits keep their slot and are stamped on the device; the distinct misses are listed
-  tier_lookup(dev_, index(), keys, rows_in, n, tick_, pin ? pin_gen_ : 0, create, rows, slots, miss_keys, miss_rows,
-              counters_.data(), stream);
-  copy_to_host(dev_, counters_host_.data(), counters_.data(), kTierCounters * sizeof(int64_t), stream);
-  const int64_t listed = counters_host_[kTierMisses], hits = counters_host_[kTierHits];
+  // 1. hits keep their slot and are stamped on the device; the distinct misses are listed. The counters come to
+  // the host with as many misses as the last calls had (one copy, one synchronization), the rest after them.
+  tier_lookup(dev_, index(), keys, rows_in, n, tick_, pin ? pin_gen_ : 0, create, rows, slots, report + kReportHead,
+              report, stream);
+  const size_t guess = std::min<size_t>(size_t(n), std::max<size_t>(256, 2 * size_t(last_listed_)));
+  if (report_host_.size() < kReportHead + 2 * guess)
+    report_host_ = PinnedBuffer<int64_t>(dev_.backend, kReportHead + 2 * std::max(guess, report_host_.size()));
+  copy_to_host(dev_, report_host_.data(), report, (kReportHead + 2 * guess) * sizeof(int64_t), stream);
+  const int64_t listed = report_host_[kTierMisses], hits = report_host_[kTierHits];
+  last_listed_ = listed;
   if (listed == 0) return slots;
   misses_ += listed;
 
   // 2. the misses, by key: those with a host row, and the train keys refused one (outside a direct index, or a
   // full host store)
-  std::vector<int64_t> lk(static_cast<size_t>(listed)), lr(static_cast<size_t>(listed));
-  copy_to_host(dev_, lk.data(), miss_keys, lk.size() * sizeof(int64_t), stream);
-  copy_to_host(dev_, lr.data(), miss_rows, lr.size() * sizeof(int64_t), stream);
+  std::vector<int64_t> pairs(2 * size_t(listed));
+  const size_t have = std::min(size_t(listed), guess);
+  std::copy_n(report_host_.data() + kReportHead, 2 * have, pairs.data());
+  if (size_t(listed) > have)
+    copy_to_host(dev_, pairs.data() + 2 * have, report + kReportHead + 2 * have,
+                 2 * (size_t(listed) - have) * sizeof(int64_t), stream);
   std::vector<std::pair<int64_t, int64_t>> misses;  // (key, host row)
-  misses.reserve(lk.size());
-  for (size_t i = 0; i < lk.size(); ++i) misses.emplace_back(lk[i], lr[i]);
+  misses.reserve(size_t(listed));
+  for (size_t i = 0; i < size_t(listed); ++i) misses.emplace_back(pairs[2 * i], pairs[2 * i + 1]);
   std::sort(misses.begin(), misses.end());
   misses.erase(std::unique(misses.begin(), misses.end()), misses.end());  // a row -1 key is listed per use
-  int64_t absent = 0;
   auto valid_end = std::stable_partition(misses.begin(), misses.end(),
                                          [](const std::pair<int64_t, int64_t>& m) { return m.second >= 0; });
-  absent = int64_t(misses.end() - valid_end);
+  const int64_t absent = int64_t(misses.end() - valid_end);
   misses.erase(valid_end, misses.end());
   if (absent > 0) (direct() ? refused_ : full_) += absent;
   const size_t m = misses.size();

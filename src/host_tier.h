@@ -177,11 +177,13 @@ class HostTier {
   std::vector<int64_t> evicted_;
   int64_t rows_in_ = 0, rows_out_ = 0, misses_ = 0;
   // per call, grown as needed
-  Buffer<int64_t> rows_dev_, slots_dev_, hash_rows_, miss_keys_, miss_rows_, counters_;
+  static constexpr size_t kReportHead = 8;  // the counters' place at the head of report_ (kTierCounters <= 8)
+  Buffer<int64_t> rows_dev_, slots_dev_, hash_rows_, report_;
+  int64_t last_listed_ = 0;
   Buffer<int64_t> prio_, tie_, sorted_, perm_tie_, prio_by_tie_, perm_prio_, order_, moves_, res_dev_;
   Buffer<uint8_t> made_dev_;
   RouteScratch scratch_;
-  PinnedBuffer<int64_t> counters_host_, stage_;
+  PinnedBuffer<int64_t> counters_host_, report_host_, stage_;
   PinnedBuffer<uint8_t> stage_made_;
 };
 
