@@ -61,13 +61,14 @@ __global__ void __launch_bounds__(256) tier_lookup_kernel(TierIndex t, const int
       const int32_t s = t.slot_of_row[r];
       if (s >= 0) {  // a hit: the first of the call's threads on this slot counts the use
         slot[i] = s;
-        const unsigned long long old =
-            atomicExch(reinterpret_cast<unsigned long long*>(t.slot_last + s), (unsigned long long)tick);
-        if (old != (unsigned long long)tick) {
+        // a hot key's threads mostly find the stamp set already: read before the atomic
+        if (t.slot_last[s] != tick &&
+            atomicExch(reinterpret_cast<unsigned long long*>(t.slot_last + s), (unsigned long long)tick) !=
+                (unsigned long long)tick) {
           t.slot_uses[s] += 1;
           first_hit = true;
         }
-        if (pin_gen > 0) t.slot_pin[s] = pin_gen;
+        if (pin_gen > 0 && t.slot_pin[s] != pin_gen) t.slot_pin[s] = pin_gen;
       } else {
         slot[i] = -2;
         if (s == -1 && atomicCAS(reinterpret_cast<int*>(t.slot_of_row + r), -1, -2) == -1) {
