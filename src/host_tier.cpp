@@ -283,8 +283,8 @@ const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, b
   if (listed == 0) return slots;
   misses_ += listed;
 
-  // 2. the misses, by key: those with a host row, and the train keys refused one (outside a direct index, or a
-  // full host store)
+  // 2. the misses (in the device's order: where each lands changes no value): those with a host row, and the
+  // train keys refused one (outside a direct index, or a full host store)
   std::vector<int64_t> pairs(2 * size_t(listed));
   const size_t have = std::min(size_t(listed), guess);
   std::copy_n(report_host_.data() + kReportHead, 2 * have, pairs.data());
@@ -294,11 +294,11 @@ const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, b
   std::vector<std::pair<int64_t, int64_t>> misses;  // (key, host row)
   misses.reserve(size_t(listed));
   for (size_t i = 0; i < size_t(listed); ++i) misses.emplace_back(pairs[2 * i], pairs[2 * i + 1]);
-  std::sort(misses.begin(), misses.end());
-  misses.erase(std::unique(misses.begin(), misses.end()), misses.end());  // a row -1 key is listed per use
-  auto valid_end = std::stable_partition(misses.begin(), misses.end(),
-                                         [](const std::pair<int64_t, int64_t>& m) { return m.second >= 0; });
-  const int64_t absent = int64_t(misses.end() - valid_end);
+  // the keys without a row are listed per use: counted once each
+  auto valid_end = std::partition(misses.begin(), misses.end(),
+                                  [](const std::pair<int64_t, int64_t>& m) { return m.second >= 0; });
+  std::sort(valid_end, misses.end());
+  const int64_t absent = int64_t(std::unique(valid_end, misses.end()) - valid_end);
   misses.erase(valid_end, misses.end());
   if (absent > 0) (direct() ? refused_ : full_) += absent;
   const size_t m = misses.size();
@@ -308,7 +308,8 @@ const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, b
   int64_t pinned = 0;
   std::vector<int64_t> victims = wanted > 0 ? choose_victims(wanted, &pinned, stream) : std::vector<int64_t>{};
   const size_t fit = std::min(m, free_.size() + victims.size());
-  if (fit < m) {  // the call needs more slots than the cache can give: the keys beyond are refused
+  if (fit < m) {  // the call needs more slots than the cache can give: the keys beyond are refused, by key
+    std::sort(misses.begin(), misses.end());
     refused_ += int64_t(m - fit);
     needed_ = std::max(needed_, hits + int64_t(m) + absent);
     pinned_at_error_ = pinned;

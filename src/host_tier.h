@@ -26,10 +26,12 @@
 // Hits stay on the device (kernels/tier_index.h): a device array maps each host row to its slot (a direct index
 // computes the row from the key; a hashed table finds it in a device hash table of its keys, kernels/hash_table.h,
 // whose dense rows are the host store's), and a kernel stamps the hits (LRU: the call; LFU: one use per call; the
-// pin) and lists the call's distinct missing rows. Only those come to the host (their count first): the host sorts
-// them by key, gives them free slots (lowest first) or the policy's victims (ranked on the device: a stable radix
-// sort of the slots by key, then by priority), and kernels move the rows between the cache and the page-locked host
-// store directly. So a call whose keys all hit costs one synchronization and no host work; otherwise the host works
+// pin) and lists the call's distinct missing rows. Only those come to the host (their count with the first of
+// them): the host gives them free slots (lowest first) or the policy's victims (ranked on the device: a stable
+// radix sort of the slots by key, then by priority; LRU keeps the ranking as a reserve for the next calls, since a
+// slot used since moves behind every slot ranked), and kernels move the rows between the cache and the page-locked
+// host store directly. Which slot a row takes changes no value, so the misses keep the device's order (a call
+// refused some sorts them by key first, so that the keys refused are the largest). So a call whose keys all hit costs one synchronization and no host work; otherwise the host works
 // in proportion to the misses. Rows move as dim + state_width floats, so a tiered table stores fp32 rows
 // (EmbeddingTable refuses a 16-bit one); 16-bit rows would move as their bytes.
 //
