@@ -221,7 +221,7 @@ class EmbeddingTable {
   void load_rows(const TableRows& rows, Stream stream);
   // Empties the table and resets the optimizer state. Asynchronous on stream (a tiered table synchronizes it).
   void clear(Stream stream);
-  // The host tier of a tiered table (null for hbm).
+  // The host tier of a tiered table (null for hbm, and for a host tier whose cache holds every row).
   HostTier* host_tier() { return tier_.get(); }
   // Rows on the device: capacity_rows, or a tiered table's cache_rows.
   static int64_t device_rows(const EmbeddingTableConfig& cfg);

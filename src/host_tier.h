@@ -65,7 +65,9 @@ Eviction parse_eviction(const std::string& s, const std::string& what);
 // Where a table's rows live (EmbeddingTableConfig::tier).
 struct TierConfig {
   TableTier tier = TableTier::hbm;
-  int64_t cache_rows = 0;             // host: rows of the GPU cache, 1 .. capacity_rows (more is clamped)
+  // host: rows of the GPU cache, 1 .. capacity_rows (more is clamped; a cache of every row holds the whole table
+  // on the device, and the table runs as an HBM table: EmbeddingTable::host_tier() is null)
+  int64_t cache_rows = 0;
   Eviction eviction = Eviction::lru;  // host: the cache's policy (error: a call that needs an eviction fails)
 };
 // The tier of a table of dim and state_width from a program's options: cache_rows, else cache_mb MiB of cache rows

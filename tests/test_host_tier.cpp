@@ -143,6 +143,8 @@ void tiered_trains_to_the_bits_of_hbm(Backend backend) {
                                                                    << optimizer_name(opt) << " cache " << cache);
         BOOST_CHECK_EQUAL(hbm.size(dev.stream), tier.size(dev.stream));
         if (cache < key_space / 2) BOOST_CHECK_GT(tier.host_tier()->rows_out(), 0);  // it did evict
+        // a cache of every row holds the table on the device: no host tier
+        BOOST_CHECK_EQUAL(tier.host_tier() == nullptr, cache >= key_space);
       }
     }
 }
