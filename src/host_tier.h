@@ -31,9 +31,11 @@
 // radix sort of the slots by key, then by priority; LRU keeps the ranking as a reserve for the next calls, since a
 // slot used since moves behind every slot ranked), and kernels move the rows between the cache and the page-locked
 // host store directly. Which slot a row takes changes no value, so the misses keep the device's order (a call
-// refused some sorts them by key first, so that the keys refused are the largest). So a call whose keys all hit costs one synchronization and no host work; otherwise the host works
-// in proportion to the misses. Rows move as dim + state_width floats, so a tiered table stores fp32 rows
-// (EmbeddingTable refuses a 16-bit one); 16-bit rows would move as their bytes.
+// that refuses some sorts them by key first, so that the keys refused are the largest). So a call whose keys all
+// hit costs one synchronization and no host work; otherwise the host works in proportion to the misses. A cache of
+// every row holds the whole table: EmbeddingTable then makes an HBM table, with no tier. Rows move as dim +
+// state_width floats, so a tiered table stores fp32 rows (EmbeddingTable refuses a 16-bit one); 16-bit rows would
+// move as their bytes.
 //
 // Why page-locked host memory moved by kernels rather than CUDA managed memory: managed memory larger than the
 // GPU's free memory can stall the GPU for every process of a shared machine; pinned memory cannot.
