@@ -132,9 +132,9 @@ size_t run_eviction(bench::Driver& d, Eviction policy, int64_t rows, int dim, in
                 "inserted (%.1fx the cache), %lld rows evicted\n",
                 eviction_name(policy), (long long)rows, dim, (long long)n, hit, (long long)calls, (long long)next_new,
                 double(next_new) / double(rows), (long long)evicted);
-    std::printf("  %11lld %5.2f %4d %9lld %-15s %5.2f %10.4f %10.3f %7s %7s %6zu\n", (long long)rows, 1.0, dim,
+    std::printf("  %11lld %5.2f %4d %9lld %-15s %5.2f %10.4f %10.5f %7s %7s %6zu\n", (long long)rows, 1.0, dim,
                 (long long)n, "get_insert_evict", hit, mi, double(n) / mi / 1e6, "-", "-", wrong);
-    std::printf("  %11lld %5.2f %4d %9lld %-15s %5.2f %10.4f %10.3f %7s %7s %6zu\n", (long long)rows, 1.0, dim,
+    std::printf("  %11lld %5.2f %4d %9lld %-15s %5.2f %10.4f %10.5f %7s %7s %6zu\n", (long long)rows, 1.0, dim,
                 (long long)n, "find_evict", 1.0, mf, double(n) / mf / 1e6, "-", "-", wrong);
     std::fflush(stdout);
   }

@@ -21,11 +21,16 @@ namespace {
 constexpr int64_t kNone = std::numeric_limits<int64_t>::max();  // "no bad row / key" in the step status
 constexpr int kMaxTag = 126;
 
+// Whether a table's rows all live in HBM: tier hbm, or a host tier whose cache holds every row (the table is then
+// an HBM table: src/embedding_table.cpp).
+bool in_hbm(const CollectionTableConfig& t) {
+  return t.tier.tier == TableTier::hbm || t.tier.cache_rows >= std::max(t.rows, t.key_bound);
+}
+
 // Whether table i may share a physical table with others: its keys are known to fit under a tag.
 bool groupable(const CollectionTableConfig& t, size_t i) {
   // a tiered table keeps its own cache (its cache_rows are its own)
-  return t.key_bound > 0 && t.key_bound <= (int64_t(1) << kKeyTagShift) && i <= size_t(kMaxTag) &&
-         t.tier.tier == TableTier::hbm;
+  return t.key_bound > 0 && t.key_bound <= (int64_t(1) << kKeyTagShift) && i <= size_t(kMaxTag) && in_hbm(t);
 }
 
 bool same_optimizer(const OptimizerConfig& a, const OptimizerConfig& b) {
@@ -149,6 +154,7 @@ EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, con
       gr->direct = cfg_.tables[size_t(first)].direct_index;
       PlacedTableSetup s;
       s.table = cfg_.tables[size_t(first)];
+      if (in_hbm(s.table)) s.table.tier = TierConfig{};
       s.table_id = first;
       s.tagged_keys = gr->tagged && !gr->direct;
       int64_t begin = 0;

@@ -64,9 +64,15 @@ const EmbeddingTableConfig& checked(const EmbeddingTableConfig& c) {
   return c;
 }
 
+// A host tier whose cache holds every row leaves nothing in host memory: the table is an HBM table (the same bits,
+// without the tier's synchronizations).
+bool tiered(const EmbeddingTableConfig& c) {
+  return c.tier.tier == TableTier::host && c.tier.cache_rows < c.capacity_rows;
+}
+
 // The key index: hash slots, or a direct index (whose own checks name the table).
 HashTable make_index(const Device& dev, const EmbeddingTableConfig& c) {
-  if (c.tier.tier == TableTier::host)  // the cache: slot numbers
+  if (tiered(c))  // the cache: slot numbers
     return HashTable(dev, c.name, EmbeddingTable::device_rows(c), DirectIndex{1, 0});
   if (c.direct_stride > 0) return HashTable(dev, c.name, c.capacity_rows, DirectIndex{c.direct_stride, c.direct_offset});
   return HashTable(dev, c.name, c.capacity_rows, c.max_load_factor);
@@ -123,7 +129,7 @@ EmbeddingTable::EmbeddingTable(const Device& dev, const EmbeddingTableConfig& cf
       cfg_(checked(cfg)),
       state_width_(optimizer_state_width(cfg.optimizer.kind, cfg.dim)),
       device_rows_(device_rows(cfg_)),
-      tier_(cfg_.tier.tier == TableTier::host ? std::make_unique<HostTier>(dev, tier_setup(cfg_, state_width_))
+      tier_(tiered(cfg_) ? std::make_unique<HostTier>(dev, tier_setup(cfg_, state_width_))
                                               : nullptr),
       hash_(make_index(dev, cfg_)),
       values_(dev, size_t(device_rows_) * cfg.dim * row_storage_bytes(cfg.storage) / sizeof(float)),
@@ -475,7 +481,7 @@ void EmbeddingTable::load_rows(const TableRows& rows, Stream stream) {
 }
 
 void EmbeddingTable::clear(Stream stream) {
-  if (tier_) tier_->clear();
+  if (tier_) tier_->clear(stream);
   hash_.clear(stream);
   reset_state(stream);
   init_direct_rows(stream);

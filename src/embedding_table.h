@@ -81,8 +81,10 @@ struct EmbeddingTableConfig {
   RowStorage storage = RowStorage::fp32;
   // Where the rows live (src/host_tier.h): hbm, or host memory under a GPU cache of tier.cache_rows rows. A
   // tiered table's device part (values(), state(), hash(), memory_bytes) is the cache, a direct index over
-  // slots; its rows are cache slots, its lookups synchronize the stream (the keys are made resident on the
-  // host first), and the kBackwardMaxRows limit applies to the cache, not to capacity_rows.
+  // slots; its rows are cache slots, its lookups synchronize the stream (the keys are made resident first: the
+  // misses through the host), and the kBackwardMaxRows limit applies to the cache, not to capacity_rows. Beside
+  // the cache the tier keeps a slot index on the device: 4 bytes per row of capacity_rows, and for a hashed table
+  // a device hash table of its keys (kernels/hash_table.h at load factor 0.5), not counted in memory_bytes.
   TierConfig tier;
 };
 
@@ -116,7 +118,7 @@ class EmbeddingTable {
   int64_t capacity_rows() const { return cfg_.capacity_rows; }
   KeyInit key_init() const;
   // Live rows. Synchronizes stream.
-  int64_t size(Stream stream) { return tier_ ? tier_->size() : hash_.size(stream); }
+  int64_t size(Stream stream) { return tier_ ? tier_->size(stream) : hash_.size(stream); }
 
   // The row layout, for code that moves rows without reading them (e.g. a tier below the device): values are
   // [capacity_rows, dim] elements of storage(), row_bytes() bytes a row, at row_data().
@@ -217,9 +219,9 @@ class EmbeddingTable {
   // nothing, when a key is present, the sizes disagree, the rows' dim, optimizer or state_width are not the
   // table's, or the rows do not fit.
   void load_rows(const TableRows& rows, Stream stream);
-  // Empties the table and resets the optimizer state. Asynchronous on stream.
+  // Empties the table and resets the optimizer state. Asynchronous on stream (a tiered table synchronizes it).
   void clear(Stream stream);
-  // The host tier of a tiered table (null for hbm).
+  // The host tier of a tiered table (null for hbm, and for a host tier whose cache holds every row).
   HostTier* host_tier() { return tier_.get(); }
   // Rows on the device: capacity_rows, or a tiered table's cache_rows.
   static int64_t device_rows(const EmbeddingTableConfig& cfg);

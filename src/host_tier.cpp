@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "kernels/route.h"
 #include "src/base/check.h"
@@ -45,9 +46,8 @@ TierConfig make_tier(TableTier tier, int64_t cache_rows, double cache_mb, Evicti
 }
 
 size_t HostTier::host_bytes(int64_t capacity_rows, int dim, int state_width) {
-  // values and state, a use count and a made flag per row, and a hashed table's index (key by row, and the
-  // key → row map at about 40 bytes an entry)
-  return size_t(capacity_rows) * (size_t(dim + state_width) * sizeof(float) + 9 + 48);
+  // values and state, a use count and a made flag per row
+  return size_t(capacity_rows) * (size_t(dim + state_width) * sizeof(float) + 9);
 }
 
 namespace {
@@ -75,82 +75,161 @@ const HostTierSetup& checked(const HostTierSetup& s) {
 HostTier::HostTier(const Device& dev, const HostTierSetup& s)
     : dev_(dev),
       s_(checked(s)),
+      segments_(dev, s_.key_segments),
       values_(dev.backend, size_t(s.capacity_rows) * s.dim),
       state_(dev.backend, size_t(s.capacity_rows) * s.state_width),
       uses_(size_t(s.capacity_rows), 0),
-      made_(s.direct_stride > 0 ? size_t(s.capacity_rows) : 0, 0) {
+      made_(size_t(s.capacity_rows), 0),
+      keys_(s.direct_stride > 0 ? nullptr : std::make_unique<HashTable>(dev, s.name, s.capacity_rows, 0.5)),
+      slot_of_row_(dev, size_t(s.capacity_rows)),
+      slot_key_dev_(dev, size_t(s.cache_rows)),
+      slot_row_dev_(dev, size_t(s.cache_rows)),
+      slot_last_(dev, size_t(s.cache_rows)),
+      slot_uses_(dev, size_t(s.cache_rows)),
+      slot_pin_(dev, size_t(s.cache_rows)),
+      counters_host_(dev.backend, size_t(kTierCounters)) {
   key_init_.seed = s_.seed;
   key_init_.table_id = s_.table_id;
   key_init_.scale = s_.init_scale;
   key_init_.tagged = s_.tagged_keys;
   key_init_.segments = s_.key_segments.data();
   key_init_.num_segments = int(s_.key_segments.size());
-  clear();
+  key_init_dev_ = key_init_;
+  key_init_dev_.segments = segments_.data();
+  clear(dev_.stream);
 }
 
-void HostTier::clear() {
+TierIndex HostTier::index() {
+  TierIndex t;
+  t.slot_of_row = slot_of_row_.data();
+  t.slot_key = slot_key_dev_.data();
+  t.slot_row = slot_row_dev_.data();
+  t.slot_last = slot_last_.data();
+  t.slot_uses = slot_uses_.data();
+  t.slot_pin = slot_pin_.data();
+  t.capacity_rows = s_.capacity_rows;
+  t.cache_rows = s_.cache_rows;
+  t.direct_stride = s_.direct_stride;
+  t.direct_offset = s_.direct_offset;
+  return t;
+}
+
+void HostTier::clear(Stream stream) {
   const size_t c = size_t(s_.cache_rows);
-  row_of_.clear();
-  key_of_row_.clear();
+  if (keys_) keys_->clear(stream);
+  tier_reset(dev_, index(), stream);
+  synchronize(dev_, stream);
   std::fill(made_.begin(), made_.end(), uint8_t(0));
-  slot_of_.clear();
   slot_key_.assign(c, 0);
   slot_row_.assign(c, -1);
-  slot_last_.assign(c, -1);
-  pinned_.assign(c, 0);
-  pinned_slots_.clear();
+  res_slot_.clear();
+  res_last_.clear();
+  res_head_ = 0;
   free_.resize(c);
   for (size_t i = 0; i < c; ++i) free_[i] = int64_t(c - 1 - i);
-  evictable_.clear();
+  ++pin_gen_;
   refused_ = full_ = needed_ = pinned_at_error_ = 0;
 }
 
-int64_t HostTier::size() const {
-  return s_.direct_stride > 0 ? s_.capacity_rows : int64_t(key_of_row_.size());
-}
+int64_t HostTier::size(Stream stream) { return keys_ ? keys_->size(stream) : s_.capacity_rows; }
 
 void HostTier::init_row(int64_t key, int64_t hrow) {
   float* v = values_.data() + size_t(hrow) * s_.dim;
   for (int e = 0; e < s_.dim; ++e) v[e] = initial_value(key_init_, uint64_t(key), uint32_t(e));
   std::fill_n(state_.data() + size_t(hrow) * s_.state_width, s_.state_width, s_.initial_state);
   uses_[size_t(hrow)] = 0;
-  if (!made_.empty()) made_[size_t(hrow)] = 1;
-}
-
-int64_t HostTier::host_row(int64_t key, bool create) {
-  if (s_.direct_stride > 0) {  // every row of the index exists: made on first use
-    const int64_t d = key - s_.direct_offset;
-    const int64_t r = key >= s_.direct_offset ? d / s_.direct_stride : -1;
-    if (r < 0 || r * s_.direct_stride != d || r >= s_.capacity_rows) {
-      if (create) ++refused_;
-      return -1;
-    }
-    if (!made_[size_t(r)]) init_row(key, r);
-    return r;
-  }
-  auto it = row_of_.find(key);
-  if (it != row_of_.end()) return it->second;
-  if (!create) return -1;
-  if (int64_t(key_of_row_.size()) >= s_.capacity_rows) {
-    ++full_;
-    return -1;
-  }
-  const int64_t r = int64_t(key_of_row_.size());
-  row_of_.emplace(key, r);
-  key_of_row_.push_back(key);
-  init_row(key, r);
-  return r;
-}
-
-HostTier::Rank HostTier::rank_of(int64_t slot) const {
-  const int64_t prio = s_.eviction == Eviction::lfu ? uses_[size_t(slot_row_[size_t(slot)])] : slot_last_[size_t(slot)];
-  return Rank(prio, slot_key_[size_t(slot)], slot);
+  made_[size_t(hrow)] = 1;
 }
 
 template <class T>
-T* HostTier::staging(Buffer<T>& b, size_t n) {
-  if (b.size() < n) b = Buffer<T>(dev_, std::max(n, b.size() * 2));  // the stream is synchronized: free at once
+T* HostTier::grown(Buffer<T>& b, size_t n, Stream stream) {
+  n = std::max<size_t>(n, 1);
+  if (b.size() < n) {
+    if (b.empty()) b = Buffer<T>(dev_, n);
+    else b.resize(std::max(n, b.size() * 2), stream);
+  }
   return b.data();
+}
+
+void HostTier::rank_slots(bool reserve, int64_t wanted, int64_t* pinned, std::vector<int64_t>& victims,
+                          Stream stream) {
+  const size_t c = size_t(s_.cache_rows);
+  int64_t* prio = grown(prio_, c, stream);
+  int64_t* tie = grown(tie_, c, stream);
+  int64_t* sorted = grown(sorted_, c, stream);
+  int64_t* perm_tie = grown(perm_tie_, c, stream);
+  int64_t* prio_by_tie = grown(prio_by_tie_, c, stream);
+  int64_t* perm_prio = grown(perm_prio_, c, stream);
+  int64_t* order = grown(order_, c, stream);
+  const int64_t n = s_.cache_rows;
+  tier_victim_order(dev_, index(), tick_, pin_gen_, s_.eviction == Eviction::lfu, direct(), reserve, prio, tie,
+                    report_.data(), stream);
+  // (priority, tie) ascending: a stable sort by the tie, then a stable sort of that order by the priority
+  route_sort_keys(dev_, tie, n, direct() ? route_key_bits(s_.capacity_rows) : 64, sorted, perm_tie, scratch_,
+                  stream);
+  route_gather_keys(dev_, prio, perm_tie, n, prio_by_tie, stream);
+  route_sort_keys(dev_, prio_by_tie, n, route_key_bits(tick_ + 2), sorted, perm_prio, scratch_, stream);
+  copy_to_host(dev_, counters_host_.data(), report_.data(), kTierCounters * sizeof(int64_t), stream);
+  *pinned = counters_host_[kTierPinned];
+  // LFU: the victims themselves; LRU: a reserve of the first ranked slots, pinned ones too, enough to give
+  // `wanted` unpinned ones (or every ranked slot)
+  const int64_t take = reserve ? std::min(counters_host_[kTierRanked], std::max<int64_t>(8 * wanted + *pinned, 4096))
+                               : std::min(wanted, counters_host_[kTierEvictable]);
+  if (take > 0) route_gather_keys(dev_, perm_tie, perm_prio, take, order, stream);
+  std::vector<int64_t>& out = reserve ? res_slot_ : victims;
+  out.resize(size_t(take));
+  if (take > 0) copy_to_host(dev_, out.data(), order, size_t(take) * sizeof(int64_t), stream);  // synchronizes
+  if (reserve) {
+    res_last_.resize(size_t(take));
+    if (take > 0) copy_to_host(dev_, res_last_.data(), sorted, size_t(take) * sizeof(int64_t), stream);
+    res_head_ = 0;
+  }
+}
+
+bool HostTier::take_reserved(int64_t wanted, std::vector<int64_t>& victims, Stream stream) {
+  victims.clear();
+  std::vector<size_t> kept;  // pinned entries passed over, kept in order
+  size_t i = res_head_;
+  std::vector<int64_t> stamps;
+  while (int64_t(victims.size()) < wanted && i < res_slot_.size()) {
+    const int64_t still = wanted - int64_t(victims.size());
+    const size_t chunk = std::min(res_slot_.size() - i, size_t(std::max<int64_t>(2 * still, 256)));
+    int64_t* d = grown(res_dev_, 3 * chunk, stream);
+    copy_to_device(dev_, d, res_slot_.data() + i, chunk * sizeof(int64_t), stream);
+    route_gather_keys(dev_, slot_last_.data(), d, int64_t(chunk), d + chunk, stream);
+    route_gather_keys(dev_, slot_pin_.data(), d, int64_t(chunk), d + 2 * chunk, stream);
+    stamps.resize(2 * chunk);
+    copy_to_host(dev_, stamps.data(), d + chunk, 2 * chunk * sizeof(int64_t), stream);  // synchronizes
+    size_t k = 0;
+    for (; k < chunk && int64_t(victims.size()) < wanted; ++k) {
+      if (stamps[k] != res_last_[i + k]) continue;  // used (or freed) since the ranking: its place is later now
+      if (stamps[chunk + k] == pin_gen_) kept.push_back(i + k);
+      else victims.push_back(res_slot_[i + k]);
+    }
+    i += k;
+  }
+  // the reserve left: the pinned entries passed over, then the entries not examined
+  for (size_t j = kept.size(); j-- > 0;) {
+    --i;
+    res_slot_[i] = res_slot_[kept[j]];
+    res_last_[i] = res_last_[kept[j]];
+  }
+  res_head_ = i;
+  return int64_t(victims.size()) >= wanted;
+}
+
+std::vector<int64_t> HostTier::choose_victims(int64_t wanted, int64_t* pinned, Stream stream) {
+  std::vector<int64_t> victims;
+  if (s_.eviction == Eviction::lfu) {  // a hit can leave a slot anywhere in the order: ranked afresh
+    rank_slots(false, wanted, pinned, victims, stream);
+    return victims;
+  }
+  // LRU: a slot used after a ranking moves behind every slot ranked, so the ranking's slots not used since keep
+  // their order ahead of all others: the reserve serves calls until it runs short.
+  if (take_reserved(wanted, victims, stream)) return victims;
+  rank_slots(true, wanted, pinned, victims, stream);
+  take_reserved(wanted, victims, stream);
+  return victims;
 }
 
 void HostTier::write_back(const std::vector<int64_t>& slots, const float* cache_values, const float* cache_state,
@@ -158,142 +237,121 @@ void HostTier::write_back(const std::vector<int64_t>& slots, const float* cache_
   const size_t n = slots.size();
   if (n == 0) return;
   fault_point("host tier write-back");  // the kill tests' hook (src/base/deadline.h)
-  if (stage_values_.size() < n * s_.dim) stage_values_ = PinnedBuffer<float>(dev_.backend, n * s_.dim);
-  if (stage_state_.size() < n * s_.state_width) stage_state_ = PinnedBuffer<float>(dev_.backend, n * s_.state_width);
-  int64_t* idx = staging(idx_dev_, n);
-  copy_to_device(dev_, idx, slots.data(), n * sizeof(int64_t), stream);
-  float* v = staging(values_dev_, n * s_.dim);
-  route_gather_rows(dev_, cache_values, idx, int64_t(n), s_.dim, v, stream);
-  copy_to_host(dev_, stage_values_.data(), v, n * s_.dim * sizeof(float), stream);  // synchronizes
-  if (s_.state_width > 0) {
-    float* st = staging(state_dev_, n * s_.state_width);
-    route_gather_rows(dev_, cache_state, idx, int64_t(n), s_.state_width, st, stream);
-    copy_to_host(dev_, stage_state_.data(), st, n * s_.state_width * sizeof(float), stream);
+  int64_t* moves = grown(moves_, 2 * n, stream);
+  copy_to_device(dev_, moves, slots.data(), n * sizeof(int64_t), stream);
+  tier_evict(dev_, index(), moves, int64_t(n), cache_values, cache_state, s_.dim, s_.state_width, values_.data(),
+             state_.data(), moves + n, stream);
+  if (s_.eviction == Eviction::lfu) {  // the rows' uses, kept while they are out of the cache
+    std::vector<int64_t> uses(n);
+    copy_to_host(dev_, uses.data(), moves + n, n * sizeof(int64_t), stream);  // synchronizes
+    for (size_t i = 0; i < n; ++i) uses_[size_t(slot_row_[size_t(slots[i])])] = uses[i];
   }
-  for (size_t i = 0; i < n; ++i) {
-    const size_t r = size_t(slot_row_[size_t(slots[i])]);
-    std::memcpy(values_.data() + r * s_.dim, stage_values_.data() + i * s_.dim, s_.dim * sizeof(float));
-    std::memcpy(state_.data() + r * s_.state_width, stage_state_.data() + i * s_.state_width,
-                s_.state_width * sizeof(float));
-  }
+  for (int64_t v : slots) slot_row_[size_t(v)] = -1;
   rows_out_ += int64_t(n);
 }
+
+static_assert(int(kTierCounters) <= 8, "the counters fit the report's head");
 
 const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, bool pin, float* cache_values,
                                   float* cache_state, Stream stream) {
   evicted_.clear();
   ++tick_;
-  host_keys_.resize(size_t(n));
-  if (n > 0) copy_to_host(dev_, host_keys_.data(), keys, size_t(n) * sizeof(int64_t), stream);  // synchronizes
-  else synchronize(dev_, stream);
-  host_slots_.assign(size_t(n), -1);
-
-  // 1. hits keep their slot (taken out of the evictable set for the call); misses are listed, in first-use order
-  std::unordered_map<int64_t, int64_t> seen;  // key → slot, or -2 - (its index in miss_keys)
-  std::vector<int64_t> miss_keys, miss_rows, touched;
-  int64_t distinct = 0;
-  seen.reserve(size_t(n));
-  auto touch = [&](int64_t slot) {
-    slot_last_[size_t(slot)] = tick_;
-    ++uses_[size_t(slot_row_[size_t(slot)])];
-    touched.push_back(slot);
-    if (pin && !pinned_[size_t(slot)]) {
-      pinned_[size_t(slot)] = 1;
-      pinned_slots_.push_back(slot);
+  const size_t nn = size_t(std::max<int64_t>(n, 1));
+  int64_t* rows = grown(rows_dev_, nn, stream);
+  int64_t* slots = grown(slots_dev_, nn, stream);
+  // the report: the counters, then the (key, row) pairs of the misses
+  int64_t* report = grown(report_, kReportHead + 2 * nn, stream);
+  const int64_t* rows_in = nullptr;
+  if (keys_) {  // hashed: the keys' host rows from the device hash table (train creates new keys' rows)
+    int64_t* hr = grown(hash_rows_, nn, stream);
+    if (n > 0) {
+      if (create) keys_->get_insert(keys, n, hr, RowInit{}, stream);
+      else keys_->find(keys, n, hr, stream);
     }
-  };
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t key = host_keys_[size_t(i)];
-    if (seen.count(key)) continue;
-    ++distinct;
-    auto it = slot_of_.find(key);
-    if (it != slot_of_.end()) {
-      const int64_t slot = it->second;
-      if (!pinned_[size_t(slot)]) evictable_.erase(rank_of(slot));
-      touch(slot);
-      seen.emplace(key, slot);
-      continue;
-    }
-    const int64_t hrow = host_row(key, create);
-    if (hrow < 0) {
-      seen.emplace(key, -1);
-      continue;
-    }
-    seen.emplace(key, -2 - int64_t(miss_keys.size()));
-    miss_keys.push_back(key);
-    miss_rows.push_back(hrow);
+    rows_in = hr;
   }
+  // 1. hits keep their slot and are stamped on the device; the distinct misses are listed. The counters come to
+  // the host with as many misses as the last calls had (one copy, one synchronization), the rest after them.
+  tier_lookup(dev_, index(), keys, rows_in, n, tick_, pin ? pin_gen_ : 0, create, rows, slots, report + kReportHead,
+              report, stream);
+  const size_t guess = std::min<size_t>(size_t(n), std::max<size_t>(256, 2 * size_t(last_listed_)));
+  if (report_host_.size() < kReportHead + 2 * guess)
+    report_host_ = PinnedBuffer<int64_t>(dev_.backend, kReportHead + 2 * std::max(guess, report_host_.size()));
+  copy_to_host(dev_, report_host_.data(), report, (kReportHead + 2 * guess) * sizeof(int64_t), stream);
+  const int64_t listed = report_host_[kTierMisses], hits = report_host_[kTierHits];
+  last_listed_ = listed;
+  if (listed == 0) return slots;
+  misses_ += listed;
 
-  // 2. slots for the misses: free ones, then the policy's victims (their rows written back first)
-  const size_t m = miss_keys.size();
-  const size_t victims_wanted = m > free_.size() ? m - free_.size() : 0;
-  std::vector<int64_t> victims;
-  for (auto it = evictable_.begin(); it != evictable_.end() && victims.size() < victims_wanted;)
-    victims.push_back(std::get<2>(*it)), it = evictable_.erase(it);
-  const size_t fit = free_.size() + victims.size() < m ? free_.size() + victims.size() : m;
-  if (fit < m) {  // the call needs more slots than the cache can give: the keys beyond are refused
+  // 2. the misses (in the device's order: where each lands changes no value): those with a host row, and the
+  // train keys refused one (outside a direct index, or a full host store)
+  std::vector<int64_t> pairs(2 * size_t(listed));
+  const size_t have = std::min(size_t(listed), guess);
+  std::copy_n(report_host_.data() + kReportHead, 2 * have, pairs.data());
+  if (size_t(listed) > have)
+    copy_to_host(dev_, pairs.data() + 2 * have, report + kReportHead + 2 * have,
+                 2 * (size_t(listed) - have) * sizeof(int64_t), stream);
+  std::vector<std::pair<int64_t, int64_t>> misses;  // (key, host row)
+  misses.reserve(size_t(listed));
+  for (size_t i = 0; i < size_t(listed); ++i) misses.emplace_back(pairs[2 * i], pairs[2 * i + 1]);
+  // the keys without a row are listed per use: counted once each
+  auto valid_end = std::partition(misses.begin(), misses.end(),
+                                  [](const std::pair<int64_t, int64_t>& m) { return m.second >= 0; });
+  std::sort(valid_end, misses.end());
+  const int64_t absent = int64_t(std::unique(valid_end, misses.end()) - valid_end);
+  misses.erase(valid_end, misses.end());
+  if (absent > 0) (direct() ? refused_ : full_) += absent;
+  const size_t m = misses.size();
+
+  // 3. slots for the misses: free ones, then the policy's victims (their rows written back first)
+  const int64_t wanted = int64_t(m) > int64_t(free_.size()) ? int64_t(m - free_.size()) : 0;
+  int64_t pinned = 0;
+  std::vector<int64_t> victims = wanted > 0 ? choose_victims(wanted, &pinned, stream) : std::vector<int64_t>{};
+  const size_t fit = std::min(m, free_.size() + victims.size());
+  if (fit < m) {  // the call needs more slots than the cache can give: the keys beyond are refused, by key
+    std::sort(misses.begin(), misses.end());
     refused_ += int64_t(m - fit);
-    needed_ = std::max(needed_, distinct);
-    pinned_at_error_ = int64_t(pinned_slots_.size());
+    needed_ = std::max(needed_, hits + int64_t(m) + absent);
+    pinned_at_error_ = pinned;
   }
+  for (int64_t v : victims) evicted_.push_back(slot_key_[size_t(v)]);
   write_back(victims, cache_values, cache_state, stream);
-  for (int64_t v : victims) {
-    evicted_.push_back(slot_key_[size_t(v)]);
-    slot_of_.erase(slot_key_[size_t(v)]);
-    slot_row_[size_t(v)] = -1;
-    slot_last_[size_t(v)] = -1;
-  }
   std::reverse(victims.begin(), victims.end());  // taken from the back: the first victim's slot goes first
-  if (stage_values_.size() < fit * s_.dim) stage_values_ = PinnedBuffer<float>(dev_.backend, fit * s_.dim);
-  if (stage_state_.size() < fit * s_.state_width)
-    stage_state_ = PinnedBuffer<float>(dev_.backend, fit * s_.state_width);
-  if (stage_idx_.size() < fit) stage_idx_ = PinnedBuffer<int64_t>(dev_.backend, fit);
-  for (size_t j = 0; j < fit; ++j) {
-    int64_t slot;
-    if (!free_.empty()) slot = free_.back(), free_.pop_back();
-    else slot = victims.back(), victims.pop_back();
-    const int64_t key = miss_keys[j], hrow = miss_rows[j];
-    slot_of_[key] = slot;
-    slot_key_[size_t(slot)] = key;
-    slot_row_[size_t(slot)] = hrow;
-    touch(slot);
-    seen[key] = slot;
-    stage_idx_[j] = slot;
-    std::memcpy(stage_values_.data() + j * s_.dim, values_.data() + size_t(hrow) * s_.dim, s_.dim * sizeof(float));
-    std::memcpy(stage_state_.data() + j * s_.state_width, state_.data() + size_t(hrow) * s_.state_width,
-                s_.state_width * sizeof(float));
-  }
-  for (size_t j = fit; j < m; ++j) seen[miss_keys[j]] = -1;
-  if (fit > 0) {  // 3. the misses' rows into their slots
-    int64_t* idx = staging(idx_dev_, fit);
-    copy_to_device(dev_, idx, stage_idx_.data(), fit * sizeof(int64_t), stream);
-    float* v = staging(values_dev_, fit * s_.dim);
-    copy_to_device(dev_, v, stage_values_.data(), fit * s_.dim * sizeof(float), stream);
-    route_scatter_rows(dev_, v, idx, int64_t(fit), s_.dim, cache_values, stream);
-    if (s_.state_width > 0) {
-      float* st = staging(state_dev_, fit * s_.state_width);
-      copy_to_device(dev_, st, stage_state_.data(), fit * s_.state_width * sizeof(float), stream);
-      route_scatter_rows(dev_, st, idx, int64_t(fit), s_.state_width, cache_state, stream);
+
+  // 4. the misses' rows into their slots (a refused one only drops its claim), then every key's slot
+  if (stage_.size() < 5 * m) stage_ = PinnedBuffer<int64_t>(dev_.backend, 5 * m);
+  if (stage_made_.size() < m) stage_made_ = PinnedBuffer<uint8_t>(dev_.backend, m);
+  int64_t* st_slot = stage_.data();
+  int64_t *st_row = st_slot + m, *st_key = st_row + m, *st_uses = st_key + m, *st_new = st_uses + m;
+  for (size_t j = 0; j < m; ++j) {
+    const int64_t key = misses[j].first, hrow = misses[j].second;
+    int64_t slot = -1;
+    if (j < fit) {
+      if (!free_.empty()) slot = free_.back(), free_.pop_back();
+      else slot = victims.back(), victims.pop_back();
+      slot_key_[size_t(slot)] = key;
+      slot_row_[size_t(slot)] = hrow;
     }
-    rows_in_ += int64_t(fit);
+    const bool made = made_[size_t(hrow)] != 0;
+    st_slot[j] = slot;
+    st_row[j] = hrow;
+    st_key[j] = key;
+    st_uses[j] = (made ? uses_[size_t(hrow)] : 0) + 1;
+    st_new[j] = made ? -1 : slot;  // a row never made: its initial values, by key
+    stage_made_[j] = made ? 1 : 0;
+    if (slot >= 0) made_[size_t(hrow)] = 1;
   }
-  for (int64_t slot : touched)
-    if (!pinned_[size_t(slot)]) evictable_.insert(rank_of(slot));
-
-  // 4. every key's slot
-  for (int64_t i = 0; i < n; ++i) host_slots_[size_t(i)] = seen[host_keys_[size_t(i)]];
-  int64_t* out = staging(slots_dev_, size_t(std::max<int64_t>(n, 1)));
-  if (n > 0) copy_to_device(dev_, out, host_slots_.data(), size_t(n) * sizeof(int64_t), stream);
-  synchronize(dev_, stream);  // the staging above is reused by the next call
-  return out;
-}
-
-void HostTier::release_pins() {
-  for (int64_t slot : pinned_slots_) {
-    pinned_[size_t(slot)] = 0;
-    evictable_.insert(rank_of(slot));
-  }
-  pinned_slots_.clear();
+  int64_t* moves = grown(moves_, 5 * m, stream);
+  uint8_t* made_dev = grown(made_dev_, m, stream);
+  copy_to_device(dev_, moves, stage_.data(), 5 * m * sizeof(int64_t), stream);
+  copy_to_device(dev_, made_dev, stage_made_.data(), m, stream);
+  tier_install(dev_, index(), moves, moves + m, moves + 2 * m, moves + 3 * m, made_dev, int64_t(m), tick_,
+               pin ? pin_gen_ : 0, values_.data(), state_.data(), s_.dim, s_.state_width, s_.initial_state,
+               cache_values, cache_state, stream);
+  init_rows_by_key(dev_, moves + 2 * m, moves + 4 * m, int64_t(m), cache_values, s_.dim, key_init_dev_, stream);
+  rows_in_ += int64_t(fit);
+  tier_resolve(dev_, index(), rows, n, slots, stream);
+  return slots;
 }
 
 void HostTier::check() {
@@ -316,7 +374,8 @@ void HostTier::check() {
 
 std::vector<int64_t> HostTier::cached_keys() const {
   std::vector<int64_t> k;
-  for (const auto& e : slot_of_) k.push_back(e.first);
+  for (size_t s = 0; s < slot_row_.size(); ++s)
+    if (slot_row_[s] >= 0) k.push_back(slot_key_[s]);
   std::sort(k.begin(), k.end());
   return k;
 }
@@ -329,21 +388,27 @@ TableRows HostTier::export_rows(const float* cache_values, const float* cache_st
   TableRows r;
   r.dim = s_.dim;
   r.state_width = s_.state_width;
-  const size_t n = size_t(size());
+  const size_t n = size_t(size(stream));
   r.keys.resize(n);
+  if (keys_ && n > 0) {
+    Buffer<int64_t> k;
+    keys_->export_keys(k, stream);
+    copy_to_host(dev_, r.keys.data(), k.data(), n * sizeof(int64_t), stream);  // synchronizes
+  }
+  std::vector<int64_t> slot_of(n, -1);
+  for (size_t s = 0; s < c; ++s)
+    if (slot_row_[s] >= 0) slot_of[size_t(slot_row_[s])] = int64_t(s);
   r.values.resize(n * dim);
   r.state.resize(n * sw);
   for (size_t i = 0; i < n; ++i) {
-    const int64_t key = s_.direct_stride > 0 ? s_.direct_offset + int64_t(i) * s_.direct_stride : key_of_row_[i];
-    r.keys[i] = key;
-    auto it = slot_of_.find(key);
+    if (!keys_) r.keys[i] = s_.direct_offset + int64_t(i) * s_.direct_stride;
     const float* v = values_.data() + i * dim;
     const float* st = state_.data() + i * sw;
-    if (it != slot_of_.end()) {
-      v = cv.data() + size_t(it->second) * dim;
-      st = cs.data() + size_t(it->second) * sw;
-    } else if (!made_.empty() && !made_[i]) {
-      init_row(key, int64_t(i));  // a row never used: its initial values
+    if (slot_of[i] >= 0) {
+      v = cv.data() + size_t(slot_of[i]) * dim;
+      st = cs.data() + size_t(slot_of[i]) * sw;
+    } else if (!made_[i]) {
+      init_row(r.keys[i], int64_t(i));  // a row never used: its initial values
     }
     std::copy_n(v, dim, r.values.data() + i * dim);
     std::copy_n(st, sw, r.state.data() + i * sw);
@@ -353,15 +418,13 @@ TableRows HostTier::export_rows(const float* cache_values, const float* cache_st
 
 void HostTier::flush(const float* cache_values, const float* cache_state, Stream stream) {
   std::vector<int64_t> slots;
-  for (const auto& e : slot_of_) slots.push_back(e.second);
-  std::sort(slots.begin(), slots.end());
+  for (size_t s = 0; s < slot_row_.size(); ++s)
+    if (slot_row_[s] >= 0) slots.push_back(int64_t(s));
   write_back(slots, cache_values, cache_state, stream);
-  slot_of_.clear();
-  slot_row_.assign(slot_row_.size(), -1);
-  slot_last_.assign(slot_last_.size(), -1);
-  pinned_.assign(pinned_.size(), 0);
-  pinned_slots_.clear();
-  evictable_.clear();
+  synchronize(dev_, stream);  // the store is written
+  res_slot_.clear();
+  res_last_.clear();
+  res_head_ = 0;
   const size_t c = size_t(s_.cache_rows);
   free_.resize(c);
   for (size_t i = 0; i < c; ++i) free_[i] = int64_t(c - 1 - i);
@@ -371,7 +434,7 @@ void HostTier::load_rows(const TableRows& rows, const float* cache_values, const
   const size_t n = rows.rows(), dim = size_t(s_.dim), sw = size_t(s_.state_width);
   const char* name = s_.name.c_str();
   std::vector<int64_t> at(n);
-  if (s_.direct_stride > 0) {
+  if (direct()) {
     for (size_t i = 0; i < n; ++i) {
       const int64_t key = rows.keys[i], d = key - s_.direct_offset;
       const int64_t r = key >= s_.direct_offset ? d / s_.direct_stride : -1;
@@ -382,27 +445,16 @@ void HostTier::load_rows(const TableRows& rows, const float* cache_values, const
                      (long long)s_.direct_offset);
       at[i] = r;
     }
-  } else {
-    SPARTA_REQUIRE(key_of_row_.size() + n <= size_t(s_.capacity_rows),
-                   "embedding table '%s': load of %zu rows into a host tier holding %zu of %lld rows", name, n,
-                   key_of_row_.size(), (long long)s_.capacity_rows);
-    std::unordered_map<int64_t, int64_t> fresh;
-    for (size_t i = 0; i < n; ++i) {
-      const int64_t key = rows.keys[i];
-      SPARTA_REQUIRE(!row_of_.count(key) && fresh.emplace(key, 0).second,
-                     "embedding table '%s': load of key %lld, which the table holds already", name, (long long)key);
-      at[i] = int64_t(key_of_row_.size() + i);
-    }
+  } else if (n > 0) {  // the device index checks the keys (absent, and they fit) before it changes
+    Buffer<int64_t> k(dev_, n);
+    copy_to_device(dev_, k.data(), rows.keys.data(), n * sizeof(int64_t), stream);
+    const int64_t first = keys_->load(k.data(), int64_t(n), stream);  // synchronizes
+    for (size_t i = 0; i < n; ++i) at[i] = first + int64_t(i);
   }
   flush(cache_values, cache_state, stream);
   for (size_t i = 0; i < n; ++i) {
     const size_t r = size_t(at[i]);
-    if (s_.direct_stride == 0) {
-      row_of_.emplace(rows.keys[i], int64_t(r));
-      key_of_row_.push_back(rows.keys[i]);
-    } else {
-      made_[r] = 1;
-    }
+    made_[r] = 1;
     uses_[r] = 0;
     std::copy_n(rows.values.data() + i * dim, dim, values_.data() + r * dim);
     std::copy_n(rows.state.data() + i * sw, sw, state_.data() + r * sw);

@@ -23,23 +23,34 @@
 // the table, its cache size, the rows the call needed and those pinned. A hashed table whose host store is full
 // refuses new keys the same way (the "table full" error, with the host store's capacity).
 //
-// Why a host-side index and copies in batches rather than CUDA managed memory: managed memory larger than the
-// GPU's free memory can stall the GPU for every process of a shared machine; pinned memory copied in batches
-// cannot. The residency step synchronizes the stream (it reads the keys on the host and keeps the index and the
-// policy there, per distinct key): the simple, correct version, with no overlap of the next batch's residency with
-// the current step yet. Rows move as dim + state_width floats (route_gather_rows / route_scatter_rows), so a
-// tiered table stores fp32 rows (EmbeddingTable refuses a 16-bit one); 16-bit rows would move as their bytes.
+// Hits stay on the device (kernels/tier_index.h): a device array maps each host row to its slot (a direct index
+// computes the row from the key; a hashed table finds it in a device hash table of its keys, kernels/hash_table.h,
+// whose dense rows are the host store's), and a kernel stamps the hits (LRU: the call; LFU: one use per call; the
+// pin) and lists the call's distinct missing rows. Only those come to the host (their count with the first of
+// them): the host gives them free slots (lowest first) or the policy's victims (ranked on the device: a stable
+// radix sort of the slots by key, then by priority; LRU keeps the ranking as a reserve for the next calls, since a
+// slot used since moves behind every slot ranked), and kernels move the rows between the cache and the page-locked
+// host store directly. Which slot a row takes changes no value, so the misses keep the device's order (a call
+// that refuses some sorts them by key first, so that the keys refused are the largest). So a call whose keys all
+// hit costs one synchronization and no host work; otherwise the host works in proportion to the misses. A cache of
+// every row holds the whole table: EmbeddingTable then makes an HBM table, with no tier. Rows move as dim +
+// state_width floats, so a tiered table stores fp32 rows (EmbeddingTable refuses a 16-bit one); 16-bit rows would
+// move as their bytes.
+//
+// Why page-locked host memory moved by kernels rather than CUDA managed memory: managed memory larger than the
+// GPU's free memory can stall the GPU for every process of a shared machine; pinned memory cannot.
 #pragma once
 
 #include <cstdint>
-#include <set>
+#include <memory>
 #include <string>
-#include <tuple>
-#include <unordered_map>
 #include <vector>
 
 #include "io/table_rows.h"
+#include "kernels/hash_table.h"
 #include "kernels/key_init.h"
+#include "kernels/route.h"
+#include "kernels/tier_index.h"
 #include "src/base/buffer.h"
 #include "src/base/device.h"
 
@@ -56,7 +67,9 @@ Eviction parse_eviction(const std::string& s, const std::string& what);
 // Where a table's rows live (EmbeddingTableConfig::tier).
 struct TierConfig {
   TableTier tier = TableTier::hbm;
-  int64_t cache_rows = 0;             // host: rows of the GPU cache, 1 .. capacity_rows (more is clamped)
+  // host: rows of the GPU cache, 1 .. capacity_rows (more is clamped; a cache of every row holds the whole table
+  // on the device, and the table runs as an HBM table: EmbeddingTable::host_tier() is null)
+  int64_t cache_rows = 0;
   Eviction eviction = Eviction::lru;  // host: the cache's policy (error: a call that needs an eviction fails)
 };
 // The tier of a table of dim and state_width from a program's options: cache_rows, else cache_mb MiB of cache rows
@@ -86,25 +99,26 @@ struct HostTierSetup {
 class HostTier {
  public:
   // Throws sparta::Error naming the table, before allocating, when the host store (host_bytes) exceeds the
-  // host's available memory (/proc/meminfo MemAvailable) or the setup is bad.
+  // host's available memory (/proc/meminfo MemAvailable) or the setup is bad. Synchronizes dev.stream.
   HostTier(const Device& dev, const HostTierSetup& s);
 
-  // Host bytes of the store: every row's values and state, plus its bookkeeping.
+  // Host bytes of the store: every row's values and state, plus its bookkeeping (a use count, a made flag).
   static size_t host_bytes(int64_t capacity_rows, int dim, int state_width);
 
   // Makes the distinct keys of keys [n] (device memory) resident in the cache (cache_values [cache_rows, dim],
   // cache_state [cache_rows, state_width], device memory) and returns their slots [n] (device memory, valid
   // until the next call): -1 for a key that is absent and not created (eval of an unseen key of a hashed
   // table), outside a direct index, or refused (no slot, host store full). create: train (new keys get rows);
-  // pin: keep the slots until release_pins. Synchronizes stream.
+  // pin: keep the slots until release_pins. Synchronizes stream (once when every key hits; a few times more when
+  // some miss); the slots are written asynchronously on stream.
   const int64_t* resident(const int64_t* keys, int64_t n, bool create, bool pin, float* cache_values,
                           float* cache_state, Stream stream);
   // The update of the pinned batch is queued: its slots may be evicted again.
-  void release_pins();
+  void release_pins() { ++pin_gen_; }
   // Throws sparta::Error (and forgets it) when a call since the last check refused keys.
   void check();
-  // Live rows: created keys (hashed), capacity_rows (direct index).
-  int64_t size() const;
+  // Live rows: created keys (hashed), capacity_rows (direct index). Synchronizes stream.
+  int64_t size(Stream stream);
   int64_t cache_rows() const { return s_.cache_rows; }
   // Every live row (host store, with the cache's newer copies), ordered by host row. Synchronizes stream.
   TableRows export_rows(const float* cache_values, const float* cache_state, Stream stream);
@@ -112,54 +126,71 @@ class HostTier {
   // be absent, and fit); a direct index, by key (keys must be in the index). Checks everything first
   // (sparta::Error naming the table and the key), then changes. Synchronizes stream.
   void load_rows(const TableRows& rows, const float* cache_values, const float* cache_state, Stream stream);
-  // Empties the store and the cache.
-  void clear();
+  // Empties the store and the cache. Synchronizes stream.
+  void clear(Stream stream);
 
   // For tests and benches: the keys the last resident() call evicted, in the order they were chosen; the keys
-  // in the cache now, ascending; rows copied in and written back since construction.
+  // in the cache now, ascending; rows copied in and written back since construction; keys that came to the host
+  // since construction (each call's distinct misses, and its train keys without a row).
   const std::vector<int64_t>& last_evicted() const { return evicted_; }
   std::vector<int64_t> cached_keys() const;
   int64_t rows_in() const { return rows_in_; }
   int64_t rows_out() const { return rows_out_; }
+  int64_t misses() const { return misses_; }
 
  private:
-  using Rank = std::tuple<int64_t, int64_t, int64_t>;  // (policy's priority, key, slot): smallest goes first
-  int64_t host_row(int64_t key, bool create);           // -1: absent (not created) or refused
-  Rank rank_of(int64_t slot) const;
+  bool direct() const { return s_.direct_stride > 0; }
+  TierIndex index();
+  // The policy's first `wanted` victims among the evictable slots, in order (fewer when fewer are evictable);
+  // *pinned: the slots pinned now, when it ranked them. Synchronizes stream.
+  std::vector<int64_t> choose_victims(int64_t wanted, int64_t* pinned, Stream stream);
+  // Ranks the slots on the device: victims = the first `wanted` evictable ones (!reserve), or the LRU reserve
+  // (res_*) = the first ranked ones, pinned ones included.
+  void rank_slots(bool reserve, int64_t wanted, int64_t* pinned, std::vector<int64_t>& victims, Stream stream);
+  // Victims from the LRU reserve, checked against the slots' stamps now; false when it had too few.
+  bool take_reserved(int64_t wanted, std::vector<int64_t>& victims, Stream stream);
+  // Writes the rows of slots back to the host store and frees the slots. Synchronizes stream.
   void write_back(const std::vector<int64_t>& slots, const float* cache_values, const float* cache_state,
                   Stream stream);
   void flush(const float* cache_values, const float* cache_state, Stream stream);
   void init_row(int64_t key, int64_t hrow);
+  // b grown to hold n elements (its old memory freed once stream is done with it).
   template <class T>
-  T* staging(Buffer<T>& b, size_t n);
+  T* grown(Buffer<T>& b, size_t n, Stream stream);
 
   Device dev_;
   HostTierSetup s_;
-  KeyInit key_init_;  // its segments point into s_.key_segments (host)
+  KeyInit key_init_;      // its segments point into s_.key_segments (host)
+  Buffer<KeySegment> segments_;  // s_.key_segments on the device
+  KeyInit key_init_dev_;  // its segments point into segments_
   PinnedBuffer<float> values_;  // [capacity_rows, dim]
   PinnedBuffer<float> state_;   // [capacity_rows, state_width]
-  std::vector<int64_t> uses_;   // per host row: calls that used it (LFU)
-  std::vector<uint8_t> made_;   // per host row of a direct index: its initial values written
-  std::unordered_map<int64_t, int64_t> row_of_;  // hashed: key → host row
-  std::vector<int64_t> key_of_row_;              // hashed: host row → key, rows dense from 0
-  // the cache
-  std::unordered_map<int64_t, int64_t> slot_of_;  // key → slot
-  std::vector<int64_t> slot_key_, slot_row_, slot_last_;  // per slot: key, host row, last call (-1 free)
-  std::vector<uint8_t> pinned_;
-  std::vector<int64_t> pinned_slots_;
+  std::vector<int64_t> uses_;   // per host row: calls that used it (LFU), while it is out of the cache
+  std::vector<uint8_t> made_;   // per host row: its values are in the store (else its initial values are due)
+  std::unique_ptr<HashTable> keys_;  // hashed: key → host row, on the device; rows dense from 0
+  // the cache's index on the device (kernels/tier_index.h), and the host's copy of each slot's key and host row
+  Buffer<int32_t> slot_of_row_;
+  Buffer<int64_t> slot_key_dev_, slot_row_dev_, slot_last_, slot_uses_, slot_pin_;
+  std::vector<int64_t> slot_key_, slot_row_;
   std::vector<int64_t> free_;   // free slots, the lowest last
-  std::set<Rank> evictable_;    // cached, unpinned slots by the policy
-  int64_t tick_ = 0;
+  int64_t tick_ = 0;            // calls so far
+  int64_t pin_gen_ = 1;         // slots stamped with it are pinned
+  // LRU's reserve: slots in the policy's order at a ranking, with their last call then, from res_head_ on
+  std::vector<int64_t> res_slot_, res_last_;
+  size_t res_head_ = 0;
   // errors since the last check
   int64_t refused_ = 0, full_ = 0, needed_ = 0, pinned_at_error_ = 0;
   std::vector<int64_t> evicted_;
-  int64_t rows_in_ = 0, rows_out_ = 0;
-  // staging
-  std::vector<int64_t> host_keys_, host_slots_;
-  PinnedBuffer<float> stage_values_, stage_state_;
-  PinnedBuffer<int64_t> stage_idx_;
-  Buffer<int64_t> slots_dev_, idx_dev_;
-  Buffer<float> values_dev_, state_dev_;
+  int64_t rows_in_ = 0, rows_out_ = 0, misses_ = 0;
+  // per call, grown as needed
+  static constexpr size_t kReportHead = 8;  // the counters' place at the head of report_ (kTierCounters <= 8)
+  Buffer<int64_t> rows_dev_, slots_dev_, hash_rows_, report_;
+  int64_t last_listed_ = 0;
+  Buffer<int64_t> prio_, tie_, sorted_, perm_tie_, prio_by_tie_, perm_prio_, order_, moves_, res_dev_;
+  Buffer<uint8_t> made_dev_;
+  RouteScratch scratch_;
+  PinnedBuffer<int64_t> counters_host_, report_host_, stage_;
+  PinnedBuffer<uint8_t> stage_made_;
 };
 
 }  // namespace sparta

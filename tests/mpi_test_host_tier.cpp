@@ -205,6 +205,35 @@ void tiered_collection_equals_hbm(Backend backend) {
   }
 }
 
+// Tables whose caches hold every row are HBM tables, and group as HBM tables do (one physical table for two
+// compatible direct-index tables); a cache of half the rows keeps each table apart, with its own cache. Outputs as
+// HBM's, bit for bit.
+void full_caches_group_as_hbm(Backend backend) {
+  World w(backend);
+  uint64_t seed = testing::seed();
+  MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, w.comm);
+  auto config = [&](int64_t cache) {
+    CollectionConfig c = make_config(seed, "dispatch", cache);
+    c.tables[0] = c.tables[1];  // two direct-index tables alike
+    c.tables[0].name = "direct0";
+    c.tables[0].slots = {0, 1};
+    return c;
+  };
+  std::mt19937_64 g(seed);
+  const Batch b = make_batch(g, 8 * w.size, w);
+  const CollectionConfig hbm_cfg = config(0);
+  const Plan plan = plan_of(hbm_cfg, w, b);
+  EmbeddingCollection hbm(w.comm, w.communicator.get(), w.dev, hbm_cfg, plan);
+  EmbeddingCollection full(w.comm, w.communicator.get(), w.dev, config(kKeys), plan);
+  EmbeddingCollection half(w.comm, w.communicator.get(), w.dev, config(kKeys / 2), plan);
+  BOOST_CHECK_EQUAL(hbm.groups(), 1);
+  BOOST_CHECK_EQUAL(full.groups(), 1);
+  BOOST_CHECK_EQUAL(half.groups(), 2);
+  const std::vector<float> want = forward(hbm, w, b, LookupMode::train);
+  BOOST_CHECK(testing::all_ranks(testing::same_bits(want, forward(full, w, b, LookupMode::train))));
+  BOOST_CHECK(testing::all_ranks(testing::same_bits(want, forward(half, w, b, LookupMode::train))));
+}
+
 // A batch with more distinct keys than a rank's cache: the same clear error on every rank, no hang.
 void batch_beyond_the_cache(Backend backend) {
   World w(backend);
@@ -227,3 +256,4 @@ void batch_beyond_the_cache(Backend backend) {
 
 SPARTA_MPI_BACKEND_CASES(tiered_collection_equals_hbm_under_every_placement, tiered_collection_equals_hbm)
 SPARTA_MPI_BACKEND_CASES(a_batch_beyond_the_cache_fails_on_every_rank, batch_beyond_the_cache)
+SPARTA_MPI_BACKEND_CASES(tables_whose_caches_hold_every_row_group_as_hbm_tables, full_caches_group_as_hbm)

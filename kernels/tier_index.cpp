@@ -1,0 +1,180 @@
+// tier_index.cpp: CPU reference of tier_index.h, and the backend dispatch.
+#include "kernels/tier_index.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "src/base/check.h"
+
+namespace sparta {
+
+namespace {
+constexpr uint64_t kSignBit = 1ull << 63;
+}  // namespace
+
+void tier_reset_cpu(const TierIndex& t) {
+  std::fill_n(t.slot_of_row, t.capacity_rows, int32_t(-1));
+  std::fill_n(t.slot_key, t.cache_rows, int64_t(0));
+  std::fill_n(t.slot_row, t.cache_rows, int64_t(-1));
+  std::fill_n(t.slot_last, t.cache_rows, int64_t(-1));
+  std::fill_n(t.slot_uses, t.cache_rows, int64_t(0));
+  std::fill_n(t.slot_pin, t.cache_rows, int64_t(0));
+}
+
+void tier_lookup_cpu(const TierIndex& t, const int64_t* keys, const int64_t* rows_in, int64_t n, int64_t tick,
+                     int64_t pin_gen, bool list_absent, int64_t* row, int64_t* slot, int64_t* misses,
+                     int64_t* counters) {
+  std::fill_n(counters, int(kTierCounters), int64_t(0));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t key = keys[i];
+    const int64_t r = rows_in ? rows_in[i] : tier_direct_row(t, key);
+    row[i] = r;
+    if (r < 0) {
+      slot[i] = -1;
+      if (list_absent) {
+        const int64_t m = counters[kTierMisses]++;
+        misses[2 * m] = key;
+        misses[2 * m + 1] = -1;
+      }
+      continue;
+    }
+    const int32_t s = t.slot_of_row[r];
+    if (s >= 0) {  // a hit
+      slot[i] = s;
+      if (t.slot_last[s] != tick) {
+        t.slot_last[s] = tick;
+        ++t.slot_uses[s];
+        ++counters[kTierHits];
+      }
+      if (pin_gen > 0) t.slot_pin[s] = pin_gen;
+      continue;
+    }
+    slot[i] = -2;
+    if (s == -1) {  // the first use of this missing row in the call
+      t.slot_of_row[r] = -2;
+      const int64_t m = counters[kTierMisses]++;
+      misses[2 * m] = key;
+      misses[2 * m + 1] = r;
+    }
+  }
+}
+
+void tier_victim_order_cpu(const TierIndex& t, int64_t tick, int64_t pin_gen, bool lfu, bool by_row, bool rank_pinned,
+                           int64_t* prio, int64_t* tie, int64_t* counters) {
+  for (int64_t s = 0; s < t.cache_rows; ++s) {
+    const bool cached = t.slot_row[s] >= 0;
+    const bool pinned = cached && t.slot_pin[s] == pin_gen;
+    const bool evictable = cached && !pinned && t.slot_last[s] != tick;
+    const bool ranked = cached && t.slot_last[s] != tick && (rank_pinned || !pinned);
+    counters[kTierPinned] += pinned ? 1 : 0;
+    counters[kTierEvictable] += evictable ? 1 : 0;
+    counters[kTierRanked] += ranked ? 1 : 0;
+    prio[s] = ranked ? (lfu ? t.slot_uses[s] : t.slot_last[s]) : tick + 1;
+    tie[s] = by_row ? t.slot_row[s] : int64_t(uint64_t(t.slot_key[s]) ^ kSignBit);
+  }
+}
+
+void tier_evict_cpu(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
+                    const float* cache_state, int dim, int state_width, float* host_values, float* host_state,
+                    int64_t* uses_out) {
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t s = slots[j], r = t.slot_row[s];
+    std::memcpy(host_values + r * dim, cache_values + s * dim, size_t(dim) * sizeof(float));
+    if (state_width > 0)
+      std::memcpy(host_state + r * state_width, cache_state + s * state_width, size_t(state_width) * sizeof(float));
+    uses_out[j] = t.slot_uses[s];
+    t.slot_of_row[r] = -1;
+    t.slot_row[s] = -1;
+    t.slot_last[s] = -1;
+    t.slot_pin[s] = 0;
+  }
+}
+
+void tier_install_cpu(const TierIndex& t, const int64_t* slots, const int64_t* rows, const int64_t* keys,
+                      const int64_t* uses, const uint8_t* made, int64_t n, int64_t tick, int64_t pin_gen,
+                      const float* host_values, const float* host_state, int dim, int state_width,
+                      float initial_state, float* cache_values, float* cache_state) {
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t s = slots[j], r = rows[j];
+    if (s < 0) {
+      t.slot_of_row[r] = -1;
+      continue;
+    }
+    t.slot_of_row[r] = int32_t(s);
+    t.slot_key[s] = keys[j];
+    t.slot_row[s] = r;
+    t.slot_last[s] = tick;
+    t.slot_uses[s] = uses[j];
+    t.slot_pin[s] = pin_gen > 0 ? pin_gen : 0;
+    if (made[j]) {
+      std::memcpy(cache_values + s * dim, host_values + r * dim, size_t(dim) * sizeof(float));
+      if (state_width > 0)
+        std::memcpy(cache_state + s * state_width, host_state + r * state_width, size_t(state_width) * sizeof(float));
+    } else if (state_width > 0) {
+      std::fill_n(cache_state + s * state_width, state_width, initial_state);
+    }
+  }
+}
+
+void tier_resolve_cpu(const TierIndex& t, const int64_t* row, int64_t n, int64_t* slot) {
+  for (int64_t i = 0; i < n; ++i)
+    if (slot[i] == -2) slot[i] = t.slot_of_row[row[i]];
+}
+
+// ---- dispatch
+
+#if SPARTA_CUDA
+#define TIER_DISPATCH(cpu_call, cuda_call) \
+  if (!dev.is_cuda()) return cpu_call;     \
+  return cuda_call
+#else
+#define TIER_DISPATCH(cpu_call, cuda_call)                                              \
+  (void)stream;                                                                         \
+  if (!dev.is_cuda()) return cpu_call;                                                  \
+  SPARTA_FATAL("host tier index on %s in a CUDA=0 build", dev.name().c_str())
+#endif
+
+void tier_reset(const Device& dev, const TierIndex& t, Stream stream) {
+  TIER_DISPATCH(tier_reset_cpu(t), tier_reset_cuda(t, stream));
+}
+
+void tier_lookup(const Device& dev, const TierIndex& t, const int64_t* keys, const int64_t* rows_in, int64_t n,
+                 int64_t tick, int64_t pin_gen, bool list_absent, int64_t* row, int64_t* slot, int64_t* misses,
+                 int64_t* counters, Stream stream) {
+  TIER_DISPATCH(
+      tier_lookup_cpu(t, keys, rows_in, n, tick, pin_gen, list_absent, row, slot, misses, counters),
+      tier_lookup_cuda(t, keys, rows_in, n, tick, pin_gen, list_absent, row, slot, misses, counters,
+                       stream));
+}
+
+void tier_victim_order(const Device& dev, const TierIndex& t, int64_t tick, int64_t pin_gen, bool lfu, bool by_row,
+                       bool rank_pinned, int64_t* prio, int64_t* tie, int64_t* counters, Stream stream) {
+  TIER_DISPATCH(tier_victim_order_cpu(t, tick, pin_gen, lfu, by_row, rank_pinned, prio, tie, counters),
+                tier_victim_order_cuda(t, tick, pin_gen, lfu, by_row, rank_pinned, prio, tie, counters, stream));
+}
+
+void tier_evict(const Device& dev, const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
+                const float* cache_state, int dim, int state_width, float* host_values, float* host_state,
+                int64_t* uses_out, Stream stream) {
+  TIER_DISPATCH(tier_evict_cpu(t, slots, n, cache_values, cache_state, dim, state_width, host_values, host_state,
+                               uses_out),
+                tier_evict_cuda(t, slots, n, cache_values, cache_state, dim, state_width, host_values, host_state,
+                                uses_out, stream));
+}
+
+void tier_install(const Device& dev, const TierIndex& t, const int64_t* slots, const int64_t* rows,
+                  const int64_t* keys, const int64_t* uses, const uint8_t* made, int64_t n, int64_t tick,
+                  int64_t pin_gen, const float* host_values, const float* host_state, int dim, int state_width,
+                  float initial_state, float* cache_values, float* cache_state, Stream stream) {
+  TIER_DISPATCH(tier_install_cpu(t, slots, rows, keys, uses, made, n, tick, pin_gen, host_values, host_state, dim,
+                                 state_width, initial_state, cache_values, cache_state),
+                tier_install_cuda(t, slots, rows, keys, uses, made, n, tick, pin_gen, host_values, host_state, dim,
+                                  state_width, initial_state, cache_values, cache_state, stream));
+}
+
+void tier_resolve(const Device& dev, const TierIndex& t, const int64_t* row, int64_t n, int64_t* slot,
+                  Stream stream) {
+  TIER_DISPATCH(tier_resolve_cpu(t, row, n, slot), tier_resolve_cuda(t, row, n, slot, stream));
+}
+
+}  // namespace sparta

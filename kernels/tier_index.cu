@@ -1,0 +1,228 @@
+// tier_index.cu: CUDA version of tier_index.h: a host tier's cache index, hits stamped on the device, distinct
+// misses listed, slots ranked for eviction, rows moved between the cache and the host store (page-locked memory,
+// read and written through unified addressing).
+#include <cuda_runtime.h>
+
+#include "src/base/check.h"
+#include "kernels/tier_index.h"
+
+namespace sparta {
+
+// ----------------------------------------------------------------------------
+// kernels
+
+namespace {
+constexpr uint64_t kSignBit = 1ull << 63;
+
+// counters[c] += the lanes of the warp (those active here) with flag set: one atomic per warp.
+__device__ __forceinline__ void warp_count(int64_t* counters, int c, bool flag) {
+  const unsigned mask = __activemask();
+  const unsigned set = __ballot_sync(mask, flag);
+  if (set != 0 && int(threadIdx.x & 31) == __ffs(mask) - 1)
+    atomicAdd(reinterpret_cast<unsigned long long*>(counters + c), (unsigned long long)__popc(set));
+}
+
+__device__ __forceinline__ int64_t append(int64_t* counters) {
+  return int64_t(atomicAdd(reinterpret_cast<unsigned long long*>(counters + kTierMisses), 1ull));
+}
+}  // namespace
+
+__global__ void __launch_bounds__(256) tier_reset_kernel(TierIndex t) {
+  const int64_t n = t.capacity_rows > t.cache_rows ? t.capacity_rows : t.cache_rows;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    if (i < t.capacity_rows) t.slot_of_row[i] = -1;
+    if (i < t.cache_rows) {
+      t.slot_key[i] = 0;
+      t.slot_row[i] = -1;
+      t.slot_last[i] = -1;
+      t.slot_uses[i] = 0;
+      t.slot_pin[i] = 0;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(256) tier_lookup_kernel(TierIndex t, const int64_t* keys, const int64_t* rows_in,
+                                                          int64_t n, int64_t tick, int64_t pin_gen, bool list_absent,
+                                                          int64_t* row, int64_t* slot, int64_t* misses,
+                                                          int64_t* counters) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t key = keys[i];
+    const int64_t r = rows_in ? rows_in[i] : tier_direct_row(t, key);
+    row[i] = r;
+    bool first_hit = false;
+    if (r < 0) {
+      slot[i] = -1;
+      if (list_absent) {
+        const int64_t m = append(counters);
+        misses[2 * m] = key;
+        misses[2 * m + 1] = -1;
+      }
+    } else {
+      const int32_t s = t.slot_of_row[r];
+      if (s >= 0) {  // a hit: the first of the call's threads on this slot counts the use
+        slot[i] = s;
+        // a hot key's threads mostly find the stamp set already: read before the atomic
+        if (t.slot_last[s] != tick &&
+            atomicExch(reinterpret_cast<unsigned long long*>(t.slot_last + s), (unsigned long long)tick) !=
+                (unsigned long long)tick) {
+          t.slot_uses[s] += 1;
+          first_hit = true;
+        }
+        if (pin_gen > 0 && t.slot_pin[s] != pin_gen) t.slot_pin[s] = pin_gen;
+      } else {
+        slot[i] = -2;
+        if (s == -1 && atomicCAS(reinterpret_cast<int*>(t.slot_of_row + r), -1, -2) == -1) {
+          const int64_t m = append(counters);
+          misses[2 * m] = key;
+          misses[2 * m + 1] = r;
+        }
+      }
+    }
+    warp_count(counters, kTierHits, first_hit);
+  }
+}
+
+__global__ void __launch_bounds__(256) tier_victim_order_kernel(TierIndex t, int64_t tick, int64_t pin_gen, bool lfu,
+                                                                bool by_row, bool rank_pinned, int64_t* prio,
+                                                                int64_t* tie, int64_t* counters) {
+  for (int64_t s = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; s < t.cache_rows;
+       s += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = t.slot_row[s];
+    const bool cached = r >= 0;
+    const bool pinned = cached && t.slot_pin[s] == pin_gen;
+    const bool evictable = cached && !pinned && t.slot_last[s] != tick;
+    const bool ranked = cached && t.slot_last[s] != tick && (rank_pinned || !pinned);
+    prio[s] = ranked ? (lfu ? t.slot_uses[s] : t.slot_last[s]) : tick + 1;
+    tie[s] = by_row ? r : int64_t(uint64_t(t.slot_key[s]) ^ kSignBit);
+    warp_count(counters, kTierPinned, pinned);
+    warp_count(counters, kTierEvictable, evictable);
+    warp_count(counters, kTierRanked, ranked);
+  }
+}
+
+// One block per slot: its row's values and state to the host store, then the slot freed.
+__global__ void __launch_bounds__(128) tier_evict_kernel(TierIndex t, const int64_t* slots, int64_t n,
+                                                         const float* cache_values, const float* cache_state, int dim,
+                                                         int state_width, float* host_values, float* host_state,
+                                                         int64_t* uses_out) {
+  for (int64_t j = blockIdx.x; j < n; j += gridDim.x) {
+    const int64_t s = slots[j], r = t.slot_row[s];
+    for (int e = threadIdx.x; e < dim + state_width; e += blockDim.x) {
+      if (e < dim) host_values[r * dim + e] = cache_values[s * dim + e];
+      else host_state[r * state_width + (e - dim)] = cache_state[s * state_width + (e - dim)];
+    }
+    __syncthreads();  // every thread read slot_row[s] before it is cleared
+    if (threadIdx.x == 0) {
+      uses_out[j] = t.slot_uses[s];
+      t.slot_of_row[r] = -1;
+      t.slot_row[s] = -1;
+      t.slot_last[s] = -1;
+      t.slot_pin[s] = 0;
+    }
+    __syncthreads();
+  }
+}
+
+// One block per miss: the slot's stamps, and its row from the host store (or its initial state).
+__global__ void __launch_bounds__(128) tier_install_kernel(TierIndex t, const int64_t* slots, const int64_t* rows,
+                                                           const int64_t* keys, const int64_t* uses,
+                                                           const uint8_t* made, int64_t n, int64_t tick,
+                                                           int64_t pin_gen, const float* host_values,
+                                                           const float* host_state, int dim, int state_width,
+                                                           float initial_state, float* cache_values,
+                                                           float* cache_state) {
+  for (int64_t j = blockIdx.x; j < n; j += gridDim.x) {
+    const int64_t s = slots[j], r = rows[j];
+    if (s < 0) {
+      if (threadIdx.x == 0) t.slot_of_row[r] = -1;
+      continue;
+    }
+    if (threadIdx.x == 0) {
+      t.slot_of_row[r] = int32_t(s);
+      t.slot_key[s] = keys[j];
+      t.slot_row[s] = r;
+      t.slot_last[s] = tick;
+      t.slot_uses[s] = uses[j];
+      t.slot_pin[s] = pin_gen > 0 ? pin_gen : 0;
+    }
+    const bool from_host = made[j] != 0;
+    for (int e = threadIdx.x; e < dim + state_width; e += blockDim.x) {
+      if (e < dim) {
+        if (from_host) cache_values[s * dim + e] = host_values[r * dim + e];
+      } else {
+        const int k = e - dim;
+        cache_state[s * state_width + k] = from_host ? host_state[r * state_width + k] : initial_state;
+      }
+    }
+  }
+}
+
+__global__ void __launch_bounds__(256) tier_resolve_kernel(TierIndex t, const int64_t* row, int64_t n,
+                                                           int64_t* slot) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    if (slot[i] == -2) slot[i] = t.slot_of_row[row[i]];
+}
+
+// ----------------------------------------------------------------------------
+// launchers
+
+namespace {
+int grid_for(int64_t n, int block) {
+  const int64_t blocks = (n + block - 1) / block;
+  return static_cast<int>(blocks < 65535 * 8 ? blocks : 65535 * 8);  // grid-stride beyond that
+}
+int blocks_for_rows(int64_t n) { return static_cast<int>(n < 65535 ? n : 65535); }
+}  // namespace
+
+void tier_reset_cuda(const TierIndex& t, Stream stream) {
+  const int64_t n = t.capacity_rows > t.cache_rows ? t.capacity_rows : t.cache_rows;
+  if (n == 0) return;
+  tier_reset_kernel<<<grid_for(n, 256), 256, 0, stream>>>(t);
+  CUDA_CHECK_LAUNCH("tier_reset_kernel");
+}
+
+void tier_lookup_cuda(const TierIndex& t, const int64_t* keys, const int64_t* rows_in, int64_t n, int64_t tick,
+                      int64_t pin_gen, bool list_absent, int64_t* row, int64_t* slot, int64_t* misses,
+                      int64_t* counters, Stream stream) {
+  CUDA_CHECK(cudaMemsetAsync(counters, 0, kTierCounters * sizeof(int64_t), stream));
+  if (n == 0) return;
+  tier_lookup_kernel<<<grid_for(n, 256), 256, 0, stream>>>(t, keys, rows_in, n, tick, pin_gen, list_absent, row, slot,
+                                                           misses, counters);
+  CUDA_CHECK_LAUNCH("tier_lookup_kernel");
+}
+
+void tier_victim_order_cuda(const TierIndex& t, int64_t tick, int64_t pin_gen, bool lfu, bool by_row,
+                            bool rank_pinned, int64_t* prio, int64_t* tie, int64_t* counters, Stream stream) {
+  if (t.cache_rows == 0) return;
+  tier_victim_order_kernel<<<grid_for(t.cache_rows, 256), 256, 0, stream>>>(t, tick, pin_gen, lfu, by_row,
+                                                                            rank_pinned, prio, tie, counters);
+  CUDA_CHECK_LAUNCH("tier_victim_order_kernel");
+}
+
+void tier_evict_cuda(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
+                     const float* cache_state, int dim, int state_width, float* host_values, float* host_state,
+                     int64_t* uses_out, Stream stream) {
+  if (n == 0) return;
+  tier_evict_kernel<<<blocks_for_rows(n), 128, 0, stream>>>(t, slots, n, cache_values, cache_state, dim, state_width,
+                                                            host_values, host_state, uses_out);
+  CUDA_CHECK_LAUNCH("tier_evict_kernel");
+}
+
+void tier_install_cuda(const TierIndex& t, const int64_t* slots, const int64_t* rows, const int64_t* keys,
+                       const int64_t* uses, const uint8_t* made, int64_t n, int64_t tick, int64_t pin_gen,
+                       const float* host_values, const float* host_state, int dim, int state_width,
+                       float initial_state, float* cache_values, float* cache_state, Stream stream) {
+  if (n == 0) return;
+  tier_install_kernel<<<blocks_for_rows(n), 128, 0, stream>>>(t, slots, rows, keys, uses, made, n, tick, pin_gen,
+                                                              host_values, host_state, dim, state_width,
+                                                              initial_state, cache_values, cache_state);
+  CUDA_CHECK_LAUNCH("tier_install_kernel");
+}
+
+void tier_resolve_cuda(const TierIndex& t, const int64_t* row, int64_t n, int64_t* slot, Stream stream) {
+  if (n == 0) return;
+  tier_resolve_kernel<<<grid_for(n, 256), 256, 0, stream>>>(t, row, n, slot);
+  CUDA_CHECK_LAUNCH("tier_resolve_kernel");
+}
+
+}  // namespace sparta
