@@ -381,7 +381,7 @@ __global__ void __launch_bounds__(kTiledBlock)
 // lo lo' term, about 2^-22 of x y, left out): fp32's accuracy up to the accumulation's rounding. The
 // accumulators run over the sample's chunks, k steps of 8 in order; columns past dim read as zeros and rows
 // past n read row n - 1 (the products they give are not written). The bottom output is copied out of each
-// chunk's row 0.
+// chunk's row 0; the pairs are gathered in shared memory, then stored lanes over pairs (coalesced).
 //
 // Backward: dT = dZ T chunk by chunk (columns are independent), each lane 8 rows x 4 adjacent columns of the
 // chunk in registers, j from 0 to n - 1 in order (a float4 of dZ^T's column j and one of T's row j per step),
@@ -398,10 +398,11 @@ constexpr int kBwdWarps = 2;       // backward: warps a block
 constexpr int kBwdStages = 3;      // backward: stages per warp
 constexpr int kStreamMaxRows = 32; // n <= 32: one m16n8k8 pair of m-tiles (forward), one lane per item (backward)
 
-size_t fwd_stage_floats(int n) { return size_t(n) * kChunkLd; }
-size_t fwd_stream_bytes(int n) { return size_t(kFwdWarps) * kFwdStages * fwd_stage_floats(n) * sizeof(float); }
+size_t pairs_floats(int n) { return (size_t(n) * (n - 1) / 2 + 3) / 4 * 4; }  // a multiple of 4: 16-byte copies
+size_t fwd_warp_floats(int n) { return kFwdStages * size_t(n) * kChunkLd + pairs_floats(n); }
+size_t fwd_stream_bytes(int n) { return size_t(kFwdWarps) * fwd_warp_floats(n) * sizeof(float); }
 size_t bwd_stage_floats(int n) {  // rows 0 .. n - 1: T; row n: dout's columns; then the pairs (first chunk)
-  return size_t(n + 1) * kChunkLd + (size_t(n) * (n - 1) / 2 + 3) / 4 * 4;
+  return size_t(n + 1) * kChunkLd + pairs_floats(n);
 }
 size_t bwd_warp_floats(int n) { return kBwdStages * bwd_stage_floats(n) + size_t(n) * kStreamMaxRows; }
 size_t bwd_stream_bytes(int n) { return size_t(kBwdWarps) * bwd_warp_floats(n) * sizeof(float); }
@@ -449,15 +450,17 @@ __device__ __forceinline__ void fetch_chunk(float* stage, const float* bottom, c
 }
 
 template <class Out, bool kVec>
-__global__ void __launch_bounds__(kFwdWarps * 32)
+__global__ void __launch_bounds__(kFwdWarps * 32, 1)
     interaction_forward_mma_kernel(const float* __restrict__ bottom, const float* __restrict__ emb, Out out,
                                    int64_t batch, int slots, int dim, int64_t width, int64_t ld_out) {
-  extern __shared__ __align__(16) float smem[];  // per warp kFwdStages stages [n][kChunkLd]
-  const int n = slots + 1, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+  extern __shared__ __align__(16) float smem[];  // per warp kFwdStages stages [n][kChunkLd], then the pairs
+  const int n = slots + 1, pairs = n * slots / 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2,
+            tq = lane & 3;
   const int64_t first = int64_t(blockIdx.x) * kFwdWarps + warp, stride = int64_t(gridDim.x) * kFwdWarps;
   if (first >= batch) return;  // no block-wide barrier below: the warps are independent
   const int chunks = (dim + kChunk - 1) / kChunk, stage_floats = n * kChunkLd;
-  float* stages = smem + warp * kFwdStages * stage_floats;
+  float* stages = smem + warp * (kFwdStages * stage_floats + (pairs + 3) / 4 * 4);
+  float* zp = stages + kFwdStages * stage_floats;  // the sample's pairs, gathered for coalesced stores
   // The warp's units are its (sample, chunk) pairs in order; unit u goes to stage u % kFwdStages.
   int64_t fb = first;  // the next unit to fetch: its sample, chunk and stage
   int fc = 0, fs = 0;
@@ -516,15 +519,17 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int row = 16 * m + g + (e >= 2 ? 8 : 0), col = 8 * j + 2 * tq + (e & 1);
-          if (col < row && row < n) out.put(o + dim + row * (row - 1) / 2 + col, acc[q][e]);
+          if (col < row && row < n) zp[row * (row - 1) / 2 + col] = acc[q][e];
           acc[q][e] = 0.f;
         }
       }
+      __syncwarp();
+      for (int p = lane; p < pairs; p += 32) out.put(o + dim + p, zp[p]);
       for (int64_t k = width + lane; k < ld_out; k += 32) out.put(o + k, 0.f);
       c = 0;
       b += stride;
     }
-    __syncwarp();  // this stage's reads are done before unit u + 1 copies into it
+    __syncwarp();  // this stage's (and zp's) reads are done before unit u + 1 copies into it
   }
   copy_async_wait<0>();  // no copy outlives the block (only empty groups remain)
 }
