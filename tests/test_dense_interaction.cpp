@@ -194,7 +194,7 @@ void pitch_and_half_output(Backend be) {
     int slots, dim;
   };
   const Shape shapes[] = {{1, 1, 3},    {7, 3, 17},    {7, 26, 130}, {1, 26, 128},
-                          {37, 26, 128}, {7, 26, 3},   {2, 3, 4000}, {7, 40, 33}};
+                          {37, 26, 128}, {7, 26, 3},   {2, 3, 4000}, {7, 40, 33}, {2, 120, 8}};
   for (const Shape& s : shapes) {
     const int64_t width = interaction_dot_width(s.slots, s.dim);
     // the top MLP's padded rows (a multiple of 8), and 8 more where the width is one already
