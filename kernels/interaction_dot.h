@@ -71,8 +71,8 @@ void interaction_dot_backward_cpu(const InteractionDims& d, const float* dout, c
 size_t interaction_dot_tiled_smem(int slots, int dim, bool backward);
 
 // The cuda kernel a forward of this shape takes: "tensor" (S + 1 <= 32, any dim), else "tiled"
-// (interaction_dot_tiled_smem at most 48 KiB), else "general". The backward takes the streamed kernel where S + 1 <= 32,
-// else the tiled or general one as interaction_dot_tiled_smem(backward) says.
+// (interaction_dot_tiled_smem at most 48 KiB), else "general". The backward takes the streamed kernel where
+// S + 1 <= 32, else the tiled or general one as interaction_dot_tiled_smem(backward) says.
 const char* interaction_dot_forward_path(int slots, int dim);
 
 // Throws sparta::Error naming the layer when the sample's vectors do not fit in a block's shared memory.
