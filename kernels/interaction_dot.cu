@@ -1,14 +1,15 @@
-// interaction_dot.cu: CUDA version of interaction_dot.h. A block takes samples grid-stride and holds a sample's
-// S + 1 vectors (two contiguous spans: the bottom row and the S embedding rows) in shared memory.
+// interaction_dot.cu: CUDA version of interaction_dot.h. T, a sample's S + 1 vectors, is two contiguous spans:
+// the bottom row and the S embedding rows.
 //
-// Where two samples' vectors fit in 48 KiB (MLPerf DLRM: 27 x 128 floats, 28 KiB for the tensor-core forward,
-// 35 KiB backward), the forward computes T T^T on the tensor cores (S + 1 <= 32) or in register tiles, the
-// backward register tiles of dZ T, while the block's next sample is copied in (cp.async into the other of two
-// buffers): the copies stay in flight while the block computes, which keeps the kernels bound by the memory
-// traffic. The grid is the blocks that fit on the GPU at once. Larger samples take the general kernels: the
-// forward computes each pair's dot product with one warp (lanes over dim, a shuffle reduction), the backward
-// each element of dT with one thread. Every sum has a fixed order: two runs give the same bits. The forward
-// writes fp32 or 16 bits (one rounding of the same fp32 value: half16.cuh's).
+// Where S + 1 <= 32 (MLPerf DLRM: 27 x 128), the streamed kernels: every warp a pipeline of its own over its
+// samples, in chunks of 32 columns of T with a ring of cp.async stages per warp, so an SM keeps a dozen warps'
+// next chunks in flight while it computes (the forward on the tensor cores, the backward register tiles of
+// dZ T). Larger S where a sample fits in 48 KiB: the tiled kernels, a block a sample with its next sample
+// copied into a second buffer meanwhile (register tiles of T T^T and of dZ T). Beyond: the general kernels, the
+// forward each pair's dot product with one warp (lanes over dim, a shuffle reduction), the backward each element
+// of dT with one thread. The grid of the streamed and tiled kernels is the blocks that fit on the GPU at once.
+// Every sum has a fixed order: two runs give the same bits. The forward writes fp32 or 16 bits (one rounding of
+// the same fp32 value: half16.cuh's).
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -120,7 +121,7 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 // ----------------------------------------------------------------------------
-// the tiled kernels (the common sizes: two samples' vectors and the partial sums fit in 48 KiB)
+// the tiled kernels (S + 1 > 32 where two samples' vectors and the partial sums fit in 48 KiB)
 //
 // Both keep two buffers of a sample's vectors: while the block computes on sample b in one, the copies of its
 // next sample b + gridDim.x into the other are in flight (cp.async, 4 bytes each: any dim, any alignment).
@@ -365,31 +366,46 @@ __global__ void __launch_bounds__(kTiledBlock)
 }
 
 // ----------------------------------------------------------------------------
-// the tensor-core forward (n = S + 1 <= 32 and two samples' vectors fit in 48 KiB: MLPerf DLRM's 27 x 128)
+// the streamed kernels (n = S + 1 <= 32: MLPerf DLRM's 27 x 128, any dim)
 //
-// A block is one warp and takes a sample at a time, with two buffers (the next sample copied in while this one
-// is computed). It computes T T^T of the sample's rows (padded to 32) with mma.sync m16n8k8 on TF32 operands,
-// three products each: every value x split into hi = tf32(x) and lo = tf32(x - hi), and x y summed as
-// hi lo' + lo hi' + hi hi' into fp32 accumulators (the lo lo' term, about 2^-22 of x y, left out): fp32's
-// accuracy up to the accumulation's rounding. Rows of t have stride ld ≡ 4 (mod 8) with zeros in columns
-// dim .. ld - 1, so a fragment load (rows 8 r + g, columns k + tq) hits 32 different banks; rows past n read
-// row n - 1 (the products they give are not written).
+// Every warp of a block is a pipeline of its own: it takes samples grid-stride (warp w of block x: samples
+// x kWarps + w, then every gridDim.x kWarps after) and walks each sample in chunks of kChunk columns of its
+// vectors, with a ring of stages in shared memory: while it computes on one chunk, the copies (cp.async) of its
+// next stages - 1 chunks are in flight. Shared memory per sample in flight is a chunk's (n rows of kChunk
+// floats), not the whole sample's, so an SM keeps many more bytes in flight than with two whole-sample buffers
+// (the kernels were bound by the latency of too few bytes in flight). A chunk row has stride kChunkLd ≡ 4
+// (mod 8): a tensor-core fragment load (rows 8 r + g, columns k + tq) hits 32 different banks.
+//
+// Forward: T T^T with mma.sync m16n8k8 on TF32 operands, three products each: every value x split into
+// hi = tf32(x) and lo = tf32(x - hi), and x y summed as hi lo' + lo hi' + hi hi' into fp32 accumulators (the
+// lo lo' term, about 2^-22 of x y, left out): fp32's accuracy up to the accumulation's rounding. The
+// accumulators run over the sample's chunks, k steps of 8 in order; columns past dim read as zeros and rows
+// past n read row n - 1 (the products they give are not written). The bottom output is copied out of each
+// chunk's row 0; the pairs are gathered in shared memory, then stored lanes over pairs (coalesced).
+//
+// Backward: dT = dZ T chunk by chunk (columns are independent), each lane 8 rows x 4 adjacent columns of the
+// chunk in registers, j from 0 to n - 1 in order (a float4 of dZ^T's column j and one of T's row j per step),
+// row 0 starting from dout's first dim columns. A chunk's stage also holds those dout columns (row n), and the
+// sample's first chunk the pairs' gradients, which the warp then spreads into its dZ^T [n][32] (diagonal and
+// rows past n zero).
 
 namespace {
-constexpr int kMmaBlock = 32;
+constexpr int kChunk = 32;         // columns of the sample's vectors a stage holds
+constexpr int kChunkLd = 36;       // floats per stage row: ≡ 4 (mod 8), a multiple of 4 (16-byte copies)
+constexpr int kFwdWarps = 4;       // forward: warps a block, each its own pipeline
+constexpr int kFwdStages = 4;      // forward: stages per warp (kFwdStages - 1 chunks in flight)
+constexpr int kBwdWarps = 2;       // backward: warps a block
+constexpr int kBwdStages = 3;      // backward: stages per warp
+constexpr int kStreamMaxRows = 32; // n <= 32: one m16n8k8 pair of m-tiles (forward), one lane per item (backward)
 
-struct MmaLayout {
-  int n, ld;
-  size_t t_floats;  // one buffer
-  size_t bytes() const { return 2 * t_floats * sizeof(float); }
-};
-MmaLayout mma_layout(int slots, int dim) {
-  MmaLayout l;
-  l.n = slots + 1;
-  l.ld = (dim + 7) / 8 * 8 + 4;
-  l.t_floats = size_t(l.n) * l.ld;
-  return l;
+size_t pairs_floats(int n) { return (size_t(n) * (n - 1) / 2 + 3) / 4 * 4; }  // a multiple of 4: 16-byte copies
+size_t fwd_warp_floats(int n) { return kFwdStages * size_t(n) * kChunkLd + pairs_floats(n); }
+size_t fwd_stream_bytes(int n) { return size_t(kFwdWarps) * fwd_warp_floats(n) * sizeof(float); }
+size_t bwd_stage_floats(int n) {  // rows 0 .. n - 1: T; row n: dout's columns; then the pairs (first chunk)
+  return size_t(n + 1) * kChunkLd + pairs_floats(n);
 }
+size_t bwd_warp_floats(int n) { return kBwdStages * bwd_stage_floats(n) + size_t(n) * kStreamMaxRows; }
+size_t bwd_stream_bytes(int n) { return size_t(kBwdWarps) * bwd_warp_floats(n) * sizeof(float); }
 
 __device__ __forceinline__ uint32_t tf32_of(float x) {
   uint32_t r;
@@ -407,45 +423,84 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], uint32_t a0, uint32_t a1
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+
+// Waits for this thread's copies but those of the kPending groups committed last.
+template <int kPending>
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
 }  // namespace
 
-template <class Out, bool kVec>
-__global__ void __launch_bounds__(kMmaBlock)
-    interaction_forward_mma_kernel(const float* __restrict__ bottom, const float* __restrict__ emb, Out out,
-                                   int64_t batch, int slots, int dim, int64_t width, int64_t ld_out, int ld) {
-  extern __shared__ __align__(16) float smem[];  // two buffers [n][ld]
-  const int n = slots + 1, lane = threadIdx.x, g = lane >> 2, tq = lane & 3;
-  const int t_floats = n * ld, ksteps = (dim + 7) / 8, pad = ld - dim;
-  for (int e = lane; e < n * pad; e += kMmaBlock) {  // columns dim .. ld - 1 of both buffers
-    const int at = (e / pad) * ld + dim + e % pad;
-    smem[at] = smem[t_floats + at] = 0.f;
+// One warp starts copying columns c0 .. min(c0 + kChunk, dim) - 1 of sample b's n vectors into stage [n][kChunkLd]
+// (the other columns untouched). kVec: 16 bytes a copy (dim a multiple of 4, bottom and emb 16-byte aligned).
+template <bool kVec>
+__device__ __forceinline__ void fetch_chunk(float* stage, const float* bottom, const float* emb, int64_t b, int n,
+                                            int dim, int c0, int lane) {
+  const float* bot = bottom + b * dim + c0;
+  const float* em = emb + b * (n - 1) * int64_t(dim) + c0;  // row r >= 1 at em + (r - 1) dim
+  if (kVec) {
+    const int k = 4 * (lane & 7);
+    if (c0 + k < dim)
+      for (int r = lane >> 3; r < n; r += 4)
+        copy_async16(stage + r * kChunkLd + k, (r == 0 ? bot : em + (r - 1) * int64_t(dim)) + k);
+  } else if (c0 + lane < dim) {
+    for (int r = 0; r < n; ++r)
+      copy_async4(stage + r * kChunkLd + lane, (r == 0 ? bot : em + (r - 1) * int64_t(dim)) + lane);
   }
+}
+
+template <class Out, bool kVec>
+__global__ void __launch_bounds__(kFwdWarps * 32, 1)
+    interaction_forward_mma_kernel(const float* __restrict__ bottom, const float* __restrict__ emb, Out out,
+                                   int64_t batch, int slots, int dim, int64_t width, int64_t ld_out) {
+  extern __shared__ __align__(16) float smem[];  // per warp kFwdStages stages [n][kChunkLd], then the pairs
+  const int n = slots + 1, pairs = n * slots / 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2,
+            tq = lane & 3;
+  const int64_t first = int64_t(blockIdx.x) * kFwdWarps + warp, stride = int64_t(gridDim.x) * kFwdWarps;
+  if (first >= batch) return;  // no block-wide barrier below: the warps are independent
+  const int chunks = (dim + kChunk - 1) / kChunk, stage_floats = n * kChunkLd;
+  float* stages = smem + warp * (kFwdStages * stage_floats + (pairs + 3) / 4 * 4);
+  float* zp = stages + kFwdStages * stage_floats;  // the sample's pairs, gathered for coalesced stores
+  // The warp's units are its (sample, chunk) pairs in order; unit u goes to stage u % kFwdStages.
+  int64_t fb = first;  // the next unit to fetch: its sample, chunk and stage
+  int fc = 0, fs = 0;
+  auto fetch = [&] {  // that unit into its stage, committed as one group (empty past the last)
+    if (fb < batch) fetch_chunk<kVec>(stages + fs * stage_floats, bottom, emb, fb, n, dim, fc * kChunk, lane);
+    copy_async_commit();
+    if (++fc == chunks) fc = 0, fb += stride;
+    if (++fs == kFwdStages) fs = 0;
+  };
   int rows[4];  // where this lane's fragment rows 8 r + g start, clamped to the sample's rows
 #pragma unroll
-  for (int r = 0; r < 4; ++r) rows[r] = min(8 * r + g, n - 1) * ld;
-  fetch_sample<kVec>(smem, ld, bottom, emb, blockIdx.x, batch, slots, dim);
-  int cur = 0;
-  for (int64_t b = blockIdx.x; b < batch; b += gridDim.x, cur ^= 1) {
-    const float* t = smem + cur * t_floats;
-    __syncthreads();  // the previous sample's reads of the other buffer are done
-    fetch_sample<kVec>(smem + (cur ^ 1) * t_floats, ld, bottom, emb, b + gridDim.x, batch, slots, dim);
-    copy_async_wait_all_but_last();
-    __syncthreads();
-    // the lower triangle's tiles q = (m, j): m-tile 0 (rows 0-15) with n-tiles 0, 1; m-tile 1 (rows 16-31)
-    // with n-tiles 0-3. A of m-tile m: row groups 2 m and 2 m + 1; B of n-tile j: row group j.
-    float acc[6][4];
+  for (int r = 0; r < 4; ++r) rows[r] = min(8 * r + g, n - 1) * kChunkLd;
 #pragma unroll
-    for (int q = 0; q < 6; ++q)
+  for (int u = 0; u < kFwdStages - 1; ++u) fetch();
+  // the lower triangle's tiles q = (m, j): m-tile 0 (rows 0-15) with n-tiles 0, 1; m-tile 1 (rows 16-31)
+  // with n-tiles 0-3. A of m-tile m: row groups 2 m and 2 m + 1; B of n-tile j: row group j.
+  float acc[6][4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[q][e] = 0.f;
-    for (int ks = 0; ks < ksteps; ++ks) {
-      const int k = ks * 8 + tq;
+  for (int q = 0; q < 6; ++q)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[q][e] = 0.f;
+  int c = 0, st = 0;  // unit u: its chunk, stage and sample b
+  for (int64_t b = first; b < batch; st = st + 1 == kFwdStages ? 0 : st + 1) {
+    fetch();  // unit u + kFwdStages - 1, into the stage unit u - 1 used (its reads done: __syncwarp below)
+    copy_async_wait<kFwdStages - 1>();
+    __syncwarp();  // every lane's copies of unit u have landed
+    const float* t = stages + st * stage_floats;
+    const int c0 = c * kChunk;
+    const int64_t o = b * ld_out;
+    if (c0 + lane < dim) out.put(o + c0 + lane, t[lane]);  // row 0: the bottom output, copied
+#pragma unroll
+    for (int ks = 0; ks < kChunk / 8; ++ks) {
+      if (c0 + ks * 8 >= dim) break;
       uint32_t hi[4][2], lo[4][2];
 #pragma unroll
       for (int r = 0; r < 4; ++r)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const float x = t[rows[r] + k + 4 * h];
+          const int k = ks * 8 + tq + 4 * h;
+          const float x = c0 + k < dim ? t[rows[r] + k] : 0.f;
           hi[r][h] = tf32_of(x);
           lo[r][h] = tf32_of(x - __uint_as_float(hi[r][h]));
         }
@@ -457,19 +512,120 @@ __global__ void __launch_bounds__(kMmaBlock)
         mma_tf32(acc[q], hi[ra][0], hi[rb][0], hi[ra][1], hi[rb][1], hi[j][0], hi[j][1]);
       }
     }
-    const int64_t o = b * ld_out;
-    for (int k = lane; k < dim; k += kMmaBlock) out.put(o + k, t[k]);
+    if (++c == chunks) {  // the sample's last chunk: its pairs and the padding
 #pragma unroll
-    for (int q = 0; q < 6; ++q) {
-      const int m = q < 2 ? 0 : 1, j = q < 2 ? q : q - 2;
+      for (int q = 0; q < 6; ++q) {
+        const int m = q < 2 ? 0 : 1, j = q < 2 ? q : q - 2;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = 16 * m + g + (e >= 2 ? 8 : 0), col = 8 * j + 2 * tq + (e & 1);
-        if (col < row && row < n) out.put(o + dim + row * (row - 1) / 2 + col, acc[q][e]);
+        for (int e = 0; e < 4; ++e) {
+          const int row = 16 * m + g + (e >= 2 ? 8 : 0), col = 8 * j + 2 * tq + (e & 1);
+          if (col < row && row < n) zp[row * (row - 1) / 2 + col] = acc[q][e];
+          acc[q][e] = 0.f;
+        }
+      }
+      __syncwarp();
+      for (int p = lane; p < pairs; p += 32) out.put(o + dim + p, zp[p]);
+      for (int64_t k = width + lane; k < ld_out; k += 32) out.put(o + k, 0.f);
+      c = 0;
+      b += stride;
+    }
+    __syncwarp();  // this stage's (and zp's) reads are done before unit u + 1 copies into it
+  }
+  copy_async_wait<0>();  // no copy outlives the block (only empty groups remain)
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(kBwdWarps * 32, 1)
+    interaction_backward_stream_kernel(const float* __restrict__ dout, const float* __restrict__ bottom,
+                                       const float* __restrict__ emb, float* __restrict__ dbottom,
+                                       float* __restrict__ demb, int64_t batch, int slots, int dim,
+                                       int64_t ld_dout) {
+  extern __shared__ __align__(16) float smem[];  // per warp kBwdStages stages, then dZ^T [n][32]
+  const int n = slots + 1, pairs = n * slots / 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t first = int64_t(blockIdx.x) * kBwdWarps + warp, stride = int64_t(gridDim.x) * kBwdWarps;
+  if (first >= batch) return;  // no block-wide barrier below: the warps are independent
+  const int chunks = (dim + kChunk - 1) / kChunk;
+  const int stage_floats = (n + 1) * kChunkLd + (pairs + 3) / 4 * 4;
+  float* stages = smem + warp * (kBwdStages * stage_floats + n * kStreamMaxRows);
+  float* dzt = stages + kBwdStages * stage_floats;  // dzt[j][i] = dZ_ij
+  for (int e = lane; e < n * kStreamMaxRows; e += 32) dzt[e] = 0.f;
+  int64_t fb = first;  // the next unit to fetch (as in the forward)
+  int fc = 0, fs = 0;
+  auto fetch = [&] {
+    if (fb < batch) {
+      const int c0 = fc * kChunk;
+      float* st = stages + fs * stage_floats;
+      fetch_chunk<kVec>(st, bottom, emb, fb, n, dim, c0, lane);
+      const float* g = dout + fb * ld_dout;
+      if (c0 + lane < dim) copy_async4(st + n * kChunkLd + lane, g + c0 + lane);
+      if (c0 == 0)
+        for (int p = lane; p < pairs; p += 32) copy_async4(st + (n + 1) * kChunkLd + p, g + dim + p);
+    }
+    copy_async_commit();
+    if (++fc == chunks) fc = 0, fb += stride;
+    if (++fs == kBwdStages) fs = 0;
+  };
+#pragma unroll
+  for (int u = 0; u < kBwdStages - 1; ++u) fetch();
+  const int i0 = (lane >> 3) * 8, k0 = (lane & 7) * 4;  // this lane's rows i0 .. i0 + 7, columns k0 .. k0 + 3
+  int c = 0, st = 0;
+  for (int64_t b = first; b < batch; st = st + 1 == kBwdStages ? 0 : st + 1) {
+    fetch();
+    copy_async_wait<kBwdStages - 1>();
+    __syncwarp();
+    const float* t = stages + st * stage_floats;
+    const int c0 = c * kChunk;
+    if (c == 0) {  // the sample's dZ (the previous sample's reads of dzt are done: __syncwarp below)
+      const float* dz = t + (n + 1) * kChunkLd;
+      for (int p = lane; p < pairs; p += 32) {
+        int i, j;
+        pair_of(p, i, j);
+        const float v = dz[p];
+        dzt[j * kStreamMaxRows + i] = v;
+        dzt[i * kStreamMaxRows + j] = v;
+      }
+      __syncwarp();
+    }
+    float acc[kRowsPerItem][4];
+#pragma unroll
+    for (int a = 0; a < kRowsPerItem; ++a)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[a][e] = 0.f;
+    if (i0 == 0) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[0][e] = c0 + k0 + e < dim ? t[n * kChunkLd + k0 + e] : 0.f;
+    }
+#pragma unroll 4
+    for (int j = 0; j < n; ++j) {  // unrolled: the next steps' shared loads issued ahead of this step's FMAs
+      const float4 tv = *reinterpret_cast<const float4*>(t + j * kChunkLd + k0);
+      const float4 z0 = *reinterpret_cast<const float4*>(dzt + j * kStreamMaxRows + i0);
+      const float4 z1 = *reinterpret_cast<const float4*>(dzt + j * kStreamMaxRows + i0 + 4);
+      const float zs[kRowsPerItem] = {z0.x, z0.y, z0.z, z0.w, z1.x, z1.y, z1.z, z1.w};
+      const float ts[4] = {tv.x, tv.y, tv.z, tv.w};
+#pragma unroll
+      for (int a = 0; a < kRowsPerItem; ++a)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[a][e] = fmaf(zs[a], ts[e], acc[a][e]);
+    }
+    const int k = c0 + k0;
+    const int64_t row0 = (b * slots + i0 - 1) * int64_t(dim) + k;  // demb's row i >= 1 at row0 + (i - i0) dim
+#pragma unroll
+    for (int a = 0; a < kRowsPerItem; ++a) {
+      const int i = i0 + a;
+      if (i >= n || k >= dim) break;
+      float* dst = i == 0 ? dbottom + b * dim + k : demb + (row0 + a * int64_t(dim));
+      if (kVec) {
+        *reinterpret_cast<float4*>(dst) = make_float4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (k + e < dim) dst[e] = acc[a][e];
       }
     }
-    for (int64_t c = width + lane; c < ld_out; c += kMmaBlock) out.put(o + c, 0.f);
+    if (++c == chunks) c = 0, b += stride;
+    __syncwarp();  // this stage's (and dzt's) reads are done before they are written again
   }
+  copy_async_wait<0>();
 }
 
 // ----------------------------------------------------------------------------
@@ -493,8 +649,8 @@ int prepare(Kernel kernel, const InteractionDims& d, size_t smem, const char* wh
   return static_cast<int>(d.batch < cap ? d.batch : cap);
 }
 
-// The tiled and tensor-core kernels: the blocks that are resident at once (each then takes its samples
-// grid-stride, so that its copy of the next sample overlaps its work on this one), at most one per sample.
+// The tiled kernels: the blocks that are resident at once (each then takes its samples grid-stride, so that its
+// copy of the next sample overlaps its work on this one), at most one per sample.
 template <class Kernel>
 int resident_grid(Kernel kernel, int64_t batch, int block, size_t smem) {
   int device = 0, sms = 0, per_sm = 0;
@@ -505,16 +661,31 @@ int resident_grid(Kernel kernel, int64_t batch, int block, size_t smem) {
   return static_cast<int>(batch < cap ? batch : cap);
 }
 
+// The streamed kernels: their shared memory opted in, then the resident blocks, at most one warp per sample.
+template <class Kernel>
+int stream_grid(Kernel kernel, const InteractionDims& d, int warps, size_t smem, const char* what) {
+  int device = 0, optin = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  SPARTA_REQUIRE(smem <= size_t(optin),
+                 "interaction '%s': %s needs %zu bytes of shared memory per block (slots + 1 = %d vectors), "
+                 "expected at most %d on this GPU",
+                 d.layer, what, smem, d.slots + 1, optin);
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  return resident_grid(kernel, (d.batch + warps - 1) / warps, warps * 32, smem);
+}
+
 template <class Out>
 void forward_with(const InteractionDims& d, const float* bottom, const float* emb, Out out, Stream stream) {
   const int64_t width = interaction_dot_width(d.slots, d.dim), ld = interaction_dot_ld(d);
   const std::string path = interaction_dot_forward_path(d.slots, d.dim);
-  const MmaLayout m = mma_layout(d.slots, d.dim);
   if (path == "tensor") {
-    SPARTA_ASSERT(m.n <= 32 && m.bytes() <= kTiledSmemLimit, "interaction: tensor-core layout");
+    const int n = d.slots + 1;
+    SPARTA_ASSERT(n <= kStreamMaxRows, "interaction: tensor-core forward");
+    const size_t smem = fwd_stream_bytes(n);
     auto launch = [&](auto kernel) {
-      const int grid = resident_grid(kernel, d.batch, kMmaBlock, m.bytes());
-      kernel<<<grid, kMmaBlock, m.bytes(), stream>>>(bottom, emb, out, d.batch, d.slots, d.dim, width, ld, m.ld);
+      const int grid = stream_grid(kernel, d, kFwdWarps, smem, "the tensor-core forward");
+      kernel<<<grid, kFwdWarps * 32, smem, stream>>>(bottom, emb, out, d.batch, d.slots, d.dim, width, ld);
       CUDA_CHECK_LAUNCH("interaction_forward_mma_kernel");
     };
     if (d.dim % 4 == 0 && aligned16(bottom) && aligned16(emb))
@@ -552,6 +723,19 @@ void interaction_dot_backward_cuda(const InteractionDims& d, const float* dout, 
                                    const float* emb, float* dbottom, float* demb, Stream stream) {
   if (d.batch == 0) return;
   const int64_t width = interaction_dot_width(d.slots, d.dim), ld = interaction_dot_ld(d);
+  if (d.slots + 1 <= kStreamMaxRows) {
+    const size_t smem = bwd_stream_bytes(d.slots + 1);
+    auto launch = [&](auto kernel) {
+      const int grid = stream_grid(kernel, d, kBwdWarps, smem, "the backward");
+      kernel<<<grid, kBwdWarps * 32, smem, stream>>>(dout, bottom, emb, dbottom, demb, d.batch, d.slots, d.dim, ld);
+      CUDA_CHECK_LAUNCH("interaction_backward_stream_kernel");
+    };
+    if (d.dim % 4 == 0 && aligned16(bottom) && aligned16(emb) && aligned16(dbottom) && aligned16(demb))
+      launch(interaction_backward_stream_kernel<true>);
+    else
+      launch(interaction_backward_stream_kernel<false>);
+    return;
+  }
   const BackwardLayout l = backward_layout(d.slots, d.dim);
   SPARTA_ASSERT(l.bytes() == interaction_dot_tiled_smem(d.slots, d.dim, true), "interaction: tiled layout");
   if (l.bytes() <= kTiledSmemLimit) {

@@ -6,14 +6,15 @@
 // Backward, from dout: dT_i = Σ_{j != i} dZ_ij T_j (dZ symmetric, from the pairs' gradients), then
 //   dbottom = dout[:, :dim] + dT_0,   demb_s = dT_{s+1}.
 //
-// cuda: a block holds a sample's S + 1 vectors in shared memory at a time and copies its next sample in while it
-// computes (two buffers). Where S + 1 <= 32 and two samples fit in 48 KiB (MLPerf DLRM's 27 x 128 does), the
-// forward computes T T^T on the tensor cores in TF32 with fp32's accuracy (each value split into two TF32 parts,
-// three products: the .cu says how); otherwise where the kernel's partial sums fit too (interaction_dot_tiled_smem)
-// register tiles of T T^T (each dot product as four interleaved partial sums over k, added in order), else each
-// warp whole pairs (lanes over dim, a shuffle reduction). The backward computes register tiles of dT = dZ T (j in
-// order) where interaction_dot_tiled_smem fits, else one element of dT per thread. No atomics: two runs give the
-// same bits. cpu: the reference, the same sums in loops (in another order: the backends agree to rounding).
+// cuda: where S + 1 <= 32 (MLPerf DLRM's 27 x 128 does, any dim), each warp streams its samples through shared
+// memory in chunks of 32 columns of T, its next chunks copied in while it computes: the forward computes T T^T
+// on the tensor cores in TF32 with fp32's accuracy (each value split into two TF32 parts, three products: the
+// .cu says how), the backward register tiles of dT = dZ T (j in order). Larger S: a block holds a sample's
+// vectors and copies its next sample in meanwhile (two buffers) where interaction_dot_tiled_smem fits, the
+// forward register tiles of T T^T (each dot product as four interleaved partial sums over k, added in order),
+// the backward register tiles of dT; else the forward each pair with one warp (lanes over dim, a shuffle
+// reduction), the backward one element of dT per thread. No atomics: two runs give the same bits. cpu: the
+// reference, the same sums in loops (in another order: the backends agree to rounding).
 // 16-bit training: the top MLP's first GEMM reads the interaction's output as 16 bits in rows padded to a
 // multiple of 8 (dense_mlp.h), and its data gradient comes back in rows of that pitch. So the forward can write
 // the 16-bit copy alone (interaction_dot_forward_half: the fp32 values rounded to nearest even once, the bits a
@@ -65,14 +66,13 @@ void interaction_dot_forward_cpu(const InteractionDims& d, const float* bottom, 
                                  GemmType t = GemmType::f32, uint16_t* out16 = nullptr);
 void interaction_dot_backward_cpu(const InteractionDims& d, const float* dout, const float* bottom,
                                   const float* emb, float* dbottom, float* demb);
-// Bytes of shared memory a block of the tiled cuda kernels takes (backward or forward); they run where this is
-// at most 48 KiB (the forward where the tensor-core kernel does not: interaction_dot_forward_path), the general
-// kernels elsewhere.
+// Bytes of shared memory a block of the tiled cuda kernels takes (backward or forward); where S + 1 > 32 they run
+// where this is at most 48 KiB (interaction_dot_forward_path), the general kernels elsewhere.
 size_t interaction_dot_tiled_smem(int slots, int dim, bool backward);
 
-// The cuda kernel a forward of this shape takes: "tensor" (S + 1 <= 32 and two samples' vectors, rows rounded up to
-// a multiple of 8 plus 4 floats, fit in 48 KiB), else "tiled" (interaction_dot_tiled_smem at most 48 KiB), else
-// "general".
+// The cuda kernel a forward of this shape takes: "tensor" (S + 1 <= 32, any dim), else "tiled"
+// (interaction_dot_tiled_smem at most 48 KiB), else "general". The backward takes the streamed kernel where
+// S + 1 <= 32, else the tiled or general one as interaction_dot_tiled_smem(backward) says.
 const char* interaction_dot_forward_path(int slots, int dim);
 
 // Throws sparta::Error naming the layer when the sample's vectors do not fit in a block's shared memory.

@@ -75,22 +75,23 @@ void interaction_matches_reference(Backend be) {
     int64_t batch;
     int slots, dim;
   };
-  // {2, 3, 4000} and {2, 120, 8} exceed the tiled cuda kernels' 48 KiB both ways (the general kernels run),
-  // the others fit (dims that are not multiples of 4 take their scalar loads)
+  // slots + 1 <= 32 take the streamed cuda kernels (chunks of 32 columns: {2, 3, 4000} many, {5, 31, 40} a
+  // 16-byte tail with the most rows); {3, 40, 33} the tiled ones; {2, 120, 8} exceeds the tiled kernels' 48 KiB
+  // both ways (the general kernels run). Dims that are not multiples of 4 take the scalar copies.
   const Shape shapes[] = {{1, 1, 1},   {37, 26, 128}, {5, 3, 17},   {0, 4, 8},   {300, 8, 64}, {3, 40, 33},
                           {2, 26, 16}, {4, 7, 6},     {2, 3, 4000}, {2, 120, 8}, {7, 26, 130}, {7, 26, 3},
-                          {1, 3, 130}, {7, 1, 17},    {1, 26, 128}};
+                          {1, 3, 130}, {7, 1, 17},    {1, 26, 128}, {5, 31, 40}};
   // every cuda forward path is among the shapes
   BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(26, 128)), "tensor");
   BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(26, 130)), "tensor");
+  BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(31, 40)), "tensor");
+  BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(3, 4000)), "tensor");
   BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(40, 33)), "tiled");
-  BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(3, 4000)), "general");
+  BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(32, 8)), "tiled");
   BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(120, 8)), "general");
   const size_t tiled = 48 * 1024;
-  BOOST_CHECK_LE(interaction_dot_tiled_smem(26, 128, false), tiled);
-  BOOST_CHECK_LE(interaction_dot_tiled_smem(26, 128, true), tiled);
   for (bool backward : {false, true}) {
-    BOOST_CHECK_GT(interaction_dot_tiled_smem(3, 4000, backward), tiled);
+    BOOST_CHECK_LE(interaction_dot_tiled_smem(40, 33, backward), tiled);
     BOOST_CHECK_GT(interaction_dot_tiled_smem(120, 8, backward), tiled);
   }
   for (const Shape& s : shapes) {
@@ -193,7 +194,7 @@ void pitch_and_half_output(Backend be) {
     int slots, dim;
   };
   const Shape shapes[] = {{1, 1, 3},    {7, 3, 17},    {7, 26, 130}, {1, 26, 128},
-                          {37, 26, 128}, {7, 26, 3},   {2, 3, 4000}, {7, 40, 33}};
+                          {37, 26, 128}, {7, 26, 3},   {2, 3, 4000}, {7, 40, 33}, {2, 120, 8}};
   for (const Shape& s : shapes) {
     const int64_t width = interaction_dot_width(s.slots, s.dim);
     // the top MLP's padded rows (a multiple of 8), and 8 more where the width is one already
