@@ -80,8 +80,8 @@ __device__ __forceinline__ void store_one(__nv_bfloat16* p, float v) { *p = __fl
 __device__ __forceinline__ void store_one(__half* p, float v) { *p = __float2half_rn(v); }
 
 // The VEC elements of a row a lane holds: fp32 as loaded, or 16-bit elements packed two a word as loaded (half
-// the registers of a row in flight), widened when added.
-template <int VEC, RowStorage S, bool kWide = S == RowStorage::fp32>
+// the registers of a row in flight), widened when added; one 16-bit element widened when loaded.
+template <int VEC, RowStorage S, bool kWide = S == RowStorage::fp32 || VEC == 1>
 struct RowChunk {
   float v[VEC];
   __device__ __forceinline__ float at(int q) const { return v[q]; }
@@ -117,7 +117,7 @@ __device__ __forceinline__ void load_chunk(const void* values, int64_t i, RowChu
       x.u[0] = y.x, x.u[1] = y.y;
     } else {
       static_assert(VEC == 1, "16-bit rows: 1, 4 or 8 elements a lane");
-      x.u[0] = kTrain ? __ldcg(p) : __ldg(p);
+      x.v[0] = rowstore::widen(S, kTrain ? __ldcg(p) : __ldg(p));
     }
   }
 }
