@@ -247,20 +247,10 @@ struct GradOut {
   }
 };
 
-// ... or apply the optimizer to it (fused).
-template <OptimizerKind K, int V, int P>
+// ... or apply the optimizer to it (fused), on a row of storage S.
+template <OptimizerKind K, int V, int P, RowStorage S>
 struct FusedUpdate {
-  rowvec::RowUpdate<K, V, P> update;
-  __device__ __forceinline__ void prefetch(uint32_t row, int lane, int G) const { update.prefetch(row, lane, G); }
-  __device__ __forceinline__ void finish(int32_t, uint32_t row, int lane, int G, const float* acc) const {
-    update.apply(row, lane, G, acc);
-  }
-};
-
-// ... or to a 16-bit row (sgd, rowwise_adagrad).
-template <OptimizerKind K, int V, int P>
-struct FusedUpdate16 {
-  rowvec::RowUpdate16<K, V, P> update;
+  rowvec::RowUpdate<K, V, P, S> update;
   __device__ __forceinline__ void prefetch(uint32_t row, int lane, int G) const { update.prefetch(row, lane, G); }
   __device__ __forceinline__ void finish(int32_t, uint32_t row, int lane, int G, const float* acc) const {
     update.apply(row, lane, G, acc);
@@ -520,26 +510,26 @@ void backward_and_update_finish_cuda(const BackwardBatch& batch, BackwardWorkspa
   const bool state_vec = width == 0 || c.kind == OptimizerKind::lazy_adam || aligned16(state);
   const rowvec::RowShape shape =
       rowvec::row_shape(dim, aligned16(batch.grad) && batch.grad_layout.four_aligned() && aligned16(values) && state_vec);
-  if (c.storage != RowStorage::fp32) {  // sgd or rowwise_adagrad (the launcher checked)
-    auto run16 = [&](auto kind) {
-      constexpr OptimizerKind K = decltype(kind)::value;
-      rowvec::dispatch_shape(shape, [&](auto vv, auto pp) {
-        constexpr int V = decltype(vv)::value, P = decltype(pp)::value;
-        reduce<V, P>(v, shape, FusedUpdate16<K, V, P>{{c, static_cast<uint16_t*>(values), state, dim, width}},
-                     stream);
-      });
-    };
-    using OK = OptimizerKind;
-    if (c.kind == OK::sgd) return run16(std::integral_constant<OK, OK::sgd>{});
-    return run16(std::integral_constant<OK, OK::rowwise_adagrad>{});
-  }
-  dispatch_optimizer(c.kind, [&](auto kind) {
+  auto run = [&](auto kind, auto storage) {
     constexpr OptimizerKind K = decltype(kind)::value;
+    constexpr RowStorage S = decltype(storage)::value;
     rowvec::dispatch_shape(shape, [&](auto vv, auto pp) {
       constexpr int V = decltype(vv)::value, P = decltype(pp)::value;
-      reduce<V, P>(v, shape, FusedUpdate<K, V, P>{{c, static_cast<float*>(values), state, dim, width}}, stream);
+      reduce<V, P>(v, shape, FusedUpdate<K, V, P, S>{{c, static_cast<rowvec::stored_t<S>*>(values), state, dim, width}},
+                   stream);
     });
-  });
+  };
+  using OK = OptimizerKind;
+  using RS = RowStorage;
+  if (c.storage != RS::fp32) {  // sgd or rowwise_adagrad (the launcher checked)
+    auto run16 = [&](auto storage) {
+      if (c.kind == OK::sgd) return run(std::integral_constant<OK, OK::sgd>{}, storage);
+      run(std::integral_constant<OK, OK::rowwise_adagrad>{}, storage);
+    };
+    if (c.storage == RS::bf16) return run16(std::integral_constant<RS, RS::bf16>{});
+    return run16(std::integral_constant<RS, RS::fp16>{});
+  }
+  dispatch_optimizer(c.kind, [&](auto kind) { run(kind, std::integral_constant<RS, RS::fp32>{}); });
 }
 
 }  // namespace sparta

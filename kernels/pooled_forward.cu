@@ -3,17 +3,18 @@
 // follow from its keys.
 //
 // A tile of 8 lanes takes a span of 4 consecutive bags (their keys are contiguous in the CSR) and walks its
-// keys in batches of 2, as a pipeline of three stages: while batch n's rows are gathered, batch n+1's first
-// buckets and batch n+2's keys are loaded (hash_table_ref.cuh: load_first_buckets, then resolve_loaded_rows),
-// so each step of the walk waits for one round trip to memory, not three. A batch's rows are gathered with all
-// loads issued before the first add (lane l holds elements (c*8 + l)*VEC .. +VEC: 8 lanes read 128 contiguous
-// bytes per chunk) and added to the current bag's accumulator in key order; a bag is written when the walk
-// passes its end. One-hot bags thus get the same lookups in flight per tile as multi-hot ones. Persistent grid,
-// grid-stride over spans.
+// keys in batches of 2 (4 for 16-bit rows of a direct index: batch_keys), as a pipeline of three stages: while
+// batch n's rows are gathered, batch n+1's first buckets and batch n+2's keys are loaded (hash_table_ref.cuh:
+// load_first_buckets, then resolve_loaded_rows), so each step of the walk waits for one round trip to memory, not
+// three. A batch's rows are gathered with all loads issued before the first add (lane l holds elements
+// (c*8 + l)*VEC .. +VEC, VEC 4 for fp32 rows and 8 for 16-bit ones: 8 lanes read 128 contiguous bytes per chunk)
+// and added to the current bag's accumulator in key order; a bag is written when the walk passes its end.
+// One-hot bags thus get the same lookups in flight per tile as multi-hot ones. Persistent grid, grid-stride over
+// spans.
 //
 // Occupancy over batch width: the memory in flight comes from resident warps, not from wide batches, so a batch
-// is 2 keys and 2 rows (wider batches took too many registers for more than one block per SM); the blocks per
-// SM below were the fastest settings measured (experiments/NOTES_embedding.md).
+// of fp32 rows is 2 keys and 2 rows (wider batches took too many registers for more than one block per SM); the
+// blocks per SM below were the fastest settings measured (experiments/NOTES_embedding.md).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -29,12 +30,21 @@ using hashdev::kTile;
 using hashdev::Tile;
 
 constexpr int kSpan = 4;  // bags per tile task
-constexpr int kBatch = 2;  // keys resolved together, then rows gathered together
+
+// Keys resolved together, then rows gathered together: 2, or 4 for 16-bit rows read 8 elements a lane from a
+// direct index: their rows stay packed in registers until added, so 4 of them take the registers of 2 fp32 rows
+// and keep as many bytes in flight (the gather is bound by the rows in flight, not by their bytes). A hashed
+// table's batch keeps 2 (the probe's state per key would spill).
+template <int VEC, RowStorage S, bool kDirect>
+constexpr int batch_keys() {
+  return S != RowStorage::fp32 && VEC == 8 && kDirect ? 4 : 2;
+}
 
 // 256-thread blocks per SM the kernel is compiled for, by the floats a lane holds per row (C*VEC): 1, 4 or 8
-// → 3 (at most 80 registers), 16 → 2, 32 → 1.
-template <int VEC, int C>
+// → 3 (at most 80 registers), 16 → 2, 32 → 1; a batch of 4 keys takes 2 up to 16 floats.
+template <int VEC, int C, RowStorage S, bool kDirect>
 constexpr int blocks_per_sm() {
+  if (batch_keys<VEC, S, kDirect>() == 4) return C * VEC <= 16 ? 2 : 1;
   return C * VEC <= 8 ? 3 : C * VEC <= 16 ? 2 : 1;
 }
 
@@ -69,42 +79,60 @@ __device__ __forceinline__ void store_one(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_one(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store_one(__half* p, float v) { *p = __float2half_rn(v); }
 
-// VEC elements of a 16-bit row at p (8-byte aligned when VEC is 4), widened.
-template <int VEC, RowStorage S, bool kTrain>
-__device__ __forceinline__ void load16(const uint16_t* p, float* v) {
-  if constexpr (VEC == 4) {
-    const uint2 x = kTrain ? __ldcg(reinterpret_cast<const uint2*>(p)) : __ldg(reinterpret_cast<const uint2*>(p));
-    v[0] = rowstore::widen(S, uint16_t(x.x & 0xffffu)), v[1] = rowstore::widen(S, uint16_t(x.x >> 16));
-    v[2] = rowstore::widen(S, uint16_t(x.y & 0xffffu)), v[3] = rowstore::widen(S, uint16_t(x.y >> 16));
+// The VEC elements of a row a lane holds: fp32 as loaded, or 16-bit elements packed two a word as loaded (half
+// the registers of a row in flight), widened when added; one 16-bit element widened when loaded.
+template <int VEC, RowStorage S, bool kWide = S == RowStorage::fp32 || VEC == 1>
+struct RowChunk {
+  float v[VEC];
+  __device__ __forceinline__ float at(int q) const { return v[q]; }
+};
+template <int VEC, RowStorage S>
+struct RowChunk<VEC, S, false> {
+  uint32_t u[(VEC + 1) / 2];  // element q in the low (q even) or high half of u[q / 2]
+  __device__ __forceinline__ float at(int q) const {
+    return rowstore::widen(S, uint16_t(q & 1 ? u[q / 2] >> 16 : u[q / 2] & 0xffffu));
+  }
+};
+
+// Elements i .. i + VEC - 1 of values [capacity_rows, dim] of storage S (aligned to their size for VEC > 1). Train:
+// rows initialized during this kernel by other SMs, so read through L2 (ld.cg); eval: the read-only path.
+template <int VEC, bool kTrain, RowStorage S>
+__device__ __forceinline__ void load_chunk(const void* values, int64_t i, RowChunk<VEC, S>& x) {
+  if constexpr (S == RowStorage::fp32) {
+    const float* p = static_cast<const float*>(values) + i;
+    if constexpr (VEC == 4) {
+      float4 y = kTrain ? __ldcg(reinterpret_cast<const float4*>(p)) : __ldg(reinterpret_cast<const float4*>(p));
+      x.v[0] = y.x, x.v[1] = y.y, x.v[2] = y.z, x.v[3] = y.w;
+    } else {
+      static_assert(VEC == 1, "fp32 rows: 1 or 4 elements a lane");
+      x.v[0] = kTrain ? __ldcg(p) : __ldg(p);
+    }
   } else {
-    v[0] = rowstore::widen(S, kTrain ? __ldcg(p) : __ldg(p));
+    const uint16_t* p = static_cast<const uint16_t*>(values) + i;
+    if constexpr (VEC == 8) {
+      const uint4 y = kTrain ? __ldcg(reinterpret_cast<const uint4*>(p)) : __ldg(reinterpret_cast<const uint4*>(p));
+      x.u[0] = y.x, x.u[1] = y.y, x.u[2] = y.z, x.u[3] = y.w;
+    } else if constexpr (VEC == 4) {
+      const uint2 y = kTrain ? __ldcg(reinterpret_cast<const uint2*>(p)) : __ldg(reinterpret_cast<const uint2*>(p));
+      x.u[0] = y.x, x.u[1] = y.y;
+    } else {
+      static_assert(VEC == 1, "16-bit rows: 1, 4 or 8 elements a lane");
+      x.v[0] = rowstore::widen(S, kTrain ? __ldcg(p) : __ldg(p));
+    }
   }
 }
 
-// values: [capacity_rows, dim] of storage S (kernels/row_storage.h).
+// This lane's chunks of row `row` (zeros for row < 0 and past dim): chunk c holds elements (c*8 + lane)*VEC ..
 template <int VEC, int C, bool kTrain, RowStorage S>
-__device__ __forceinline__ void load_row(const void* values_, int64_t row, int dim, int lane, float (&v)[C][VEC]) {
-  const float* values = static_cast<const float*>(values_);
+__device__ __forceinline__ void load_row(const void* values, int64_t row, int dim, int lane,
+                                         RowChunk<VEC, S> (&v)[C]) {
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     int e = (c * kTile + lane) * VEC;
     if (row >= 0 && e < dim) {
-      if constexpr (S != RowStorage::fp32) {
-        load16<VEC, S, kTrain>(static_cast<const uint16_t*>(values_) + row * dim + e, v[c]);
-        continue;
-      }
-      const float* p = values + row * dim + e;
-      if constexpr (VEC == 4) {
-        // Train: rows initialized during this kernel by other SMs, so read through L2 (ld.cg); eval: the
-        // read-only path.
-        float4 x = kTrain ? __ldcg(reinterpret_cast<const float4*>(p)) : __ldg(reinterpret_cast<const float4*>(p));
-        v[c][0] = x.x, v[c][1] = x.y, v[c][2] = x.z, v[c][3] = x.w;
-      } else {
-        v[c][0] = kTrain ? __ldcg(p) : __ldg(p);
-      }
+      load_chunk<VEC, kTrain, S>(values, row * dim + e, v[c]);
     } else {
-#pragma unroll
-      for (int q = 0; q < VEC; ++q) v[c][q] = 0.f;
+      v[c] = RowChunk<VEC, S>{};  // zeros: +0.0 in every storage
     }
   }
 }
@@ -119,9 +147,12 @@ __device__ __forceinline__ void write_bag(OutT* o, int dim, int lane, int64_t n,
 #pragma unroll
         for (int q = 0; q < VEC; ++q) acc[c][q] = acc[c][q] / static_cast<float>(n);
       }
-      if constexpr (VEC == 4) {
-        float v4[4] = {acc[c][0], acc[c][1], acc[c][2], acc[c][3]};
-        store_out<OutT>(o + e, v4);
+      if constexpr (VEC % 4 == 0) {
+#pragma unroll
+        for (int h = 0; h < VEC; h += 4) {
+          float v4[4] = {acc[c][h], acc[c][h + 1], acc[c][h + 2], acc[c][h + 3]};
+          store_out<OutT>(o + e + h, v4);
+        }
       } else {
         store_one(o + e, acc[c][0]);
       }
@@ -131,18 +162,20 @@ __device__ __forceinline__ void write_bag(OutT* o, int dim, int lane, int64_t n,
   }
 }
 
-// Keys of the span's batch that starts at key i (0 past the span's end).
+// Keys of the span's batch of B keys that starts at key i (0 past the span's end).
+template <int B>
 __device__ __forceinline__ int batch_count(int64_t i, int64_t k_end) {
-  return static_cast<int>(k_end - i < kBatch ? (k_end > i ? k_end - i : 0) : kBatch);
+  return static_cast<int>(k_end - i < B ? (k_end > i ? k_end - i : 0) : B);
 }
 
 // kDirect: a direct index (hash_table.h): a batch's rows follow from its keys, so stage 2 has nothing to load.
 template <int VEC, int C, class OutT, bool kTrain, bool kDirect, RowStorage S>
-__global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forward_kernel(ForwardArgs a) {
+__global__ void __launch_bounds__(256, blocks_per_sm<VEC, C, S, kDirect>()) embedding_forward_kernel(ForwardArgs a) {
   Tile tile = cg::tiled_partition<kTile>(cg::this_thread_block());
   const int lane = tile.thread_rank();
   const int dim = a.rows_init.dim;
-  const float* values = a.rows_init.values;
+  constexpr int kBatch = batch_keys<VEC, S, kDirect>();
+  const void* values = a.rows_init.values;
   const bool mean = a.combiner == Combiner::mean;
   OutT* out = static_cast<OutT*>(a.out);
 
@@ -166,30 +199,30 @@ __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forwar
     // batch n+2's keys are loaded, so an iteration waits for one round trip to memory instead of three (keys,
     // then buckets, then rows). Lane j < count holds key j of the batch whose keys are in flight.
     int64_t i0 = bag_start;
-    int cnt = batch_count(i0, k_end);
+    int cnt = batch_count<kBatch>(i0, k_end);
     uint64_t k[kBatch];
     int64_t r[kBatch];
     HashSlot snap[kBatch];
     hashdev::load_keys(tile, a.keys, i0, cnt, k);
-    uint64_t key_next = lane < batch_count(i0 + kBatch, k_end) ? static_cast<uint64_t>(a.keys[i0 + kBatch + lane]) : 0;
+    uint64_t key_next = lane < batch_count<kBatch>(i0 + kBatch, k_end) ? static_cast<uint64_t>(a.keys[i0 + kBatch + lane]) : 0;
     if (cnt > 0) {
       if constexpr (kDirect) hashdev::direct_rows<kTrain, kBatch>(tile, a.table, k, cnt, r);
       else hashdev::resolve_rows<kTrain, kBatch>(tile, a.table, a.rows_init, k, cnt, r);
     }
     for (; i0 < k_end; i0 += kBatch) {
       // Stage 3 of batch n: its rows' loads.
-      float v[kBatch][C][VEC];
+      RowChunk<VEC, S> v[kBatch][C];
 #pragma unroll
       for (int g = 0; g < kBatch; ++g) load_row<VEC, C, kTrain, S>(values, g < cnt ? r[g] : -1, dim, lane, v[g]);
       // Stage 2 of batch n+1: its first buckets' loads; stage 1 of batch n+2: its keys' loads.
       const int64_t i1 = i0 + kBatch;
-      const int cnt1 = batch_count(i1, k_end);
+      const int cnt1 = batch_count<kBatch>(i1, k_end);
       uint64_t k1[kBatch];
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) k1[j] = tile.shfl(key_next, j);
       if constexpr (!kDirect)
         if (cnt1 > 0) hashdev::load_first_buckets<kBatch>(tile, a.table, k1, cnt1, snap);
-      key_next = lane < batch_count(i1 + kBatch, k_end) ? static_cast<uint64_t>(a.keys[i1 + kBatch + lane]) : 0;
+      key_next = lane < batch_count<kBatch>(i1 + kBatch, k_end) ? static_cast<uint64_t>(a.keys[i1 + kBatch + lane]) : 0;
       if (a.rows) {
         int64_t mine = r[0];
 #pragma unroll
@@ -211,7 +244,7 @@ __global__ void __launch_bounds__(256, blocks_per_sm<VEC, C>()) embedding_forwar
 #pragma unroll
         for (int c = 0; c < C; ++c)
 #pragma unroll
-          for (int q = 0; q < VEC; ++q) acc[c][q] += v[g][c][q];
+          for (int q = 0; q < VEC; ++q) acc[c][q] += v[g][c].at(q);
       }
       // Batch n+1's rows from its buckets.
       if (cnt1 > 0) {
@@ -302,9 +335,9 @@ __global__ void __launch_bounds__(256) direct_quad_kernel(ForwardArgs a) {
         v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
         if (j < cnt && r >= 0 && active) {
           if constexpr (S != RowStorage::fp32) {
-            float x[4];
-            load16<4, S, kTrain>(reinterpret_cast<const uint16_t*>(values) + r * dim + e, x);
-            v[j] = make_float4(x[0], x[1], x[2], x[3]);
+            RowChunk<4, S> x;
+            load_chunk<4, kTrain, S>(values, r * dim + e, x);
+            v[j] = make_float4(x.at(0), x.at(1), x.at(2), x.at(3));
           } else {
             const float4* p = reinterpret_cast<const float4*>(values + r * dim + e);
             v[j] = kTrain ? __ldcg(p) : __ldg(p);
@@ -354,6 +387,14 @@ void launch_for_dim(const ForwardArgs& a, bool vec4, Stream stream) {
   // 8 keys a batch (16 was slower: experiments/NOTES_embedding.md)
   if (vec4 && dim <= 16 && a.table.direct_stride > 0) return launch_quad<4, 8, OutT, kTrain, S>(a, stream);
   if (vec4 && dim <= 32 && a.table.direct_stride > 0) return launch_quad<8, 8, OutT, kTrain, S>(a, stream);
+  if constexpr (S != RowStorage::fp32) {
+    // 16-bit rows: lane chunks of 8 elements (16-byte loads): C = dim / 64 rounded up to a power of two
+    if (vec4 && dim % 8 == 0) {
+      if (dim <= 64) return launch<8, 1, OutT, kTrain, S>(a, stream);
+      if (dim <= 128) return launch<8, 2, OutT, kTrain, S>(a, stream);
+      return launch<8, 4, OutT, kTrain, S>(a, stream);
+    }
+  }
   if (vec4) {  // lane chunks of 4 floats: C = dim / 32 rounded up to a power of two
     if (dim <= 32) return launch<4, 1, OutT, kTrain, S>(a, stream);
     if (dim <= 64) return launch<4, 2, OutT, kTrain, S>(a, stream);

@@ -10,7 +10,8 @@
 // Train: unseen keys are inserted with their initial values (key_init.h); a full table leaves those keys
 // at -1 with zero vectors and counts them in meta.refused (HashTable::check_errors turns that into an
 // error). Eval: missing keys give zero vectors and count in meta.missing (an error when the caller says so).
-// Any dim in 1..256; multiples of 4 take the float4 path (16-byte loads and stores).
+// Any dim in 1..256; multiples of 4 take the float4 path (16-byte loads and stores; 16-bit rows of a multiple of 8
+// elements: 16-byte loads of 8 elements).
 #pragma once
 
 #include <cstdint>

@@ -286,19 +286,69 @@ __device__ __forceinline__ unsigned group_mask(int G) {
   return ((1u << G) - 1u) << (lane & ~unsigned(G - 1));
 }
 
-// Applies optimizer K to row `row` of the store with this lane's part of the gradient, acc[P*V] (vector p of
-// the lane at acc + p*V). Every lane of the group must call it (lazy_adam and rowwise_adagrad synchronize the group).
-template <OptimizerKind K, int V, int P>
+// A row's values in storage S: fp32, or 16 bits (sgd and rowwise_adagrad only: embedding_types.h check_row_storage)
+// read widened to fp32 and written back rounded stochastically with rowstore::rounding_bits of the element's
+// index, its fp32 result and its old bits: the bits of update_row16_cpu.
+template <RowStorage S>
+using stored_t = std::conditional_t<S == RowStorage::fp32, float, uint16_t>;
+
+// V elements of a row at p as fp32 in w; 16 bits: their stored bits in old too (8-byte loads when V is 4).
+template <int V, RowStorage S>
+__device__ __forceinline__ void load_values(const stored_t<S>* p, float* w, uint16_t* old) {
+  if constexpr (S == RowStorage::fp32) {
+    load<V>(p, w);
+  } else {
+    if (V == 4) {
+      const uint2 x = *reinterpret_cast<const uint2*>(p);
+      old[0] = uint16_t(x.x & 0xffffu), old[1] = uint16_t(x.x >> 16);
+      old[2] = uint16_t(x.y & 0xffffu), old[3] = uint16_t(x.y >> 16);
+    } else {
+#pragma unroll
+      for (int v = 0; v < V; ++v) old[v] = p[v];
+    }
+#pragma unroll
+    for (int v = 0; v < V; ++v) w[v] = rowstore::widen(S, old[v]);
+  }
+}
+// The V results w of elements e .. e + V - 1 written at p (16 bits: rounded stochastically).
+template <int V, RowStorage S>
+__device__ __forceinline__ void store_values(stored_t<S>* p, const float* w, const uint16_t* old,
+                                             uint64_t rounding_stream, int e) {
+  if constexpr (S == RowStorage::fp32) {
+    store<V>(p, w);
+  } else {
+    uint16_t out[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      out[v] = rowstore::round_stochastic(S, w[v], rowstore::rounding_bits(rounding_stream, uint32_t(e + v), w[v], old[v]));
+    if (V == 4) {
+      uint2 x;
+      x.x = uint32_t(out[0]) | (uint32_t(out[1]) << 16);
+      x.y = uint32_t(out[2]) | (uint32_t(out[3]) << 16);
+      *reinterpret_cast<uint2*>(p) = x;
+    } else {
+#pragma unroll
+      for (int v = 0; v < V; ++v) p[v] = out[v];
+    }
+  }
+}
+
+// Applies optimizer K to row `row` of the store (values of storage S) with this lane's part of the gradient,
+// acc[P*V] (vector p of the lane at acc + p*V). Every lane of the group must call it (lazy_adam and
+// rowwise_adagrad synchronize the group).
+template <OptimizerKind K, int V, int P, RowStorage S = RowStorage::fp32>
 struct RowUpdate {
+  static_assert(S == RowStorage::fp32 || K == OptimizerKind::sgd || K == OptimizerKind::rowwise_adagrad,
+                "16-bit rows: sgd, rowwise_adagrad");
   OptimizerStep c;
-  float* values;  // [capacity_rows, dim]
-  float* state;   // [capacity_rows, state_width]
+  stored_t<S>* values;  // [capacity_rows, dim]
+  float* state;         // [capacity_rows, state_width]
   int dim;
   int state_width;
 
   // Asks L2 for the row's values and state while its gradient is still being summed.
   __device__ __forceinline__ void prefetch(uint32_t row, int lane, int G) const {
-    const float* w_row = values + size_t(row) * dim;
+    const stored_t<S>* w_row = values + size_t(row) * dim;
     const float* s_row = state + size_t(row) * state_width;
     const int nv = dim / V;
 #pragma unroll
@@ -316,22 +366,23 @@ struct RowUpdate {
   // in the lane, then across lanes (lane bits are the element index's next bits: xor 1, 2, ..., G/2), then across
   // the lane's P vectors (the index's top bits). Lanes past the row hold zeros.
   __device__ __forceinline__ void apply_rowwise(uint32_t row, int lane, int G, const float* acc) const {
-    float* w_row = values + size_t(row) * dim;
+    stored_t<S>* w_row = values + size_t(row) * dim;
     float* s_row = state + size_t(row) * state_width;
     const int nv = dim / V;
     const unsigned mask = group_mask(G);
     float a = s_row[0];
     float w[P * V], g[P * V], part[P];
+    uint16_t old[P * V];  // 16-bit storage: the stored bits
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       int col = lane + p * G;
       if (col < nv) {
-        load<V>(w_row + col * V, w + p * V);
+        load_values<V, S>(w_row + col * V, w + p * V, old + p * V);
 #pragma unroll
         for (int v = 0; v < V; ++v) g[p * V + v] = decayed_grad(c, acc[p * V + v], w[p * V + v]);
       } else {
 #pragma unroll
-        for (int v = 0; v < V; ++v) w[p * V + v] = 0.f, g[p * V + v] = 0.f;
+        for (int v = 0; v < V; ++v) w[p * V + v] = 0.f, g[p * V + v] = 0.f, old[p * V + v] = 0;
       }
       float q[V];
 #pragma unroll
@@ -360,7 +411,7 @@ struct RowUpdate {
       float unused0 = 0, unused1 = 0;
 #pragma unroll
       for (int v = 0; v < V; ++v) update_element<K>(c, d, g[p * V + v], w[p * V + v], unused0, unused1);
-      store<V>(w_row + col * V, w + p * V);
+      store_values<V, S>(w_row + col * V, w + p * V, old + p * V, c.rounding_stream, col * V);
     }
   }
 
@@ -368,7 +419,7 @@ struct RowUpdate {
     if (K == OptimizerKind::rowwise_adagrad) return apply_rowwise(row, lane, G, acc);
     // state rows of lazy_adam (2*dim+1 floats) are not 16-byte aligned: scalar loads there
     constexpr int SV = (K == OptimizerKind::lazy_adam) ? 1 : V;
-    float* w_row = values + size_t(row) * dim;
+    stored_t<S>* w_row = values + size_t(row) * dim;
     float* s_row = state + size_t(row) * state_width;
     RowDecay d;
     if (K == OptimizerKind::lazy_adam) {
@@ -384,7 +435,8 @@ struct RowUpdate {
       if (col >= nv) break;
       int e = col * V;
       float w[V], s0[V], s1[V], g[V];
-      load<V>(w_row + e, w);
+      uint16_t old[V];
+      load_values<V, S>(w_row + e, w, old);
 #pragma unroll
       for (int v = 0; v < V; ++v) g[v] = decayed_grad(c, acc[p * V + v], w[v]);
       if (optimizer_has_s0(K)) {
@@ -397,7 +449,7 @@ struct RowUpdate {
       }
 #pragma unroll
       for (int v = 0; v < V; ++v) update_element<K>(c, d, g[v], w[v], s0[v], s1[v]);
-      store<V>(w_row + e, w);
+      store_values<V, S>(w_row + e, w, old, c.rounding_stream, e);
       if (optimizer_has_s0(K)) {
 #pragma unroll
         for (int v = 0; v < V; v += SV) store<SV>(s_row + e + v, s0 + v);
@@ -405,112 +457,6 @@ struct RowUpdate {
       if (optimizer_has_s1(K)) {
 #pragma unroll
         for (int v = 0; v < V; v += SV) store<SV>(s_row + dim + e + v, s1 + v);
-      }
-    }
-  }
-};
-
-// The same for a row of 16-bit storage c.storage (sgd and rowwise_adagrad only: embedding_types.h
-// check_row_storage): V elements read at a time (8 bytes when V is 4), widened, updated in fp32 with the formulas
-// above, each element written back rounded stochastically with rowstore::rounding_bits of its index, its fp32
-// result and its old bits: the bits of update_row16_cpu.
-template <OptimizerKind K, int V, int P>
-struct RowUpdate16 {
-  static_assert(K == OptimizerKind::sgd || K == OptimizerKind::rowwise_adagrad, "16-bit rows: sgd, rowwise_adagrad");
-  OptimizerStep c;
-  uint16_t* values;  // [capacity_rows, dim]
-  float* state;      // [capacity_rows, state_width]
-  int dim;
-  int state_width;
-
-  __device__ __forceinline__ void prefetch(uint32_t row, int lane, int G) const {
-    const uint16_t* w_row = values + size_t(row) * dim;
-    const int nv = dim / V;
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      int col = lane + p * G;
-      if (col >= nv) break;
-      prefetch_l2(w_row + col * V);
-    }
-    if (K == OptimizerKind::rowwise_adagrad && lane == 0) prefetch_l2(state + size_t(row) * state_width);
-  }
-
-  __device__ __forceinline__ void apply(uint32_t row, int lane, int G, const float* acc) const {
-    uint16_t* w_row = values + size_t(row) * dim;
-    const int nv = dim / V;
-    float w[P * V], g[P * V];
-    uint16_t old[P * V];
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      int col = lane + p * G;
-      if (col < nv) {
-        if (V == 4) {
-          const uint2 x = *reinterpret_cast<const uint2*>(w_row + col * V);
-          old[p * V + 0] = uint16_t(x.x & 0xffffu), old[p * V + 1] = uint16_t(x.x >> 16);
-          old[p * V + 2] = uint16_t(x.y & 0xffffu), old[p * V + 3] = uint16_t(x.y >> 16);
-        } else {
-#pragma unroll
-          for (int v = 0; v < V; ++v) old[p * V + v] = w_row[col * V + v];
-        }
-#pragma unroll
-        for (int v = 0; v < V; ++v) {
-          w[p * V + v] = rowstore::widen(c.storage, old[p * V + v]);
-          g[p * V + v] = decayed_grad(c, acc[p * V + v], w[p * V + v]);
-        }
-      } else {
-#pragma unroll
-        for (int v = 0; v < V; ++v) w[p * V + v] = 0.f, g[p * V + v] = 0.f, old[p * V + v] = 0;
-      }
-    }
-    RowDecay d;
-    if (K == OptimizerKind::rowwise_adagrad) {  // the sum of squares in RowUpdate::apply_rowwise's tree order
-      float* s_row = state + size_t(row) * state_width;
-      const unsigned mask = group_mask(G);
-      float a = s_row[0];
-      float part[P];
-#pragma unroll
-      for (int p = 0; p < P; ++p) {
-        float q[V];
-#pragma unroll
-        for (int v = 0; v < V; ++v) q[v] = rn::mul(g[p * V + v], g[p * V + v]);
-#pragma unroll
-        for (int h = 1; h < V; h *= 2)
-#pragma unroll
-          for (int v = 0; v < V; v += 2 * h) q[v] = rn::add(q[v], q[v + h]);
-        part[p] = q[0];
-      }
-      for (int o = 1; o < G; o *= 2)
-#pragma unroll
-        for (int p = 0; p < P; ++p) part[p] = rn::add(part[p], __shfl_xor_sync(mask, part[p], o));
-#pragma unroll
-      for (int h = 1; h < P; h *= 2)
-#pragma unroll
-        for (int p = 0; p < P; p += 2 * h) part[p] = rn::add(part[p], part[p + h]);
-      d.row_lr = row_accumulate(c, a, part[0], dim);
-      __syncwarp(mask);  // every lane has read the accumulator before lane 0 overwrites it
-      if (lane == 0) s_row[0] = a;
-    }
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      int col = lane + p * G;
-      if (col >= nv) break;
-      uint16_t out[V];
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-        float unused0 = 0, unused1 = 0;
-        update_element<K>(c, d, g[p * V + v], w[p * V + v], unused0, unused1);
-        const uint32_t e = uint32_t(col * V + v);
-        out[v] = rowstore::round_stochastic(c.storage, w[p * V + v],
-                                            rowstore::rounding_bits(c.rounding_stream, e, w[p * V + v], old[p * V + v]));
-      }
-      if (V == 4) {
-        uint2 x;
-        x.x = uint32_t(out[0]) | (uint32_t(out[1]) << 16);
-        x.y = uint32_t(out[2]) | (uint32_t(out[3]) << 16);
-        *reinterpret_cast<uint2*>(w_row + col * V) = x;
-      } else {
-#pragma unroll
-        for (int v = 0; v < V; ++v) w_row[col * V + v] = out[v];
       }
     }
   }
