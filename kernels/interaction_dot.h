@@ -6,10 +6,10 @@
 // Backward, from dout: dT_i = Σ_{j != i} dZ_ij T_j (dZ symmetric, from the pairs' gradients), then
 //   dbottom = dout[:, :dim] + dT_0,   demb_s = dT_{s+1}.
 //
-// cuda: where S + 1 <= 32 (MLPerf DLRM's 27 x 128 does, any dim), each warp streams its samples through shared
-// memory in chunks of 32 columns of T, its next chunks copied in while it computes: the forward computes T T^T
+// cuda: where S + 1 <= 32 (MLPerf DLRM's 27 x 128 does), each warp streams its samples through shared memory in
+// chunks of 32 columns of T, its next chunks copied in while it computes: the forward (dim <= 1024) computes T T^T
 // on the tensor cores in TF32 with fp32's accuracy (each value split into two TF32 parts, three products: the
-// .cu says how), the backward register tiles of dT = dZ T (j in order). Larger S: a block holds a sample's
+// .cu says how), the backward (any dim) register tiles of dT = dZ T (j in order). Otherwise: a block holds a sample's
 // vectors and copies its next sample in meanwhile (two buffers) where interaction_dot_tiled_smem fits, the
 // forward register tiles of T T^T (each dot product as four interleaved partial sums over k, added in order),
 // the backward register tiles of dT; else the forward each pair with one warp (lanes over dim, a shuffle
@@ -70,7 +70,7 @@ void interaction_dot_backward_cpu(const InteractionDims& d, const float* dout, c
 // where this is at most 48 KiB (interaction_dot_forward_path), the general kernels elsewhere.
 size_t interaction_dot_tiled_smem(int slots, int dim, bool backward);
 
-// The cuda kernel a forward of this shape takes: "tensor" (S + 1 <= 32, any dim), else "tiled"
+// The cuda kernel a forward of this shape takes: "tensor" (S + 1 <= 32, dim <= 1024), else "tiled"
 // (interaction_dot_tiled_smem at most 48 KiB), else "general". The backward takes the streamed kernel where
 // S + 1 <= 32, else the tiled or general one as interaction_dot_tiled_smem(backward) says.
 const char* interaction_dot_forward_path(int slots, int dim);

@@ -85,7 +85,8 @@ void interaction_matches_reference(Backend be) {
   BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(26, 128)), "tensor");
   BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(26, 130)), "tensor");
   BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(31, 40)), "tensor");
-  BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(3, 4000)), "tensor");
+  BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(3, 1024)), "tensor");
+  BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(3, 4000)), "general");
   BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(40, 33)), "tiled");
   BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(32, 8)), "tiled");
   BOOST_CHECK_EQUAL(std::string(interaction_dot_forward_path(120, 8)), "general");
