@@ -11,6 +11,10 @@
 
 namespace sparta {
 
+namespace {
+constexpr double kIndexLoadFactor = 0.5;  // a hashed table's device index of its keys
+}  // namespace
+
 const char* tier_name(TableTier t) { return t == TableTier::host ? "host" : "hbm"; }
 
 const char* eviction_name(Eviction e) {
@@ -50,6 +54,12 @@ size_t HostTier::host_bytes(int64_t capacity_rows, int dim, int state_width) {
   return size_t(capacity_rows) * (size_t(dim + state_width) * sizeof(float) + 9);
 }
 
+size_t HostTier::device_bytes(int64_t capacity_rows, int64_t cache_rows, bool hashed) {
+  size_t b = size_t(capacity_rows) * sizeof(int32_t) + size_t(cache_rows) * kSlotWords * sizeof(int64_t);
+  if (hashed) b += HashTable::memory_bytes(capacity_rows, kIndexLoadFactor);
+  return b;
+}
+
 namespace {
 const HostTierSetup& checked(const HostTierSetup& s) {
   const char* name = s.name.c_str();
@@ -80,7 +90,7 @@ HostTier::HostTier(const Device& dev, const HostTierSetup& s)
       state_(dev.backend, size_t(s.capacity_rows) * s.state_width),
       uses_(size_t(s.capacity_rows), 0),
       made_(size_t(s.capacity_rows), 0),
-      keys_(s.direct_stride > 0 ? nullptr : std::make_unique<HashTable>(dev, s.name, s.capacity_rows, 0.5)),
+      keys_(s.direct_stride > 0 ? nullptr : std::make_unique<HashTable>(dev, s.name, s.capacity_rows, kIndexLoadFactor)),
       slot_of_row_(dev, size_t(s.capacity_rows)),
       slot_key_dev_(dev, size_t(s.cache_rows)),
       slot_row_dev_(dev, size_t(s.cache_rows)),

@@ -104,6 +104,11 @@ class HostTier {
 
   // Host bytes of the store: every row's values and state, plus its bookkeeping (a use count, a made flag).
   static size_t host_bytes(int64_t capacity_rows, int dim, int state_width);
+  // Device bytes of the tier beside its cache's rows (what the planner counts): a slot per host row (int32), about
+  // kSlotWords int64 per cache slot (its key, row, stamps and pin, the victim ranking's arrays and sort scratch),
+  // and for a hashed table the device index of its keys (kernels/hash_table.h at load factor 0.5).
+  static constexpr int kSlotWords = 16;
+  static size_t device_bytes(int64_t capacity_rows, int64_t cache_rows, bool hashed);
 
   // Makes the distinct keys of keys [n] (device memory) resident in the cache (cache_values [cache_rows, dim],
   // cache_state [cache_rows, state_width], device memory) and returns their slots [n] (device memory, valid

@@ -278,9 +278,13 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
   const double Ug = std::min(R, expected_distinct(stats, W * K, 0));          // distinct keys of the global batch
   const double k = kKeyPass;
   const bool tiered = t.tier.tier == TableTier::host;
-  auto mem = [&](int64_t rows) {  // a host-tier table's device part: its cache, a direct index over slots
-    if (tiered)
-      return table_memory_bytes(std::min(rows, t.tier.cache_rows), t.dim, t.optimizer.kind, 1.0, true, t.storage);
+  // a host-tier table's device part on a rank of `rows`: its cache (a direct index over slots) and the tier's own
+  // arrays; a cache of every row is an HBM table (EmbeddingTable makes one)
+  auto in_host = [&](int64_t rows) { return tiered && t.tier.cache_rows < rows; };
+  auto mem = [&](int64_t rows) {
+    if (in_host(rows))
+      return table_memory_bytes(t.tier.cache_rows, t.dim, t.optimizer.kind, 1.0, true, t.storage) +
+             HostTier::device_bytes(rows, t.tier.cache_rows, !t.direct_index);
     return table_memory_bytes(rows, t.dim, t.optimizer.kind, t.max_load_factor, t.direct_index, t.storage);
   };
   // a key % world shard (direct: rank 0's, the largest)
@@ -363,8 +367,9 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       break;
     }
   }
-  if (tiered) {  // the rows a step touches on the busiest rank; those beyond the cache come in and go out
-    const bool whole = p == Placement::replicated || p == Placement::localized || opt.world == 1;
+  const bool whole = p == Placement::replicated || p == Placement::localized || opt.world == 1;
+  if (in_host(whole ? t.rows : shard)) {  // the rows a step touches on the busiest rank; those beyond the cache
+                                          // come in and go out
     const int64_t rows = whole ? t.rows : shard;
     const double touched = whole ? Ug : p == Placement::hybrid ? std::min(R, expected_distinct(stats, W * K,
                                                                                                size_t(hot_rows))) / W
@@ -629,12 +634,23 @@ Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::ve
       // an HBM table that does not fit could live in host memory under a cache of what is left on the rank
       const size_t used_max = *std::max_element(used.begin(), used.end());
       const size_t left = budget > used_max + best->cost.work_busiest ? budget - used_max - best->cost.work_busiest : 0;
+      // (the tier's index takes a slot per row, and a hashed table's key index, whatever the cache; each cache row
+      // its values and state and HostTier::kSlotWords words of bookkeeping)
+      const size_t index = HostTier::device_bytes(t.rows, 0, !t.direct_index);
+      const double row_bytes = double(row_storage_bytes(t.storage)) * t.dim +
+                               double(optimizer_state_width(t.optimizer.kind, t.dim)) * sizeof(float);
+      const double cache = left > index ? double(left - index) * row_bytes /
+                                              (row_bytes + HostTier::kSlotWords * sizeof(int64_t))
+                                        : 0.0;
       const std::string hint =
-          t.tier.tier == TableTier::hbm && left > 0
+          t.tier.tier != TableTier::hbm ? std::string()
+          : cache >= row_bytes
               ? strprintf("; or keep its rows in host memory under a GPU cache: embedding.tier host with "
                           "embedding.cache_mb below %s (bench_collection, bench_train: --tier host --cache-gb)",
-                          mib(double(left)).c_str())
-              : std::string();
+                          mib(cache).c_str())
+              : strprintf("; in host memory under a GPU cache (embedding.tier host) its index alone would take %s: "
+                          "use more ranks or a direct index",
+                          mib(double(index)).c_str());
       throw Error(strprintf(
           "planner: table '%s' (%lld rows, dim %d, %s) does not fit: %s placement needs %s (%zu bytes) more than the "
           "memory budget of %s (%zu bytes) per rank (tables placed before it use up to %s on a rank; the table's "

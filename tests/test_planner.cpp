@@ -6,6 +6,7 @@
 // table and the shortfall.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -791,9 +792,12 @@ BOOST_AUTO_TEST_CASE(format_plan_lists_every_table) {
 
 }  // namespace
 
-// A host-tier table (src/host_tier.h): its device memory is its cache's (what the cache allocates), its host
+// A host-tier table (src/host_tier.h): its device memory is its cache's (what the cache allocates) and the tier's
+// own (HostTier::device_bytes: a slot per host row, the slots' bookkeeping, a hashed table's key index), its host
 // store and its host<->GPU bytes are counted (by hand: the rows a step touches times the share of the rows beyond
-// the cache, in and out), the time grows by those bytes at host_GBps, and the plan table prints the tier.
+// the cache, in and out), the time grows by those bytes at host_GBps, and the plan table prints the tier. A cache
+// of every row is an HBM table. A table too large for HBM gets a hint of the cache that fits beside the tier's
+// index, or, where the index alone does not fit, says so.
 BOOST_AUTO_TEST_CASE(host_tier_counts_the_cache_the_host_and_the_transfers) {
   CollectionConfig c;
   c.num_slots = 1;
@@ -806,7 +810,11 @@ BOOST_AUTO_TEST_CASE(host_tier_counts_the_cache_the_host_and_the_transfers) {
   c.tables[0].tier = make_tier(TableTier::host, 25000, 0, Eviction::lru, 16, 1);
   const Plan host = make_plan(c, o, {});
   const TablePlan& p = host.tables[0];
-  BOOST_CHECK_EQUAL(p.memory_bytes, EmbeddingTable::memory_bytes(25000, 16, OptimizerKind::rowwise_adagrad, 1.0, true));
+  BOOST_CHECK_EQUAL(p.memory_bytes, EmbeddingTable::memory_bytes(25000, 16, OptimizerKind::rowwise_adagrad, 1.0, true) +
+                                        100000 * sizeof(int32_t) + 25000 * HostTier::kSlotWords * sizeof(int64_t) +
+                                        HashTable::memory_bytes(100000, 0.5));
+  BOOST_CHECK_EQUAL(HostTier::device_bytes(100000, 25000, false),
+                    100000 * sizeof(int32_t) + 25000 * HostTier::kSlotWords * sizeof(int64_t));
   BOOST_CHECK_EQUAL(p.host_bytes, HostTier::host_bytes(100000, 16, 1));
   BOOST_CHECK_EQUAL(hbm.tables[0].host_bytes, 0u);
   BOOST_CHECK_EQUAL(hbm.tables[0].host_transfer_bytes, 0.0);
@@ -819,21 +827,35 @@ BOOST_AUTO_TEST_CASE(host_tier_counts_the_cache_the_host_and_the_transfers) {
                     1e-6);
   BOOST_CHECK_MESSAGE(has(format_plan(c, host), "host cache 25000 rows"), format_plan(c, host));
   BOOST_CHECK_MESSAGE(has(hbm_text, " hbm\n"), hbm_text);
-  // a cache of the whole table moves nothing
+  // a cache of the whole table is an HBM table: nothing moves, nothing in host memory, HBM's device memory
   c.tables[0].tier.cache_rows = 100000;
-  BOOST_CHECK_EQUAL(make_plan(c, o, {}).tables[0].host_transfer_bytes, 0.0);
+  const Plan whole = make_plan(c, o, {});
+  BOOST_CHECK_EQUAL(whole.tables[0].host_transfer_bytes, 0.0);
+  BOOST_CHECK_EQUAL(whole.tables[0].host_bytes, 0u);
+  BOOST_CHECK_EQUAL(whole.tables[0].memory_bytes, hbm.tables[0].memory_bytes);
   o.rates.host_GBps = 0;
   BOOST_CHECK(has(error_of([&] { make_plan(c, o, {}); }), "host_GBps"));
   // a table that does not fit in HBM: the error points to the host tier, and a cache within the hint fits
   CollectionConfig h;
   h.num_slots = 1;
   h.tables = {table("huge", 10000000, 64, {0}, "dispatch")};
+  h.tables[0].direct_index = true;
+  h.tables[0].key_bound = 10000000;
   PlannerOptions small;
-  small.memory_budget = size_t(64) << 20;
+  small.memory_budget = size_t(96) << 20;
   const std::string e = error_of([&] { make_plan(h, small, {}); });
   BOOST_CHECK_MESSAGE(has(e, "'huge'") && has(e, "embedding.tier host") && has(e, "embedding.cache_mb below"), e);
-  h.tables[0].tier = make_tier(TableTier::host, 0, 16, Eviction::lru, 64, 0);
+  const size_t at = e.find("embedding.cache_mb below ");
+  const double hint_mb = at == std::string::npos ? 0 : std::atof(e.c_str() + at + 25);
+  BOOST_CHECK_GT(hint_mb, 1.0);
+  h.tables[0].tier = make_tier(TableTier::host, 0, hint_mb * 0.95, Eviction::lru, 64, 0);
   const Plan fits = make_plan(h, small, {});
   BOOST_CHECK_LE(fits.tables[0].memory_bytes + fits.tables[0].work_bytes, small.memory_budget);
   BOOST_CHECK_EQUAL(fits.tables[0].host_bytes, HostTier::host_bytes(10000000, 64, 0));
+  // hashed, its key index alone (10M rows at load factor 0.5) is beyond the budget: said, no cache hinted
+  h.tables[0].direct_index = false;
+  h.tables[0].key_bound = 0;
+  h.tables[0].tier = TierConfig{};
+  const std::string e2 = error_of([&] { make_plan(h, small, {}); });
+  BOOST_CHECK_MESSAGE(has(e2, "'huge'") && has(e2, "its index alone would take") && !has(e2, "cache_mb below"), e2);
 }
