@@ -47,7 +47,8 @@ class MakeResults(unittest.TestCase):
         return r, repo
 
     def test_tables_files_and_ratios(self):
-        recs = [train("dot", 1, 10e6, 2.0), train("dot", 1, 12e6, 2.0, tag="rep2"), train("dot", 2, 20e6, 2.0)]
+        recs = [train("dot", 1, 10e6, 2.0), train("dot", 1, 12e6, 2.0, tag="rep2"), train("dot", 2, 20e6, 2.0),
+                dict(train("dot", 1, 14e6, 2.0, tag="direct1"), index="direct")]
         peers = [{"peer": "torch.dlrm.tbe.compiled", "model": "dot", "precision": "bf16", "batch": 65536,
                   "samples_per_s": 4e6},
                  {"peer": "torch.dlrm", "model": "dot", "precision": "bf16", "batch": 65536,
@@ -66,8 +67,11 @@ class MakeResults(unittest.TestCase):
         with open(os.path.join(repo, "experiments", "RESULTS.md")) as f:
             md = f.read()
         self.assertIn("revision 0123456", md)
-        # 1 GPU: median of 10 M and 12 M = 11 M; against 4 M: 2.75x; against 2 M: 5.50x; 2 GPUs over 1: 20/11
-        self.assertIn("| dot (one key each) | 1 | 11.00 M |", md)
+        # 1 GPU, hashed keys: median of 10 M and 12 M = 11 M; against 4 M: 2.75x; against 2 M: 5.50x; 2 GPUs over 1:
+        # 20/11; the direct index in a row of its own: 14 M, 3.50x
+        self.assertIn("| dot (one key each) | hashed | 1 | 11.00 M |", md)
+        self.assertIn("| dot (one key each) | direct | 1 | 14.00 M |", md)
+        self.assertIn("**3.50x**", md)
         self.assertIn("**2.75x**", md)
         self.assertIn("**5.50x**", md)
         self.assertIn("1.82x", md)
