@@ -107,24 +107,16 @@ namespace {
 // V 16-bit values at p (V = 8: 16 bytes, 16-byte aligned), widened; and V floats rounded into p.
 template <class H, int V>
 __device__ __forceinline__ void widen(const uint16_t* p, float (&f)[V]) {
-  if constexpr (V == 8) {
-    const dense::Halves8 h = dense::load8(p);
+  const dense::Halves8 h = dense::load_halves<V>(p);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) f[k] = H::value(h.h[k]);
-  } else {
-    f[0] = H::value(*p);
-  }
+  for (int k = 0; k < V; ++k) f[k] = H::value(h.h[k]);
 }
 template <class H, int V>
 __device__ __forceinline__ void round_into(uint16_t* p, const float (&f)[V]) {
-  if constexpr (V == 8) {
-    dense::Halves8 h;
+  dense::Halves8 h;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) h.h[k] = H::bits(f[k]);
-    dense::store8(p, h);
-  } else {
-    *p = H::bits(f[0]);
-  }
+  for (int k = 0; k < V; ++k) h.h[k] = H::bits(f[k]);
+  dense::store_halves<V>(p, h);
 }
 template <int V>
 __device__ __forceinline__ void load_v(const float* p, float (&f)[V]) {
@@ -249,13 +241,7 @@ struct CrossGradHalf {
   };
   __device__ __forceinline__ In load(int64_t r, int c) const {
     const int64_t i = r * cols + c;
-    In in;
-    if constexpr (V == 8) {
-      in.g = dense::load8(g16 + i), in.x = dense::load8(x16 + i);
-    } else {
-      in.g.h[0] = g16[i], in.x.h[0] = x16[i];
-    }
-    return in;
+    return {dense::load_halves<V>(g16 + i), dense::load_halves<V>(x16 + i)};
   }
   __device__ __forceinline__ void finish(const In& in, int64_t r, int c, float* acc) const {
     float d[V];

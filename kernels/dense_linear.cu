@@ -236,13 +236,7 @@ struct ReluGradHalf {
   };
   __device__ __forceinline__ In load(int64_t r, int c) const {
     const int64_t i = r * cols + c;
-    In in;
-    if constexpr (V == 8) {
-      in.y = dense::load8(y16 + i), in.dy = dense::load8(dy16 + i);
-    } else {
-      in.y.h[0] = y16[i], in.dy.h[0] = dy16[i];
-    }
-    return in;
+    return {dense::load_halves<V>(y16 + i), dense::load_halves<V>(dy16 + i)};
   }
   __device__ __forceinline__ void finish(const In& in, int64_t r, int c, float* acc) const {
     dense::Halves8 out;
@@ -251,10 +245,7 @@ struct ReluGradHalf {
       out.h[v] = H::value(in.y.h[v]) > 0.f ? in.dy.h[v] : uint16_t(0);
       acc[v] += H::value(out.h[v]);
     }
-    if constexpr (V == 8)
-      dense::store8(dpre16 + r * cols + c, out);
-    else
-      dpre16[r * cols + c] = out.h[0];
+    dense::store_halves<V>(dpre16 + r * cols + c, out);
   }
 };
 

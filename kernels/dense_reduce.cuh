@@ -46,6 +46,21 @@ __device__ __forceinline__ void store8(uint16_t* p, const Halves8& v) {
   for (int k = 0; k < 4; ++k) w[k] = unsigned(v.h[2 * k]) | (unsigned(v.h[2 * k + 1]) << 16);
   *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
 }
+// V = 8: load8/store8; V = 1: the first value alone.
+template <int V>
+__device__ __forceinline__ Halves8 load_halves(const uint16_t* p) {
+  if constexpr (V == 8) return load8(p);
+  Halves8 v;
+  v.h[0] = *p;
+  return v;
+}
+template <int V>
+__device__ __forceinline__ void store_halves(uint16_t* p, const Halves8& v) {
+  if constexpr (V == 8)
+    store8(p, v);
+  else
+    *p = v.h[0];
+}
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 constexpr int kSumUnroll = 4;  // rows each thread loads before it finishes any: memory requests in flight

@@ -290,6 +290,32 @@ __global__ void __launch_bounds__(kTiledBlock)
   }
 }
 
+// The backward's register tile: rows i0 .. i0 + kRowsPerItem of dT at columns k0 .. k0 + 3. It starts at the
+// identity term (dout's bottom columns, in the first tile only: first != nullptr, valid of them in range) and adds
+// dZ[j, i] T[j, k] for j in order, from t (T's row j at t + j * t_ld) and dzt (dZ^T's row j at dzt + j * dz_ld),
+// both already offset to the tile.
+__device__ __forceinline__ void dt_tile_start(float (&acc)[kRowsPerItem][4], const float* first, int valid) {
+#pragma unroll
+  for (int a = 0; a < kRowsPerItem; ++a)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[a][e] = 0.f;
+  if (first) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[0][e] = e < valid ? first[e] : 0.f;
+  }
+}
+__device__ __forceinline__ void dt_tile_add(float (&acc)[kRowsPerItem][4], const float* t, const float* dzt) {
+  const float4 tv = *reinterpret_cast<const float4*>(t);
+  const float4 z0 = *reinterpret_cast<const float4*>(dzt);
+  const float4 z1 = *reinterpret_cast<const float4*>(dzt + 4);
+  const float zs[kRowsPerItem] = {z0.x, z0.y, z0.z, z0.w, z1.x, z1.y, z1.z, z1.w};
+  const float ts[4] = {tv.x, tv.y, tv.z, tv.w};
+#pragma unroll
+  for (int a = 0; a < kRowsPerItem; ++a)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[a][e] = fmaf(zs[a], ts[e], acc[a][e]);
+}
+
 template <bool kVec>
 __global__ void __launch_bounds__(kTiledBlock)
     interaction_backward_tiled_kernel(const float* __restrict__ dout, const float* __restrict__ bottom,
@@ -329,25 +355,8 @@ __global__ void __launch_bounds__(kTiledBlock)
     for (int w = threadIdx.x; w < items; w += blockDim.x) {
       const int grp = w / quads, k0 = (w - grp * quads) * 4, i0 = grp * kRowsPerItem;
       float acc[kRowsPerItem][4];
-#pragma unroll
-      for (int a = 0; a < kRowsPerItem; ++a)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[a][c] = 0.f;
-      if (i0 == 0) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[0][c] = k0 + c < dim ? g[k0 + c] : 0.f;
-      }
-      for (int j = 0; j < n; ++j) {
-        const float4 tv = *reinterpret_cast<const float4*>(t + j * ld + k0);
-        const float4 z0 = *reinterpret_cast<const float4*>(dzt + j * ni + i0);
-        const float4 z1 = *reinterpret_cast<const float4*>(dzt + j * ni + i0 + 4);
-        const float zs[kRowsPerItem] = {z0.x, z0.y, z0.z, z0.w, z1.x, z1.y, z1.z, z1.w};
-        const float ts[4] = {tv.x, tv.y, tv.z, tv.w};
-#pragma unroll
-        for (int a = 0; a < kRowsPerItem; ++a)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) acc[a][c] = fmaf(zs[a], ts[c], acc[a][c]);
-      }
+      dt_tile_start(acc, i0 == 0 ? g + k0 : nullptr, dim - k0);
+      for (int j = 0; j < n; ++j) dt_tile_add(acc, t + j * ld + k0, dzt + j * ni + i0);
 #pragma unroll
       for (int a = 0; a < kRowsPerItem; ++a) {
         const int i = i0 + a;
@@ -587,26 +596,10 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1)
       __syncwarp();
     }
     float acc[kRowsPerItem][4];
-#pragma unroll
-    for (int a = 0; a < kRowsPerItem; ++a)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[a][e] = 0.f;
-    if (i0 == 0) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[0][e] = c0 + k0 + e < dim ? t[n * kChunkLd + k0 + e] : 0.f;
-    }
+    dt_tile_start(acc, i0 == 0 ? t + n * kChunkLd + k0 : nullptr, dim - c0 - k0);
 #pragma unroll 4
-    for (int j = 0; j < n; ++j) {  // unrolled: the next steps' shared loads issued ahead of this step's FMAs
-      const float4 tv = *reinterpret_cast<const float4*>(t + j * kChunkLd + k0);
-      const float4 z0 = *reinterpret_cast<const float4*>(dzt + j * kStreamMaxRows + i0);
-      const float4 z1 = *reinterpret_cast<const float4*>(dzt + j * kStreamMaxRows + i0 + 4);
-      const float zs[kRowsPerItem] = {z0.x, z0.y, z0.z, z0.w, z1.x, z1.y, z1.z, z1.w};
-      const float ts[4] = {tv.x, tv.y, tv.z, tv.w};
-#pragma unroll
-      for (int a = 0; a < kRowsPerItem; ++a)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[a][e] = fmaf(zs[a], ts[e], acc[a][e]);
-    }
+    for (int j = 0; j < n; ++j)  // unrolled: the next steps' shared loads issued ahead of this step's FMAs
+      dt_tile_add(acc, t + j * kChunkLd + k0, dzt + j * kStreamMaxRows + i0);
     const int k = c0 + k0;
     const int64_t row0 = (b * slots + i0 - 1) * int64_t(dim) + k;  // demb's row i >= 1 at row0 + (i - i0) dim
 #pragma unroll
