@@ -482,6 +482,16 @@ void reduce(ReduceView v, const rowvec::RowShape& shape, const Op& op, Stream st
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+// The lanes per item of kernels 5 and 6: at most 16 (8 with row-wise Adagrad), each lane holding more vectors,
+// so that a warp works on 2-4 items at once. An item mostly holds 1-3 keys, and its loads wait in a chain (item
+// table, then bags, then gradient rows), so items in flight are what keeps the memory busy; the row-wise
+// accumulator's shuffle tree is also shorter with fewer lanes (experiments/NOTES_embedding.md, run 36). The sums
+// keep their order: a row's elements meet in the same pairs whatever the lanes (bits of the element index).
+rowvec::RowShape reduce_shape(rowvec::RowShape s, int most_lanes) {
+  while (s.V == 4 && s.G > most_lanes && s.P < 4) s.G /= 2, s.log2_G -= 1, s.P *= 2;
+  return s;
+}
+
 }  // namespace
 
 void embedding_backward_prepare_cuda(const BackwardBatch& batch, BackwardWorkspace& ws, int64_t* unique_rows,
@@ -493,8 +503,9 @@ void embedding_backward_finish_cuda(const BackwardBatch& batch, BackwardWorkspac
                                     Stream stream) {
   if (batch.nnz == 0) return;
   const ReduceView v = reduce_view(batch, ws);
-  const rowvec::RowShape shape =
-      rowvec::row_shape(ws.dim(), aligned16(batch.grad) && batch.grad_layout.four_aligned() && aligned16(row_grads));
+  const rowvec::RowShape shape = reduce_shape(
+      rowvec::row_shape(ws.dim(), aligned16(batch.grad) && batch.grad_layout.four_aligned() && aligned16(row_grads)),
+      16);
   rowvec::dispatch_shape(shape, [&](auto vv, auto pp) {
     constexpr int V = decltype(vv)::value, P = decltype(pp)::value;
     reduce<V, P>(v, shape, GradOut<V, P>{row_grads, ws.dim()}, stream);
@@ -508,8 +519,9 @@ void backward_and_update_finish_cuda(const BackwardBatch& batch, BackwardWorkspa
   const int dim = ws.dim();
   const int width = optimizer_state_width(c.kind, dim);
   const bool state_vec = width == 0 || c.kind == OptimizerKind::lazy_adam || aligned16(state);
-  const rowvec::RowShape shape =
-      rowvec::row_shape(dim, aligned16(batch.grad) && batch.grad_layout.four_aligned() && aligned16(values) && state_vec);
+  const rowvec::RowShape shape = reduce_shape(
+      rowvec::row_shape(dim, aligned16(batch.grad) && batch.grad_layout.four_aligned() && aligned16(values) && state_vec),
+      c.kind == OptimizerKind::rowwise_adagrad ? 8 : 16);
   auto run = [&](auto kind, auto storage) {
     constexpr OptimizerKind K = decltype(kind)::value;
     constexpr RowStorage S = decltype(storage)::value;

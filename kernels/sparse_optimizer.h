@@ -483,6 +483,7 @@ inline void dispatch_shape(const RowShape& s, F&& f) {
   if (s.V == 4) {
     if (s.P == 1) return f(four{}, one{});
     if (s.P == 2) return f(four{}, two{});
+    if (s.P == 4) return f(four{}, four{});
   } else {
     if (s.P == 1) return f(one{}, one{});
     if (s.P == 2) return f(one{}, two{});
