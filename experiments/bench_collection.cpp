@@ -631,9 +631,10 @@ void add_options(bench::Driver& d, Args& a) {
       "the plan's point: comma list, one per table, of auto | dispatch | localized[:owner] | replicated | distributed "
       "| hybrid (explicit entries honoured, auto ones the planner's)")(
       "tier", po::value(&a.tier)->default_value(a.tier),
-      "hbm | host: every table's rows in host memory under a GPU cache per rank (src/host_tier.h)")(
+      "hbm | host | auto: host keeps every table's rows in host memory under a GPU cache per rank (src/host_tier.h); "
+      "auto, where the planner finds no room in HBM")(
       "cache-gb", po::value(&a.cache_gb)->default_value(a.cache_gb),
-      "tier host: each table's GPU cache per rank, GB of rows (values and optimizer state)")(
+      "tier host or auto: each table's GPU cache per rank, GB of rows (values and optimizer state)")(
       "cache-rows", po::value(&a.cache_rows)->default_value(a.cache_rows), "tier host: the cache in rows instead")(
       "eviction", po::value(&a.eviction)->default_value(a.eviction), "tier host: the cache's policy, lru | lfu")(
       "plan-only", po::value(&a.plan_only)->default_value(a.plan_only),
@@ -657,16 +658,21 @@ Sweep check_options(Args& a) {
     SPARTA_REQUIRE(a.check_samples >= 1, "--check-samples must be >= 1, found %d", a.check_samples);
     SPARTA_REQUIRE(a.prefill == 0 || a.prefill == 1, "--prefill: 0 or 1, found %d", a.prefill);
     SPARTA_REQUIRE(a.alpha >= 0, "--alpha must be >= 0, found %g", a.alpha);
-    const bool host = parse_tier(a.tier, "--tier") == TableTier::host;
+    const TableTier tier = parse_tier(a.tier, "--tier");
+    const bool host = tier == TableTier::host, automatic = tier == TableTier::automatic;
     SPARTA_REQUIRE(parse_eviction(a.eviction, "--eviction") != Eviction::error, "--eviction: lru or lfu, found error");
     SPARTA_REQUIRE(!host || (a.cache_gb > 0) != (a.cache_rows > 0),
                    "--tier host: give the cache as --cache-gb or --cache-rows (one of them), found %g and %lld",
                    a.cache_gb, (long long)a.cache_rows);
-    SPARTA_REQUIRE(host || (a.cache_gb == 0 && a.cache_rows == 0), "--cache-gb, --cache-rows: with --tier host only");
+    SPARTA_REQUIRE(!automatic || a.cache_gb == 0 || a.cache_rows == 0,
+                   "--tier auto: give the cache as --cache-gb or --cache-rows, or neither (the planner sizes it), "
+                   "found %g and %lld", a.cache_gb, (long long)a.cache_rows);
+    SPARTA_REQUIRE(host || automatic || (a.cache_gb == 0 && a.cache_rows == 0),
+                   "--cache-gb, --cache-rows: with --tier host or auto only");
     // a prefill forward has no backward: its rows stay pinned in the cache, so the next one could not evict them
-    SPARTA_REQUIRE(!host || a.prefill == 0 || a.index == "direct",
-                   "--tier host: give --prefill 0 (prefill forwards have no update, so the cache could not evict "
-                   "their rows)");
+    SPARTA_REQUIRE(!(host || automatic) || a.prefill == 0 || a.index == "direct",
+                   "--tier %s: give --prefill 0 (prefill forwards have no update, so the cache could not evict "
+                   "their rows)", a.tier.c_str());
     SPARTA_REQUIRE(a.memory_budget_gib >= 0, "--memory-budget must be >= 0 GiB, found %g", a.memory_budget_gib);
     for (const auto& r : {std::make_pair("--planner-link-gbps", a.rates.link_GBps),
                           std::make_pair("--planner-hbm-gbps", a.rates.hbm_GBps),

@@ -13,7 +13,7 @@
 //   mpiexec -n 8 bench_train [--batch 65536] [--max-rows 4000000] [--model dot|dcnv2] [--placement auto]
 //                            [--exchange fp32|bf16] [--precision fp32|bf16|fp16] [--cuda-graphs 1|0] [--trace N] [--warmup 3] [--steps 10] [--out results/bench_train.jsonl]
 //                            [--index hashed|direct] [--sparse-optimizer rowwise_adagrad|adagrad|sgd] [--atomic-update 0|1]
-//                            [--tier hbm|host --cache-gb X | --cache-rows N --eviction lru|lfu]
+//                            [--tier hbm|host|auto --cache-gb X | --cache-rows N --eviction lru|lfu]
 #include <mpi.h>
 
 #include <cstdio>
@@ -74,7 +74,8 @@ int main(int argc, char** argv) {
       "atomic-update", po::value(&atomic_update)->default_value(atomic_update), "embedding.atomic_update (sgd): 1 | 0")(
       "storage", po::value(&storage)->default_value(storage), "embedding.storage: fp32 | bf16 | fp16")(
       "tier", po::value(&tier)->default_value(tier),
-      "embedding.tier: hbm | host (every row in host memory under a GPU cache per table and rank), or a list")(
+      "embedding.tier: hbm | host (every row in host memory under a GPU cache per table and rank) | auto (host "
+      "where the planner finds no room in HBM), or a list")(
       "cache-gb", po::value(&cache_gb)->default_value(cache_gb),
       "tier host: each table's GPU cache per rank in GB of rows (values and state; embedding.cache_mb)")(
       "cache-rows", po::value(&cache_rows)->default_value(cache_rows), "tier host: the cache in rows instead")(

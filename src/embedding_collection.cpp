@@ -107,6 +107,13 @@ EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, con
     check_collection_config(cfg_);
     SPARTA_REQUIRE(plan_.tables.size() == cfg_.tables.size(), "embedding collection: a plan of %zu tables for %zu",
                    plan_.tables.size(), cfg_.tables.size());
+    // embedding.tier auto: the tier the planner chose
+    for (size_t i = 0; i < cfg_.tables.size(); ++i) {
+      cfg_.tables[i].tier = planned_tier(cfg_.tables[i], plan_.tables[i]);
+      SPARTA_REQUIRE(cfg_.tables[i].tier.tier != TableTier::automatic,
+                     "embedding collection: table '%s' has tier auto and its plan no tier for it (make_plan chooses)",
+                     cfg_.tables[i].name.c_str());
+    }
   }));
   ex_ = std::make_unique<Exchange>(comm, dev_, world_, cfg_.exchange);
   const int S = cfg_.num_slots;

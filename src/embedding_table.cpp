@@ -22,6 +22,9 @@ const EmbeddingTableConfig& checked(const EmbeddingTableConfig& c) {
   SPARTA_REQUIRE(c.dim >= 1 && c.dim <= 256, "embedding table '%s': dim must be in 1..256, found %d", name, c.dim);
   SPARTA_REQUIRE(c.capacity_rows >= 1, "embedding table '%s': capacity_rows must be >= 1, found %lld", name,
                  (long long)c.capacity_rows);
+  SPARTA_REQUIRE(c.tier.tier != TableTier::automatic,
+                 "embedding table '%s': tier auto is the planner's to resolve (make_plan); a table takes hbm or host",
+                 name);
   SPARTA_REQUIRE(c.tier.tier == TableTier::hbm || c.storage == RowStorage::fp32,
                  "embedding table '%s': the host tier holds fp32 rows only, found storage %s", name,
                  row_storage_name(c.storage));

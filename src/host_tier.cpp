@@ -15,7 +15,13 @@ namespace {
 constexpr double kIndexLoadFactor = 0.5;  // a hashed table's device index of its keys
 }  // namespace
 
-const char* tier_name(TableTier t) { return t == TableTier::host ? "host" : "hbm"; }
+const char* tier_name(TableTier t) {
+  switch (t) {
+    case TableTier::host: return "host";
+    case TableTier::automatic: return "auto";
+    default: return "hbm";
+  }
+}
 
 const char* eviction_name(Eviction e) {
   switch (e) {
@@ -28,7 +34,8 @@ const char* eviction_name(Eviction e) {
 TableTier parse_tier(const std::string& s, const std::string& what) {
   if (s == "hbm") return TableTier::hbm;
   if (s == "host") return TableTier::host;
-  throw Error(strprintf("%s: '%s' is not a tier (hbm or host)", what.c_str(), s.c_str()));
+  if (s == "auto") return TableTier::automatic;
+  throw Error(strprintf("%s: '%s' is not a tier (hbm, host or auto)", what.c_str(), s.c_str()));
 }
 
 Eviction parse_eviction(const std::string& s, const std::string& what) {
@@ -44,6 +51,7 @@ TierConfig make_tier(TableTier tier, int64_t cache_rows, double cache_mb, Evicti
   t.tier = tier;
   t.eviction = eviction;
   if (tier == TableTier::hbm) return t;
+  if (tier == TableTier::automatic && cache_rows == 0 && cache_mb == 0) return t;  // the planner sizes the cache
   const double row_bytes = double(dim + state_width) * sizeof(float);
   t.cache_rows = cache_rows > 0 ? cache_rows : std::max<int64_t>(1, int64_t(cache_mb * 1048576.0 / row_bytes));
   return t;

@@ -56,11 +56,12 @@
 
 namespace sparta {
 
-enum class TableTier { hbm, host };
+// automatic: the planner's choice (src/planner.h make_plan): HBM where the table fits, else host.
+enum class TableTier { hbm, host, automatic };
 enum class Eviction { error, lru, lfu };
 const char* tier_name(TableTier t);
 const char* eviction_name(Eviction e);
-// "hbm"/"host", "error"/"lru"/"lfu"; sparta::Error naming `what` (the option as the user typed it) otherwise.
+// "hbm"/"host"/"auto", "error"/"lru"/"lfu"; sparta::Error naming `what` (the option as the user typed it) otherwise.
 TableTier parse_tier(const std::string& s, const std::string& what);
 Eviction parse_eviction(const std::string& s, const std::string& what);
 
@@ -68,12 +69,13 @@ Eviction parse_eviction(const std::string& s, const std::string& what);
 struct TierConfig {
   TableTier tier = TableTier::hbm;
   // host: rows of the GPU cache, 1 .. capacity_rows (more is clamped; a cache of every row holds the whole table
-  // on the device, and the table runs as an HBM table: EmbeddingTable::host_tier() is null)
+  // on the device, and the table runs as an HBM table: EmbeddingTable::host_tier() is null). automatic: the cache
+  // the table gets if it goes to host memory; 0: what the memory budget leaves (the planner sizes it).
   int64_t cache_rows = 0;
   Eviction eviction = Eviction::lru;  // host: the cache's policy (error: a call that needs an eviction fails)
 };
 // The tier of a table of dim and state_width from a program's options: cache_rows, else cache_mb MiB of cache rows
-// (values and state, at least 1 row). hbm: both must be 0.
+// (values and state, at least 1 row). hbm: both must be 0; automatic: both may be 0 (the planner sizes the cache).
 TierConfig make_tier(TableTier tier, int64_t cache_rows, double cache_mb, Eviction eviction, int dim,
                      int state_width);
 

@@ -66,8 +66,8 @@ struct CollectionTableConfig {
   // How the rows are stored (src/embedding_table.h EmbeddingTableConfig::storage): fp32, bf16 or fp16.
   RowStorage storage = RowStorage::fp32;
   // Where the rows live (src/host_tier.h): hbm, or host memory under a GPU cache of tier.cache_rows rows on each
-  // rank (each rank caches its own shard; a hybrid table's hot copy stays in HBM). A tiered table shares no
-  // physical table with others.
+  // rank (each rank caches its own shard; a hybrid table's hot copy stays in HBM), or automatic: the planner's
+  // choice (TablePlan::tier). A tiered table shares no physical table with others.
   TierConfig tier;
 };
 
@@ -117,7 +117,14 @@ struct TablePlan {
   double local_bytes = 0;
   int collectives = 0;      // the collectives of the table's group per step
   bool opens_group = false;
+  // Where the planner put an automatic table's rows (hbm, or host under a cache of tier.cache_rows rows); the
+  // configuration's tier otherwise (planned_tier).
+  TierConfig tier;
 };
+// The tier a table runs with under plan entry p: the configuration's, or the planner's where it chose.
+inline const TierConfig& planned_tier(const CollectionTableConfig& t, const TablePlan& p) {
+  return t.tier.tier == TableTier::automatic ? p.tier : t.tier;
+}
 // The planner's estimate of the whole step (src/planner.h make_plan): seconds = link_bytes / link_GBps +
 // local_bytes / hbm_GBps + collectives x collective_us + groups x group_us.
 struct PlanEstimate {

@@ -477,6 +477,15 @@ std::string human(double bytes) {
   return u == 0 ? strprintf("%.0f B", bytes) : strprintf("%.2f %s", bytes, units[u]);
 }
 
+// A table that fits no placement in one pass (place): the planner's error, with what make_plan needs to try the
+// table in host memory (embedding.tier auto): its index and the GPU cache rows the rank's budget leaves it.
+struct TableDoesNotFit : Error {
+  TableDoesNotFit(const std::string& what, size_t table, int64_t cache_rows)
+      : Error(what), table(table), cache_rows(cache_rows) {}
+  size_t table;
+  int64_t cache_rows;  // rows of values and state a host-tier cache could take beside the tier's index (0: none)
+};
+
 // One pass of the planner (make_plan): the tables largest first, each request honoured, each automatic table
 // where it raises the estimate the least. opt: with the configuration's wire type (make_plan sets it).
 // The placements in the order of preference where estimates tie.
@@ -646,12 +655,13 @@ Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::ve
           t.tier.tier != TableTier::hbm ? std::string()
           : cache >= row_bytes
               ? strprintf("; or keep its rows in host memory under a GPU cache: embedding.tier host with "
-                          "embedding.cache_mb below %s (bench_collection, bench_train: --tier host --cache-gb)",
+                          "embedding.cache_mb below %s (bench_collection, bench_train: --tier host --cache-gb), or "
+                          "embedding.tier auto",
                           mib(cache).c_str())
               : strprintf("; in host memory under a GPU cache (embedding.tier host) its index alone would take %s: "
                           "use more ranks or a direct index",
                           mib(double(index)).c_str());
-      throw Error(strprintf(
+      throw TableDoesNotFit(strprintf(
           "planner: table '%s' (%lld rows, dim %d, %s) does not fit: %s placement needs %s (%zu bytes) more than the "
           "memory budget of %s (%zu bytes) per rank (tables placed before it use up to %s on a rank; the table's "
           "rows, state and index take %s, its workspaces and route buffers %s)%s",
@@ -659,7 +669,8 @@ Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::ve
           mib(double(best->shortfall)).c_str(), best->shortfall, mib(double(budget)).c_str(), budget,
           mib(double(*std::max_element(used.begin(), used.end()))).c_str(),
           mib(double(best->cost.memory_busiest)).c_str(), mib(double(best->cost.work_busiest)).c_str(),
-          req[i].automatic ? " (the placement that comes closest)" : "") + hint);
+          req[i].automatic ? " (the placement that comes closest)" : "") + hint,
+          i, int64_t(cache / row_bytes));
     }
     TablePlan& tp = plan.tables[i];
     tp.placement = pick->p;
@@ -688,9 +699,8 @@ Plan place(const CollectionConfig& cfg, const PlannerOptions& opt, const std::ve
   return plan;
 }
 
-}  // namespace
-
-Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std::vector<TableKeyStats>& stats) {
+// make_plan with every table's tier fixed (none automatic).
+Plan plan_with_tiers(const CollectionConfig& cfg, const PlannerOptions& opt, const std::vector<TableKeyStats>& stats) {
   check_collection_config(cfg);
   SPARTA_REQUIRE(opt.world >= 1 && opt.global_batch >= 1, "planner: world %d and global batch %lld must be >= 1",
                  opt.world, (long long)opt.global_batch);
@@ -828,6 +838,38 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
   return best;
 }
 
+}  // namespace
+
+Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std::vector<TableKeyStats>& stats) {
+  // An automatic table starts in HBM; one that fits no placement there goes to host memory under the cache asked
+  // for, else under the cache the rank's budget leaves it (a little less, then smaller while it still does not
+  // fit), and the plan is made again. A 16-bit table stays in HBM (the host tier holds fp32 rows).
+  CollectionConfig c = cfg;
+  const size_t T = cfg.tables.size();
+  std::vector<bool> automatic(T, false);
+  for (size_t i = 0; i < T; ++i)
+    if (c.tables[i].tier.tier == TableTier::automatic) automatic[i] = true, c.tables[i].tier.tier = TableTier::hbm;
+  for (int tries = 0;; ++tries) {
+    try {
+      Plan plan = plan_with_tiers(c, opt, stats);
+      for (size_t i = 0; i < T; ++i) plan.tables[i].tier = c.tables[i].tier;
+      return plan;
+    } catch (const TableDoesNotFit& e) {
+      CollectionTableConfig& t = c.tables[e.table];
+      const int64_t asked = cfg.tables[e.table].tier.cache_rows;
+      if (!automatic[e.table] || t.storage != RowStorage::fp32 || tries > int(4 * T + 16)) throw;
+      int64_t rows = 0;
+      if (t.tier.tier == TableTier::hbm)
+        rows = asked > 0 ? asked : int64_t(0.95 * double(e.cache_rows));
+      else if (asked == 0)
+        rows = std::min(e.cache_rows, t.tier.cache_rows * 3 / 4);
+      if (rows < 1) throw;
+      t.tier.tier = TableTier::host;
+      t.tier.cache_rows = rows;
+    }
+  }
+}
+
 size_t device_memory_budget(MPI_Comm comm, const Device& dev, size_t reserve) {
   // the ranks of this host that drive the same device share its free memory
   MPI_Comm host = MPI_COMM_NULL;
@@ -860,11 +902,14 @@ std::string format_plan(const CollectionConfig& cfg, const Plan& plan) {
     std::string name = placement_name(p.placement);
     if (p.placement == Placement::hybrid) name += strprintf("(%zu)", p.hot_keys.size());
     // a host-tier table: its cache's rows, its host bytes per rank and its host<->GPU bytes per step
-    const std::string tier = t.tier.tier == TableTier::hbm
-                                 ? "hbm"
-                                 : strprintf("host cache %lld rows, host %s, %s/step in+out",
-                                             (long long)t.tier.cache_rows, human(double(p.host_bytes)).c_str(),
-                                             human(p.host_transfer_bytes).c_str());
+    // (embedding.tier auto: where the planner put it, marked "(auto)")
+    const TierConfig& tc = planned_tier(t, p);
+    const std::string tier = (tc.tier == TableTier::hbm
+                                  ? std::string("hbm")
+                                  : strprintf("host cache %lld rows, host %s, %s/step in+out",
+                                              (long long)tc.cache_rows, human(double(p.host_bytes)).c_str(),
+                                              human(p.host_transfer_bytes).c_str())) +
+                             (t.tier.tier == TableTier::automatic ? " (auto)" : "");
     out += strprintf("%-16s %12lld %5d %-12s %10s %16s %18s %14.3f %s\n", t.name.c_str(), (long long)t.rows, t.dim,
                      name.c_str(), owner.c_str(), human(double(p.memory_bytes)).c_str(), human(p.bytes_per_step).c_str(),
                      p.seconds_per_step * 1e3, tier.c_str());

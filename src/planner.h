@@ -126,7 +126,10 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
 // then the lowest. The plan is the lowest estimate of that pass and of every `auto` table in one placement (for
 // each placement), then improved one `auto` table at a time: a move to another placement that lowers the estimate
 // stays (the owners picked again), until no single move does. A table's seconds_per_step is what it raised the estimate by, so the tables' seconds add up to
-// the estimate. Throws sparta::Error for a bad configuration, bad rates or a plan that does not fit.
+// the estimate. Tables of tier automatic are planned in HBM; one that fits no placement there goes to host memory
+// (fp32 rows only) under the cache its tier asks for, else the cache the budget leaves it, and the plan is made
+// again; TablePlan::tier says where each table went (experiments/PLANNER.md). Throws sparta::Error for a bad
+// configuration, bad rates or a plan that does not fit.
 Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std::vector<TableKeyStats>& stats);
 
 // The default memory budget of a rank (collective over comm; every rank returns the same): the least over the

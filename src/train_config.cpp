@@ -199,19 +199,27 @@ void check_train_config(const TrainConfig& c) {
   SPARTA_REQUIRE(c.index != "direct" || c.rows == 0,
                  "embedding.index: direct holds every key of a slot's cardinality, so embedding.rows must be 0 (found "
                  "%lld)", (long long)c.rows);
-  bool any_host = false;  // (the list's length is checked against the slots where they are known: the trainer)
+  // (the list's length is checked against the slots where they are known: the trainer)
+  bool any_host = false, any_auto = false;
   std::stringstream tiers(c.tier);
-  for (std::string t; std::getline(tiers, t, ',');)
-    any_host = parse_tier(t, "embedding.tier") == TableTier::host || any_host;
+  for (std::string t; std::getline(tiers, t, ',');) {
+    const TableTier tier = parse_tier(t, "embedding.tier");
+    any_host = tier == TableTier::host || any_host;
+    any_auto = tier == TableTier::automatic || any_auto;
+  }
   SPARTA_REQUIRE(c.cache_rows >= 0 && c.cache_mb >= 0 && std::isfinite(c.cache_mb),
                  "embedding.cache_rows, embedding.cache_mb: expected >= 0, found %lld and %g", (long long)c.cache_rows,
                  c.cache_mb);
   SPARTA_REQUIRE(!any_host || (c.cache_rows > 0) != (c.cache_mb > 0),
                  "embedding.tier host: give the GPU cache's size as embedding.cache_rows or embedding.cache_mb (one of "
                  "them), found cache_rows %lld, cache_mb %g", (long long)c.cache_rows, c.cache_mb);
-  SPARTA_REQUIRE(any_host || (c.cache_rows == 0 && c.cache_mb == 0),
+  SPARTA_REQUIRE(!any_auto || c.cache_rows == 0 || c.cache_mb == 0,
+                 "embedding.tier auto: give the GPU cache's size as embedding.cache_rows or embedding.cache_mb (one of "
+                 "them), or neither (the planner sizes it), found cache_rows %lld, cache_mb %g",
+                 (long long)c.cache_rows, c.cache_mb);
+  SPARTA_REQUIRE(any_host || any_auto || (c.cache_rows == 0 && c.cache_mb == 0),
                  "embedding.cache_rows, embedding.cache_mb: a cache for tables in host memory only (embedding.tier "
-                 "host), found tier '%s'", c.tier.c_str());
+                 "host or auto), found tier '%s'", c.tier.c_str());
   SPARTA_REQUIRE(!any_host || c.storage == "fp32",
                  "embedding.tier host: the host tier holds fp32 rows only; found embedding.storage %s",
                  c.storage.c_str());

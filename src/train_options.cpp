@@ -105,13 +105,15 @@ po::options_description config_options(TrainConfig& c, Texts& t) {
       "hashed | direct: direct indexes keys by value (a lookup reads the row only); every slot needs a cardinality "
       "and embedding.rows 0")(
       "embedding.tier", po::value<std::string>(&c.tier)->default_value("hbm"),
-      "hbm | host: host keeps every row and its optimizer state in host memory under a GPU cache of the hot rows "
-      "(each rank caches its own shard; the same results bit for bit); one for all tables, or a comma list with one "
-      "per table")(
+      "hbm | host | auto: host keeps every row and its optimizer state in host memory under a GPU cache of the hot "
+      "rows (each rank caches its own shard; the same results bit for bit); auto: HBM where the planner finds room, "
+      "else host (under embedding.cache_rows or cache_mb if given, else the cache the memory budget leaves); one for "
+      "all tables, or a comma list with one per table")(
       "embedding.cache_rows", po::value<int64_t>(&c.cache_rows)->default_value(0),
-      "tier host: rows of each table's GPU cache per rank (a batch's distinct keys must fit)")(
+      "tier host (or auto): rows of each table's GPU cache per rank (a batch's distinct keys must fit)")(
       "embedding.cache_mb", po::value<double>(&c.cache_mb)->default_value(0),
-      "tier host: the GPU cache per table and rank in MiB of rows (values and optimizer state), instead of cache_rows")(
+      "tier host (or auto): the GPU cache per table and rank in MiB of rows (values and optimizer state), instead of "
+      "cache_rows")(
       "embedding.eviction", po::value<std::string>(&c.eviction)->default_value("lru"),
       "tier host: the cache's policy: lru (least recently used batch) | lfu (fewest uses); ties by key")(
       "embedding.exchange", po::value<std::string>(&c.exchange)->default_value("fp32"),

@@ -1,7 +1,8 @@
 // Tiered tables (src/host_tier.h) in a collection under every placement, on however many ranks the suite runs
 // with: the same outputs, tables and evaluations as the same collection with its tables in HBM, bit for bit, for
 // caches of about one batch, half the keys and every key; and a checkpoint of the tiered collection loads into an
-// HBM one (and back) with every row's bits.
+// HBM one (and back) with every row's bits; embedding.tier auto puts a table in host memory where the memory budget
+// is short, with the same results.
 #include <mpi.h>
 #include <boost/test/unit_test.hpp>
 
@@ -252,8 +253,63 @@ void batch_beyond_the_cache(Backend backend) {
   BOOST_CHECK_MESSAGE(testing::all_ranks(msg.find("GPU cache of 4 rows") != std::string::npos), msg);
 }
 
+// embedding.tier auto under a memory budget that holds the hashed table in HBM but not the direct one after it:
+// the planner puts the direct table's rows in host memory under the cache the budget leaves, the collection runs
+// it so, and its outputs and tables are HBM's, bit for bit.
+void auto_tier_takes_host_memory_where_hbm_is_short(Backend backend) {
+  World w(backend);
+  uint64_t seed = testing::seed();
+  MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, w.comm);
+  auto config = [&](TableTier tier) {
+    CollectionConfig c = make_config(seed, "dispatch", 0);
+    for (CollectionTableConfig& t : c.tables) {
+      t.dim = 64;  // rows wide enough that a cache of part of them takes less than the table
+      t.tier = make_tier(tier, 0, 0, Eviction::lru, t.dim, optimizer_state_width(t.optimizer.kind, t.dim));
+    }
+    return c;
+  };
+  std::mt19937_64 g(seed);
+  std::vector<Batch> batches;
+  for (int s = 0; s < 6; ++s) batches.push_back(make_batch(g, 8 * w.size, w));
+  const CollectionConfig hbm_cfg = config(TableTier::hbm), auto_cfg = config(TableTier::automatic);
+  const Plan hbm_plan = plan_of(hbm_cfg, w, batches[0]);
+  std::vector<TableKeyStats> stats = count_keys(w.comm, auto_cfg, batches[0].offsets, batches[0].keys,
+                                                batches[0].samples, 64);
+  PlannerOptions po;
+  po.world = w.size;
+  po.global_batch = 8 * w.size;
+  size_t all = 0;
+  for (const TablePlan& t : hbm_plan.tables) all += t.memory_bytes + t.work_bytes;
+  po.memory_budget = all - hbm_plan.tables[1].memory_bytes / 4;  // the direct table (placed second) is short
+  const Plan plan = make_plan(auto_cfg, po, stats);
+  BOOST_REQUIRE(plan.tables[0].tier.tier == TableTier::hbm);
+  BOOST_REQUIRE(plan.tables[1].tier.tier == TableTier::host);
+  BOOST_TEST_MESSAGE("auto tier: the direct table under a cache of " << plan.tables[1].tier.cache_rows << " rows");
+  BOOST_CHECK_GT(plan.tables[1].tier.cache_rows, 0);
+  BOOST_CHECK_LT(plan.tables[1].tier.cache_rows, kKeys);
+  EmbeddingCollection hbm(w.comm, w.communicator.get(), w.dev, hbm_cfg, hbm_plan);
+  EmbeddingCollection tier(w.comm, w.communicator.get(), w.dev, auto_cfg, plan);
+  BOOST_CHECK(tier.config().tables[1].tier.tier == TableTier::host);
+  BOOST_CHECK_EQUAL(tier.config().tables[1].tier.cache_rows, plan.tables[1].tier.cache_rows);
+  BOOST_CHECK(tier.config().tables[0].tier.tier == TableTier::hbm);
+  std::mt19937_64 gg(seed + 1);
+  bool ok = true;
+  for (size_t s = 0; s < batches.size(); ++s) {
+    const Batch& b = batches[s];
+    ok = ok && testing::same_bits(forward(hbm, w, b, LookupMode::train), forward(tier, w, b, LookupMode::train));
+    std::vector<float> grad(size_t(std::max<int64_t>(1, b.samples * hbm.output_width())));
+    for (float& x : grad) x = float(int64_t(gg() % 2001) - 1000) / 1000.f;
+    Buffer<float> gd(w.dev, grad);
+    hbm.backward(gd.data(), int64_t(s) + 1);
+    tier.backward(gd.data(), int64_t(s) + 1);
+  }
+  BOOST_CHECK_MESSAGE(testing::all_ranks(ok), "auto tier: train outputs differ");
+  BOOST_CHECK_MESSAGE(testing::all_ranks(same_tables(hbm, tier)), "auto tier: tables differ");
+}
+
 }  // namespace
 
 SPARTA_MPI_BACKEND_CASES(tiered_collection_equals_hbm_under_every_placement, tiered_collection_equals_hbm)
+SPARTA_MPI_BACKEND_CASES(auto_tier_takes_host_memory_where_hbm_is_short, auto_tier_takes_host_memory_where_hbm_is_short)
 SPARTA_MPI_BACKEND_CASES(a_batch_beyond_the_cache_fails_on_every_rank, batch_beyond_the_cache)
 SPARTA_MPI_BACKEND_CASES(tables_whose_caches_hold_every_row_group_as_hbm_tables, full_caches_group_as_hbm)

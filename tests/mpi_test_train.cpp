@@ -500,8 +500,12 @@ BOOST_AUTO_TEST_CASE(misconfigurations_are_errors_on_every_rank) {
   c.tier = "hbm";
   c.cache_rows = 10;
   expect_error(c, {"embedding.cache_rows", "tier 'hbm'"});
+  c.tier = "auto";  // the planner sizes the cache, or takes one of the two sizes
+  c.cache_mb = 1;
+  expect_error(c, {"embedding.tier auto", "embedding.cache_rows", "embedding.cache_mb", "or neither"});
+  c.cache_mb = 0;
   c.tier = "disk";
-  expect_error(c, {"embedding.tier", "'disk'"});
+  expect_error(c, {"embedding.tier", "'disk'", "hbm, host or auto"});
   c.tier = "host";
   c.eviction = "fifo";
   expect_error(c, {"embedding.eviction", "'fifo'"});

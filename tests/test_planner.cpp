@@ -859,3 +859,65 @@ BOOST_AUTO_TEST_CASE(host_tier_counts_the_cache_the_host_and_the_transfers) {
   const std::string e2 = error_of([&] { make_plan(h, small, {}); });
   BOOST_CHECK_MESSAGE(has(e2, "'huge'") && has(e2, "its index alone would take") && !has(e2, "cache_mb below"), e2);
 }
+
+// embedding.tier auto: HBM where the table fits; else host memory under the cache asked for or, with none asked,
+// under the largest cache the budget leaves (within 5% of it); a 16-bit table, and one whose index alone is beyond
+// the budget, end with the HBM error. The plan entry carries the tier, and format_plan marks it.
+BOOST_AUTO_TEST_CASE(tier_auto_goes_to_host_memory_only_where_hbm_does_not_suffice) {
+  CollectionConfig h;
+  h.num_slots = 2;
+  h.tables = {table("huge", 10000000, 64, {0}, "dispatch"), table("small", 1000, 64, {1}, "auto")};
+  for (CollectionTableConfig& t : h.tables) {
+    t.direct_index = true;
+    t.key_bound = t.rows;
+    t.tier = make_tier(TableTier::automatic, 0, 0, Eviction::lru, 64, 0);
+  }
+  BOOST_CHECK_EQUAL(h.tables[0].tier.cache_rows, 0);
+  PlannerOptions roomy;  // no budget: every table fits in HBM
+  const Plan all_hbm = make_plan(h, roomy, {});
+  for (const TablePlan& p : all_hbm.tables) BOOST_CHECK(p.tier.tier == TableTier::hbm);
+  BOOST_CHECK_MESSAGE(has(format_plan(h, all_hbm), " hbm (auto)\n"), format_plan(h, all_hbm));
+
+  PlannerOptions small;
+  small.memory_budget = size_t(96) << 20;
+  const Plan p = make_plan(h, small, {});
+  const TablePlan& huge = p.tables[0];
+  BOOST_CHECK(huge.tier.tier == TableTier::host);
+  BOOST_CHECK(p.tables[1].tier.tier == TableTier::hbm);  // the small table keeps its rows in HBM
+  BOOST_CHECK_EQUAL(huge.host_bytes, HostTier::host_bytes(10000000, 64, 0));
+  size_t used = 0;
+  for (const TablePlan& t : p.tables) used += t.memory_bytes + t.work_bytes;
+  BOOST_CHECK_LE(used, small.memory_budget);
+  // the cache takes most of what is left: more rows would not fit, the cache's 5% margin aside
+  const double row = 64 * 4.0 + HostTier::kSlotWords * sizeof(int64_t);
+  BOOST_CHECK_GT(double(used) + 0.08 * double(huge.tier.cache_rows) * row, double(small.memory_budget));
+  BOOST_CHECK_MESSAGE(has(format_plan(h, p), strprintf("host cache %lld rows", (long long)huge.tier.cache_rows)) &&
+                          has(format_plan(h, p), "(auto)"),
+                      format_plan(h, p));
+  // planned_tier: the plan's choice for an automatic table, the configuration's otherwise
+  BOOST_CHECK(planned_tier(h.tables[0], huge).tier == TableTier::host);
+  CollectionTableConfig fixed = h.tables[0];
+  fixed.tier = TierConfig{};
+  BOOST_CHECK(planned_tier(fixed, huge).tier == TableTier::hbm);
+
+  // the cache asked for is the one taken
+  h.tables[0].tier = make_tier(TableTier::automatic, 5000, 0, Eviction::lfu, 64, 0);
+  const Plan asked = make_plan(h, small, {});
+  BOOST_CHECK(asked.tables[0].tier.tier == TableTier::host);
+  BOOST_CHECK_EQUAL(asked.tables[0].tier.cache_rows, 5000);
+  BOOST_CHECK(asked.tables[0].tier.eviction == Eviction::lfu);
+
+  // 16-bit rows stay in HBM (the host tier holds fp32 rows): the HBM error
+  h.tables[0].tier = make_tier(TableTier::automatic, 0, 0, Eviction::lru, 64, 0);
+  h.tables[0].storage = RowStorage::bf16;
+  const std::string e16 = error_of([&] { make_plan(h, small, {}); });
+  BOOST_CHECK_MESSAGE(has(e16, "'huge'") && has(e16, "does not fit"), e16);
+  h.tables[0].storage = RowStorage::fp32;
+  // hashed: its key index alone is beyond the budget, so host memory cannot take it either
+  h.tables[0].direct_index = false;
+  h.tables[0].key_bound = 0;
+  const std::string eh = error_of([&] { make_plan(h, small, {}); });
+  BOOST_CHECK_MESSAGE(has(eh, "'huge'") && has(eh, "its index alone would take"), eh);
+  BOOST_CHECK(has(error_of([] { parse_tier("cache", "embedding.tier"); }), "hbm, host or auto"));
+  BOOST_CHECK(parse_tier("auto", "embedding.tier") == TableTier::automatic);
+}
