@@ -143,6 +143,24 @@ std::vector<float> forward(EmbeddingCollection& c, const World& w, const Batch& 
   return r;
 }
 
+// Trains both collections on the batches, the same random gradient for both at each step (from seed + 1): whether
+// every train output was the same, bit for bit.
+bool train_alike(EmbeddingCollection& hbm, EmbeddingCollection& tier, const World& w,
+                 const std::vector<Batch>& batches, uint64_t seed) {
+  std::mt19937_64 gg(seed + 1);
+  bool ok = true;
+  for (size_t s = 0; s < batches.size(); ++s) {
+    const Batch& b = batches[s];
+    ok = ok && testing::same_bits(forward(hbm, w, b, LookupMode::train), forward(tier, w, b, LookupMode::train));
+    std::vector<float> grad(size_t(std::max<int64_t>(1, b.samples * hbm.output_width())));
+    for (float& x : grad) x = float(int64_t(gg() % 2001) - 1000) / 1000.f;
+    Buffer<float> gd(w.dev, grad);
+    hbm.backward(gd.data(), int64_t(s) + 1);
+    tier.backward(gd.data(), int64_t(s) + 1);
+  }
+  return ok;
+}
+
 void tiered_collection_equals_hbm(Backend backend) {
   World w(backend);
   uint64_t seed = testing::seed();
@@ -163,18 +181,8 @@ void tiered_collection_equals_hbm(Backend backend) {
       EmbeddingCollection hbm(w.comm, w.communicator.get(), w.dev, hbm_cfg, plan);
       EmbeddingCollection tier(w.comm, w.communicator.get(), w.dev, make_config(seed, placement, cache), plan);
       BOOST_CHECK_LE(tier.memory_bytes(), hbm.memory_bytes());
-      std::mt19937_64 gg(seed + 1);
-      bool ok = true;
-      for (size_t s = 0; s < batches.size(); ++s) {
-        const Batch& b = batches[s];
-        ok = ok && testing::same_bits(forward(hbm, w, b, LookupMode::train), forward(tier, w, b, LookupMode::train));
-        std::vector<float> grad(size_t(std::max<int64_t>(1, b.samples * hbm.output_width())));
-        for (float& x : grad) x = float(int64_t(gg() % 2001) - 1000) / 1000.f;
-        Buffer<float> gd(w.dev, grad);
-        hbm.backward(gd.data(), int64_t(s) + 1);
-        tier.backward(gd.data(), int64_t(s) + 1);
-      }
-      BOOST_CHECK_MESSAGE(testing::all_ranks(ok), what << ": train outputs differ");
+      BOOST_CHECK_MESSAGE(testing::all_ranks(train_alike(hbm, tier, w, batches, seed)),
+                          what << ": train outputs differ");
       BOOST_CHECK_MESSAGE(testing::all_ranks(same_tables(hbm, tier)), what << ": tables differ");
       std::mt19937_64 ge(seed + 2);
       const Batch e = make_batch(ge, samples, w);
@@ -292,18 +300,7 @@ void auto_tier_takes_host_memory_where_hbm_is_short(Backend backend) {
   BOOST_CHECK(tier.config().tables[1].tier.tier == TableTier::host);
   BOOST_CHECK_EQUAL(tier.config().tables[1].tier.cache_rows, plan.tables[1].tier.cache_rows);
   BOOST_CHECK(tier.config().tables[0].tier.tier == TableTier::hbm);
-  std::mt19937_64 gg(seed + 1);
-  bool ok = true;
-  for (size_t s = 0; s < batches.size(); ++s) {
-    const Batch& b = batches[s];
-    ok = ok && testing::same_bits(forward(hbm, w, b, LookupMode::train), forward(tier, w, b, LookupMode::train));
-    std::vector<float> grad(size_t(std::max<int64_t>(1, b.samples * hbm.output_width())));
-    for (float& x : grad) x = float(int64_t(gg() % 2001) - 1000) / 1000.f;
-    Buffer<float> gd(w.dev, grad);
-    hbm.backward(gd.data(), int64_t(s) + 1);
-    tier.backward(gd.data(), int64_t(s) + 1);
-  }
-  BOOST_CHECK_MESSAGE(testing::all_ranks(ok), "auto tier: train outputs differ");
+  BOOST_CHECK_MESSAGE(testing::all_ranks(train_alike(hbm, tier, w, batches, seed)), "auto tier: train outputs differ");
   BOOST_CHECK_MESSAGE(testing::all_ranks(same_tables(hbm, tier)), "auto tier: tables differ");
 }
 
