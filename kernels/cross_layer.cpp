@@ -38,6 +38,12 @@ void cross_input_to_half_cpu(const LinearDims& d, GemmType t, const CrossInput& 
     for (int c = 0; c < d.out; ++c) x16[r * d.out + c] = round16(x0_at(x0, d.out, r, c));
 }
 
+void cross_block_to_half_cpu(const LinearDims& d, GemmType t, const float* a, int a_cols, uint16_t* x16) {
+  const HalfFromFloat round16 = half_from_float(t);
+  for (int64_t r = 0; r < d.batch; ++r)
+    for (int c = 0; c < a_cols; ++c) x16[r * d.out + c] = round16(a[r * a_cols + c]);
+}
+
 void cross_forward_elementwise_cpu(const LinearDims& d, const CrossElementwise& a) {
   for (int64_t r = 0; r < d.batch; ++r) {
     for (int c = 0; c < d.out; ++c) {
@@ -153,6 +159,17 @@ void cross_input_to_half(const Device& dev, const LinearDims& d, GemmType t, con
                         cross_input_to_half_cuda(d, t, x0, x16, stream));
 }
 
+void cross_block_to_half(const Device& dev, const LinearDims& d, GemmType t, const float* a, int a_cols,
+                         uint16_t* x16, Stream stream) {
+  check_square(d);
+  check_half(d, t);
+  SPARTA_REQUIRE(a_cols >= 1 && a_cols <= d.out, "cross layer '%s': a first block of 1 .. D (%d) columns, found %d",
+                 d.layer, d.out, a_cols);
+  require(d, a && x16, "x0's first block and its 16-bit array");
+  SPARTA_CROSS_DISPATCH(dev, d, cross_block_to_half_cpu(d, t, a, a_cols, x16),
+                        cross_block_to_half_cuda(d, t, a, a_cols, x16, stream));
+}
+
 void cross_forward_elementwise(const Device& dev, const LinearDims& d, const CrossInput& x0, const float* z,
                                const float* bias, const float* xl, float* out, Stream stream) {
   check_square(d);
@@ -239,6 +256,8 @@ void check_columns(const char* layer, int64_t batch, int a_cols, int b_cols) {
                  "cross input '%s': expected batch >= 0 and both widths >= 1, found batch %lld, widths %d and %d",
                  layer, (long long)batch, a_cols, b_cols);
 }
+}  // namespace
+
 void copy_columns(const Device& dev, const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows,
                   int64_t cols, Stream stream) {
   if (!dev.is_cuda()) return copy_columns_cpu(src, src_ld, dst, dst_ld, rows, cols);
@@ -248,7 +267,6 @@ void copy_columns(const Device& dev, const float* src, int64_t src_ld, float* ds
   SPARTA_FATAL("copy_columns on %s in a CUDA=0 build", dev.name().c_str());
 #endif
 }
-}  // namespace
 
 void concat_columns(const Device& dev, const char* layer, int64_t batch, const float* a, int a_cols, const float* b,
                     int b_cols, float* out, Stream stream) {
@@ -328,11 +346,17 @@ const void* CrossNet::u_gemm(const float* params, int l) const {
 
 uint16_t* CrossNet::output_grad16() { return is_half(cfg_.precision) ? gs16_.back().data() : nullptr; }
 
-const float* CrossNet::forward(const float* params, const CrossInput& x0, int64_t batch, Stream stream,
-                               uint16_t* out16) {
+void CrossNet::check_batch(int64_t batch) const {
   SPARTA_REQUIRE(batch >= 0 && batch <= max_batch_,
                  "cross network '%s': batch must be in [0, %lld] (max_batch), found %lld", cfg_.name.c_str(),
                  (long long)max_batch_, (long long)batch);
+}
+
+uint16_t* CrossNet::input16() { return is_half(cfg_.precision) ? xs16_[0].data() : nullptr; }
+
+const float* CrossNet::forward(const float* params, const CrossInput& x0, int64_t batch, Stream stream,
+                               uint16_t* out16) {
+  check_batch(batch);
   SPARTA_REQUIRE(!x0.b || (x0.a_cols >= 1 && x0.a_cols < cfg_.dim),
                  "cross network '%s': x0 in two blocks needs 1 <= a_cols < dim (%d), found a_cols %d",
                  cfg_.name.c_str(), cfg_.dim, x0.a_cols);
@@ -359,12 +383,32 @@ const float* CrossNet::forward(const float* params, const CrossInput& x0, int64_
     }
     return xs_[L - 1].data();
   }
+  cross_input_to_half(dev_, x_dims(), cfg_.precision, x0, xs16_[0].data(), stream);
+  return forward_half_layers(params, stream, out16);
+}
+
+const float* CrossNet::forward_from_input16(const float* params, const float* a, int a_cols, int64_t batch,
+                                            Stream stream, uint16_t* out16) {
+  check_batch(batch);
+  SPARTA_REQUIRE(is_half(cfg_.precision), "cross network '%s': x0 in its 16-bit array needs bf16 or fp16 precision, "
+                 "found %s", cfg_.name.c_str(), gemm_type_name(cfg_.precision));
+  SPARTA_REQUIRE(a_cols >= 1 && a_cols < cfg_.dim,
+                 "cross network '%s': x0's first block needs 1 <= a_cols < dim (%d), found a_cols %d",
+                 cfg_.name.c_str(), cfg_.dim, a_cols);
+  batch_ = batch;
+  x0_ = CrossInput();
+  have_grads_ = false;
+  cross_block_to_half(dev_, x_dims(), cfg_.precision, a, a_cols, xs16_[0].data(), stream);
+  return forward_half_layers(params, stream, out16);
+}
+
+const float* CrossNet::forward_half_layers(const float* params, Stream stream, uint16_t* out16) {
+  const int L = cfg_.layers;
   const size_t rd = size_t(cfg_.rank) * cfg_.dim;
   for (int l = 0; l < L; ++l) {
     to_half(dev_, cfg_.precision, params + v_offset(l), v16_[l].data(), rd, stream);
     to_half(dev_, cfg_.precision, params + u_offset(l), u16_[l].data(), rd, stream);
   }
-  cross_input_to_half(dev_, x_dims(), cfg_.precision, x0, xs16_[0].data(), stream);
   if (!out16 && out_.size() == 0) out_ = Buffer<float>(dev_, size_t(max_batch_) * cfg_.dim);
   for (int l = 0; l < L; ++l) {
     // h and z (without the bias) straight in 16 bits; x_{l+1} from x0's copy, z and x_l, rounded once

@@ -102,6 +102,16 @@ __global__ void __launch_bounds__(128) cross_input_to_half_kernel(CrossInput x0,
     store_half<H, N>(x16 + r * cols + c, load_floats<N>(x0_ptr(x0.a, x0.b, x0.a_cols, cols, r, c)));
 }
 
+// x16's first a_cols columns (rows of ld values) from a [rows, a_cols].
+template <class H, int N>
+__global__ void __launch_bounds__(128) block_to_half_kernel(const float* a, int a_cols, uint16_t* x16, int64_t rows,
+                                                            int ld) {
+  const int c = (blockIdx.x * blockDim.x + threadIdx.x) * N;
+  if (c >= a_cols) return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    store_half<H, N>(x16 + r * ld + c, load_floats<N>(a + r * a_cols + c));
+}
+
 namespace {
 
 // V 16-bit values at p (V = 8: 16 bytes, 16-byte aligned), widened; and V floats rounded into p.
@@ -316,6 +326,23 @@ void cross_input_to_half_cuda(const LinearDims& d, GemmType t, const CrossInput&
     else
       cross_input_to_half_kernel<H, 1><<<row_block_grid(d.batch, d.out, 1), 128, 0, stream>>>(x0, x16, d.batch, d.out);
     CUDA_CHECK_LAUNCH("cross_input_to_half_kernel");
+  });
+}
+
+void cross_block_to_half_cuda(const LinearDims& d, GemmType t, const float* a, int a_cols, uint16_t* x16,
+                              Stream stream) {
+  if (d.batch == 0) return;
+  const bool four = a_cols % 4 == 0 && d.out % 4 == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 &&
+                    reinterpret_cast<uintptr_t>(x16) % 8 == 0;
+  dense::with_half(t, [&](auto h) {
+    using H = decltype(h);
+    if (four)
+      block_to_half_kernel<H, 4><<<row_block_grid(d.batch, a_cols, 4), 128, 0, stream>>>(a, a_cols, x16, d.batch,
+                                                                                          d.out);
+    else
+      block_to_half_kernel<H, 1><<<row_block_grid(d.batch, a_cols, 1), 128, 0, stream>>>(a, a_cols, x16, d.batch,
+                                                                                          d.out);
+    CUDA_CHECK_LAUNCH("block_to_half_kernel");
   });
 }
 

@@ -66,6 +66,8 @@ void concat_columns(const Device& dev, const char* layer, int64_t batch, const f
                     int b_cols, float* out, Stream stream);
 
 // Copies rows x cols floats from src (row pitch src_ld floats) to dst (row pitch dst_ld floats).
+void copy_columns(const Device& dev, const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows,
+                  int64_t cols, Stream stream);
 void copy_columns_cpu(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows, int64_t cols);
 void copy_columns_cuda(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows, int64_t cols,
                        Stream stream);
@@ -86,6 +88,11 @@ void cross_backward_elementwise(const Device& dev, const LinearDims& d, const fl
 // x16 [batch, D] = x0 in t (rounded to nearest even): the first V GEMM's input and the products' x0.
 void cross_input_to_half(const Device& dev, const LinearDims& d, GemmType t, const CrossInput& x0, uint16_t* x16,
                          Stream stream);
+// x16's columns [0, a_cols) (rows of D values) = a [batch, a_cols] in t (rounded to nearest even), its other
+// columns untouched: x0's first block, where the producer of the rest wrote it in 16 bits already
+// (CrossNet::forward_from_input16). 1 <= a_cols <= D.
+void cross_block_to_half(const Device& dev, const LinearDims& d, GemmType t, const float* a, int a_cols,
+                         uint16_t* x16, Stream stream);
 
 // v = x16 ⊙ (z16 + bias) + xl16 in fp32 (xl16 == nullptr: x16 itself); out16 = v in t when not nullptr, out = v
 // when not nullptr (one of them at least).
@@ -140,6 +147,9 @@ struct CrossGradTerms {
 };
 void cross_input_to_half_cpu(const LinearDims& d, GemmType t, const CrossInput& x0, uint16_t* x16);
 void cross_input_to_half_cuda(const LinearDims& d, GemmType t, const CrossInput& x0, uint16_t* x16, Stream stream);
+void cross_block_to_half_cpu(const LinearDims& d, GemmType t, const float* a, int a_cols, uint16_t* x16);
+void cross_block_to_half_cuda(const LinearDims& d, GemmType t, const float* a, int a_cols, uint16_t* x16,
+                              Stream stream);
 void cross_forward_elementwise_cpu(const LinearDims& d, const CrossElementwise& a);
 void cross_forward_elementwise_cuda(const LinearDims& d, const CrossElementwise& a, Stream stream);
 void cross_backward_elementwise_cpu(const LinearDims& d, const CrossElementwise& a);
@@ -181,6 +191,15 @@ class CrossNet {
   // what the next layer's GEMM reads: dense_mlp.h's input16) and nullptr is returned.
   const float* forward(const float* params, const CrossInput& x0, int64_t batch, Stream stream,
                        uint16_t* out16 = nullptr);
+  // 16-bit precision: x0's 16-bit array [max_batch, D] (rows of D values), into which a producer may write x0's
+  // columns from a_cols on (DCNv2: the pooled embeddings, each value rounded once from its float) before
+  // forward_from_input16; nullptr for fp32. The network reads it until backward_weights.
+  uint16_t* input16();
+  // forward, with x0's columns [a_cols, D) in input16() already and its first block a [batch, a_cols] (fp32,
+  // rounded into input16() here): no fp32 x0 and no pass over all of it. The same values as forward with x0 =
+  // [a, the fp32 values input16() holds rounded]. Throws sparta::Error for fp32 precision.
+  const float* forward_from_input16(const float* params, const float* a, int a_cols, int64_t batch, Stream stream,
+                                    uint16_t* out16 = nullptr);
 
   // 16-bit precision: where a producer may write dL/dx_L [max_batch, D] in the 16-bit type (dense_mlp.h's
   // backward_data dx16) before backward_data(params, nullptr, ...); nullptr for fp32.
@@ -212,6 +231,9 @@ class CrossNet {
                          Stream stream);
   void backward_data_half(const float* params, const float* dxL, float* grads, const CrossInputGrad& dx0,
                           Stream stream);
+  void check_batch(int64_t batch) const;
+  // the 16-bit forward from x0's copy in xs16_[0] on
+  const float* forward_half_layers(const float* params, Stream stream, uint16_t* out16);
   // dx0 += dh V_0, block by block when dx0 is in two
   void add_bottom_data_grad(const float* params, const void* dh, const CrossInputGrad& dx0, Stream stream);
 

@@ -122,7 +122,9 @@ EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, con
   std::vector<int> dim_of_slot(size_t(S), 0);
   for (size_t i = 0; i < cfg_.tables.size(); ++i)
     for (int s : cfg_.tables[i].slots) dim_of_slot[size_t(s)] = cfg_.tables[i].dim, table_of_slot_[size_t(s)] = int(i);
-  for (int s = 0; s < S; ++s) slot_cols_[size_t(s)] = width_, width_ += dim_of_slot[size_t(s)];
+  for (int s = 0; s < S; ++s) slot_cols_[size_t(s)] = cfg_.output_col + width_, width_ += dim_of_slot[size_t(s)];
+  row_ = cfg_.output_row > 0 ? cfg_.output_row : width_;
+  const bool plain = row_ == width_;  // the output is [local_batch, output_width]
   // Every rank builds the same groups and shards' structure; a bad plan fails alike everywhere, a failed
   // allocation ends the job (device_alloc).
   agree_on_error(world_, guarded([&] {
@@ -211,12 +213,14 @@ EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, con
       gr->cols_dev = Buffer<int32_t>(dev_, gr->cols);
       gr->bases_dev = Buffer<int64_t>(dev_, gr->bases);
       gr->bounds_dev = Buffer<int64_t>(dev_, gr->bounds);
-      if (cfg_.output == OutputType::f32) {
+      if (float_gradient()) {
         s.output_cols = gr->cols;
-        s.output_row = width_;
+        s.output_row = row_;
+        s.output_type = cfg_.output;
       }
       gr->placed = make_placed_table(s, *ex_);
-      gr->writes_output = cfg_.output == OutputType::f32 && (gr->all_slots || gr->placed->writes_output());
+      gr->writes_output = (cfg_.output == OutputType::f32 && plain && gr->all_slots) ||
+                          (float_gradient() && gr->placed->writes_output());
       groups_.push_back(std::move(gr));
     }
     for (Buffer<int64_t>& st : status_) st = Buffer<int64_t>(dev_, 2 + groups_.size());
@@ -436,10 +440,10 @@ void EmbeddingCollection::forward(const int64_t* offsets, const int64_t* keys, i
 void EmbeddingCollection::put_slots(const Group& gr, const float* pooled, int64_t local_batch, void* out) {
   const int ts = static_cast<int>(gr.slots.size());
   if (cfg_.output == OutputType::f32)
-    route_put_slots(dev_, pooled, local_batch, ts, gr.dim, gr.cols_dev.data(), width_, static_cast<float*>(out),
+    route_put_slots(dev_, pooled, local_batch, ts, gr.dim, gr.cols_dev.data(), row_, static_cast<float*>(out),
                     dev_.stream);
   else
-    route_put_slots_half(dev_, pooled, local_batch, ts, gr.dim, gr.cols_dev.data(), width_, cfg_.output,
+    route_put_slots_half(dev_, pooled, local_batch, ts, gr.dim, gr.cols_dev.data(), row_, cfg_.output,
                          static_cast<uint16_t*>(out), dev_.stream);
 }
 
@@ -471,8 +475,8 @@ void EmbeddingCollection::prepare_backward() {
 }
 
 void EmbeddingCollection::backward(const float* grad, int64_t step, float lr_scale) {
-  SPARTA_REQUIRE(cfg_.output == OutputType::f32,
-                 "embedding collection backward: a float gradient given to a collection whose output is %s (pass its "
+  SPARTA_REQUIRE(float_gradient(),
+                 "embedding collection backward: a float gradient given to a collection whose gradient is %s (pass its "
                  "values as const void*)",
                  output_type_name(cfg_.output));
   backward(static_cast<const void*>(grad), step, lr_scale);
@@ -486,7 +490,7 @@ void EmbeddingCollection::backward(const void* grad, int64_t step, float lr_scal
   ex_->mark("backward");
   SPARTA_REQUIRE(std::isfinite(lr_scale) && lr_scale >= 0,
                  "embedding collection backward: lr_scale must be finite and >= 0, found %g", double(lr_scale));
-  const bool f32 = cfg_.output == OutputType::f32;
+  const bool f32 = float_gradient();
   for (auto& g : groups_) {
     Group& gr = *g;
     const int ts = static_cast<int>(gr.slots.size());
@@ -496,10 +500,10 @@ void EmbeddingCollection::backward(const void* grad, int64_t step, float lr_scal
       // forward sized it for this batch)
       float* cut = gr.pooled.data();
       if (f32)
-        route_take_slots(dev_, gg, batch_, ts, gr.dim, gr.cols_dev.data(), width_, cut, dev_.stream);
+        route_take_slots(dev_, gg, batch_, ts, gr.dim, gr.cols_dev.data(), row_, cut, dev_.stream);
       else
         route_take_slots_half(dev_, static_cast<const uint16_t*>(grad), batch_, ts, gr.dim, gr.cols_dev.data(),
-                              width_, cfg_.output, cut, dev_.stream);
+                              row_, cfg_.output, cut, dev_.stream);
       gg = cut;
     }
     gr.placed->begin_backward(gg);

@@ -71,8 +71,10 @@ class EmbeddingCollection {
   int64_t output_width() const { return width_; }
   // The type of the output's and the gradient's values: config().output.
   OutputType output_type() const { return cfg_.output; }
-  // Where slot s starts in a sample's output row.
+  // Where slot s starts in a sample's output row (CollectionConfig::output_col on).
   int64_t slot_column(int slot) const { return slot_cols_[size_t(slot)]; }
+  // Values a row of the output and of the gradient: CollectionConfig::output_row, else output_width().
+  int64_t output_row() const { return row_; }
   // Device bytes this rank's shards take.
   size_t memory_bytes() const;
   // Rows this rank's shards hold (PlacedTable::rows_in_use summed over the groups): how full its hash tables
@@ -80,7 +82,8 @@ class EmbeddingCollection {
   int64_t rows_in_use();
 
   // Collective. offsets [local_batch * num_slots + 1], keys [offsets[last]]: device; out [local_batch,
-  // output_width] of config().output: device, float values for f32, the 16-bit values' bits (uint16_t, bf16 or
+  // output_width] of config().output (rows of output_row() values, the slots from CollectionConfig::output_col;
+  // the other columns untouched): device, float values for f32, the 16-bit values' bits (uint16_t, bf16 or
   // IEEE half) for bf16 and f16. Train inserts unseen keys; eval gives zeros for keys never trained. Bad offsets,
   // keys outside a grouped table's key_bound and full tables throw sparta::Error on every rank.
   void forward(const int64_t* offsets, const int64_t* keys, int64_t local_batch, void* out,
@@ -89,12 +92,13 @@ class EmbeddingCollection {
   // literal nullptr matches both overloads: cast it.)
   void forward(const int64_t* offsets, const int64_t* keys, int64_t local_batch, float* out,
                LookupMode mode = LookupMode::train);
-  // Collective. grad [local_batch, output_width] of config().output, as forward's out (device): the gradient of
+  // Collective. grad [local_batch, output_width] of config().output (float with CollectionConfig::float_gradient),
+  // as forward's out (device; rows of output_row() values): the gradient of
   // the last forward's output, which must have been a train forward (no other forward in between: the routes
   // hold one batch). step: the global optimizer step, from 1. lr_scale (finite, >= 0): every table's configured
   // learning rate is multiplied by it for this step (the trainer's learning-rate schedule).
   void backward(const void* grad, int64_t step, float lr_scale = 1.0f);
-  // The same with a float gradient: config().output must be f32 (sparta::Error otherwise, on every rank).
+  // The same with a float gradient: config().output f32 or float_gradient (sparta::Error otherwise, on every rank).
   void backward(const float* grad, int64_t step, float lr_scale = 1.0f);
   // Collective; optional. The part of a later forward of (offsets, keys, local_batch) that needs no table values,
   // queued now on the collection's stream: the batch's checks, each group's cut and, where its placement routes
@@ -202,6 +206,8 @@ class EmbeddingCollection {
   Ahead ahead_;
   std::vector<int64_t> slot_cols_;
   int64_t width_ = 0;
+  int64_t row_ = 0;  // values a row of the output and the gradient (CollectionConfig::output_row)
+  bool float_gradient() const { return cfg_.output == OutputType::f32 || cfg_.float_gradient; }
   int64_t batch_ = 0;         // local batch of the last train forward
   bool trained_ = false;      // a train forward waits for its backward
 };

@@ -223,20 +223,36 @@ StreamGraphs::Key DenseModel::key(std::initializer_list<uint64_t> words) const {
 
 void DenseModel::use_graphs(bool on) { graphs_ = StreamGraphs(dev_, kPieces, on); }
 
+uint16_t* DenseModel::x0_half() { return cross_ ? cross_->input16() : nullptr; }
+
 const float* DenseModel::forward(const float* params, const float* dense, const float* emb, int64_t batch,
                                  int64_t train_step) {
+  return forward_any(params, dense, emb, false, batch, train_step);
+}
+
+const float* DenseModel::forward_in_x0(const float* params, const float* dense, int64_t batch, int64_t train_step) {
+  SPARTA_REQUIRE(x0_half(), "model: the embeddings in x0's 16-bit array need a dcnv2 model in bf16 or fp16, found "
+                 "%s", cfg_.describe().c_str());
+  return forward_any(params, dense, nullptr, true, batch, train_step);
+}
+
+const float* DenseModel::forward_any(const float* params, const float* dense, const float* emb, bool in_x0,
+                                     int64_t batch, int64_t train_step) {
   SPARTA_REQUIRE(batch >= 0 && batch <= max_batch_, "model: batch must be in [0, %lld], found %lld",
                  (long long)max_batch_, (long long)batch);
   SPARTA_REQUIRE(train_step >= 0, "model: train_step must be >= 0, found %lld", (long long)train_step);
   batch_ = batch;
   emb_ = emb;
+  in_x0_ = in_x0;
   const bool drop = train_step > 0 && cfg_.dropout > 0.f;
   if (drop) {  // the key in memory, ahead of the (maybe replayed) forward on the same stream
     dropout_key_host_ = dropout_step_key(cfg_.dropout_seed, train_step);
     dropout_key_.upload(&dropout_key_host_, 1);
   }
   const uint64_t* key_ptr = drop ? dropout_key_.data() : nullptr;
-  graphs_.run(kForward, key({key_word(params), key_word(dense), key_word(emb), key_word(int64_t(drop))}), dev_.stream, [&] {
+  graphs_.run(kForward, key({key_word(params), key_word(dense), key_word(emb), key_word(int64_t(drop)),
+                             key_word(int64_t(in_x0))}),
+              dev_.stream, [&] {
     const float* b = bottom_out_ = bottom_.forward(params + bottom_offset(), dense, batch, dev_.stream);
     const float* top_in = nullptr;
     if (cfg_.interaction == Interaction::dot) {
@@ -247,6 +263,10 @@ const float* DenseModel::forward(const float* params, const float* dense, const 
         interaction_dot_forward(dev_, d, b, emb, z_.data(), dev_.stream);
         top_in = z_.data();
       }
+    } else if (in_x0) {
+      // the embeddings in x0's 16-bit array already: the bottom MLP's output rounded into its first columns
+      top_in = cross_->forward_from_input16(params + cross_offset(), b, cfg_.bottom_mlp.back(), batch, dev_.stream,
+                                            top_.input16());
     } else {
       // x0 = [b, emb] read where the bottom MLP and the embeddings wrote them; 16-bit: x_L straight into the top
       // MLP's 16-bit input (top_in nullptr), no fp32 copy to convert
@@ -271,9 +291,10 @@ void DenseModel::loss(const float* labels, int64_t mean_over, float* loss, float
 }
 
 void DenseModel::backward(const float* params, float* grads, float* demb, const GradsReady& ready,
-                          const std::function<void()>& demb_ready) {
+                          const std::function<void()>& demb_ready, const std::function<void()>& inputs_read) {
   SPARTA_ASSERT(batch_ >= 0, "model: backward before forward");
-  const StreamGraphs::Key k = key({key_word(params), key_word(grads), key_word(demb)});
+  const StreamGraphs::Key k = key({key_word(params), key_word(grads), key_word(demb), key_word(int64_t(in_x0_))});
+  const int bottom_width = cfg_.bottom_mlp.back();
   // the data gradients down to the embeddings first; the weight gradients' GEMMs after demb_ready, beside the
   // embeddings' update
   graphs_.run(kBackwardTop, k, dev_.stream, [&] {
@@ -283,19 +304,28 @@ void DenseModel::backward(const float* params, float* grads, float* demb, const 
       interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb_, dbottom_.data(), demb, dev_.stream);
     } else {
       // 16-bit: the top MLP writes x_L's gradient where the cross network reads it, in 16 bits; dx0 written as its
-      // two blocks: the bottom MLP's output gradient and demb
+      // two blocks (the bottom MLP's output gradient and demb), or whole into demb after forward_in_x0 (its first
+      // columns then copied to the bottom MLP's)
       uint16_t* g16 = cross_->output_grad16();
       float* g = g16 ? nullptr : dz_.data();
       top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), g, dev_.stream, false, g16);
-      cross_->backward_data(params + cross_offset(), g, grads + cross_offset(),
-                            CrossInputGrad(dbottom_.data(), demb, cfg_.bottom_mlp.back()), dev_.stream);
+      if (in_x0_) {
+        const int D = bottom_width + cfg_.embedding_width();
+        cross_->backward_data(params + cross_offset(), g, grads + cross_offset(), CrossInputGrad(demb), dev_.stream);
+        copy_columns(dev_, demb, D, dbottom_.data(), bottom_width, batch_, bottom_width, dev_.stream);
+      } else {
+        cross_->backward_data(params + cross_offset(), g, grads + cross_offset(),
+                              CrossInputGrad(dbottom_.data(), demb, bottom_width), dev_.stream);
+      }
     }
   });
   if (demb_ready) demb_ready();
-  graphs_.run(kBackwardTopWeights, k, dev_.stream, [&] {
-    if (cross_) cross_->backward_weights(grads + cross_offset(), dev_.stream);
-    top_.backward_weights(grads + top_offset(), dev_.stream);
-  });
+  if (!in_x0_ && inputs_read) inputs_read();
+  if (cross_)
+    graphs_.run(kBackwardCrossWeights, k, dev_.stream,
+                [&] { cross_->backward_weights(grads + cross_offset(), dev_.stream); });
+  if (in_x0_ && inputs_read) inputs_read();  // the V_0 gradient GEMM was x0_half()'s last reader
+  graphs_.run(kBackwardTopWeights, k, dev_.stream, [&] { top_.backward_weights(grads + top_offset(), dev_.stream); });
   if (cfg_.interaction == Interaction::dcnv2 && ready) ready(cross_offset(), cross_count_);
   if (ready) ready(top_offset(), top_count_);
   graphs_.run(kBackwardBottom, k, dev_.stream, [&] {

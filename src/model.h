@@ -102,6 +102,17 @@ class DenseModel {
   // Throws sparta::Error when batch is not in [0, max_batch].
   const float* forward(const float* params, const float* dense, const float* emb, int64_t batch,
                        int64_t train_step = 0);
+  // dcnv2 in bf16 or fp16: x0's 16-bit array [max_batch, D] (D = the bottom MLP's width + embedding_width(), rows
+  // of D values), into which the embeddings' producer writes them (columns from the bottom MLP's width on, each
+  // value rounded once from its float: EmbeddingCollection with CollectionConfig::output_row D and output_col the
+  // bottom width) before forward_in_x0; nullptr for other models and precisions. The model reads it until the
+  // backward's inputs_read.
+  uint16_t* x0_half();
+  // forward with the embeddings in x0_half(): no fp32 copy of them and no pass converting them, the same logits
+  // as forward with emb their fp32 values. backward's demb is then x0's whole gradient [batch, D] (the
+  // embeddings' columns as in x0_half(); the first ones the bottom MLP's). Throws sparta::Error when x0_half()
+  // is nullptr.
+  const float* forward_in_x0(const float* params, const float* dense, int64_t batch, int64_t train_step = 0);
   const float* logits() const { return logits_; }
 
   // After forward: loss[0] (device) = Σ_i BCE(logit_i, labels[i]) / mean_over (the global batch in data-parallel
@@ -116,9 +127,13 @@ class DenseModel {
   // weight gradients and the bottom MLP. ready(offset, count) is called likewise once the launches that finish grads[offset,
   // offset + count) are queued (dcnv2: the cross network's; then the top MLP's, then the bottom MLP's), so the
   // caller can start reducing that bucket.
+  // inputs_read() is called once the launches that read the forward's embeddings for the last time are queued
+  // (so that the caller may write the next batch's there): with demb_ready for forward's emb, after the cross
+  // network's weight gradients for x0_half().
   using GradsReady = std::function<void(size_t offset, size_t count)>;
   void backward(const float* params, float* grads, float* demb, const GradsReady& ready = GradsReady(),
-                const std::function<void()>& demb_ready = std::function<void()>());
+                const std::function<void()>& demb_ready = std::function<void()>(),
+                const std::function<void()>& inputs_read = std::function<void()>());
 
   // CUDA graphs (src/base/graph.h) for the forward, the loss and the backward's pieces between its callbacks:
   // each piece is recorded the second time it runs with the same pointers, batch, mean_over and grad_scale,
@@ -139,6 +154,7 @@ class DenseModel {
   Mlp bottom_, top_;
   std::unique_ptr<CrossNet> cross_;  // dcnv2
   const float* emb_ = nullptr;       // the last forward's embeddings
+  bool in_x0_ = false;               // the last forward read them in x0_half() (forward_in_x0)
   const float* bottom_out_ = nullptr;  // and bottom MLP output (held by bottom_)
   const float* logits_ = nullptr;
   Buffer<float> z_;        // dot, fp32: the interaction [max_batch, interaction_width] (16-bit: the top MLP's
@@ -151,7 +167,9 @@ class DenseModel {
   Buffer<uint64_t> dropout_key_;  // [1]: the step's dropout key, written before each training forward (so a
   uint64_t dropout_key_host_ = 0; // recorded forward reads each step's); the host copy the upload reads from
 
-  enum Piece { kForward, kLoss, kBackwardTop, kBackwardTopWeights, kBackwardBottom, kPieces };
+  enum Piece { kForward, kLoss, kBackwardTop, kBackwardCrossWeights, kBackwardTopWeights, kBackwardBottom, kPieces };
+  const float* forward_any(const float* params, const float* dense, const float* emb, bool in_x0, int64_t batch,
+                           int64_t train_step);
   StreamGraphs graphs_;
   // A piece's key: the given words, the batch and the epoch of the layers' shared scratch.
   StreamGraphs::Key key(std::initializer_list<uint64_t> words) const;

@@ -202,9 +202,10 @@ void Exchange::settle() {
 // every call into EmbeddingTable
 
 void table_lookup_pooled(EmbeddingTable& t, const int64_t* offsets, const int64_t* keys, int64_t bags,
-                         Combiner combiner, LookupMode mode, float* out, int64_t* rows, const BagLayout& layout) {
+                         Combiner combiner, LookupMode mode, float* out, int64_t* rows, const BagLayout& layout,
+                         OutputType out_type) {
   int64_t* kept = mode == LookupMode::train ? rows : nullptr;
-  t.pooled_forward(offsets, keys, bags, combiner, mode, out, OutputType::f32, kept, MissingKey::zeros, Check::deferred,
+  t.pooled_forward(offsets, keys, bags, combiner, mode, out, out_type, kept, MissingKey::zeros, Check::deferred,
                    t.device().stream, layout);
 }
 
@@ -474,10 +475,11 @@ void GroupSums::sum(const int64_t* offsets, int64_t bags, const int64_t* ids, in
 // ----------------------------------------------------------------------------
 // OutputLayout
 
-OutputLayout::OutputLayout(const Device& dev, const PlacedTableSetup& s) {
+OutputLayout::OutputLayout(const Device& dev, const PlacedTableSetup& s, bool any_type) : type_(s.output_type) {
+  if (s.output_type != OutputType::f32 && !any_type) return;  // pooled as floats, put into place by the collection
   const int slots = static_cast<int>(s.output_cols.size());
   const int dim = s.table.dim;
-  bool contiguous = s.output_row == int64_t(slots) * dim;
+  bool contiguous = s.output_row == int64_t(slots) * dim && s.output_type == OutputType::f32;
   bool by_four = s.output_row % 4 == 0;
   for (int j = 0; j < slots; ++j) {
     contiguous = contiguous && s.output_cols[size_t(j)] == j * dim;

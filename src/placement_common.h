@@ -129,7 +129,8 @@ class Exchange {
 // EmbeddingCollection::backward refuses it), so an eval lookup writes no 8 bytes per key. layout: where each bag
 // goes in out (default [bags, dim]); the same for the gradient of table_update.
 void table_lookup_pooled(EmbeddingTable& t, const int64_t* offsets, const int64_t* keys, int64_t bags,
-                         Combiner combiner, LookupMode mode, float* out, int64_t* rows, const BagLayout& layout = {});
+                         Combiner combiner, LookupMode mode, float* out, int64_t* rows, const BagLayout& layout = {},
+                         OutputType out_type = OutputType::f32);
 void table_lookup_keys(EmbeddingTable& t, const int64_t* keys, int64_t n, LookupMode mode, float* out, int64_t* rows);
 void table_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
                   const float* grad, Combiner combiner, int64_t step, float lr_scale, const BagLayout& layout = {});
@@ -220,15 +221,19 @@ class GroupSums {
 // (PlacedTable::writes_output): PlacedTableSetup::output_row and output_cols as a BagLayout, the columns on the
 // device. Contiguous (in_place() false) where the setup names no output, or where the output is [bags, dim]
 // anyway (a group of every slot in order).
+// any_type: the placement pools into a 16-bit output_type too (else such an output is not written in place).
 class OutputLayout {
  public:
-  OutputLayout(const Device& dev, const PlacedTableSetup& s);
+  OutputLayout(const Device& dev, const PlacedTableSetup& s, bool any_type);
   const BagLayout& layout() const { return layout_; }
   bool in_place() const { return !layout_.contiguous(); }
+  // The type of the values the placement writes into its forward's out: the output's in place, else float.
+  OutputType type() const { return in_place() ? type_ : OutputType::f32; }
 
  private:
   Buffer<int32_t> cols_;
   BagLayout layout_;
+  OutputType type_ = OutputType::f32;
 };
 
 // TableRows of the keys for which keep(key) holds (order kept).

@@ -19,7 +19,7 @@ namespace {
 class DispatchTable : public PlacedTable {
  public:
   DispatchTable(const PlacedTableSetup& s, Exchange& ex)
-      : ex_(ex), dim_(s.table.dim), combiner_(s.table.combiner), shard_(ex, s, ""), output_(ex.device(), s) {}
+      : ex_(ex), dim_(s.table.dim), combiner_(s.table.combiner), shard_(ex, s, ""), output_(ex.device(), s, false) {}
 
   void begin_forward(const TableBatch& in, LookupMode mode, float* out) override {
     in_ = in;

@@ -2,9 +2,10 @@
 // communication); the backward sums this rank's gradient per touched row and all-gathers those sums with their
 // keys (ReplicaShard), so that every copy applies the same update and the copies stay identical. (A sparse
 // all-reduce: the rows a batch touches are few, and their ids differ between copies, so the keys travel with the
-// gradients rather than a dense [rows, dim] all-reduce.) With a float output of the collection, a group of some
-// of its slots pools straight into it and reads its gradient from it (PlacedTable::writes_output: the lookup and
-// the backward take the output's layout, kernels/embedding_types.h BagLayout), no copy of its bags in between.
+// gradients rather than a dense [rows, dim] all-reduce.) With a float gradient of the collection, a group of some
+// of its slots pools straight into its output (of any type: a 16-bit one rounded there) and reads its gradient
+// from it (PlacedTable::writes_output: the lookup and the backward take the output's layout,
+// kernels/embedding_types.h BagLayout), no copy of its bags in between.
 #include "src/placement_common.h"
 
 namespace sparta {
@@ -14,7 +15,7 @@ namespace {
 class ReplicatedTable : public PlacedTable {
  public:
   ReplicatedTable(const PlacedTableSetup& s, Exchange& ex)
-      : ex_(ex), dim_(s.table.dim), combiner_(s.table.combiner), replica_(ex, s, ""), output_(ex.device(), s) {}
+      : ex_(ex), dim_(s.table.dim), combiner_(s.table.combiner), replica_(ex, s, ""), output_(ex.device(), s, true) {}
 
   void begin_forward(const TableBatch& in, LookupMode mode, float* out) override {
     in_ = in;
@@ -30,7 +31,7 @@ class ReplicatedTable : public PlacedTable {
     // The rows of the keys are kept for a backward straight from the bags' gradients.
     int64_t* rows = grow(rows_, ex_, size_t(in_.nnz));
     table_lookup_pooled(replica_.table(), in_.offsets, in_.keys, in_.bags, combiner_, mode_, out_, rows,
-                        output_.layout());
+                        output_.layout(), output_.type());
     ex_.mark("replicated: bags pooled");
   }
 

@@ -52,6 +52,12 @@ void check_collection_config(const CollectionConfig& cfg) {
   }
   for (int s = 0; s < cfg.num_slots; ++s)
     SPARTA_REQUIRE(served[s] >= 0, "embedding collection: slot %d is served by no table", s);
+  int64_t width = 0;
+  for (const CollectionTableConfig& t : cfg.tables) width += int64_t(t.dim) * int64_t(t.slots.size());
+  SPARTA_REQUIRE(cfg.output_col >= 0 && (cfg.output_row == 0 ? cfg.output_col == 0 : cfg.output_row >= cfg.output_col + width),
+                 "embedding collection: the output's rows (output_row %lld values, the slots from column output_col "
+                 "%lld) must hold the %lld values of a sample (output_row 0: exactly those, from column 0)",
+                 (long long)cfg.output_row, (long long)cfg.output_col, (long long)width);
 }
 
 // ----------------------------------------------------------------------------

@@ -138,8 +138,8 @@ void Trainer::build_rest(const std::string& load_from) {
   if (dev_.is_cuda()) copy_stream_ = SideStream(dev_);
   labels_ = Buffer<float>(dev_, B);
   dense_ = Buffer<float>(dev_, B * m.num_dense);
-  emb_ = Buffer<float>(dev_, B * m.embedding_width());
-  demb_ = Buffer<float>(dev_, B * m.embedding_width());
+  if (!in_x0()) emb_ = Buffer<float>(dev_, B * m.embedding_width());
+  demb_ = Buffer<float>(dev_, B * size_t(grad_width()));
   probs_ = Buffer<float>(dev_, B);
   losses_ = Buffer<float>(dev_, size_t(cfg_.log_every));
   if (m.precision == GemmType::f16) {
@@ -170,6 +170,24 @@ int64_t Trainer::graph_replays() const { return model_->graphs().replays(); }
 void Trainer::synchronize_all() {
   comm_->synchronize(dev_.stream);
   if (emb_stream_.stream()) comm_->synchronize(emb_stream_.stream());
+}
+
+bool Trainer::in_x0() const {
+  return cfg_.model.interaction == Interaction::dcnv2 && is_half(cfg_.model.precision);
+}
+
+int64_t Trainer::grad_width() const {
+  const ModelConfig& m = cfg_.model;
+  return m.embedding_width() + (in_x0() ? m.bottom_mlp.back() : 0);
+}
+
+void* Trainer::emb_out() {
+  return in_x0() ? static_cast<void*>(model_->x0_half()) : static_cast<void*>(emb_.data());
+}
+
+const float* Trainer::model_forward(int64_t batch, int64_t train_step) {
+  if (in_x0()) return model_->forward_in_x0(params_.data(), dense_.data(), batch, train_step);
+  return model_->forward(params_.data(), dense_.data(), emb_.data(), batch, train_step);
 }
 
 void Trainer::wait_for_embeddings() { emb_stream_.join_into(dev_.stream); }
@@ -288,6 +306,14 @@ void Trainer::build_collection(const Batch& b, int64_t global_batch) {
     c.num_slots = m.num_slots;
     c.seed = cfg_.seed;
     c.exchange = cfg_.exchange == "bf16" ? DataType::bf16 : DataType::f32;
+    if (in_x0()) {
+      // DCNv2 in 16 bits: the embeddings pooled straight into the model's 16-bit x0 (after the bottom MLP's
+      // columns), each value rounded once; their gradient comes back in float, as x0's whole gradient
+      c.output = m.precision == GemmType::bf16 ? OutputType::bf16 : OutputType::f16;
+      c.output_col = m.bottom_mlp.back();
+      c.output_row = c.output_col + m.embedding_width();
+      c.float_gradient = true;
+    }
     const std::vector<std::string> placements = split_list(cfg_.placement);
     SPARTA_REQUIRE(placements.size() == 1 || placements.size() == size_t(m.num_slots),
                    "embedding.placement: expected one placement for every table or a list of %d (one per table), "
@@ -342,7 +368,7 @@ void Trainer::report_memory() const {
   const DeviceBatch& d = batches_[0];
   double mine[3] = {double(collection_->memory_bytes()),
                     double((2 * P + state_.size()) * sizeof(float) + model_->workspace_bytes()),
-                    double(B * (2 + cfg_.model.num_dense + 2 * cfg_.model.embedding_width()) * sizeof(float) +
+                    double((B * (2 + cfg_.model.num_dense) + emb_.size() + demb_.size()) * sizeof(float) +
                            2 * ((d.labels.size() + d.dense.size()) * sizeof(float) +
                                 (d.offsets.size() + d.keys.size()) * sizeof(int64_t)))};
   std::vector<double> all(size_t(3) * world_);
@@ -479,9 +505,9 @@ Trainer::DeviceBatch& Trainer::take(const Batch& b) {
   const size_t B = size_t(b.size);
   copy_on_device(dev_, labels_.data(), d.labels.data(), B * sizeof(float), dev_.stream);
   copy_on_device(dev_, dense_.data(), d.dense.data(), B * size_t(b.num_dense) * sizeof(float), dev_.stream);
-  // The collection writes emb_, which the compute stream's work may still read: after a training step, up to its
-  // backward's embeddings' gradient only (emb_done_), so the next forward runs beside that step's last dense
-  // layers; otherwise (evaluation, timed steps) up to all of its work so far.
+  // The collection writes the embeddings' output (emb_out()), which the compute stream's work may still read:
+  // after a training step, up to the model's inputs_read only (emb_done_), so the next forward runs beside that
+  // step's last dense layers; otherwise (evaluation, timed steps) up to all of its work so far.
   if (emb_done_ && emb_stream_.stream())
     emb_done_at_.wait_in(emb_stream_.stream());
   else
@@ -528,7 +554,7 @@ void Trainer::join_grad_stream() {
 
 bool Trainer::unscale_gradients(int64_t batch) {
   join_grad_stream();
-  unscale_and_check(dev_, grads_.data(), grads_.size(), demb_.data(), size_t(batch) * cfg_.model.embedding_width(),
+  unscale_and_check(dev_, grads_.data(), grads_.size(), demb_.data(), size_t(batch) * size_t(grad_width()),
                     1.f / scaler_->scale(), nonfinite_.data(), dev_.stream);
   comm_->synchronize(dev_.stream);
   int bad = 0;
@@ -548,11 +574,11 @@ void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, flo
   // the embeddings' gradient.
   const Batch* nb = next ? next() : nullptr;
   collection_->mark(dev_.stream, "dense: step");
-  collection_->forward(d.offsets.data(), d.keys.data(), size, emb_.data(), LookupMode::train);
+  collection_->forward(d.offsets.data(), d.keys.data(), size, emb_out(), LookupMode::train);
   wait_for_embeddings();
   collection_->prepare_backward();  // on the collection's stream, beside the dense forward
   collection_->mark(dev_.stream, "dense: embeddings in");
-  model_->forward(params_.data(), dense_.data(), emb_.data(), size, step);
+  model_forward(size, step);
   model_->loss(labels_.data(), global_batch, loss_slot, scaler_ ? scaler_->scale() : 1.f);
   collection_->mark(dev_.stream, "dense: forward and loss");
   // The embeddings' backward starts as soon as demb is written (fp16: once it is unscaled), on their stream,
@@ -562,13 +588,18 @@ void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, flo
   // there it runs per bucket during the backward.
   DenseModel::GradsReady buckets;
   if (scaler_) buckets = [this](size_t offset, size_t count) { reduce_bucket(offset, count); };
-  model_->backward(params_.data(), grads_.data(), demb_.data(), buckets, [this, nb] {
-    collection_->mark(dev_.stream, "dense: embeddings' gradient");
-    // the interaction's (cross network's) backward was the last reader of emb_ in this step
-    if (emb_stream_.stream()) emb_done_at_.record(dev_.stream), emb_done_ = true;
-    if (nb) route_next(*nb);
-    if (!scaler_) embeddings_wait();
-  });
+  model_->backward(
+      params_.data(), grads_.data(), demb_.data(), buckets,
+      [this, nb] {
+        collection_->mark(dev_.stream, "dense: embeddings' gradient");
+        if (nb) route_next(*nb);
+        if (!scaler_) embeddings_wait();
+      },
+      [this] {
+        // the last read of the embeddings' output in this step is queued (the interaction's backward, or the cross
+        // network's V_0 gradient when they lie in x0's 16-bit array)
+        if (emb_stream_.stream()) emb_done_at_.record(dev_.stream), emb_done_ = true;
+      });
   collection_->mark(dev_.stream, "dense: backward");
   const bool apply = !scaler_ || unscale_gradients(size);  // fp16: false for an overflowed step
   if (!apply) skipped_.push_back(step);
@@ -576,7 +607,7 @@ void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, flo
   if (apply) collection_->backward(demb_.data(), step, learning_rate_factor(cfg_.schedule, step));
   // The next batch routed ahead: its lookups and their exchanges now, beside the last dense layers and before the
   // dense gradients' all-reduce (the communicator runs its collectives in the order they come)
-  if (apply && look_ahead && ahead_at_ >= 0) collection_->look_up_ahead(emb_.data(), LookupMode::train);
+  if (apply && look_ahead && ahead_at_ >= 0) collection_->look_up_ahead(emb_out(), LookupMode::train);
   if (!scaler_) reduce_bucket(0, grads_.size());
   join_grad_stream();
   collection_->mark(dev_.stream, "dense: gradients reduced");
@@ -617,10 +648,10 @@ Trainer::StepTimes Trainer::timed_step(const Batch& b, int64_t global_batch) {
   DeviceBatch& d = take(b);
   copies_done();
   st.data_ms = ms_since(t);
-  collection_->forward(d.offsets.data(), d.keys.data(), b.size, emb_.data(), LookupMode::train);
+  collection_->forward(d.offsets.data(), d.keys.data(), b.size, emb_out(), LookupMode::train);
   st.embedding_ms = ms_since(t);
   wait_for_embeddings();
-  model_->forward(params_.data(), dense_.data(), emb_.data(), b.size, s);
+  model_forward(b.size, s);
   model_->loss(labels_.data(), global_batch, losses_.data(), scaler_ ? scaler_->scale() : 1.f);
   model_->backward(params_.data(), grads_.data(), demb_.data());
   st.dense_ms = ms_since(t);
@@ -666,9 +697,9 @@ Predictions Trainer::predict_local() {
     agree(guarded([&] { b = eval_->next(); }), "reading an evaluation batch");
     if (!b || index * G >= limit) break;
     DeviceBatch& d = take(*b);
-    collection_->forward(d.offsets.data(), d.keys.data(), b->size, emb_.data(), LookupMode::eval);
+    collection_->forward(d.offsets.data(), d.keys.data(), b->size, emb_out(), LookupMode::eval);
     wait_for_embeddings();
-    const float* logits = model_->forward(params_.data(), dense_.data(), emb_.data(), b->size);
+    const float* logits = model_forward(b->size, 0);
     sigmoid(dev_, logits, probs_.data(), b->size, dev_.stream);
     release(d);
     comm_->synchronize(dev_.stream);

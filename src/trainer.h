@@ -212,14 +212,22 @@ class Trainer {
   std::unique_ptr<DenseModel> model_;
   int64_t max_batch_ = 0;
   Buffer<float> params_, grads_, state_;          // [P], [P], [dense optimizer state]
-  Buffer<float> labels_, dense_, emb_, demb_;     // [B], [B, num_dense], [B, slots*dim] x2
+  Buffer<float> labels_, dense_, emb_, demb_;     // [B], [B, num_dense], [B, slots*dim] x2 (in_x0: no emb_,
+                                                  // demb_ [B, grad_width()])
+  // DCNv2 in 16 bits: the collection writes the embeddings into the model's x0_half() (src/model.h), and its
+  // gradient is x0's whole gradient; otherwise emb_ and demb_ hold them.
+  bool in_x0() const;
+  int64_t grad_width() const;  // values a row of demb_
+  void* emb_out();             // where the collection's forward writes
+  const float* model_forward(int64_t batch, int64_t train_step);  // the model's forward of the embeddings there
   DeviceBatch batches_[2];
   int fill_ = 0;                                  // the device batch stage() fills next (unless staged_ waits there)
   const Batch* staged_ = nullptr;                 // the host batch staged into batches_[staged_at_], not yet taken
   int staged_at_ = 0;
   int ahead_at_ = -1;                             // the device batch the collection routed ahead (-1: none)
-  // cuda: the end of the compute stream's last read of emb_ in the last training step (its backward's embeddings'
-  // gradient); take() orders the next forward after it instead of after all the step's work, when emb_done_.
+  // cuda: the end of the compute stream's last read of the embeddings' output in the last training step (the
+  // model's inputs_read); take() orders the next forward after it instead of after all the step's work, when
+  // emb_done_.
   StreamEvent emb_done_at_;
   bool emb_done_ = false;
   SideStream copy_stream_;                        // cuda: the batches' copies

@@ -743,8 +743,13 @@ SPARTA_MPI_BACKEND_CASES(an_exchange_type_other_than_f32_or_bf16_is_an_error, ba
 uint16_t round_to(OutputType t, float v) { return t == OutputType::bf16 ? float_to_bf16(v) : float_to_f16(v); }
 float widen(OutputType t, uint16_t h) { return t == OutputType::bf16 ? bf16_to_float(h) : f16_to_float(h); }
 
+// A wide 16-bit output (wide_col > 0: CollectionConfig::output_col wide_col, output_row wide_col + width +
+// wide_pad, float_gradient, as the trainer's DCNv2 x0): the slots in their columns, the others untouched (their
+// poison kept), and a float gradient in the same layout whose other columns are NaN (read, they would spoil the
+// tables).
 void half_against_f32(Backend backend, OutputType type, const std::vector<std::string>& placements,
-                      const std::vector<TableDef>& defs, int slots, int groups = 0) {
+                      const std::vector<TableDef>& defs, int slots, int groups = 0, int wide_col = 0,
+                      int wide_pad = 0) {
   const uint64_t seed = shared_seed();
   World w(backend, testing::world_size(), CommMode::mpi);
   CollectionConfig cfg = make_config(seed, placements, defs, slots);
@@ -753,12 +758,21 @@ void half_against_f32(Backend backend, OutputType type, const std::vector<std::s
   Data data(seed ^ 0x4a1f, defs, slots);
   Plan plan = plan_for(cfg, w, data);
   EmbeddingCollection a(w.comm, w.communicator.get(), w.dev, cfg, plan);
+  const int64_t width = a.output_width();
+  if (wide_col > 0) {
+    half.output_col = wide_col;
+    half.output_row = wide_col + width + wide_pad;
+    half.float_gradient = true;
+  }
   EmbeddingCollection h(w.comm, w.communicator.get(), w.dev, half, plan);
   BOOST_CHECK(a.output_type() == OutputType::f32 && h.output_type() == type);
   BOOST_CHECK_EQUAL(h.groups(), groups > 0 ? groups : int(cfg.tables.size()));
-  const int64_t width = a.output_width();
   BOOST_REQUIRE_EQUAL(h.output_width(), width);
-  const std::string what = std::string(output_type_name(type)) + " output, placements " + placements[0];
+  const int64_t row = h.output_row(), col = wide_col;
+  BOOST_REQUIRE_EQUAL(row, wide_col > 0 ? wide_col + width + wide_pad : width);
+  const std::string what = std::string(output_type_name(type)) + " output" +
+                           (wide_col > 0 ? " at column " + std::to_string(col) + " of " + std::to_string(row) : "") +
+                           ", placements " + placements[0];
   for (int step = 1; step <= 3; ++step) {
     const bool eval = step == 3;  // two train steps, then an eval forward of trained and unseen keys
     Batch b = data.next(3 * w.size + step);
@@ -766,7 +780,7 @@ void half_against_f32(Backend backend, OutputType type, const std::vector<std::s
     LocalBatch lb(w.dev, b, s);
     const size_t n = size_t(s.count * width);
     Buffer<float> out(w.dev, std::max<size_t>(n, 1));
-    Buffer<uint16_t> out16(w.dev, std::max<size_t>(n, 1));
+    Buffer<uint16_t> out16(w.dev, std::max<size_t>(size_t(s.count * row), 1));
     out.fill_bytes(0xFF);
     out16.fill_bytes(0xFF);
     const LookupMode mode = eval ? LookupMode::eval : LookupMode::train;
@@ -774,15 +788,20 @@ void half_against_f32(Backend backend, OutputType type, const std::vector<std::s
     h.forward(lb.offsets.data(), lb.keys.data(), s.count, out16.data(), mode);
     std::vector<float> got32 = out.download();
     std::vector<uint16_t> got16 = out16.download();
-    size_t nan = 0, diff = 0;
+    size_t nan = 0, diff = 0, touched = 0;
     for (size_t i = 0; i < n; ++i) {
       nan += std::isnan(got32[i]);  // the float output was written everywhere (else the rounding of its poison
                                     // could match the 16-bit poison)
-      diff += got16[i] != round_to(type, got32[i]);
+      diff += got16[size_t(int64_t(i) / width * row + col + int64_t(i) % width)] != round_to(type, got32[i]);
     }
+    for (int64_t r = 0; r < s.count; ++r)
+      for (int64_t c = 0; c < row; ++c)
+        touched += (c < col || c >= col + width) && got16[size_t(r * row + c)] != 0xFFFF;
     BOOST_CHECK_MESSAGE(nan == 0, what << " step " << step << ": " << nan << " float outputs never written");
     BOOST_CHECK_MESSAGE(diff == 0, what << " step " << step << ": " << diff << " of " << n
                                         << " 16-bit outputs differ from the float output rounded");
+    BOOST_CHECK_MESSAGE(touched == 0, what << " step " << step << ": " << touched
+                                           << " values written outside the slots' columns");
     if (eval) break;
     // the global batch's gradient (every rank draws alike), in the output type, and widened for the float one
     std::vector<uint16_t> grad16(size_t(b.samples * width));
@@ -794,7 +813,14 @@ void half_against_f32(Backend backend, OutputType type, const std::vector<std::s
     Buffer<uint16_t> g16(w.dev, mine16);
     Buffer<float> g32(w.dev, mine32);
     a.backward(g32.data(), step);
-    h.backward(g16.data(), step);
+    if (wide_col > 0) {  // the float gradient in the output's layout, NaN elsewhere
+      std::vector<float> wide(std::max<size_t>(size_t(s.count * row), 1), std::nanf(""));
+      for (size_t i = 0; i < n; ++i) wide[size_t(int64_t(i) / width * row + col + int64_t(i) % width)] = mine32[i];
+      Buffer<float> gw(w.dev, wide);
+      h.backward(gw.data(), step);
+    } else {
+      h.backward(g16.data(), step);
+    }
   }
   auto by_key = [](const TableRows& r) {  // row ids may differ between the collections (a GPU insert's order)
     std::map<int64_t, std::pair<std::vector<float>, std::vector<float>>> m;
@@ -834,6 +860,13 @@ void half_output_every_placement(Backend backend, OutputType type) {
   const std::vector<TableDef> all = {{"x", 300, 4, Combiner::sum, OptimizerKind::sgd, {0}, 120, 1000},
                                      {"y", 300, 4, Combiner::sum, OptimizerKind::sgd, {1, 2}, 120, 1000}};
   half_against_f32(backend, type, {"dispatch"}, all, 3, 1);  // one group of all slots
+  // wide outputs: aligned (the trainer's shape: column and row multiples of 8) and not; replicated pools into a
+  // 16-bit output in place, the others through their groups' buffers
+  for (const std::vector<std::string>& p : std::vector<std::vector<std::string>>{
+           {"replicated"}, {"dispatch"}, loc, {"hybrid"}})
+    half_against_f32(backend, type, p, kTables, kSlots, 0, 8, 8);
+  half_against_f32(backend, type, {"replicated"}, kTables, kSlots, 0, 3, 1);
+  half_against_f32(backend, type, {"replicated"}, all, 3, 1, 5, 2);  // one group of all slots, wide
 }
 void bf16_output(Backend b) { half_output_every_placement(b, OutputType::bf16); }
 void f16_output(Backend b) { half_output_every_placement(b, OutputType::f16); }

@@ -332,6 +332,64 @@ void dropout_in_training_only(Backend be) {
 
 SPARTA_BACKEND_CASES(dropout_only_in_training_with_step_masks, dropout_in_training_only)
 
+namespace {
+
+// forward_in_x0 (the embeddings written into x0's 16-bit array, rounded on the host here, as the collection
+// writes them for the trainer) gives the bits of forward with the embeddings in fp32: the logits, the loss, every
+// parameter gradient, and demb, now x0's whole gradient, whose embedding columns are forward's demb (its first
+// columns, the bottom MLP's output gradient, feed the bottom MLP's parameter gradients, compared too). x0's first
+// columns are poisoned before (the model writes them); demb is poisoned. inputs_read comes once, after demb_ready
+// (the cross network's weight gradients read x0 after it). Batches 1, 7 and 65; bf16 and fp16.
+void x0_half_gives_the_bits_of_fp32_embeddings(Backend be) {
+  const Device dev = dense_test::device_for(be);
+  for (GemmType t : {GemmType::bf16, GemmType::f16})
+    for (int64_t B : {1, 7, 65}) {
+      const ModelConfig c = small(Interaction::dcnv2, t);
+      const Inputs in = random_inputs(c, B, B);
+      const Outputs ref = run_model(dev, c, in, B);
+      DenseModel m(dev, c, B);
+      BOOST_REQUIRE(m.x0_half());
+      const int bottom = c.bottom_mlp.back(), W = c.embedding_width(), D = bottom + W;
+      const HalfFromFloat round16 = half_from_float(t);
+      std::vector<uint16_t> x0(size_t(B) * D, 0x7FC1);  // a NaN in both types
+      for (int64_t r = 0; r < B; ++r)
+        for (int j = 0; j < W; ++j) x0[size_t(r * D + bottom + j)] = round16(in.emb[size_t(r * W + j)]);
+      copy_to_device(dev, m.x0_half(), x0.data(), x0.size() * sizeof(uint16_t));
+      Buffer<float> p(dev, in.params), dense(dev, in.dense), labels(dev, in.labels);
+      Buffer<float> loss = dense_test::poisoned(dev, 1), grads = dense_test::poisoned(dev, m.param_count());
+      Buffer<float> demb = dense_test::poisoned(dev, size_t(B) * D);
+      const float* lg = m.forward_in_x0(p.data(), dense.data(), B);
+      m.loss(labels.data(), in.mean_over, loss.data());
+      int calls = 0, demb_at = 0, read_at = 0;
+      m.backward(p.data(), grads.data(), demb.data(), DenseModel::GradsReady(), [&] { demb_at = ++calls; },
+                 [&] { read_at = ++calls; });
+      std::vector<float> logits(static_cast<size_t>(B), 0.f);
+      copy_to_host(dev, logits.data(), lg, logits.size() * sizeof(float));
+      const std::vector<float> whole = demb.download();
+      std::vector<float> cols;
+      for (int64_t r = 0; r < B; ++r)
+        cols.insert(cols.end(), whole.begin() + r * D + bottom, whole.begin() + (r + 1) * D);
+      BOOST_TEST_CONTEXT(dev.name() << " " << precision_name(t) << " batch " << B) {
+        BOOST_TEST(std::memcmp(logits.data(), ref.logits.data(), logits.size() * sizeof(float)) == 0);
+        BOOST_TEST(loss.download()[0] == ref.loss);
+        BOOST_TEST(std::memcmp(grads.download().data(), ref.grads.data(), ref.grads.size() * sizeof(float)) == 0);
+        BOOST_TEST(std::memcmp(cols.data(), ref.demb.data(), ref.demb.size() * sizeof(float)) == 0);
+        BOOST_TEST(demb_at == 1);
+        BOOST_TEST(read_at == 2);
+      }
+    }
+  // the other models and fp32 have no such array, and refuse the forward
+  DenseModel f32(dev, small(Interaction::dcnv2, GemmType::f32), 4), dot(dev, small(Interaction::dot, GemmType::bf16), 4);
+  BOOST_TEST(!f32.x0_half());
+  BOOST_TEST(!dot.x0_half());
+  BOOST_CHECK_THROW(f32.forward_in_x0(nullptr, nullptr, 1), Error);
+  close_device(const_cast<Device&>(dev));
+}
+
+}  // namespace
+
+SPARTA_BACKEND_CASES(x0_half_gives_the_bits_of_fp32_embeddings, x0_half_gives_the_bits_of_fp32_embeddings)
+
 BOOST_AUTO_TEST_CASE(cuda_matches_cpu_fp32, *testing::needs_gpu()) {
   cuda_matches_cpu(Interaction::dot, GemmType::f32);
   cuda_matches_cpu(Interaction::dcnv2, GemmType::f32);
@@ -418,12 +476,13 @@ void graphs_replay_the_direct_bits(const Device& dev, Interaction it, GemmType p
   BOOST_TEST_MESSAGE(interaction_name(it) << " " << precision_name(precision) << ": " << graphed.graphs().replays()
                      << " pieces replayed, " << graphed.graphs().captures() << " recorded, "
                      << graphed.graphs().direct_runs() << " run as is");
-  // By graph.h's rules, with P = 5 pieces (forward, loss, and the backward's three between its callbacks): step 0
+  // By graph.h's rules, with P pieces (forward, loss, and the backward's between its callbacks: 4 for dcnv2, 3
+  // for dot, which has no cross weights): step 0
   // runs all as is, step 1 records all, step 2 replays all; step 3's evaluation forward runs as is and so does the training
   // forward after it, the rest is recorded; step 4 records the forward and replays P - 1; step 5's new loss
   // scale runs the loss as is after a replayed forward, and records the P - 2 backward pieces; step 6 records
   // the forward and the loss and replays P - 2; step 7 replays all.
-  const int64_t P = 5;
+  const int64_t P = it == Interaction::dcnv2 ? 6 : 5;
   BOOST_TEST(graphed.graphs().replays() == P + (P - 1) + 1 + (P - 2) + P);
   BOOST_TEST(graphed.graphs().captures() == P + (P - 1) + 1 + (P - 2) + 2);
   BOOST_TEST(direct.graphs().replays() == 0);
