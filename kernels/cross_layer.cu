@@ -174,32 +174,37 @@ __global__ void __launch_bounds__(128) cross_forward_half_kernel(const uint16_t*
   }
 }
 
-// x0's gradient from every layer's g and z (16-bit), in fp32, into its one or two blocks.
-template <class H, int V>
+// x0's gradient from every layer's g and z (16-bit), in fp32, into its one or two blocks. Every term's loads are
+// issued before the first sum (NT >= t.n terms, unrolled), so that a thread has all of them in flight at once;
+// the sums then run in the reference's order (the top layer first, then g_0).
+template <class H, int V, int NT>
 __global__ void __launch_bounds__(128) cross_input_grad_half_kernel(CrossGradTerms t, int64_t rows, int cols) {
   const int c = (blockIdx.x * blockDim.x + threadIdx.x) * V;
   if (c >= cols) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const int64_t i = r * cols + c;
     float* dst = x0_ptr(t.dx0.a, t.dx0.b, t.dx0.a_cols, cols, r, c);
+    dense::Halves8 g16[NT], z16[NT], id16;
+#pragma unroll
+    for (int k = 0; k < NT; ++k)
+      if (k < t.n) g16[k] = dense::load_halves<V>(t.g16[k] + i), z16[k] = dense::load_halves<V>(t.z16[k] + i);
+    if (t.identity) id16 = dense::load_halves<V>(t.identity + i);
     float v[V];
     if (t.accumulate) load_v<V>(dst, v);
-    for (int k = t.n - 1; k >= 0; --k) {
-      float g[V], zv[V], b[V];
-      widen<H, V>(t.g16[k] + i, g);
-      widen<H, V>(t.z16[k] + i, zv);
+#pragma unroll
+    for (int k = NT - 1; k >= 0; --k) {
+      if (k >= t.n) continue;
+      float b[V];
       load_v<V>(t.bias[k] + c, b);
 #pragma unroll
       for (int q = 0; q < V; ++q) {
-        const float gz = __fmul_rn(g[q], __fadd_rn(zv[q], b[q]));
+        const float gz = __fmul_rn(H::value(g16[k].h[q]), __fadd_rn(H::value(z16[k].h[q]), b[q]));
         v[q] = (t.accumulate || k < t.n - 1) ? __fadd_rn(v[q], gz) : gz;
       }
     }
     if (t.identity) {
-      float g[V];
-      widen<H, V>(t.identity + i, g);
 #pragma unroll
-      for (int q = 0; q < V; ++q) v[q] = __fadd_rn(v[q], g[q]);
+      for (int q = 0; q < V; ++q) v[q] = __fadd_rn(v[q], H::value(id16.h[q]));
     }
     store_v<V>(dst, v);
   }
@@ -391,10 +396,14 @@ void cross_input_grad_half_cuda(const LinearDims& d, const CrossGradTerms& a, St
   for (int k = 0; k < a.n; ++k) eight = eight && by_eight(d.out, {a.g16[k], a.z16[k], a.bias[k]});
   dense::with_half(a.half, [&](auto h) {
     using H = decltype(h);
-    if (eight)
-      cross_input_grad_half_kernel<H, 8><<<row_block_grid(d.batch, d.out, 8), 128, 0, stream>>>(a, d.batch, d.out);
+    if (eight && a.n <= 4)
+      cross_input_grad_half_kernel<H, 8, 4><<<row_block_grid(d.batch, d.out, 8), 128, 0, stream>>>(a, d.batch, d.out);
+    else if (eight)
+      cross_input_grad_half_kernel<H, 8, kMaxCrossTerms>
+          <<<row_block_grid(d.batch, d.out, 8), 128, 0, stream>>>(a, d.batch, d.out);
     else
-      cross_input_grad_half_kernel<H, 1><<<row_block_grid(d.batch, d.out, 1), 128, 0, stream>>>(a, d.batch, d.out);
+      cross_input_grad_half_kernel<H, 1, kMaxCrossTerms>
+          <<<row_block_grid(d.batch, d.out, 1), 128, 0, stream>>>(a, d.batch, d.out);
     CUDA_CHECK_LAUNCH("cross_input_grad_half_kernel");
   });
 }
