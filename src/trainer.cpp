@@ -607,7 +607,12 @@ void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, flo
   if (apply) collection_->backward(demb_.data(), step, learning_rate_factor(cfg_.schedule, step));
   // The next batch routed ahead: its lookups and their exchanges now, beside the last dense layers and before the
   // dense gradients' all-reduce (the communicator runs its collectives in the order they come)
-  if (apply && look_ahead && ahead_at_ >= 0) collection_->look_up_ahead(emb_out(), LookupMode::train);
+  if (apply && look_ahead && ahead_at_ >= 0) {
+    // after the model's last read of the embeddings' output (in x0's 16-bit array, the cross network's V_0
+    // gradient reads it after demb)
+    if (emb_done_ && emb_stream_.stream()) emb_done_at_.wait_in(emb_stream_.stream());
+    collection_->look_up_ahead(emb_out(), LookupMode::train);
+  }
   if (!scaler_) reduce_bucket(0, grads_.size());
   join_grad_stream();
   collection_->mark(dev_.stream, "dense: gradients reduced");
