@@ -67,13 +67,13 @@ struct EmbeddingCollection::Group {
   // The group serves slots 0..num_slots-1 in order: the batch's offsets are its own, and its pooled
   // [batch, num_slots, dim] is the collection's output (no cut, no put or take).
   bool all_slots = false;
-  // The placement reads and writes the collection's float output and gradient itself: all slots in order (then
+  // The placement writes the collection's output and reads its float gradient itself: all slots in order (then
   // [batch, num_slots, dim] is the group's own layout), or a placement that puts its bags into place anyway
   // (PlacedTable::writes_output). Otherwise the group pools into its buffer, put into the output after.
   bool writes_output = false;
   std::vector<int32_t> slots, cols;
   std::vector<int64_t> bases, bounds;  // per slot: its table's move into the group's keys, its key bound
-  Buffer<int32_t> slots_dev, cols_dev;
+  Buffer<int32_t> slots_dev, cols_dev, grad_cols_dev;  // grad_cols: cols in the gradient ([batch, output_width])
   Buffer<int64_t> bases_dev, bounds_dev;
 
   // The group key of key k of member table t, and back.
@@ -211,12 +211,17 @@ EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, con
       for (int j = 0; j < S && gr->all_slots; ++j) gr->all_slots = gr->slots[size_t(j)] == j;
       gr->slots_dev = Buffer<int32_t>(dev_, gr->slots);
       gr->cols_dev = Buffer<int32_t>(dev_, gr->cols);
+      std::vector<int32_t> grad_cols;  // the gradient's: [local_batch, output_width]
+      for (int32_t c : gr->cols) grad_cols.push_back(c - static_cast<int32_t>(cfg_.output_col));
+      gr->grad_cols_dev = Buffer<int32_t>(dev_, grad_cols);
       gr->bases_dev = Buffer<int64_t>(dev_, gr->bases);
       gr->bounds_dev = Buffer<int64_t>(dev_, gr->bounds);
       if (float_gradient()) {
         s.output_cols = gr->cols;
         s.output_row = row_;
         s.output_type = cfg_.output;
+        s.grad_cols = grad_cols;
+        s.grad_row = width_;
       }
       gr->placed = make_placed_table(s, *ex_);
       gr->writes_output = (cfg_.output == OutputType::f32 && plain && gr->all_slots) ||
@@ -500,10 +505,10 @@ void EmbeddingCollection::backward(const void* grad, int64_t step, float lr_scal
       // forward sized it for this batch)
       float* cut = gr.pooled.data();
       if (f32)
-        route_take_slots(dev_, gg, batch_, ts, gr.dim, gr.cols_dev.data(), row_, cut, dev_.stream);
+        route_take_slots(dev_, gg, batch_, ts, gr.dim, gr.grad_cols_dev.data(), width_, cut, dev_.stream);
       else
-        route_take_slots_half(dev_, static_cast<const uint16_t*>(grad), batch_, ts, gr.dim, gr.cols_dev.data(),
-                              row_, cfg_.output, cut, dev_.stream);
+        route_take_slots_half(dev_, static_cast<const uint16_t*>(grad), batch_, ts, gr.dim,
+                              gr.grad_cols_dev.data(), width_, cfg_.output, cut, dev_.stream);
       gg = cut;
     }
     gr.placed->begin_backward(gg);

@@ -73,7 +73,7 @@ class EmbeddingCollection {
   OutputType output_type() const { return cfg_.output; }
   // Where slot s starts in a sample's output row (CollectionConfig::output_col on).
   int64_t slot_column(int slot) const { return slot_cols_[size_t(slot)]; }
-  // Values a row of the output and of the gradient: CollectionConfig::output_row, else output_width().
+  // Values a row of the output: CollectionConfig::output_row, else output_width().
   int64_t output_row() const { return row_; }
   // Device bytes this rank's shards take.
   size_t memory_bytes() const;
@@ -92,8 +92,8 @@ class EmbeddingCollection {
   // literal nullptr matches both overloads: cast it.)
   void forward(const int64_t* offsets, const int64_t* keys, int64_t local_batch, float* out,
                LookupMode mode = LookupMode::train);
-  // Collective. grad [local_batch, output_width] of config().output (float with CollectionConfig::float_gradient),
-  // as forward's out (device; rows of output_row() values): the gradient of
+  // Collective. grad [local_batch, output_width] of config().output (float with CollectionConfig::float_gradient;
+  // device, rows of output_width values whatever output_row()): the gradient of
   // the last forward's output, which must have been a train forward (no other forward in between: the routes
   // hold one batch). step: the global optimizer step, from 1. lr_scale (finite, >= 0): every table's configured
   // learning rate is multiplied by it for this step (the trainer's learning-rate schedule).
@@ -206,7 +206,7 @@ class EmbeddingCollection {
   Ahead ahead_;
   std::vector<int64_t> slot_cols_;
   int64_t width_ = 0;
-  int64_t row_ = 0;  // values a row of the output and the gradient (CollectionConfig::output_row)
+  int64_t row_ = 0;  // values a row of the output (CollectionConfig::output_row)
   bool float_gradient() const { return cfg_.output == OutputType::f32 || cfg_.float_gradient; }
   int64_t batch_ = 0;         // local batch of the last train forward
   bool trained_ = false;      // a train forward waits for its backward

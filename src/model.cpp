@@ -304,19 +304,12 @@ void DenseModel::backward(const float* params, float* grads, float* demb, const 
       interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb_, dbottom_.data(), demb, dev_.stream);
     } else {
       // 16-bit: the top MLP writes x_L's gradient where the cross network reads it, in 16 bits; dx0 written as its
-      // two blocks (the bottom MLP's output gradient and demb), or whole into demb after forward_in_x0 (its first
-      // columns then copied to the bottom MLP's)
+      // two blocks: the bottom MLP's output gradient and demb
       uint16_t* g16 = cross_->output_grad16();
       float* g = g16 ? nullptr : dz_.data();
       top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), g, dev_.stream, false, g16);
-      if (in_x0_) {
-        const int D = bottom_width + cfg_.embedding_width();
-        cross_->backward_data(params + cross_offset(), g, grads + cross_offset(), CrossInputGrad(demb), dev_.stream);
-        copy_columns(dev_, demb, D, dbottom_.data(), bottom_width, batch_, bottom_width, dev_.stream);
-      } else {
-        cross_->backward_data(params + cross_offset(), g, grads + cross_offset(),
-                              CrossInputGrad(dbottom_.data(), demb, bottom_width), dev_.stream);
-      }
+      cross_->backward_data(params + cross_offset(), g, grads + cross_offset(),
+                            CrossInputGrad(dbottom_.data(), demb, bottom_width), dev_.stream);
     }
   });
   if (demb_ready) demb_ready();

@@ -109,8 +109,7 @@ class DenseModel {
   // backward's inputs_read.
   uint16_t* x0_half();
   // forward with the embeddings in x0_half(): no fp32 copy of them and no pass converting them, the same logits
-  // as forward with emb their fp32 values. backward's demb is then x0's whole gradient [batch, D] (the
-  // embeddings' columns as in x0_half(); the first ones the bottom MLP's). Throws sparta::Error when x0_half()
+  // (and backward the same gradients) as forward with emb their fp32 values. Throws sparta::Error when x0_half()
   // is nullptr.
   const float* forward_in_x0(const float* params, const float* dense, int64_t batch, int64_t train_step = 0);
   const float* logits() const { return logits_; }

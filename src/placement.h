@@ -86,8 +86,9 @@ struct CollectionConfig {
   // the output; the gradient widened to float before the placements see it).
   OutputType output = OutputType::f32;
   // Where the output's rows lie: output_row values a row (0: output_width), a sample's slots from column
-  // output_col on; the gradient lies alike. So a caller may have the pooled embeddings written straight into a
-  // wider array of its own (the trainer: DCNv2's 16-bit x0, the bottom MLP's output in its first columns).
+  // output_col on (the gradient stays [local_batch, output_width]). So a caller may have the pooled embeddings
+  // written straight into a wider array of its own (the trainer: DCNv2's 16-bit x0, the bottom MLP's output in
+  // its first columns).
   int64_t output_row = 0;
   int64_t output_col = 0;
   // The backward's gradient in float32 whatever the output's type (a caller that computes it in float).
@@ -245,14 +246,16 @@ struct PlacedTableSetup {
     int owner = 0;      // localized: the rank that holds it
   };
   std::vector<Member> members;  // empty: one table, described by table and plan
-  // The collection's output, where a placement may write its bags in place (PlacedTable::writes_output) and then
-  // reads their float gradients: rows of output_row values (of output_type; the gradient's float32), the group's
-  // slot j (in group order) from column output_cols[j]. Empty: the collection's gradient is not float32, and every
-  // placement writes [bags, dim] floats. A placement that pools only into floats writes a 16-bit output_type
-  // [bags, dim] too.
+  // The collection's output, where a placement may write its bags in place (PlacedTable::writes_output): rows of
+  // output_row values of output_type, the group's slot j (in group order) from column output_cols[j]; and its
+  // float gradient, read in place then: rows of grad_row floats, slot j from column grad_cols[j]. Empty: the
+  // collection's gradient is not float32, and every placement writes [bags, dim] floats (so does one that pools
+  // only into floats, given a 16-bit output_type).
   std::vector<int32_t> output_cols;
   int64_t output_row = 0;
   OutputType output_type = OutputType::f32;
+  std::vector<int32_t> grad_cols;
+  int64_t grad_row = 0;
 };
 
 // Allocates this rank's shards of one table for its plan. Bad plans (an owner outside the world, hot keys

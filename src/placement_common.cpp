@@ -475,20 +475,29 @@ void GroupSums::sum(const int64_t* offsets, int64_t bags, const int64_t* ids, in
 // ----------------------------------------------------------------------------
 // OutputLayout
 
+namespace {
+// cols [slots] of rows of `row` values as a BagLayout (cols_dev holds them on the device), or the default
+// [bags, dim] one where that is what they say.
+BagLayout bag_layout(const Device& dev, const std::vector<int32_t>& cols, int64_t row, int dim, bool plain_type,
+                     Buffer<int32_t>& cols_dev) {
+  const int slots = static_cast<int>(cols.size());
+  bool contiguous = row == int64_t(slots) * dim && plain_type;
+  bool by_four = row % 4 == 0;
+  for (int j = 0; j < slots; ++j) {
+    contiguous = contiguous && cols[size_t(j)] == j * dim;
+    by_four = by_four && cols[size_t(j)] % 4 == 0;
+  }
+  if (slots == 0 || contiguous) return BagLayout{};
+  cols_dev = Buffer<int32_t>(dev, cols);
+  return BagLayout{row, cols_dev.data(), slots, by_four};
+}
+}  // namespace
+
 OutputLayout::OutputLayout(const Device& dev, const PlacedTableSetup& s, bool any_type) : type_(s.output_type) {
   if (s.output_type != OutputType::f32 && !any_type) return;  // pooled as floats, put into place by the collection
-  const int slots = static_cast<int>(s.output_cols.size());
   const int dim = s.table.dim;
-  bool contiguous = s.output_row == int64_t(slots) * dim && s.output_type == OutputType::f32;
-  bool by_four = s.output_row % 4 == 0;
-  for (int j = 0; j < slots; ++j) {
-    contiguous = contiguous && s.output_cols[size_t(j)] == j * dim;
-    by_four = by_four && s.output_cols[size_t(j)] % 4 == 0;
-  }
-  if (slots > 0 && !contiguous) {
-    cols_ = Buffer<int32_t>(dev, s.output_cols);
-    layout_ = BagLayout{s.output_row, cols_.data(), slots, by_four};
-  }
+  layout_ = bag_layout(dev, s.output_cols, s.output_row, dim, s.output_type == OutputType::f32, cols_);
+  if (in_place()) grad_layout_ = bag_layout(dev, s.grad_cols, s.grad_row, dim, true, grad_cols_);
 }
 
 // ----------------------------------------------------------------------------

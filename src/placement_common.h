@@ -225,14 +225,15 @@ class GroupSums {
 class OutputLayout {
  public:
   OutputLayout(const Device& dev, const PlacedTableSetup& s, bool any_type);
-  const BagLayout& layout() const { return layout_; }
+  const BagLayout& layout() const { return layout_; }            // the forward's output
+  const BagLayout& grad_layout() const { return grad_layout_; }  // the backward's gradient
   bool in_place() const { return !layout_.contiguous(); }
   // The type of the values the placement writes into its forward's out: the output's in place, else float.
   OutputType type() const { return in_place() ? type_ : OutputType::f32; }
 
  private:
-  Buffer<int32_t> cols_;
-  BagLayout layout_;
+  Buffer<int32_t> cols_, grad_cols_;
+  BagLayout layout_, grad_layout_;
   OutputType type_ = OutputType::f32;
 };
 

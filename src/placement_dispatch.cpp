@@ -55,7 +55,7 @@ class DispatchTable : public PlacedTable {
   }
 
   void begin_backward(const float* grad) override {
-    shard_.send(in_.offsets, in_.bags, grad, combiner_, output_.layout());
+    shard_.send(in_.offsets, in_.bags, grad, combiner_, output_.grad_layout());
   }
 
   void update(int64_t step, float lr_scale) override { shard_.update(step, lr_scale); }

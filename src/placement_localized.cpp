@@ -57,7 +57,8 @@ class LocalizedTable : public PlacedTable {
     one_owner_ = std::count(owner_slots_.begin(), owner_slots_.end(), 0) == W - 1;
     // Blocks of several owners are put into place after the exchange anyway: straight into the collection's
     // output when it is float (no copy of the group's bags in between), else into the group's [bags, dim].
-    writes_output_ = W > 1 && !one_owner_ && !s.output_cols.empty() && s.output_type == OutputType::f32;
+    writes_output_ = W > 1 && !one_owner_ && !s.output_cols.empty() && s.output_type == OutputType::f32 &&
+                     s.grad_cols == s.output_cols && s.grad_row == s.output_row;
     row_floats_ = writes_output_ ? s.output_row : int64_t(slots_) * dim_;
     std::vector<std::vector<int32_t>> owned(static_cast<size_t>(W)), cols(static_cast<size_t>(W));
     for (int j = 0; j < slots_; ++j) {

@@ -40,7 +40,8 @@ class ReplicatedTable : public PlacedTable {
   void begin_backward(const float* grad) override {
     grad_ = grad;
     if (ex_.world() > 1)
-      replica_.send(in_.offsets, in_.keys, rows_.data(), in_.bags, in_.nnz, grad, combiner_, output_.layout());
+      replica_.send(in_.offsets, in_.keys, rows_.data(), in_.bags, in_.nnz, grad, combiner_,
+                    output_.grad_layout());
   }
 
   void update(int64_t step, float lr_scale) override {
@@ -48,7 +49,7 @@ class ReplicatedTable : public PlacedTable {
       // The only copy: its update is the batch's own (the same row sums the gathered path would apply with one
       // rank), fused with the optimizer, without downloading a count or looking the keys up again.
       table_update(replica_.table(), in_.offsets, rows_.data(), in_.bags, in_.nnz, grad_, combiner_, step, lr_scale,
-                   output_.layout());
+                   output_.grad_layout());
       return;
     }
     replica_.update(step, lr_scale);

@@ -139,7 +139,7 @@ void Trainer::build_rest(const std::string& load_from) {
   labels_ = Buffer<float>(dev_, B);
   dense_ = Buffer<float>(dev_, B * m.num_dense);
   if (!in_x0()) emb_ = Buffer<float>(dev_, B * m.embedding_width());
-  demb_ = Buffer<float>(dev_, B * size_t(grad_width()));
+  demb_ = Buffer<float>(dev_, B * m.embedding_width());
   probs_ = Buffer<float>(dev_, B);
   losses_ = Buffer<float>(dev_, size_t(cfg_.log_every));
   if (m.precision == GemmType::f16) {
@@ -174,11 +174,6 @@ void Trainer::synchronize_all() {
 
 bool Trainer::in_x0() const {
   return cfg_.model.interaction == Interaction::dcnv2 && is_half(cfg_.model.precision);
-}
-
-int64_t Trainer::grad_width() const {
-  const ModelConfig& m = cfg_.model;
-  return m.embedding_width() + (in_x0() ? m.bottom_mlp.back() : 0);
 }
 
 void* Trainer::emb_out() {
@@ -308,7 +303,7 @@ void Trainer::build_collection(const Batch& b, int64_t global_batch) {
     c.exchange = cfg_.exchange == "bf16" ? DataType::bf16 : DataType::f32;
     if (in_x0()) {
       // DCNv2 in 16 bits: the embeddings pooled straight into the model's 16-bit x0 (after the bottom MLP's
-      // columns), each value rounded once; their gradient comes back in float, as x0's whole gradient
+      // columns), each value rounded once; their gradient comes back in float
       c.output = m.precision == GemmType::bf16 ? OutputType::bf16 : OutputType::f16;
       c.output_col = m.bottom_mlp.back();
       c.output_row = c.output_col + m.embedding_width();
@@ -554,7 +549,7 @@ void Trainer::join_grad_stream() {
 
 bool Trainer::unscale_gradients(int64_t batch) {
   join_grad_stream();
-  unscale_and_check(dev_, grads_.data(), grads_.size(), demb_.data(), size_t(batch) * size_t(grad_width()),
+  unscale_and_check(dev_, grads_.data(), grads_.size(), demb_.data(), size_t(batch) * cfg_.model.embedding_width(),
                     1.f / scaler_->scale(), nonfinite_.data(), dev_.stream);
   comm_->synchronize(dev_.stream);
   int bad = 0;

@@ -212,12 +212,9 @@ class Trainer {
   std::unique_ptr<DenseModel> model_;
   int64_t max_batch_ = 0;
   Buffer<float> params_, grads_, state_;          // [P], [P], [dense optimizer state]
-  Buffer<float> labels_, dense_, emb_, demb_;     // [B], [B, num_dense], [B, slots*dim] x2 (in_x0: no emb_,
-                                                  // demb_ [B, grad_width()])
-  // DCNv2 in 16 bits: the collection writes the embeddings into the model's x0_half() (src/model.h), and its
-  // gradient is x0's whole gradient; otherwise emb_ and demb_ hold them.
+  Buffer<float> labels_, dense_, emb_, demb_;     // [B], [B, num_dense], [B, slots*dim] x2 (in_x0: no emb_)
+  // DCNv2 in 16 bits: the collection writes the embeddings into the model's x0_half() (src/model.h), not emb_.
   bool in_x0() const;
-  int64_t grad_width() const;  // values a row of demb_
   void* emb_out();             // where the collection's forward writes
   const float* model_forward(int64_t batch, int64_t train_step);  // the model's forward of the embeddings there
   DeviceBatch batches_[2];

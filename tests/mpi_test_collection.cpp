@@ -745,8 +745,7 @@ float widen(OutputType t, uint16_t h) { return t == OutputType::bf16 ? bf16_to_f
 
 // A wide 16-bit output (wide_col > 0: CollectionConfig::output_col wide_col, output_row wide_col + width +
 // wide_pad, float_gradient, as the trainer's DCNv2 x0): the slots in their columns, the others untouched (their
-// poison kept), and a float gradient in the same layout whose other columns are NaN (read, they would spoil the
-// tables).
+// poison kept), and the float gradient [local_batch, output_width].
 void half_against_f32(Backend backend, OutputType type, const std::vector<std::string>& placements,
                       const std::vector<TableDef>& defs, int slots, int groups = 0, int wide_col = 0,
                       int wide_pad = 0) {
@@ -813,11 +812,9 @@ void half_against_f32(Backend backend, OutputType type, const std::vector<std::s
     Buffer<uint16_t> g16(w.dev, mine16);
     Buffer<float> g32(w.dev, mine32);
     a.backward(g32.data(), step);
-    if (wide_col > 0) {  // the float gradient in the output's layout, NaN elsewhere
-      std::vector<float> wide(std::max<size_t>(size_t(s.count * row), 1), std::nanf(""));
-      for (size_t i = 0; i < n; ++i) wide[size_t(int64_t(i) / width * row + col + int64_t(i) % width)] = mine32[i];
-      Buffer<float> gw(w.dev, wide);
-      h.backward(gw.data(), step);
+    if (wide_col > 0) {
+      Buffer<float> g32h(w.dev, mine32);
+      h.backward(g32h.data(), step);
     } else {
       h.backward(g16.data(), step);
     }
