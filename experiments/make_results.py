@@ -273,8 +273,15 @@ def tests_summary(out):
     for p in sorted(glob.glob(os.path.join(out, "tests*.log"))):
         lines = open(p, errors="replace").read().splitlines()
         name = os.path.basename(p)
-        suites += [f"{name}: {l}" for l in lines if re.match(r"^\S+.*\d+ passed\s+\d+ failed", l)]
-        closing += [f"{name}: {l}" for l in lines if l.startswith("tests: ")]
+        mine = [l for l in lines if re.match(r"^\S+.*\d+ passed\s+\d+ failed", l)]
+        suites += [f"{name}: {l}" for l in mine]
+        ends = [f"{name}: {l}" for l in lines if l.startswith("tests: ")]
+        if not ends and mine:  # the log stops before run_all's own summary (the call's time limit): its suites' lines summed
+            n = [sum(int(re.search(rf"(\d+) {w}", l).group(1)) for l in mine) for w in ("passed", "failed", "skipped")]
+            bad = [l.split()[0] for l in mine if not re.search(r" 0 failed", l)]
+            ends = [f"{name}: tests: {n[0]} passed, {n[1]} failed, {n[2]} skipped in the {len(mine)} suites it reached "
+                    f"before the call's limit" + (f" (failed: {', '.join(bad)})" if bad else "")]
+        closing += ends
     return suites, closing
 
 

@@ -81,6 +81,17 @@ class MakeResults(unittest.TestCase):
         self.assertIn(f"2.00 ({share:.0f}%)", md)
         self.assertIn("tests.log: tests: 3 passed, 0 failed, 0 skipped", md)
 
+    def test_a_log_cut_short_is_summed(self):
+        # no run_all summary (the call's limit came first): the suites' lines summed, the failed ones named
+        log = ("test_a   3 passed   0 failed   1 skipped   1s  ok\n"
+               "mpi_test_b (2 ranks)   4 passed   2 failed   0 skipped   2s  FAILED\n")
+        r, repo = self.visit([train("dot", 1, 1e6, 1.0)], [], log)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(repo, "experiments", "RESULTS.md")) as f:
+            md = f.read()
+        self.assertIn("tests.log: tests: 7 passed, 2 failed, 1 skipped in the 2 suites it reached before the call's "
+                      "limit (failed: mpi_test_b)", md)
+
     def test_mixed_revisions_are_refused(self):
         r, repo = self.visit([train("dot", 1, 1e6, 1.0), train("dot", 1, 1e6, 1.0, rev="f" * 40)], [])
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
