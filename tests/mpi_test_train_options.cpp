@@ -360,8 +360,12 @@ BOOST_AUTO_TEST_CASE(standardized_dense_features_travel_with_the_model) {
   by_hand.eval_path = eval_pre;
   const Run reference = train(by_hand);
   BOOST_REQUIRE_EQUAL(normalized.result.losses.size(), reference.result.losses.size());
+  // The two runs' features differ in their last bits (the trainer's statistics come from sums and sums of squares
+  // and are applied in float, this file's from two passes in double), which Adam's steps carry into the losses:
+  // a few 1e-4 by step 12 at some seeds (2.5e-4 at seed 45454965674160). Unstandardized features (means of a few
+  // units) would move them by far more.
   for (size_t i = 0; i < reference.result.losses.size(); ++i)
-    BOOST_TEST(std::fabs(normalized.result.losses[i] / reference.result.losses[i] - 1) < 1e-4,
+    BOOST_TEST(std::fabs(normalized.result.losses[i] / reference.result.losses[i] - 1) < 1e-3,
                "step " << i + 1 << ": " << normalized.result.losses[i] << " vs " << reference.result.losses[i]);
   const double auc = normalized.result.evals.back().second.auc;
   BOOST_TEST(std::fabs(auc - reference.result.evals.back().second.auc) < 2e-3);
