@@ -256,8 +256,6 @@ void check_columns(const char* layer, int64_t batch, int a_cols, int b_cols) {
                  "cross input '%s': expected batch >= 0 and both widths >= 1, found batch %lld, widths %d and %d",
                  layer, (long long)batch, a_cols, b_cols);
 }
-}  // namespace
-
 void copy_columns(const Device& dev, const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows,
                   int64_t cols, Stream stream) {
   if (!dev.is_cuda()) return copy_columns_cpu(src, src_ld, dst, dst_ld, rows, cols);
@@ -267,6 +265,7 @@ void copy_columns(const Device& dev, const float* src, int64_t src_ld, float* ds
   SPARTA_FATAL("copy_columns on %s in a CUDA=0 build", dev.name().c_str());
 #endif
 }
+}  // namespace
 
 void concat_columns(const Device& dev, const char* layer, int64_t batch, const float* a, int a_cols, const float* b,
                     int b_cols, float* out, Stream stream) {

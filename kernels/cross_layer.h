@@ -66,8 +66,6 @@ void concat_columns(const Device& dev, const char* layer, int64_t batch, const f
                     int b_cols, float* out, Stream stream);
 
 // Copies rows x cols floats from src (row pitch src_ld floats) to dst (row pitch dst_ld floats).
-void copy_columns(const Device& dev, const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows,
-                  int64_t cols, Stream stream);
 void copy_columns_cpu(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows, int64_t cols);
 void copy_columns_cuda(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, int64_t rows, int64_t cols,
                        Stream stream);
