@@ -51,6 +51,8 @@ run_one() {  # run_one NAME COMMAND...
   printf '%-44s %3d passed %3d failed %3d skipped  %4ds  %s\n' "$name" "$p" "$f" "$s" $((SECONDS - t0)) "$verdict"
   if [ "$f" != 0 ]; then
     failures+=("$name")
+    # the seed and the failed checks first (a chatty suite's tail may hold neither), then the log's tail
+    grep -E "test seed|error|fatal|FAILED|TIMED OUT" "$log" | head -20 | sed 's/^/    ! /'
     sed 's/^/    | /' "$log" | tail -60
   fi
 }
