@@ -32,9 +32,9 @@ void tier_lookup_cpu(const TierIndex& t, const int64_t* keys, const int64_t* row
     if (r < 0) {
       slot[i] = -1;
       if (list_absent) {
-        const int64_t m = counters[kTierMisses]++;
-        misses[2 * m] = key;
-        misses[2 * m + 1] = -1;
+        const int64_t a = counters[kTierAbsent]++;
+        misses[2 * (n - 1 - a)] = key;
+        misses[2 * (n - 1 - a) + 1] = -1;
       }
       continue;
     }
@@ -76,13 +76,14 @@ void tier_victim_order_cpu(const TierIndex& t, int64_t tick, int64_t pin_gen, bo
 
 void tier_evict_cpu(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
                     const float* cache_state, int dim, int state_width, float* host_values, float* host_state,
-                    int64_t* uses_out) {
+                    int64_t* host_uses, int64_t* keys_out) {
   for (int64_t j = 0; j < n; ++j) {
     const int64_t s = slots[j], r = t.slot_row[s];
     std::memcpy(host_values + r * dim, cache_values + s * dim, size_t(dim) * sizeof(float));
     if (state_width > 0)
       std::memcpy(host_state + r * state_width, cache_state + s * state_width, size_t(state_width) * sizeof(float));
-    uses_out[j] = t.slot_uses[s];
+    host_uses[r] = t.slot_uses[s];
+    keys_out[j] = t.slot_key[s];
     t.slot_of_row[r] = -1;
     t.slot_row[s] = -1;
     t.slot_last[s] = -1;
@@ -90,28 +91,32 @@ void tier_evict_cpu(const TierIndex& t, const int64_t* slots, int64_t n, const f
   }
 }
 
-void tier_install_cpu(const TierIndex& t, const int64_t* slots, const int64_t* rows, const int64_t* keys,
-                      const int64_t* uses, const uint8_t* made, int64_t n, int64_t tick, int64_t pin_gen,
-                      const float* host_values, const float* host_state, int dim, int state_width,
-                      float initial_state, float* cache_values, float* cache_state) {
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t s = slots[j], r = rows[j];
+void tier_place_cpu(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
+                    int64_t pin_gen, uint8_t* host_made, const int64_t* host_uses, const float* host_values,
+                    const float* host_state, int dim, int state_width, float initial_state, const KeyInit& init,
+                    float* cache_values, float* cache_state) {
+  for (int64_t j = 0; j < m; ++j) {
+    const int64_t key = misses[2 * j], r = misses[2 * j + 1];
+    const int64_t s = tier_placed_slot(p, j);
     if (s < 0) {
       t.slot_of_row[r] = -1;
       continue;
     }
+    const bool made = host_made[r] != 0;
     t.slot_of_row[r] = int32_t(s);
-    t.slot_key[s] = keys[j];
+    t.slot_key[s] = key;
     t.slot_row[s] = r;
     t.slot_last[s] = tick;
-    t.slot_uses[s] = uses[j];
+    t.slot_uses[s] = (made ? host_uses[r] : 0) + 1;
     t.slot_pin[s] = pin_gen > 0 ? pin_gen : 0;
-    if (made[j]) {
+    if (made) {
       std::memcpy(cache_values + s * dim, host_values + r * dim, size_t(dim) * sizeof(float));
       if (state_width > 0)
         std::memcpy(cache_state + s * state_width, host_state + r * state_width, size_t(state_width) * sizeof(float));
-    } else if (state_width > 0) {
+    } else {
+      for (int e = 0; e < dim; ++e) cache_values[s * dim + e] = initial_value(init, uint64_t(key), uint32_t(e));
       std::fill_n(cache_state + s * state_width, state_width, initial_state);
+      host_made[r] = 1;
     }
   }
 }
@@ -155,21 +160,21 @@ void tier_victim_order(const Device& dev, const TierIndex& t, int64_t tick, int6
 
 void tier_evict(const Device& dev, const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
                 const float* cache_state, int dim, int state_width, float* host_values, float* host_state,
-                int64_t* uses_out, Stream stream) {
+                int64_t* host_uses, int64_t* keys_out, Stream stream) {
   TIER_DISPATCH(tier_evict_cpu(t, slots, n, cache_values, cache_state, dim, state_width, host_values, host_state,
-                               uses_out),
+                               host_uses, keys_out),
                 tier_evict_cuda(t, slots, n, cache_values, cache_state, dim, state_width, host_values, host_state,
-                                uses_out, stream));
+                                host_uses, keys_out, stream));
 }
 
-void tier_install(const Device& dev, const TierIndex& t, const int64_t* slots, const int64_t* rows,
-                  const int64_t* keys, const int64_t* uses, const uint8_t* made, int64_t n, int64_t tick,
-                  int64_t pin_gen, const float* host_values, const float* host_state, int dim, int state_width,
-                  float initial_state, float* cache_values, float* cache_state, Stream stream) {
-  TIER_DISPATCH(tier_install_cpu(t, slots, rows, keys, uses, made, n, tick, pin_gen, host_values, host_state, dim,
-                                 state_width, initial_state, cache_values, cache_state),
-                tier_install_cuda(t, slots, rows, keys, uses, made, n, tick, pin_gen, host_values, host_state, dim,
-                                  state_width, initial_state, cache_values, cache_state, stream));
+void tier_place(const Device& dev, const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p,
+                int64_t tick, int64_t pin_gen, uint8_t* host_made, const int64_t* host_uses, const float* host_values,
+                const float* host_state, int dim, int state_width, float initial_state, const KeyInit& init,
+                float* cache_values, float* cache_state, Stream stream) {
+  TIER_DISPATCH(tier_place_cpu(t, misses, m, p, tick, pin_gen, host_made, host_uses, host_values, host_state, dim,
+                               state_width, initial_state, init, cache_values, cache_state),
+                tier_place_cuda(t, misses, m, p, tick, pin_gen, host_made, host_uses, host_values, host_state, dim,
+                                state_width, initial_state, init, cache_values, cache_state, stream));
 }
 
 void tier_resolve(const Device& dev, const TierIndex& t, const int64_t* row, int64_t n, int64_t* slot,

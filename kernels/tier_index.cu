@@ -53,9 +53,9 @@ __global__ void __launch_bounds__(256) tier_lookup_kernel(TierIndex t, const int
     if (r < 0) {
       slot[i] = -1;
       if (list_absent) {
-        const int64_t m = append(counters);
-        misses[2 * m] = key;
-        misses[2 * m + 1] = -1;
+        const int64_t a = int64_t(atomicAdd(reinterpret_cast<unsigned long long*>(counters + kTierAbsent), 1ull));
+        misses[2 * (n - 1 - a)] = key;
+        misses[2 * (n - 1 - a) + 1] = -1;
       }
     } else {
       const int32_t s = t.slot_of_row[r];
@@ -100,11 +100,11 @@ __global__ void __launch_bounds__(256) tier_victim_order_kernel(TierIndex t, int
   }
 }
 
-// One block per slot: its row's values and state to the host store, then the slot freed.
+// One block per slot: its row's values, state and uses to the host store, then the slot freed.
 __global__ void __launch_bounds__(128) tier_evict_kernel(TierIndex t, const int64_t* slots, int64_t n,
                                                          const float* cache_values, const float* cache_state, int dim,
                                                          int state_width, float* host_values, float* host_state,
-                                                         int64_t* uses_out) {
+                                                         int64_t* host_uses, int64_t* keys_out) {
   for (int64_t j = blockIdx.x; j < n; j += gridDim.x) {
     const int64_t s = slots[j], r = t.slot_row[s];
     for (int e = threadIdx.x; e < dim + state_width; e += blockDim.x) {
@@ -113,7 +113,8 @@ __global__ void __launch_bounds__(128) tier_evict_kernel(TierIndex t, const int6
     }
     __syncthreads();  // every thread read slot_row[s] before it is cleared
     if (threadIdx.x == 0) {
-      uses_out[j] = t.slot_uses[s];
+      host_uses[r] = t.slot_uses[s];
+      keys_out[j] = t.slot_key[s];
       t.slot_of_row[r] = -1;
       t.slot_row[s] = -1;
       t.slot_last[s] = -1;
@@ -123,37 +124,43 @@ __global__ void __launch_bounds__(128) tier_evict_kernel(TierIndex t, const int6
   }
 }
 
-// One block per miss: the slot's stamps, and its row from the host store (or its initial state).
-__global__ void __launch_bounds__(128) tier_install_kernel(TierIndex t, const int64_t* slots, const int64_t* rows,
-                                                           const int64_t* keys, const int64_t* uses,
-                                                           const uint8_t* made, int64_t n, int64_t tick,
-                                                           int64_t pin_gen, const float* host_values,
-                                                           const float* host_state, int dim, int state_width,
-                                                           float initial_state, float* cache_values,
-                                                           float* cache_state) {
-  for (int64_t j = blockIdx.x; j < n; j += gridDim.x) {
-    const int64_t s = slots[j], r = rows[j];
+// One block per miss: its slot (TierPlacement), the slot's stamps, and its row from the host store or its initial
+// values. Each distinct row is one miss, so its host_made flag has one writer.
+__global__ void __launch_bounds__(128) tier_place_kernel(TierIndex t, const int64_t* misses, int64_t m,
+                                                         TierPlacement p, int64_t tick, int64_t pin_gen,
+                                                         uint8_t* host_made, const int64_t* host_uses,
+                                                         const float* host_values, const float* host_state, int dim,
+                                                         int state_width, float initial_state, KeyInit init,
+                                                         float* cache_values, float* cache_state) {
+  __shared__ bool from_host;
+  for (int64_t j = blockIdx.x; j < m; j += gridDim.x) {
+    const int64_t key = misses[2 * j], r = misses[2 * j + 1];
+    const int64_t s = tier_placed_slot(p, j);
     if (s < 0) {
       if (threadIdx.x == 0) t.slot_of_row[r] = -1;
       continue;
     }
     if (threadIdx.x == 0) {
+      from_host = host_made[r] != 0;
       t.slot_of_row[r] = int32_t(s);
-      t.slot_key[s] = keys[j];
+      t.slot_key[s] = key;
       t.slot_row[s] = r;
       t.slot_last[s] = tick;
-      t.slot_uses[s] = uses[j];
+      t.slot_uses[s] = (from_host ? host_uses[r] : 0) + 1;
       t.slot_pin[s] = pin_gen > 0 ? pin_gen : 0;
     }
-    const bool from_host = made[j] != 0;
+    __syncthreads();
+    const bool made = from_host;
     for (int e = threadIdx.x; e < dim + state_width; e += blockDim.x) {
       if (e < dim) {
-        if (from_host) cache_values[s * dim + e] = host_values[r * dim + e];
+        cache_values[s * dim + e] = made ? host_values[r * dim + e] : initial_value(init, uint64_t(key), uint32_t(e));
       } else {
         const int k = e - dim;
-        cache_state[s * state_width + k] = from_host ? host_state[r * state_width + k] : initial_state;
+        cache_state[s * state_width + k] = made ? host_state[r * state_width + k] : initial_state;
       }
     }
+    __syncthreads();  // every thread read from_host before the next miss's, and before the flag is set
+    if (threadIdx.x == 0 && !made) host_made[r] = 1;
   }
 }
 
@@ -201,22 +208,22 @@ void tier_victim_order_cuda(const TierIndex& t, int64_t tick, int64_t pin_gen, b
 
 void tier_evict_cuda(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
                      const float* cache_state, int dim, int state_width, float* host_values, float* host_state,
-                     int64_t* uses_out, Stream stream) {
+                     int64_t* host_uses, int64_t* keys_out, Stream stream) {
   if (n == 0) return;
   tier_evict_kernel<<<blocks_for_rows(n), 128, 0, stream>>>(t, slots, n, cache_values, cache_state, dim, state_width,
-                                                            host_values, host_state, uses_out);
+                                                            host_values, host_state, host_uses, keys_out);
   CUDA_CHECK_LAUNCH("tier_evict_kernel");
 }
 
-void tier_install_cuda(const TierIndex& t, const int64_t* slots, const int64_t* rows, const int64_t* keys,
-                       const int64_t* uses, const uint8_t* made, int64_t n, int64_t tick, int64_t pin_gen,
-                       const float* host_values, const float* host_state, int dim, int state_width,
-                       float initial_state, float* cache_values, float* cache_state, Stream stream) {
-  if (n == 0) return;
-  tier_install_kernel<<<blocks_for_rows(n), 128, 0, stream>>>(t, slots, rows, keys, uses, made, n, tick, pin_gen,
-                                                              host_values, host_state, dim, state_width,
-                                                              initial_state, cache_values, cache_state);
-  CUDA_CHECK_LAUNCH("tier_install_kernel");
+void tier_place_cuda(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
+                     int64_t pin_gen, uint8_t* host_made, const int64_t* host_uses, const float* host_values,
+                     const float* host_state, int dim, int state_width, float initial_state, const KeyInit& init,
+                     float* cache_values, float* cache_state, Stream stream) {
+  if (m == 0) return;
+  tier_place_kernel<<<blocks_for_rows(m), 128, 0, stream>>>(t, misses, m, p, tick, pin_gen, host_made, host_uses,
+                                                            host_values, host_state, dim, state_width, initial_state,
+                                                            init, cache_values, cache_state);
+  CUDA_CHECK_LAUNCH("tier_place_kernel");
 }
 
 void tier_resolve_cuda(const TierIndex& t, const int64_t* row, int64_t n, int64_t* slot, Stream stream) {

@@ -221,15 +221,15 @@ void EmbeddingTable::updated() {
 
 void EmbeddingTable::pooled_forward(const int64_t* offsets, const int64_t* keys, int64_t bags, Combiner combiner,
                                     LookupMode mode, void* out, OutputType out_type, int64_t* rows,
-                                    MissingKey missing, Check when, Stream stream, const BagLayout& out_layout) {
+                                    MissingKey missing, Check when, Stream stream, const BagLayout& out_layout,
+                                    int64_t nnz) {
   if (mode == LookupMode::train) check_keys_per_call(cfg_.name, "bags", bags);
   ForwardArgs a = forward_args(mode, out, out_type, rows);
   a.out_layout = out_layout;
   a.offsets = offsets;
   a.keys = keys;
   if (tier_) {
-    int64_t nnz = 0;
-    copy_to_host(dev_, &nnz, offsets + bags, sizeof(int64_t), stream);  // synchronizes
+    if (nnz < 0) copy_to_host(dev_, &nnz, offsets + bags, sizeof(int64_t), stream);  // synchronizes
     a.keys = tier_keys(keys, nnz, mode, stream);
   }
   a.bags = bags;

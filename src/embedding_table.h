@@ -137,10 +137,11 @@ class EmbeddingTable {
   // never synchronizes; check_lookups reports the errors later. (A tiered table synchronizes in every lookup,
   // and with Check::now checks its evaluations too: keys its cache had no room for.) In train mode bags must be within the
   // backward's limit (kBackwardMaxKeys; sparta::Error naming the table otherwise). out_layout: where each bag
-  // goes in out (kernels/embedding_types.h BagLayout; default [bags, dim]).
+  // goes in out (kernels/embedding_types.h BagLayout; default [bags, dim]). nnz: the keys' count (offsets[bags])
+  // where the caller knows it, else -1 (a tiered table then reads it from the device).
   void pooled_forward(const int64_t* offsets, const int64_t* keys, int64_t bags, Combiner combiner, LookupMode mode,
                       void* out, OutputType out_type, int64_t* rows, MissingKey missing, Check check, Stream stream,
-                      const BagLayout& out_layout = {});
+                      const BagLayout& out_layout = {}, int64_t nnz = -1);
   // One vector per key: keys [nnz] → out [nnz, dim]; otherwise as pooled_forward. In train mode nnz must be
   // within the backward's limit (kBackwardMaxKeys; sparta::Error naming the table otherwise), since its rows
   // feed a backward.

@@ -96,8 +96,8 @@ HostTier::HostTier(const Device& dev, const HostTierSetup& s)
       segments_(dev, s_.key_segments),
       values_(dev.backend, size_t(s.capacity_rows) * s.dim),
       state_(dev.backend, size_t(s.capacity_rows) * s.state_width),
-      uses_(size_t(s.capacity_rows), 0),
-      made_(size_t(s.capacity_rows), 0),
+      uses_(dev.backend, size_t(s.capacity_rows)),
+      made_(dev.backend, size_t(s.capacity_rows)),
       keys_(s.direct_stride > 0 ? nullptr : std::make_unique<HashTable>(dev, s.name, s.capacity_rows, kIndexLoadFactor)),
       slot_of_row_(dev, size_t(s.capacity_rows)),
       slot_key_dev_(dev, size_t(s.cache_rows)),
@@ -106,6 +106,7 @@ HostTier::HostTier(const Device& dev, const HostTierSetup& s)
       slot_uses_(dev, size_t(s.cache_rows)),
       slot_pin_(dev, size_t(s.cache_rows)),
       counters_host_(dev.backend, size_t(kTierCounters)) {
+  last_stream_ = dev_.stream;
   key_init_.seed = s_.seed;
   key_init_.table_id = s_.table_id;
   key_init_.scale = s_.init_scale;
@@ -133,18 +134,16 @@ TierIndex HostTier::index() {
 }
 
 void HostTier::clear(Stream stream) {
-  const size_t c = size_t(s_.cache_rows);
   if (keys_) keys_->clear(stream);
   tier_reset(dev_, index(), stream);
   synchronize(dev_, stream);
-  std::fill(made_.begin(), made_.end(), uint8_t(0));
-  slot_key_.assign(c, 0);
-  slot_row_.assign(c, -1);
+  std::fill_n(made_.data(), size_t(s_.capacity_rows), uint8_t(0));
+  std::fill_n(uses_.data(), size_t(s_.capacity_rows), int64_t(0));
   res_slot_.clear();
   res_last_.clear();
   res_head_ = 0;
-  free_.resize(c);
-  for (size_t i = 0; i < c; ++i) free_[i] = int64_t(c - 1 - i);
+  free_next_ = 0;
+  evicted_ = 0;
   ++pin_gen_;
   refused_ = full_ = needed_ = pinned_at_error_ = 0;
 }
@@ -155,8 +154,8 @@ void HostTier::init_row(int64_t key, int64_t hrow) {
   float* v = values_.data() + size_t(hrow) * s_.dim;
   for (int e = 0; e < s_.dim; ++e) v[e] = initial_value(key_init_, uint64_t(key), uint32_t(e));
   std::fill_n(state_.data() + size_t(hrow) * s_.state_width, s_.state_width, s_.initial_state);
-  uses_[size_t(hrow)] = 0;
-  made_[size_t(hrow)] = 1;
+  uses_.data()[size_t(hrow)] = 0;
+  made_.data()[size_t(hrow)] = 1;
 }
 
 template <class T>
@@ -253,18 +252,14 @@ std::vector<int64_t> HostTier::choose_victims(int64_t wanted, int64_t* pinned, S
 void HostTier::write_back(const std::vector<int64_t>& slots, const float* cache_values, const float* cache_state,
                           Stream stream) {
   const size_t n = slots.size();
+  evicted_ = int64_t(n);
   if (n == 0) return;
   fault_point("host tier write-back");  // the kill tests' hook (src/base/deadline.h)
-  int64_t* moves = grown(moves_, 2 * n, stream);
+  int64_t* moves = grown(moves_, n, stream);
+  int64_t* keys = grown(evicted_dev_, n, stream);
   copy_to_device(dev_, moves, slots.data(), n * sizeof(int64_t), stream);
   tier_evict(dev_, index(), moves, int64_t(n), cache_values, cache_state, s_.dim, s_.state_width, values_.data(),
-             state_.data(), moves + n, stream);
-  if (s_.eviction == Eviction::lfu) {  // the rows' uses, kept while they are out of the cache
-    std::vector<int64_t> uses(n);
-    copy_to_host(dev_, uses.data(), moves + n, n * sizeof(int64_t), stream);  // synchronizes
-    for (size_t i = 0; i < n; ++i) uses_[size_t(slot_row_[size_t(slots[i])])] = uses[i];
-  }
-  for (int64_t v : slots) slot_row_[size_t(v)] = -1;
+             state_.data(), uses_.data(), keys, stream);
   rows_out_ += int64_t(n);
 }
 
@@ -272,13 +267,16 @@ static_assert(int(kTierCounters) <= 8, "the counters fit the report's head");
 
 const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, bool pin, float* cache_values,
                                   float* cache_state, Stream stream) {
-  evicted_.clear();
+  evicted_ = 0;
+  last_stream_ = stream;
   ++tick_;
   const size_t nn = size_t(std::max<int64_t>(n, 1));
   int64_t* rows = grown(rows_dev_, nn, stream);
   int64_t* slots = grown(slots_dev_, nn, stream);
-  // the report: the counters, then the (key, row) pairs of the misses
+  // the report: the counters, then the (key, row) pairs of the misses from the front, of the keys without a row
+  // from the back
   int64_t* report = grown(report_, kReportHead + 2 * nn, stream);
+  int64_t* pairs = report + kReportHead;
   const int64_t* rows_in = nullptr;
   if (keys_) {  // hashed: the keys' host rows from the device hash table (train creates new keys' rows)
     int64_t* hr = grown(hash_rows_, nn, stream);
@@ -288,86 +286,55 @@ const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, b
     }
     rows_in = hr;
   }
-  // 1. hits keep their slot and are stamped on the device; the distinct misses are listed. The counters come to
-  // the host with as many misses as the last calls had (one copy, one synchronization), the rest after them.
-  tier_lookup(dev_, index(), keys, rows_in, n, tick_, pin ? pin_gen_ : 0, create, rows, slots, report + kReportHead,
-              report, stream);
-  const size_t guess = std::min<size_t>(size_t(n), std::max<size_t>(256, 2 * size_t(last_listed_)));
-  if (report_host_.size() < kReportHead + 2 * guess)
-    report_host_ = PinnedBuffer<int64_t>(dev_.backend, kReportHead + 2 * std::max(guess, report_host_.size()));
-  copy_to_host(dev_, report_host_.data(), report, (kReportHead + 2 * guess) * sizeof(int64_t), stream);
-  const int64_t listed = report_host_[kTierMisses], hits = report_host_[kTierHits];
-  last_listed_ = listed;
-  if (listed == 0) return slots;
-  misses_ += listed;
+  // 1. hits keep their slot and are stamped on the device; the distinct misses are listed, and only their count
+  // comes to the host (one synchronization)
+  tier_lookup(dev_, index(), keys, rows_in, n, tick_, pin ? pin_gen_ : 0, create, rows, slots, pairs, report, stream);
+  copy_to_host(dev_, counters_host_.data(), report, kTierCounters * sizeof(int64_t), stream);  // synchronizes
+  const int64_t m = counters_host_[kTierMisses], hits = counters_host_[kTierHits];
+  const int64_t absent_listed = counters_host_[kTierAbsent];
 
-  // 2. the misses (in the device's order: where each lands changes no value): those with a host row, and the
-  // train keys refused one (outside a direct index, or a full host store)
-  std::vector<int64_t> pairs(2 * size_t(listed));
-  const size_t have = std::min(size_t(listed), guess);
-  std::copy_n(report_host_.data() + kReportHead, 2 * have, pairs.data());
-  if (size_t(listed) > have)
-    copy_to_host(dev_, pairs.data() + 2 * have, report + kReportHead + 2 * have,
-                 2 * (size_t(listed) - have) * sizeof(int64_t), stream);
-  std::vector<std::pair<int64_t, int64_t>> misses;  // (key, host row)
-  misses.reserve(size_t(listed));
-  for (size_t i = 0; i < size_t(listed); ++i) misses.emplace_back(pairs[2 * i], pairs[2 * i + 1]);
-  // the keys without a row are listed per use: counted once each
-  auto valid_end = std::partition(misses.begin(), misses.end(),
-                                  [](const std::pair<int64_t, int64_t>& m) { return m.second >= 0; });
-  std::sort(valid_end, misses.end());
-  const int64_t absent = int64_t(std::unique(valid_end, misses.end()) - valid_end);
-  misses.erase(valid_end, misses.end());
-  if (absent > 0) (direct() ? refused_ : full_) += absent;
-  const size_t m = misses.size();
+  // 2. the train keys refused a row (outside a direct index, or a full host store), listed per use: counted once
+  int64_t absent = 0;
+  if (absent_listed > 0) {
+    std::vector<int64_t> a(2 * size_t(absent_listed));
+    copy_to_host(dev_, a.data(), pairs + 2 * (n - absent_listed), a.size() * sizeof(int64_t), stream);
+    std::vector<int64_t> k(static_cast<size_t>(absent_listed));
+    for (size_t i = 0; i < k.size(); ++i) k[i] = a[2 * i];
+    std::sort(k.begin(), k.end());
+    absent = int64_t(std::unique(k.begin(), k.end()) - k.begin());
+    (direct() ? refused_ : full_) += absent;
+  }
+  misses_ += m + absent;
+  if (m == 0) return slots;
 
   // 3. slots for the misses: free ones, then the policy's victims (their rows written back first)
-  const int64_t wanted = int64_t(m) > int64_t(free_.size()) ? int64_t(m - free_.size()) : 0;
+  const int64_t free = s_.cache_rows - free_next_;
+  const int64_t wanted = m > free ? m - free : 0;
   int64_t pinned = 0;
-  std::vector<int64_t> victims = wanted > 0 ? choose_victims(wanted, &pinned, stream) : std::vector<int64_t>{};
-  const size_t fit = std::min(m, free_.size() + victims.size());
+  const std::vector<int64_t> victims = wanted > 0 ? choose_victims(wanted, &pinned, stream) : std::vector<int64_t>{};
+  const int64_t fit = std::min(m, free + int64_t(victims.size()));
   if (fit < m) {  // the call needs more slots than the cache can give: the keys beyond are refused, by key
-    std::sort(misses.begin(), misses.end());
-    refused_ += int64_t(m - fit);
-    needed_ = std::max(needed_, hits + int64_t(m) + absent);
+    std::vector<std::pair<int64_t, int64_t>> list(static_cast<size_t>(m));
+    copy_to_host(dev_, list.data(), pairs, size_t(m) * 2 * sizeof(int64_t), stream);  // synchronizes
+    std::sort(list.begin(), list.end());
+    copy_to_device(dev_, pairs, list.data(), size_t(m) * 2 * sizeof(int64_t), stream);
+    refused_ += m - fit;
+    needed_ = std::max(needed_, hits + m + absent);
     pinned_at_error_ = pinned;
   }
-  for (int64_t v : victims) evicted_.push_back(slot_key_[size_t(v)]);
   write_back(victims, cache_values, cache_state, stream);
-  std::reverse(victims.begin(), victims.end());  // taken from the back: the first victim's slot goes first
 
-  // 4. the misses' rows into their slots (a refused one only drops its claim), then every key's slot
-  if (stage_.size() < 5 * m) stage_ = PinnedBuffer<int64_t>(dev_.backend, 5 * m);
-  if (stage_made_.size() < m) stage_made_ = PinnedBuffer<uint8_t>(dev_.backend, m);
-  int64_t* st_slot = stage_.data();
-  int64_t *st_row = st_slot + m, *st_key = st_row + m, *st_uses = st_key + m, *st_new = st_uses + m;
-  for (size_t j = 0; j < m; ++j) {
-    const int64_t key = misses[j].first, hrow = misses[j].second;
-    int64_t slot = -1;
-    if (j < fit) {
-      if (!free_.empty()) slot = free_.back(), free_.pop_back();
-      else slot = victims.back(), victims.pop_back();
-      slot_key_[size_t(slot)] = key;
-      slot_row_[size_t(slot)] = hrow;
-    }
-    const bool made = made_[size_t(hrow)] != 0;
-    st_slot[j] = slot;
-    st_row[j] = hrow;
-    st_key[j] = key;
-    st_uses[j] = (made ? uses_[size_t(hrow)] : 0) + 1;
-    st_new[j] = made ? -1 : slot;  // a row never made: its initial values, by key
-    stage_made_[j] = made ? 1 : 0;
-    if (slot >= 0) made_[size_t(hrow)] = 1;
-  }
-  int64_t* moves = grown(moves_, 5 * m, stream);
-  uint8_t* made_dev = grown(made_dev_, m, stream);
-  copy_to_device(dev_, moves, stage_.data(), 5 * m * sizeof(int64_t), stream);
-  copy_to_device(dev_, made_dev, stage_made_.data(), m, stream);
-  tier_install(dev_, index(), moves, moves + m, moves + 2 * m, moves + 3 * m, made_dev, int64_t(m), tick_,
-               pin ? pin_gen_ : 0, values_.data(), state_.data(), s_.dim, s_.state_width, s_.initial_state,
-               cache_values, cache_state, stream);
-  init_rows_by_key(dev_, moves + 2 * m, moves + 4 * m, int64_t(m), cache_values, s_.dim, key_init_dev_, stream);
-  rows_in_ += int64_t(fit);
+  // 4. the misses placed, their rows copied in (or made), then every key's slot
+  TierPlacement p;
+  p.first_free = free_next_;
+  p.n_free = std::min(m, free);
+  p.victims = moves_.data();
+  p.n_victims = fit - p.n_free;
+  free_next_ += p.n_free;
+  tier_place(dev_, index(), pairs, m, p, tick_, pin ? pin_gen_ : 0, made_.data(), uses_.data(), values_.data(),
+             state_.data(), s_.dim, s_.state_width, s_.initial_state, key_init_dev_, cache_values, cache_state,
+             stream);
+  rows_in_ += fit;
   tier_resolve(dev_, index(), rows, n, slots, stream);
   return slots;
 }
@@ -390,10 +357,19 @@ void HostTier::check() {
                           s_.name.c_str(), (long long)refused, (long long)s_.capacity_rows));
 }
 
-std::vector<int64_t> HostTier::cached_keys() const {
-  std::vector<int64_t> k;
-  for (size_t s = 0; s < slot_row_.size(); ++s)
-    if (slot_row_[s] >= 0) k.push_back(slot_key_[s]);
+std::vector<int64_t> HostTier::last_evicted() {
+  std::vector<int64_t> k(static_cast<size_t>(evicted_));
+  if (evicted_ > 0) copy_to_host(dev_, k.data(), evicted_dev_.data(), k.size() * sizeof(int64_t), last_stream_);
+  return k;
+}
+
+std::vector<int64_t> HostTier::cached_keys() {
+  const size_t c = size_t(s_.cache_rows);
+  std::vector<int64_t> key(c), row(c), k;
+  copy_to_host(dev_, key.data(), slot_key_dev_.data(), c * sizeof(int64_t), last_stream_);
+  copy_to_host(dev_, row.data(), slot_row_dev_.data(), c * sizeof(int64_t), last_stream_);  // synchronizes
+  for (size_t s = 0; s < c; ++s)
+    if (row[s] >= 0) k.push_back(key[s]);
   std::sort(k.begin(), k.end());
   return k;
 }
@@ -413,9 +389,10 @@ TableRows HostTier::export_rows(const float* cache_values, const float* cache_st
     keys_->export_keys(k, stream);
     copy_to_host(dev_, r.keys.data(), k.data(), n * sizeof(int64_t), stream);  // synchronizes
   }
-  std::vector<int64_t> slot_of(n, -1);
+  std::vector<int64_t> slot_row(c), slot_of(n, -1);
+  copy_to_host(dev_, slot_row.data(), slot_row_dev_.data(), c * sizeof(int64_t), stream);  // synchronizes
   for (size_t s = 0; s < c; ++s)
-    if (slot_row_[s] >= 0) slot_of[size_t(slot_row_[s])] = int64_t(s);
+    if (slot_row[s] >= 0) slot_of[size_t(slot_row[s])] = int64_t(s);
   r.values.resize(n * dim);
   r.state.resize(n * sw);
   for (size_t i = 0; i < n; ++i) {
@@ -425,7 +402,7 @@ TableRows HostTier::export_rows(const float* cache_values, const float* cache_st
     if (slot_of[i] >= 0) {
       v = cv.data() + size_t(slot_of[i]) * dim;
       st = cs.data() + size_t(slot_of[i]) * sw;
-    } else if (!made_[i]) {
+    } else if (!made_.data()[i]) {
       init_row(r.keys[i], int64_t(i));  // a row never used: its initial values
     }
     std::copy_n(v, dim, r.values.data() + i * dim);
@@ -435,17 +412,18 @@ TableRows HostTier::export_rows(const float* cache_values, const float* cache_st
 }
 
 void HostTier::flush(const float* cache_values, const float* cache_state, Stream stream) {
-  std::vector<int64_t> slots;
-  for (size_t s = 0; s < slot_row_.size(); ++s)
-    if (slot_row_[s] >= 0) slots.push_back(int64_t(s));
+  const size_t c = size_t(s_.cache_rows);
+  std::vector<int64_t> row(c), slots;
+  copy_to_host(dev_, row.data(), slot_row_dev_.data(), c * sizeof(int64_t), stream);  // synchronizes
+  for (size_t s = 0; s < c; ++s)
+    if (row[s] >= 0) slots.push_back(int64_t(s));
   write_back(slots, cache_values, cache_state, stream);
   synchronize(dev_, stream);  // the store is written
   res_slot_.clear();
   res_last_.clear();
   res_head_ = 0;
-  const size_t c = size_t(s_.cache_rows);
-  free_.resize(c);
-  for (size_t i = 0; i < c; ++i) free_[i] = int64_t(c - 1 - i);
+  free_next_ = 0;
+  evicted_ = 0;
 }
 
 void HostTier::load_rows(const TableRows& rows, const float* cache_values, const float* cache_state, Stream stream) {
@@ -472,8 +450,8 @@ void HostTier::load_rows(const TableRows& rows, const float* cache_values, const
   flush(cache_values, cache_state, stream);
   for (size_t i = 0; i < n; ++i) {
     const size_t r = size_t(at[i]);
-    made_[r] = 1;
-    uses_[r] = 0;
+    made_.data()[r] = 1;
+    uses_.data()[r] = 0;
     std::copy_n(rows.values.data() + i * dim, dim, values_.data() + r * dim);
     std::copy_n(rows.state.data() + i * sw, sw, state_.data() + r * sw);
   }

@@ -26,13 +26,14 @@
 // Hits stay on the device (kernels/tier_index.h): a device array maps each host row to its slot (a direct index
 // computes the row from the key; a hashed table finds it in a device hash table of its keys, kernels/hash_table.h,
 // whose dense rows are the host store's), and a kernel stamps the hits (LRU: the call; LFU: one use per call; the
-// pin) and lists the call's distinct missing rows. Only those come to the host (their count with the first of
-// them): the host gives them free slots (lowest first) or the policy's victims (ranked on the device: a stable
-// radix sort of the slots by key, then by priority; LRU keeps the ranking as a reserve for the next calls, since a
-// slot used since moves behind every slot ranked), and kernels move the rows between the cache and the page-locked
-// host store directly. Which slot a row takes changes no value, so the misses keep the device's order (a call
-// that refuses some sorts them by key first, so that the keys refused are the largest). So a call whose keys all
-// hit costs one synchronization and no host work; otherwise the host works in proportion to the misses. A cache of
+// pin) and lists the call's distinct missing rows. Only their count comes to the host: the host decides how many
+// take free slots (lowest first) and which slots are the policy's victims (ranked on the device: a stable radix
+// sort of the slots by key, then by priority; LRU keeps the ranking as a reserve for the next calls, since a slot
+// used since moves behind every slot ranked), and kernels write the victims back and place the misses, moving rows
+// between the cache and the page-locked host store directly (a row's made flag and use count live in the store
+// too). Which slot a row takes changes no value, so the misses keep the device's order (a call that refuses some
+// sorts them by key first, so that the keys refused are the largest). So a call costs one synchronization when
+// its keys all hit, and otherwise host work in proportion to its victims, none per miss. A cache of
 // every row holds the whole table: EmbeddingTable then makes an HBM table, with no tier. Rows move as dim +
 // state_width floats, so a tiered table stores fp32 rows (EmbeddingTable refuses a 16-bit one); 16-bit rows would
 // move as their bytes.
@@ -137,10 +138,11 @@ class HostTier {
   void clear(Stream stream);
 
   // For tests and benches: the keys the last resident() call evicted, in the order they were chosen; the keys
-  // in the cache now, ascending; rows copied in and written back since construction; keys that came to the host
-  // since construction (each call's distinct misses, and its train keys without a row).
-  const std::vector<int64_t>& last_evicted() const { return evicted_; }
-  std::vector<int64_t> cached_keys() const;
+  // in the cache now, ascending (both synchronize the last call's stream); rows copied in and written back since
+  // construction; keys missed since construction (each call's distinct misses, and its distinct train keys without
+  // a row).
+  std::vector<int64_t> last_evicted();
+  std::vector<int64_t> cached_keys();
   int64_t rows_in() const { return rows_in_; }
   int64_t rows_out() const { return rows_out_; }
   int64_t misses() const { return misses_; }
@@ -156,7 +158,8 @@ class HostTier {
   void rank_slots(bool reserve, int64_t wanted, int64_t* pinned, std::vector<int64_t>& victims, Stream stream);
   // Victims from the LRU reserve, checked against the slots' stamps now; false when it had too few.
   bool take_reserved(int64_t wanted, std::vector<int64_t>& victims, Stream stream);
-  // Writes the rows of slots back to the host store and frees the slots. Synchronizes stream.
+  // Writes the rows of slots back to the host store and frees the slots; their keys to evicted_dev_. Leaves the
+  // slots on the device in moves_ [slots.size()].
   void write_back(const std::vector<int64_t>& slots, const float* cache_values, const float* cache_state,
                   Stream stream);
   void flush(const float* cache_values, const float* cache_state, Stream stream);
@@ -170,16 +173,15 @@ class HostTier {
   KeyInit key_init_;      // its segments point into s_.key_segments (host)
   Buffer<KeySegment> segments_;  // s_.key_segments on the device
   KeyInit key_init_dev_;  // its segments point into segments_
-  PinnedBuffer<float> values_;  // [capacity_rows, dim]
-  PinnedBuffer<float> state_;   // [capacity_rows, state_width]
-  std::vector<int64_t> uses_;   // per host row: calls that used it (LFU), while it is out of the cache
-  std::vector<uint8_t> made_;   // per host row: its values are in the store (else its initial values are due)
+  PinnedBuffer<float> values_;   // [capacity_rows, dim]
+  PinnedBuffer<float> state_;    // [capacity_rows, state_width]
+  PinnedBuffer<int64_t> uses_;   // per host row: calls that used it (LFU), while it is out of the cache
+  PinnedBuffer<uint8_t> made_;   // per host row: its values are in the store (else its initial values are due)
   std::unique_ptr<HashTable> keys_;  // hashed: key → host row, on the device; rows dense from 0
-  // the cache's index on the device (kernels/tier_index.h), and the host's copy of each slot's key and host row
+  // the cache's index on the device (kernels/tier_index.h)
   Buffer<int32_t> slot_of_row_;
   Buffer<int64_t> slot_key_dev_, slot_row_dev_, slot_last_, slot_uses_, slot_pin_;
-  std::vector<int64_t> slot_key_, slot_row_;
-  std::vector<int64_t> free_;   // free slots, the lowest last
+  int64_t free_next_ = 0;       // slots free_next_ .. cache_rows - 1 are free (taken lowest first)
   int64_t tick_ = 0;            // calls so far
   int64_t pin_gen_ = 1;         // slots stamped with it are pinned
   // LRU's reserve: slots in the policy's order at a ranking, with their last call then, from res_head_ on
@@ -187,17 +189,16 @@ class HostTier {
   size_t res_head_ = 0;
   // errors since the last check
   int64_t refused_ = 0, full_ = 0, needed_ = 0, pinned_at_error_ = 0;
-  std::vector<int64_t> evicted_;
+  Buffer<int64_t> evicted_dev_;  // the keys the last call evicted
+  int64_t evicted_ = 0;
+  Stream last_stream_{};
   int64_t rows_in_ = 0, rows_out_ = 0, misses_ = 0;
   // per call, grown as needed
   static constexpr size_t kReportHead = 8;  // the counters' place at the head of report_ (kTierCounters <= 8)
   Buffer<int64_t> rows_dev_, slots_dev_, hash_rows_, report_;
-  int64_t last_listed_ = 0;
   Buffer<int64_t> prio_, tie_, sorted_, perm_tie_, prio_by_tie_, perm_prio_, order_, moves_, res_dev_;
-  Buffer<uint8_t> made_dev_;
   RouteScratch scratch_;
-  PinnedBuffer<int64_t> counters_host_, report_host_, stage_;
-  PinnedBuffer<uint8_t> stage_made_;
+  PinnedBuffer<int64_t> counters_host_;
 };
 
 }  // namespace sparta

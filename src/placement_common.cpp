@@ -201,12 +201,12 @@ void Exchange::settle() {
 // ----------------------------------------------------------------------------
 // every call into EmbeddingTable
 
-void table_lookup_pooled(EmbeddingTable& t, const int64_t* offsets, const int64_t* keys, int64_t bags,
+void table_lookup_pooled(EmbeddingTable& t, const int64_t* offsets, const int64_t* keys, int64_t bags, int64_t nnz,
                          Combiner combiner, LookupMode mode, float* out, int64_t* rows, const BagLayout& layout,
                          OutputType out_type) {
   int64_t* kept = mode == LookupMode::train ? rows : nullptr;
   t.pooled_forward(offsets, keys, bags, combiner, mode, out, out_type, kept, MissingKey::zeros, Check::deferred,
-                   t.device().stream, layout);
+                   t.device().stream, layout, nnz);
 }
 
 void table_lookup_keys(EmbeddingTable& t, const int64_t* keys, int64_t n, LookupMode mode, float* out, int64_t* rows) {

@@ -127,8 +127,9 @@ class Exchange {
 
 // rows: the keys' rows for the backward, written in train mode only (no backward follows an eval forward:
 // EmbeddingCollection::backward refuses it), so an eval lookup writes no 8 bytes per key. layout: where each bag
-// goes in out (default [bags, dim]); the same for the gradient of table_update.
-void table_lookup_pooled(EmbeddingTable& t, const int64_t* offsets, const int64_t* keys, int64_t bags,
+// goes in out (default [bags, dim]); the same for the gradient of table_update. nnz: the keys' count where the
+// caller knows it on the host, else -1 (EmbeddingTable::pooled_forward).
+void table_lookup_pooled(EmbeddingTable& t, const int64_t* offsets, const int64_t* keys, int64_t bags, int64_t nnz,
                          Combiner combiner, LookupMode mode, float* out, int64_t* rows, const BagLayout& layout = {},
                          OutputType out_type = OutputType::f32);
 void table_lookup_keys(EmbeddingTable& t, const int64_t* keys, int64_t n, LookupMode mode, float* out, int64_t* rows);

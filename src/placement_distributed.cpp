@@ -71,7 +71,7 @@ class DistributedTable : public PlacedTable {
     int64_t* offsets = grow(owner_offsets_, ex_, global_bags_ + 1);
     route_offsets_from_sorted_bags(dev, recv_bags_.data(), n_recv_, global_bags_, offsets, dev.stream);
     float* partial = grow(partial_, ex_, size_t(global_bags_) * dim_);
-    table_lookup_pooled(*table_, offsets, recv_keys_.data(), global_bags_, Combiner::sum, mode_, partial,
+    table_lookup_pooled(*table_, offsets, recv_keys_.data(), global_bags_, n_recv_, Combiner::sum, mode_, partial,
                         grow(rows_, ex_, n_recv_));
     direct_out_ = in_.bags == max_bags_;
     float* mine = direct_out_ ? out_ : grow(mine_, ex_, size_t(max_bags_) * dim_);

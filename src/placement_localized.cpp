@@ -168,8 +168,8 @@ class LocalizedTable : public PlacedTable {
         int64_t* own_offsets = grow(own_offsets_, ex_, size_t(own_bags) + 1);
         route_offsets_from_lengths(dev, lengths + bag, own_bags, own_offsets, scratch_, dev.stream);
         float* mine = grow(blocks_, ex_, size_t(in.bags) * dim_) + (size_t(in.bags) - send_bags_[me]) * dim_;
-        table_lookup_pooled(*table_, own_offsets, block_keys_.data() + key, own_bags, combiner_, mode_, mine,
-                            grow(rows_, ex_, all_keys_) + base);
+        table_lookup_pooled(*table_, own_offsets, block_keys_.data() + key, own_bags, int64_t(send_keys[me]),
+                            combiner_, mode_, mine, grow(rows_, ex_, all_keys_) + base);
         round_own(mine, own_bags);
       }
       own_done_ = true;
@@ -180,7 +180,8 @@ class LocalizedTable : public PlacedTable {
   void lookup() override {
     const Device& dev = ex_.device();
     if (ex_.world() == 1) {
-      table_lookup_pooled(*table_, in_.offsets, in_.keys, in_.bags, combiner_, mode_, out_, grow(rows_, ex_, in_.nnz));
+      table_lookup_pooled(*table_, in_.offsets, in_.keys, in_.bags, in_.nnz, combiner_, mode_, out_,
+                          grow(rows_, ex_, in_.nnz));
       return;
     }
     ex_.join(posted_);
@@ -332,7 +333,7 @@ class LocalizedTable : public PlacedTable {
   // The pooled lookup of n of the bags received from bag `first` on into out (train: their keys' rows kept).
   void lookup_bags(int64_t first, int64_t n, float* out) {
     if (n > 0)
-      table_lookup_pooled(*table_, offsets_.data() + first, keys_.data(), n, combiner_, mode_, out, rows_.data());
+      table_lookup_pooled(*table_, offsets_.data() + first, keys_.data(), n, -1, combiner_, mode_, out, rows_.data());
   }
 
   Exchange& ex_;

@@ -30,7 +30,7 @@ class ReplicatedTable : public PlacedTable {
   void lookup() override {
     // The rows of the keys are kept for a backward straight from the bags' gradients.
     int64_t* rows = grow(rows_, ex_, size_t(in_.nnz));
-    table_lookup_pooled(replica_.table(), in_.offsets, in_.keys, in_.bags, combiner_, mode_, out_, rows,
+    table_lookup_pooled(replica_.table(), in_.offsets, in_.keys, in_.bags, in_.nnz, combiner_, mode_, out_, rows,
                         output_.layout(), output_.type());
     ex_.mark("replicated: bags pooled");
   }

@@ -29,7 +29,7 @@ p = sys.argv[1]
 s = open(p).read()
 libs = ["fbgemm_gpu_config", "fbgemm_gpu_tbe_utils", "fbgemm_gpu_tbe_training_forward",
         "fbgemm_gpu_tbe_training_backward", "fbgemm_gpu_tbe_training_backward_pt2",
-        "fbgemm_gpu_tbe_training_backward_split_host"] + (["fbgemm_gpu_tbe_cache"] if os.environ.get("CACHE") == "1" else [])
+        "fbgemm_gpu_tbe_training_backward_split_host"] + (["fbgemm_gpu_tbe_cache", "fbgemm_gpu_py"] if os.environ.get("CACHE") == "1" else [])
 new = ("fbgemm_gpu_libraries = [\n    # Trimmed for a TBE-training-only peer (HBM tables, no cache, no VBE/GWD):\n"
        "    # the wheel's other libraries were left out to keep the transfer small.\n"
        + "".join(f'    "{l}",\n' for l in libs) + "]")
@@ -39,10 +39,23 @@ s, n = re.subn(r'_fbgemm_torch_compat_table = \{\n', '_fbgemm_torch_compat_table
 assert n == 1, "compat table not found"
 open(p, "w").write(s)
 EOF
-# CACHE=1 bash pack.sh: fbgemm_gpu_tbe_cache too (peer_fbgemm.py --cache-rows, EmbeddingLocation.MANAGED_CACHING);
-# the patched __init__.py then loads it as well.
+# CACHE=1 bash pack.sh: fbgemm_gpu_tbe_cache and fbgemm_gpu_py too (peer_fbgemm.py --cache-rows,
+# EmbeddingLocation.MANAGED_CACHING: the cache's operators, and new_unified_tensor for the managed rows); the patched
+# __init__.py then loads them as well. CACHE=only: an add-on of those two alone (about 3 MB,
+# /tmp/fbgemm/fbgemm_cache_sm90.tar.xz) for an archive made without them: unpack it into the package's directory
+# (tar -xJf ADDON -C /tmp/fbgemm_tbe/fbgemm_gpu) and peer_fbgemm.py --cache-rows loads them.
 EXTRA=""
-[ "${CACHE:-0}" = 1 ] && EXTRA=fbgemm_gpu_tbe_cache
+[ "${CACHE:-0}" != 0 ] && EXTRA="fbgemm_gpu_tbe_cache fbgemm_gpu_py"
+if [ "${CACHE:-0}" = only ]; then
+  mkdir -p $S/addon
+  for lib in $EXTRA; do
+    python3 "$HERE/fatbin_keep_arch.py" --arch "$ARCH" $W/fbgemm_gpu/$lib.so $S/addon/$lib.so
+  done
+  (cd $S/addon && sha256sum *.so > SHA256SUMS.cache && tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 \
+     -cf - *.so SHA256SUMS.cache | xz -9e -T2 > $OUT/fbgemm_cache_sm$ARCH.tar.xz)
+  echo "$OUT/fbgemm_cache_sm$ARCH.tar.xz: $(stat -c %s $OUT/fbgemm_cache_sm$ARCH.tar.xz) bytes"
+  exit 0
+fi
 for lib in $EXTRA fbgemm_gpu_config fbgemm_gpu_tbe_utils fbgemm_gpu_tbe_training_forward fbgemm_gpu_tbe_training_backward \
            fbgemm_gpu_tbe_training_backward_pt2 fbgemm_gpu_tbe_training_backward_split_host fbgemm_gpu_tbe_common \
            fbgemm asmjit fbgemm_gpu_sparse_async_cumsum; do

@@ -34,7 +34,7 @@ Python front end costs host time per call, which the first figures include where
 --device cpu runs the same flow on TBE's CPU kernels (a smoke test of this script on a machine without a GPU).
 Prints one JSON object per case; --out FILE also appends them there (JSON lines).
 """
-import argparse, json, sys, time
+import argparse, json, os, sys, time
 import torch
 
 MLPERF_V1_CARDINALITIES = [39884406, 39043, 17289, 7420, 20263, 3, 7120, 1543, 63, 38532951, 2953546, 403346, 10,
@@ -97,6 +97,17 @@ def copy_bandwidth(device):
     return 2 * a.numel() / ms / 1e6  # GB/s, bytes read + written
 
 
+def load_cache_addon(fbgemm_gpu):
+    """An archive packed without the cache's libraries (pack.sh) gets them from the add-on (CACHE=only pack.sh),
+    unpacked into the package's directory: loaded here when the package's own list left them out."""
+    here = os.path.dirname(fbgemm_gpu.__file__)
+    for lib in ("fbgemm_gpu_tbe_cache", "fbgemm_gpu_py"):
+        path = os.path.join(here, lib + ".so")
+        loaded = getattr(torch.ops, "loaded_libraries", set())
+        if os.path.exists(path) and path not in loaded and lib not in getattr(fbgemm_gpu, "fbgemm_gpu_libraries", []):
+            torch.ops.load_library(path)
+
+
 def import_fbgemm():
     try:
         import fbgemm_gpu  # noqa: F401  (loads the operator libraries)
@@ -108,6 +119,7 @@ def import_fbgemm():
             from fbgemm_gpu.split_table_batched_embeddings_ops_common import CacheAlgorithm
         except ImportError:
             CacheAlgorithm = None
+        load_cache_addon(fbgemm_gpu)
     except Exception as e:  # noqa: BLE001
         sys.exit(f"peer_fbgemm: cannot import fbgemm_gpu ({type(e).__name__}: {e}); "
                  "run reassemble.sh build and put its directory on PYTHONPATH")
