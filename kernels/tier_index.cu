@@ -100,19 +100,34 @@ __global__ void __launch_bounds__(256) tier_victim_order_kernel(TierIndex t, int
   }
 }
 
-// One block per slot: its row's values, state and uses to the host store, then the slot freed.
-__global__ void __launch_bounds__(128) tier_evict_kernel(TierIndex t, const int64_t* slots, int64_t n,
-                                                         const float* cache_values, const float* cache_state, int dim,
-                                                         int state_width, float* host_values, float* host_state,
-                                                         int64_t* host_uses, int64_t* keys_out) {
-  for (int64_t j = blockIdx.x; j < n; j += gridDim.x) {
+// A row's floats between the cache and the store, by one warp: 16 bytes a lane where the row allows it (dim a
+// multiple of 4: a row then starts on 16 bytes in both), so that a lane has more bytes in flight over the link.
+__device__ __forceinline__ void warp_copy_row(float* to, const float* from, int n, int lane) {
+  if ((n & 3) == 0) {
+    float4* t4 = reinterpret_cast<float4*>(to);
+    const float4* f4 = reinterpret_cast<const float4*>(from);
+    for (int e = lane; e < n / 4; e += 32) t4[e] = f4[e];
+  } else {
+    for (int e = lane; e < n; e += 32) to[e] = from[e];
+  }
+}
+
+constexpr int kRowWarps = 4;  // warps a block, a row each
+
+// One warp per slot: its row's values, state and uses to the host store, then the slot freed.
+__global__ void __launch_bounds__(32 * kRowWarps) tier_evict_kernel(TierIndex t, const int64_t* slots, int64_t n,
+                                                                    const float* cache_values,
+                                                                    const float* cache_state, int dim,
+                                                                    int state_width, float* host_values,
+                                                                    float* host_state, int64_t* host_uses,
+                                                                    int64_t* keys_out) {
+  const int lane = threadIdx.x & 31;
+  for (int64_t j = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / 32; j < n; j += int64_t(gridDim.x) * kRowWarps) {
     const int64_t s = slots[j], r = t.slot_row[s];
-    for (int e = threadIdx.x; e < dim + state_width; e += blockDim.x) {
-      if (e < dim) host_values[r * dim + e] = cache_values[s * dim + e];
-      else host_state[r * state_width + (e - dim)] = cache_state[s * state_width + (e - dim)];
-    }
-    __syncthreads();  // every thread read slot_row[s] before it is cleared
-    if (threadIdx.x == 0) {
+    warp_copy_row(host_values + r * dim, cache_values + s * dim, dim, lane);
+    if (state_width > 0) warp_copy_row(host_state + r * state_width, cache_state + s * state_width, state_width, lane);
+    __syncwarp();  // every lane read slot_row[s] before it is cleared
+    if (lane == 0) {
       host_uses[r] = t.slot_uses[s];
       keys_out[j] = t.slot_key[s];
       t.slot_of_row[r] = -1;
@@ -120,47 +135,46 @@ __global__ void __launch_bounds__(128) tier_evict_kernel(TierIndex t, const int6
       t.slot_last[s] = -1;
       t.slot_pin[s] = 0;
     }
-    __syncthreads();
   }
 }
 
-// One block per miss: its slot (TierPlacement), the slot's stamps, and its row from the host store or its initial
+// One warp per miss: its slot (TierPlacement), the slot's stamps, and its row from the host store or its initial
 // values. Each distinct row is one miss, so its host_made flag has one writer.
-__global__ void __launch_bounds__(128) tier_place_kernel(TierIndex t, const int64_t* misses, int64_t m,
-                                                         TierPlacement p, int64_t tick, int64_t pin_gen,
-                                                         uint8_t* host_made, const int64_t* host_uses,
-                                                         const float* host_values, const float* host_state, int dim,
-                                                         int state_width, float initial_state, KeyInit init,
-                                                         float* cache_values, float* cache_state) {
-  __shared__ bool from_host;
-  for (int64_t j = blockIdx.x; j < m; j += gridDim.x) {
+__global__ void __launch_bounds__(32 * kRowWarps) tier_place_kernel(TierIndex t, const int64_t* misses, int64_t m,
+                                                                    TierPlacement p, int64_t tick, int64_t pin_gen,
+                                                                    uint8_t* host_made, const int64_t* host_uses,
+                                                                    const float* host_values,
+                                                                    const float* host_state, int dim,
+                                                                    int state_width, float initial_state,
+                                                                    KeyInit init, float* cache_values,
+                                                                    float* cache_state) {
+  const int lane = threadIdx.x & 31;
+  for (int64_t j = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / 32; j < m; j += int64_t(gridDim.x) * kRowWarps) {
     const int64_t key = misses[2 * j], r = misses[2 * j + 1];
     const int64_t s = tier_placed_slot(p, j);
     if (s < 0) {
-      if (threadIdx.x == 0) t.slot_of_row[r] = -1;
+      if (lane == 0) t.slot_of_row[r] = -1;
       continue;
     }
-    if (threadIdx.x == 0) {
-      from_host = host_made[r] != 0;
+    int made = 0;
+    if (lane == 0) {
+      made = host_made[r] != 0;
       t.slot_of_row[r] = int32_t(s);
       t.slot_key[s] = key;
       t.slot_row[s] = r;
       t.slot_last[s] = tick;
-      t.slot_uses[s] = (from_host ? host_uses[r] : 0) + 1;
+      t.slot_uses[s] = (made ? host_uses[r] : 0) + 1;
       t.slot_pin[s] = pin_gen > 0 ? pin_gen : 0;
     }
-    __syncthreads();
-    const bool made = from_host;
-    for (int e = threadIdx.x; e < dim + state_width; e += blockDim.x) {
-      if (e < dim) {
-        cache_values[s * dim + e] = made ? host_values[r * dim + e] : initial_value(init, uint64_t(key), uint32_t(e));
-      } else {
-        const int k = e - dim;
-        cache_state[s * state_width + k] = made ? host_state[r * state_width + k] : initial_state;
-      }
+    made = __shfl_sync(0xffffffffu, made, 0);
+    if (made) {
+      warp_copy_row(cache_values + s * dim, host_values + r * dim, dim, lane);
+      if (state_width > 0) warp_copy_row(cache_state + s * state_width, host_state + r * state_width, state_width, lane);
+    } else {
+      for (int e = lane; e < dim; e += 32) cache_values[s * dim + e] = initial_value(init, uint64_t(key), uint32_t(e));
+      for (int k = lane; k < state_width; k += 32) cache_state[s * state_width + k] = initial_state;
+      if (lane == 0) host_made[r] = 1;
     }
-    __syncthreads();  // every thread read from_host before the next miss's, and before the flag is set
-    if (threadIdx.x == 0 && !made) host_made[r] = 1;
   }
 }
 
@@ -178,7 +192,7 @@ int grid_for(int64_t n, int block) {
   const int64_t blocks = (n + block - 1) / block;
   return static_cast<int>(blocks < 65535 * 8 ? blocks : 65535 * 8);  // grid-stride beyond that
 }
-int blocks_for_rows(int64_t n) { return static_cast<int>(n < 65535 ? n : 65535); }
+int blocks_for_rows(int64_t n) { return grid_for(n, kRowWarps); }  // a warp a row
 }  // namespace
 
 void tier_reset_cuda(const TierIndex& t, Stream stream) {
@@ -210,8 +224,9 @@ void tier_evict_cuda(const TierIndex& t, const int64_t* slots, int64_t n, const 
                      const float* cache_state, int dim, int state_width, float* host_values, float* host_state,
                      int64_t* host_uses, int64_t* keys_out, Stream stream) {
   if (n == 0) return;
-  tier_evict_kernel<<<blocks_for_rows(n), 128, 0, stream>>>(t, slots, n, cache_values, cache_state, dim, state_width,
-                                                            host_values, host_state, host_uses, keys_out);
+  tier_evict_kernel<<<blocks_for_rows(n), 32 * kRowWarps, 0, stream>>>(t, slots, n, cache_values, cache_state, dim,
+                                                                         state_width, host_values, host_state,
+                                                                         host_uses, keys_out);
   CUDA_CHECK_LAUNCH("tier_evict_kernel");
 }
 
@@ -220,9 +235,10 @@ void tier_place_cuda(const TierIndex& t, const int64_t* misses, int64_t m, const
                      const float* host_state, int dim, int state_width, float initial_state, const KeyInit& init,
                      float* cache_values, float* cache_state, Stream stream) {
   if (m == 0) return;
-  tier_place_kernel<<<blocks_for_rows(m), 128, 0, stream>>>(t, misses, m, p, tick, pin_gen, host_made, host_uses,
-                                                            host_values, host_state, dim, state_width, initial_state,
-                                                            init, cache_values, cache_state);
+  tier_place_kernel<<<blocks_for_rows(m), 32 * kRowWarps, 0, stream>>>(t, misses, m, p, tick, pin_gen, host_made,
+                                                                         host_uses, host_values, host_state, dim,
+                                                                         state_width, initial_state, init,
+                                                                         cache_values, cache_state);
   CUDA_CHECK_LAUNCH("tier_place_kernel");
 }
 

@@ -29,8 +29,7 @@ bool in_hbm(const CollectionTableConfig& t) {
 
 // Whether table i may share a physical table with others: its keys are known to fit under a tag.
 bool groupable(const CollectionTableConfig& t, size_t i) {
-  // a tiered table keeps its own cache (its cache_rows are its own)
-  return t.key_bound > 0 && t.key_bound <= (int64_t(1) << kKeyTagShift) && i <= size_t(kMaxTag) && in_hbm(t);
+  return t.key_bound > 0 && t.key_bound <= (int64_t(1) << kKeyTagShift) && i <= size_t(kMaxTag);
 }
 
 bool same_optimizer(const OptimizerConfig& a, const OptimizerConfig& b) {
@@ -43,6 +42,9 @@ bool same_optimizer(const OptimizerConfig& a, const OptimizerConfig& b) {
 bool compatible(const CollectionTableConfig& a, const TablePlan& pa, const CollectionTableConfig& b,
                 const TablePlan& pb) {
   if (a.direct_index != b.direct_index) return false;  // direct-index tables group among themselves (keys end to end)
+  // tables in host memory group among themselves under one cache of their caches' rows (src/host_tier.h), one
+  // residency pass and one update a step for all of them instead of one each
+  if (in_hbm(a) != in_hbm(b) || (!in_hbm(a) && a.tier.eviction != b.tier.eviction)) return false;
   return pa.placement == pb.placement && a.dim == b.dim && a.combiner == b.combiner && same_optimizer(a.optimizer, b.optimizer) &&
          a.storage == b.storage && a.init_scale == b.init_scale && a.max_load_factor == b.max_load_factor;
 }
@@ -177,6 +179,10 @@ EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, con
         begin += t.key_bound;
       }
       if (gr->direct && gr->tagged) s.table.key_bound = begin;
+      if (s.table.tier.tier == TableTier::host) {  // the group's cache: its tables' caches together
+        s.table.tier.cache_rows = 0;
+        for (int i : members[g]) s.table.tier.cache_rows += cfg_.tables[size_t(i)].tier.cache_rows;
+      }
       s.seed = cfg_.seed;
       s.shard_slack = cfg_.shard_slack;
       s.plan = plan_.tables[size_t(first)];

@@ -242,7 +242,12 @@ std::vector<int64_t> HostTier::choose_victims(int64_t wanted, int64_t* pinned, S
     return victims;
   }
   // LRU: a slot used after a ranking moves behind every slot ranked, so the ranking's slots not used since keep
-  // their order ahead of all others: the reserve serves calls until it runs short.
+  // their order ahead of all others: the reserve serves calls until it runs short. A call that evicts an eighth of
+  // the cache or more ranks afresh, as LFU does (its reserve would hold most of the cache, read back on the host).
+  if (wanted * 8 >= s_.cache_rows) {
+    rank_slots(false, wanted, pinned, victims, stream);
+    return victims;
+  }
   if (take_reserved(wanted, victims, stream)) return victims;
   rank_slots(true, wanted, pinned, victims, stream);
   take_reserved(wanted, victims, stream);

@@ -215,8 +215,8 @@ void tiered_collection_equals_hbm(Backend backend) {
 }
 
 // Tables whose caches hold every row are HBM tables, and group as HBM tables do (one physical table for two
-// compatible direct-index tables); a cache of half the rows keeps each table apart, with its own cache. Outputs as
-// HBM's, bit for bit.
+// compatible direct-index tables); tables in host memory group among themselves, under one cache of their caches'
+// rows; a table in HBM and one in host memory stay apart. Outputs as HBM's, bit for bit.
 void full_caches_group_as_hbm(Backend backend) {
   World w(backend);
   uint64_t seed = testing::seed();
@@ -235,12 +235,17 @@ void full_caches_group_as_hbm(Backend backend) {
   EmbeddingCollection hbm(w.comm, w.communicator.get(), w.dev, hbm_cfg, plan);
   EmbeddingCollection full(w.comm, w.communicator.get(), w.dev, config(kKeys), plan);
   EmbeddingCollection half(w.comm, w.communicator.get(), w.dev, config(kKeys / 2), plan);
+  CollectionConfig mixed_cfg = config(kKeys / 2);
+  mixed_cfg.tables[0].tier.cache_rows = kKeys;  // in HBM
+  EmbeddingCollection mixed(w.comm, w.communicator.get(), w.dev, mixed_cfg, plan);
   BOOST_CHECK_EQUAL(hbm.groups(), 1);
   BOOST_CHECK_EQUAL(full.groups(), 1);
-  BOOST_CHECK_EQUAL(half.groups(), 2);
+  BOOST_CHECK_EQUAL(half.groups(), 1);
+  BOOST_CHECK_EQUAL(mixed.groups(), 2);
   const std::vector<float> want = forward(hbm, w, b, LookupMode::train);
   BOOST_CHECK(testing::all_ranks(testing::same_bits(want, forward(full, w, b, LookupMode::train))));
   BOOST_CHECK(testing::all_ranks(testing::same_bits(want, forward(half, w, b, LookupMode::train))));
+  BOOST_CHECK(testing::all_ranks(testing::same_bits(want, forward(mixed, w, b, LookupMode::train))));
 }
 
 // A batch with more distinct keys than a rank's cache: the same clear error on every rank, no hang.

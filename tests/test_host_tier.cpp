@@ -448,7 +448,7 @@ BOOST_AUTO_TEST_CASE(a_kill_during_a_write_back_or_a_checkpoint_loses_nothing) {
   testing::ScopedPath whole("test_host_tier", "hbm");
   r = train(whole.path, "", "");
   BOOST_REQUIRE_MESSAGE(r.status == 0, r.output);
-  for (const std::string fault : {"host tier write-back|40", "checkpoint save (rows per rank)|3"}) {
+  for (const std::string fault : {"host tier write-back|15", "checkpoint save (rows per rank)|3"}) {
     testing::ScopedPath killed("test_host_tier", "killed");
     r = train(killed.path, "--embedding.tier host --embedding.cache_rows 300", fault);
     BOOST_CHECK_MESSAGE(r.status != 0 && r.output.find("[fault] rank 1: kill") != std::string::npos,
