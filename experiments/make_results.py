@@ -155,23 +155,54 @@ def fullsize_table(recs):
 
 
 def tier_table(recs):
-    """Tables in host memory under a GPU cache (tag tier_host) against the same tables in HBM (tag tier_hbm), and
-    the eviction points of bench_hashtable --evict."""
-    coll = {r["tag"]: r for r in recs if r.get("bench") == "collection" and r.get("tag", "").startswith("tier_")}
+    """Tables in host memory under a GPU cache (tags tier_host, t60_host) against the same tables in HBM (tier_hbm,
+    t60_hbm) and against FBGEMM TBE with EmbeddingLocation.MANAGED_CACHING (the peer's records with cache_rows), the
+    full MLPerf tables trained with a cache (bench_train, tag full_host), and the eviction points of bench_hashtable
+    --evict."""
+    coll = [r for r in recs if r.get("bench") == "collection" and r.get("tag", "").startswith(("tier_", "t60_"))]
+    peers = [p for p in recs if p.get("peer") in ("fbgemm.tbe.collection", "fbgemm.tbe") and p.get("alpha") is not None]
     ev = [r for r in recs if r.get("bench") == "hashtable" and r.get("eviction") in ("lru", "lfu")]
-    rows = ["| what | rows in | step ms (or ms a call) | against HBM / rate | wrong |", "|---|---|---|---|---|"]
-    hbm, host = coll.get("tier_hbm"), coll.get("tier_host")
-    if hbm:
-        rows.append(f"| 26 MLPerf tables, power law 1.1, row-wise Adagrad | HBM | {fmt(hbm['ms_step'], 3)} | | "
-                    f"{hbm.get('wrong', '')} |")
-    if host:
-        vs = f"{host['ms_step'] / hbm['ms_step']:.2f}x HBM's step" if hbm else ""
-        rows.append(f"| the same | host memory, a {host.get('cache_gb')} GB cache a table | {fmt(host['ms_step'], 3)} | "
-                    f"{vs} | {host.get('wrong', '')} |")
+    rows = ["| tables | keys | rows in | sparta step ms | FBGEMM TBE step ms | sparta over FBGEMM | against sparta in HBM | "
+            "wrong |", "|---|---|---|---|---|---|---|---|"]
+
+    def pick(tag, alpha):
+        return median([r["ms_step"] for r in coll if r["tag"] == tag and r.get("alpha") == alpha])
+
+    def peer(alpha, cached, big):
+        sel = [p for p in peers if p.get("alpha") == alpha and (p.get("cache_rows", 0) > 0) == cached and
+               (p["peer"] == "fbgemm.tbe") == big and p.get("optimizer") == "exact_rowwise_adagrad"]
+        return median([p.get("step_ms", p.get("train_step_ms")) for p in sel])
+
+    cases = [("26 MLPerf tables (4M cap), one key a slot, row-wise Adagrad", "tier_", False, (1.1, 0.0)),
+             ("one table of 116M rows of 128 (60 GB with its state), 26 keys a sample, row-wise Adagrad", "t60_", True,
+              (1.1,))]
+    for what, prefix, big, alphas in cases:
+        for alpha in alphas:
+            hbm, host = pick(prefix + "hbm", alpha), pick(prefix + "host", alpha)
+            if hbm is None and host is None:
+                continue
+            keys = f"power law {alpha:g}" if alpha else "uniform"
+            cache = next((r.get("cache_gb") for r in coll if r["tag"] == prefix + "host"), None)
+            wrong = sum(r.get("wrong", 0) for r in coll if r["tag"].startswith(prefix) and r.get("alpha") == alpha)
+            ph, pc = peer(alpha, False, big), peer(alpha, True, big)
+            rows.append(f"| {what} | {keys} | HBM | {fmt(hbm, 3)} | {fmt(ph, 3)} | "
+                        f"{ratio(ours_time=hbm, peer_time=ph) if ph else ''} | | {wrong} |")
+            rows.append(f"| the same | {keys} | host memory, a {cache:g} GB cache a table (FBGEMM: MANAGED_CACHING, "
+                        f"the same rows cached) | {fmt(host, 3)} | {fmt(pc, 3)} | "
+                        f"{ratio(ours_time=host, peer_time=pc) if pc else ''} | "
+                        f"{f'{host / hbm:.2f}x' if host and hbm else ''} | |")
+    for r in recs:
+        if r.get("bench") == "train" and r.get("tag") == "full_host":
+            rows.append(f"| the full MLPerf v1 tables (40M cap, 188M rows of 128), `bench_train --model dot "
+                        f"--max-rows 40000000 --index direct --sparse-optimizer rowwise_adagrad --tier host --cache-gb "
+                        f"{r.get('cache_gb'):g}`, one GPU | power law 1.1 | host memory, a {r.get('cache_gb'):g} GB "
+                        f"cache a table | {fmt(r['ms_step'], 3)} ({fmt(r['samples_per_s'])} samples/s) | | | | "
+                        f"{r.get('wrong', '')} |")
     for r in ev:
         rows.append(f"| bench_hashtable {r['op']} ({r['eviction']}), {r['rows']} cached rows of dim {r['dim']}, "
-                    f"{r['keys']} keys a call | host memory | {fmt(r['ms'], 3)} | {r['Gkeys_per_s'] * 1e3:.2f} M keys/s, "
-                    f"{r['inserted']} inserted, {r['evicted']} evicted | {r['wrong']} |")
+                    f"{r['keys']} keys a call | a stream of new keys | host memory | {fmt(r['ms'], 3)} a call | "
+                    f"{r['Gkeys_per_s'] * 1e3:.2f} M keys/s | {r['inserted']} inserted, {r['evicted']} evicted | | "
+                    f"{r['wrong']} |")
     return rows if len(rows) > 2 else []
 
 
@@ -214,12 +245,18 @@ def embedding_table(recs):
     return rows if len(rows) > 2 else []
 
 
+def tier_record(r):
+    """A run of the host-tier table (tier_table), not of the collection's own tables."""
+    return r.get("tag", "").startswith(("tier_", "t60_"))
+
+
 def collection_table(recs):
     rows = ["| the 26 MLPerf tables (4M cap), 65536 samples, 1 GPU | optimizer | sparta's rows | sparta step ms (plan) | "
             "FBGEMM TBE fp32 rows | ratio | FBGEMM TBE fp16 rows | ratio |", "|---|---|---|---|---|---|---|---|"]
     ours = [r for r in recs if r.get("bench") == "collection" and r.get("ranks") == 1 and r.get("placement") == "plan"
-            and r.get("alpha", 0) == 0 and r.get("batch") == 65536]
-    peers = [p for p in recs if p.get("peer") == "fbgemm.tbe.collection" and p.get("alpha", 0) == 0]
+            and r.get("alpha", 0) == 0 and r.get("batch") == 65536 and not tier_record(r)]
+    peers = [p for p in recs if p.get("peer") == "fbgemm.tbe.collection" and p.get("alpha", 0) == 0 and
+             not p.get("cache_rows")]
     storage = lambda r: r.get("storage", "fp32")
     for tables in ("mlperf-v1", "dcnv2"):
         for opt in sorted({r.get("optimizer") for r in ours if r.get("tables") == tables}):
@@ -240,7 +277,7 @@ def collection_table(recs):
 
 def placement_table(recs):
     ours = [r for r in recs if r.get("bench") == "collection" and r.get("alpha", 0) == 0 and r.get("batch") == 65536
-            and r.get("index") == "direct" and r.get("optimizer") in (None, "sgd") and r.get("storage", "fp32") == "fp32"]
+            and not tier_record(r) and r.get("index") == "direct" and r.get("optimizer") in (None, "sgd") and r.get("storage", "fp32") == "fp32"]
     places = ["plan", "replicated", "localized", "dispatch", "distributed", "hybrid"]
     rows = ["| tables | GPUs | " + " | ".join(places) + " |", "|---|---|" + "---|" * len(places)]
     for tables in ("mlperf-v1", "dcnv2"):
@@ -388,11 +425,15 @@ def main():
         ("The full MLPerf v1 tables on 2 GPUs", "`bench_train --model dot --max-rows 40000000 --index direct "
          "--sparse-optimizer rowwise_adagrad` (188M rows of 128, bf16, 65536 samples per GPU) on 2 GPUs: the planner's "
          "plan (`--placement auto`) and each fixed placement.", fullsize_table(recs), "train"),
-        ("Tables in host memory", "`bench_collection --tier host --cache-gb 0.5 --alpha 1.1 --prefill 0` (every "
-         "row in pinned host memory, a GPU cache per table; `src/host_tier.h`) against `--tier hbm` in the same call; "
-         "`bench_hashtable --evict lru|lfu --stream 10` (a hashed table under a stream of new keys ten times its "
-         "cache; every key checked afterwards; its records are in the embedding file). No peer: the carried FBGEMM lacks its cache library "
-         "(`experiments/peers/README.md`).", tier_table(recs), "collection"),
+        ("Tables in host memory", "`bench_collection --tier host --cache-gb G --alpha A --prefill 0` (every row in "
+         "pinned host memory under a GPU cache, G GB a table; the tables in host memory share one cache of their "
+         "caches' rows; `src/host_tier.h`) against `--tier hbm` in the same call, beside `fbgemm/peer_fbgemm.py "
+         "--cache-rows N` (TBE with `EmbeddingLocation.MANAGED_CACHING`, its LRU cache holding as many rows as "
+         "sparta's caches and its HBM tables; the same keys) and the same peer in HBM. The steps timed are the first "
+         "ones after a start with no row made (`--prefill 0`): the caches are still filling, for both. "
+         "`bench_hashtable --evict lru|lfu --stream 10`: a hashed table under a stream of new keys ten times its "
+         "cache, every key checked afterwards (its records are in the embedding file).", tier_table(recs),
+         "collection"),
         ("Switches weighed", "The same `bench_train` runs with one switch turned the other way (`search0`: "
          "`--gemm-search 0`, cuBLASLt's first algorithm instead of the fastest of its candidates).",
          variants_table(recs), "train"),
