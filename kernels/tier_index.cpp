@@ -92,7 +92,7 @@ void tier_evict_cpu(const TierIndex& t, const int64_t* slots, int64_t n, const f
 }
 
 void tier_place_cpu(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
-                    int64_t pin_gen, uint8_t* host_made, const int64_t* host_uses, const float* host_values,
+                    int64_t pin_gen, uint8_t* row_made, const int64_t* host_uses, const float* host_values,
                     const float* host_state, int dim, int state_width, float initial_state, const KeyInit& init,
                     float* cache_values, float* cache_state) {
   for (int64_t j = 0; j < m; ++j) {
@@ -102,7 +102,7 @@ void tier_place_cpu(const TierIndex& t, const int64_t* misses, int64_t m, const 
       t.slot_of_row[r] = -1;
       continue;
     }
-    const bool made = host_made[r] != 0;
+    const bool made = row_made[r] != 0;
     t.slot_of_row[r] = int32_t(s);
     t.slot_key[s] = key;
     t.slot_row[s] = r;
@@ -116,7 +116,7 @@ void tier_place_cpu(const TierIndex& t, const int64_t* misses, int64_t m, const 
     } else {
       for (int e = 0; e < dim; ++e) cache_values[s * dim + e] = initial_value(init, uint64_t(key), uint32_t(e));
       std::fill_n(cache_state + s * state_width, state_width, initial_state);
-      host_made[r] = 1;
+      row_made[r] = 1;
     }
   }
 }
@@ -168,12 +168,12 @@ void tier_evict(const Device& dev, const TierIndex& t, const int64_t* slots, int
 }
 
 void tier_place(const Device& dev, const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p,
-                int64_t tick, int64_t pin_gen, uint8_t* host_made, const int64_t* host_uses, const float* host_values,
+                int64_t tick, int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
                 const float* host_state, int dim, int state_width, float initial_state, const KeyInit& init,
                 float* cache_values, float* cache_state, Stream stream) {
-  TIER_DISPATCH(tier_place_cpu(t, misses, m, p, tick, pin_gen, host_made, host_uses, host_values, host_state, dim,
+  TIER_DISPATCH(tier_place_cpu(t, misses, m, p, tick, pin_gen, made, host_uses, host_values, host_state, dim,
                                state_width, initial_state, init, cache_values, cache_state),
-                tier_place_cuda(t, misses, m, p, tick, pin_gen, host_made, host_uses, host_values, host_state, dim,
+                tier_place_cuda(t, misses, m, p, tick, pin_gen, made, host_uses, host_values, host_state, dim,
                                 state_width, initial_state, init, cache_values, cache_state, stream));
 }
 

@@ -139,10 +139,10 @@ __global__ void __launch_bounds__(32 * kRowWarps) tier_evict_kernel(TierIndex t,
 }
 
 // One warp per miss: its slot (TierPlacement), the slot's stamps, and its row from the host store or its initial
-// values. Each distinct row is one miss, so its host_made flag has one writer.
+// values. Each distinct row is one miss, so its made flag has one writer.
 __global__ void __launch_bounds__(32 * kRowWarps) tier_place_kernel(TierIndex t, const int64_t* misses, int64_t m,
                                                                     TierPlacement p, int64_t tick, int64_t pin_gen,
-                                                                    uint8_t* host_made, const int64_t* host_uses,
+                                                                    uint8_t* row_made, const int64_t* host_uses,
                                                                     const float* host_values,
                                                                     const float* host_state, int dim,
                                                                     int state_width, float initial_state,
@@ -156,24 +156,24 @@ __global__ void __launch_bounds__(32 * kRowWarps) tier_place_kernel(TierIndex t,
       if (lane == 0) t.slot_of_row[r] = -1;
       continue;
     }
-    int made = 0;
-    if (lane == 0) {
-      made = host_made[r] != 0;
-      t.slot_of_row[r] = int32_t(s);
-      t.slot_key[s] = key;
-      t.slot_row[s] = r;
-      t.slot_last[s] = tick;
-      t.slot_uses[s] = (made ? host_uses[r] : 0) + 1;
-      t.slot_pin[s] = pin_gen > 0 ? pin_gen : 0;
-    }
-    made = __shfl_sync(0xffffffffu, made, 0);
+    const bool made = row_made[r] != 0;                           // device memory
+    const int64_t uses = made && lane == 0 ? host_uses[r] : 0;   // over the link, in flight beside the row's loads
     if (made) {
       warp_copy_row(cache_values + s * dim, host_values + r * dim, dim, lane);
       if (state_width > 0) warp_copy_row(cache_state + s * state_width, host_state + r * state_width, state_width, lane);
     } else {
       for (int e = lane; e < dim; e += 32) cache_values[s * dim + e] = initial_value(init, uint64_t(key), uint32_t(e));
       for (int k = lane; k < state_width; k += 32) cache_state[s * state_width + k] = initial_state;
-      if (lane == 0) host_made[r] = 1;
+    }
+    __syncwarp();  // every lane read the flag before lane 0 sets it
+    if (lane == 0) {
+      t.slot_of_row[r] = int32_t(s);
+      t.slot_key[s] = key;
+      t.slot_row[s] = r;
+      t.slot_last[s] = tick;
+      t.slot_uses[s] = uses + 1;
+      t.slot_pin[s] = pin_gen > 0 ? pin_gen : 0;
+      if (!made) row_made[r] = 1;
     }
   }
 }
@@ -231,11 +231,11 @@ void tier_evict_cuda(const TierIndex& t, const int64_t* slots, int64_t n, const 
 }
 
 void tier_place_cuda(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
-                     int64_t pin_gen, uint8_t* host_made, const int64_t* host_uses, const float* host_values,
+                     int64_t pin_gen, uint8_t* row_made, const int64_t* host_uses, const float* host_values,
                      const float* host_state, int dim, int state_width, float initial_state, const KeyInit& init,
                      float* cache_values, float* cache_state, Stream stream) {
   if (m == 0) return;
-  tier_place_kernel<<<blocks_for_rows(m), 32 * kRowWarps, 0, stream>>>(t, misses, m, p, tick, pin_gen, host_made,
+  tier_place_kernel<<<blocks_for_rows(m), 32 * kRowWarps, 0, stream>>>(t, misses, m, p, tick, pin_gen, row_made,
                                                                          host_uses, host_values, host_state, dim,
                                                                          state_width, initial_state, init,
                                                                          cache_values, cache_state);

@@ -12,9 +12,8 @@
 // stamps do not depend on thread order.
 //
 // Launchers run on `stream` (cuda; the cpu backend ignores it) and never synchronize the host. host_values,
-// host_state, host_made and host_uses are the host store: page-locked memory (cudaMallocHost), which a CUDA kernel
-// reads and writes through unified addressing, so rows move between the store and the cache without staging on
-// the host.
+// host_state and host_uses are the host store: page-locked memory (cudaMallocHost), which a CUDA kernel reads and
+// writes through unified addressing, so rows move between the store and the cache without staging on the host.
 #pragma once
 
 #include <cstdint>
@@ -80,11 +79,11 @@ struct TierPlacement {
 
 // Places the distinct misses [m] (misses[2j] the key, misses[2j + 1] its host row) as p says: a placed row is
 // stamped (last = tick, pinned by pin_gen when > 0) and takes its values and state from the host store with uses
-// host_uses + 1 when host_made says the store holds it, else its initial values by key (init: kernels/key_init.h,
-// its segments on the device) and initial_state with uses 1, and host_made is set. A miss without a slot drops its
-// row's claim (slot_of_row back to -1).
+// host_uses + 1 when made [capacity_rows] (device memory) says the store holds it, else its initial values by key
+// (init: kernels/key_init.h, its segments on the device) and initial_state with uses 1, and made is set. A miss
+// without a slot drops its row's claim (slot_of_row back to -1).
 void tier_place(const Device& dev, const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p,
-                int64_t tick, int64_t pin_gen, uint8_t* host_made, const int64_t* host_uses, const float* host_values,
+                int64_t tick, int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
                 const float* host_state, int dim, int state_width, float initial_state, const KeyInit& init,
                 float* cache_values, float* cache_state, Stream stream);
 
@@ -102,7 +101,7 @@ void tier_evict_cpu(const TierIndex& t, const int64_t* slots, int64_t n, const f
                     const float* cache_state, int dim, int state_width, float* host_values, float* host_state,
                     int64_t* host_uses, int64_t* keys_out);
 void tier_place_cpu(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
-                    int64_t pin_gen, uint8_t* host_made, const int64_t* host_uses, const float* host_values,
+                    int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
                     const float* host_state, int dim, int state_width, float initial_state, const KeyInit& init,
                     float* cache_values, float* cache_state);
 void tier_resolve_cpu(const TierIndex& t, const int64_t* row, int64_t n, int64_t* slot);
@@ -117,7 +116,7 @@ void tier_evict_cuda(const TierIndex& t, const int64_t* slots, int64_t n, const 
                      const float* cache_state, int dim, int state_width, float* host_values, float* host_state,
                      int64_t* host_uses, int64_t* keys_out, Stream stream);
 void tier_place_cuda(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
-                     int64_t pin_gen, uint8_t* host_made, const int64_t* host_uses, const float* host_values,
+                     int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
                      const float* host_state, int dim, int state_width, float initial_state, const KeyInit& init,
                      float* cache_values, float* cache_state, Stream stream);
 void tier_resolve_cuda(const TierIndex& t, const int64_t* row, int64_t n, int64_t* slot, Stream stream);

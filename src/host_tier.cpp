@@ -58,12 +58,13 @@ TierConfig make_tier(TableTier tier, int64_t cache_rows, double cache_mb, Evicti
 }
 
 size_t HostTier::host_bytes(int64_t capacity_rows, int dim, int state_width) {
-  // values and state, a use count and a made flag per row
-  return size_t(capacity_rows) * (size_t(dim + state_width) * sizeof(float) + 9);
+  // values and state, and a use count per row
+  return size_t(capacity_rows) * (size_t(dim + state_width) * sizeof(float) + sizeof(int64_t));
 }
 
 size_t HostTier::device_bytes(int64_t capacity_rows, int64_t cache_rows, bool hashed) {
-  size_t b = size_t(capacity_rows) * sizeof(int32_t) + size_t(cache_rows) * kSlotWords * sizeof(int64_t);
+  // per host row its slot and its made flag; per slot its bookkeeping
+  size_t b = size_t(capacity_rows) * (sizeof(int32_t) + 1) + size_t(cache_rows) * kSlotWords * sizeof(int64_t);
   if (hashed) b += HashTable::memory_bytes(capacity_rows, kIndexLoadFactor);
   return b;
 }
@@ -97,7 +98,7 @@ HostTier::HostTier(const Device& dev, const HostTierSetup& s)
       values_(dev.backend, size_t(s.capacity_rows) * s.dim),
       state_(dev.backend, size_t(s.capacity_rows) * s.state_width),
       uses_(dev.backend, size_t(s.capacity_rows)),
-      made_(dev.backend, size_t(s.capacity_rows)),
+      made_(dev, size_t(s.capacity_rows)),
       keys_(s.direct_stride > 0 ? nullptr : std::make_unique<HashTable>(dev, s.name, s.capacity_rows, kIndexLoadFactor)),
       slot_of_row_(dev, size_t(s.capacity_rows)),
       slot_key_dev_(dev, size_t(s.cache_rows)),
@@ -137,7 +138,7 @@ void HostTier::clear(Stream stream) {
   if (keys_) keys_->clear(stream);
   tier_reset(dev_, index(), stream);
   synchronize(dev_, stream);
-  std::fill_n(made_.data(), size_t(s_.capacity_rows), uint8_t(0));
+  memset_device(dev_, made_.data(), 0, made_.size(), stream);
   std::fill_n(uses_.data(), size_t(s_.capacity_rows), int64_t(0));
   res_slot_.clear();
   res_last_.clear();
@@ -150,12 +151,9 @@ void HostTier::clear(Stream stream) {
 
 int64_t HostTier::size(Stream stream) { return keys_ ? keys_->size(stream) : s_.capacity_rows; }
 
-void HostTier::init_row(int64_t key, int64_t hrow) {
-  float* v = values_.data() + size_t(hrow) * s_.dim;
-  for (int e = 0; e < s_.dim; ++e) v[e] = initial_value(key_init_, uint64_t(key), uint32_t(e));
-  std::fill_n(state_.data() + size_t(hrow) * s_.state_width, s_.state_width, s_.initial_state);
-  uses_.data()[size_t(hrow)] = 0;
-  made_.data()[size_t(hrow)] = 1;
+void HostTier::initial_row(int64_t key, float* values, float* state) const {
+  for (int e = 0; e < s_.dim; ++e) values[e] = initial_value(key_init_, uint64_t(key), uint32_t(e));
+  std::fill_n(state, s_.state_width, s_.initial_state);
 }
 
 template <class T>
@@ -395,6 +393,8 @@ TableRows HostTier::export_rows(const float* cache_values, const float* cache_st
     copy_to_host(dev_, r.keys.data(), k.data(), n * sizeof(int64_t), stream);  // synchronizes
   }
   std::vector<int64_t> slot_row(c), slot_of(n, -1);
+  std::vector<uint8_t> made(n);
+  if (n > 0) copy_to_host(dev_, made.data(), made_.data(), n, stream);
   copy_to_host(dev_, slot_row.data(), slot_row_dev_.data(), c * sizeof(int64_t), stream);  // synchronizes
   for (size_t s = 0; s < c; ++s)
     if (slot_row[s] >= 0) slot_of[size_t(slot_row[s])] = int64_t(s);
@@ -407,8 +407,9 @@ TableRows HostTier::export_rows(const float* cache_values, const float* cache_st
     if (slot_of[i] >= 0) {
       v = cv.data() + size_t(slot_of[i]) * dim;
       st = cs.data() + size_t(slot_of[i]) * sw;
-    } else if (!made_.data()[i]) {
-      init_row(r.keys[i], int64_t(i));  // a row never used: its initial values
+    } else if (!made[i]) {  // a row never used: its initial values
+      initial_row(r.keys[i], r.values.data() + i * dim, r.state.data() + i * sw);
+      continue;
     }
     std::copy_n(v, dim, r.values.data() + i * dim);
     std::copy_n(st, sw, r.state.data() + i * sw);
@@ -453,13 +454,17 @@ void HostTier::load_rows(const TableRows& rows, const float* cache_values, const
     for (size_t i = 0; i < n; ++i) at[i] = first + int64_t(i);
   }
   flush(cache_values, cache_state, stream);
+  std::vector<uint8_t> made(made_.size());
+  copy_to_host(dev_, made.data(), made_.data(), made.size(), stream);  // synchronizes
   for (size_t i = 0; i < n; ++i) {
     const size_t r = size_t(at[i]);
-    made_.data()[r] = 1;
+    made[r] = 1;
     uses_.data()[r] = 0;
     std::copy_n(rows.values.data() + i * dim, dim, values_.data() + r * dim);
     std::copy_n(rows.state.data() + i * sw, sw, state_.data() + r * sw);
   }
+  copy_to_device(dev_, made_.data(), made.data(), made.size(), stream);
+  synchronize(dev_, stream);
 }
 
 }  // namespace sparta

@@ -30,8 +30,8 @@
 // take free slots (lowest first) and which slots are the policy's victims (ranked on the device: a stable radix
 // sort of the slots by key, then by priority; LRU keeps the ranking as a reserve for the next calls, since a slot
 // used since moves behind every slot ranked), and kernels write the victims back and place the misses, moving rows
-// between the cache and the page-locked host store directly (a row's made flag and use count live in the store
-// too). Which slot a row takes changes no value, so the misses keep the device's order (a call that refuses some
+// between the cache and the page-locked host store directly (a row's use count lives in the store too, its made
+// flag on the device: read for every miss, it must not cross the link). Which slot a row takes changes no value, so the misses keep the device's order (a call that refuses some
 // sorts them by key first, so that the keys refused are the largest). So a call costs one synchronization when
 // its keys all hit, and otherwise host work in proportion to its victims, none per miss. A cache of
 // every row holds the whole table: EmbeddingTable then makes an HBM table, with no tier. Rows move as dim +
@@ -105,9 +105,10 @@ class HostTier {
   // host's available memory (/proc/meminfo MemAvailable) or the setup is bad. Synchronizes dev.stream.
   HostTier(const Device& dev, const HostTierSetup& s);
 
-  // Host bytes of the store: every row's values and state, plus its bookkeeping (a use count, a made flag).
+  // Host bytes of the store: every row's values and state, and its use count.
   static size_t host_bytes(int64_t capacity_rows, int dim, int state_width);
-  // Device bytes of the tier beside its cache's rows (what the planner counts): a slot per host row (int32), about
+  // Device bytes of the tier beside its cache's rows (what the planner counts): a slot (int32) and a made flag per
+  // host row, about
   // kSlotWords int64 per cache slot (its key, row, stamps and pin, the victim ranking's arrays and sort scratch),
   // and for a hashed table the device index of its keys (kernels/hash_table.h at load factor 0.5).
   static constexpr int kSlotWords = 16;
@@ -163,7 +164,8 @@ class HostTier {
   void write_back(const std::vector<int64_t>& slots, const float* cache_values, const float* cache_state,
                   Stream stream);
   void flush(const float* cache_values, const float* cache_state, Stream stream);
-  void init_row(int64_t key, int64_t hrow);
+  // A row's initial values and state (a row never made), as an HBM table would give it.
+  void initial_row(int64_t key, float* values, float* state) const;
   // b grown to hold n elements (its old memory freed once stream is done with it).
   template <class T>
   T* grown(Buffer<T>& b, size_t n, Stream stream);
@@ -176,7 +178,8 @@ class HostTier {
   PinnedBuffer<float> values_;   // [capacity_rows, dim]
   PinnedBuffer<float> state_;    // [capacity_rows, state_width]
   PinnedBuffer<int64_t> uses_;   // per host row: calls that used it (LFU), while it is out of the cache
-  PinnedBuffer<uint8_t> made_;   // per host row: its values are in the store (else its initial values are due)
+  Buffer<uint8_t> made_;         // per host row, on the device: its values are in the store (else its initial
+                                 // values are due)
   std::unique_ptr<HashTable> keys_;  // hashed: key → host row, on the device; rows dense from 0
   // the cache's index on the device (kernels/tier_index.h)
   Buffer<int32_t> slot_of_row_;

@@ -811,10 +811,10 @@ BOOST_AUTO_TEST_CASE(host_tier_counts_the_cache_the_host_and_the_transfers) {
   const Plan host = make_plan(c, o, {});
   const TablePlan& p = host.tables[0];
   BOOST_CHECK_EQUAL(p.memory_bytes, EmbeddingTable::memory_bytes(25000, 16, OptimizerKind::rowwise_adagrad, 1.0, true) +
-                                        100000 * sizeof(int32_t) + 25000 * HostTier::kSlotWords * sizeof(int64_t) +
+                                        100000 * (sizeof(int32_t) + 1) + 25000 * HostTier::kSlotWords * sizeof(int64_t) +
                                         HashTable::memory_bytes(100000, 0.5));
   BOOST_CHECK_EQUAL(HostTier::device_bytes(100000, 25000, false),
-                    100000 * sizeof(int32_t) + 25000 * HostTier::kSlotWords * sizeof(int64_t));
+                    100000 * (sizeof(int32_t) + 1) + 25000 * HostTier::kSlotWords * sizeof(int64_t));
   BOOST_CHECK_EQUAL(p.host_bytes, HostTier::host_bytes(100000, 16, 1));
   BOOST_CHECK_EQUAL(hbm.tables[0].host_bytes, 0u);
   BOOST_CHECK_EQUAL(hbm.tables[0].host_transfer_bytes, 0.0);
