@@ -9,14 +9,16 @@
 #   results   what RESULTS.md shows, 65536 samples per GPU, tables capped at 4M rows (40M for one table). On
 #             GPU 0: bench_train dot (sgd) and dcnv2 (row-wise Adagrad, MLPerf DCNv2 keys per slot), bf16, two
 #             runs each with hashed keys and two with the direct index, one with the algorithm search off; bench_collection's plan (sgd and row-wise
-#             Adagrad; fp32, bf16 and fp16 rows); bench_embedding; the host tier against HBM, and eviction
+#             Adagrad; fp32, bf16 and fp16 rows); bench_embedding; the host tier against HBM (and FBGEMM's
+#             MANAGED_CACHING among the peers), the full MLPerf tables with a cache, and eviction
 #             (bench_hashtable --evict). Meanwhile on GPU 1 the peers (run_peers): peer_dlrm_tbe.py (PyTorch +
 #             FBGEMM TBE, compiled), peer_fbgemm.py on the same shapes, peer_dlrm.py (plain PyTorch). Then on 2
 #             GPUs: bench_train, the full MLPerf v1 tables (40M cap) under the plan and each fixed placement,
 #             every placement (bench_collection), bench_alltoall beside peer_a2a.py
 #   peers     on a machine of one GPU: the peers of `results` alone on it (a second call: the two do not fit one)
 # FBGEMM is whatever `import fbgemm_gpu` finds (pip), or /tmp/fbgemm_tbe (PYTHONPATH) when a chunk0/ folder was
-# unpacked there (peers/README.md); without it the FBGEMM peers are skipped and say so. Logs and JSON lines go to
+# unpacked there (peers/README.md; FBGEMM_CACHE_ADDON=the cache add-on's .tar.xz adds MANAGED_CACHING); without it
+# the FBGEMM peers are skipped and say so. Logs and JSON lines go to
 # OUT; the exit status is non-zero when any part failed.
 set -u -o pipefail
 build=${1:?build folder or bundle}
@@ -38,6 +40,10 @@ export PYTHONUNBUFFERED=1 SPARTA_TEST_STACKS_AFTER=${SPARTA_TEST_STACKS_AFTER:-1
 export SPARTA_PYTHON=${SPARTA_PYTHON:-$(command -v python3)}
 command -v h5dump >/dev/null || export SPARTA_NO_HDF5_TOOLS=1
 [ -d /tmp/fbgemm_tbe/fbgemm_gpu ] && export PYTHONPATH=/tmp/fbgemm_tbe${PYTHONPATH:+:$PYTHONPATH}
+# FBGEMM_CACHE_ADDON: the cache's libraries (peers/fbgemm/pack.sh CACHE=only) unpacked beside an unpacked chunk0
+if [ -n "${FBGEMM_CACHE_ADDON:-}" ] && [ -d /tmp/fbgemm_tbe/fbgemm_gpu ]; then
+  tar -xJf "$FBGEMM_CACHE_ADDON" -C /tmp/fbgemm_tbe/fbgemm_gpu
+fi
 mpiexec="mpiexec --oversubscribe"
 gpus=$(nvidia-smi -L | wc -l)
 nvidia-smi -L
@@ -60,6 +66,11 @@ peer() {  # peer GPU SCRIPT ARGS...: a peer script on one GPU, its lines into OU
   CUDA_VISIBLE_DEVICES=$g quiet peers.log python3 "experiments/peers/$script" "$@" --out "$out/peers.jsonl"
 }
 have_fbgemm() { python3 -c "import fbgemm_gpu" 2>/dev/null; }
+have_fbgemm_cache() {  # the cache's libraries beside the package (pip's, or the add-on of peers/fbgemm/pack.sh)
+  python3 -c "import fbgemm_gpu, os, sys; d = os.path.dirname(fbgemm_gpu.__file__); \
+sys.exit(not os.path.exists(os.path.join(d, 'fbgemm_gpu_tbe_cache.so')))" 2>/dev/null
+}
+rows60=116279069  # one table of 60 GB with row-wise Adagrad's state (128 + 1 floats a row)
 dcnv2_hotness=3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1  # MLPerf DLRM-DCNv2 keys per slot
 run_peers() {  # run_peers GPU: every peer on that GPU, one after the other (FBGEMM first: the strongest)
   local g=$1
@@ -75,6 +86,22 @@ run_peers() {  # run_peers GPU: every peer on that GPU, one after the other (FBG
       # shellcheck disable=SC2086
       peer "$g" fbgemm/peer_fbgemm.py --rows 40000000 --batch $b $shape --alpha 0 --optimizers sgd
     done
+    # the host tier's peers: TBE in HBM and under MANAGED_CACHING with as many rows cached as sparta's caches and
+    # HBM tables hold (7 caches of 968992 rows and 1.1M rows of small tables; 29069767 rows: 15 GB)
+    if have_fbgemm_cache; then
+      for alpha in 1.1 0; do
+        for cache in 0 7890000; do
+          peer "$g" fbgemm/peer_fbgemm.py --tables mlperf-v1 --batch $b --optimizers rowwise_adagrad --alpha $alpha \
+            --cache-rows $cache
+        done
+      done
+      for cache in 0 29069767; do
+        peer "$g" fbgemm/peer_fbgemm.py --rows $rows60 --slots 1 --hot 26 --dim 128 --batch $b \
+          --optimizers rowwise_adagrad --alpha 1.1 --cache-rows $cache
+      done
+    else
+      echo "(no fbgemm_gpu_tbe_cache: the host tier's FBGEMM peers skipped; peers/README.md)" >>"$out/peers.log"
+    fi
   else
     echo "(no fbgemm_gpu: the FBGEMM peers skipped)" >>"$out/peers.log"
   fi
@@ -133,15 +160,29 @@ for part in "${parts[@]}"; do
           $shape --alphas 0 --modes eval,step --out "$out/bench.jsonl"
       done
       # tables in host memory under a GPU cache (src/host_tier.h): the 26 MLPerf tables (4M cap, 1.9 GB a large
-      # table), power-law keys, a cache of 0.5 GB a table, against the same tables in HBM; then eviction under a
-      # stream of new keys (bench_hashtable --evict)
-      for t in hbm host; do
-        tier=$([ $t = host ] && echo "--tier host --cache-gb 0.5" || echo "--tier hbm")
-        # shellcheck disable=SC2086
-        CUDA_VISIBLE_DEVICES=0 run bench_collection.log timeout 150 $mpiexec -n 1 "$build/bin/bench_collection" \
-          --tables mlperf-v1 --batch $b --index direct --placements plan --optimizer rowwise_adagrad --alpha 1.1 \
-          --prefill 0 --iters 10 $tier --tag tier_$t --out "$out/bench.jsonl"
+      # table), power-law and uniform keys, a cache of 0.5 GB a table, and one table of 60 GB under a 15 GB cache,
+      # against the same tables in HBM (their peers: run_peers' MANAGED_CACHING runs); the full MLPerf tables
+      # trained with a cache; then eviction under a stream of new keys (bench_hashtable --evict)
+      for alpha in 1.1 0; do
+        for t in hbm host; do
+          tier=$([ $t = host ] && echo "--tier host --cache-gb 0.5" || echo "--tier hbm")
+          # shellcheck disable=SC2086
+          CUDA_VISIBLE_DEVICES=0 run bench_collection.log timeout 150 $mpiexec -n 1 "$build/bin/bench_collection" \
+            --tables mlperf-v1 --batch $b --index direct --placements plan --optimizer rowwise_adagrad \
+            --alpha $alpha --prefill 0 --iters 10 $tier --tag tier_$t --out "$out/bench.jsonl"
+        done
       done
+      for t in hbm host; do
+        tier=$([ $t = host ] && echo "--tier host --cache-gb 15" || echo "--tier hbm")
+        # shellcheck disable=SC2086
+        CUDA_VISIBLE_DEVICES=0 run bench_collection.log timeout 240 $mpiexec -n 1 "$build/bin/bench_collection" \
+          --tables custom --rows-list $rows60 --hotness-list 26 --dims 128 --row-cap 200000000 --batch $b \
+          --index direct --placements plan --optimizer rowwise_adagrad --alpha 1.1 --prefill 0 --iters 10 $tier \
+          --tag t60_$t --out "$out/bench.jsonl"
+      done
+      CUDA_VISIBLE_DEVICES=0 run bench_train.log timeout 240 $mpiexec -n 1 "$build/bin/bench_train" --model dot \
+        --max-rows 40000000 --index direct --sparse-optimizer rowwise_adagrad --precision bf16 --batch $b --steps 20 \
+        --tier host --cache-gb 4 --tag full_host --out "$out/bench.jsonl"
       for e in lru lfu; do
         CUDA_VISIBLE_DEVICES=0 run bench_hashtable.log timeout 120 "$build/bin/bench_hashtable" --evict $e \
           --rows 1048576 --dims 32 --keys 262144 --hit-fractions 0.6 --stream 10 --out "$out/bench.jsonl"
