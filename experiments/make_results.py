@@ -168,9 +168,12 @@ def tier_table(recs):
     def pick(tag, alpha):
         return median([r["ms_step"] for r in coll if r["tag"] == tag and r.get("alpha") == alpha])
 
+    rows60 = next((r["rows"][0] for r in coll if r["tag"].startswith("t60_")), None)
+
     def peer(alpha, cached, big):
-        sel = [p for p in peers if p.get("alpha") == alpha and (p.get("cache_rows", 0) > 0) == cached and
-               (p["peer"] == "fbgemm.tbe") == big and p.get("optimizer") == "exact_rowwise_adagrad"]
+        sel = [p for p in peers if p.get("alpha") == alpha and ((p.get("cache_rows") or 0) > 0) == cached and
+               p.get("optimizer") == "exact_rowwise_adagrad" and
+               (p.get("rows") == rows60 if big else p.get("tables") == "mlperf-v1")]
         return median([p.get("step_ms", p.get("train_step_ms")) for p in sel])
 
     cases = [("26 MLPerf tables (4M cap), one key a slot, row-wise Adagrad", "tier_", False, (1.1, 0.0)),
