@@ -159,7 +159,7 @@ def tier_table(recs):
     t60_hbm) and against FBGEMM TBE with EmbeddingLocation.MANAGED_CACHING (the peer's records with cache_rows), the
     full MLPerf tables trained with a cache (bench_train, tag full_host), and the eviction points of bench_hashtable
     --evict."""
-    coll = [r for r in recs if r.get("bench") == "collection" and r.get("tag", "").startswith(("tier_", "t60_"))]
+    coll = [r for r in recs if r.get("bench") == "collection" and r.get("tag", "").startswith(("tier_", "t60_", "steady_"))]
     peers = [p for p in recs if p.get("peer") in ("fbgemm.tbe.collection", "fbgemm.tbe") and p.get("alpha") is not None]
     ev = [r for r in recs if r.get("bench") == "hashtable" and r.get("eviction") in ("lru", "lfu")]
     rows = ["| tables | keys | rows in | sparta step ms | FBGEMM TBE step ms | sparta over FBGEMM | against sparta in HBM | "
@@ -170,16 +170,22 @@ def tier_table(recs):
 
     rows60 = next((r["rows"][0] for r in coll if r["tag"].startswith("t60_")), None)
 
-    def peer(alpha, cached, big):
+    def peer(alpha, cached, big, steady):
+        # the peer's runs that draw a batch a step (--fresh-batches) where there are some, else its one-batch runs;
+        # steady: its run of 2 x (200 + 20) batches after 200 warm-up steps
         sel = [p for p in peers if p.get("alpha") == alpha and ((p.get("cache_rows") or 0) > 0) == cached and
                p.get("optimizer") == "exact_rowwise_adagrad" and
-               (p.get("rows") == rows60 if big else p.get("tables") == "mlperf-v1")]
-        return median([p.get("step_ms", p.get("train_step_ms")) for p in sel])
+               (p.get("rows") == rows60 if big else p.get("tables") == "mlperf-v1") and
+               (p.get("fresh_batches", 1) > 50) == steady]
+        fresh = [p for p in sel if p.get("fresh_batches", 1) > 1]
+        return median([p.get("step_ms", p.get("train_step_ms")) for p in (fresh or sel)])
 
     cases = [("26 MLPerf tables (4M cap), one key a slot, row-wise Adagrad", "tier_", False, (1.1, 0.0)),
+             ("the same, after 200 steps (the caches full and evicting)", "steady_", False, (1.1,)),
              ("one table of 116M rows of 128 (60 GB with its state), 26 keys a sample, row-wise Adagrad", "t60_", True,
               (1.1,))]
     for what, prefix, big, alphas in cases:
+        steady = prefix == "steady_"
         for alpha in alphas:
             hbm, host = pick(prefix + "hbm", alpha), pick(prefix + "host", alpha)
             if hbm is None and host is None:
@@ -187,7 +193,7 @@ def tier_table(recs):
             keys = f"power law {alpha:g}" if alpha else "uniform"
             cache = next((r.get("cache_gb") for r in coll if r["tag"] == prefix + "host"), None)
             wrong = sum(r.get("wrong", 0) for r in coll if r["tag"].startswith(prefix) and r.get("alpha") == alpha)
-            ph, pc = peer(alpha, False, big), peer(alpha, True, big)
+            ph, pc = peer(alpha, False, big, steady), peer(alpha, True, big, steady)
             rows.append(f"| {what} | {keys} | HBM | {fmt(hbm, 3)} | {fmt(ph, 3)} | "
                         f"{ratio(ours_time=hbm, peer_time=ph) if ph else ''} | | {wrong} |")
             rows.append(f"| the same | {keys} | host memory, a {cache:g} GB cache a table (FBGEMM: MANAGED_CACHING, "
@@ -250,7 +256,7 @@ def embedding_table(recs):
 
 def tier_record(r):
     """A run of the host-tier table (tier_table), not of the collection's own tables."""
-    return r.get("tag", "").startswith(("tier_", "t60_"))
+    return r.get("tag", "").startswith(("tier_", "t60_", "steady_"))
 
 
 def collection_table(recs):
@@ -432,8 +438,11 @@ def main():
          "pinned host memory under a GPU cache, G GB a table; the tables in host memory share one cache of their "
          "caches' rows; `src/host_tier.h`) against `--tier hbm` in the same call, beside `fbgemm/peer_fbgemm.py "
          "--cache-rows N` (TBE with `EmbeddingLocation.MANAGED_CACHING`, its LRU cache holding as many rows as "
-         "sparta's caches and its HBM tables; the same keys) and the same peer in HBM. The steps timed are the first "
-         "ones after a start with no row made (`--prefill 0`): the caches are still filling, for both. "
+         "sparta's caches and its HBM tables; the same keys' law, a new batch each step: `--fresh-batches`, where "
+         "the visit ran it, else one batch repeated, which leaves the peer's cache holding all its rows after the "
+         "first step) and the same peer in HBM. The steps timed are the first ones after a start with no row made "
+         "(`--prefill 0`): the caches are still filling, for both; the steady rows time 20 steps after 200 "
+         "(`--warmup 200`), the caches full and evicting. "
          "`bench_hashtable --evict lru|lfu --stream 10`: a hashed table under a stream of new keys ten times its "
          "cache, every key checked afterwards (its records are in the embedding file).", tier_table(recs),
          "collection"),

@@ -78,8 +78,9 @@ def back_to_back_ms(fn, iters=20, warm=5):
     return start.elapsed_time(stop) / iters
 
 
-def power_law_keys(n, rows, alpha, device):
-    """Keys in [0, rows) with P(k) ~ k^-alpha (inverse CDF of a continuous power law), shuffled over rows."""
+def power_law_keys(n, rows, alpha, device, perm=None):
+    """Keys in [0, rows) with P(k) ~ k^-alpha (inverse CDF of a continuous power law), shuffled over rows (by perm,
+    the same for every batch of a run, else a fresh permutation)."""
     u = torch.rand(n, device=device, dtype=torch.float64)
     if alpha == 0:
         k = (u * rows).long()
@@ -87,7 +88,7 @@ def power_law_keys(n, rows, alpha, device):
         a = 1.0 - alpha if alpha != 1.0 else 1e-9
         k = ((((rows + 1.0) ** a - 1.0) * u + 1.0) ** (1.0 / a) - 1.0).long()
     k.clamp_(0, rows - 1)
-    return torch.randperm(rows, device=device)[k]
+    return (torch.randperm(rows, device=device) if perm is None else perm)[k]
 
 
 def copy_bandwidth(device):
@@ -160,20 +161,33 @@ def peer_job(a, device):
     lengths_sm = torch.tensor(hot, device=device).repeat(B)  # sample-major: [sample][slot]
     n = int(lengths_sm.sum())
     if a.layout == "shared":
-        keys_sm = power_law_keys(n, a.rows, a.alpha, device).view(B, H)
+        perm = torch.randperm(a.rows, device=device)
         firsts = [0]
         for h in hot[:-1]:
             firsts.append(firsts[-1] + h)
-        indices = torch.cat([keys_sm[:, f:f + h].reshape(-1) for f, h in zip(firsts, hot)])
+
+        def draw():
+            keys_sm = power_law_keys(n, a.rows, a.alpha, device, perm).view(B, H)
+            return torch.cat([keys_sm[:, f:f + h].reshape(-1) for f, h in zip(firsts, hot)]).contiguous()
         table_rows, ftm = [a.rows], [0] * T
     else:
         per = a.rows // T
-        indices = torch.cat([power_law_keys(B * h, per, a.alpha, device) for h in hot])
+        perms = [torch.randperm(per, device=device) for _ in hot]
+
+        def draw():
+            return torch.cat([power_law_keys(B * h, per, a.alpha, device, pm) for h, pm in zip(hot, perms)])
         table_rows, ftm = [per] * T, list(range(T))
     lengths = torch.cat([torch.full((B,), h, device=device, dtype=torch.long) for h in hot])
     offsets = torch.zeros(T * B + 1, device=device, dtype=torch.long)
     torch.cumsum(lengths, 0, out=offsets[1:])
-    return Job(table_rows, ftm, hot, B, a.dim, indices.contiguous(), offsets)
+    return with_batches(Job(table_rows, ftm, hot, B, a.dim, draw(), offsets), draw, a.fresh_batches)
+
+
+def with_batches(job, draw, n):
+    """job.batches: the indices of n batches of the same keys' law (n > 1: --fresh-batches, the timed steps cycle
+    through them, as sparta's benchmarks draw a new batch each step); the first is job.indices."""
+    job.batches = [job.indices] + [draw() for _ in range(max(n, 1) - 1)]
+    return job
 
 
 def collection_job(a, device):
@@ -181,11 +195,14 @@ def collection_job(a, device):
     rows = [min(c, a.cap) for c in MLPERF_V1_CARDINALITIES]
     hot = [1] * len(rows) if a.tables == "mlperf-v1" else DCNV2_HOTNESS
     B = a.batch
-    keys = [power_law_keys(B * h, n, a.alpha, device) for n, h in zip(rows, hot)]
+    perms = [torch.randperm(n, device=device) for n in rows]
+
+    def draw():
+        return torch.cat([power_law_keys(B * h, n, a.alpha, device, pm) for n, h, pm in zip(rows, hot, perms)])
     lengths = torch.cat([torch.full((B,), h, device=device, dtype=torch.long) for h in hot])
     offsets = torch.zeros(len(rows) * B + 1, device=device, dtype=torch.long)
     torch.cumsum(lengths, 0, out=offsets[1:])
-    return Job(rows, list(range(len(rows))), hot, B, a.dim, torch.cat(keys), offsets)
+    return with_batches(Job(rows, list(range(len(rows))), hot, B, a.dim, draw(), offsets), draw, a.fresh_batches)
 
 
 def make_tbe(fb, job, optimizer, a, device, precision="fp32"):
@@ -303,21 +320,27 @@ def run_case(fb, job, optimizer, a, device, upstream, peer_mode, precision="fp32
     check = {"forward_matches_gather_sum": fwd_ok, "forward_max_abs_err": fwd_err, "bags_checked": a.check_bags,
              "update_matches_host": upd_ok, "update_max_abs_err": upd_err, "rows_checked": upd_rows}
 
+    calls = [0]
+
+    def indices():  # the next batch's (one batch unless --fresh-batches)
+        calls[0] += 1
+        return job.batches[(calls[0] - 1) % len(job.batches)]
+
     if upstream is None:
         def step():
-            tbe(job.indices, job.offsets).sum().backward()
+            tbe(indices(), job.offsets).sum().backward()
     else:
         def step():
-            tbe(job.indices, job.offsets).backward(upstream)
+            tbe(indices(), job.offsets).backward(upstream)
 
     if peer_mode:  # peer_torch.py's timing: forward with autograd on, 20 after 5; step 10 after 3
-        fwd = median_ms(lambda: tbe(job.indices, job.offsets), iters=a.iters or 20, warm=a.warmup or 5)
+        fwd = median_ms(lambda: tbe(indices(), job.offsets), iters=a.iters or 20, warm=a.warmup or 5)
         train = median_ms(step, iters=a.iters or 10, warm=a.warmup or 3)
     else:  # torch_collection.py's timing: forward under no_grad, both --iters after --warmup
         with torch.no_grad():
-            fwd = median_ms(lambda: tbe(job.indices, job.offsets), iters=a.iters or 20, warm=a.warmup or 5)
+            fwd = median_ms(lambda: tbe(indices(), job.offsets), iters=a.iters or 20, warm=a.warmup or 5)
         train = median_ms(step, iters=a.iters or 20, warm=a.warmup or 5)
-    fwd_b2b = back_to_back_ms(lambda: tbe(job.indices, job.offsets), iters=a.iters or 20, warm=a.warmup or 3)
+    fwd_b2b = back_to_back_ms(lambda: tbe(indices(), job.offsets), iters=a.iters or 20, warm=a.warmup or 3)
     train_b2b = back_to_back_ms(step, iters=a.iters or 20, warm=a.warmup or 3)
     mem = torch.cuda.max_memory_allocated() / 2**30 if CUDA else None
     del tbe
@@ -352,6 +375,11 @@ def main():
     p.add_argument("--cache-rows", type=int, default=0,
                    help="EmbeddingLocation.MANAGED_CACHING with an HBM cache of this many rows (0: the tables in HBM)")
     p.add_argument("--cache-algorithm", choices=["lru", "lfu"], default="lru")
+    p.add_argument("--fresh-batches", type=int, default=1,
+                   help="the timed calls (forward, then step, one after the other) cycle through this many "
+                        "batches of the same keys' law (1: one batch repeated: a cache then holds all its rows after "
+                        "the first call, where sparta's benchmarks draw a new batch each step; 2 x (warmup + iters): "
+                        "every forward and step its own batch)")
     p.add_argument("--out")
     a = p.parse_args()
     for w in a.weights_precisions:
@@ -386,7 +414,8 @@ def main():
         common = {"fwd_ms_back_to_back": fwd_b2b, "train_step_ms_back_to_back": train_b2b, "gpu": gpu, "optimizer": {"sgd": "exact_sgd", "rowwise_adagrad": "exact_rowwise_adagrad"}[opt],
                   "lr": a.lr, "bounds_check": a.bounds_check, "weights": precision, "max_mem_GiB": mem, "check": check,
                   "torch": torch.__version__, "fbgemm_gpu": fb["version"], "cache_rows": a.cache_rows,
-                  "cache_algorithm": a.cache_algorithm if a.cache_rows > 0 else None}
+                  "cache_algorithm": a.cache_algorithm if a.cache_rows > 0 else None,
+                  "fresh_batches": a.fresh_batches}
         if a.tables == "peer":
             hot = job.hot
             wb = 4 if precision == "fp32" else 2  # bytes of a stored element
