@@ -89,15 +89,21 @@ run_peers() {  # run_peers GPU: every peer on that GPU, one after the other (FBG
     # the host tier's peers: TBE in HBM and under MANAGED_CACHING with as many rows cached as sparta's caches and
     # HBM tables hold (7 caches of 968992 rows and 1.1M rows of small tables; 29069767 rows: 15 GB)
     if have_fbgemm_cache; then
+      # a new batch each forward and step (--fresh-batches), as sparta's benchmarks draw them; then 20 steps after
+      # 200, the caches full and evicting
       for alpha in 1.1 0; do
         for cache in 0 7890000; do
           peer "$g" fbgemm/peer_fbgemm.py --tables mlperf-v1 --batch $b --optimizers rowwise_adagrad --alpha $alpha \
-            --cache-rows $cache
+            --cache-rows $cache --fresh-batches 50
         done
+      done
+      for cache in 0 7890000; do
+        peer "$g" fbgemm/peer_fbgemm.py --tables mlperf-v1 --batch $b --optimizers rowwise_adagrad --alpha 1.1 \
+          --cache-rows $cache --warmup 200 --iters 20 --fresh-batches 440
       done
       for cache in 0 29069767; do
         peer "$g" fbgemm/peer_fbgemm.py --rows $rows60 --slots 1 --hot 26 --dim 128 --batch $b \
-          --optimizers rowwise_adagrad --alpha 1.1 --cache-rows $cache
+          --optimizers rowwise_adagrad --alpha 1.1 --cache-rows $cache --fresh-batches 50
       done
     else
       echo "(no fbgemm_gpu_tbe_cache: the host tier's FBGEMM peers skipped; peers/README.md)" >>"$out/peers.log"
@@ -171,6 +177,13 @@ for part in "${parts[@]}"; do
             --tables mlperf-v1 --batch $b --index direct --placements plan --optimizer rowwise_adagrad \
             --alpha $alpha --prefill 0 --iters 10 $tier --tag tier_$t --out "$out/bench.jsonl"
         done
+      done
+      for t in hbm host; do  # the same after 200 steps: the caches full and evicting
+        tier=$([ $t = host ] && echo "--tier host --cache-gb 0.5" || echo "--tier hbm")
+        # shellcheck disable=SC2086
+        CUDA_VISIBLE_DEVICES=0 run bench_collection.log timeout 150 $mpiexec -n 1 "$build/bin/bench_collection" \
+          --tables mlperf-v1 --batch $b --index direct --placements plan --optimizer rowwise_adagrad --alpha 1.1 \
+          --prefill 0 --warmup 200 --iters 20 $tier --tag steady_$t --out "$out/bench.jsonl"
       done
       for t in hbm host; do
         tier=$([ $t = host ] && echo "--tier host --cache-gb 15" || echo "--tier hbm")
