@@ -7,9 +7,10 @@
 // (LRU), uses over the row's life (LFU; the store keeps the count while the row is out of the cache) and the pin
 // generation that pinned it (pinned while equal to the tier's current one, so releasing every pin is one increment
 // on the host). Placing a call's misses runs on the device too (tier_place): the host decides only how many take
-// free slots and which slots are the victims, so its work per call does not grow with the misses. On the cpu backend these are host arrays and the kernels plain loops (tier_index.cpp), with the
-// same results: a key's slot, the distinct misses (as a set; their order in the list is the host's to fix) and the
-// stamps do not depend on thread order.
+// free slots and which slots are the victims, so its work per call does not grow with the misses. On the cpu
+// backend these are host arrays and the kernels plain loops (tier_index.cpp), with the same results: a key's slot,
+// the distinct misses (as a set; their order in the list is the host's to fix) and the stamps do not depend on
+// thread order.
 //
 // Launchers run on `stream` (cuda; the cpu backend ignores it) and never synchronize the host. host_values,
 // host_state and host_uses are the host store: page-locked memory (cudaMallocHost), which a CUDA kernel reads and

@@ -311,11 +311,11 @@ const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, b
   if (m == 0) return slots;
 
   // 3. slots for the misses: free ones, then the policy's victims (their rows written back first)
-  const int64_t free = s_.cache_rows - free_next_;
-  const int64_t wanted = m > free ? m - free : 0;
+  const int64_t free_slots = s_.cache_rows - free_next_;
+  const int64_t wanted = m > free_slots ? m - free_slots : 0;
   int64_t pinned = 0;
   const std::vector<int64_t> victims = wanted > 0 ? choose_victims(wanted, &pinned, stream) : std::vector<int64_t>{};
-  const int64_t fit = std::min(m, free + int64_t(victims.size()));
+  const int64_t fit = std::min(m, free_slots + int64_t(victims.size()));
   if (fit < m) {  // the call needs more slots than the cache can give: the keys beyond are refused, by key
     std::vector<std::pair<int64_t, int64_t>> list(static_cast<size_t>(m));
     copy_to_host(dev_, list.data(), pairs, size_t(m) * 2 * sizeof(int64_t), stream);  // synchronizes
@@ -330,7 +330,7 @@ const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, b
   // 4. the misses placed, their rows copied in (or made), then every key's slot
   TierPlacement p;
   p.first_free = free_next_;
-  p.n_free = std::min(m, free);
+  p.n_free = std::min(m, free_slots);
   p.victims = moves_.data();
   p.n_victims = fit - p.n_free;
   free_next_ += p.n_free;

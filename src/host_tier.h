@@ -31,12 +31,12 @@
 // sort of the slots by key, then by priority; LRU keeps the ranking as a reserve for the next calls, since a slot
 // used since moves behind every slot ranked), and kernels write the victims back and place the misses, moving rows
 // between the cache and the page-locked host store directly (a row's use count lives in the store too, its made
-// flag on the device: read for every miss, it must not cross the link). Which slot a row takes changes no value, so the misses keep the device's order (a call that refuses some
-// sorts them by key first, so that the keys refused are the largest). So a call costs one synchronization when
-// its keys all hit, and otherwise host work in proportion to its victims, none per miss. A cache of
-// every row holds the whole table: EmbeddingTable then makes an HBM table, with no tier. Rows move as dim +
-// state_width floats, so a tiered table stores fp32 rows (EmbeddingTable refuses a 16-bit one); 16-bit rows would
-// move as their bytes.
+// flag on the device: read for every miss, it must not cross the link). Which slot a row takes changes no value,
+// so the misses keep the device's order (a call that refuses some sorts them by key first, so that the keys
+// refused are the largest). So a call costs one synchronization when its keys all hit, and otherwise host work in
+// proportion to its victims, none per miss. A cache of every row holds the whole table: EmbeddingTable then makes
+// an HBM table, with no tier. Rows move as dim + state_width floats, so a tiered table stores fp32 rows
+// (EmbeddingTable refuses a 16-bit one); 16-bit rows would move as their bytes.
 //
 // Why page-locked host memory moved by kernels rather than CUDA managed memory: managed memory larger than the
 // GPU's free memory can stall the GPU for every process of a shared machine; pinned memory cannot.
