@@ -8,10 +8,6 @@
 
 namespace sparta {
 
-namespace {
-constexpr uint64_t kSignBit = 1ull << 63;
-}  // namespace
-
 void tier_reset_cpu(const TierIndex& t) {
   std::fill_n(t.slot_of_row, t.capacity_rows, int32_t(-1));
   std::fill_n(t.slot_key, t.cache_rows, int64_t(0));
@@ -59,35 +55,62 @@ void tier_lookup_cpu(const TierIndex& t, const int64_t* keys, const int64_t* row
   }
 }
 
-void tier_victim_order_cpu(const TierIndex& t, int64_t tick, int64_t pin_gen, bool lfu, bool by_row, bool rank_pinned,
-                           int64_t* prio, int64_t* tie, int64_t* counters) {
+void tier_select_count_cpu(const TierIndex& t, const TierPolicy& pol, const TierDigit& d, int64_t* hist,
+                           int64_t* counters) {
+  std::fill_n(hist, kTierBins, int64_t(0));
+  counters[kTierEvictable] = counters[kTierPinned] = 0;
   for (int64_t s = 0; s < t.cache_rows; ++s) {
-    const bool cached = t.slot_row[s] >= 0;
-    const bool pinned = cached && t.slot_pin[s] == pin_gen;
-    const bool evictable = cached && !pinned && t.slot_last[s] != tick;
-    const bool ranked = cached && t.slot_last[s] != tick && (rank_pinned || !pinned);
-    counters[kTierPinned] += pinned ? 1 : 0;
+    const bool evictable = tier_evictable(t, pol, s);
+    const int digit = evictable ? tier_digit(t, pol, d, s) : -1;
+    if (digit >= 0) ++hist[digit];
     counters[kTierEvictable] += evictable ? 1 : 0;
-    counters[kTierRanked] += ranked ? 1 : 0;
-    prio[s] = ranked ? (lfu ? t.slot_uses[s] : t.slot_last[s]) : tick + 1;
-    tie[s] = by_row ? t.slot_row[s] : int64_t(uint64_t(t.slot_key[s]) ^ kSignBit);
+    counters[kTierPinned] += t.slot_row[s] >= 0 && t.slot_pin[s] == pol.pin_gen ? 1 : 0;
   }
 }
 
-void tier_evict_cpu(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
-                    const float* cache_state, int dim, int state_width, float* host_values, float* host_state,
-                    int64_t* host_uses, int64_t* keys_out) {
+void tier_select_collect_cpu(const TierIndex& t, const TierPolicy& pol, const TierThreshold& th, int pack_bits,
+                             int64_t at_base, int64_t* slot, int64_t* key, int64_t* tie, int64_t* counters) {
+  int64_t& nb = counters[kTierBelow];
+  int64_t& na = counters[kTierAt];
+  nb = na = 0;
+  for (int64_t s = 0; s < t.cache_rows; ++s) {
+    if (!tier_evictable(t, pol, s)) continue;
+    const int side = tier_side(t, pol, th, s);
+    if (side > 0) continue;
+    const int64_t i = side < 0 ? nb++ : at_base + na++;
+    slot[i] = s;
+    key[i] = tier_sort_key(t, pol, pack_bits, s);
+    tie[i] = tier_tie(t, pol, s);
+  }
+}
+
+void tier_stage_cpu(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
+                    const float* cache_state, int dim, int state_width, float* stage_values, float* stage_state,
+                    int64_t* stage_rows, int64_t* stage_uses, int64_t* keys_out) {
   for (int64_t j = 0; j < n; ++j) {
     const int64_t s = slots[j], r = t.slot_row[s];
-    std::memcpy(host_values + r * dim, cache_values + s * dim, size_t(dim) * sizeof(float));
+    std::memcpy(stage_values + j * dim, cache_values + s * dim, size_t(dim) * sizeof(float));
     if (state_width > 0)
-      std::memcpy(host_state + r * state_width, cache_state + s * state_width, size_t(state_width) * sizeof(float));
-    host_uses[r] = t.slot_uses[s];
+      std::memcpy(stage_state + j * state_width, cache_state + s * state_width, size_t(state_width) * sizeof(float));
+    stage_rows[j] = r;
+    stage_uses[j] = t.slot_uses[s];
     keys_out[j] = t.slot_key[s];
     t.slot_of_row[r] = -1;
     t.slot_row[s] = -1;
     t.slot_last[s] = -1;
     t.slot_pin[s] = 0;
+  }
+}
+
+void tier_store_cpu(const float* stage_values, const float* stage_state, const int64_t* stage_rows,
+                    const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_values,
+                    float* host_state, int64_t* host_uses) {
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t r = stage_rows[j];
+    std::memcpy(host_values + r * dim, stage_values + j * dim, size_t(dim) * sizeof(float));
+    if (state_width > 0)
+      std::memcpy(host_state + r * state_width, stage_state + j * state_width, size_t(state_width) * sizeof(float));
+    host_uses[r] = stage_uses[j];
   }
 }
 
@@ -152,19 +175,35 @@ void tier_lookup(const Device& dev, const TierIndex& t, const int64_t* keys, con
                        stream));
 }
 
-void tier_victim_order(const Device& dev, const TierIndex& t, int64_t tick, int64_t pin_gen, bool lfu, bool by_row,
-                       bool rank_pinned, int64_t* prio, int64_t* tie, int64_t* counters, Stream stream) {
-  TIER_DISPATCH(tier_victim_order_cpu(t, tick, pin_gen, lfu, by_row, rank_pinned, prio, tie, counters),
-                tier_victim_order_cuda(t, tick, pin_gen, lfu, by_row, rank_pinned, prio, tie, counters, stream));
+void tier_select_count(const Device& dev, const TierIndex& t, const TierPolicy& pol, const TierDigit& d,
+                       int64_t* hist, int64_t* counters, Stream stream) {
+  TIER_DISPATCH(tier_select_count_cpu(t, pol, d, hist, counters),
+                tier_select_count_cuda(t, pol, d, hist, counters, stream));
 }
 
-void tier_evict(const Device& dev, const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
-                const float* cache_state, int dim, int state_width, float* host_values, float* host_state,
-                int64_t* host_uses, int64_t* keys_out, Stream stream) {
-  TIER_DISPATCH(tier_evict_cpu(t, slots, n, cache_values, cache_state, dim, state_width, host_values, host_state,
-                               host_uses, keys_out),
-                tier_evict_cuda(t, slots, n, cache_values, cache_state, dim, state_width, host_values, host_state,
-                                host_uses, keys_out, stream));
+void tier_select_collect(const Device& dev, const TierIndex& t, const TierPolicy& pol, const TierThreshold& th,
+                         int pack_bits, int64_t at_base, int64_t* slot, int64_t* key, int64_t* tie,
+                         int64_t* counters, Stream stream) {
+  TIER_DISPATCH(tier_select_collect_cpu(t, pol, th, pack_bits, at_base, slot, key, tie, counters),
+                tier_select_collect_cuda(t, pol, th, pack_bits, at_base, slot, key, tie, counters, stream));
+}
+
+void tier_stage(const Device& dev, const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
+                const float* cache_state, int dim, int state_width, float* stage_values, float* stage_state,
+                int64_t* stage_rows, int64_t* stage_uses, int64_t* keys_out, Stream stream) {
+  TIER_DISPATCH(tier_stage_cpu(t, slots, n, cache_values, cache_state, dim, state_width, stage_values, stage_state,
+                               stage_rows, stage_uses, keys_out),
+                tier_stage_cuda(t, slots, n, cache_values, cache_state, dim, state_width, stage_values,
+                                stage_state, stage_rows, stage_uses, keys_out, stream));
+}
+
+void tier_store(const Device& dev, const float* stage_values, const float* stage_state, const int64_t* stage_rows,
+                const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_values, float* host_state,
+                int64_t* host_uses, Stream stream) {
+  TIER_DISPATCH(tier_store_cpu(stage_values, stage_state, stage_rows, stage_uses, n, dim, state_width, host_values,
+                               host_state, host_uses),
+                tier_store_cuda(stage_values, stage_state, stage_rows, stage_uses, n, dim, state_width,
+                                host_values, host_state, host_uses, stream));
 }
 
 void tier_place(const Device& dev, const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p,

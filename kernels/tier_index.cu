@@ -3,6 +3,8 @@
 // read and written through unified addressing).
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "src/base/check.h"
 #include "kernels/tier_index.h"
 
@@ -12,8 +14,6 @@ namespace sparta {
 // kernels
 
 namespace {
-constexpr uint64_t kSignBit = 1ull << 63;
-
 // counters[c] += the lanes of the warp (those active here) with flag set: one atomic per warp.
 __device__ __forceinline__ void warp_count(int64_t* counters, int c, bool flag) {
   const unsigned mask = __activemask();
@@ -82,21 +82,61 @@ __global__ void __launch_bounds__(256) tier_lookup_kernel(TierIndex t, const int
   }
 }
 
-__global__ void __launch_bounds__(256) tier_victim_order_kernel(TierIndex t, int64_t tick, int64_t pin_gen, bool lfu,
-                                                                bool by_row, bool rank_pinned, int64_t* prio,
-                                                                int64_t* tie, int64_t* counters) {
+// The position of this lane's entry among the warp's lanes with flag set, after the entries already counted in
+// *counter (one atomic per warp), or -1 without flag.
+__device__ __forceinline__ int64_t warp_append(int64_t* counter, bool flag) {
+  const unsigned mask = __activemask();
+  const unsigned set = __ballot_sync(mask, flag);
+  if (!flag) return -1;
+  const int lane = int(threadIdx.x & 31), leader = __ffs(set) - 1;
+  unsigned long long base = 0;
+  if (lane == leader) base = atomicAdd(reinterpret_cast<unsigned long long*>(counter), (unsigned long long)__popc(set));
+  base = __shfl_sync(set, base, leader);
+  return int64_t(base) + __popc(set & ((1u << lane) - 1));
+}
+
+// A block's histogram of the digits in shared memory (the lanes of a warp with the same digit add once), added to
+// hist's nonzero bins at the end; the counts likewise, a thread's in registers, then the block's, then one atomic.
+__global__ void __launch_bounds__(256) tier_select_count_kernel(TierIndex t, TierPolicy pol, TierDigit dg,
+                                                                int64_t* hist, int64_t* counters) {
+  __shared__ unsigned int h[kTierBins];
+  __shared__ unsigned long long block_counts[2];
+  for (int b = threadIdx.x; b < kTierBins; b += blockDim.x) h[b] = 0;
+  if (threadIdx.x < 2) block_counts[threadIdx.x] = 0;
+  __syncthreads();
+  unsigned long long evictable_n = 0, pinned_n = 0;
   for (int64_t s = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; s < t.cache_rows;
        s += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = t.slot_row[s];
-    const bool cached = r >= 0;
-    const bool pinned = cached && t.slot_pin[s] == pin_gen;
-    const bool evictable = cached && !pinned && t.slot_last[s] != tick;
-    const bool ranked = cached && t.slot_last[s] != tick && (rank_pinned || !pinned);
-    prio[s] = ranked ? (lfu ? t.slot_uses[s] : t.slot_last[s]) : tick + 1;
-    tie[s] = by_row ? r : int64_t(uint64_t(t.slot_key[s]) ^ kSignBit);
-    warp_count(counters, kTierPinned, pinned);
-    warp_count(counters, kTierEvictable, evictable);
-    warp_count(counters, kTierRanked, ranked);
+    const bool evictable = tier_evictable(t, pol, s);
+    const int d = evictable ? tier_digit(t, pol, dg, s) : -1;
+    const unsigned same = __match_any_sync(__activemask(), d);
+    if (d >= 0 && int(threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(&h[d], unsigned(__popc(same)));
+    evictable_n += evictable ? 1 : 0;
+    pinned_n += t.slot_row[s] >= 0 && t.slot_pin[s] == pol.pin_gen ? 1 : 0;
+  }
+  if (evictable_n) atomicAdd(&block_counts[0], evictable_n);
+  if (pinned_n) atomicAdd(&block_counts[1], pinned_n);
+  __syncthreads();
+  for (int b = threadIdx.x; b < kTierBins; b += blockDim.x)
+    if (h[b] != 0) atomicAdd(reinterpret_cast<unsigned long long*>(hist + b), (unsigned long long)h[b]);
+  if (threadIdx.x < 2 && block_counts[threadIdx.x] != 0)
+    atomicAdd(reinterpret_cast<unsigned long long*>(counters + kTierEvictable + threadIdx.x), block_counts[threadIdx.x]);
+}
+
+__global__ void __launch_bounds__(256) tier_select_collect_kernel(TierIndex t, TierPolicy pol, TierThreshold th,
+                                                                  int pack_bits, int64_t at_base, int64_t* slot,
+                                                                  int64_t* key, int64_t* tie, int64_t* counters) {
+  for (int64_t s = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; s < t.cache_rows;
+       s += int64_t(gridDim.x) * blockDim.x) {
+    const int side = tier_evictable(t, pol, s) ? tier_side(t, pol, th, s) : 1;
+    const int64_t b = warp_append(counters + kTierBelow, side < 0);
+    const int64_t a = warp_append(counters + kTierAt, side == 0);
+    if (side <= 0) {
+      const int64_t i = side < 0 ? b : at_base + a;
+      slot[i] = s;
+      key[i] = tier_sort_key(t, pol, pack_bits, s);
+      tie[i] = tier_tie(t, pol, s);
+    }
   }
 }
 
@@ -114,27 +154,46 @@ __device__ __forceinline__ void warp_copy_row(float* to, const float* from, int 
 
 constexpr int kRowWarps = 4;  // warps a block, a row each
 
-// One warp per slot: its row's values, state and uses to the host store, then the slot freed.
-__global__ void __launch_bounds__(32 * kRowWarps) tier_evict_kernel(TierIndex t, const int64_t* slots, int64_t n,
+// One warp per slot: its row's values, state and uses to the staging area, then the slot freed.
+__global__ void __launch_bounds__(32 * kRowWarps) tier_stage_kernel(TierIndex t, const int64_t* slots, int64_t n,
                                                                     const float* cache_values,
                                                                     const float* cache_state, int dim,
-                                                                    int state_width, float* host_values,
-                                                                    float* host_state, int64_t* host_uses,
-                                                                    int64_t* keys_out) {
+                                                                    int state_width, float* stage_values,
+                                                                    float* stage_state, int64_t* stage_rows,
+                                                                    int64_t* stage_uses, int64_t* keys_out) {
   const int lane = threadIdx.x & 31;
   for (int64_t j = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / 32; j < n; j += int64_t(gridDim.x) * kRowWarps) {
     const int64_t s = slots[j], r = t.slot_row[s];
-    warp_copy_row(host_values + r * dim, cache_values + s * dim, dim, lane);
-    if (state_width > 0) warp_copy_row(host_state + r * state_width, cache_state + s * state_width, state_width, lane);
+    warp_copy_row(stage_values + j * dim, cache_values + s * dim, dim, lane);
+    if (state_width > 0)
+      warp_copy_row(stage_state + j * state_width, cache_state + s * state_width, state_width, lane);
     __syncwarp();  // every lane read slot_row[s] before it is cleared
     if (lane == 0) {
-      host_uses[r] = t.slot_uses[s];
+      stage_rows[j] = r;
+      stage_uses[j] = t.slot_uses[s];
       keys_out[j] = t.slot_key[s];
       t.slot_of_row[r] = -1;
       t.slot_row[s] = -1;
       t.slot_last[s] = -1;
       t.slot_pin[s] = 0;
     }
+  }
+}
+
+// One warp per staged row: to its host row over the link.
+__global__ void __launch_bounds__(32 * kRowWarps) tier_store_kernel(const float* stage_values,
+                                                                    const float* stage_state,
+                                                                    const int64_t* stage_rows,
+                                                                    const int64_t* stage_uses, int64_t n, int dim,
+                                                                    int state_width, float* host_values,
+                                                                    float* host_state, int64_t* host_uses) {
+  const int lane = threadIdx.x & 31;
+  for (int64_t j = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / 32; j < n; j += int64_t(gridDim.x) * kRowWarps) {
+    const int64_t r = stage_rows[j];
+    warp_copy_row(host_values + r * dim, stage_values + j * dim, dim, lane);
+    if (state_width > 0)
+      warp_copy_row(host_state + r * state_width, stage_state + j * state_width, state_width, lane);
+    if (lane == 0) host_uses[r] = stage_uses[j];
   }
 }
 
@@ -212,22 +271,54 @@ void tier_lookup_cuda(const TierIndex& t, const int64_t* keys, const int64_t* ro
   CUDA_CHECK_LAUNCH("tier_lookup_kernel");
 }
 
-void tier_victim_order_cuda(const TierIndex& t, int64_t tick, int64_t pin_gen, bool lfu, bool by_row,
-                            bool rank_pinned, int64_t* prio, int64_t* tie, int64_t* counters, Stream stream) {
+namespace {
+// A grid-stride pass over the cache's slots: enough blocks to fill the GPU, each thread at least a few slots.
+int grid_for_slots(int64_t n) {
+  const int64_t blocks = (n + 256 * 8 - 1) / (256 * 8);
+  return static_cast<int>(blocks < 1 ? 1 : blocks < 2048 ? blocks : 2048);
+}
+}  // namespace
+
+void tier_select_count_cuda(const TierIndex& t, const TierPolicy& pol, const TierDigit& d, int64_t* hist,
+                            int64_t* counters, Stream stream) {
+  CUDA_CHECK(cudaMemsetAsync(hist, 0, kTierBins * sizeof(int64_t), stream));
+  CUDA_CHECK(cudaMemsetAsync(counters + kTierEvictable, 0, 2 * sizeof(int64_t), stream));
+  static_assert(kTierPinned == kTierEvictable + 1, "the two counters are adjacent");
   if (t.cache_rows == 0) return;
-  tier_victim_order_kernel<<<grid_for(t.cache_rows, 256), 256, 0, stream>>>(t, tick, pin_gen, lfu, by_row,
-                                                                            rank_pinned, prio, tie, counters);
-  CUDA_CHECK_LAUNCH("tier_victim_order_kernel");
+  tier_select_count_kernel<<<grid_for_slots(t.cache_rows), 256, 0, stream>>>(t, pol, d, hist, counters);
+  CUDA_CHECK_LAUNCH("tier_select_count_kernel");
 }
 
-void tier_evict_cuda(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
-                     const float* cache_state, int dim, int state_width, float* host_values, float* host_state,
-                     int64_t* host_uses, int64_t* keys_out, Stream stream) {
+void tier_select_collect_cuda(const TierIndex& t, const TierPolicy& pol, const TierThreshold& th, int pack_bits,
+                              int64_t at_base, int64_t* slot, int64_t* key, int64_t* tie, int64_t* counters,
+                              Stream stream) {
+  CUDA_CHECK(cudaMemsetAsync(counters + kTierBelow, 0, 2 * sizeof(int64_t), stream));
+  static_assert(kTierAt == kTierBelow + 1, "the two counters are adjacent");
+  if (t.cache_rows == 0) return;
+  tier_select_collect_kernel<<<grid_for_slots(t.cache_rows), 256, 0, stream>>>(t, pol, th, pack_bits, at_base, slot,
+                                                                               key, tie, counters);
+  CUDA_CHECK_LAUNCH("tier_select_collect_kernel");
+}
+
+void tier_stage_cuda(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
+                     const float* cache_state, int dim, int state_width, float* stage_values, float* stage_state,
+                     int64_t* stage_rows, int64_t* stage_uses, int64_t* keys_out, Stream stream) {
   if (n == 0) return;
-  tier_evict_kernel<<<blocks_for_rows(n), 32 * kRowWarps, 0, stream>>>(t, slots, n, cache_values, cache_state, dim,
-                                                                         state_width, host_values, host_state,
-                                                                         host_uses, keys_out);
-  CUDA_CHECK_LAUNCH("tier_evict_kernel");
+  tier_stage_kernel<<<blocks_for_rows(n), 32 * kRowWarps, 0, stream>>>(t, slots, n, cache_values, cache_state, dim,
+                                                                         state_width, stage_values, stage_state,
+                                                                         stage_rows, stage_uses, keys_out);
+  CUDA_CHECK_LAUNCH("tier_stage_kernel");
+}
+
+void tier_store_cuda(const float* stage_values, const float* stage_state, const int64_t* stage_rows,
+                     const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_values,
+                     float* host_state, int64_t* host_uses, Stream stream) {
+  if (n == 0) return;
+  // posted writes over the link need few warps in flight: a bounded grid leaves the SMs to the work it overlaps
+  const int blocks = std::min(blocks_for_rows(n), 128);
+  tier_store_kernel<<<blocks, 32 * kRowWarps, 0, stream>>>(stage_values, stage_state, stage_rows, stage_uses, n, dim,
+                                                           state_width, host_values, host_state, host_uses);
+  CUDA_CHECK_LAUNCH("tier_store_kernel");
 }
 
 void tier_place_cuda(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,

@@ -6,15 +6,17 @@
 // -2 while a call has claimed it as a miss) and per slot [cache_rows]: its key, host row (-1: free), last call
 // (LRU), uses over the row's life (LFU; the store keeps the count while the row is out of the cache) and the pin
 // generation that pinned it (pinned while equal to the tier's current one, so releasing every pin is one increment
-// on the host). Placing a call's misses runs on the device too (tier_place): the host decides only how many take
-// free slots and which slots are the victims, so its work per call does not grow with the misses. On the cpu
-// backend these are host arrays and the kernels plain loops (tier_index.cpp), with the same results: a key's slot,
-// the distinct misses (as a set; their order in the list is the host's to fix) and the stamps do not depend on
-// thread order.
+// on the host). Choosing the victims (tier_select_*) and placing a call's misses (tier_place) run on the device
+// too: the host reads only counts and a histogram a digit, so its work per call grows with neither the misses nor
+// the victims. On the cpu backend these are host arrays and the kernels plain loops (tier_index.cpp), with the same
+// results: a key's slot, the distinct misses and the selection's lists (as sets; their order is the host's to fix)
+// and the stamps do not depend on thread order.
 //
 // Launchers run on `stream` (cuda; the cpu backend ignores it) and never synchronize the host. host_values,
 // host_state and host_uses are the host store: page-locked memory (cudaMallocHost), which a CUDA kernel reads and
-// writes through unified addressing, so rows move between the store and the cache without staging on the host.
+// writes through unified addressing, so rows move between the store and the cache without staging on the host
+// (evicted rows pass through a device staging area, so that their writes over the link can trail on a stream of
+// their own).
 #pragma once
 
 #include <cstdint>
@@ -38,8 +40,17 @@ struct TierIndex {
   int64_t direct_offset = 0;
 };
 
-// Counters a lookup and a victim ranking write (device memory, [kTierCounters] int64, zeroed by tier_lookup).
-enum TierCounter { kTierMisses, kTierHits, kTierEvictable, kTierPinned, kTierRanked, kTierAbsent, kTierCounters };
+// Counters a lookup and a victim selection write (device memory, [kTierCounters] int64; tier_lookup zeroes them).
+enum TierCounter {
+  kTierMisses,
+  kTierHits,
+  kTierEvictable,
+  kTierPinned,
+  kTierAbsent,
+  kTierBelow,  // tier_select_collect's lists
+  kTierAt,
+  kTierCounters
+};
 
 // Every slot free, no row cached. Asynchronous.
 void tier_reset(const Device& dev, const TierIndex& t, Stream stream);
@@ -55,20 +66,62 @@ void tier_lookup(const Device& dev, const TierIndex& t, const int64_t* keys, con
                  int64_t tick, int64_t pin_gen, bool list_absent, int64_t* row, int64_t* slot, int64_t* misses,
                  int64_t* counters, Stream stream);
 
-// The policy's order of the slots: prio[s], tie[s] sort the ranked slots (cached, not used by call tick, and not
-// pinned by pin_gen unless rank_pinned) by (prio, tie) ascending, prio = uses (lfu) or last call (lru), tie = the
-// host row (by_row: a direct index, whose rows ascend with their keys) or the key's bits with the sign flipped (so
-// that an unsigned order is the keys' signed order); the other slots get prio tick + 1, after every ranked one.
-// Counts the evictable (ranked and unpinned), pinned and ranked slots into counters.
-void tier_victim_order(const Device& dev, const TierIndex& t, int64_t tick, int64_t pin_gen, bool lfu, bool by_row,
-                       bool rank_pinned, int64_t* prio, int64_t* tie, int64_t* counters, Stream stream);
+// The policy's victims are the evictable slots (cached, not used by call tick, not pinned by pin_gen) with the
+// least (prio, tie): prio = uses (lfu) or the last call (lru), in [0, tick]; tie = the host row (by_row: a direct
+// index, whose rows ascend with their keys) or the key's bits with the sign flipped (so that an unsigned order is
+// the keys' signed order), compared as unsigned. The host finds the threshold digit by digit (a radix select,
+// kTierDigitBits a pass from the top: the prio's digits, then, while too many slots share the threshold's prio,
+// the tie's), then collects and sorts only the victims, so nothing of the size of the cache is sorted or crosses
+// the link.
+struct TierPolicy {
+  int64_t tick = 0, pin_gen = 0;
+  bool lfu = false, by_row = false;
+};
+constexpr int kTierDigitBits = 12;
+constexpr int kTierBins = 1 << kTierDigitBits;
 
-// Writes the cached rows of slots [n] back to the host store (values [capacity_rows, dim], state [capacity_rows,
-// state_width], uses [capacity_rows]: the slot's uses) and frees the slots (slot_of_row of their rows back to -1);
-// keys_out [n] = each slot's key.
-void tier_evict(const Device& dev, const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
-                const float* cache_state, int dim, int state_width, float* host_values, float* host_state,
-                int64_t* host_uses, int64_t* keys_out, Stream stream);
+// A pass of the select: the digit of `bits` bits (<= kTierDigitBits) at shift of the prio (tie false) or of the
+// tie of the slots whose prio is prio (tie true), among the values whose higher bits are prefix.
+struct TierDigit {
+  bool tie = false;
+  int64_t prio = 0;
+  int shift = 0, bits = kTierDigitBits;
+  uint64_t prefix = 0;
+};
+
+// hist [kTierBins] (zeroed here) counts the evictable slots that d selects, by their digit; counters[kTierEvictable]
+// and counters[kTierPinned] count every evictable and pinned slot (both zeroed here).
+void tier_select_count(const Device& dev, const TierIndex& t, const TierPolicy& pol, const TierDigit& d,
+                       int64_t* hist, int64_t* counters, Stream stream);
+
+// The threshold of a select: the slots with prio < prio, or prio == prio and (tie >> tie_shift) < tie_prefix
+// (unsigned), are below it; those with prio == prio and (tie >> tie_shift) == tie_prefix are at it (tie_shift 64:
+// every slot of that prio).
+struct TierThreshold {
+  int64_t prio = 0;
+  int tie_shift = 64;
+  uint64_t tie_prefix = 0;
+};
+
+// The evictable slots below th and at it, listed in slot, key and tie: those below at 0, 1, ... (count in
+// counters[kTierBelow]), those at it at at_base, at_base + 1, ... (counters[kTierAt]), each list in no set order
+// (both counters zeroed here). key = the prio, or with pack_bits > 0 (prio and tie fit 64 bits together) the
+// prio << pack_bits | tie, one key to sort by.
+void tier_select_collect(const Device& dev, const TierIndex& t, const TierPolicy& pol, const TierThreshold& th,
+                         int pack_bits, int64_t at_base, int64_t* slot, int64_t* key, int64_t* tie,
+                         int64_t* counters, Stream stream);
+
+// Evicts the cached rows of slots [n] through a device staging area: tier_stage copies each row's values, state and
+// uses into stage_values [n, dim], stage_state [n, state_width], stage_uses [n] with its host row in stage_rows [n],
+// frees the slots (slot_of_row of their rows back to -1) and writes each slot's key to keys_out [n]; tier_store then
+// writes the staged rows to the host store (values [capacity_rows, dim], state [capacity_rows, state_width], uses
+// [capacity_rows]), on a stream of its own, so that the link's writes overlap the work that follows.
+void tier_stage(const Device& dev, const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
+                const float* cache_state, int dim, int state_width, float* stage_values, float* stage_state,
+                int64_t* stage_rows, int64_t* stage_uses, int64_t* keys_out, Stream stream);
+void tier_store(const Device& dev, const float* stage_values, const float* stage_state, const int64_t* stage_rows,
+                const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_values, float* host_state,
+                int64_t* host_uses, Stream stream);
 
 // Where a call's misses go (tier_place): miss j takes slot first_free + j for j < n_free, then victims[j - n_free]
 // for j - n_free < n_victims (victims: device memory); the misses beyond get no slot.
@@ -96,11 +149,16 @@ void tier_reset_cpu(const TierIndex& t);
 void tier_lookup_cpu(const TierIndex& t, const int64_t* keys, const int64_t* rows_in, int64_t n, int64_t tick,
                      int64_t pin_gen, bool list_absent, int64_t* row, int64_t* slot, int64_t* misses,
                      int64_t* counters);
-void tier_victim_order_cpu(const TierIndex& t, int64_t tick, int64_t pin_gen, bool lfu, bool by_row, bool rank_pinned,
-                           int64_t* prio, int64_t* tie, int64_t* counters);
-void tier_evict_cpu(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
-                    const float* cache_state, int dim, int state_width, float* host_values, float* host_state,
-                    int64_t* host_uses, int64_t* keys_out);
+void tier_select_count_cpu(const TierIndex& t, const TierPolicy& pol, const TierDigit& d, int64_t* hist,
+                           int64_t* counters);
+void tier_select_collect_cpu(const TierIndex& t, const TierPolicy& pol, const TierThreshold& th, int pack_bits,
+                             int64_t at_base, int64_t* slot, int64_t* key, int64_t* tie, int64_t* counters);
+void tier_stage_cpu(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
+                    const float* cache_state, int dim, int state_width, float* stage_values, float* stage_state,
+                    int64_t* stage_rows, int64_t* stage_uses, int64_t* keys_out);
+void tier_store_cpu(const float* stage_values, const float* stage_state, const int64_t* stage_rows,
+                    const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_values,
+                    float* host_state, int64_t* host_uses);
 void tier_place_cpu(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
                     int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
                     const float* host_state, int dim, int state_width, float initial_state, const KeyInit& init,
@@ -111,11 +169,17 @@ void tier_reset_cuda(const TierIndex& t, Stream stream);
 void tier_lookup_cuda(const TierIndex& t, const int64_t* keys, const int64_t* rows_in, int64_t n, int64_t tick,
                       int64_t pin_gen, bool list_absent, int64_t* row, int64_t* slot, int64_t* misses,
                       int64_t* counters, Stream stream);
-void tier_victim_order_cuda(const TierIndex& t, int64_t tick, int64_t pin_gen, bool lfu, bool by_row,
-                            bool rank_pinned, int64_t* prio, int64_t* tie, int64_t* counters, Stream stream);
-void tier_evict_cuda(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
-                     const float* cache_state, int dim, int state_width, float* host_values, float* host_state,
-                     int64_t* host_uses, int64_t* keys_out, Stream stream);
+void tier_select_count_cuda(const TierIndex& t, const TierPolicy& pol, const TierDigit& d, int64_t* hist,
+                            int64_t* counters, Stream stream);
+void tier_select_collect_cuda(const TierIndex& t, const TierPolicy& pol, const TierThreshold& th, int pack_bits,
+                              int64_t at_base, int64_t* slot, int64_t* key, int64_t* tie, int64_t* counters,
+                              Stream stream);
+void tier_stage_cuda(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
+                     const float* cache_state, int dim, int state_width, float* stage_values, float* stage_state,
+                     int64_t* stage_rows, int64_t* stage_uses, int64_t* keys_out, Stream stream);
+void tier_store_cuda(const float* stage_values, const float* stage_state, const int64_t* stage_rows,
+                     const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_values,
+                     float* host_state, int64_t* host_uses, Stream stream);
 void tier_place_cuda(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
                      int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
                      const float* host_state, int dim, int state_width, float initial_state, const KeyInit& init,
@@ -126,6 +190,39 @@ void tier_resolve_cuda(const TierIndex& t, const int64_t* row, int64_t n, int64_
 SPARTA_HD int64_t tier_placed_slot(const TierPlacement& p, int64_t j) {
   if (j < p.n_free) return p.first_free + j;
   return j - p.n_free < p.n_victims ? p.victims[j - p.n_free] : -1;
+}
+
+// A slot's standing under pol: evictable (cached, not used by the call, not pinned), and its prio and tie.
+SPARTA_HD bool tier_evictable(const TierIndex& t, const TierPolicy& pol, int64_t s) {
+  return t.slot_row[s] >= 0 && t.slot_pin[s] != pol.pin_gen && t.slot_last[s] != pol.tick;
+}
+SPARTA_HD int64_t tier_prio(const TierIndex& t, const TierPolicy& pol, int64_t s) {
+  return pol.lfu ? t.slot_uses[s] : t.slot_last[s];
+}
+SPARTA_HD int64_t tier_tie(const TierIndex& t, const TierPolicy& pol, int64_t s) {
+  return pol.by_row ? t.slot_row[s] : int64_t(uint64_t(t.slot_key[s]) ^ (uint64_t(1) << 63));
+}
+// The digit of slot s's prio or tie under d, or -1 when d does not select the slot.
+SPARTA_HD int tier_digit(const TierIndex& t, const TierPolicy& pol, const TierDigit& d, int64_t s) {
+  const int64_t p = tier_prio(t, pol, s);
+  if (d.tie && p != d.prio) return -1;
+  const uint64_t v = d.tie ? uint64_t(tier_tie(t, pol, s)) : uint64_t(p);
+  const int hi = d.shift + d.bits;
+  if ((hi >= 64 ? 0 : v >> hi) != d.prefix) return -1;
+  return int((v >> d.shift) & ((uint64_t(1) << d.bits) - 1));
+}
+// The key a select sorts slot s by (tier_select_collect).
+SPARTA_HD int64_t tier_sort_key(const TierIndex& t, const TierPolicy& pol, int pack_bits, int64_t s) {
+  const int64_t p = tier_prio(t, pol, s);
+  return pack_bits > 0 ? int64_t((uint64_t(p) << pack_bits) | uint64_t(tier_tie(t, pol, s))) : p;
+}
+// Where slot s stands against th: -1 below, 0 at, 1 above.
+SPARTA_HD int tier_side(const TierIndex& t, const TierPolicy& pol, const TierThreshold& th, int64_t s) {
+  const int64_t p = tier_prio(t, pol, s);
+  if (p != th.prio) return p < th.prio ? -1 : 1;
+  if (th.tie_shift >= 64) return 0;
+  const uint64_t v = uint64_t(tier_tie(t, pol, s)) >> th.tie_shift;
+  return v < th.tie_prefix ? -1 : v == th.tie_prefix ? 0 : 1;
 }
 
 // The host row of key in a direct index of t, or -1 outside it.

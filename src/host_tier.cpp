@@ -106,7 +106,9 @@ HostTier::HostTier(const Device& dev, const HostTierSetup& s)
       slot_last_(dev, size_t(s.cache_rows)),
       slot_uses_(dev, size_t(s.cache_rows)),
       slot_pin_(dev, size_t(s.cache_rows)),
-      counters_host_(dev.backend, size_t(kTierCounters)) {
+      counters_host_(dev.backend, size_t(kTierCounters)),
+      select_host_(dev.backend, kReportHead + size_t(kTierBins)),
+      wb_(dev) {
   last_stream_ = dev_.stream;
   key_init_.seed = s_.seed;
   key_init_.table_id = s_.table_id;
@@ -137,12 +139,10 @@ TierIndex HostTier::index() {
 void HostTier::clear(Stream stream) {
   if (keys_) keys_->clear(stream);
   tier_reset(dev_, index(), stream);
+  wb_.join_into(stream);  // no write-back lands in the store after this
   synchronize(dev_, stream);
   memset_device(dev_, made_.data(), 0, made_.size(), stream);
   std::fill_n(uses_.data(), size_t(s_.capacity_rows), int64_t(0));
-  res_slot_.clear();
-  res_last_.clear();
-  res_head_ = 0;
   free_next_ = 0;
   evicted_ = 0;
   ++pin_gen_;
@@ -166,104 +166,106 @@ T* HostTier::grown(Buffer<T>& b, size_t n, Stream stream) {
   return b.data();
 }
 
-void HostTier::rank_slots(bool reserve, int64_t wanted, int64_t* pinned, std::vector<int64_t>& victims,
-                          Stream stream) {
-  const size_t c = size_t(s_.cache_rows);
-  int64_t* prio = grown(prio_, c, stream);
-  int64_t* tie = grown(tie_, c, stream);
-  int64_t* sorted = grown(sorted_, c, stream);
-  int64_t* perm_tie = grown(perm_tie_, c, stream);
-  int64_t* prio_by_tie = grown(prio_by_tie_, c, stream);
-  int64_t* perm_prio = grown(perm_prio_, c, stream);
-  int64_t* order = grown(order_, c, stream);
-  const int64_t n = s_.cache_rows;
-  tier_victim_order(dev_, index(), tick_, pin_gen_, s_.eviction == Eviction::lfu, direct(), reserve, prio, tie,
-                    report_.data(), stream);
-  // (priority, tie) ascending: a stable sort by the tie, then a stable sort of that order by the priority
-  route_sort_keys(dev_, tie, n, direct() ? route_key_bits(s_.capacity_rows) : 64, sorted, perm_tie, scratch_,
-                  stream);
-  route_gather_keys(dev_, prio, perm_tie, n, prio_by_tie, stream);
-  route_sort_keys(dev_, prio_by_tie, n, route_key_bits(tick_ + 2), sorted, perm_prio, scratch_, stream);
-  copy_to_host(dev_, counters_host_.data(), report_.data(), kTierCounters * sizeof(int64_t), stream);
-  *pinned = counters_host_[kTierPinned];
-  // LFU: the victims themselves; LRU: a reserve of the first ranked slots, pinned ones too, enough to give
-  // `wanted` unpinned ones (or every ranked slot)
-  const int64_t take = reserve ? std::min(counters_host_[kTierRanked], std::max<int64_t>(8 * wanted + *pinned, 4096))
-                               : std::min(wanted, counters_host_[kTierEvictable]);
-  if (take > 0) route_gather_keys(dev_, perm_tie, perm_prio, take, order, stream);
-  std::vector<int64_t>& out = reserve ? res_slot_ : victims;
-  out.resize(size_t(take));
-  if (take > 0) copy_to_host(dev_, out.data(), order, size_t(take) * sizeof(int64_t), stream);  // synchronizes
-  if (reserve) {
-    res_last_.resize(size_t(take));
-    if (take > 0) copy_to_host(dev_, res_last_.data(), sorted, size_t(take) * sizeof(int64_t), stream);
-    res_head_ = 0;
-  }
-}
-
-bool HostTier::take_reserved(int64_t wanted, std::vector<int64_t>& victims, Stream stream) {
-  victims.clear();
-  std::vector<size_t> kept;  // pinned entries passed over, kept in order
-  size_t i = res_head_;
-  std::vector<int64_t> stamps;
-  while (int64_t(victims.size()) < wanted && i < res_slot_.size()) {
-    const int64_t still = wanted - int64_t(victims.size());
-    const size_t chunk = std::min(res_slot_.size() - i, size_t(std::max<int64_t>(2 * still, 256)));
-    int64_t* d = grown(res_dev_, 3 * chunk, stream);
-    copy_to_device(dev_, d, res_slot_.data() + i, chunk * sizeof(int64_t), stream);
-    route_gather_keys(dev_, slot_last_.data(), d, int64_t(chunk), d + chunk, stream);
-    route_gather_keys(dev_, slot_pin_.data(), d, int64_t(chunk), d + 2 * chunk, stream);
-    stamps.resize(2 * chunk);
-    copy_to_host(dev_, stamps.data(), d + chunk, 2 * chunk * sizeof(int64_t), stream);  // synchronizes
-    size_t k = 0;
-    for (; k < chunk && int64_t(victims.size()) < wanted; ++k) {
-      if (stamps[k] != res_last_[i + k]) continue;  // used (or freed) since the ranking: its place is later now
-      if (stamps[chunk + k] == pin_gen_) kept.push_back(i + k);
-      else victims.push_back(res_slot_[i + k]);
+int64_t HostTier::choose_victims(int64_t wanted, int64_t* pinned, Stream stream) {
+  TierPolicy pol;
+  pol.tick = tick_;
+  pol.pin_gen = pin_gen_;
+  pol.lfu = s_.eviction == Eviction::lfu;
+  pol.by_row = direct();
+  const int prio_bits = route_key_bits(tick_ + 1), tie_bits = direct() ? route_key_bits(s_.capacity_rows) : 64;
+  // 1. the threshold: a radix select, a digit a pass from the top, of the prio and then, while too many slots share
+  // the threshold's prio to sort them at little cost, of the tie. The host reads each pass's histogram and keeps the
+  // digit where the count reaches the victims still wanted.
+  int64_t* sel = grown(select_, kReportHead + kTierBins, stream);
+  int64_t* hist = sel + kReportHead;
+  const int64_t* h = select_host_.data() + kReportHead;
+  TierDigit d;
+  d.bits = std::min(prio_bits, kTierDigitBits);
+  d.shift = prio_bits - d.bits;
+  tier_select_count(dev_, index(), pol, d, hist, sel, stream);
+  copy_to_host(dev_, select_host_.data(), sel, (kReportHead + kTierBins) * sizeof(int64_t), stream);  // synchronizes
+  *pinned = select_host_[kTierPinned];
+  TierThreshold th;
+  th.prio = tick_ + 1;  // every evictable slot is below it: when there are too few
+  int64_t n_below = select_host_[kTierEvictable], n_at = 0, need = 0;
+  if (n_below > wanted) {
+    n_below = 0;
+    need = wanted;
+    for (;;) {
+      int digit = 0;
+      for (; h[digit] < need; ++digit) {  // the bins below hold fewer than need: the threshold is further on
+        need -= h[digit];
+        n_below += h[digit];
+      }
+      d.prefix = (d.prefix << d.bits) | uint64_t(digit);
+      n_at = h[digit];
+      if (d.tie) {
+        th.tie_shift = d.shift;
+        th.tie_prefix = d.prefix;
+      } else if (d.shift == 0) {
+        th.prio = int64_t(d.prefix);
+      }
+      const bool few = n_at <= 2 * need + (int64_t(1) << 16);  // few enough to sort
+      if ((d.shift == 0 || d.tie) && (few || (d.shift == 0 && d.tie))) break;
+      if (d.shift == 0) {  // on to the tie of the slots of that prio
+        d.tie = true;
+        d.prio = th.prio;
+        d.bits = std::min(tie_bits, kTierDigitBits);
+        d.shift = tie_bits - d.bits;
+        d.prefix = 0;
+      } else {
+        d.bits = std::min(d.shift, kTierDigitBits);
+        d.shift -= d.bits;
+      }
+      tier_select_count(dev_, index(), pol, d, hist, sel, stream);
+      copy_to_host(dev_, select_host_.data() + kReportHead, hist, kTierBins * sizeof(int64_t), stream);  // syncs
     }
-    i += k;
   }
-  // the reserve left: the pinned entries passed over, then the entries not examined
-  for (size_t j = kept.size(); j-- > 0;) {
-    --i;
-    res_slot_[i] = res_slot_[kept[j]];
-    res_last_[i] = res_last_[kept[j]];
+  // 2. the slots below the threshold, all victims, and those at it, of which the first `need` by tie are; sorted
+  // by (prio, tie), one packed key where both fit 64 bits, they are the victims in the policy's order, into moves_
+  const int64_t n = n_below + n_at, victims = n_below + need;
+  if (n == 0) return 0;
+  const int pack_bits = prio_bits + tie_bits <= 64 ? tie_bits : 0;
+  int64_t* lists = grown(lists_, 3 * size_t(n), stream);
+  int64_t *slot = lists, *key = lists + n, *tie = lists + 2 * n;
+  tier_select_collect(dev_, index(), pol, th, pack_bits, n_below, slot, key, tie, sel, stream);
+  int64_t* work = grown(work_, 5 * size_t(n), stream);
+  int64_t *sorted = work, *perm = work + n, *key_by_tie = work + 2 * n, *perm_key = work + 3 * n, *order = work + 4 * n;
+  int64_t* out = grown(moves_, size_t(victims), stream);
+  if (pack_bits > 0) {
+    route_sort_keys(dev_, key, n, prio_bits + tie_bits, sorted, perm, scratch_, stream);
+    route_gather_keys(dev_, slot, perm, victims, out, stream);
+  } else {  // a stable sort by the tie, then a stable sort of that order by the prio
+    route_sort_keys(dev_, tie, n, tie_bits, sorted, perm, scratch_, stream);
+    route_gather_keys(dev_, key, perm, n, key_by_tie, stream);
+    route_sort_keys(dev_, key_by_tie, n, prio_bits, sorted, perm_key, scratch_, stream);
+    route_gather_keys(dev_, perm, perm_key, victims, order, stream);
+    route_gather_keys(dev_, slot, order, victims, out, stream);
   }
-  res_head_ = i;
-  return int64_t(victims.size()) >= wanted;
-}
-
-std::vector<int64_t> HostTier::choose_victims(int64_t wanted, int64_t* pinned, Stream stream) {
-  std::vector<int64_t> victims;
-  if (s_.eviction == Eviction::lfu) {  // a hit can leave a slot anywhere in the order: ranked afresh
-    rank_slots(false, wanted, pinned, victims, stream);
-    return victims;
-  }
-  // LRU: a slot used after a ranking moves behind every slot ranked, so the ranking's slots not used since keep
-  // their order ahead of all others: the reserve serves calls until it runs short. A call that evicts an eighth of
-  // the cache or more ranks afresh, as LFU does (its reserve would hold most of the cache, read back on the host).
-  if (wanted * 8 >= s_.cache_rows) {
-    rank_slots(false, wanted, pinned, victims, stream);
-    return victims;
-  }
-  if (take_reserved(wanted, victims, stream)) return victims;
-  rank_slots(true, wanted, pinned, victims, stream);
-  take_reserved(wanted, victims, stream);
   return victims;
 }
 
-void HostTier::write_back(const std::vector<int64_t>& slots, const float* cache_values, const float* cache_state,
-                          Stream stream) {
-  const size_t n = slots.size();
-  evicted_ = int64_t(n);
+void HostTier::write_back(int64_t n, const float* cache_values, const float* cache_state, Stream stream) {
+  evicted_ = staged_ = n;
   if (n == 0) return;
   fault_point("host tier write-back");  // the kill tests' hook (src/base/deadline.h)
-  int64_t* moves = grown(moves_, n, stream);
-  int64_t* keys = grown(evicted_dev_, n, stream);
-  copy_to_device(dev_, moves, slots.data(), n * sizeof(int64_t), stream);
-  tier_evict(dev_, index(), moves, int64_t(n), cache_values, cache_state, s_.dim, s_.state_width, values_.data(),
-             state_.data(), uses_.data(), keys, stream);
-  rows_out_ += int64_t(n);
+  const size_t nn = size_t(n);
+  float* sv = grown(stage_values_, nn * size_t(s_.dim), stream);
+  float* ss = grown(stage_state_, nn * size_t(std::max(s_.state_width, 1)), stream);
+  int64_t* sr = grown(stage_rows_, 2 * nn, stream);
+  int64_t* keys = grown(evicted_dev_, nn, stream);
+  tier_stage(dev_, index(), moves_.data(), n, cache_values, cache_state, s_.dim, s_.state_width, sv, ss, sr, sr + nn,
+             keys, stream);
+  rows_out_ += n;
+}
+
+void HostTier::store_staged(Stream stream) {
+  if (staged_ == 0) return;
+  wb_.wait_for(stream);
+  const size_t nn = size_t(staged_);
+  tier_store(dev_, stage_values_.data(), stage_state_.data(), stage_rows_.data(), stage_rows_.data() + nn, staged_,
+             s_.dim, s_.state_width, values_.data(), state_.data(), uses_.data(), wb_.stream());
+  staged_ = 0;
 }
 
 static_assert(int(kTierCounters) <= 8, "the counters fit the report's head");
@@ -310,12 +312,14 @@ const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, b
   misses_ += m + absent;
   if (m == 0) return slots;
 
-  // 3. slots for the misses: free ones, then the policy's victims (their rows written back first)
+  // 3. slots for the misses: free ones, then the policy's victims (their rows written back). The last call's
+  // write-back is in the store first (misses read it) and its staging area free.
+  wb_.join_into(stream);
   const int64_t free_slots = s_.cache_rows - free_next_;
   const int64_t wanted = m > free_slots ? m - free_slots : 0;
   int64_t pinned = 0;
-  const std::vector<int64_t> victims = wanted > 0 ? choose_victims(wanted, &pinned, stream) : std::vector<int64_t>{};
-  const int64_t fit = std::min(m, free_slots + int64_t(victims.size()));
+  const int64_t victims = wanted > 0 ? choose_victims(wanted, &pinned, stream) : 0;
+  const int64_t fit = std::min(m, free_slots + victims);
   if (fit < m) {  // the call needs more slots than the cache can give: the keys beyond are refused, by key
     std::vector<std::pair<int64_t, int64_t>> list(static_cast<size_t>(m));
     copy_to_host(dev_, list.data(), pairs, size_t(m) * 2 * sizeof(int64_t), stream);  // synchronizes
@@ -339,6 +343,8 @@ const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, b
              stream);
   rows_in_ += fit;
   tier_resolve(dev_, index(), rows, n, slots, stream);
+  // the victims' rows to the store, once the misses' reads over the link are queued before them
+  store_staged(stream);
   return slots;
 }
 
@@ -380,6 +386,7 @@ std::vector<int64_t> HostTier::cached_keys() {
 TableRows HostTier::export_rows(const float* cache_values, const float* cache_state, Stream stream) {
   const size_t c = size_t(s_.cache_rows), dim = size_t(s_.dim), sw = size_t(s_.state_width);
   std::vector<float> cv(c * dim), cs(c * sw);
+  wb_.join_into(stream);  // the store holds every write-back
   copy_to_host(dev_, cv.data(), cache_values, cv.size() * sizeof(float), stream);  // synchronizes
   if (sw > 0) copy_to_host(dev_, cs.data(), cache_state, cs.size() * sizeof(float), stream);
   TableRows r;
@@ -423,11 +430,13 @@ void HostTier::flush(const float* cache_values, const float* cache_state, Stream
   copy_to_host(dev_, row.data(), slot_row_dev_.data(), c * sizeof(int64_t), stream);  // synchronizes
   for (size_t s = 0; s < c; ++s)
     if (row[s] >= 0) slots.push_back(int64_t(s));
-  write_back(slots, cache_values, cache_state, stream);
+  wb_.join_into(stream);  // the last write-back's staging area is free
+  if (!slots.empty())
+    copy_to_device(dev_, grown(moves_, slots.size(), stream), slots.data(), slots.size() * sizeof(int64_t), stream);
+  write_back(int64_t(slots.size()), cache_values, cache_state, stream);
+  store_staged(stream);
+  wb_.join_into(stream);
   synchronize(dev_, stream);  // the store is written
-  res_slot_.clear();
-  res_last_.clear();
-  res_head_ = 0;
   free_next_ = 0;
   evicted_ = 0;
 }

@@ -27,15 +27,17 @@
 // computes the row from the key; a hashed table finds it in a device hash table of its keys, kernels/hash_table.h,
 // whose dense rows are the host store's), and a kernel stamps the hits (LRU: the call; LFU: one use per call; the
 // pin) and lists the call's distinct missing rows. Only their count comes to the host: the host decides how many
-// take free slots (lowest first) and which slots are the policy's victims (ranked on the device: a stable radix
-// sort of the slots by key, then by priority; LRU keeps the ranking as a reserve for the next calls, since a slot
-// used since moves behind every slot ranked), and kernels write the victims back and place the misses, moving rows
-// between the cache and the page-locked host store directly (a row's use count lives in the store too, its made
-// flag on the device: read for every miss, it must not cross the link). Which slot a row takes changes no value,
-// so the misses keep the device's order (a call that refuses some sorts them by key first, so that the keys
-// refused are the largest). So a call costs one synchronization when its keys all hit, and otherwise host work in
-// proportion to its victims, none per miss. A cache of every row holds the whole table: EmbeddingTable then makes
-// an HBM table, with no tier. Rows move as dim + state_width floats, so a tiered table stores fp32 rows
+// take free slots (lowest first) and which slots are the policy's victims, found on the device by a radix select of
+// the slots' priorities (a histogram a digit, read by the host; then only the victims are listed and sorted), and
+// kernels place the misses, moving rows from the page-locked host store directly (a row's use count lives in the
+// store too, its made flag on the device: read for every miss, it must not cross the link). A victim's row goes to
+// a device staging area at once, and from there to the store on a stream of the tier's own, so that the link's
+// writes overlap the work that follows; the next call that reads the store, an export or a load waits for it first.
+// Which slot a row takes changes no value, so the misses keep the device's order (a call that refuses some sorts
+// them by key first, so that the keys refused are the largest). So a call costs one synchronization when its keys
+// all hit, and otherwise a few more (one a digit of the threshold), with host work that grows with neither its
+// misses nor its victims. A cache of every row holds the whole table: EmbeddingTable then makes an HBM table, with
+// no tier. Rows move as dim + state_width floats, so a tiered table stores fp32 rows
 // (EmbeddingTable refuses a 16-bit one); 16-bit rows would move as their bytes.
 //
 // Why page-locked host memory moved by kernels rather than CUDA managed memory: managed memory larger than the
@@ -109,7 +111,7 @@ class HostTier {
   static size_t host_bytes(int64_t capacity_rows, int dim, int state_width);
   // Device bytes of the tier beside its cache's rows (what the planner counts): a slot (int32) and a made flag per
   // host row, about
-  // kSlotWords int64 per cache slot (its key, row, stamps and pin, the victim ranking's arrays and sort scratch),
+  // kSlotWords int64 per cache slot (its key, row, stamps and pin, the victims' select lists and sort space),
   // and for a hashed table the device index of its keys (kernels/hash_table.h at load factor 0.5).
   static constexpr int kSlotWords = 16;
   static size_t device_bytes(int64_t capacity_rows, int64_t cache_rows, bool hashed);
@@ -151,18 +153,15 @@ class HostTier {
  private:
   bool direct() const { return s_.direct_stride > 0; }
   TierIndex index();
-  // The policy's first `wanted` victims among the evictable slots, in order (fewer when fewer are evictable);
-  // *pinned: the slots pinned now, when it ranked them. Synchronizes stream.
-  std::vector<int64_t> choose_victims(int64_t wanted, int64_t* pinned, Stream stream);
-  // Ranks the slots on the device: victims = the first `wanted` evictable ones (!reserve), or the LRU reserve
-  // (res_*) = the first ranked ones, pinned ones included.
-  void rank_slots(bool reserve, int64_t wanted, int64_t* pinned, std::vector<int64_t>& victims, Stream stream);
-  // Victims from the LRU reserve, checked against the slots' stamps now; false when it had too few.
-  bool take_reserved(int64_t wanted, std::vector<int64_t>& victims, Stream stream);
-  // Writes the rows of slots back to the host store and frees the slots; their keys to evicted_dev_. Leaves the
-  // slots on the device in moves_ [slots.size()].
-  void write_back(const std::vector<int64_t>& slots, const float* cache_values, const float* cache_state,
-                  Stream stream);
+  // The policy's first `wanted` victims among the evictable slots, in its order, into moves_ (fewer when fewer are
+  // evictable); returns their count; *pinned: the slots pinned now. Synchronizes stream (a few times: once a
+  // digit of the threshold).
+  int64_t choose_victims(int64_t wanted, int64_t* pinned, Stream stream);
+  // Evicts the n slots of moves_: their rows to the staging area on stream, the slots freed and their keys to
+  // evicted_dev_. store_staged then writes the staging area to the host store on wb_, after stream's work so far
+  // (waited for before the store is read or the staging area reused: wb_.join_into).
+  void write_back(int64_t n, const float* cache_values, const float* cache_state, Stream stream);
+  void store_staged(Stream stream);
   void flush(const float* cache_values, const float* cache_state, Stream stream);
   // A row's initial values and state (a row never made), as an HBM table would give it.
   void initial_row(int64_t key, float* values, float* state) const;
@@ -187,9 +186,6 @@ class HostTier {
   int64_t free_next_ = 0;       // slots free_next_ .. cache_rows - 1 are free (taken lowest first)
   int64_t tick_ = 0;            // calls so far
   int64_t pin_gen_ = 1;         // slots stamped with it are pinned
-  // LRU's reserve: slots in the policy's order at a ranking, with their last call then, from res_head_ on
-  std::vector<int64_t> res_slot_, res_last_;
-  size_t res_head_ = 0;
   // errors since the last check
   int64_t refused_ = 0, full_ = 0, needed_ = 0, pinned_at_error_ = 0;
   Buffer<int64_t> evicted_dev_;  // the keys the last call evicted
@@ -199,9 +195,16 @@ class HostTier {
   // per call, grown as needed
   static constexpr size_t kReportHead = 8;  // the counters' place at the head of report_ (kTierCounters <= 8)
   Buffer<int64_t> rows_dev_, slots_dev_, hash_rows_, report_;
-  Buffer<int64_t> prio_, tie_, sorted_, perm_tie_, prio_by_tie_, perm_prio_, order_, moves_, res_dev_;
+  // the victims' selection (counters and histogram, the slots' lists, sort space) and the victims (moves_)
+  Buffer<int64_t> select_, lists_, work_, moves_;
   RouteScratch scratch_;
-  PinnedBuffer<int64_t> counters_host_;
+  PinnedBuffer<int64_t> counters_host_, select_host_;
+  // a write-back's staging area (values, state; host rows and uses) and the stream that stores it; last, so
+  // that its destruction waits for the stream before the store is freed
+  Buffer<float> stage_values_, stage_state_;
+  Buffer<int64_t> stage_rows_;  // [staged_] host rows, then [staged_] uses
+  int64_t staged_ = 0;          // rows staged and not yet stored
+  SideStream wb_;
 };
 
 }  // namespace sparta

@@ -194,13 +194,14 @@ struct CacheModel {
 // table's empty marker) and negative ones among them, so that the ties are broken by the signed key (train
 // lookups, whose pins are released after every second call, as an update would: the keys of a call stay pinned
 // during the next one).
-void eviction_follows_the_model(Backend backend, Eviction policy, bool direct) {
+// calls: 4500 runs past 4096 calls, where the victims' select needs a second digit of the prio.
+void eviction_follows_the_model(Backend backend, Eviction policy, bool direct, int calls = 200) {
   Device dev = open(backend);
   const int64_t cap = 300, cache = 20;
   EmbeddingTable t(dev, tiered(config(OptimizerKind::adagrad, cap, direct), cache, policy));
   CacheModel model{cache, policy == Eviction::lfu, {}, {}, {}, {}, 0};
   size_t evictions = 0;
-  for (int call = 0; call < 200; ++call) {
+  for (int call = 0; call < calls; ++call) {
     std::vector<int64_t> keys;
     const int64_t n = testing::random_ints(1, 1, direct ? 14 : 9)[0];  // two calls' keys fit the cache
     for (int64_t i = 0; i < n; ++i) {
@@ -262,12 +263,46 @@ void pinned_rows_are_passed_over(Backend backend) {
 }
 
 void lru_follows_the_model(Backend b) {
-  eviction_follows_the_model(b, Eviction::lru, true);
+  eviction_follows_the_model(b, Eviction::lru, true, 4500);
   eviction_follows_the_model(b, Eviction::lru, false);
 }
 void lfu_follows_the_model(Backend b) {
   eviction_follows_the_model(b, Eviction::lfu, true);
-  eviction_follows_the_model(b, Eviction::lfu, false);
+  eviction_follows_the_model(b, Eviction::lfu, false, 4500);
+}
+
+// A large cache whose slots mostly share one priority (all loaded by one call, used once): the victims' select
+// then goes on into the ties (rows, or keys with their signs), digit by digit. The calls' victims against the model:
+// a few from the shared priority, some after a part of the cache was used again, then most of the cache.
+void a_large_cache_follows_the_model(Backend backend) {
+  Device dev = open(backend);
+  const int64_t cache = 80000, cap = 400000;
+  for (Eviction policy : {Eviction::lru, Eviction::lfu}) {
+    for (bool direct : {true, false}) {
+      EmbeddingTable t(dev, tiered(config(OptimizerKind::sgd, cap, direct), cache, policy));
+      CacheModel model{cache, policy == Eviction::lfu, {}, {}, {}, {}, 0};
+      auto key = [&](int64_t i) { return direct ? i : (i % 3 == 0 ? -1 - i * 7919 : i * 7919); };
+      std::vector<std::vector<int64_t>> calls(4);
+      for (int64_t i = 0; i < cache; ++i) calls[0].push_back(key(i));
+      for (int64_t i = 0; i < 50; ++i) calls[1].push_back(key(cache + i));
+      for (int64_t k : testing::random_ints(5000, 0, cache - 1)) calls[2].push_back(key(k));
+      for (int64_t i = 0; i < 3000; ++i) calls[2].push_back(key(cache + 100 + i));
+      for (int64_t i = 0; i < 70000; ++i) calls[3].push_back(key(2 * cache + i));
+      for (size_t c = 0; c < calls.size(); ++c) {
+        const std::vector<int64_t>& keys = calls[c];
+        Buffer<int64_t> k(dev, keys), rows(dev, keys.size());
+        Buffer<float> out(dev, keys.size() * t.dim());
+        t.unpooled_forward(k.data(), int64_t(keys.size()), direct ? LookupMode::eval : LookupMode::train, out.data(),
+                           OutputType::f32, direct ? nullptr : rows.data(), MissingKey::zeros, Check::now, dev.stream);
+        if (!direct) t.host_tier()->release_pins();
+        const std::vector<int64_t> want = model.call(keys);
+        BOOST_CHECK_MESSAGE(t.host_tier()->last_evicted() == want,
+                            "call " << c << " " << eviction_name(policy) << (direct ? " direct" : " hashed") << ": "
+                                    << t.host_tier()->last_evicted().size() << " evicted, the model evicts "
+                                    << want.size() << " (or others, or in another order)");
+      }
+    }
+  }
 }
 
 // Only the misses reach the host: a call whose keys are all cached lists none; a call with a few new keys among
@@ -307,6 +342,7 @@ void only_misses_reach_the_host(Backend backend) {
 
 SPARTA_BACKEND_CASES(lru_eviction_follows_a_model_of_the_policy, lru_follows_the_model)
 SPARTA_BACKEND_CASES(lfu_eviction_follows_a_model_of_the_policy, lfu_follows_the_model)
+SPARTA_BACKEND_CASES(a_large_cache_follows_the_model_of_its_policy, a_large_cache_follows_the_model)
 SPARTA_BACKEND_CASES(only_the_misses_of_a_call_reach_the_host, only_misses_reach_the_host)
 SPARTA_BACKEND_CASES(pinned_rows_are_passed_over_then_evicted_in_turn, pinned_rows_are_passed_over)
 
