@@ -178,8 +178,12 @@ for part in "${parts[@]}"; do
             --alpha $alpha --prefill 0 --iters 10 $tier --tag tier_$t --out "$out/bench.jsonl"
         done
       done
-      for t in hbm host; do  # the same after 200 steps: the caches full and evicting
-        tier=$([ $t = host ] && echo "--tier host --cache-gb 0.5" || echo "--tier hbm")
+      for t in hbm host host_lfu; do  # the same after 200 steps: the caches full and evicting (LRU, then LFU)
+        case $t in
+          hbm) tier="--tier hbm" ;;
+          host) tier="--tier host --cache-gb 0.5" ;;
+          *) tier="--tier host --cache-gb 0.5 --eviction lfu" ;;
+        esac
         # shellcheck disable=SC2086
         CUDA_VISIBLE_DEVICES=0 run bench_collection.log timeout 150 $mpiexec -n 1 "$build/bin/bench_collection" \
           --tables mlperf-v1 --batch $b --index direct --placements plan --optimizer rowwise_adagrad --alpha 1.1 \

@@ -200,6 +200,11 @@ def tier_table(recs):
                         f"the same rows cached) | {fmt(host, 3)} | {fmt(pc, 3)} | "
                         f"{ratio(ours_time=host, peer_time=pc) if pc else ''} | "
                         f"{f'{host / hbm:.2f}x' if host and hbm else ''} | |")
+            lfu = pick(prefix + "host_lfu", alpha)
+            if lfu:  # the same cache evicting by LFU (the peer's runs evict by its default, LRU)
+                rows.append(f"| the same | {keys} | host memory, a {cache:g} GB cache a table, LFU eviction | "
+                            f"{fmt(lfu, 3)} | | {ratio(ours_time=lfu, peer_time=pc) + ' (its LRU)' if pc else ''} | "
+                            f"{f'{lfu / hbm:.2f}x' if hbm else ''} | |")
     for r in recs:
         if r.get("bench") == "train" and r.get("tag") == "full_host":
             rows.append(f"| the full MLPerf v1 tables (40M cap, 188M rows of 128), `bench_train --model dot "
