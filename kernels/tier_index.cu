@@ -1,5 +1,5 @@
 // tier_index.cu: CUDA version of tier_index.h: a host tier's cache index, hits stamped on the device, distinct
-// misses listed, slots ranked for eviction, rows moved between the cache and the host store (page-locked memory,
+// misses listed, the victims selected, rows moved between the cache and the host store (page-locked memory,
 // read and written through unified addressing).
 #include <cuda_runtime.h>
 

@@ -69,6 +69,10 @@ size_t HostTier::device_bytes(int64_t capacity_rows, int64_t cache_rows, bool ha
   return b;
 }
 
+size_t HostTier::staging_bytes(int64_t victims, int dim, int state_width) {
+  return size_t(victims) * (size_t(dim + std::max(state_width, 1)) * sizeof(float) + 2 * sizeof(int64_t));
+}
+
 namespace {
 const HostTierSetup& checked(const HostTierSetup& s) {
   const char* name = s.name.c_str();
@@ -250,6 +254,7 @@ void HostTier::write_back(int64_t n, const float* cache_values, const float* cac
   if (n == 0) return;
   fault_point("host tier write-back");  // the kill tests' hook (src/base/deadline.h)
   const size_t nn = size_t(n);
+  // (HostTier::staging_bytes)
   float* sv = grown(stage_values_, nn * size_t(s_.dim), stream);
   float* ss = grown(stage_state_, nn * size_t(std::max(s_.state_width, 1)), stream);
   int64_t* sr = grown(stage_rows_, 2 * nn, stream);

@@ -115,6 +115,9 @@ class HostTier {
   // and for a hashed table the device index of its keys (kernels/hash_table.h at load factor 0.5).
   static constexpr int kSlotWords = 16;
   static size_t device_bytes(int64_t capacity_rows, int64_t cache_rows, bool hashed);
+  // Device bytes of the staging area that a call evicting `victims` rows uses (their values, state, host rows and
+  // uses): a call evicts at most its distinct keys, and at most the cache.
+  static size_t staging_bytes(int64_t victims, int dim, int state_width);
 
   // Makes the distinct keys of keys [n] (device memory) resident in the cache (cache_values [cache_rows, dim],
   // cache_state [cache_rows, state_width], device memory) and returns their slots [n] (device memory, valid

@@ -284,13 +284,16 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
   const double Ug = std::min(R, expected_distinct(stats, W * K, 0));          // distinct keys of the global batch
   const double k = kKeyPass;
   const bool tiered = t.tier.tier == TableTier::host;
-  // a host-tier table's device part on a rank of `rows`: its cache (a direct index over slots) and the tier's own
-  // arrays; a cache of every row is an HBM table (EmbeddingTable makes one)
+  // a host-tier table's device part on a rank of `rows`: its cache (a direct index over slots), the tier's own
+  // arrays and the staging area of a call's victims (at most the rank's distinct keys); a cache of every row is an
+  // HBM table (EmbeddingTable makes one)
   auto in_host = [&](int64_t rows) { return tiered && t.tier.cache_rows < rows; };
   auto mem = [&](int64_t rows) {
     if (in_host(rows))
       return table_memory_bytes(t.tier.cache_rows, t.dim, t.optimizer.kind, 1.0, true, t.storage) +
-             HostTier::device_bytes(rows, t.tier.cache_rows, !t.direct_index);
+             HostTier::device_bytes(rows, t.tier.cache_rows, !t.direct_index) +
+             HostTier::staging_bytes(int64_t(std::ceil(std::min(double(t.tier.cache_rows), U))), t.dim,
+                                     optimizer_state_width(t.optimizer.kind, t.dim));
     return table_memory_bytes(rows, t.dim, t.optimizer.kind, t.max_load_factor, t.direct_index, t.storage);
   };
   // a key % world shard (direct: rank 0's, the largest)
