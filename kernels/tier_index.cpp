@@ -3,8 +3,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
-#include <vector>
 
 #include "src/base/check.h"
 
@@ -104,23 +102,16 @@ void tier_stage_cpu(const TierIndex& t, const int64_t* slots, int64_t n, const f
   }
 }
 
-void tier_scatter_rows(const float* values, const float* state, const int64_t* rows, const int64_t* uses, int64_t n,
-                       int dim, int state_width, float* host_values, float* host_state, int64_t* host_uses,
-                       int threads) {
-  auto part = [&](int64_t from, int64_t to) {
-    for (int64_t j = from; j < to; ++j) {
-      const int64_t r = rows[j];
-      std::memcpy(host_values + r * dim, values + j * dim, size_t(dim) * sizeof(float));
-      if (state_width > 0)
-        std::memcpy(host_state + r * state_width, state + j * state_width, size_t(state_width) * sizeof(float));
-      host_uses[r] = uses[j];
-    }
-  };
-  const int64_t k = std::max<int64_t>(1, std::min<int64_t>(threads, (n + 1023) / 1024));  // 1024 rows a thread at least
-  std::vector<std::thread> others;
-  for (int64_t i = 1; i < k; ++i) others.emplace_back(part, n * i / k, n * (i + 1) / k);
-  part(0, n / k);
-  for (std::thread& t : others) t.join();
+void tier_store_cpu(const float* stage_values, const float* stage_state, const int64_t* stage_rows,
+                    const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_values,
+                    float* host_state, int64_t* host_uses) {
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t r = stage_rows[j];
+    std::memcpy(host_values + r * dim, stage_values + j * dim, size_t(dim) * sizeof(float));
+    if (state_width > 0)
+      std::memcpy(host_state + r * state_width, stage_state + j * state_width, size_t(state_width) * sizeof(float));
+    host_uses[r] = stage_uses[j];
+  }
 }
 
 void tier_place_cpu(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
@@ -207,12 +198,12 @@ void tier_stage(const Device& dev, const TierIndex& t, const int64_t* slots, int
 }
 
 void tier_store(const Device& dev, const float* stage_values, const float* stage_state, const int64_t* stage_rows,
-                const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_rows, int64_t* host_ids,
-                float* host_values, float* host_state, int64_t* host_uses, Stream stream) {
-  TIER_DISPATCH(tier_scatter_rows(stage_values, stage_state, stage_rows, stage_uses, n, dim, state_width, host_values,
-                                  host_state, host_uses, 1),
-                tier_store_cuda(stage_values, stage_state, stage_rows, stage_uses, n, dim, state_width, host_rows,
-                                host_ids, host_values, host_state, host_uses, stream));
+                const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_values, float* host_state,
+                int64_t* host_uses, Stream stream) {
+  TIER_DISPATCH(tier_store_cpu(stage_values, stage_state, stage_rows, stage_uses, n, dim, state_width, host_values,
+                               host_state, host_uses),
+                tier_store_cuda(stage_values, stage_state, stage_rows, stage_uses, n, dim, state_width,
+                                host_values, host_state, host_uses, stream));
 }
 
 void tier_place(const Device& dev, const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p,

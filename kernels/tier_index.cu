@@ -4,8 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <memory>
-#include <thread>
 
 #include "src/base/check.h"
 #include "kernels/tier_index.h"
@@ -182,6 +180,23 @@ __global__ void __launch_bounds__(32 * kRowWarps) tier_stage_kernel(TierIndex t,
   }
 }
 
+// One warp per staged row: to its host row over the link.
+__global__ void __launch_bounds__(32 * kRowWarps) tier_store_kernel(const float* stage_values,
+                                                                    const float* stage_state,
+                                                                    const int64_t* stage_rows,
+                                                                    const int64_t* stage_uses, int64_t n, int dim,
+                                                                    int state_width, float* host_values,
+                                                                    float* host_state, int64_t* host_uses) {
+  const int lane = threadIdx.x & 31;
+  for (int64_t j = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / 32; j < n; j += int64_t(gridDim.x) * kRowWarps) {
+    const int64_t r = stage_rows[j];
+    warp_copy_row(host_values + r * dim, stage_values + j * dim, dim, lane);
+    if (state_width > 0)
+      warp_copy_row(host_state + r * state_width, stage_state + j * state_width, state_width, lane);
+    if (lane == 0) host_uses[r] = stage_uses[j];
+  }
+}
+
 // One warp per miss: its slot (TierPlacement), the slot's stamps, and its row from the host store or its initial
 // values. Each distinct row is one miss, so its made flag has one writer.
 __global__ void __launch_bounds__(32 * kRowWarps) tier_place_kernel(TierIndex t, const int64_t* misses, int64_t m,
@@ -295,42 +310,15 @@ void tier_stage_cuda(const TierIndex& t, const int64_t* slots, int64_t n, const 
   CUDA_CHECK_LAUNCH("tier_stage_kernel");
 }
 
-namespace {
-// What a store's host function scatters (tier_store_cuda), freed by it.
-struct StoreJob {
-  const float* rows;
-  const int64_t* ids;
-  int64_t n;
-  int dim, state_width;
-  float* host_values;
-  float* host_state;
-  int64_t* host_uses;
-};
-
-void CUDART_CB run_store_job(void* p) {
-  const std::unique_ptr<StoreJob> job(static_cast<StoreJob*>(p));
-  const unsigned hw = std::thread::hardware_concurrency();
-  const int threads = int(std::min(8u, std::max(1u, hw / 2)));
-  tier_scatter_rows(job->rows, job->rows + job->n * job->dim, job->ids, job->ids + job->n, job->n, job->dim,
-                    job->state_width, job->host_values, job->host_state, job->host_uses, threads);
-}
-}  // namespace
-
 void tier_store_cuda(const float* stage_values, const float* stage_state, const int64_t* stage_rows,
-                     const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_rows,
-                     int64_t* host_ids, float* host_values, float* host_state, int64_t* host_uses, Stream stream) {
+                     const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_values,
+                     float* host_state, int64_t* host_uses, Stream stream) {
   if (n == 0) return;
-  const size_t nn = size_t(n);
-  CUDA_CHECK(cudaMemcpyAsync(host_rows, stage_values, nn * dim * sizeof(float), cudaMemcpyDeviceToHost, stream));
-  if (state_width > 0)
-    CUDA_CHECK(cudaMemcpyAsync(host_rows + nn * dim, stage_state, nn * state_width * sizeof(float),
-                               cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaMemcpyAsync(host_ids, stage_rows, nn * sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaMemcpyAsync(host_ids + nn, stage_uses, nn * sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
-  auto job = std::make_unique<StoreJob>(StoreJob{host_rows, host_ids, n, dim, state_width, host_values, host_state,
-                                                 host_uses});
-  CUDA_CHECK(cudaLaunchHostFunc(stream, run_store_job, job.get()));
-  job.release();  // run_store_job frees it
+  // posted writes over the link need few warps in flight: a bounded grid leaves the SMs to the work it overlaps
+  const int blocks = std::min(blocks_for_rows(n), 128);
+  tier_store_kernel<<<blocks, 32 * kRowWarps, 0, stream>>>(stage_values, stage_state, stage_rows, stage_uses, n, dim,
+                                                           state_width, host_values, host_state, host_uses);
+  CUDA_CHECK_LAUNCH("tier_store_kernel");
 }
 
 void tier_place_cuda(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,

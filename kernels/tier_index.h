@@ -111,26 +111,17 @@ void tier_select_collect(const Device& dev, const TierIndex& t, const TierPolicy
                          int pack_bits, int64_t at_base, int64_t* slot, int64_t* key, int64_t* tie,
                          int64_t* counters, Stream stream);
 
-// Evicts the cached rows of slots [n] through a staging area: tier_stage copies each row's values, state and uses
-// into stage_values [n, dim], stage_state [n, state_width], stage_uses [n] (device memory) with its host row in
-// stage_rows [n], frees the slots (slot_of_row of their rows back to -1) and writes each slot's key to keys_out [n];
-// tier_store then writes the staged rows to the host store (values [capacity_rows, dim], state [capacity_rows,
-// state_width], uses [capacity_rows]), on a stream of its own, so that its work overlaps the work that follows. On
-// cuda the staged rows cross the link as one copy into host_rows [n, dim + state_width] and host_ids [2n] (page-
-// locked memory: the copy engine's work, at the link's rate) and host threads scatter them into the store (a host
-// function on the stream), instead of a kernel's writes to rows spread over the store.
+// Evicts the cached rows of slots [n] through a device staging area: tier_stage copies each row's values, state and
+// uses into stage_values [n, dim], stage_state [n, state_width], stage_uses [n] with its host row in stage_rows [n],
+// frees the slots (slot_of_row of their rows back to -1) and writes each slot's key to keys_out [n]; tier_store then
+// writes the staged rows to the host store (values [capacity_rows, dim], state [capacity_rows, state_width], uses
+// [capacity_rows]), on a stream of its own, so that the link's writes overlap the work that follows.
 void tier_stage(const Device& dev, const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
                 const float* cache_state, int dim, int state_width, float* stage_values, float* stage_state,
                 int64_t* stage_rows, int64_t* stage_uses, int64_t* keys_out, Stream stream);
 void tier_store(const Device& dev, const float* stage_values, const float* stage_state, const int64_t* stage_rows,
-                const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_rows, int64_t* host_ids,
-                float* host_values, float* host_state, int64_t* host_uses, Stream stream);
-
-// The host's part of a store: row j's values (values [n, dim]), state (state [n, state_width]) and uses to host row
-// rows[j], by `threads` threads.
-void tier_scatter_rows(const float* values, const float* state, const int64_t* rows, const int64_t* uses, int64_t n,
-                       int dim, int state_width, float* host_values, float* host_state, int64_t* host_uses,
-                       int threads);
+                const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_values, float* host_state,
+                int64_t* host_uses, Stream stream);
 
 // Where a call's misses go (tier_place): miss j takes slot first_free + j for j < n_free, then victims[j - n_free]
 // for j - n_free < n_victims (victims: device memory); the misses beyond get no slot.
@@ -165,6 +156,9 @@ void tier_select_collect_cpu(const TierIndex& t, const TierPolicy& pol, const Ti
 void tier_stage_cpu(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
                     const float* cache_state, int dim, int state_width, float* stage_values, float* stage_state,
                     int64_t* stage_rows, int64_t* stage_uses, int64_t* keys_out);
+void tier_store_cpu(const float* stage_values, const float* stage_state, const int64_t* stage_rows,
+                    const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_values,
+                    float* host_state, int64_t* host_uses);
 void tier_place_cpu(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
                     int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
                     const float* host_state, int dim, int state_width, float initial_state, const KeyInit& init,
@@ -184,8 +178,8 @@ void tier_stage_cuda(const TierIndex& t, const int64_t* slots, int64_t n, const 
                      const float* cache_state, int dim, int state_width, float* stage_values, float* stage_state,
                      int64_t* stage_rows, int64_t* stage_uses, int64_t* keys_out, Stream stream);
 void tier_store_cuda(const float* stage_values, const float* stage_state, const int64_t* stage_rows,
-                     const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_rows,
-                     int64_t* host_ids, float* host_values, float* host_state, int64_t* host_uses, Stream stream);
+                     const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_values,
+                     float* host_state, int64_t* host_uses, Stream stream);
 void tier_place_cuda(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
                      int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
                      const float* host_state, int dim, int state_width, float initial_state, const KeyInit& init,

@@ -266,17 +266,10 @@ void HostTier::write_back(int64_t n, const float* cache_values, const float* cac
 
 void HostTier::store_staged(Stream stream) {
   if (staged_ == 0) return;
-  const size_t nn = size_t(staged_);
-  if (dev_.is_cuda() && host_rows_.size() < nn * size_t(s_.dim + s_.state_width)) {
-    synchronize(dev_, wb_.stream());  // its host function may still read the old page-locked staging area
-    const size_t rows = std::max(nn, host_rows_.size() / size_t(s_.dim + s_.state_width) * 2);
-    host_rows_ = PinnedBuffer<float>(dev_.backend, rows * size_t(s_.dim + s_.state_width));
-    host_ids_ = PinnedBuffer<int64_t>(dev_.backend, 2 * rows);
-  }
   wb_.wait_for(stream);
+  const size_t nn = size_t(staged_);
   tier_store(dev_, stage_values_.data(), stage_state_.data(), stage_rows_.data(), stage_rows_.data() + nn, staged_,
-             s_.dim, s_.state_width, host_rows_.data(), host_ids_.data(), values_.data(), state_.data(), uses_.data(),
-             wb_.stream());
+             s_.dim, s_.state_width, values_.data(), state_.data(), uses_.data(), wb_.stream());
   staged_ = 0;
 }
 

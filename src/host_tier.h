@@ -31,9 +31,8 @@
 // the slots' priorities (a histogram a digit, read by the host; then only the victims are listed and sorted), and
 // kernels place the misses, moving rows from the page-locked host store directly (a row's use count lives in the
 // store too, its made flag on the device: read for every miss, it must not cross the link). A victim's row goes to
-// a device staging area at once, and from there to the store on a stream of the tier's own (one copy over the link,
-// then host threads scatter the rows into the store), so that it overlaps the work that follows; the next call
-// that reads the store, an export or a load waits for it first.
+// a device staging area at once, and from there to the store on a stream of the tier's own, so that the link's
+// writes overlap the work that follows; the next call that reads the store, an export or a load waits for it first.
 // Which slot a row takes changes no value, so the misses keep the device's order (a call that refuses some sorts
 // them by key first, so that the keys refused are the largest). So a call costs one synchronization when its keys
 // all hit, and otherwise a few more (one a digit of the threshold), with host work that grows with neither its
@@ -208,9 +207,6 @@ class HostTier {
   Buffer<float> stage_values_, stage_state_;
   Buffer<int64_t> stage_rows_;  // [staged_] host rows, then [staged_] uses
   int64_t staged_ = 0;          // rows staged and not yet stored
-  // cuda: the staging area's page-locked copy, which host threads scatter into the store (kernels/tier_index.h)
-  PinnedBuffer<float> host_rows_;
-  PinnedBuffer<int64_t> host_ids_;
   SideStream wb_;
 };
 
