@@ -2,7 +2,6 @@
 #include "src/host_tier.h"
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
 #include "kernels/route.h"
