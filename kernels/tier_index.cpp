@@ -103,10 +103,10 @@ void tier_stage_cpu(const TierIndex& t, const int64_t* slots, int64_t n, const f
 }
 
 void tier_store_cpu(const float* stage_values, const float* stage_state, const int64_t* stage_rows,
-                    const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_values,
-                    float* host_state, int64_t* host_uses) {
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t r = stage_rows[j];
+                    const int64_t* stage_uses, const int64_t* order, int64_t n, int dim, int state_width,
+                    float* host_values, float* host_state, int64_t* host_uses) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t j = order[i], r = stage_rows[j];
     std::memcpy(host_values + r * dim, stage_values + j * dim, size_t(dim) * sizeof(float));
     if (state_width > 0)
       std::memcpy(host_state + r * state_width, stage_state + j * state_width, size_t(state_width) * sizeof(float));
@@ -198,11 +198,11 @@ void tier_stage(const Device& dev, const TierIndex& t, const int64_t* slots, int
 }
 
 void tier_store(const Device& dev, const float* stage_values, const float* stage_state, const int64_t* stage_rows,
-                const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_values, float* host_state,
-                int64_t* host_uses, Stream stream) {
-  TIER_DISPATCH(tier_store_cpu(stage_values, stage_state, stage_rows, stage_uses, n, dim, state_width, host_values,
-                               host_state, host_uses),
-                tier_store_cuda(stage_values, stage_state, stage_rows, stage_uses, n, dim, state_width,
+                const int64_t* stage_uses, const int64_t* order, int64_t n, int dim, int state_width,
+                float* host_values, float* host_state, int64_t* host_uses, Stream stream) {
+  TIER_DISPATCH(tier_store_cpu(stage_values, stage_state, stage_rows, stage_uses, order, n, dim, state_width,
+                               host_values, host_state, host_uses),
+                tier_store_cuda(stage_values, stage_state, stage_rows, stage_uses, order, n, dim, state_width,
                                 host_values, host_state, host_uses, stream));
 }
 

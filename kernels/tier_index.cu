@@ -153,6 +153,7 @@ __device__ __forceinline__ void warp_copy_row(float* to, const float* from, int 
 }
 
 constexpr int kRowWarps = 4;  // warps a block, a row each
+constexpr int kStoreBlocks = 16;  // tier_store's grid
 
 // One warp per slot: its row's values, state and uses to the staging area, then the slot freed.
 __global__ void __launch_bounds__(32 * kRowWarps) tier_stage_kernel(TierIndex t, const int64_t* slots, int64_t n,
@@ -180,16 +181,17 @@ __global__ void __launch_bounds__(32 * kRowWarps) tier_stage_kernel(TierIndex t,
   }
 }
 
-// One warp per staged row: to its host row over the link.
+// One warp per staged row, in the order given (ascending host rows): to its host row over the link.
 __global__ void __launch_bounds__(32 * kRowWarps) tier_store_kernel(const float* stage_values,
                                                                     const float* stage_state,
                                                                     const int64_t* stage_rows,
-                                                                    const int64_t* stage_uses, int64_t n, int dim,
+                                                                    const int64_t* stage_uses,
+                                                                    const int64_t* order, int64_t n, int dim,
                                                                     int state_width, float* host_values,
                                                                     float* host_state, int64_t* host_uses) {
   const int lane = threadIdx.x & 31;
-  for (int64_t j = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / 32; j < n; j += int64_t(gridDim.x) * kRowWarps) {
-    const int64_t r = stage_rows[j];
+  for (int64_t i = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / 32; i < n; i += int64_t(gridDim.x) * kRowWarps) {
+    const int64_t j = order[i], r = stage_rows[j];
     warp_copy_row(host_values + r * dim, stage_values + j * dim, dim, lane);
     if (state_width > 0)
       warp_copy_row(host_state + r * state_width, stage_state + j * state_width, state_width, lane);
@@ -311,13 +313,14 @@ void tier_stage_cuda(const TierIndex& t, const int64_t* slots, int64_t n, const 
 }
 
 void tier_store_cuda(const float* stage_values, const float* stage_state, const int64_t* stage_rows,
-                     const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_values,
-                     float* host_state, int64_t* host_uses, Stream stream) {
+                     const int64_t* stage_uses, const int64_t* order, int64_t n, int dim, int state_width,
+                     float* host_values, float* host_state, int64_t* host_uses, Stream stream) {
   if (n == 0) return;
-  // posted writes over the link need few warps in flight: a bounded grid leaves the SMs to the work it overlaps
-  const int blocks = std::min(blocks_for_rows(n), 128);
-  tier_store_kernel<<<blocks, 32 * kRowWarps, 0, stream>>>(stage_values, stage_state, stage_rows, stage_uses, n, dim,
-                                                           state_width, host_values, host_state, host_uses);
+  // Posted writes over the link need few warps in flight, and more stall the step's own memory traffic while the
+  // link drains them: a small grid leaves the SMs and the memory system to the work the store overlaps.
+  const int blocks = std::min(blocks_for_rows(n), kStoreBlocks);
+  tier_store_kernel<<<blocks, 32 * kRowWarps, 0, stream>>>(stage_values, stage_state, stage_rows, stage_uses, order,
+                                                           n, dim, state_width, host_values, host_state, host_uses);
   CUDA_CHECK_LAUNCH("tier_store_kernel");
 }
 

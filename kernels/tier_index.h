@@ -115,12 +115,14 @@ void tier_select_collect(const Device& dev, const TierIndex& t, const TierPolicy
 // uses into stage_values [n, dim], stage_state [n, state_width], stage_uses [n] with its host row in stage_rows [n],
 // frees the slots (slot_of_row of their rows back to -1) and writes each slot's key to keys_out [n]; tier_store then
 // writes the staged rows to the host store (values [capacity_rows, dim], state [capacity_rows, state_width], uses
-// [capacity_rows]), on a stream of its own, so that the link's writes overlap the work that follows.
+// [capacity_rows]), on a stream of its own, so that the link's writes overlap the work that follows. Its j-th write
+// is the staged row order[j]: in ascending host rows (route_sort_keys of stage_rows), the link's writes run at about
+// twice the rate of rows spread in the policy's order.
 void tier_stage(const Device& dev, const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
                 const float* cache_state, int dim, int state_width, float* stage_values, float* stage_state,
                 int64_t* stage_rows, int64_t* stage_uses, int64_t* keys_out, Stream stream);
 void tier_store(const Device& dev, const float* stage_values, const float* stage_state, const int64_t* stage_rows,
-                const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_values, float* host_state,
+                const int64_t* stage_uses, const int64_t* order, int64_t n, int dim, int state_width, float* host_values, float* host_state,
                 int64_t* host_uses, Stream stream);
 
 // Where a call's misses go (tier_place): miss j takes slot first_free + j for j < n_free, then victims[j - n_free]
@@ -157,7 +159,7 @@ void tier_stage_cpu(const TierIndex& t, const int64_t* slots, int64_t n, const f
                     const float* cache_state, int dim, int state_width, float* stage_values, float* stage_state,
                     int64_t* stage_rows, int64_t* stage_uses, int64_t* keys_out);
 void tier_store_cpu(const float* stage_values, const float* stage_state, const int64_t* stage_rows,
-                    const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_values,
+                    const int64_t* stage_uses, const int64_t* order, int64_t n, int dim, int state_width, float* host_values,
                     float* host_state, int64_t* host_uses);
 void tier_place_cpu(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
                     int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
@@ -178,7 +180,7 @@ void tier_stage_cuda(const TierIndex& t, const int64_t* slots, int64_t n, const 
                      const float* cache_state, int dim, int state_width, float* stage_values, float* stage_state,
                      int64_t* stage_rows, int64_t* stage_uses, int64_t* keys_out, Stream stream);
 void tier_store_cuda(const float* stage_values, const float* stage_state, const int64_t* stage_rows,
-                     const int64_t* stage_uses, int64_t n, int dim, int state_width, float* host_values,
+                     const int64_t* stage_uses, const int64_t* order, int64_t n, int dim, int state_width, float* host_values,
                      float* host_state, int64_t* host_uses, Stream stream);
 void tier_place_cuda(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
                      int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,

@@ -31,8 +31,9 @@
 // the slots' priorities (a histogram a digit, read by the host; then only the victims are listed and sorted), and
 // kernels place the misses, moving rows from the page-locked host store directly (a row's use count lives in the
 // store too, its made flag on the device: read for every miss, it must not cross the link). A victim's row goes to
-// a device staging area at once, and from there to the store on a stream of the tier's own, so that the link's
-// writes overlap the work that follows; the next call that reads the store, an export or a load waits for it first.
+// a device staging area at once, and from there to the store (in ascending host rows, which the link takes at about
+// twice the rate of rows spread in the policy's order) on a stream of the tier's own, so that the link's writes
+// overlap the work that follows; the next call that reads the store, an export or a load waits for it first.
 // Which slot a row takes changes no value, so the misses keep the device's order (a call that refuses some sorts
 // them by key first, so that the keys refused are the largest). So a call costs one synchronization when its keys
 // all hit, and otherwise a few more (one a digit of the threshold), with host work that grows with neither its
@@ -116,7 +117,7 @@ class HostTier {
   static constexpr int kSlotWords = 16;
   static size_t device_bytes(int64_t capacity_rows, int64_t cache_rows, bool hashed);
   // Device bytes of the staging area that a call evicting `victims` rows uses (their values, state, host rows and
-  // uses): a call evicts at most its distinct keys, and at most the cache.
+  // uses, and the store's sort of their host rows): a call evicts at most its distinct keys, and at most the cache.
   static size_t staging_bytes(int64_t victims, int dim, int state_width);
 
   // Makes the distinct keys of keys [n] (device memory) resident in the cache (cache_values [cache_rows, dim],
@@ -206,6 +207,8 @@ class HostTier {
   // that its destruction waits for the stream before the store is freed
   Buffer<float> stage_values_, stage_state_;
   Buffer<int64_t> stage_rows_;  // [staged_] host rows, then [staged_] uses
+  Buffer<int64_t> store_order_;  // the store's sort of stage_rows_: [staged_] sorted, then [staged_] their order
+  RouteScratch wb_scratch_;      // that sort's space, on wb_
   int64_t staged_ = 0;          // rows staged and not yet stored
   SideStream wb_;
 };
