@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/row_storage.h"
 #include "src/base/check.h"
 
 namespace sparta {
@@ -116,8 +117,9 @@ void tier_store_cpu(const float* stage_values, const float* stage_state, const i
 
 void tier_place_cpu(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
                     int64_t pin_gen, uint8_t* row_made, const int64_t* host_uses, const float* host_values,
-                    const float* host_state, int dim, int state_width, float initial_state, const KeyInit& init,
-                    float* cache_values, float* cache_state) {
+                    const float* host_state, int dim, int row_floats, int state_width, float initial_state,
+                    const KeyInit& init, float* cache_values, float* cache_state) {
+  const int rf = row_floats;
   for (int64_t j = 0; j < m; ++j) {
     const int64_t key = misses[2 * j], r = misses[2 * j + 1];
     const int64_t s = tier_placed_slot(p, j);
@@ -133,11 +135,12 @@ void tier_place_cpu(const TierIndex& t, const int64_t* misses, int64_t m, const 
     t.slot_uses[s] = (made ? host_uses[r] : 0) + 1;
     t.slot_pin[s] = pin_gen > 0 ? pin_gen : 0;
     if (made) {
-      std::memcpy(cache_values + s * dim, host_values + r * dim, size_t(dim) * sizeof(float));
+      std::memcpy(cache_values + s * rf, host_values + r * rf, size_t(rf) * sizeof(float));
       if (state_width > 0)
         std::memcpy(cache_state + s * state_width, host_state + r * state_width, size_t(state_width) * sizeof(float));
     } else {
-      for (int e = 0; e < dim; ++e) cache_values[s * dim + e] = initial_value(init, uint64_t(key), uint32_t(e));
+      for (int e = 0; e < dim; ++e)
+        rowstore::store_nearest(cache_values + s * rf, init.storage, e, initial_value(init, uint64_t(key), uint32_t(e)));
       std::fill_n(cache_state + s * state_width, state_width, initial_state);
       row_made[r] = 1;
     }
@@ -208,12 +211,12 @@ void tier_store(const Device& dev, const float* stage_values, const float* stage
 
 void tier_place(const Device& dev, const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p,
                 int64_t tick, int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
-                const float* host_state, int dim, int state_width, float initial_state, const KeyInit& init,
-                float* cache_values, float* cache_state, Stream stream) {
+                const float* host_state, int dim, int row_floats, int state_width, float initial_state,
+                const KeyInit& init, float* cache_values, float* cache_state, Stream stream) {
   TIER_DISPATCH(tier_place_cpu(t, misses, m, p, tick, pin_gen, made, host_uses, host_values, host_state, dim,
-                               state_width, initial_state, init, cache_values, cache_state),
+                               row_floats, state_width, initial_state, init, cache_values, cache_state),
                 tier_place_cuda(t, misses, m, p, tick, pin_gen, made, host_uses, host_values, host_state, dim,
-                                state_width, initial_state, init, cache_values, cache_state, stream));
+                                row_floats, state_width, initial_state, init, cache_values, cache_state, stream));
 }
 
 void tier_resolve(const Device& dev, const TierIndex& t, const int64_t* row, int64_t n, int64_t* slot,

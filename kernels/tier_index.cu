@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "src/base/check.h"
+#include "kernels/row_storage.h"
 #include "kernels/tier_index.h"
 
 namespace sparta {
@@ -206,10 +207,10 @@ __global__ void __launch_bounds__(32 * kRowWarps) tier_place_kernel(TierIndex t,
                                                                     uint8_t* row_made, const int64_t* host_uses,
                                                                     const float* host_values,
                                                                     const float* host_state, int dim,
-                                                                    int state_width, float initial_state,
-                                                                    KeyInit init, float* cache_values,
-                                                                    float* cache_state) {
-  const int lane = threadIdx.x & 31;
+                                                                    int row_floats, int state_width,
+                                                                    float initial_state, KeyInit init,
+                                                                    float* cache_values, float* cache_state) {
+  const int lane = threadIdx.x & 31, rf = row_floats;
   for (int64_t j = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / 32; j < m; j += int64_t(gridDim.x) * kRowWarps) {
     const int64_t key = misses[2 * j], r = misses[2 * j + 1];
     const int64_t s = tier_placed_slot(p, j);
@@ -220,10 +221,11 @@ __global__ void __launch_bounds__(32 * kRowWarps) tier_place_kernel(TierIndex t,
     const bool made = row_made[r] != 0;                           // device memory
     const int64_t uses = made && lane == 0 ? host_uses[r] : 0;   // over the link, in flight beside the row's loads
     if (made) {
-      warp_copy_row(cache_values + s * dim, host_values + r * dim, dim, lane);
+      warp_copy_row(cache_values + s * rf, host_values + r * rf, rf, lane);
       if (state_width > 0) warp_copy_row(cache_state + s * state_width, host_state + r * state_width, state_width, lane);
     } else {
-      for (int e = lane; e < dim; e += 32) cache_values[s * dim + e] = initial_value(init, uint64_t(key), uint32_t(e));
+      for (int e = lane; e < dim; e += 32)
+        rowstore::store_nearest(cache_values + s * rf, init.storage, e, initial_value(init, uint64_t(key), uint32_t(e)));
       for (int k = lane; k < state_width; k += 32) cache_state[s * state_width + k] = initial_state;
     }
     __syncwarp();  // every lane read the flag before lane 0 sets it
@@ -326,13 +328,13 @@ void tier_store_cuda(const float* stage_values, const float* stage_state, const 
 
 void tier_place_cuda(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
                      int64_t pin_gen, uint8_t* row_made, const int64_t* host_uses, const float* host_values,
-                     const float* host_state, int dim, int state_width, float initial_state, const KeyInit& init,
-                     float* cache_values, float* cache_state, Stream stream) {
+                     const float* host_state, int dim, int row_floats, int state_width, float initial_state,
+                     const KeyInit& init, float* cache_values, float* cache_state, Stream stream) {
   if (m == 0) return;
   tier_place_kernel<<<blocks_for_rows(m), 32 * kRowWarps, 0, stream>>>(t, misses, m, p, tick, pin_gen, row_made,
                                                                          host_uses, host_values, host_state, dim,
-                                                                         state_width, initial_state, init,
-                                                                         cache_values, cache_state);
+                                                                         row_floats, state_width, initial_state,
+                                                                         init, cache_values, cache_state);
   CUDA_CHECK_LAUNCH("tier_place_kernel");
 }
 

@@ -136,12 +136,13 @@ struct TierPlacement {
 // Places the distinct misses [m] (misses[2j] the key, misses[2j + 1] its host row) as p says: a placed row is
 // stamped (last = tick, pinned by pin_gen when > 0) and takes its values and state from the host store with uses
 // host_uses + 1 when made [capacity_rows] (device memory) says the store holds it, else its initial values by key
-// (init: kernels/key_init.h, its segments on the device) and initial_state with uses 1, and made is set. A miss
-// without a slot drops its row's claim (slot_of_row back to -1).
+// (init: kernels/key_init.h, its segments on the device; dim values in init.storage, rounded to nearest) and
+// initial_state with uses 1, and made is set. A miss without a slot drops its row's claim (slot_of_row back to -1).
+// A row moves as row_floats floats (dim for fp32 rows, dim / 2 for 16-bit ones: their bits, pairs in a float).
 void tier_place(const Device& dev, const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p,
                 int64_t tick, int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
-                const float* host_state, int dim, int state_width, float initial_state, const KeyInit& init,
-                float* cache_values, float* cache_state, Stream stream);
+                const float* host_state, int dim, int row_floats, int state_width, float initial_state,
+                const KeyInit& init, float* cache_values, float* cache_state, Stream stream);
 
 // slot[i] = slot_of_row[row[i]] where slot[i] == -2 (a miss, placed now or refused: -1). [n].
 void tier_resolve(const Device& dev, const TierIndex& t, const int64_t* row, int64_t n, int64_t* slot,
@@ -163,8 +164,8 @@ void tier_store_cpu(const float* stage_values, const float* stage_state, const i
                     float* host_state, int64_t* host_uses);
 void tier_place_cpu(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
                     int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
-                    const float* host_state, int dim, int state_width, float initial_state, const KeyInit& init,
-                    float* cache_values, float* cache_state);
+                    const float* host_state, int dim, int row_floats, int state_width, float initial_state,
+                    const KeyInit& init, float* cache_values, float* cache_state);
 void tier_resolve_cpu(const TierIndex& t, const int64_t* row, int64_t n, int64_t* slot);
 
 void tier_reset_cuda(const TierIndex& t, Stream stream);
@@ -184,8 +185,8 @@ void tier_store_cuda(const float* stage_values, const float* stage_state, const 
                      float* host_state, int64_t* host_uses, Stream stream);
 void tier_place_cuda(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
                      int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
-                     const float* host_state, int dim, int state_width, float initial_state, const KeyInit& init,
-                     float* cache_values, float* cache_state, Stream stream);
+                     const float* host_state, int dim, int row_floats, int state_width, float initial_state,
+                     const KeyInit& init, float* cache_values, float* cache_state, Stream stream);
 void tier_resolve_cuda(const TierIndex& t, const int64_t* row, int64_t n, int64_t* slot, Stream stream);
 
 // The slot miss j takes under p, or -1.

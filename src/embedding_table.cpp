@@ -25,9 +25,6 @@ const EmbeddingTableConfig& checked(const EmbeddingTableConfig& c) {
   SPARTA_REQUIRE(c.tier.tier != TableTier::automatic,
                  "embedding table '%s': tier auto is the planner's to resolve (make_plan); a table takes hbm or host",
                  name);
-  SPARTA_REQUIRE(c.tier.tier == TableTier::hbm || c.storage == RowStorage::fp32,
-                 "embedding table '%s': the host tier holds fp32 rows only, found storage %s", name,
-                 row_storage_name(c.storage));
   SPARTA_REQUIRE(c.tier.tier == TableTier::hbm || c.tier.cache_rows >= 1,
                  "embedding table '%s': a host tier needs cache_rows >= 1, found %lld", name,
                  (long long)c.tier.cache_rows);
@@ -104,6 +101,7 @@ HostTierSetup tier_setup(const EmbeddingTableConfig& c, int state_width) {
   s.cache_rows = EmbeddingTable::device_rows(c);
   s.eviction = c.tier.eviction;
   s.initial_state = initial_state(c.optimizer);
+  s.storage = c.storage;
   s.seed = c.seed;
   s.table_id = uint32_t(c.table_id);
   s.init_scale = c.init_scale;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "kernels/route.h"
+#include "kernels/row_storage.h"
 #include "src/base/check.h"
 #include "src/base/deadline.h"
 
@@ -44,21 +45,21 @@ Eviction parse_eviction(const std::string& s, const std::string& what) {
   throw Error(strprintf("%s: '%s' is not an eviction policy (error, lru or lfu)", what.c_str(), s.c_str()));
 }
 
-TierConfig make_tier(TableTier tier, int64_t cache_rows, double cache_mb, Eviction eviction, int dim,
+TierConfig make_tier(TableTier tier, int64_t cache_rows, double cache_mb, Eviction eviction, int row_floats,
                      int state_width) {
   TierConfig t;
   t.tier = tier;
   t.eviction = eviction;
   if (tier == TableTier::hbm) return t;
   if (tier == TableTier::automatic && cache_rows == 0 && cache_mb == 0) return t;  // the planner sizes the cache
-  const double row_bytes = double(dim + state_width) * sizeof(float);
+  const double row_bytes = double(row_floats + state_width) * sizeof(float);
   t.cache_rows = cache_rows > 0 ? cache_rows : std::max<int64_t>(1, int64_t(cache_mb * 1048576.0 / row_bytes));
   return t;
 }
 
-size_t HostTier::host_bytes(int64_t capacity_rows, int dim, int state_width) {
+size_t HostTier::host_bytes(int64_t capacity_rows, int row_floats, int state_width) {
   // values and state, and a use count per row
-  return size_t(capacity_rows) * (size_t(dim + state_width) * sizeof(float) + sizeof(int64_t));
+  return size_t(capacity_rows) * (size_t(row_floats + state_width) * sizeof(float) + sizeof(int64_t));
 }
 
 size_t HostTier::device_bytes(int64_t capacity_rows, int64_t cache_rows, bool hashed) {
@@ -68,10 +69,10 @@ size_t HostTier::device_bytes(int64_t capacity_rows, int64_t cache_rows, bool ha
   return b;
 }
 
-size_t HostTier::staging_bytes(int64_t victims, int dim, int state_width) {
+size_t HostTier::staging_bytes(int64_t victims, int row_floats, int state_width) {
   // a row's values and state, its host row and uses; the store's sort of the host rows (sorted and their order, and
   // the sort's space: an index and the alternate keys and values)
-  return size_t(victims) * (size_t(dim + std::max(state_width, 1)) * sizeof(float) + 7 * sizeof(int64_t));
+  return size_t(victims) * (size_t(row_floats + std::max(state_width, 1)) * sizeof(float) + 7 * sizeof(int64_t));
 }
 
 namespace {
@@ -85,7 +86,7 @@ const HostTierSetup& checked(const HostTierSetup& s) {
                  "embedding table '%s': a host tier's cache evicts rows: its eviction must be lru or lfu, found "
                  "error",
                  name);
-  const size_t need = HostTier::host_bytes(s.capacity_rows, s.dim, s.state_width);
+  const size_t need = HostTier::host_bytes(s.capacity_rows, HostTier::row_floats(s.dim, s.storage), s.state_width);
   const size_t avail = device_free_bytes(Device{});  // a cpu device: the host's MemAvailable
   SPARTA_REQUIRE(avail == 0 || need <= avail,
                  "embedding table '%s': its host tier needs %.3f GB of host memory (%lld rows of dim %d with %d "
@@ -100,7 +101,8 @@ HostTier::HostTier(const Device& dev, const HostTierSetup& s)
     : dev_(dev),
       s_(checked(s)),
       segments_(dev, s_.key_segments),
-      values_(dev.backend, size_t(s.capacity_rows) * s.dim),
+      rf_(row_floats(s.dim, s.storage)),
+      values_(dev.backend, size_t(s.capacity_rows) * size_t(rf_)),
       state_(dev.backend, size_t(s.capacity_rows) * s.state_width),
       uses_(dev.backend, size_t(s.capacity_rows)),
       made_(dev, size_t(s.capacity_rows)),
@@ -121,6 +123,7 @@ HostTier::HostTier(const Device& dev, const HostTierSetup& s)
   key_init_.tagged = s_.tagged_keys;
   key_init_.segments = s_.key_segments.data();
   key_init_.num_segments = int(s_.key_segments.size());
+  key_init_.storage = s_.storage;
   key_init_dev_ = key_init_;
   key_init_dev_.segments = segments_.data();
   clear(dev_.stream);
@@ -157,7 +160,10 @@ void HostTier::clear(Stream stream) {
 int64_t HostTier::size(Stream stream) { return keys_ ? keys_->size(stream) : s_.capacity_rows; }
 
 void HostTier::initial_row(int64_t key, float* values, float* state) const {
-  for (int e = 0; e < s_.dim; ++e) values[e] = initial_value(key_init_, uint64_t(key), uint32_t(e));
+  for (int e = 0; e < s_.dim; ++e) {  // as the row is stored: rounded to nearest in 16 bits
+    const float x = initial_value(key_init_, uint64_t(key), uint32_t(e));
+    values[e] = s_.storage == RowStorage::fp32 ? x : rowstore::widen(s_.storage, rowstore::round_nearest(s_.storage, x));
+  }
   std::fill_n(state, s_.state_width, s_.initial_state);
 }
 
@@ -256,11 +262,11 @@ void HostTier::write_back(int64_t n, const float* cache_values, const float* cac
   fault_point("host tier write-back");  // the kill tests' hook (src/base/deadline.h)
   const size_t nn = size_t(n);
   // (HostTier::staging_bytes)
-  float* sv = grown(stage_values_, nn * size_t(s_.dim), stream);
+  float* sv = grown(stage_values_, nn * size_t(rf_), stream);
   float* ss = grown(stage_state_, nn * size_t(std::max(s_.state_width, 1)), stream);
   int64_t* sr = grown(stage_rows_, 2 * nn, stream);
   int64_t* keys = grown(evicted_dev_, nn, stream);
-  tier_stage(dev_, index(), moves_.data(), n, cache_values, cache_state, s_.dim, s_.state_width, sv, ss, sr, sr + nn,
+  tier_stage(dev_, index(), moves_.data(), n, cache_values, cache_state, rf_, s_.state_width, sv, ss, sr, sr + nn,
              keys, stream);
   rows_out_ += n;
 }
@@ -274,7 +280,7 @@ void HostTier::store_staged(Stream stream) {
   route_sort_keys(dev_, stage_rows_.data(), staged_, route_key_bits(s_.capacity_rows), order, order + nn,
                   wb_scratch_, wb_.stream());
   tier_store(dev_, stage_values_.data(), stage_state_.data(), stage_rows_.data(), stage_rows_.data() + nn,
-             order + nn, staged_, s_.dim, s_.state_width, values_.data(), state_.data(), uses_.data(), wb_.stream());
+             order + nn, staged_, rf_, s_.state_width, values_.data(), state_.data(), uses_.data(), wb_.stream());
   staged_ = 0;
 }
 
@@ -349,7 +355,7 @@ const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, b
   p.n_victims = fit - p.n_free;
   free_next_ += p.n_free;
   tier_place(dev_, index(), pairs, m, p, tick_, pin ? pin_gen_ : 0, made_.data(), uses_.data(), values_.data(),
-             state_.data(), s_.dim, s_.state_width, s_.initial_state, key_init_dev_, cache_values, cache_state,
+             state_.data(), s_.dim, rf_, s_.state_width, s_.initial_state, key_init_dev_, cache_values, cache_state,
              stream);
   rows_in_ += fit;
   tier_resolve(dev_, index(), rows, n, slots, stream);
@@ -394,8 +400,8 @@ std::vector<int64_t> HostTier::cached_keys() {
 }
 
 TableRows HostTier::export_rows(const float* cache_values, const float* cache_state, Stream stream) {
-  const size_t c = size_t(s_.cache_rows), dim = size_t(s_.dim), sw = size_t(s_.state_width);
-  std::vector<float> cv(c * dim), cs(c * sw);
+  const size_t c = size_t(s_.cache_rows), dim = size_t(s_.dim), rf = size_t(rf_), sw = size_t(s_.state_width);
+  std::vector<float> cv(c * rf), cs(c * sw);
   wb_.join_into(stream);  // the store holds every write-back
   copy_to_host(dev_, cv.data(), cache_values, cv.size() * sizeof(float), stream);  // synchronizes
   if (sw > 0) copy_to_host(dev_, cs.data(), cache_state, cs.size() * sizeof(float), stream);
@@ -419,16 +425,16 @@ TableRows HostTier::export_rows(const float* cache_values, const float* cache_st
   r.state.resize(n * sw);
   for (size_t i = 0; i < n; ++i) {
     if (!keys_) r.keys[i] = s_.direct_offset + int64_t(i) * s_.direct_stride;
-    const float* v = values_.data() + i * dim;
+    const float* v = values_.data() + i * rf;
     const float* st = state_.data() + i * sw;
     if (slot_of[i] >= 0) {
-      v = cv.data() + size_t(slot_of[i]) * dim;
+      v = cv.data() + size_t(slot_of[i]) * rf;
       st = cs.data() + size_t(slot_of[i]) * sw;
     } else if (!made[i]) {  // a row never used: its initial values
       initial_row(r.keys[i], r.values.data() + i * dim, r.state.data() + i * sw);
       continue;
     }
-    std::copy_n(v, dim, r.values.data() + i * dim);
+    for (size_t e = 0; e < dim; ++e) r.values[i * dim + e] = rowstore::load(v, s_.storage, int64_t(e));  // widened
     std::copy_n(st, sw, r.state.data() + i * sw);
   }
   return r;
@@ -479,7 +485,8 @@ void HostTier::load_rows(const TableRows& rows, const float* cache_values, const
     const size_t r = size_t(at[i]);
     made[r] = 1;
     uses_.data()[r] = 0;
-    std::copy_n(rows.values.data() + i * dim, dim, values_.data() + r * dim);
+    for (size_t e = 0; e < dim; ++e)  // as stored: 16 bits rounded to nearest, as an HBM table loads them
+      rowstore::store_nearest(values_.data() + r * size_t(rf_), s_.storage, int64_t(e), rows.values[i * dim + e]);
     std::copy_n(rows.state.data() + i * sw, sw, state_.data() + r * sw);
   }
   copy_to_device(dev_, made_.data(), made.data(), made.size(), stream);

@@ -38,8 +38,9 @@
 // them by key first, so that the keys refused are the largest). So a call costs one synchronization when its keys
 // all hit, and otherwise a few more (one a digit of the threshold), with host work that grows with neither its
 // misses nor its victims. A cache of every row holds the whole table: EmbeddingTable then makes an HBM table, with
-// no tier. Rows move as dim + state_width floats, so a tiered table stores fp32 rows
-// (EmbeddingTable refuses a 16-bit one); 16-bit rows would move as their bytes.
+// no tier. Rows move as they are stored: row_floats floats of values (dim for fp32 rows; dim / 2 for 16-bit ones,
+// their bits in pairs, half the bytes over the link) and state_width floats of state; export widens 16-bit values
+// and load rounds them to nearest, as an HBM table of that storage does.
 //
 // Why page-locked host memory moved by kernels rather than CUDA managed memory: managed memory larger than the
 // GPU's free memory can stall the GPU for every process of a shared machine; pinned memory cannot.
@@ -78,9 +79,10 @@ struct TierConfig {
   int64_t cache_rows = 0;
   Eviction eviction = Eviction::lru;  // host: the cache's policy (error: a call that needs an eviction fails)
 };
-// The tier of a table of dim and state_width from a program's options: cache_rows, else cache_mb MiB of cache rows
-// (values and state, at least 1 row). hbm: both must be 0; automatic: both may be 0 (the planner sizes the cache).
-TierConfig make_tier(TableTier tier, int64_t cache_rows, double cache_mb, Eviction eviction, int dim,
+// The tier of a table whose rows take row_floats floats of values as stored (HostTier::row_floats) and state_width
+// of state, from a program's options: cache_rows, else cache_mb MiB of cache rows (values and state, at least 1
+// row). hbm: both must be 0; automatic: both may be 0 (the planner sizes the cache).
+TierConfig make_tier(TableTier tier, int64_t cache_rows, double cache_mb, Eviction eviction, int row_floats,
                      int state_width);
 
 // What a host tier needs of its table.
@@ -92,6 +94,7 @@ struct HostTierSetup {
   int64_t cache_rows = 0;
   Eviction eviction = Eviction::lru;
   float initial_state = 0;    // every state float of a new row
+  RowStorage storage = RowStorage::fp32;  // the values as the table stores them (kernels/row_storage.h)
   // Initial values by key, as the table computes them (its segments on the host here).
   uint64_t seed = 0;
   uint32_t table_id = 0;
@@ -108,8 +111,10 @@ class HostTier {
   // host's available memory (/proc/meminfo MemAvailable) or the setup is bad. Synchronizes dev.stream.
   HostTier(const Device& dev, const HostTierSetup& s);
 
-  // Host bytes of the store: every row's values and state, and its use count.
-  static size_t host_bytes(int64_t capacity_rows, int dim, int state_width);
+  // Floats a row's values take as stored: dim for fp32, dim / 2 for 16-bit storage.
+  static int row_floats(int dim, RowStorage storage) { return storage == RowStorage::fp32 ? dim : dim / 2; }
+  // Host bytes of the store: every row's values (row_floats) and state, and its use count.
+  static size_t host_bytes(int64_t capacity_rows, int row_floats, int state_width);
   // Device bytes of the tier beside its cache's rows (what the planner counts): a slot (int32) and a made flag per
   // host row, about
   // kSlotWords int64 per cache slot (its key, row, stamps and pin, the victims' select lists and sort space),
@@ -118,7 +123,7 @@ class HostTier {
   static size_t device_bytes(int64_t capacity_rows, int64_t cache_rows, bool hashed);
   // Device bytes of the staging area that a call evicting `victims` rows uses (their values, state, host rows and
   // uses, and the store's sort of their host rows): a call evicts at most its distinct keys, and at most the cache.
-  static size_t staging_bytes(int64_t victims, int dim, int state_width);
+  static size_t staging_bytes(int64_t victims, int row_floats, int state_width);
 
   // Makes the distinct keys of keys [n] (device memory) resident in the cache (cache_values [cache_rows, dim],
   // cache_state [cache_rows, state_width], device memory) and returns their slots [n] (device memory, valid
@@ -178,7 +183,8 @@ class HostTier {
   KeyInit key_init_;      // its segments point into s_.key_segments (host)
   Buffer<KeySegment> segments_;  // s_.key_segments on the device
   KeyInit key_init_dev_;  // its segments point into segments_
-  PinnedBuffer<float> values_;   // [capacity_rows, dim]
+  int rf_;                       // row_floats(s_.dim, s_.storage)
+  PinnedBuffer<float> values_;   // [capacity_rows, rf_]
   PinnedBuffer<float> state_;    // [capacity_rows, state_width]
   PinnedBuffer<int64_t> uses_;   // per host row: calls that used it (LFU), while it is out of the cache
   Buffer<uint8_t> made_;         // per host row, on the device: its values are in the store (else its initial

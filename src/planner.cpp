@@ -292,8 +292,8 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
     if (in_host(rows))
       return table_memory_bytes(t.tier.cache_rows, t.dim, t.optimizer.kind, 1.0, true, t.storage) +
              HostTier::device_bytes(rows, t.tier.cache_rows, !t.direct_index) +
-             HostTier::staging_bytes(int64_t(std::ceil(std::min(double(t.tier.cache_rows), U))), t.dim,
-                                     optimizer_state_width(t.optimizer.kind, t.dim));
+             HostTier::staging_bytes(int64_t(std::ceil(std::min(double(t.tier.cache_rows), U))),
+                                     HostTier::row_floats(t.dim, t.storage), optimizer_state_width(t.optimizer.kind, t.dim));
     return table_memory_bytes(rows, t.dim, t.optimizer.kind, t.max_load_factor, t.direct_index, t.storage);
   };
   // a key % world shard (direct: rank 0's, the largest)
@@ -384,8 +384,9 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
                                                                                                size_t(hot_rows))) / W
                                                                 : Ug / W;
     const double miss = std::max(0.0, 1.0 - double(t.tier.cache_rows) / double(std::max<int64_t>(1, rows)));
-    c.host_bytes = HostTier::host_bytes(rows, t.dim, optimizer_state_width(t.optimizer.kind, t.dim));
-    c.host_transfer_bytes = 2 * touched * miss * (L.v + L.s);
+    c.host_bytes = HostTier::host_bytes(rows, HostTier::row_floats(t.dim, t.storage),
+                                        optimizer_state_width(t.optimizer.kind, t.dim));
+    c.host_transfer_bytes = 2 * touched * miss * (L.rv + L.s);  // rows move as stored
   }
   work_memory(c, t, p, opt, {K, P, U, shard, std::max<int64_t>(1, hot_rows), std::min(1.0, hot_share(stats, hot_rows))});
   c.bytes_other = c.bytes_per_step;
@@ -852,7 +853,7 @@ Plan plan_with_tiers(const CollectionConfig& cfg, const PlannerOptions& opt, con
 Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std::vector<TableKeyStats>& stats) {
   // An automatic table starts in HBM; one that fits no placement there goes to host memory under the cache asked
   // for, else under the cache the rank's budget leaves it (a little less, then smaller while it still does not
-  // fit), and the plan is made again. A 16-bit table stays in HBM (the host tier holds fp32 rows).
+  // fit), and the plan is made again.
   CollectionConfig c = cfg;
   const size_t T = cfg.tables.size();
   std::vector<bool> automatic(T, false);
@@ -866,7 +867,7 @@ Plan make_plan(const CollectionConfig& cfg, const PlannerOptions& opt, const std
     } catch (const TableDoesNotFit& e) {
       CollectionTableConfig& t = c.tables[e.table];
       const int64_t asked = cfg.tables[e.table].tier.cache_rows;
-      if (!automatic[e.table] || t.storage != RowStorage::fp32 || tries > int(4 * T + 16)) throw;
+      if (!automatic[e.table] || tries > int(4 * T + 16)) throw;
       int64_t rows = 0;
       if (t.tier.tier == TableTier::hbm)
         rows = asked > 0 ? asked : int64_t(0.95 * double(e.cache_rows));
