@@ -1,6 +1,6 @@
 // Tiered tables (src/host_tier.h) in a collection under every placement, on however many ranks the suite runs
 // with: the same outputs, tables and evaluations as the same collection with its tables in HBM, bit for bit, for
-// caches of about one batch, half the keys and every key; and a checkpoint of the tiered collection loads into an
+// caches of about one batch, half the keys and every key, with fp32 and bf16 rows; and a checkpoint of the tiered collection loads into an
 // HBM one (and back) with every row's bits; embedding.tier auto puts a table in host memory where the memory budget
 // is short, with the same results.
 #include <mpi.h>
@@ -55,8 +55,10 @@ struct World {
 constexpr int kSlots = 3;
 constexpr int64_t kKeys = 300;
 
-// Two tables: a hashed one on slots 0 and 1 (adagrad), a direct index on slot 2 (rowwise adagrad).
-CollectionConfig make_config(uint64_t seed, const std::string& placement, int64_t cache_rows) {
+// Two tables: a hashed one on slots 0 and 1 (adagrad), a direct index on slot 2 (rowwise adagrad, its rows stored
+// as direct_storage says).
+CollectionConfig make_config(uint64_t seed, const std::string& placement, int64_t cache_rows,
+                             RowStorage direct_storage = RowStorage::fp32) {
   CollectionConfig c;
   c.num_slots = kSlots;
   c.seed = seed;
@@ -77,6 +79,7 @@ CollectionConfig make_config(uint64_t seed, const std::string& placement, int64_
   b.slots = {2};
   b.key_bound = kKeys;
   b.direct_index = true;
+  b.storage = direct_storage;
   c.tables = {a, b};
   if (cache_rows > 0)
     for (auto& t : c.tables) {
@@ -166,20 +169,23 @@ void tiered_collection_equals_hbm(Backend backend) {
   uint64_t seed = testing::seed();
   MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, w.comm);
   const std::string last = std::to_string(w.size - 1);
+  for (RowStorage storage : {RowStorage::fp32, RowStorage::bf16})  // the direct table's rows (16-bit: as stored)
   for (const std::string& placement :
        std::vector<std::string>{"dispatch", "localized:" + last, "distributed", "replicated", "hybrid"}) {
     std::mt19937_64 g(seed);
     const int64_t samples = 8 * w.size;
     std::vector<Batch> batches;
     for (int s = 0; s < 6; ++s) batches.push_back(make_batch(g, samples, w));
-    const CollectionConfig hbm_cfg = make_config(seed, placement, 0);
+    const CollectionConfig hbm_cfg = make_config(seed, placement, 0, storage);
     const Plan plan = plan_of(hbm_cfg, w, batches[0]);
     // about one global batch's distinct keys (what a replicated table's update makes resident), half, all
     const int64_t one_batch = std::min<int64_t>(kKeys, samples * 2 * 3 + 8);
     for (int64_t cache : {one_batch, kKeys / 2, kKeys}) {
-      const std::string what = placement + " cache " + std::to_string(cache);
+      const std::string what =
+          placement + " cache " + std::to_string(cache) + " direct table " + row_storage_name(storage);
       EmbeddingCollection hbm(w.comm, w.communicator.get(), w.dev, hbm_cfg, plan);
-      EmbeddingCollection tier(w.comm, w.communicator.get(), w.dev, make_config(seed, placement, cache), plan);
+      EmbeddingCollection tier(w.comm, w.communicator.get(), w.dev, make_config(seed, placement, cache, storage),
+                               plan);
       BOOST_CHECK_LE(tier.memory_bytes(), hbm.memory_bytes());
       BOOST_CHECK_MESSAGE(testing::all_ranks(train_alike(hbm, tier, w, batches, seed)),
                           what << ": train outputs differ");
@@ -197,10 +203,10 @@ void tiered_collection_equals_hbm(Backend backend) {
       const std::string at = tier.save(dir.path, meta);
       // (distributed pools a bag's keys per owner first: its outputs are compared with distributed's own)
       const std::string moved = placement == "distributed" ? placement : "dispatch";
-      CollectionConfig other = make_config(seed, moved, 0);
+      CollectionConfig other = make_config(seed, moved, 0, storage);
       EmbeddingCollection loaded(w.comm, w.communicator.get(), w.dev, other, plan_of(other, w, batches[0]));
       loaded.load(at);
-      CollectionConfig other_tier = make_config(seed, moved, kKeys / 3);
+      CollectionConfig other_tier = make_config(seed, moved, kKeys / 3, storage);
       EmbeddingCollection loaded_tier(w.comm, w.communicator.get(), w.dev, other_tier,
                                       plan_of(other_tier, w, batches[0]));
       loaded_tier.load(at);
