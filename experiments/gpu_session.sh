@@ -178,11 +178,15 @@ for part in "${parts[@]}"; do
             --alpha $alpha --prefill 0 --iters 10 $tier --tag tier_$t --out "$out/bench.jsonl"
         done
       done
-      for t in hbm host host_lfu; do  # the same after 200 steps: the caches full and evicting (LRU, then LFU)
+      # the same after 200 steps: the caches full and evicting (LRU, then LFU; then bf16 rows, in HBM and in host
+      # memory under caches of as many bytes)
+      for t in hbm host host_lfu hbm_bf16 host_bf16; do
         case $t in
           hbm) tier="--tier hbm" ;;
           host) tier="--tier host --cache-gb 0.5" ;;
-          *) tier="--tier host --cache-gb 0.5 --eviction lfu" ;;
+          host_lfu) tier="--tier host --cache-gb 0.5 --eviction lfu" ;;
+          hbm_bf16) tier="--tier hbm --storage bf16" ;;
+          *) tier="--tier host --cache-gb 0.5 --storage bf16" ;;
         esac
         # shellcheck disable=SC2086
         CUDA_VISIBLE_DEVICES=0 run bench_collection.log timeout 150 $mpiexec -n 1 "$build/bin/bench_collection" \

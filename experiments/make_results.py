@@ -205,6 +205,14 @@ def tier_table(recs):
                 rows.append(f"| the same | {keys} | host memory, a {cache:g} GB cache a table, LFU eviction | "
                             f"{fmt(lfu, 3)} | | {ratio(ours_time=lfu, peer_time=pc) + ' (its LRU)' if pc else ''} | "
                             f"{f'{lfu / hbm:.2f}x' if hbm else ''} | |")
+            hbm16, host16 = pick(prefix + "hbm_bf16", alpha), pick(prefix + "host_bf16", alpha)
+            if host16:  # bf16 rows, as stored in host memory too (the cache's bytes hold about twice the rows)
+                rows.append(f"| the same, bf16 rows | {keys} | HBM | {fmt(hbm16, 3)} | {fmt(ph, 3)} (fp32 rows) | "
+                            f"{ratio(ours_time=hbm16, peer_time=ph) if ph and hbm16 else ''} | | |")
+                rows.append(f"| the same, bf16 rows | {keys} | host memory, a {cache:g} GB cache a table (about twice "
+                            f"the rows) | {fmt(host16, 3)} | {fmt(pc, 3)} (fp32 rows) | "
+                            f"{ratio(ours_time=host16, peer_time=pc) if pc else ''} | "
+                            f"{f'{host16 / hbm16:.2f}x (its HBM)' if hbm16 else ''} | |")
     for r in recs:
         if r.get("bench") == "train" and r.get("tag") == "full_host":
             rows.append(f"| the full MLPerf v1 tables (40M cap, 188M rows of 128), `bench_train --model dot "

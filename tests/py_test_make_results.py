@@ -81,6 +81,28 @@ class MakeResults(unittest.TestCase):
         self.assertIn(f"2.00 ({share:.0f}%)", md)
         self.assertIn("tests.log: tests: 3 passed, 0 failed, 0 skipped", md)
 
+    def test_host_tier_rows(self):
+        def coll(tag, ms):
+            return {"program": "bench_collection", "bench": "collection", "tag": tag, "alpha": 1.1, "ms_step": ms,
+                    "cache_gb": 0.5, "wrong": 0, "git": REV, "gpus": ["NVIDIA H200"], "rows": [4000000]}
+
+        def fbgemm(cache_rows, ms):
+            return {"peer": "fbgemm.tbe.collection", "alpha": 1.1, "cache_rows": cache_rows, "tables": "mlperf-v1",
+                    "optimizer": "exact_rowwise_adagrad", "fresh_batches": 440, "step_ms": ms}
+
+        recs = [coll("steady_hbm", 1.0), coll("steady_host", 1.6), coll("steady_host_lfu", 1.8),
+                coll("steady_hbm_bf16", 0.9), coll("steady_host_bf16", 1.2)]
+        r, repo = self.visit(recs, [fbgemm(0, 1.5), fbgemm(7890000, 3.2)])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(repo, "experiments", "RESULTS.md")) as f:
+            md = f.read()
+        # LRU: 3.2 / 1.6 = 2.00x FBGEMM's cached step, 1.6 / 1.0 = 1.60x our HBM step; LFU: 3.2 / 1.8, 1.8 / 1.0;
+        # bf16 rows: 1.5 / 0.9 and 3.2 / 1.2 against FBGEMM's fp32 rows, 1.2 / 0.9 against their own HBM step
+        self.assertIn("| 1.600 | 3.200 | **2.00x** | 1.60x |", md)
+        self.assertIn("| 1.800 | | **1.78x** (its LRU) | 1.80x |", md)
+        self.assertIn("| the same, bf16 rows | power law 1.1 | HBM | 0.900 | 1.500 (fp32 rows) | **1.67x** |", md)
+        self.assertIn("| 1.200 | 3.200 (fp32 rows) | **2.67x** | 1.33x (its HBM) |", md)
+
     def test_a_log_cut_short_is_summed(self):
         # no run_all summary (the call's limit came first): the suites' lines summed, the failed ones named
         log = ("test_a   3 passed   0 failed   1 skipped   1s  ok\n"
