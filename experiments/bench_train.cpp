@@ -10,7 +10,11 @@
 // Keys per slot (--hotness): dcnv2 on the mlperf preset runs MLPerf DLRM-DCNv2's multi-hot keys per slot unless
 // told (io/synthetic.h mlperf_dcnv2_hotness, 214 a sample), dot one key per slot (MLPerf DLRM v1); the output's head and every record
 // ("hotness") state them.
+// Keys (--alpha): uniform by default, as the PyTorch peers (experiments/peers/peer_dlrm_tbe.py) draw them; --alpha A
+// draws them by a power law. --batches K takes K distinct batches in turn (default 1: the same batch every step, as
+// the peers do).
 //   mpiexec -n 8 bench_train [--batch 65536] [--max-rows 4000000] [--model dot|dcnv2] [--placement auto]
+//                            [--alpha 0] [--batches 1]
 //                            [--exchange fp32|bf16] [--precision fp32|bf16|fp16] [--cuda-graphs 1|0] [--trace N] [--warmup 3] [--steps 10] [--out results/bench_train.jsonl]
 //                            [--index hashed|direct] [--sparse-optimizer rowwise_adagrad|adagrad|sgd] [--atomic-update 0|1]
 //                            [--tier hbm|host|auto --cache-gb X | --cache-rows N --eviction lru|lfu]
@@ -37,7 +41,8 @@ int main(int argc, char** argv) {
   std::string tier = "hbm", eviction = "lru";
   double cache_gb = 0;
   int64_t cache_rows = 0;
-  int64_t batch = 65536, max_rows = 4000000, trace = 0;
+  int64_t batch = 65536, max_rows = 4000000, trace = 0, batches = 1;
+  double alpha = 0;
   int dim = 128;
   bool graphs = true, gemm_search = true;
   bench::DriverDefaults dd;
@@ -49,6 +54,10 @@ int main(int argc, char** argv) {
   d.options().add_options()("batch", po::value(&batch)->default_value(batch), "samples per rank per step")(
       "preset", po::value(&preset)->default_value(preset), "mlperf | small (io/synthetic.h)")(
       "max-rows", po::value(&max_rows)->default_value(max_rows), "cap on every table's rows")(
+      "alpha", po::value(&alpha)->default_value(alpha),
+      "keys' power law P(key k) ~ (k + 1)^-alpha (io/synthetic.h); 0: uniform, as the PyTorch peers draw them")(
+      "batches", po::value(&batches)->default_value(batches),
+      "distinct global batches taken in turn, one a step (1: the same keys every step)")(
       "hotness", po::value(&hotness),
       "keys per slot: k, a-b or a comma list, one per slot (default: dcnv2 with the mlperf preset MLPerf "
       "DCNv2's, otherwise 1)")(
@@ -130,6 +139,8 @@ int main(int argc, char** argv) {
     bo.preset = preset;
     bo.max_rows = max_rows;
     bo.hotness = hotness;
+    bo.alpha = alpha;
+    bo.batches = batches;
     bo.batch = batch;
     bo.warmup = d.warmup();
     bo.steps = d.repeats();
@@ -137,7 +148,8 @@ int main(int argc, char** argv) {
     set_gemm_algo_search(gemm_search);
     const BenchmarkResult r = run_benchmark(MPI_COMM_WORLD, d.ctx().topo(), d.device(), cfg, bo);
     if (d.is_root()) {
-      std::printf("# keys per slot: %s\n", hotness.c_str());
+      std::printf("# keys per slot: %s; keys %s; %lld distinct batches\n", hotness.c_str(),
+                  alpha == 0 ? "uniform" : strprintf("power law %g", alpha).c_str(), (long long)batches);
       std::fputs(r.table(cfg, bo).c_str(), stdout);
       std::fflush(stdout);
     }

@@ -203,7 +203,7 @@ for part in "${parts[@]}"; do
       done
       CUDA_VISIBLE_DEVICES=0 run bench_train.log timeout 240 $mpiexec -n 1 "$build/bin/bench_train" --model dot \
         --max-rows 40000000 --index direct --sparse-optimizer rowwise_adagrad --precision bf16 --batch $b --steps 20 \
-        --tier host --cache-gb 4 --tag full_host --out "$out/bench.jsonl"
+        --alpha 1.1 --batches 8 --warmup 16 --tier host --cache-gb 4 --tag full_host --out "$out/bench.jsonl"
       for e in lru lfu; do
         CUDA_VISIBLE_DEVICES=0 run bench_hashtable.log timeout 120 "$build/bin/bench_hashtable" --evict $e \
           --rows 1048576 --dims 32 --keys 262144 --hit-fractions 0.6 --stream 10 --out "$out/bench.jsonl"

@@ -52,27 +52,35 @@ BenchmarkResult run_benchmark(MPI_Comm world, const Topology& topo, const Device
   MPI_CHECK(MPI_Comm_size(world, &W));
   SyntheticConfig data;
   agree_on_error(world, guarded([&] {
-    SPARTA_REQUIRE(o.batch >= 1 && o.warmup >= 0 && o.steps >= 1,
-                   "benchmark: batch >= 1, warmup >= 0 and steps >= 1 expected, found %lld, %lld, %lld",
-                   (long long)o.batch, (long long)o.warmup, (long long)o.steps);
+    SPARTA_REQUIRE(o.batch >= 1 && o.warmup >= 0 && o.steps >= 1 && o.batches >= 1,
+                   "benchmark: batch >= 1, warmup >= 0, steps >= 1 and batches >= 1 expected, found %lld, %lld, %lld, "
+                   "%lld",
+                   (long long)o.batch, (long long)o.warmup, (long long)o.steps, (long long)o.batches);
     SyntheticOptions so;
     so.preset = o.preset;
-    so.samples = o.batch * W;
+    so.samples = o.batch * W * o.batches;
     so.max_rows = o.max_rows;
     so.hotness = o.hotness;
+    so.alpha = strprintf("%.17g", o.alpha);
     data = make_synthetic_config(so);
   }));
   const int64_t G = o.batch * W;
   cfg.global_batch = G;
   if (cfg.train_path.empty()) cfg.train_path = "(in memory)";
-  const Batch b = make_batch(data, rank * o.batch, o.batch, dev.backend);
-  Trainer trainer(world, topo, dev, cfg, synthetic_schema(data), b, G);
-  for (int64_t i = 0; i < o.warmup; ++i) trainer.timed_step(b, G);
-  double plain = trainer.plain_steps(b, G, o.steps);
+  std::vector<Batch> batches;
+  for (int64_t j = 0; j < o.batches; ++j) batches.push_back(make_batch(data, (j * W + rank) * o.batch, o.batch, dev.backend));
+  std::vector<const Batch*> order;
+  for (const Batch& b : batches) order.push_back(&b);
+  auto nth = [&](int64_t i) -> const Batch& { return batches[size_t(i % o.batches)]; };
+  Trainer trainer(world, topo, dev, cfg, synthetic_schema(data), batches.front(), G);
+  for (int64_t i = 0; i < o.warmup; ++i) trainer.timed_step(nth(i), G);
+  // the timed steps go on through the batches where the warm-up left them
+  std::rotate(order.begin(), order.begin() + o.warmup % o.batches, order.end());
+  double plain = trainer.plain_steps(order, G, o.steps);
   timed_allreduce(MPI_IN_PLACE, &plain, 1, MPI_DOUBLE, MPI_MAX, world, "benchmark timings");
   std::vector<double> total, data_ms, emb, dense, comm;
   for (int64_t i = 0; i < o.steps; ++i) {
-    const Trainer::StepTimes t = trainer.timed_step(b, G);
+    const Trainer::StepTimes t = trainer.timed_step(nth(o.warmup + o.steps + i), G);
     double v[5] = {t.total_ms(), t.data_ms, t.embedding_ms, t.dense_ms, t.comm_ms};
     timed_allreduce(MPI_IN_PLACE, v, 5, MPI_DOUBLE, MPI_MAX, world, "benchmark timings");
     total.push_back(v[0]), data_ms.push_back(v[1]), emb.push_back(v[2]), dense.push_back(v[3]), comm.push_back(v[4]);
@@ -80,7 +88,7 @@ BenchmarkResult run_benchmark(MPI_Comm world, const Topology& topo, const Device
   BenchmarkResult r;
   if (o.trace_steps > 0) {  // not timed: the timeline of steps taken as training takes them
     trainer.trace(true);
-    trainer.plain_steps(b, G, o.trace_steps);
+    trainer.plain_steps(order, G, o.trace_steps);
     r.trace = trainer.read_trace();
     trainer.trace(false);
   }
@@ -117,14 +125,14 @@ std::string BenchmarkResult::json_fields(const TrainConfig& cfg, const Benchmark
       "\"embedding_dim\":%d,\"model_shape\":\"%s\",\"batch_per_rank\":%lld,\"global_batch\":%lld,"
       "\"samples_per_s\":%.1f,\"ms_step\":%.4f,\"ms_phases\":%.4f,\"ms_data\":%.4f,\"ms_embedding\":%.4f,"
       "\"ms_dense\":%.4f,\"ms_comm\":%.4f,\"batch_copy\":\"staged\",\"cuda_graphs\":%s,\"graph_replays\":%lld,"
-      "\"wrong\":%lld",
+      "\"wrong\":%lld,\"alpha\":%g,\"batches\":%lld",
       interaction_name(cfg.model.interaction), precision_name(cfg.model.precision),
       placement.c_str(), cfg.placement.c_str(), cfg.exchange.c_str(), cfg.comm_mode.c_str(), o.preset.c_str(),
       (long long)o.max_rows, o.hotness.c_str(), cfg.model.embedding_dim, model_shape.c_str(),
       (long long)o.batch, (long long)global_batch, samples_per_s, ms_step,
       ms_phases, ms_data, ms_embedding, ms_dense, ms_comm,
       cfg.cuda_graphs ? "true" : "false",
-      (long long)graph_replays, (long long)wrong);
+      (long long)graph_replays, (long long)wrong, o.alpha, (long long)o.batches);
 }
 
 }  // namespace sparta

@@ -1,7 +1,9 @@
 // support_train_bench.h: bench_train's measurement: the training step's throughput on synthetic batches held in
-// memory (no files), in the MLPerf shapes by default. Each rank generates its slice
-// of one global batch (io/synthetic.h, the sample stream's samples [rank * batch, (rank + 1) * batch)), the
-// trainer is built on it (the planner sees its keys), then `warmup` untimed steps (they insert the keys), then
+// memory (no files), in the MLPerf shapes by default, keys uniform (alpha 0, as the PyTorch peers draw them) or by
+// a power law. Each rank generates its slice of `batches` global batches (io/synthetic.h, global batch j's samples
+// [(j * world + rank) * batch, ... + batch) of the sample stream), taken in turn, one a step (1: the same batch
+// every step; more: new keys each step, which a host tier's cache must fetch), the trainer is built on the first
+// (the planner sees its keys), then `warmup` untimed steps (they insert the keys), then
 // `steps` steps exactly as training takes them (Trainer::plain_steps: phases overlapping, the host waiting only
 // at the end), which give ms_step and samples/s (the slowest rank's mean), then `steps` more with the host
 // waiting after every phase (Trainer::timed_step), which split the step into data, embedding, dense and comm
@@ -25,6 +27,8 @@ struct BenchmarkOptions {
   std::string preset = "mlperf";  // io/synthetic.h presets: mlperf (26 tables, 13 dense) | small
   int64_t max_rows = 4000000;     // cap on every table's rows
   std::string hotness = "1";      // keys per slot: k or a-b
+  double alpha = 0;               // keys' power law (io/synthetic.h); 0: uniform
+  int64_t batches = 1;            // distinct global batches, taken in turn
   int64_t batch = 65536;          // samples per rank per step
   int64_t warmup = 3;             // untimed steps
   int64_t steps = 10;             // timed steps

@@ -618,15 +618,19 @@ void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, flo
   release(d);
 }
 
-double Trainer::plain_steps(const Batch& b, int64_t global_batch, int64_t n) {
+double Trainer::plain_steps(const std::vector<const Batch*>& batches, int64_t global_batch, int64_t n) {
+  SPARTA_REQUIRE(!batches.empty(), "Trainer::plain_steps: no batches");
   synchronize_all();
   const double t = now_s();
+  const size_t k = batches.size();
   for (int64_t i = 0; i < n; ++i) {
     // as run() does: the next step's batch copied (and routed ahead) while this one trains
+    const Batch& b = *batches[size_t(i) % k];
     NextBatch next;
     if (i + 1 < n) next = [&] {
-        stage(b);
-        return &b;
+        const Batch* nb = batches[size_t(i + 1) % k];
+        stage(*nb);
+        return nb;
       };
     train_step(b, step_ + 1, global_batch, losses_.data(), next, /*look_ahead=*/true);
     ++step_;

@@ -113,9 +113,10 @@ class Trainer {
     double total_ms() const { return data_ms + embedding_ms + dense_ms + comm_ms; }
   };
   StepTimes timed_step(const Batch& b, int64_t global_batch);
-  // Benchmarks: n training steps on b exactly as run() takes them (phases overlapping, the dense gradients
-  // all-reduced in buckets behind the backward), the host waiting only at the end. Milliseconds per step.
-  double plain_steps(const Batch& b, int64_t global_batch, int64_t n);
+  // Benchmarks: n training steps exactly as run() takes them (phases overlapping, the dense gradients all-reduced
+  // in buckets behind the backward), step i on batches[i % batches.size()], the host waiting only at the end.
+  // Milliseconds per step.
+  double plain_steps(const std::vector<const Batch*>& batches, int64_t global_batch, int64_t n);
 
   // The configuration with the dataset's shapes filled in (what checkpoints record).
   const TrainConfig& config() const { return cfg_; }

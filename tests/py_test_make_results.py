@@ -18,7 +18,7 @@ DOT_SHAPE = "dot, bottom MLP 13-512-256-128, 26 x 128 embeddings, top MLP 479-10
 def train(model, ranks, sps, ms_dense, rev=REV, tag="rep1"):
     return {"program": "bench_train", "bench": "train", "model": model, "ranks": ranks, "precision": "bf16",
             "batch_per_rank": 65536, "samples_per_s": sps, "ms_step": 65536 * ranks / sps * 1e3,
-            "ms_dense": ms_dense, "hotness": "1", "model_shape": DOT_SHAPE, "tag": tag, "git": rev,
+            "ms_dense": ms_dense, "hotness": "1", "model_shape": DOT_SHAPE, "tag": tag, "git": rev, "alpha": 0,
             "gpus": ["NVIDIA H200"], "date": "2026-11-28T20:00:00Z"}
 
 
@@ -48,7 +48,9 @@ class MakeResults(unittest.TestCase):
 
     def test_tables_files_and_ratios(self):
         recs = [train("dot", 1, 10e6, 2.0), train("dot", 1, 12e6, 2.0, tag="rep2"), train("dot", 2, 20e6, 2.0),
-                dict(train("dot", 1, 14e6, 2.0, tag="direct1"), index="direct")]
+                dict(train("dot", 1, 14e6, 2.0, tag="direct1"), index="direct"),
+                # tables in host memory or beyond the 4M cap are not the table's shape: left out
+                dict(train("dot", 1, 99e6, 2.0, tag="full_host"), tier="host", max_rows=40000000, cache_gb=4.0)]
         peers = [{"peer": "torch.dlrm.tbe.compiled", "model": "dot", "precision": "bf16", "batch": 65536,
                   "samples_per_s": 4e6},
                  {"peer": "torch.dlrm", "model": "dot", "precision": "bf16", "batch": 65536,
@@ -67,6 +69,7 @@ class MakeResults(unittest.TestCase):
         with open(os.path.join(repo, "experiments", "RESULTS.md")) as f:
             md = f.read()
         self.assertIn("revision 0123456", md)
+        self.assertIn("4M rows, uniform keys, as the peers draw them;", md)
         # 1 GPU, hashed keys: median of 10 M and 12 M = 11 M; against 4 M: 2.75x; against 2 M: 5.50x; 2 GPUs over 1:
         # 20/11; the direct index in a row of its own: 14 M, 3.50x
         self.assertIn("| dot (one key each) | hashed | 1 | 11.00 M |", md)
@@ -102,6 +105,16 @@ class MakeResults(unittest.TestCase):
         self.assertIn("| 1.800 | | **1.78x** (its LRU) | 1.80x |", md)
         self.assertIn("| the same, bf16 rows | power law 1.1 | HBM | 0.900 | 1.500 (fp32 rows) | **1.67x** |", md)
         self.assertIn("| 1.200 | 3.200 (fp32 rows) | **2.67x** | 1.33x (its HBM) |", md)
+
+    def test_keys_of_older_records_are_named(self):
+        rec = train("dot", 1, 10e6, 2.0)
+        del rec["alpha"]  # a bench_train before --alpha drew the generator's power law 1.1
+        r, repo = self.visit([rec], [])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(repo, "experiments", "RESULTS.md")) as f:
+            md = f.read()
+        self.assertIn("sparta's keys by a power law (alpha 1.1", md)
+        self.assertIn("not the same keys", md)
 
     def test_a_log_cut_short_is_summed(self):
         # no run_all summary (the call's limit came first): the suites' lines summed, the failed ones named

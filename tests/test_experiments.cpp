@@ -351,7 +351,8 @@ BOOST_AUTO_TEST_CASE(every_bench_json_line_carries_the_provenance, *boost::unit_
 }
 
 // bench_train's record: the step timed on in-memory batches (no data files), with every phase, the plan's
-// placement and the model's shape; a bad --batch is refused naming it.
+// placement, the model's shape and the keys' law (uniform unless told, as the peers draw them); distinct batches in
+// turn (--batches) with power-law keys; a bad --batch or --batches is refused naming it.
 BOOST_AUTO_TEST_CASE(bench_train_records_every_phase, *boost::unit_test::timeout(300)) {
   require_repo_root();
   testing::ScopedPath dir("experiments", "bench_train");
@@ -364,13 +365,24 @@ BOOST_AUTO_TEST_CASE(bench_train_records_every_phase, *boost::unit_test::timeout
   const std::string line = read_file(dir.path + "/b.jsonl");
   for (const char* w : {"\"bench\":\"train\"", "\"global_batch\":512", "\"ranks\":2", "\"ms_embedding\":",
                         "\"ms_dense\":", "\"ms_comm\":", "\"ms_data\":", "\"wrong\":0", "\"placement\":\"",
-                        "bottom MLP 13-16-8, 8 x 8 embeddings"})
+                        "bottom MLP 13-16-8, 8 x 8 embeddings", "\"alpha\":0,", "\"batches\":1"})
     BOOST_TEST(contains(line, w), w << " in " << line);
+  BOOST_TEST(contains(r.output, "keys uniform; 1 distinct batches"), r.output);
   const size_t at = line.find("\"samples_per_s\":") + 16;
   BOOST_TEST(std::stod(line.substr(at)) > 0);
+  r = run(bin + "--batch 64 --warmup 2 --steps 3 --embedding-dim 8 --bottom-mlp 16,8 --top-mlp 16,1 --alpha 1.1 "
+                "--batches 3 --out " + dir.path + "/c.jsonl", 240);
+  BOOST_REQUIRE_MESSAGE(r.status == 0, r.output);
+  BOOST_TEST(contains(r.output, "keys power law 1.1; 3 distinct batches"), r.output);
+  const std::string line3 = read_file(dir.path + "/c.jsonl");
+  for (const char* w : {"\"alpha\":1.1,", "\"batches\":3", "\"wrong\":0"})
+    BOOST_TEST(contains(line3, w), w << " in " << line3);
   r = run(bin + "--batch 0", 120);
   BOOST_TEST(r.status != 0);
   BOOST_TEST(contains(r.output, "--batch: expected >= 1, found 0"), r.output);
+  r = run(bin + "--batches 0", 120);
+  BOOST_TEST(r.status != 0);
+  BOOST_TEST(contains(r.output, "batches >= 1 expected"), r.output);
 }
 
 // bench_train --model dcnv2 on the mlperf preset runs MLPerf DCNv2's keys per slot unless told, and says so in its
@@ -390,7 +402,7 @@ BOOST_AUTO_TEST_CASE(bench_train_dcnv2_defaults_to_the_mlperf_keys_per_slot, *bo
                                      "--embedding-dim 4 --bottom-mlp 8,4 --top-mlp 8,1 --batch 8 --warmup 1 --steps 1 " +
                                      c.args + " --out " + out, 300);
       BOOST_REQUIRE_MESSAGE(r.status == 0, r.output);
-      BOOST_CHECK_MESSAGE(contains(r.output, "# keys per slot: " + c.hotness + "\n"), r.output);
+      BOOST_CHECK_MESSAGE(contains(r.output, "# keys per slot: " + c.hotness + ";"), r.output);
       BOOST_CHECK_MESSAGE(contains(read_file(out), "\"hotness\":\"" + c.hotness + "\""), read_file(out));
       fs::remove(out);
     }
