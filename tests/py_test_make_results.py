@@ -22,6 +22,11 @@ def train(model, ranks, sps, ms_dense, rev=REV, tag="rep1"):
             "gpus": ["NVIDIA H200"], "date": "2026-11-28T20:00:00Z"}
 
 
+def results_md(repo):
+    with open(os.path.join(repo, "experiments", "RESULTS.md")) as f:
+        return f.read()
+
+
 class MakeResults(unittest.TestCase):
     def visit(self, records, peers, tests_log=None):
         d = tempfile.mkdtemp()
@@ -66,8 +71,7 @@ class MakeResults(unittest.TestCase):
         with open(os.path.join(measured, "h200x2_0123456_peers.jsonl")) as f:
             for line in f:
                 self.assertEqual(json.loads(line)["git"], REV)  # peers stamped with the visit's revision
-        with open(os.path.join(repo, "experiments", "RESULTS.md")) as f:
-            md = f.read()
+        md = results_md(repo)
         self.assertIn("revision 0123456", md)
         self.assertIn("4M rows, uniform keys, as the peers draw them;", md)
         # 1 GPU, hashed keys: median of 10 M and 12 M = 11 M; against 4 M: 2.75x; against 2 M: 5.50x; 2 GPUs over 1:
@@ -97,8 +101,7 @@ class MakeResults(unittest.TestCase):
                 coll("steady_hbm_bf16", 0.9), coll("steady_host_bf16", 1.2)]
         r, repo = self.visit(recs, [fbgemm(0, 1.5), fbgemm(7890000, 3.2)])
         self.assertEqual(r.returncode, 0, r.stderr)
-        with open(os.path.join(repo, "experiments", "RESULTS.md")) as f:
-            md = f.read()
+        md = results_md(repo)
         # LRU: 3.2 / 1.6 = 2.00x FBGEMM's cached step, 1.6 / 1.0 = 1.60x our HBM step; LFU: 3.2 / 1.8, 1.8 / 1.0;
         # bf16 rows: 1.5 / 0.9 and 3.2 / 1.2 against FBGEMM's fp32 rows, 1.2 / 0.9 against their own HBM step
         self.assertIn("| 1.600 | 3.200 | **2.00x** | 1.60x |", md)
@@ -111,8 +114,7 @@ class MakeResults(unittest.TestCase):
         del rec["alpha"]  # a bench_train before --alpha drew the generator's power law 1.1
         r, repo = self.visit([rec], [])
         self.assertEqual(r.returncode, 0, r.stderr)
-        with open(os.path.join(repo, "experiments", "RESULTS.md")) as f:
-            md = f.read()
+        md = results_md(repo)
         self.assertIn("sparta's keys by a power law (alpha 1.1", md)
         self.assertIn("not the same keys", md)
 
@@ -122,8 +124,7 @@ class MakeResults(unittest.TestCase):
                "mpi_test_b (2 ranks)   4 passed   2 failed   0 skipped   2s  FAILED\n")
         r, repo = self.visit([train("dot", 1, 1e6, 1.0)], [], log)
         self.assertEqual(r.returncode, 0, r.stderr)
-        with open(os.path.join(repo, "experiments", "RESULTS.md")) as f:
-            md = f.read()
+        md = results_md(repo)
         self.assertIn("tests.log: tests: 7 passed, 2 failed, 1 skipped in the 2 suites it reached before the call's "
                       "limit (failed: mpi_test_b)", md)
 
