@@ -367,7 +367,7 @@ CollectionConfig make_config(const Args& a, const std::vector<Table>& tables, co
     tc.placement = placement == "plan" ? chosen[t] : placement;
     tc.init_scale = 0.05f;
     tc.tier = make_tier(parse_tier(a.tier, "--tier"), a.cache_rows, a.cache_gb * 1e9 / 1048576.0,
-                        parse_eviction(a.eviction, "--eviction"), HostTier::row_floats(tc.dim, tc.storage),
+                        parse_eviction(a.eviction, "--eviction"), row_storage_floats(tc.storage, tc.dim),
                         optimizer_state_width(tc.optimizer.kind, tc.dim));
     c.tables.push_back(tc);
   }

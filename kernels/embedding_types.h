@@ -64,6 +64,8 @@ inline int optimizer_state_width(OptimizerKind kind, int dim) {
 }
 
 SPARTA_HD constexpr int row_storage_bytes(RowStorage s) { return s == RowStorage::fp32 ? 4 : 2; }
+// Floats a row of dim values takes as stored: dim for fp32, dim / 2 for 16-bit rows (their bits in pairs; dim even).
+SPARTA_HD constexpr int row_storage_floats(RowStorage s, int dim) { return dim * row_storage_bytes(s) / 4; }
 
 // Where bag b's vector lies: in a [bags, dim] array (slots 0), or, laid out in a wider array, in rows of `row`
 // values that hold the samples side by side, bag b = sample * slots + j from b / slots * row + cols[j] (a pooled

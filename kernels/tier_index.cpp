@@ -117,9 +117,9 @@ void tier_store_cpu(const float* stage_values, const float* stage_state, const i
 
 void tier_place_cpu(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
                     int64_t pin_gen, uint8_t* row_made, const int64_t* host_uses, const float* host_values,
-                    const float* host_state, int dim, int row_floats, int state_width, float initial_state,
+                    const float* host_state, int dim, int state_width, float initial_state,
                     const KeyInit& init, float* cache_values, float* cache_state) {
-  const int rf = row_floats;
+  const int rf = row_storage_floats(init.storage, dim);
   for (int64_t j = 0; j < m; ++j) {
     const int64_t key = misses[2 * j], r = misses[2 * j + 1];
     const int64_t s = tier_placed_slot(p, j);
@@ -211,12 +211,12 @@ void tier_store(const Device& dev, const float* stage_values, const float* stage
 
 void tier_place(const Device& dev, const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p,
                 int64_t tick, int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
-                const float* host_state, int dim, int row_floats, int state_width, float initial_state,
+                const float* host_state, int dim, int state_width, float initial_state,
                 const KeyInit& init, float* cache_values, float* cache_state, Stream stream) {
   TIER_DISPATCH(tier_place_cpu(t, misses, m, p, tick, pin_gen, made, host_uses, host_values, host_state, dim,
-                               row_floats, state_width, initial_state, init, cache_values, cache_state),
+                               state_width, initial_state, init, cache_values, cache_state),
                 tier_place_cuda(t, misses, m, p, tick, pin_gen, made, host_uses, host_values, host_state, dim,
-                                row_floats, state_width, initial_state, init, cache_values, cache_state, stream));
+                                state_width, initial_state, init, cache_values, cache_state, stream));
 }
 
 void tier_resolve(const Device& dev, const TierIndex& t, const int64_t* row, int64_t n, int64_t* slot,

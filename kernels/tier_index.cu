@@ -207,10 +207,10 @@ __global__ void __launch_bounds__(32 * kRowWarps) tier_place_kernel(TierIndex t,
                                                                     uint8_t* row_made, const int64_t* host_uses,
                                                                     const float* host_values,
                                                                     const float* host_state, int dim,
-                                                                    int row_floats, int state_width,
-                                                                    float initial_state, KeyInit init,
+                                                                    int state_width, float initial_state,
+                                                                    KeyInit init,
                                                                     float* cache_values, float* cache_state) {
-  const int lane = threadIdx.x & 31, rf = row_floats;
+  const int lane = threadIdx.x & 31, rf = row_storage_floats(init.storage, dim);
   for (int64_t j = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / 32; j < m; j += int64_t(gridDim.x) * kRowWarps) {
     const int64_t key = misses[2 * j], r = misses[2 * j + 1];
     const int64_t s = tier_placed_slot(p, j);
@@ -328,12 +328,12 @@ void tier_store_cuda(const float* stage_values, const float* stage_state, const 
 
 void tier_place_cuda(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
                      int64_t pin_gen, uint8_t* row_made, const int64_t* host_uses, const float* host_values,
-                     const float* host_state, int dim, int row_floats, int state_width, float initial_state,
+                     const float* host_state, int dim, int state_width, float initial_state,
                      const KeyInit& init, float* cache_values, float* cache_state, Stream stream) {
   if (m == 0) return;
   tier_place_kernel<<<blocks_for_rows(m), 32 * kRowWarps, 0, stream>>>(t, misses, m, p, tick, pin_gen, row_made,
                                                                          host_uses, host_values, host_state, dim,
-                                                                         row_floats, state_width, initial_state,
+                                                                         state_width, initial_state,
                                                                          init, cache_values, cache_state);
   CUDA_CHECK_LAUNCH("tier_place_kernel");
 }

@@ -138,10 +138,10 @@ struct TierPlacement {
 // host_uses + 1 when made [capacity_rows] (device memory) says the store holds it, else its initial values by key
 // (init: kernels/key_init.h, its segments on the device; dim values in init.storage, rounded to nearest) and
 // initial_state with uses 1, and made is set. A miss without a slot drops its row's claim (slot_of_row back to -1).
-// A row moves as row_floats floats (dim for fp32 rows, dim / 2 for 16-bit ones: their bits, pairs in a float).
+// A row moves as stored: row_storage_floats(init.storage, dim) floats (16-bit values: their bits, pairs in a float).
 void tier_place(const Device& dev, const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p,
                 int64_t tick, int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
-                const float* host_state, int dim, int row_floats, int state_width, float initial_state,
+                const float* host_state, int dim, int state_width, float initial_state,
                 const KeyInit& init, float* cache_values, float* cache_state, Stream stream);
 
 // slot[i] = slot_of_row[row[i]] where slot[i] == -2 (a miss, placed now or refused: -1). [n].
@@ -164,7 +164,7 @@ void tier_store_cpu(const float* stage_values, const float* stage_state, const i
                     float* host_state, int64_t* host_uses);
 void tier_place_cpu(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
                     int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
-                    const float* host_state, int dim, int row_floats, int state_width, float initial_state,
+                    const float* host_state, int dim, int state_width, float initial_state,
                     const KeyInit& init, float* cache_values, float* cache_state);
 void tier_resolve_cpu(const TierIndex& t, const int64_t* row, int64_t n, int64_t* slot);
 
@@ -185,7 +185,7 @@ void tier_store_cuda(const float* stage_values, const float* stage_state, const 
                      float* host_state, int64_t* host_uses, Stream stream);
 void tier_place_cuda(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
                      int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
-                     const float* host_state, int dim, int row_floats, int state_width, float initial_state,
+                     const float* host_state, int dim, int state_width, float initial_state,
                      const KeyInit& init, float* cache_values, float* cache_state, Stream stream);
 void tier_resolve_cuda(const TierIndex& t, const int64_t* row, int64_t n, int64_t* slot, Stream stream);
 

@@ -133,7 +133,7 @@ EmbeddingTable::EmbeddingTable(const Device& dev, const EmbeddingTableConfig& cf
       tier_(tiered(cfg_) ? std::make_unique<HostTier>(dev, tier_setup(cfg_, state_width_))
                                               : nullptr),
       hash_(make_index(dev, cfg_)),
-      values_(dev, size_t(device_rows_) * cfg.dim * row_storage_bytes(cfg.storage) / sizeof(float)),
+      values_(dev, size_t(device_rows_) * size_t(row_storage_floats(cfg.storage, cfg.dim))),
       state_(dev, size_t(device_rows_) * state_width_),
       segments_(dev, cfg_.key_segments),
       marks_(dev, size_t(cfg.optimizer.atomic_update && dev.is_cuda()
@@ -455,7 +455,7 @@ void EmbeddingTable::load_rows(const TableRows& rows, Stream stream) {
   // The values as the table stores them: 16-bit rows travel as pairs in floats (the dim is even), row_floats each.
   std::vector<float> converted;
   const std::vector<float>& stored = cfg_.storage == RowStorage::fp32 ? rows.values : converted;
-  const int row_floats = cfg_.storage == RowStorage::fp32 ? cfg_.dim : cfg_.dim / 2;
+  const int row_floats = row_storage_floats(cfg_.storage, cfg_.dim);
   if (cfg_.storage != RowStorage::fp32) {
     converted.resize(rows.values.size() / 2);
     for (size_t i = 0; i < rows.values.size(); ++i)

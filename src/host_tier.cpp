@@ -86,7 +86,7 @@ const HostTierSetup& checked(const HostTierSetup& s) {
                  "embedding table '%s': a host tier's cache evicts rows: its eviction must be lru or lfu, found "
                  "error",
                  name);
-  const size_t need = HostTier::host_bytes(s.capacity_rows, HostTier::row_floats(s.dim, s.storage), s.state_width);
+  const size_t need = HostTier::host_bytes(s.capacity_rows, row_storage_floats(s.storage, s.dim), s.state_width);
   const size_t avail = device_free_bytes(Device{});  // a cpu device: the host's MemAvailable
   SPARTA_REQUIRE(avail == 0 || need <= avail,
                  "embedding table '%s': its host tier needs %.3f GB of host memory (%lld rows of dim %d with %d "
@@ -101,7 +101,7 @@ HostTier::HostTier(const Device& dev, const HostTierSetup& s)
     : dev_(dev),
       s_(checked(s)),
       segments_(dev, s_.key_segments),
-      rf_(row_floats(s.dim, s.storage)),
+      rf_(row_storage_floats(s.storage, s.dim)),
       values_(dev.backend, size_t(s.capacity_rows) * size_t(rf_)),
       state_(dev.backend, size_t(s.capacity_rows) * s.state_width),
       uses_(dev.backend, size_t(s.capacity_rows)),
@@ -355,7 +355,7 @@ const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, b
   p.n_victims = fit - p.n_free;
   free_next_ += p.n_free;
   tier_place(dev_, index(), pairs, m, p, tick_, pin ? pin_gen_ : 0, made_.data(), uses_.data(), values_.data(),
-             state_.data(), s_.dim, rf_, s_.state_width, s_.initial_state, key_init_dev_, cache_values, cache_state,
+             state_.data(), s_.dim, s_.state_width, s_.initial_state, key_init_dev_, cache_values, cache_state,
              stream);
   rows_in_ += fit;
   tier_resolve(dev_, index(), rows, n, slots, stream);

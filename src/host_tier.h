@@ -38,9 +38,9 @@
 // them by key first, so that the keys refused are the largest). So a call costs one synchronization when its keys
 // all hit, and otherwise a few more (one a digit of the threshold), with host work that grows with neither its
 // misses nor its victims. A cache of every row holds the whole table: EmbeddingTable then makes an HBM table, with
-// no tier. Rows move as they are stored: row_floats floats of values (dim for fp32 rows; dim / 2 for 16-bit ones,
-// their bits in pairs, half the bytes over the link) and state_width floats of state; export widens 16-bit values
-// and load rounds them to nearest, as an HBM table of that storage does.
+// no tier. Rows move as they are stored: row_storage_floats floats of values (dim for fp32 rows; dim / 2 for 16-bit
+// ones, their bits in pairs, half the bytes over the link) and state_width floats of state; export widens 16-bit
+// values and load rounds them to nearest, as an HBM table of that storage does.
 //
 // Why page-locked host memory moved by kernels rather than CUDA managed memory: managed memory larger than the
 // GPU's free memory can stall the GPU for every process of a shared machine; pinned memory cannot.
@@ -79,7 +79,7 @@ struct TierConfig {
   int64_t cache_rows = 0;
   Eviction eviction = Eviction::lru;  // host: the cache's policy (error: a call that needs an eviction fails)
 };
-// The tier of a table whose rows take row_floats floats of values as stored (HostTier::row_floats) and state_width
+// The tier of a table whose rows take row_floats floats of values as stored (row_storage_floats) and state_width
 // of state, from a program's options: cache_rows, else cache_mb MiB of cache rows (values and state, at least 1
 // row). hbm: both must be 0; automatic: both may be 0 (the planner sizes the cache).
 TierConfig make_tier(TableTier tier, int64_t cache_rows, double cache_mb, Eviction eviction, int row_floats,
@@ -111,9 +111,7 @@ class HostTier {
   // host's available memory (/proc/meminfo MemAvailable) or the setup is bad. Synchronizes dev.stream.
   HostTier(const Device& dev, const HostTierSetup& s);
 
-  // Floats a row's values take as stored: dim for fp32, dim / 2 for 16-bit storage.
-  static int row_floats(int dim, RowStorage storage) { return storage == RowStorage::fp32 ? dim : dim / 2; }
-  // Host bytes of the store: every row's values (row_floats) and state, and its use count.
+  // Host bytes of the store: every row's values (row_floats: row_storage_floats) and state, and its use count.
   static size_t host_bytes(int64_t capacity_rows, int row_floats, int state_width);
   // Device bytes of the tier beside its cache's rows (what the planner counts): a slot (int32) and a made flag per
   // host row, about
@@ -183,7 +181,7 @@ class HostTier {
   KeyInit key_init_;      // its segments point into s_.key_segments (host)
   Buffer<KeySegment> segments_;  // s_.key_segments on the device
   KeyInit key_init_dev_;  // its segments point into segments_
-  int rf_;                       // row_floats(s_.dim, s_.storage)
+  int rf_;                       // row_storage_floats(s_.storage, s_.dim)
   PinnedBuffer<float> values_;   // [capacity_rows, rf_]
   PinnedBuffer<float> state_;    // [capacity_rows, state_width]
   PinnedBuffer<int64_t> uses_;   // per host row: calls that used it (LFU), while it is out of the cache

@@ -293,7 +293,7 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
       return table_memory_bytes(t.tier.cache_rows, t.dim, t.optimizer.kind, 1.0, true, t.storage) +
              HostTier::device_bytes(rows, t.tier.cache_rows, !t.direct_index) +
              HostTier::staging_bytes(int64_t(std::ceil(std::min(double(t.tier.cache_rows), U))),
-                                     HostTier::row_floats(t.dim, t.storage), optimizer_state_width(t.optimizer.kind, t.dim));
+                                     row_storage_floats(t.storage, t.dim), optimizer_state_width(t.optimizer.kind, t.dim));
     return table_memory_bytes(rows, t.dim, t.optimizer.kind, t.max_load_factor, t.direct_index, t.storage);
   };
   // a key % world shard (direct: rank 0's, the largest)
@@ -384,7 +384,7 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
                                                                                                size_t(hot_rows))) / W
                                                                 : Ug / W;
     const double miss = std::max(0.0, 1.0 - double(t.tier.cache_rows) / double(std::max<int64_t>(1, rows)));
-    c.host_bytes = HostTier::host_bytes(rows, HostTier::row_floats(t.dim, t.storage),
+    c.host_bytes = HostTier::host_bytes(rows, row_storage_floats(t.storage, t.dim),
                                         optimizer_state_width(t.optimizer.kind, t.dim));
     c.host_transfer_bytes = 2 * touched * miss * (L.rv + L.s);  // rows move as stored
   }

@@ -336,7 +336,7 @@ void Trainer::build_collection(const Batch& b, int64_t global_batch) {
       t.init_scale = cfg_.init_scale;
       t.tier = make_tier(parse_tier(tiers.size() == 1 ? tiers[0] : tiers[size_t(s)], "embedding.tier"),
                          cfg_.cache_rows, cfg_.cache_mb, parse_eviction(cfg_.eviction, "embedding.eviction"),
-                         HostTier::row_floats(t.dim, t.storage), optimizer_state_width(t.optimizer.kind, t.dim));
+                         row_storage_floats(t.storage, t.dim), optimizer_state_width(t.optimizer.kind, t.dim));
       c.tables.push_back(t);
     }
     check_collection_config(c);
