@@ -154,7 +154,10 @@ __device__ __forceinline__ void warp_copy_row(float* to, const float* from, int 
 }
 
 constexpr int kRowWarps = 4;  // warps a block, a row each
-constexpr int kStoreBlocks = 16;  // tier_store's grid
+// tier_store's grid keeps about as many bytes in flight over the link as 16 blocks of rows of 128 floats with one
+// state float and a use count (the shape it was tuned at in the step): more blocks for narrower rows, at most 128
+constexpr int64_t kStoreBytesInFlight = 16 * int64_t(kRowWarps) * ((128 + 1) * 4 + 8);
+constexpr int kStoreMaxBlocks = 128;
 
 // One warp per slot: its row's values, state and uses to the staging area, then the slot freed.
 __global__ void __launch_bounds__(32 * kRowWarps) tier_stage_kernel(TierIndex t, const int64_t* slots, int64_t n,
@@ -318,9 +321,12 @@ void tier_store_cuda(const float* stage_values, const float* stage_state, const 
                      const int64_t* stage_uses, const int64_t* order, int64_t n, int dim, int state_width,
                      float* host_values, float* host_state, int64_t* host_uses, Stream stream) {
   if (n == 0) return;
-  // Posted writes over the link need few warps in flight, and more stall the step's own memory traffic while the
-  // link drains them: a small grid leaves the SMs and the memory system to the work the store overlaps.
-  const int blocks = std::min(blocks_for_rows(n), kStoreBlocks);
+  // Posted writes over the link need few bytes in flight, and more stall the step's own memory traffic while the
+  // link drains them: a small grid leaves the SMs and the memory system to the work the store overlaps; narrow rows
+  // take more blocks for the same bytes (fewer keep the next call waiting on the store).
+  const int64_t block_bytes = (int64_t(dim + state_width) * 4 + 8) * kRowWarps;
+  const int64_t by_bytes = std::min<int64_t>((kStoreBytesInFlight + block_bytes - 1) / block_bytes, kStoreMaxBlocks);
+  const int blocks = std::min(blocks_for_rows(n), int(by_bytes));
   tier_store_kernel<<<blocks, 32 * kRowWarps, 0, stream>>>(stage_values, stage_state, stage_rows, stage_uses, order,
                                                            n, dim, state_width, host_values, host_state, host_uses);
   CUDA_CHECK_LAUNCH("tier_store_kernel");
