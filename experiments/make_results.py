@@ -105,27 +105,34 @@ def part_of(rec):
     return "peers" if "peer" in rec else "other"
 
 
+def train_records(recs):
+    """The records of the training table: bf16, 65536 samples a GPU, fp32 rows in HBM, the 4M cap, no trace or
+    variant runs."""
+    return [r for r in recs if r.get("bench") == "train" and r.get("precision") == "bf16" and
+            r.get("batch_per_rank") == 65536 and r.get("storage", "fp32") == "fp32" and
+            r.get("tier", "hbm") == "hbm" and r.get("max_rows", 4000000) == 4000000 and
+            not r.get("tag", "").startswith(("trace", "variant", "fullsize"))]
+
+
 def train_keys(recs):
-    """The keys' law of the training records against the peers' (uniform random, peer_dlrm_tbe.py): records
-    without an alpha came from a bench_train that drew the synthetic generator's power law 1.1."""
-    alphas = {r.get("alpha") for r in recs if r.get("bench") == "train"}
+    """The keys' law of the training table's records against the peers' (uniform random, peer_dlrm_tbe.py):
+    records without an alpha came from a bench_train that drew the synthetic generator's power law 1.1."""
+    alphas = {r.get("alpha") for r in train_records(recs)}
     if alphas == {0}:
         return "uniform keys, as the peers draw them"
     if None in alphas:
         return ("sparta's keys by a power law (alpha 1.1: these records predate `bench_train --alpha` and drew the "
                 "synthetic generator's default), the peers' uniform: not the same keys, and skewed keys make the "
                 "embeddings cheaper, so these ratios may favour sparta")
-    return "keys by a power law (alpha " + ", ".join(f"{a:g}" for a in sorted(alphas)) + "), the peers' uniform"
+    return ("sparta's keys " + ", ".join("uniform" if not a else f"by a power law (alpha {a:g})" for a in sorted(alphas)) +
+            ", the peers' uniform")
 
 
 def train_table(recs, peak):
     rows = ["| model (keys per slot) | index | GPUs | sparta samples/s | step ms | dense ms (share of the bf16 tensor rate) | "
             "PyTorch + FBGEMM TBE, compiled | ratio | PyTorch (EmbeddingBag) | ratio | 2 GPUs over 1 |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    ours = [r for r in recs if r.get("bench") == "train" and r.get("precision") == "bf16" and
-            r.get("batch_per_rank") == 65536 and r.get("storage", "fp32") == "fp32" and
-            r.get("tier", "hbm") == "hbm" and r.get("max_rows", 4000000) == 4000000 and
-            not r.get("tag", "").startswith(("trace", "variant", "fullsize"))]
+    ours = train_records(recs)
     peers = [r for r in recs if r.get("peer", "").startswith("torch.dlrm") and r.get("precision") == "bf16" and
              r.get("batch") == 65536]
     one = {}
