@@ -265,28 +265,6 @@ __device__ __forceinline__ void store(float* p, const float* in) {
     for (int v = 0; v < V; ++v) p[v] = in[v];
   }
 }
-// A table row's values and state, read and written once a step by the update: cached streaming (ld.cs / st.cs,
-// evict-first in L1 and L2), so that they do not push out of L2 the gradient rows that the row's other keys and
-// other rows' keys read again (a bag's gradient is read by every key of the bag).
-template <int V>
-__device__ __forceinline__ void load_cs(const float* p, float* out) {
-  if (V == 4) {
-    float4 x = __ldcs(reinterpret_cast<const float4*>(p));
-    out[0] = x.x, out[1] = x.y, out[2] = x.z, out[3] = x.w;
-  } else {
-#pragma unroll
-    for (int v = 0; v < V; ++v) out[v] = __ldcs(p + v);
-  }
-}
-template <int V>
-__device__ __forceinline__ void store_cs(float* p, const float* in) {
-  if (V == 4) {
-    __stcs(reinterpret_cast<float4*>(p), make_float4(in[0], in[1], in[2], in[3]));
-  } else {
-#pragma unroll
-    for (int v = 0; v < V; ++v) __stcs(p + v, in[v]);
-  }
-}
 // Gradients are read once: read-only path.
 template <int V>
 __device__ __forceinline__ void load_ro(const float* p, float* out) {
@@ -318,15 +296,15 @@ using stored_t = std::conditional_t<S == RowStorage::fp32, float, uint16_t>;
 template <int V, RowStorage S>
 __device__ __forceinline__ void load_values(const stored_t<S>* p, float* w, uint16_t* old) {
   if constexpr (S == RowStorage::fp32) {
-    load_cs<V>(p, w);
+    load<V>(p, w);
   } else {
     if (V == 4) {
-      const uint2 x = __ldcs(reinterpret_cast<const uint2*>(p));
+      const uint2 x = *reinterpret_cast<const uint2*>(p);
       old[0] = uint16_t(x.x & 0xffffu), old[1] = uint16_t(x.x >> 16);
       old[2] = uint16_t(x.y & 0xffffu), old[3] = uint16_t(x.y >> 16);
     } else {
 #pragma unroll
-      for (int v = 0; v < V; ++v) old[v] = __ldcs(p + v);
+      for (int v = 0; v < V; ++v) old[v] = p[v];
     }
 #pragma unroll
     for (int v = 0; v < V; ++v) w[v] = rowstore::widen(S, old[v]);
@@ -337,7 +315,7 @@ template <int V, RowStorage S>
 __device__ __forceinline__ void store_values(stored_t<S>* p, const float* w, const uint16_t* old,
                                              uint64_t rounding_stream, int e) {
   if constexpr (S == RowStorage::fp32) {
-    store_cs<V>(p, w);
+    store<V>(p, w);
   } else {
     uint16_t out[V];
 #pragma unroll
@@ -347,10 +325,10 @@ __device__ __forceinline__ void store_values(stored_t<S>* p, const float* w, con
       uint2 x;
       x.x = uint32_t(out[0]) | (uint32_t(out[1]) << 16);
       x.y = uint32_t(out[2]) | (uint32_t(out[3]) << 16);
-      __stcs(reinterpret_cast<uint2*>(p), x);
+      *reinterpret_cast<uint2*>(p) = x;
     } else {
 #pragma unroll
-      for (int v = 0; v < V; ++v) __stcs(p + v, out[v]);
+      for (int v = 0; v < V; ++v) p[v] = out[v];
     }
   }
 }
@@ -463,22 +441,22 @@ struct RowUpdate {
       for (int v = 0; v < V; ++v) g[v] = decayed_grad(c, acc[p * V + v], w[v]);
       if (optimizer_has_s0(K)) {
 #pragma unroll
-        for (int v = 0; v < V; v += SV) load_cs<SV>(s_row + e + v, s0 + v);
+        for (int v = 0; v < V; v += SV) load<SV>(s_row + e + v, s0 + v);
       }
       if (optimizer_has_s1(K)) {
 #pragma unroll
-        for (int v = 0; v < V; v += SV) load_cs<SV>(s_row + dim + e + v, s1 + v);
+        for (int v = 0; v < V; v += SV) load<SV>(s_row + dim + e + v, s1 + v);
       }
 #pragma unroll
       for (int v = 0; v < V; ++v) update_element<K>(c, d, g[v], w[v], s0[v], s1[v]);
       store_values<V, S>(w_row + e, w, old, c.rounding_stream, e);
       if (optimizer_has_s0(K)) {
 #pragma unroll
-        for (int v = 0; v < V; v += SV) store_cs<SV>(s_row + e + v, s0 + v);
+        for (int v = 0; v < V; v += SV) store<SV>(s_row + e + v, s0 + v);
       }
       if (optimizer_has_s1(K)) {
 #pragma unroll
-        for (int v = 0; v < V; v += SV) store_cs<SV>(s_row + dim + e + v, s1 + v);
+        for (int v = 0; v < V; v += SV) store<SV>(s_row + dim + e + v, s1 + v);
       }
     }
   }
