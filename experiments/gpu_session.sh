@@ -16,6 +16,9 @@
 #             GPUs: bench_train, the full MLPerf v1 tables (40M cap) under the plan and each fixed placement,
 #             every placement (bench_collection), bench_alltoall beside peer_a2a.py
 #   peers     on a machine of one GPU: the peers of `results` alone on it (a second call: the two do not fit one)
+#   profile   where a step's time goes (GPU 0): the timeline of a DCNv2 and a dot step (bench_train --trace 2) and
+#             ncu of one step of each and of a DCNv2 collection step, summed by kernel (experiments/ncu_summary.py);
+#             make_results.py keeps the summaries and timelines beside the records
 # FBGEMM is whatever `import fbgemm_gpu` finds (pip), or /tmp/fbgemm_tbe (PYTHONPATH) when a chunk0/ folder was
 # unpacked there (peers/README.md; FBGEMM_CACHE_ADDON=the cache add-on's .tar.xz adds MANAGED_CACHING); without it
 # the FBGEMM peers are skipped and say so. Logs and JSON lines go to
@@ -239,7 +242,29 @@ for part in "${parts[@]}"; do
       run_peers 0
       grep -h '^!!' "$out"/peers.log && status=1
       ;;
-    *) echo "unknown part '$part' (tests results peers)"; exit 2 ;;
+    profile)
+      # where a step's time goes, on GPU 0 (uniform keys, direct index, bf16): each model's timeline
+      # (--trace 2, <model>_trace.txt) and ncu of one step, kernels one at a time (<model>_ncu.txt, summed by
+      # experiments/ncu_summary.py), and of one DCNv2 collection step with fp32 rows and sgd (collection_ncu.txt)
+      met=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct
+      for m in dcnv2 dot; do
+        opt=$([ $m = dot ] && echo sgd || echo rowwise_adagrad)
+        train=(--model $m --sparse-optimizer $opt --precision bf16 --batch $b --index direct)
+        CUDA_VISIBLE_DEVICES=0 run ${m}_trace.txt $mpiexec -n 1 "$build/bin/bench_train" "${train[@]}" --steps 10 \
+          --trace 2 --tag trace --out "$out/profile.jsonl"
+        CUDA_VISIBLE_DEVICES=0 ncu --clock-control none --csv --metrics $met "$build/bin/bench_train" "${train[@]}" \
+          --warmup 1 --steps 1 --cuda-graphs 0 --gemm-search 0 >"$out/${m}_ncu.csv" 2>>"$out/ncu.log" &&
+          python3 experiments/ncu_summary.py "$out/${m}_ncu.csv" --title "bench_train ${train[*]}" \
+            >"$out/${m}_ncu.txt" || { status=1; echo "!! failed: ncu of $m" | tee -a "$out/ncu.log"; }
+      done
+      coll=(--tables dcnv2 --batch $b --index direct --placements plan --optimizer sgd --storage fp32)
+      CUDA_VISIBLE_DEVICES=0 ncu --clock-control none --csv --metrics $met "$build/bin/bench_collection" "${coll[@]}" \
+        --warmup 1 --iters 1 --check-samples 1 >"$out/collection_ncu.csv" 2>>"$out/ncu.log" &&
+        python3 experiments/ncu_summary.py "$out/collection_ncu.csv" --nth-last 3 \
+          --title "bench_collection ${coll[*]}" >"$out/collection_ncu.txt" ||
+        { status=1; echo "!! failed: ncu of the collection" | tee -a "$out/ncu.log"; }
+      ;;
+    *) echo "unknown part '$part' (tests results peers profile)"; exit 2 ;;
   esac
 done
 exit $status

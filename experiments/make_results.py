@@ -10,7 +10,8 @@ and of the peers in the same call (peers.jsonl), and the test log (tests.log). T
   revision: the bundle's, seven hex digits) and refuses records of another revision;
 - moves what experiments/measured/ held before into experiments/measured/archive/, then writes the visit's
   records there as <machine>_<revision>_<part>.jsonl (train, embedding, collection, comm, peers; every peer line
-  stamped with the revision) and the test summary as <machine>_<revision>_tests.txt;
+  stamped with the revision), the test summary as <machine>_<revision>_tests.txt and the profile part's
+  summaries and timelines (*_ncu.txt, *_trace.txt) under their names;
 - draws the figures into plots/figures/ with the plots/ scripts;
 - writes experiments/RESULTS.md: each table's command, its peer and the ratio against it.
 Exit status 1 when OUT holds no records, 2 on a revision mismatch.
@@ -441,6 +442,12 @@ def main():
     if suites or closing:
         with open(os.path.join(measured, f"{stamp}_tests.txt"), "w") as f:
             f.write("\n".join(suites + closing) + "\n")
+    profiles = []  # gpu_session.sh's profile part: ncu summaries and timelines, kept as they are
+    for path in sorted(glob.glob(os.path.join(a.out, "*_ncu.txt")) + glob.glob(os.path.join(a.out, "*_trace.txt"))):
+        name = os.path.basename(path)
+        if re.fullmatch(r"[a-z0-9_.]+", name):
+            shutil.copyfile(path, os.path.join(measured, f"{stamp}_{name}"))
+            profiles.append(f"{stamp}_{name}")
     figs = figures(a.repo, files, stamp)
 
     gpu = ours[0].get("gpus", ["?"])[0]
@@ -505,6 +512,10 @@ def main():
                 f"suite's line: `experiments/measured/{stamp}_tests.txt`; a log whose name carries a revision ran with "
                 "that revision's bundle, e.g. every suite before a fix and the suites the fix touched after it):",
                 "", "```"] + closing + ["```", ""]
+    if profiles:
+        doc += ["## Where the time goes", "", "`experiments/gpu_session.sh BUNDLE OUT profile`: one step's kernels one at "
+                "a time under ncu, summed by kernel (`experiments/ncu_summary.py`), and the timeline of training steps "
+                "(`bench_train --trace 2`): " + ", ".join(f"`experiments/measured/{p}`" for p in profiles) + ".", ""]
     if figs:
         doc += ["## Figures", ""] + [f"![{t}](../{f})" for t, f in figs] + [""]
     with open(os.path.join(a.repo, "experiments", "RESULTS.md"), "w") as f:

@@ -28,7 +28,7 @@ def results_md(repo):
 
 
 class MakeResults(unittest.TestCase):
-    def visit(self, records, peers, tests_log=None):
+    def visit(self, records, peers, tests_log=None, extra=None):
         d = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, d, True)
         out, repo = os.path.join(d, "out"), os.path.join(d, "repo")
@@ -45,6 +45,9 @@ class MakeResults(unittest.TestCase):
         if tests_log:
             with open(os.path.join(out, "tests.log"), "w") as f:
                 f.write(tests_log)
+        for name, text in (extra or {}).items():
+            with open(os.path.join(out, name), "w") as f:
+                f.write(text)
         old = os.path.join(repo, "experiments", "measured", "h200_fedcba9_train.jsonl")
         with open(old, "w") as f:
             f.write("{}\n")
@@ -110,6 +113,20 @@ class MakeResults(unittest.TestCase):
         self.assertIn("| 1.800 | | **1.78x** (its LRU) | 1.80x |", md)
         self.assertIn("| the same, bf16 rows | power law 1.1 | HBM | 0.900 | 1.500 (fp32 rows) | **1.67x** |", md)
         self.assertIn("| 1.200 | 3.200 (fp32 rows) | **2.67x** | 1.33x (its HBM) |", md)
+
+    def test_profiles_are_kept(self):
+        extra = {"dcnv2_ncu.txt": "# ncu summary\n", "dot_trace.txt": "# trace rank 0: 0.000 dense: step\n",
+                 "Bad Name_ncu.txt": "not kept: its name breaks the measured files' rule\n"}
+        r, repo = self.visit([train("dot", 1, 10e6, 2.0)], [], extra=extra)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        measured = os.path.join(repo, "experiments", "measured")
+        with open(os.path.join(measured, "h200_0123456_dcnv2_ncu.txt")) as f:
+            self.assertEqual(f.read(), "# ncu summary\n")
+        self.assertTrue(os.path.exists(os.path.join(measured, "h200_0123456_dot_trace.txt")))
+        self.assertFalse(any("Bad" in n for n in os.listdir(measured)))
+        md = results_md(repo)
+        self.assertIn("## Where the time goes", md)
+        self.assertIn("`experiments/measured/h200_0123456_dcnv2_ncu.txt`, `experiments/measured/h200_0123456_dot_trace.txt`", md)
 
     def test_keys_of_older_records_are_named(self):
         rec = train("dot", 1, 10e6, 2.0)

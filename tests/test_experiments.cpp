@@ -467,6 +467,7 @@ static void python_suite(const std::string& file) {
 }
 BOOST_AUTO_TEST_CASE(python_plots) { python_suite("tests/py_test_plots.py"); }
 BOOST_AUTO_TEST_CASE(python_ckpt_analysis) { python_suite("tests/py_test_ckpt_analysis.py"); }
+BOOST_AUTO_TEST_CASE(python_ncu_summary) { python_suite("tests/py_test_ncu_summary.py"); }
 
 // experiments/peers/torch_collection.py, the collection's PyTorch baseline, needs PyTorch with a GPU (the GPU machine):
 // skipped elsewhere.
