@@ -117,7 +117,8 @@ void tier_select_collect(const Device& dev, const TierIndex& t, const TierPolicy
 // writes the staged rows to the host store (values [capacity_rows, dim], state [capacity_rows, state_width], uses
 // [capacity_rows]), on a stream of its own, so that the link's writes overlap the work that follows. Its j-th write
 // is the staged row order[j]: in ascending host rows (route_sort_keys of stage_rows), the link's writes run at about
-// twice the rate of rows spread in the policy's order.
+// twice the rate of rows spread in the policy's order. dim here is the floats a row's values take as stored
+// (row_storage_floats: 16-bit rows move as their bits, pairs in a float); the rows are copied, never read as values.
 void tier_stage(const Device& dev, const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
                 const float* cache_state, int dim, int state_width, float* stage_values, float* stage_state,
                 int64_t* stage_rows, int64_t* stage_uses, int64_t* keys_out, Stream stream);
