@@ -6,15 +6,17 @@
 # a later call on the same machine may name instead). PARTs, in the order given (default: tests results):
 #   tests     every suite (tests/run_all.sh) at 1 and 2 GPUs: the MPI suites at 1 and 2 ranks beside the plain
 #             suites, split in groups that run side by side (the suites are CPU-bound; the GPUs have room)
-#   results   what RESULTS.md shows, 65536 samples per GPU, tables capped at 4M rows (40M for one table). On
+#   results   what RESULTS.md shows: the parts one then two
+#   one       what needs one GPU, 65536 samples per GPU, tables capped at 4M rows (40M for one table). On
 #             GPU 0: bench_train dot (sgd) and dcnv2 (row-wise Adagrad, MLPerf DCNv2 keys per slot), bf16, two
 #             runs each with hashed keys and two with the direct index, one with the algorithm search off; bench_collection's plan (sgd and row-wise
 #             Adagrad; fp32, bf16 and fp16 rows); bench_embedding; the host tier against HBM (and FBGEMM's
 #             MANAGED_CACHING among the peers), the full MLPerf tables with a cache, and eviction
 #             (bench_hashtable --evict). Meanwhile on GPU 1 the peers (run_peers): peer_dlrm_tbe.py (PyTorch +
-#             FBGEMM TBE, compiled), peer_fbgemm.py on the same shapes, peer_dlrm.py (plain PyTorch). Then on 2
-#             GPUs: bench_train, the full MLPerf v1 tables (40M cap) under the plan and each fixed placement,
-#             every placement (bench_collection), bench_alltoall beside peer_a2a.py
+#             FBGEMM TBE, compiled), peer_fbgemm.py on the same shapes, peer_dlrm.py (plain PyTorch)
+#   two       on 2 GPUs: bench_train, the full MLPerf v1 tables (40M cap) under the plan and each fixed placement,
+#             every placement (bench_collection), bench_alltoall beside peer_a2a.py (a call of its own where a
+#             call's time is short: one and two take about 8 and 5 minutes)
 #   peers     on a machine of one GPU: the peers of `results` alone on it (a second call: the two do not fit one)
 #   profile   where a step's time goes (GPU 0): the timeline of a DCNv2 and a dot step (bench_train --trace 2) and
 #             ncu of one step of each and of a DCNv2 collection step, summed by kernel (experiments/ncu_summary.py);
@@ -29,6 +31,11 @@ out=${2:?output folder}
 shift 2
 parts=("$@")
 [ ${#parts[@]} = 0 ] && parts=(tests results)
+expanded=()
+for part in "${parts[@]}"; do
+  if [ "$part" = results ]; then expanded+=(one two); else expanded+=("$part"); fi
+done
+parts=("${expanded[@]}")
 mkdir -p "$out"
 if [[ $build == *.tar.xz ]]; then
   rm -rf /tmp/sparta_bundle && mkdir -p /tmp/sparta_bundle && tar -xJf "$build" -C /tmp/sparta_bundle &&
@@ -108,6 +115,11 @@ run_peers() {  # run_peers GPU: every peer on that GPU, one after the other (FBG
         peer "$g" fbgemm/peer_fbgemm.py --rows $rows60 --slots 1 --hot 26 --dim 128 --batch $b \
           --optimizers rowwise_adagrad --alpha 1.1 --cache-rows $cache --fresh-batches 50
       done
+      # the 60 GB table after 500 steps (about 40M distinct rows drawn: its 15 GB cache of 29M full and evicting)
+      for cache in 0 29069767; do
+        peer "$g" fbgemm/peer_fbgemm.py --rows $rows60 --slots 1 --hot 26 --dim 128 --batch $b \
+          --optimizers rowwise_adagrad --alpha 1.1 --cache-rows $cache --warmup 500 --iters 20 --fresh-batches 1040
+      done
     else
       echo "(no fbgemm_gpu_tbe_cache: the host tier's FBGEMM peers skipped; peers/README.md)" >>"$out/peers.log"
     fi
@@ -139,7 +151,7 @@ for part in "${parts[@]}"; do
       rm -f "$out"/tests_mpi*.log "$out"/tests_plain_*.log
       grep -E "^tests: |FAILED|TIMED OUT" "$out/tests.log"
       ;;
-    results)
+    one)
       # GPU 1: every peer (run_peers) while GPU 0 runs ours; one GPU: the peers are the part `peers`, a call of
       # their own
       if [ "$gpus" -ge 2 ]; then
@@ -203,6 +215,12 @@ for part in "${parts[@]}"; do
           --tables custom --rows-list $rows60 --hotness-list 26 --dims 128 --row-cap 200000000 --batch $b \
           --index direct --placements plan --optimizer rowwise_adagrad --alpha 1.1 --prefill 0 --iters 10 $tier \
           --tag t60_$t --out "$out/bench.jsonl"
+        # the same after 500 steps: the cache full and evicting
+        # shellcheck disable=SC2086
+        CUDA_VISIBLE_DEVICES=0 run bench_collection.log timeout 300 $mpiexec -n 1 "$build/bin/bench_collection" \
+          --tables custom --rows-list $rows60 --hotness-list 26 --dims 128 --row-cap 200000000 --batch $b \
+          --index direct --placements plan --optimizer rowwise_adagrad --alpha 1.1 --prefill 0 --warmup 500 \
+          --iters 20 $tier --tag t60s_$t --out "$out/bench.jsonl"
       done
       CUDA_VISIBLE_DEVICES=0 run bench_train.log timeout 240 $mpiexec -n 1 "$build/bin/bench_train" --model dot \
         --max-rows 40000000 --index direct --sparse-optimizer rowwise_adagrad --precision bf16 --batch $b --steps 20 \
@@ -212,8 +230,13 @@ for part in "${parts[@]}"; do
           --rows 1048576 --dims 32 --keys 262144 --hit-fractions 0.6 --stream 10 --out "$out/bench.jsonl"
       done
       [ -n "${peers_pid:-}" ] && wait "$peers_pid"
+      grep -h '^!!' "$out"/*.log && status=1
+      ;;
+    two)
       # 2 GPUs: end to end, every placement, the collectives
-      if [ "$gpus" -ge 2 ]; then
+      if [ "$gpus" -lt 2 ]; then
+        echo "(one GPU: the part two skipped)"
+      else
         for m in dcnv2 dot; do
           opt=$([ $m = dot ] && echo sgd || echo rowwise_adagrad)
           for rep in 1 2; do
@@ -264,7 +287,7 @@ for part in "${parts[@]}"; do
           --title "bench_collection ${coll[*]}" >"$out/collection_ncu.txt" ||
         { status=1; echo "!! failed: ncu of the collection" | tee -a "$out/ncu.log"; }
       ;;
-    *) echo "unknown part '$part' (tests results peers profile)"; exit 2 ;;
+    *) echo "unknown part '$part' (tests results one two peers profile)"; exit 2 ;;
   esac
 done
 exit $status

@@ -181,7 +181,7 @@ def tier_table(recs):
     t60_hbm) and against FBGEMM TBE with EmbeddingLocation.MANAGED_CACHING (the peer's records with cache_rows), the
     full MLPerf tables trained with a cache (bench_train, tag full_host), and the eviction points of bench_hashtable
     --evict."""
-    coll = [r for r in recs if r.get("bench") == "collection" and r.get("tag", "").startswith(("tier_", "t60_", "steady_"))]
+    coll = [r for r in recs if r.get("bench") == "collection" and r.get("tag", "").startswith(("tier_", "t60_", "t60s_", "steady_"))]
     peers = [p for p in recs if p.get("peer") in ("fbgemm.tbe.collection", "fbgemm.tbe") and p.get("alpha") is not None]
     ev = [r for r in recs if r.get("bench") == "hashtable" and r.get("eviction") in ("lru", "lfu")]
     rows = ["| tables | keys | rows in | sparta step ms | FBGEMM TBE step ms | sparta over FBGEMM | against sparta in HBM | "
@@ -190,11 +190,11 @@ def tier_table(recs):
     def pick(tag, alpha):
         return median([r["ms_step"] for r in coll if r["tag"] == tag and r.get("alpha") == alpha])
 
-    rows60 = next((r["rows"][0] for r in coll if r["tag"].startswith("t60_")), None)
+    rows60 = next((r["rows"][0] for r in coll if r["tag"].startswith(("t60_", "t60s_"))), None)
 
     def peer(alpha, cached, big, steady):
         # the peer's runs that draw a batch a step (--fresh-batches) where there are some, else its one-batch runs;
-        # steady: its run of 2 x (200 + 20) batches after 200 warm-up steps
+        # steady: its runs of 2 x (warm-up + timed) batches after 200 warm-up steps (500 for the 60 GB table)
         sel = [p for p in peers if p.get("alpha") == alpha and ((p.get("cache_rows") or 0) > 0) == cached and
                p.get("optimizer") == "exact_rowwise_adagrad" and
                (p.get("rows") == rows60 if big else p.get("tables") == "mlperf-v1") and
@@ -205,9 +205,10 @@ def tier_table(recs):
     cases = [("26 MLPerf tables (4M cap), one key a slot, row-wise Adagrad", "tier_", False, (1.1, 0.0)),
              ("the same, after 200 steps (the caches full and evicting)", "steady_", False, (1.1,)),
              ("one table of 116M rows of 128 (60 GB with its state), 26 keys a sample, row-wise Adagrad", "t60_", True,
-              (1.1,))]
+              (1.1,)),
+             ("the same, after 500 steps (about 40M rows drawn: the cache full and evicting)", "t60s_", True, (1.1,))]
     for what, prefix, big, alphas in cases:
-        steady = prefix == "steady_"
+        steady = prefix in ("steady_", "t60s_")
         for alpha in alphas:
             hbm, host = pick(prefix + "hbm", alpha), pick(prefix + "host", alpha)
             if hbm is None and host is None:
@@ -295,7 +296,7 @@ def embedding_table(recs):
 
 def tier_record(r):
     """A run of the host-tier table (tier_table), not of the collection's own tables."""
-    return r.get("tag", "").startswith(("tier_", "t60_", "steady_"))
+    return r.get("tag", "").startswith(("tier_", "t60_", "t60s_", "steady_"))
 
 
 def collection_table(recs):
@@ -487,7 +488,7 @@ def main():
          "the visit ran it, else one batch repeated, which leaves the peer's cache holding all its rows after the "
          "first step) and the same peer in HBM. The steps timed are the first ones after a start with no row made "
          "(`--prefill 0`): the caches are still filling, for both; the steady rows time 20 steps after 200 "
-         "(`--warmup 200`), the caches full and evicting. "
+         "(`--warmup 200`; the 60 GB table's after 500), the caches full and evicting. "
          "`bench_hashtable --evict lru|lfu --stream 10`: a hashed table under a stream of new keys ten times its "
          "cache, every key checked afterwards (its records are in the embedding file).", tier_table(recs),
          "collection"),
