@@ -73,6 +73,9 @@ struct EmbeddingCollection::Group {
   // [batch, num_slots, dim] is the group's own layout), or a placement that puts its bags into place anyway
   // (PlacedTable::writes_output). Otherwise the group pools into its buffer, put into the output after.
   bool writes_output = false;
+  // The output's and its gradient's columns are the placement's own, the gradient bf16: given to it as it is
+  // (placement_reads_16bit_gradient), not widened into the group's buffer first.
+  bool grad16 = false;
   std::vector<int32_t> slots, cols;
   std::vector<int64_t> bases, bounds;  // per slot: its table's move into the group's keys, its key bound
   Buffer<int32_t> slots_dev, cols_dev, grad_cols_dev;  // grad_cols: cols in the gradient ([batch, output_width])
@@ -222,7 +225,10 @@ EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, con
       gr->grad_cols_dev = Buffer<int32_t>(dev_, grad_cols);
       gr->bases_dev = Buffer<int64_t>(dev_, gr->bases);
       gr->bounds_dev = Buffer<int64_t>(dev_, gr->bounds);
-      if (float_gradient()) {
+      // a bf16 gradient the placement reads where it lies (the same columns as a float one)
+      const bool in16 = !float_gradient() && cfg_.output == OutputType::bf16 &&
+                        placement_reads_16bit_gradient(s.plan.placement, s.table.optimizer);
+      if (float_gradient() || in16) {
         s.output_cols = gr->cols;
         s.output_row = row_;
         s.output_type = cfg_.output;
@@ -231,7 +237,8 @@ EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, con
       }
       gr->placed = make_placed_table(s, *ex_);
       gr->writes_output = (cfg_.output == OutputType::f32 && plain && gr->all_slots) ||
-                          (float_gradient() && gr->placed->writes_output());
+                          ((float_gradient() || in16) && gr->placed->writes_output());
+      gr->grad16 = in16 && gr->writes_output;
       groups_.push_back(std::move(gr));
     }
     for (Buffer<int64_t>& st : status_) st = Buffer<int64_t>(dev_, 2 + groups_.size());
@@ -243,6 +250,12 @@ EmbeddingCollection::~EmbeddingCollection() = default;
 int EmbeddingCollection::rank() const { return ex_->rank(); }
 int EmbeddingCollection::world() const { return ex_->world(); }
 int EmbeddingCollection::groups() const { return static_cast<int>(groups_.size()); }
+
+bool EmbeddingCollection::reads_16bit_gradient(int t) const {
+  SPARTA_REQUIRE(t >= 0 && t < int(cfg_.tables.size()), "embedding collection: no table %d (it has %zu)", t,
+                 cfg_.tables.size());
+  return groups_[size_t(group_of_[size_t(t)])]->grad16;
+}
 
 size_t EmbeddingCollection::memory_bytes() const {
   size_t b = 0;
@@ -505,13 +518,14 @@ void EmbeddingCollection::backward(const void* grad, int64_t step, float lr_scal
   for (auto& g : groups_) {
     Group& gr = *g;
     const int ts = static_cast<int>(gr.slots.size());
-    const float* gg = f32 ? static_cast<const float*>(grad) : nullptr;
+    GradRef gg = f32 ? GradRef(static_cast<const float*>(grad)) : GradRef();
+    if (gr.grad16) gg = GradRef(static_cast<const uint16_t*>(grad), cfg_.output);
     if (!gr.writes_output) {
       // the group's slots of the gradient, widened to float from a 16-bit one, into the group's buffer (the
       // forward sized it for this batch)
       float* cut = gr.pooled.data();
       if (f32)
-        route_take_slots(dev_, gg, batch_, ts, gr.dim, gr.grad_cols_dev.data(), width_, cut, dev_.stream);
+        route_take_slots(dev_, gg.f32(), batch_, ts, gr.dim, gr.grad_cols_dev.data(), width_, cut, dev_.stream);
       else
         route_take_slots_half(dev_, static_cast<const uint16_t*>(grad), batch_, ts, gr.dim,
                               gr.grad_cols_dev.data(), width_, cfg_.output, cut, dev_.stream);

@@ -93,7 +93,8 @@ class EmbeddingCollection {
   void forward(const int64_t* offsets, const int64_t* keys, int64_t local_batch, float* out,
                LookupMode mode = LookupMode::train);
   // Collective. grad [local_batch, output_width] of config().output (float with CollectionConfig::float_gradient;
-  // device, rows of output_width values whatever output_row()): the gradient of
+  // device, rows of output_width values whatever output_row(); a bf16 one is read where it lies by the tables
+  // that reads_16bit_gradient, widened into a float copy for the others): the gradient of
   // the last forward's output, which must have been a train forward (no other forward in between: the routes
   // hold one batch). step: the global optimizer step, from 1. lr_scale (finite, >= 0): every table's configured
   // learning rate is multiplied by it for this step (the trainer's learning-rate schedule).
@@ -137,6 +138,10 @@ class EmbeddingCollection {
   void mark(Stream s, const char* what);
   // Placement groups (physical tables) the tables form.
   int groups() const;
+  // Whether table t's update reads a bf16 gradient where it lies (its placement reads 16-bit gradients,
+  // src/placement.h placement_reads_16bit_gradient, and writes the output in place), rather than a float copy
+  // the collection widens first.
+  bool reads_16bit_gradient(int t) const;
 
   // ---- checkpoints (io/checkpoint.h): the same model loads into another world size or plan
 

@@ -292,8 +292,21 @@ void DenseModel::loss(const float* labels, int64_t mean_over, float* loss, float
 
 void DenseModel::backward(const float* params, float* grads, float* demb, const GradsReady& ready,
                           const std::function<void()>& demb_ready, const std::function<void()>& inputs_read) {
+  backward_any(params, grads, demb, nullptr, ready, demb_ready, inputs_read);
+}
+
+void DenseModel::backward(const float* params, float* grads, uint16_t* demb16, const GradsReady& ready,
+                          const std::function<void()>& demb_ready, const std::function<void()>& inputs_read) {
+  SPARTA_REQUIRE(in_x0_ && cfg_.precision == GemmType::bf16,
+                 "model: a bf16 embeddings' gradient needs DCNv2 in bf16 with the embeddings in x0 (forward_in_x0)");
+  backward_any(params, grads, nullptr, demb16, ready, demb_ready, inputs_read);
+}
+
+void DenseModel::backward_any(const float* params, float* grads, float* demb, uint16_t* demb16, const GradsReady& ready,
+                              const std::function<void()>& demb_ready, const std::function<void()>& inputs_read) {
   SPARTA_ASSERT(batch_ >= 0, "model: backward before forward");
-  const StreamGraphs::Key k = key({key_word(params), key_word(grads), key_word(demb), key_word(int64_t(in_x0_))});
+  const StreamGraphs::Key k = key({key_word(params), key_word(grads), key_word(demb), key_word(demb16),
+                                   key_word(int64_t(in_x0_))});
   const int bottom_width = cfg_.bottom_mlp.back();
   // the data gradients down to the embeddings first; the weight gradients' GEMMs after demb_ready, beside the
   // embeddings' update
@@ -308,8 +321,9 @@ void DenseModel::backward(const float* params, float* grads, float* demb, const 
       uint16_t* g16 = cross_->output_grad16();
       float* g = g16 ? nullptr : dz_.data();
       top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), g, dev_.stream, false, g16);
-      cross_->backward_data(params + cross_offset(), g, grads + cross_offset(),
-                            CrossInputGrad(dbottom_.data(), demb, bottom_width), dev_.stream);
+      const CrossInputGrad dx0 = demb16 ? CrossInputGrad(dbottom_.data(), demb16, bottom_width)
+                                        : CrossInputGrad(dbottom_.data(), demb, bottom_width);
+      cross_->backward_data(params + cross_offset(), g, grads + cross_offset(), dx0, dev_.stream);
     }
   });
   if (demb_ready) demb_ready();

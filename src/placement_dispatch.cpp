@@ -54,7 +54,8 @@ class DispatchTable : public PlacedTable {
     ex_.mark("dispatch: bags pooled");
   }
 
-  void begin_backward(const float* grad) override {
+  void begin_backward(GradRef g) override {
+    const float* grad = float_gradient(g, "dispatch");
     shard_.send(in_.offsets, in_.bags, grad, combiner_, output_.grad_layout());
   }
 

@@ -87,7 +87,8 @@ class DistributedTable : public PlacedTable {
     if (combiner_ == Combiner::mean) route_divide_by_lengths(dev, in_.offsets, in_.bags, dim_, out_, dev.stream);
   }
 
-  void begin_backward(const float* grad) override {
+  void begin_backward(GradRef g) override {
+    const float* grad = float_gradient(g, "distributed");
     const Device& dev = ex_.device();
     const int world = ex_.world();
     const float* send = grad;  // a sum table's gradient of equal local batches goes as it is

@@ -241,7 +241,8 @@ class LocalizedTable : public PlacedTable {
     prepared_ = true;
   }
 
-  void begin_backward(const float* grad) override {
+  void begin_backward(GradRef g) override {
+    const float* grad = float_gradient(g, "localized");
     grad_ = grad;
     if (ex_.world() == 1) return;
     const Device& dev = ex_.device();

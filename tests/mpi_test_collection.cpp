@@ -738,17 +738,18 @@ SPARTA_MPI_BACKEND_CASES(an_exchange_type_other_than_f32_or_bf16_is_an_error, ba
 // half.h, nearest even), bit for bit; its backward with a 16-bit gradient leaves the same tables (values and
 // optimizer state, bit for bit, by key) as the float backward fed that gradient widened. Every placement alone
 // (each table a group of some slots: the slots put into the output), and one group of all slots (the float
-// output written by the placement directly, the 16-bit one through the group's buffer).
+// output written by the placement directly, the 16-bit one through the group's buffer). Replicated reads a bf16
+// gradient where it lies (placement_reads_16bit_gradient); the others are given it widened by the collection.
 
 uint16_t round_to(OutputType t, float v) { return t == OutputType::bf16 ? float_to_bf16(v) : float_to_f16(v); }
 float widen(OutputType t, uint16_t h) { return t == OutputType::bf16 ? bf16_to_float(h) : f16_to_float(h); }
 
 // A wide 16-bit output (wide_col > 0: CollectionConfig::output_col wide_col, output_row wide_col + width +
-// wide_pad, float_gradient, as the trainer's DCNv2 x0): the slots in their columns, the others untouched (their
-// poison kept), and the float gradient [local_batch, output_width].
+// wide_pad, as the trainer's DCNv2 x0): the slots in their columns, the others untouched (their poison kept), and
+// the float gradient [local_batch, output_width] (float_gradient), or the 16-bit one (float_grad false).
 void half_against_f32(Backend backend, OutputType type, const std::vector<std::string>& placements,
                       const std::vector<TableDef>& defs, int slots, int groups = 0, int wide_col = 0,
-                      int wide_pad = 0) {
+                      int wide_pad = 0, bool float_grad = true) {
   const uint64_t seed = shared_seed();
   World w(backend, testing::world_size(), CommMode::mpi);
   CollectionConfig cfg = make_config(seed, placements, defs, slots);
@@ -761,17 +762,26 @@ void half_against_f32(Backend backend, OutputType type, const std::vector<std::s
   if (wide_col > 0) {
     half.output_col = wide_col;
     half.output_row = wide_col + width + wide_pad;
-    half.float_gradient = true;
+    half.float_gradient = float_grad;
   }
   EmbeddingCollection h(w.comm, w.communicator.get(), w.dev, half, plan);
   BOOST_CHECK(a.output_type() == OutputType::f32 && h.output_type() == type);
+  // the bf16 gradient read in place: replicated tables with sgd or row-wise Adagrad only, never a float gradient
+  for (size_t t = 0; t < cfg.tables.size(); ++t) {
+    const OptimizerKind k = cfg.tables[t].optimizer.kind;
+    const bool want = type == OutputType::bf16 && !half.float_gradient &&
+                      plan.tables[t].placement == Placement::replicated &&
+                      (k == OptimizerKind::sgd || k == OptimizerKind::rowwise_adagrad);
+    BOOST_CHECK_MESSAGE(h.reads_16bit_gradient(int(t)) == want && !a.reads_16bit_gradient(int(t)),
+                        "table " << t << ": reads_16bit_gradient " << h.reads_16bit_gradient(int(t)));
+  }
   BOOST_CHECK_EQUAL(h.groups(), groups > 0 ? groups : int(cfg.tables.size()));
   BOOST_REQUIRE_EQUAL(h.output_width(), width);
   const int64_t row = h.output_row(), col = wide_col;
   BOOST_REQUIRE_EQUAL(row, wide_col > 0 ? wide_col + width + wide_pad : width);
   const std::string what = std::string(output_type_name(type)) + " output" +
                            (wide_col > 0 ? " at column " + std::to_string(col) + " of " + std::to_string(row) : "") +
-                           ", placements " + placements[0];
+                           (wide_col > 0 && !float_grad ? ", 16-bit gradient" : "") + ", placements " + placements[0];
   for (int step = 1; step <= 3; ++step) {
     const bool eval = step == 3;  // two train steps, then an eval forward of trained and unseen keys
     Batch b = data.next(3 * w.size + step);
@@ -812,7 +822,7 @@ void half_against_f32(Backend backend, OutputType type, const std::vector<std::s
     Buffer<uint16_t> g16(w.dev, mine16);
     Buffer<float> g32(w.dev, mine32);
     a.backward(g32.data(), step);
-    if (wide_col > 0) {
+    if (wide_col > 0 && float_grad) {
       Buffer<float> g32h(w.dev, mine32);
       h.backward(g32h.data(), step);
     } else {
@@ -864,6 +874,11 @@ void half_output_every_placement(Backend backend, OutputType type) {
     half_against_f32(backend, type, p, kTables, kSlots, 0, 8, 8);
   half_against_f32(backend, type, {"replicated"}, kTables, kSlots, 0, 3, 1);
   half_against_f32(backend, type, {"replicated"}, all, 3, 1, 5, 2);  // one group of all slots, wide
+  // wide, with a 16-bit gradient: replicated reads a bf16 one in place (aligned and not), the others widened
+  for (const std::vector<std::string>& p : std::vector<std::vector<std::string>>{{"replicated"}, {"dispatch"}, loc})
+    half_against_f32(backend, type, p, kTables, kSlots, 0, 8, 8, false);
+  half_against_f32(backend, type, {"replicated"}, kTables, kSlots, 0, 3, 1, false);
+  half_against_f32(backend, type, {"replicated"}, all, 3, 1, 5, 2, false);
 }
 void bf16_output(Backend b) { half_output_every_placement(b, OutputType::bf16); }
 void f16_output(Backend b) { half_output_every_placement(b, OutputType::f16); }

@@ -337,7 +337,8 @@ namespace {
 // forward_in_x0 (the embeddings written into x0's 16-bit array, rounded on the host here, as the collection
 // writes them for the trainer) gives the bits of forward with the embeddings in fp32: the logits, the loss, every
 // parameter gradient and demb. x0's first columns are poisoned before (the model writes them); demb is poisoned. inputs_read comes once, after demb_ready
-// (the cross network's weight gradients read x0 after it). Batches 1, 7 and 65; bf16 and fp16.
+// (the cross network's weight gradients read x0 after it). Batches 1, 7 and 65; bf16 and fp16. In bf16, demb in
+// bf16 is the float one rounded, the parameter gradients the same bits.
 void x0_half_gives_the_bits_of_fp32_embeddings(Backend be) {
   const Device dev = dense_test::device_for(be);
   for (GemmType t : {GemmType::bf16, GemmType::f16})
@@ -371,6 +372,26 @@ void x0_half_gives_the_bits_of_fp32_embeddings(Backend be) {
         BOOST_TEST(std::memcmp(cols.data(), ref.demb.data(), ref.demb.size() * sizeof(float)) == 0);
         BOOST_TEST(demb_at == 1);
         BOOST_TEST(read_at == 2);
+      }
+      // bf16: demb in bf16 (backward with a uint16_t demb), the float one rounded to nearest even, the same
+      // parameter gradients; fp16 refuses it
+      copy_to_device(dev, m.x0_half(), x0.data(), x0.size() * sizeof(uint16_t));
+      m.forward_in_x0(p.data(), dense.data(), B);
+      m.loss(labels.data(), in.mean_over, loss.data());
+      Buffer<uint16_t> demb16(dev, size_t(B) * W);
+      demb16.fill_bytes(0xFF);
+      Buffer<float> grads16 = dense_test::poisoned(dev, m.param_count());
+      if (t != GemmType::bf16) {
+        BOOST_CHECK_THROW(m.backward(p.data(), grads16.data(), demb16.data()), Error);
+        continue;
+      }
+      m.backward(p.data(), grads16.data(), demb16.data());
+      const std::vector<uint16_t> got16 = demb16.download();
+      size_t bad = 0;
+      for (size_t i = 0; i < got16.size(); ++i) bad += got16[i] != round16(ref.demb[i]);
+      BOOST_TEST_CONTEXT(dev.name() << " bf16 demb, batch " << B) {
+        BOOST_TEST(bad == 0u);
+        BOOST_TEST(std::memcmp(grads16.download().data(), ref.grads.data(), ref.grads.size() * sizeof(float)) == 0);
       }
     }
   // the other models and fp32 have no such array, and refuse the forward
