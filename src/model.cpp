@@ -297,8 +297,9 @@ void DenseModel::backward(const float* params, float* grads, float* demb, const 
 
 void DenseModel::backward(const float* params, float* grads, uint16_t* demb16, const GradsReady& ready,
                           const std::function<void()>& demb_ready, const std::function<void()>& inputs_read) {
-  SPARTA_REQUIRE(in_x0_ && cfg_.precision == GemmType::bf16,
-                 "model: a bf16 embeddings' gradient needs DCNv2 in bf16 with the embeddings in x0 (forward_in_x0)");
+  SPARTA_REQUIRE(cfg_.precision == GemmType::bf16 && (cfg_.interaction == Interaction::dot || in_x0_),
+                 "model: a bf16 embeddings' gradient needs bf16 precision, and for DCNv2 the embeddings in x0 "
+                 "(forward_in_x0)");
   backward_any(params, grads, nullptr, demb16, ready, demb_ready, inputs_read);
 }
 
@@ -314,7 +315,10 @@ void DenseModel::backward_any(const float* params, float* grads, float* demb, ui
     if (cfg_.interaction == Interaction::dot) {
       top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), dz_.data(), dev_.stream, true);
       InteractionDims d{"interaction", batch_, cfg_.num_slots, cfg_.embedding_dim, top_.input_ld()};
-      interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb_, dbottom_.data(), demb, dev_.stream);
+      if (demb16)
+        interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb_, dbottom_.data(), demb16, dev_.stream);
+      else
+        interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb_, dbottom_.data(), demb, dev_.stream);
     } else {
       // 16-bit: the top MLP writes x_L's gradient where the cross network reads it, in 16 bits; dx0 written as its
       // two blocks: the bottom MLP's output gradient and demb

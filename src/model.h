@@ -134,7 +134,7 @@ class DenseModel {
                 const std::function<void()>& demb_ready = std::function<void()>(),
                 const std::function<void()>& inputs_read = std::function<void()>());
   // The same with demb in bf16 (each value rounded to nearest even once from its fp32 sum: half the bytes the
-  // embeddings' update reads), after forward_in_x0 in bf16; sparta::Error otherwise.
+  // embeddings' update reads), in bf16 precision (DCNv2: after forward_in_x0); sparta::Error otherwise.
   void backward(const float* params, float* grads, uint16_t* demb16, const GradsReady& ready = GradsReady(),
                 const std::function<void()>& demb_ready = std::function<void()>(),
                 const std::function<void()>& inputs_read = std::function<void()>());

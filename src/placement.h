@@ -93,6 +93,10 @@ struct CollectionConfig {
   int64_t output_col = 0;
   // The backward's gradient in float32 whatever the output's type (a caller that computes it in float).
   bool float_gradient = false;
+  // A float32 output's gradient in bf16 (a caller that computes it in bf16: the dot model in bf16): read where it
+  // lies by the tables whose placement reads 16-bit gradients (placement_reads_16bit_gradient), widened to float
+  // for the others. Only with output f32.
+  bool bf16_gradient = false;
 };
 constexpr int64_t kShardHeadroom = 64;
 

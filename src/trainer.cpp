@@ -177,7 +177,9 @@ bool Trainer::in_x0() const {
   return cfg_.model.interaction == Interaction::dcnv2 && is_half(cfg_.model.precision);
 }
 
-bool Trainer::demb16() const { return in_x0() && cfg_.model.precision == GemmType::bf16; }
+bool Trainer::demb16() const {
+  return cfg_.model.precision == GemmType::bf16 && (in_x0() || cfg_.model.interaction == Interaction::dot);
+}
 
 const void* Trainer::demb() const {
   return demb16() ? static_cast<const void*>(demb16_.data()) : static_cast<const void*>(demb_.data());
@@ -324,6 +326,8 @@ void Trainer::build_collection(const Batch& b, int64_t global_batch) {
       c.output_col = m.bottom_mlp.back();
       c.output_row = c.output_col + m.embedding_width();
       c.float_gradient = !demb16();
+    } else if (demb16()) {
+      c.bf16_gradient = true;  // dot in bf16: the interaction's backward writes the embeddings' gradient in bf16
     }
     const std::vector<std::string> placements = split_list(cfg_.placement);
     SPARTA_REQUIRE(placements.size() == 1 || placements.size() == size_t(m.num_slots),

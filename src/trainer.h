@@ -218,8 +218,9 @@ class Trainer {
   Buffer<uint16_t> demb16_;                       // demb16: the embeddings' gradient [B, slots*dim] in bf16
   // DCNv2 in 16 bits: the collection writes the embeddings into the model's x0_half() (src/model.h), not emb_.
   bool in_x0() const;
-  // DCNv2 in bf16: the model writes the embeddings' gradient in bf16 (demb16_), which the collection's tables
-  // read as it is where their placement does (EmbeddingCollection::reads_16bit_gradient), else widened.
+  // bf16 precision (dot, and DCNv2 with its embeddings in x0): the model writes the embeddings' gradient in bf16
+  // (demb16_), which the collection's tables read as it is where their placement does
+  // (EmbeddingCollection::reads_16bit_gradient), else widened.
   bool demb16() const;
   void* emb_out();             // where the collection's forward writes
   const float* model_forward(int64_t batch, int64_t train_step);  // the model's forward of the embeddings there

@@ -744,6 +744,30 @@ SPARTA_MPI_BACKEND_CASES(an_exchange_type_other_than_f32_or_bf16_is_an_error, ba
 uint16_t round_to(OutputType t, float v) { return t == OutputType::bf16 ? float_to_bf16(v) : float_to_f16(v); }
 float widen(OutputType t, uint16_t h) { return t == OutputType::bf16 ? bf16_to_float(h) : f16_to_float(h); }
 
+// Rows of table t this rank holds in a but not in h, or with any value or state bit apart (by key: row ids may
+// differ between two collections, a GPU insert's order); *rows: a's rows.
+size_t rows_differing(EmbeddingCollection& a, EmbeddingCollection& h, int t, size_t* rows) {
+  auto by_key = [](const TableRows& r) {
+    std::map<int64_t, std::pair<std::vector<float>, std::vector<float>>> m;
+    for (size_t i = 0; i < r.rows(); ++i)
+      m[r.keys[i]] = {std::vector<float>(r.values.begin() + i * r.dim, r.values.begin() + (i + 1) * r.dim),
+                      std::vector<float>(r.state.begin() + i * size_t(r.state_width),
+                                         r.state.begin() + (i + 1) * size_t(r.state_width))};
+    return m;
+  };
+  auto ra = by_key(a.held_rows(t)), rh = by_key(h.held_rows(t));
+  *rows = ra.size();
+  size_t diff = 0;
+  for (const auto& kv : ra) {
+    auto it = rh.find(kv.first);
+    diff += it == rh.end() || kv.second.first.size() != it->second.first.size() ||
+            kv.second.second.size() != it->second.second.size() ||
+            std::memcmp(kv.second.first.data(), it->second.first.data(), 4 * kv.second.first.size()) != 0 ||
+            std::memcmp(kv.second.second.data(), it->second.second.data(), 4 * kv.second.second.size()) != 0;
+  }
+  return diff + (rh.size() > ra.size() ? rh.size() - ra.size() : 0);
+}
+
 // A wide 16-bit output (wide_col > 0: CollectionConfig::output_col wide_col, output_row wide_col + width +
 // wide_pad, as the trainer's DCNv2 x0): the slots in their columns, the others untouched (their poison kept), and
 // the float gradient [local_batch, output_width] (float_gradient), or the 16-bit one (float_grad false).
@@ -829,28 +853,12 @@ void half_against_f32(Backend backend, OutputType type, const std::vector<std::s
       h.backward(g16.data(), step);
     }
   }
-  auto by_key = [](const TableRows& r) {  // row ids may differ between the collections (a GPU insert's order)
-    std::map<int64_t, std::pair<std::vector<float>, std::vector<float>>> m;
-    for (size_t i = 0; i < r.rows(); ++i)
-      m[r.keys[i]] = {std::vector<float>(r.values.begin() + i * r.dim, r.values.begin() + (i + 1) * r.dim),
-                      std::vector<float>(r.state.begin() + i * size_t(r.state_width),
-                                         r.state.begin() + (i + 1) * size_t(r.state_width))};
-    return m;
-  };
   int64_t rows = 0;
   for (size_t t = 0; t < cfg.tables.size(); ++t) {
-    auto ra = by_key(a.held_rows(int(t))), rh = by_key(h.held_rows(int(t)));
-    rows += int64_t(ra.size());
-    size_t diff = 0;  // keys held by one only, or any value or state bit apart
-    for (const auto& kv : ra) {
-      auto it = rh.find(kv.first);
-      diff += it == rh.end() || kv.second.first.size() != it->second.first.size() ||
-              kv.second.second.size() != it->second.second.size() ||
-              std::memcmp(kv.second.first.data(), it->second.first.data(), 4 * kv.second.first.size()) != 0 ||
-              std::memcmp(kv.second.second.data(), it->second.second.data(), 4 * kv.second.second.size()) != 0;
-    }
-    diff += rh.size() > ra.size() ? rh.size() - ra.size() : 0;
-    BOOST_CHECK_MESSAGE(diff == 0, what << " table " << cfg.tables[t].name << ": " << diff << " of " << ra.size()
+    size_t held = 0;
+    const size_t diff = rows_differing(a, h, int(t), &held);
+    rows += int64_t(held);
+    BOOST_CHECK_MESSAGE(diff == 0, what << " table " << cfg.tables[t].name << ": " << diff << " of " << held
                                         << " rows differ after the 16-bit and the float backward");
   }
   MPI_Allreduce(MPI_IN_PLACE, &rows, 1, MPI_INT64_T, MPI_SUM, w.comm);
@@ -881,6 +889,79 @@ void half_output_every_placement(Backend backend, OutputType type) {
   half_against_f32(backend, type, {"replicated"}, all, 3, 1, 5, 2, false);
 }
 void bf16_output(Backend b) { half_output_every_placement(b, OutputType::bf16); }
+
+// bf16_gradient (a float output's gradient in bf16, the dot trainer's in bf16) beside a float collection of the same
+// configuration and plan, fed the same batches: the same outputs, and its backward with the bf16 gradient leaves
+// the same rows, bit for bit, as the float backward fed that gradient widened. Replicated sgd and row-wise Adagrad
+// tables read it where it lies; every other placement and optimizer gets it widened by the collection.
+void bf16_gradient_against_float(Backend backend, const std::vector<std::string>& placements,
+                                 const std::vector<TableDef>& defs, int slots) {
+  const uint64_t seed = shared_seed();
+  World w(backend, testing::world_size(), CommMode::mpi);
+  const CollectionConfig cfg = make_config(seed, placements, defs, slots);
+  CollectionConfig g16 = cfg;
+  g16.bf16_gradient = true;
+  Data data(seed ^ 0xb16, defs, slots);
+  Plan plan = plan_for(cfg, w, data);
+  EmbeddingCollection a(w.comm, w.communicator.get(), w.dev, cfg, plan);
+  EmbeddingCollection h(w.comm, w.communicator.get(), w.dev, g16, plan);
+  const std::string what = "bf16 gradient, placements " + placements[0];
+  for (size_t t = 0; t < cfg.tables.size(); ++t) {
+    const OptimizerKind k = cfg.tables[t].optimizer.kind;
+    const bool want = plan.tables[t].placement == Placement::replicated &&
+                      (k == OptimizerKind::sgd || k == OptimizerKind::rowwise_adagrad);
+    BOOST_CHECK_MESSAGE(h.reads_16bit_gradient(int(t)) == want && !a.reads_16bit_gradient(int(t)),
+                        what << " table " << t << ": reads_16bit_gradient " << h.reads_16bit_gradient(int(t)));
+  }
+  const int64_t width = a.output_width();
+  for (int step = 1; step <= 3; ++step) {
+    Batch b = data.next(3 * w.size + step);
+    Slice s = slice_of(b.samples, w.rank, w.size);
+    LocalBatch lb(w.dev, b, s);
+    const size_t n = std::max<size_t>(size_t(s.count * width), 1);
+    Buffer<float> oa(w.dev, n), oh(w.dev, n);
+    oa.fill_bytes(0xFF);
+    oh.fill_bytes(0xFF);
+    a.forward(lb.offsets.data(), lb.keys.data(), s.count, oa.data());
+    h.forward(lb.offsets.data(), lb.keys.data(), s.count, oh.data());
+    BOOST_CHECK_MESSAGE(testing::same_bits(oa.download(), oh.download()), what << " step " << step << ": outputs differ");
+    std::vector<uint16_t> grad16(size_t(b.samples * width));
+    for (uint16_t& x : grad16) x = float_to_bf16(std::uniform_real_distribution<float>(-1, 1)(data.g));
+    std::vector<uint16_t> mine16(grad16.begin() + s.first * width, grad16.begin() + (s.first + s.count) * width);
+    if (mine16.empty()) mine16.push_back(0);
+    std::vector<float> mine32;
+    for (uint16_t x : mine16) mine32.push_back(bf16_to_float(x));
+    Buffer<uint16_t> gh(w.dev, mine16);
+    Buffer<float> ga(w.dev, mine32);
+    a.backward(ga.data(), step);
+    h.backward(static_cast<const void*>(gh.data()), step);
+  }
+  const std::string err = error_of([&] { h.backward(static_cast<const float*>(nullptr), 4); });
+  BOOST_CHECK_MESSAGE(err.find("bf16") != std::string::npos, "a float gradient given: " << err);
+  int64_t rows = 0;
+  for (size_t t = 0; t < cfg.tables.size(); ++t) {
+    size_t held = 0;
+    const size_t diff = rows_differing(a, h, int(t), &held);
+    rows += int64_t(held);
+    BOOST_CHECK_MESSAGE(diff == 0, what << " table " << cfg.tables[t].name << ": " << diff << " of " << held
+                                        << " rows differ after the bf16 and the float backward");
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &rows, 1, MPI_INT64_T, MPI_SUM, w.comm);
+  BOOST_CHECK_MESSAGE(rows > 0, what << ": no rows compared");
+}
+
+void bf16_gradient_every_placement(Backend backend) {
+  const int world = testing::world_size();
+  std::vector<std::string> loc;
+  for (int i = 0; i < 5; ++i) loc.push_back("localized:" + std::to_string(i % world));
+  for (const std::vector<std::string>& p : std::vector<std::vector<std::string>>{
+           {"dispatch"}, loc, {"replicated"}, {"distributed"}, {"hybrid"}})
+    bf16_gradient_against_float(backend, p, kTables, kSlots);
+  const std::vector<TableDef> all = {{"x", 300, 4, Combiner::sum, OptimizerKind::sgd, {0}, 120, 1000},
+                                     {"y", 300, 4, Combiner::sum, OptimizerKind::rowwise_adagrad, {1, 2}, 120, 1000}};
+  for (const char* p : {"replicated", "dispatch"}) bf16_gradient_against_float(backend, {p}, all, 3);
+}
+SPARTA_MPI_BACKEND_CASES(bf16_gradient_of_a_float_output_is_the_float_gradient_widened, bf16_gradient_every_placement)
 void f16_output(Backend b) { half_output_every_placement(b, OutputType::f16); }
 SPARTA_MPI_BACKEND_CASES(bf16_output_is_the_f32_output_rounded_and_its_backward_the_same, bf16_output)
 SPARTA_MPI_BACKEND_CASES(f16_output_is_the_f32_output_rounded_and_its_backward_the_same, f16_output)
