@@ -26,8 +26,9 @@ inline float x0_at(const CrossInput& x, int cols, int64_t r, int c) {
   if (!x.b) return x.a[r * cols + c];
   return c < x.a_cols ? x.a[r * x.a_cols + c] : x.b[r * (cols - x.a_cols) + (c - x.a_cols)];
 }
+// (b16: the second block in 16 bits, written by its caller: only the first block's elements come from here.)
 inline float& dx0_at(const CrossInputGrad& x, int cols, int64_t r, int c) {
-  if (!x.b) return x.a[r * cols + c];
+  if (!x.b && !x.b16) return x.a[r * cols + c];
   return c < x.a_cols ? x.a[r * x.a_cols + c] : x.b[r * (cols - x.a_cols) + (c - x.a_cols)];
 }
 }  // namespace
@@ -110,7 +111,7 @@ void cross_input_grad_half_cpu(const LinearDims& d, const CrossGradTerms& a) {
     for (int c = 0; c < d.out; ++c) {
       const size_t i = size_t(r) * d.out + c;
       uint16_t* v16 = x.b16 && c >= x.a_cols ? x.b16 + r * (d.out - x.a_cols) + (c - x.a_cols) : nullptr;
-      float* dx0 = v16 ? nullptr : x.b16 ? x.a + r * x.a_cols + c : &dx0_at(x, d.out, r, c);
+      float* dx0 = v16 ? nullptr : &dx0_at(x, d.out, r, c);
       float v = a.accumulate ? *dx0 : 0.f;  // (a 16-bit block: one pass, never accumulated)
       for (int k = a.n - 1; k >= 0; --k) {
         const float gz = widen(a.g16[k][i]) * (widen(a.z16[k][i]) + a.bias[k][c]);

@@ -188,18 +188,25 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// V gradient elements at element i of g, widened to fp32: float, or bf16 (G16; 8-byte loads when V is 4).
+// V gradient elements at element i of g, widened to fp32: float, or bf16 (G16; 8-byte loads when V is 4), read
+// through the read-only path as the float ones are.
 template <int V, bool G16>
 __device__ __forceinline__ void load_grad(const void* g, int64_t i, float* out) {
   if constexpr (!G16) {
     rowvec::load_ro<V>(static_cast<const float*>(g) + i, out);
-  } else if constexpr (V == 4) {
-    const uint2 x = __ldg(reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(g) + i));
-    out[0] = __uint_as_float(x.x << 16), out[1] = __uint_as_float(x.x & 0xffff0000u);
-    out[2] = __uint_as_float(x.y << 16), out[3] = __uint_as_float(x.y & 0xffff0000u);
   } else {
+    const uint16_t* p = static_cast<const uint16_t*>(g) + i;
+    uint16_t bits[V];
+    if constexpr (V == 4) {
+      const uint2 x = __ldg(reinterpret_cast<const uint2*>(p));
+      bits[0] = uint16_t(x.x & 0xffffu), bits[1] = uint16_t(x.x >> 16);
+      bits[2] = uint16_t(x.y & 0xffffu), bits[3] = uint16_t(x.y >> 16);
+    } else {
 #pragma unroll
-    for (int v = 0; v < V; ++v) out[v] = __uint_as_float(uint32_t(__ldg(static_cast<const uint16_t*>(g) + i + v)) << 16);
+      for (int v = 0; v < V; ++v) bits[v] = __ldg(p + v);
+    }
+#pragma unroll
+    for (int v = 0; v < V; ++v) out[v] = rowstore::widen(RowStorage::bf16, bits[v]);
   }
 }
 

@@ -177,9 +177,7 @@ bool Trainer::in_x0() const {
   return cfg_.model.interaction == Interaction::dcnv2 && is_half(cfg_.model.precision);
 }
 
-bool Trainer::demb16() const {
-  return cfg_.model.precision == GemmType::bf16 && (in_x0() || cfg_.model.interaction == Interaction::dot);
-}
+bool Trainer::demb16() const { return cfg_.model.precision == GemmType::bf16; }  // dot, and DCNv2 in x0
 
 const void* Trainer::demb() const {
   return demb16() ? static_cast<const void*>(demb16_.data()) : static_cast<const void*>(demb_.data());

@@ -659,12 +659,20 @@ SPARTA_MPI_BACKEND_CASES(auto_and_explicit_placements_match_reference, mixed_aut
 // (tolerance_of); then the same training under f32 and bf16 side by side: with one rank bit for bit, with more
 // some values differ (the wire format is in effect).
 
+// kTables localized with their owners spread over the ranks.
+std::vector<std::string> localized_spread() {
+  std::vector<std::string> loc;
+  for (int i = 0; i < 5; ++i) loc.push_back("localized:" + std::to_string(i % testing::world_size()));
+  return loc;
+}
+// Every placement alone for kTables.
+std::vector<std::vector<std::string>> each_placement_alone() {
+  return {{"dispatch"}, localized_spread(), {"replicated"}, {"distributed"}, {"hybrid"}};
+}
+
 void bf16_each_placement(Backend b) {
   const int world = testing::world_size();
-  std::vector<std::string> loc;
-  for (int i = 0; i < 5; ++i) loc.push_back("localized:" + std::to_string(i % world));
-  for (const std::vector<std::string>& p : std::vector<std::vector<std::string>>{
-           {"dispatch"}, loc, {"replicated"}, {"distributed"}, {"hybrid"}})
+  for (const std::vector<std::string>& p : each_placement_alone())
     check_placements(b, p, CommMode::mpi, 0, kTables, kSlots, 0, DataType::bf16);
   const int rpn = world % 2 == 0 ? 2 : 0;
   check_placements(b, {"hybrid", "distributed", "localized:" + std::to_string(world - 1), "replicated", "dispatch"},
@@ -744,9 +752,11 @@ SPARTA_MPI_BACKEND_CASES(an_exchange_type_other_than_f32_or_bf16_is_an_error, ba
 uint16_t round_to(OutputType t, float v) { return t == OutputType::bf16 ? float_to_bf16(v) : float_to_f16(v); }
 float widen(OutputType t, uint16_t h) { return t == OutputType::bf16 ? bf16_to_float(h) : f16_to_float(h); }
 
-// Rows of table t this rank holds in a but not in h, or with any value or state bit apart (by key: row ids may
-// differ between two collections, a GPU insert's order); *rows: a's rows.
-size_t rows_differing(EmbeddingCollection& a, EmbeddingCollection& h, int t, size_t* rows) {
+// Every table's rows of h against a's (by key: row ids may differ between two collections, a GPU insert's order):
+// no key held by one only, no value or state bit apart, and some rows compared over the ranks. after: what was done
+// to h, for the messages.
+void check_same_rows(EmbeddingCollection& a, EmbeddingCollection& h, const CollectionConfig& cfg,
+                     const std::string& what, const char* after, MPI_Comm comm) {
   auto by_key = [](const TableRows& r) {
     std::map<int64_t, std::pair<std::vector<float>, std::vector<float>>> m;
     for (size_t i = 0; i < r.rows(); ++i)
@@ -755,17 +765,38 @@ size_t rows_differing(EmbeddingCollection& a, EmbeddingCollection& h, int t, siz
                                          r.state.begin() + (i + 1) * size_t(r.state_width))};
     return m;
   };
-  auto ra = by_key(a.held_rows(t)), rh = by_key(h.held_rows(t));
-  *rows = ra.size();
-  size_t diff = 0;
-  for (const auto& kv : ra) {
-    auto it = rh.find(kv.first);
-    diff += it == rh.end() || kv.second.first.size() != it->second.first.size() ||
-            kv.second.second.size() != it->second.second.size() ||
-            std::memcmp(kv.second.first.data(), it->second.first.data(), 4 * kv.second.first.size()) != 0 ||
-            std::memcmp(kv.second.second.data(), it->second.second.data(), 4 * kv.second.second.size()) != 0;
+  int64_t rows = 0;
+  for (size_t t = 0; t < cfg.tables.size(); ++t) {
+    auto ra = by_key(a.held_rows(int(t))), rh = by_key(h.held_rows(int(t)));
+    rows += int64_t(ra.size());
+    size_t diff = 0;  // keys held by one only, or any value or state bit apart
+    for (const auto& kv : ra) {
+      auto it = rh.find(kv.first);
+      diff += it == rh.end() || kv.second.first.size() != it->second.first.size() ||
+              kv.second.second.size() != it->second.second.size() ||
+              std::memcmp(kv.second.first.data(), it->second.first.data(), 4 * kv.second.first.size()) != 0 ||
+              std::memcmp(kv.second.second.data(), it->second.second.data(), 4 * kv.second.second.size()) != 0;
+    }
+    diff += rh.size() > ra.size() ? rh.size() - ra.size() : 0;
+    BOOST_CHECK_MESSAGE(diff == 0, what << " table " << cfg.tables[t].name << ": " << diff << " of " << ra.size()
+                                        << " rows differ after " << after << " and the float backward");
   }
-  return diff + (rh.size() > ra.size() ? rh.size() - ra.size() : 0);
+  MPI_Allreduce(MPI_IN_PLACE, &rows, 1, MPI_INT64_T, MPI_SUM, comm);
+  BOOST_CHECK_MESSAGE(rows > 0, what << ": no rows compared");
+}
+
+// h reads a bf16 gradient where it lies (EmbeddingCollection::reads_16bit_gradient) for its replicated tables with
+// sgd or row-wise Adagrad when bf16 says its gradient is bf16, for no table otherwise; a, with a float gradient,
+// for none.
+void check_reads_16bit(EmbeddingCollection& a, EmbeddingCollection& h, const CollectionConfig& cfg, const Plan& plan,
+                       bool bf16, const std::string& what) {
+  for (size_t t = 0; t < cfg.tables.size(); ++t) {
+    const OptimizerKind k = cfg.tables[t].optimizer.kind;
+    const bool want = bf16 && plan.tables[t].placement == Placement::replicated &&
+                      (k == OptimizerKind::sgd || k == OptimizerKind::rowwise_adagrad);
+    BOOST_CHECK_MESSAGE(h.reads_16bit_gradient(int(t)) == want && !a.reads_16bit_gradient(int(t)),
+                        what << " table " << t << ": reads_16bit_gradient " << h.reads_16bit_gradient(int(t)));
+  }
 }
 
 // A wide 16-bit output (wide_col > 0: CollectionConfig::output_col wide_col, output_row wide_col + width +
@@ -791,14 +822,8 @@ void half_against_f32(Backend backend, OutputType type, const std::vector<std::s
   EmbeddingCollection h(w.comm, w.communicator.get(), w.dev, half, plan);
   BOOST_CHECK(a.output_type() == OutputType::f32 && h.output_type() == type);
   // the bf16 gradient read in place: replicated tables with sgd or row-wise Adagrad only, never a float gradient
-  for (size_t t = 0; t < cfg.tables.size(); ++t) {
-    const OptimizerKind k = cfg.tables[t].optimizer.kind;
-    const bool want = type == OutputType::bf16 && !half.float_gradient &&
-                      plan.tables[t].placement == Placement::replicated &&
-                      (k == OptimizerKind::sgd || k == OptimizerKind::rowwise_adagrad);
-    BOOST_CHECK_MESSAGE(h.reads_16bit_gradient(int(t)) == want && !a.reads_16bit_gradient(int(t)),
-                        "table " << t << ": reads_16bit_gradient " << h.reads_16bit_gradient(int(t)));
-  }
+  check_reads_16bit(a, h, cfg, plan, type == OutputType::bf16 && !half.float_gradient,
+                    std::string(output_type_name(type)) + " output");
   BOOST_CHECK_EQUAL(h.groups(), groups > 0 ? groups : int(cfg.tables.size()));
   BOOST_REQUIRE_EQUAL(h.output_width(), width);
   const int64_t row = h.output_row(), col = wide_col;
@@ -853,25 +878,12 @@ void half_against_f32(Backend backend, OutputType type, const std::vector<std::s
       h.backward(g16.data(), step);
     }
   }
-  int64_t rows = 0;
-  for (size_t t = 0; t < cfg.tables.size(); ++t) {
-    size_t held = 0;
-    const size_t diff = rows_differing(a, h, int(t), &held);
-    rows += int64_t(held);
-    BOOST_CHECK_MESSAGE(diff == 0, what << " table " << cfg.tables[t].name << ": " << diff << " of " << held
-                                        << " rows differ after the 16-bit and the float backward");
-  }
-  MPI_Allreduce(MPI_IN_PLACE, &rows, 1, MPI_INT64_T, MPI_SUM, w.comm);
-  BOOST_CHECK_MESSAGE(rows > 0, what << ": no rows compared");
+  check_same_rows(a, h, cfg, what, "the 16-bit", w.comm);
 }
 
 void half_output_every_placement(Backend backend, OutputType type) {
-  const int world = testing::world_size();
-  std::vector<std::string> loc;
-  for (int i = 0; i < 5; ++i) loc.push_back("localized:" + std::to_string(i % world));
-  for (const std::vector<std::string>& p : std::vector<std::vector<std::string>>{
-           {"dispatch"}, loc, {"replicated"}, {"distributed"}, {"hybrid"}})
-    half_against_f32(backend, type, p, kTables, kSlots);
+  const std::vector<std::string> loc = localized_spread();
+  for (const std::vector<std::string>& p : each_placement_alone()) half_against_f32(backend, type, p, kTables, kSlots);
   const std::vector<TableDef> all = {{"x", 300, 4, Combiner::sum, OptimizerKind::sgd, {0}, 120, 1000},
                                      {"y", 300, 4, Combiner::sum, OptimizerKind::sgd, {1, 2}, 120, 1000}};
   half_against_f32(backend, type, {"dispatch"}, all, 3, 1);  // one group of all slots
@@ -890,6 +902,10 @@ void half_output_every_placement(Backend backend, OutputType type) {
 }
 void bf16_output(Backend b) { half_output_every_placement(b, OutputType::bf16); }
 
+void f16_output(Backend b) { half_output_every_placement(b, OutputType::f16); }
+SPARTA_MPI_BACKEND_CASES(bf16_output_is_the_f32_output_rounded_and_its_backward_the_same, bf16_output)
+SPARTA_MPI_BACKEND_CASES(f16_output_is_the_f32_output_rounded_and_its_backward_the_same, f16_output)
+
 // bf16_gradient (a float output's gradient in bf16, the dot trainer's in bf16) beside a float collection of the same
 // configuration and plan, fed the same batches: the same outputs, and its backward with the bf16 gradient leaves
 // the same rows, bit for bit, as the float backward fed that gradient widened. Replicated sgd and row-wise Adagrad
@@ -906,13 +922,7 @@ void bf16_gradient_against_float(Backend backend, const std::vector<std::string>
   EmbeddingCollection a(w.comm, w.communicator.get(), w.dev, cfg, plan);
   EmbeddingCollection h(w.comm, w.communicator.get(), w.dev, g16, plan);
   const std::string what = "bf16 gradient, placements " + placements[0];
-  for (size_t t = 0; t < cfg.tables.size(); ++t) {
-    const OptimizerKind k = cfg.tables[t].optimizer.kind;
-    const bool want = plan.tables[t].placement == Placement::replicated &&
-                      (k == OptimizerKind::sgd || k == OptimizerKind::rowwise_adagrad);
-    BOOST_CHECK_MESSAGE(h.reads_16bit_gradient(int(t)) == want && !a.reads_16bit_gradient(int(t)),
-                        what << " table " << t << ": reads_16bit_gradient " << h.reads_16bit_gradient(int(t)));
-  }
+  check_reads_16bit(a, h, cfg, plan, true, what);
   const int64_t width = a.output_width();
   for (int step = 1; step <= 3; ++step) {
     Batch b = data.next(3 * w.size + step);
@@ -938,33 +948,17 @@ void bf16_gradient_against_float(Backend backend, const std::vector<std::string>
   }
   const std::string err = error_of([&] { h.backward(static_cast<const float*>(nullptr), 4); });
   BOOST_CHECK_MESSAGE(err.find("bf16") != std::string::npos, "a float gradient given: " << err);
-  int64_t rows = 0;
-  for (size_t t = 0; t < cfg.tables.size(); ++t) {
-    size_t held = 0;
-    const size_t diff = rows_differing(a, h, int(t), &held);
-    rows += int64_t(held);
-    BOOST_CHECK_MESSAGE(diff == 0, what << " table " << cfg.tables[t].name << ": " << diff << " of " << held
-                                        << " rows differ after the bf16 and the float backward");
-  }
-  MPI_Allreduce(MPI_IN_PLACE, &rows, 1, MPI_INT64_T, MPI_SUM, w.comm);
-  BOOST_CHECK_MESSAGE(rows > 0, what << ": no rows compared");
+  check_same_rows(a, h, cfg, what, "the bf16", w.comm);
 }
 
 void bf16_gradient_every_placement(Backend backend) {
-  const int world = testing::world_size();
-  std::vector<std::string> loc;
-  for (int i = 0; i < 5; ++i) loc.push_back("localized:" + std::to_string(i % world));
-  for (const std::vector<std::string>& p : std::vector<std::vector<std::string>>{
-           {"dispatch"}, loc, {"replicated"}, {"distributed"}, {"hybrid"}})
+  for (const std::vector<std::string>& p : each_placement_alone())
     bf16_gradient_against_float(backend, p, kTables, kSlots);
   const std::vector<TableDef> all = {{"x", 300, 4, Combiner::sum, OptimizerKind::sgd, {0}, 120, 1000},
                                      {"y", 300, 4, Combiner::sum, OptimizerKind::rowwise_adagrad, {1, 2}, 120, 1000}};
   for (const char* p : {"replicated", "dispatch"}) bf16_gradient_against_float(backend, {p}, all, 3);
 }
 SPARTA_MPI_BACKEND_CASES(bf16_gradient_of_a_float_output_is_the_float_gradient_widened, bf16_gradient_every_placement)
-void f16_output(Backend b) { half_output_every_placement(b, OutputType::f16); }
-SPARTA_MPI_BACKEND_CASES(bf16_output_is_the_f32_output_rounded_and_its_backward_the_same, bf16_output)
-SPARTA_MPI_BACKEND_CASES(f16_output_is_the_f32_output_rounded_and_its_backward_the_same, f16_output)
 
 // A bad output type is refused by the configuration check and the constructor (on every rank); a float pointer
 // given to a 16-bit collection's forward or backward is refused too, naming the output type.
