@@ -4,7 +4,7 @@
 //
 //   bench_embedding [--rows 40000000] [--dims 128] [--batch 65536] [--slots 26] [--hot 1] [--alphas 0,1.1]
 //                   [--hotness 3,2,1,...] [--modes eval,train,step,floor] [--out-types f32] [--lr 0.01]
-//                   [--index hashed] [--update sorted] [--storage fp32] [--grad f32] [--out f.jsonl]
+//                   [--index hashed] [--update sorted] [--storage fp32] [--out f.jsonl]
 //
 // The table holds `rows` keys (a bijection of 0..rows-1); each bag takes `hot` keys (hot = 1: one-hot) drawn
 // with P(rank) ~ rank^-alpha over a fixed random permutation of the held keys (alpha 0: uniform), the same
@@ -27,8 +27,6 @@
 // --storage bf16|fp16: the table's rows in 16 bits (EmbeddingTableConfig::storage; kernels/row_storage.h): the
 // rows gathered count 2 bytes an element, the checks take the keys' initial values rounded to nearest and allow an
 // updated value one 16-bit step of its stochastic rounding; not with --update atomic or --modes floor.
-// --grad bf16: the step's upstream gradient in bf16 (GradRef: the backward reads half the bytes), its values
-// rounded to nearest from the fixed random array, the check against those values; not with --update atomic.
 // floor: the least traffic of a step on the same keys, by the simplest kernels that make it (experiments/lab/row_traffic.h),
 // on the rows the train lookup gives the keys: `gather` (each bag's rows read and summed, [bags, dim] written),
 // `read_write` (each key's row read and written back, + 0, with plain loads and stores) and `atomic` (each key's row
@@ -154,7 +152,7 @@ std::vector<float> upstream_gradient(size_t n) {
 // ---- the run's settings, from the options
 
 struct Options {
-  std::string rows, dims, batch, slots, hot, hotness, alphas, modes, types, combiner, index, update, storage, grad;
+  std::string rows, dims, batch, slots, hot, hotness, alphas, modes, types, combiner, index, update, storage;
   float lr = 0.01f;
 };
 
@@ -168,7 +166,6 @@ struct Run {
   std::string index, update, devname;
   RowStorage storage = RowStorage::fp32;
   bool direct = false, atomic = false, step_mode = false, floor_mode = false;
-  bool grad16 = false;  // the step's gradient in bf16
   std::vector<std::string> forward_modes;  // eval, train
   std::vector<OutputType> out_types;
   std::vector<double> alphas;
@@ -201,9 +198,6 @@ Run make_run(bench::Driver& d, const Options& o) {
   }
   SPARTA_REQUIRE(r.storage == RowStorage::fp32 || (!r.atomic && !r.floor_mode),
                  "--storage %s: not with --update atomic or --modes floor (fp32 rows only)", o.storage.c_str());
-  SPARTA_REQUIRE(o.grad == "f32" || o.grad == "bf16", "--grad: f32 or bf16, found '%s'", o.grad.c_str());
-  r.grad16 = o.grad == "bf16";
-  SPARTA_REQUIRE(!r.grad16 || !r.atomic, "--grad bf16: not with --update atomic (it reads float gradients)");
   for (const std::string& t : bench::split_list(o.types)) {
     SPARTA_REQUIRE(t == "f32" || t == "bf16" || t == "f16", "--out-types: f32, bf16 or f16, found '%s'", t.c_str());
     r.out_types.push_back(t == "f32" ? OutputType::f32 : t == "bf16" ? OutputType::bf16 : OutputType::f16);
@@ -482,14 +476,7 @@ void time_steps(Run& r, PointTable& t) {
                 "alpha", "unique", "step_ms", "bwd_upd_ms", "updated", "nnz", "#wrong");
   }
   std::vector<float> hgrad = upstream_gradient(size_t(bags) * p.dim);  // [bags, dim]
-  std::vector<uint16_t> hgrad16;
-  if (r.grad16) {  // rounded to bf16; the check takes the rounded values
-    hgrad16.resize(hgrad.size());
-    for (size_t i = 0; i < hgrad.size(); ++i) hgrad[i] = bf16_to_float(hgrad16[i] = float_to_bf16(hgrad[i]));
-  }
-  Buffer<float> grad(dev, r.grad16 ? std::vector<float>(1) : hgrad), pooled(dev, size_t(bags) * p.dim);
-  Buffer<uint16_t> grad16(dev, r.grad16 ? hgrad16 : std::vector<uint16_t>(1));
-  const GradRef g = r.grad16 ? GradRef(grad16.data(), OutputType::bf16) : GradRef(grad.data());
+  Buffer<float> grad(dev, hgrad), pooled(dev, size_t(bags) * p.dim);
   int64_t step = 1;
   for (double alpha : r.alphas) {
     std::vector<int64_t> hk = draw_keys(p, nnz, alpha, kSalt, r.direct);
@@ -500,7 +487,7 @@ void time_steps(Run& r, PointTable& t) {
                            OutputType::f32, t.rows.data(), MissingKey::zeros, Check::deferred, dev.stream);
     };
     auto backward = [&] {
-      table.backward_and_update(t.off.data(), t.rows.data(), bags, nnz, g, r.comb, step++, dev.stream);
+      table.backward_and_update(t.off.data(), t.rows.data(), bags, nnz, grad.data(), r.comb, step++, dev.stream);
     };
     auto train_step = [&] {  // as a trainer runs it: one synchronization, the full-table check at the end
       forward();
@@ -568,11 +555,11 @@ void time_steps(Run& r, PointTable& t) {
                        "\"hot\":%d,\"hotness\":\"%s\",\"alpha\":%g,\"combiner\":\"%s\",\"optimizer\":\"sgd\",\"lr\":%g,"
                        "\"unique_keys\":%lld,\"nnz\":%lld,\"step_ms\":%.5f,"
                        "\"backward_update_ms\":%.5f,\"rows_updated\":%s,\"copy_GBps\":%.2f,\"wrong\":%zu,"
-                       "\"index\":\"%s\",\"update\":\"%s\",\"device\":\"%s\",\"storage\":\"%s\",\"grad\":\"%s\"",
+                       "\"index\":\"%s\",\"update\":\"%s\",\"device\":\"%s\",\"storage\":\"%s\"",
                        (long long)p.rows, p.dim, (long long)p.batch, p.slots, p.hot, t.hot_s.c_str(), alpha,
                        combiner_name(r.comb), double(lr), (long long)unique, (long long)nnz, med, bmed,
                        updated < 0 ? "null" : std::to_string(updated).c_str(), r.copy_gbps, wrong, r.index.c_str(),
-                       r.update.c_str(), r.devname.c_str(), row_storage_name(r.storage), r.grad16 ? "bf16" : "f32"));
+                       r.update.c_str(), r.devname.c_str(), row_storage_name(r.storage)));
   }
 }
 
@@ -593,8 +580,7 @@ int main(int argc, char** argv) {
       "index", po::value(&o.index)->default_value("hashed"), "hashed | direct (row = key)")(
       "update", po::value(&o.update)->default_value("sorted"), "sorted | atomic (the step's SGD update)")(
       "storage", po::value(&o.storage)->default_value("fp32"),
-      "fp32 | bf16 | fp16: the table's rows (16-bit: updates rounded stochastically; not with atomic or floor)")(
-      "grad", po::value(&o.grad)->default_value("f32"), "f32 | bf16: the step's upstream gradient");
+      "fp32 | bf16 | fp16: the table's rows (16-bit: updates rounded stochastically; not with atomic or floor)");
   // Each rank measures its own device; rank 0's measurements are recorded, every rank's results checked.
   return d.run("usage: [mpiexec -n N] bench_embedding [options]", [&] {
     Run r = make_run(d, o);

@@ -180,9 +180,6 @@ for part in "${parts[@]}"; do
         CUDA_VISIBLE_DEVICES=0 run bench_embedding.log "$build/bin/bench_embedding" --index direct --rows 40000000 \
           $shape --alphas 0 --modes eval,step --out "$out/bench.jsonl"
       done
-      # the multi-hot step with a bf16 upstream gradient (half the bytes of the update's heaviest reads)
-      CUDA_VISIBLE_DEVICES=0 run bench_embedding.log "$build/bin/bench_embedding" --index direct --rows 40000000 \
-        --dims 128 --hotness $dcnv2_hotness --alphas 0 --modes step --grad bf16 --out "$out/bench.jsonl"
       # tables in host memory under a GPU cache (src/host_tier.h): the 26 MLPerf tables (4M cap, 1.9 GB a large
       # table), power-law and uniform keys, a cache of 0.5 GB a table, and one table of 60 GB under a 15 GB cache,
       # against the same tables in HBM (their peers: run_peers' MANAGED_CACHING runs); the full MLPerf tables

@@ -273,26 +273,22 @@ def variants_table(recs):
 def embedding_table(recs):
     rows = ["| one table of 40M rows, 65536 samples x 26 slots | sparta step ms | FBGEMM TBE step ms | ratio | "
             "sparta forward ms | TBE forward ms |", "|---|---|---|---|---|---|"]
-    ours = [r for r in recs if r.get("bench") == "embedding_step" and r.get("alpha", 0) == 0 and r.get("update", "sorted") == "sorted"
-            and r.get("storage", "fp32") == "fp32"]
+    ours = [r for r in recs if r.get("bench") == "embedding_step" and r.get("alpha", 0) == 0 and r.get("update", "sorted") == "sorted"]
     fwd = [r for r in recs if r.get("bench") == "embedding" and r.get("alpha", 0) == 0 and r.get("out_type", "f32") in ("f32", "fp32")]
     peers = [p for p in recs if p.get("peer") == "fbgemm.tbe" and p.get("alpha", 0) == 0 and p.get("optimizer") == "exact_sgd"]
     seen = set()
     for r in ours:
-        key = (r["dim"], str(r.get("hotness", r.get("hot"))), r.get("index"), r.get("grad", "f32"))
+        key = (r["dim"], str(r.get("hotness", r.get("hot"))), r.get("index"))
         if key in seen:
             continue
         seen.add(key)
-        mine = median([x["step_ms"] for x in ours if (x["dim"], str(x.get("hotness", x.get("hot"))), x.get("index"),
-                                                        x.get("grad", "f32")) == key])
+        mine = median([x["step_ms"] for x in ours if (x["dim"], str(x.get("hotness", x.get("hot"))), x.get("index")) == key])
         f = median([x.get("ms", x.get("fwd_ms")) for x in fwd if (x.get("dim"), str(x.get("hotness", x.get("hot"))), x.get("index")) == key])
         hot = key[1]
         ps = [p for p in peers if p["dim"] == key[0] and str(p.get("hot")) in (hot, "8" if hot == "8" else hot)]
         pt = median([p["train_step_ms"] for p in ps])
         pf = median([p["fwd_ms"] for p in ps])
         label = {"1": "one-hot", DCNV2_HOTNESS: "MLPerf DCNv2 keys per slot"}.get(hot, f"{hot} keys a slot")
-        if key[3] != "f32":  # the upstream gradient in 16 bits (the peer's is float)
-            label += f", {key[3]} gradient (FBGEMM's float)"
         rows.append(f"| {label}, dim {key[0]}, {key[2]} index, sgd | {fmt(mine, 3)} | {fmt(pt, 3)} | "
                     f"{ratio(ours_time=mine, peer_time=pt)} | {fmt(f, 3)} | {fmt(pf, 3)} |")
     return rows if len(rows) > 2 else []

@@ -14,7 +14,7 @@ void atomic_sgd_update_cpu(const BackwardBatch& b, float lr, float* values, int6
   for (int64_t bag = 0; bag < b.bags; ++bag) {
     const int64_t s = b.offsets[bag], e = b.offsets[bag + 1];
     const float scale = 1.0f / static_cast<float>(e - s);
-    const float* g = b.grad.f32() + b.grad_layout.at(bag, dim);
+    const float* g = b.grad + b.grad_layout.at(bag, dim);
     for (int64_t k = s; k < e; ++k) {
       const int64_t row = b.rows[k];
       if (row < 0 || row >= capacity_rows) continue;
@@ -47,10 +47,8 @@ void atomic_sgd_update(const Device& dev, const BackwardBatch& batch, float lr, 
   SPARTA_REQUIRE(batch.offsets != nullptr, "atomic sgd update: no offsets given");
   SPARTA_REQUIRE(batch.nnz == 0 || batch.rows != nullptr, "atomic sgd update: %lld keys but no rows given",
                  static_cast<long long>(batch.nnz));
-  SPARTA_REQUIRE(batch.bags == 0 || !batch.grad.empty(), "atomic sgd update: %lld bags but no gradient given",
+  SPARTA_REQUIRE(batch.bags == 0 || batch.grad != nullptr, "atomic sgd update: %lld bags but no gradient given",
                  static_cast<long long>(batch.bags));
-  SPARTA_REQUIRE(batch.grad.type == OutputType::f32,
-                 "atomic sgd update: a float32 gradient (atomic_update does not read 16-bit ones)");
   SPARTA_REQUIRE(batch.nnz == 0 || values != nullptr, "atomic sgd update: no values given");
   if (!dev.is_cuda()) return atomic_sgd_update_cpu(batch, lr, values, capacity_rows, dim);
 #if SPARTA_CUDA

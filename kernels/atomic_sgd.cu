@@ -50,7 +50,7 @@ __device__ __forceinline__ bool bag_step(const BackwardBatch& b, int64_t bag, fl
   if (e <= s) return false;
   const bool mean = b.combiner == Combiner::mean;
   const float scale = 1.0f / static_cast<float>(e - s);
-  const float* g_bag = b.grad.f32() + b.grad_layout.at(bag, dim);
+  const float* g_bag = b.grad + b.grad_layout.at(bag, dim);
 #pragma unroll
   for (int c = 0; c < P; ++c) {
     const int el = (lane + c * G) * V;

@@ -26,9 +26,8 @@ inline float x0_at(const CrossInput& x, int cols, int64_t r, int c) {
   if (!x.b) return x.a[r * cols + c];
   return c < x.a_cols ? x.a[r * x.a_cols + c] : x.b[r * (cols - x.a_cols) + (c - x.a_cols)];
 }
-// (b16: the second block in 16 bits, written by its caller: only the first block's elements come from here.)
 inline float& dx0_at(const CrossInputGrad& x, int cols, int64_t r, int c) {
-  if (!x.b && !x.b16) return x.a[r * cols + c];
+  if (!x.b) return x.a[r * cols + c];
   return c < x.a_cols ? x.a[r * x.a_cols + c] : x.b[r * (cols - x.a_cols) + (c - x.a_cols)];
 }
 }  // namespace
@@ -105,21 +104,17 @@ void cross_backward_half_cpu(const LinearDims& d, const CrossElementwise& a) {
 
 void cross_input_grad_half_cpu(const LinearDims& d, const CrossGradTerms& a) {
   const HalfToFloat widen = half_to_float(a.half);
-  const HalfFromFloat round16 = half_from_float(a.half);
-  const CrossInputGrad& x = a.dx0;
   for (int64_t r = 0; r < d.batch; ++r) {
     for (int c = 0; c < d.out; ++c) {
       const size_t i = size_t(r) * d.out + c;
-      uint16_t* v16 = x.b16 && c >= x.a_cols ? x.b16 + r * (d.out - x.a_cols) + (c - x.a_cols) : nullptr;
-      float* dx0 = v16 ? nullptr : &dx0_at(x, d.out, r, c);
-      float v = a.accumulate ? *dx0 : 0.f;  // (a 16-bit block: one pass, never accumulated)
+      float& dx0 = dx0_at(a.dx0, d.out, r, c);
+      float v = a.accumulate ? dx0 : 0.f;
       for (int k = a.n - 1; k >= 0; --k) {
         const float gz = widen(a.g16[k][i]) * (widen(a.z16[k][i]) + a.bias[k][c]);
         v = (a.accumulate || k < a.n - 1) ? v + gz : gz;
       }
       if (a.identity) v += widen(a.identity[i]);
-      if (v16) *v16 = round16(v);
-      else *dx0 = v;
+      dx0 = v;
     }
   }
 }
@@ -232,10 +227,6 @@ void cross_input_grad_half(const Device& dev, const LinearDims& d, GemmType t,
                  d.layer, n, int(z16.size()), int(bias.size()));
   for (int k = 0; k < n; ++k) require(d, g16[k] && z16[k] && bias[k], "every layer's g, z and bias");
   require(d, g0, "g_0");
-  SPARTA_REQUIRE(!dx0.b16 || (dx0.a_cols >= 1 && dx0.a_cols < d.out && !dx0.b && n <= kMaxCrossTerms),
-                 "cross layer '%s': a 16-bit second block of x0's gradient needs 1 <= a_cols < D (%d; found %d), no "
-                 "float one, and at most %d layers (found %d)",
-                 d.layer, d.out, dx0.a_cols, kMaxCrossTerms, n);
   // passes of at most kMaxCrossTerms layers, the top ones first, each adding to what the one before wrote
   for (int hi = n; hi > 0; hi -= kMaxCrossTerms) {
     const int lo = hi > kMaxCrossTerms ? hi - kMaxCrossTerms : 0;
@@ -444,9 +435,6 @@ void CrossNet::backward_data(const float* params, const float* dxL, float* grads
                  cfg_.name.c_str(), cfg_.dim, dx0.a_cols);
   SPARTA_REQUIRE(dxL || is_half(cfg_.precision) || batch_ == 0,
                  "cross network '%s': fp32 backward needs the output's gradient, found none", cfg_.name.c_str());
-  SPARTA_REQUIRE(!dx0.b16 || is_half(cfg_.precision),
-                 "cross network '%s': a 16-bit block of dx0 needs 16-bit precision, found %s", cfg_.name.c_str(),
-                 gemm_type_name(cfg_.precision));
   if (is_half(cfg_.precision))
     backward_data_half(params, dxL, grads, dx0, stream);
   else

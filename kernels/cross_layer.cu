@@ -183,12 +183,7 @@ __global__ void __launch_bounds__(128) cross_input_grad_half_kernel(CrossGradTer
   if (c >= cols) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const int64_t i = r * cols + c;
-    // a 16-bit second block (dx0.b16): one pass, rounded once (V columns never straddle a_cols: by_eight)
-    uint16_t* dst16 = t.dx0.b16 && c >= t.dx0.a_cols ? t.dx0.b16 + r * (cols - t.dx0.a_cols) + (c - t.dx0.a_cols)
-                                                      : nullptr;
-    float* dst = dst16           ? nullptr
-                 : t.dx0.b16 ? t.dx0.a + r * t.dx0.a_cols + c
-                             : x0_ptr(t.dx0.a, t.dx0.b, t.dx0.a_cols, cols, r, c);
+    float* dst = x0_ptr(t.dx0.a, t.dx0.b, t.dx0.a_cols, cols, r, c);
     dense::Halves8 g16[NT], z16[NT], id16;
 #pragma unroll
     for (int k = 0; k < NT; ++k)
@@ -211,8 +206,7 @@ __global__ void __launch_bounds__(128) cross_input_grad_half_kernel(CrossGradTer
 #pragma unroll
       for (int q = 0; q < V; ++q) v[q] = __fadd_rn(v[q], H::value(id16.h[q]));
     }
-    if (dst16) round_into<H, V>(dst16, v);
-    else store_v<V>(dst, v);
+    store_v<V>(dst, v);
   }
 }
 
@@ -294,9 +288,7 @@ bool by_four(int cols, const CrossInput& x0, std::initializer_list<const void*> 
 // block) a multiple of eight, every array 16-byte aligned.
 bool by_eight(int cols, std::initializer_list<const void*> arrays, const CrossInputGrad* dx0 = nullptr) {
   if (cols % 8 != 0) return false;
-  if (dx0 && (!aligned(dx0->a, 16) || (dx0->b && (dx0->a_cols % 8 != 0 || !aligned(dx0->b, 16))) ||
-              (dx0->b16 && (dx0->a_cols % 8 != 0 || !aligned(dx0->b16, 16)))))
-    return false;
+  if (dx0 && (!aligned(dx0->a, 16) || (dx0->b && (dx0->a_cols % 8 != 0 || !aligned(dx0->b, 16))))) return false;
   for (const void* p : arrays)
     if (p && !aligned(p, 16)) return false;
   return true;

@@ -52,17 +52,13 @@ struct CrossInput {
   CrossInput(const float* whole) : a(whole) {}  // NOLINT: one array is the common case
   CrossInput(const float* a_, const float* b_, int a_cols_) : a(a_), b(b_), a_cols(a_cols_) {}
 };
-// b16 (instead of b, 16-bit steps only: cross_input_grad_half): the second block in the steps' 16-bit type, each
-// value rounded to nearest even once (the embeddings' gradient in bf16: half the bytes to write and to read back).
 struct CrossInputGrad {
   float* a = nullptr;
   float* b = nullptr;
   int a_cols = 0;
-  uint16_t* b16 = nullptr;
   CrossInputGrad() = default;
   CrossInputGrad(float* whole) : a(whole) {}  // NOLINT
   CrossInputGrad(float* a_, float* b_, int a_cols_) : a(a_), b(b_), a_cols(a_cols_) {}
-  CrossInputGrad(float* a_, uint16_t* b16_, int a_cols_) : a(a_), a_cols(a_cols_), b16(b16_) {}
 };
 
 // out [batch, a_cols + b_cols] = [a, b]: the input as one array (the fp32 network's first GEMM reads it so).
@@ -109,8 +105,7 @@ void cross_backward_half(const Device& dev, const LinearDims& d, GemmType t, con
 // x0's gradient from the network's layers (16-bit training), in fp32: for layers k = 0 .. n-1 with g16[k] the
 // gradient of x_{k+1}, z16[k] and bias[k], and g0 the gradient of x_0 through the layers' residuals and V GEMMs,
 //   dx0 = g16[n-1] ⊙ (z16[n-1] + bias[n-1]) + ... + g16[0] ⊙ (z16[0] + bias[0]) + g0,
-// added in that order (the top layer first), every product and sum rounded to fp32; dx0.b16: its second block
-// then rounded to t (at most kMaxCrossTerms layers: one pass).
+// added in that order (the top layer first), every product and sum rounded to fp32.
 void cross_input_grad_half(const Device& dev, const LinearDims& d, GemmType t,
                            const std::vector<const uint16_t*>& g16, const std::vector<const uint16_t*>& z16,
                            const std::vector<const float*>& bias, const uint16_t* g0, const CrossInputGrad& dx0,
@@ -209,8 +204,7 @@ class CrossNet {
   uint16_t* output_grad16();
 
   // From dxL [batch, D] (16-bit precision: nullptr when the gradient is in output_grad16()): grads [param_count]
-  // and dx0 [batch, D] (its blocks as x0's were given, any split; 16-bit precision: its second block may be in
-  // the 16-bit type, CrossInputGrad::b16) are overwritten.
+  // and dx0 [batch, D] (its blocks as x0's were given, any split) are overwritten.
   void backward(const float* params, const float* dxL, float* grads, const CrossInputGrad& dx0, Stream stream);
   // The same in two parts: backward_data writes the bias gradients and dx0 and keeps every layer's dz and dh;
   // backward_weights then writes U's and V's gradients from them (the same values as backward).

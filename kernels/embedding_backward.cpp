@@ -106,12 +106,6 @@ int64_t read_count(const Device& dev, const int32_t* count, Stream stream) {
 
 namespace {
 
-// The gradient types the backward reads: float32 and bf16.
-void check_grad_type(const GradRef& g, const char* what) {
-  SPARTA_REQUIRE(g.type == OutputType::f32 || g.type == OutputType::bf16,
-                 "%s: a gradient of float32 or bf16 elements, found fp16", what);
-}
-
 void check_batch(const Device& dev, const BackwardBatch& b, const BackwardWorkspace& ws, bool needs_grad) {
   SPARTA_REQUIRE(dev.backend == ws.device().backend, "embedding backward on %s with a workspace made for %s",
                  dev.name().c_str(), ws.device().name().c_str());
@@ -122,9 +116,8 @@ void check_batch(const Device& dev, const BackwardBatch& b, const BackwardWorksp
   SPARTA_REQUIRE(b.offsets != nullptr, "embedding backward: no offsets given");
   SPARTA_REQUIRE(b.nnz == 0 || b.rows != nullptr, "embedding backward: %lld keys but no rows given",
                  static_cast<long long>(b.nnz));
-  SPARTA_REQUIRE(!needs_grad || b.bags == 0 || !b.grad.empty(), "embedding backward: %lld bags but no gradient given",
+  SPARTA_REQUIRE(!needs_grad || b.bags == 0 || b.grad != nullptr, "embedding backward: %lld bags but no gradient given",
                  static_cast<long long>(b.bags));
-  check_grad_type(b.grad, "embedding backward");
   check_bag_layout(b.grad_layout, "embedding backward: the gradient");
 }
 
@@ -147,9 +140,8 @@ void check_prepared(const Device& dev, const BackwardBatch& b, const BackwardWor
                  static_cast<const void*>(b.offsets), static_cast<const void*>(p.offsets));
   SPARTA_REQUIRE(b.rows == p.rows, "embedding backward finish: rows pointer %p is not the prepared batch's (%p)",
                  static_cast<const void*>(b.rows), static_cast<const void*>(p.rows));
-  SPARTA_REQUIRE(b.bags == 0 || !b.grad.empty(), "embedding backward finish: %lld bags but no gradient given",
+  SPARTA_REQUIRE(b.bags == 0 || b.grad != nullptr, "embedding backward finish: %lld bags but no gradient given",
                  static_cast<long long>(b.bags));
-  check_grad_type(b.grad, "embedding backward finish");
   check_bag_layout(b.grad_layout, "embedding backward finish: the gradient");
 }
 
@@ -170,13 +162,12 @@ void reduce_rows_cpu(const BackwardBatch& batch, BackwardWorkspace& ws, Sink&& s
     std::fill(out, out + dim, 0.0f);
     for (int64_t j = from; j < to; ++j) {
       const int64_t b = int64_t(pairs[j] & 0xffffffffu);
-      const int64_t at = batch.grad_layout.at(b, dim);
-      const GradRef& g = batch.grad;
+      const float* g = batch.grad + batch.grad_layout.at(b, dim);
       if (mean) {
         const float scale = 1.0f / float(offsets[b + 1] - offsets[b]);
-        for (int e = 0; e < dim; ++e) out[e] = rn::add(out[e], rn::mul(g.at(at + e), scale));
+        for (int e = 0; e < dim; ++e) out[e] = rn::add(out[e], rn::mul(g[e], scale));
       } else {
-        for (int e = 0; e < dim; ++e) out[e] = rn::add(out[e], g.at(at + e));
+        for (int e = 0; e < dim; ++e) out[e] = rn::add(out[e], g[e]);
       }
     }
   };
@@ -364,10 +355,6 @@ void backward_and_update_finish(const Device& dev, const BackwardBatch& batch, B
   check_prepared(dev, batch, ws);
   OptimizerStep c = optimizer_step(cfg, step);
   check_row_storage(c.storage, cfg, ws.dim(), "backward_and_update");
-  SPARTA_REQUIRE(batch.grad.type == OutputType::f32 || cfg.kind == OptimizerKind::sgd ||
-                     cfg.kind == OptimizerKind::rowwise_adagrad,
-                 "backward_and_update: a bf16 gradient takes sgd or rowwise_adagrad, found %s",
-                 optimizer_name(cfg.kind));
   ws.prepared().valid = false;  // used up
   if (!dev.is_cuda()) return backward_and_update_finish_cpu(batch, ws, c, values, state);
 #if SPARTA_CUDA

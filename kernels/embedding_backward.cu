@@ -55,8 +55,7 @@ struct ReduceView {
   const int32_t* multi_rows;         // [counts[kCountMultiRows]] unique row of each row over several items
   const int32_t* counts;             // [WS::kCounts]
   const int64_t* offsets;            // [bags + 1] (mean)
-  const void* grad;                  // [bags, dim] of float or bf16 (reduce_items_kernel's G16), or laid out as
-                                     // grad_layout says
+  const float* grad;                 // [bags, dim], or laid out as grad_layout says
   BagLayout grad_layout;
   float* partials;                   // [2 * blocks, dim] (partial_slot)
   int32_t nnz;
@@ -188,32 +187,10 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// V gradient elements at element i of g, widened to fp32: float, or bf16 (G16; 8-byte loads when V is 4), read
-// through the read-only path as the float ones are.
-template <int V, bool G16>
-__device__ __forceinline__ void load_grad(const void* g, int64_t i, float* out) {
-  if constexpr (!G16) {
-    rowvec::load_ro<V>(static_cast<const float*>(g) + i, out);
-  } else {
-    const uint16_t* p = static_cast<const uint16_t*>(g) + i;
-    uint16_t bits[V];
-    if constexpr (V == 4) {
-      const uint2 x = __ldg(reinterpret_cast<const uint2*>(p));
-      bits[0] = uint16_t(x.x & 0xffffu), bits[1] = uint16_t(x.x >> 16);
-      bits[2] = uint16_t(x.y & 0xffffu), bits[3] = uint16_t(x.y >> 16);
-    } else {
-#pragma unroll
-      for (int v = 0; v < V; ++v) bits[v] = __ldg(p + v);
-    }
-#pragma unroll
-    for (int v = 0; v < V; ++v) out[v] = rowstore::widen(RowStorage::bf16, bits[v]);
-  }
-}
-
 // acc[P*V] += this lane's share of the contributions at sorted positions [a, e), in order.
 // kLaid: the gradient laid out as s.grad_layout says. A separate instantiation, so that the [bags, dim] gradient's
-// loop keeps no layout test (it slowed the update: experiments/NOTES_embedding.md). G16: a bf16 gradient.
-template <int V, int P, bool kLaid, bool G16>
+// loop keeps no layout test (it slowed the update: experiments/NOTES_embedding.md).
+template <int V, int P, bool kLaid>
 __device__ __forceinline__ void sum_contributions(const ReduceView& s, int32_t a, int32_t e, int lane, float* acc) {
   constexpr int U = batch_of<V, P>();
   const int nv = s.dim / V;
@@ -231,13 +208,13 @@ __device__ __forceinline__ void sum_contributions(const ReduceView& s, int32_t a
     float x[U][P * V];
 #pragma unroll
     for (int q = 0; q < U; ++q) {
-      const int64_t g = kLaid ? (b[q] < uint32_t(s.bag_count) ? s.grad_layout.at(b[q], s.dim) : 0)
-                              : int64_t(b[q]) * s.dim;
+      const float* g = kLaid ? s.grad + (b[q] < uint32_t(s.bag_count) ? s.grad_layout.at(b[q], s.dim) : 0)
+                             : s.grad + size_t(b[q]) * s.dim;
 #pragma unroll
       for (int p = 0; p < P; ++p) {
         const int col = lane + p * s.G;
         if (b[q] < uint32_t(s.bag_count) && col < nv) {
-          load_grad<V, G16>(s.grad, g + col * V, x[q] + p * V);
+          rowvec::load_ro<V>(g + col * V, x[q] + p * V);
         } else {
 #pragma unroll
           for (int v = 0; v < V; ++v) x[q][p * V + v] = 0.f;
@@ -281,7 +258,7 @@ struct FusedUpdate {
 };
 
 // One group of G lanes per item (grid-stride over the item count in device memory).
-template <int V, int P, class Op, bool kLaid, bool G16>
+template <int V, int P, class Op, bool kLaid>
 __global__ void __launch_bounds__(256) reduce_items_kernel(ReduceView s, Op op) {
   const int32_t items = min(s.counts[WS::kCountItems], s.nnz);
   const int lane = threadIdx.x & (s.G - 1);
@@ -295,7 +272,7 @@ __global__ void __launch_bounds__(256) reduce_items_kernel(ReduceView s, Op op) 
     float acc[P * V];
 #pragma unroll
     for (int k = 0; k < P * V; ++k) acc[k] = 0.f;
-    sum_contributions<V, P, kLaid, G16>(s, a, e, lane, acc);
+    sum_contributions<V, P, kLaid>(s, a, e, lane, acc);
     const bool whole = (a == 0 || s.keys[a - 1] != row) && (e == s.nnz || s.keys[e] != row);
     if (whole) {
       op.finish(s.item_u[i], row, lane, s.G, acc);
@@ -468,7 +445,7 @@ ReduceView reduce_view(const BackwardBatch& batch, const BackwardWorkspace& ws) 
   v.multi_rows = ws.at<int32_t>(l.multi_rows);
   v.counts = ws.counts();
   v.offsets = batch.offsets;
-  v.grad = batch.grad.data;
+  v.grad = batch.grad;
   v.grad_layout = batch.grad_layout;
   v.partials = ws.at<float>(l.partials);
   v.nnz = static_cast<int32_t>(batch.nnz);
@@ -482,16 +459,16 @@ ReduceView reduce_view(const BackwardBatch& batch, const BackwardWorkspace& ws) 
   return v;
 }
 
-// Steps 5 and 6 with the finishing op for the row shape; G16: a bf16 gradient.
-template <int V, int P, bool G16, class Op>
+// Steps 5 and 6 with the finishing op for the row shape.
+template <int V, int P, class Op>
 void reduce(ReduceView v, const rowvec::RowShape& shape, const Op& op, Stream stream) {
   v.G = shape.G;
   v.log2_G = shape.log2_G;
   const int block = 256;
   if (v.grad_layout.contiguous())
-    reduce_items_kernel<V, P, Op, false, G16><<<rowvec::grid_for(v.nnz, shape.G, block), block, 0, stream>>>(v, op);
+    reduce_items_kernel<V, P, Op, false><<<rowvec::grid_for(v.nnz, shape.G, block), block, 0, stream>>>(v, op);
   else
-    reduce_items_kernel<V, P, Op, true, G16><<<rowvec::grid_for(v.nnz, shape.G, block), block, 0, stream>>>(v, op);
+    reduce_items_kernel<V, P, Op, true><<<rowvec::grid_for(v.nnz, shape.G, block), block, 0, stream>>>(v, op);
   CUDA_CHECK_LAUNCH("reduce_items_kernel");
   const int32_t most = v.nnz / (C + 1);  // rows over several items: each holds more than C positions
   if (most > 0) {
@@ -504,17 +481,6 @@ void reduce(ReduceView v, const rowvec::RowShape& shape, const Op& op, Stream st
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-// The gradient's rows take 4-element vector loads: 16 bytes of floats or 8 of bf16, aligned, in such a layout.
-bool grad_vec_ok(const BackwardBatch& b) {
-  const uintptr_t mask = b.grad.type == OutputType::f32 ? 15 : 7;
-  return (reinterpret_cast<uintptr_t>(b.grad.data) & mask) == 0 && b.grad_layout.four_aligned();
-}
-// f(std::bool_constant<G16>) for the batch's gradient type (f32 or bf16: the launcher checked).
-template <class F>
-void dispatch_grad(const BackwardBatch& b, F&& f) {
-  if (b.grad.type == OutputType::bf16) return f(std::true_type{});
-  f(std::false_type{});
-}
 
 // The lanes per item of kernels 5 and 6: at most 16 (8 with row-wise Adagrad), each lane holding more vectors,
 // so that a warp works on 2-4 items at once. An item mostly holds 1-3 keys, and its loads wait in a chain (item
@@ -537,13 +503,12 @@ void embedding_backward_finish_cuda(const BackwardBatch& batch, BackwardWorkspac
                                     Stream stream) {
   if (batch.nnz == 0) return;
   const ReduceView v = reduce_view(batch, ws);
-  const rowvec::RowShape shape =
-      reduce_shape(rowvec::row_shape(ws.dim(), grad_vec_ok(batch) && aligned16(row_grads)), 16);
-  dispatch_grad(batch, [&](auto g16) {
-    rowvec::dispatch_shape(shape, [&](auto vv, auto pp) {
-      constexpr int V = decltype(vv)::value, P = decltype(pp)::value;
-      reduce<V, P, decltype(g16)::value>(v, shape, GradOut<V, P>{row_grads, ws.dim()}, stream);
-    });
+  const rowvec::RowShape shape = reduce_shape(
+      rowvec::row_shape(ws.dim(), aligned16(batch.grad) && batch.grad_layout.four_aligned() && aligned16(row_grads)),
+      16);
+  rowvec::dispatch_shape(shape, [&](auto vv, auto pp) {
+    constexpr int V = decltype(vv)::value, P = decltype(pp)::value;
+    reduce<V, P>(v, shape, GradOut<V, P>{row_grads, ws.dim()}, stream);
   });
 }
 
@@ -554,26 +519,17 @@ void backward_and_update_finish_cuda(const BackwardBatch& batch, BackwardWorkspa
   const int dim = ws.dim();
   const int width = optimizer_state_width(c.kind, dim);
   const bool state_vec = width == 0 || c.kind == OptimizerKind::lazy_adam || aligned16(state);
-  const rowvec::RowShape shape =
-      reduce_shape(rowvec::row_shape(dim, grad_vec_ok(batch) && aligned16(values) && state_vec),
-                   c.kind == OptimizerKind::rowwise_adagrad ? 8 : 16);
+  const rowvec::RowShape shape = reduce_shape(
+      rowvec::row_shape(dim, aligned16(batch.grad) && batch.grad_layout.four_aligned() && aligned16(values) && state_vec),
+      c.kind == OptimizerKind::rowwise_adagrad ? 8 : 16);
   auto run = [&](auto kind, auto storage) {
     constexpr OptimizerKind K = decltype(kind)::value;
     constexpr RowStorage S = decltype(storage)::value;
-    auto go = [&](auto g16) {
-      rowvec::dispatch_shape(shape, [&](auto vv, auto pp) {
-        constexpr int V = decltype(vv)::value, P = decltype(pp)::value;
-        reduce<V, P, decltype(g16)::value>(
-            v, shape, FusedUpdate<K, V, P, S>{{c, static_cast<rowvec::stored_t<S>*>(values), state, dim, width}},
-            stream);
-      });
-    };
-    // a bf16 gradient: sgd and row-wise Adagrad (the launcher checked), instantiated for them alone
-    if constexpr (K == OptimizerKind::sgd || K == OptimizerKind::rowwise_adagrad) {
-      dispatch_grad(batch, go);
-    } else {
-      go(std::false_type{});
-    }
+    rowvec::dispatch_shape(shape, [&](auto vv, auto pp) {
+      constexpr int V = decltype(vv)::value, P = decltype(pp)::value;
+      reduce<V, P>(v, shape, FusedUpdate<K, V, P, S>{{c, static_cast<rowvec::stored_t<S>*>(values), state, dim, width}},
+                   stream);
+    });
   };
   using OK = OptimizerKind;
   using RS = RowStorage;

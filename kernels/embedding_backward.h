@@ -4,9 +4,8 @@
 // applies a sparse optimizer (sparse_optimizer.h) to those rows without writing the gradients out.
 //
 // Input: CSR over bags b = sample * slots + slot: offsets [bags + 1] int64, rows [nnz] int64 (the table row of
-// each key, from the forward), grad [bags, dim] float32 or bf16 (the gradient of the pooled output, i.e. [batch,
-// slots, dim]; bf16 read widened to fp32, so it gives the bits of the float gradient of its values), and the
-// combiner: key k of bag b contributes grad[b] (sum) or grad[b] / (offsets[b+1] - offsets[b])
+// each key, from the forward), grad [bags, dim] float32 (the gradient of the pooled output, i.e. [batch, slots,
+// dim]), and the combiner: key k of bag b contributes grad[b] (sum) or grad[b] / (offsets[b+1] - offsets[b])
 // (mean, the scale computed as 1.0f / n and then multiplied in).
 //
 // The fixed order. The (row, key position) pairs are sorted by row, stably, so that position j of the sorted
@@ -54,8 +53,7 @@ constexpr int64_t kBackwardMaxKeys = int64_t(INT32_MAX) - 1;
 struct BackwardBatch {
   const int64_t* offsets = nullptr;  // [bags + 1] CSR offsets over bags b = sample * slots + slot
   const int64_t* rows = nullptr;     // [nnz] table row of each key
-  GradRef grad;                      // [bags, dim] gradient of the pooled output (laid out as grad_layout says):
-                                     // float32, or bf16 (the sorted backward; not atomic_update)
+  const float* grad = nullptr;       // [bags, dim] gradient of the pooled output (laid out as grad_layout says)
   int64_t bags = 0;
   int64_t nnz = 0;
   Combiner combiner = Combiner::sum;
@@ -186,8 +184,7 @@ void embedding_backward_finish(const Device& dev, const BackwardBatch& batch, Ba
 // sparse_optimizer_update, but the cuda version applies the optimizer in the reduction, so the row gradients
 // never go through memory. ws.num_unique() holds the number of rows updated. Asynchronous on stream.
 // values are of cfg.storage: 16-bit rows (sgd, rowwise_adagrad; embedding_types.h check_row_storage) are read into
-// fp32 and written back rounded stochastically (kernels/row_storage.h, update_row16_cpu). A bf16 gradient takes sgd
-// and rowwise_adagrad only (sparta::Error before anything runs otherwise).
+// fp32 and written back rounded stochastically (kernels/row_storage.h, update_row16_cpu).
 void backward_and_update(const Device& dev, const BackwardBatch& batch, BackwardWorkspace& ws,
                          const OptimizerConfig& cfg, int64_t step, void* values, float* state, Stream stream);
 // The same in two parts, as embedding_backward's: backward_and_update_prepare needs neither the gradient nor the

@@ -1,19 +1,9 @@
-// embedding_types.cpp: names of combiners and optimizers, a gradient's element on the host (see embedding_types.h).
+// embedding_types.cpp: names of combiners and optimizers (see embedding_types.h).
 #include "kernels/embedding_types.h"
 
 #include "src/base/check.h"
-#include "src/base/half.h"
 
 namespace sparta {
-
-float GradRef::at(int64_t i) const {
-  switch (type) {
-    case OutputType::f32: return static_cast<const float*>(data)[i];
-    case OutputType::bf16: return bf16_to_float(static_cast<const uint16_t*>(data)[i]);
-    case OutputType::f16: return f16_to_float(static_cast<const uint16_t*>(data)[i]);
-  }
-  return 0.f;
-}
 
 const char* combiner_name(Combiner c) { return c == Combiner::sum ? "sum" : "mean"; }
 

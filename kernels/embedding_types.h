@@ -10,7 +10,6 @@
 // values are float32, or 16-bit (RowStorage bf16 / fp16, kernels/row_storage.h): [capacity_rows, dim] uint16.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -63,28 +62,6 @@ inline int optimizer_state_width(OptimizerKind kind, int dim) {
   }
   return 0;
 }
-
-// The element type of a pooled output and of its gradient: float32, or 16 bits (bfloat16 / IEEE half, rounded to
-// nearest even from fp32 once; read back widened to fp32, exactly).
-enum class OutputType { f32, bf16, f16 };
-
-// A gradient of pooled outputs as its caller holds it (device memory of the backend that reads it): float32 (from
-// a float pointer, implicitly), or bfloat16 (the values' bits), which the backward reads widened to fp32, exactly:
-// a bf16 gradient gives the bits of the float gradient of its widened values (tests/test_embedding_backward.cpp).
-// Half the bytes of the backward's heaviest reads (a bag's gradient row is read once for each of its keys).
-struct GradRef {
-  const void* data = nullptr;
-  OutputType type = OutputType::f32;
-  GradRef() = default;
-  GradRef(std::nullptr_t) {}
-  GradRef(const float* p) : data(p) {}
-  GradRef(const uint16_t* p, OutputType t) : data(p), type(t) {}
-  SPARTA_HD bool empty() const { return data == nullptr; }
-  // f32 data (nullptr for another type).
-  SPARTA_HD const float* f32() const { return type == OutputType::f32 ? static_cast<const float*>(data) : nullptr; }
-  // Element i widened to fp32 (host memory: the cpu backend's reference).
-  float at(int64_t i) const;
-};
 
 SPARTA_HD constexpr int row_storage_bytes(RowStorage s) { return s == RowStorage::fp32 ? 4 : 2; }
 // Floats a row of dim values takes as stored: dim for fp32, dim / 2 for 16-bit rows (their bits in pairs; dim even).

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "src/base/check.h"
-#include "src/base/half.h"
 
 namespace sparta {
 
@@ -83,7 +82,7 @@ void interaction_dot_forward_cpu(const InteractionDims& d, const float* bottom, 
 }
 
 void interaction_dot_backward_cpu(const InteractionDims& d, const float* dout, const float* bottom,
-                                  const float* emb, float* dbottom, float* demb, uint16_t* demb16) {
+                                  const float* emb, float* dbottom, float* demb) {
   const int64_t ld = interaction_dot_ld(d);  // dout's row pitch
   const int n = d.slots + 1;
   std::vector<float> acc(d.dim);
@@ -97,12 +96,7 @@ void interaction_dot_backward_cpu(const InteractionDims& d, const float* dout, c
         const float* tj = t_row(d, bottom, emb, b, j);
         for (int k = 0; k < d.dim; ++k) acc[k] += g * tj[k];
       }
-      const int64_t at = (b * d.slots + (i - 1)) * int64_t(d.dim);
-      if (i > 0 && demb16) {
-        for (int k = 0; k < d.dim; ++k) demb16[at + k] = float_to_bf16(acc[k]);
-        continue;
-      }
-      float* dst = i == 0 ? dbottom + b * d.dim : demb + at;
+      float* dst = i == 0 ? dbottom + b * d.dim : demb + (b * d.slots + (i - 1)) * int64_t(d.dim);
       for (int k = 0; k < d.dim; ++k) dst[k] = acc[k];
     }
   }
@@ -132,28 +126,15 @@ void interaction_dot_forward_half(const Device& dev, const InteractionDims& d, G
 #endif
 }
 
-namespace {
-void backward_any(const Device& dev, const InteractionDims& d, const float* dout, const float* bottom,
-                  const float* emb, float* dbottom, float* demb, uint16_t* demb16, Stream stream) {
-  check_interaction_dims(d);
-  if (!dev.is_cuda()) return interaction_dot_backward_cpu(d, dout, bottom, emb, dbottom, demb, demb16);
-#if SPARTA_CUDA
-  interaction_dot_backward_cuda(d, dout, bottom, emb, dbottom, demb, demb16, stream);
-#else
-  (void)stream;
-  SPARTA_FATAL("interaction '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
-#endif
-}
-}  // namespace
-
 void interaction_dot_backward(const Device& dev, const InteractionDims& d, const float* dout, const float* bottom,
                               const float* emb, float* dbottom, float* demb, Stream stream) {
-  backward_any(dev, d, dout, bottom, emb, dbottom, demb, nullptr, stream);
-}
-
-void interaction_dot_backward(const Device& dev, const InteractionDims& d, const float* dout, const float* bottom,
-                              const float* emb, float* dbottom, uint16_t* demb16, Stream stream) {
-  backward_any(dev, d, dout, bottom, emb, dbottom, nullptr, demb16, stream);
+  check_interaction_dims(d);
+  if (!dev.is_cuda()) return interaction_dot_backward_cpu(d, dout, bottom, emb, dbottom, demb);
+#if SPARTA_CUDA
+  interaction_dot_backward_cuda(d, dout, bottom, emb, dbottom, demb, stream);
+#else
+  SPARTA_FATAL("interaction '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
+#endif
 }
 
 }  // namespace sparta

@@ -37,21 +37,6 @@ struct OutHalf {
   uint16_t* p;
   __device__ __forceinline__ void put(int64_t i, float v) const { p[i] = H::bits(v); }
 };
-
-// Where the backward's demb goes: fp32 (f), or bf16 (h, each value rounded to nearest even once).
-struct EmbGrad {
-  float* f;
-  uint16_t* h;
-  __device__ __forceinline__ void put(int64_t i, float v) const {
-    if (h) h[i] = dense::Bf16::bits(v);
-    else f[i] = v;
-  }
-  // v[0..3] at element i, a multiple of 4 (a 16-byte store of floats, an 8-byte one of bf16)
-  __device__ __forceinline__ void put4(int64_t i, const float* v) const {
-    if (h) *reinterpret_cast<uint2*>(h + i) = make_uint2(dense::Bf16::pair(v[0], v[1]), dense::Bf16::pair(v[2], v[3]));
-    else *reinterpret_cast<float4*>(f + i) = make_float4(v[0], v[1], v[2], v[3]);
-  }
-};
 }  // namespace
 
 // ----------------------------------------------------------------------------
@@ -109,7 +94,7 @@ __global__ void __launch_bounds__(kBlock)
                                 const float* bottom,  // [batch, dim]
                                 const float* emb,     // [batch, slots, dim]
                                 float* dbottom,       // [batch, dim]
-                                EmbGrad demb,         // [batch, slots, dim]
+                                float* demb,          // [batch, slots, dim]
                                 int64_t batch, int slots, int dim, int64_t ld) {
   extern __shared__ float t[];  // [(slots + 1) * dim], then dz [pairs]
   const int n = slots + 1, pairs = n * slots / 2;
@@ -129,7 +114,7 @@ __global__ void __launch_bounds__(kBlock)
       if (i == 0) {
         dbottom[b * dim + k] = acc;
       } else {
-        demb.put((b * slots + (i - 1)) * int64_t(dim) + k, acc);
+        demb[(b * slots + (i - 1)) * int64_t(dim) + k] = acc;
       }
     }
   }
@@ -335,7 +320,7 @@ template <bool kVec>
 __global__ void __launch_bounds__(kTiledBlock)
     interaction_backward_tiled_kernel(const float* __restrict__ dout, const float* __restrict__ bottom,
                                       const float* __restrict__ emb, float* __restrict__ dbottom,
-                                      EmbGrad demb, int64_t batch, int slots, int dim, int64_t width,
+                                      float* __restrict__ demb, int64_t batch, int slots, int dim, int64_t width,
                                       int64_t ld_dout, int ni, int ld) {
   extern __shared__ __align__(16) float smem[];  // float4 reads: ld and ni are multiples of 4
   const int n = slots + 1, pairs = n * slots / 2;
@@ -376,15 +361,13 @@ __global__ void __launch_bounds__(kTiledBlock)
       for (int a = 0; a < kRowsPerItem; ++a) {
         const int i = i0 + a;
         if (i >= n) break;
-        // dbottom's row (float), or demb's (EmbGrad)
-        const EmbGrad dst = i == 0 ? EmbGrad{dbottom + b * dim, nullptr} : demb;
-        const int64_t at = (i == 0 ? 0 : (b * slots + (i - 1)) * int64_t(dim)) + k0;
+        float* dst = i == 0 ? dbottom + b * dim : demb + (b * slots + (i - 1)) * int64_t(dim);
         if (kVec) {
-          dst.put4(at, acc[a]);
+          *reinterpret_cast<float4*>(dst + k0) = make_float4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
         } else {
 #pragma unroll
           for (int c = 0; c < 4; ++c)
-            if (k0 + c < dim) dst.put(at + c, acc[a][c]);
+            if (k0 + c < dim) dst[k0 + c] = acc[a][c];
         }
       }
     }
@@ -564,7 +547,7 @@ template <bool kVec>
 __global__ void __launch_bounds__(kBwdWarps * 32, 1)
     interaction_backward_stream_kernel(const float* __restrict__ dout, const float* __restrict__ bottom,
                                        const float* __restrict__ emb, float* __restrict__ dbottom,
-                                       EmbGrad demb, int64_t batch, int slots, int dim,
+                                       float* __restrict__ demb, int64_t batch, int slots, int dim,
                                        int64_t ld_dout) {
   extern __shared__ __align__(16) float smem[];  // per warp kBwdStages stages, then dZ^T [n][32]
   const int n = slots + 1, pairs = n * slots / 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -623,15 +606,13 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1)
     for (int a = 0; a < kRowsPerItem; ++a) {
       const int i = i0 + a;
       if (i >= n || k >= dim) break;
-      // dbottom's row (float), or demb's (EmbGrad)
-      const EmbGrad dst = i == 0 ? EmbGrad{dbottom + b * dim + k, nullptr} : demb;
-      const int64_t at = i == 0 ? 0 : row0 + a * int64_t(dim);
+      float* dst = i == 0 ? dbottom + b * dim + k : demb + (row0 + a * int64_t(dim));
       if (kVec) {
-        dst.put4(at, acc[a]);
+        *reinterpret_cast<float4*>(dst) = make_float4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
       } else {
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          if (k + e < dim) dst.put(at + e, acc[a][e]);
+          if (k + e < dim) dst[e] = acc[a][e];
       }
     }
     if (++c == chunks) c = 0, b += stride;
@@ -732,12 +713,9 @@ void interaction_dot_forward_cuda(const InteractionDims& d, const float* bottom,
 }
 
 void interaction_dot_backward_cuda(const InteractionDims& d, const float* dout, const float* bottom,
-                                   const float* emb, float* dbottom, float* demb_f32, uint16_t* demb16, Stream stream) {
+                                   const float* emb, float* dbottom, float* demb, Stream stream) {
   if (d.batch == 0) return;
   const int64_t width = interaction_dot_width(d.slots, d.dim), ld = interaction_dot_ld(d);
-  const EmbGrad demb{demb_f32, demb16};
-  // the vector stores: 16 bytes of floats, 8 of bf16
-  const bool demb_vec = demb16 ? (reinterpret_cast<uintptr_t>(demb16) & 7) == 0 : aligned16(demb_f32);
   if (d.slots + 1 <= kStreamMaxRows) {
     const size_t smem = bwd_stream_bytes(d.slots + 1);
     auto launch = [&](auto kernel) {
@@ -745,7 +723,7 @@ void interaction_dot_backward_cuda(const InteractionDims& d, const float* dout, 
       kernel<<<grid, kBwdWarps * 32, smem, stream>>>(dout, bottom, emb, dbottom, demb, d.batch, d.slots, d.dim, ld);
       CUDA_CHECK_LAUNCH("interaction_backward_stream_kernel");
     };
-    if (d.dim % 4 == 0 && aligned16(bottom) && aligned16(emb) && aligned16(dbottom) && demb_vec)
+    if (d.dim % 4 == 0 && aligned16(bottom) && aligned16(emb) && aligned16(dbottom) && aligned16(demb))
       launch(interaction_backward_stream_kernel<true>);
     else
       launch(interaction_backward_stream_kernel<false>);
@@ -760,7 +738,7 @@ void interaction_dot_backward_cuda(const InteractionDims& d, const float* dout, 
                                                        width, ld, l.ni, l.ld);
       CUDA_CHECK_LAUNCH("interaction_backward_tiled_kernel");
     };
-    if (d.dim % 4 == 0 && aligned16(bottom) && aligned16(emb) && aligned16(dbottom) && demb_vec)
+    if (d.dim % 4 == 0 && aligned16(bottom) && aligned16(emb) && aligned16(dbottom) && aligned16(demb))
       launch(interaction_backward_tiled_kernel<true>);
     else
       launch(interaction_backward_tiled_kernel<false>);

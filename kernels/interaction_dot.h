@@ -60,17 +60,12 @@ void interaction_dot_forward_half(const Device& dev, const InteractionDims& d, G
 // dout [batch, ld] (columns width .. ld - 1 not read) → dbottom [batch, dim], demb [batch, S, dim] (overwritten)
 void interaction_dot_backward(const Device& dev, const InteractionDims& d, const float* dout, const float* bottom,
                               const float* emb, float* dbottom, float* demb, Stream stream);
-// The same with demb16 [batch, S, dim] in bf16 instead: each value rounded to nearest even once from the fp32 value
-// demb would hold (half the bytes to write, and for the embeddings' update to read).
-void interaction_dot_backward(const Device& dev, const InteractionDims& d, const float* dout, const float* bottom,
-                              const float* emb, float* dbottom, uint16_t* demb16, Stream stream);
 
 // out16 == nullptr: out in fp32; otherwise out16 in t (out unused).
 void interaction_dot_forward_cpu(const InteractionDims& d, const float* bottom, const float* emb, float* out,
                                  GemmType t = GemmType::f32, uint16_t* out16 = nullptr);
-// demb16 != nullptr: demb in bf16 there (demb unused).
 void interaction_dot_backward_cpu(const InteractionDims& d, const float* dout, const float* bottom,
-                                  const float* emb, float* dbottom, float* demb, uint16_t* demb16 = nullptr);
+                                  const float* emb, float* dbottom, float* demb);
 // Bytes of shared memory a block of the tiled cuda kernels takes (backward or forward); where S + 1 > 32 they run
 // where this is at most 48 KiB (interaction_dot_forward_path), the general kernels elsewhere.
 size_t interaction_dot_tiled_smem(int slots, int dim, bool backward);
@@ -84,6 +79,6 @@ const char* interaction_dot_forward_path(int slots, int dim);
 void interaction_dot_forward_cuda(const InteractionDims& d, const float* bottom, const float* emb, float* out,
                                   GemmType t, uint16_t* out16, Stream stream);
 void interaction_dot_backward_cuda(const InteractionDims& d, const float* dout, const float* bottom,
-                                   const float* emb, float* dbottom, float* demb, uint16_t* demb16, Stream stream);
+                                   const float* emb, float* dbottom, float* demb, Stream stream);
 
 }  // namespace sparta

@@ -24,7 +24,7 @@
 namespace sparta {
 
 enum class LookupMode { train, eval };
-// OutputType: kernels/embedding_types.h
+enum class OutputType { f32, bf16, f16 };
 
 const char* lookup_mode_name(LookupMode m);
 const char* output_type_name(OutputType t);

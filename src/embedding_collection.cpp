@@ -73,11 +73,6 @@ struct EmbeddingCollection::Group {
   // [batch, num_slots, dim] is the group's own layout), or a placement that puts its bags into place anyway
   // (PlacedTable::writes_output). Otherwise the group pools into its buffer, put into the output after.
   bool writes_output = false;
-  // The placement reads the gradient where it lies (the collection's, [batch, output_width]), else the group's
-  // slots of it, as floats, in the group's buffer.
-  bool grad_in_place = false;
-  // ... and it is bf16 (placement_reads_16bit_gradient): given as it is, not widened first.
-  bool grad16 = false;
   std::vector<int32_t> slots, cols;
   std::vector<int64_t> bases, bounds;  // per slot: its table's move into the group's keys, its key bound
   Buffer<int32_t> slots_dev, cols_dev, grad_cols_dev;  // grad_cols: cols in the gradient ([batch, output_width])
@@ -227,24 +222,16 @@ EmbeddingCollection::EmbeddingCollection(MPI_Comm world, Communicator* comm, con
       gr->grad_cols_dev = Buffer<int32_t>(dev_, grad_cols);
       gr->bases_dev = Buffer<int64_t>(dev_, gr->bases);
       gr->bounds_dev = Buffer<int64_t>(dev_, gr->bounds);
-      // a bf16 gradient the placement reads where it lies (the same columns as a float one)
-      const bool in16 = grad_type() == OutputType::bf16 &&
-                        placement_reads_16bit_gradient(s.plan.placement, s.table.optimizer);
-      const bool in_place = cfg_.output == OutputType::f32 || float_gradient() || in16;  // the output
-      if (in_place) {
+      if (float_gradient()) {
         s.output_cols = gr->cols;
         s.output_row = row_;
         s.output_type = cfg_.output;
-      }
-      if (float_gradient() || in16) {
         s.grad_cols = grad_cols;
         s.grad_row = width_;
       }
       gr->placed = make_placed_table(s, *ex_);
       gr->writes_output = (cfg_.output == OutputType::f32 && plain && gr->all_slots) ||
-                          (in_place && gr->placed->writes_output());
-      gr->grad_in_place = gr->writes_output && (float_gradient() || in16);
-      gr->grad16 = in16 && gr->writes_output;
+                          (float_gradient() && gr->placed->writes_output());
       groups_.push_back(std::move(gr));
     }
     for (Buffer<int64_t>& st : status_) st = Buffer<int64_t>(dev_, 2 + groups_.size());
@@ -256,12 +243,6 @@ EmbeddingCollection::~EmbeddingCollection() = default;
 int EmbeddingCollection::rank() const { return ex_->rank(); }
 int EmbeddingCollection::world() const { return ex_->world(); }
 int EmbeddingCollection::groups() const { return static_cast<int>(groups_.size()); }
-
-bool EmbeddingCollection::reads_16bit_gradient(int t) const {
-  SPARTA_REQUIRE(t >= 0 && t < int(cfg_.tables.size()), "embedding collection: no table %d (it has %zu)", t,
-                 cfg_.tables.size());
-  return groups_[size_t(group_of_[size_t(t)])]->grad16;
-}
 
 size_t EmbeddingCollection::memory_bytes() const {
   size_t b = 0;
@@ -508,7 +489,7 @@ void EmbeddingCollection::backward(const float* grad, int64_t step, float lr_sca
   SPARTA_REQUIRE(float_gradient(),
                  "embedding collection backward: a float gradient given to a collection whose gradient is %s (pass its "
                  "values as const void*)",
-                 output_type_name(grad_type()));
+                 output_type_name(cfg_.output));
   backward(static_cast<const void*>(grad), step, lr_scale);
 }
 
@@ -524,17 +505,16 @@ void EmbeddingCollection::backward(const void* grad, int64_t step, float lr_scal
   for (auto& g : groups_) {
     Group& gr = *g;
     const int ts = static_cast<int>(gr.slots.size());
-    GradRef gg = f32 ? GradRef(static_cast<const float*>(grad)) : GradRef();
-    if (gr.grad16) gg = GradRef(static_cast<const uint16_t*>(grad), OutputType::bf16);
-    if (!gr.grad_in_place) {
-      // the group's slots of the gradient, widened to float from a 16-bit one, into the group's buffer (sized by
-      // the forward unless the group wrote the output in place)
-      float* cut = grow(gr.pooled, *ex_, size_t(batch_) * ts * gr.dim);
+    const float* gg = f32 ? static_cast<const float*>(grad) : nullptr;
+    if (!gr.writes_output) {
+      // the group's slots of the gradient, widened to float from a 16-bit one, into the group's buffer (the
+      // forward sized it for this batch)
+      float* cut = gr.pooled.data();
       if (f32)
-        route_take_slots(dev_, gg.f32(), batch_, ts, gr.dim, gr.grad_cols_dev.data(), width_, cut, dev_.stream);
+        route_take_slots(dev_, gg, batch_, ts, gr.dim, gr.grad_cols_dev.data(), width_, cut, dev_.stream);
       else
         route_take_slots_half(dev_, static_cast<const uint16_t*>(grad), batch_, ts, gr.dim,
-                              gr.grad_cols_dev.data(), width_, grad_type(), cut, dev_.stream);
+                              gr.grad_cols_dev.data(), width_, cfg_.output, cut, dev_.stream);
       gg = cut;
     }
     gr.placed->begin_backward(gg);

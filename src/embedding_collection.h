@@ -92,9 +92,8 @@ class EmbeddingCollection {
   // literal nullptr matches both overloads: cast it.)
   void forward(const int64_t* offsets, const int64_t* keys, int64_t local_batch, float* out,
                LookupMode mode = LookupMode::train);
-  // Collective. grad [local_batch, output_width] of config().output (float with CollectionConfig::float_gradient,
-  // bf16 with bf16_gradient; device, rows of output_width values whatever output_row(); a bf16 one is read where it
-  // lies by the tables that reads_16bit_gradient, widened into a float copy for the others): the gradient of
+  // Collective. grad [local_batch, output_width] of config().output (float with CollectionConfig::float_gradient;
+  // device, rows of output_width values whatever output_row()): the gradient of
   // the last forward's output, which must have been a train forward (no other forward in between: the routes
   // hold one batch). step: the global optimizer step, from 1. lr_scale (finite, >= 0): every table's configured
   // learning rate is multiplied by it for this step (the trainer's learning-rate schedule).
@@ -138,10 +137,6 @@ class EmbeddingCollection {
   void mark(Stream s, const char* what);
   // Placement groups (physical tables) the tables form.
   int groups() const;
-  // Whether table t's update reads a bf16 gradient where it lies (its placement reads 16-bit gradients,
-  // src/placement.h placement_reads_16bit_gradient, and writes the output in place), rather than a float copy
-  // the collection widens first.
-  bool reads_16bit_gradient(int t) const;
 
   // ---- checkpoints (io/checkpoint.h): the same model loads into another world size or plan
 
@@ -212,13 +207,7 @@ class EmbeddingCollection {
   std::vector<int64_t> slot_cols_;
   int64_t width_ = 0;
   int64_t row_ = 0;  // values a row of the output (CollectionConfig::output_row)
-  // The backward's gradient type: the output's, float with float_gradient, bf16 with bf16_gradient.
-  OutputType grad_type() const {
-    if (cfg_.float_gradient) return OutputType::f32;
-    if (cfg_.output != OutputType::f32) return cfg_.output;
-    return cfg_.bf16_gradient ? OutputType::bf16 : OutputType::f32;
-  }
-  bool float_gradient() const { return grad_type() == OutputType::f32; }
+  bool float_gradient() const { return cfg_.output == OutputType::f32 || cfg_.float_gradient; }
   int64_t batch_ = 0;         // local batch of the last train forward
   bool trained_ = false;      // a train forward waits for its backward
 };

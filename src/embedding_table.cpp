@@ -268,7 +268,7 @@ BackwardWorkspace& EmbeddingTable::workspace(int64_t nnz, Stream stream) {
 }
 
 BackwardBatch EmbeddingTable::backward_batch(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
-                                             GradRef grad, Combiner combiner, const BagLayout& grad_layout) const {
+                                             const float* grad, Combiner combiner, const BagLayout& grad_layout) const {
   SPARTA_REQUIRE(nnz >= 0 && bags >= 0, "embedding table '%s': backward of %lld bags, %lld keys", cfg_.name.c_str(),
                  (long long)bags, (long long)nnz);
   check_keys_per_call(cfg_.name, "keys", nnz);
@@ -285,12 +285,12 @@ BackwardBatch EmbeddingTable::backward_batch(const int64_t* offsets, const int64
 }
 
 void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
-                                         GradRef grad, Combiner combiner, int64_t step, Stream stream) {
+                                         const float* grad, Combiner combiner, int64_t step, Stream stream) {
   backward_and_update(offsets, rows, bags, nnz, grad, combiner, step, 1.0f, stream);
 }
 
 void EmbeddingTable::backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
-                                         GradRef grad, Combiner combiner, int64_t step, float lr_scale,
+                                         const float* grad, Combiner combiner, int64_t step, float lr_scale,
                                          Stream stream, const BagLayout& grad_layout) {
   SPARTA_REQUIRE(std::isfinite(lr_scale) && lr_scale >= 0,
                  "embedding table '%s': learning-rate scale must be finite and >= 0, found %g", cfg_.name.c_str(),
@@ -325,7 +325,7 @@ void EmbeddingTable::prepare_update(const int64_t* offsets, const int64_t* rows,
 }
 
 void EmbeddingTable::finish_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
-                                   GradRef grad, Combiner combiner, int64_t step, float lr_scale, Stream stream,
+                                   const float* grad, Combiner combiner, int64_t step, float lr_scale, Stream stream,
                                    const BagLayout& grad_layout) {
   if (cfg_.optimizer.atomic_update) return backward_and_update(offsets, rows, bags, nnz, grad, combiner, step,
                                                                lr_scale, stream, grad_layout);
@@ -355,7 +355,7 @@ int64_t* EmbeddingTable::unique_rows(int64_t nnz, Stream stream) {
 }
 
 void EmbeddingTable::row_gradients(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags,
-                                   int64_t nnz, GradRef grad, Combiner combiner, int64_t* unique_keys,
+                                   int64_t nnz, const float* grad, Combiner combiner, int64_t* unique_keys,
                                    float* row_grads, int32_t* num_unique, Stream stream) {
   const BackwardBatch b = backward_batch(offsets, rows, bags, nnz, grad, combiner);
   try {
@@ -378,7 +378,7 @@ void EmbeddingTable::prepare_row_gradients(const int64_t* offsets, const int64_t
   }
 }
 
-void EmbeddingTable::finish_row_gradients(GradRef grad, float* row_grads, Stream stream,
+void EmbeddingTable::finish_row_gradients(const float* grad, float* row_grads, Stream stream,
                                           const BagLayout& grad_layout) {
   SPARTA_REQUIRE(workspace_ && workspace_->prepared().valid,
                  "embedding table '%s': embedding backward finish: the workspace holds no prepared batch (no "

@@ -155,18 +155,17 @@ class EmbeddingTable {
 
   // The backward of a pooled train forward and optimizer step `step` (the global step, from 1) on the rows the
   // batch touched. offsets [bags + 1] and rows [nnz] are those of the pooled_forward (rows < 0 — refused or
-  // missing keys — contribute nothing), grad [bags, dim] is the gradient of its output (float32, or bf16 with sgd
-  // and rowwise_adagrad: kernels/embedding_types.h GradRef), combiner its combiner.
+  // missing keys — contribute nothing), grad [bags, dim] is the gradient of its output, combiner its combiner.
   // Device pointers; asynchronous on stream: no synchronization and no allocation once the workspace holds
   // nnz keys (growing it synchronizes the stream of the previous backward, then frees the old workspace).
   // Throws sparta::Error naming the table, before anything runs, on bad sizes, on nnz or bags above
   // kBackwardMaxKeys, or on a bad step.
-  void backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, GradRef grad,
+  void backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, const float* grad,
                            Combiner combiner, int64_t step, Stream stream);
   // The same with the optimizer's learning rate scaled by lr_scale (>= 0, finite) for this step: a learning-rate
   // schedule (lr_scale 1 is the call above). grad_layout: where each bag's gradient lies in grad (default [bags,
   // dim]), here and in finish_update and finish_row_gradients.
-  void backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, GradRef grad,
+  void backward_and_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, const float* grad,
                            Combiner combiner, int64_t step, float lr_scale, Stream stream,
                            const BagLayout& grad_layout = {});
   // backward_and_update in two parts (kernels/embedding_backward.h backward_and_update_prepare / _finish), so that
@@ -178,7 +177,7 @@ class EmbeddingTable {
   // sparta::Error naming the table.
   void prepare_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, Combiner combiner,
                       Stream stream);
-  void finish_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, GradRef grad,
+  void finish_update(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz, const float* grad,
                      Combiner combiner, int64_t step, float lr_scale, Stream stream, const BagLayout& grad_layout = {});
   // The gradient of every row the batch touched, summed in kernels/embedding_backward.h's fixed order, without
   // applying it (a replica's share of an update that every copy applies), and the row's key: offsets, rows, bags,
@@ -186,7 +185,7 @@ class EmbeddingTable {
   // row_grads [nnz, dim] are written for the first *num_unique ([1] int32, device memory) rows, in ascending row
   // order. Asynchronous on stream; the same errors as backward_and_update.
   void row_gradients(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags, int64_t nnz,
-                     GradRef grad, Combiner combiner, int64_t* unique_keys, float* row_grads,
+                     const float* grad, Combiner combiner, int64_t* unique_keys, float* row_grads,
                      int32_t* num_unique, Stream stream);
   // row_gradients in two parts (kernels/embedding_backward.h: embedding_backward_prepare / _finish), so that the
   // part that needs no gradient (the sort of the rows) runs right after the forward and only the reduction waits
@@ -201,7 +200,7 @@ class EmbeddingTable {
   // rows alive and unchanged in between. Asynchronous on stream: the prepare's stream or one ordered after it.
   // Any other backward of the table in between (backward_and_update, row_gradients, another prepare) replaces the
   // prepared batch, and a finish uses it up: a finish with none prepared throws sparta::Error naming the table.
-  void finish_row_gradients(GradRef grad, float* row_grads, Stream stream, const BagLayout& grad_layout = {});
+  void finish_row_gradients(const float* grad, float* row_grads, Stream stream, const BagLayout& grad_layout = {});
   // rows[i] = row of keys[i], inserting absent keys with their initial values (a train lookup that writes no
   // vectors). Refused keys (full table) get -1 and are reported by the next check_lookups. Asynchronous on stream.
   void insert_rows(const int64_t* keys, int64_t n, int64_t* rows, Stream stream);
@@ -243,7 +242,7 @@ class EmbeddingTable {
   int64_t* unique_rows(int64_t nnz, Stream stream);
   // The checked batch of a backward (sparta::Error naming the table on bad sizes).
   BackwardBatch backward_batch(const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
-                               GradRef grad, Combiner combiner, const BagLayout& grad_layout = {}) const;
+                               const float* grad, Combiner combiner, const BagLayout& grad_layout = {}) const;
 
   Device dev_;
   EmbeddingTableConfig cfg_;

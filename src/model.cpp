@@ -292,22 +292,8 @@ void DenseModel::loss(const float* labels, int64_t mean_over, float* loss, float
 
 void DenseModel::backward(const float* params, float* grads, float* demb, const GradsReady& ready,
                           const std::function<void()>& demb_ready, const std::function<void()>& inputs_read) {
-  backward_any(params, grads, demb, nullptr, ready, demb_ready, inputs_read);
-}
-
-void DenseModel::backward(const float* params, float* grads, uint16_t* demb16, const GradsReady& ready,
-                          const std::function<void()>& demb_ready, const std::function<void()>& inputs_read) {
-  SPARTA_REQUIRE(cfg_.precision == GemmType::bf16 && (cfg_.interaction == Interaction::dot || in_x0_),
-                 "model: a bf16 embeddings' gradient needs bf16 precision, and for DCNv2 the embeddings in x0 "
-                 "(forward_in_x0)");
-  backward_any(params, grads, nullptr, demb16, ready, demb_ready, inputs_read);
-}
-
-void DenseModel::backward_any(const float* params, float* grads, float* demb, uint16_t* demb16, const GradsReady& ready,
-                              const std::function<void()>& demb_ready, const std::function<void()>& inputs_read) {
   SPARTA_ASSERT(batch_ >= 0, "model: backward before forward");
-  const StreamGraphs::Key k = key({key_word(params), key_word(grads), key_word(demb), key_word(demb16),
-                                   key_word(int64_t(in_x0_))});
+  const StreamGraphs::Key k = key({key_word(params), key_word(grads), key_word(demb), key_word(int64_t(in_x0_))});
   const int bottom_width = cfg_.bottom_mlp.back();
   // the data gradients down to the embeddings first; the weight gradients' GEMMs after demb_ready, beside the
   // embeddings' update
@@ -315,19 +301,15 @@ void DenseModel::backward_any(const float* params, float* grads, float* demb, ui
     if (cfg_.interaction == Interaction::dot) {
       top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), dz_.data(), dev_.stream, true);
       InteractionDims d{"interaction", batch_, cfg_.num_slots, cfg_.embedding_dim, top_.input_ld()};
-      if (demb16)
-        interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb_, dbottom_.data(), demb16, dev_.stream);
-      else
-        interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb_, dbottom_.data(), demb, dev_.stream);
+      interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb_, dbottom_.data(), demb, dev_.stream);
     } else {
       // 16-bit: the top MLP writes x_L's gradient where the cross network reads it, in 16 bits; dx0 written as its
       // two blocks: the bottom MLP's output gradient and demb
       uint16_t* g16 = cross_->output_grad16();
       float* g = g16 ? nullptr : dz_.data();
       top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), g, dev_.stream, false, g16);
-      const CrossInputGrad dx0 = demb16 ? CrossInputGrad(dbottom_.data(), demb16, bottom_width)
-                                        : CrossInputGrad(dbottom_.data(), demb, bottom_width);
-      cross_->backward_data(params + cross_offset(), g, grads + cross_offset(), dx0, dev_.stream);
+      cross_->backward_data(params + cross_offset(), g, grads + cross_offset(),
+                            CrossInputGrad(dbottom_.data(), demb, bottom_width), dev_.stream);
     }
   });
   if (demb_ready) demb_ready();

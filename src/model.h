@@ -133,11 +133,6 @@ class DenseModel {
   void backward(const float* params, float* grads, float* demb, const GradsReady& ready = GradsReady(),
                 const std::function<void()>& demb_ready = std::function<void()>(),
                 const std::function<void()>& inputs_read = std::function<void()>());
-  // The same with demb in bf16 (each value rounded to nearest even once from its fp32 sum: half the bytes the
-  // embeddings' update reads), in bf16 precision (DCNv2: after forward_in_x0); sparta::Error otherwise.
-  void backward(const float* params, float* grads, uint16_t* demb16, const GradsReady& ready = GradsReady(),
-                const std::function<void()>& demb_ready = std::function<void()>(),
-                const std::function<void()>& inputs_read = std::function<void()>());
 
   // CUDA graphs (src/base/graph.h) for the forward, the loss and the backward's pieces between its callbacks:
   // each piece is recorded the second time it runs with the same pointers, batch, mean_over and grad_scale,
@@ -172,8 +167,6 @@ class DenseModel {
   uint64_t dropout_key_host_ = 0; // recorded forward reads each step's); the host copy the upload reads from
 
   enum Piece { kForward, kLoss, kBackwardTop, kBackwardCrossWeights, kBackwardTopWeights, kBackwardBottom, kPieces };
-  void backward_any(const float* params, float* grads, float* demb, uint16_t* demb16, const GradsReady& ready,
-                    const std::function<void()>& demb_ready, const std::function<void()>& inputs_read);
   const float* forward_any(const float* params, const float* dense, const float* emb, bool in_x0, int64_t batch,
                            int64_t train_step);
   StreamGraphs graphs_;

@@ -93,10 +93,6 @@ struct CollectionConfig {
   int64_t output_col = 0;
   // The backward's gradient in float32 whatever the output's type (a caller that computes it in float).
   bool float_gradient = false;
-  // A float32 output's gradient in bf16 (a caller that computes it in bf16: the dot model in bf16): read where it
-  // lies by the tables whose placement reads 16-bit gradients (placement_reads_16bit_gradient), widened to float
-  // for the others. Only with output f32.
-  bool bf16_gradient = false;
 };
 constexpr int64_t kShardHeadroom = 64;
 
@@ -196,8 +192,8 @@ class PlacedTable {
   // grad: [bags, dim] of the last train forward's output; step: the global optimizer step (from 1); lr_scale:
   // the factor on the table's configured learning rate for this step (a schedule). In two parts as the forward:
   // begin_backward posts the gradients' exchange (grad stays valid and unchanged until update), update joins it
-  // and updates the rows. grad is float32, or bf16 where placement_reads_16bit_gradient says so.
-  virtual void begin_backward(GradRef grad) = 0;
+  // and updates the rows.
+  virtual void begin_backward(const float* grad) = 0;
   virtual void update(int64_t step, float lr_scale) = 0;
   // After a train forward, once its output has been handed on: queues on the device's stream the part of the
   // backward that needs no gradient (e.g. sorting the batch's rows), so that it runs while the caller computes
@@ -226,12 +222,6 @@ class PlacedTable {
   virtual int64_t rows_in_use() = 0;
 };
 
-// Whether a table so placed, with that optimizer, reads a bf16 gradient itself (PlacedTable::begin_backward):
-// replicated, whose update reads each bag's gradient where it lies, through EmbeddingTable (half the bytes of its
-// heaviest reads), with sgd or rowwise_adagrad and the sorted update (what kernels/embedding_backward.h reads a
-// bf16 gradient for). The others move or sum the gradient in floats first: the collection gives them a float one.
-bool placement_reads_16bit_gradient(Placement p, const OptimizerConfig& opt);
-
 // What make_placed_table needs beside the exchange: the table, its index (the key-init table id) and its plan.
 // A group of tables sharing one physical table (src/embedding_collection.h) is placed as one table of tagged
 // keys (tagged_keys: the key-init table id is each key's tag, kernels/key_init.h).
@@ -258,10 +248,9 @@ struct PlacedTableSetup {
   std::vector<Member> members;  // empty: one table, described by table and plan
   // The collection's output, where a placement may write its bags in place (PlacedTable::writes_output): rows of
   // output_row values of output_type, the group's slot j (in group order) from column output_cols[j]; and its
-  // gradient, read in place then: rows of grad_row values (float32, or bf16 where the placement reads 16-bit
-  // gradients), slot j from column grad_cols[j]. Empty: the collection's gradient is one the placement does not
-  // read in place, and every placement writes [bags, dim] floats (so does one that pools only into floats, given
-  // a 16-bit output_type).
+  // float gradient, read in place then: rows of grad_row floats, slot j from column grad_cols[j]. Empty: the
+  // collection's gradient is not float32, and every placement writes [bags, dim] floats (so does one that pools
+  // only into floats, given a 16-bit output_type).
   std::vector<int32_t> output_cols;
   int64_t output_row = 0;
   OutputType output_type = OutputType::f32;

@@ -214,19 +214,8 @@ void table_lookup_keys(EmbeddingTable& t, const int64_t* keys, int64_t n, Lookup
   t.unpooled_forward(keys, n, mode, out, OutputType::f32, kept, MissingKey::zeros, Check::deferred, t.device().stream);
 }
 
-bool placement_reads_16bit_gradient(Placement p, const OptimizerConfig& opt) {
-  return p == Placement::replicated && !opt.atomic_update &&
-         (opt.kind == OptimizerKind::sgd || opt.kind == OptimizerKind::rowwise_adagrad);
-}
-
-const float* float_gradient(GradRef g, const char* placement) {
-  SPARTA_REQUIRE(g.type == OutputType::f32, "%s placement: its backward reads a float32 gradient, given %s",
-                 placement, output_type_name(g.type));
-  return g.f32();
-}
-
 void table_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
-                  GradRef grad, Combiner combiner, int64_t step, float lr_scale, const BagLayout& layout) {
+                  const float* grad, Combiner combiner, int64_t step, float lr_scale, const BagLayout& layout) {
   t.backward_and_update(offsets, rows, bags, nnz, grad, combiner, step, lr_scale, t.device().stream, layout);
 }
 
@@ -236,7 +225,7 @@ void table_prepare_update(EmbeddingTable& t, const int64_t* offsets, const int64
 }
 
 void table_finish_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
-                         GradRef grad, Combiner combiner, int64_t step, float lr_scale) {
+                         const float* grad, Combiner combiner, int64_t step, float lr_scale) {
   t.finish_update(offsets, rows, bags, nnz, grad, combiner, step, lr_scale, t.device().stream);
 }
 
@@ -541,7 +530,7 @@ void ReplicaShard::prepare(const int64_t* offsets, const int64_t* keys, const in
 }
 
 void ReplicaShard::send(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags, int64_t nnz,
-                        GradRef grad, Combiner combiner, const BagLayout& grad_layout) {
+                        const float* grad, Combiner combiner, const BagLayout& grad_layout) {
   const Device& dev = ex_.device();
   // this rank's sum per touched row, and the key of each such row (refused keys, row -1, are left out)
   if (!prepared_) prepare(offsets, keys, rows, bags, nnz, combiner);

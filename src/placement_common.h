@@ -123,10 +123,6 @@ class Exchange {
   std::unique_ptr<StreamClock> clock_;  // while tracing
 };
 
-// The float data of a gradient given to a placement that reads float gradients only (placement_reads_16bit_gradient
-// false: the collection widens a 16-bit one first); sparta::Error naming the placement otherwise.
-const float* float_gradient(GradRef g, const char* placement);
-
 // ---- calls into EmbeddingTable (one place for each)
 
 // rows: the keys' rows for the backward, written in train mode only (no backward follows an eval forward:
@@ -138,12 +134,12 @@ void table_lookup_pooled(EmbeddingTable& t, const int64_t* offsets, const int64_
                          OutputType out_type = OutputType::f32);
 void table_lookup_keys(EmbeddingTable& t, const int64_t* keys, int64_t n, LookupMode mode, float* out, int64_t* rows);
 void table_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
-                  GradRef grad, Combiner combiner, int64_t step, float lr_scale, const BagLayout& layout = {});
+                  const float* grad, Combiner combiner, int64_t step, float lr_scale, const BagLayout& layout = {});
 // table_update in two parts (EmbeddingTable::prepare_update / finish_update): the sort before the gradient is there.
 void table_prepare_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
                           Combiner combiner);
 void table_finish_update(EmbeddingTable& t, const int64_t* offsets, const int64_t* rows, int64_t bags, int64_t nnz,
-                         GradRef grad, Combiner combiner, int64_t step, float lr_scale);
+                         const float* grad, Combiner combiner, int64_t step, float lr_scale);
 void table_check(EmbeddingTable& t);
 TableRows table_export(EmbeddingTable& t);
 void table_load(EmbeddingTable& t, const TableRows& rows);
@@ -331,13 +327,12 @@ class ReplicaShard {
   ReplicaShard(Exchange& ex, const PlacedTableSetup& s, const std::string& suffix);  // a whole-table shard
   EmbeddingTable& table() { return *table_; }
   // This rank's bags of the last train forward: offsets [bags + 1], keys [nnz] and their rows in this copy,
-  // grad [bags, dim] the gradient of the pooled output (or laid out as grad_layout says; float32 or bf16), pooled
-  // with combiner.
+  // grad [bags, dim] the gradient of the pooled output (or laid out as grad_layout says), pooled with combiner.
   // Device pointers. Collective, in
   // two parts (PlacedTable's backward): send posts the all-gather of this rank's sums (the arrays may change
   // once it returns), update joins it and applies every rank's sums.
   void send(const int64_t* offsets, const int64_t* keys, const int64_t* rows, int64_t bags, int64_t nnz,
-            GradRef grad, Combiner combiner, const BagLayout& grad_layout = {});
+            const float* grad, Combiner combiner, const BagLayout& grad_layout = {});
   void update(int64_t step, float lr_scale);
   // Optional, before send with the same offsets, keys, rows, bags, nnz and combiner (kept unchanged
   // until then): the gradient-free part of its per-row sums (EmbeddingTable::prepare_row_gradients), queued now.

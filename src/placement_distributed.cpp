@@ -87,8 +87,7 @@ class DistributedTable : public PlacedTable {
     if (combiner_ == Combiner::mean) route_divide_by_lengths(dev, in_.offsets, in_.bags, dim_, out_, dev.stream);
   }
 
-  void begin_backward(GradRef g) override {
-    const float* grad = float_gradient(g, "distributed");
+  void begin_backward(const float* grad) override {
     const Device& dev = ex_.device();
     const int world = ex_.world();
     const float* send = grad;  // a sum table's gradient of equal local batches goes as it is

@@ -93,8 +93,7 @@ class HybridTable : public PlacedTable {
     route_pool_bags(dev, in_.offsets, split, split_of_key_.data(), in_.bags, dim_, combiner_, out_, dev.stream);
   }
 
-  void begin_backward(GradRef g) override {
-    const float* grad = float_gradient(g, "hybrid");
+  void begin_backward(const float* grad) override {
     const Device& dev = ex_.device();
     // a key's gradient is its bag's, divided for mean by the whole bag's length (the hot keys and the cold ones
     // each hold part of a bag)

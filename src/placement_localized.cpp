@@ -241,8 +241,7 @@ class LocalizedTable : public PlacedTable {
     prepared_ = true;
   }
 
-  void begin_backward(GradRef g) override {
-    const float* grad = float_gradient(g, "localized");
+  void begin_backward(const float* grad) override {
     grad_ = grad;
     if (ex_.world() == 1) return;
     const Device& dev = ex_.device();

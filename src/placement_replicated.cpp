@@ -37,7 +37,7 @@ class ReplicatedTable : public PlacedTable {
 
   void finish_forward() override {}
 
-  void begin_backward(GradRef grad) override {
+  void begin_backward(const float* grad) override {
     grad_ = grad;
     if (ex_.world() > 1)
       replica_.send(in_.offsets, in_.keys, rows_.data(), in_.bags, in_.nnz, grad, combiner_,
@@ -82,7 +82,7 @@ class ReplicatedTable : public PlacedTable {
   TableBatch in_;
   LookupMode mode_ = LookupMode::train;
   float* out_ = nullptr;
-  GradRef grad_;  // one rank: the gradient begin_backward was given
+  const float* grad_ = nullptr;  // one rank: the gradient begin_backward was given
   Buffer<int64_t> rows_;  // [nnz] rows of the last forward's keys
   OutputLayout output_;   // where the bags go in the output and their gradients lie (writes_output)
 };

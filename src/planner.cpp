@@ -25,9 +25,6 @@ void check_collection_config(const CollectionConfig& cfg) {
                  "embedding collection: exchange must be float32 or bfloat16, found %s", dtype_name(cfg.exchange));
   SPARTA_REQUIRE(cfg.output == OutputType::f32 || cfg.output == OutputType::bf16 || cfg.output == OutputType::f16,
                  "embedding collection: output must be f32, bf16 or f16, found output type %d", int(cfg.output));
-  SPARTA_REQUIRE(!cfg.bf16_gradient || (cfg.output == OutputType::f32 && !cfg.float_gradient),
-                 "embedding collection: bf16_gradient takes a float32 output and no float_gradient (output %s)",
-                 output_type_name(cfg.output));
   std::vector<int> served(size_t(cfg.num_slots), -1);
   std::set<std::string> names;
   for (size_t i = 0; i < cfg.tables.size(); ++i) {

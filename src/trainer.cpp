@@ -139,8 +139,7 @@ void Trainer::build_rest(const std::string& load_from) {
   labels_ = Buffer<float>(dev_, B);
   dense_ = Buffer<float>(dev_, B * m.num_dense);
   if (!in_x0()) emb_ = Buffer<float>(dev_, B * m.embedding_width());
-  if (demb16()) demb16_ = Buffer<uint16_t>(dev_, B * m.embedding_width());
-  else demb_ = Buffer<float>(dev_, B * m.embedding_width());
+  demb_ = Buffer<float>(dev_, B * m.embedding_width());
   probs_ = Buffer<float>(dev_, B);
   losses_ = Buffer<float>(dev_, size_t(cfg_.log_every));
   if (m.precision == GemmType::f16) {
@@ -175,20 +174,6 @@ void Trainer::synchronize_all() {
 
 bool Trainer::in_x0() const {
   return cfg_.model.interaction == Interaction::dcnv2 && is_half(cfg_.model.precision);
-}
-
-bool Trainer::demb16() const { return cfg_.model.precision == GemmType::bf16; }  // dot, and DCNv2 in x0
-
-const void* Trainer::demb() const {
-  return demb16() ? static_cast<const void*>(demb16_.data()) : static_cast<const void*>(demb_.data());
-}
-
-void Trainer::model_backward(const DenseModel::GradsReady& ready, const std::function<void()>& demb_ready,
-                             const std::function<void()>& inputs_read) {
-  if (demb16())
-    model_->backward(params_.data(), grads_.data(), demb16_.data(), ready, demb_ready, inputs_read);
-  else
-    model_->backward(params_.data(), grads_.data(), demb_.data(), ready, demb_ready, inputs_read);
 }
 
 void* Trainer::emb_out() {
@@ -318,14 +303,11 @@ void Trainer::build_collection(const Batch& b, int64_t global_batch) {
     c.exchange = cfg_.exchange == "bf16" ? DataType::bf16 : DataType::f32;
     if (in_x0()) {
       // DCNv2 in 16 bits: the embeddings pooled straight into the model's 16-bit x0 (after the bottom MLP's
-      // columns), each value rounded once; their gradient comes back in bf16 (demb16), in float with fp16 (loss
-      // scaling unscales it in float)
+      // columns), each value rounded once; their gradient comes back in float
       c.output = m.precision == GemmType::bf16 ? OutputType::bf16 : OutputType::f16;
       c.output_col = m.bottom_mlp.back();
       c.output_row = c.output_col + m.embedding_width();
-      c.float_gradient = !demb16();
-    } else if (demb16()) {
-      c.bf16_gradient = true;  // dot in bf16: the interaction's backward writes the embeddings' gradient in bf16
+      c.float_gradient = true;
     }
     const std::vector<std::string> placements = split_list(cfg_.placement);
     SPARTA_REQUIRE(placements.size() == 1 || placements.size() == size_t(m.num_slots),
@@ -382,7 +364,6 @@ void Trainer::report_memory() const {
   double mine[3] = {double(collection_->memory_bytes()),
                     double((2 * P + state_.size()) * sizeof(float) + model_->workspace_bytes()),
                     double((B * (2 + cfg_.model.num_dense) + emb_.size() + demb_.size()) * sizeof(float) +
-                           demb16_.size() * sizeof(uint16_t) +
                            2 * ((d.labels.size() + d.dense.size()) * sizeof(float) +
                                 (d.offsets.size() + d.keys.size()) * sizeof(int64_t)))};
   std::vector<double> all(size_t(3) * world_);
@@ -602,8 +583,8 @@ void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, flo
   // there it runs per bucket during the backward.
   DenseModel::GradsReady buckets;
   if (scaler_) buckets = [this](size_t offset, size_t count) { reduce_bucket(offset, count); };
-  model_backward(
-      buckets,
+  model_->backward(
+      params_.data(), grads_.data(), demb_.data(), buckets,
       [this, nb] {
         collection_->mark(dev_.stream, "dense: embeddings' gradient");
         if (nb) route_next(*nb);
@@ -618,7 +599,7 @@ void Trainer::train_step(const Batch& b, int64_t step, int64_t global_batch, flo
   const bool apply = !scaler_ || unscale_gradients(size);  // fp16: false for an overflowed step
   if (!apply) skipped_.push_back(step);
   if (scaler_) embeddings_wait();
-  if (apply) collection_->backward(demb(), step, learning_rate_factor(cfg_.schedule, step));
+  if (apply) collection_->backward(demb_.data(), step, learning_rate_factor(cfg_.schedule, step));
   // The next batch routed ahead: its lookups and their exchanges now, beside the last dense layers and before the
   // dense gradients' all-reduce (the communicator runs its collectives in the order they come)
   if (apply && look_ahead && ahead_at_ >= 0) {
@@ -676,7 +657,7 @@ Trainer::StepTimes Trainer::timed_step(const Batch& b, int64_t global_batch) {
   wait_for_embeddings();
   model_forward(b.size, s);
   model_->loss(labels_.data(), global_batch, losses_.data(), scaler_ ? scaler_->scale() : 1.f);
-  model_backward();
+  model_->backward(params_.data(), grads_.data(), demb_.data());
   st.dense_ms = ms_since(t);
   if (world_ > 1) comm_->all_reduce(grads_.data(), grads_.data(), grads_.size(), DataType::f32, dev_.stream);
   st.comm_ms = ms_since(t);
@@ -684,7 +665,7 @@ Trainer::StepTimes Trainer::timed_step(const Batch& b, int64_t global_batch) {
   if (!apply) skipped_.push_back(s);
   st.dense_ms += ms_since(t);
   embeddings_wait();
-  if (apply) collection_->backward(demb(), s, learning_rate_factor(cfg_.schedule, s));
+  if (apply) collection_->backward(demb_.data(), s, learning_rate_factor(cfg_.schedule, s));
   st.embedding_ms += ms_since(t);
   if (apply)
     dense_optimizer_update(dev_, cfg_.dense, s, learning_rate(cfg_.schedule, s), params_.data(), grads_.data(),

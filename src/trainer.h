@@ -213,21 +213,11 @@ class Trainer {
   std::unique_ptr<DenseModel> model_;
   int64_t max_batch_ = 0;
   Buffer<float> params_, grads_, state_;          // [P], [P], [dense optimizer state]
-  Buffer<float> labels_, dense_, emb_, demb_;     // [B], [B, num_dense], [B, slots*dim] x2 (in_x0: no emb_;
-                                                  // demb16: no demb_)
-  Buffer<uint16_t> demb16_;                       // demb16: the embeddings' gradient [B, slots*dim] in bf16
+  Buffer<float> labels_, dense_, emb_, demb_;     // [B], [B, num_dense], [B, slots*dim] x2 (in_x0: no emb_)
   // DCNv2 in 16 bits: the collection writes the embeddings into the model's x0_half() (src/model.h), not emb_.
   bool in_x0() const;
-  // bf16 precision (dot, and DCNv2 with its embeddings in x0): the model writes the embeddings' gradient in bf16
-  // (demb16_), which the collection's tables read as it is where their placement does
-  // (EmbeddingCollection::reads_16bit_gradient), else widened.
-  bool demb16() const;
   void* emb_out();             // where the collection's forward writes
   const float* model_forward(int64_t batch, int64_t train_step);  // the model's forward of the embeddings there
-  // The model's backward into demb_ or demb16_; the embeddings' gradient as the collection's backward takes it.
-  void model_backward(const DenseModel::GradsReady& ready = {}, const std::function<void()>& demb_ready = {},
-                      const std::function<void()>& inputs_read = {});
-  const void* demb() const;
   DeviceBatch batches_[2];
   int fill_ = 0;                                  // the device batch stage() fills next (unless staged_ waits there)
   const Batch* staged_ = nullptr;                 // the host batch staged into batches_[staged_at_], not yet taken

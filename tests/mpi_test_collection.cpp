@@ -659,20 +659,12 @@ SPARTA_MPI_BACKEND_CASES(auto_and_explicit_placements_match_reference, mixed_aut
 // (tolerance_of); then the same training under f32 and bf16 side by side: with one rank bit for bit, with more
 // some values differ (the wire format is in effect).
 
-// kTables localized with their owners spread over the ranks.
-std::vector<std::string> localized_spread() {
-  std::vector<std::string> loc;
-  for (int i = 0; i < 5; ++i) loc.push_back("localized:" + std::to_string(i % testing::world_size()));
-  return loc;
-}
-// Every placement alone for kTables.
-std::vector<std::vector<std::string>> each_placement_alone() {
-  return {{"dispatch"}, localized_spread(), {"replicated"}, {"distributed"}, {"hybrid"}};
-}
-
 void bf16_each_placement(Backend b) {
   const int world = testing::world_size();
-  for (const std::vector<std::string>& p : each_placement_alone())
+  std::vector<std::string> loc;
+  for (int i = 0; i < 5; ++i) loc.push_back("localized:" + std::to_string(i % world));
+  for (const std::vector<std::string>& p : std::vector<std::vector<std::string>>{
+           {"dispatch"}, loc, {"replicated"}, {"distributed"}, {"hybrid"}})
     check_placements(b, p, CommMode::mpi, 0, kTables, kSlots, 0, DataType::bf16);
   const int rpn = world % 2 == 0 ? 2 : 0;
   check_placements(b, {"hybrid", "distributed", "localized:" + std::to_string(world - 1), "replicated", "dispatch"},
@@ -746,65 +738,17 @@ SPARTA_MPI_BACKEND_CASES(an_exchange_type_other_than_f32_or_bf16_is_an_error, ba
 // half.h, nearest even), bit for bit; its backward with a 16-bit gradient leaves the same tables (values and
 // optimizer state, bit for bit, by key) as the float backward fed that gradient widened. Every placement alone
 // (each table a group of some slots: the slots put into the output), and one group of all slots (the float
-// output written by the placement directly, the 16-bit one through the group's buffer). Replicated reads a bf16
-// gradient where it lies (placement_reads_16bit_gradient); the others are given it widened by the collection.
+// output written by the placement directly, the 16-bit one through the group's buffer).
 
 uint16_t round_to(OutputType t, float v) { return t == OutputType::bf16 ? float_to_bf16(v) : float_to_f16(v); }
 float widen(OutputType t, uint16_t h) { return t == OutputType::bf16 ? bf16_to_float(h) : f16_to_float(h); }
 
-// Every table's rows of h against a's (by key: row ids may differ between two collections, a GPU insert's order):
-// no key held by one only, no value or state bit apart, and some rows compared over the ranks. after: what was done
-// to h, for the messages.
-void check_same_rows(EmbeddingCollection& a, EmbeddingCollection& h, const CollectionConfig& cfg,
-                     const std::string& what, const char* after, MPI_Comm comm) {
-  auto by_key = [](const TableRows& r) {
-    std::map<int64_t, std::pair<std::vector<float>, std::vector<float>>> m;
-    for (size_t i = 0; i < r.rows(); ++i)
-      m[r.keys[i]] = {std::vector<float>(r.values.begin() + i * r.dim, r.values.begin() + (i + 1) * r.dim),
-                      std::vector<float>(r.state.begin() + i * size_t(r.state_width),
-                                         r.state.begin() + (i + 1) * size_t(r.state_width))};
-    return m;
-  };
-  int64_t rows = 0;
-  for (size_t t = 0; t < cfg.tables.size(); ++t) {
-    auto ra = by_key(a.held_rows(int(t))), rh = by_key(h.held_rows(int(t)));
-    rows += int64_t(ra.size());
-    size_t diff = 0;  // keys held by one only, or any value or state bit apart
-    for (const auto& kv : ra) {
-      auto it = rh.find(kv.first);
-      diff += it == rh.end() || kv.second.first.size() != it->second.first.size() ||
-              kv.second.second.size() != it->second.second.size() ||
-              std::memcmp(kv.second.first.data(), it->second.first.data(), 4 * kv.second.first.size()) != 0 ||
-              std::memcmp(kv.second.second.data(), it->second.second.data(), 4 * kv.second.second.size()) != 0;
-    }
-    diff += rh.size() > ra.size() ? rh.size() - ra.size() : 0;
-    BOOST_CHECK_MESSAGE(diff == 0, what << " table " << cfg.tables[t].name << ": " << diff << " of " << ra.size()
-                                        << " rows differ after " << after << " and the float backward");
-  }
-  MPI_Allreduce(MPI_IN_PLACE, &rows, 1, MPI_INT64_T, MPI_SUM, comm);
-  BOOST_CHECK_MESSAGE(rows > 0, what << ": no rows compared");
-}
-
-// h reads a bf16 gradient where it lies (EmbeddingCollection::reads_16bit_gradient) for its replicated tables with
-// sgd or row-wise Adagrad when bf16 says its gradient is bf16, for no table otherwise; a, with a float gradient,
-// for none.
-void check_reads_16bit(EmbeddingCollection& a, EmbeddingCollection& h, const CollectionConfig& cfg, const Plan& plan,
-                       bool bf16, const std::string& what) {
-  for (size_t t = 0; t < cfg.tables.size(); ++t) {
-    const OptimizerKind k = cfg.tables[t].optimizer.kind;
-    const bool want = bf16 && plan.tables[t].placement == Placement::replicated &&
-                      (k == OptimizerKind::sgd || k == OptimizerKind::rowwise_adagrad);
-    BOOST_CHECK_MESSAGE(h.reads_16bit_gradient(int(t)) == want && !a.reads_16bit_gradient(int(t)),
-                        what << " table " << t << ": reads_16bit_gradient " << h.reads_16bit_gradient(int(t)));
-  }
-}
-
 // A wide 16-bit output (wide_col > 0: CollectionConfig::output_col wide_col, output_row wide_col + width +
-// wide_pad, as the trainer's DCNv2 x0): the slots in their columns, the others untouched (their poison kept), and
-// the float gradient [local_batch, output_width] (float_gradient), or the 16-bit one (float_grad false).
+// wide_pad, float_gradient, as the trainer's DCNv2 x0): the slots in their columns, the others untouched (their
+// poison kept), and the float gradient [local_batch, output_width].
 void half_against_f32(Backend backend, OutputType type, const std::vector<std::string>& placements,
                       const std::vector<TableDef>& defs, int slots, int groups = 0, int wide_col = 0,
-                      int wide_pad = 0, bool float_grad = true) {
+                      int wide_pad = 0) {
   const uint64_t seed = shared_seed();
   World w(backend, testing::world_size(), CommMode::mpi);
   CollectionConfig cfg = make_config(seed, placements, defs, slots);
@@ -817,20 +761,17 @@ void half_against_f32(Backend backend, OutputType type, const std::vector<std::s
   if (wide_col > 0) {
     half.output_col = wide_col;
     half.output_row = wide_col + width + wide_pad;
-    half.float_gradient = float_grad;
+    half.float_gradient = true;
   }
   EmbeddingCollection h(w.comm, w.communicator.get(), w.dev, half, plan);
   BOOST_CHECK(a.output_type() == OutputType::f32 && h.output_type() == type);
-  // the bf16 gradient read in place: replicated tables with sgd or row-wise Adagrad only, never a float gradient
-  check_reads_16bit(a, h, cfg, plan, type == OutputType::bf16 && !half.float_gradient,
-                    std::string(output_type_name(type)) + " output");
   BOOST_CHECK_EQUAL(h.groups(), groups > 0 ? groups : int(cfg.tables.size()));
   BOOST_REQUIRE_EQUAL(h.output_width(), width);
   const int64_t row = h.output_row(), col = wide_col;
   BOOST_REQUIRE_EQUAL(row, wide_col > 0 ? wide_col + width + wide_pad : width);
   const std::string what = std::string(output_type_name(type)) + " output" +
                            (wide_col > 0 ? " at column " + std::to_string(col) + " of " + std::to_string(row) : "") +
-                           (wide_col > 0 && !float_grad ? ", 16-bit gradient" : "") + ", placements " + placements[0];
+                           ", placements " + placements[0];
   for (int step = 1; step <= 3; ++step) {
     const bool eval = step == 3;  // two train steps, then an eval forward of trained and unseen keys
     Batch b = data.next(3 * w.size + step);
@@ -871,19 +812,48 @@ void half_against_f32(Backend backend, OutputType type, const std::vector<std::s
     Buffer<uint16_t> g16(w.dev, mine16);
     Buffer<float> g32(w.dev, mine32);
     a.backward(g32.data(), step);
-    if (wide_col > 0 && float_grad) {
+    if (wide_col > 0) {
       Buffer<float> g32h(w.dev, mine32);
       h.backward(g32h.data(), step);
     } else {
       h.backward(g16.data(), step);
     }
   }
-  check_same_rows(a, h, cfg, what, "the 16-bit", w.comm);
+  auto by_key = [](const TableRows& r) {  // row ids may differ between the collections (a GPU insert's order)
+    std::map<int64_t, std::pair<std::vector<float>, std::vector<float>>> m;
+    for (size_t i = 0; i < r.rows(); ++i)
+      m[r.keys[i]] = {std::vector<float>(r.values.begin() + i * r.dim, r.values.begin() + (i + 1) * r.dim),
+                      std::vector<float>(r.state.begin() + i * size_t(r.state_width),
+                                         r.state.begin() + (i + 1) * size_t(r.state_width))};
+    return m;
+  };
+  int64_t rows = 0;
+  for (size_t t = 0; t < cfg.tables.size(); ++t) {
+    auto ra = by_key(a.held_rows(int(t))), rh = by_key(h.held_rows(int(t)));
+    rows += int64_t(ra.size());
+    size_t diff = 0;  // keys held by one only, or any value or state bit apart
+    for (const auto& kv : ra) {
+      auto it = rh.find(kv.first);
+      diff += it == rh.end() || kv.second.first.size() != it->second.first.size() ||
+              kv.second.second.size() != it->second.second.size() ||
+              std::memcmp(kv.second.first.data(), it->second.first.data(), 4 * kv.second.first.size()) != 0 ||
+              std::memcmp(kv.second.second.data(), it->second.second.data(), 4 * kv.second.second.size()) != 0;
+    }
+    diff += rh.size() > ra.size() ? rh.size() - ra.size() : 0;
+    BOOST_CHECK_MESSAGE(diff == 0, what << " table " << cfg.tables[t].name << ": " << diff << " of " << ra.size()
+                                        << " rows differ after the 16-bit and the float backward");
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &rows, 1, MPI_INT64_T, MPI_SUM, w.comm);
+  BOOST_CHECK_MESSAGE(rows > 0, what << ": no rows compared");
 }
 
 void half_output_every_placement(Backend backend, OutputType type) {
-  const std::vector<std::string> loc = localized_spread();
-  for (const std::vector<std::string>& p : each_placement_alone()) half_against_f32(backend, type, p, kTables, kSlots);
+  const int world = testing::world_size();
+  std::vector<std::string> loc;
+  for (int i = 0; i < 5; ++i) loc.push_back("localized:" + std::to_string(i % world));
+  for (const std::vector<std::string>& p : std::vector<std::vector<std::string>>{
+           {"dispatch"}, loc, {"replicated"}, {"distributed"}, {"hybrid"}})
+    half_against_f32(backend, type, p, kTables, kSlots);
   const std::vector<TableDef> all = {{"x", 300, 4, Combiner::sum, OptimizerKind::sgd, {0}, 120, 1000},
                                      {"y", 300, 4, Combiner::sum, OptimizerKind::sgd, {1, 2}, 120, 1000}};
   half_against_f32(backend, type, {"dispatch"}, all, 3, 1);  // one group of all slots
@@ -894,71 +864,11 @@ void half_output_every_placement(Backend backend, OutputType type) {
     half_against_f32(backend, type, p, kTables, kSlots, 0, 8, 8);
   half_against_f32(backend, type, {"replicated"}, kTables, kSlots, 0, 3, 1);
   half_against_f32(backend, type, {"replicated"}, all, 3, 1, 5, 2);  // one group of all slots, wide
-  // wide, with a 16-bit gradient: replicated reads a bf16 one in place (aligned and not), the others widened
-  for (const std::vector<std::string>& p : std::vector<std::vector<std::string>>{{"replicated"}, {"dispatch"}, loc})
-    half_against_f32(backend, type, p, kTables, kSlots, 0, 8, 8, false);
-  half_against_f32(backend, type, {"replicated"}, kTables, kSlots, 0, 3, 1, false);
-  half_against_f32(backend, type, {"replicated"}, all, 3, 1, 5, 2, false);
 }
 void bf16_output(Backend b) { half_output_every_placement(b, OutputType::bf16); }
-
 void f16_output(Backend b) { half_output_every_placement(b, OutputType::f16); }
 SPARTA_MPI_BACKEND_CASES(bf16_output_is_the_f32_output_rounded_and_its_backward_the_same, bf16_output)
 SPARTA_MPI_BACKEND_CASES(f16_output_is_the_f32_output_rounded_and_its_backward_the_same, f16_output)
-
-// bf16_gradient (a float output's gradient in bf16, the dot trainer's in bf16) beside a float collection of the same
-// configuration and plan, fed the same batches: the same outputs, and its backward with the bf16 gradient leaves
-// the same rows, bit for bit, as the float backward fed that gradient widened. Replicated sgd and row-wise Adagrad
-// tables read it where it lies; every other placement and optimizer gets it widened by the collection.
-void bf16_gradient_against_float(Backend backend, const std::vector<std::string>& placements,
-                                 const std::vector<TableDef>& defs, int slots) {
-  const uint64_t seed = shared_seed();
-  World w(backend, testing::world_size(), CommMode::mpi);
-  const CollectionConfig cfg = make_config(seed, placements, defs, slots);
-  CollectionConfig g16 = cfg;
-  g16.bf16_gradient = true;
-  Data data(seed ^ 0xb16, defs, slots);
-  Plan plan = plan_for(cfg, w, data);
-  EmbeddingCollection a(w.comm, w.communicator.get(), w.dev, cfg, plan);
-  EmbeddingCollection h(w.comm, w.communicator.get(), w.dev, g16, plan);
-  const std::string what = "bf16 gradient, placements " + placements[0];
-  check_reads_16bit(a, h, cfg, plan, true, what);
-  const int64_t width = a.output_width();
-  for (int step = 1; step <= 3; ++step) {
-    Batch b = data.next(3 * w.size + step);
-    Slice s = slice_of(b.samples, w.rank, w.size);
-    LocalBatch lb(w.dev, b, s);
-    const size_t n = std::max<size_t>(size_t(s.count * width), 1);
-    Buffer<float> oa(w.dev, n), oh(w.dev, n);
-    oa.fill_bytes(0xFF);
-    oh.fill_bytes(0xFF);
-    a.forward(lb.offsets.data(), lb.keys.data(), s.count, oa.data());
-    h.forward(lb.offsets.data(), lb.keys.data(), s.count, oh.data());
-    BOOST_CHECK_MESSAGE(testing::same_bits(oa.download(), oh.download()), what << " step " << step << ": outputs differ");
-    std::vector<uint16_t> grad16(size_t(b.samples * width));
-    for (uint16_t& x : grad16) x = float_to_bf16(std::uniform_real_distribution<float>(-1, 1)(data.g));
-    std::vector<uint16_t> mine16(grad16.begin() + s.first * width, grad16.begin() + (s.first + s.count) * width);
-    if (mine16.empty()) mine16.push_back(0);
-    std::vector<float> mine32;
-    for (uint16_t x : mine16) mine32.push_back(bf16_to_float(x));
-    Buffer<uint16_t> gh(w.dev, mine16);
-    Buffer<float> ga(w.dev, mine32);
-    a.backward(ga.data(), step);
-    h.backward(static_cast<const void*>(gh.data()), step);
-  }
-  const std::string err = error_of([&] { h.backward(static_cast<const float*>(nullptr), 4); });
-  BOOST_CHECK_MESSAGE(err.find("bf16") != std::string::npos, "a float gradient given: " << err);
-  check_same_rows(a, h, cfg, what, "the bf16", w.comm);
-}
-
-void bf16_gradient_every_placement(Backend backend) {
-  for (const std::vector<std::string>& p : each_placement_alone())
-    bf16_gradient_against_float(backend, p, kTables, kSlots);
-  const std::vector<TableDef> all = {{"x", 300, 4, Combiner::sum, OptimizerKind::sgd, {0}, 120, 1000},
-                                     {"y", 300, 4, Combiner::sum, OptimizerKind::rowwise_adagrad, {1, 2}, 120, 1000}};
-  for (const char* p : {"replicated", "dispatch"}) bf16_gradient_against_float(backend, {p}, all, 3);
-}
-SPARTA_MPI_BACKEND_CASES(bf16_gradient_of_a_float_output_is_the_float_gradient_widened, bf16_gradient_every_placement)
 
 // A bad output type is refused by the configuration check and the constructor (on every rank); a float pointer
 // given to a 16-bit collection's forward or backward is refused too, naming the output type.

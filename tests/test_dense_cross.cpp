@@ -401,30 +401,6 @@ void elementwise_steps_half(Backend be) {
             want[i] = v + g0[i];
           }
           BOOST_TEST_CONTEXT("layers " << layers) { BOOST_CHECK(dx0.joined(d.batch, sh.D) == want); }
-          // the second block in 16 bits (CrossInputGrad::b16, one pass): the same values rounded once, the first
-          // block as above; more than kMaxCrossTerms layers are refused
-          if (sh.a_cols > 0) {
-            const int bc = sh.D - sh.a_cols;
-            Buffer<float> a = dense_test::poisoned(dev, size_t(d.batch) * sh.a_cols);
-            Buffer<uint16_t> b16(dev, std::max<size_t>(1, size_t(d.batch) * bc));
-            b16.fill_bytes(0xFF);
-            const CrossInputGrad half_b(a.data(), b16.data(), sh.a_cols);
-            if (layers > kMaxCrossTerms) {
-              BOOST_CHECK_THROW(cross_input_grad_half(dev, d, t, gp, zp, bp, g0d.data(), half_b, dev.stream), Error);
-              continue;
-            }
-            cross_input_grad_half(dev, d, t, gp, zp, bp, g0d.data(), half_b, dev.stream);
-            const std::vector<float> got_a = a.download();
-            const std::vector<uint16_t> got_b = b16.download();
-            size_t bad = 0;
-            for (int64_t r = 0; r < d.batch; ++r)
-              for (int c = 0; c < sh.D; ++c) {
-                const float w = want[size_t(r) * sh.D + c];
-                bad += c < sh.a_cols ? got_a[size_t(r) * sh.a_cols + c] != w
-                                     : got_b[size_t(r) * bc + (c - sh.a_cols)] != round16(w);
-              }
-            BOOST_TEST_CONTEXT("layers " << layers << ", 16-bit second block") { BOOST_CHECK_EQUAL(bad, 0u); }
-          }
         }
       }
     }

@@ -1,14 +1,12 @@
 // kernels/interaction_dot: DLRM's dot interaction forward and backward on every backend against a
 // double-precision computation in the test, cuda also against the cpu reference; the cpu reference against a
 // hand-computed sample and against central finite differences of its forward; rows with a pitch and the 16-bit
-// output against the unpadded fp32 passes and a separate conversion; a bf16 demb against the float one rounded;
-// shape errors naming the layer.
+// output against the unpadded fp32 passes and a separate conversion; shape errors naming the layer.
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
 #include <string>
 
-#include "src/base/half.h"
 #include "kernels/interaction_dot.h"
 #include "tests/test_dense_util.h"
 #include "tests/testing.h"
@@ -186,42 +184,6 @@ void deterministic_and_alignment_independent(Backend be) {
   close_device(dev);
 }
 
-// demb in bf16 (the dot model in bf16): each value the float backward's rounded to nearest even, dbottom the
-// same bits, on the shapes of every cuda backward path, with demb16 at a 16-byte boundary (vector stores) and one
-// element past it (one at a time).
-void bf16_demb_is_the_float_demb_rounded(Backend be) {
-  Device dev = dense_test::device_for(be);
-  struct Shape {
-    int64_t batch;
-    int slots, dim;
-  };
-  const Shape shapes[] = {{1, 1, 3}, {7, 3, 17}, {37, 26, 128}, {7, 26, 3}, {2, 3, 4000}, {7, 40, 33}, {2, 120, 8},
-                          {5, 40, 32}};
-  for (const Shape& s : shapes)
-    for (int shift : {0, 1}) {
-      const InteractionDims d{"interaction", s.batch, s.slots, s.dim};
-      const int64_t width = interaction_dot_width(s.slots, s.dim);
-      const std::vector<float> bottom = testing::random_floats(size_t(d.batch) * d.dim);
-      const std::vector<float> emb = testing::random_floats(size_t(d.batch) * d.slots * d.dim);
-      const std::vector<float> dout = testing::random_floats(size_t(d.batch) * width);
-      const Result ref = run(dev, d, bottom, emb, dout);
-      Buffer<float> b(dev, bottom), e(dev, emb), g(dev, dout), db = dense_test::poisoned(dev, bottom.size());
-      Buffer<uint16_t> de16(dev, emb.size() + 1);
-      de16.fill_bytes(0xFF);
-      interaction_dot_backward(dev, d, g.data(), b.data(), e.data(), db.data(), de16.data() + shift, dev.stream);
-      const std::vector<uint16_t> got = de16.download();
-      size_t bad = 0;
-      for (size_t i = 0; i < emb.size(); ++i) bad += got[i + size_t(shift)] != float_to_bf16(ref.demb[i]);
-      BOOST_TEST_CONTEXT(dev.name() << " batch " << s.batch << " slots " << s.slots << " dim " << s.dim << " shift "
-                                    << shift) {
-        BOOST_CHECK_EQUAL(bad, 0u);
-        BOOST_CHECK(db.download() == ref.dbottom);
-        BOOST_CHECK(got[shift ? 0 : emb.size()] == 0xFFFF);  // nothing written outside
-      }
-    }
-  close_device(dev);
-}
-
 // Rows with a pitch (ld) and the 16-bit output: the forward's values are the unpadded fp32 forward's bits
 // (16-bit: the bits to_half_padded gives from them), zeros in the padding; the backward reads dout's rows at
 // the pitch (its padding NaN: unread) and gives the unpadded backward's bits. On odd shapes (batch 1, 7;
@@ -310,7 +272,6 @@ void large_batch_matches_cpu(Backend be) {
 }  // namespace
 
 SPARTA_BACKEND_CASES(interaction_rows_with_a_pitch_and_16_bit_output, pitch_and_half_output)
-SPARTA_BACKEND_CASES(interaction_bf16_demb_is_the_float_demb_rounded, bf16_demb_is_the_float_demb_rounded)
 BOOST_AUTO_TEST_CASE(cuda_interaction_large_batch_matches_cpu, *testing::needs_gpu()) {
   large_batch_matches_cpu(Backend::cuda);
 }

@@ -1,7 +1,7 @@
 // kernels/embedding_backward: the cpu reference against a naive double-precision sum, bad input, and the
 // cuda version against the cpu reference (same bits: the same fixed order), its determinism and the fused
-// optimizer path, the backward in two parts (prepare, then finish) against the whole one, a row's gradient
-// bits independent of the row ids, and a bf16 gradient against the float gradient of its values, on fresh random batches: empty bags, duplicates in a bag and across the
+// optimizer path, the backward in two parts (prepare, then finish) against the whole one, and a row's gradient
+// bits independent of the row ids, on fresh random batches: empty bags, duplicates in a bag and across the
 // batch, power-law rows with hot rows spread over many items, rows outside the table.
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
@@ -14,7 +14,6 @@
 
 #include "src/base/buffer.h"
 #include "src/base/check.h"
-#include "src/base/half.h"
 #include "kernels/embedding_backward.h"
 #include "kernels/sparse_optimizer.h"
 #include "tests/testing.h"
@@ -910,140 +909,8 @@ void finish_refuses_what_was_not_prepared(Backend backend) {
   close_device(dev);
 }
 
-// A bf16 gradient gives the bits of the float gradient of its widened values: the row gradients, and the fused
-// update of sgd and row-wise Adagrad on fp32 and bf16 rows, over several steps, with the gradient [bags, dim] or
-// laid out in a wider array (4-aligned columns: the vector path; columns off by one: element by element), and a
-// pointer off by one element (element by element). Other optimizers and fp16 gradients are refused before
-// anything changes.
-void bf16_gradient_is_its_widened_values(Backend backend) {
-  Device dev = open_device(backend, backend == Backend::cuda ? 0 : -1);
-  {
-    for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::rowwise_adagrad}) {
-      for (RowStorage storage : {RowStorage::fp32, RowStorage::bf16}) {
-        for (int dim : {6, 32, 128}) {
-          for (int layout = 0; layout < 4; ++layout) {  // [bags, dim]; laid out by four; laid out off by one; offset
-            BOOST_TEST_CONTEXT(optimizer_name(kind) << " " << row_storage_name(storage) << " rows, dim " << dim
-                                                    << ", layout " << layout) {
-              Shape s{300, 5, 0, 4};
-              s.dim = dim;
-              s.capacity = 2000;
-              s.dup = 0.2;
-              s.power_law = dim == 32;
-              OptimizerConfig cfg;
-              cfg.kind = kind;
-              cfg.lr = 0.05f;
-              cfg.initial_accumulator = 0.1f;
-              cfg.storage = storage;
-              cfg.rounding_seed = 77;
-              const int width = optimizer_state_width(kind, dim);
-              const size_t n = size_t(s.capacity) * dim;
-              std::vector<float> values0 = testing::random_floats(n);
-              std::vector<uint16_t> values16(n);
-              for (size_t i = 0; i < n; ++i) values16[i] = float_to_bf16(values0[i]);
-              std::vector<float> state0(std::max<size_t>(1, size_t(s.capacity) * width), 0.1f);
-              Buffer<float> v32(dev, values0), w32(dev, values0), st_a(dev, state0), st_b(dev, state0);
-              Buffer<uint16_t> v16(dev, values16), w16(dev, values16);
-              void* va = storage == RowStorage::fp32 ? static_cast<void*>(v32.data()) : v16.data();
-              void* vb = storage == RowStorage::fp32 ? static_cast<void*>(w32.data()) : w16.data();
-              const int64_t max_nnz = s.batch * s.slots * s.max_hot;
-              BackwardWorkspace ws_a(dev, max_nnz, s.capacity, dim, dev.stream),
-                  ws_b(dev, max_nnz, s.capacity, dim, dev.stream);
-              Outputs ga(dev, max_nnz, dim), gb(dev, max_nnz, dim);
-              // the layout: a row of every slot's columns and a gap; by four, or off by one
-              const int64_t row = layout == 1 ? s.slots * dim + 8 : layout == 2 ? s.slots * dim + 3 : 0;
-              std::vector<int32_t> cols(size_t(s.slots));
-              for (int j = 0; j < s.slots; ++j) cols[size_t(j)] = j * dim + (layout == 1 ? 4 : layout == 2 ? 1 : 0);
-              Buffer<int32_t> cols_dev(dev, cols);
-              BagLayout bl;
-              if (layout == 1 || layout == 2) {
-                bl.row = row;
-                bl.cols = cols_dev.data();
-                bl.slots = s.slots;
-                bl.by_four = layout == 1 && dim % 4 == 0;
-              }
-              for (int64_t step = 1; step <= 3; ++step) {
-                HostBatch b = make_batch(s);
-                const Combiner combiner = step % 2 ? Combiner::sum : Combiner::mean;
-                // the gradient in bf16, and the same values in float, where the layout puts them (poison between)
-                const size_t extent = bl.slots ? size_t(s.batch) * size_t(row) : size_t(b.bags) * dim + 1;
-                std::vector<uint16_t> g16(extent, 0xFFFF);
-                std::vector<float> g32(extent, std::nanf(""));
-                const int64_t shift = layout == 3 ? 1 : 0;  // the pointer off by one element
-                for (int64_t bag = 0; bag < b.bags; ++bag)
-                  for (int e = 0; e < dim; ++e) {
-                    const size_t at = size_t(shift + bl.at(bag, dim) + e);
-                    g16[at] = float_to_bf16(b.grad[size_t(bag * dim + e)] * 3.0f);
-                    g32[at] = bf16_to_float(g16[at]);
-                  }
-                Buffer<uint16_t> g16_dev(dev, g16);
-                Buffer<float> g32_dev(dev, g32);
-                DeviceBatch d(dev, b, combiner);
-                BackwardBatch x = d.view, y = d.view;
-                x.grad = GradRef(g16_dev.data() + shift, OutputType::bf16);
-                y.grad = g32_dev.data() + shift;
-                x.grad_layout = y.grad_layout = bl;
-                backward_and_update(dev, x, ws_a, cfg, step, va, st_a.data(), dev.stream);
-                backward_and_update(dev, y, ws_b, cfg, step, vb, st_b.data(), dev.stream);
-                embedding_backward(dev, x, ws_a, ga.unique_rows.data(), ga.row_grads.data(), ga.num_unique.data(),
-                                   dev.stream);
-                embedding_backward(dev, y, ws_b, gb.unique_rows.data(), gb.row_grads.data(), gb.num_unique.data(),
-                                   dev.stream);
-                BOOST_TEST_CONTEXT("step " << step) {
-                  const int64_t u = read_count(dev, ga.num_unique.data(), dev.stream);
-                  BOOST_CHECK_EQUAL(u, read_count(dev, gb.num_unique.data(), dev.stream));
-                  BOOST_CHECK(u > 0);
-                  const std::vector<float> ra = ga.row_grads.download(), rb = gb.row_grads.download();
-                  BOOST_CHECK_EQUAL(bitwise_differences(ra, rb), 0u);
-                  // the sums are not all zero or NaN: the gradient was read
-                  size_t finite_nonzero = 0;
-                  for (int64_t i = 0; i < u * dim; ++i) finite_nonzero += std::isfinite(ra[size_t(i)]) && ra[size_t(i)] != 0;
-                  BOOST_CHECK(finite_nonzero > size_t(u * dim) / 2);
-                  if (storage == RowStorage::fp32) {
-                    BOOST_CHECK_EQUAL(bitwise_differences(v32.download(), w32.download()), 0u);
-                  } else {
-                    BOOST_CHECK(v16.download() == w16.download());
-                  }
-                  BOOST_CHECK_EQUAL(bitwise_differences(st_a.download(), st_b.download()), 0u);
-                }
-              }
-              // the update changed the rows (it read the gradient)
-              if (storage == RowStorage::fp32) BOOST_CHECK(bitwise_differences(v32.download(), values0) > 0);
-              else BOOST_CHECK(v16.download() != values16);
-            }
-          }
-        }
-      }
-    }
-    // refused before anything changes: another optimizer, an fp16 gradient
-    Shape s{50, 3, 1, 2};
-    s.dim = 8;
-    s.capacity = 100;
-    HostBatch b = make_batch(s);
-    DeviceBatch d(dev, b, Combiner::sum);
-    std::vector<uint16_t> g16(b.grad.size());
-    for (size_t i = 0; i < g16.size(); ++i) g16[i] = float_to_bf16(b.grad[i]);
-    Buffer<uint16_t> g16_dev(dev, g16);
-    BackwardWorkspace ws(dev, std::max<int64_t>(1, b.nnz()), s.capacity, s.dim, dev.stream);
-    const std::vector<float> values0 = testing::random_floats(size_t(s.capacity) * s.dim);
-    Buffer<float> values(dev, values0), state(dev, std::vector<float>(values0.size(), 0.1f));
-    BackwardBatch x = d.view;
-    x.grad = GradRef(g16_dev.data(), OutputType::bf16);
-    OptimizerConfig adagrad;
-    adagrad.kind = OptimizerKind::adagrad;
-    check_error([&] { backward_and_update(dev, x, ws, adagrad, 1, values.data(), state.data(), dev.stream); },
-                "a bf16 gradient takes sgd or rowwise_adagrad, found adagrad");
-    x.grad = GradRef(g16_dev.data(), OutputType::f16);
-    check_error([&] { backward_and_update(dev, x, ws, OptimizerConfig(), 1, values.data(), nullptr, dev.stream); },
-                "found fp16");
-    BOOST_CHECK_EQUAL(bitwise_differences(values.download(), values0), 0u);
-    synchronize(dev);
-  }
-  close_device(dev);
-}
-
 }  // namespace
 
-SPARTA_BACKEND_CASES(bf16_gradient_is_its_widened_values, bf16_gradient_is_its_widened_values)
 SPARTA_BACKEND_CASES(prepare_then_finish_equals_backward, prepare_then_finish_equals_backward)
 SPARTA_BACKEND_CASES(finish_refuses_what_was_not_prepared, finish_refuses_what_was_not_prepared)
 SPARTA_BACKEND_CASES(update_in_two_parts_equals_the_whole, update_in_two_parts_equals_the_whole)
