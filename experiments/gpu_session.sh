@@ -16,7 +16,7 @@
 #             FBGEMM TBE, compiled), peer_fbgemm.py on the same shapes, peer_dlrm.py (plain PyTorch)
 #   two       on 2 GPUs: bench_train, the full MLPerf v1 tables (40M cap) under the plan and each fixed placement,
 #             every placement (bench_collection), bench_alltoall beside peer_a2a.py (a call of its own where a
-#             call's time is short: one and two take about 8 and 5 minutes)
+#             call's time is short: one and two take about 9 and 3 minutes)
 #   peers     on a machine of one GPU: the peers of `results` alone on it (a second call: the two do not fit one)
 #   profile   where a step's time goes (GPU 0): the timeline of a DCNv2 and a dot step (bench_train --trace 2) and
 #             ncu of one step of each and of a DCNv2 collection step, summed by kernel (experiments/ncu_summary.py);
