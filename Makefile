@@ -11,6 +11,7 @@ CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 CUDA      ?= $(if $(wildcard $(NVCC)),1,0)
 ARCH      ?= sm_90
+PTX       ?= 1
 MPI       ?= mpich
 DEBUG     ?= 0
 PYTHON    ?= /usr/bin/python3
@@ -59,8 +60,12 @@ OPT      := $(if $(filter 1,$(DEBUG)),-O1 -g,-O3)
 CXXFLAGS ?= $(OPT) -std=c++17 -Wall -Wextra -fPIC -pthread
 DEPFLAGS  = -MMD -MP
 ARCH_NUM := $(patsubst sm_%,%,$(ARCH))
+# PTX=1: machine code for ARCH and PTX that newer GPUs compile at load; PTX=0: the machine code alone (a third the
+# size: what gpu-bundle builds for a known GPU)
+comma := ,
+NVCC_CODE := $(if $(filter 1,$(PTX)),[sm_$(ARCH_NUM)$(comma)compute_$(ARCH_NUM)],sm_$(ARCH_NUM))
 NVCCFLAGS ?= $(OPT) -std=c++17 -ccbin $(MPICXX) -Xcompiler -fPIC,-Wall,-pthread \
-             -gencode arch=compute_$(ARCH_NUM),code=[sm_$(ARCH_NUM),compute_$(ARCH_NUM)] \
+             -gencode arch=compute_$(ARCH_NUM),code=$(NVCC_CODE) \
              --expt-relaxed-constexpr -lineinfo
 ifeq ($(CUDA),1)
   CUDA_INC  := -I$(CUDA_HOME)/include
@@ -215,21 +220,26 @@ bench: all
 
 # ---------------------------------------------------------------------------------------------------------
 # The GPU machine has Open MPI, CUDA 13, NCCL, serial HDF5 and Boost headers only: build the whole set
-# against Open MPI into build/openmpi (library, programs, benchmarks, tests), carry that folder there, and run
-#   bash tests/run_all.sh build/openmpi "mpiexec --oversubscribe" "1 2"
+# against Open MPI into build/openmpi (library, programs, benchmarks, tests) in machine code for ARCH alone, carry
+# that folder or one of its archives there, and run experiments/gpu_session.sh (or, for the suites alone,
+#   bash tests/run_all.sh build/openmpi "mpiexec --oversubscribe" "1 2")
 gpu-bundle: check-deps
-	@$(MAKE) --no-print-directory -j$(JOBS) MPI=openmpi CUDA=1 ARCH=$(ARCH) all
+	@$(MAKE) --no-print-directory -j$(JOBS) MPI=openmpi CUDA=1 ARCH=$(ARCH) PTX=0 all
 	@# The revision it was built from travels with it (the copy on the GPU machine may carry another .git state):
 	@# experiments/gpu_session.sh exports it as SPARTA_GIT_REV, which the results' provenance records.
 	@rev=$$(git rev-parse HEAD 2>/dev/null || echo unknown); git diff --quiet HEAD 2>/dev/null || rev=$$rev-dirty; \
 	 echo $$rev > build/openmpi/REVISION
-	@echo "GPU bundle: build/openmpi (carry it, or: tar -C build -cJf bundle.tar.xz openmpi/lib openmpi/bin openmpi/tests openmpi/REVISION;"
-	@echo "            run experiments/gpu_session.sh build/openmpi OUT)"
+	@# Two archives to carry: everything (the part tests needs the suites), and the programs and benchmarks alone
+	@# (the parts one, two, peers and profile), about 21 and 12 MB
+	@tar -C build -cf - openmpi/lib openmpi/bin openmpi/tests openmpi/REVISION | xz -9 -T$(JOBS) > build/bundle.tar.xz
+	@tar -C build -cf - openmpi/lib openmpi/bin openmpi/REVISION | xz -9 -T$(JOBS) > build/bundle-run.tar.xz
+	@echo "GPU bundle: build/openmpi, and as archives build/bundle.tar.xz (with the test suites) and build/bundle-run.tar.xz"
+	@echo "            (without); there: experiments/gpu_session.sh build/openmpi|ARCHIVE OUT [PART...]"
 
 clean:
 	rm -rf build
 
 help:
 	@sed -n '1,8p' Makefile
-	@echo "knobs: CUDA_HOME=$(CUDA_HOME) CUDA=$(CUDA) ARCH=$(ARCH) MPI=$(MPI) DEBUG=$(DEBUG) BUILD=$(BUILD)"
+	@echo "knobs: CUDA_HOME=$(CUDA_HOME) CUDA=$(CUDA) ARCH=$(ARCH) PTX=$(PTX) MPI=$(MPI) DEBUG=$(DEBUG) BUILD=$(BUILD)"
 	@echo "       TEST_RANKS='$(TEST_RANKS)' DEMO_RANKS=$(DEMO_RANKS) JOBS=$(JOBS) PYTHON=$(PYTHON)"
