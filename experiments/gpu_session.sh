@@ -6,18 +6,20 @@
 # a later call on the same machine may name instead). PARTs, in the order given (default: tests results):
 #   tests     every suite (tests/run_all.sh) at 1 and 2 GPUs: the MPI suites at 1 and 2 ranks beside the plain
 #             suites, split in groups that run side by side (the suites are CPU-bound; the GPUs have room)
-#   results   what RESULTS.md shows: the parts one then two
+#   results   what RESULTS.md shows: the parts one, host and two
 #   one       what needs one GPU, 65536 samples per GPU, tables capped at 4M rows (40M for one table). On
 #             GPU 0: bench_train dot (sgd) and dcnv2 (row-wise Adagrad, MLPerf DCNv2 keys per slot), bf16, two
-#             runs each with hashed keys and two with the direct index, one with the algorithm search off; bench_collection's plan (sgd and row-wise
-#             Adagrad; fp32, bf16 and fp16 rows); bench_embedding; the host tier against HBM (and FBGEMM's
-#             MANAGED_CACHING among the peers), the full MLPerf tables with a cache, and eviction
-#             (bench_hashtable --evict). Meanwhile on GPU 1 the peers (run_peers): peer_dlrm_tbe.py (PyTorch +
-#             FBGEMM TBE, compiled), peer_fbgemm.py on the same shapes, peer_dlrm.py (plain PyTorch)
+#             runs each with hashed keys and two with the direct index, one with the algorithm search off;
+#             bench_collection's plan (sgd and row-wise Adagrad; fp32, bf16 and fp16 rows); bench_embedding.
+#             Meanwhile on GPU 1 their peers (run_peers): peer_dlrm_tbe.py (PyTorch + FBGEMM TBE, compiled),
+#             peer_fbgemm.py on the same shapes, peer_dlrm.py (plain PyTorch)
+#   host      tables in host memory, one GPU: the host tier against HBM, while the caches fill and once they are full
+#             and evicting, the full MLPerf tables with a cache, and eviction (bench_hashtable --evict); meanwhile on
+#             GPU 1 their peers (run_host_peers: FBGEMM TBE in HBM and under MANAGED_CACHING)
 #   two       on 2 GPUs: bench_train, the full MLPerf v1 tables (40M cap) under the plan and each fixed placement,
-#             every placement (bench_collection), bench_alltoall beside peer_a2a.py (a call of its own where a
-#             call's time is short: one and two take about 9 and 3 minutes)
-#   peers     on a machine of one GPU: the peers of `results` alone on it (a second call: the two do not fit one)
+#             every placement (bench_collection), bench_alltoall beside peer_a2a.py (each part may be a call of
+#             its own where a call's time is short: one, host and two take about 5, 4 and 3 minutes)
+#   peers     on a machine of one GPU: the peers of `one` and `host` alone on it (a call of its own)
 #   profile   where a step's time goes (GPU 0): the timeline of a DCNv2 and a dot step (bench_train --trace 2) and
 #             ncu of one step of each and of a DCNv2 collection step, summed by kernel (experiments/ncu_summary.py);
 #             make_results.py keeps the summaries and timelines beside the records
@@ -33,7 +35,7 @@ parts=("$@")
 [ ${#parts[@]} = 0 ] && parts=(tests results)
 expanded=()
 for part in "${parts[@]}"; do
-  if [ "$part" = results ]; then expanded+=(one two); else expanded+=("$part"); fi
+  if [ "$part" = results ]; then expanded+=(one host two); else expanded+=("$part"); fi
 done
 parts=("${expanded[@]}")
 mkdir -p "$out"
@@ -96,39 +98,46 @@ run_peers() {  # run_peers GPU: every peer on that GPU, one after the other (FBG
       # shellcheck disable=SC2086
       peer "$g" fbgemm/peer_fbgemm.py --rows 40000000 --batch $b $shape --alpha 0 --optimizers sgd
     done
-    # the host tier's peers: TBE in HBM and under MANAGED_CACHING with as many rows cached as sparta's caches and
-    # HBM tables hold (7 caches of 968992 rows and 1.1M rows of small tables; 29069767 rows: 15 GB)
-    if have_fbgemm_cache; then
-      # a new batch each forward and step (--fresh-batches), as sparta's benchmarks draw them; then 20 steps after
-      # 200, the caches full and evicting
-      for alpha in 1.1 0; do
-        for cache in 0 7890000; do
-          peer "$g" fbgemm/peer_fbgemm.py --tables mlperf-v1 --batch $b --optimizers rowwise_adagrad --alpha $alpha \
-            --cache-rows $cache --fresh-batches 50
-        done
-      done
-      for cache in 0 7890000; do
-        peer "$g" fbgemm/peer_fbgemm.py --tables mlperf-v1 --batch $b --optimizers rowwise_adagrad --alpha 1.1 \
-          --cache-rows $cache --warmup 200 --iters 20 --fresh-batches 440
-      done
-      for cache in 0 29069767; do
-        peer "$g" fbgemm/peer_fbgemm.py --rows $rows60 --slots 1 --hot 26 --dim 128 --batch $b \
-          --optimizers rowwise_adagrad --alpha 1.1 --cache-rows $cache --fresh-batches 50
-      done
-      # the 60 GB table after 500 steps (about 40M distinct rows drawn: its 15 GB cache of 29M full and evicting)
-      for cache in 0 29069767; do
-        peer "$g" fbgemm/peer_fbgemm.py --rows $rows60 --slots 1 --hot 26 --dim 128 --batch $b \
-          --optimizers rowwise_adagrad --alpha 1.1 --cache-rows $cache --warmup 500 --iters 20 --fresh-batches 1040
-      done
-    else
-      echo "(no fbgemm_gpu_tbe_cache: the host tier's FBGEMM peers skipped; peers/README.md)" >>"$out/peers.log"
-    fi
   else
     echo "(no fbgemm_gpu: the FBGEMM peers skipped)" >>"$out/peers.log"
   fi
   for m in dcnv2 dot; do
     peer "$g" peer_dlrm.py --model $m --batches $b --precisions bf16
   done
+}
+run_host_peers() {  # run_host_peers GPU: the host tier's peers on that GPU
+  local g=$1
+  if ! have_fbgemm; then
+    echo "(no fbgemm_gpu: the host tier's FBGEMM peers skipped)" >>"$out/peers.log"
+    return 0
+  fi
+  # the host tier's peers: TBE in HBM and under MANAGED_CACHING with as many rows cached as sparta's caches and
+  # HBM tables hold (7 caches of 968992 rows and 1.1M rows of small tables; 29069767 rows: 15 GB)
+  if have_fbgemm_cache; then
+    # a new batch each forward and step (--fresh-batches), as sparta's benchmarks draw them; then 20 steps after
+    # 200, the caches full and evicting
+    for alpha in 1.1 0; do
+      for cache in 0 7890000; do
+        peer "$g" fbgemm/peer_fbgemm.py --tables mlperf-v1 --batch $b --optimizers rowwise_adagrad --alpha $alpha \
+          --cache-rows $cache --fresh-batches 50
+      done
+    done
+    for cache in 0 7890000; do
+      peer "$g" fbgemm/peer_fbgemm.py --tables mlperf-v1 --batch $b --optimizers rowwise_adagrad --alpha 1.1 \
+        --cache-rows $cache --warmup 200 --iters 20 --fresh-batches 440
+    done
+    for cache in 0 29069767; do
+      peer "$g" fbgemm/peer_fbgemm.py --rows $rows60 --slots 1 --hot 26 --dim 128 --batch $b \
+        --optimizers rowwise_adagrad --alpha 1.1 --cache-rows $cache --fresh-batches 50
+    done
+    # the 60 GB table after 500 steps (about 40M distinct rows drawn: its 15 GB cache of 29M full and evicting)
+    for cache in 0 29069767; do
+      peer "$g" fbgemm/peer_fbgemm.py --rows $rows60 --slots 1 --hot 26 --dim 128 --batch $b \
+        --optimizers rowwise_adagrad --alpha 1.1 --cache-rows $cache --warmup 500 --iters 20 --fresh-batches 1040
+    done
+  else
+    echo "(no fbgemm_gpu_tbe_cache: the host tier's FBGEMM peers skipped; peers/README.md)" >>"$out/peers.log"
+  fi
 }
 b=65536  # samples per GPU
 counts=1
@@ -152,8 +161,9 @@ for part in "${parts[@]}"; do
       grep -E "^tests: |FAILED|TIMED OUT" "$out/tests.log"
       ;;
     one)
-      # GPU 1: every peer (run_peers) while GPU 0 runs ours; one GPU: the peers are the part `peers`, a call of
+      # GPU 1: their peers (run_peers) while GPU 0 runs ours; one GPU: the peers are the part `peers`, a call of
       # their own
+      peers_pid=
       if [ "$gpus" -ge 2 ]; then
         run_peers 1 &
         peers_pid=$!
@@ -180,9 +190,19 @@ for part in "${parts[@]}"; do
         CUDA_VISIBLE_DEVICES=0 run bench_embedding.log "$build/bin/bench_embedding" --index direct --rows 40000000 \
           $shape --alphas 0 --modes eval,step --out "$out/bench.jsonl"
       done
+      [ -n "${peers_pid:-}" ] && wait "$peers_pid"
+      grep -h '^!!' "$out"/*.log && status=1
+      ;;
+    host)
+      # GPU 1: the host tier's peers (run_host_peers) while GPU 0 runs ours; one GPU: the part `peers`
+      peers_pid=
+      if [ "$gpus" -ge 2 ]; then
+        run_host_peers 1 &
+        peers_pid=$!
+      fi
       # tables in host memory under a GPU cache (src/host_tier.h): the 26 MLPerf tables (4M cap, 1.9 GB a large
       # table), power-law and uniform keys, a cache of 0.5 GB a table, and one table of 60 GB under a 15 GB cache,
-      # against the same tables in HBM (their peers: run_peers' MANAGED_CACHING runs); the full MLPerf tables
+      # against the same tables in HBM (their peers: run_host_peers' MANAGED_CACHING runs); the full MLPerf tables
       # trained with a cache; then eviction under a stream of new keys (bench_hashtable --evict)
       for alpha in 1.1 0; do
         for t in hbm host; do
@@ -263,6 +283,7 @@ for part in "${parts[@]}"; do
       ;;
     peers)
       run_peers 0
+      run_host_peers 0
       grep -h '^!!' "$out"/peers.log && status=1
       ;;
     profile)
@@ -287,7 +308,7 @@ for part in "${parts[@]}"; do
           --title "bench_collection ${coll[*]}" >"$out/collection_ncu.txt" ||
         { status=1; echo "!! failed: ncu of the collection" | tee -a "$out/ncu.log"; }
       ;;
-    *) echo "unknown part '$part' (tests results one two peers profile)"; exit 2 ;;
+    *) echo "unknown part '$part' (tests results one host two peers profile)"; exit 2 ;;
   esac
 done
 exit $status
