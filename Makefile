@@ -230,7 +230,7 @@ gpu-bundle: check-deps
 	@rev=$$(git rev-parse HEAD 2>/dev/null || echo unknown); git diff --quiet HEAD 2>/dev/null || rev=$$rev-dirty; \
 	 echo $$rev > build/openmpi/REVISION
 	@# Two archives to carry: everything (the part tests needs the suites), and the programs and benchmarks alone
-	@# (the parts one, two, peers and profile), about 21 and 12 MB
+	@# (every other part), about 20 and 12 MB
 	@tar -C build -cf - openmpi/lib openmpi/bin openmpi/tests openmpi/REVISION | xz -9 -T$(JOBS) > build/bundle.tar.xz
 	@tar -C build -cf - openmpi/lib openmpi/bin openmpi/REVISION | xz -9 -T$(JOBS) > build/bundle-run.tar.xz
 	@echo "GPU bundle: build/openmpi, and as archives build/bundle.tar.xz (with the test suites) and build/bundle-run.tar.xz"

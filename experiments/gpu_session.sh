@@ -18,7 +18,7 @@
 #             GPU 1 their peers (run_host_peers: FBGEMM TBE in HBM and under MANAGED_CACHING)
 #   two       on 2 GPUs: bench_train, the full MLPerf v1 tables (40M cap) under the plan and each fixed placement,
 #             every placement (bench_collection), bench_alltoall beside peer_a2a.py (each part may be a call of
-#             its own where a call's time is short: one, host and two take about 5, 4 and 3 minutes)
+#             its own where a call's time is short: one and host took about 9 minutes together, two 3)
 #   peers     on a machine of one GPU: the peers of `one` and `host` alone on it (a call of its own)
 #   profile   where a step's time goes (GPU 0): the timeline of a DCNv2 and a dot step (bench_train --trace 2) and
 #             ncu of one step of each and of a DCNv2 collection step, summed by kernel (experiments/ncu_summary.py);
@@ -111,8 +111,8 @@ run_host_peers() {  # run_host_peers GPU: the host tier's peers on that GPU
     echo "(no fbgemm_gpu: the host tier's FBGEMM peers skipped)" >>"$out/peers.log"
     return 0
   fi
-  # the host tier's peers: TBE in HBM and under MANAGED_CACHING with as many rows cached as sparta's caches and
-  # HBM tables hold (7 caches of 968992 rows and 1.1M rows of small tables; 29069767 rows: 15 GB)
+  # TBE in HBM and under MANAGED_CACHING with as many rows cached as sparta's caches and HBM tables hold (7 caches
+  # of 968992 rows and 1.1M rows of small tables; 29069767 rows: 15 GB)
   if have_fbgemm_cache; then
     # a new batch each forward and step (--fresh-batches), as sparta's benchmarks draw them; then 20 steps after
     # 200, the caches full and evicting
