@@ -86,15 +86,17 @@ void tier_select_collect_cpu(const TierIndex& t, const TierPolicy& pol, const Ti
 }
 
 void tier_stage_cpu(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
-                    const float* cache_state, int dim, int state_width, float* stage_values, float* stage_state,
-                    int64_t* stage_rows, int64_t* stage_uses, int64_t* keys_out) {
+                    const float* cache_state, const TierRecord& rec, float* stage, int64_t* stage_rows,
+                    int64_t* keys_out) {
+  const int rf = rec.rf, sw = rec.state_width;
   for (int64_t j = 0; j < n; ++j) {
     const int64_t s = slots[j], r = t.slot_row[s];
-    std::memcpy(stage_values + j * dim, cache_values + s * dim, size_t(dim) * sizeof(float));
-    if (state_width > 0)
-      std::memcpy(stage_state + j * state_width, cache_state + s * state_width, size_t(state_width) * sizeof(float));
+    float* to = stage + j * rec.floats;
+    std::memcpy(to, cache_values + s * rf, size_t(rf) * sizeof(float));
+    if (sw > 0) std::memcpy(to + rf, cache_state + s * sw, size_t(sw) * sizeof(float));
+    std::fill(to + rf + sw, to + rec.uses_at(), 0.f);
+    std::memcpy(to + rec.uses_at(), &t.slot_uses[s], sizeof(int64_t));
     stage_rows[j] = r;
-    stage_uses[j] = t.slot_uses[s];
     keys_out[j] = t.slot_key[s];
     t.slot_of_row[r] = -1;
     t.slot_row[s] = -1;
@@ -103,23 +105,18 @@ void tier_stage_cpu(const TierIndex& t, const int64_t* slots, int64_t n, const f
   }
 }
 
-void tier_store_cpu(const float* stage_values, const float* stage_state, const int64_t* stage_rows,
-                    const int64_t* stage_uses, const int64_t* order, int64_t n, int dim, int state_width,
-                    float* host_values, float* host_state, int64_t* host_uses) {
+void tier_store_cpu(const float* stage, const int64_t* stage_rows, const int64_t* order, int64_t n,
+                    const TierRecord& rec, float* host_records) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t j = order[i], r = stage_rows[j];
-    std::memcpy(host_values + r * dim, stage_values + j * dim, size_t(dim) * sizeof(float));
-    if (state_width > 0)
-      std::memcpy(host_state + r * state_width, stage_state + j * state_width, size_t(state_width) * sizeof(float));
-    host_uses[r] = stage_uses[j];
+    std::memcpy(host_records + r * rec.floats, stage + j * rec.floats, size_t(rec.floats) * sizeof(float));
   }
 }
 
 void tier_place_cpu(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
-                    int64_t pin_gen, uint8_t* row_made, const int64_t* host_uses, const float* host_values,
-                    const float* host_state, int dim, int state_width, float initial_state,
-                    const KeyInit& init, float* cache_values, float* cache_state) {
-  const int rf = row_storage_floats(init.storage, dim);
+                    int64_t pin_gen, uint8_t* row_made, const float* host_records, const TierRecord& rec, int dim,
+                    float initial_state, const KeyInit& init, float* cache_values, float* cache_state) {
+  const int rf = rec.rf, sw = rec.state_width;
   for (int64_t j = 0; j < m; ++j) {
     const int64_t key = misses[2 * j], r = misses[2 * j + 1];
     const int64_t s = tier_placed_slot(p, j);
@@ -128,20 +125,22 @@ void tier_place_cpu(const TierIndex& t, const int64_t* misses, int64_t m, const 
       continue;
     }
     const bool made = row_made[r] != 0;
+    const float* from = host_records + r * rec.floats;
+    int64_t uses = 0;
+    if (made) std::memcpy(&uses, from + rec.uses_at(), sizeof(int64_t));
     t.slot_of_row[r] = int32_t(s);
     t.slot_key[s] = key;
     t.slot_row[s] = r;
     t.slot_last[s] = tick;
-    t.slot_uses[s] = (made ? host_uses[r] : 0) + 1;
+    t.slot_uses[s] = uses + 1;
     t.slot_pin[s] = pin_gen > 0 ? pin_gen : 0;
     if (made) {
-      std::memcpy(cache_values + s * rf, host_values + r * rf, size_t(rf) * sizeof(float));
-      if (state_width > 0)
-        std::memcpy(cache_state + s * state_width, host_state + r * state_width, size_t(state_width) * sizeof(float));
+      std::memcpy(cache_values + s * rf, from, size_t(rf) * sizeof(float));
+      if (sw > 0) std::memcpy(cache_state + s * sw, from + rf, size_t(sw) * sizeof(float));
     } else {
       for (int e = 0; e < dim; ++e)
         rowstore::store_nearest(cache_values + s * rf, init.storage, e, initial_value(init, uint64_t(key), uint32_t(e)));
-      std::fill_n(cache_state + s * state_width, state_width, initial_state);
+      std::fill_n(cache_state + s * sw, sw, initial_state);
       row_made[r] = 1;
     }
   }
@@ -192,31 +191,26 @@ void tier_select_collect(const Device& dev, const TierIndex& t, const TierPolicy
 }
 
 void tier_stage(const Device& dev, const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
-                const float* cache_state, int dim, int state_width, float* stage_values, float* stage_state,
-                int64_t* stage_rows, int64_t* stage_uses, int64_t* keys_out, Stream stream) {
-  TIER_DISPATCH(tier_stage_cpu(t, slots, n, cache_values, cache_state, dim, state_width, stage_values, stage_state,
-                               stage_rows, stage_uses, keys_out),
-                tier_stage_cuda(t, slots, n, cache_values, cache_state, dim, state_width, stage_values,
-                                stage_state, stage_rows, stage_uses, keys_out, stream));
+                const float* cache_state, const TierRecord& rec, float* stage, int64_t* stage_rows,
+                int64_t* keys_out, Stream stream) {
+  TIER_DISPATCH(tier_stage_cpu(t, slots, n, cache_values, cache_state, rec, stage, stage_rows, keys_out),
+                tier_stage_cuda(t, slots, n, cache_values, cache_state, rec, stage, stage_rows, keys_out, stream));
 }
 
-void tier_store(const Device& dev, const float* stage_values, const float* stage_state, const int64_t* stage_rows,
-                const int64_t* stage_uses, const int64_t* order, int64_t n, int dim, int state_width,
-                float* host_values, float* host_state, int64_t* host_uses, Stream stream) {
-  TIER_DISPATCH(tier_store_cpu(stage_values, stage_state, stage_rows, stage_uses, order, n, dim, state_width,
-                               host_values, host_state, host_uses),
-                tier_store_cuda(stage_values, stage_state, stage_rows, stage_uses, order, n, dim, state_width,
-                                host_values, host_state, host_uses, stream));
+void tier_store(const Device& dev, const float* stage, const int64_t* stage_rows, const int64_t* order, int64_t n,
+                const TierRecord& rec, float* host_records, Stream stream) {
+  TIER_DISPATCH(tier_store_cpu(stage, stage_rows, order, n, rec, host_records),
+                tier_store_cuda(stage, stage_rows, order, n, rec, host_records, stream));
 }
 
 void tier_place(const Device& dev, const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p,
-                int64_t tick, int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
-                const float* host_state, int dim, int state_width, float initial_state,
-                const KeyInit& init, float* cache_values, float* cache_state, Stream stream) {
-  TIER_DISPATCH(tier_place_cpu(t, misses, m, p, tick, pin_gen, made, host_uses, host_values, host_state, dim,
-                               state_width, initial_state, init, cache_values, cache_state),
-                tier_place_cuda(t, misses, m, p, tick, pin_gen, made, host_uses, host_values, host_state, dim,
-                                state_width, initial_state, init, cache_values, cache_state, stream));
+                int64_t tick, int64_t pin_gen, uint8_t* made, const float* host_records, const TierRecord& rec,
+                int dim, float initial_state, const KeyInit& init, float* cache_values, float* cache_state,
+                Stream stream) {
+  TIER_DISPATCH(tier_place_cpu(t, misses, m, p, tick, pin_gen, made, host_records, rec, dim, initial_state, init,
+                               cache_values, cache_state),
+                tier_place_cuda(t, misses, m, p, tick, pin_gen, made, host_records, rec, dim, initial_state, init,
+                                cache_values, cache_state, stream));
 }
 
 void tier_resolve(const Device& dev, const TierIndex& t, const int64_t* row, int64_t n, int64_t* slot,

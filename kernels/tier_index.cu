@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "src/base/check.h"
 #include "kernels/row_storage.h"
@@ -141,10 +142,10 @@ __global__ void __launch_bounds__(256) tier_select_collect_kernel(TierIndex t, T
   }
 }
 
-// A row's floats between the cache and the store, by one warp: 16 bytes a lane where the row allows it (dim a
-// multiple of 4: a row then starts on 16 bytes in both), so that a lane has more bytes in flight over the link.
+// A row's floats between the cache and the store, by one warp: 16 bytes a lane where both ends allow it (n a
+// multiple of 4, both 16-byte aligned), so that a lane has more bytes in flight over the link.
 __device__ __forceinline__ void warp_copy_row(float* to, const float* from, int n, int lane) {
-  if ((n & 3) == 0) {
+  if ((n & 3) == 0 && ((reinterpret_cast<uintptr_t>(to) | reinterpret_cast<uintptr_t>(from)) & 15) == 0) {
     float4* t4 = reinterpret_cast<float4*>(to);
     const float4* f4 = reinterpret_cast<const float4*>(from);
     for (int e = lane; e < n / 4; e += 32) t4[e] = f4[e];
@@ -154,28 +155,28 @@ __device__ __forceinline__ void warp_copy_row(float* to, const float* from, int 
 }
 
 constexpr int kRowWarps = 4;  // warps a block, a row each
-// tier_store's grid keeps about as many bytes in flight over the link as 16 blocks of rows of 128 floats with one
-// state float and a use count (the shape it was tuned at in the step): more blocks for narrower rows, at most 128
-constexpr int64_t kStoreBytesInFlight = 16 * int64_t(kRowWarps) * ((128 + 1) * 4 + 8);
+// tier_store's grid keeps about as many bytes in flight over the link as 16 blocks of records of 128 floats with one
+// state float (576 bytes; the shape it was tuned at in the step): more blocks for narrower records, at most 128
+constexpr int64_t kStoreBytesInFlight = 16 * int64_t(kRowWarps) * 144 * 4;
 constexpr int kStoreMaxBlocks = 128;
 
-// One warp per slot: its row's values, state and uses to the staging area, then the slot freed.
+// One warp per slot: its row's values, state and uses to its record in the staging area, then the slot freed.
 __global__ void __launch_bounds__(32 * kRowWarps) tier_stage_kernel(TierIndex t, const int64_t* slots, int64_t n,
                                                                     const float* cache_values,
-                                                                    const float* cache_state, int dim,
-                                                                    int state_width, float* stage_values,
-                                                                    float* stage_state, int64_t* stage_rows,
-                                                                    int64_t* stage_uses, int64_t* keys_out) {
-  const int lane = threadIdx.x & 31;
+                                                                    const float* cache_state, TierRecord rec,
+                                                                    float* stage, int64_t* stage_rows,
+                                                                    int64_t* keys_out) {
+  const int lane = threadIdx.x & 31, rf = rec.rf, sw = rec.state_width;
   for (int64_t j = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / 32; j < n; j += int64_t(gridDim.x) * kRowWarps) {
     const int64_t s = slots[j], r = t.slot_row[s];
-    warp_copy_row(stage_values + j * dim, cache_values + s * dim, dim, lane);
-    if (state_width > 0)
-      warp_copy_row(stage_state + j * state_width, cache_state + s * state_width, state_width, lane);
+    float* to = stage + j * rec.floats;
+    warp_copy_row(to, cache_values + s * rf, rf, lane);
+    if (sw > 0) warp_copy_row(to + rf, cache_state + s * sw, sw, lane);
+    for (int e = rf + sw + lane; e < rec.uses_at(); e += 32) to[e] = 0.f;  // the padding
     __syncwarp();  // every lane read slot_row[s] before it is cleared
     if (lane == 0) {
+      *reinterpret_cast<int64_t*>(to + rec.uses_at()) = t.slot_uses[s];
       stage_rows[j] = r;
-      stage_uses[j] = t.slot_uses[s];
       keys_out[j] = t.slot_key[s];
       t.slot_of_row[r] = -1;
       t.slot_row[s] = -1;
@@ -185,21 +186,14 @@ __global__ void __launch_bounds__(32 * kRowWarps) tier_stage_kernel(TierIndex t,
   }
 }
 
-// One warp per staged row, in the order given (ascending host rows): to its host row over the link.
-__global__ void __launch_bounds__(32 * kRowWarps) tier_store_kernel(const float* stage_values,
-                                                                    const float* stage_state,
-                                                                    const int64_t* stage_rows,
-                                                                    const int64_t* stage_uses,
-                                                                    const int64_t* order, int64_t n, int dim,
-                                                                    int state_width, float* host_values,
-                                                                    float* host_state, int64_t* host_uses) {
+// One warp per staged record, in the order given (ascending host rows): whole to its host row over the link.
+__global__ void __launch_bounds__(32 * kRowWarps) tier_store_kernel(const float* stage, const int64_t* stage_rows,
+                                                                    const int64_t* order, int64_t n, int floats,
+                                                                    float* host_records) {
   const int lane = threadIdx.x & 31;
   for (int64_t i = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / 32; i < n; i += int64_t(gridDim.x) * kRowWarps) {
     const int64_t j = order[i], r = stage_rows[j];
-    warp_copy_row(host_values + r * dim, stage_values + j * dim, dim, lane);
-    if (state_width > 0)
-      warp_copy_row(host_state + r * state_width, stage_state + j * state_width, state_width, lane);
-    if (lane == 0) host_uses[r] = stage_uses[j];
+    warp_copy_row(host_records + r * floats, stage + j * floats, floats, lane);
   }
 }
 
@@ -207,13 +201,11 @@ __global__ void __launch_bounds__(32 * kRowWarps) tier_store_kernel(const float*
 // values. Each distinct row is one miss, so its made flag has one writer.
 __global__ void __launch_bounds__(32 * kRowWarps) tier_place_kernel(TierIndex t, const int64_t* misses, int64_t m,
                                                                     TierPlacement p, int64_t tick, int64_t pin_gen,
-                                                                    uint8_t* row_made, const int64_t* host_uses,
-                                                                    const float* host_values,
-                                                                    const float* host_state, int dim,
-                                                                    int state_width, float initial_state,
-                                                                    KeyInit init,
-                                                                    float* cache_values, float* cache_state) {
-  const int lane = threadIdx.x & 31, rf = row_storage_floats(init.storage, dim);
+                                                                    uint8_t* row_made, const float* host_records,
+                                                                    TierRecord rec, int dim, float initial_state,
+                                                                    KeyInit init, float* cache_values,
+                                                                    float* cache_state) {
+  const int lane = threadIdx.x & 31, rf = rec.rf, sw = rec.state_width;
   for (int64_t j = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / 32; j < m; j += int64_t(gridDim.x) * kRowWarps) {
     const int64_t key = misses[2 * j], r = misses[2 * j + 1];
     const int64_t s = tier_placed_slot(p, j);
@@ -221,15 +213,17 @@ __global__ void __launch_bounds__(32 * kRowWarps) tier_place_kernel(TierIndex t,
       if (lane == 0) t.slot_of_row[r] = -1;
       continue;
     }
-    const bool made = row_made[r] != 0;                           // device memory
-    const int64_t uses = made && lane == 0 ? host_uses[r] : 0;   // over the link, in flight beside the row's loads
+    const bool made = row_made[r] != 0;  // device memory
+    const float* from = host_records + r * rec.floats;
+    // over the link, in flight beside the row's loads
+    const int64_t uses = made && lane == 0 ? *reinterpret_cast<const int64_t*>(from + rec.uses_at()) : 0;
     if (made) {
-      warp_copy_row(cache_values + s * rf, host_values + r * rf, rf, lane);
-      if (state_width > 0) warp_copy_row(cache_state + s * state_width, host_state + r * state_width, state_width, lane);
+      warp_copy_row(cache_values + s * rf, from, rf, lane);
+      if (sw > 0) warp_copy_row(cache_state + s * sw, from + rf, sw, lane);
     } else {
       for (int e = lane; e < dim; e += 32)
         rowstore::store_nearest(cache_values + s * rf, init.storage, e, initial_value(init, uint64_t(key), uint32_t(e)));
-      for (int k = lane; k < state_width; k += 32) cache_state[s * state_width + k] = initial_state;
+      for (int k = lane; k < sw; k += 32) cache_state[s * sw + k] = initial_state;
     }
     __syncwarp();  // every lane read the flag before lane 0 sets it
     if (lane == 0) {
@@ -308,39 +302,35 @@ void tier_select_collect_cuda(const TierIndex& t, const TierPolicy& pol, const T
 }
 
 void tier_stage_cuda(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
-                     const float* cache_state, int dim, int state_width, float* stage_values, float* stage_state,
-                     int64_t* stage_rows, int64_t* stage_uses, int64_t* keys_out, Stream stream) {
+                     const float* cache_state, const TierRecord& rec, float* stage, int64_t* stage_rows,
+                     int64_t* keys_out, Stream stream) {
   if (n == 0) return;
-  tier_stage_kernel<<<blocks_for_rows(n), 32 * kRowWarps, 0, stream>>>(t, slots, n, cache_values, cache_state, dim,
-                                                                         state_width, stage_values, stage_state,
-                                                                         stage_rows, stage_uses, keys_out);
+  tier_stage_kernel<<<blocks_for_rows(n), 32 * kRowWarps, 0, stream>>>(t, slots, n, cache_values, cache_state, rec,
+                                                                         stage, stage_rows, keys_out);
   CUDA_CHECK_LAUNCH("tier_stage_kernel");
 }
 
-void tier_store_cuda(const float* stage_values, const float* stage_state, const int64_t* stage_rows,
-                     const int64_t* stage_uses, const int64_t* order, int64_t n, int dim, int state_width,
-                     float* host_values, float* host_state, int64_t* host_uses, Stream stream) {
+void tier_store_cuda(const float* stage, const int64_t* stage_rows, const int64_t* order, int64_t n,
+                     const TierRecord& rec, float* host_records, Stream stream) {
   if (n == 0) return;
   // Posted writes over the link need few bytes in flight, and more stall the step's own memory traffic while the
-  // link drains them: a small grid leaves the SMs and the memory system to the work the store overlaps; narrow rows
-  // take more blocks for the same bytes (fewer keep the next call waiting on the store).
-  const int64_t block_bytes = (int64_t(dim + state_width) * 4 + 8) * kRowWarps;
+  // link drains them: a small grid leaves the SMs and the memory system to the work the store overlaps; narrow
+  // records take more blocks for the same bytes (fewer keep the next call waiting on the store).
+  const int64_t block_bytes = int64_t(rec.floats) * 4 * kRowWarps;
   const int64_t by_bytes = std::min<int64_t>((kStoreBytesInFlight + block_bytes - 1) / block_bytes, kStoreMaxBlocks);
   const int blocks = std::min(blocks_for_rows(n), int(by_bytes));
-  tier_store_kernel<<<blocks, 32 * kRowWarps, 0, stream>>>(stage_values, stage_state, stage_rows, stage_uses, order,
-                                                           n, dim, state_width, host_values, host_state, host_uses);
+  tier_store_kernel<<<blocks, 32 * kRowWarps, 0, stream>>>(stage, stage_rows, order, n, rec.floats, host_records);
   CUDA_CHECK_LAUNCH("tier_store_kernel");
 }
 
 void tier_place_cuda(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
-                     int64_t pin_gen, uint8_t* row_made, const int64_t* host_uses, const float* host_values,
-                     const float* host_state, int dim, int state_width, float initial_state,
-                     const KeyInit& init, float* cache_values, float* cache_state, Stream stream) {
+                     int64_t pin_gen, uint8_t* made, const float* host_records, const TierRecord& rec, int dim,
+                     float initial_state, const KeyInit& init, float* cache_values, float* cache_state,
+                     Stream stream) {
   if (m == 0) return;
-  tier_place_kernel<<<blocks_for_rows(m), 32 * kRowWarps, 0, stream>>>(t, misses, m, p, tick, pin_gen, row_made,
-                                                                         host_uses, host_values, host_state, dim,
-                                                                         state_width, initial_state,
-                                                                         init, cache_values, cache_state);
+  tier_place_kernel<<<blocks_for_rows(m), 32 * kRowWarps, 0, stream>>>(t, misses, m, p, tick, pin_gen, made,
+                                                                         host_records, rec, dim, initial_state, init,
+                                                                         cache_values, cache_state);
   CUDA_CHECK_LAUNCH("tier_place_kernel");
 }
 

@@ -12,11 +12,13 @@
 // results: a key's slot, the distinct misses and the selection's lists (as sets; their order is the host's to fix)
 // and the stamps do not depend on thread order.
 //
-// Launchers run on `stream` (cuda; the cpu backend ignores it) and never synchronize the host. host_values,
-// host_state and host_uses are the host store: page-locked memory (cudaMallocHost), which a CUDA kernel reads and
-// writes through unified addressing, so rows move between the store and the cache without staging on the host
-// (evicted rows pass through a device staging area, so that their writes over the link can trail on a stream of
-// their own).
+// Launchers run on `stream` (cuda; the cpu backend ignores it) and never synchronize the host. host_records is the
+// host store: page-locked memory (cudaMallocHost), which a CUDA kernel reads and writes through unified addressing,
+// so rows move between the store and the cache without staging on the host (evicted rows pass through a device
+// staging area, so that their writes over the link can trail on a stream of their own). The store holds a row as
+// one record (TierRecord): its values as stored, its optimizer state and its use count in whole 64-byte lines, so
+// that a victim's write over the link is whole lines: rows spread over the store are written at about twice the
+// rate of values, state and count written to three arrays (each a partial line the host must merge).
 #pragma once
 
 #include <cstdint>
@@ -51,6 +53,21 @@ enum TierCounter {
   kTierAt,
   kTierCounters
 };
+
+// A host row's record in the store: rf floats of values as stored (row_storage_floats: 16-bit values as their bits,
+// pairs in a float), state_width floats of state, padding, and the row's use count (an int64 in the last two
+// floats; valid once the row is made), floats (a multiple of 16: whole 64-byte lines) in all.
+struct TierRecord {
+  int rf = 0, state_width = 0, floats = 0;
+  SPARTA_HD int uses_at() const { return floats - 2; }
+};
+SPARTA_HD TierRecord tier_record(int row_floats, int state_width) {
+  TierRecord r;
+  r.rf = row_floats;
+  r.state_width = state_width;
+  r.floats = (row_floats + state_width + 2 + 15) / 16 * 16;
+  return r;
+}
 
 // Every slot free, no row cached. Asynchronous.
 void tier_reset(const Device& dev, const TierIndex& t, Stream stream);
@@ -111,20 +128,18 @@ void tier_select_collect(const Device& dev, const TierIndex& t, const TierPolicy
                          int pack_bits, int64_t at_base, int64_t* slot, int64_t* key, int64_t* tie,
                          int64_t* counters, Stream stream);
 
-// Evicts the cached rows of slots [n] through a device staging area: tier_stage copies each row's values, state and
-// uses into stage_values [n, dim], stage_state [n, state_width], stage_uses [n] with its host row in stage_rows [n],
-// frees the slots (slot_of_row of their rows back to -1) and writes each slot's key to keys_out [n]; tier_store then
-// writes the staged rows to the host store (values [capacity_rows, dim], state [capacity_rows, state_width], uses
-// [capacity_rows]), on a stream of its own, so that the link's writes overlap the work that follows. Its j-th write
-// is the staged row order[j]: in ascending host rows (route_sort_keys of stage_rows), the link's writes run at about
-// twice the rate of rows spread in the policy's order. dim here is the floats a row's values take as stored
-// (row_storage_floats: 16-bit rows move as their bits, pairs in a float); the rows are copied, never read as values.
+// Evicts the cached rows of slots [n] through a device staging area of records: tier_stage copies each row's values,
+// state and uses into its record stage [n, rec.floats] (padding zeroed) with its host row in stage_rows [n], frees
+// the slots (slot_of_row of their rows back to -1) and writes each slot's key to keys_out [n]; tier_store then writes
+// the staged records whole to the host store (host_records [capacity_rows, rec.floats]), on a stream of its own, so
+// that the link's writes overlap the work that follows. Its j-th write is the staged row order[j]: in ascending host
+// rows (route_sort_keys of stage_rows), the link's writes run at about twice the rate of rows spread in the
+// policy's order. The rows are copied, never read as values.
 void tier_stage(const Device& dev, const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
-                const float* cache_state, int dim, int state_width, float* stage_values, float* stage_state,
-                int64_t* stage_rows, int64_t* stage_uses, int64_t* keys_out, Stream stream);
-void tier_store(const Device& dev, const float* stage_values, const float* stage_state, const int64_t* stage_rows,
-                const int64_t* stage_uses, const int64_t* order, int64_t n, int dim, int state_width, float* host_values, float* host_state,
-                int64_t* host_uses, Stream stream);
+                const float* cache_state, const TierRecord& rec, float* stage, int64_t* stage_rows,
+                int64_t* keys_out, Stream stream);
+void tier_store(const Device& dev, const float* stage, const int64_t* stage_rows, const int64_t* order, int64_t n,
+                const TierRecord& rec, float* host_records, Stream stream);
 
 // Where a call's misses go (tier_place): miss j takes slot first_free + j for j < n_free, then victims[j - n_free]
 // for j - n_free < n_victims (victims: device memory); the misses beyond get no slot.
@@ -135,15 +150,15 @@ struct TierPlacement {
 };
 
 // Places the distinct misses [m] (misses[2j] the key, misses[2j + 1] its host row) as p says: a placed row is
-// stamped (last = tick, pinned by pin_gen when > 0) and takes its values and state from the host store with uses
-// host_uses + 1 when made [capacity_rows] (device memory) says the store holds it, else its initial values by key
+// stamped (last = tick, pinned by pin_gen when > 0) and takes its values, state and uses + 1 from its record in the
+// host store when made [capacity_rows] (device memory) says the store holds it, else its initial values by key
 // (init: kernels/key_init.h, its segments on the device; dim values in init.storage, rounded to nearest) and
 // initial_state with uses 1, and made is set. A miss without a slot drops its row's claim (slot_of_row back to -1).
-// A row moves as stored: row_storage_floats(init.storage, dim) floats (16-bit values: their bits, pairs in a float).
+// rec: the store's records (rec.rf == row_storage_floats(init.storage, dim)).
 void tier_place(const Device& dev, const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p,
-                int64_t tick, int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
-                const float* host_state, int dim, int state_width, float initial_state,
-                const KeyInit& init, float* cache_values, float* cache_state, Stream stream);
+                int64_t tick, int64_t pin_gen, uint8_t* made, const float* host_records, const TierRecord& rec,
+                int dim, float initial_state, const KeyInit& init, float* cache_values, float* cache_state,
+                Stream stream);
 
 // slot[i] = slot_of_row[row[i]] where slot[i] == -2 (a miss, placed now or refused: -1). [n].
 void tier_resolve(const Device& dev, const TierIndex& t, const int64_t* row, int64_t n, int64_t* slot,
@@ -158,15 +173,13 @@ void tier_select_count_cpu(const TierIndex& t, const TierPolicy& pol, const Tier
 void tier_select_collect_cpu(const TierIndex& t, const TierPolicy& pol, const TierThreshold& th, int pack_bits,
                              int64_t at_base, int64_t* slot, int64_t* key, int64_t* tie, int64_t* counters);
 void tier_stage_cpu(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
-                    const float* cache_state, int dim, int state_width, float* stage_values, float* stage_state,
-                    int64_t* stage_rows, int64_t* stage_uses, int64_t* keys_out);
-void tier_store_cpu(const float* stage_values, const float* stage_state, const int64_t* stage_rows,
-                    const int64_t* stage_uses, const int64_t* order, int64_t n, int dim, int state_width, float* host_values,
-                    float* host_state, int64_t* host_uses);
+                    const float* cache_state, const TierRecord& rec, float* stage, int64_t* stage_rows,
+                    int64_t* keys_out);
+void tier_store_cpu(const float* stage, const int64_t* stage_rows, const int64_t* order, int64_t n,
+                    const TierRecord& rec, float* host_records);
 void tier_place_cpu(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
-                    int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
-                    const float* host_state, int dim, int state_width, float initial_state,
-                    const KeyInit& init, float* cache_values, float* cache_state);
+                    int64_t pin_gen, uint8_t* made, const float* host_records, const TierRecord& rec, int dim,
+                    float initial_state, const KeyInit& init, float* cache_values, float* cache_state);
 void tier_resolve_cpu(const TierIndex& t, const int64_t* row, int64_t n, int64_t* slot);
 
 void tier_reset_cuda(const TierIndex& t, Stream stream);
@@ -179,15 +192,14 @@ void tier_select_collect_cuda(const TierIndex& t, const TierPolicy& pol, const T
                               int64_t at_base, int64_t* slot, int64_t* key, int64_t* tie, int64_t* counters,
                               Stream stream);
 void tier_stage_cuda(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
-                     const float* cache_state, int dim, int state_width, float* stage_values, float* stage_state,
-                     int64_t* stage_rows, int64_t* stage_uses, int64_t* keys_out, Stream stream);
-void tier_store_cuda(const float* stage_values, const float* stage_state, const int64_t* stage_rows,
-                     const int64_t* stage_uses, const int64_t* order, int64_t n, int dim, int state_width, float* host_values,
-                     float* host_state, int64_t* host_uses, Stream stream);
+                     const float* cache_state, const TierRecord& rec, float* stage, int64_t* stage_rows,
+                     int64_t* keys_out, Stream stream);
+void tier_store_cuda(const float* stage, const int64_t* stage_rows, const int64_t* order, int64_t n,
+                     const TierRecord& rec, float* host_records, Stream stream);
 void tier_place_cuda(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
-                     int64_t pin_gen, uint8_t* made, const int64_t* host_uses, const float* host_values,
-                     const float* host_state, int dim, int state_width, float initial_state,
-                     const KeyInit& init, float* cache_values, float* cache_state, Stream stream);
+                     int64_t pin_gen, uint8_t* made, const float* host_records, const TierRecord& rec, int dim,
+                     float initial_state, const KeyInit& init, float* cache_values, float* cache_state,
+                     Stream stream);
 void tier_resolve_cuda(const TierIndex& t, const int64_t* row, int64_t n, int64_t* slot, Stream stream);
 
 // The slot miss j takes under p, or -1.

@@ -2,6 +2,7 @@
 #include "src/host_tier.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "kernels/route.h"
@@ -57,9 +58,12 @@ TierConfig make_tier(TableTier tier, int64_t cache_rows, double cache_mb, Evicti
   return t;
 }
 
+size_t HostTier::record_bytes(int row_floats, int state_width) {
+  return size_t(tier_record(row_floats, state_width).floats) * sizeof(float);
+}
+
 size_t HostTier::host_bytes(int64_t capacity_rows, int row_floats, int state_width) {
-  // values and state, and a use count per row
-  return size_t(capacity_rows) * (size_t(row_floats + state_width) * sizeof(float) + sizeof(int64_t));
+  return size_t(capacity_rows) * record_bytes(row_floats, state_width);
 }
 
 size_t HostTier::device_bytes(int64_t capacity_rows, int64_t cache_rows, bool hashed) {
@@ -70,9 +74,9 @@ size_t HostTier::device_bytes(int64_t capacity_rows, int64_t cache_rows, bool ha
 }
 
 size_t HostTier::staging_bytes(int64_t victims, int row_floats, int state_width) {
-  // a row's values and state, its host row and uses; the store's sort of the host rows (sorted and their order, and
-  // the sort's space: an index and the alternate keys and values)
-  return size_t(victims) * (size_t(row_floats + std::max(state_width, 1)) * sizeof(float) + 7 * sizeof(int64_t));
+  // a row's record and its host row; the store's sort of the host rows (sorted and their order, and the sort's
+  // space: an index and the alternate keys and values)
+  return size_t(victims) * (record_bytes(row_floats, state_width) + 6 * sizeof(int64_t));
 }
 
 namespace {
@@ -102,9 +106,8 @@ HostTier::HostTier(const Device& dev, const HostTierSetup& s)
       s_(checked(s)),
       segments_(dev, s_.key_segments),
       rf_(row_storage_floats(s.storage, s.dim)),
-      values_(dev.backend, size_t(s.capacity_rows) * size_t(rf_)),
-      state_(dev.backend, size_t(s.capacity_rows) * s.state_width),
-      uses_(dev.backend, size_t(s.capacity_rows)),
+      rec_(tier_record(rf_, s.state_width)),
+      records_(dev.backend, size_t(s.capacity_rows) * size_t(rec_.floats)),
       made_(dev, size_t(s.capacity_rows)),
       keys_(s.direct_stride > 0 ? nullptr : std::make_unique<HashTable>(dev, s.name, s.capacity_rows, kIndexLoadFactor)),
       slot_of_row_(dev, size_t(s.capacity_rows)),
@@ -149,8 +152,7 @@ void HostTier::clear(Stream stream) {
   tier_reset(dev_, index(), stream);
   wb_.join_into(stream);  // no write-back lands in the store after this
   synchronize(dev_, stream);
-  memset_device(dev_, made_.data(), 0, made_.size(), stream);
-  std::fill_n(uses_.data(), size_t(s_.capacity_rows), int64_t(0));
+  memset_device(dev_, made_.data(), 0, made_.size(), stream);  // a record is read only once its row is made
   free_next_ = 0;
   evicted_ = 0;
   ++pin_gen_;
@@ -262,12 +264,10 @@ void HostTier::write_back(int64_t n, const float* cache_values, const float* cac
   fault_point("host tier write-back");  // the kill tests' hook (src/base/deadline.h)
   const size_t nn = size_t(n);
   // (HostTier::staging_bytes)
-  float* sv = grown(stage_values_, nn * size_t(rf_), stream);
-  float* ss = grown(stage_state_, nn * size_t(std::max(s_.state_width, 1)), stream);
-  int64_t* sr = grown(stage_rows_, 2 * nn, stream);
+  float* stage = grown(stage_, nn * size_t(rec_.floats), stream);
+  int64_t* sr = grown(stage_rows_, nn, stream);
   int64_t* keys = grown(evicted_dev_, nn, stream);
-  tier_stage(dev_, index(), moves_.data(), n, cache_values, cache_state, rf_, s_.state_width, sv, ss, sr, sr + nn,
-             keys, stream);
+  tier_stage(dev_, index(), moves_.data(), n, cache_values, cache_state, rec_, stage, sr, keys, stream);
   rows_out_ += n;
 }
 
@@ -279,8 +279,7 @@ void HostTier::store_staged(Stream stream) {
   // written in ascending host rows: the link takes them at about twice the rate of the policy's order
   route_sort_keys(dev_, stage_rows_.data(), staged_, route_key_bits(s_.capacity_rows), order, order + nn,
                   wb_scratch_, wb_.stream());
-  tier_store(dev_, stage_values_.data(), stage_state_.data(), stage_rows_.data(), stage_rows_.data() + nn,
-             order + nn, staged_, rf_, s_.state_width, values_.data(), state_.data(), uses_.data(), wb_.stream());
+  tier_store(dev_, stage_.data(), stage_rows_.data(), order + nn, staged_, rec_, records_.data(), wb_.stream());
   staged_ = 0;
 }
 
@@ -354,9 +353,8 @@ const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, b
   p.victims = moves_.data();
   p.n_victims = fit - p.n_free;
   free_next_ += p.n_free;
-  tier_place(dev_, index(), pairs, m, p, tick_, pin ? pin_gen_ : 0, made_.data(), uses_.data(), values_.data(),
-             state_.data(), s_.dim, s_.state_width, s_.initial_state, key_init_dev_, cache_values, cache_state,
-             stream);
+  tier_place(dev_, index(), pairs, m, p, tick_, pin ? pin_gen_ : 0, made_.data(), records_.data(), rec_, s_.dim,
+             s_.initial_state, key_init_dev_, cache_values, cache_state, stream);
   rows_in_ += fit;
   tier_resolve(dev_, index(), rows, n, slots, stream);
   // the victims' rows to the store, once the misses' reads over the link are queued before them
@@ -425,8 +423,8 @@ TableRows HostTier::export_rows(const float* cache_values, const float* cache_st
   r.state.resize(n * sw);
   for (size_t i = 0; i < n; ++i) {
     if (!keys_) r.keys[i] = s_.direct_offset + int64_t(i) * s_.direct_stride;
-    const float* v = values_.data() + i * rf;
-    const float* st = state_.data() + i * sw;
+    const float* v = records_.data() + i * size_t(rec_.floats);
+    const float* st = v + rf;
     if (slot_of[i] >= 0) {
       v = cv.data() + size_t(slot_of[i]) * rf;
       st = cs.data() + size_t(slot_of[i]) * sw;
@@ -484,10 +482,13 @@ void HostTier::load_rows(const TableRows& rows, const float* cache_values, const
   for (size_t i = 0; i < n; ++i) {
     const size_t r = size_t(at[i]);
     made[r] = 1;
-    uses_.data()[r] = 0;
+    float* record = records_.data() + r * size_t(rec_.floats);
     for (size_t e = 0; e < dim; ++e)  // as stored: 16 bits rounded to nearest, as an HBM table loads them
-      rowstore::store_nearest(values_.data() + r * size_t(rf_), s_.storage, int64_t(e), rows.values[i * dim + e]);
-    std::copy_n(rows.state.data() + i * sw, sw, state_.data() + r * sw);
+      rowstore::store_nearest(record, s_.storage, int64_t(e), rows.values[i * dim + e]);
+    std::copy_n(rows.state.data() + i * sw, sw, record + rf_);
+    std::fill(record + rf_ + sw, record + rec_.uses_at(), 0.f);
+    const int64_t uses = 0;
+    std::memcpy(record + rec_.uses_at(), &uses, sizeof(uses));
   }
   copy_to_device(dev_, made_.data(), made.data(), made.size(), stream);
   synchronize(dev_, stream);

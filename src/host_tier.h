@@ -14,7 +14,9 @@
 //     initial values from (seed, table, key) (kernels/key_init.h) and the optimizer's initial state, as an HBM
 //     table would give it.
 // So the cache changes where a row lives, never what it holds or the order of its updates: the values and state
-// are those of an all-HBM table bit for bit, for any cache size (tests/test_host_tier.cpp).
+// are those of an all-HBM table bit for bit, for any cache size (tests/test_host_tier.cpp). The store holds a row as
+// one record of whole 64-byte lines (its values, state and use count: kernels/tier_index.h TierRecord), so that a
+// victim's write-back over the link is whole lines.
 //
 // A train lookup pins its slots until the table's next update (backward_and_update, finish_update), so that a
 // later lookup before that update (an evaluation, a replicated table's insert of other ranks' keys) cannot
@@ -111,16 +113,19 @@ class HostTier {
   // host's available memory (/proc/meminfo MemAvailable) or the setup is bad. Synchronizes dev.stream.
   HostTier(const Device& dev, const HostTierSetup& s);
 
-  // Host bytes of the store: every row's values (row_floats: row_storage_floats) and state, and its use count.
+  // Host bytes of the store: every row's record (its values, row_floats: row_storage_floats, its state and its use
+  // count, in whole 64-byte lines).
   static size_t host_bytes(int64_t capacity_rows, int row_floats, int state_width);
+  // Bytes of a row's record: what a row moves over the link, in and out.
+  static size_t record_bytes(int row_floats, int state_width);
   // Device bytes of the tier beside its cache's rows (what the planner counts): a slot (int32) and a made flag per
   // host row, about
   // kSlotWords int64 per cache slot (its key, row, stamps and pin, the victims' select lists and sort space),
   // and for a hashed table the device index of its keys (kernels/hash_table.h at load factor 0.5).
   static constexpr int kSlotWords = 16;
   static size_t device_bytes(int64_t capacity_rows, int64_t cache_rows, bool hashed);
-  // Device bytes of the staging area that a call evicting `victims` rows uses (their values, state, host rows and
-  // uses, and the store's sort of their host rows): a call evicts at most its distinct keys, and at most the cache.
+  // Device bytes of the staging area that a call evicting `victims` rows uses (their records and host rows, and the
+  // store's sort of their host rows): a call evicts at most its distinct keys, and at most the cache.
   static size_t staging_bytes(int64_t victims, int row_floats, int state_width);
 
   // Makes the distinct keys of keys [n] (device memory) resident in the cache (cache_values [cache_rows, dim],
@@ -182,9 +187,9 @@ class HostTier {
   Buffer<KeySegment> segments_;  // s_.key_segments on the device
   KeyInit key_init_dev_;  // its segments point into segments_
   int rf_;                       // row_storage_floats(s_.storage, s_.dim)
-  PinnedBuffer<float> values_;   // [capacity_rows, rf_]
-  PinnedBuffer<float> state_;    // [capacity_rows, state_width]
-  PinnedBuffer<int64_t> uses_;   // per host row: calls that used it (LFU), while it is out of the cache
+  TierRecord rec_;               // a row's record in the store: values, state, and its uses (calls that used it,
+                                 // LFU), valid while the row is made and out of the cache
+  PinnedBuffer<float> records_;  // [capacity_rows, rec_.floats]
   Buffer<uint8_t> made_;         // per host row, on the device: its values are in the store (else its initial
                                  // values are due)
   std::unique_ptr<HashTable> keys_;  // hashed: key → host row, on the device; rows dense from 0
@@ -207,10 +212,10 @@ class HostTier {
   Buffer<int64_t> select_, lists_, work_, moves_;
   RouteScratch scratch_;
   PinnedBuffer<int64_t> counters_host_, select_host_;
-  // a write-back's staging area (values, state; host rows and uses) and the stream that stores it; last, so
+  // a write-back's staging area (records and host rows) and the stream that stores it; last, so
   // that its destruction waits for the stream before the store is freed
-  Buffer<float> stage_values_, stage_state_;
-  Buffer<int64_t> stage_rows_;  // [staged_] host rows, then [staged_] uses
+  Buffer<float> stage_;          // [staged_, rec_.floats] records
+  Buffer<int64_t> stage_rows_;  // [staged_] host rows
   Buffer<int64_t> store_order_;  // the store's sort of stage_rows_: [staged_] sorted, then [staged_] their order
   RouteScratch wb_scratch_;      // that sort's space, on wb_
   int64_t staged_ = 0;          // rows staged and not yet stored

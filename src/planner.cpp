@@ -386,7 +386,10 @@ PlacementCost placement_cost(const CollectionTableConfig& t, Placement p, const 
     const double miss = std::max(0.0, 1.0 - double(t.tier.cache_rows) / double(std::max<int64_t>(1, rows)));
     c.host_bytes = HostTier::host_bytes(rows, row_storage_floats(t.storage, t.dim),
                                         optimizer_state_width(t.optimizer.kind, t.dim));
-    c.host_transfer_bytes = 2 * touched * miss * (L.rv + L.s);  // rows move as stored
+    // a row moves as its record in the store (values as stored, state and use count, whole 64-byte lines), in and out
+    c.host_transfer_bytes = 2 * touched * miss *
+                            double(HostTier::record_bytes(row_storage_floats(t.storage, t.dim),
+                                                          optimizer_state_width(t.optimizer.kind, t.dim)));
   }
   work_memory(c, t, p, opt, {K, P, U, shard, std::max<int64_t>(1, hot_rows), std::min(1.0, hot_share(stats, hot_rows))});
   c.bytes_other = c.bytes_per_step;

@@ -812,21 +812,26 @@ BOOST_AUTO_TEST_CASE(host_tier_counts_the_cache_the_host_and_the_transfers) {
   const Plan host = make_plan(c, o, {});
   const TablePlan& p = host.tables[0];
   // beside the cache and the tier's arrays, the staging area of a call's victims: at most its distinct keys (here
-  // about 1000), each row's 16 values and 1 state float, its host row and its uses, and the store's sort of the
-  // host rows (sorted, their order, and the sort's space: an index, alternate keys and values: 5 int64)
+  // about 1000), each row's record (16 values, 1 state float and its uses padded to 32 floats: 128 bytes), its
+  // host row, and the store's sort of the host rows (sorted, their order, and the sort's space: an index,
+  // alternate keys and values: 5 int64)
   const size_t fixed = EmbeddingTable::memory_bytes(25000, 16, OptimizerKind::rowwise_adagrad, 1.0, true) +
                        100000 * (sizeof(int32_t) + 1) + 25000 * HostTier::kSlotWords * sizeof(int64_t) +
                        HashTable::memory_bytes(100000, 0.5);
-  BOOST_CHECK_GT(p.memory_bytes, fixed + 900 * ((16 + 1) * 4 + 56));
-  BOOST_CHECK_LE(p.memory_bytes, fixed + 1000 * ((16 + 1) * 4 + 56));
-  BOOST_CHECK_EQUAL(HostTier::staging_bytes(1000, 16, 1), 1000u * ((16 + 1) * 4 + 56));
+  BOOST_CHECK_GT(p.memory_bytes, fixed + 900 * (128 + 48));
+  BOOST_CHECK_LE(p.memory_bytes, fixed + 1000 * (128 + 48));
+  BOOST_CHECK_EQUAL(HostTier::staging_bytes(1000, 16, 1), 1000u * (128 + 48));
+  BOOST_CHECK_EQUAL(HostTier::record_bytes(16, 1), 128u);
+  BOOST_CHECK_EQUAL(HostTier::record_bytes(128, 1), 576u);  // fp32 rows of 128 with row-wise Adagrad: 9 lines
+  BOOST_CHECK_EQUAL(HostTier::record_bytes(64, 1), 320u);   // bf16 rows of 128
+  BOOST_CHECK_EQUAL(HostTier::host_bytes(10, 128, 1), 5760u);
   BOOST_CHECK_EQUAL(HostTier::device_bytes(100000, 25000, false),
                     100000 * (sizeof(int32_t) + 1) + 25000 * HostTier::kSlotWords * sizeof(int64_t));
   BOOST_CHECK_EQUAL(p.host_bytes, HostTier::host_bytes(100000, 16, 1));
   BOOST_CHECK_EQUAL(hbm.tables[0].host_bytes, 0u);
   BOOST_CHECK_EQUAL(hbm.tables[0].host_transfer_bytes, 0.0);
   // distinct keys of 1000 uniform draws... bounded by 1000; the planner's figure divided back out
-  const double per_row = 2 * 0.75 * (16 + 1) * 4.0;  // in and out, 3/4 of the rows beyond the cache, values+state
+  const double per_row = 2 * 0.75 * 128.0;  // in and out, 3/4 of the rows beyond the cache, a record each
   const double touched = p.host_transfer_bytes / per_row;
   BOOST_CHECK_GT(touched, 900);
   BOOST_CHECK_LE(touched, 1000.0 + 1e-9);
