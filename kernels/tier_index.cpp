@@ -65,7 +65,7 @@ void tier_select_count_cpu(const TierIndex& t, const TierPolicy& pol, const Tier
     const int digit = evictable ? tier_digit(t, pol, d, s) : -1;
     if (digit >= 0) ++hist[digit];
     counters[kTierEvictable] += evictable ? 1 : 0;
-    counters[kTierPinned] += t.slot_row[s] >= 0 && t.slot_pin[s] == pol.pin_gen ? 1 : 0;
+    counters[kTierPinned] += tier_pinned(t, pol, s) ? 1 : 0;
   }
 }
 

@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(256) tier_select_count_kernel(TierIndex t, Tie
     const unsigned same = __match_any_sync(__activemask(), d);
     if (d >= 0 && int(threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(&h[d], unsigned(__popc(same)));
     evictable_n += evictable ? 1 : 0;
-    pinned_n += t.slot_row[s] >= 0 && t.slot_pin[s] == pol.pin_gen ? 1 : 0;
+    pinned_n += tier_pinned(t, pol, s) ? 1 : 0;
   }
   if (evictable_n) atomicAdd(&block_counts[0], evictable_n);
   if (pinned_n) atomicAdd(&block_counts[1], pinned_n);

@@ -32,7 +32,7 @@ struct TierIndex {
   int32_t* slot_of_row = nullptr;  // [capacity_rows]
   int64_t* slot_key = nullptr;     // [cache_rows]
   int64_t* slot_row = nullptr;     // [cache_rows] host row, -1 free
-  int64_t* slot_last = nullptr;    // [cache_rows] last call that used the slot, -1 free
+  int64_t* slot_last = nullptr;    // [cache_rows] last call that used the slot (>= 1), -1 exactly when free
   int64_t* slot_uses = nullptr;    // [cache_rows] the row's uses (calls) over its life
   int64_t* slot_pin = nullptr;     // [cache_rows] pin generation of the last pinning call
   int64_t capacity_rows = 0;
@@ -208,9 +208,16 @@ SPARTA_HD int64_t tier_placed_slot(const TierPlacement& p, int64_t j) {
   return j - p.n_free < p.n_victims ? p.victims[j - p.n_free] : -1;
 }
 
-// A slot's standing under pol: evictable (cached, not used by the call, not pinned), and its prio and tie.
+// A slot's standing under pol: cached, pinned, evictable (cached, not used by the call, not pinned), and its prio
+// and tie. A slot's last call is set (>= 1) exactly while it holds a row (free: -1), so the select's passes over the
+// whole cache read its last call and pin, not its row.
+SPARTA_HD bool tier_cached(const TierIndex& t, int64_t s) { return t.slot_last[s] >= 0; }
+SPARTA_HD bool tier_pinned(const TierIndex& t, const TierPolicy& pol, int64_t s) {
+  return tier_cached(t, s) && t.slot_pin[s] == pol.pin_gen;
+}
 SPARTA_HD bool tier_evictable(const TierIndex& t, const TierPolicy& pol, int64_t s) {
-  return t.slot_row[s] >= 0 && t.slot_pin[s] != pol.pin_gen && t.slot_last[s] != pol.tick;
+  const int64_t last = t.slot_last[s];
+  return last >= 0 && last != pol.tick && t.slot_pin[s] != pol.pin_gen;
 }
 SPARTA_HD int64_t tier_prio(const TierIndex& t, const TierPolicy& pol, int64_t s) {
   return pol.lfu ? t.slot_uses[s] : t.slot_last[s];
