@@ -474,7 +474,10 @@ void EmbeddingCollection::check_key_bounds(const int64_t* offsets, const int64_t
                ex_->rank(), t.name.c_str(), (long long)t.key_bound, (long long)key, (long long)(r / S), slot));
 }
 
-void EmbeddingCollection::trace(bool on) { ex_->trace(on); }
+void EmbeddingCollection::trace(bool on) {
+  ex_->trace(on);
+  for (auto& g : groups_) g->placed->trace(ex_->clock());
+}
 
 std::vector<StreamClock::Point> EmbeddingCollection::read_trace() { return ex_->read_marks(); }
 

@@ -129,8 +129,9 @@ class EmbeddingCollection {
   void prepare_backward();
 
   // The step's timeline, for diagnostics (bench_collection --trace): while on, forward and backward mark points
-  // on the compute and the communication stream (src/placement_common.h Exchange::mark); read_trace waits for
-  // this rank's work, then returns the points since the last read, in ms since the first. Off by default.
+  // on the compute and the communication stream (src/placement_common.h Exchange::mark), and a table in host
+  // memory its tier's parts (HostTier::trace); read_trace waits for this rank's work, then returns the points since
+  // the last read, in ms since the first. Off by default.
   void trace(bool on);
   std::vector<StreamClock::Point> read_trace();
   // While tracing: a point of the caller's stream s (a trainer's dense stream) on the same clock.

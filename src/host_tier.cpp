@@ -234,6 +234,7 @@ int64_t HostTier::choose_victims(int64_t wanted, int64_t* pinned, Stream stream)
       copy_to_host(dev_, select_host_.data() + kReportHead, hist, kTierBins * sizeof(int64_t), stream);  // syncs
     }
   }
+  mark(stream, "threshold found");
   // 2. the slots below the threshold, all victims, and those at it, of which the first `need` by tie are; sorted
   // by (prio, tie), one packed key where both fit 64 bits, they are the victims in the policy's order, into moves_
   const int64_t n = n_below + n_at, victims = n_below + need;
@@ -279,7 +280,9 @@ void HostTier::store_staged(Stream stream) {
   // written in ascending host rows: the link takes them at about twice the rate of the policy's order
   route_sort_keys(dev_, stage_rows_.data(), staged_, route_key_bits(s_.capacity_rows), order, order + nn,
                   wb_scratch_, wb_.stream());
+  mark(wb_.stream(), "store begins");
   tier_store(dev_, stage_.data(), stage_rows_.data(), order + nn, staged_, rec_, records_.data(), wb_.stream());
+  mark(wb_.stream(), "stored");
   staged_ = 0;
 }
 
@@ -308,7 +311,9 @@ const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, b
   }
   // 1. hits keep their slot and are stamped on the device; the distinct misses are listed, and only their count
   // comes to the host (one synchronization)
+  mark(stream, "keys");
   tier_lookup(dev_, index(), keys, rows_in, n, tick_, pin ? pin_gen_ : 0, create, rows, slots, pairs, report, stream);
+  mark(stream, "looked up");
   copy_to_host(dev_, counters_host_.data(), report, kTierCounters * sizeof(int64_t), stream);  // synchronizes
   const int64_t m = counters_host_[kTierMisses], hits = counters_host_[kTierHits];
   const int64_t absent_listed = counters_host_[kTierAbsent];
@@ -330,6 +335,7 @@ const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, b
   // 3. slots for the misses: free ones, then the policy's victims (their rows written back). The last call's
   // write-back is in the store first (misses read it) and its staging area free.
   wb_.join_into(stream);
+  mark(stream, "store joined");
   const int64_t free_slots = s_.cache_rows - free_next_;
   const int64_t wanted = m > free_slots ? m - free_slots : 0;
   int64_t pinned = 0;
@@ -344,7 +350,9 @@ const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, b
     needed_ = std::max(needed_, hits + m + absent);
     pinned_at_error_ = pinned;
   }
+  mark(stream, "victims chosen");
   write_back(victims, cache_values, cache_state, stream);
+  mark(stream, "staged");
 
   // 4. the misses placed, their rows copied in (or made), then every key's slot
   TierPlacement p;
@@ -357,6 +365,7 @@ const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, b
              s_.initial_state, key_init_dev_, cache_values, cache_state, stream);
   rows_in_ += fit;
   tier_resolve(dev_, index(), rows, n, slots, stream);
+  mark(stream, "placed");
   // the victims' rows to the store, once the misses' reads over the link are queued before them
   store_staged(stream);
   return slots;

@@ -140,6 +140,9 @@ class HostTier {
   void release_pins() { ++pin_gen_; }
   // Throws sparta::Error (and forgets it) when a call since the last check refused keys.
   void check();
+  // While clock is set, resident() marks its parts on it ("tier NAME: ..." on the call's stream, the store on the
+  // tier's own), for a step's timeline (EmbeddingCollection::trace); null: no marks.
+  void trace(StreamClock* clock) { clock_ = clock; }
   // Live rows: created keys (hashed), capacity_rows (direct index). Synchronizes stream.
   int64_t size(Stream stream);
   int64_t cache_rows() const { return s_.cache_rows; }
@@ -175,6 +178,9 @@ class HostTier {
   void write_back(int64_t n, const float* cache_values, const float* cache_state, Stream stream);
   void store_staged(Stream stream);
   void flush(const float* cache_values, const float* cache_state, Stream stream);
+  void mark(Stream s, const char* what) {
+    if (clock_) clock_->mark(s, "tier " + s_.name + ": " + what);
+  }
   // A row's initial values and state (a row never made), as an HBM table would give it.
   void initial_row(int64_t key, float* values, float* state) const;
   // b grown to hold n elements (its old memory freed once stream is done with it).
@@ -204,6 +210,7 @@ class HostTier {
   Buffer<int64_t> evicted_dev_;  // the keys the last call evicted
   int64_t evicted_ = 0;
   Stream last_stream_{};
+  StreamClock* clock_ = nullptr;  // trace
   int64_t rows_in_ = 0, rows_out_ = 0, misses_ = 0;
   // per call, grown as needed
   static constexpr size_t kReportHead = 8;  // the counters' place at the head of report_ (kTierCounters <= 8)

@@ -220,6 +220,9 @@ class PlacedTable {
   // Rows this rank's shards hold: the keys a hash table took so far (replicas and hot copies included), or every
   // row of a direct index. Waits for the device's stream.
   virtual int64_t rows_in_use() = 0;
+  // The step's timeline inside this rank's shards (EmbeddingCollection::trace): a shard in host memory marks its
+  // tier's parts on clock (src/host_tier.h); null: no marks.
+  virtual void trace(StreamClock* clock) = 0;
 };
 
 // What make_placed_table needs beside the exchange: the table, its index (the key-init table id) and its plan.

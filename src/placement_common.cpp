@@ -322,6 +322,10 @@ DispatchShard::DispatchShard(Exchange& ex, const PlacedTableSetup& s, const std:
 
 int64_t table_rows_in_use(EmbeddingTable& t, const Device& dev) { return t.size(dev.stream); }
 
+void table_trace(EmbeddingTable& t, StreamClock* clock) {
+  if (HostTier* tier = t.host_tier()) tier->trace(clock);
+}
+
 size_t DispatchShard::memory_bytes() const { return table_memory_bytes(*table_); }
 
 void DispatchShard::route(const int64_t* keys, int64_t n) { route_into(now(), keys, n); }

@@ -103,6 +103,7 @@ class Exchange {
   void mark_side(const char* what);
   void mark_on(Stream s, const char* what);  // a point of another stream on the same clock (a caller's)
   std::vector<StreamClock::Point> read_marks();
+  StreamClock* clock() { return clock_.get(); }  // null unless tracing
 
  private:
   // The stream a collective runs on, after the compute stream's work so far; then, outside a post, the compute
@@ -148,6 +149,8 @@ size_t table_memory_bytes(int64_t capacity_rows, int dim, OptimizerKind optimize
 size_t table_memory_bytes(const EmbeddingTable& t);
 // Rows the table holds (EmbeddingTable::size on dev's stream; waits for it).
 int64_t table_rows_in_use(EmbeddingTable& t, const Device& dev);
+// A table in host memory marks its tier's parts on clock (HostTier::trace); others ignore it.
+void table_trace(EmbeddingTable& t, StreamClock* clock);
 // The EmbeddingTable config of one shard of a collection table: hashed with capacity_rows, or (direct.stride > 0)
 // a direct index of capacity_rows rows.
 EmbeddingTableConfig shard_config(const PlacedTableSetup& s, int64_t capacity_rows, const std::string& suffix,

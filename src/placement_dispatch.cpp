@@ -68,6 +68,7 @@ class DispatchTable : public PlacedTable {
   void load_rows(const TableRows& rows) override { table_load(shard_.table(), rows); }
   size_t memory_bytes() const override { return shard_.memory_bytes(); }
   int64_t rows_in_use() override { return table_rows_in_use(shard_.table(), ex_.device()); }
+  void trace(StreamClock* clock) override { table_trace(shard_.table(), clock); }
 
  private:
   Exchange& ex_;

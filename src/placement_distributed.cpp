@@ -121,6 +121,7 @@ class DistributedTable : public PlacedTable {
   void load_rows(const TableRows& rows) override { table_load(*table_, rows); }
   size_t memory_bytes() const override { return table_memory_bytes(*table_); }
   int64_t rows_in_use() override { return table_rows_in_use(*table_, ex_.device()); }
+  void trace(StreamClock* clock) override { table_trace(*table_, clock); }
 
  private:
   Exchange& ex_;

@@ -148,6 +148,10 @@ class HybridTable : public PlacedTable {
       for (int64_t k : hot_keys_) unused += owner_of_key(k, ex_.world()) == ex_.rank();
     return table_rows_in_use(*hot_table_, ex_.device()) + table_rows_in_use(cold_.table(), ex_.device()) - unused;
   }
+  void trace(StreamClock* clock) override {
+    table_trace(*hot_table_, clock);
+    table_trace(cold_.table(), clock);
+  }
 
  private:
   // This rank's hot keys (split_keys_[0, hot_)) in bags (offsets [bags + 1]), each key's gradient its bag's row

@@ -298,6 +298,9 @@ class LocalizedTable : public PlacedTable {
   }
   size_t memory_bytes() const override { return table_ ? table_memory_bytes(*table_) : 0; }
   int64_t rows_in_use() override { return table_ ? table_rows_in_use(*table_, ex_.device()) : 0; }
+  void trace(StreamClock* clock) override {
+    if (table_) table_trace(*table_, clock);
+  }
 
  private:
   static int tag_of_key(int64_t key) { return static_cast<int>(uint64_t(key) >> kKeyTagShift); }

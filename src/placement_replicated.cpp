@@ -73,6 +73,7 @@ class ReplicatedTable : public PlacedTable {
   void load_rows(const TableRows& rows) override { table_load(replica_.table(), rows); }
   size_t memory_bytes() const override { return replica_.memory_bytes(); }
   int64_t rows_in_use() override { return table_rows_in_use(replica_.table(), ex_.device()); }
+  void trace(StreamClock* clock) override { table_trace(replica_.table(), clock); }
 
  private:
   Exchange& ex_;
