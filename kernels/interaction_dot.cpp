@@ -102,55 +102,12 @@ void interaction_dot_backward_cpu(const InteractionDims& d, const float* dout, c
   }
 }
 
-namespace {
-// Calls f(b, e) for every sample b with e its S * dim embeddings widened exactly to fp32.
-template <class F>
-void for_each_sample_widened(const InteractionDims& d, const uint16_t* emb16, GemmType emb_t, F&& f) {
-  const HalfToFloat widen = half_to_float(emb_t);
-  const size_t n = size_t(d.slots) * d.dim;
-  std::vector<float> e(n);
-  for (int64_t b = 0; b < d.batch; ++b) {
-    for (size_t k = 0; k < n; ++k) e[k] = widen(emb16[size_t(b) * n + k]);
-    f(b, e.data());
-  }
-}
-
-// One sample's shape: batch 1, the same row pitch.
-InteractionDims one_sample(const InteractionDims& d) {
-  InteractionDims s = d;
-  s.batch = 1;
-  s.ld = interaction_dot_ld(d);
-  return s;
-}
-
-void check_half(const InteractionDims& d, GemmType t, const char* what) {
-  SPARTA_REQUIRE(is_half(t), "interaction '%s': %s needs bf16 or fp16, found %s", d.layer, what, gemm_type_name(t));
-}
-}  // namespace
-
-void interaction_dot_forward16_cpu(const InteractionDims& d, const float* bottom, const uint16_t* emb16,
-                                   GemmType emb_t, GemmType t, uint16_t* out16) {
-  const InteractionDims s = one_sample(d);
-  for_each_sample_widened(d, emb16, emb_t, [&](int64_t b, const float* e) {
-    interaction_dot_forward_cpu(s, bottom + b * d.dim, e, nullptr, t, out16 + b * s.ld);
-  });
-}
-
-void interaction_dot_backward16_cpu(const InteractionDims& d, const float* dout, const float* bottom,
-                                    const uint16_t* emb16, GemmType emb_t, float* dbottom, float* demb) {
-  const InteractionDims s = one_sample(d);
-  for_each_sample_widened(d, emb16, emb_t, [&](int64_t b, const float* e) {
-    interaction_dot_backward_cpu(s, dout + b * s.ld, bottom + b * d.dim, e, dbottom + b * d.dim,
-                                 demb + b * int64_t(d.slots) * d.dim);
-  });
-}
-
 void interaction_dot_forward(const Device& dev, const InteractionDims& d, const float* bottom, const float* emb,
                              float* out, Stream stream) {
   check_interaction_dims(d);
   if (!dev.is_cuda()) return interaction_dot_forward_cpu(d, bottom, emb, out);
 #if SPARTA_CUDA
-  interaction_dot_forward_cuda(d, bottom, emb, GemmType::f32, out, GemmType::f32, nullptr, stream);
+  interaction_dot_forward_cuda(d, bottom, emb, out, GemmType::f32, nullptr, stream);
 #else
   SPARTA_FATAL("interaction '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
 #endif
@@ -159,23 +116,11 @@ void interaction_dot_forward(const Device& dev, const InteractionDims& d, const 
 void interaction_dot_forward_half(const Device& dev, const InteractionDims& d, GemmType t, const float* bottom,
                                   const float* emb, uint16_t* out16, Stream stream) {
   check_interaction_dims(d);
-  check_half(d, t, "a 16-bit output");
+  SPARTA_REQUIRE(is_half(t), "interaction '%s': a 16-bit output needs bf16 or fp16, found %s", d.layer,
+                 gemm_type_name(t));
   if (!dev.is_cuda()) return interaction_dot_forward_cpu(d, bottom, emb, nullptr, t, out16);
 #if SPARTA_CUDA
-  interaction_dot_forward_cuda(d, bottom, emb, GemmType::f32, nullptr, t, out16, stream);
-#else
-  SPARTA_FATAL("interaction '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
-#endif
-}
-
-void interaction_dot_forward_half(const Device& dev, const InteractionDims& d, GemmType t, const float* bottom,
-                                  const uint16_t* emb16, GemmType emb_t, uint16_t* out16, Stream stream) {
-  check_interaction_dims(d);
-  check_half(d, t, "a 16-bit output");
-  check_half(d, emb_t, "16-bit embeddings");
-  if (!dev.is_cuda()) return interaction_dot_forward16_cpu(d, bottom, emb16, emb_t, t, out16);
-#if SPARTA_CUDA
-  interaction_dot_forward_cuda(d, bottom, emb16, emb_t, nullptr, t, out16, stream);
+  interaction_dot_forward_cuda(d, bottom, emb, nullptr, t, out16, stream);
 #else
   SPARTA_FATAL("interaction '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
 #endif
@@ -186,19 +131,7 @@ void interaction_dot_backward(const Device& dev, const InteractionDims& d, const
   check_interaction_dims(d);
   if (!dev.is_cuda()) return interaction_dot_backward_cpu(d, dout, bottom, emb, dbottom, demb);
 #if SPARTA_CUDA
-  interaction_dot_backward_cuda(d, dout, bottom, emb, GemmType::f32, dbottom, demb, stream);
-#else
-  SPARTA_FATAL("interaction '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
-#endif
-}
-
-void interaction_dot_backward(const Device& dev, const InteractionDims& d, const float* dout, const float* bottom,
-                              const uint16_t* emb16, GemmType emb_t, float* dbottom, float* demb, Stream stream) {
-  check_interaction_dims(d);
-  check_half(d, emb_t, "16-bit embeddings");
-  if (!dev.is_cuda()) return interaction_dot_backward16_cpu(d, dout, bottom, emb16, emb_t, dbottom, demb);
-#if SPARTA_CUDA
-  interaction_dot_backward_cuda(d, dout, bottom, emb16, emb_t, dbottom, demb, stream);
+  interaction_dot_backward_cuda(d, dout, bottom, emb, dbottom, demb, stream);
 #else
   SPARTA_FATAL("interaction '%s' on %s in a CUDA=0 build", d.layer, dev.name().c_str());
 #endif

@@ -9,13 +9,10 @@
 // forward each pair's dot product with one warp (lanes over dim, a shuffle reduction), the backward each element
 // of dT with one thread. The grid of the streamed and tiled kernels is the blocks that fit on the GPU at once.
 // Every sum has a fixed order: two runs give the same bits. The forward writes fp32 or 16 bits (one rounding of
-// the same fp32 value: half16.cuh's). The embeddings come in fp32 or 16 bits (In below): a 16-bit value is
-// widened exactly where it is read, and the sums are those of its fp32 value, so both give the same bits.
+// the same fp32 value: half16.cuh's).
 #include <cmath>
 #include <cstdint>
-#include <initializer_list>
 #include <string>
-#include <type_traits>
 
 #include "src/base/check.h"
 #include "kernels/half16.cuh"
@@ -40,35 +37,6 @@ struct OutHalf {
   uint16_t* p;
   __device__ __forceinline__ void put(int64_t i, float v) const { p[i] = H::bits(v); }
 };
-
-// Where the embeddings come from: fp32 values (T float), or the bits of the 16-bit type H (T uint16_t), widened
-// exactly. at(row, bottom, k) and at4(row, bottom, k) read element k (and k + 1 .. k + 3, k a multiple of 4) of
-// a row in shared memory that the streamed kernels' fetch_chunk filled: fp32 for the bottom output's row
-// (bottom true) and for fp32 embeddings, the 16-bit values in the first half of the row for 16-bit ones.
-struct InF32 {
-  using T = float;
-  static __device__ __forceinline__ float value(float x) { return x; }
-  static __device__ __forceinline__ float at(const float* row, bool, int k) { return row[k]; }
-  static __device__ __forceinline__ float4 at4(const float* row, bool, int k) {
-    return *reinterpret_cast<const float4*>(row + k);
-  }
-};
-template <class H>
-struct InHalf {
-  using T = uint16_t;
-  static __device__ __forceinline__ float value(uint16_t b) { return H::value(b); }
-  static __device__ __forceinline__ float at(const float* row, bool bottom, int k) {
-    return bottom ? row[k] : H::value(reinterpret_cast<const uint16_t*>(row)[k]);
-  }
-  static __device__ __forceinline__ float4 at4(const float* row, bool bottom, int k) {
-    if (bottom) return *reinterpret_cast<const float4*>(row + k);
-    const uint2 v = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint16_t*>(row) + k);  // 8-byte aligned
-    return make_float4(H::value(uint16_t(v.x)), H::value(uint16_t(v.x >> 16)), H::value(uint16_t(v.y)),
-                       H::value(uint16_t(v.y >> 16)));
-  }
-};
-template <class In>
-constexpr bool kIsF32 = std::is_same<In, InF32>::value;
 }  // namespace
 
 // ----------------------------------------------------------------------------
@@ -82,20 +50,19 @@ __device__ __forceinline__ void pair_of(int p, int& i, int& j) {
   j = p - i * (i - 1) / 2;
 }
 
-// Copies sample b's vectors into t [(S+1) * dim] (the embeddings widened to fp32).
-template <class In>
-__device__ __forceinline__ void load_sample(float* t, const float* bottom, const typename In::T* emb, int64_t b,
-                                            int slots, int dim) {
+// Copies sample b's vectors into t [(S+1) * dim].
+__device__ __forceinline__ void load_sample(float* t, const float* bottom, const float* emb, int64_t b, int slots,
+                                            int dim) {
   const float* bot = bottom + b * dim;
-  const typename In::T* em = emb + b * int64_t(slots) * dim;
+  const float* em = emb + b * int64_t(slots) * dim;
   for (int k = threadIdx.x; k < dim; k += blockDim.x) t[k] = bot[k];
-  for (int k = threadIdx.x; k < slots * dim; k += blockDim.x) t[dim + k] = In::value(em[k]);
+  for (int k = threadIdx.x; k < slots * dim; k += blockDim.x) t[dim + k] = em[k];
 }
 
-template <class Out, class In>
+template <class Out>
 __global__ void __launch_bounds__(kBlock)
-    interaction_forward_kernel(const float* bottom,           // [batch, dim]
-                               const typename In::T* emb,     // [batch, slots, dim]
+    interaction_forward_kernel(const float* bottom,  // [batch, dim]
+                               const float* emb,     // [batch, slots, dim]
                                Out out,              // [batch, ld]
                                int64_t batch, int slots, int dim, int64_t width, int64_t ld) {
   extern __shared__ float t[];  // [(slots + 1) * dim]
@@ -103,7 +70,7 @@ __global__ void __launch_bounds__(kBlock)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
   for (int64_t b = blockIdx.x; b < batch; b += gridDim.x) {
     __syncthreads();  // the previous sample's reads are done
-    load_sample<In>(t, bottom, emb, b, slots, dim);
+    load_sample(t, bottom, emb, b, slots, dim);
     __syncthreads();
     const int64_t o = b * ld;
     for (int k = threadIdx.x; k < dim; k += blockDim.x) out.put(o + k, t[k]);
@@ -122,11 +89,10 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-template <class In>
 __global__ void __launch_bounds__(kBlock)
-    interaction_backward_kernel(const float* dout,           // [batch, ld]
-                                const float* bottom,         // [batch, dim]
-                                const typename In::T* emb,   // [batch, slots, dim]
+    interaction_backward_kernel(const float* dout,    // [batch, ld]
+                                const float* bottom,  // [batch, dim]
+                                const float* emb,     // [batch, slots, dim]
                                 float* dbottom,       // [batch, dim]
                                 float* demb,          // [batch, slots, dim]
                                 int64_t batch, int slots, int dim, int64_t ld) {
@@ -135,7 +101,7 @@ __global__ void __launch_bounds__(kBlock)
   float* dz = t + n * dim;
   for (int64_t b = blockIdx.x; b < batch; b += gridDim.x) {
     __syncthreads();
-    load_sample<In>(t, bottom, emb, b, slots, dim);
+    load_sample(t, bottom, emb, b, slots, dim);
     const float* g = dout + b * ld;
     for (int p = threadIdx.x; p < pairs; p += blockDim.x) dz[p] = g[dim + p];
     __syncthreads();
@@ -231,31 +197,24 @@ __device__ __forceinline__ void copy_async_wait_all_but_last() {
 
 // Starts copying sample b's vectors into t (row stride ld; columns dim .. ld - 1 untouched) and, when g_src,
 // the row g_src [width] into g; commits them as one group, an empty one when b >= batch. kVec: 16 bytes a copy
-// (dim and ld multiples of 4, bottom and emb 16-byte aligned), else 4. 16-bit embeddings are loaded and widened
-// into t at once (no cp.async: it cannot widen), the bottom row copied as above; this path (S + 1 > 32) is not
-// the model's.
-template <bool kVec, class In>
-__device__ __forceinline__ void fetch_sample(float* t, int ld, const float* bottom, const typename In::T* emb,
-                                             int64_t b, int64_t batch, int slots, int dim,
-                                             const float* g_src = nullptr, float* g = nullptr, int64_t width = 0) {
+// (dim and ld multiples of 4, bottom and emb 16-byte aligned), else 4.
+template <bool kVec>
+__device__ __forceinline__ void fetch_sample(float* t, int ld, const float* bottom, const float* emb, int64_t b,
+                                             int64_t batch, int slots, int dim, const float* g_src = nullptr,
+                                             float* g = nullptr, int64_t width = 0) {
   if (b < batch) {
     const float* bot = bottom + b * dim;
-    const typename In::T* em = emb + b * int64_t(slots) * dim;
-    const int step = kVec ? 4 : 1, per_row = dim / step, total = (kIsF32<In> ? slots + 1 : 1) * per_row;
+    const float* em = emb + b * int64_t(slots) * dim;
+    const int step = kVec ? 4 : 1, per_row = dim / step, total = (slots + 1) * per_row;
     int row = int(threadIdx.x) / per_row, c = int(threadIdx.x) - row * per_row;  // element e = row, column c * step
     for (int e = threadIdx.x; e < total; e += blockDim.x) {
       const int k = c * step;
       float* dst = t + row * ld + k;
-      const float* src = row == 0 ? bot + k : reinterpret_cast<const float*>(em) + (e - per_row) * step;
+      const float* src = row == 0 ? bot + k : em + (e - per_row) * step;
       if (kVec) copy_async16(dst, src);
       else copy_async4(dst, src);
       for (c += blockDim.x; c >= per_row; c -= per_row) ++row;
     }
-    if (!kIsF32<In>)
-      for (int e = threadIdx.x; e < slots * dim; e += blockDim.x) {
-        const int row = e / dim;
-        t[(row + 1) * ld + (e - row * dim)] = In::value(em[e]);
-      }
     if (g_src)
       for (int e = threadIdx.x; e < width; e += blockDim.x) copy_async4(g + e, g_src + e);
   }
@@ -270,9 +229,9 @@ __device__ __forceinline__ void tile_of(int tile, int& bi, int& bj) {
   bj = tile - bi * (bi + 1) / 2;
 }
 
-template <class Out, class In>
+template <class Out>
 __global__ void __launch_bounds__(kTiledBlock)
-    interaction_forward_tiled_kernel(const float* __restrict__ bottom, const typename In::T* __restrict__ emb, Out out,
+    interaction_forward_tiled_kernel(const float* __restrict__ bottom, const float* __restrict__ emb, Out out,
                                      int64_t batch, int slots, int dim, int64_t width, int64_t ld_out, int nb,
                                      int ld) {
   extern __shared__ __align__(16) float smem[];
@@ -280,12 +239,12 @@ __global__ void __launch_bounds__(kTiledBlock)
   const int t_floats = 4 * nb * ld;
   float* part = smem + 2 * t_floats;  // [items][kPartStride], after the two buffers [4 nb][ld]
   for (int e = threadIdx.x + n * ld; e < t_floats; e += blockDim.x) smem[e] = smem[t_floats + e] = 0.f;  // rows past n
-  fetch_sample<false, In>(smem, ld, bottom, emb, blockIdx.x, batch, slots, dim);
+  fetch_sample<false>(smem, ld, bottom, emb, blockIdx.x, batch, slots, dim);
   int cur = 0;
   for (int64_t b = blockIdx.x; b < batch; b += gridDim.x, cur ^= 1) {
     const float* t = smem + cur * t_floats;
     __syncthreads();  // the previous sample's reads of the other buffer and of part are done
-    fetch_sample<false, In>(smem + (cur ^ 1) * t_floats, ld, bottom, emb, b + gridDim.x, batch, slots, dim);
+    fetch_sample<false>(smem + (cur ^ 1) * t_floats, ld, bottom, emb, b + gridDim.x, batch, slots, dim);
     copy_async_wait_all_but_last();  // this thread's copies of sample b have landed
     __syncthreads();                 // and every thread's
     for (int w = threadIdx.x; w < items; w += blockDim.x) {
@@ -333,8 +292,8 @@ __global__ void __launch_bounds__(kTiledBlock)
 
 // The backward's register tile: rows i0 .. i0 + kRowsPerItem of dT at columns k0 .. k0 + 3. It starts at the
 // identity term (dout's bottom columns, in the first tile only: first != nullptr, valid of them in range) and adds
-// dZ[j, i] T[j, k] for j in order, from tv (T's row j at the tile's 4 columns) and dzt (dZ^T's row j, already
-// offset to the tile).
+// dZ[j, i] T[j, k] for j in order, from t (T's row j at t + j * t_ld) and dzt (dZ^T's row j at dzt + j * dz_ld),
+// both already offset to the tile.
 __device__ __forceinline__ void dt_tile_start(float (&acc)[kRowsPerItem][4], const float* first, int valid) {
 #pragma unroll
   for (int a = 0; a < kRowsPerItem; ++a)
@@ -345,7 +304,8 @@ __device__ __forceinline__ void dt_tile_start(float (&acc)[kRowsPerItem][4], con
     for (int e = 0; e < 4; ++e) acc[0][e] = e < valid ? first[e] : 0.f;
   }
 }
-__device__ __forceinline__ void dt_tile_add(float (&acc)[kRowsPerItem][4], float4 tv, const float* dzt) {
+__device__ __forceinline__ void dt_tile_add(float (&acc)[kRowsPerItem][4], const float* t, const float* dzt) {
+  const float4 tv = *reinterpret_cast<const float4*>(t);
   const float4 z0 = *reinterpret_cast<const float4*>(dzt);
   const float4 z1 = *reinterpret_cast<const float4*>(dzt + 4);
   const float zs[kRowsPerItem] = {z0.x, z0.y, z0.z, z0.w, z1.x, z1.y, z1.z, z1.w};
@@ -356,10 +316,10 @@ __device__ __forceinline__ void dt_tile_add(float (&acc)[kRowsPerItem][4], float
     for (int e = 0; e < 4; ++e) acc[a][e] = fmaf(zs[a], ts[e], acc[a][e]);
 }
 
-template <bool kVec, class In>
+template <bool kVec>
 __global__ void __launch_bounds__(kTiledBlock)
     interaction_backward_tiled_kernel(const float* __restrict__ dout, const float* __restrict__ bottom,
-                                      const typename In::T* __restrict__ emb, float* __restrict__ dbottom,
+                                      const float* __restrict__ emb, float* __restrict__ dbottom,
                                       float* __restrict__ demb, int64_t batch, int slots, int dim, int64_t width,
                                       int64_t ld_dout, int ni, int ld) {
   extern __shared__ __align__(16) float smem[];  // float4 reads: ld and ni are multiples of 4
@@ -373,16 +333,15 @@ __global__ void __launch_bounds__(kTiledBlock)
     const int at = (e / (ld - dim)) * ld + dim + e % (ld - dim);
     smem[at] = smem[t_floats + at] = 0.f;
   }
-  fetch_sample<kVec, In>(smem, ld, bottom, emb, blockIdx.x, batch, slots, dim, dout + blockIdx.x * ld_dout, gs,
-                         width);
+  fetch_sample<kVec>(smem, ld, bottom, emb, blockIdx.x, batch, slots, dim, dout + blockIdx.x * ld_dout, gs, width);
   int cur = 0;
   for (int64_t b = blockIdx.x; b < batch; b += gridDim.x, cur ^= 1) {
     const float* t = smem + cur * t_floats;
     const float* g = gs + cur * width;
     __syncthreads();  // the previous sample's reads of the other buffers and of dzt are done
     const int64_t next = b + gridDim.x;
-    fetch_sample<kVec, In>(smem + (cur ^ 1) * t_floats, ld, bottom, emb, next, batch, slots, dim,
-                           dout + next * ld_dout, gs + (cur ^ 1) * width, width);
+    fetch_sample<kVec>(smem + (cur ^ 1) * t_floats, ld, bottom, emb, next, batch, slots, dim, dout + next * ld_dout,
+                 gs + (cur ^ 1) * width, width);
     copy_async_wait_all_but_last();
     __syncthreads();
     for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
@@ -397,7 +356,7 @@ __global__ void __launch_bounds__(kTiledBlock)
       const int grp = w / quads, k0 = (w - grp * quads) * 4, i0 = grp * kRowsPerItem;
       float acc[kRowsPerItem][4];
       dt_tile_start(acc, i0 == 0 ? g + k0 : nullptr, dim - k0);
-      for (int j = 0; j < n; ++j) dt_tile_add(acc, InF32::at4(t + j * ld, true, k0), dzt + j * ni + i0);
+      for (int j = 0; j < n; ++j) dt_tile_add(acc, t + j * ld + k0, dzt + j * ni + i0);
 #pragma unroll
       for (int a = 0; a < kRowsPerItem; ++a) {
         const int i = i0 + a;
@@ -483,45 +442,25 @@ __device__ __forceinline__ void copy_async_wait() {
 
 // One warp starts copying columns c0 .. min(c0 + kChunk, dim) - 1 of sample b's n vectors into stage [n][kChunkLd]
 // (the other columns untouched). kVec: 16 bytes a copy (dim a multiple of 4, bottom and emb 16-byte aligned).
-// 16-bit embeddings: their bits into the first half of their rows (In::at widens them where they are read), 16
-// bytes a copy with kVec (dim then a multiple of 8); without, loaded and stored at once (cp.async copies 4 bytes
-// at least), only for dims and addresses the 16-byte copies do not fit.
-template <bool kVec, class In>
-__device__ __forceinline__ void fetch_chunk(float* stage, const float* bottom, const typename In::T* emb, int64_t b,
-                                            int n, int dim, int c0, int lane) {
+template <bool kVec>
+__device__ __forceinline__ void fetch_chunk(float* stage, const float* bottom, const float* emb, int64_t b, int n,
+                                            int dim, int c0, int lane) {
   const float* bot = bottom + b * dim + c0;
-  const typename In::T* em = emb + b * (n - 1) * int64_t(dim) + c0;  // row r >= 1 at em + (r - 1) dim
-  if (!kIsF32<In>) {
-    uint16_t* s16 = reinterpret_cast<uint16_t*>(stage);  // row r at s16 + 2 r kChunkLd
-    const uint16_t* e16 = reinterpret_cast<const uint16_t*>(em);
-    if (kVec) {
-      if (lane < 8 && c0 + 4 * lane < dim) copy_async16(stage + 4 * lane, bot + 4 * lane);
-      const int k = 8 * (lane & 3);
-      if (c0 + k < dim)
-        for (int r = 1 + (lane >> 2); r < n; r += 8)
-          copy_async16(reinterpret_cast<float*>(s16 + 2 * r * kChunkLd + k),
-                       reinterpret_cast<const float*>(e16 + (r - 1) * int64_t(dim) + k));
-    } else if (c0 + lane < dim) {
-      copy_async4(stage + lane, bot + lane);
-      for (int r = 1; r < n; ++r) s16[2 * r * kChunkLd + lane] = e16[(r - 1) * int64_t(dim) + lane];
-    }
-    return;
-  }
-  const float* emf = reinterpret_cast<const float*>(em);
+  const float* em = emb + b * (n - 1) * int64_t(dim) + c0;  // row r >= 1 at em + (r - 1) dim
   if (kVec) {
     const int k = 4 * (lane & 7);
     if (c0 + k < dim)
       for (int r = lane >> 3; r < n; r += 4)
-        copy_async16(stage + r * kChunkLd + k, (r == 0 ? bot : emf + (r - 1) * int64_t(dim)) + k);
+        copy_async16(stage + r * kChunkLd + k, (r == 0 ? bot : em + (r - 1) * int64_t(dim)) + k);
   } else if (c0 + lane < dim) {
     for (int r = 0; r < n; ++r)
-      copy_async4(stage + r * kChunkLd + lane, (r == 0 ? bot : emf + (r - 1) * int64_t(dim)) + lane);
+      copy_async4(stage + r * kChunkLd + lane, (r == 0 ? bot : em + (r - 1) * int64_t(dim)) + lane);
   }
 }
 
-template <class Out, class In, bool kVec>
+template <class Out, bool kVec>
 __global__ void __launch_bounds__(kFwdWarps * 32, 1)
-    interaction_forward_mma_kernel(const float* __restrict__ bottom, const typename In::T* __restrict__ emb, Out out,
+    interaction_forward_mma_kernel(const float* __restrict__ bottom, const float* __restrict__ emb, Out out,
                                    int64_t batch, int slots, int dim, int64_t width, int64_t ld_out) {
   extern __shared__ __align__(16) float smem[];  // per warp kFwdStages stages [n][kChunkLd], then the pairs
   const int n = slots + 1, pairs = n * slots / 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2,
@@ -535,7 +474,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32, 1)
   int64_t fb = first;  // the next unit to fetch: its sample, chunk and stage
   int fc = 0, fs = 0;
   auto fetch = [&] {  // that unit into its stage, committed as one group (empty past the last)
-    if (fb < batch) fetch_chunk<kVec, In>(stages + fs * stage_floats, bottom, emb, fb, n, dim, fc * kChunk, lane);
+    if (fb < batch) fetch_chunk<kVec>(stages + fs * stage_floats, bottom, emb, fb, n, dim, fc * kChunk, lane);
     copy_async_commit();
     if (++fc == chunks) fc = 0, fb += stride;
     if (++fs == kFwdStages) fs = 0;
@@ -543,7 +482,6 @@ __global__ void __launch_bounds__(kFwdWarps * 32, 1)
   int rows[4];  // where this lane's fragment rows 8 r + g start, clamped to the sample's rows
 #pragma unroll
   for (int r = 0; r < 4; ++r) rows[r] = min(8 * r + g, n - 1) * kChunkLd;
-  const bool bottom_row = g == 0;  // rows[0] is row 0, the bottom output's
 #pragma unroll
   for (int u = 0; u < kFwdStages - 1; ++u) fetch();
   // the lower triangle's tiles q = (m, j): m-tile 0 (rows 0-15) with n-tiles 0, 1; m-tile 1 (rows 16-31)
@@ -571,8 +509,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32, 1)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int k = ks * 8 + tq + 4 * h;
-          // a 16-bit value is a TF32 one already: lo is 0 and the three products are its exact one
-          const float x = c0 + k < dim ? In::at(t + rows[r], r == 0 && bottom_row, k) : 0.f;
+          const float x = c0 + k < dim ? t[rows[r] + k] : 0.f;
           hi[r][h] = tf32_of(x);
           lo[r][h] = tf32_of(x - __uint_as_float(hi[r][h]));
         }
@@ -606,10 +543,10 @@ __global__ void __launch_bounds__(kFwdWarps * 32, 1)
   copy_async_wait<0>();  // no copy outlives the block (only empty groups remain)
 }
 
-template <class In, bool kVec>
+template <bool kVec>
 __global__ void __launch_bounds__(kBwdWarps * 32, 1)
     interaction_backward_stream_kernel(const float* __restrict__ dout, const float* __restrict__ bottom,
-                                       const typename In::T* __restrict__ emb, float* __restrict__ dbottom,
+                                       const float* __restrict__ emb, float* __restrict__ dbottom,
                                        float* __restrict__ demb, int64_t batch, int slots, int dim,
                                        int64_t ld_dout) {
   extern __shared__ __align__(16) float smem[];  // per warp kBwdStages stages, then dZ^T [n][32]
@@ -627,7 +564,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1)
     if (fb < batch) {
       const int c0 = fc * kChunk;
       float* st = stages + fs * stage_floats;
-      fetch_chunk<kVec, In>(st, bottom, emb, fb, n, dim, c0, lane);
+      fetch_chunk<kVec>(st, bottom, emb, fb, n, dim, c0, lane);
       const float* g = dout + fb * ld_dout;
       if (c0 + lane < dim) copy_async4(st + n * kChunkLd + lane, g + c0 + lane);
       if (c0 == 0)
@@ -662,7 +599,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32, 1)
     dt_tile_start(acc, i0 == 0 ? t + n * kChunkLd + k0 : nullptr, dim - c0 - k0);
 #pragma unroll 4
     for (int j = 0; j < n; ++j)  // unrolled: the next steps' shared loads issued ahead of this step's FMAs
-      dt_tile_add(acc, In::at4(t + j * kChunkLd, j == 0, k0), dzt + j * kStreamMaxRows + i0);
+      dt_tile_add(acc, t + j * kChunkLd + k0, dzt + j * kStreamMaxRows + i0);
     const int k = c0 + k0;
     const int64_t row0 = (b * slots + i0 - 1) * int64_t(dim) + k;  // demb's row i >= 1 at row0 + (i - i0) dim
 #pragma unroll
@@ -731,17 +668,8 @@ int stream_grid(Kernel kernel, const InteractionDims& d, int warps, size_t smem,
   return resident_grid(kernel, (d.batch + warps - 1) / warps, warps * 32, smem);
 }
 
-// Whether the 16-byte copies fit: dim a multiple of 4 fp32 values or 8 16-bit ones, every array 16-byte aligned.
-template <class In>
-bool vec_fits(int dim, std::initializer_list<const void*> arrays) {
-  if (dim % (kIsF32<In> ? 4 : 8) != 0) return false;
-  for (const void* p : arrays)
-    if (!aligned16(p)) return false;
-  return true;
-}
-
-template <class Out, class In>
-void forward_with(const InteractionDims& d, const float* bottom, const typename In::T* emb, Out out, Stream stream) {
+template <class Out>
+void forward_with(const InteractionDims& d, const float* bottom, const float* emb, Out out, Stream stream) {
   const int64_t width = interaction_dot_width(d.slots, d.dim), ld = interaction_dot_ld(d);
   const std::string path = interaction_dot_forward_path(d.slots, d.dim);
   if (path == "tensor") {
@@ -753,37 +681,41 @@ void forward_with(const InteractionDims& d, const float* bottom, const typename 
       kernel<<<grid, kFwdWarps * 32, smem, stream>>>(bottom, emb, out, d.batch, d.slots, d.dim, width, ld);
       CUDA_CHECK_LAUNCH("interaction_forward_mma_kernel");
     };
-    if (vec_fits<In>(d.dim, {bottom, emb}))
-      launch(interaction_forward_mma_kernel<Out, In, true>);
+    if (d.dim % 4 == 0 && aligned16(bottom) && aligned16(emb))
+      launch(interaction_forward_mma_kernel<Out, true>);
     else
-      launch(interaction_forward_mma_kernel<Out, In, false>);
+      launch(interaction_forward_mma_kernel<Out, false>);
     return;
   }
   const ForwardLayout l = forward_layout(d.slots, d.dim);
   SPARTA_ASSERT(l.bytes() == interaction_dot_tiled_smem(d.slots, d.dim, false), "interaction: tiled layout");
   if (path == "tiled") {
     SPARTA_ASSERT(l.bytes() <= kTiledSmemLimit, "interaction: tiled layout");
-    auto kernel = interaction_forward_tiled_kernel<Out, In>;
-    const int grid = resident_grid(kernel, d.batch, kTiledBlock, l.bytes());
-    kernel<<<grid, kTiledBlock, l.bytes(), stream>>>(bottom, emb, out, d.batch, d.slots, d.dim, width, ld, l.nb, l.ld);
+    const int grid = resident_grid(interaction_forward_tiled_kernel<Out>, d.batch, kTiledBlock, l.bytes());
+    interaction_forward_tiled_kernel<Out><<<grid, kTiledBlock, l.bytes(), stream>>>(bottom, emb, out, d.batch, d.slots,
+                                                                                     d.dim, width, ld, l.nb, l.ld);
     CUDA_CHECK_LAUNCH("interaction_forward_tiled_kernel");
     return;
   }
   const size_t smem = size_t(d.slots + 1) * d.dim * sizeof(float);
-  auto kernel = interaction_forward_kernel<Out, In>;
-  const int grid = prepare(kernel, d, smem, "the forward");
-  kernel<<<grid, kBlock, smem, stream>>>(bottom, emb, out, d.batch, d.slots, d.dim, width, ld);
+  const int grid = prepare(interaction_forward_kernel<Out>, d, smem, "the forward");
+  interaction_forward_kernel<Out><<<grid, kBlock, smem, stream>>>(bottom, emb, out, d.batch, d.slots, d.dim, width, ld);
   CUDA_CHECK_LAUNCH("interaction_forward_kernel");
 }
 
-template <class In>
-void backward_with(const InteractionDims& d, const float* dout, const float* bottom, const typename In::T* emb,
-                   float* dbottom, float* demb, Stream stream) {
+}  // namespace
+
+void interaction_dot_forward_cuda(const InteractionDims& d, const float* bottom, const float* emb, float* out,
+                                  GemmType t, uint16_t* out16, Stream stream) {
+  if (d.batch == 0) return;
+  if (!out16) return forward_with(d, bottom, emb, OutF32{out}, stream);
+  dense::with_half(t, [&](auto h) { forward_with(d, bottom, emb, OutHalf<decltype(h)>{out16}, stream); });
+}
+
+void interaction_dot_backward_cuda(const InteractionDims& d, const float* dout, const float* bottom,
+                                   const float* emb, float* dbottom, float* demb, Stream stream) {
+  if (d.batch == 0) return;
   const int64_t width = interaction_dot_width(d.slots, d.dim), ld = interaction_dot_ld(d);
-  // the 16-byte copies of the streamed kernels (fp32 embeddings: of the tiled ones too; 16-bit ones: the
-  // bottom's there) and the float4 stores of dbottom and demb
-  const bool stream_vec = vec_fits<In>(d.dim, {bottom, emb, dbottom, demb});
-  const bool tiled_vec = vec_fits<InF32>(d.dim, {bottom, dbottom, demb}) && (!kIsF32<In> || aligned16(emb));
   if (d.slots + 1 <= kStreamMaxRows) {
     const size_t smem = bwd_stream_bytes(d.slots + 1);
     auto launch = [&](auto kernel) {
@@ -791,10 +723,10 @@ void backward_with(const InteractionDims& d, const float* dout, const float* bot
       kernel<<<grid, kBwdWarps * 32, smem, stream>>>(dout, bottom, emb, dbottom, demb, d.batch, d.slots, d.dim, ld);
       CUDA_CHECK_LAUNCH("interaction_backward_stream_kernel");
     };
-    if (stream_vec)
-      launch(interaction_backward_stream_kernel<In, true>);
+    if (d.dim % 4 == 0 && aligned16(bottom) && aligned16(emb) && aligned16(dbottom) && aligned16(demb))
+      launch(interaction_backward_stream_kernel<true>);
     else
-      launch(interaction_backward_stream_kernel<In, false>);
+      launch(interaction_backward_stream_kernel<false>);
     return;
   }
   const BackwardLayout l = backward_layout(d.slots, d.dim);
@@ -806,55 +738,18 @@ void backward_with(const InteractionDims& d, const float* dout, const float* bot
                                                        width, ld, l.ni, l.ld);
       CUDA_CHECK_LAUNCH("interaction_backward_tiled_kernel");
     };
-    if (tiled_vec)
-      launch(interaction_backward_tiled_kernel<true, In>);
+    if (d.dim % 4 == 0 && aligned16(bottom) && aligned16(emb) && aligned16(dbottom) && aligned16(demb))
+      launch(interaction_backward_tiled_kernel<true>);
     else
-      launch(interaction_backward_tiled_kernel<false, In>);
+      launch(interaction_backward_tiled_kernel<false>);
     return;
   }
   const size_t pairs = size_t(d.slots + 1) * d.slots / 2;
   const size_t smem = (size_t(d.slots + 1) * d.dim + pairs) * sizeof(float);
-  auto kernel = interaction_backward_kernel<In>;
-  const int grid = prepare(kernel, d, smem, "the backward");
-  kernel<<<grid, kBlock, smem, stream>>>(dout, bottom, emb, dbottom, demb, d.batch, d.slots, d.dim, ld);
+  const int grid = prepare(interaction_backward_kernel, d, smem, "the backward");
+  interaction_backward_kernel<<<grid, kBlock, smem, stream>>>(dout, bottom, emb, dbottom, demb, d.batch, d.slots,
+                                                              d.dim, ld);
   CUDA_CHECK_LAUNCH("interaction_backward_kernel");
-}
-
-// Calls f(InF32{}), f(InHalf<Bf16>{}) or f(InHalf<F16>{}) as emb_t says.
-template <class F>
-void with_input(GemmType emb_t, F&& f) {
-  if (emb_t == GemmType::f32) return f(InF32{});
-  dense::with_half(emb_t, [&](auto h) { f(InHalf<decltype(h)>{}); });
-}
-
-}  // namespace
-
-void interaction_dot_forward_cuda(const InteractionDims& d, const float* bottom, const void* emb, GemmType emb_t,
-                                  float* out, GemmType t, uint16_t* out16, Stream stream) {
-  if (d.batch == 0) return;
-  if (emb_t == GemmType::f32) {
-    const float* e = static_cast<const float*>(emb);
-    if (!out16) return forward_with<OutF32, InF32>(d, bottom, e, OutF32{out}, stream);
-    return dense::with_half(t,
-                            [&](auto h) { forward_with<OutHalf<decltype(h)>, InF32>(d, bottom, e, {out16}, stream); });
-  }
-  // 16-bit embeddings: 16-bit outputs only (the 16-bit model's)
-  SPARTA_ASSERT(out16, "interaction: 16-bit embeddings with an fp32 output");
-  const uint16_t* e = static_cast<const uint16_t*>(emb);
-  dense::with_half(t, [&](auto h) {
-    dense::with_half(emb_t, [&](auto eh) {
-      forward_with<OutHalf<decltype(h)>, InHalf<decltype(eh)>>(d, bottom, e, {out16}, stream);
-    });
-  });
-}
-
-void interaction_dot_backward_cuda(const InteractionDims& d, const float* dout, const float* bottom,
-                                   const void* emb, GemmType emb_t, float* dbottom, float* demb, Stream stream) {
-  if (d.batch == 0) return;
-  with_input(emb_t, [&](auto in) {
-    using In = decltype(in);
-    backward_with<In>(d, dout, bottom, static_cast<const typename In::T*>(emb), dbottom, demb, stream);
-  });
 }
 
 }  // namespace sparta

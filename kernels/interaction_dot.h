@@ -18,11 +18,7 @@
 // 16-bit training: the top MLP's first GEMM reads the interaction's output as 16 bits in rows padded to a
 // multiple of 8 (dense_mlp.h), and its data gradient comes back in rows of that pitch. So the forward can write
 // the 16-bit copy alone (interaction_dot_forward_half: the fp32 values rounded to nearest even once, the bits a
-// separate to_half_padded pass of the fp32 output gives), and the output and dout take a row pitch (ld). The
-// embeddings may come as 16-bit values too (the collection's 16-bit output: half the bytes the interaction reads
-// twice a step): each widened exactly to fp32, then the same sums, so the results are the fp32 launchers' on the
-// widened values (cuda: bit for bit, as TF32's split of a bf16 or f16 value is exact; the bottom output stays
-// fp32 and is not rounded).
+// separate to_half_padded pass of the fp32 output gives), and the output and dout take a row pitch (ld).
 // Every launcher takes the stream it runs on last (cuda: asynchronous on it; cpu: runs on the calling thread).
 #pragma once
 
@@ -61,29 +57,15 @@ void interaction_dot_forward(const Device& dev, const InteractionDims& d, const 
 void interaction_dot_forward_half(const Device& dev, const InteractionDims& d, GemmType t, const float* bottom,
                                   const float* emb, uint16_t* out16, Stream stream);
 
-// The same with the embeddings emb16 [batch, S, dim] in the 16-bit type emb_t (bf16 or f16; throws sparta::Error
-// naming the layer otherwise): interaction_dot_forward_half's bits for emb their values widened to fp32.
-void interaction_dot_forward_half(const Device& dev, const InteractionDims& d, GemmType t, const float* bottom,
-                                  const uint16_t* emb16, GemmType emb_t, uint16_t* out16, Stream stream);
-
 // dout [batch, ld] (columns width .. ld - 1 not read) → dbottom [batch, dim], demb [batch, S, dim] (overwritten)
 void interaction_dot_backward(const Device& dev, const InteractionDims& d, const float* dout, const float* bottom,
                               const float* emb, float* dbottom, float* demb, Stream stream);
-// The same with the embeddings emb16 in the 16-bit type emb_t (as interaction_dot_forward_half's); the gradients
-// stay fp32: interaction_dot_backward's for emb the widened values.
-void interaction_dot_backward(const Device& dev, const InteractionDims& d, const float* dout, const float* bottom,
-                              const uint16_t* emb16, GemmType emb_t, float* dbottom, float* demb, Stream stream);
 
 // out16 == nullptr: out in fp32; otherwise out16 in t (out unused).
 void interaction_dot_forward_cpu(const InteractionDims& d, const float* bottom, const float* emb, float* out,
                                  GemmType t = GemmType::f32, uint16_t* out16 = nullptr);
 void interaction_dot_backward_cpu(const InteractionDims& d, const float* dout, const float* bottom,
                                   const float* emb, float* dbottom, float* demb);
-// The cpu reference with 16-bit embeddings: each sample's widened exactly (emb_t bf16 or f16), then the sums above.
-void interaction_dot_forward16_cpu(const InteractionDims& d, const float* bottom, const uint16_t* emb16,
-                                   GemmType emb_t, GemmType t, uint16_t* out16);
-void interaction_dot_backward16_cpu(const InteractionDims& d, const float* dout, const float* bottom,
-                                    const uint16_t* emb16, GemmType emb_t, float* dbottom, float* demb);
 // Bytes of shared memory a block of the tiled cuda kernels takes (backward or forward); where S + 1 > 32 they run
 // where this is at most 48 KiB (interaction_dot_forward_path), the general kernels elsewhere.
 size_t interaction_dot_tiled_smem(int slots, int dim, bool backward);
@@ -93,11 +75,10 @@ size_t interaction_dot_tiled_smem(int slots, int dim, bool backward);
 // S + 1 <= 32, else the tiled or general one as interaction_dot_tiled_smem(backward) says.
 const char* interaction_dot_forward_path(int slots, int dim);
 
-// emb [batch, S, dim] of emb_t (f32: floats; bf16, f16: their bits). Throws sparta::Error naming the layer when
-// the sample's vectors do not fit in a block's shared memory.
-void interaction_dot_forward_cuda(const InteractionDims& d, const float* bottom, const void* emb, GemmType emb_t,
-                                  float* out, GemmType t, uint16_t* out16, Stream stream);
+// Throws sparta::Error naming the layer when the sample's vectors do not fit in a block's shared memory.
+void interaction_dot_forward_cuda(const InteractionDims& d, const float* bottom, const float* emb, float* out,
+                                  GemmType t, uint16_t* out16, Stream stream);
 void interaction_dot_backward_cuda(const InteractionDims& d, const float* dout, const float* bottom,
-                                   const void* emb, GemmType emb_t, float* dbottom, float* demb, Stream stream);
+                                   const float* emb, float* dbottom, float* demb, Stream stream);
 
 }  // namespace sparta

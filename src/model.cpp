@@ -227,34 +227,22 @@ uint16_t* DenseModel::x0_half() { return cross_ ? cross_->input16() : nullptr; }
 
 const float* DenseModel::forward(const float* params, const float* dense, const float* emb, int64_t batch,
                                  int64_t train_step) {
-  return forward_any(params, dense, emb, nullptr, false, batch, train_step);
-}
-
-bool DenseModel::emb16_fits(const ModelConfig& cfg) {
-  return cfg.interaction == Interaction::dot && is_half(cfg.precision);
-}
-
-const float* DenseModel::forward_emb16(const float* params, const float* dense, const uint16_t* emb16, int64_t batch,
-                                       int64_t train_step) {
-  SPARTA_REQUIRE(emb16_fits(cfg_), "model: 16-bit embeddings need a dot model in bf16 or fp16, found %s",
-                 cfg_.describe().c_str());
-  return forward_any(params, dense, nullptr, emb16, false, batch, train_step);
+  return forward_any(params, dense, emb, false, batch, train_step);
 }
 
 const float* DenseModel::forward_in_x0(const float* params, const float* dense, int64_t batch, int64_t train_step) {
   SPARTA_REQUIRE(x0_half(), "model: the embeddings in x0's 16-bit array need a dcnv2 model in bf16 or fp16, found "
                  "%s", cfg_.describe().c_str());
-  return forward_any(params, dense, nullptr, nullptr, true, batch, train_step);
+  return forward_any(params, dense, nullptr, true, batch, train_step);
 }
 
-const float* DenseModel::forward_any(const float* params, const float* dense, const float* emb, const uint16_t* emb16,
-                                     bool in_x0, int64_t batch, int64_t train_step) {
+const float* DenseModel::forward_any(const float* params, const float* dense, const float* emb, bool in_x0,
+                                     int64_t batch, int64_t train_step) {
   SPARTA_REQUIRE(batch >= 0 && batch <= max_batch_, "model: batch must be in [0, %lld], found %lld",
                  (long long)max_batch_, (long long)batch);
   SPARTA_REQUIRE(train_step >= 0, "model: train_step must be >= 0, found %lld", (long long)train_step);
   batch_ = batch;
   emb_ = emb;
-  emb16_ = emb16;
   in_x0_ = in_x0;
   const bool drop = train_step > 0 && cfg_.dropout > 0.f;
   if (drop) {  // the key in memory, ahead of the (maybe replayed) forward on the same stream
@@ -262,17 +250,14 @@ const float* DenseModel::forward_any(const float* params, const float* dense, co
     dropout_key_.upload(&dropout_key_host_, 1);
   }
   const uint64_t* key_ptr = drop ? dropout_key_.data() : nullptr;
-  graphs_.run(kForward, key({key_word(params), key_word(dense), key_word(emb), key_word(emb16),
-                             key_word(int64_t(drop)), key_word(int64_t(in_x0))}),
+  graphs_.run(kForward, key({key_word(params), key_word(dense), key_word(emb), key_word(int64_t(drop)),
+                             key_word(int64_t(in_x0))}),
               dev_.stream, [&] {
     const float* b = bottom_out_ = bottom_.forward(params + bottom_offset(), dense, batch, dev_.stream);
     const float* top_in = nullptr;
     if (cfg_.interaction == Interaction::dot) {
       InteractionDims d{"interaction", batch, cfg_.num_slots, cfg_.embedding_dim, top_.input_ld()};
-      if (emb16) {
-        interaction_dot_forward_half(dev_, d, cfg_.precision, b, emb16, cfg_.precision, top_.input16_padded(),
-                                     dev_.stream);
-      } else if (is_half(cfg_.precision)) {
+      if (is_half(cfg_.precision)) {
         interaction_dot_forward_half(dev_, d, cfg_.precision, b, emb, top_.input16_padded(), dev_.stream);
       } else {
         interaction_dot_forward(dev_, d, b, emb, z_.data(), dev_.stream);
@@ -308,9 +293,7 @@ void DenseModel::loss(const float* labels, int64_t mean_over, float* loss, float
 void DenseModel::backward(const float* params, float* grads, float* demb, const GradsReady& ready,
                           const std::function<void()>& demb_ready, const std::function<void()>& inputs_read) {
   SPARTA_ASSERT(batch_ >= 0, "model: backward before forward");
-  // the embeddings' pointers too: the interaction's backward reads the forward's
-  const StreamGraphs::Key k = key({key_word(params), key_word(grads), key_word(demb), key_word(emb_),
-                                   key_word(emb16_), key_word(int64_t(in_x0_))});
+  const StreamGraphs::Key k = key({key_word(params), key_word(grads), key_word(demb), key_word(int64_t(in_x0_))});
   const int bottom_width = cfg_.bottom_mlp.back();
   // the data gradients down to the embeddings first; the weight gradients' GEMMs after demb_ready, beside the
   // embeddings' update
@@ -318,11 +301,7 @@ void DenseModel::backward(const float* params, float* grads, float* demb, const 
     if (cfg_.interaction == Interaction::dot) {
       top_.backward_data(params + top_offset(), dlogits_.data(), grads + top_offset(), dz_.data(), dev_.stream, true);
       InteractionDims d{"interaction", batch_, cfg_.num_slots, cfg_.embedding_dim, top_.input_ld()};
-      if (emb16_)
-        interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb16_, cfg_.precision, dbottom_.data(), demb,
-                                 dev_.stream);
-      else
-        interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb_, dbottom_.data(), demb, dev_.stream);
+      interaction_dot_backward(dev_, d, dz_.data(), bottom_out_, emb_, dbottom_.data(), demb, dev_.stream);
     } else {
       // 16-bit: the top MLP writes x_L's gradient where the cross network reads it, in 16 bits; dx0 written as its
       // two blocks: the bottom MLP's output gradient and demb

@@ -112,14 +112,6 @@ class DenseModel {
   // (and backward the same gradients) as forward with emb their fp32 values. Throws sparta::Error when x0_half()
   // is nullptr.
   const float* forward_in_x0(const float* params, const float* dense, int64_t batch, int64_t train_step = 0);
-  // dot in bf16 or fp16: forward with the embeddings emb16 [batch, embedding_width] (device) as 16-bit values of
-  // the model's precision (EmbeddingCollection's 16-bit output): the interaction reads them in 16 bits, half the
-  // bytes, and gives the same logits (backward the same gradients, demb in fp32) as forward with emb their values
-  // widened to fp32. emb16 must stay unchanged until the backward's inputs_read. Throws sparta::Error for other
-  // models and precisions (emb16_fits() false).
-  const float* forward_emb16(const float* params, const float* dense, const uint16_t* emb16, int64_t batch,
-                             int64_t train_step = 0);
-  static bool emb16_fits(const ModelConfig& cfg);
   const float* logits() const { return logits_; }
 
   // After forward: loss[0] (device) = Σ_i BCE(logit_i, labels[i]) / mean_over (the global batch in data-parallel
@@ -135,8 +127,8 @@ class DenseModel {
   // offset + count) are queued (dcnv2: the cross network's; then the top MLP's, then the bottom MLP's), so the
   // caller can start reducing that bucket.
   // inputs_read() is called once the launches that read the forward's embeddings for the last time are queued
-  // (so that the caller may write the next batch's there): with demb_ready for forward's emb and forward_emb16's
-  // emb16 (the interaction's backward reads them last), after the cross network's weight gradients for x0_half().
+  // (so that the caller may write the next batch's there): with demb_ready for forward's emb, after the cross
+  // network's weight gradients for x0_half().
   using GradsReady = std::function<void(size_t offset, size_t count)>;
   void backward(const float* params, float* grads, float* demb, const GradsReady& ready = GradsReady(),
                 const std::function<void()>& demb_ready = std::function<void()>(),
@@ -161,7 +153,6 @@ class DenseModel {
   Mlp bottom_, top_;
   std::unique_ptr<CrossNet> cross_;  // dcnv2
   const float* emb_ = nullptr;       // the last forward's embeddings
-  const uint16_t* emb16_ = nullptr;  // or, forward_emb16, their 16-bit values
   bool in_x0_ = false;               // the last forward read them in x0_half() (forward_in_x0)
   const float* bottom_out_ = nullptr;  // and bottom MLP output (held by bottom_)
   const float* logits_ = nullptr;
@@ -176,8 +167,8 @@ class DenseModel {
   uint64_t dropout_key_host_ = 0; // recorded forward reads each step's); the host copy the upload reads from
 
   enum Piece { kForward, kLoss, kBackwardTop, kBackwardCrossWeights, kBackwardTopWeights, kBackwardBottom, kPieces };
-  const float* forward_any(const float* params, const float* dense, const float* emb, const uint16_t* emb16,
-                           bool in_x0, int64_t batch, int64_t train_step);
+  const float* forward_any(const float* params, const float* dense, const float* emb, bool in_x0, int64_t batch,
+                           int64_t train_step);
   StreamGraphs graphs_;
   // A piece's key: the given words, the batch and the epoch of the layers' shared scratch.
   StreamGraphs::Key key(std::initializer_list<uint64_t> words) const;

@@ -138,10 +138,7 @@ void Trainer::build_rest(const std::string& load_from) {
   if (dev_.is_cuda()) copy_stream_ = SideStream(dev_);
   labels_ = Buffer<float>(dev_, B);
   dense_ = Buffer<float>(dev_, B * m.num_dense);
-  if (emb16())
-    emb16_ = Buffer<uint16_t>(dev_, B * m.embedding_width());
-  else if (!in_x0())
-    emb_ = Buffer<float>(dev_, B * m.embedding_width());
+  if (!in_x0()) emb_ = Buffer<float>(dev_, B * m.embedding_width());
   demb_ = Buffer<float>(dev_, B * m.embedding_width());
   probs_ = Buffer<float>(dev_, B);
   losses_ = Buffer<float>(dev_, size_t(cfg_.log_every));
@@ -179,16 +176,12 @@ bool Trainer::in_x0() const {
   return cfg_.model.interaction == Interaction::dcnv2 && is_half(cfg_.model.precision);
 }
 
-bool Trainer::emb16() const { return DenseModel::emb16_fits(cfg_.model); }
-
 void* Trainer::emb_out() {
-  if (emb16()) return emb16_.data();
   return in_x0() ? static_cast<void*>(model_->x0_half()) : static_cast<void*>(emb_.data());
 }
 
 const float* Trainer::model_forward(int64_t batch, int64_t train_step) {
   if (in_x0()) return model_->forward_in_x0(params_.data(), dense_.data(), batch, train_step);
-  if (emb16()) return model_->forward_emb16(params_.data(), dense_.data(), emb16_.data(), batch, train_step);
   return model_->forward(params_.data(), dense_.data(), emb_.data(), batch, train_step);
 }
 
@@ -315,12 +308,6 @@ void Trainer::build_collection(const Batch& b, int64_t global_batch) {
       c.output_col = m.bottom_mlp.back();
       c.output_row = c.output_col + m.embedding_width();
       c.float_gradient = true;
-    } else if (emb16()) {
-      // dot in 16 bits: the embeddings pooled straight into 16-bit rows of their own (emb16_), which the
-      // interaction reads, forward and backward, in half the bytes; their gradient still in float (a 16-bit one
-      // made their update slower)
-      c.output = m.precision == GemmType::bf16 ? OutputType::bf16 : OutputType::f16;
-      c.float_gradient = true;
     }
     const std::vector<std::string> placements = split_list(cfg_.placement);
     SPARTA_REQUIRE(placements.size() == 1 || placements.size() == size_t(m.num_slots),
@@ -377,7 +364,6 @@ void Trainer::report_memory() const {
   double mine[3] = {double(collection_->memory_bytes()),
                     double((2 * P + state_.size()) * sizeof(float) + model_->workspace_bytes()),
                     double((B * (2 + cfg_.model.num_dense) + emb_.size() + demb_.size()) * sizeof(float) +
-                           emb16_.size() * sizeof(uint16_t) +
                            2 * ((d.labels.size() + d.dense.size()) * sizeof(float) +
                                 (d.offsets.size() + d.keys.size()) * sizeof(int64_t)))};
   std::vector<double> all(size_t(3) * world_);

@@ -216,9 +216,6 @@ class Trainer {
   Buffer<float> labels_, dense_, emb_, demb_;     // [B], [B, num_dense], [B, slots*dim] x2 (in_x0: no emb_)
   // DCNv2 in 16 bits: the collection writes the embeddings into the model's x0_half() (src/model.h), not emb_.
   bool in_x0() const;
-  // dot in 16 bits: into emb16_ [B, slots*dim] in the model's precision (DenseModel::forward_emb16), not emb_.
-  bool emb16() const;
-  Buffer<uint16_t> emb16_;
   void* emb_out();             // where the collection's forward writes
   const float* model_forward(int64_t batch, int64_t train_step);  // the model's forward of the embeddings there
   DeviceBatch batches_[2];

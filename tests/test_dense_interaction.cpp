@@ -1,8 +1,7 @@
 // kernels/interaction_dot: DLRM's dot interaction forward and backward on every backend against a
 // double-precision computation in the test, cuda also against the cpu reference; the cpu reference against a
 // hand-computed sample and against central finite differences of its forward; rows with a pitch and the 16-bit
-// output against the unpadded fp32 passes and a separate conversion; 16-bit embeddings against the fp32 passes on
-// their widened values; shape errors naming the layer.
+// output against the unpadded fp32 passes and a separate conversion; shape errors naming the layer.
 #include <boost/test/unit_test.hpp>
 #include <algorithm>
 #include <cmath>
@@ -270,91 +269,8 @@ void large_batch_matches_cpu(Backend be) {
   close_device(dev);
 }
 
-// 16-bit embeddings (bf16, f16): the forward's 16-bit output and the backward's fp32 gradients against the
-// fp32-embedding launchers given the widened values, on poisoned outputs with a pitch (dout's padding NaN).
-// cpu: that is an independent expectation of the 16-bit reference, bit for bit. cuda: the same bits as its own
-// fp32-embedding kernels (a 16-bit value is exact in TF32, so the forward's split adds nothing to it), and within
-// rounding of the cpu reference (the 16-bit output one ulp apart where the fp32 values straddle a rounding
-// boundary). Shapes: the model's at a few hundred samples, batches 1, 7 and 303 (not a multiple of the streamed
-// kernels' 4 warps a block), dims not multiples of 8 (12, 17, 130: the scalar copies), S + 1 > 32 (the tiled
-// and general kernels) and a dim past 1024; the model's shape again with emb16 2 bytes off a 16-byte boundary.
-void half_embeddings(Backend be) {
-  Device dev = dense_test::device_for(be);
-  Device host = dense_test::device_for(Backend::cpu);
-  struct Shape {
-    int64_t batch;
-    int slots, dim;
-  };
-  const Shape shapes[] = {{300, 26, 128}, {1, 26, 128}, {7, 26, 128}, {303, 26, 128}, {7, 26, 12}, {5, 3, 17},
-                          {7, 26, 130},   {3, 31, 40},  {7, 40, 33},  {2, 120, 8},    {2, 3, 4000}, {0, 4, 8}};
-  for (const Shape& s : shapes)
-    for (GemmType t : {GemmType::bf16, GemmType::f16})
-      for (int offset : {0, 1}) {
-        if (offset && (s.slots != 26 || s.dim != 128 || s.batch != 300)) continue;
-        const int64_t width = interaction_dot_width(s.slots, s.dim);
-        const int64_t ld = (width + 7) / 8 * 8 + 8;
-        const InteractionDims d{"interaction", s.batch, s.slots, s.dim, ld};
-        const size_t ne = size_t(s.batch) * s.slots * s.dim, nb = size_t(s.batch) * s.dim;
-        const std::vector<float> bottom = testing::random_floats(nb);
-        const std::vector<float> emb = testing::random_floats(ne, -2.f, 2.f);
-        std::vector<float> dout = testing::random_floats(size_t(s.batch) * ld);
-        for (int64_t b = 0; b < s.batch; ++b)
-          for (int64_t c = width; c < ld; ++c) dout[b * ld + c] = NAN;
-        const std::vector<uint16_t> bits = dense_test::half_bits(t, emb);
-        const std::vector<float> widened = dense_test::half_rounded(t, emb);
-        // the fp32-embedding launchers on the widened values, on `on`
-        auto widened_run = [&](const Device& on, std::vector<uint16_t>* out16, std::vector<float>* db,
-                               std::vector<float>* de) {
-          Buffer<float> bb(on, bottom), eb(on, widened), gb(on, dout);
-          Buffer<uint16_t> h(on, size_t(s.batch) * ld);
-          h.fill_bytes(0xFF);
-          Buffer<float> gdb = dense_test::poisoned(on, nb), gde = dense_test::poisoned(on, ne);
-          interaction_dot_forward_half(on, d, t, bb.data(), eb.data(), h.data(), on.stream);
-          interaction_dot_backward(on, d, gb.data(), bb.data(), eb.data(), gdb.data(), gde.data(), on.stream);
-          *out16 = h.download(), *db = gdb.download(), *de = gde.download();
-        };
-        std::vector<uint16_t> bits_at(ne + offset, 0);
-        std::copy(bits.begin(), bits.end(), bits_at.begin() + offset);
-        Buffer<float> bb(dev, bottom), gb(dev, dout);
-        Buffer<uint16_t> e16(dev, bits_at), h(dev, size_t(s.batch) * ld);
-        h.fill_bytes(0xFF);
-        Buffer<float> gdb = dense_test::poisoned(dev, nb), gde = dense_test::poisoned(dev, ne);
-        interaction_dot_forward_half(dev, d, t, bb.data(), e16.data() + offset, t, h.data(), dev.stream);
-        interaction_dot_backward(dev, d, gb.data(), bb.data(), e16.data() + offset, t, gdb.data(), gde.data(),
-                                 dev.stream);
-        const std::vector<uint16_t> out16 = h.download();
-        const std::vector<float> db = gdb.download(), de = gde.download();
-        std::vector<uint16_t> want16;
-        std::vector<float> want_db, want_de;
-        widened_run(host, &want16, &want_db, &want_de);
-        BOOST_TEST_CONTEXT(dev.name() << " " << gemm_type_name(t) << " batch " << s.batch << " slots " << s.slots
-                                      << " dim " << s.dim << " offset " << offset) {
-          if (!dev.is_cuda()) {
-            BOOST_CHECK(out16 == want16);
-            BOOST_CHECK(testing::same_bits(db, want_db));
-            BOOST_CHECK(testing::same_bits(de, want_de));
-          } else {
-            std::vector<uint16_t> same16;
-            std::vector<float> same_db, same_de;
-            widened_run(dev, &same16, &same_db, &same_de);
-            BOOST_CHECK(out16 == same16);
-            BOOST_CHECK(testing::same_bits(db, same_db));
-            BOOST_CHECK(testing::same_bits(de, same_de));
-            std::vector<float> got(out16.size()), want(want16.size());
-            for (size_t i = 0; i < got.size(); ++i)
-              got[i] = half_to_float(t)(out16[i]), want[i] = half_to_float(t)(want16[i]);
-            BOOST_CHECK_EQUAL(testing::count_mismatches(got, want, 1e-4, 1.0 / 128, "out16 vs cpu"), 0u);
-            BOOST_CHECK_EQUAL(testing::count_mismatches(db, want_db, 1e-4, 1e-4, "dbottom vs cpu"), 0u);
-            BOOST_CHECK_EQUAL(testing::count_mismatches(de, want_de, 1e-4, 1e-4, "demb vs cpu"), 0u);
-          }
-        }
-      }
-  close_device(dev);
-}
-
 }  // namespace
 
-SPARTA_BACKEND_CASES(interaction_with_16_bit_embeddings_matches_their_widened_values, half_embeddings)
 SPARTA_BACKEND_CASES(interaction_rows_with_a_pitch_and_16_bit_output, pitch_and_half_output)
 BOOST_AUTO_TEST_CASE(cuda_interaction_large_batch_matches_cpu, *testing::needs_gpu()) {
   large_batch_matches_cpu(Backend::cuda);
@@ -402,10 +318,4 @@ BOOST_AUTO_TEST_CASE(bad_interaction_shapes_name_the_layer) {
   BOOST_CHECK_EXCEPTION(interaction_dot_forward_half(dev, {"dot16", 2, 3, 4}, GemmType::f32, buf.data(), buf.data(),
                                                      h.data(), dev.stream),
                         Error, (dense_test::Names{"dot16", "16-bit", "found f32"}));
-  BOOST_CHECK_EXCEPTION(interaction_dot_forward_half(dev, {"dot16", 2, 3, 4}, GemmType::bf16, buf.data(), h.data(),
-                                                     GemmType::f32, h.data(), dev.stream),
-                        Error, (dense_test::Names{"dot16", "16-bit embeddings", "found f32"}));
-  BOOST_CHECK_EXCEPTION(interaction_dot_backward(dev, {"dot16_bwd", 2, 3, 4}, buf.data(), buf.data(), h.data(),
-                                                 GemmType::f32, buf.data(), buf.data(), dev.stream),
-                        Error, (dense_test::Names{"dot16_bwd", "16-bit embeddings", "found f32"}));
 }

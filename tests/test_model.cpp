@@ -381,57 +381,9 @@ void x0_half_gives_the_bits_of_fp32_embeddings(Backend be) {
   close_device(const_cast<Device&>(dev));
 }
 
-// forward_emb16 (dot in 16 bits: the embeddings as 16-bit values, as the collection writes them for the trainer)
-// gives the bits of forward with those values widened to fp32 (the old path on embeddings rounded to 16 bits
-// first): the logits, the loss, every parameter gradient and demb (fp32, poisoned before). inputs_read comes once,
-// right after demb_ready (the interaction's backward reads the embeddings last). Batches 1, 7 and 65 of the model
-// shape used above and one of the MLPerf model's 26 x 128 embeddings; bf16 and fp16.
-void emb16_gives_the_bits_of_widened_embeddings(Backend be) {
-  const Device dev = dense_test::device_for(be);
-  ModelConfig mlperf = small(Interaction::dot, GemmType::bf16);
-  mlperf.num_slots = 26;
-  mlperf.embedding_dim = 128;
-  mlperf.bottom_mlp = {64, 128};
-  for (GemmType t : {GemmType::bf16, GemmType::f16})
-    for (int64_t B : {1, 7, 65}) {
-      ModelConfig c = B == 65 ? mlperf : small(Interaction::dot, t);
-      c.precision = t;
-      Inputs in = random_inputs(c, B, B);
-      const std::vector<uint16_t> bits = dense_test::half_bits(t, in.emb);
-      in.emb = dense_test::half_rounded(t, in.emb);
-      const Outputs ref = run_model(dev, c, in, B);
-      DenseModel m(dev, c, B);
-      Buffer<uint16_t> emb16(dev, bits);
-      Buffer<float> p(dev, in.params), dense(dev, in.dense), labels(dev, in.labels);
-      Buffer<float> loss = dense_test::poisoned(dev, 1), grads = dense_test::poisoned(dev, m.param_count());
-      Buffer<float> demb = dense_test::poisoned(dev, size_t(B) * c.embedding_width());
-      const float* lg = m.forward_emb16(p.data(), dense.data(), emb16.data(), B);
-      m.loss(labels.data(), in.mean_over, loss.data());
-      int calls = 0, demb_at = 0, read_at = 0;
-      m.backward(p.data(), grads.data(), demb.data(), DenseModel::GradsReady(), [&] { demb_at = ++calls; },
-                 [&] { read_at = ++calls; });
-      std::vector<float> logits(static_cast<size_t>(B), 0.f);
-      copy_to_host(dev, logits.data(), lg, logits.size() * sizeof(float));
-      BOOST_TEST_CONTEXT(dev.name() << " " << precision_name(t) << " batch " << B) {
-        BOOST_TEST(testing::same_bits(logits, ref.logits));
-        BOOST_TEST(loss.download()[0] == ref.loss);
-        BOOST_TEST(testing::same_bits(grads.download(), ref.grads));
-        BOOST_TEST(testing::same_bits(demb.download(), ref.demb));
-        BOOST_TEST(demb_at == 1);
-        BOOST_TEST(read_at == 2);
-      }
-    }
-  // fp32 and dcnv2 refuse it
-  DenseModel f32(dev, small(Interaction::dot, GemmType::f32), 4), x(dev, small(Interaction::dcnv2, GemmType::bf16), 4);
-  BOOST_CHECK_THROW(f32.forward_emb16(nullptr, nullptr, nullptr, 1), Error);
-  BOOST_CHECK_THROW(x.forward_emb16(nullptr, nullptr, nullptr, 1), Error);
-  close_device(const_cast<Device&>(dev));
-}
-
 }  // namespace
 
 SPARTA_BACKEND_CASES(x0_half_gives_the_bits_of_fp32_embeddings, x0_half_gives_the_bits_of_fp32_embeddings)
-SPARTA_BACKEND_CASES(emb16_gives_the_bits_of_widened_embeddings, emb16_gives_the_bits_of_widened_embeddings)
 
 BOOST_AUTO_TEST_CASE(cuda_matches_cpu_fp32, *testing::needs_gpu()) {
   cuda_matches_cpu(Interaction::dot, GemmType::f32);
