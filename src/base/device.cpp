@@ -15,7 +15,6 @@
 
 #if SPARTA_CUDA
 #include <cuda_runtime_api.h>
-#include <sys/mman.h>
 #endif
 
 namespace sparta {
@@ -351,38 +350,12 @@ void device_free_after(const Device& dev, void* p, Stream last_used) {
   device_free(dev, p);
 }
 
-#if SPARTA_CUDA
-namespace {
-// EXPERIMENT (SPARTA_PINNED_MODE, not to be kept as is): huge = anonymous memory in transparent huge pages,
-// registered; wc = write-combined cudaHostAlloc.
-std::mutex registered_mu;
-std::map<void*, std::pair<void*, size_t>> registered;  // registered start → the mapping (start, length)
-std::string pinned_mode() {
-  const char* m = std::getenv("SPARTA_PINNED_MODE");
-  return m ? m : "";
-}
-}  // namespace
-#endif
-
 void* pinned_alloc(Backend backend, size_t bytes) {
   if (bytes == 0) return nullptr;
 #if SPARTA_CUDA
   if (backend == Backend::cuda) {
     void* p = nullptr;
-    const std::string mode = pinned_mode();
-    if (mode == "huge" && bytes >= (size_t(1) << 30)) {
-      const size_t huge = size_t(2) << 20, len = (bytes + huge - 1) / huge * huge;
-      void* m = mmap(nullptr, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      SPARTA_REQUIRE(m != MAP_FAILED, "pinned_alloc: mmap of %zu bytes failed", len);
-      char* a = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(m) + huge - 1) / huge * huge);
-      madvise(a, len, MADV_HUGEPAGE);
-      for (size_t o = 0; o < len; o += 4096) a[o] = 0;  // touched: huge pages where the kernel has them
-      CUDA_CHECK(cudaHostRegister(a, len, cudaHostRegisterDefault));
-      std::lock_guard<std::mutex> g(registered_mu);
-      registered[a] = {m, len + huge};
-      return a;
-    }
-    CUDA_CHECK(cudaHostAlloc(&p, bytes, mode == "wc" ? cudaHostAllocWriteCombined : cudaHostAllocDefault));
+    CUDA_CHECK(cudaMallocHost(&p, bytes));
     return p;
   }
 #else
@@ -395,16 +368,6 @@ void pinned_free(Backend backend, void* p) {
   if (!p) return;
 #if SPARTA_CUDA
   if (backend == Backend::cuda) {
-    {
-      std::lock_guard<std::mutex> g(registered_mu);
-      auto it = registered.find(p);
-      if (it != registered.end()) {
-        CUDA_CHECK(cudaHostUnregister(p));
-        munmap(it->second.first, it->second.second);
-        registered.erase(it);
-        return;
-      }
-    }
     CUDA_CHECK(cudaFreeHost(p));
     return;
   }
