@@ -2,7 +2,7 @@
 // with: the same outputs, tables and evaluations as the same collection with its tables in HBM, bit for bit, for
 // caches of about one batch, half the keys and every key, with fp32 and bf16 rows; and a checkpoint of the tiered collection loads into an
 // HBM one (and back) with every row's bits; embedding.tier auto puts a table in host memory where the memory budget
-// is short, with the same results.
+// is short, with the same results; a traced step marks the tier's parts on the collection's timeline.
 #include <mpi.h>
 #include <boost/test/unit_test.hpp>
 
@@ -315,8 +315,72 @@ void auto_tier_takes_host_memory_where_hbm_is_short(Backend backend) {
   BOOST_CHECK_MESSAGE(testing::all_ranks(same_tables(hbm, tier)), "auto tier: tables differ");
 }
 
+// The collection's trace (EmbeddingCollection::trace) reaches the tiered shards of every placement: a traced step
+// holds each rank's tiered tables' parts ("tier NAME: keys", "looked up", "placed"), in that order on the compute
+// stream; an untraced step holds none. A rank holds a shard of both tables except under localized:last, where
+// only the last rank does (hybrid: its cold shard in host memory, its hot copy in HBM).
+void tier_parts_on_the_timeline(Backend backend) {
+  World w(backend);
+  uint64_t seed = testing::seed();
+  MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, w.comm);
+  const std::string last = std::to_string(w.size - 1);
+  for (const std::string& placement :
+       std::vector<std::string>{"dispatch", "localized:" + last, "distributed", "replicated", "hybrid"}) {
+    std::mt19937_64 g(seed);
+    const int64_t samples = 8 * w.size;
+    std::vector<Batch> batches;
+    for (int s = 0; s < 4; ++s) batches.push_back(make_batch(g, samples, w));
+    // tables of ten times the keys drawn, so that every shard of every placement (at most 4 ranks) has more rows
+    // than its cache of about one global batch's distinct keys (what a replicated table's update makes resident),
+    // and is in host memory
+    auto sized = [&](int64_t cache) {
+      CollectionConfig cfg = make_config(seed, placement, cache);
+      for (CollectionTableConfig& t : cfg.tables) {
+        t.rows = 10 * kKeys;
+        if (t.direct_index) t.key_bound = 10 * kKeys;
+      }
+      return cfg;
+    };
+    EmbeddingCollection c(w.comm, w.communicator.get(), w.dev, sized(samples * 2 * 3 + 8),
+                          plan_of(sized(0), w, batches[0]));
+    auto step = [&](const Batch& b, int64_t s) {
+      (void)forward(c, w, b, LookupMode::train);
+      Buffer<float> gd(w.dev, std::vector<float>(size_t(std::max<int64_t>(1, b.samples * c.output_width())), 0.5f));
+      c.backward(gd.data(), s);
+    };
+    for (int64_t s = 0; s < 3; ++s) step(batches[size_t(s)], s + 1);
+    c.trace(true);
+    (void)c.read_trace();
+    step(batches[3], 4);
+    const std::vector<StreamClock::Point> traced = c.read_trace();
+    c.trace(false);
+    step(batches[0], 5);
+    const bool holds = placement.rfind("localized", 0) != 0 || w.rank == w.size - 1;
+    bool ok = c.read_trace().empty();
+    for (const char* table : {"hashed", "direct"}) {
+      // the first point of each part of this table's calls (a shard's name is its table's with a suffix)
+      std::map<std::string, double> first;
+      for (const StreamClock::Point& p : traced) {
+        const std::string pre = std::string("tier ") + table;
+        if (p.label.rfind(pre, 0) != 0) continue;
+        const std::string part = p.label.substr(p.label.find(": ") + 2);
+        if (!first.count(part)) first[part] = p.ms;
+      }
+      if (!holds) {
+        ok = ok && first.empty();
+        continue;
+      }
+      ok = ok && first.count("keys") && first.count("looked up") && first.count("placed") &&
+           first["keys"] <= first["looked up"] && first["looked up"] <= first["placed"];
+      if (!ok) BOOST_TEST_MESSAGE(placement << " " << table << ": " << first.size() << " parts marked");
+    }
+    BOOST_CHECK_MESSAGE(testing::all_ranks(ok), placement << ": the tier's parts are not on the timeline as expected");
+  }
+}
+
 }  // namespace
 
+SPARTA_MPI_BACKEND_CASES(the_tiers_parts_are_on_the_collections_timeline, tier_parts_on_the_timeline)
 SPARTA_MPI_BACKEND_CASES(tiered_collection_equals_hbm_under_every_placement, tiered_collection_equals_hbm)
 SPARTA_MPI_BACKEND_CASES(auto_tier_takes_host_memory_where_hbm_is_short, auto_tier_takes_host_memory_where_hbm_is_short)
 SPARTA_MPI_BACKEND_CASES(a_batch_beyond_the_cache_fails_on_every_rank, batch_beyond_the_cache)
