@@ -70,7 +70,8 @@ void tier_select_count_cpu(const TierIndex& t, const TierPolicy& pol, const Tier
 }
 
 void tier_select_collect_cpu(const TierIndex& t, const TierPolicy& pol, const TierThreshold& th, int pack_bits,
-                             int64_t at_base, int64_t* slot, int64_t* key, int64_t* tie, int64_t* counters) {
+                             int64_t at_base, int64_t capacity, int64_t* slot, int64_t* key, int64_t* tie,
+                             int64_t* counters) {
   int64_t& nb = counters[kTierBelow];
   int64_t& na = counters[kTierAt];
   nb = na = 0;
@@ -79,6 +80,7 @@ void tier_select_collect_cpu(const TierIndex& t, const TierPolicy& pol, const Ti
     const int side = tier_side(t, pol, th, s);
     if (side > 0) continue;
     const int64_t i = side < 0 ? nb++ : at_base + na++;
+    if (i >= capacity) continue;
     slot[i] = s;
     key[i] = tier_sort_key(t, pol, pack_bits, s);
     tie[i] = tier_tie(t, pol, s);
@@ -184,10 +186,11 @@ void tier_select_count(const Device& dev, const TierIndex& t, const TierPolicy& 
 }
 
 void tier_select_collect(const Device& dev, const TierIndex& t, const TierPolicy& pol, const TierThreshold& th,
-                         int pack_bits, int64_t at_base, int64_t* slot, int64_t* key, int64_t* tie,
+                         int pack_bits, int64_t at_base, int64_t capacity, int64_t* slot, int64_t* key, int64_t* tie,
                          int64_t* counters, Stream stream) {
-  TIER_DISPATCH(tier_select_collect_cpu(t, pol, th, pack_bits, at_base, slot, key, tie, counters),
-                tier_select_collect_cuda(t, pol, th, pack_bits, at_base, slot, key, tie, counters, stream));
+  TIER_DISPATCH(tier_select_collect_cpu(t, pol, th, pack_bits, at_base, capacity, slot, key, tie, counters),
+                tier_select_collect_cuda(t, pol, th, pack_bits, at_base, capacity, slot, key, tie, counters,
+                                         stream));
 }
 
 void tier_stage(const Device& dev, const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,

@@ -126,15 +126,16 @@ __global__ void __launch_bounds__(256) tier_select_count_kernel(TierIndex t, Tie
 }
 
 __global__ void __launch_bounds__(256) tier_select_collect_kernel(TierIndex t, TierPolicy pol, TierThreshold th,
-                                                                  int pack_bits, int64_t at_base, int64_t* slot,
-                                                                  int64_t* key, int64_t* tie, int64_t* counters) {
+                                                                  int pack_bits, int64_t at_base, int64_t capacity,
+                                                                  int64_t* slot, int64_t* key, int64_t* tie,
+                                                                  int64_t* counters) {
   for (int64_t s = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; s < t.cache_rows;
        s += int64_t(gridDim.x) * blockDim.x) {
     const int side = tier_evictable(t, pol, s) ? tier_side(t, pol, th, s) : 1;
     const int64_t b = warp_append(counters + kTierBelow, side < 0);
     const int64_t a = warp_append(counters + kTierAt, side == 0);
-    if (side <= 0) {
-      const int64_t i = side < 0 ? b : at_base + a;
+    const int64_t i = side < 0 ? b : at_base + a;
+    if (side <= 0 && i < capacity) {
       slot[i] = s;
       key[i] = tier_sort_key(t, pol, pack_bits, s);
       tie[i] = tier_tie(t, pol, s);
@@ -291,13 +292,13 @@ void tier_select_count_cuda(const TierIndex& t, const TierPolicy& pol, const Tie
 }
 
 void tier_select_collect_cuda(const TierIndex& t, const TierPolicy& pol, const TierThreshold& th, int pack_bits,
-                              int64_t at_base, int64_t* slot, int64_t* key, int64_t* tie, int64_t* counters,
-                              Stream stream) {
+                              int64_t at_base, int64_t capacity, int64_t* slot, int64_t* key, int64_t* tie,
+                              int64_t* counters, Stream stream) {
   CUDA_CHECK(cudaMemsetAsync(counters + kTierBelow, 0, 2 * sizeof(int64_t), stream));
   static_assert(kTierAt == kTierBelow + 1, "the two counters are adjacent");
   if (t.cache_rows == 0) return;
-  tier_select_collect_kernel<<<grid_for_slots(t.cache_rows), 256, 0, stream>>>(t, pol, th, pack_bits, at_base, slot,
-                                                                               key, tie, counters);
+  tier_select_collect_kernel<<<grid_for_slots(t.cache_rows), 256, 0, stream>>>(t, pol, th, pack_bits, at_base,
+                                                                               capacity, slot, key, tie, counters);
   CUDA_CHECK_LAUNCH("tier_select_collect_kernel");
 }
 

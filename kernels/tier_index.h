@@ -123,9 +123,9 @@ struct TierThreshold {
 // The evictable slots below th and at it, listed in slot, key and tie: those below at 0, 1, ... (count in
 // counters[kTierBelow]), those at it at at_base, at_base + 1, ... (counters[kTierAt]), each list in no set order
 // (both counters zeroed here). key = the prio, or with pack_bits > 0 (prio and tie fit 64 bits together) the
-// prio << pack_bits | tie, one key to sort by.
+// prio << pack_bits | tie, one key to sort by. Entries at list positions >= capacity are counted, not written.
 void tier_select_collect(const Device& dev, const TierIndex& t, const TierPolicy& pol, const TierThreshold& th,
-                         int pack_bits, int64_t at_base, int64_t* slot, int64_t* key, int64_t* tie,
+                         int pack_bits, int64_t at_base, int64_t capacity, int64_t* slot, int64_t* key, int64_t* tie,
                          int64_t* counters, Stream stream);
 
 // Evicts the cached rows of slots [n] through a device staging area of records: tier_stage copies each row's values,
@@ -171,7 +171,8 @@ void tier_lookup_cpu(const TierIndex& t, const int64_t* keys, const int64_t* row
 void tier_select_count_cpu(const TierIndex& t, const TierPolicy& pol, const TierDigit& d, int64_t* hist,
                            int64_t* counters);
 void tier_select_collect_cpu(const TierIndex& t, const TierPolicy& pol, const TierThreshold& th, int pack_bits,
-                             int64_t at_base, int64_t* slot, int64_t* key, int64_t* tie, int64_t* counters);
+                             int64_t at_base, int64_t capacity, int64_t* slot, int64_t* key, int64_t* tie,
+                             int64_t* counters);
 void tier_stage_cpu(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
                     const float* cache_state, const TierRecord& rec, float* stage, int64_t* stage_rows,
                     int64_t* keys_out);
@@ -189,8 +190,8 @@ void tier_lookup_cuda(const TierIndex& t, const int64_t* keys, const int64_t* ro
 void tier_select_count_cuda(const TierIndex& t, const TierPolicy& pol, const TierDigit& d, int64_t* hist,
                             int64_t* counters, Stream stream);
 void tier_select_collect_cuda(const TierIndex& t, const TierPolicy& pol, const TierThreshold& th, int pack_bits,
-                              int64_t at_base, int64_t* slot, int64_t* key, int64_t* tie, int64_t* counters,
-                              Stream stream);
+                              int64_t at_base, int64_t capacity, int64_t* slot, int64_t* key, int64_t* tie,
+                              int64_t* counters, Stream stream);
 void tier_stage_cuda(const TierIndex& t, const int64_t* slots, int64_t n, const float* cache_values,
                      const float* cache_state, const TierRecord& rec, float* stage, int64_t* stage_rows,
                      int64_t* keys_out, Stream stream);

@@ -186,10 +186,33 @@ int64_t HostTier::choose_victims(int64_t wanted, int64_t* pinned, Stream stream)
   pol.lfu = s_.eviction == Eviction::lfu;
   pol.by_row = direct();
   const int prio_bits = route_key_bits(tick_ + 1), tie_bits = direct() ? route_key_bits(s_.capacity_rows) : 64;
+  const int pack_bits = prio_bits + tie_bits <= 64 ? tie_bits : 0;
+  int64_t* sel = grown(select_, kReportHead + kTierBins, stream);
+  // 0. LRU: the victims are the slots of the oldest calls, and from call to call the threshold moves by about a
+  // call. So one pass first lists every evictable slot last used by a call up to guess_prio_; when they are at
+  // least `wanted` and few enough to sort, the victims are the first `wanted` of them in the policy's order, the
+  // same the full select finds, without its histograms. The guess follows the threshold: up a call when the list
+  // comes short of 1.5x what is wanted, down when it passes 3x. Else (and for LFU) the full select, which sets it.
+  if (!pol.lfu && guess_prio_ >= 0) {
+    // (within the lists' room the full select has: kSlotWords)
+    const int64_t cap = std::min(4 * wanted + (int64_t(1) << 16), s_.cache_rows);
+    int64_t* lists = grown(lists_, 3 * size_t(cap), stream);
+    TierThreshold th;
+    th.prio = guess_prio_ + 1;  // below it: prio <= guess_prio_; those at it go past the lists' capacity, unwritten
+    tier_select_collect(dev_, index(), pol, th, pack_bits, cap, cap, lists, lists + cap, lists + 2 * cap, sel, stream);
+    copy_to_host(dev_, select_host_.data(), sel, kReportHead * sizeof(int64_t), stream);  // synchronizes
+    const int64_t listed = select_host_[kTierBelow];
+    if (listed >= wanted && listed <= cap) {
+      if (2 * listed < 3 * wanted) ++guess_prio_;
+      else if (listed > 3 * wanted) --guess_prio_;
+      *pinned = 0;  // every victim wanted was found: no key is refused, whose error reports the pinned slots
+      return sort_victims(listed, wanted, prio_bits, tie_bits, pack_bits, lists, lists + cap, lists + 2 * cap, stream);
+    }
+  }
+  guess_prio_ = -1;
   // 1. the threshold: a radix select, a digit a pass from the top, of the prio and then, while too many slots share
   // the threshold's prio to sort them at little cost, of the tie. The host reads each pass's histogram and keeps the
   // digit where the count reaches the victims still wanted.
-  int64_t* sel = grown(select_, kReportHead + kTierBins, stream);
   int64_t* hist = sel + kReportHead;
   const int64_t* h = select_host_.data() + kReportHead;
   TierDigit d;
@@ -239,10 +262,15 @@ int64_t HostTier::choose_victims(int64_t wanted, int64_t* pinned, Stream stream)
   // by (prio, tie), one packed key where both fit 64 bits, they are the victims in the policy's order, into moves_
   const int64_t n = n_below + n_at, victims = n_below + need;
   if (n == 0) return 0;
-  const int pack_bits = prio_bits + tie_bits <= 64 ? tie_bits : 0;
+  if (!pol.lfu && n_below + need == wanted) guess_prio_ = th.prio + 2;  // the next call's first look (step 0)
   int64_t* lists = grown(lists_, 3 * size_t(n), stream);
   int64_t *slot = lists, *key = lists + n, *tie = lists + 2 * n;
-  tier_select_collect(dev_, index(), pol, th, pack_bits, n_below, slot, key, tie, sel, stream);
+  tier_select_collect(dev_, index(), pol, th, pack_bits, n_below, n, slot, key, tie, sel, stream);
+  return sort_victims(n, victims, prio_bits, tie_bits, pack_bits, slot, key, tie, stream);
+}
+
+int64_t HostTier::sort_victims(int64_t n, int64_t victims, int prio_bits, int tie_bits, int pack_bits,
+                               const int64_t* slot, const int64_t* key, const int64_t* tie, Stream stream) {
   int64_t* work = grown(work_, 5 * size_t(n), stream);
   int64_t *sorted = work, *perm = work + n, *key_by_tie = work + 2 * n, *perm_key = work + 3 * n, *order = work + 4 * n;
   int64_t* out = grown(moves_, size_t(victims), stream);

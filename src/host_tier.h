@@ -172,6 +172,10 @@ class HostTier {
   // evictable); returns their count; *pinned: the slots pinned now. Synchronizes stream (a few times: once a
   // digit of the threshold).
   int64_t choose_victims(int64_t wanted, int64_t* pinned, Stream stream);
+  // The first `victims` of the n listed slots (slot, key, tie: tier_select_collect's lists) in the policy's order
+  // (by key, packed with the tie where pack_bits > 0, else by prio and then tie), into moves_; returns victims.
+  int64_t sort_victims(int64_t n, int64_t victims, int prio_bits, int tie_bits, int pack_bits, const int64_t* slot,
+                       const int64_t* key, const int64_t* tie, Stream stream);
   // Evicts the n slots of moves_: their rows to the staging area on stream, the slots freed and their keys to
   // evicted_dev_. store_staged then writes the staging area to the host store on wb_, after stream's work so far
   // (waited for before the store is read or the staging area reused: wb_.join_into).
@@ -203,6 +207,7 @@ class HostTier {
   Buffer<int32_t> slot_of_row_;
   Buffer<int64_t> slot_key_dev_, slot_row_dev_, slot_last_, slot_uses_, slot_pin_;
   int64_t free_next_ = 0;       // slots free_next_ .. cache_rows - 1 are free (taken lowest first)
+  int64_t guess_prio_ = -1;     // LRU: the last call whose slots the next select lists first (-1: none)
   int64_t tick_ = 0;            // calls so far
   int64_t pin_gen_ = 1;         // slots stamped with it are pinned
   // errors since the last check
