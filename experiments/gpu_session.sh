@@ -22,6 +22,7 @@
 #   peers     on a machine of one GPU: the peers of `one` and `host` alone on it (a call of its own)
 #   profile   where a step's time goes (GPU 0): the timeline of a DCNv2 and a dot step (bench_train --trace 2) and
 #             ncu of one step of each and of a DCNv2 collection step, summed by kernel (experiments/ncu_summary.py);
+#             the host tier's parts in a steady step of the 60 GB table (bench_collection --trace 1);
 #             make_results.py keeps the summaries and timelines beside the records
 # FBGEMM is whatever `import fbgemm_gpu` finds (pip), or /tmp/fbgemm_tbe (PYTHONPATH) when a chunk0/ folder was
 # unpacked there (peers/README.md; FBGEMM_CACHE_ADDON=the cache add-on's .tar.xz adds MANAGED_CACHING); without it
@@ -307,6 +308,12 @@ for part in "${parts[@]}"; do
         python3 experiments/ncu_summary.py "$out/collection_ncu.csv" --nth-last 3 \
           --title "bench_collection ${coll[*]}" >"$out/collection_ncu.txt" ||
         { status=1; echo "!! failed: ncu of the collection" | tee -a "$out/ncu.log"; }
+      # the host tier's parts (src/host_tier.h: look-up, victims, placement, store) in a steady step of the 60 GB
+      # table under a 15 GB cache, after 500 steps (the part host's t60s_host), timed by no record
+      CUDA_VISIBLE_DEVICES=0 run tier_trace.txt timeout 300 $mpiexec -n 1 "$build/bin/bench_collection" --tables custom \
+        --rows-list $rows60 --hotness-list 26 --dims 128 --row-cap 200000000 --batch $b --index direct \
+        --placements plan --optimizer rowwise_adagrad --alpha 1.1 --prefill 0 --warmup 500 --iters 5 \
+        --tier host --cache-gb 15 --trace 1
       ;;
     *) echo "unknown part '$part' (tests results one host two peers profile)"; exit 2 ;;
   esac

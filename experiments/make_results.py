@@ -516,7 +516,7 @@ def main():
     if profiles:
         doc += ["## Where the time goes", "", "`experiments/gpu_session.sh BUNDLE OUT profile`: one step's kernels one at "
                 "a time under ncu, summed by kernel (`experiments/ncu_summary.py`), and the timeline of training steps "
-                "(`bench_train --trace 2`): " + ", ".join(f"`experiments/measured/{p}`" for p in profiles) + ".", ""]
+                "(`bench_train --trace 2`; the host tier's parts in a steady step: `bench_collection --trace 1`): " + ", ".join(f"`experiments/measured/{p}`" for p in profiles) + ".", ""]
     if figs:
         doc += ["## Figures", ""] + [f"![{t}](../{f})" for t, f in figs] + [""]
     with open(os.path.join(a.repo, "experiments", "RESULTS.md"), "w") as f:
