@@ -115,17 +115,8 @@ void tier_store_cpu(const float* stage, const int64_t* stage_rows, const int64_t
   }
 }
 
-void tier_fetch_cpu(const int64_t* misses, int64_t m, const uint8_t* made, const float* host_records,
-                    const TierRecord& rec, float* fetched) {
-  for (int64_t j = 0; j < m; ++j) {
-    const int64_t r = misses[2 * j + 1];
-    if (made[r])
-      std::memcpy(fetched + j * rec.floats, host_records + r * rec.floats, size_t(rec.floats) * sizeof(float));
-  }
-}
-
 void tier_place_cpu(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
-                    int64_t pin_gen, uint8_t* row_made, const float* fetched, const TierRecord& rec, int dim,
+                    int64_t pin_gen, uint8_t* row_made, const float* host_records, const TierRecord& rec, int dim,
                     float initial_state, const KeyInit& init, float* cache_values, float* cache_state) {
   const int rf = rec.rf, sw = rec.state_width;
   for (int64_t j = 0; j < m; ++j) {
@@ -136,7 +127,7 @@ void tier_place_cpu(const TierIndex& t, const int64_t* misses, int64_t m, const 
       continue;
     }
     const bool made = row_made[r] != 0;
-    const float* from = fetched + j * rec.floats;
+    const float* from = host_records + r * rec.floats;
     int64_t uses = 0;
     if (made) std::memcpy(&uses, from + rec.uses_at(), sizeof(int64_t));
     t.slot_of_row[r] = int32_t(s);
@@ -215,19 +206,13 @@ void tier_store(const Device& dev, const float* stage, const int64_t* stage_rows
                 tier_store_cuda(stage, stage_rows, order, n, rec, host_records, stream));
 }
 
-void tier_fetch(const Device& dev, const int64_t* misses, int64_t m, const uint8_t* made, const float* host_records,
-                const TierRecord& rec, float* fetched, Stream stream) {
-  TIER_DISPATCH(tier_fetch_cpu(misses, m, made, host_records, rec, fetched),
-                tier_fetch_cuda(misses, m, made, host_records, rec, fetched, stream));
-}
-
 void tier_place(const Device& dev, const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p,
-                int64_t tick, int64_t pin_gen, uint8_t* made, const float* fetched, const TierRecord& rec,
+                int64_t tick, int64_t pin_gen, uint8_t* made, const float* host_records, const TierRecord& rec,
                 int dim, float initial_state, const KeyInit& init, float* cache_values, float* cache_state,
                 Stream stream) {
-  TIER_DISPATCH(tier_place_cpu(t, misses, m, p, tick, pin_gen, made, fetched, rec, dim, initial_state, init,
+  TIER_DISPATCH(tier_place_cpu(t, misses, m, p, tick, pin_gen, made, host_records, rec, dim, initial_state, init,
                                cache_values, cache_state),
-                tier_place_cuda(t, misses, m, p, tick, pin_gen, made, fetched, rec, dim, initial_state, init,
+                tier_place_cuda(t, misses, m, p, tick, pin_gen, made, host_records, rec, dim, initial_state, init,
                                 cache_values, cache_state, stream));
 }
 

@@ -198,22 +198,11 @@ __global__ void __launch_bounds__(32 * kRowWarps) tier_store_kernel(const float*
   }
 }
 
-// One warp per miss whose row the store holds: its record over the link into the fetch area, whole (its lines).
-__global__ void __launch_bounds__(32 * kRowWarps) tier_fetch_kernel(const int64_t* misses, int64_t m,
-                                                                    const uint8_t* made, const float* host_records,
-                                                                    int floats, float* fetched) {
-  const int lane = threadIdx.x & 31;
-  for (int64_t j = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / 32; j < m; j += int64_t(gridDim.x) * kRowWarps) {
-    const int64_t r = misses[2 * j + 1];
-    if (made[r]) warp_copy_row(fetched + j * floats, host_records + r * floats, floats, lane);
-  }
-}
-
 // One warp per miss: its slot (TierPlacement), the slot's stamps, and its row from the host store or its initial
 // values. Each distinct row is one miss, so its made flag has one writer.
 __global__ void __launch_bounds__(32 * kRowWarps) tier_place_kernel(TierIndex t, const int64_t* misses, int64_t m,
                                                                     TierPlacement p, int64_t tick, int64_t pin_gen,
-                                                                    uint8_t* row_made, const float* fetched,
+                                                                    uint8_t* row_made, const float* host_records,
                                                                     TierRecord rec, int dim, float initial_state,
                                                                     KeyInit init, float* cache_values,
                                                                     float* cache_state) {
@@ -225,8 +214,9 @@ __global__ void __launch_bounds__(32 * kRowWarps) tier_place_kernel(TierIndex t,
       if (lane == 0) t.slot_of_row[r] = -1;
       continue;
     }
-    const bool made = row_made[r] != 0;
-    const float* from = fetched + j * rec.floats;  // device memory (tier_fetch)
+    const bool made = row_made[r] != 0;  // device memory
+    const float* from = host_records + r * rec.floats;
+    // over the link, in flight beside the row's loads
     const int64_t uses = made && lane == 0 ? *reinterpret_cast<const int64_t*>(from + rec.uses_at()) : 0;
     if (made) {
       warp_copy_row(cache_values + s * rf, from, rf, lane);
@@ -334,21 +324,13 @@ void tier_store_cuda(const float* stage, const int64_t* stage_rows, const int64_
   CUDA_CHECK_LAUNCH("tier_store_kernel");
 }
 
-void tier_fetch_cuda(const int64_t* misses, int64_t m, const uint8_t* made, const float* host_records,
-                     const TierRecord& rec, float* fetched, Stream stream) {
-  if (m == 0) return;
-  tier_fetch_kernel<<<blocks_for_rows(m), 32 * kRowWarps, 0, stream>>>(misses, m, made, host_records, rec.floats,
-                                                                         fetched);
-  CUDA_CHECK_LAUNCH("tier_fetch_kernel");
-}
-
 void tier_place_cuda(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
-                     int64_t pin_gen, uint8_t* made, const float* fetched, const TierRecord& rec, int dim,
+                     int64_t pin_gen, uint8_t* made, const float* host_records, const TierRecord& rec, int dim,
                      float initial_state, const KeyInit& init, float* cache_values, float* cache_state,
                      Stream stream) {
   if (m == 0) return;
   tier_place_kernel<<<blocks_for_rows(m), 32 * kRowWarps, 0, stream>>>(t, misses, m, p, tick, pin_gen, made,
-                                                                         fetched, rec, dim, initial_state, init,
+                                                                         host_records, rec, dim, initial_state, init,
                                                                          cache_values, cache_state);
   CUDA_CHECK_LAUNCH("tier_place_kernel");
 }

@@ -149,21 +149,14 @@ struct TierPlacement {
   int64_t n_victims = 0;
 };
 
-// The records of the distinct misses [m] (misses[2j] the key, misses[2j + 1] its host row) whose rows the store
-// holds (made [capacity_rows], device memory) from the host store into fetched [m, rec.floats] (device memory; miss
-// j's at j, the others' left as they were), so that the link's reads can run before the misses have slots (beside
-// the victims' select) and tier_place reads device memory.
-void tier_fetch(const Device& dev, const int64_t* misses, int64_t m, const uint8_t* made, const float* host_records,
-                const TierRecord& rec, float* fetched, Stream stream);
-
-// Places the distinct misses [m] as p says: a placed row is stamped (last = tick, pinned by pin_gen when > 0) and
-// takes its values, state and uses + 1 from its record in fetched (tier_fetch's) when made says the store holds it,
-// else its initial values by key (init: kernels/key_init.h, its segments on the device; dim values in
-// init.storage, rounded to nearest) and initial_state with uses 1, and made is set. A miss without a slot drops
-// its row's claim (slot_of_row back to -1). rec: the store's records (rec.rf == row_storage_floats(init.storage,
-// dim)).
+// Places the distinct misses [m] (misses[2j] the key, misses[2j + 1] its host row) as p says: a placed row is
+// stamped (last = tick, pinned by pin_gen when > 0) and takes its values, state and uses + 1 from its record in the
+// host store when made [capacity_rows] (device memory) says the store holds it, else its initial values by key
+// (init: kernels/key_init.h, its segments on the device; dim values in init.storage, rounded to nearest) and
+// initial_state with uses 1, and made is set. A miss without a slot drops its row's claim (slot_of_row back to -1).
+// rec: the store's records (rec.rf == row_storage_floats(init.storage, dim)).
 void tier_place(const Device& dev, const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p,
-                int64_t tick, int64_t pin_gen, uint8_t* made, const float* fetched, const TierRecord& rec,
+                int64_t tick, int64_t pin_gen, uint8_t* made, const float* host_records, const TierRecord& rec,
                 int dim, float initial_state, const KeyInit& init, float* cache_values, float* cache_state,
                 Stream stream);
 
@@ -185,10 +178,8 @@ void tier_stage_cpu(const TierIndex& t, const int64_t* slots, int64_t n, const f
                     int64_t* keys_out);
 void tier_store_cpu(const float* stage, const int64_t* stage_rows, const int64_t* order, int64_t n,
                     const TierRecord& rec, float* host_records);
-void tier_fetch_cpu(const int64_t* misses, int64_t m, const uint8_t* made, const float* host_records,
-                    const TierRecord& rec, float* fetched);
 void tier_place_cpu(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
-                    int64_t pin_gen, uint8_t* made, const float* fetched, const TierRecord& rec, int dim,
+                    int64_t pin_gen, uint8_t* made, const float* host_records, const TierRecord& rec, int dim,
                     float initial_state, const KeyInit& init, float* cache_values, float* cache_state);
 void tier_resolve_cpu(const TierIndex& t, const int64_t* row, int64_t n, int64_t* slot);
 
@@ -206,10 +197,8 @@ void tier_stage_cuda(const TierIndex& t, const int64_t* slots, int64_t n, const 
                      int64_t* keys_out, Stream stream);
 void tier_store_cuda(const float* stage, const int64_t* stage_rows, const int64_t* order, int64_t n,
                      const TierRecord& rec, float* host_records, Stream stream);
-void tier_fetch_cuda(const int64_t* misses, int64_t m, const uint8_t* made, const float* host_records,
-                     const TierRecord& rec, float* fetched, Stream stream);
 void tier_place_cuda(const TierIndex& t, const int64_t* misses, int64_t m, const TierPlacement& p, int64_t tick,
-                     int64_t pin_gen, uint8_t* made, const float* fetched, const TierRecord& rec, int dim,
+                     int64_t pin_gen, uint8_t* made, const float* host_records, const TierRecord& rec, int dim,
                      float initial_state, const KeyInit& init, float* cache_values, float* cache_state,
                      Stream stream);
 void tier_resolve_cuda(const TierIndex& t, const int64_t* row, int64_t n, int64_t* slot, Stream stream);

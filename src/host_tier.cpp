@@ -75,9 +75,8 @@ size_t HostTier::device_bytes(int64_t capacity_rows, int64_t cache_rows, bool ha
 
 size_t HostTier::staging_bytes(int64_t victims, int row_floats, int state_width) {
   // a row's record and its host row; the store's sort of the host rows (sorted and their order, and the sort's
-  // space: an index and the alternate keys and values); and a miss's record fetched (a call's misses are at most
-  // its distinct keys too)
-  return size_t(victims) * (2 * record_bytes(row_floats, state_width) + 6 * sizeof(int64_t));
+  // space: an index and the alternate keys and values)
+  return size_t(victims) * (record_bytes(row_floats, state_width) + 6 * sizeof(int64_t));
 }
 
 namespace {
@@ -361,42 +360,36 @@ const int64_t* HostTier::resident(const int64_t* keys, int64_t n, bool create, b
   misses_ += m + absent;
   if (m == 0) return slots;
 
-  // 3. the misses' rows that the store holds, read over the link into the fetch area on the tier's stream, after
-  // the last call's write-back (which may hold them), while the victims are chosen
-  float* fetched = grown(fetch_, size_t(m) * size_t(rec_.floats), stream);
-  wb_.wait_for(stream);
-  tier_fetch(dev_, pairs, m, made_.data(), records_.data(), rec_, fetched, wb_.stream());
-  mark(wb_.stream(), "fetched");
-  // 4. slots for the misses: free ones, then the policy's victims (their rows written back)
+  // 3. slots for the misses: free ones, then the policy's victims (their rows written back). The last call's
+  // write-back is in the store first (misses read it) and its staging area free.
+  wb_.join_into(stream);
+  mark(stream, "store joined");
   const int64_t free_slots = s_.cache_rows - free_next_;
   const int64_t wanted = m > free_slots ? m - free_slots : 0;
   int64_t pinned = 0;
   const int64_t victims = wanted > 0 ? choose_victims(wanted, &pinned, stream) : 0;
-  mark(stream, "victims chosen");
-  wb_.join_into(stream);  // the fetch done, and the last call's write-back, whose staging area is free again
-  mark(stream, "store and fetch joined");
   const int64_t fit = std::min(m, free_slots + victims);
   if (fit < m) {  // the call needs more slots than the cache can give: the keys beyond are refused, by key
     std::vector<std::pair<int64_t, int64_t>> list(static_cast<size_t>(m));
     copy_to_host(dev_, list.data(), pairs, size_t(m) * 2 * sizeof(int64_t), stream);  // synchronizes
     std::sort(list.begin(), list.end());
     copy_to_device(dev_, pairs, list.data(), size_t(m) * 2 * sizeof(int64_t), stream);
-    tier_fetch(dev_, pairs, m, made_.data(), records_.data(), rec_, fetched, stream);  // in the misses' new order
     refused_ += m - fit;
     needed_ = std::max(needed_, hits + m + absent);
     pinned_at_error_ = pinned;
   }
+  mark(stream, "victims chosen");
   write_back(victims, cache_values, cache_state, stream);
   mark(stream, "staged");
 
-  // 5. the misses placed, their rows copied in from the fetch area (or made), then every key's slot
+  // 4. the misses placed, their rows copied in (or made), then every key's slot
   TierPlacement p;
   p.first_free = free_next_;
   p.n_free = std::min(m, free_slots);
   p.victims = moves_.data();
   p.n_victims = fit - p.n_free;
   free_next_ += p.n_free;
-  tier_place(dev_, index(), pairs, m, p, tick_, pin ? pin_gen_ : 0, made_.data(), fetched, rec_, s_.dim,
+  tier_place(dev_, index(), pairs, m, p, tick_, pin ? pin_gen_ : 0, made_.data(), records_.data(), rec_, s_.dim,
              s_.initial_state, key_init_dev_, cache_values, cache_state, stream);
   rows_in_ += fit;
   tier_resolve(dev_, index(), rows, n, slots, stream);

@@ -30,11 +30,9 @@
 // whose dense rows are the host store's), and a kernel stamps the hits (LRU: the call; LFU: one use per call; the
 // pin) and lists the call's distinct missing rows. Only their count comes to the host: the host decides how many
 // take free slots (lowest first) and which slots are the policy's victims, found on the device by a radix select of
-// the slots' priorities (a histogram a digit, read by the host; then only the victims are listed and sorted; LRU
-// usually lists the slots of the oldest calls in one pass), and kernels place the misses. The rows of the misses
-// that the store holds are read from the page-locked store straight into a device fetch area on the tier's stream
-// while the victims are chosen, so that the link's reads overlap the select (a row's use count lives in the store
-// too, its made flag on the device: read for every miss, it must not cross the link). A victim's row goes to
+// the slots' priorities (a histogram a digit, read by the host; then only the victims are listed and sorted), and
+// kernels place the misses, moving rows from the page-locked host store directly (a row's use count lives in the
+// store too, its made flag on the device: read for every miss, it must not cross the link). A victim's row goes to
 // a device staging area at once, and from there to the store (in ascending host rows, which the link takes at about
 // twice the rate of rows spread in the policy's order) on a stream of the tier's own, so that the link's writes
 // overlap the work that follows; the next call that reads the store, an export or a load waits for it first.
@@ -126,9 +124,8 @@ class HostTier {
   // and for a hashed table the device index of its keys (kernels/hash_table.h at load factor 0.5).
   static constexpr int kSlotWords = 16;
   static size_t device_bytes(int64_t capacity_rows, int64_t cache_rows, bool hashed);
-  // Device bytes of the staging areas of a call evicting `victims` rows (their records and host rows, and the
-  // store's sort of their host rows) and reading as many back (their records): a call evicts and misses at most
-  // its distinct keys, and evicts at most the cache.
+  // Device bytes of the staging area that a call evicting `victims` rows uses (their records and host rows, and the
+  // store's sort of their host rows): a call evicts at most its distinct keys, and at most the cache.
   static size_t staging_bytes(int64_t victims, int row_floats, int state_width);
 
   // Makes the distinct keys of keys [n] (device memory) resident in the cache (cache_values [cache_rows, dim],
@@ -229,7 +226,6 @@ class HostTier {
   PinnedBuffer<int64_t> counters_host_, select_host_;
   // a write-back's staging area (records and host rows) and the stream that stores it; last, so
   // that its destruction waits for the stream before the store is freed
-  Buffer<float> fetch_;          // [misses, rec_.floats] the misses' records read from the store (tier_fetch)
   Buffer<float> stage_;          // [staged_, rec_.floats] records
   Buffer<int64_t> stage_rows_;  // [staged_] host rows
   Buffer<int64_t> store_order_;  // the store's sort of stage_rows_: [staged_] sorted, then [staged_] their order
