@@ -117,6 +117,18 @@ Batch make_batch(std::mt19937_64& g, int64_t global_samples, const World& w) {
   return b;
 }
 
+// The test's seed, the same on every rank.
+uint64_t shared_seed(const World& w) {
+  uint64_t seed = testing::seed();
+  MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, w.comm);
+  return seed;
+}
+
+// Every placement, each table of a localized one on the last rank.
+std::vector<std::string> every_placement(const World& w) {
+  return {"dispatch", "localized:" + std::to_string(w.size - 1), "distributed", "replicated", "hybrid"};
+}
+
 Plan plan_of(const CollectionConfig& cfg, const World& w, const Batch& sample) {
   std::vector<TableKeyStats> stats = count_keys(w.comm, cfg, sample.offsets, sample.keys, sample.samples, 64);
   PlannerOptions po;
@@ -166,12 +178,9 @@ bool train_alike(EmbeddingCollection& hbm, EmbeddingCollection& tier, const Worl
 
 void tiered_collection_equals_hbm(Backend backend) {
   World w(backend);
-  uint64_t seed = testing::seed();
-  MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, w.comm);
-  const std::string last = std::to_string(w.size - 1);
+  const uint64_t seed = shared_seed(w);
   for (RowStorage storage : {RowStorage::fp32, RowStorage::bf16})  // the direct table's rows (16-bit: as stored)
-  for (const std::string& placement :
-       std::vector<std::string>{"dispatch", "localized:" + last, "distributed", "replicated", "hybrid"}) {
+  for (const std::string& placement : every_placement(w)) {
     std::mt19937_64 g(seed);
     const int64_t samples = 8 * w.size;
     std::vector<Batch> batches;
@@ -225,8 +234,7 @@ void tiered_collection_equals_hbm(Backend backend) {
 // rows; a table in HBM and one in host memory stay apart. Outputs as HBM's, bit for bit.
 void full_caches_group_as_hbm(Backend backend) {
   World w(backend);
-  uint64_t seed = testing::seed();
-  MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, w.comm);
+  const uint64_t seed = shared_seed(w);
   auto config = [&](int64_t cache) {
     CollectionConfig c = make_config(seed, "dispatch", cache);
     c.tables[0] = c.tables[1];  // two direct-index tables alike
@@ -257,8 +265,7 @@ void full_caches_group_as_hbm(Backend backend) {
 // A batch with more distinct keys than a rank's cache: the same clear error on every rank, no hang.
 void batch_beyond_the_cache(Backend backend) {
   World w(backend);
-  uint64_t seed = testing::seed();
-  MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, w.comm);
+  const uint64_t seed = shared_seed(w);
   std::mt19937_64 g(seed);
   const Batch b = make_batch(g, 40 * w.size, w);
   const CollectionConfig cfg = make_config(seed, "replicated", 4);
@@ -277,8 +284,7 @@ void batch_beyond_the_cache(Backend backend) {
 // it so, and its outputs and tables are HBM's, bit for bit.
 void auto_tier_takes_host_memory_where_hbm_is_short(Backend backend) {
   World w(backend);
-  uint64_t seed = testing::seed();
-  MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, w.comm);
+  const uint64_t seed = shared_seed(w);
   auto config = [&](TableTier tier) {
     CollectionConfig c = make_config(seed, "dispatch", 0);
     for (CollectionTableConfig& t : c.tables) {
@@ -325,11 +331,8 @@ void auto_tier_takes_host_memory_where_hbm_is_short(Backend backend) {
 // only the last rank does (hybrid: its cold shard in host memory, its hot copy in HBM).
 void tier_parts_on_the_timeline(Backend backend) {
   World w(backend);
-  uint64_t seed = testing::seed();
-  MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, w.comm);
-  const std::string last = std::to_string(w.size - 1);
-  for (const std::string& placement :
-       std::vector<std::string>{"dispatch", "localized:" + last, "distributed", "replicated", "hybrid"}) {
+  const uint64_t seed = shared_seed(w);
+  for (const std::string& placement : every_placement(w)) {
     std::mt19937_64 g(seed);
     const int64_t samples = 8 * w.size;
     std::vector<Batch> batches;
