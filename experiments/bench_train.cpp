@@ -10,7 +10,7 @@
 // Keys per slot (--hotness): dcnv2 on the mlperf preset runs MLPerf DLRM-DCNv2's multi-hot keys per slot unless
 // told (io/synthetic.h mlperf_dcnv2_hotness, 214 a sample), dot one key per slot (MLPerf DLRM v1); the output's head and every record
 // ("hotness") state them.
-// Keys (--alpha): uniform by default, as the PyTorch peers (experiments/peers/peer_dlrm_tbe.py) draw them; --alpha A
+// Keys (--alpha): uniform by default, as the PyTorch peers (experiments/peers/peer_dlrm.py) draw them; --alpha A
 // draws them by a power law. --batches K takes K distinct batches in turn (default 1: the same batch every step, as
 // the peers do).
 //   mpiexec -n 8 bench_train [--batch 65536] [--max-rows 4000000] [--model dot|dcnv2] [--placement auto]

@@ -11,7 +11,7 @@
 #             GPU 0: bench_train dot (sgd) and dcnv2 (row-wise Adagrad, MLPerf DCNv2 keys per slot), bf16, two
 #             runs each with hashed keys and two with the direct index, one with the algorithm search off;
 #             bench_collection's plan (sgd and row-wise Adagrad; fp32, bf16 and fp16 rows); bench_embedding.
-#             Meanwhile on GPU 1 their peers (run_peers): peer_dlrm_tbe.py (PyTorch + FBGEMM TBE, compiled),
+#             Meanwhile on GPU 1 their peers (run_peers): peer_dlrm.py --embedding tbe (PyTorch + FBGEMM TBE, compiled),
 #             peer_fbgemm.py on the same shapes, peer_dlrm.py (plain PyTorch)
 #   host      tables in host memory, one GPU: the host tier against HBM, while the caches fill and once they are full
 #             and evicting, the full MLPerf tables with a cache, and eviction (bench_hashtable --evict); meanwhile on
@@ -89,7 +89,7 @@ run_peers() {  # run_peers GPU: every peer on that GPU, one after the other (FBG
   local g=$1
   if have_fbgemm; then
     for m in dcnv2 dot; do
-      peer "$g" peer_dlrm_tbe.py --model $m --embedding tbe --compile --batches $b --precisions bf16
+      peer "$g" peer_dlrm.py --model $m --embedding tbe --compile --batches $b --precisions bf16
     done
     for t in dcnv2 mlperf-v1; do
       peer "$g" fbgemm/peer_fbgemm.py --tables $t --batch $b --optimizers sgd,rowwise_adagrad \

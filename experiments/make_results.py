@@ -116,7 +116,7 @@ def train_records(recs):
 
 
 def train_keys(recs):
-    """The keys' law of the training table's records against the peers' (uniform random, peer_dlrm_tbe.py):
+    """The keys' law of the training table's records against the peers' (uniform random, peer_dlrm.py):
     records without an alpha came from a bench_train that drew the synthetic generator's power law 1.1."""
     alphas = {r.get("alpha") for r in train_records(recs)}
     if alphas == {0}:
@@ -474,7 +474,7 @@ def main():
         ("Training end to end", "bf16, 65536 samples per GPU, the MLPerf table shapes capped at 4M rows, "
          f"{train_keys(recs)}; `bench_train --model dot|dcnv2` (dot: one key per slot, sgd; dcnv2: the MLPerf DCNv2 keys per slot, 214 a "
          "sample, row-wise Adagrad), with the tables' keys hashed (the default) or indexed directly (`--index direct`, "
-         "keys in [0, rows) as TBE takes them), beside `peer_dlrm_tbe.py --embedding tbe --compile` and `peer_dlrm.py` on "
+         "keys in [0, rows) as TBE takes them), beside `peer_dlrm.py --embedding tbe --compile` and `peer_dlrm.py` (`nn.EmbeddingBag` tables) on "
          "one GPU. Dense share: the dense part's GEMM TFLOP per step over `ms_dense`, against the GPU's ~"
          f"{a.peak_tflops:.0f} TFLOP/s bf16 rate.", train_table(recs, a.peak_tflops), "train"),
         ("The full MLPerf v1 tables on 2 GPUs", "`bench_train --model dot --max-rows 40000000 --index direct "
