@@ -28,6 +28,15 @@ boost::test_tools::assertion_result HasGpu::operator()(boost::unit_test::test_un
   return r;
 }
 
+boost::test_tools::assertion_result HasGpus::operator()(boost::unit_test::test_unit_id) const {
+  if (sparta::visible_gpu_count() >= n) return true;
+  boost::test_tools::assertion_result r(false);
+  r.message() << (sparta::built_with_cuda() ? "needs " + std::to_string(n) + " GPUs, sees " +
+                                                   std::to_string(sparta::visible_gpu_count())
+                                             : std::string("built with CUDA=0"));
+  return r;
+}
+
 boost::test_tools::assertion_result GpuPerRank::operator()(boost::unit_test::test_unit_id) const {
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
@@ -222,5 +231,6 @@ namespace testing {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 boost::unit_test::precondition needs_gpu() { return boost::unit_test::precondition(HasGpu()); }
+boost::unit_test::precondition needs_gpus(int n) { return boost::unit_test::precondition(HasGpus{n}); }
 #pragma GCC diagnostic pop
 }  // namespace testing

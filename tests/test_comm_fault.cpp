@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <string>
 
-#include "src/base/device.h"
 #include "tests/testing.h"
 
 namespace {
@@ -57,21 +56,6 @@ void expect_timeout(const std::string& mode, const std::string& device, int rank
   expect(o, "no progress for");
   expect(o, "this rank sends 262144 bytes and receives 262144 bytes");
 }
-
-struct TwoGpus {
-  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
-    if (sparta::visible_gpu_count() >= 2) return true;
-    boost::test_tools::assertion_result r(false);
-    r.message() << "needs 2 GPUs, sees " << sparta::visible_gpu_count();
-    return r;
-  }
-};
-// GCC 12 warns inside boost::function's copy (a false positive in Boost's own code).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-boost::unit_test::precondition two_gpus() { return boost::unit_test::precondition(TwoGpus()); }
-#pragma GCC diagnostic pop
 
 }  // namespace
 
@@ -123,26 +107,26 @@ void expect_mismatch(const std::string& mode, const std::string& device) {
 BOOST_AUTO_TEST_CASE(mismatched_calls_are_named_mpi_cpu) { expect_mismatch("mpi", "cpu"); }
 BOOST_AUTO_TEST_CASE(mismatched_calls_are_named_hier_cpu) { expect_mismatch("hier", "cpu"); }
 
-BOOST_AUTO_TEST_CASE(absent_rank_aborts_nccl, *two_gpus()) {
+BOOST_AUTO_TEST_CASE(absent_rank_aborts_nccl, *testing::needs_gpus(2)) {
   // NCCL waits on the device: synchronize polls, times out, aborts the NCCL communicator, then MPI_Abort.
   expect_timeout("nccl", "cuda", 0);
 }
 
-BOOST_AUTO_TEST_CASE(absent_rank_aborts_hier_nccl_inside_node, *two_gpus()) { expect_timeout("hier", "cuda", 0); }
+BOOST_AUTO_TEST_CASE(absent_rank_aborts_hier_nccl_inside_node, *testing::needs_gpus(2)) { expect_timeout("hier", "cuda", 0); }
 
-BOOST_AUTO_TEST_CASE(absent_rank_times_out_mpi_gpu, *two_gpus()) { expect_timeout("mpi", "cuda", 0); }
+BOOST_AUTO_TEST_CASE(absent_rank_times_out_mpi_gpu, *testing::needs_gpus(2)) { expect_timeout("mpi", "cuda", 0); }
 
 // NCCL cannot name the one peer it waits for: the message names the group (both ranks).
-BOOST_AUTO_TEST_CASE(dying_rank_is_named_by_the_survivor_nccl_gpu, *two_gpus()) {
+BOOST_AUTO_TEST_CASE(dying_rank_is_named_by_the_survivor_nccl_gpu, *testing::needs_gpus(2)) {
   expect_survivor("nccl", "cuda", 0, "world ranks 0,1");
 }
 
-BOOST_AUTO_TEST_CASE(dying_rank_is_named_by_the_survivor_hier_nccl_inside_node_gpu, *two_gpus()) {
+BOOST_AUTO_TEST_CASE(dying_rank_is_named_by_the_survivor_hier_nccl_inside_node_gpu, *testing::needs_gpus(2)) {
   expect_survivor("hier", "cuda", 0, "world ranks 0,1");
 }
 
-BOOST_AUTO_TEST_CASE(mismatched_calls_are_named_nccl_gpu, *two_gpus()) { expect_mismatch("nccl", "cuda"); }
+BOOST_AUTO_TEST_CASE(mismatched_calls_are_named_nccl_gpu, *testing::needs_gpus(2)) { expect_mismatch("nccl", "cuda"); }
 
-BOOST_AUTO_TEST_CASE(dying_rank_is_named_by_the_survivor_mpi_gpu, *two_gpus()) {
+BOOST_AUTO_TEST_CASE(dying_rank_is_named_by_the_survivor_mpi_gpu, *testing::needs_gpus(2)) {
   expect_survivor("mpi", "cuda", 0, "from rank 1");
 }

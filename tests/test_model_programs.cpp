@@ -128,11 +128,7 @@ BOOST_AUTO_TEST_CASE(train_then_predict_on_another_rank_count) {
 // rank from its local rank), so both see it as GPU 0. --device auto and --device cuda train on the GPUs (the
 // local rank 1 included), and rank 0 says what auto chose and why. Needs 2 GPUs.
 BOOST_AUTO_TEST_CASE(one_visible_gpu_per_rank_trains_on_the_gpus,
-                     *boost::unit_test::precondition([](boost::unit_test::test_unit_id) {
-                       boost::test_tools::assertion_result ok(sparta::visible_gpu_count() >= 2);
-                       ok.message() << "needs 2 GPUs";
-                       return ok;
-                     })) {
+                     *testing::needs_gpus(2)) {
   testing::ScopedPath dir("test_model_programs", "binding");
   make_data(dir.path);
   const char* mpiexec = std::getenv("SPARTA_MPIEXEC");

@@ -10,7 +10,6 @@
 #include <chrono>
 #include <string>
 
-#include "src/base/device.h"
 #include "tests/testing.h"
 
 namespace {
@@ -172,23 +171,9 @@ BOOST_AUTO_TEST_CASE(dead_rank_with_cleanup_on) {
   run_fault(d, "exit", "agree_on_error (reading a batch)", 4, false);
 }
 
-struct TwoGpus {
-  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
-    if (sparta::visible_gpu_count() >= 2) return true;
-    boost::test_tools::assertion_result r(false);
-    r.message() << "needs 2 GPUs, sees " << sparta::visible_gpu_count();
-    return r;
-  }
-};
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-boost::unit_test::precondition two_gpus() { return boost::unit_test::precondition(TwoGpus()); }
-#pragma GCC diagnostic pop
-
 // On 2 GPUs with NCCL: a rank stopped before an all-reduce (the NCCL wait's deadline) and one stopped before the
 // batch check (a host wait beside NCCL communicators).
-BOOST_AUTO_TEST_CASE(stopped_rank_nccl_gpu, *two_gpus()) {
+BOOST_AUTO_TEST_CASE(stopped_rank_nccl_gpu, *testing::needs_gpus(2)) {
   Data d;
   testing::CommandResult r = run_fault(d, "stop", "all_reduce", 5, true, "", "--device cuda --comm.mode nccl");
   // The all-reduce is queued on the GPU and the host goes on: the survivor waits either in the communicator or in

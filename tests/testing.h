@@ -19,6 +19,12 @@ struct HasGpu {
   boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const;
 };
 boost::unit_test::precondition needs_gpu();
+// At least n GPUs visible to this process (plain suites that launch ranks of their own on them).
+struct HasGpus {
+  int n;
+  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const;
+};
+boost::unit_test::precondition needs_gpus(int n);
 
 // MPI suites: every rank of the node gets a GPU of its own (collective over MPI_COMM_WORLD; the same verdict on
 // every rank). A case with this precondition is reported as skipped where there are fewer GPUs than ranks.
