@@ -22,8 +22,12 @@
 // optimizer's update. JSON rows_in_use: the rows the ranks' shards hold after the timed steps
 // (EmbeddingCollection::rows_in_use, summed over ranks); new_rows_per_step: the rows the timed steps inserted, per
 // step (0 with --prefill 1 and uniform or power-law keys in [0, cardinality)). Each part is timed with support_bench's DeviceTimer (CUDA events on
-// the compute stream; the steady clock on cpu) after an MPI_Barrier; per step the slowest rank's times count,
-// and the medians over steps are reported. Samples/s: the global batch over the step time. MB_moved: what the
+// the compute stream; the steady clock on cpu) after an MPI_Barrier, the backward until every stream of the device
+// is idle (so a step's work beside the compute stream, a host tier's write-back, counts in its step and cannot
+// finish in the untimed gap before the next); per step the slowest rank's times count, and the medians over steps
+// are reported. JSON ms_step_back_to_back: --iters more steps enqueued back to back, their keys on the device
+// beforehand, over one timer (the slowest rank's mean): a step's work beside the compute stream may overlap the
+// next step's, as in training. Samples/s: the global batch over the (median) step time. MB_moved: what the
 // planner's cost model predicts (experiments/PLANNER.md): the bytes the busiest rank sends
 // plus receives per step (Plan::estimate); the communicator does not count the bytes it moves, so
 // there is no measured figure (JSON "MB_moved_measured": null). mem_GB: the shards of the fullest rank
@@ -494,7 +498,7 @@ Check run_check(EmbeddingCollection& coll, const KeyGen& kg, const Args& a, cons
                      (st == RowStorage::bf16 ? 1.2e-2 : st == RowStorage::fp16 ? 1.5e-3 : 0.0);
   expect(false, want, mag);
   compare(out.download(), want, mag, rel, c);
-  coll.backward(g.data(), int64_t(a.warmup + a.iters) + 1);
+  coll.backward(g.data(), int64_t(a.warmup + 2 * a.iters) + 2);  // after the timed and the traced steps
   out.poison();
   coll.forward(off.data(), keys.data(), cs, out.data(), LookupMode::eval);
   expect(true, want, mag);
@@ -507,7 +511,8 @@ Check run_check(EmbeddingCollection& coll, const KeyGen& kg, const Args& a, cons
 // ---- one point
 
 struct Result {
-  double ms_step = 0, ms_fwd = 0, ms_bwd = 0, ms_step_min = 0, mb_planned = 0, mem_bytes = 0, dev_used = -1;
+  double ms_step = 0, ms_fwd = 0, ms_bwd = 0, ms_step_min = 0, ms_step_back_to_back = 0, mb_planned = 0,
+         mem_bytes = 0, dev_used = -1;
   int64_t prefill_forwards = 0;  // train forwards over every key before the steps (--prefill 1, hashed tables)
   int64_t rows_timed_start = 0, rows_timed_end = 0;  // rows the ranks' shards hold (summed) before / after the timed steps
   Check check;
@@ -553,24 +558,41 @@ Result run_point(Context& ctx, Communicator* comm, const Args& a, const KeyGen& 
     t[0] = timer.stop_ms();
     timer.start();
     coll.backward(grad.data(), i + 1);
-    t[1] = timer.stop_ms();
+    t[1] = timer.stop_all_ms();  // the step's work beside the compute stream (a host tier's write-back) counts
     t[2] = t[0] + t[1];
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
     if (i < a.warmup) continue;
     fwd.push_back(t[0]), bwd.push_back(t[1]), step.push_back(t[2]);
   }
+  r.rows_timed_end = rows_held();
+  {  // --iters more steps back to back, their keys on the device beforehand: no gap between steps in which the
+     // work one leaves beside the compute stream could finish untimed, and none of the per-step waits above
+    std::vector<Buffer<int64_t>> ahead;
+    for (int i = 0; i < a.iters; ++i) {
+      timed_keys(kg, a.warmup + a.iters + i, int64_t(rank) * batch, batch, threads, hk);
+      ahead.emplace_back(dev, hk);
+    }
+    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    timer.start();
+    for (int i = 0; i < a.iters; ++i) {
+      coll.forward(off.data(), ahead[size_t(i)].data(), batch, out.data(), LookupMode::train);
+      coll.backward(grad.data(), a.warmup + a.iters + i + 1);
+    }
+    double t = timer.stop_all_ms() / a.iters;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    r.ms_step_back_to_back = t;
+  }
   if (a.trace) {  // one more step, its timeline marked (not timed), every rank's points printed by rank 0
-    timed_keys(kg, a.warmup + a.iters, int64_t(rank) * batch, batch, threads, hk);
+    timed_keys(kg, a.warmup + 2 * a.iters, int64_t(rank) * batch, batch, threads, hk);
     keys.upload(hk);
     MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
     coll.trace(true);
     coll.forward(off.data(), keys.data(), batch, out.data(), LookupMode::train);
-    coll.backward(grad.data(), a.warmup + a.iters + 1);
+    coll.backward(grad.data(), a.warmup + 2 * a.iters + 1);
     const std::vector<StreamClock::Point> points = coll.read_trace();
     coll.trace(false);
     bench::print_traces(points, MPI_COMM_WORLD);
   }
-  r.rows_timed_end = rows_held();
   r.ms_fwd = bench::median(fwd);
   r.ms_bwd = bench::median(bwd);
   r.ms_step = bench::median(step);
@@ -797,6 +819,7 @@ void report_point(bench::Driver& d, const Args& a, const KeyGen& kg, const std::
     << ",\"new_rows_per_step\":" << double(r.rows_timed_end - r.rows_timed_start) / std::max(1, a.iters)
     << ",\"check_samples\":" << a.check_samples
     << ",\"seed\":" << a.seed << ",\"ms_step\":" << r.ms_step << ",\"ms_step_min\":" << r.ms_step_min
+    << ",\"ms_step_back_to_back\":" << r.ms_step_back_to_back
     << ",\"ms_fwd\":" << r.ms_fwd << ",\"ms_bwd\":" << r.ms_bwd << ",\"samples_per_s\":" << msps * 1e6
     << ",\"MB_moved_planned\":" << r.mb_planned << ",\"MB_moved_measured\":null"
     << ",\"ms_step_planned\":" << ms_planned << ",\"planned_local_MB\":" << local_mb

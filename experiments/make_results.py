@@ -187,20 +187,24 @@ def tier_table(recs):
     rows = ["| tables | keys | rows in | sparta step ms | FBGEMM TBE step ms | sparta over FBGEMM | against sparta in HBM | "
             "wrong |", "|---|---|---|---|---|---|---|---|"]
 
-    def pick(tag, alpha):
-        return median([r["ms_step"] for r in coll if r["tag"] == tag and r.get("alpha") == alpha])
+    def pick(tag, alpha, key="ms_step"):
+        return median([r[key] for r in coll if r["tag"] == tag and r.get("alpha") == alpha and r.get(key)])
+
+    def b2b(ms):  # " (X back to back)": the steps enqueued one after another, where the records have them
+        return f" ({fmt(ms, 3)} back to back)" if ms else ""
 
     rows60 = next((r["rows"][0] for r in coll if r["tag"].startswith(("t60_", "t60s_"))), None)
 
-    def peer(alpha, cached, big, steady):
+    def peer(alpha, cached, big, steady, key=None):
         # the peer's runs that draw a batch a step (--fresh-batches) where there are some, else its one-batch runs;
-        # steady: its runs of 2 x (warm-up + timed) batches after 200 warm-up steps (500 for the 60 GB table)
+        # steady: its runs of 2 x (warm-up + timed) batches after 200 warm-up steps (500 for the 60 GB table). Their
+        # step (each timed alone), or key's figure (train_step_ms_back_to_back)
         sel = [p for p in peers if p.get("alpha") == alpha and ((p.get("cache_rows") or 0) > 0) == cached and
                p.get("optimizer") == "exact_rowwise_adagrad" and
                (p.get("rows") == rows60 if big else p.get("tables") == "mlperf-v1") and
                (p.get("fresh_batches", 1) > 50) == steady]
         fresh = [p for p in sel if p.get("fresh_batches", 1) > 1]
-        return median([p.get("step_ms", p.get("train_step_ms")) for p in (fresh or sel)])
+        return median([p.get(key) if key else p.get("step_ms", p.get("train_step_ms")) for p in (fresh or sel)])
 
     cases = [("26 MLPerf tables (4M cap), one key a slot, row-wise Adagrad", "tier_", False, (1.1, 0.0)),
              ("the same, after 200 steps (the caches full and evicting)", "steady_", False, (1.1,)),
@@ -217,10 +221,13 @@ def tier_table(recs):
             cache = next((r.get("cache_gb") for r in coll if r["tag"] == prefix + "host"), None)
             wrong = sum(r.get("wrong", 0) for r in coll if r["tag"].startswith(prefix) and r.get("alpha") == alpha)
             ph, pc = peer(alpha, False, big, steady), peer(alpha, True, big, steady)
-            rows.append(f"| {what} | {keys} | HBM | {fmt(hbm, 3)} | {fmt(ph, 3)} | "
+            bb = "train_step_ms_back_to_back"
+            rows.append(f"| {what} | {keys} | HBM | {fmt(hbm, 3)}{b2b(pick(prefix + 'hbm', alpha, 'ms_step_back_to_back'))} | "
+                        f"{fmt(ph, 3)}{b2b(peer(alpha, False, big, steady, bb))} | "
                         f"{ratio(ours_time=hbm, peer_time=ph) if ph else ''} | | {wrong} |")
             rows.append(f"| the same | {keys} | host memory, a {cache:g} GB cache a table (FBGEMM: MANAGED_CACHING, "
-                        f"the same rows cached) | {fmt(host, 3)} | {fmt(pc, 3)} | "
+                        f"the same rows cached) | {fmt(host, 3)}{b2b(pick(prefix + 'host', alpha, 'ms_step_back_to_back'))} | "
+                        f"{fmt(pc, 3)}{b2b(peer(alpha, True, big, steady, bb))} | "
                         f"{ratio(ours_time=host, peer_time=pc) if pc else ''} | "
                         f"{f'{host / hbm:.2f}x' if host and hbm else ''} | |")
             lfu = pick(prefix + "host_lfu", alpha)
@@ -488,7 +495,11 @@ def main():
          "the visit ran it, else one batch repeated, which leaves the peer's cache holding all its rows after the "
          "first step) and the same peer in HBM. The steps timed are the first ones after a start with no row made "
          "(`--prefill 0`): the caches are still filling, for both; the steady rows time 20 steps after 200 "
-         "(`--warmup 200`; the 60 GB table's after 500), the caches full and evicting. "
+         "(`--warmup 200`; the 60 GB table's after 500), the caches full and evicting. Each step is timed alone "
+         "until every stream of the GPU is idle (sparta's write-back to host memory, which runs beside the step, "
+         "included; the peer's steps each end with `torch.cuda.synchronize()`); in parentheses, where the records "
+         "have them, 20 more steps enqueued back to back (a step's write-back may then overlap the next step, as in "
+         "training; the peer's `train_step_ms_back_to_back`). "
          "`bench_hashtable --evict lru|lfu --stream 10`: a hashed table under a stream of new keys ten times its "
          "cache, every key checked afterwards (its records are in the embedding file).", tier_table(recs),
          "collection"),

@@ -84,6 +84,15 @@ double DeviceTimer::stop_ms() {
   return now_ms() - t0_ms_;
 }
 
+double DeviceTimer::stop_all_ms() {
+#if SPARTA_CUDA
+  // every stream idle first; the stop event, recorded then, completes at once (its time: the host's few
+  // microseconds from the device's last work to the record)
+  if (dev_.is_cuda()) CUDA_CHECK(cudaDeviceSynchronize());
+#endif
+  return stop_ms();
+}
+
 double median(std::vector<double> v) {
   SPARTA_REQUIRE(!v.empty(), "median of no measurements");
   std::sort(v.begin(), v.end());

@@ -37,7 +37,9 @@ namespace sparta {
 namespace bench {
 
 // Measures the time between start() and stop_ms(): CUDA events recorded on dev.stream (cuda), or the steady
-// clock with the device synchronized at stop (cpu; CUDA=0 builds have only this).
+// clock with the device synchronized at stop (cpu; CUDA=0 builds have only this). stop_all_ms ends the time when
+// every stream of the device is idle, so that work a call leaves running beside dev.stream (a host tier's
+// write-back to host memory, src/host_tier.h) counts in it rather than in the untimed gap before the next start.
 class DeviceTimer {
  public:
   explicit DeviceTimer(const Device& dev);
@@ -45,7 +47,8 @@ class DeviceTimer {
   DeviceTimer(const DeviceTimer&) = delete;
   DeviceTimer& operator=(const DeviceTimer&) = delete;
   void start();
-  double stop_ms();  // waits for the work enqueued since start()
+  double stop_ms();      // waits for the work enqueued on dev.stream since start()
+  double stop_all_ms();  // waits for all of the device's work, every stream's
 
  private:
   Device dev_;
@@ -61,6 +64,15 @@ double time_ms(const Device& dev, F&& f) {
   t.start();
   f();
   return t.stop_ms();
+}
+
+// The same, until every stream of dev is idle (DeviceTimer::stop_all_ms).
+template <class F>
+double time_all_ms(const Device& dev, F&& f) {
+  DeviceTimer t(dev);
+  t.start();
+  f();
+  return t.stop_all_ms();
 }
 
 // warmup untimed calls of f, then repeats timed ones: their times in ms, in order.

@@ -117,6 +117,7 @@ void run_and_check(const Expect& x, const std::string& extra) {
         BOOST_CHECK_EQUAL(plan.find("t0:"), 0u);
         const double ms = number(l, "ms_step"), fwd = number(l, "ms_fwd"), bwd = number(l, "ms_bwd");
         BOOST_CHECK(ms > 0 && fwd > 0 && bwd > 0 && number(l, "ms_step_min") <= ms);
+        BOOST_CHECK(number(l, "ms_step_back_to_back") > 0);
         const double sps = number(l, "samples_per_s");
         BOOST_CHECK_CLOSE(sps, double(batch * x.ranks) / (ms / 1e3), 0.01);
         // one rank moves nothing; two ranks move something under every placement

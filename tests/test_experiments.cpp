@@ -319,6 +319,13 @@ BOOST_AUTO_TEST_CASE(every_bench_json_line_carries_the_provenance, *boost::unit_
       {"bench_collection", 2, "--device cpu --index direct --tables custom --rows-list 100,300 --dim 4 --placements "
                               "dispatch,localized,replicated,distributed,hybrid,plan --batch 32 --check-samples 4 "
                               "--warmup 1 --iters 2", "iters"},
+      // a hashed table in host memory under a stream of new keys, every key found again afterwards
+      {"bench_hashtable", 1, "--device cpu --evict lfu --rows 2000 --keys 256 --dims 4 --stream 3 --repeats 2 "
+                             "--warmup 1", ""},
+      // tables in host memory under caches that evict, timed until the write-back is done too, and back to back
+      {"bench_collection", 2, "--device cpu --index direct --tables custom --rows-list 2000,300 --dim 4 --placements "
+                              "plan,dispatch --batch 32 --check-samples 4 --warmup 3 --iters 2 --tier host "
+                              "--cache-rows 100 --prefill 0 --alpha 1.1", "iters"},
       {"bench_train", 2, "--device cpu --preset small --max-rows 500 --embedding-dim 4 --bottom-mlp 8,4 --top-mlp 8,1 "
                          "--batch 32 --warmup 1 --steps 2", "steps"},
       // the direct index with sgd's atomic update
