@@ -57,22 +57,14 @@ class DeviceTimer {
   double t0_ms_ = 0;
 };
 
-// Milliseconds one call of f takes on dev.
+// Milliseconds one call of f takes on dev; every_stream: until every stream of dev is idle
+// (DeviceTimer::stop_all_ms).
 template <class F>
-double time_ms(const Device& dev, F&& f) {
+double time_ms(const Device& dev, F&& f, bool every_stream = false) {
   DeviceTimer t(dev);
   t.start();
   f();
-  return t.stop_ms();
-}
-
-// The same, until every stream of dev is idle (DeviceTimer::stop_all_ms).
-template <class F>
-double time_all_ms(const Device& dev, F&& f) {
-  DeviceTimer t(dev);
-  t.start();
-  f();
-  return t.stop_all_ms();
+  return every_stream ? t.stop_all_ms() : t.stop_ms();
 }
 
 // warmup untimed calls of f, then repeats timed ones: their times in ms, in order.
