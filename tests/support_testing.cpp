@@ -21,19 +21,13 @@ std::string temp_name(const std::string& suite, int pid, const std::string& name
 }
 }  // namespace
 
-boost::test_tools::assertion_result HasGpu::operator()(boost::unit_test::test_unit_id) const {
-  if (sparta::visible_gpu_count() > 0) return true;
-  boost::test_tools::assertion_result r(false);
-  r.message() << (sparta::built_with_cuda() ? "no GPU visible" : "built with CUDA=0");
-  return r;
-}
-
 boost::test_tools::assertion_result HasGpus::operator()(boost::unit_test::test_unit_id) const {
-  if (sparta::visible_gpu_count() >= n) return true;
+  const int seen = sparta::visible_gpu_count();
+  if (seen >= n) return true;
   boost::test_tools::assertion_result r(false);
-  r.message() << (sparta::built_with_cuda() ? "needs " + std::to_string(n) + " GPUs, sees " +
-                                                   std::to_string(sparta::visible_gpu_count())
-                                             : std::string("built with CUDA=0"));
+  if (!sparta::built_with_cuda()) r.message() << "built with CUDA=0";
+  else if (seen == 0) r.message() << "no GPU visible";
+  else r.message() << "needs " << n << " GPUs, sees " << seen;
   return r;
 }
 
@@ -230,7 +224,7 @@ namespace testing {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-boost::unit_test::precondition needs_gpu() { return boost::unit_test::precondition(HasGpu()); }
+boost::unit_test::precondition needs_gpu() { return needs_gpus(1); }
 boost::unit_test::precondition needs_gpus(int n) { return boost::unit_test::precondition(HasGpus{n}); }
 #pragma GCC diagnostic pop
 }  // namespace testing

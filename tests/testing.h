@@ -14,16 +14,13 @@
 
 namespace testing {
 
-// Precondition for GPU cases: Boost.Test reports a case whose precondition fails as skipped.
-struct HasGpu {
-  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const;
-};
-boost::unit_test::precondition needs_gpu();
-// At least n GPUs visible to this process (plain suites that launch ranks of their own on them).
+// Precondition for GPU cases: Boost.Test reports a case whose precondition fails as skipped. HasGpus: at least n
+// GPUs visible to this process (needs_gpu: one; needs_gpus(n): plain suites that launch ranks of their own on them).
 struct HasGpus {
   int n;
   boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const;
 };
+boost::unit_test::precondition needs_gpu();
 boost::unit_test::precondition needs_gpus(int n);
 
 // MPI suites: every rank of the node gets a GPU of its own (collective over MPI_COMM_WORLD; the same verdict on
